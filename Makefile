@@ -1,0 +1,141 @@
+# Makefile - builds ./weft, runs the tests, the demo and the benchmarks.
+# `make demo` and `make check` install missing Debian packages first (as root).
+
+PREFIX   ?= /usr/local
+CC       ?= cc
+SANITIZE ?=
+V        ?= 0
+
+ifeq ($(SANITIZE),1)
+  BUILD    ?= build/asan
+  SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+else ifeq ($(SANITIZE),thread)
+  BUILD    ?= build/tsan
+  SANFLAGS := -fsanitize=thread
+else
+  BUILD    ?= build
+  SANFLAGS :=
+endif
+
+CFLAGS   ?= -O2 -g
+CFLAGS   += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter $(SANFLAGS)
+CPPFLAGS += -Iinterp -I$(BUILD)/grammar
+LDFLAGS  += $(SANFLAGS)
+LDLIBS   += -lm
+
+# Debian packages the build and the tests need; `make deps` installs them.
+DEB_PACKAGES := build-essential flex bison pkg-config liblua5.4-dev libffi-dev \
+                libopenblas-dev libcmocka-dev
+
+INTERP_SRC := $(filter-out interp/main.c,$(wildcard interp/*.c))
+LIB_OBJ    := $(INTERP_SRC:%.c=$(BUILD)/%.o) $(BUILD)/grammar/parser.o \
+              $(BUILD)/grammar/lexer.o $(BUILD)/stdlib/embedded.o
+MAIN_OBJ   := $(BUILD)/interp/main.o
+STDLIB     := $(sort $(wildcard stdlib/*.plan))
+UNIT_SRC   := $(wildcard tests/unit/test_*.c)
+UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+
+.PHONY: all deps check unit golden docs-check fmt-check examples-check editors-check \
+        demo bench install fuzz clean
+.DELETE_ON_ERROR:
+
+all: weft
+
+ifeq ($(SANITIZE),)
+weft: $(BUILD)/weft
+	@cp $< $@
+else
+weft: $(BUILD)/weft
+endif
+
+$(BUILD)/weft: $(MAIN_OBJ) $(BUILD)/libweft.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/libweft.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/interp/%.o: interp/%.c $(BUILD)/grammar/parser.h $(wildcard interp/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/grammar/parser.c $(BUILD)/grammar/parser.h: grammar/parser.y
+	@mkdir -p $(dir $@)
+	bison -Wall -Wno-yacc --defines=$(BUILD)/grammar/parser.h -o $(BUILD)/grammar/parser.c $<
+
+$(BUILD)/grammar/lexer.c $(BUILD)/grammar/lexer.h: grammar/lexer.l $(BUILD)/grammar/parser.h
+	@mkdir -p $(dir $@)
+	flex --header-file=$(BUILD)/grammar/lexer.h -o $(BUILD)/grammar/lexer.c $<
+
+# Generated code is not held to -Wextra.
+$(BUILD)/grammar/%.o: $(BUILD)/grammar/%.c $(BUILD)/grammar/parser.h $(BUILD)/grammar/lexer.h $(wildcard interp/*.h)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -Wno-sign-compare -Wno-unused-function -c -o $@ $<
+
+# The standard library is compiled into the binary.
+$(BUILD)/stdlib/embed: stdlib/embed.c
+	@mkdir -p $(dir $@)
+	$(CC) -O1 -o $@ $<
+
+$(BUILD)/stdlib/embedded.c: $(BUILD)/stdlib/embed $(STDLIB)
+	$(BUILD)/stdlib/embed $(STDLIB) > $@
+
+$(BUILD)/stdlib/embedded.o: $(BUILD)/stdlib/embedded.c
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+
+# ---- tests -----------------------------------------------------------------
+
+$(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libweft.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/libweft.a $(LDFLAGS) -lcmocka $(LDLIBS)
+
+check: deps
+	@$(MAKE) --no-print-directory weft
+	@$(MAKE) --no-print-directory unit golden docs-check fmt-check examples-check editors-check
+	@echo "make check: all suites passed"
+
+unit: $(UNIT_BIN)
+	@sh tests/run_unit.sh $(UNIT_BIN)
+
+golden: weft
+	@sh tests/golden/run.sh $(BUILD)/weft
+
+docs-check: weft
+	@sh tests/docs_check.sh $(BUILD)/weft docs/language.md
+
+fmt-check: weft
+	@sh tests/fmt_check.sh $(BUILD)/weft
+
+examples-check: weft
+	@sh tests/examples_check.sh $(BUILD)/weft
+
+editors-check:
+	@sh tests/editors_check.sh
+
+deps:
+	@sh tests/deps.sh $(DEB_PACKAGES)
+
+demo: deps
+	@$(MAKE) --no-print-directory weft
+	@sh examples/demo.sh ./weft
+
+bench: weft
+	@sh bench/run.sh ./weft
+
+install: weft
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/weft/stdlib
+	install -m 755 weft $(DESTDIR)$(PREFIX)/bin/weft
+	install -m 644 $(STDLIB) $(DESTDIR)$(PREFIX)/share/weft/stdlib/
+
+# libFuzzer over the parser and checker; FUZZ_SECONDS bounds the run.
+FUZZ_SECONDS ?= 60
+fuzz:
+	@$(MAKE) --no-print-directory BUILD=build/fuzz CC=clang \
+	  SANFLAGS="-fsanitize=fuzzer-no-link,address,undefined" build/fuzz/libweft.a
+	clang -fsanitize=fuzzer,address,undefined -Iinterp -o build/fuzz/fuzz_check \
+	  tests/fuzz/fuzz_check.c build/fuzz/libweft.a -lm
+	@mkdir -p build/fuzz/corpus
+	build/fuzz/fuzz_check -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -timeout=10 \
+	  build/fuzz/corpus tests/fuzz/seeds
+
+clean:
+	rm -rf build weft

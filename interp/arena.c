@@ -1,0 +1,92 @@
+/* arena.c - bump allocator: blocks of at least 64 KiB, freed together.
+ * Used by the parser, the evaluator and the graph; see arena.h. */
+#include "arena.h"
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct arena_block {
+  arena_block *next;
+  size_t used, size;
+  max_align_t data[];
+};
+
+enum { ARENA_MIN_BLOCK = 64 * 1024 };
+
+void weft_oom(void) {
+  fputs("weft: error: out of memory\n", stderr);
+  exit(2);
+}
+
+void arena_init(arena *a) { a->head = NULL; a->total = 0; }
+
+void arena_free(arena *a) {
+  arena_block *b = a->head;
+  while (b) {
+    arena_block *next = b->next;
+    free(b);
+    b = next;
+  }
+  a->head = NULL;
+  a->total = 0;
+}
+
+void *arena_alloc(arena *a, size_t n) {
+  size_t align = sizeof(max_align_t);
+  n = (n + align - 1) & ~(align - 1);
+  if (n == 0) n = align;
+  arena_block *b = a->head;
+  if (!b || b->size - b->used < n) {
+    size_t size = n > ARENA_MIN_BLOCK ? n : ARENA_MIN_BLOCK;
+    if (size > SIZE_MAX - sizeof(arena_block)) weft_oom();
+    b = malloc(sizeof(arena_block) + size);
+    if (!b) weft_oom();
+    b->size = size;
+    b->used = 0;
+    b->next = a->head;
+    a->head = b;
+    a->total += size;
+  }
+  void *p = (char *)b->data + b->used;
+  b->used += n;
+  memset(p, 0, n);
+  return p;
+}
+
+char *arena_strndup(arena *a, const char *s, size_t n) {
+  char *p = arena_alloc(a, n + 1);
+  memcpy(p, s, n);
+  p[n] = 0;
+  return p;
+}
+
+char *arena_strdup(arena *a, const char *s) { return arena_strndup(a, s, strlen(s)); }
+
+char *arena_printf(arena *a, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  if (n < 0) n = 0;
+  char *p = arena_alloc(a, (size_t)n + 1);
+  va_start(ap, fmt);
+  vsnprintf(p, (size_t)n + 1, fmt, ap);
+  va_end(ap);
+  return p;
+}
+
+void arena_grow(arena *a, void **items, int *cap, int need, size_t elem) {
+  if (need <= *cap) return;
+  int ncap = *cap ? *cap : 4;
+  while (ncap < need) {
+    if (ncap > (1 << 29)) weft_oom();
+    ncap *= 2;
+  }
+  void *n = arena_alloc(a, (size_t)ncap * elem);
+  if (*cap) memcpy(n, *items, (size_t)*cap * elem);
+  *items = n;
+  *cap = ncap;
+}

@@ -1,0 +1,29 @@
+/* arena.h - bump allocation for everything whose lifetime is one stage.
+ * Ownership rule: nothing allocated from an arena is freed alone; the arena is. */
+#ifndef WEFT_ARENA_H
+#define WEFT_ARENA_H
+
+#include <stddef.h>
+
+typedef struct arena_block arena_block;
+
+typedef struct arena {
+  arena_block *head;   /* newest block; older ones follow through ->next */
+  size_t total;        /* bytes obtained from malloc, for --stats and limits */
+} arena;
+
+void arena_init(arena *a);
+void arena_free(arena *a);
+/* Zeroed memory; aborts through weft_oom() when malloc fails. */
+void *arena_alloc(arena *a, size_t n);
+char *arena_strdup(arena *a, const char *s);
+char *arena_strndup(arena *a, const char *s, size_t n);
+char *arena_printf(arena *a, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Grows *items (of *cap elements of size elem) to hold at least need. */
+void arena_grow(arena *a, void **items, int *cap, int need, size_t elem);
+
+/* Called when memory runs out: prints a message and exits with status 2. */
+_Noreturn void weft_oom(void);
+
+#endif
