@@ -25,7 +25,7 @@ LDLIBS   += -lm
 
 # Debian packages the build and the tests need; `make deps` installs them.
 DEB_PACKAGES := build-essential flex bison pkg-config liblua5.4-dev libffi-dev \
-                libopenblas-dev libcmocka-dev
+                libopenblas-dev libcmocka-dev time
 
 INTERP_SRC := $(filter-out interp/main.c,$(wildcard interp/*.c))
 LIB_OBJ    := $(INTERP_SRC:%.c=$(BUILD)/%.o) $(BUILD)/grammar/parser.o \

@@ -48,7 +48,8 @@ typedef struct ast_list {
                    attribute; a = attribute default or NULL */                  \
   X(N_PATTERN)  /* name = dtype ("i32") or NULL; list = N_DIM */                \
   X(N_DIM)      /* name; op = 0, '+', '^' or T_DOTDOT; or, for a group          \
-                   "(3 n dh)", name = NULL and list = factors (E_INT or E_NAME) */ \
+                   "(3 n dh)", name = NULL and list = factors (E_INT or E_NAME) \
+                   whose op is 0, '+' or '^' ("(3 n^ dh)") */                   \
   /* statements */                                                              \
   X(S_FILE)     /* list = items; list2 = comments (N_COMMENT) */                \
   X(N_COMMENT)  /* text = comment without the leading '#' and newline */        \
@@ -95,6 +96,10 @@ struct ast {
   double fval;
   ast *a, *b, *c;
   ast_list list, list2;
+  /* Statements with a body: the span '{' .. '}' of the body (list, or list2
+   * for S_OP/S_MODEL/S_CLUSTER); body2: the else body of S_IF. fmt places
+   * comments with them; like loc, ast_equal ignores them. */
+  weft_loc body, body2;
 };
 
 /* Deeper trees are rejected by the parser, so walkers may recurse. */
@@ -125,5 +130,15 @@ ast *weft_parse_expr(weft_parse_opts *o, int file);
 
 /* Canonical source of a parsed file, comments kept (interp/fmt.c). */
 void weft_fmt(const ast *file, const weft_src *src, FILE *out);
+/* The same into a malloc'd NUL-terminated string (the caller frees it). */
+char *weft_fmt_string(const ast *file, const weft_src *src, size_t *len);
+/* `weft fmt --roundtrip FILE`: reads and parses path, formats it, parses the
+ * result again and checks the two trees are ast_equal, every comment is kept
+ * and formatting again changes nothing. Returns 0 when all hold; 1 when one
+ * fails (a line "PATH: what failed" goes to err; a parse error of the
+ * formatted text is also in diags, under the file "PATH (formatted)"); 2 when
+ * the file cannot be read (message to err) or has errors (in diags). */
+int weft_fmt_roundtrip(const char *path, weft_srcs *srcs, arena *ar, weft_diags *diags,
+                       FILE *err);
 
 #endif

@@ -153,7 +153,7 @@ static void print_line(FILE *out, const char *p, int len, int *cols) {
 }
 
 void diag_print(weft_diags *d, FILE *out, bool color) {
-  qsort(d->items, (size_t)d->n, sizeof(weft_diag), diag_cmp);
+  if (d->n > 1) qsort(d->items, (size_t)d->n, sizeof(weft_diag), diag_cmp);
   const char *bold = color ? "\033[1m" : "", *reset = color ? "\033[0m" : "";
   const char *red = color ? "\033[1;31m" : "", *mag = color ? "\033[1;35m" : "";
   const char *cyan = color ? "\033[1;36m" : "", *green = color ? "\033[1;32m" : "";
@@ -209,7 +209,7 @@ static void json_str(FILE *out, const char *s) {
 }
 
 void diag_print_json(weft_diags *d, FILE *out) {
-  qsort(d->items, (size_t)d->n, sizeof(weft_diag), diag_cmp);
+  if (d->n > 1) qsort(d->items, (size_t)d->n, sizeof(weft_diag), diag_cmp);
   fputc('[', out);
   for (int i = 0; i < d->n; i++) {
     weft_diag *g = &d->items[i];

@@ -1,0 +1,538 @@
+/* main.c - the weft command line: parses arguments and calls the library.
+ * Every command is a function cmd_NAME; `weft help COMMAND` prints its usage. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "json.h"
+#include "weft.h"
+
+typedef struct opts {
+  const char **files;
+  int nfiles;
+  const char **sets;
+  int nsets;
+  const char *model;
+  const char *stdlib_dir;
+  bool json, dot, write, check, roundtrip;
+  int color;              /* -1 auto, 0 never, 1 always */
+  int max_errors;
+} opts;
+
+typedef struct command {
+  const char *name;
+  int (*run)(opts *o);
+  const char *summary;
+  const char *usage;
+} command;
+
+static int cmd_check(opts *o);
+static int cmd_fmt(opts *o);
+static int cmd_graph(opts *o);
+
+static const char *const common_help =
+    "  --set NAME=VALUE   override a top-level `param` of the file (repeatable)\n"
+    "  --stdlib DIR       read the standard library from DIR (also WEFT_STDLIB)\n"
+    "  --color WHEN       auto, always or never (NO_COLOR is honoured)\n"
+    "  --max-errors N     stop reporting after N errors (default 50)\n";
+
+static const command commands[] = {
+    {"check", cmd_check, "check files: syntax, names, types, units, shapes",
+     "usage: weft check [options] FILE...\n\n"
+     "Parses and evaluates each FILE and everything it imports, builds the\n"
+     "operator graph of every model the file defines and every cluster, and\n"
+     "reports each problem at file:line:col. Prints a summary for a valid file.\n\n"
+     "options:\n"
+     "  --json             print one JSON object: files, diagnostics, summaries\n"},
+    {"fmt", cmd_fmt, "print files in canonical form",
+     "usage: weft fmt [-w | --check] FILE...\n\n"
+     "Prints each FILE in canonical form (comments kept). FILE '-' reads stdin.\n\n"
+     "options:\n"
+     "  -w, --write        rewrite the files in place (atomically)\n"
+     "  --check            print the names of files that are not canonical; exit 1 if any\n"
+     "  --roundtrip        verify that fmt is idempotent and keeps the syntax tree\n"},
+    {"graph", cmd_graph, "print a model's operator graph",
+     "usage: weft graph [options] FILE\n\n"
+     "Builds the operator graph of a model: tensors with shapes and dtypes,\n"
+     "operators with FLOPs, the parameter count and bytes.\n\n"
+     "options:\n"
+     "  --model NAME       the model (default: the last one the file defines)\n"
+     "  --json             print the graph as JSON\n"
+     "  --dot              print the graph for Graphviz (dot -Tsvg)\n"},
+};
+enum { NCOMMANDS = sizeof commands / sizeof commands[0] };
+
+static void usage_main(FILE *out) {
+  fprintf(out,
+          "weft %s - parallelization plans for deep-learning training\n\n"
+          "usage: weft COMMAND [options] FILE...\n\ncommands:\n", WEFT_VERSION);
+  for (int i = 0; i < NCOMMANDS; i++) fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].summary);
+  fprintf(out, "  %-8s %s\n  %-8s %s\n", "help", "help on a command: weft help check", "version",
+          "print the version");
+  fprintf(out, "\ncommon options:\n%s\nexit status: 0 accepted, 1 input rejected, 2 weft failed\n", common_help);
+}
+
+static bool use_color(opts *o) {
+  if (o->color >= 0) return o->color;
+  const char *term = getenv("TERM");
+  return isatty(2) && !getenv("NO_COLOR") && term && strcmp(term, "dumb") != 0;
+}
+
+static weft_ctx *new_ctx(opts *o) {
+  weft_ctx *c = weft_new();
+  if (o->stdlib_dir) c->stdlib_dir = o->stdlib_dir;
+  c->diags.max_errors = o->max_errors;
+  for (int i = 0; i < o->nsets; i++) weft_set(c, o->sets[i]);
+  return c;
+}
+
+static void report(weft_ctx *c, opts *o) {
+  if (!o->json) diag_print(&c->diags, stderr, use_color(o));
+}
+
+/* ---- check -------------------------------------------------------------- */
+
+static bool all_params_bound(const vdecl *d) {
+  const ast_list *ps = &d->node->list;
+  for (int i = 0; i < ps->n; i++)
+    if (!ps->items[i]->a && !record_get(d->bound, ps->items[i]->name)) return false;
+  return true;
+}
+
+static const char *grouped(char *buf, int64_t v) {
+  char tmp[32];
+  int n = snprintf(tmp, sizeof tmp, "%" PRId64, v);
+  int o = 0;
+  for (int i = 0; i < n; i++) {
+    buf[o++] = tmp[i];
+    if (tmp[i] != '-' && (n - i - 1) % 3 == 0 && i != n - 1) buf[o++] = ',';
+  }
+  buf[o] = 0;
+  return buf;
+}
+
+typedef struct summary {
+  weft_item items[256];
+  weft_graph *graphs[256];
+  value clusters[256];
+  int nmodels, nclusters;
+  weft_item citems[256];
+} summary;
+
+static int check_one(opts *o, const char *path, json *j) {
+  weft_ctx *c = new_ctx(o);
+  int rc = c->diags.errors ? WEFT_REJECTED : weft_load(c, path);
+  summary *s = calloc(1, sizeof *s);
+  if (!s) weft_oom();
+  if (rc == WEFT_OK) {
+    s->nmodels = weft_items(c, V_MODEL, s->items, 256);
+    if (s->nmodels > 256) s->nmodels = 256;
+    for (int i = 0; i < s->nmodels; i++)
+      if (all_params_bound(s->items[i].val.decl))
+        s->graphs[i] = weft_build_graph(c, s->items[i].val, s->items[i].loc);
+    s->nclusters = weft_items(c, V_CLUSTER, s->citems, 256);
+    if (s->nclusters > 256) s->nclusters = 256;
+    for (int i = 0; i < s->nclusters; i++) {
+      s->clusters[i] = v_none();
+      if (all_params_bound(s->citems[i].val.decl))
+        s->clusters[i] = weft_build_cluster(c, s->citems[i].val, s->citems[i].loc);
+    }
+    if (c->diags.errors) rc = WEFT_REJECTED;
+  }
+  char b1[64];
+  if (j) {
+    json_obj(j);
+    json_key(j, "file");
+    json_str(j, path);
+    json_key(j, "ok");
+    json_bool(j, rc == WEFT_OK);
+    json_key(j, "diagnostics");
+    /* diag_print_json writes a complete array */
+    json_raw(j, "");
+    diag_print_json(&c->diags, stdout);
+    if (rc == WEFT_OK) {
+      json_key(j, "models");
+      json_arr(j);
+      for (int i = 0; i < s->nmodels; i++) {
+        json_obj(j);
+        json_key(j, "name");
+        json_str(j, s->items[i].name);
+        json_key(j, "built");
+        json_bool(j, s->graphs[i] != NULL);
+        if (s->graphs[i]) {
+          json_key(j, "operators");
+          json_int(j, s->graphs[i]->nops);
+          json_key(j, "parameters");
+          json_int(j, graph_param_count(s->graphs[i]));
+          json_key(j, "parameter_bytes");
+          json_int(j, graph_param_bytes(s->graphs[i]));
+          json_key(j, "forward_flops");
+          json_num(j, graph_forward_flops(s->graphs[i]));
+        }
+        json_end_obj(j);
+      }
+      json_end_arr(j);
+      json_key(j, "clusters");
+      json_arr(j);
+      for (int i = 0; i < s->nclusters; i++) {
+        json_obj(j);
+        json_key(j, "name");
+        json_str(j, s->citems[i].name);
+        json_key(j, "built");
+        json_bool(j, s->clusters[i].kind == V_RECORD);
+        if (s->clusters[i].kind == V_RECORD) {
+          json_key(j, "devices");
+          json_int(j, record_get(s->clusters[i].rec, "devices")->i);
+        }
+        json_end_obj(j);
+      }
+      json_end_arr(j);
+    }
+    json_end_obj(j);
+  } else {
+    report(c, o);
+    if (rc == WEFT_OK) {
+      printf("%s: ok\n", path);
+      for (int i = 0; i < s->nmodels; i++) {
+        weft_graph *g = s->graphs[i];
+        if (g)
+          printf("  model %s: %d operators, %s parameters\n", s->items[i].name, g->nops,
+                 grouped(b1, graph_param_count(g)));
+        else
+          printf("  model %s: not built (it has parameters without defaults)\n", s->items[i].name);
+      }
+      for (int i = 0; i < s->nclusters; i++) {
+        if (s->clusters[i].kind != V_RECORD) {
+          printf("  cluster %s: not built (it has parameters without defaults)\n", s->citems[i].name);
+          continue;
+        }
+        const vrecord *r = s->clusters[i].rec;
+        const vrecord *dev = record_get(r, "device")->rec;
+        char mem[64];
+        const value *m = record_get(dev, "memory");
+        unit_format(m->q.v, m->q.d, mem, sizeof mem);
+        printf("  cluster %s: %" PRId64 " x %s (%s)\n", s->citems[i].name, record_get(r, "devices")->i,
+               record_get(dev, "name")->s, mem);
+      }
+    }
+  }
+  free(s);
+  weft_free(c);
+  return rc;
+}
+
+static int cmd_check(opts *o) {
+  if (o->nfiles == 0) {
+    fprintf(stderr, "weft check: no input files\n%s", commands[0].usage);
+    return WEFT_FAILED;
+  }
+  int worst = WEFT_OK;
+  json j;
+  if (o->json) {
+    json_init(&j, stdout);
+    json_obj(&j);
+    json_key(&j, "files");
+    json_arr(&j);
+  }
+  for (int i = 0; i < o->nfiles; i++) {
+    int rc = check_one(o, o->files[i], o->json ? &j : NULL);
+    if (rc > worst) worst = rc;
+  }
+  if (o->json) {
+    json_end_arr(&j);
+    json_key(&j, "ok");
+    json_bool(&j, worst == WEFT_OK);
+    json_end_obj(&j);
+  }
+  return worst;
+}
+
+/* ---- fmt ---------------------------------------------------------------- */
+
+static char *read_stdin(size_t *len) {
+  size_t cap = 1 << 16, n = 0;
+  char *buf = malloc(cap);
+  if (!buf) weft_oom();
+  size_t got;
+  while ((got = fread(buf + n, 1, cap - n, stdin)) > 0) {
+    n += got;
+    if (n == cap) {
+      cap *= 2;
+      char *nb = realloc(buf, cap);
+      if (!nb) weft_oom();
+      buf = nb;
+    }
+  }
+  *len = n;
+  return buf;
+}
+
+/* The canonical text of one file, malloc'd; NULL after diagnostics. */
+static char *fmt_text(weft_ctx *c, int file, ast **root_out) {
+  weft_parse_opts po = {&c->arena, &c->srcs, &c->diags};
+  ast *root = weft_parse(&po, file);
+  if (!root) return NULL;
+  char *out = NULL;
+  size_t n = 0;
+  FILE *mem = open_memstream(&out, &n);
+  if (!mem) weft_oom();
+  weft_fmt(root, &c->srcs.items[file], mem);
+  fclose(mem);
+  if (root_out) *root_out = root;
+  return out;
+}
+
+static int write_atomically(const char *path, const char *text) {
+  char *tmp = malloc(strlen(path) + 16);
+  if (!tmp) weft_oom();
+  sprintf(tmp, "%s.weft-tmp", path);
+  FILE *f = fopen(tmp, "wb");
+  if (!f) { fprintf(stderr, "weft: error: cannot write '%s': %s\n", tmp, strerror(errno)); free(tmp); return WEFT_FAILED; }
+  size_t len = strlen(text);
+  bool ok = fwrite(text, 1, len, f) == len;
+  ok &= fflush(f) == 0 && fsync(fileno(f)) == 0;
+  ok &= fclose(f) == 0;
+  if (!ok || rename(tmp, path) != 0) {
+    fprintf(stderr, "weft: error: cannot write '%s': %s\n", path, strerror(errno));
+    remove(tmp);
+    free(tmp);
+    return WEFT_FAILED;
+  }
+  free(tmp);
+  return WEFT_OK;
+}
+
+static int fmt_one(opts *o, const char *path) {
+  weft_ctx *c = new_ctx(o);
+  int file;
+  if (strcmp(path, "-") == 0) {
+    size_t len;
+    char *buf = read_stdin(&len);
+    file = src_add(&c->srcs, &c->arena, "<stdin>", "", buf, len);
+    free(buf);
+  } else {
+    file = src_read(&c->srcs, &c->arena, path);
+    if (file < 0) {
+      fprintf(stderr, "weft: error: cannot read '%s': %s\n", path, strerror(errno));
+      weft_free(c);
+      return WEFT_FAILED;
+    }
+  }
+  ast *root = NULL;
+  char *out = fmt_text(c, file, &root);
+  int rc = WEFT_OK;
+  if (!out) {
+    report(c, o);
+    rc = WEFT_REJECTED;
+  } else if (o->roundtrip) {
+    int f2 = src_add(&c->srcs, &c->arena, arena_printf(&c->arena, "%s (formatted)", path), "", out, strlen(out));
+    ast *root2 = NULL;
+    char *out2 = fmt_text(c, f2, &root2);
+    if (!out2) {
+      report(c, o);
+      fprintf(stderr, "%s: fmt output does not parse\n", path);
+      rc = WEFT_REJECTED;
+    } else if (!ast_equal(root, root2)) {
+      fprintf(stderr, "%s: fmt changes the syntax tree\n", path);
+      rc = WEFT_REJECTED;
+    } else if (strcmp(out, out2) != 0) {
+      fprintf(stderr, "%s: fmt is not idempotent\n", path);
+      rc = WEFT_REJECTED;
+    } else if (root->list2.n != root2->list2.n) {
+      fprintf(stderr, "%s: fmt loses comments (%d before, %d after)\n", path, root->list2.n, root2->list2.n);
+      rc = WEFT_REJECTED;
+    }
+    free(out2);
+  } else if (o->check) {
+    const weft_src *s = &c->srcs.items[file];
+    if (strlen(out) != s->len || memcmp(out, s->text, s->len) != 0) {
+      printf("%s: not formatted\n", path);
+      rc = WEFT_REJECTED;
+    }
+  } else if (o->write && strcmp(path, "-") != 0) {
+    const weft_src *s = &c->srcs.items[file];
+    if (strlen(out) != s->len || memcmp(out, s->text, s->len) != 0) rc = write_atomically(path, out);
+  } else {
+    fputs(out, stdout);
+  }
+  free(out);
+  weft_free(c);
+  return rc;
+}
+
+static int cmd_fmt(opts *o) {
+  if (o->nfiles == 0) {
+    fprintf(stderr, "weft fmt: no input files (use - for stdin)\n%s", commands[1].usage);
+    return WEFT_FAILED;
+  }
+  int worst = WEFT_OK;
+  for (int i = 0; i < o->nfiles; i++) {
+    int rc = fmt_one(o, o->files[i]);
+    if (rc > worst) worst = rc;
+  }
+  return worst;
+}
+
+/* ---- graph -------------------------------------------------------------- */
+
+static int cmd_graph(opts *o) {
+  if (o->nfiles != 1) {
+    fprintf(stderr, "weft graph: needs exactly one file\n%s", commands[2].usage);
+    return WEFT_FAILED;
+  }
+  weft_ctx *c = new_ctx(o);
+  int rc = c->diags.errors ? WEFT_REJECTED : weft_load(c, o->files[0]);
+  weft_graph *g = NULL;
+  if (rc == WEFT_OK) {
+    weft_loc none = {0}, at = {0};
+    value m = v_none();
+    if (o->model) {
+      binding *b = env_lookup(c->main->env, o->model);
+      if (!b || b->val.kind != V_MODEL) {
+        weft_item items[256];
+        int n = weft_items(c, V_MODEL, items, 256);
+        const char *names[256];
+        for (int i = 0; i < n && i < 256; i++) names[i] = items[i].name;
+        weft_diag *d = eval_error(c, none, "%s defines no model '%s'", o->files[0], o->model);
+        const char *best = diag_closest(o->model, names, n < 256 ? n : 256);
+        if (best) diag_hint(d, &c->diags, "did you mean '%s'?", best);
+        rc = WEFT_REJECTED;
+      } else {
+        m = b->val;
+        at = b->loc;
+      }
+    } else {
+      weft_item items[256];
+      int n = weft_items(c, V_MODEL, items, 256);
+      if (n == 0) {
+        weft_diag *d = eval_error(c, none, "%s defines no model", o->files[0]);
+        diag_hint(d, &c->diags, "write `model NAME { ... }`, or `model NAME = gpt(...)` with `use std`");
+        rc = WEFT_REJECTED;
+      } else {
+        m = items[(n < 256 ? n : 256) - 1].val;
+        at = items[(n < 256 ? n : 256) - 1].loc;
+      }
+    }
+    if (rc == WEFT_OK) {
+      g = weft_build_graph(c, m, at);
+      if (!g) rc = WEFT_REJECTED;
+    }
+  }
+  report(c, o);
+  if (g) {
+    if (o->json) graph_print_json(g, stdout);
+    else if (o->dot) graph_print_dot(g, stdout);
+    else graph_print_text(g, stdout);
+  } else if (o->json) {
+    diag_print_json(&c->diags, stdout);
+    fputc('\n', stdout);
+  }
+  weft_free(c);
+  return rc;
+}
+
+/* ---- arguments ---------------------------------------------------------- */
+
+static const command *find_command(const char *name) {
+  for (int i = 0; i < NCOMMANDS; i++)
+    if (strcmp(commands[i].name, name) == 0) return &commands[i];
+  return NULL;
+}
+
+static void help_command(const command *cmd, FILE *out) {
+  fputs(cmd->usage, out);
+  fprintf(out, "%s", common_help);
+}
+
+/* An option's value: "--opt=v" or "--opt v". */
+static const char *opt_value(int argc, char **argv, int *i, const char *name) {
+  size_t n = strlen(name);
+  if (strncmp(argv[*i], name, n) == 0 && argv[*i][n] == '=') return argv[*i] + n + 1;
+  if (*i + 1 >= argc) {
+    fprintf(stderr, "weft: error: %s needs a value\n", name);
+    return NULL;
+  }
+  return argv[++*i];
+}
+
+static bool is_opt(const char *arg, const char *name) {
+  size_t n = strlen(name);
+  return strncmp(arg, name, n) == 0 && (arg[n] == 0 || arg[n] == '=');
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage_main(stderr);
+    return WEFT_FAILED;
+  }
+  const char *name = argv[1];
+  if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0) { usage_main(stdout); return 0; }
+  if (strcmp(name, "--version") == 0 || strcmp(name, "version") == 0) { printf("weft %s\n", WEFT_VERSION); return 0; }
+  if (strcmp(name, "help") == 0) {
+    if (argc < 3) { usage_main(stdout); return 0; }
+    const command *cmd = find_command(argv[2]);
+    if (!cmd) { fprintf(stderr, "weft: unknown command '%s'\n", argv[2]); return WEFT_FAILED; }
+    help_command(cmd, stdout);
+    return 0;
+  }
+  const command *cmd = find_command(name);
+  if (!cmd) {
+    const char *names[NCOMMANDS];
+    for (int i = 0; i < NCOMMANDS; i++) names[i] = commands[i].name;
+    const char *best = diag_closest(name, names, NCOMMANDS);
+    fprintf(stderr, "weft: unknown command '%s'", name);
+    if (best) fprintf(stderr, "; did you mean '%s'?", best);
+    fprintf(stderr, "\nrun 'weft --help' for the list of commands\n");
+    return WEFT_FAILED;
+  }
+  opts o = {0};
+  o.color = -1;
+  o.max_errors = 50;
+  o.files = calloc((size_t)argc, sizeof(char *));
+  o.sets = calloc((size_t)argc, sizeof(char *));
+  if (!o.files || !o.sets) weft_oom();
+  int rc = WEFT_FAILED;
+  for (int i = 2; i < argc; i++) {
+    const char *a = argv[i];
+    const char *v;
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) { help_command(cmd, stdout); rc = 0; goto done; }
+    else if (strcmp(a, "--json") == 0) o.json = true;
+    else if (strcmp(a, "--dot") == 0 && cmd->run == cmd_graph) o.dot = true;
+    else if ((strcmp(a, "-w") == 0 || strcmp(a, "--write") == 0) && cmd->run == cmd_fmt) o.write = true;
+    else if (strcmp(a, "--check") == 0 && cmd->run == cmd_fmt) o.check = true;
+    else if (strcmp(a, "--roundtrip") == 0 && cmd->run == cmd_fmt) o.roundtrip = true;
+    else if (is_opt(a, "--set")) { if (!(v = opt_value(argc, argv, &i, "--set"))) goto done; o.sets[o.nsets++] = v; }
+    else if (is_opt(a, "--model") && cmd->run == cmd_graph) { if (!(v = opt_value(argc, argv, &i, "--model"))) goto done; o.model = v; }
+    else if (is_opt(a, "--stdlib")) { if (!(v = opt_value(argc, argv, &i, "--stdlib"))) goto done; o.stdlib_dir = v; }
+    else if (is_opt(a, "--max-errors")) {
+      if (!(v = opt_value(argc, argv, &i, "--max-errors"))) goto done;
+      char *end;
+      long n = strtol(v, &end, 10);
+      if (*end || n < 1 || n > 100000) { fprintf(stderr, "weft: error: --max-errors needs a positive number\n"); goto done; }
+      o.max_errors = (int)n;
+    } else if (is_opt(a, "--color")) {
+      if (!(v = opt_value(argc, argv, &i, "--color"))) goto done;
+      if (strcmp(v, "auto") == 0) o.color = -1;
+      else if (strcmp(v, "always") == 0) o.color = 1;
+      else if (strcmp(v, "never") == 0) o.color = 0;
+      else { fprintf(stderr, "weft: error: --color needs auto, always or never\n"); goto done; }
+    } else if (a[0] == '-' && a[1]) {
+      fprintf(stderr, "weft %s: unknown option '%s'\nrun 'weft %s --help' for its options\n", cmd->name, a, cmd->name);
+      goto done;
+    } else {
+      o.files[o.nfiles++] = a;
+    }
+  }
+  if (o.dot && o.json) { fprintf(stderr, "weft graph: --json and --dot exclude each other\n"); goto done; }
+  if ((o.write ? 1 : 0) + (o.check ? 1 : 0) + (o.roundtrip ? 1 : 0) > 1) {
+    fprintf(stderr, "weft fmt: -w, --check and --roundtrip exclude each other\n");
+    goto done;
+  }
+  rc = cmd->run(&o);
+done:
+  free(o.files);
+  free(o.sets);
+  return rc;
+}
