@@ -51,8 +51,9 @@ bool ast_equal(const ast *x, const ast *y) {
 
 /* ---- dump ------------------------------------------------------------------ */
 
-static const char *op_name(int op) {
-  static char one[2];
+const char *ast_op_name(int op) {
+  /* single-character operators point into this table: no shared buffer */
+  static const char chars[] = "+\0-\0*\0/\0%\0<\0>\0^\0{\0";
   switch (op) {
   case T_EQ: return "==";
   case T_NE: return "!=";
@@ -64,9 +65,9 @@ static const char *op_name(int op) {
   case T_IDIV: return "//";
   case T_DOTDOT: return "..";
   default:
-    one[0] = (char)op;
-    one[1] = 0;
-    return one;
+    for (size_t i = 0; i + 1 < sizeof chars; i += 2)
+      if (chars[i] == op) return chars + i;
+    return "?";
   }
 }
 
@@ -133,13 +134,13 @@ static void dump(const ast *n, FILE *out) {
     fputc(')', out);
     break;
   case E_UNARY:
-    fprintf(out, "(%s ", op_name(n->op));
+    fprintf(out, "(%s ", ast_op_name(n->op));
     dump(n->a, out);
     fputc(')', out);
     break;
   case E_BINARY:
   case E_RANGE:
-    fprintf(out, "(%s ", n->kind == E_RANGE ? ".." : op_name(n->op));
+    fprintf(out, "(%s ", n->kind == E_RANGE ? ".." : ast_op_name(n->op));
     dump(n->a, out);
     fputc(' ', out);
     dump(n->b, out);
@@ -197,11 +198,11 @@ static void dump(const ast *n, FILE *out) {
       for (int i = 0; i < n->list.n; i++) {
         fputc(' ', out);
         dump(n->list.items[i], out);
-        if (n->list.items[i]->op) fputs(op_name(n->list.items[i]->op), out);
+        if (n->list.items[i]->op) fputs(ast_op_name(n->list.items[i]->op), out);
       }
       fputc(')', out);
     } else {
-      fprintf(out, "%s%s", n->name, n->op ? op_name(n->op) : "");
+      fprintf(out, "%s%s", n->name, n->op ? ast_op_name(n->op) : "");
     }
     break;
   case S_FILE: dump_body("file", &n->list, out); break;

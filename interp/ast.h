@@ -106,6 +106,8 @@ struct ast {
 enum { AST_MAX_DEPTH = 512 };
 
 extern const char *const ast_kind_names[AST_KIND_COUNT];
+/* "==", "and", "+" for the operator codes of E_UNARY/E_BINARY/N_DIM. */
+const char *ast_op_name(int op);
 
 ast *ast_new(arena *ar, ast_kind kind, weft_loc loc);
 void ast_push(arena *ar, ast_list *l, ast *item);

@@ -4,25 +4,39 @@
 
 #include "weft.h"
 
+/* A record being built, with where each field was written (for errors)
+ * and where its block starts (for missing fields). */
 typedef struct fields {
   vrecord *rec;
+  weft_loc *locs;
   int cap;
+  weft_loc at;
 } fields;
 
-static void field_set(weft_ctx *c, fields *f, const char *key, value v) {
+static void field_set_at(weft_ctx *c, fields *f, const char *key, value v, weft_loc loc) {
   for (int i = 0; i < f->rec->n; i++)
-    if (strcmp(f->rec->keys[i], key) == 0) { f->rec->vals[i] = v; return; }
-  int cap = f->cap;
+    if (strcmp(f->rec->keys[i], key) == 0) { f->rec->vals[i] = v; f->locs[i] = loc; return; }
+  int cap = f->cap, cap2 = f->cap, cap3 = f->cap;
   arena_grow(&c->arena, (void **)&f->rec->keys, &cap, f->rec->n + 1, sizeof(char *));
-  int cap2 = f->cap;
   arena_grow(&c->arena, (void **)&f->rec->vals, &cap2, f->rec->n + 1, sizeof(value));
+  arena_grow(&c->arena, (void **)&f->locs, &cap3, f->rec->n + 1, sizeof(weft_loc));
   f->cap = cap;
   f->rec->keys[f->rec->n] = key;
+  f->locs[f->rec->n] = loc;
   f->rec->vals[f->rec->n++] = v;
 }
 
-static fields fields_new(weft_ctx *c) {
-  fields f = {arena_alloc(&c->arena, sizeof(vrecord)), 0};
+static void field_set(weft_ctx *c, fields *f, const char *key, value v) { field_set_at(c, f, key, v, f->at); }
+
+/* Where field key was written; the block's start when it was not. */
+static weft_loc field_loc(const fields *f, const char *key) {
+  for (int i = 0; i < f->rec->n; i++)
+    if (strcmp(f->rec->keys[i], key) == 0) return f->locs[i];
+  return f->at;
+}
+
+static fields fields_new(weft_ctx *c, weft_loc at) {
+  fields f = {arena_alloc(&c->arena, sizeof(vrecord)), NULL, 0, at};
   return f;
 }
 
@@ -34,6 +48,8 @@ typedef struct parts {
   fields device, links;
   int nlinks;
   bool device_seen;
+  fields *link_fields;   /* per link, for the positions of its fields */
+  int lcap;
 } parts;
 
 static bool exec_fields(weft_ctx *c, env *e, const ast_list *body, fields *f, parts *pt, const char *where) {
@@ -54,7 +70,7 @@ static bool exec_fields(weft_ctx *c, env *e, const ast_list *body, fields *f, pa
       }
       value v = eval_expr(c, e, s->b);
       if (v.kind == V_ERROR) { ok = false; break; }
-      field_set(c, f, s->a->name, v);
+      field_set_at(c, f, s->a->name, v, s->b->loc);
       env_define(&c->arena, e, s->a->name, v, s->loc, false);
       break;
     }
@@ -67,7 +83,11 @@ static bool exec_fields(weft_ctx *c, env *e, const ast_list *body, fields *f, pa
     case S_ASSERT: {
       value v = eval_expr(c, e, s->a);
       if (v.kind == V_ERROR) { ok = false; break; }
-      if (v.kind != V_BOOL) { eval_error(c, s->a->loc, "a condition must be a boolean"); ok = false; break; }
+      if (v.kind != V_BOOL) {
+        eval_error(c, s->a->loc, "a condition must be a boolean, got %s %s", value_kind_name(v.kind), value_repr(&c->arena, v));
+        ok = false;
+        break;
+      }
       if (!v.i) {
         const char *msg = "assertion failed";
         if (s->b) {
@@ -88,12 +108,13 @@ static bool exec_fields(weft_ctx *c, env *e, const ast_list *body, fields *f, pa
         break;
       }
       pt->device_seen = true;
+      pt->device.at = s->loc;
       if (!exec_fields(c, env_new(&c->arena, e), &s->list, &pt->device, NULL, "device")) ok = false;
       break;
     case S_LINK: {
       if (!pt) goto misplaced;
       fields *links = &pt->links;
-      fields lf = fields_new(c);
+      fields lf = fields_new(c, s->loc);
       field_set(c, &lf, "name", v_string(s->name));
       for (int k = 0; k < links->rec->n; k++) {
         const value *nm = record_get(links->rec->vals[k].rec, "name");
@@ -103,7 +124,9 @@ static bool exec_fields(weft_ctx *c, env *e, const ast_list *body, fields *f, pa
         }
       }
       if (!exec_fields(c, env_new(&c->arena, e), &s->list, &lf, NULL, "link")) ok = false;
-      field_set(c, links, arena_printf(&c->arena, "%d", pt->nlinks++), as_record(lf));
+      field_set_at(c, links, arena_printf(&c->arena, "%d", pt->nlinks++), as_record(lf), s->loc);
+      arena_grow(&c->arena, (void **)&pt->link_fields, &pt->lcap, pt->nlinks, sizeof(fields));
+      pt->link_fields[pt->nlinks - 1] = lf;
       break;
     }
     default:
@@ -166,8 +189,8 @@ value weft_build_cluster(weft_ctx *c, value cl, weft_loc use) {
   weft_loc loc = use.line ? use : n->loc;
   env *e = env_new(&c->arena, d->closure);
   if (!eval_bind_decl(c, d, e, loc)) return v_error();
-  fields f = fields_new(c);
-  parts pt = {fields_new(c), fields_new(c), 0, false};
+  fields f = fields_new(c, n->loc);
+  parts pt = {fields_new(c, n->loc), fields_new(c, n->loc), 0, false, NULL, 0};
   field_set(c, &f, "name", v_string(d->name));
   const value *p = NULL;
   for (int i = 0; i < e->n; i++)
@@ -175,50 +198,55 @@ value weft_build_cluster(weft_ctx *c, value cl, weft_loc use) {
   int before = c->diags.errors;
   if (!exec_fields(c, e, &n->list2, &f, &pt, "cluster") || c->diags.errors > before)
     return v_error();
-  fields dev = pt.device, links = pt.links;
   if (p && !record_get(f.rec, "nodes")) field_set(c, &f, "nodes", *p);
   if (!record_get(f.rec, "nodes")) field_set(c, &f, "nodes", v_int(1));
   const char *where = arena_printf(&c->arena, "cluster %s", d->name);
   bool ok = true;
   const value *nodes = record_get(f.rec, "nodes");
   const value *dpn = need(c, f.rec, "devices_per_node", where, n->loc);
-  ok &= check_count(c, nodes, "nodes", loc) & check_count(c, dpn, "devices_per_node", n->loc);
+  ok &= check_count(c, nodes, "nodes", record_get(f.rec, "nodes") && field_loc(&f, "nodes").line ? field_loc(&f, "nodes") : loc);
+  ok &= check_count(c, dpn, "devices_per_node", field_loc(&f, "devices_per_node"));
   if (!pt.device_seen) {
     weft_diag *g = eval_error(c, n->loc, "%s has no `device` block", where);
     diag_hint(g, &c->diags, "add device { name = ..., memory = ..., memory_bandwidth = ..., compute = { ... } }");
     return v_error();
   }
+  fields *dv = &pt.device;
   const char *dwhere = arena_printf(&c->arena, "the device of cluster %s", d->name);
-  ok &= check_quantity(c, need(c, dev.rec, "memory", dwhere, n->loc), (unit_dim){.byte = 1}, "memory", n->loc);
-  ok &= check_quantity(c, need(c, dev.rec, "memory_bandwidth", dwhere, n->loc), (unit_dim){.byte = 1, .sec = -1},
-                       "memory_bandwidth", n->loc);
-  const value *comp = need(c, dev.rec, "compute", dwhere, n->loc);
+  ok &= check_quantity(c, need(c, dv->rec, "memory", dwhere, dv->at), (unit_dim){.byte = 1}, "memory",
+                       field_loc(dv, "memory"));
+  ok &= check_quantity(c, need(c, dv->rec, "memory_bandwidth", dwhere, dv->at), (unit_dim){.byte = 1, .sec = -1},
+                       "memory_bandwidth", field_loc(dv, "memory_bandwidth"));
+  const value *comp = need(c, dv->rec, "compute", dwhere, dv->at);
   if (comp && comp->kind != V_RECORD) {
-    eval_error(c, n->loc, "compute must be a record of rates per dtype, e.g. { bf16 = 312 TFLOP/s }");
+    eval_error(c, field_loc(dv, "compute"), "compute must be a record of rates per dtype, e.g. { bf16 = 312 TFLOP/s }");
     ok = false;
   } else if (comp) {
     for (int i = 0; i < comp->rec->n; i++) {
       const char *w = arena_printf(&c->arena, "compute.%s", comp->rec->keys[i]);
-      ok &= check_quantity(c, &comp->rec->vals[i], (unit_dim){.flop = 1, .sec = -1}, w, n->loc);
+      ok &= check_quantity(c, &comp->rec->vals[i], (unit_dim){.flop = 1, .sec = -1}, w, field_loc(dv, "compute"));
     }
   }
+  fields dev = pt.device, links = pt.links;
   if (!record_get(dev.rec, "name")) field_set(c, &dev, "name", v_string(d->name));
   bool has_node = false, has_cluster = false;
   for (int i = 0; i < links.rec->n; i++) {
-    const vrecord *l = links.rec->vals[i].rec;
+    const fields *lf = &pt.link_fields[i];
+    const vrecord *l = lf->rec;
     const char *lw = arena_printf(&c->arena, "link %s", record_get(l, "name")->s);
-    const value *lv = need(c, l, "level", lw, n->loc);
+    const value *lv = need(c, l, "level", lw, lf->at);
     if (lv && (lv->kind != V_STRING || (strcmp(lv->s, "node") != 0 && strcmp(lv->s, "cluster") != 0))) {
-      weft_diag *g = eval_error(c, n->loc, "%s: level must be \"node\" or \"cluster\", got %s", lw, value_show(&c->arena, *lv));
+      weft_diag *g = eval_error(c, field_loc(lf, "level"), "%s: level must be \"node\" or \"cluster\", got %s", lw,
+                                value_repr(&c->arena, *lv));
       diag_hint(g, &c->diags, "\"node\" links join devices of one node, \"cluster\" links join nodes");
       ok = false;
     } else if (lv) {
       if (strcmp(lv->s, "node") == 0) has_node = true; else has_cluster = true;
     }
-    ok &= check_quantity(c, need(c, l, "bandwidth", lw, n->loc), (unit_dim){.byte = 1, .sec = -1},
-                         arena_printf(&c->arena, "%s: bandwidth", lw), n->loc);
-    ok &= check_quantity(c, need(c, l, "latency", lw, n->loc), (unit_dim){.sec = 1},
-                         arena_printf(&c->arena, "%s: latency", lw), n->loc);
+    ok &= check_quantity(c, need(c, l, "bandwidth", lw, lf->at), (unit_dim){.byte = 1, .sec = -1},
+                         arena_printf(&c->arena, "%s: bandwidth", lw), field_loc(lf, "bandwidth"));
+    ok &= check_quantity(c, need(c, l, "latency", lw, lf->at), (unit_dim){.sec = 1},
+                         arena_printf(&c->arena, "%s: latency", lw), field_loc(lf, "latency"));
   }
   if (!ok) return v_error();
   if (dpn->i > 1 && !has_node) {

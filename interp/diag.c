@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 int src_add(weft_srcs *s, arena *a, const char *path, const char *dir,
             const char *text, size_t len) {
@@ -32,6 +33,12 @@ int src_add(weft_srcs *s, arena *a, const char *path, const char *dir,
 int src_read(weft_srcs *s, arena *a, const char *path) {
   FILE *fp = fopen(path, "rb");
   if (!fp) return -1;
+  struct stat st;
+  if (fstat(fileno(fp), &st) == 0 && S_ISDIR(st.st_mode)) {
+    fclose(fp);
+    errno = EISDIR;
+    return -1;
+  }
   size_t cap = 1 << 16, len = 0;
   char *buf = malloc(cap);
   if (!buf) weft_oom();
@@ -111,11 +118,11 @@ void diag_hint(weft_diag *g, weft_diags *d, const char *fmt, ...) {
   g->hint = h;
 }
 
+/* Diagnostics print in the order they were found: a stage reports in source
+ * order already, and a note or a "see above" hint then follows what it
+ * explains. */
 static int diag_cmp(const void *pa, const void *pb) {
   const weft_diag *a = pa, *b = pb;
-  if (a->loc.file != b->loc.file) return a->loc.file < b->loc.file ? -1 : 1;
-  if (a->loc.line != b->loc.line) return a->loc.line < b->loc.line ? -1 : 1;
-  if (a->loc.col != b->loc.col) return a->loc.col < b->loc.col ? -1 : 1;
   return a->seq < b->seq ? -1 : a->seq > b->seq;
 }
 

@@ -117,8 +117,7 @@ static value quantity(weft_ctx *c, double v, unit_dim d, weft_loc loc) {
 }
 
 static value arg_type_error(weft_ctx *c, weft_loc loc, const char *fn, const char *want, value got) {
-  eval_error(c, loc, "%s() needs %s, got %s %s", fn, want, value_kind_name(got.kind),
-             value_show(&c->arena, got));
+  eval_error(c, loc, "%s() needs %s, got %s %s", fn, want, value_kind_name(got.kind), value_repr(&c->arena, got));
   return v_error();
 }
 
@@ -334,31 +333,16 @@ const char *eval_path(weft_ctx *c, env *e, const ast *n, bool *failed) {
   if (v.kind == V_INT) return arena_printf(&c->arena, "%s.%" PRId64, base, v.i);
   if (v.kind == V_STRING && is_ident(v.s, strlen(v.s))) return arena_printf(&c->arena, "%s.%s", base, v.s);
   eval_error(c, n->b->loc, "a name segment must be an integer or an identifier, got %s %s",
-             value_kind_name(v.kind), value_show(&c->arena, v));
+             value_kind_name(v.kind), value_repr(&c->arena, v));
   *failed = true;
   return NULL;
 }
 
 /* ---- arithmetic ----------------------------------------------------------- */
 
-static const char *op_name(int op) {
-  static char one[2];
-  switch (op) {
-  case T_EQ: return "==";
-  case T_NE: return "!=";
-  case T_LE: return "<=";
-  case T_GE: return ">=";
-  case T_AND: return "and";
-  case T_OR: return "or";
-  case T_NOT: return "not";
-  case T_IDIV: return "//";
-  case T_DOTDOT: return "..";
-  default: one[0] = (char)op; one[1] = 0; return one;
-  }
-}
 
 static value type_error2(weft_ctx *c, weft_loc loc, int op, value a, value b) {
-  weft_diag *g = eval_error(c, loc, "cannot apply '%s' to %s and %s", op_name(op),
+  weft_diag *g = eval_error(c, loc, "cannot apply '%s' to %s and %s", ast_op_name(op),
                             value_kind_name(a.kind), value_kind_name(b.kind));
   if (a.kind == V_TENSOR || b.kind == V_TENSOR)
     diag_hint(g, &c->diags, "tensors are combined by operators, e.g. add(x, y)");
@@ -424,7 +408,7 @@ static value int_arith(weft_ctx *c, int op, int64_t x, int64_t y, weft_loc loc) 
     break;
   default: return v_error();
   }
-  if (ovf) { eval_error(c, loc, "integer overflow in '%s'", op_name(op)); return v_error(); }
+  if (ovf) { eval_error(c, loc, "integer overflow in '%s'", ast_op_name(op)); return v_error(); }
   return v_int(r);
 }
 
@@ -454,7 +438,7 @@ static value arith(weft_ctx *c, int op, value a, value b, weft_loc loc) {
       if (!unit_eq(da, db)) {
         weft_diag *g = eval_error(c, loc, "cannot %s %s %s %s", op == '+' ? "add" : "subtract",
                                   dim_name(db, by), op == '+' ? "to" : "from", dim_name(da, bx));
-        diag_hint(g, &c->diags, "both sides of '%s' need the same unit dimension", op_name(op));
+        diag_hint(g, &c->diags, "both sides of '%s' need the same unit dimension", ast_op_name(op));
         return v_error();
       }
       return quantity(c, op == '+' ? x + y : x - y, da, loc);
@@ -466,7 +450,7 @@ static value arith(weft_ctx *c, int op, value a, value b, weft_loc loc) {
       return quantity(c, op == '*' ? x * y : x / y, d, loc);
     }
     default:
-      eval_error(c, loc, "'%s' is not defined for quantities", op_name(op));
+      eval_error(c, loc, "'%s' is not defined for quantities", ast_op_name(op));
       return v_error();
     }
   }
@@ -486,8 +470,7 @@ static value arith(weft_ctx *c, int op, value a, value b, weft_loc loc) {
 
 static bool truth(weft_ctx *c, value v, weft_loc loc, bool *out) {
   if (v.kind != V_BOOL) {
-    eval_error(c, loc, "a condition must be a boolean, got %s %s", value_kind_name(v.kind),
-               value_show(&c->arena, v));
+    eval_error(c, loc, "a condition must be a boolean, got %s %s", value_kind_name(v.kind), value_repr(&c->arena, v));
     return false;
   }
   *out = v.i != 0;
@@ -640,7 +623,8 @@ value eval_call_value(weft_ctx *c, value f, int nargs, const ast *const *args, w
     const builtin *b = f.bi;
     if (nargs < b->min || (b->max >= 0 && nargs > b->max)) {
       if (b->min == b->max) eval_error(c, loc, "%s() takes %d argument%s, got %d", b->name, b->min, b->min == 1 ? "" : "s", nargs);
-      else eval_error(c, loc, "%s() takes %d to %d arguments, got %d", b->name, b->min, b->max < 0 ? 99 : b->max, nargs);
+      else if (b->max < 0) eval_error(c, loc, "%s() takes at least %d argument%s, got %d", b->name, b->min, b->min == 1 ? "" : "s", nargs);
+      else eval_error(c, loc, "%s() takes %d to %d arguments, got %d", b->name, b->min, b->max, nargs);
       return v_error();
     }
     value *vals = arena_alloc(&c->arena, sizeof(value) * (size_t)(nargs ? nargs : 1));
@@ -660,7 +644,7 @@ value eval_call_value(weft_ctx *c, value f, int nargs, const ast *const *args, w
     return v_error();
   }
   default:
-    eval_error(c, loc, "a %s cannot be called", value_kind_name(f.kind));
+    eval_error(c, loc, "%s %s cannot be called", value_kind_name(f.kind), value_repr(&c->arena, f));
     return v_error();
   }
 }
@@ -710,7 +694,7 @@ static value eval_member(weft_ctx *c, env *e, const ast *n) {
   value base = eval_expr(c, e, n->a);
   if (base.kind == V_ERROR) return base;
   if (!n->name) {
-    eval_error(c, n->loc, "a %s has no numbered members", value_kind_name(base.kind));
+    eval_error(c, n->loc, "%s %s has no numbered members", value_kind_name(base.kind), value_repr(&c->arena, base));
     return v_error();
   }
   if (base.kind == V_RECORD) {
@@ -722,7 +706,7 @@ static value eval_member(weft_ctx *c, env *e, const ast *n) {
     else diag_hint(g, &c->diags, "its fields: %s", value_show(&c->arena, base));
     return v_error();
   }
-  eval_error(c, n->loc, "a %s has no field '%s'", value_kind_name(base.kind), n->name);
+  eval_error(c, n->loc, "%s %s has no field '%s'", value_kind_name(base.kind), value_repr(&c->arena, base), n->name);
   return v_error();
 }
 
@@ -745,7 +729,7 @@ static value eval_index(weft_ctx *c, env *e, const ast *n) {
   if (a.kind == V_LIST) len = a.list->n;
   else if (a.kind == V_RANGE) len = a.r.hi > a.r.lo ? a.r.hi - a.r.lo : 0;
   else {
-    eval_error(c, n->loc, "a %s cannot be indexed", value_kind_name(a.kind));
+    eval_error(c, n->loc, "%s %s cannot be indexed", value_kind_name(a.kind), value_repr(&c->arena, a));
     return v_error();
   }
   int64_t k = i.i < 0 ? i.i + len : i.i;
@@ -956,7 +940,8 @@ static env *use_module(weft_ctx *c, const char *from_dir, const ast *n) {
   weft_module *m = find_module(c, key);
   if (m) {
     if (m->loading) {
-      weft_diag *g = eval_error(c, n->loc, "import cycle: '%s' imports itself through this `use`", key);
+      weft_diag *g = eval_error(c, n->loc, "import cycle: '%s' imports itself through this `use`",
+                                c->srcs.items[m->file].path);
       diag_hint(g, &c->diags, "move what both files need into a third file");
       return NULL;
     }
@@ -1052,7 +1037,7 @@ static bool eval_item(weft_ctx *c, weft_module *m, env *e, const ast *n) {
     if (v.kind == V_ERROR) return false;
     if (v.kind != V_MODEL) {
       eval_error(c, n->a->loc, "`model %s = ...` needs a model, got %s %s", n->name,
-                 value_kind_name(v.kind), value_show(&c->arena, v));
+                 value_kind_name(v.kind), value_repr(&c->arena, v));
       return false;
     }
     vdecl *d = arena_alloc(&c->arena, sizeof *d);

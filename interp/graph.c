@@ -156,7 +156,7 @@ static const char *shape_str(char *buf, size_t n, const gtensor *t) {
 
 void graph_print_text(const weft_graph *g, FILE *out) {
   char b1[64], b2[64], sh[256];
-  int wname = 4, wop = 2, wshape = 5;
+  int wname = 8, wop = 2, wshape = 6;  /* at least the headers */
   for (int i = 0; i < g->ntensors; i++) {
     int l = (int)strlen(g->tensors[i].name);
     if (l > wname) wname = l;
@@ -183,7 +183,7 @@ void graph_print_text(const weft_graph *g, FILE *out) {
             shape_str(sh, sizeof sh, &g->tensors[o->output]), human_flops(b1, o->flops));
   }
   int64_t np = graph_param_count(g);
-  fprintf(out, "\n%d operators, %s parameters (%s bytes), forward %s per step\n", g->nops, grouped(b1, np),
+  fprintf(out, "\n%d operator%s, %s parameters (%s bytes), forward %s per step\n", g->nops, g->nops == 1 ? "" : "s", grouped(b1, np),
           grouped(b2, graph_param_bytes(g)), human_flops(sh, graph_forward_flops(g)));
   if (g->loss >= 0) fprintf(out, "loss %s, optimizer %s\n", g->tensors[g->loss].name, g->optimizer);
 }

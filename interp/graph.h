@@ -33,6 +33,8 @@ typedef struct gbind {
   int n;                 /* number of sizes: 1, or the group's length */
   int64_t *sizes;
   const char *dim_name;  /* the model dimension name it matched, or NULL */
+  const char **dim_names; /* per size: the model dimension names (or NULL) */
+  const char *arg;       /* the argument (or attribute) that bound it */
 } gbind;
 
 typedef struct gop {

@@ -4,6 +4,7 @@
 
 #include <inttypes.h>
 #include <math.h>
+#include <stdlib.h>
 
 void json_init(json *j, FILE *out) {
   j->out = out;
@@ -66,7 +67,15 @@ void json_num(json *j, double v) {
   sep(j);
   if (!isfinite(v)) fputs("null", j->out);
   else if (v == (double)(int64_t)v && fabs(v) < 9e15) fprintf(j->out, "%" PRId64, (int64_t)v);
-  else fprintf(j->out, "%.17g", v);
+  else {
+    /* the shortest form that reads back as the same double */
+    char buf[32];
+    for (int prec = 15; prec <= 17; prec++) {
+      snprintf(buf, sizeof buf, "%.*g", prec, v);
+      if (strtod(buf, NULL) == v) break;
+    }
+    fputs(buf, j->out);
+  }
 }
 void json_bool(json *j, bool v) { sep(j); fputs(v ? "true" : "false", j->out); }
 void json_null(json *j) { sep(j); fputs("null", j->out); }

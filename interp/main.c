@@ -126,6 +126,13 @@ static int check_one(opts *o, const char *path, json *j) {
   int rc = c->diags.errors ? WEFT_REJECTED : weft_load(c, path);
   summary *s = calloc(1, sizeof *s);
   if (!s) weft_oom();
+  if (rc == WEFT_OK && c->main->root && c->main->root->list.n == 0) {
+    /* an empty file is almost always the wrong file */
+    weft_loc start = {c->main->file, 1, 1, 1, 1};
+    weft_diag *g = eval_error(c, start, "the file is empty: there is nothing to check");
+    diag_hint(g, &c->diags, "a .plan file defines models, clusters or plans; see docs/language.md");
+    rc = WEFT_REJECTED;
+  }
   if (rc == WEFT_OK) {
     s->nmodels = weft_items(c, V_MODEL, s->items, 256);
     if (s->nmodels > 256) s->nmodels = 256;
@@ -198,7 +205,7 @@ static int check_one(opts *o, const char *path, json *j) {
       for (int i = 0; i < s->nmodels; i++) {
         weft_graph *g = s->graphs[i];
         if (g)
-          printf("  model %s: %d operators, %s parameters\n", s->items[i].name, g->nops,
+          printf("  model %s: %d operator%s, %s parameters\n", s->items[i].name, g->nops, g->nops == 1 ? "" : "s",
                  grouped(b1, graph_param_count(g)));
         else
           printf("  model %s: not built (it has parameters without defaults)\n", s->items[i].name);
@@ -473,7 +480,15 @@ int main(int argc, char **argv) {
   if (strcmp(name, "help") == 0) {
     if (argc < 3) { usage_main(stdout); return 0; }
     const command *cmd = find_command(argv[2]);
-    if (!cmd) { fprintf(stderr, "weft: unknown command '%s'\n", argv[2]); return WEFT_FAILED; }
+    if (!cmd) {
+      const char *names[NCOMMANDS];
+      for (int i = 0; i < NCOMMANDS; i++) names[i] = commands[i].name;
+      const char *best = diag_closest(argv[2], names, NCOMMANDS);
+      fprintf(stderr, "weft: unknown command '%s'", argv[2]);
+      if (best) fprintf(stderr, "; did you mean '%s'?", best);
+      fprintf(stderr, "\nrun 'weft --help' for the list of commands\n");
+      return WEFT_FAILED;
+    }
     help_command(cmd, stdout);
     return 0;
   }

@@ -186,11 +186,19 @@ static const char *tshow(weft_ctx *c, int t) { return tensor_type_str(A(c), &c->
 static bool eval_type(weft_ctx *c, env *e, const ast *ty, weft_dtype *dt, int *ndims, gdim **dims) {
   *dt = DT_F32;
   if (ty->a) {
+    if (ty->a->kind == E_NAME && !env_lookup(e, ty->a->name)) {
+      const char *names[DT_COUNT];
+      for (int i = 0; i < DT_COUNT; i++) names[i] = dtype_names[i];
+      const char *best = diag_closest(ty->a->name, names, DT_COUNT);
+      weft_diag *g = eval_error(c, ty->a->loc, "unknown dtype '%s'", ty->a->name);
+      if (best) diag_hint(g, &c->diags, "did you mean '%s'? dtypes are f32, bf16, f16 and i32", best);
+      else diag_hint(g, &c->diags, "dtypes are f32, bf16, f16 and i32");
+      return false;
+    }
     value d = eval_expr(c, e, ty->a);
     if (d.kind == V_ERROR) return false;
     if (d.kind != V_DTYPE) {
-      weft_diag *g = eval_error(c, ty->a->loc, "expected a dtype, got %s %s", value_kind_name(d.kind),
-                                value_show(A(c), d));
+      weft_diag *g = eval_error(c, ty->a->loc, "expected a dtype, got %s %s", value_kind_name(d.kind), value_repr(A(c), d));
       diag_hint(g, &c->diags, "dtypes are f32, bf16, f16 and i32");
       return false;
     }
@@ -207,8 +215,7 @@ static bool eval_type(weft_ctx *c, env *e, const ast *ty, weft_dtype *dt, int *n
     value v = eval_expr(c, e, x);
     if (v.kind == V_ERROR) return false;
     if (v.kind != V_INT || v.i <= 0) {
-      eval_error(c, x->loc, "a dimension must be a positive integer, got %s %s", value_kind_name(v.kind),
-                 value_show(A(c), v));
+      eval_error(c, x->loc, "a dimension must be a positive integer, got %s %s", value_kind_name(v.kind), value_repr(A(c), v));
       return false;
     }
     (*dims)[i].size = v.i;
@@ -237,14 +244,18 @@ static gbind *bind_find(binds *b, const char *name) {
   return NULL;
 }
 
-static gbind *bind_add(weft_ctx *c, binds *b, const char *name, int n, const int64_t *sizes, const char *dim_name) {
+static gbind *bind_add(weft_ctx *c, binds *b, const char *name, int n, const int64_t *sizes,
+                       const char *const *names, const char *arg) {
   arena_grow(A(c), (void **)&b->items, &b->cap, b->n + 1, sizeof(gbind));
   gbind *g = &b->items[b->n++];
   g->name = name;
   g->n = n;
   g->sizes = arena_alloc(A(c), sizeof(int64_t) * (size_t)(n ? n : 1));
+  g->dim_names = arena_alloc(A(c), sizeof(char *) * (size_t)(n ? n : 1));
   if (n) memcpy(g->sizes, sizes, sizeof(int64_t) * (size_t)n);
-  g->dim_name = dim_name;
+  if (n && names) memcpy(g->dim_names, names, sizeof(char *) * (size_t)n);
+  g->dim_name = n == 1 ? g->dim_names[0] : NULL;
+  g->arg = arg;
   return g;
 }
 
@@ -263,8 +274,7 @@ static const char *signature_str(weft_ctx *c, const opdecl *op) {
 }
 
 /* Matches one tensor argument against its pattern, binding names. */
-static bool match_arg(weft_ctx *c, const opdecl *op, const oparg *pa, int t, binds *b,
-                      const char **argnames_of_bind, weft_loc loc) {
+static bool match_arg(weft_ctx *c, const opdecl *op, const oparg *pa, int t, binds *b, weft_loc loc) {
   const gtensor *ten = &c->model->g->tensors[t];
   const oppattern *p = &pa->pat;
   if (p->has_dtype && ten->dtype != p->dtype) {
@@ -291,20 +301,20 @@ static bool match_arg(weft_ctx *c, const opdecl *op, const oparg *pa, int t, bin
     const opdim *d = &p->dims[i];
     if (d->mark == T_DOTDOT) {
       int64_t sizes[MODEL_MAX_DIMS];
-      for (int k = 0; k < glen; k++) sizes[k] = ten->dims[td + k].size;
+      const char *names[MODEL_MAX_DIMS];
+      for (int k = 0; k < glen; k++) { sizes[k] = ten->dims[td + k].size; names[k] = ten->dims[td + k].name; }
       gbind *have = bind_find(b, d->name);
       if (have) {
         bool same = have->n == glen;
         for (int k = 0; same && k < glen; k++) same = have->sizes[k] == sizes[k];
         if (!same) {
           weft_diag *g = eval_error(c, loc, "%s: the leading dimensions %s.. of %s differ from those of %s",
-                                    op->name, d->name, pa->name, argnames_of_bind[have - b->items]);
+                                    op->name, d->name, pa->name, have->arg);
           diag_hint(g, &c->diags, "%s is %s", pa->name, tshow(c, t));
           return false;
         }
       } else {
-        bind_add(c, b, d->name, glen, sizes, glen == 1 ? ten->dims[td].name : NULL);
-        argnames_of_bind[b->n - 1] = pa->name;
+        bind_add(c, b, d->name, glen, sizes, names, pa->name);
       }
       td += glen;
       continue;
@@ -315,7 +325,7 @@ static bool match_arg(weft_ctx *c, const opdecl *op, const oparg *pa, int t, bin
       if (have) {
         int64_t want = have->n == 1 ? have->sizes[0] : -1;
         if (have->n != 1 || want != actual->size) {
-          const char *other = argnames_of_bind[have - b->items];
+          const char *other = have->arg;
           weft_diag *g = eval_error(c, loc,
                                     "shape mismatch in %s: %s is %" PRId64 "%s%s%s in %s but %" PRId64 "%s%s%s in %s",
                                     op->name, d->name, want, have->dim_name ? " (" : "",
@@ -327,8 +337,7 @@ static bool match_arg(weft_ctx *c, const opdecl *op, const oparg *pa, int t, bin
         }
         if (!have->dim_name) have->dim_name = actual->name;
       } else {
-        bind_add(c, b, d->name, 1, &actual->size, actual->name);
-        argnames_of_bind[b->n - 1] = pa->name;
+        bind_add(c, b, d->name, 1, &actual->size, &actual->name, pa->name);
       }
       continue;
     }
@@ -362,8 +371,7 @@ static bool match_arg(weft_ctx *c, const opdecl *op, const oparg *pa, int t, bin
     }
     if (unknown >= 0) {
       int64_t v = actual->size / known;
-      bind_add(c, b, d->factors[unknown].name, 1, &v, NULL);
-      argnames_of_bind[b->n - 1] = pa->name;
+      bind_add(c, b, d->factors[unknown].name, 1, &v, NULL, pa->name);
     }
   }
   return true;
@@ -418,6 +426,7 @@ static int op_call(weft_ctx *c, env *e, const opdecl *op, const ast *call, const
   int na = op->nargs;
   value *vals = arena_alloc(A(c), sizeof(value) * (size_t)(na ? na : 1));
   bool *have = arena_alloc(A(c), sizeof(bool) * (size_t)(na ? na : 1));
+  weft_loc *argloc = arena_alloc(A(c), sizeof(weft_loc) * (size_t)(na ? na : 1));
   int pos = 0;
   bool named = false;
   for (int k = 0; k < ca.n; k++) {
@@ -450,7 +459,7 @@ static int op_call(weft_ctx *c, env *e, const opdecl *op, const ast *call, const
     const oparg *pa = &op->args[idx];
     if (pa->tensor && ca.vals[k].kind != V_TENSOR) {
       weft_diag *g = eval_error(c, a->a->loc, "argument %s of %s must be a tensor, got %s %s", pa->name, op->name,
-                                value_kind_name(ca.vals[k].kind), value_show(A(c), ca.vals[k]));
+                                value_kind_name(ca.vals[k].kind), value_repr(A(c), ca.vals[k]));
       diag_hint(g, &c->diags, "signature: %s", signature_str(c, op));
       return -1;
     }
@@ -461,10 +470,10 @@ static int op_call(weft_ctx *c, env *e, const opdecl *op, const ast *call, const
     }
     vals[idx] = ca.vals[k];
     have[idx] = true;
+    argloc[idx] = a->loc;
   }
   /* attributes: defaults; those named like dimensions bind them */
   binds b = {0};
-  const char **bind_src = arena_alloc(A(c), sizeof(char *) * 64);
   vrecord *attrs = arena_alloc(A(c), sizeof *attrs);
   attrs->keys = arena_alloc(A(c), sizeof(char *) * (size_t)(na ? na : 1));
   attrs->vals = arena_alloc(A(c), sizeof(value) * (size_t)(na ? na : 1));
@@ -497,12 +506,11 @@ static int op_call(weft_ctx *c, env *e, const opdecl *op, const ast *call, const
     for (int j = 0; j < na && !is_dim; j++) is_dim = op->args[j].tensor && pattern_has(&op->args[j].pat, pa->name);
     if (is_dim || pattern_has(&op->result, pa->name)) {
       if (vals[i].kind != V_INT || vals[i].i <= 0) {
-        eval_error(c, call->loc, "attribute %s of %s names a dimension and must be a positive integer, got %s",
+        eval_error(c, have[i] ? argloc[i] : call->loc, "attribute %s of %s names a dimension and must be a positive integer, got %s",
                    pa->name, op->name, value_show(A(c), vals[i]));
         return -1;
       }
-      bind_add(c, &b, pa->name, 1, &vals[i].i, NULL);
-      bind_src[b.n - 1] = pa->name;
+      bind_add(c, &b, pa->name, 1, &vals[i].i, NULL, pa->name);
     }
   }
   int *inputs = arena_alloc(A(c), sizeof(int) * (size_t)(ntens ? ntens : 1));
@@ -513,8 +521,7 @@ static int op_call(weft_ctx *c, env *e, const opdecl *op, const ast *call, const
     const oparg *pa = &op->args[i];
     if (!pa->tensor) continue;
     int t = vals[i].tensor;
-    if (b.n >= 60) { eval_error(c, call->loc, "%s binds too many dimensions", op->name); return -1; }
-    if (!match_arg(c, op, pa, t, &b, bind_src, call->loc)) return -1;
+    if (!match_arg(c, op, pa, t, &b, argloc[i])) return -1;
     inputs[ni++] = t;
     env_define(A(c), ce, pa->name, vals[i], op->node->loc, false);
     if (!dt_set && dtype_is_float(m->g->tensors[t].dtype)) { dt = m->g->tensors[t].dtype; dt_set = true; }
@@ -539,7 +546,7 @@ static int op_call(weft_ctx *c, env *e, const opdecl *op, const ast *call, const
       if (rn + g->n > MODEL_MAX_DIMS) { eval_error(c, call->loc, "%s: the result has too many dimensions", op->name); return -1; }
       for (int k = 0; k < g->n; k++) {
         rd[rn].size = g->sizes[k];
-        rd[rn].name = g->n == 1 ? g->dim_name : NULL;
+        rd[rn].name = g->dim_names[k];
         rn++;
       }
     } else {
@@ -775,7 +782,7 @@ static bool exec_stmt(weft_ctx *c, env *e, const ast *s) {
       return true;
     }
     weft_diag *g = eval_error(c, s->b->loc, "`%s = ...` in a model needs an operator call or a tensor, got %s %s", rel,
-                              value_kind_name(v.kind), value_show(A(c), v));
+                              value_kind_name(v.kind), value_repr(A(c), v));
     diag_hint(g, &c->diags, "use `let %s = ...` for other values", rel);
     return false;
   }
@@ -793,30 +800,27 @@ static bool exec_stmt(weft_ctx *c, env *e, const ast *s) {
   case S_FOR: {
     value it = eval_expr(c, e, s->a);
     if (it.kind == V_ERROR) return false;
-    if (it.kind == V_RANGE) {
-      for (int64_t i = it.r.lo; i < it.r.hi; i++) {
-        env *le = env_new(A(c), e);
-        env_define(A(c), le, s->name, v_int(i), s->loc, false);
+    /* one scope for all iterations: nothing in a model body keeps a
+     * reference to a scope, so it is emptied and refilled */
+    env *le = env_new(A(c), e);
+    if (it.kind == V_RANGE || it.kind == V_LIST) {
+      int64_t n = it.kind == V_RANGE ? (it.r.hi > it.r.lo ? it.r.hi - it.r.lo : 0) : it.list->n;
+      for (int64_t i = 0; i < n; i++) {
+        if (!eval_step(c, s->loc)) return false;
+        le->n = 0;
+        env_define(A(c), le, s->name, it.kind == V_RANGE ? v_int(it.r.lo + i) : it.list->items[i], s->loc, false);
         if (!exec_body(c, le, &s->list)) return false;
       }
       return true;
     }
-    if (it.kind == V_LIST) {
-      for (int i = 0; i < it.list->n; i++) {
-        env *le = env_new(A(c), e);
-        env_define(A(c), le, s->name, it.list->items[i], s->loc, false);
-        if (!exec_body(c, le, &s->list)) return false;
-      }
-      return true;
-    }
-    eval_error(c, s->a->loc, "`for` needs a range or a list, got %s %s", value_kind_name(it.kind), value_show(A(c), it));
+    eval_error(c, s->a->loc, "`for` needs a range or a list, got %s %s", value_kind_name(it.kind), value_repr(A(c), it));
     return false;
   }
   case S_IF: {
     value cnd = eval_expr(c, e, s->a);
     if (cnd.kind == V_ERROR) return false;
     if (cnd.kind != V_BOOL) {
-      eval_error(c, s->a->loc, "a condition must be a boolean, got %s %s", value_kind_name(cnd.kind), value_show(A(c), cnd));
+      eval_error(c, s->a->loc, "a condition must be a boolean, got %s %s", value_kind_name(cnd.kind), value_repr(A(c), cnd));
       return false;
     }
     if (cnd.i) return exec_body(c, env_new(A(c), e), &s->list);
@@ -827,7 +831,7 @@ static bool exec_stmt(weft_ctx *c, env *e, const ast *s) {
     value v = eval_expr(c, e, s->a);
     if (v.kind == V_ERROR) return false;
     if (v.kind != V_TENSOR) {
-      eval_error(c, s->a->loc, "`output` needs a tensor, got %s", value_kind_name(v.kind));
+      eval_error(c, s->a->loc, "`output` needs a tensor, got %s %s", value_kind_name(v.kind), value_repr(A(c), v));
       return false;
     }
     if (m->output >= 0) { eval_error(c, s->loc, "model %s has two `output` statements", m->model_name); return false; }
@@ -846,7 +850,7 @@ static bool exec_stmt(weft_ctx *c, env *e, const ast *s) {
     value v = eval_expr(c, e, s->a);
     if (v.kind == V_ERROR) return false;
     if (v.kind != V_BOOL) {
-      eval_error(c, s->a->loc, "a condition must be a boolean, got %s", value_kind_name(v.kind));
+      eval_error(c, s->a->loc, "a condition must be a boolean, got %s %s", value_kind_name(v.kind), value_repr(A(c), v));
       return false;
     }
     if (v.i) return true;
@@ -901,8 +905,7 @@ static bool bind_train(weft_ctx *c, mstate *m) {
   value f = eval_expr(c, m->train_env, s->a->a);
   if (f.kind == V_ERROR) return false;
   if (f.kind != V_OPDECL || !f.op->kind || strcmp(f.op->kind, "optimizer") != 0) {
-    weft_diag *d = eval_error(c, s->a->a->loc, "`train` needs an optimizer, got %s %s", value_kind_name(f.kind),
-                              value_show(A(c), f));
+    weft_diag *d = eval_error(c, s->a->a->loc, "`train` needs an optimizer, got %s", value_show(A(c), f));
     diag_hint(d, &c->diags, "the standard optimizers are sgd and adamw");
     return false;
   }

@@ -46,7 +46,11 @@ static void show(sbuf *b, value v, int depth) {
     sb_puts(b, tmp);
     break;
   case V_BOOL: sb_puts(b, v.i ? "true" : "false"); break;
-  case V_STRING: sb_puts(b, v.s); break;
+  case V_STRING:
+    if (depth > 0) sb_puts(b, "\"");  /* inside a list or record: as written */
+    sb_puts(b, v.s);
+    if (depth > 0) sb_puts(b, "\"");
+    break;
   case V_QUANTITY: unit_format(v.q.v, v.q.d, tmp, sizeof tmp); sb_puts(b, tmp); break;
   case V_RANGE:
     snprintf(tmp, sizeof tmp, "%" PRId64 "..%" PRId64, v.r.lo, v.r.hi);
@@ -90,6 +94,11 @@ const char *value_show(arena *a, value v) {
   sb_puts(&b, "");
   show(&b, v, 0);
   return b.p;
+}
+
+const char *value_repr(arena *a, value v) {
+  if (v.kind != V_STRING) return value_show(a, v);
+  return arena_printf(a, "\"%s\"", v.s);
 }
 
 bool value_equal(value a, value b) {

@@ -90,6 +90,8 @@ static inline value v_tensor(int t) { value v = {.kind = V_TENSOR, .tensor = t};
 const char *value_kind_name(value_kind k);
 /* Appends a readable rendering (as weft source where one exists). */
 const char *value_show(arena *a, value v);
+/* The same for messages: strings in quotes ("a100"), so they read as values. */
+const char *value_repr(arena *a, value v);
 bool value_equal(value a, value b);
 /* A record's field or NULL. */
 const value *record_get(const vrecord *r, const char *key);
