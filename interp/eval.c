@@ -602,7 +602,7 @@ static value bind_decl(weft_ctx *c, value callee, int nargs, const ast *const *a
 /* Binds the parameters of a model or cluster into env target (defaults
  * evaluated); used by model.c and cluster building. */
 bool eval_bind_decl(weft_ctx *c, vdecl *d, env *target, weft_loc loc) {
-  const char *what = arena_printf(&c->arena, "%s", d->name);
+  const char *what = arena_printf(&c->arena, "%s %s", d->node->kind == S_CLUSTER ? "cluster" : "model", d->name);
   return bind_params(c, what, &d->node->list, d->bound, 0, NULL, target, target, d->closure, loc, false, NULL);
 }
 
@@ -751,6 +751,10 @@ value eval_expr(weft_ctx *c, env *e, const ast *n) {
     unit_dim d;
     if (!unit_lookup(n->name, &scale, &d)) {
       eval_error(c, n->loc, "unknown unit '%s'", n->name);
+      return v_error();
+    }
+    if (!isfinite(n->fval * scale)) {
+      eval_error(c, n->loc, "the quantity %s %s is out of range", n->text, n->name);
       return v_error();
     }
     return quantity(c, n->fval * scale, d, n->loc);

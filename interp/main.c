@@ -129,8 +129,8 @@ static int check_one(opts *o, const char *path, json *j) {
   if (rc == WEFT_OK && c->main->root && c->main->root->list.n == 0) {
     /* an empty file is almost always the wrong file */
     weft_loc start = {c->main->file, 1, 1, 1, 1};
-    weft_diag *g = eval_error(c, start, "the file is empty: there is nothing to check");
-    diag_hint(g, &c->diags, "a .plan file defines models, clusters or plans; see docs/language.md");
+    weft_diag *g = eval_error(c, start, "the file defines nothing: there is nothing to check");
+    diag_hint(g, &c->diags, "a .plan file defines models and clusters; see docs/language.md");
     rc = WEFT_REJECTED;
   }
   if (rc == WEFT_OK) {
