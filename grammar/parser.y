@@ -1,8 +1,9 @@
 /* parser.y - the grammar of .plan files: a pure LALR(1) parser that builds
  * the tree of interp/ast.h in the parse arena. One statement grammar serves
- * every context (top level, model, cluster, op, device and link bodies); the
- * evaluator rejects a statement in the wrong place. Errors are reported with
- * positions and the parser resynchronises at the next statement. */
+ * every context (top level, model, cluster, op, device, link, plan and
+ * strategy bodies); the evaluator rejects a statement in the wrong place.
+ * Errors are reported with positions and the parser resynchronises at the
+ * next statement. */
 
 %code top {
 #include <stdlib.h>
@@ -27,6 +28,7 @@ struct weft_pctx {
   int line, col;             /* position of the next byte to scan */
   int nest;                  /* open brackets, for the nesting limit */
   int parens;                /* open '(' '[' and interpolations: no statement inside */
+  bool grid;                 /* the parser read "schedule {": the scanner reads a grid */
   int last_line;             /* end line of the previous token */
   bool tok_bol;              /* the last token read is the first on its line */
   bool tok_stmt_kw;          /* the last token read is a statement keyword */
@@ -133,6 +135,12 @@ static ast_list listpush(weft_pctx *P, ast_list l, ast *x) {
   return l;
 }
 
+/* a[i] (b = i), or a[i, j, ...] (list = the indices). */
+static ast *mk_index(weft_pctx *P, weft_loc loc, ast *a, ast_list idx) {
+  if (idx.n == 1) return mk(P, E_INDEX, loc, a, idx.items[0]);
+  return mklists(P, E_INDEX, loc, NULL, a, NULL, idx, (ast_list){0});
+}
+
 /* The integer value of digits with optional underscores (already checked by
  * the scanner); -1 when it does not fit. */
 static int64_t int_of_text(const char *s) {
@@ -200,23 +208,36 @@ static ast_list split_quantity(weft_pctx *P, ast_list l, ast *q, int op) {
 
 %token START_FILE START_EXPR
 %token <str> IDENT
-%token <node> INT FLOAT QUANTITY STR_PART
+%token <node> INT FLOAT QUANTITY STR_PART CELL
+%token <str> ROW_LABEL
 %token STR_BEGIN STR_END INTERP_BEGIN INTERP_END
 %token USE PARAM LET FN OP MODEL CLUSTER DEVICE LINK INPUT OUTPUT BLOCK
 %token FOR IN IF THEN ELSE TRAIN ASSERT TRUE FALSE AND OR NOT PLAN
-%token EQ NE LE GE IDIV ARROW DOTDOT
+%token STRATEGY MESH SPLIT REPLICATE ASSIGN STAGE ORDER SCHEDULE RECOMPUTE
+%token ON INTO AS TIME BEFORE SELECTIVE FULL
+%token EQ NE LE GE IDIV ARROW DOTDOT STARSTAR
 
-/* The only conflict of the grammar: "assert c, x" takes x as the message
- * rather than ending the statement at a ',' separator. */
-%precedence ASSERT_SHORT
+/* The conflicts of the grammar, all resolved towards the longer statement:
+ * - "assert c, x" takes x as the message, and "assign a -> d, b -> e" and
+ *   "stage s = a, t = b" take the next item, rather than ending the
+ *   statement at a ',' separator;
+ * - "split ... into n as x", "replicate ... into n as x" and "recompute
+ *   s full" take the soft keyword as part of the statement rather than as
+ *   the name that starts the next one ("as = 1"). */
+%precedence LIST_END
 %precedence ','
+%precedence STMT_END
+%precedence AS SELECTIVE FULL
 
 %type <node> stmt if_stmt path type pattern dim factor param oparg arg field string
+%type <node> selector sel_atom sel_path place stage_item row
 %type <node> expr or_e and_e not_e cmp_e range_e add_e mul_e un_e post_e primary
 %type <list> stmts body params param_list opargs oparg_list args arg_list
 %type <list> exprs expr_list fields field_list dims dim_list factors str_parts
+%type <list> sel_atoms place_list stage_list grid rows cells index_list
 %type <op> cmpop fsuffix
-%type <str> name
+%type <str> name callee as_axis
+%type <op> in_time
 
 %%
 
@@ -317,7 +338,7 @@ stmt:
         diag_hint(g, P->diags, "write it as a call: train sgd(lr = 0.1)");
       }
     }
-  | ASSERT expr %prec ASSERT_SHORT { $$ = mk(P, S_ASSERT, @$, $2, NULL); }
+  | ASSERT expr %prec LIST_END { $$ = mk(P, S_ASSERT, @$, $2, NULL); }
   | ASSERT expr ',' expr { $$ = mk(P, S_ASSERT, @$, $2, $4); }
   | DEVICE body {
       $$ = mklists(P, S_DEVICE, @$, NULL, NULL, NULL, $2, (ast_list){0});
@@ -327,6 +348,161 @@ stmt:
       $$ = mklists(P, S_LINK, @$, $2, NULL, NULL, $3, (ast_list){0});
       $$->body = @3;
     }
+  /* ---- plans ---- */
+  | PLAN name FOR expr ON expr body {
+      $$ = mklists(P, S_PLAN, @$, $2, $4, $6, (ast_list){0}, $7);
+      $$->body = @7;
+    }
+  | PLAN name '(' params ')' FOR expr ON expr body {
+      $$ = mklists(P, S_PLAN, @$, $2, $7, $9, $4, $10);
+      $$->ival = 1;
+      $$->body = @10;
+    }
+  | STRATEGY name body {
+      $$ = mklists(P, S_STRATEGY, @$, $2, NULL, NULL, (ast_list){0}, $3);
+      $$->body = @3;
+    }
+  | STRATEGY name '(' params ')' body {
+      $$ = mklists(P, S_STRATEGY, @$, $2, NULL, NULL, $4, $6);
+      $$->ival = 1;
+      $$->body = @6;
+    }
+  | MESH name '=' expr AS '[' fields ']' {
+      $$ = mklists(P, S_MESH, @$, $2, $4, NULL, $7, (ast_list){0});
+    }
+  | SPLIT selector ON name INTO expr as_axis in_time {
+      $$ = mkname(P, S_SPLIT, @$, $4, $2, $6);
+      $$->text = $7;
+      $$->ival = $8;
+    }
+  | REPLICATE selector INTO expr as_axis {
+      $$ = mk(P, S_REPLICATE, @$, $2, $4);
+      $$->text = $5;
+    }
+  | ASSIGN place_list %prec LIST_END {
+      $$ = mklists(P, S_PLACE, @$, NULL, NULL, NULL, $2, (ast_list){0});
+    }
+  | STAGE stage_list %prec LIST_END {
+      $$ = mklists(P, S_STAGE, @$, NULL, NULL, NULL, $2, (ast_list){0});
+    }
+  | ORDER selector BEFORE selector { $$ = mk(P, S_ORDER, @$, $2, $4); }
+  | SCHEDULE grid {
+      $$ = mklists(P, S_SCHEDULE, @$, NULL, NULL, NULL, $2, (ast_list){0});
+      $$->body = @2;
+    }
+  | RECOMPUTE selector %prec STMT_END { $$ = mk(P, S_RECOMPUTE, @$, $2, NULL); }
+  | RECOMPUTE selector SELECTIVE { $$ = mkname(P, S_RECOMPUTE, @$, "selective", $2, NULL); }
+  | RECOMPUTE selector FULL { $$ = mkname(P, S_RECOMPUTE, @$, "full", $2, NULL); }
+  | callee '(' args ')' {
+      ast *f = mkname(P, E_NAME, @1, $1, NULL, NULL);
+      ast *call = mklists(P, E_CALL, @$, NULL, f, NULL, $3, (ast_list){0});
+      $$ = mk(P, S_CALL, @$, call, NULL);
+    }
+  ;
+
+/* "as AXIS" after the count of split and replicate. */
+as_axis:
+    %empty %prec STMT_END { $$ = NULL; }
+  | AS name { $$ = $2; }
+  ;
+
+in_time:
+    %empty { $$ = 0; }
+  | IN TIME { $$ = 1; }
+  ;
+
+place_list:
+    place { $$ = list1(P, $1); }
+  | place_list ',' place { $$ = listpush(P, $1, $3); }
+  ;
+
+place: selector ARROW expr { $$ = mk(P, N_PLACE, @$, $1, $3); } ;
+
+stage_list:
+    stage_item { $$ = list1(P, $1); }
+  | stage_list ',' stage_item { $$ = listpush(P, $1, $3); }
+  ;
+
+stage_item: name '=' selector { $$ = mkname(P, N_FIELD, @$, $1, $3, NULL); } ;
+
+/* A strategy call as a statement. The keywords whose statement takes an
+ * expression (assert, train, output) are left out: "assert (x)" stays an
+ * assertion. */
+callee:
+    IDENT { $$ = $1; }
+  | MODEL { $$ = "model"; }
+  | CLUSTER { $$ = "cluster"; }
+  | DEVICE { $$ = "device"; }
+  | LINK { $$ = "link"; }
+  | INPUT { $$ = "input"; }
+  | BLOCK { $$ = "block"; }
+  | OP { $$ = "op"; }
+  | STRATEGY { $$ = "strategy"; }
+  | MESH { $$ = "mesh"; }
+  | SPLIT { $$ = "split"; }
+  | REPLICATE { $$ = "replicate"; }
+  | ASSIGN { $$ = "assign"; }
+  | STAGE { $$ = "stage"; }
+  | ORDER { $$ = "order"; }
+  | SCHEDULE { $$ = "schedule"; }
+  | RECOMPUTE { $$ = "recompute"; }
+  | ON { $$ = "on"; }
+  | INTO { $$ = "into"; }
+  | AS { $$ = "as"; }
+  | TIME { $$ = "time"; }
+  | BEFORE { $$ = "before"; }
+  | SELECTIVE { $$ = "selective"; }
+  | FULL { $$ = "full"; }
+  ;
+
+/* ---- selectors and schedule grids -------------------------------------- */
+
+/* An atom, or a set of atoms in braces; both give an N_SEL. */
+selector:
+    sel_atom { $$ = mklists(P, N_SEL, @$, NULL, NULL, NULL, list1(P, $1), (ast_list){0}); }
+  | '{' sel_atoms '}' { $$ = mklists(P, N_SEL, @$, NULL, NULL, NULL, $2, (ast_list){0}); }
+  | '{' sel_atoms ',' '}' { $$ = mklists(P, N_SEL, @$, NULL, NULL, NULL, $2, (ast_list){0}); }
+  ;
+
+sel_atoms:
+    sel_atom { $$ = list1(P, $1); }
+  | sel_atoms ',' sel_atom { $$ = listpush(P, $1, $3); }
+  ;
+
+sel_atom:
+    sel_path { $$ = $1; }
+  | sel_path '[' expr ']' { $$ = mk(P, E_INDEX, @$, $1, $3); }
+  ;
+
+/* A path whose segments may be globs: '*' one segment, '**' any number. */
+sel_path:
+    name { $$ = mkname(P, E_NAME, @$, $1, NULL, NULL); }
+  | '*' { $$ = mkname(P, E_NAME, @$, "*", NULL, NULL); }
+  | STARSTAR { $$ = mkname(P, E_NAME, @$, "**", NULL, NULL); }
+  | sel_path '.' name { $$ = mkname(P, E_MEMBER, @$, $3, $1, NULL); }
+  | sel_path '.' INT { $$ = mk(P, E_MEMBER, @$, $1, $3); }
+  | sel_path '.' '{' expr '}' { $$ = mkop(P, E_MEMBER, @$, '{', $1, $4); }
+  | sel_path '.' '*' { $$ = mkname(P, E_MEMBER, @$, "*", $1, NULL); }
+  | sel_path '.' STARSTAR { $$ = mkname(P, E_MEMBER, @$, "**", $1, NULL); }
+  ;
+
+/* "schedule {": once the '{' is read, the scanner switches to the grid
+ * (grid_on is reduced without reading a lookahead) until the '}'. */
+grid: '{' grid_on rows '}' { $$ = $3; } ;
+
+grid_on: %empty { P->grid = true; } ;
+
+rows:
+    %empty { $$ = (ast_list){0}; }
+  | rows row { $$ = listpush(P, $1, $2); }
+  | rows error { $$ = $1; }
+  ;
+
+row: ROW_LABEL cells { $$ = mklists(P, N_ROW, @$, $1, NULL, NULL, $2, (ast_list){0}); } ;
+
+cells:
+    %empty { $$ = (ast_list){0}; }
+  | cells CELL { $$ = listpush(P, $1, $2); }
   ;
 
 if_stmt:
@@ -361,6 +537,22 @@ name:
   | TRAIN { $$ = "train"; }
   | OP { $$ = "op"; }
   | ASSERT { $$ = "assert"; }
+  | STRATEGY { $$ = "strategy"; }
+  | MESH { $$ = "mesh"; }
+  | SPLIT { $$ = "split"; }
+  | REPLICATE { $$ = "replicate"; }
+  | ASSIGN { $$ = "assign"; }
+  | STAGE { $$ = "stage"; }
+  | ORDER { $$ = "order"; }
+  | SCHEDULE { $$ = "schedule"; }
+  | RECOMPUTE { $$ = "recompute"; }
+  | ON { $$ = "on"; }
+  | INTO { $$ = "into"; }
+  | AS { $$ = "as"; }
+  | TIME { $$ = "time"; }
+  | BEFORE { $$ = "before"; }
+  | SELECTIVE { $$ = "selective"; }
+  | FULL { $$ = "full"; }
   ;
 
 path:
@@ -570,7 +762,8 @@ un_e:
 post_e:
     primary { $$ = $1; }
   | post_e '(' args ')' { $$ = mklists(P, E_CALL, @$, NULL, $1, NULL, $3, (ast_list){0}); }
-  | post_e '[' expr ']' { $$ = mk(P, E_INDEX, @$, $1, $3); }
+  | post_e '[' index_list ']' { $$ = mk_index(P, @$, $1, $3); }
+  | post_e '[' index_list ',' ']' { $$ = mk_index(P, @$, $1, $3); }
   | post_e '.' name { $$ = mkname(P, E_MEMBER, @$, $3, $1, NULL); }
   | post_e '.' INT { $$ = mk(P, E_MEMBER, @$, $1, $3); }
   | post_e '.' '{' expr '}' { $$ = mkop(P, E_MEMBER, @$, '{', $1, $4); }
@@ -588,6 +781,11 @@ primary:
   | '(' error ')' { $$ = mk(P, E_PAREN, @$, NULL, NULL); }
   | '[' exprs ']' { $$ = mklists(P, E_LIST, @$, NULL, NULL, NULL, $2, (ast_list){0}); }
   | '{' fields '}' { $$ = mklists(P, E_RECORD, @$, NULL, NULL, NULL, $2, (ast_list){0}); }
+  ;
+
+index_list:
+    expr { $$ = list1(P, $1); }
+  | index_list ',' expr { $$ = listpush(P, $1, $3); }
   ;
 
 string: STR_BEGIN str_parts STR_END {
@@ -661,6 +859,24 @@ static const char *sym_display(yysymbol_kind_t k) {
   case YYSYMBOL_OR: return "'or'";
   case YYSYMBOL_NOT: return "'not'";
   case YYSYMBOL_PLAN: return "'plan'";
+  case YYSYMBOL_STRATEGY: return "'strategy'";
+  case YYSYMBOL_MESH: return "'mesh'";
+  case YYSYMBOL_SPLIT: return "'split'";
+  case YYSYMBOL_REPLICATE: return "'replicate'";
+  case YYSYMBOL_ASSIGN: return "'assign'";
+  case YYSYMBOL_STAGE: return "'stage'";
+  case YYSYMBOL_ORDER: return "'order'";
+  case YYSYMBOL_SCHEDULE: return "'schedule'";
+  case YYSYMBOL_RECOMPUTE: return "'recompute'";
+  case YYSYMBOL_ON: return "'on'";
+  case YYSYMBOL_INTO: return "'into'";
+  case YYSYMBOL_AS: return "'as'";
+  case YYSYMBOL_TIME: return "'time'";
+  case YYSYMBOL_BEFORE: return "'before'";
+  case YYSYMBOL_SELECTIVE: return "'selective'";
+  case YYSYMBOL_FULL: return "'full'";
+  case YYSYMBOL_ROW_LABEL: return "row label";
+  case YYSYMBOL_CELL: return "schedule cell";
   case YYSYMBOL_EQ: return "'=='";
   case YYSYMBOL_NE: return "'!='";
   case YYSYMBOL_LE: return "'<='";
@@ -668,6 +884,7 @@ static const char *sym_display(yysymbol_kind_t k) {
   case YYSYMBOL_IDIV: return "'//'";
   case YYSYMBOL_ARROW: return "'->'";
   case YYSYMBOL_DOTDOT: return "'..'";
+  case YYSYMBOL_STARSTAR: return "'**'";
   default: return yysymbol_name(k);
   }
 }
@@ -678,31 +895,32 @@ static bool sym_is_char(yysymbol_kind_t k, char c) {
   return n[0] == '\'' && n[1] == c && n[2] == '\'' && n[3] == 0;
 }
 
-static bool sym_starts_expr(yysymbol_kind_t k) {
-  switch (k) {
-  case YYSYMBOL_INT: case YYSYMBOL_FLOAT: case YYSYMBOL_QUANTITY: case YYSYMBOL_STR_BEGIN:
-  case YYSYMBOL_TRUE: case YYSYMBOL_FALSE: case YYSYMBOL_IDENT: case YYSYMBOL_NOT:
-  case YYSYMBOL_IF:
-  /* the keywords that are names outside statement starts */
-  case YYSYMBOL_MODEL: case YYSYMBOL_CLUSTER: case YYSYMBOL_DEVICE: case YYSYMBOL_LINK:
-  case YYSYMBOL_INPUT: case YYSYMBOL_OUTPUT: case YYSYMBOL_BLOCK: case YYSYMBOL_TRAIN:
-  case YYSYMBOL_OP: case YYSYMBOL_ASSERT:
-    return true;
-  default:
-    return sym_is_char(k, '(') || sym_is_char(k, '[') || sym_is_char(k, '{') ||
-           sym_is_char(k, '-');
-  }
-}
-
 /* Keywords that are also names (the `name` rule). */
 static bool sym_is_soft(yysymbol_kind_t k) {
   switch (k) {
   case YYSYMBOL_MODEL: case YYSYMBOL_CLUSTER: case YYSYMBOL_DEVICE: case YYSYMBOL_LINK:
   case YYSYMBOL_INPUT: case YYSYMBOL_OUTPUT: case YYSYMBOL_BLOCK: case YYSYMBOL_TRAIN:
   case YYSYMBOL_OP: case YYSYMBOL_ASSERT:
+  case YYSYMBOL_STRATEGY: case YYSYMBOL_MESH: case YYSYMBOL_SPLIT: case YYSYMBOL_REPLICATE:
+  case YYSYMBOL_ASSIGN: case YYSYMBOL_STAGE: case YYSYMBOL_ORDER: case YYSYMBOL_SCHEDULE:
+  case YYSYMBOL_RECOMPUTE: case YYSYMBOL_ON: case YYSYMBOL_INTO: case YYSYMBOL_AS:
+  case YYSYMBOL_TIME: case YYSYMBOL_BEFORE: case YYSYMBOL_SELECTIVE: case YYSYMBOL_FULL:
     return true;
   default:
     return false;
+  }
+}
+
+static bool sym_starts_expr(yysymbol_kind_t k) {
+  switch (k) {
+  case YYSYMBOL_INT: case YYSYMBOL_FLOAT: case YYSYMBOL_QUANTITY: case YYSYMBOL_STR_BEGIN:
+  case YYSYMBOL_TRUE: case YYSYMBOL_FALSE: case YYSYMBOL_IDENT: case YYSYMBOL_NOT:
+  case YYSYMBOL_IF:
+    return true;
+  default:
+    /* the keywords that are names outside statement starts */
+    return sym_is_soft(k) || sym_is_char(k, '(') || sym_is_char(k, '[') || sym_is_char(k, '{') ||
+           sym_is_char(k, '-');
   }
 }
 
@@ -712,6 +930,9 @@ static bool sym_starts_stmt(yysymbol_kind_t k) {
   case YYSYMBOL_MODEL: case YYSYMBOL_CLUSTER: case YYSYMBOL_DEVICE: case YYSYMBOL_LINK:
   case YYSYMBOL_INPUT: case YYSYMBOL_OUTPUT: case YYSYMBOL_BLOCK: case YYSYMBOL_FOR:
   case YYSYMBOL_IF: case YYSYMBOL_TRAIN: case YYSYMBOL_ASSERT: case YYSYMBOL_IDENT:
+  case YYSYMBOL_PLAN: case YYSYMBOL_STRATEGY: case YYSYMBOL_MESH: case YYSYMBOL_SPLIT:
+  case YYSYMBOL_REPLICATE: case YYSYMBOL_ASSIGN: case YYSYMBOL_STAGE: case YYSYMBOL_ORDER:
+  case YYSYMBOL_SCHEDULE: case YYSYMBOL_RECOMPUTE:
     return true;
   default:
     return false;
@@ -742,11 +963,12 @@ static int yyreport_syntax_error(const yypcontext_t *ctx, void *scanner, weft_pc
   int n = yypcontext_expected_tokens(ctx, exp, MAXEXP);
   if (n < 0) n = 0;
 
-  bool has_expr = false, has_stmt = false, has_oper = false;
+  bool has_expr = false, has_stmt = false, has_oper = false, has_ident = false;
   for (int i = 0; i < n; i++) {
     if (exp[i] == YYSYMBOL_INT) has_expr = true;
     if (exp[i] == YYSYMBOL_LET) has_stmt = true;
     if (exp[i] == YYSYMBOL_IDIV) has_oper = true;
+    if (exp[i] == YYSYMBOL_IDENT) has_ident = true;
   }
   const char *items[MAXEXP + 3];
   int ni = 0;
@@ -760,7 +982,7 @@ static int yyreport_syntax_error(const yypcontext_t *ctx, void *scanner, weft_pc
     if (has_expr && sym_starts_expr(k)) continue;
     if (has_oper && sym_is_operator(k)) continue;
     if (k == YYSYMBOL_YYerror || k == YYSYMBOL_YYUNDEF) continue;
-    if (sym_is_soft(k)) continue;  /* "identifier" covers them */
+    if (sym_is_soft(k) && has_ident) continue;  /* "identifier" covers them */
     const char *d = sym_display(k);
     bool dup = false;
     for (int j = 0; j < ni; j++) dup |= strcmp(items[j], d) == 0;
@@ -772,7 +994,7 @@ static int yyreport_syntax_error(const yypcontext_t *ctx, void *scanner, weft_pc
   token_text(P, loc, text, sizeof text);
   const char *tn = sym_display(tok);
   if ((tok == YYSYMBOL_IDENT || tok == YYSYMBOL_INT || tok == YYSYMBOL_FLOAT ||
-       tok == YYSYMBOL_QUANTITY) && text[0])
+       tok == YYSYMBOL_QUANTITY || tok == YYSYMBOL_CELL || tok == YYSYMBOL_ROW_LABEL) && text[0])
     snprintf(what, sizeof what, "%s '%s'", tn, text);
   else
     snprintf(what, sizeof what, "%s", tn);
@@ -788,16 +1010,13 @@ static int yyreport_syntax_error(const yypcontext_t *ctx, void *scanner, weft_pc
     }
   }
   weft_diag *g = diag_add(P->diags, DIAG_ERROR, loc, "unexpected %s%s", what, exps);
-  bool want_ident = false;
-  for (int i = 0; i < n; i++) want_ident |= exp[i] == YYSYMBOL_IDENT;
+  bool want_ident = has_ident;
   const char *td = sym_display(tok);
   bool keyword = td[0] == '\'' && td[1] >= 'a' && td[1] <= 'z';
   if (keyword && want_ident && !has_expr && !has_stmt)
     diag_hint(g, P->diags, "%s is a keyword and cannot be used as a name", td);
   else if (has_oper && !has_stmt && sym_is_char(tok, '='))
     diag_hint(g, P->diags, "use '==' to compare");
-  else if (tok == YYSYMBOL_PLAN)
-    diag_hint(g, P->diags, "'plan' is reserved for a later version of weft");
   else if (tok == YYSYMBOL_INT && loc.line > 0 && !has_oper && has_stmt)
     diag_hint(g, P->diags, "a statement starts with a keyword or a name");
   return 0;

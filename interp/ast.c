@@ -37,6 +37,9 @@ static bool list_equal(const ast_list *a, const ast_list *b) {
   return true;
 }
 
+/* Every kind is compared field by field, so the plan statements need no
+ * case of their own: an N_SEL of one atom is the same whether written "h"
+ * or "{h}", and a grid cell compares as written ("f03" is not "f3"). */
 bool ast_equal(const ast *x, const ast *y) {
   if (!x || !y) return x == y;
   if (x->kind != y->kind || x->op != y->op || x->ival != y->ival) return false;
@@ -99,6 +102,16 @@ static void dump_body(const char *tag, const ast_list *l, FILE *out) {
   fputc(')', out);
 }
 
+/* " (p q ...)": a parameter list. */
+static void dump_params(const ast_list *l, FILE *out) {
+  fputs(" (", out);
+  for (int i = 0; i < l->n; i++) {
+    if (i) fputc(' ', out);
+    dump(l->items[i], out);
+  }
+  fputc(')', out);
+}
+
 static void dump(const ast *n, FILE *out) {
   if (!n) { fputs("_", out); return; }
   switch (n->kind) {
@@ -129,8 +142,12 @@ static void dump(const ast *n, FILE *out) {
   case E_INDEX:
     fputs("(index ", out);
     dump(n->a, out);
-    fputc(' ', out);
-    dump(n->b, out);
+    if (n->b) {
+      fputc(' ', out);
+      dump(n->b, out);
+    } else {
+      dump_list(&n->list, out);
+    }
     fputc(')', out);
     break;
   case E_UNARY:
@@ -205,6 +222,20 @@ static void dump(const ast *n, FILE *out) {
       fprintf(out, "%s%s", n->name, n->op ? ast_op_name(n->op) : "");
     }
     break;
+  case N_SEL: dump_body("sel", &n->list, out); break;
+  case N_PLACE:
+    fputs("(-> ", out);
+    dump(n->a, out);
+    fputc(' ', out);
+    dump(n->b, out);
+    fputc(')', out);
+    break;
+  case N_ROW:
+    fprintf(out, "(row %s", n->name);
+    dump_list(&n->list, out);
+    fputc(')', out);
+    break;
+  case N_CELL: fputs(n->text, out); break;
   case S_FILE: dump_body("file", &n->list, out); break;
   case N_COMMENT:
     fputs("(comment ", out);
@@ -248,14 +279,7 @@ static void dump(const ast *n, FILE *out) {
   case S_MODEL:
   case S_CLUSTER:
     fprintf(out, "(%s %s", n->kind == S_MODEL ? "model" : "cluster", n->name);
-    if (n->ival) {
-      fputs(" (", out);
-      for (int i = 0; i < n->list.n; i++) {
-        if (i) fputc(' ', out);
-        dump(n->list.items[i], out);
-      }
-      fputc(')', out);
-    }
+    if (n->ival) dump_params(&n->list, out);
     dump_list(&n->list2, out);
     fputc(')', out);
     break;
@@ -313,6 +337,58 @@ static void dump(const ast *n, FILE *out) {
   case S_LINK:
     fprintf(out, "(link %s", n->name);
     dump_list(&n->list, out);
+    fputc(')', out);
+    break;
+  case S_PLAN:
+  case S_STRATEGY:
+    fprintf(out, "(%s %s", n->kind == S_PLAN ? "plan" : "strategy", n->name);
+    if (n->ival) dump_params(&n->list, out);
+    if (n->kind == S_PLAN) {
+      fputs(" (for ", out);
+      dump(n->a, out);
+      fputs(") (on ", out);
+      dump(n->b, out);
+      fputc(')', out);
+    }
+    dump_list(&n->list2, out);
+    fputc(')', out);
+    break;
+  case S_MESH:
+    fprintf(out, "(mesh %s ", n->name);
+    dump(n->a, out);
+    dump_list(&n->list, out);
+    fputc(')', out);
+    break;
+  case S_SPLIT:
+  case S_REPLICATE:
+    fputs(n->kind == S_SPLIT ? "(split " : "(replicate ", out);
+    dump(n->a, out);
+    if (n->kind == S_SPLIT) fprintf(out, " %s", n->name);
+    fputc(' ', out);
+    dump(n->b, out);
+    if (n->text) fprintf(out, " (as %s)", n->text);
+    if (n->ival) fputs(" (in time)", out);
+    fputc(')', out);
+    break;
+  case S_PLACE: dump_body("assign", &n->list, out); break;
+  case S_STAGE: dump_body("stage", &n->list, out); break;
+  case S_ORDER:
+    fputs("(order ", out);
+    dump(n->a, out);
+    fputc(' ', out);
+    dump(n->b, out);
+    fputc(')', out);
+    break;
+  case S_SCHEDULE: dump_body("schedule", &n->list, out); break;
+  case S_RECOMPUTE:
+    fputs("(recompute ", out);
+    dump(n->a, out);
+    if (n->name) fprintf(out, " %s", n->name);
+    fputc(')', out);
+    break;
+  case S_CALL:
+    fputs("(do ", out);
+    dump(n->a, out);
     fputc(')', out);
     break;
   case AST_KIND_COUNT: break;

@@ -30,7 +30,8 @@ typedef struct ast_list {
   X(E_MEMBER)   /* a = base; then name (a.b) or b = E_INT segment (a.3) or      \
                    b = expression with op = '{' (a.{expr}) */                   \
   X(E_CALL)     /* a = callee; list = args (N_ARG) */                           \
-  X(E_INDEX)    /* a[b] */                                                      \
+  X(E_INDEX)    /* a[b]; with several indices, a[i, j, ...]: b = NULL and      \
+                   list = the indices (two or more) */                          \
   X(E_UNARY)    /* op = '-' or T_NOT; a */                                      \
   X(E_BINARY)   /* op = '+' '-' '*' '/' '%' T_IDIV T_EQ T_NE '<' T_LE '>' T_GE  \
                    T_AND T_OR; a, b */                                          \
@@ -50,6 +51,16 @@ typedef struct ast_list {
   X(N_DIM)      /* name; op = 0, '+', '^' or T_DOTDOT; or, for a group          \
                    "(3 n dh)", name = NULL and list = factors (E_INT or E_NAME) \
                    whose op is 0, '+' or '^' ("(3 n^ dh)") */                   \
+  X(N_SEL)      /* selector: list = atoms, each a path (E_NAME, E_MEMBER; a     \
+                   segment "*" or "**" is E_MEMBER name "*"/"**", a leading one \
+                   E_NAME "*"/"**") or E_INDEX of a path and a range expression \
+                   (h[0..6]); "{a, b}" and a lone atom both give N_SEL */       \
+  X(N_PLACE)    /* one "SEL -> EXPR" of assign: a = N_SEL; b = device expr */   \
+  X(N_ROW)      /* a schedule grid row: name = label as written ("s0", "3");    \
+                   list = N_CELL */                                             \
+  X(N_CELL)     /* a grid cell: text = as written ("f3", "b12", "f3.1", ".");   \
+                   op = 'f', 'b', 'r', 'w', or '.' when idle; ival = micro-batch \
+                   number (0 when idle); a = E_INT chunk ("f3.1") or NULL */    \
   /* statements */                                                              \
   X(S_FILE)     /* list = items; list2 = comments (N_COMMENT) */                \
   X(N_COMMENT)  /* text = comment without the leading '#' and newline */        \
@@ -73,7 +84,22 @@ typedef struct ast_list {
   X(S_TRAIN)    /* a = E_CALL of the optimizer */                               \
   X(S_ASSERT)   /* a = condition; b = message or NULL */                        \
   X(S_DEVICE)   /* list = body */                                               \
-  X(S_LINK)     /* name; list = body */
+  X(S_LINK)     /* name; list = body */                                         \
+  /* plan statements: the parser accepts them in any body; the evaluator      \
+     checks where they may stand */                                           \
+  X(S_PLAN)     /* name; list = N_PARAM; a = model expr; b = cluster expr;      \
+                   list2 = body; ival = 1 if it had "()" */                     \
+  X(S_STRATEGY) /* name; list = N_PARAM; list2 = body; ival = 1 if "()" */      \
+  X(S_MESH)     /* name; a = device-set expr; list = axes (N_FIELD) */          \
+  X(S_SPLIT)    /* a = N_SEL; name = dimension; b = count expr; text = axis or  \
+                   NULL ("as AXIS"); ival = 1 for "in time" */                  \
+  X(S_REPLICATE) /* a = N_SEL; b = count expr; text = axis or NULL */           \
+  X(S_PLACE)    /* assign: list = N_PLACE */                                    \
+  X(S_STAGE)    /* list = N_FIELD (name = stage; a = N_SEL) */                  \
+  X(S_ORDER)    /* a before b: a, b = N_SEL */                                  \
+  X(S_SCHEDULE) /* list = N_ROW (the grid, '{' .. '}' in body) */               \
+  X(S_RECOMPUTE) /* a = N_SEL; name = "selective", "full" or NULL */            \
+  X(S_CALL)     /* a strategy called as a statement: a = E_CALL */
 
 typedef enum {
 #define AST_ENUM(k) k,
@@ -97,7 +123,8 @@ struct ast {
   ast *a, *b, *c;
   ast_list list, list2;
   /* Statements with a body: the span '{' .. '}' of the body (list, or list2
-   * for S_OP/S_MODEL/S_CLUSTER); body2: the else body of S_IF. fmt places
+   * for S_OP/S_MODEL/S_CLUSTER/S_PLAN/S_STRATEGY; the grid of S_SCHEDULE);
+   * body2: the else body of S_IF. fmt places
    * comments with them; like loc, ast_equal ignores them. */
   weft_loc body, body2;
 };

@@ -209,7 +209,7 @@ static void json_str(FILE *out, const char *s) {
   for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
     if (*p == '"' || *p == '\\') fprintf(out, "\\%c", *p);
     else if (*p == '\n') fputs("\\n", out);
-    else if (*p < 0x20 || *p >= 0x80) fprintf(out, "\\u%04x", *p);
+    else if (*p < 0x20) fprintf(out, "\\u%04x", *p);
     else fputc(*p, out);
   }
   fputc('"', out);

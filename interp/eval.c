@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "stdlib_files.h"
+#include "plan.h"
 #include "weft.h"
 
 enum {
@@ -618,7 +619,12 @@ bool eval_bind_named(weft_ctx *c, vdecl *d, int nargs, const ast *const *args, e
 value eval_call_value(weft_ctx *c, value f, int nargs, const ast *const *args, weft_loc loc, env *e) {
   switch (f.kind) {
   case V_FN: return call_fn(c, f.decl, nargs, args, loc, e);
-  case V_MODEL: case V_CLUSTER: return bind_decl(c, f, nargs, args, loc, e);
+  case V_MODEL: case V_CLUSTER: case V_PLAN: return bind_decl(c, f, nargs, args, loc, e);
+  case V_STRATEGY: {
+    weft_diag *g = eval_error(c, loc, "strategy %s can only be called as a statement of a plan", f.decl->name);
+    diag_hint(g, &c->diags, "write %s(...) on a line of its own inside a plan", f.decl->name);
+    return v_error();
+  }
   case V_BUILTIN: {
     const builtin *b = f.bi;
     if (nargs < b->min || (b->max >= 0 && nargs > b->max)) {
@@ -710,9 +716,35 @@ static value eval_member(weft_ctx *c, env *e, const ast *n) {
   return v_error();
 }
 
+static value eval_mesh_index(weft_ctx *c, env *e, const ast *n, const pmesh *m) {
+  int k = n->b ? 1 : n->list.n;
+  if (k != m->naxes) {
+    eval_error(c, n->loc, "mesh %s has %d axes, indexed with %d", m->name, m->naxes, k);
+    return v_error();
+  }
+  int64_t flat = 0;
+  for (int i = 0; i < k; i++) {
+    const ast *ix = n->b ? n->b : n->list.items[i];
+    value v = eval_expr(c, e, ix);
+    if (v.kind == V_ERROR) return v;
+    if (v.kind != V_INT || v.i < 0 || v.i >= m->sizes[i]) {
+      eval_error(c, ix->loc, "index %d of mesh %s must be 0 to %d (axis %s), got %s", i, m->name, m->sizes[i] - 1,
+                 m->axes[i], value_repr(&c->arena, v));
+      return v_error();
+    }
+    flat = flat * m->sizes[i] + v.i;
+  }
+  return v_int(m->devices[flat]);
+}
+
 static value eval_index(weft_ctx *c, env *e, const ast *n) {
   value a = eval_expr(c, e, n->a);
   if (a.kind == V_ERROR) return a;
+  if (a.kind == V_MESH) return eval_mesh_index(c, e, n, a.mesh);
+  if (!n->b) {
+    eval_error(c, n->loc, "%s takes one index", value_kind_name(a.kind));
+    return v_error();
+  }
   value i = eval_expr(c, e, n->b);
   if (i.kind == V_ERROR) return i;
   if (a.kind == V_RECORD && i.kind == V_STRING) {
@@ -720,6 +752,18 @@ static value eval_index(weft_ctx *c, env *e, const ast *n) {
     if (v) return *v;
     eval_error(c, n->b->loc, "record has no field '%s'", i.s);
     return v_error();
+  }
+  if (i.kind == V_RANGE && a.kind == V_LIST) {
+    /* a slice: xs[lo..hi] */
+    int64_t lo = i.r.lo, hi = i.r.hi, len = a.list->n;
+    if (lo < 0 || hi > len || lo > hi) {
+      eval_error(c, n->b->loc, "slice %" PRId64 "..%" PRId64 " is out of range (length %" PRId64 ")", lo, hi, len);
+      return v_error();
+    }
+    vlist *l = arena_alloc(&c->arena, sizeof *l);
+    l->n = (int)(hi - lo);
+    l->items = a.list->items + lo;
+    return (value){.kind = V_LIST, .list = l};
   }
   if (i.kind != V_INT) {
     eval_error(c, n->b->loc, "an index must be an integer, got %s", value_kind_name(i.kind));
@@ -764,7 +808,7 @@ value eval_expr(weft_ctx *c, env *e, const ast *n) {
   case E_PAREN: return eval_expr(c, e, n->a);
   case E_NAME: {
     binding *b = env_lookup(e, n->name);
-    if (b) return b->val;
+    if (b) return b->val;  /* V_ERROR for a definition that failed: reported once */
     if (c->model) {
       int t = model_lookup_tensor(c, n->name);
       if (t >= 0) return v_tensor(t);
@@ -1011,15 +1055,12 @@ static bool eval_item(weft_ctx *c, weft_module *m, env *e, const ast *n) {
     }
     return true;
   }
-  case S_PARAM: {
-    value v = eval_param(c, m, e, n);
-    if (v.kind == V_ERROR) return false;
-    return define_top(c, e, n->name, v, n->loc);
-  }
-  case S_LET: {
-    value v = eval_expr(c, e, n->a);
-    if (v.kind == V_ERROR) return false;
-    return define_top(c, e, n->name, v, n->loc);
+  case S_PARAM: case S_LET: {
+    value v = n->kind == S_PARAM ? eval_param(c, m, e, n) : eval_expr(c, e, n->a);
+    /* a failed definition still defines its name, as an error value, so that
+     * its uses fail quietly instead of reporting an unknown name */
+    bool ok = define_top(c, e, n->name, v, n->loc);
+    return ok && v.kind != V_ERROR;
   }
   case S_FN: {
     value v = {.kind = V_FN, .decl = new_decl(c, n, e)};
@@ -1029,6 +1070,10 @@ static bool eval_item(weft_ctx *c, weft_module *m, env *e, const ast *n) {
     opdecl *op = opdecl_build(c, e, n);
     if (!op) return false;
     value v = {.kind = V_OPDECL, .op = op};
+    return define_top(c, e, n->name, v, n->loc);
+  }
+  case S_PLAN: case S_STRATEGY: {
+    value v = {.kind = n->kind == S_PLAN ? V_PLAN : V_STRATEGY, .decl = new_decl(c, n, e)};
     return define_top(c, e, n->name, v, n->loc);
   }
   case S_MODEL: case S_CLUSTER: {
@@ -1069,11 +1114,15 @@ static bool eval_item(weft_ctx *c, weft_module *m, env *e, const ast *n) {
     static const char *const what[AST_KIND_COUNT] = {
         [S_INPUT] = "`input`", [S_TPARAM] = "a tensor parameter", [S_ASSIGN] = "an assignment",
         [S_BLOCK] = "`block`", [S_FOR] = "`for`", [S_IF] = "`if`", [S_OUTPUT] = "`output`",
-        [S_TRAIN] = "`train`", [S_DEVICE] = "`device`", [S_LINK] = "`link`"};
+        [S_TRAIN] = "`train`", [S_DEVICE] = "`device`", [S_LINK] = "`link`", [S_MESH] = "`mesh`",
+        [S_SPLIT] = "`split`", [S_REPLICATE] = "`replicate`", [S_PLACE] = "`assign`", [S_STAGE] = "`stage`",
+        [S_ORDER] = "`order`", [S_SCHEDULE] = "`schedule`", [S_RECOMPUTE] = "`recompute`",
+        [S_CALL] = "a strategy call"};
     const char *w = what[n->kind] ? what[n->kind] : ast_kind_names[n->kind];
     weft_diag *g = eval_error(c, n->loc, "%s is not allowed at the top level", w);
     if (n->kind == S_ASSIGN) diag_hint(g, &c->diags, "use `let NAME = ...` or `param NAME = ...`");
     else if (n->kind == S_DEVICE || n->kind == S_LINK) diag_hint(g, &c->diags, "it belongs in a cluster");
+    else if (n->kind >= S_MESH && n->kind <= S_CALL) diag_hint(g, &c->diags, "it belongs in a plan or a strategy");
     else diag_hint(g, &c->diags, "it belongs in a model");
     return false;
   }

@@ -3,7 +3,8 @@
  * comment of the file comes back, placed by its position: own-line comments
  * before the statement that follows them, trailing comments after the line
  * they ended (aligned across consecutive lines of a block). Expressions are
- * printed on one line exactly as parsed (parentheses are E_PAREN nodes). */
+ * printed on one line exactly as parsed (parentheses are E_PAREN nodes).
+ * Schedule grids print a row per line, their columns aligned. */
 #include <limits.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -128,6 +129,17 @@ static void pe_params(sbuf *b, const ast_list *l) {
   sb_putc(b, ')');
 }
 
+/* A selector: a lone atom as is, several in braces: "{h, a}". */
+static void pe_sel(sbuf *b, const ast *sel) {
+  if (sel->list.n == 1) {
+    pe(b, sel->list.items[0]);
+    return;
+  }
+  sb_putc(b, '{');
+  pe_list(b, &sel->list);
+  sb_putc(b, '}');
+}
+
 static void pe(sbuf *b, const ast *n) {
   switch (n->kind) {
   case E_INT:
@@ -178,7 +190,8 @@ static void pe(sbuf *b, const ast *n) {
   case E_INDEX:
     pe(b, n->a);
     sb_putc(b, '[');
-    pe(b, n->b);
+    if (n->b) pe(b, n->b);
+    else pe_list(b, &n->list);
     sb_putc(b, ']');
     break;
   case E_UNARY:
@@ -234,6 +247,7 @@ static void pe(sbuf *b, const ast *n) {
     break;
   case N_TYPE: pe_type(b, n); break;
   case N_PATTERN: pe_pattern(b, n); break;
+  case N_SEL: pe_sel(b, n); break;
   case N_OPARG:
     sb_puts(b, n->name);
     if (n->b) {
@@ -253,6 +267,14 @@ static void pe(sbuf *b, const ast *n) {
 
 /* ---- lines and comments --------------------------------------------------------- */
 
+/* Display width: UTF-8 continuation bytes take no column. */
+static int width_of(const char *s) {
+  int w = 0;
+  for (; *s; s++)
+    if (((unsigned char)*s & 0xc0) != 0x80) w++;
+  return w;
+}
+
 typedef struct fline {
   int indent;
   char *code;            /* NULL: a blank line */
@@ -267,6 +289,11 @@ typedef struct fmtx {
   const ast_list *comments;
   int ci;                /* first comment not yet printed */
   int nblocks;
+  /* the schedule grid being printed (grids do not nest): the width of the
+   * widest "label:" and of the widest cell of each column */
+  int label_w;
+  int *col_w;
+  int ncols;
 } fmtx;
 
 typedef struct pos {
@@ -341,13 +368,51 @@ static const ast_list *body_of(const ast *s) {
   switch (s->kind) {
   case S_OP:
   case S_MODEL:
-  case S_CLUSTER: return &s->list2;
+  case S_CLUSTER:
+  case S_PLAN:
+  case S_STRATEGY: return &s->list2;
   case S_BLOCK:
   case S_FOR:
   case S_IF:
   case S_DEVICE:
-  case S_LINK: return &s->list;
+  case S_LINK:
+  case S_SCHEDULE: return &s->list;
   default: return NULL;
+  }
+}
+
+/* Column widths of the grid of schedule s, into F. */
+static void grid_widths(fmtx *F, const ast *s) {
+  F->label_w = 0;
+  F->ncols = 0;
+  for (int i = 0; i < s->list.n; i++) {
+    const ast *row = s->list.items[i];
+    int w = width_of(row->name) + 1;
+    if (w > F->label_w) F->label_w = w;
+    if (row->list.n > F->ncols) F->ncols = row->list.n;
+  }
+  F->col_w = arena_alloc(&F->ar, sizeof(int) * (size_t)(F->ncols ? F->ncols : 1));
+  for (int i = 0; i < s->list.n; i++) {
+    const ast *row = s->list.items[i];
+    for (int j = 0; j < row->list.n; j++) {
+      int w = width_of(row->list.items[j]->text);
+      if (w > F->col_w[j]) F->col_w[j] = w;
+    }
+  }
+}
+
+static void pad(sbuf *b, int n) {
+  for (; n > 0; n--) sb_putc(b, ' ');
+}
+
+/* A grid row, "s0: f0 .  b0", padded to the widths of F; no trailing blank. */
+static void row_text(const fmtx *F, sbuf *b, const ast *row) {
+  sb_puts(b, row->name);
+  sb_putc(b, ':');
+  for (int j = 0; j < row->list.n; j++) {
+    if (j == 0) pad(b, F->label_w - (width_of(row->name) + 1) + 1);
+    else pad(b, F->col_w[j - 1] - width_of(row->list.items[j - 1]->text) + 1);
+    sb_puts(b, row->list.items[j]->text);
   }
 }
 
@@ -374,7 +439,7 @@ static void print_body(fmtx *F, blockst *B, const char *head, const ast_list *l,
   sb_puts(tail, "}");
 }
 
-static void stmt_head(sbuf *b, const ast *s) {
+static void stmt_head(const fmtx *F, sbuf *b, const ast *s) {
   switch (s->kind) {
   case S_USE:
     if (s->name) {
@@ -465,6 +530,79 @@ static void stmt_head(sbuf *b, const ast *s) {
     sb_puts(b, s->name);
     sb_putc(b, ' ');
     break;
+  case S_PLAN:
+  case S_STRATEGY:
+    sb_puts(b, s->kind == S_PLAN ? "plan " : "strategy ");
+    sb_puts(b, s->name);
+    if (s->ival) pe_params(b, &s->list);
+    if (s->kind == S_PLAN) {
+      sb_puts(b, " for ");
+      pe(b, s->a);
+      sb_puts(b, " on ");
+      pe(b, s->b);
+    }
+    sb_putc(b, ' ');
+    break;
+  case S_MESH:
+    sb_puts(b, "mesh ");
+    sb_puts(b, s->name);
+    sb_puts(b, " = ");
+    pe(b, s->a);
+    sb_puts(b, " as [");
+    pe_list(b, &s->list);
+    sb_putc(b, ']');
+    break;
+  case S_SPLIT:
+  case S_REPLICATE:
+    sb_puts(b, s->kind == S_SPLIT ? "split " : "replicate ");
+    pe_sel(b, s->a);
+    if (s->kind == S_SPLIT) {
+      sb_puts(b, " on ");
+      sb_puts(b, s->name);
+    }
+    sb_puts(b, " into ");
+    pe(b, s->b);
+    if (s->text) {
+      sb_puts(b, " as ");
+      sb_puts(b, s->text);
+    }
+    if (s->ival) sb_puts(b, " in time");
+    break;
+  case S_PLACE:
+    sb_puts(b, "assign ");
+    for (int i = 0; i < s->list.n; i++) {
+      if (i) sb_puts(b, ", ");
+      pe_sel(b, s->list.items[i]->a);
+      sb_puts(b, " -> ");
+      pe(b, s->list.items[i]->b);
+    }
+    break;
+  case S_STAGE:
+    sb_puts(b, "stage ");
+    for (int i = 0; i < s->list.n; i++) {
+      if (i) sb_puts(b, ", ");
+      sb_puts(b, s->list.items[i]->name);
+      sb_puts(b, " = ");
+      pe_sel(b, s->list.items[i]->a);
+    }
+    break;
+  case S_ORDER:
+    sb_puts(b, "order ");
+    pe_sel(b, s->a);
+    sb_puts(b, " before ");
+    pe_sel(b, s->b);
+    break;
+  case S_SCHEDULE: sb_puts(b, "schedule "); break;
+  case S_RECOMPUTE:
+    sb_puts(b, "recompute ");
+    pe_sel(b, s->a);
+    if (s->name) {
+      sb_putc(b, ' ');
+      sb_puts(b, s->name);
+    }
+    break;
+  case S_CALL: pe(b, s->a); break;
+  case N_ROW: row_text(F, b, s); break;
   default: sb_puts(b, "?"); break;
   }
 }
@@ -480,9 +618,30 @@ static bool one_line_body(fmtx *F, const ast *s) {
   return !comment_within(F, start_of(s->body), end_of(s->body));
 }
 
+/* The name the statement s starts with, when it starts with one (an
+ * assignment to a path or a strategy call); else NULL. */
+static const char *first_name(const ast *s) {
+  const ast *p = s->kind == S_ASSIGN ? s->a : s->kind == S_CALL ? s->a->a : NULL;
+  while (p && (p->kind == E_MEMBER || p->kind == E_INDEX)) p = p->a;
+  return p && p->kind == E_NAME ? p->name : NULL;
+}
+
+/* Whether s must end with ';' because the statement after it starts with
+ * the word that would otherwise continue it: "replicate x into n" then
+ * "as = 1", or "recompute x" then "full = 1". */
+static bool needs_semicolon(const ast *s, const ast *after) {
+  const char *w = after ? first_name(after) : NULL;
+  if (!w) return false;
+  if ((s->kind == S_SPLIT || s->kind == S_REPLICATE) && !s->text && !s->ival)
+    return strcmp(w, "as") == 0;
+  if (s->kind == S_RECOMPUTE && !s->name)
+    return strcmp(w, "selective") == 0 || strcmp(w, "full") == 0;
+  return false;
+}
+
 /* Prints statement s of block B; next: where the following statement
- * starts, lim: the block's closing brace. */
-static void print_stmt(fmtx *F, blockst *B, const ast *s, pos next, pos lim) {
+ * (succ) starts, lim: the block's closing brace. */
+static void print_stmt(fmtx *F, blockst *B, const ast *s, const ast *succ, pos next, pos lim) {
   if (!B->first && s->loc.line > B->last_line + 1) add_line(F, 0, NULL, NULL, B->id);
   const ast_list *body = body_of(s);
   /* comments inside the statement's head (or its one-line expression) move
@@ -492,15 +651,17 @@ static void print_stmt(fmtx *F, blockst *B, const ast *s, pos next, pos lim) {
   for (const ast *c; (c = comment_before(F, head_end));) own_comment(F, B, c, false);
 
   sbuf head = {0}, tail = {0};
-  stmt_head(&head, s);
+  if (s->kind == S_SCHEDULE) grid_widths(F, s);
+  stmt_head(F, &head, s);
   if (!body) {
     sb_puts(&tail, head.s);
+    if (needs_semicolon(s, succ)) sb_putc(&tail, ';');
   } else if (one_line_body(F, s)) {
     sb_puts(&tail, head.s);
     sb_puts(&tail, "{ ");
     for (int i = 0; i < s->list.n; i++) {
       if (i) sb_puts(&tail, ", ");
-      stmt_head(&tail, s->list.items[i]);
+      stmt_head(F, &tail, s->list.items[i]);
     }
     sb_puts(&tail, " }");
   } else if (s->kind != S_IF) {
@@ -561,19 +722,12 @@ static void print_stmts(fmtx *F, const ast_list *l, int indent, pos lim, pos clo
   for (int i = 0; i < l->n; i++) {
     const ast *s = l->items[i];
     for (const ast *c; (c = comment_before(F, start_of(s->loc)));) own_comment(F, &B, c, true);
-    pos next = i + 1 < l->n ? start_of(l->items[i + 1]->loc) : POS_END;
-    print_stmt(F, &B, s, next, lim);
+    const ast *after = i + 1 < l->n ? l->items[i + 1] : NULL;
+    pos next = after ? start_of(after->loc) : POS_END;
+    print_stmt(F, &B, s, after, next, lim);
   }
   for (const ast *c; (c = comment_before(F, lim));)
     own_comment(F, &B, c, pos_lt(start_of(c->loc), close));
-}
-
-/* Display width: UTF-8 continuation bytes take no column. */
-static int width_of(const char *s) {
-  int w = 0;
-  for (; *s; s++)
-    if (((unsigned char)*s & 0xc0) != 0x80) w++;
-  return w;
 }
 
 static void emit(fmtx *F, FILE *out) {

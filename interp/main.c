@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include "json.h"
+#include "deps.h"
+#include "plan.h"
 #include "weft.h"
 
 typedef struct opts {
@@ -15,6 +17,7 @@ typedef struct opts {
   const char **sets;
   int nsets;
   const char *model;
+  const char *plan;
   const char *stdlib_dir;
   bool json, dot, write, check, roundtrip;
   int color;              /* -1 auto, 0 never, 1 always */
@@ -31,6 +34,7 @@ typedef struct command {
 static int cmd_check(opts *o);
 static int cmd_fmt(opts *o);
 static int cmd_graph(opts *o);
+static int cmd_explain(opts *o);
 
 static const char *const common_help =
     "  --set NAME=VALUE   override a top-level `param` of the file (repeatable)\n"
@@ -61,6 +65,13 @@ static const command commands[] = {
      "  --model NAME       the model (default: the last one the file defines)\n"
      "  --json             print the graph as JSON\n"
      "  --dot              print the graph for Graphviz (dot -Tsvg)\n"},
+    {"explain", cmd_explain, "how a plan splits and places operators, and what feeds them",
+     "usage: weft explain [options] FILE OPERATOR...\n\n"
+     "For each operator (a name or a glob: h.3.attn.c_proj, h.*.mlp.c_fc, all) of a\n"
+     "plan: its dimensions, how the plan splits them, where its sub-operators\n"
+     "run, and the communication that feeds its inputs and sums its gradients.\n\n"
+     "options:\n"
+     "  --plan NAME        the plan (default: the last one the file defines)\n"},
 };
 enum { NCOMMANDS = sizeof commands / sizeof commands[0] };
 
@@ -117,8 +128,10 @@ typedef struct summary {
   weft_item items[256];
   weft_graph *graphs[256];
   value clusters[256];
-  int nmodels, nclusters;
+  int nmodels, nclusters, nplans;
   weft_item citems[256];
+  weft_item pitems[256];
+  weft_plan *plans[256];
 } summary;
 
 static int check_one(opts *o, const char *path, json *j) {
@@ -146,6 +159,11 @@ static int check_one(opts *o, const char *path, json *j) {
       if (all_params_bound(s->citems[i].val.decl))
         s->clusters[i] = weft_build_cluster(c, s->citems[i].val, s->citems[i].loc);
     }
+    s->nplans = weft_items(c, V_PLAN, s->pitems, 256);
+    if (s->nplans > 256) s->nplans = 256;
+    for (int i = 0; i < s->nplans; i++)
+      if (all_params_bound(s->pitems[i].val.decl))
+        s->plans[i] = weft_build_plan(c, s->pitems[i].val, s->pitems[i].loc);
     if (c->diags.errors) rc = WEFT_REJECTED;
   }
   char b1[64];
@@ -196,6 +214,28 @@ static int check_one(opts *o, const char *path, json *j) {
         json_end_obj(j);
       }
       json_end_arr(j);
+      json_key(j, "plans");
+      json_arr(j);
+      for (int i = 0; i < s->nplans; i++) {
+        weft_plan *p = s->plans[i];
+        json_obj(j);
+        json_key(j, "name");
+        json_str(j, s->pitems[i].name);
+        json_key(j, "built");
+        json_bool(j, p != NULL);
+        if (p) {
+          json_key(j, "model");
+          json_str(j, p->g->name);
+          json_key(j, "devices");
+          json_int(j, p->ndevices);
+          json_key(j, "devices_used");
+          json_int(j, plan_devices_used(p));
+          json_key(j, "sub_operators");
+          json_int(j, p->nsubs);
+        }
+        json_end_obj(j);
+      }
+      json_end_arr(j);
     }
     json_end_obj(j);
   } else {
@@ -222,6 +262,25 @@ static int check_one(opts *o, const char *path, json *j) {
         unit_format(m->q.v, m->q.d, mem, sizeof mem);
         printf("  cluster %s: %" PRId64 " x %s (%s)\n", s->citems[i].name, record_get(r, "devices")->i,
                record_get(dev, "name")->s, mem);
+      }
+      for (int i = 0; i < s->nplans; i++) {
+        weft_plan *p = s->plans[i];
+        if (!p) {
+          printf("  plan %s: not built (it has parameters without defaults)\n", s->pitems[i].name);
+          continue;
+        }
+        printf("  plan %s: model %s on %d of %d devices, %d forward sub-operators placed\n", s->pitems[i].name,
+               p->g->name, plan_devices_used(p), p->ndevices, p->nsubs);
+        for (int grad = 0; grad < 2; grad++) {
+          int64_t bytes[COMM_KIND_COUNT];
+          int counts[COMM_KIND_COUNT];
+          deps_totals(p, bytes, counts, grad);
+          for (int k = 0; k < COMM_KIND_COUNT; k++) {
+            if (!counts[k]) continue;
+            printf("    %s %-14s %5d x, %s bytes per step\n", grad ? "gradients:  " : "activations:", comm_kind_names[k],
+                   counts[k], grouped(b1, bytes[k]));
+          }
+        }
       }
     }
   }
@@ -440,6 +499,155 @@ static int cmd_graph(opts *o) {
   return rc;
 }
 
+/* ---- explain ------------------------------------------------------------ */
+
+static const char *split_kind_text(split_kind k) {
+  switch (k) {
+  case SPLIT_DIM: return "parts";
+  case SPLIT_VALUE: return "partial sums";
+  case SPLIT_TIME: return "micro-batches, in time";
+  default: return "replicas";
+  }
+}
+
+static void explain_comm(weft_ctx *c, const weft_plan *p, const pcomm *cm) {
+  char b1[64];
+  printf("      %s", comm_kind_names[cm->kind]);
+  if (cm->kind == COMM_SEND) printf(" from device %d to device %d", cm->src, cm->dst);
+  else {
+    printf(" over devices");
+    for (int i = 0; i < cm->ngroup && i < 16; i++) printf("%s%d", i ? ", " : " ", cm->group[i]);
+    if (cm->ngroup > 16) printf(", ... (%d)", cm->ngroup);
+  }
+  printf(" of %s %s: %s bytes%s\n", p->g->tensors[cm->tensor].name, tregion_str(&c->arena, &cm->region),
+         grouped(b1, cm->size), cm->level ? ", across nodes" : "");
+  printf("        why: %s\n", cm->why);
+}
+
+static void explain_op(weft_ctx *c, const weft_plan *p, int op) {
+  const gop *o = &p->g->ops[op];
+  const popplan *pp = &p->ops[op];
+  const opspace *sp = pp->space;
+  printf("%s = %s(...)\n  dimensions:", o->name, o->decl->name);
+  for (int i = 0; i < sp->nidims; i++) {
+    const idim *d = &sp->idims[i];
+    if (strchr(d->sig, '@')) continue;  /* literal factors */
+    printf(" %s%s%s=%" PRId64 "%s%s%s", d->sig, d->elem || (i + 1 < sp->nidims && strcmp(sp->idims[i + 1].sig, d->sig) == 0 && sp->idims[i + 1].elem) ? arena_printf(&c->arena, "[%d]", d->elem) : "",
+           d->reduce ? "+" : d->nosplit ? "^" : "", d->size, d->dim_name ? " (" : "", d->dim_name ? d->dim_name : "",
+           d->dim_name ? ")" : "");
+  }
+  printf("\n");
+  if (!pp->nsplits) printf("  not split\n");
+  for (int i = 0; i < pp->nsplits; i++) {
+    const psplit *s = &pp->splits[i];
+    const idim *d = s->idim >= 0 ? &sp->idims[s->idim] : NULL;
+    printf("  level %d: %s%s%s into %d as %s: %s (line %d)\n", i + 1, d ? "split " : "replicate",
+           d ? (d->dim_name ? d->dim_name : d->sig) : "", d ? "" : "", s->parts, s->axis, split_kind_text(s->kind),
+           s->loc.line);
+  }
+  printf("  %d sub-operator%s:", pp->count, pp->count == 1 ? "" : "s");
+  for (int i = 0; i < pp->count && i < 16; i++) {
+    const psub *s = &p->subs[pp->first + i];
+    tregion r;
+    tregion_of(&c->arena, p, s, &sp->output, &r);
+    printf("\n    device %d: %s %s", s->device, p->g->tensors[sp->output.tensor].name, tregion_str(&c->arena, &r));
+  }
+  if (pp->count > 16) printf("\n    ... (%d more)", pp->count - 16);
+  int nres = 0;
+  for (int i = 0; i < p->ncomms; i++) nres += !p->comms[i].grad && p->comms[i].tensor == sp->output.tensor;
+  printf("\n  result %s: %s\n", p->g->tensors[sp->output.tensor].name,
+         nres ? "feeds its consumers through" : "its consumers read it where it is, with no communication");
+  for (int i = 0; i < p->ncomms; i++)
+    if (!p->comms[i].grad && p->comms[i].tensor == sp->output.tensor) {
+      explain_comm(c, p, &p->comms[i]);
+      printf("        for: %s\n", p->g->ops[p->comms[i].consumer_op].name);
+    }
+  printf("  inputs:\n");
+  for (int k = 0; k < sp->ninputs; k++) {
+    int t = sp->inputs[k].tensor;
+    const gtensor *gt = &p->g->tensors[t];
+    int n = 0;
+    for (int i = 0; i < p->ncomms; i++) n += p->comms[i].consumer_op == op && p->comms[i].input == k;
+    const char *from = gt->role == TENSOR_INPUT ? "model input" : gt->role == TENSOR_PARAM ? "parameter" : "from";
+    printf("    %s (%s%s%s): %s\n", gt->name, from, gt->producer >= 0 ? " " : "",
+           gt->producer >= 0 ? p->g->ops[gt->producer].name : "",
+           n ? "" : gt->producer >= 0 ? "no communication: each sub-operator finds what it reads on its device"
+                                      : "read where it is stored");
+    for (int i = 0; i < p->ncomms; i++)
+      if (p->comms[i].consumer_op == op && p->comms[i].input == k) explain_comm(c, p, &p->comms[i]);
+    if (gt->role == TENSOR_PARAM) {
+      bool any = false;
+      for (int i = 0; i < p->ncomms; i++)
+        if (p->comms[i].grad && p->comms[i].tensor == t) {
+          if (!any) printf("      gradient:\n");
+          any = true;
+          explain_comm(c, p, &p->comms[i]);
+        }
+      if (!any) printf("      gradient: no communication\n");
+    }
+  }
+}
+
+static int cmd_explain(opts *o) {
+  if (o->nfiles < 2) {
+    fprintf(stderr, "weft explain: needs a file and at least one operator\n%s", commands[3].usage);
+    return WEFT_FAILED;
+  }
+  weft_ctx *c = new_ctx(o);
+  int rc = c->diags.errors ? WEFT_REJECTED : weft_load(c, o->files[0]);
+  weft_plan *p = NULL;
+  weft_loc none = {0};
+  if (rc == WEFT_OK) {
+    weft_item items[256];
+    int n = weft_items(c, V_PLAN, items, 256);
+    if (n > 256) n = 256;
+    int pick = n - 1;
+    if (o->plan) {
+      pick = -1;
+      for (int i = 0; i < n; i++)
+        if (strcmp(items[i].name, o->plan) == 0) pick = i;
+    }
+    if (pick < 0) {
+      weft_diag *d = o->plan ? eval_error(c, none, "%s defines no plan '%s'", o->files[0], o->plan)
+                             : eval_error(c, none, "%s defines no plan", o->files[0]);
+      const char *names[256];
+      for (int i = 0; i < n; i++) names[i] = items[i].name;
+      const char *best = o->plan ? diag_closest(o->plan, names, n) : NULL;
+      if (best) diag_hint(d, &c->diags, "did you mean '%s'?", best);
+      rc = WEFT_REJECTED;
+    } else {
+      p = weft_build_plan(c, items[pick].val, items[pick].loc);
+      if (!p) rc = WEFT_REJECTED;
+    }
+  }
+  if (p) {
+    int *ops = calloc((size_t)(p->g->nops ? p->g->nops : 1), sizeof(int));
+    if (!ops) weft_oom();
+    for (int f = 1; f < o->nfiles; f++) {
+      int n = plan_select_text(p, o->files[f], ops, p->g->nops);
+      if (n == 0) {
+        const char **names = calloc((size_t)p->g->nops + 1, sizeof(char *));
+        if (!names) weft_oom();
+        for (int i = 0; i < p->g->nops; i++) names[i] = p->g->ops[i].name;
+        weft_diag *d = eval_error(c, none, "'%s' matches no operator of model %s", o->files[f], p->g->name);
+        const char *best = diag_closest(o->files[f], names, p->g->nops);
+        if (best) diag_hint(d, &c->diags, "did you mean '%s'?", best);
+        free(names);
+        rc = WEFT_REJECTED;
+        continue;
+      }
+      for (int i = 0; i < n; i++) {
+        if (f > 1 || i > 0) printf("\n");
+        explain_op(c, p, ops[i]);
+      }
+    }
+    free(ops);
+  }
+  report(c, o);
+  weft_free(c);
+  return rc;
+}
+
 /* ---- arguments ---------------------------------------------------------- */
 
 static const command *find_command(const char *name) {
@@ -520,6 +728,7 @@ int main(int argc, char **argv) {
     else if (strcmp(a, "--roundtrip") == 0 && cmd->run == cmd_fmt) o.roundtrip = true;
     else if (is_opt(a, "--set")) { if (!(v = opt_value(argc, argv, &i, "--set"))) goto done; o.sets[o.nsets++] = v; }
     else if (is_opt(a, "--model") && cmd->run == cmd_graph) { if (!(v = opt_value(argc, argv, &i, "--model"))) goto done; o.model = v; }
+    else if (is_opt(a, "--plan") && cmd->run == cmd_explain) { if (!(v = opt_value(argc, argv, &i, "--plan"))) goto done; o.plan = v; }
     else if (is_opt(a, "--stdlib")) { if (!(v = opt_value(argc, argv, &i, "--stdlib"))) goto done; o.stdlib_dir = v; }
     else if (is_opt(a, "--max-errors")) {
       if (!(v = opt_value(argc, argv, &i, "--max-errors"))) goto done;

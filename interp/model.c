@@ -407,10 +407,16 @@ static bool op_cost(weft_ctx *c, const opdecl *op, env *ce, const char *key, dou
     *found = true;
     value v = eval_expr(c, ce, s->b);
     if (v.kind == V_ERROR) return false;
+    unit_dim want = strcmp(key, "bytes") == 0 ? (unit_dim){.byte = 1} : (unit_dim){.flop = 1};
     if (v.kind == V_INT) *out = (double)v.i;
     else if (v.kind == V_FLOAT) *out = v.f;
-    else if (v.kind == V_QUANTITY) *out = v.q.v;
-    else {
+    else if (v.kind == V_QUANTITY && unit_eq(v.q.d, want)) *out = v.q.v;
+    else if (v.kind == V_QUANTITY) {
+      char got[64];
+      eval_error(c, s->b->loc, "%s of %s must be a number%s, got %s", key, op->name,
+                 want.byte ? " or bytes" : " or FLOPs", unit_dim_name(v.q.d, got, sizeof got));
+      return false;
+    } else {
       eval_error(c, s->b->loc, "%s of %s must be a number, got %s", key, op->name, value_kind_name(v.kind));
       return false;
     }
@@ -687,9 +693,22 @@ static bool exec_body(weft_ctx *c, env *e, const ast_list *body) {
 
 bool model_exec_body(weft_ctx *c, env *e, const ast_list *body) { return exec_body(c, e, body); }
 
+/* A tensor named like a value in scope could never be referred to: the
+ * value would be found first. */
+static bool name_free(weft_ctx *c, env *e, const ast *target) {
+  if (target->kind != E_NAME) return true;
+  binding *b = env_lookup(e, target->name);
+  if (!b) return true;
+  weft_diag *g = eval_error(c, target->loc, "'%s' already names %s %s here; a tensor cannot take its name",
+                            target->name, value_kind_name(b->val.kind), value_repr(&c->arena, b->val));
+  diag_hint(g, &c->diags, "choose another name, e.g. '%s_out'", target->name);
+  return false;
+}
+
 static bool declare_tensor(weft_ctx *c, env *e, const ast *s) {
   mstate *m = c->model;
   bool failed = false;
+  if (!name_free(c, e, s->a)) return false;
   const char *rel = eval_path(c, e, s->a, &failed);
   if (failed) return false;
   weft_dtype dt;
@@ -763,6 +782,7 @@ static bool exec_stmt(weft_ctx *c, env *e, const ast *s) {
   }
   case S_ASSIGN: {
     bool failed = false;
+    if (!name_free(c, e, s->a)) return false;
     const char *rel = eval_path(c, e, s->a, &failed);
     if (failed) return false;
     if (s->b->kind == E_CALL) {

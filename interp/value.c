@@ -21,7 +21,8 @@ const char *value_kind_name(value_kind k) {
       [V_QUANTITY] = "quantity", [V_RANGE] = "range",  [V_LIST] = "list",
       [V_RECORD] = "record",   [V_DTYPE] = "dtype",    [V_FN] = "function",
       [V_BUILTIN] = "function", [V_OPDECL] = "operator", [V_MODEL] = "model",
-      [V_CLUSTER] = "cluster", [V_TENSOR] = "tensor",
+      [V_CLUSTER] = "cluster", [V_TENSOR] = "tensor",     [V_PLAN] = "plan",
+      [V_STRATEGY] = "strategy", [V_MESH] = "mesh",
   };
   return names[k];
 }
@@ -76,7 +77,7 @@ static void show(sbuf *b, value v, int depth) {
     sb_puts(b, v.rec->n ? " }" : "}");
     break;
   case V_DTYPE: sb_puts(b, dtype_names[v.dt]); break;
-  case V_FN: case V_MODEL: case V_CLUSTER:
+  case V_FN: case V_MODEL: case V_CLUSTER: case V_PLAN: case V_STRATEGY:
     sb_puts(b, value_kind_name(v.kind));
     sb_puts(b, " ");
     sb_puts(b, v.decl->name);
@@ -84,6 +85,7 @@ static void show(sbuf *b, value v, int depth) {
   case V_OPDECL: sb_puts(b, "operator "); sb_puts(b, v.op->name); break;
   case V_BUILTIN: sb_puts(b, "built-in function"); break;
   case V_TENSOR: sb_puts(b, "tensor"); break;
+  case V_MESH: sb_puts(b, "mesh"); break;
   case V_NONE: sb_puts(b, "nothing"); break;
   case V_ERROR: sb_puts(b, "<error>"); break;
   }
@@ -124,7 +126,8 @@ bool value_equal(value a, value b) {
     }
     return true;
   case V_DTYPE: return a.dt == b.dt;
-  case V_FN: case V_MODEL: case V_CLUSTER: return a.decl == b.decl;
+  case V_FN: case V_MODEL: case V_CLUSTER: case V_PLAN: case V_STRATEGY: return a.decl == b.decl;
+  case V_MESH: return a.mesh == b.mesh;
   case V_OPDECL: return a.op == b.op;
   case V_BUILTIN: return a.bi == b.bi;
   case V_TENSOR: return a.tensor == b.tensor;

@@ -20,6 +20,9 @@ typedef enum {
   V_MODEL,     /* a `model`, possibly with some parameters already bound */
   V_CLUSTER,   /* a `cluster` declaration, possibly with parameters bound */
   V_TENSOR,    /* a tensor of the model graph under construction */
+  V_PLAN,      /* a `plan`, possibly with parameters bound */
+  V_STRATEGY,  /* a `strategy`: a plan fragment called from plans */
+  V_MESH,      /* a device mesh of the plan under evaluation */
 } value_kind;
 
 typedef enum { DT_F32, DT_BF16, DT_F16, DT_I32, DT_COUNT } weft_dtype;
@@ -34,6 +37,7 @@ typedef struct env env;
 typedef struct opdecl opdecl;
 typedef struct vdecl vdecl;
 typedef struct builtin builtin;
+struct pmesh;
 
 struct value {
   value_kind kind;
@@ -48,7 +52,8 @@ struct value {
     weft_dtype dt;
     const builtin *bi;
     opdecl *op;
-    vdecl *decl;                            /* V_FN, V_MODEL, V_CLUSTER */
+    vdecl *decl;                            /* V_FN, V_MODEL, V_CLUSTER, V_PLAN, V_STRATEGY */
+    struct pmesh *mesh;                     /* V_MESH */
     int tensor;                             /* V_TENSOR: index in the graph */
   };
 };

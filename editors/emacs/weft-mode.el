@@ -65,7 +65,8 @@
     "assert" "and" "or" "not" "plan"
     ;; Statements of plans.
     "mesh" "split" "replicate" "assign" "stage" "order" "schedule"
-    "recompute" "into" "on" "as" "time" "before")
+    "recompute" "into" "on" "as" "time" "before" "selective" "full"
+    "strategy")
   "Keywords of the weft language.")
 
 (defconst weft-constants '("true" "false")
@@ -131,7 +132,7 @@ Set the match data to it and return non-nil, or return nil."
   `(;; Definition names.
     (,(concat "\\_<\\(?:fn\\|op\\)\\_>[ \t]+\\(" weft--identifier-re "\\)")
      (1 font-lock-function-name-face))
-    (,(concat "\\_<\\(?:model\\|cluster\\|plan\\)\\_>[ \t]+\\("
+    (,(concat "\\_<\\(?:model\\|cluster\\|plan\\|strategy\\)\\_>[ \t]+\\("
               weft--identifier-re "\\)")
      (1 font-lock-type-face))
     (,(regexp-opt weft-keywords 'symbols) . font-lock-keyword-face)

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "plan.h"
 #include "weft.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -20,6 +21,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     n = weft_items(c, V_CLUSTER, items, 16);
     for (int i = 0; i < n && i < 16; i++) weft_build_cluster(c, items[i].val, items[i].loc);
+    n = weft_items(c, V_PLAN, items, 16);
+    for (int i = 0; i < n && i < 16; i++) {
+      const ast_list *ps = &items[i].val.decl->node->list;
+      bool bound = true;
+      for (int k = 0; k < ps->n; k++) bound &= ps->items[k]->a != NULL;
+      if (bound) weft_build_plan(c, items[i].val, items[i].loc);
+    }
   }
   /* fmt of whatever parses */
   weft_parse_opts po = {&c->arena, &c->srcs, &c->diags};

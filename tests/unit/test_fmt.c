@@ -172,6 +172,119 @@ static void test_blank_lines(void **state) {
   expect_fmt("x = 1\n\n# c\ny = 2\n", "x = 1\n\n# c\ny = 2\n");
 }
 
+/* ---- plans --------------------------------------------------------------------------- */
+
+static void test_plans(void **state) {
+  (void)state;
+  expect_fmt("plan tp2(dp=2)for mlp on cpus(4){}", "plan tp2(dp = 2) for mlp on cpus(4) {}\n");
+  expect_fmt("plan p for m on c{x=1}", "plan p for m on c {\n  x = 1\n}\n");
+  expect_fmt("plan p()for m on c{}", "plan p() for m on c {}\n");
+  expect_fmt("strategy s(n,a=1){split all on batch into n}",
+             "strategy s(n, a = 1) {\n  split all on batch into n\n}\n");
+  expect_fmt("strategy s{}", "strategy s {}\n");
+  expect_fmt("mesh m=devices as[dp=2,tp=2]", "mesh m = devices as [dp = 2, tp = 2]\n");
+  expect_fmt("mesh m=devices[0..8]as[]", "mesh m = devices[0..8] as []\n");
+  expect_fmt("split{h,a}on hidden into tp as tp", "split {h, a} on hidden into tp as tp\n");
+  expect_fmt("split {h} on hidden into tp", "split h on hidden into tp\n");
+  expect_fmt("split all on batch into 4 as mb in time", "split all on batch into 4 as mb in time\n");
+  expect_fmt("split x on k into 2*n in time", "split x on k into 2 * n in time\n");
+  expect_fmt("replicate loss into tp", "replicate loss into tp\n");
+  expect_fmt("replicate{a,b,}into 2 as r", "replicate {a, b} into 2 as r\n");
+  expect_fmt("assign s0->m[0],s1->m[1]", "assign s0 -> m[0], s1 -> m[1]\n");
+  expect_fmt("assign all->m[dp,tp,]", "assign all -> m[dp, tp]\n");
+  expect_fmt("stage s0=h[0..6],s1=h[6..12]", "stage s0 = h[0..6], s1 = h[6..12]\n");
+  expect_fmt("order a before b", "order a before b\n");
+  expect_fmt("order{a,b}before h . ** . c", "order {a, b} before h.**.c\n");
+  expect_fmt("recompute h.*   selective", "recompute h.* selective\n");
+  expect_fmt("recompute * . mlp full", "recompute *.mlp full\n");
+  expect_fmt("recompute {h . { i } . attn, h[ 0 .. 2 ]}", "recompute {h.{i}.attn, h[0..2]}\n");
+  expect_fmt("data_parallel( dp,k=2 )", "data_parallel(dp, k = 2)\n");
+  expect_fmt("let x=m[ 0 , 1 ]", "let x = m[0, 1]\n");
+  /* the design examples are canonical as written */
+  const char *const design[] = {
+    "plan tp2_dp2 for mlp on cpus(4) {\n"
+    "  mesh m = devices as [dp = 2, tp = 2]\n"
+    "  split {h, a} on hidden into tp\n"
+    "  split o on hidden into tp\n"
+    "  replicate loss into tp\n"
+    "  split all on batch into dp\n"
+    "  assign all -> m[dp, tp]\n"
+    "}\n",
+    "plan pipe for gpt on h100_dgx(nodes = 1) {\n"
+    "  mesh m = devices[0..2] as [pp = 2]\n"
+    "  split all on batch into 4 as mb in time\n"
+    "  stage s0 = h[0..6], s1 = h[6..12]\n"
+    "  assign s0 -> m[0], s1 -> m[1]\n"
+    "  schedule {\n"
+    "    s0: f0 f1 .  b0 f2 b1 f3 b2 .  b3\n"
+    "    s1: .  f0 b0 f1 b1 f2 b2 f3 b3 .\n"
+    "  }\n"
+    "}\n",
+  };
+  for (size_t i = 0; i < sizeof design / sizeof design[0]; i++) expect_fmt(design[i], design[i]);
+  /* a statement that an optional word could continue ends with ';' when
+   * the next statement starts with that word */
+  expect_fmt("replicate x into n; as = 1", "replicate x into n;\nas = 1\n");
+  expect_fmt("split x on k into n;as.y = 1", "split x on k into n;\nas.y = 1\n");
+  expect_fmt("recompute x; full = 1; recompute y;selective(2)",
+             "recompute x;\nfull = 1\nrecompute y;\nselective(2)\n");
+  expect_fmt("replicate x into n as r\nas = 1", "replicate x into n as r\nas = 1\n");
+  expect_fmt("split x on k into n in time\nas = 1", "split x on k into n in time\nas = 1\n");
+  expect_fmt("recompute x full\nfull = 1", "recompute x full\nfull = 1\n");
+  expect_fmt("recompute x\nassign = 1", "recompute x\nassign = 1\n");
+}
+
+static void test_schedule_grids(void **state) {
+  (void)state;
+  expect_fmt("schedule{}", "schedule {}\n");
+  expect_fmt("schedule{s0:f0 b0}", "schedule {\n  s0: f0 b0\n}\n");
+  /* columns align: every cell is padded to the widest of its column, labels
+   * to the widest label; no trailing blanks */
+  expect_fmt("schedule {\n"
+             "s0: f0 f1 . b0 f2 b1 f3 b2 . b3\n"
+             "s1: . f0 b0 f1 b1 f2 b2 f3 b3 .\n"
+             "}\n",
+             "schedule {\n"
+             "  s0: f0 f1 .  b0 f2 b1 f3 b2 .  b3\n"
+             "  s1: .  f0 b0 f1 b1 f2 b2 f3 b3 .\n"
+             "}\n");
+  expect_fmt("schedule { 0: f0 f10 .\n 12: b3.1 . w0 r2 r3\n s: . }\n",
+             "schedule {\n"
+             "  0:  f0   f10 .\n"
+             "  12: b3.1 .   w0 r2 r3\n"
+             "  s:  .\n"
+             "}\n");
+  /* an empty row, and a row continued on the next line */
+  expect_fmt("schedule {\n  a:\n  long_label: f0\n    b0\n}\n",
+             "schedule {\n  a:\n  long_label: f0 b0\n}\n");
+  /* comments in a grid: own-line, trailing (aligned), inside a row */
+  expect_fmt("schedule { # grid\n"
+             "  # first row\n"
+             "  s0: f0 . b0 # a\n"
+             "  s1: . f0 b0 # bb\n"
+             "\n\n"
+             "  s2: f0 # inside\n"
+             "    b0\n"
+             "  # last\n"
+             "} # end\n",
+             "schedule {  # grid\n"
+             "  # first row\n"
+             "  s0: f0 .  b0  # a\n"
+             "  s1: .  f0 b0  # bb\n"
+             "\n"
+             "  # inside\n"
+             "  s2: f0 b0\n"
+             "  # last\n"
+             "}  # end\n");
+  expect_fmt("schedule {\n  # only a comment\n}\n", "schedule {\n  # only a comment\n}\n");
+  /* inside a plan, at the plan's indentation + 1 */
+  expect_fmt("plan p for m on c { schedule { s0: f0 b0 } }",
+             "plan p for m on c {\n  schedule {\n    s0: f0 b0\n  }\n}\n");
+  /* two grids align apart */
+  expect_fmt("schedule { a: f10 }\nschedule { a: f0 b0 }\n",
+             "schedule {\n  a: f10\n}\nschedule {\n  a: f0 b0\n}\n");
+}
+
 /* ---- comments ---------------------------------------------------------------------- */
 
 static void test_comments(void **state) {
@@ -233,6 +346,16 @@ static void test_roundtrip_awkward(void **state) {
     "x = 1 # a\n# b\n\n\n# c\ny = 2 # d\n  # e\n",
     "model m(\n  a = 1, # one\n  b = 2  # two\n) { # three\n} # four\n",
     "a = {\n  x = 1, # x\n  y = 2 # y\n} # z\n",
+    "plan p(a, # one\n b) for m # two\n on c { # three\n} # four\n",
+    "strategy s { # a\n  split x # b\n  on k into # c\n 2 as # d\n tp in # e\n time # f\n}\n",
+    "stage s0 = a, # x\n s1 = b # y\nassign a -> 0, # z\n b -> 1\n",
+    "mesh m = devices as [ # axes\n dp = 2, # dp\n tp = 2 # tp\n] # end\n",
+    "recompute { # set\n a, # a\n b.* # b\n } full # mode\n",
+    "schedule { s0: f0 } schedule { } schedule { # c\n }",
+    "schedule {\n# c0\ns0: # c1\n# c2\nf0 # c3\n# c4\n}\n",
+    "plan p for m on c {\n  if a { schedule { s0: f0 } } else { schedule { s1: b0 } }\n}\n",
+    "replicate x into n; as = 1; recompute y; full.a = 2\nrecompute z; selective(1)",
+    "let order = 1; let full = true; fn f(time) = time; order = full",
   };
   for (size_t i = 0; i < sizeof inputs / sizeof inputs[0]; i++)
     free(fmt_checked(inputs[i], strlen(inputs[i])));
@@ -295,7 +418,7 @@ static void test_samples(void **state) {
     count++;
   }
   closedir(d);
-  assert_true(count >= 4);
+  assert_true(count >= 5);
 }
 
 static void test_roundtrip_errors(void **state) {
@@ -323,6 +446,8 @@ int main(void) {
     cmocka_unit_test(test_literals),
     cmocka_unit_test(test_blocks),
     cmocka_unit_test(test_blank_lines),
+    cmocka_unit_test(test_plans),
+    cmocka_unit_test(test_schedule_grids),
     cmocka_unit_test(test_comments),
     cmocka_unit_test(test_roundtrip_awkward),
     cmocka_unit_test(test_samples),

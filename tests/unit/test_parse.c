@@ -1,6 +1,7 @@
 /* test_parse.c - the scanner and parser (grammar/lexer.l, grammar/parser.y)
  * and the tree helpers of interp/ast.c: literals, precedence, paths, every
- * statement, op patterns, positioned errors and hostile input. */
+ * statement, op patterns, plans (selectors, schedule grids, soft keywords),
+ * positioned errors and hostile input. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -379,7 +380,8 @@ static void test_syntax_errors(void **state) {
   expect_error("if a = b { }", 1, 6, "unexpected '='");
   expect_error("model m { 3 }", 1, 11, "unexpected number '3', expected a statement or '}'");
   expect_error("}", 1, 1, "unexpected '}', expected a statement");
-  expect_error("plan p { }", 1, 1, "unexpected 'plan'");
+  expect_error("plan p { }", 1, 8, "unexpected '{', expected 'for' or '('");
+  expect_error("let plan = 1", 1, 5, "unexpected 'plan'");
   expect_error("train sgd", 1, 7, "expected an optimizer call");
   expect_error("x = 1 $", 1, 7, "unexpected character '$'");
   expect_error("x = 1 & y", 1, 7, "unexpected character '&'");
@@ -637,7 +639,326 @@ static void test_ast_equal(void **state) {
   assert_false(ast_equal(parse(p, "x = 1000"), parse(p, "x = 1_000")));
   assert_int_equal(strcmp(ast_kind_names[E_INT], "E_INT"), 0);
   assert_int_equal(strcmp(ast_kind_names[S_LINK], "S_LINK"), 0);
+  assert_int_equal(strcmp(ast_kind_names[S_CALL], "S_CALL"), 0);
+  assert_int_equal(strcmp(ast_kind_names[N_CELL], "N_CELL"), 0);
+  /* grid cells compare as written */
+  assert_false(ast_equal(parse(p, "schedule { s0: f03 }"), parse(p, "schedule { s0: f3 }")));
+  assert_true(ast_equal(parse(p, "schedule { s0: f3 }"), parse(p, "schedule {\n s0 :\n f3 }")));
+  assert_false(ast_equal(parse(p, "assign a -> m[0, 1]"), parse(p, "assign a -> m[0][1]")));
   pt_free(p);
+}
+
+/* ---- plans ------------------------------------------------------------------------ */
+
+static void test_plan_statements(void **state) {
+  (void)state;
+  expect_file("plan p for m on c {}", "(file (plan p (for m) (on c)))");
+  expect_file("plan tp2(dp = 2, tp) for mlp(4) on cpus(4) { }",
+              "(file (plan tp2 ((= dp 2) tp) (for (call mlp 4)) (on (call cpus 4))))");
+  expect_file("plan p() for m on c {}", "(file (plan p () (for m) (on c)))");
+  expect_file("strategy s { }", "(file (strategy s))");
+  expect_file("strategy dp(n, axis = \"dp\") { split all on batch into n }",
+              "(file (strategy dp (n (= axis (str \"dp\"))) (split (sel all) batch n)))");
+  expect_file("mesh m = devices as [dp = 2, tp = 2]", "(file (mesh m devices (= dp 2) (= tp 2)))");
+  expect_file("mesh m = devices[0..8] as [pp = 2, dp = 4,]",
+              "(file (mesh m (index devices (.. 0 8)) (= pp 2) (= dp 4)))");
+  expect_file("mesh m = devices as []", "(file (mesh m devices))");
+  expect_file("split {h, a} on hidden into tp", "(file (split (sel h a) hidden tp))");
+  expect_file("split all on batch into 4 as mb in time",
+              "(file (split (sel all) batch 4 (as mb) (in time)))");
+  expect_file("split x on k into 2 * n in time", "(file (split (sel x) k (* 2 n) (in time)))");
+  expect_file("split x on k into n as tp", "(file (split (sel x) k n (as tp)))");
+  expect_file("replicate loss into tp", "(file (replicate (sel loss) tp))");
+  expect_file("replicate {loss, o} into 2 as r", "(file (replicate (sel loss o) 2 (as r)))");
+  expect_file("assign all -> m[dp, tp]", "(file (assign (-> (sel all) (index m dp tp))))");
+  expect_file("assign s0 -> m[0], s1 -> m[1], {a, b} -> 3",
+              "(file (assign (-> (sel s0) (index m 0)) (-> (sel s1) (index m 1)) (-> (sel a b) 3)))");
+  expect_file("stage s0 = h[0..6], s1 = h[6..12]",
+              "(file (stage (= s0 (sel (index h (.. 0 6)))) (= s1 (sel (index h (.. 6 12))))))");
+  expect_file("stage s = {emb, h[0..2]}", "(file (stage (= s (sel emb (index h (.. 0 2))))))");
+  expect_file("order a before {b, c}", "(file (order (sel a) (sel b c)))");
+  expect_file("recompute h.* selective", "(file (recompute (sel (. h *)) selective))");
+  expect_file("recompute all full", "(file (recompute (sel all) full))");
+  expect_file("recompute h", "(file (recompute (sel h)))");
+  expect_file("data_parallel(dp)", "(file (do (call data_parallel dp)))");
+  expect_file("megatron(tp = 2, pp = 2,)", "(file (do (call megatron (= tp 2) (= pp 2))))");
+  expect_file("zero()", "(file (do (call zero)))");
+  /* the statement keywords are callees too; assert, train and output keep
+   * their statements */
+  expect_file("split(1) stage(2) full(3)",
+              "(file (do (call split 1)) (do (call stage 2)) (do (call full 3)))");
+  expect_file("assert (x)", "(file (assert (paren x)))");
+  expect_file("output (x)", "(file (output (paren x)))");
+  /* several indices are an E_INDEX with a list; one keeps b */
+  expect_expr("m[dp, tp]", "(index m dp tp)");
+  expect_expr("m[0, 1, 2,]", "(index m 0 1 2)");
+  expect_expr("m[0,]", "(index m 0)");
+  /* the plan statements stand in any body: the evaluator checks where */
+  expect_file("model m { split x on k into 2 }", "(file (model m (split (sel x) k 2)))");
+  expect_file("plan p for m on c {\n  for i in 0..2 {\n    assign h.{i} -> i\n  }\n  if a { s(1) }\n}",
+              "(file (plan p (for m) (on c) (for i (.. 0 2) (assign (-> (sel (.{} h i)) i))) "
+              "(if a (then (do (call s 1))))))");
+
+  /* the design examples */
+  expect_file("plan tp2_dp2 for mlp on cpus(4) {\n"
+              "  mesh m = devices as [dp = 2, tp = 2]\n"
+              "  split {h, a} on hidden into tp\n"
+              "  split o on hidden into tp\n"
+              "  replicate loss into tp\n"
+              "  split all on batch into dp\n"
+              "  assign all -> m[dp, tp]\n"
+              "}\n",
+              "(file (plan tp2_dp2 (for mlp) (on (call cpus 4)) (mesh m devices (= dp 2) (= tp 2)) "
+              "(split (sel h a) hidden tp) (split (sel o) hidden tp) (replicate (sel loss) tp) "
+              "(split (sel all) batch dp) (assign (-> (sel all) (index m dp tp)))))");
+  expect_file("plan pipe for gpt on h100_dgx(nodes = 1) {\n"
+              "  mesh m = devices[0..2] as [pp = 2]\n"
+              "  split all on batch into 4 as mb in time\n"
+              "  stage s0 = h[0..6], s1 = h[6..12]\n"
+              "  assign s0 -> m[0], s1 -> m[1]\n"
+              "  schedule {\n"
+              "    s0: f0 f1 .  b0 f2 b1 f3 b2 .  b3\n"
+              "    s1: .  f0 b0 f1 b1 f2 b2 f3 b3 .\n"
+              "  }\n"
+              "}\n",
+              "(file (plan pipe (for gpt) (on (call h100_dgx (= nodes 1))) "
+              "(mesh m (index devices (.. 0 2)) (= pp 2)) (split (sel all) batch 4 (as mb) (in time)) "
+              "(stage (= s0 (sel (index h (.. 0 6)))) (= s1 (sel (index h (.. 6 12))))) "
+              "(assign (-> (sel s0) (index m 0)) (-> (sel s1) (index m 1))) "
+              "(schedule (row s0 f0 f1 . b0 f2 b1 f3 b2 . b3) (row s1 . f0 b0 f1 b1 f2 b2 f3 b3 .))))");
+
+  /* fields: names, ival, body spans */
+  pt *p = pt_new();
+  ast *f = parse(p, "plan p(a) for m on c {\n  split x on k into 2 as tp in time\n}\n"
+                    "strategy s {\n}\nreplicate y into 3\nrecompute z selective\n");
+  assert_non_null(f);
+  ast *pl = f->list.items[0];
+  assert_int_equal(pl->kind, S_PLAN);
+  assert_string_equal(pl->name, "p");
+  assert_int_equal(pl->ival, 1);
+  assert_int_equal(pl->list.n, 1);
+  assert_int_equal(pl->list.items[0]->kind, N_PARAM);
+  assert_int_equal(pl->a->kind, E_NAME);
+  assert_int_equal(pl->b->kind, E_NAME);
+  assert_int_equal(pl->list2.n, 1);
+  assert_int_equal(pl->body.line, 1);
+  assert_int_equal(pl->body.col, 22);
+  assert_int_equal(pl->body.end_line, 3);
+  assert_int_equal(pl->loc.end_line, 3);
+  ast *sp = pl->list2.items[0];
+  assert_int_equal(sp->kind, S_SPLIT);
+  assert_string_equal(sp->name, "k");
+  assert_string_equal(sp->text, "tp");
+  assert_int_equal(sp->ival, 1);
+  assert_int_equal(sp->a->kind, N_SEL);
+  assert_int_equal(sp->b->kind, E_INT);
+  assert_int_equal(sp->loc.line, 2);
+  assert_int_equal(sp->loc.col, 3);
+  assert_int_equal(sp->loc.end_col, 35);
+  ast *st = f->list.items[1];
+  assert_int_equal(st->kind, S_STRATEGY);
+  assert_int_equal(st->ival, 0);
+  assert_int_equal(st->body.line, 4);
+  assert_int_equal(st->body.end_line, 5);
+  ast *rp = f->list.items[2];
+  assert_int_equal(rp->kind, S_REPLICATE);
+  assert_null(rp->text);
+  assert_null(rp->name);
+  assert_int_equal(rp->loc.end_col, 18);
+  ast *rc = f->list.items[3];
+  assert_int_equal(rc->kind, S_RECOMPUTE);
+  assert_string_equal(rc->name, "selective");
+  pt_free(p);
+
+  expect_error("plan p for m { }", 1, 14, "unexpected '{', expected an operator or 'on'");
+  expect_error("plan p for m on c", 1, 18, "unexpected end of file");
+  expect_error("mesh m = devices [dp = 2]", 1, 22, "unexpected '='");
+  expect_error("mesh m = devices", 1, 17, "expected an operator or 'as'");
+  expect_error("split x into 2", 1, 9, "unexpected 'into', expected 'on', '[' or '.'");
+  expect_error("split x on k 2", 1, 14, "expected 'into'");
+  expect_error("split x on k into 2 in 3", 1, 24, "expected 'time'");
+  expect_error("order a b", 1, 9, "expected 'before', '[' or '.'");
+  expect_error("assign a m", 1, 10, "expected '->', '[' or '.'");
+  expect_error("stage s0 h", 1, 10, "expected '='");
+  expect_error("strategy s for m on c {}", 1, 12, "unexpected 'for', expected '{' or '('");
+  expect_error("split {} on k into 2", 1, 8, "unexpected '}', expected identifier, '**' or '*'");
+  expect_error("split h.*x on k into 2", 1, 10, "unexpected identifier 'x', expected 'on', '[' or '.'");
+}
+
+static void test_selectors(void **state) {
+  (void)state;
+  expect_file("recompute h.*.mlp.c_fc", "(file (recompute (sel (. (. (. h *) mlp) c_fc))))");
+  expect_file("recompute h.**", "(file (recompute (sel (. h **))))");
+  expect_file("recompute **.c_fc", "(file (recompute (sel (. ** c_fc))))");
+  expect_file("recompute *", "(file (recompute (sel *)))");
+  expect_file("recompute *.attn.*", "(file (recompute (sel (. (. * attn) *))))");
+  expect_file("recompute h.{i}.attn", "(file (recompute (sel (. (.{} h i) attn))))");
+  expect_file("recompute h.3.mlp", "(file (recompute (sel (. (. h 3) mlp))))");
+  expect_file("recompute h[0..6]", "(file (recompute (sel (index h (.. 0 6)))))");
+  expect_file("recompute h.*[a..b + 1]", "(file (recompute (sel (index (. h *) (.. a (+ b 1))))))");
+  expect_file("recompute {h.*.attn, emb, s0,}", "(file (recompute (sel (. (. h *) attn) emb s0)))");
+  expect_file("recompute {h}", "(file (recompute (sel h)))");
+  /* path segments may be soft keywords */
+  expect_file("recompute model.order.full full", "(file (recompute (sel (. (. model order) full)) full))");
+
+  pt *p = pt_new();
+  ast *f = parse(p, "order *.x before h.**");
+  ast *a = f->list.items[0]->a->list.items[0];
+  assert_int_equal(a->kind, E_MEMBER);
+  assert_string_equal(a->name, "x");
+  assert_int_equal(a->a->kind, E_NAME);
+  assert_string_equal(a->a->name, "*");
+  ast *b = f->list.items[0]->b->list.items[0];
+  assert_int_equal(b->kind, E_MEMBER);
+  assert_string_equal(b->name, "**");
+  assert_null(b->b);
+  assert_int_equal(b->loc.col, 18);
+  assert_int_equal(b->loc.end_col, 21);
+  /* "h" and "{h}" give the same tree */
+  assert_true(ast_equal(parse(p, "recompute h"), parse(p, "recompute {h}")));
+  assert_false(ast_equal(parse(p, "recompute h"), parse(p, "recompute {h, h}")));
+  pt_free(p);
+  /* "**" is one token: outside a selector it is an error */
+  expect_error("x = 2 ** 3", 1, 7, "unexpected '**'");
+}
+
+static void test_schedule_grid(void **state) {
+  (void)state;
+  expect_file("schedule {}", "(file (schedule))");
+  expect_file("schedule { s0: f0 b0 }", "(file (schedule (row s0 f0 b0)))");
+  expect_file("schedule{s0:f0 . b0}x = 1", "(file (schedule (row s0 f0 . b0)) (= x 1))");
+  expect_file("schedule {\n  s0: f0 f1 .\n  1 : r0 w2 b12 f3.1\n  s2:\n}\n",
+              "(file (schedule (row s0 f0 f1 .) (row 1 r0 w2 b12 f3.1) (row s2)))");
+  /* line breaks do not end a row; '..' is two idle cells */
+  expect_file("schedule { s0: f0\n  f1 .. # note\n b0 }", "(file (schedule (row s0 f0 f1 . . b0)))");
+  /* "f0." is a cell then an idle cell; "f0:" a label */
+  expect_file("schedule { f0: f0. b1 }", "(file (schedule (row f0 f0 . b1)))");
+  /* outside the statement, schedule is a name */
+  expect_file("let schedule = { a = 1 }\nif schedule { x = schedule.a }\nschedule = 2",
+              "(file (let schedule (record (= a 1))) (if schedule (then (= x (. schedule a)))) "
+              "(= schedule 2))");
+
+  pt *p = pt_new();
+  ast *f = parse(p, "schedule { # c1\n  s0: f3 b12 . # c2\n  7: f3.14 w0\n}\n");
+  assert_non_null(f);
+  assert_int_equal(f->list2.n, 2);
+  assert_string_equal(f->list2.items[0]->text, " c1");
+  assert_string_equal(f->list2.items[1]->text, " c2");
+  ast *s = f->list.items[0];
+  assert_int_equal(s->kind, S_SCHEDULE);
+  assert_int_equal(s->body.line, 1);
+  assert_int_equal(s->body.col, 10);
+  assert_int_equal(s->body.end_line, 4);
+  assert_int_equal(s->body.end_col, 1);
+  ast *r0 = s->list.items[0];
+  assert_int_equal(r0->kind, N_ROW);
+  assert_string_equal(r0->name, "s0");
+  assert_int_equal(r0->loc.line, 2);
+  assert_int_equal(r0->loc.col, 3);
+  assert_int_equal(r0->loc.end_col, 14);
+  assert_int_equal(r0->list.n, 3);
+  ast *c = r0->list.items[0];
+  assert_int_equal(c->kind, N_CELL);
+  assert_int_equal(c->op, 'f');
+  assert_int_equal(c->ival, 3);
+  assert_null(c->a);
+  assert_string_equal(c->text, "f3");
+  assert_int_equal(c->loc.col, 7);
+  assert_int_equal(c->loc.end_col, 8);
+  c = r0->list.items[1];
+  assert_int_equal(c->op, 'b');
+  assert_int_equal(c->ival, 12);
+  c = r0->list.items[2];
+  assert_int_equal(c->op, '.');
+  assert_int_equal(c->ival, 0);
+  assert_string_equal(c->text, ".");
+  ast *r1 = s->list.items[1];
+  assert_string_equal(r1->name, "7");
+  c = r1->list.items[0];
+  assert_int_equal(c->op, 'f');
+  assert_int_equal(c->ival, 3);
+  assert_non_null(c->a);
+  assert_int_equal(c->a->kind, E_INT);
+  assert_int_equal(c->a->ival, 14);
+  assert_string_equal(c->a->text, "14");
+  assert_int_equal(r1->list.items[1]->op, 'w');
+  pt_free(p);
+
+  /* positioned errors in the grid */
+  expect_error("schedule {\n  s0: f0 x b1\n}", 2, 10, "unexpected 'x' in a schedule grid; cells are f0, b0, r0, w0 or '.'");
+  expect_error("schedule {\n  s0: f0 g1\n}", 2, 10, "unexpected 'g1' in a schedule grid");
+  expect_error("schedule {\n  s0 f0\n}", 2, 3, "unexpected 's0' in a schedule grid");
+  expect_error("schedule { s0: f0 { }", 1, 19, "unexpected '{' in a schedule grid");
+  expect_error("schedule { s0: f0, b0 }", 1, 18, "unexpected ',' in a schedule grid");
+  expect_error("schedule { s0: \x01 }", 1, 16, "unexpected '\\x01' in a schedule grid");
+  expect_error("schedule { s0: \xc3\xa9 }", 1, 16, "unexpected '\xc3\xa9' in a schedule grid");
+  expect_error("schedule { s0: \xff }", 1, 16, "invalid UTF-8");
+  expect_error("schedule { s0: b99999999999999999999 }", 1, 16, "number too large in a schedule cell");
+  expect_error("schedule { f0 }", 1, 12, "unexpected schedule cell 'f0', expected row label or '}'");
+  expect_error("schedule { s0: f0\n", 2, 1, "unexpected end of file, expected schedule cell, row label or '}'");
+  expect_error("schedule x", 1, 10, "unexpected identifier 'x'");
+  /* the hint for a word */
+  p = pt_new();
+  assert_null(parse(p, "schedule { s0 }"));
+  assert_non_null(p->diags.items[0].hint);
+  assert_non_null(strstr(p->diags.items[0].hint, "a row starts with its label and ':'"));
+  pt_free(p);
+  /* after a grid error the parse goes on: errors after the grid are reported */
+  p = pt_new();
+  assert_null(parse(p, "plan p for m on c {\n  schedule { f0 s0: f1 }\n  x = = 1\n}\ny = )\n"));
+  assert_int_equal(p->diags.errors, 3);
+  assert_int_equal(p->diags.items[0].loc.line, 2);
+  assert_int_equal(p->diags.items[0].loc.col, 14);
+  assert_int_equal(p->diags.items[1].loc.line, 3);
+  assert_int_equal(p->diags.items[1].loc.col, 7);
+  assert_int_equal(p->diags.items[2].loc.line, 5);
+  pt_free(p);
+}
+
+/* The new keywords stay names outside the statements they start. */
+static void test_soft_keywords(void **state) {
+  (void)state;
+  expect_file("let order = 1", "(file (let order 1))");
+  expect_file("let full = true", "(file (let full true))");
+  expect_file("fn f(time) = time", "(file (fn f (time) time))");
+  expect_file("let x = { on = 1, into = 2, as = 3, before = 4, selective = 5 }",
+              "(file (let x (record (= on 1) (= into 2) (= as 3) (= before 4) (= selective 5))))");
+  expect_file("param strategy = 2\nparam mesh = 3\nlet split = mesh + strategy",
+              "(file (param strategy 2) (param mesh 3) (let split (+ mesh strategy)))");
+  expect_file("fn f(replicate, assign, stage, schedule, recompute) = replicate",
+              "(file (fn f (replicate assign stage schedule recompute) replicate))");
+  expect_file("order = 1\nfull.x = 2\ntime = 3\nstage = 4\nsplit.y = 5",
+              "(file (= order 1) (= (. full x) 2) (= time 3) (= stage 4) (= (. split y) 5))");
+  expect_file("model time(order = 1) { input full : [order] }",
+              "(file (model time ((= order 1)) (input full (type _ order))))");
+  expect_file("let y = x.on.into.as.time", "(file (let y (. (. (. (. x on) into) as) time)))");
+  expect_file("for time in 0..order { }", "(file (for time (.. 0 order)))");
+  /* names of plan parts */
+  expect_file("plan order for full on time { stage before = after }",
+              "(file (plan order (for full) (on time) (stage (= before (sel after)))))");
+  expect_file("mesh as = on as [into = 2]", "(file (mesh as on (= into 2)))");
+  expect_file("split on on on into into as as in time",
+              "(file (split (sel on) on into (as as) (in time)))");
+  /* a statement that ends where an optional word may follow takes the word:
+   * ';' ends it first */
+  expect_file("replicate x into n; as = 1", "(file (replicate (sel x) n) (= as 1))");
+  expect_file("recompute x; full = 1", "(file (recompute (sel x)) (= full 1))");
+  expect_error("recompute x\nfull = 1", 2, 6, "unexpected '='");
+  /* and "," continues assign and stage lists */
+  expect_error("assign a -> 0, assign b -> 1", 1, 23, "unexpected identifier 'b'");
+  /* error recovery restarts at the new statement keywords (a name would
+   * not end the recovery) */
+  pt *p = pt_new();
+  assert_null(parse(p, "x = = 1 split 3"));
+  assert_int_equal(p->diags.errors, 2);
+  assert_int_equal(p->diags.items[1].loc.col, 15);
+  pt_free(p);
+  p = pt_new();
+  assert_null(parse(p, "x = = 1 foo 3"));
+  assert_int_equal(p->diags.errors, 1);
+  pt_free(p);
+  /* 'plan' is not a name */
+  expect_error("fn f(plan) = 1", 1, 6, "unexpected 'plan'");
 }
 
 int main(void) {
@@ -658,6 +979,10 @@ int main(void) {
     cmocka_unit_test(test_locations),
     cmocka_unit_test(test_parse_expr),
     cmocka_unit_test(test_ast_equal),
+    cmocka_unit_test(test_plan_statements),
+    cmocka_unit_test(test_selectors),
+    cmocka_unit_test(test_schedule_grid),
+    cmocka_unit_test(test_soft_keywords),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -22,14 +22,14 @@ syn keyword weftKeyword param let device input output train assert
 syn keyword weftKeyword block link nextgroup=weftSectionName skipwhite
 " Statements of plans.
 syn keyword weftKeyword mesh split replicate assign stage order schedule
-syn keyword weftKeyword recompute into on as time before
+syn keyword weftKeyword recompute into on as time before selective full
 syn keyword weftOperatorWord and or not
 syn keyword weftBoolean true false
 syn keyword weftType f32 bf16 f16 i32
 
 " Definitions: the name after the keyword.
 syn keyword weftDefine fn op nextgroup=weftFunctionName skipwhite
-syn keyword weftDefine model cluster plan nextgroup=weftTypeName skipwhite
+syn keyword weftDefine model cluster plan strategy nextgroup=weftTypeName skipwhite
 syn match weftFunctionName "\h\w*" contained
 syn match weftTypeName "\h\w*" contained
 syn match weftSectionName "\h\w*" contained

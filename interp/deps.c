@@ -1,0 +1,320 @@
+/* deps.c - data-dependency preservation: from what producers hold and what
+ * consumers need, the communication of a plan (forward activations and the
+ * reduction of parameter gradients). */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "deps.h"
+#include "weft.h"
+
+/* A piece of a tensor on a device: a region, and for partial sums the
+ * coordinates that tell one partial from another (-1: complete values). */
+typedef struct piece {
+  tregion region;
+  int device;
+  int64_t partial;       /* -1 for complete values, else a key of the V coordinates */
+  int sub;               /* the sub-operator that holds it */
+} piece;
+
+typedef struct pieces {
+  piece *items;
+  int n, cap;
+} pieces;
+
+static void pieces_add(arena *a, pieces *ps, piece p) {
+  arena_grow(a, (void **)&ps->items, &ps->cap, ps->n + 1, sizeof(piece));
+  ps->items[ps->n++] = p;
+}
+
+static int node_of(const weft_plan *p, int dev) { return p->devices_per_node ? dev / p->devices_per_node : 0; }
+
+static int group_level(const weft_plan *p, const int *devs, int n) {
+  for (int i = 1; i < n; i++)
+    if (node_of(p, devs[i]) != node_of(p, devs[0])) return 1;
+  return 0;
+}
+
+static int64_t region_bytes(const weft_plan *p, int tensor, const tregion *r) {
+  return tregion_numel(r) * dtype_bytes[p->g->tensors[tensor].dtype];
+}
+
+static pcomm *comm_add(arena *a, weft_plan *p, comm_kind kind, int tensor, bool grad, const int *devs, int n,
+                       const tregion *r) {
+  arena_grow(a, (void **)&p->comms, &p->ccap, p->ncomms + 1, sizeof(pcomm));
+  pcomm *cm = &p->comms[p->ncomms++];
+  memset(cm, 0, sizeof *cm);
+  cm->kind = kind;
+  cm->tensor = tensor;
+  cm->grad = grad;
+  cm->ngroup = n;
+  cm->group = arena_alloc(a, sizeof(int) * (size_t)(n ? n : 1));
+  memcpy(cm->group, devs, sizeof(int) * (size_t)n);
+  cm->src = cm->dst = -1;
+  cm->producer_sub = cm->consumer_sub = -1;
+  cm->consumer_op = -1;
+  cm->input = -1;
+  cm->region = *r;
+  int64_t b = region_bytes(p, tensor, r);
+  cm->size = b;
+  switch (kind) {
+  case COMM_ALL_REDUCE: cm->bytes = n > 1 ? 2 * b * (n - 1) / n : 0; break;
+  case COMM_REDUCE_SCATTER: case COMM_ALL_GATHER: cm->bytes = n > 1 ? b * (n - 1) / n : 0; break;
+  case COMM_ALL_TO_ALL: cm->bytes = n > 1 ? b * (n - 1) / ((int64_t)n * n) : 0; break;
+  default: cm->bytes = b;
+  }
+  cm->level = group_level(p, devs, n);
+  return cm;
+}
+
+/* The key of a sub-operator's coordinates on its value (V) levels. */
+static int64_t partial_key(const popplan *pp, const psub *s) {
+  int64_t key = 0;
+  bool any = false;
+  for (int i = 0; i < pp->nsplits; i++)
+    if (pp->splits[i].kind == SPLIT_VALUE) { key = key * pp->splits[i].parts + s->coord[i]; any = true; }
+  return any ? key : -1;
+}
+
+static int int_cmp(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
+
+/* Sorted distinct devices; returns the count. */
+static int distinct(int *devs, int n) {
+  qsort(devs, (size_t)n, sizeof(int), int_cmp);
+  int m = 0;
+  for (int i = 0; i < n; i++)
+    if (m == 0 || devs[m - 1] != devs[i]) devs[m++] = devs[i];
+  return m;
+}
+
+/* ---- forward edges ---------------------------------------------------------------- */
+
+/* What consumer sub-operator t needs of input k, on its device. */
+static void need_of(arena *a, const weft_plan *p, const psub *t, int k, tregion *out) {
+  tregion_of(a, p, t, &p->ops[t->op].space->inputs[k], out);
+}
+
+/* Feeds input k of operator op from the producer's pieces. */
+static void feed_edge(arena *a, weft_plan *p, int op, int k, const pieces *have) {
+  int first_comm = p->ncomms;
+  const popplan *cp = &p->ops[op];
+  int tensor = cp->space->inputs[k].tensor;
+  bool *done = arena_alloc(a, sizeof(bool) * (size_t)(cp->count ? cp->count : 1));
+  for (int i = 0; i < cp->count; i++) {
+    if (done[i]) continue;
+    const psub *t = &p->subs[cp->first + i];
+    tregion need;
+    need_of(a, p, t, k, &need);
+    /* complete values already on the device */
+    bool local = false;
+    for (int h = 0; h < have->n && !local; h++)
+      local = have->items[h].partial < 0 && have->items[h].device == t->device &&
+              tregion_contains(&have->items[h].region, &need);
+    if (local) { done[i] = true; continue; }
+    /* the consumers that need the same region, and the pieces inside it */
+    int *cdevs = arena_alloc(a, sizeof(int) * (size_t)cp->count);
+    int nc = 0;
+    for (int j = i; j < cp->count; j++) {
+      const psub *u = &p->subs[cp->first + j];
+      if (done[j]) continue;
+      tregion nu;
+      need_of(a, p, u, k, &nu);
+      if (tregion_equal(&nu, &need)) { cdevs[nc++] = u->device; done[j] = true; }
+    }
+    nc = distinct(cdevs, nc);
+    int *hdevs = arena_alloc(a, sizeof(int) * (size_t)(have->n ? have->n : 1));
+    int nh = 0, npartial = 0, ncomplete = 0;
+    for (int h = 0; h < have->n; h++) {
+      tregion x;
+      if (!tregion_intersect(a, &have->items[h].region, &need, &x)) continue;
+      hdevs[nh++] = have->items[h].device;
+      if (have->items[h].partial >= 0) npartial++;
+      else ncomplete++;
+    }
+    nh = distinct(hdevs, nh);
+    bool same = nh == nc && memcmp(hdevs, cdevs, sizeof(int) * (size_t)nc) == 0;
+    if (npartial > 0) {
+      /* partial sums of the region: reduce them where they are needed */
+      int *g = arena_alloc(a, sizeof(int) * (size_t)(nh + nc));
+      memcpy(g, hdevs, sizeof(int) * (size_t)nh);
+      memcpy(g + nh, cdevs, sizeof(int) * (size_t)nc);
+      int ng = distinct(g, nh + nc);
+      pcomm *cm = comm_add(a, p, COMM_ALL_REDUCE, tensor, false, g, ng, &need);
+      cm->why = same ? "the producers hold partial sums; every consumer needs the sum"
+                     : "the producers hold partial sums; the group reduces them for consumers elsewhere";
+      continue;
+    }
+    if (same && nh > 1) {
+      pcomm *cm = comm_add(a, p, COMM_ALL_GATHER, tensor, false, hdevs, nh, &need);
+      cm->why = "each device holds a part; every consumer needs the whole";
+      continue;
+    }
+    /* from the nearest holder of each part to each consumer */
+    for (int cdi = 0; cdi < nc; cdi++) {
+      int dst = cdevs[cdi];
+      for (int h = 0; h < have->n; h++) {
+        const piece *pc = &have->items[h];
+        tregion x;
+        if (pc->device == dst || !tregion_intersect(a, &pc->region, &need, &x)) continue;
+        /* one holder per part: skip this piece if an earlier one holds the same part */
+        bool dup = false;
+        for (int h2 = 0; h2 < h && !dup; h2++) {
+          tregion y;
+          dup = tregion_intersect(a, &have->items[h2].region, &x, &y) && tregion_equal(&y, &x) &&
+                (have->items[h2].device == dst || node_of(p, have->items[h2].device) == node_of(p, dst) ||
+                 node_of(p, pc->device) != node_of(p, dst));
+        }
+        bool local_part = false;
+        for (int h2 = 0; h2 < have->n && !local_part; h2++)
+          local_part = have->items[h2].device == dst && tregion_contains(&have->items[h2].region, &x);
+        if (dup || local_part) continue;
+        int pair[2] = {pc->device, dst};
+        pcomm *cm = comm_add(a, p, COMM_SEND, tensor, false, pair, 2, &x);
+        cm->src = pc->device;
+        cm->dst = dst;
+        cm->producer_sub = pc->sub;
+        cm->why = "the consumer runs on another device than the producer";
+      }
+    }
+  }
+  for (int i = first_comm; i < p->ncomms; i++) {
+    p->comms[i].consumer_op = op;
+    p->comms[i].input = k;
+  }
+}
+
+/* ---- parameter gradients ------------------------------------------------------------ */
+
+static bool tensor_has_idim(const tmap *m, int idim) {
+  for (int d = 0; d < m->ndims; d++)
+    for (int f = 0; f < m->nfactors[d]; f++)
+      if (m->factors[d][f] == idim) return true;
+  return false;
+}
+
+/* Whether sub-operator s contributes to the gradient of tensor m. Under a
+ * value split (k+), an argument without k (a bias) is applied once, by the
+ * first part, so only that part contributes. */
+static bool contributes(const popplan *pp, const psub *s, const tmap *m) {
+  for (int i = 0; i < pp->nsplits; i++)
+    if (pp->splits[i].kind == SPLIT_VALUE && s->coord[i] != 0 && !tensor_has_idim(m, pp->splits[i].idim))
+      return false;
+  return true;
+}
+
+/* Which part of a sum a sub-operator's gradient of tensor m is: its
+ * coordinates on levels along idims that m does not contain (the same key:
+ * copies made by replicas; time levels accumulate in place). -1: not a part. */
+static int64_t grad_key(const popplan *pp, const psub *s, const tmap *m) {
+  int64_t key = 0;
+  bool any = false;
+  for (int i = 0; i < pp->nsplits; i++) {
+    const psplit *sp = &pp->splits[i];
+    if (sp->kind == SPLIT_REPLICA || sp->kind == SPLIT_TIME) continue;
+    if (sp->kind == SPLIT_VALUE && !tensor_has_idim(m, sp->idim)) continue;  /* applied once */
+    if (!tensor_has_idim(m, sp->idim)) { key = key * sp->parts + s->coord[i]; any = true; }
+  }
+  return any ? key : -1;
+}
+
+static void reduce_param_grads(arena *a, weft_plan *p) {
+  const weft_graph *g = p->g;
+  for (int t = 0; t < g->ntensors; t++) {
+    if (g->tensors[t].role != TENSOR_PARAM) continue;
+    /* every (region, device) that reads the parameter holds a contribution */
+    pieces contrib = {0};
+    for (int op = 0; op < g->nops; op++) {
+      const popplan *pp = &p->ops[op];
+      for (int k = 0; k < pp->space->ninputs; k++) {
+        const tmap *m = &pp->space->inputs[k];
+        if (m->tensor != t) continue;
+        for (int i = 0; i < pp->count; i++) {
+          const psub *s = &p->subs[pp->first + i];
+          if (!contributes(pp, s, m)) continue;
+          piece pc = {.device = s->device, .partial = grad_key(pp, s, m), .sub = pp->first + i};
+          tregion_of(a, p, s, m, &pc.region);
+          pieces_add(a, &contrib, pc);
+        }
+      }
+    }
+    /* group the contributions by region; inside a region, contributions with
+     * the same key are copies (replicas compute the same gradient) and those
+     * with different keys are parts of a sum: each set of copies takes part
+     * in its own reduction, one device per key */
+    bool *done = arena_alloc(a, sizeof(bool) * (size_t)(contrib.n ? contrib.n : 1));
+    for (int i = 0; i < contrib.n; i++) {
+      if (done[i]) continue;
+      int *idx = arena_alloc(a, sizeof(int) * (size_t)contrib.n);
+      int ni = 0;
+      for (int j = i; j < contrib.n; j++)
+        if (!done[j] && tregion_equal(&contrib.items[j].region, &contrib.items[i].region)) {
+          idx[ni++] = j;
+          done[j] = true;
+        }
+      /* distinct keys, and per key its distinct devices */
+      int64_t *keys = arena_alloc(a, sizeof(int64_t) * (size_t)ni);
+      int nk = 0;
+      for (int q = 0; q < ni; q++) {
+        int64_t k = contrib.items[idx[q]].partial;
+        bool seen = false;
+        for (int r = 0; r < nk && !seen; r++) seen = keys[r] == k;
+        if (!seen) keys[nk++] = k;
+      }
+      if (nk < 2) continue;  /* copies only: every device computed the whole gradient */
+      int **devs = arena_alloc(a, sizeof(int *) * (size_t)nk);
+      int *nd = arena_alloc(a, sizeof(int) * (size_t)nk);
+      int copies = -1;
+      for (int r = 0; r < nk; r++) {
+        devs[r] = arena_alloc(a, sizeof(int) * (size_t)ni);
+        for (int q = 0; q < ni; q++)
+          if (contrib.items[idx[q]].partial == keys[r]) devs[r][nd[r]++] = contrib.items[idx[q]].device;
+        nd[r] = distinct(devs[r], nd[r]);
+        if (copies < 0 || nd[r] < copies) copies = nd[r];
+      }
+      for (int j = 0; j < copies; j++) {
+        int *g = arena_alloc(a, sizeof(int) * (size_t)nk);
+        for (int r = 0; r < nk; r++) g[r] = devs[r][j];
+        int ng = distinct(g, nk);
+        if (ng < 2) continue;  /* all parts on one device: summed in place */
+        pcomm *cm = comm_add(a, p, COMM_ALL_REDUCE, t, true, g, ng, &contrib.items[i].region);
+        cm->why = "parts of the gradient are computed on several devices: they are summed";
+      }
+    }
+  }
+}
+
+/* ---- the whole plan ---------------------------------------------------------------- */
+
+void deps_derive(arena *a, weft_plan *p) {
+  const weft_graph *g = p->g;
+  /* what each tensor's producer holds */
+  pieces *held = arena_alloc(a, sizeof(pieces) * (size_t)(g->ntensors ? g->ntensors : 1));
+  for (int op = 0; op < g->nops; op++) {
+    const popplan *pp = &p->ops[op];
+    for (int i = 0; i < pp->count; i++) {
+      const psub *s = &p->subs[pp->first + i];
+      piece pc = {.device = s->device, .partial = partial_key(pp, s), .sub = pp->first + i};
+      tregion_of(a, p, s, &pp->space->output, &pc.region);
+      pieces_add(a, &held[pp->space->output.tensor], pc);
+    }
+  }
+  for (int op = 0; op < g->nops; op++) {
+    const popplan *pp = &p->ops[op];
+    for (int k = 0; k < pp->space->ninputs; k++) {
+      int t = pp->space->inputs[k].tensor;
+      if (g->tensors[t].producer < 0) continue;  /* inputs and parameters live where they are read */
+      feed_edge(a, p, op, k, &held[t]);
+    }
+  }
+  reduce_param_grads(a, p);
+}
+
+void deps_totals(const weft_plan *p, int64_t bytes[COMM_KIND_COUNT], int counts[COMM_KIND_COUNT], bool grad) {
+  for (int k = 0; k < COMM_KIND_COUNT; k++) { bytes[k] = 0; counts[k] = 0; }
+  for (int i = 0; i < p->ncomms; i++) {
+    const pcomm *cm = &p->comms[i];
+    if (cm->grad != grad) continue;
+    bytes[cm->kind] += cm->size;
+    counts[cm->kind]++;
+  }
+}
