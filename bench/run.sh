@@ -3,17 +3,21 @@
 # Prints figures; bench/results/ keeps the ones recorded on a given machine.
 WEFT=${1:-./weft}
 echo "weft benchmarks on $(uname -m), $(nproc) cores, $(date -u +%Y-%m-%d)"
-printf '%-44s %10s %12s\n' "case" "seconds" "max RSS KiB"
+printf '%-50s %10s %12s\n' "case" "seconds" "max RSS KiB"
 run() {
   label=$1; shift
   /usr/bin/time -f '%e %M' -o /tmp/weft-bench.time "$WEFT" "$@" >/dev/null 2>/tmp/weft-bench.err || {
     echo "FAILED: $label"; cat /tmp/weft-bench.err; return 1; }
   read -r secs rss </tmp/weft-bench.time
-  printf '%-44s %10s %12s\n' "$label" "$secs" "$rss"
+  printf '%-50s %10s %12s\n' "$label" "$secs" "$rss"
 }
 run "graph GPT-2 small (12 layers)" graph examples/gpt2.plan --json
 run "graph GPT-2 XL (48 layers)" graph examples/gpt2.plan --json --set layers=48 --set hidden=1600 --set heads=25
 run "graph GPT-3 175B shape (96 layers)" graph examples/gpt2.plan --json --set layers=96 --set hidden=12288 --set heads=96 --set seq=2048
 run "graph GPT-3 shape, 960 layers" graph examples/gpt2.plan --json --set layers=960 --set hidden=12288 --set heads=96 --set seq=2048
-run "check all examples" check examples/gpt2.plan examples/mlp.plan examples/llama.plan examples/cluster.plan
+run "check all examples" check examples/*.plan
+M="check examples/gpt_megatron.plan --set vocab=51200 --set seq=1024 --set hidden=1024 --set heads=16"
+run "plan: 24 layers, tp 8 pp 4 dp 4, 8 mb (128 dev)" $M --set layers=24 --set tp=8 --set pp=4 --set dp=4 --set nodes=16 --set global_batch=64 --set micro_batch=2
+run "plan: 48 layers, tp 8 pp 4 dp 4, 8 mb (128 dev)" $M --set layers=48 --set tp=8 --set pp=4 --set dp=4 --set nodes=16 --set global_batch=64 --set micro_batch=2
+run "plan: 24 layers, tp 8 pp 4 dp 4, 16 mb (128 dev)" $M --set layers=24 --set tp=8 --set pp=4 --set dp=4 --set nodes=16 --set global_batch=128 --set micro_batch=2
 run "fmt stdlib" fmt stdlib/ops.plan stdlib/models.plan stdlib/clusters.plan

@@ -5,7 +5,8 @@ set -e
 WEFT=${1:-./weft}
 step() { printf '\n\033[1m$ %s\033[0m\n' "$*"; "$@"; }
 
-step $WEFT check examples/gpt2.plan examples/mlp.plan examples/llama.plan examples/cluster.plan
+step $WEFT check examples/gpt2.plan examples/mlp.plan examples/llama.plan examples/cluster.plan examples/gpt_megatron.plan
+step $WEFT explain examples/gpt2.plan --plan tp2 h.3.attn.c_proj
 step $WEFT graph examples/mlp.plan
 printf '\n\033[1m$ %s\033[0m\n' "$WEFT graph examples/gpt2.plan --json | head -c 300"
 $WEFT graph examples/gpt2.plan --json | head -c 300; echo " ..."

@@ -168,6 +168,13 @@ static void feed_edge(arena *a, weft_plan *p, int op, int k, const pieces *have)
         for (int h2 = 0; h2 < have->n && !local_part; h2++)
           local_part = have->items[h2].device == dst && tregion_contains(&have->items[h2].region, &x);
         if (dup || local_part) continue;
+        /* the same part to the same device once, whoever reads it there */
+        bool sent = false;
+        for (int q = p->ncomms - 1; q >= 0 && !sent; q--) {
+          const pcomm *o = &p->comms[q];
+          sent = o->kind == COMM_SEND && o->tensor == tensor && o->dst == dst && tregion_equal(&o->region, &x);
+        }
+        if (sent) continue;
         int pair[2] = {pc->device, dst};
         pcomm *cm = comm_add(a, p, COMM_SEND, tensor, false, pair, 2, &x);
         cm->src = pc->device;
@@ -231,7 +238,10 @@ static void reduce_param_grads(arena *a, weft_plan *p) {
         for (int i = 0; i < pp->count; i++) {
           const psub *s = &p->subs[pp->first + i];
           if (!contributes(pp, s, m)) continue;
-          piece pc = {.device = s->device, .partial = grad_key(pp, s, m), .sub = pp->first + i};
+          /* two operators reading the parameter (a tied embedding) give two
+           * parts of its gradient: the operator is part of the key */
+          int64_t key = ((int64_t)op << 32) | (grad_key(pp, s, m) + 1);
+          piece pc = {.device = s->device, .partial = key, .sub = pp->first + i};
           tregion_of(a, p, s, m, &pc.region);
           pieces_add(a, &contrib, pc);
         }

@@ -283,6 +283,8 @@ static const builtin builtins[] = {
     {"bytes", 1, 1, bi_bytes},
 };
 
+const char *builtin_name(const builtin *b) { return b->name; }
+
 static env *builtin_env(weft_ctx *c) {
   static const weft_loc none;
   env *e = env_new(&c->arena, NULL);
@@ -602,8 +604,18 @@ static value bind_decl(weft_ctx *c, value callee, int nargs, const ast *const *a
 
 /* Binds the parameters of a model or cluster into env target (defaults
  * evaluated); used by model.c and cluster building. */
+static const char *decl_kind(const vdecl *d) {
+  switch (d->node->kind) {
+  case S_CLUSTER: return "cluster";
+  case S_PLAN: return "plan";
+  case S_STRATEGY: return "strategy";
+  case S_FN: return "function";
+  default: return "model";
+  }
+}
+
 bool eval_bind_decl(weft_ctx *c, vdecl *d, env *target, weft_loc loc) {
-  const char *what = arena_printf(&c->arena, "%s %s", d->node->kind == S_CLUSTER ? "cluster" : "model", d->name);
+  const char *what = arena_printf(&c->arena, "%s %s", decl_kind(d), d->name);
   return bind_params(c, what, &d->node->list, d->bound, 0, NULL, target, target, d->closure, loc, false, NULL);
 }
 
@@ -611,7 +623,7 @@ bool eval_bind_decl(weft_ctx *c, vdecl *d, env *target, weft_loc loc) {
  * positional and bound by model.c) and the defaults. */
 bool eval_bind_named(weft_ctx *c, vdecl *d, int nargs, const ast *const *args, env *argenv,
                      env *target, weft_loc loc) {
-  const char *what = arena_printf(&c->arena, "model %s", d->name);
+  const char *what = arena_printf(&c->arena, "%s %s", decl_kind(d), d->name);
   return bind_params(c, what, &d->node->list, d->bound, nargs, args, argenv, target, d->closure,
                      loc, false, NULL);
 }

@@ -623,8 +623,9 @@ static int cmd_explain(opts *o) {
   if (p) {
     int *ops = calloc((size_t)(p->g->nops ? p->g->nops : 1), sizeof(int));
     if (!ops) weft_oom();
+    int printed = 0;
     for (int f = 1; f < o->nfiles; f++) {
-      int n = plan_select_text(p, o->files[f], ops, p->g->nops);
+      int n = o->files[f][0] ? plan_select_text(p, o->files[f], ops, p->g->nops) : 0;
       if (n == 0) {
         const char **names = calloc((size_t)p->g->nops + 1, sizeof(char *));
         if (!names) weft_oom();
@@ -637,7 +638,7 @@ static int cmd_explain(opts *o) {
         continue;
       }
       for (int i = 0; i < n; i++) {
-        if (f > 1 || i > 0) printf("\n");
+        if (printed++) printf("\n");
         explain_op(c, p, ops[i]);
       }
     }

@@ -28,6 +28,8 @@ typedef struct pstate {
 
 static arena *A(weft_ctx *c) { return &c->arena; }
 
+enum { PLAN_MAX_SUBS = 1 << 20, PLAN_MAX_TOTAL_SUBS = 1 << 24 };
+
 /* ---- selectors ---------------------------------------------------------------- */
 
 typedef struct opset {
@@ -222,7 +224,9 @@ static int find_idim(weft_ctx *c, const weft_plan *p, int op, const char *dim, w
   for (int i = 0; i < sp->nidims && o < sizeof list - 64; i++) {
     const idim *d = &sp->idims[i];
     if (d->nosplit && !d->dim_name && strchr(d->sig, '@')) continue;
-    o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", o ? ", " : "", d->dim_name ? d->dim_name : d->sig);
+    const char *nm = nmodel > 1 ? (d->elem ? arena_printf(A(c), "%s[%d]", d->sig, d->elem) : d->sig)
+                                 : (d->dim_name ? d->dim_name : d->sig);
+    o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", o ? ", " : "", nm);
   }
   weft_diag *g = nmodel > 1
       ? eval_error(c, loc, "operator %s has several dimensions named '%s'", p->g->ops[op].name, dim)
@@ -255,6 +259,14 @@ static bool exec_split(weft_ctx *c, pstate *ps, env *e, const ast *s) {
         diag_hint(g, &c->diags, "the first split is at line %d; name this level with `as AXIS`", pp->splits[i].loc.line);
         return false;
       }
+    int64_t count = parts;
+    for (int i = 0; i < pp->nsplits; i++) count *= pp->splits[i].parts;
+    if (count > PLAN_MAX_SUBS) {
+      weft_diag *g = eval_error(c, s->loc, "operator %s would have %" PRId64 " sub-operators, more than weft supports (%d)",
+                                p->g->ops[op].name, count, PLAN_MAX_SUBS);
+      diag_hint(g, &c->diags, "the product of the parts of an operator's levels is its number of sub-operators");
+      return false;
+    }
     psplit sp = {.kind = SPLIT_REPLICA, .idim = -1, .parts = parts, .axis = axis, .loc = s->loc};
     if (s->kind == S_SPLIT) {
       int d = find_idim(c, p, op, s->name, s->loc);
@@ -278,8 +290,14 @@ static bool exec_split(weft_ctx *c, pstate *ps, env *e, const ast *s) {
         diag_hint(g, &c->diags, "every part of a split has the same size");
         return false;
       }
+      /* a dimension the result lacks is summed over (k+ of matmul, the batch
+       * of a loss): its parts hold partial sums */
+      bool in_result = false;
+      const tmap *om = &pp->space->output;
+      for (int t = 0; t < om->ndims && !in_result; t++)
+        for (int f = 0; f < om->nfactors[t] && !in_result; f++) in_result = om->factors[t][f] == d;
       sp.idim = d;
-      sp.kind = s->ival ? SPLIT_TIME : id->reduce ? SPLIT_VALUE : SPLIT_DIM;
+      sp.kind = s->ival ? SPLIT_TIME : (id->reduce || !in_result) ? SPLIT_VALUE : SPLIT_DIM;
     }
     add_split(c, pp, sp);
   }
@@ -293,10 +311,19 @@ static bool exec_mesh(weft_ctx *c, pstate *ps, env *e, const ast *s) {
   int n = 0;
   int *devs = NULL;
   if (set.kind == V_RANGE) {
+    if (set.r.lo < 0 || set.r.hi > p->ndevices) {
+      eval_error(c, s->a->loc, "devices %" PRId64 "..%" PRId64 " do not exist: the cluster has devices 0 to %d", set.r.lo,
+                 set.r.hi, p->ndevices - 1);
+      return false;
+    }
     n = set.r.hi > set.r.lo ? (int)(set.r.hi - set.r.lo) : 0;
     devs = arena_alloc(A(c), sizeof(int) * (size_t)(n ? n : 1));
     for (int i = 0; i < n; i++) devs[i] = (int)(set.r.lo + i);
   } else if (set.kind == V_LIST) {
+    if (set.list->n > p->ndevices) {
+      eval_error(c, s->a->loc, "a mesh of %d devices, but the cluster has %d", set.list->n, p->ndevices);
+      return false;
+    }
     n = set.list->n;
     devs = arena_alloc(A(c), sizeof(int) * (size_t)(n ? n : 1));
     for (int i = 0; i < n; i++) {
@@ -304,7 +331,12 @@ static bool exec_mesh(weft_ctx *c, pstate *ps, env *e, const ast *s) {
         eval_error(c, s->a->loc, "a mesh is made of device numbers, got %s", value_kind_name(set.list->items[i].kind));
         return false;
       }
-      devs[i] = (int)set.list->items[i].i;
+      int64_t dv = set.list->items[i].i;
+      devs[i] = dv < 0 || dv >= p->ndevices ? -1 : (int)dv;
+      if (devs[i] < 0) {
+        eval_error(c, s->a->loc, "device %" PRId64 " does not exist: the cluster has devices 0 to %d", dv, p->ndevices - 1);
+        return false;
+      }
     }
   } else {
     eval_error(c, s->a->loc, "a mesh needs a list of devices (devices, devices[0..8]), got %s", value_kind_name(set.kind));
@@ -472,7 +504,12 @@ static bool exec_plan_stmt(weft_ctx *c, pstate *ps, env *e, const ast *s) {
     return false;
   }
   default: {
-    weft_diag *g = eval_error(c, s->loc, "%s is not allowed in a plan", ast_kind_names[s->kind]);
+    static const char *const what[AST_KIND_COUNT] = {
+        [S_USE] = "`use`", [S_PARAM] = "`param`", [S_FN] = "`fn`", [S_OP] = "`op`", [S_MODEL] = "`model`",
+        [S_MODELDEF] = "`model`", [S_CLUSTER] = "`cluster`", [S_INPUT] = "`input`", [S_TPARAM] = "`param`",
+        [S_ASSIGN] = "an assignment", [S_BLOCK] = "`block`", [S_OUTPUT] = "`output`", [S_TRAIN] = "`train`",
+        [S_DEVICE] = "`device`", [S_LINK] = "`link`", [S_PLAN] = "`plan`", [S_STRATEGY] = "`strategy`"};
+    weft_diag *g = eval_error(c, s->loc, "%s is not allowed in a plan", what[s->kind] ? what[s->kind] : ast_kind_names[s->kind]);
     diag_hint(g, &c->diags, "a plan holds mesh, split, replicate, assign, stage, order, schedule, recompute, let, for, if, assert and strategy calls");
     return false;
   }
@@ -487,7 +524,19 @@ static bool exec_plan_body(weft_ctx *c, pstate *ps, env *e, const ast_list *body
 
 /* ---- sub-operators and placement ------------------------------------------------ */
 
-static void make_subs(weft_ctx *c, weft_plan *p) {
+static bool make_subs(weft_ctx *c, weft_plan *p) {
+  int64_t total = 0;
+  for (int op = 0; op < p->g->nops; op++) {
+    int64_t count = 1;
+    for (int i = 0; i < p->ops[op].nsplits; i++) count *= p->ops[op].splits[i].parts;
+    total += count;
+  }
+  if (total > PLAN_MAX_TOTAL_SUBS) {
+    weft_diag *g = eval_error(c, p->loc, "the plan has %" PRId64 " sub-operators, more than weft supports (%d)", total,
+                              PLAN_MAX_TOTAL_SUBS);
+    diag_hint(g, &c->diags, "fewer parts, or fewer micro-batches");
+    return false;
+  }
   for (int op = 0; op < p->g->nops; op++) {
     popplan *pp = &p->ops[op];
     int64_t count = 1;
@@ -524,6 +573,7 @@ static void make_subs(weft_ctx *c, weft_plan *p) {
       }
     }
   }
+  return true;
 }
 
 /* Indexes a mesh with the coordinates of a sub-operator: m[dp, tp]. */
@@ -548,12 +598,12 @@ static bool mesh_device(weft_ctx *c, const pmesh *m, const value *idx, int n, co
 /* Evaluates an assign's device expression for one sub-operator. Axis names
  * bind to the sub-operator's coordinates; a mesh axis the operator is not
  * split along is an error, not its size. */
-static bool device_of(weft_ctx *c, weft_plan *p, const passign *as, const psub *s, int *dev) {
+static bool device_of(weft_ctx *c, weft_plan *p, const passign *as, const psub *s, int *dev,
+                      const char *const *levels, int nlevels) {
   const popplan *pp = &p->ops[s->op];
   env *e = env_new(A(c), as->e);
-  for (int m = 0; m < p->nmeshes; m++)
-    for (int k = 0; k < p->meshes[m].naxes; k++)
-      env_define(A(c), e, p->meshes[m].axes[k], v_none(), as->loc, false);
+  /* an axis other operators are split along, but not this one */
+  for (int k = 0; k < nlevels; k++) env_define(A(c), e, levels[k], v_none(), as->loc, false);
   for (int i = 0; i < pp->nsplits; i++) env_define(A(c), e, pp->splits[i].axis, v_int(s->coord[i]), as->loc, false);
   const ast *x = as->expr;
   if (x->kind == E_INDEX) {
@@ -586,6 +636,10 @@ static bool device_of(weft_ctx *c, weft_plan *p, const passign *as, const psub *
   }
   value v = eval_expr(c, e, x);
   if (v.kind == V_ERROR) return false;
+  if (v.kind == V_NONE && x->kind == E_NAME) {
+    eval_error(c, x->loc, "operator %s is not split along axis '%s'", p->g->ops[s->op].name, x->name);
+    return false;
+  }
   if (v.kind != V_INT) {
     eval_error(c, x->loc, "a device is a number or a mesh element such as m[dp, tp], got %s %s", value_kind_name(v.kind),
                value_repr(A(c), v));
@@ -601,6 +655,18 @@ static bool device_of(weft_ctx *c, weft_plan *p, const passign *as, const psub *
 
 static bool place(weft_ctx *c, pstate *ps) {
   weft_plan *p = ps->p;
+  /* the names of all split levels, for device_of */
+  const char **levels = NULL;
+  int nlevels = 0, lcap = 0;
+  for (int op = 0; op < p->g->nops; op++)
+    for (int i = 0; i < p->ops[op].nsplits; i++) {
+      const char *ax = p->ops[op].splits[i].axis;
+      bool seen = false;
+      for (int k = 0; k < nlevels && !seen; k++) seen = strcmp(levels[k], ax) == 0;
+      if (seen) continue;
+      arena_grow(A(c), (void **)&levels, &lcap, nlevels + 1, sizeof(char *));
+      levels[nlevels++] = ax;
+    }
   for (int a = 0; a < ps->nassigns; a++) {
     const passign *as = &ps->assigns[a];
     for (int k = 0; k < as->nops; k++) {
@@ -608,7 +674,7 @@ static bool place(weft_ctx *c, pstate *ps) {
       for (int i = 0; i < pp->count; i++) {
         psub *s = &p->subs[pp->first + i];
         if (!eval_step(c, as->loc)) return false;
-        if (!device_of(c, p, as, s, &s->device)) return false;
+        if (!device_of(c, p, as, s, &s->device, levels, nlevels)) return false;
       }
       pp->assigned = true;
       pp->assign_loc = as->loc;
@@ -663,16 +729,15 @@ weft_plan *weft_build_plan(weft_ctx *c, value plan, weft_loc use) {
     p->ops[op].space = opspace_build(A(c), g, op);
     p->ops[op].stage = -1;
   }
-  /* the plan body sees `devices`, the model and the cluster */
+  /* the plan body sees `devices`: the cluster's device numbers */
   vlist *dl = arena_alloc(A(c), sizeof *dl);
   dl->n = p->ndevices;
   dl->items = arena_alloc(A(c), sizeof(value) * (size_t)(dl->n ? dl->n : 1));
   for (int i = 0; i < dl->n; i++) dl->items[i] = v_int(i);
   env_define(A(c), e, "devices", (value){.kind = V_LIST, .list = dl}, n->loc, false);
-  env_define(A(c), e, "cluster", cr, n->loc, false);
   pstate ps = {.p = p};
   if (!exec_plan_body(c, &ps, e, &n->list2)) return NULL;
-  make_subs(c, p);
+  if (!make_subs(c, p)) return NULL;
   if (!place(c, &ps)) return NULL;
   if (c->diags.errors > before) return NULL;
   deps_derive(A(c), p);

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "plan.h"
 #include "weft.h"
 
 const char *const dtype_names[DT_COUNT] = {"f32", "bf16", "f16", "i32"};
@@ -99,8 +100,15 @@ const char *value_show(arena *a, value v) {
 }
 
 const char *value_repr(arena *a, value v) {
-  if (v.kind != V_STRING) return value_show(a, v);
-  return arena_printf(a, "\"%s\"", v.s);
+  switch (v.kind) {
+  case V_STRING: return arena_printf(a, "\"%s\"", v.s);
+  /* after "got function": the name alone */
+  case V_FN: case V_MODEL: case V_CLUSTER: case V_PLAN: case V_STRATEGY: return v.decl->name;
+  case V_OPDECL: return v.op->name;
+  case V_BUILTIN: return builtin_name(v.bi);
+  case V_MESH: return ((const pmesh *)v.mesh)->name;
+  default: return value_show(a, v);
+  }
 }
 
 bool value_equal(value a, value b) {

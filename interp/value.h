@@ -97,6 +97,7 @@ const char *value_kind_name(value_kind k);
 const char *value_show(arena *a, value v);
 /* The same for messages: strings in quotes ("a100"), so they read as values. */
 const char *value_repr(arena *a, value v);
+const char *builtin_name(const builtin *b);
 bool value_equal(value a, value b);
 /* A record's field or NULL. */
 const value *record_get(const vrecord *r, const char *key);
