@@ -80,26 +80,10 @@ static bool exec_fields(weft_ctx *c, env *e, const ast_list *body, fields *f, pa
       env_define(&c->arena, e, s->name, v, s->loc, false);
       break;
     }
-    case S_ASSERT: {
-      value v = eval_expr(c, e, s->a);
-      if (v.kind == V_ERROR) { ok = false; break; }
-      if (v.kind != V_BOOL) {
-        eval_error(c, s->a->loc, "a condition must be a boolean, got %s %s", value_kind_name(v.kind), value_repr(&c->arena, v));
-        ok = false;
-        break;
-      }
-      if (!v.i) {
-        const char *msg = "assertion failed";
-        if (s->b) {
-          value mv = eval_expr(c, e, s->b);
-          if (mv.kind == V_ERROR) { ok = false; break; }
-          msg = arena_printf(&c->arena, "assertion failed: %s", value_show(&c->arena, mv));
-        }
-        eval_error(c, s->loc, "%s", msg);
-        ok = false;
-      }
+    case S_ASSERT:
+      if (!eval_assert(c, e, s)) ok = false;
       break;
-    }
+
     case S_DEVICE:
       if (!pt) goto misplaced;
       if (pt->device_seen) {

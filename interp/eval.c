@@ -936,6 +936,23 @@ value eval_expr(weft_ctx *c, env *e, const ast *n) {
   }
 }
 
+/* `assert COND, MESSAGE` in any body. */
+bool eval_assert(weft_ctx *c, env *e, const ast *s) {
+  value v = eval_expr(c, e, s->a);
+  if (v.kind == V_ERROR) return false;
+  bool t;
+  if (!truth(c, v, s->a->loc, &t)) return false;
+  if (t) return true;
+  const char *msg = "assertion failed";
+  if (s->b) {
+    value mv = eval_expr(c, e, s->b);
+    if (mv.kind == V_ERROR) return false;
+    msg = arena_printf(&c->arena, "assertion failed: %s", value_show(&c->arena, mv));
+  }
+  eval_error(c, s->loc, "%s", msg);
+  return false;
+}
+
 /* ---- modules and top-level items ------------------------------------------ */
 
 static int load_module(weft_ctx *c, const char *key, int file, weft_module **out);
@@ -1107,21 +1124,9 @@ static bool eval_item(weft_ctx *c, weft_module *m, env *e, const ast *n) {
     v.decl = d;
     return define_top(c, e, n->name, v, n->loc);
   }
-  case S_ASSERT: {
-    value v = eval_expr(c, e, n->a);
-    if (v.kind == V_ERROR) return false;
-    bool t;
-    if (!truth(c, v, n->a->loc, &t)) return false;
-    if (t) return true;
-    const char *msg = "assertion failed";
-    if (n->b) {
-      value mv = eval_expr(c, e, n->b);
-      if (mv.kind == V_ERROR) return false;
-      msg = arena_printf(&c->arena, "assertion failed: %s", value_show(&c->arena, mv));
-    }
-    eval_error(c, n->loc, "%s", msg);
-    return false;
-  }
+  case S_ASSERT:
+    return eval_assert(c, e, n);
+
   default: {
     static const char *const what[AST_KIND_COUNT] = {
         [S_INPUT] = "`input`", [S_TPARAM] = "a tensor parameter", [S_ASSIGN] = "an assignment",

@@ -866,23 +866,9 @@ static bool exec_stmt(weft_ctx *c, env *e, const ast *s) {
     m->train = s;
     m->train_env = e;
     return true;
-  case S_ASSERT: {
-    value v = eval_expr(c, e, s->a);
-    if (v.kind == V_ERROR) return false;
-    if (v.kind != V_BOOL) {
-      eval_error(c, s->a->loc, "a condition must be a boolean, got %s %s", value_kind_name(v.kind), value_repr(A(c), v));
-      return false;
-    }
-    if (v.i) return true;
-    const char *msg = "assertion failed";
-    if (s->b) {
-      value mv = eval_expr(c, e, s->b);
-      if (mv.kind == V_ERROR) return false;
-      msg = arena_printf(A(c), "assertion failed: %s", value_show(A(c), mv));
-    }
-    eval_error(c, s->loc, "%s", msg);
-    return false;
-  }
+  case S_ASSERT:
+    return eval_assert(c, e, s);
+
   default:
     not_in_model(c, s);
     return false;

@@ -486,23 +486,9 @@ static bool exec_plan_stmt(weft_ctx *c, pstate *ps, env *e, const ast *s) {
     if (s->b) return exec_plan_stmt(c, ps, e, s->b);
     return exec_plan_body(c, ps, env_new(A(c), e), &s->list2);
   }
-  case S_ASSERT: {
-    value v = eval_expr(c, e, s->a);
-    if (v.kind == V_ERROR) return false;
-    if (v.kind != V_BOOL) {
-      eval_error(c, s->a->loc, "a condition must be a boolean, got %s %s", value_kind_name(v.kind), value_repr(A(c), v));
-      return false;
-    }
-    if (v.i) return true;
-    const char *msg = "assertion failed";
-    if (s->b) {
-      value mv = eval_expr(c, e, s->b);
-      if (mv.kind == V_ERROR) return false;
-      msg = arena_printf(A(c), "assertion failed: %s", value_show(A(c), mv));
-    }
-    eval_error(c, s->loc, "%s", msg);
-    return false;
-  }
+  case S_ASSERT:
+    return eval_assert(c, e, s);
+
   default: {
     static const char *const what[AST_KIND_COUNT] = {
         [S_USE] = "`use`", [S_PARAM] = "`param`", [S_FN] = "`fn`", [S_OP] = "`op`", [S_MODEL] = "`model`",
