@@ -21,3 +21,6 @@ run "plan: 24 layers, tp 8 pp 4 dp 4, 8 mb (128 dev)" $M --set layers=24 --set t
 run "plan: 48 layers, tp 8 pp 4 dp 4, 8 mb (128 dev)" $M --set layers=48 --set tp=8 --set pp=4 --set dp=4 --set nodes=16 --set global_batch=64 --set micro_batch=2
 run "plan: 24 layers, tp 8 pp 4 dp 4, 16 mb (128 dev)" $M --set layers=24 --set tp=8 --set pp=4 --set dp=4 --set nodes=16 --set global_batch=128 --set micro_batch=2
 run "fmt stdlib" fmt stdlib/ops.plan stdlib/models.plan stdlib/clusters.plan
+# The scale target of plans: GPT-3 175B on 1024 A100s, tp 8, pp 16, dp 8,
+# 64 micro-batches (the check derives forward and gradient communication).
+run "plan: GPT-3 175B, 1024 A100, tp8 pp16 dp8, 64 mb" check examples/gpt_megatron.plan --set layers=96 --set hidden=12288 --set heads=96 --set seq=2048 --set vocab=51200 --set tp=8 --set pp=16 --set dp=8 --set nodes=128 --set global_batch=512 --set micro_batch=1

@@ -94,89 +94,213 @@ static void need_of(arena *a, const weft_plan *p, const psub *t, int k, tregion 
   tregion_of(a, p, t, &p->ops[t->op].space->inputs[k], out);
 }
 
-/* Feeds input k of operator op from the producer's pieces. */
-static void feed_edge(arena *a, weft_plan *p, int op, int k, const pieces *have) {
+static uint64_t region_hash(const tregion *r) {
+  uint64_t h = 1469598103934665603ull;
+  for (int d = 0; d < r->ndims; d++)
+    for (int i = 0; i < r->dims[d].n; i++) {
+      h = (h ^ (uint64_t)r->dims[d].iv[i].lo) * 1099511628211ull;
+      h = (h ^ (uint64_t)r->dims[d].iv[i].hi) * 1099511628211ull;
+    }
+  return h;
+}
+
+/* Regions by hash: a chain of indices per bucket. */
+typedef struct region_index {
+  int *head, *next;
+  uint64_t *hash;
+  int nb;
+} region_index;
+
+static void rindex_build(arena *a, region_index *x, const tregion *const *regions, int n) {
+  x->nb = 1;
+  while (x->nb < 2 * n) x->nb *= 2;
+  x->head = arena_alloc(a, sizeof(int) * (size_t)x->nb);
+  x->next = arena_alloc(a, sizeof(int) * (size_t)(n ? n : 1));
+  x->hash = arena_alloc(a, sizeof(uint64_t) * (size_t)(n ? n : 1));
+  for (int b = 0; b < x->nb; b++) x->head[b] = -1;
+  /* inserted back to front, so that each chain lists indices in order */
+  for (int i = n - 1; i >= 0; i--) {
+    x->hash[i] = region_hash(regions[i]);
+    int b = (int)(x->hash[i] & (uint64_t)(x->nb - 1));
+    x->next[i] = x->head[b];
+    x->head[b] = i;
+  }
+}
+
+static tregion tregion_copy(arena *a, const tregion *r) {
+  tregion c = {r->ndims, arena_alloc(a, sizeof(dregion) * (size_t)(r->ndims ? r->ndims : 1))};
+  for (int d = 0; d < r->ndims; d++) {
+    c.dims[d].n = r->dims[d].n;
+    c.dims[d].iv = arena_alloc(a, sizeof(irange) * (size_t)(r->dims[d].n ? r->dims[d].n : 1));
+    memcpy(c.dims[d].iv, r->dims[d].iv, sizeof(irange) * (size_t)r->dims[d].n);
+  }
+  return c;
+}
+
+/* The sends made so far, by (tensor, destination, region): a tensor read by
+ * two operators on one device is sent there once. */
+typedef struct sendset {
+  int *slot;             /* comm index or -1 */
+  uint64_t *key;
+  int cap, n;
+} sendset;
+
+static uint64_t send_key(int tensor, int dst, const tregion *r) {
+  return (region_hash(r) ^ ((uint64_t)tensor * 0x9e3779b97f4a7c15ull)) * 1099511628211ull ^ (uint64_t)dst;
+}
+
+static int sendset_find(const sendset *ss, const weft_plan *p, uint64_t key, int tensor, int dst, const tregion *r) {
+  if (!ss->cap) return -1;
+  for (int b = (int)(key & (uint64_t)(ss->cap - 1));; b = (b + 1) & (ss->cap - 1)) {
+    if (ss->slot[b] < 0) return -1;
+    const pcomm *o = &p->comms[ss->slot[b]];
+    if (ss->key[b] == key && o->tensor == tensor && o->dst == dst && tregion_equal(&o->region, r)) return ss->slot[b];
+  }
+}
+
+static void sendset_add(arena *a, sendset *ss, uint64_t key, int comm) {
+  if (2 * (ss->n + 1) > ss->cap) {
+    int ncap = ss->cap ? ss->cap * 2 : 256;
+    int *ns = arena_alloc(a, sizeof(int) * (size_t)ncap);
+    uint64_t *nk = arena_alloc(a, sizeof(uint64_t) * (size_t)ncap);
+    for (int b = 0; b < ncap; b++) ns[b] = -1;
+    for (int b = 0; b < ss->cap; b++) {
+      if (ss->slot[b] < 0) continue;
+      int q = (int)(ss->key[b] & (uint64_t)(ncap - 1));
+      while (ns[q] >= 0) q = (q + 1) & (ncap - 1);
+      ns[q] = ss->slot[b];
+      nk[q] = ss->key[b];
+    }
+    ss->slot = ns;
+    ss->key = nk;
+    ss->cap = ncap;
+  }
+  int q = (int)(key & (uint64_t)(ss->cap - 1));
+  while (ss->slot[q] >= 0) q = (q + 1) & (ss->cap - 1);
+  ss->slot[q] = comm;
+  ss->key[q] = key;
+  ss->n++;
+}
+
+/* Feeds input k of operator op from the producer's pieces. Regions live in
+ * the scratch arena s; what a communication keeps is copied into a. */
+static void feed_edge(arena *a, weft_plan *p, int op, int k, const pieces *have, sendset *ss) {
+  arena scratch;
+  arena_init(&scratch);
+  arena *s = &scratch;
   int first_comm = p->ncomms;
   const popplan *cp = &p->ops[op];
   int tensor = cp->space->inputs[k].tensor;
-  bool *done = arena_alloc(a, sizeof(bool) * (size_t)(cp->count ? cp->count : 1));
-  for (int i = 0; i < cp->count; i++) {
+  int nc_all = cp->count;
+  tregion *needs = arena_alloc(s, sizeof(tregion) * (size_t)(nc_all ? nc_all : 1));
+  const tregion **nptr = arena_alloc(s, sizeof(tregion *) * (size_t)(nc_all ? nc_all : 1));
+  for (int i = 0; i < nc_all; i++) {
+    need_of(s, p, &p->subs[cp->first + i], k, &needs[i]);
+    nptr[i] = &needs[i];
+  }
+  const tregion **hptr = arena_alloc(s, sizeof(tregion *) * (size_t)(have->n ? have->n : 1));
+  for (int h = 0; h < have->n; h++) hptr[h] = &have->items[h].region;
+  region_index nx, hx;
+  rindex_build(s, &nx, nptr, nc_all);
+  rindex_build(s, &hx, hptr, have->n);
+  /* the pieces on each device, for the local check */
+  int *dhead = arena_alloc(s, sizeof(int) * (size_t)(p->ndevices ? p->ndevices : 1));
+  int *dnext = arena_alloc(s, sizeof(int) * (size_t)(have->n ? have->n : 1));
+  for (int d = 0; d < p->ndevices; d++) dhead[d] = -1;
+  for (int h = have->n - 1; h >= 0; h--) {
+    int d = have->items[h].device;
+    if (d < 0 || d >= p->ndevices) continue;
+    dnext[h] = dhead[d];
+    dhead[d] = h;
+  }
+  bool *done = arena_alloc(s, sizeof(bool) * (size_t)(nc_all ? nc_all : 1));
+  int *cdevs = arena_alloc(s, sizeof(int) * (size_t)(nc_all ? nc_all : 1));
+  int *hdevs = arena_alloc(s, sizeof(int) * (size_t)(have->n ? have->n : 1));
+  int *g = arena_alloc(s, sizeof(int) * (size_t)(have->n + nc_all + 1));
+  int *hsel = arena_alloc(s, sizeof(int) * (size_t)(have->n ? have->n : 1));
+  for (int i = 0; i < nc_all; i++) {
     if (done[i]) continue;
     const psub *t = &p->subs[cp->first + i];
-    tregion need;
-    need_of(a, p, t, k, &need);
+    const tregion *need = &needs[i];
     /* complete values already on the device */
     bool local = false;
-    for (int h = 0; h < have->n && !local; h++)
-      local = have->items[h].partial < 0 && have->items[h].device == t->device &&
-              tregion_contains(&have->items[h].region, &need);
+    if (t->device >= 0 && t->device < p->ndevices)
+      for (int h = dhead[t->device]; h >= 0 && !local; h = dnext[h])
+        local = have->items[h].partial < 0 && tregion_contains(&have->items[h].region, need);
     if (local) { done[i] = true; continue; }
-    /* the consumers that need the same region, and the pieces inside it */
-    int *cdevs = arena_alloc(a, sizeof(int) * (size_t)cp->count);
+    /* the consumers that need the same region */
     int nc = 0;
-    for (int j = i; j < cp->count; j++) {
-      const psub *u = &p->subs[cp->first + j];
-      if (done[j]) continue;
-      tregion nu;
-      need_of(a, p, u, k, &nu);
-      if (tregion_equal(&nu, &need)) { cdevs[nc++] = u->device; done[j] = true; }
-    }
+    for (int j = nx.head[nx.hash[i] & (uint64_t)(nx.nb - 1)]; j >= 0; j = nx.next[j])
+      if (j >= i && !done[j] && nx.hash[j] == nx.hash[i] && tregion_equal(&needs[j], need)) {
+        cdevs[nc++] = p->subs[cp->first + j].device;
+        done[j] = true;
+      }
     nc = distinct(cdevs, nc);
-    int *hdevs = arena_alloc(a, sizeof(int) * (size_t)(have->n ? have->n : 1));
-    int nh = 0, npartial = 0, ncomplete = 0;
-    for (int h = 0; h < have->n; h++) {
-      tregion x;
-      if (!tregion_intersect(a, &have->items[h].region, &need, &x)) continue;
-      hdevs[nh++] = have->items[h].device;
-      if (have->items[h].partial >= 0) npartial++;
-      else ncomplete++;
+    /* the pieces that hold it: the same region when there are such, else
+     * every piece that overlaps it */
+    uint64_t nh_hash = region_hash(need);
+    int ns = 0;
+    for (int h = hx.head[nh_hash & (uint64_t)(hx.nb - 1)]; h >= 0; h = hx.next[h])
+      if (hx.hash[h] == nh_hash && tregion_equal(&have->items[h].region, need)) hsel[ns++] = h;
+    if (ns == 0) {
+      for (int h = 0; h < have->n; h++) {
+        tregion x;
+        if (tregion_intersect(s, &have->items[h].region, need, &x)) hsel[ns++] = h;
+      }
+    }
+    int nh = 0, npartial = 0;
+    for (int q = 0; q < ns; q++) {
+      hdevs[nh++] = have->items[hsel[q]].device;
+      if (have->items[hsel[q]].partial >= 0) npartial++;
     }
     nh = distinct(hdevs, nh);
     bool same = nh == nc && memcmp(hdevs, cdevs, sizeof(int) * (size_t)nc) == 0;
     if (npartial > 0) {
       /* partial sums of the region: reduce them where they are needed */
-      int *g = arena_alloc(a, sizeof(int) * (size_t)(nh + nc));
       memcpy(g, hdevs, sizeof(int) * (size_t)nh);
       memcpy(g + nh, cdevs, sizeof(int) * (size_t)nc);
       int ng = distinct(g, nh + nc);
-      pcomm *cm = comm_add(a, p, COMM_ALL_REDUCE, tensor, false, g, ng, &need);
+      tregion r = tregion_copy(a, need);
+      pcomm *cm = comm_add(a, p, COMM_ALL_REDUCE, tensor, false, g, ng, &r);
       cm->why = same ? "the producers hold partial sums; every consumer needs the sum"
                      : "the producers hold partial sums; the group reduces them for consumers elsewhere";
       continue;
     }
     if (same && nh > 1) {
-      pcomm *cm = comm_add(a, p, COMM_ALL_GATHER, tensor, false, hdevs, nh, &need);
+      tregion r = tregion_copy(a, need);
+      pcomm *cm = comm_add(a, p, COMM_ALL_GATHER, tensor, false, hdevs, nh, &r);
       cm->why = "each device holds a part; every consumer needs the whole";
       continue;
     }
     /* from the nearest holder of each part to each consumer */
     for (int cdi = 0; cdi < nc; cdi++) {
       int dst = cdevs[cdi];
-      for (int h = 0; h < have->n; h++) {
+      for (int q = 0; q < ns; q++) {
+        int h = hsel[q];
         const piece *pc = &have->items[h];
         tregion x;
-        if (pc->device == dst || !tregion_intersect(a, &pc->region, &need, &x)) continue;
+        if (pc->device == dst || !tregion_intersect(s, &pc->region, need, &x)) continue;
         /* one holder per part: skip this piece if an earlier one holds the same part */
         bool dup = false;
-        for (int h2 = 0; h2 < h && !dup; h2++) {
+        for (int q2 = 0; q2 < q && !dup; q2++) {
+          const piece *o = &have->items[hsel[q2]];
           tregion y;
-          dup = tregion_intersect(a, &have->items[h2].region, &x, &y) && tregion_equal(&y, &x) &&
-                (have->items[h2].device == dst || node_of(p, have->items[h2].device) == node_of(p, dst) ||
+          dup = tregion_intersect(s, &o->region, &x, &y) && tregion_equal(&y, &x) &&
+                (o->device == dst || node_of(p, o->device) == node_of(p, dst) ||
                  node_of(p, pc->device) != node_of(p, dst));
         }
         bool local_part = false;
-        for (int h2 = 0; h2 < have->n && !local_part; h2++)
-          local_part = have->items[h2].device == dst && tregion_contains(&have->items[h2].region, &x);
+        if (dst >= 0 && dst < p->ndevices)
+          for (int h2 = dhead[dst]; h2 >= 0 && !local_part; h2 = dnext[h2])
+            local_part = tregion_contains(&have->items[h2].region, &x);
         if (dup || local_part) continue;
         /* the same part to the same device once, whoever reads it there */
-        bool sent = false;
-        for (int q = p->ncomms - 1; q >= 0 && !sent; q--) {
-          const pcomm *o = &p->comms[q];
-          sent = o->kind == COMM_SEND && o->tensor == tensor && o->dst == dst && tregion_equal(&o->region, &x);
-        }
-        if (sent) continue;
+        uint64_t key = send_key(tensor, dst, &x);
+        if (sendset_find(ss, p, key, tensor, dst, &x) >= 0) continue;
         int pair[2] = {pc->device, dst};
-        pcomm *cm = comm_add(a, p, COMM_SEND, tensor, false, pair, 2, &x);
+        tregion r = tregion_copy(a, &x);
+        pcomm *cm = comm_add(a, p, COMM_SEND, tensor, false, pair, 2, &r);
+        sendset_add(a, ss, key, p->ncomms - 1);
         cm->src = pc->device;
         cm->dst = dst;
         cm->producer_sub = pc->sub;
@@ -188,6 +312,7 @@ static void feed_edge(arena *a, weft_plan *p, int op, int k, const pieces *have)
     p->comms[i].consumer_op = op;
     p->comms[i].input = k;
   }
+  arena_free(&scratch);
 }
 
 /* ---- parameter gradients ------------------------------------------------------------ */
@@ -308,12 +433,13 @@ void deps_derive(arena *a, weft_plan *p) {
       pieces_add(a, &held[pp->space->output.tensor], pc);
     }
   }
+  sendset ss = {0};
   for (int op = 0; op < g->nops; op++) {
     const popplan *pp = &p->ops[op];
     for (int k = 0; k < pp->space->ninputs; k++) {
       int t = pp->space->inputs[k].tensor;
       if (g->tensors[t].producer < 0) continue;  /* inputs and parameters live where they are read */
-      feed_edge(a, p, op, k, &held[t]);
+      feed_edge(a, p, op, k, &held[t], &ss);
     }
   }
   reduce_param_grads(a, p);
