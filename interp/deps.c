@@ -39,14 +39,14 @@ static int64_t region_bytes(const weft_plan *p, int tensor, const tregion *r) {
   return tregion_numel(r) * dtype_bytes[p->g->tensors[tensor].dtype];
 }
 
-static pcomm *comm_add(arena *a, weft_plan *p, comm_kind kind, int tensor, bool grad, const int *devs, int n,
+static pcomm *comm_add(arena *a, weft_plan *p, comm_kind kind, int tensor, comm_phase phase, const int *devs, int n,
                        const tregion *r) {
   arena_grow(a, (void **)&p->comms, &p->ccap, p->ncomms + 1, sizeof(pcomm));
   pcomm *cm = &p->comms[p->ncomms++];
   memset(cm, 0, sizeof *cm);
   cm->kind = kind;
   cm->tensor = tensor;
-  cm->grad = grad;
+  cm->phase = phase;
   cm->ngroup = n;
   cm->group = arena_alloc(a, sizeof(int) * (size_t)(n ? n : 1));
   memcpy(cm->group, devs, sizeof(int) * (size_t)n);
@@ -111,7 +111,7 @@ typedef struct region_index {
   int nb;
 } region_index;
 
-static void rindex_build(arena *a, region_index *x, const tregion *const *regions, int n) {
+static void region_index_build(arena *a, region_index *x, const tregion *const *regions, int n) {
   x->nb = 1;
   while (x->nb < 2 * n) x->nb *= 2;
   x->head = arena_alloc(a, sizeof(int) * (size_t)x->nb);
@@ -201,8 +201,8 @@ static void feed_edge(arena *a, weft_plan *p, int op, int k, const pieces *have,
   const tregion **hptr = arena_alloc(s, sizeof(tregion *) * (size_t)(have->n ? have->n : 1));
   for (int h = 0; h < have->n; h++) hptr[h] = &have->items[h].region;
   region_index nx, hx;
-  rindex_build(s, &nx, nptr, nc_all);
-  rindex_build(s, &hx, hptr, have->n);
+  region_index_build(s, &nx, nptr, nc_all);
+  region_index_build(s, &hx, hptr, have->n);
   /* the pieces on each device, for the local check */
   int *dhead = arena_alloc(s, sizeof(int) * (size_t)(p->ndevices ? p->ndevices : 1));
   int *dnext = arena_alloc(s, sizeof(int) * (size_t)(have->n ? have->n : 1));
@@ -261,14 +261,14 @@ static void feed_edge(arena *a, weft_plan *p, int op, int k, const pieces *have,
       memcpy(g + nh, cdevs, sizeof(int) * (size_t)nc);
       int ng = distinct(g, nh + nc);
       tregion r = tregion_copy(a, need);
-      pcomm *cm = comm_add(a, p, COMM_ALL_REDUCE, tensor, false, g, ng, &r);
+      pcomm *cm = comm_add(a, p, COMM_ALL_REDUCE, tensor, PHASE_FORWARD, g, ng, &r);
       cm->why = same ? "the producers hold partial sums; every consumer needs the sum"
                      : "the producers hold partial sums; the group reduces them for consumers elsewhere";
       continue;
     }
     if (same && nh > 1) {
       tregion r = tregion_copy(a, need);
-      pcomm *cm = comm_add(a, p, COMM_ALL_GATHER, tensor, false, hdevs, nh, &r);
+      pcomm *cm = comm_add(a, p, COMM_ALL_GATHER, tensor, PHASE_FORWARD, hdevs, nh, &r);
       cm->why = "each device holds a part; every consumer needs the whole";
       continue;
     }
@@ -299,7 +299,7 @@ static void feed_edge(arena *a, weft_plan *p, int op, int k, const pieces *have,
         if (sendset_find(ss, p, key, tensor, dst, &x) >= 0) continue;
         int pair[2] = {pc->device, dst};
         tregion r = tregion_copy(a, &x);
-        pcomm *cm = comm_add(a, p, COMM_SEND, tensor, false, pair, 2, &r);
+        pcomm *cm = comm_add(a, p, COMM_SEND, tensor, PHASE_FORWARD, pair, 2, &r);
         sendset_add(a, ss, key, p->ncomms - 1);
         cm->src = pc->device;
         cm->dst = dst;
@@ -411,10 +411,141 @@ static void reduce_param_grads(arena *a, weft_plan *p) {
         for (int r = 0; r < nk; r++) g[r] = devs[r][j];
         int ng = distinct(g, nk);
         if (ng < 2) continue;  /* all parts on one device: summed in place */
-        pcomm *cm = comm_add(a, p, COMM_ALL_REDUCE, t, true, g, ng, &contrib.items[i].region);
+        pcomm *cm = comm_add(a, p, COMM_ALL_REDUCE, t, PHASE_WEIGHTS, g, ng, &contrib.items[i].region);
         cm->why = "parts of the gradient are computed on several devices: they are summed";
       }
     }
+  }
+}
+
+/* ---- gradients of activations ------------------------------------------------------ */
+
+/* Every consumer of an activation sends back the gradient of what it read;
+ * the producer's sub-operators need the sum over consumers (and over the
+ * parts of each consumer split along dimensions the activation lacks) for
+ * the regions they wrote. Copies made by `replicate` are not summed. */
+static void reduce_activation_grads(arena *a, weft_plan *p) {
+  const weft_graph *g = p->g;
+  for (int t = 0; t < g->ntensors; t++) {
+    int prod = g->tensors[t].producer;
+    if (prod < 0) continue;
+    arena scratch;
+    arena_init(&scratch);
+    arena *s = &scratch;
+    pieces contrib = {0};
+    for (int op = 0; op < g->nops; op++) {
+      const popplan *pp = &p->ops[op];
+      for (int k = 0; k < pp->space->ninputs; k++) {
+        const tmap *m = &pp->space->inputs[k];
+        if (m->tensor != t) continue;
+        for (int i = 0; i < pp->count; i++) {
+          const psub *sb = &p->subs[pp->first + i];
+          if (!contributes(pp, sb, m)) continue;
+          int64_t key = ((int64_t)op << 32) | (grad_key(pp, sb, m) + 1);
+          piece pc = {.device = sb->device, .partial = key, .sub = pp->first + i};
+          tregion_of(s, p, sb, m, &pc.region);
+          pieces_add(s, &contrib, pc);
+        }
+      }
+    }
+    if (contrib.n == 0) { arena_free(&scratch); continue; }
+    const tregion **cptr = arena_alloc(s, sizeof(tregion *) * (size_t)contrib.n);
+    for (int i = 0; i < contrib.n; i++) cptr[i] = &contrib.items[i].region;
+    region_index cx;
+    region_index_build(s, &cx, cptr, contrib.n);
+    const popplan *pp = &p->ops[prod];
+    bool *done = arena_alloc(s, sizeof(bool) * (size_t)(pp->count ? pp->count : 1));
+    int *idx = arena_alloc(s, sizeof(int) * (size_t)contrib.n);
+    int64_t *keys = arena_alloc(s, sizeof(int64_t) * (size_t)contrib.n);
+    int *ndev = arena_alloc(s, sizeof(int) * (size_t)contrib.n);
+    int **devs = arena_alloc(s, sizeof(int *) * (size_t)contrib.n);
+    int *needdevs = arena_alloc(s, sizeof(int) * (size_t)(pp->count ? pp->count : 1));
+    for (int i = 0; i < pp->count; i++) {
+      if (done[i]) continue;
+      tregion need;
+      tregion_of(s, p, &p->subs[pp->first + i], &pp->space->output, &need);
+      /* the producers that wrote the same region */
+      int nn = 0;
+      for (int j = i; j < pp->count; j++) {
+        if (done[j]) continue;
+        tregion nj;
+        tregion_of(s, p, &p->subs[pp->first + j], &pp->space->output, &nj);
+        if (!tregion_equal(&nj, &need)) continue;
+        done[j] = true;
+        needdevs[nn++] = p->subs[pp->first + j].device;
+      }
+      nn = distinct(needdevs, nn);
+      /* the contributions for it, by key */
+      uint64_t h = region_hash(&need);
+      int ni = 0;
+      for (int q = cx.head[h & (uint64_t)(cx.nb - 1)]; q >= 0; q = cx.next[q])
+        if (cx.hash[q] == h && tregion_equal(&contrib.items[q].region, &need)) idx[ni++] = q;
+      bool exact = ni > 0;
+      if (!exact)
+        for (int q = 0; q < contrib.n; q++) {
+          tregion x;
+          if (tregion_intersect(s, &contrib.items[q].region, &need, &x)) idx[ni++] = q;
+        }
+      int nk = 0;
+      for (int q = 0; q < ni; q++) {
+        int64_t k = contrib.items[idx[q]].partial;
+        int r;
+        for (r = 0; r < nk && keys[r] != k; r++) {}
+        if (r == nk) { keys[nk] = k; ndev[nk] = 0; devs[nk] = arena_alloc(s, sizeof(int) * (size_t)ni); nk++; }
+        devs[r][ndev[r]++] = contrib.items[idx[q]].device;
+      }
+      int copies = -1;
+      for (int r = 0; r < nk; r++) {
+        ndev[r] = distinct(devs[r], ndev[r]);
+        if (copies < 0 || ndev[r] < copies) copies = ndev[r];
+      }
+      /* a device that holds every key sums in place */
+      for (int w = 0; w < nn; w++) {
+        int d = needdevs[w];
+        bool all = nk > 0;
+        for (int r = 0; r < nk && all; r++) {
+          bool has = false;
+          for (int q = 0; q < ndev[r] && !has; q++) has = devs[r][q] == d;
+          all = has;
+        }
+        if (all) needdevs[w] = -1;
+      }
+      bool any_missing = false;
+      for (int w = 0; w < nn; w++) any_missing |= needdevs[w] >= 0;
+      if (!any_missing) continue;
+      tregion r = tregion_copy(a, &need);
+      if (nk > 1 && exact) {
+        /* parts of a sum on several devices: one reduction per set of copies */
+        int *grp = arena_alloc(s, sizeof(int) * (size_t)nk);
+        for (int j = 0; j < copies; j++) {
+          for (int q = 0; q < nk; q++) grp[q] = devs[q][j];
+          int ng = distinct(grp, nk);
+          if (ng < 2) continue;
+          pcomm *cm = comm_add(a, p, COMM_ALL_REDUCE, t, PHASE_BACKWARD, grp, ng, &r);
+          cm->why = "its consumers' gradients are parts of a sum on several devices";
+          cm->consumer_op = prod;
+          for (int w = 0; w < nn; w++)
+            for (int q = 0; q < ng; q++)
+              if (needdevs[w] == grp[q]) needdevs[w] = -1;
+        }
+      }
+      /* producers on devices without the gradient: sent from a holder
+       * (summed where it is) */
+      for (int w = 0; w < nn; w++) {
+        int d = needdevs[w];
+        if (d < 0 || nk == 0) continue;
+        int src = devs[0][0];
+        for (int q = 0; q < ndev[0]; q++)
+          if (node_of(p, devs[0][q]) == node_of(p, d)) { src = devs[0][q]; break; }
+        int pair[2] = {src, d};
+        pcomm *cm = comm_add(a, p, COMM_SEND, t, PHASE_BACKWARD, pair, 2, &r);
+        cm->src = src;
+        cm->dst = d;
+        cm->consumer_op = prod;
+        cm->why = "the producer runs on another device than the consumers of its result";
+      }
+    }
+    arena_free(&scratch);
   }
 }
 
@@ -442,14 +573,15 @@ void deps_derive(arena *a, weft_plan *p) {
       feed_edge(a, p, op, k, &held[t], &ss);
     }
   }
+  reduce_activation_grads(a, p);
   reduce_param_grads(a, p);
 }
 
-void deps_totals(const weft_plan *p, int64_t bytes[COMM_KIND_COUNT], int counts[COMM_KIND_COUNT], bool grad) {
+void deps_totals(const weft_plan *p, int64_t bytes[COMM_KIND_COUNT], int counts[COMM_KIND_COUNT], comm_phase phase) {
   for (int k = 0; k < COMM_KIND_COUNT; k++) { bytes[k] = 0; counts[k] = 0; }
   for (int i = 0; i < p->ncomms; i++) {
     const pcomm *cm = &p->comms[i];
-    if (cm->grad != grad) continue;
+    if (cm->phase != phase) continue;
     bytes[cm->kind] += cm->size;
     counts[cm->kind]++;
   }

@@ -5,12 +5,13 @@
 
 #include "plan.h"
 
-/* Fills p->comms: forward activations between sub-operators, and the
- * reduction of parameter gradients across the devices that use them. */
+/* Fills p->comms: forward activations between sub-operators, the gradients
+ * of activations back to their producers, and the reduction of parameter
+ * gradients across the devices that use them. */
 void deps_derive(arena *a, weft_plan *p);
 
 /* Per kind: how many communications and the bytes they carry (the size of
  * the buffers: an all-reduce of a 4 MB gradient counts 4 MB). */
-void deps_totals(const weft_plan *p, int64_t bytes[COMM_KIND_COUNT], int counts[COMM_KIND_COUNT], bool grad);
+void deps_totals(const weft_plan *p, int64_t bytes[COMM_KIND_COUNT], int counts[COMM_KIND_COUNT], comm_phase phase);
 
 #endif

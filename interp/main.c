@@ -271,14 +271,15 @@ static int check_one(opts *o, const char *path, json *j) {
         }
         printf("  plan %s: model %s on %d of %d devices, %d forward sub-operators placed\n", s->pitems[i].name,
                p->g->name, plan_devices_used(p), p->ndevices, p->nsubs);
-        for (int grad = 0; grad < 2; grad++) {
+        for (int ph = 0; ph < PHASE_COUNT; ph++) {
           int64_t bytes[COMM_KIND_COUNT];
           int counts[COMM_KIND_COUNT];
-          deps_totals(p, bytes, counts, grad);
+          deps_totals(p, bytes, counts, (comm_phase)ph);
           for (int k = 0; k < COMM_KIND_COUNT; k++) {
             if (!counts[k]) continue;
-            printf("    %s %-14s %5d x, %s bytes per step\n", grad ? "gradients:  " : "activations:", comm_kind_names[k],
-                   counts[k], grouped(b1, bytes[k]));
+            static const char *const label[PHASE_COUNT] = {"forward: ", "backward:", "weights: "};
+            printf("    %s %-14s %5d x, %s bytes per step\n", label[ph], comm_kind_names[k], counts[k],
+                   grouped(b1, bytes[k]));
           }
         }
       }
@@ -512,7 +513,7 @@ static const char *split_kind_text(split_kind k) {
 
 static void explain_comm(weft_ctx *c, const weft_plan *p, const pcomm *cm) {
   char b1[64];
-  printf("      %s", comm_kind_names[cm->kind]);
+  printf("      %s%s", cm->phase == PHASE_BACKWARD ? "backward: " : "", comm_kind_names[cm->kind]);
   if (cm->kind == COMM_SEND) printf(" from device %d to device %d", cm->src, cm->dst);
   else {
     printf(" over devices");
@@ -554,13 +555,14 @@ static void explain_op(weft_ctx *c, const weft_plan *p, int op) {
   }
   if (pp->count > 16) printf("\n    ... (%d more)", pp->count - 16);
   int nres = 0;
-  for (int i = 0; i < p->ncomms; i++) nres += !p->comms[i].grad && p->comms[i].tensor == sp->output.tensor;
+  for (int i = 0; i < p->ncomms; i++) nres += p->comms[i].phase != PHASE_WEIGHTS && p->comms[i].tensor == sp->output.tensor;
   printf("\n  result %s: %s\n", p->g->tensors[sp->output.tensor].name,
-         nres ? "feeds its consumers through" : "its consumers read it where it is, with no communication");
+         nres ? "reaches its consumers (and its gradient comes back) through"
+              : "its consumers read it where it is, and its gradient comes back, with no communication");
   for (int i = 0; i < p->ncomms; i++)
-    if (!p->comms[i].grad && p->comms[i].tensor == sp->output.tensor) {
+    if (p->comms[i].phase != PHASE_WEIGHTS && p->comms[i].tensor == sp->output.tensor) {
       explain_comm(c, p, &p->comms[i]);
-      printf("        for: %s\n", p->g->ops[p->comms[i].consumer_op].name);
+      if (p->comms[i].phase == PHASE_FORWARD) printf("        for: %s\n", p->g->ops[p->comms[i].consumer_op].name);
     }
   printf("  inputs:\n");
   for (int k = 0; k < sp->ninputs; k++) {
@@ -578,7 +580,7 @@ static void explain_op(weft_ctx *c, const weft_plan *p, int op) {
     if (gt->role == TENSOR_PARAM) {
       bool any = false;
       for (int i = 0; i < p->ncomms; i++)
-        if (p->comms[i].grad && p->comms[i].tensor == t) {
+        if (p->comms[i].phase == PHASE_WEIGHTS && p->comms[i].tensor == t) {
           if (!any) printf("      gradient:\n");
           any = true;
           explain_comm(c, p, &p->comms[i]);

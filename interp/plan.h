@@ -136,11 +136,20 @@ typedef enum {
 
 extern const char *const comm_kind_names[COMM_KIND_COUNT];
 
+typedef enum {
+  PHASE_FORWARD,          /* activations, to their consumers */
+  PHASE_BACKWARD,         /* gradients of activations, back to their producers */
+  PHASE_WEIGHTS,          /* gradients of parameters, summed */
+  PHASE_COUNT
+} comm_phase;
+
+extern const char *const comm_phase_names[PHASE_COUNT];
+
 /* One communication that feeds consumers of a tensor. */
 typedef struct pcomm {
   comm_kind kind;
   int tensor;             /* graph tensor */
-  bool grad;              /* moves the tensor's gradient (backward) */
+  comm_phase phase;       /* forward activations, their gradients, or parameter gradients */
   int ngroup;
   int *group;             /* devices taking part, in rank order */
   int src, dst;           /* COMM_SEND/COMM_BROADCAST: source (and destination) device */

@@ -13,6 +13,8 @@ const char *const comm_kind_names[COMM_KIND_COUNT] = {
     [COMM_ALL_TO_ALL] = "all-to-all", [COMM_BROADCAST] = "broadcast",
 };
 
+const char *const comm_phase_names[PHASE_COUNT] = {"forward", "backward", "weights"};
+
 /* ---- iteration spaces -------------------------------------------------------- */
 
 typedef struct spacebuf {
