@@ -1,0 +1,143 @@
+/* test_plan.c - unit tests of plans: split trees, regions (strided splits of
+ * group dimensions), placement, and the derived communication. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "deps.h"
+#include "plan.h"
+#include "weft.h"
+
+static weft_plan *build(weft_ctx *c, const char *text, const char *plan) {
+  if (weft_load_text(c, "t.plan", text, strlen(text)) != WEFT_OK) {
+    diag_print(&c->diags, stderr, false);
+    fail_msg("the text is rejected");
+  }
+  binding *b = env_lookup(c->main->env, plan);
+  assert_non_null(b);
+  weft_loc none = {0};
+  weft_plan *p = weft_build_plan(c, b->val, none);
+  if (!p) diag_print(&c->diags, stderr, false);
+  return p;
+}
+
+static int count(const weft_plan *p, comm_kind k, comm_phase ph) {
+  int n = 0;
+  for (int i = 0; i < p->ncomms; i++) n += p->comms[i].kind == k && p->comms[i].phase == ph;
+  return n;
+}
+
+static const char *const mlp =
+    "use std\n"
+    "model mlp(batch = 8, dim = 16, hidden = 32) {\n"
+    "  input x : f32[batch, dim]\n  input y : f32[batch, dim]\n"
+    "  param w1 : f32[dim, hidden]\n  param w2 : f32[hidden, dim]\n"
+    "  h = matmul(x, w1)\n  a = gelu(h)\n  o = matmul(a, w2)\n  loss = mse(o, y)\n"
+    "  train sgd(lr = 0.1)\n}\n"
+    "plan tp for mlp on cpus(2) {\n"
+    "  mesh m = devices as [tp = 2]\n"
+    "  split {h, a} on hidden into tp\n  split o on hidden into tp\n  replicate loss into tp\n"
+    "  assign all -> m[tp]\n}\n"
+    "plan dp for mlp on cpus(4) {\n"
+    "  mesh m = devices as [dp = 4]\n  split all on batch into dp\n  assign all -> m[dp]\n}\n"
+    "plan pipe for mlp on cpus(2) {\n"
+    "  split all on batch into 2 as mb in time\n  assign {h, a} -> 0, {o, loss} -> 1\n}\n";
+
+static void test_tensor_parallel(void **state) {
+  (void)state;
+  weft_ctx *c = weft_new();
+  weft_plan *p = build(c, mlp, "tp");
+  assert_non_null(p);
+  assert_int_equal(p->nsubs, 8);
+  /* h's second part holds columns 16..32 on device 1 */
+  int h = p->g->tensors[graph_find(p->g, "h")].producer;
+  psub *s = &p->subs[p->ops[h].first + 1];
+  assert_int_equal(s->device, 1);
+  tregion r;
+  tregion_of(&c->arena, p, s, &p->ops[h].space->output, &r);
+  assert_int_equal(r.dims[1].n, 1);
+  assert_int_equal(r.dims[1].iv[0].lo, 16);
+  assert_int_equal(r.dims[1].iv[0].hi, 32);
+  /* o's parts are partial sums: one all-reduce forward, none between h, a, o */
+  assert_int_equal(count(p, COMM_ALL_REDUCE, PHASE_FORWARD), 1);
+  assert_int_equal(p->comms[0].tensor, graph_find(p->g, "o"));
+  assert_int_equal(count(p, COMM_SEND, PHASE_FORWARD), 0);
+  /* weights are split, not copied: no reduction of their gradients */
+  assert_int_equal(count(p, COMM_ALL_REDUCE, PHASE_WEIGHTS), 0);
+  weft_free(c);
+}
+
+static void test_data_parallel(void **state) {
+  (void)state;
+  weft_ctx *c = weft_new();
+  weft_plan *p = build(c, mlp, "dp");
+  assert_non_null(p);
+  int64_t bytes[COMM_KIND_COUNT];
+  int counts[COMM_KIND_COUNT];
+  deps_totals(p, bytes, counts, PHASE_WEIGHTS);
+  assert_int_equal(counts[COMM_ALL_REDUCE], 2);
+  assert_int_equal(bytes[COMM_ALL_REDUCE], graph_param_bytes(p->g));
+  deps_totals(p, bytes, counts, PHASE_FORWARD);
+  for (int k = 0; k < COMM_KIND_COUNT; k++) assert_int_equal(counts[k], 0);
+  weft_free(c);
+}
+
+static void test_pipeline(void **state) {
+  (void)state;
+  weft_ctx *c = weft_new();
+  weft_plan *p = build(c, mlp, "pipe");
+  assert_non_null(p);
+  /* two micro-batches of a, sent forward; their gradients sent back */
+  assert_int_equal(count(p, COMM_SEND, PHASE_FORWARD), 2);
+  assert_int_equal(count(p, COMM_SEND, PHASE_BACKWARD), 2);
+  for (int i = 0; i < p->ncomms; i++)
+    if (p->comms[i].kind == COMM_SEND && p->comms[i].phase == PHASE_FORWARD) {
+      assert_int_equal(p->comms[i].src, 0);
+      assert_int_equal(p->comms[i].dst, 1);
+      assert_int_equal(p->comms[i].size, 4 * 32 * 4);  /* half the batch of a */
+    }
+  weft_free(c);
+}
+
+/* A split of n in (3 n dh) takes every part's share of all three blocks. */
+static void test_strided_heads(void **state) {
+  (void)state;
+  const char *text =
+      "use std\n"
+      "model at(b = 2, s = 4, heads = 4, dh = 2) {\n"
+      "  input x : [b, s, heads * dh]\n  param w : [heads * dh, 3 * heads * dh]\n  param bias : [3 * heads * dh]\n"
+      "  qkv = qkv_linear(x, w, bias, n = heads)\n  y = causal_attention(qkv, n = heads)\n}\n"
+      "plan tp for at on cpus(2) {\n"
+      "  split {qkv, y} on n into 2\n  assign all -> 0\n}\n";
+  weft_ctx *c = weft_new();
+  weft_plan *p = build(c, text, "tp");
+  assert_non_null(p);
+  int q = p->g->tensors[graph_find(p->g, "qkv")].producer;
+  psub *s = &p->subs[p->ops[q].first + 1];
+  tregion r;
+  tregion_of(&c->arena, p, s, &p->ops[q].space->output, &r);
+  /* 3 blocks of 8 columns; the second half of the heads of each block */
+  assert_int_equal(r.dims[2].n, 3);
+  assert_int_equal(r.dims[2].iv[0].lo, 4);
+  assert_int_equal(r.dims[2].iv[0].hi, 8);
+  assert_int_equal(r.dims[2].iv[2].lo, 20);
+  assert_int_equal(r.dims[2].iv[2].hi, 24);
+  /* attention reads exactly what the projection wrote: no communication */
+  assert_int_equal(count(p, COMM_SEND, PHASE_FORWARD), 0);
+  assert_int_equal(count(p, COMM_ALL_GATHER, PHASE_FORWARD), 0);
+  weft_free(c);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_tensor_parallel),
+      cmocka_unit_test(test_data_parallel),
+      cmocka_unit_test(test_pipeline),
+      cmocka_unit_test(test_strided_heads),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
