@@ -21,17 +21,33 @@ void weft_oom(void) {
   exit(2);
 }
 
-void arena_init(arena *a) { a->head = NULL; a->total = 0; }
+void arena_init(arena *a) { a->head = NULL; a->spare = NULL; a->total = 0; }
 
-void arena_free(arena *a) {
-  arena_block *b = a->head;
+static void free_blocks(arena_block *b) {
   while (b) {
     arena_block *next = b->next;
     free(b);
     b = next;
   }
-  a->head = NULL;
+}
+
+void arena_free(arena *a) {
+  free_blocks(a->head);
+  free_blocks(a->spare);
+  a->head = a->spare = NULL;
   a->total = 0;
+}
+
+void arena_reset(arena *a) {
+  arena_block *b = a->head;
+  while (b) {
+    arena_block *next = b->next;
+    b->used = 0;
+    b->next = a->spare;
+    a->spare = b;
+    b = next;
+  }
+  a->head = NULL;
 }
 
 void *arena_alloc(arena *a, size_t n) {
@@ -40,6 +56,16 @@ void *arena_alloc(arena *a, size_t n) {
   if (n == 0) n = align;
   arena_block *b = a->head;
   if (!b || b->size - b->used < n) {
+    /* a kept block that is large enough, else a new one */
+    for (arena_block **pp = &a->spare; *pp; pp = &(*pp)->next)
+      if ((*pp)->size >= n) {
+        b = *pp;
+        *pp = b->next;
+        b->used = 0;
+        b->next = a->head;
+        a->head = b;
+        goto have;
+      }
     size_t size = n > ARENA_MIN_BLOCK ? n : ARENA_MIN_BLOCK;
     if (size > SIZE_MAX - sizeof(arena_block)) weft_oom();
     b = malloc(sizeof(arena_block) + size);
@@ -50,6 +76,7 @@ void *arena_alloc(arena *a, size_t n) {
     a->head = b;
     a->total += size;
   }
+have:;
   void *p = (char *)b->data + b->used;
   b->used += n;
   memset(p, 0, n);

@@ -9,11 +9,15 @@ typedef struct arena_block arena_block;
 
 typedef struct arena {
   arena_block *head;   /* newest block; older ones follow through ->next */
+  arena_block *spare;  /* blocks kept by arena_reset for reuse */
   size_t total;        /* bytes obtained from malloc, for --stats and limits */
 } arena;
 
 void arena_init(arena *a);
 void arena_free(arena *a);
+/* Forgets everything allocated but keeps the memory for what follows: a
+ * scratch arena reused in a loop costs no page faults after the first turn. */
+void arena_reset(arena *a);
 /* Zeroed memory; aborts through weft_oom() when malloc fails. */
 void *arena_alloc(arena *a, size_t n);
 char *arena_strdup(arena *a, const char *s);

@@ -184,10 +184,8 @@ static void sendset_add(arena *a, sendset *ss, uint64_t key, int comm) {
 
 /* Feeds input k of operator op from the producer's pieces. Regions live in
  * the scratch arena s; what a communication keeps is copied into a. */
-static void feed_edge(arena *a, weft_plan *p, int op, int k, const pieces *have, sendset *ss) {
-  arena scratch;
-  arena_init(&scratch);
-  arena *s = &scratch;
+static void feed_edge(arena *a, arena *s, weft_plan *p, int op, int k, const pieces *have, sendset *ss) {
+  arena_reset(s);
   int first_comm = p->ncomms;
   const popplan *cp = &p->ops[op];
   int tensor = cp->space->inputs[k].tensor;
@@ -312,7 +310,6 @@ static void feed_edge(arena *a, weft_plan *p, int op, int k, const pieces *have,
     p->comms[i].consumer_op = op;
     p->comms[i].input = k;
   }
-  arena_free(&scratch);
 }
 
 /* ---- parameter gradients ------------------------------------------------------------ */
@@ -349,10 +346,11 @@ static int64_t grad_key(const popplan *pp, const psub *s, const tmap *m) {
   return any ? key : -1;
 }
 
-static void reduce_param_grads(arena *a, weft_plan *p) {
+static void reduce_param_grads(arena *a, arena *sc, weft_plan *p) {
   const weft_graph *g = p->g;
   for (int t = 0; t < g->ntensors; t++) {
     if (g->tensors[t].role != TENSOR_PARAM) continue;
+    arena_reset(sc);
     /* every (region, device) that reads the parameter holds a contribution */
     pieces contrib = {0};
     for (int op = 0; op < g->nops; op++) {
@@ -361,14 +359,14 @@ static void reduce_param_grads(arena *a, weft_plan *p) {
         const tmap *m = &pp->space->inputs[k];
         if (m->tensor != t) continue;
         for (int i = 0; i < pp->count; i++) {
-          const psub *s = &p->subs[pp->first + i];
-          if (!contributes(pp, s, m)) continue;
+          const psub *sb = &p->subs[pp->first + i];
+          if (!contributes(pp, sb, m)) continue;
           /* two operators reading the parameter (a tied embedding) give two
            * parts of its gradient: the operator is part of the key */
-          int64_t key = ((int64_t)op << 32) | (grad_key(pp, s, m) + 1);
-          piece pc = {.device = s->device, .partial = key, .sub = pp->first + i};
-          tregion_of(a, p, s, m, &pc.region);
-          pieces_add(a, &contrib, pc);
+          int64_t key = ((int64_t)op << 32) | (grad_key(pp, sb, m) + 1);
+          piece pc = {.device = sb->device, .partial = key, .sub = pp->first + i};
+          tregion_of(sc, p, sb, m, &pc.region);
+          pieces_add(sc, &contrib, pc);
         }
       }
     }
@@ -376,18 +374,24 @@ static void reduce_param_grads(arena *a, weft_plan *p) {
      * the same key are copies (replicas compute the same gradient) and those
      * with different keys are parts of a sum: each set of copies takes part
      * in its own reduction, one device per key */
-    bool *done = arena_alloc(a, sizeof(bool) * (size_t)(contrib.n ? contrib.n : 1));
+    if (contrib.n == 0) continue;
+    const tregion **cptr = arena_alloc(sc, sizeof(tregion *) * (size_t)contrib.n);
+    for (int i = 0; i < contrib.n; i++) cptr[i] = &contrib.items[i].region;
+    region_index cx;
+    region_index_build(sc, &cx, cptr, contrib.n);
+    bool *done = arena_alloc(sc, sizeof(bool) * (size_t)contrib.n);
+    int *idx = arena_alloc(sc, sizeof(int) * (size_t)contrib.n);
     for (int i = 0; i < contrib.n; i++) {
       if (done[i]) continue;
-      int *idx = arena_alloc(a, sizeof(int) * (size_t)contrib.n);
       int ni = 0;
-      for (int j = i; j < contrib.n; j++)
-        if (!done[j] && tregion_equal(&contrib.items[j].region, &contrib.items[i].region)) {
+      for (int j = cx.head[cx.hash[i] & (uint64_t)(cx.nb - 1)]; j >= 0; j = cx.next[j])
+        if (j >= i && !done[j] && cx.hash[j] == cx.hash[i] &&
+            tregion_equal(&contrib.items[j].region, &contrib.items[i].region)) {
           idx[ni++] = j;
           done[j] = true;
         }
       /* distinct keys, and per key its distinct devices */
-      int64_t *keys = arena_alloc(a, sizeof(int64_t) * (size_t)ni);
+      int64_t *keys = arena_alloc(sc, sizeof(int64_t) * (size_t)ni);
       int nk = 0;
       for (int q = 0; q < ni; q++) {
         int64_t k = contrib.items[idx[q]].partial;
@@ -396,22 +400,23 @@ static void reduce_param_grads(arena *a, weft_plan *p) {
         if (!seen) keys[nk++] = k;
       }
       if (nk < 2) continue;  /* copies only: every device computed the whole gradient */
-      int **devs = arena_alloc(a, sizeof(int *) * (size_t)nk);
-      int *nd = arena_alloc(a, sizeof(int) * (size_t)nk);
+      int **devs = arena_alloc(sc, sizeof(int *) * (size_t)nk);
+      int *nd = arena_alloc(sc, sizeof(int) * (size_t)nk);
       int copies = -1;
       for (int r = 0; r < nk; r++) {
-        devs[r] = arena_alloc(a, sizeof(int) * (size_t)ni);
+        devs[r] = arena_alloc(sc, sizeof(int) * (size_t)ni);
         for (int q = 0; q < ni; q++)
           if (contrib.items[idx[q]].partial == keys[r]) devs[r][nd[r]++] = contrib.items[idx[q]].device;
         nd[r] = distinct(devs[r], nd[r]);
         if (copies < 0 || nd[r] < copies) copies = nd[r];
       }
       for (int j = 0; j < copies; j++) {
-        int *g = arena_alloc(a, sizeof(int) * (size_t)nk);
+        int *g = arena_alloc(sc, sizeof(int) * (size_t)nk);
         for (int r = 0; r < nk; r++) g[r] = devs[r][j];
         int ng = distinct(g, nk);
         if (ng < 2) continue;  /* all parts on one device: summed in place */
-        pcomm *cm = comm_add(a, p, COMM_ALL_REDUCE, t, PHASE_WEIGHTS, g, ng, &contrib.items[i].region);
+        tregion r = tregion_copy(a, &contrib.items[i].region);
+        pcomm *cm = comm_add(a, p, COMM_ALL_REDUCE, t, PHASE_WEIGHTS, g, ng, &r);
         cm->why = "parts of the gradient are computed on several devices: they are summed";
       }
     }
@@ -424,14 +429,12 @@ static void reduce_param_grads(arena *a, weft_plan *p) {
  * the producer's sub-operators need the sum over consumers (and over the
  * parts of each consumer split along dimensions the activation lacks) for
  * the regions they wrote. Copies made by `replicate` are not summed. */
-static void reduce_activation_grads(arena *a, weft_plan *p) {
+static void reduce_activation_grads(arena *a, arena *s, weft_plan *p) {
   const weft_graph *g = p->g;
   for (int t = 0; t < g->ntensors; t++) {
     int prod = g->tensors[t].producer;
     if (prod < 0) continue;
-    arena scratch;
-    arena_init(&scratch);
-    arena *s = &scratch;
+    arena_reset(s);
     pieces contrib = {0};
     for (int op = 0; op < g->nops; op++) {
       const popplan *pp = &p->ops[op];
@@ -448,12 +451,21 @@ static void reduce_activation_grads(arena *a, weft_plan *p) {
         }
       }
     }
-    if (contrib.n == 0) { arena_free(&scratch); continue; }
+    if (contrib.n == 0) continue;
     const tregion **cptr = arena_alloc(s, sizeof(tregion *) * (size_t)contrib.n);
     for (int i = 0; i < contrib.n; i++) cptr[i] = &contrib.items[i].region;
     region_index cx;
     region_index_build(s, &cx, cptr, contrib.n);
     const popplan *pp = &p->ops[prod];
+    /* what each producer sub-operator wrote, indexed by region */
+    tregion *wrote = arena_alloc(s, sizeof(tregion) * (size_t)(pp->count ? pp->count : 1));
+    const tregion **wptr = arena_alloc(s, sizeof(tregion *) * (size_t)(pp->count ? pp->count : 1));
+    for (int i = 0; i < pp->count; i++) {
+      tregion_of(s, p, &p->subs[pp->first + i], &pp->space->output, &wrote[i]);
+      wptr[i] = &wrote[i];
+    }
+    region_index wx;
+    region_index_build(s, &wx, wptr, pp->count);
     bool *done = arena_alloc(s, sizeof(bool) * (size_t)(pp->count ? pp->count : 1));
     int *idx = arena_alloc(s, sizeof(int) * (size_t)contrib.n);
     int64_t *keys = arena_alloc(s, sizeof(int64_t) * (size_t)contrib.n);
@@ -462,15 +474,11 @@ static void reduce_activation_grads(arena *a, weft_plan *p) {
     int *needdevs = arena_alloc(s, sizeof(int) * (size_t)(pp->count ? pp->count : 1));
     for (int i = 0; i < pp->count; i++) {
       if (done[i]) continue;
-      tregion need;
-      tregion_of(s, p, &p->subs[pp->first + i], &pp->space->output, &need);
+      tregion need = wrote[i];
       /* the producers that wrote the same region */
       int nn = 0;
-      for (int j = i; j < pp->count; j++) {
-        if (done[j]) continue;
-        tregion nj;
-        tregion_of(s, p, &p->subs[pp->first + j], &pp->space->output, &nj);
-        if (!tregion_equal(&nj, &need)) continue;
+      for (int j = wx.head[wx.hash[i] & (uint64_t)(wx.nb - 1)]; j >= 0; j = wx.next[j]) {
+        if (j < i || done[j] || wx.hash[j] != wx.hash[i] || !tregion_equal(&wrote[j], &need)) continue;
         done[j] = true;
         needdevs[nn++] = p->subs[pp->first + j].device;
       }
@@ -545,7 +553,6 @@ static void reduce_activation_grads(arena *a, weft_plan *p) {
         cm->why = "the producer runs on another device than the consumers of its result";
       }
     }
-    arena_free(&scratch);
   }
 }
 
@@ -554,27 +561,33 @@ static void reduce_activation_grads(arena *a, weft_plan *p) {
 void deps_derive(arena *a, weft_plan *p) {
   const weft_graph *g = p->g;
   /* what each tensor's producer holds */
-  pieces *held = arena_alloc(a, sizeof(pieces) * (size_t)(g->ntensors ? g->ntensors : 1));
+  arena hold;  /* what producers hold: needed until every edge is fed */
+  arena_init(&hold);
+  pieces *held = arena_alloc(&hold, sizeof(pieces) * (size_t)(g->ntensors ? g->ntensors : 1));
   for (int op = 0; op < g->nops; op++) {
     const popplan *pp = &p->ops[op];
     for (int i = 0; i < pp->count; i++) {
       const psub *s = &p->subs[pp->first + i];
       piece pc = {.device = s->device, .partial = partial_key(pp, s), .sub = pp->first + i};
-      tregion_of(a, p, s, &pp->space->output, &pc.region);
-      pieces_add(a, &held[pp->space->output.tensor], pc);
+      tregion_of(&hold, p, s, &pp->space->output, &pc.region);
+      pieces_add(&hold, &held[pp->space->output.tensor], pc);
     }
   }
   sendset ss = {0};
+  arena scratch;
+  arena_init(&scratch);
   for (int op = 0; op < g->nops; op++) {
     const popplan *pp = &p->ops[op];
     for (int k = 0; k < pp->space->ninputs; k++) {
       int t = pp->space->inputs[k].tensor;
       if (g->tensors[t].producer < 0) continue;  /* inputs and parameters live where they are read */
-      feed_edge(a, p, op, k, &held[t], &ss);
+      feed_edge(a, &scratch, p, op, k, &held[t], &ss);
     }
   }
-  reduce_activation_grads(a, p);
-  reduce_param_grads(a, p);
+  arena_free(&hold);
+  reduce_activation_grads(a, &scratch, p);
+  reduce_param_grads(a, &scratch, p);
+  arena_free(&scratch);
 }
 
 void deps_totals(const weft_plan *p, int64_t bytes[COMM_KIND_COUNT], int counts[COMM_KIND_COUNT], comm_phase phase) {
