@@ -50,6 +50,22 @@ void arena_reset(arena *a) {
   a->head = NULL;
 }
 
+void arena_adopt(arena *dst, arena *src) {
+  for (arena_block **lists[2] = {&src->head, &src->spare}, ***l = lists; l < lists + 2; l++) {
+    arena_block *b = **l;
+    while (b) {
+      arena_block *next = b->next;
+      /* behind dst's newest block, so that dst keeps allocating where it was */
+      if (dst->head) { b->next = dst->head->next; dst->head->next = b; }
+      else { b->next = NULL; dst->head = b; }
+      b = next;
+    }
+    **l = NULL;
+  }
+  dst->total += src->total;
+  src->total = 0;
+}
+
 void *arena_alloc(arena *a, size_t n) {
   size_t align = sizeof(max_align_t);
   n = (n + align - 1) & ~(align - 1);

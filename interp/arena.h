@@ -18,6 +18,8 @@ void arena_free(arena *a);
 /* Forgets everything allocated but keeps the memory for what follows: a
  * scratch arena reused in a loop costs no page faults after the first turn. */
 void arena_reset(arena *a);
+/* Moves every block of src into dst (src is left empty). */
+void arena_adopt(arena *dst, arena *src);
 /* Zeroed memory; aborts through weft_oom() when malloc fails. */
 void *arena_alloc(arena *a, size_t n);
 char *arena_strdup(arena *a, const char *s);

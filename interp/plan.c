@@ -523,6 +523,7 @@ static bool make_subs(weft_ctx *c, weft_plan *p) {
     diag_hint(g, &c->diags, "fewer parts, or fewer micro-batches");
     return false;
   }
+  arena_grow(A(c), (void **)&p->subs, &p->scap, (int)total + 1, sizeof(psub));
   for (int op = 0; op < p->g->nops; op++) {
     popplan *pp = &p->ops[op];
     int64_t count = 1;
@@ -653,19 +654,32 @@ static bool place(weft_ctx *c, pstate *ps) {
       arena_grow(A(c), (void **)&levels, &lcap, nlevels + 1, sizeof(char *));
       levels[nlevels++] = ax;
     }
-  for (int a = 0; a < ps->nassigns; a++) {
+  /* a device expression is evaluated once per sub-operator, in a scratch
+   * arena: kept only when it reports an error (its messages live there) */
+  arena main = c->arena;
+  arena_init(&c->arena);
+  bool ok_all = true;
+  for (int a = 0; a < ps->nassigns && ok_all; a++) {
     const passign *as = &ps->assigns[a];
-    for (int k = 0; k < as->nops; k++) {
+    for (int k = 0; k < as->nops && ok_all; k++) {
       popplan *pp = &p->ops[as->ops[k]];
       for (int i = 0; i < pp->count; i++) {
         psub *s = &p->subs[pp->first + i];
-        if (!eval_step(c, as->loc)) return false;
-        if (!device_of(c, p, as, s, &s->device, levels, nlevels)) return false;
+        int before = c->diags.n;
+        if (!eval_step(c, as->loc) || !device_of(c, p, as, s, &s->device, levels, nlevels)) {
+          ok_all = false;
+          break;
+        }
+        if (c->diags.n == before) arena_reset(&c->arena);
+        else { arena_adopt(&main, &c->arena); }
       }
       pp->assigned = true;
       pp->assign_loc = as->loc;
     }
   }
+  arena_adopt(&main, &c->arena);
+  c->arena = main;
+  if (!ok_all) return false;
   /* rule 2: every sub-operator on exactly one device */
   bool ok = true;
   int unplaced = 0;
