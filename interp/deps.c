@@ -277,13 +277,14 @@ static void feed_edge(arena *a, arena *s, weft_plan *p, int op, int k, const pie
         int h = hsel[q];
         const piece *pc = &have->items[h];
         tregion x;
-        if (pc->device == dst || !tregion_intersect(s, &pc->region, need, &x)) continue;
+        if (pc->device == dst) continue;
+        if (tregion_equal(&pc->region, need)) x = *need;
+        else if (!tregion_intersect(s, &pc->region, need, &x)) continue;
         /* one holder per part: skip this piece if an earlier one holds the same part */
         bool dup = false;
         for (int q2 = 0; q2 < q && !dup; q2++) {
           const piece *o = &have->items[hsel[q2]];
-          tregion y;
-          dup = tregion_intersect(s, &o->region, &x, &y) && tregion_equal(&y, &x) &&
+          dup = tregion_contains(&o->region, &x) &&
                 (o->device == dst || node_of(p, o->device) == node_of(p, dst) ||
                  node_of(p, pc->device) != node_of(p, dst));
         }

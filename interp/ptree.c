@@ -206,14 +206,24 @@ int64_t tregion_numel(const tregion *r) {
   return n;
 }
 
+/* Whether every interval of inner lies inside the intervals of outer (both
+ * sorted and disjoint, adjacent intervals merged). */
+static bool dregion_contains(const dregion *outer, const dregion *inner) {
+  int j = 0;
+  for (int i = 0; i < inner->n; i++) {
+    const irange *r = &inner->iv[i];
+    if (r->lo >= r->hi) continue;
+    while (j < outer->n && outer->iv[j].hi <= r->lo) j++;
+    if (j >= outer->n || outer->iv[j].lo > r->lo || outer->iv[j].hi < r->hi) return false;
+  }
+  return true;
+}
+
 bool tregion_contains(const tregion *outer, const tregion *inner) {
-  arena tmp;
-  arena_init(&tmp);
-  tregion x;
-  bool ok = tregion_intersect(&tmp, outer, inner, &x) ? tregion_numel(&x) == tregion_numel(inner)
-                                                     : tregion_numel(inner) == 0;
-  arena_free(&tmp);
-  return ok;
+  if (outer->ndims != inner->ndims) return false;
+  for (int d = 0; d < inner->ndims; d++)
+    if (!dregion_contains(&outer->dims[d], &inner->dims[d])) return false;
+  return true;
 }
 
 const char *tregion_str(arena *a, const tregion *r) {
