@@ -347,39 +347,47 @@ static int64_t grad_key(const popplan *pp, const psub *s, const tmap *m) {
   return any ? key : -1;
 }
 
+/* Every sub-operator that reads tensor t contributes to its gradient over
+ * the region it read. Two operators reading it (a tied embedding, a
+ * residual) give two parts of the sum, so the operator is part of the key.
+ * False when nothing reads t. */
+static bool grad_contributions(arena *s, const weft_plan *p, int t, pieces *out, region_index *ix) {
+  const weft_graph *g = p->g;
+  memset(out, 0, sizeof *out);
+  for (int op = 0; op < g->nops; op++) {
+    const popplan *pp = &p->ops[op];
+    for (int k = 0; k < pp->space->ninputs; k++) {
+      const tmap *m = &pp->space->inputs[k];
+      if (m->tensor != t) continue;
+      for (int i = 0; i < pp->count; i++) {
+        const psub *sb = &p->subs[pp->first + i];
+        if (!contributes(pp, sb, m)) continue;
+        int64_t key = ((int64_t)op << 32) | (grad_key(pp, sb, m) + 1);
+        piece pc = {.device = sb->device, .partial = key, .sub = pp->first + i};
+        tregion_of(s, p, sb, m, &pc.region);
+        pieces_add(s, out, pc);
+      }
+    }
+  }
+  if (out->n == 0) return false;
+  const tregion **ptr = arena_alloc(s, sizeof(tregion *) * (size_t)out->n);
+  for (int i = 0; i < out->n; i++) ptr[i] = &out->items[i].region;
+  region_index_build(s, ix, ptr, out->n);
+  return true;
+}
+
 static void reduce_param_grads(arena *a, arena *sc, weft_plan *p) {
   const weft_graph *g = p->g;
   for (int t = 0; t < g->ntensors; t++) {
     if (g->tensors[t].role != TENSOR_PARAM) continue;
     arena_reset(sc);
-    /* every (region, device) that reads the parameter holds a contribution */
-    pieces contrib = {0};
-    for (int op = 0; op < g->nops; op++) {
-      const popplan *pp = &p->ops[op];
-      for (int k = 0; k < pp->space->ninputs; k++) {
-        const tmap *m = &pp->space->inputs[k];
-        if (m->tensor != t) continue;
-        for (int i = 0; i < pp->count; i++) {
-          const psub *sb = &p->subs[pp->first + i];
-          if (!contributes(pp, sb, m)) continue;
-          /* two operators reading the parameter (a tied embedding) give two
-           * parts of its gradient: the operator is part of the key */
-          int64_t key = ((int64_t)op << 32) | (grad_key(pp, sb, m) + 1);
-          piece pc = {.device = sb->device, .partial = key, .sub = pp->first + i};
-          tregion_of(sc, p, sb, m, &pc.region);
-          pieces_add(sc, &contrib, pc);
-        }
-      }
-    }
+    pieces contrib;
+    region_index cx;
+    if (!grad_contributions(sc, p, t, &contrib, &cx)) continue;
     /* group the contributions by region; inside a region, contributions with
      * the same key are copies (replicas compute the same gradient) and those
      * with different keys are parts of a sum: each set of copies takes part
      * in its own reduction, one device per key */
-    if (contrib.n == 0) continue;
-    const tregion **cptr = arena_alloc(sc, sizeof(tregion *) * (size_t)contrib.n);
-    for (int i = 0; i < contrib.n; i++) cptr[i] = &contrib.items[i].region;
-    region_index cx;
-    region_index_build(sc, &cx, cptr, contrib.n);
     bool *done = arena_alloc(sc, sizeof(bool) * (size_t)contrib.n);
     int *idx = arena_alloc(sc, sizeof(int) * (size_t)contrib.n);
     for (int i = 0; i < contrib.n; i++) {
@@ -436,27 +444,9 @@ static void reduce_activation_grads(arena *a, arena *s, weft_plan *p) {
     int prod = g->tensors[t].producer;
     if (prod < 0) continue;
     arena_reset(s);
-    pieces contrib = {0};
-    for (int op = 0; op < g->nops; op++) {
-      const popplan *pp = &p->ops[op];
-      for (int k = 0; k < pp->space->ninputs; k++) {
-        const tmap *m = &pp->space->inputs[k];
-        if (m->tensor != t) continue;
-        for (int i = 0; i < pp->count; i++) {
-          const psub *sb = &p->subs[pp->first + i];
-          if (!contributes(pp, sb, m)) continue;
-          int64_t key = ((int64_t)op << 32) | (grad_key(pp, sb, m) + 1);
-          piece pc = {.device = sb->device, .partial = key, .sub = pp->first + i};
-          tregion_of(s, p, sb, m, &pc.region);
-          pieces_add(s, &contrib, pc);
-        }
-      }
-    }
-    if (contrib.n == 0) continue;
-    const tregion **cptr = arena_alloc(s, sizeof(tregion *) * (size_t)contrib.n);
-    for (int i = 0; i < contrib.n; i++) cptr[i] = &contrib.items[i].region;
+    pieces contrib;
     region_index cx;
-    region_index_build(s, &cx, cptr, contrib.n);
+    if (!grad_contributions(s, p, t, &contrib, &cx)) continue;
     const popplan *pp = &p->ops[prod];
     /* what each producer sub-operator wrote, indexed by region */
     tregion *wrote = arena_alloc(s, sizeof(tregion) * (size_t)(pp->count ? pp->count : 1));
