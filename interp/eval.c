@@ -936,6 +936,12 @@ value eval_expr(weft_ctx *c, env *e, const ast *n) {
   }
 }
 
+bool eval_condition(weft_ctx *c, env *e, const ast *x, bool *out) {
+  value v = eval_expr(c, e, x);
+  if (v.kind == V_ERROR) return false;
+  return truth(c, v, x->loc, out);
+}
+
 /* `assert COND, MESSAGE` in any body. */
 bool eval_assert(weft_ctx *c, env *e, const ast *s) {
   value v = eval_expr(c, e, s->a);

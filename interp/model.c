@@ -837,13 +837,9 @@ static bool exec_stmt(weft_ctx *c, env *e, const ast *s) {
     return false;
   }
   case S_IF: {
-    value cnd = eval_expr(c, e, s->a);
-    if (cnd.kind == V_ERROR) return false;
-    if (cnd.kind != V_BOOL) {
-      eval_error(c, s->a->loc, "a condition must be a boolean, got %s %s", value_kind_name(cnd.kind), value_repr(A(c), cnd));
-      return false;
-    }
-    if (cnd.i) return exec_body(c, env_new(A(c), e), &s->list);
+    bool cnd;
+    if (!eval_condition(c, e, s->a, &cnd)) return false;
+    if (cnd) return exec_body(c, env_new(A(c), e), &s->list);
     if (s->b) return exec_stmt(c, e, s->b);
     return exec_body(c, env_new(A(c), e), &s->list2);
   }

@@ -476,13 +476,9 @@ static bool exec_plan_stmt(weft_ctx *c, pstate *ps, env *e, const ast *s) {
     return true;
   }
   case S_IF: {
-    value cnd = eval_expr(c, e, s->a);
-    if (cnd.kind == V_ERROR) return false;
-    if (cnd.kind != V_BOOL) {
-      eval_error(c, s->a->loc, "a condition must be a boolean, got %s %s", value_kind_name(cnd.kind), value_repr(A(c), cnd));
-      return false;
-    }
-    if (cnd.i) return exec_plan_body(c, ps, env_new(A(c), e), &s->list);
+    bool cnd;
+    if (!eval_condition(c, e, s->a, &cnd)) return false;
+    if (cnd) return exec_plan_body(c, ps, env_new(A(c), e), &s->list);
     if (s->b) return exec_plan_stmt(c, ps, e, s->b);
     return exec_plan_body(c, ps, env_new(A(c), e), &s->list2);
   }

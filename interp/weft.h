@@ -116,6 +116,8 @@ value eval_expr(weft_ctx *c, env *e, const ast *n);
 value eval_call_value(weft_ctx *c, value f, int nargs, const ast *const *args,
                       weft_loc loc, env *e);
 bool eval_step(weft_ctx *c, weft_loc loc);
+/* A boolean condition (`if`): false after a diagnostic. */
+bool eval_condition(weft_ctx *c, env *e, const ast *x, bool *out);
 /* `assert COND, MESSAGE`: false (and a diagnostic) when it fails. */
 bool eval_assert(weft_ctx *c, env *e, const ast *s);
 weft_diag *eval_error(weft_ctx *c, weft_loc loc, const char *fmt, ...)
