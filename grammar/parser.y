@@ -390,6 +390,7 @@ stmt:
       $$ = mklists(P, S_SCHEDULE, @$, NULL, NULL, NULL, $2, (ast_list){0});
       $$->body = @2;
     }
+  | SCHEDULE name { $$ = mkname(P, S_SCHEDULE, @$, $2, NULL, NULL); }
   | RECOMPUTE selector %prec STMT_END { $$ = mk(P, S_RECOMPUTE, @$, $2, NULL); }
   | RECOMPUTE selector SELECTIVE { $$ = mkname(P, S_RECOMPUTE, @$, "selective", $2, NULL); }
   | RECOMPUTE selector FULL { $$ = mkname(P, S_RECOMPUTE, @$, "full", $2, NULL); }

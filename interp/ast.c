@@ -379,7 +379,10 @@ static void dump(const ast *n, FILE *out) {
     dump(n->b, out);
     fputc(')', out);
     break;
-  case S_SCHEDULE: dump_body("schedule", &n->list, out); break;
+  case S_SCHEDULE:
+    if (n->name) fprintf(out, "(schedule %s)", n->name);
+    else dump_body("schedule", &n->list, out);
+    break;
   case S_RECOMPUTE:
     fputs("(recompute ", out);
     dump(n->a, out);

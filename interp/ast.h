@@ -97,7 +97,7 @@ typedef struct ast_list {
   X(S_PLACE)    /* assign: list = N_PLACE */                                    \
   X(S_STAGE)    /* list = N_FIELD (name = stage; a = N_SEL) */                  \
   X(S_ORDER)    /* a before b: a, b = N_SEL */                                  \
-  X(S_SCHEDULE) /* list = N_ROW (the grid, '{' .. '}' in body) */               \
+  X(S_SCHEDULE) /* list = N_ROW (grid in body), or name: a generator */        \
   X(S_RECOMPUTE) /* a = N_SEL; name = "selective", "full" or NULL */            \
   X(S_CALL)     /* a strategy called as a statement: a = E_CALL */
 

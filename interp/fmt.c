@@ -375,8 +375,8 @@ static const ast_list *body_of(const ast *s) {
   case S_FOR:
   case S_IF:
   case S_DEVICE:
-  case S_LINK:
-  case S_SCHEDULE: return &s->list;
+  case S_LINK: return &s->list;
+  case S_SCHEDULE: return s->name ? NULL : &s->list;
   default: return NULL;
   }
 }
@@ -592,7 +592,10 @@ static void stmt_head(const fmtx *F, sbuf *b, const ast *s) {
     sb_puts(b, " before ");
     pe_sel(b, s->b);
     break;
-  case S_SCHEDULE: sb_puts(b, "schedule "); break;
+  case S_SCHEDULE:
+    sb_puts(b, "schedule ");
+    if (s->name) sb_puts(b, s->name);
+    break;
   case S_RECOMPUTE:
     sb_puts(b, "recompute ");
     pe_sel(b, s->a);
@@ -651,7 +654,7 @@ static void print_stmt(fmtx *F, blockst *B, const ast *s, const ast *succ, pos n
   for (const ast *c; (c = comment_before(F, head_end));) own_comment(F, B, c, false);
 
   sbuf head = {0}, tail = {0};
-  if (s->kind == S_SCHEDULE) grid_widths(F, s);
+  if (s->kind == S_SCHEDULE && !s->name) grid_widths(F, s);
   stmt_head(F, &head, s);
   if (!body) {
     sb_puts(&tail, head.s);

@@ -277,7 +277,7 @@ static int check_one(opts *o, const char *path, json *j) {
           deps_totals(p, bytes, counts, (comm_phase)ph);
           for (int k = 0; k < COMM_KIND_COUNT; k++) {
             if (!counts[k]) continue;
-            static const char *const label[PHASE_COUNT] = {"forward: ", "backward:", "weights: "};
+            static const char *const label[PHASE_COUNT] = {"forward: ", "backward:", "weights: ", "params:  "};
             printf("    %s %-14s %5d x, %s bytes per step\n", label[ph], comm_kind_names[k], counts[k],
                    grouped(b1, bytes[k]));
           }

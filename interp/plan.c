@@ -721,6 +721,7 @@ weft_plan *weft_build_plan(weft_ctx *c, value plan, weft_loc use) {
   p->ndevices = (int)record_get(cr.rec, "devices")->i;
   p->devices_per_node = (int)record_get(cr.rec, "devices_per_node")->i;
   p->ops = arena_alloc(A(c), sizeof(popplan) * (size_t)(g->nops ? g->nops : 1));
+  p->zero = arena_alloc(A(c), sizeof(pzero) * (size_t)(g->ntensors ? g->ntensors : 1));
   for (int op = 0; op < g->nops; op++) {
     p->ops[op].space = opspace_build(A(c), g, op);
     p->ops[op].stage = -1;

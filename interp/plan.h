@@ -139,7 +139,8 @@ extern const char *const comm_kind_names[COMM_KIND_COUNT];
 typedef enum {
   PHASE_FORWARD,          /* activations, to their consumers */
   PHASE_BACKWARD,         /* gradients of activations, back to their producers */
-  PHASE_WEIGHTS,          /* gradients of parameters, summed */
+  PHASE_WEIGHTS,          /* gradients of parameters, summed (or reduce-scattered under ZeRO) */
+  PHASE_PARAMS,           /* parameters gathered from their ZeRO shards */
   PHASE_COUNT
 } comm_phase;
 
@@ -154,14 +155,27 @@ typedef struct pcomm {
   int *group;             /* devices taking part, in rank order */
   int src, dst;           /* COMM_SEND/COMM_BROADCAST: source (and destination) device */
   tregion region;         /* the region moved (whole tensor: all dims full) */
+  tregion *parts;         /* REDUCE_SCATTER: the part of region each member ends with;
+                           * ALL_GATHER: the part each member starts with; in group
+                           * order; NULL for other kinds */
   int64_t size;           /* bytes of the region moved or reduced */
   int64_t bytes;          /* bytes each member sends (ring algorithms) */
   int level;              /* 0 inside a node, 1 across nodes */
   int producer_sub, consumer_sub;  /* for COMM_SEND: the sub-operators it joins, else -1 */
   int consumer_op;        /* the operator it feeds (forward), or -1 */
   int input;              /* which input of consumer_op */
+  sub_dir dir;            /* PHASE_PARAMS: the direction of consumer_op's use it
+                           * gathers for (ZeRO-3), or DIR_OPTIMIZER: after the
+                           * optimizer step (ZeRO-1 and 2) */
   const char *why;        /* a sentence for `weft explain` */
 } pcomm;
+
+/* ZeRO: how a parameter's data-parallel copies are sharded over an axis. */
+typedef struct pzero {
+  int stage;              /* 0 none; 1 optimizer state; 2 and gradients; 3 and parameters */
+  const char *axis;       /* the axis its copies differ along ("dp") */
+  weft_loc loc;           /* the `shard` statement */
+} pzero;
 
 typedef struct weft_plan {
   const char *name;
@@ -179,6 +193,7 @@ typedef struct weft_plan {
   int nstages, stcap;
   pcomm *comms;
   int ncomms, ccap;
+  pzero *zero;            /* per graph tensor (parameters only) */
 } weft_plan;
 
 /* Regions. */

@@ -13,7 +13,7 @@ const char *const comm_kind_names[COMM_KIND_COUNT] = {
     [COMM_ALL_TO_ALL] = "all-to-all", [COMM_BROADCAST] = "broadcast",
 };
 
-const char *const comm_phase_names[PHASE_COUNT] = {"forward", "backward", "weights"};
+const char *const comm_phase_names[PHASE_COUNT] = {"forward", "backward", "weights", "params"};
 
 /* ---- iteration spaces -------------------------------------------------------- */
 

@@ -896,7 +896,9 @@ static void test_schedule_grid(void **state) {
   expect_error("schedule { s0: b99999999999999999999 }", 1, 16, "number too large in a schedule cell");
   expect_error("schedule { f0 }", 1, 12, "unexpected schedule cell 'f0', expected row label or '}'");
   expect_error("schedule { s0: f0\n", 2, 1, "unexpected end of file, expected schedule cell, row label or '}'");
-  expect_error("schedule x", 1, 10, "unexpected identifier 'x'");
+  expect_error("schedule 3", 1, 10, "unexpected number '3', expected identifier, '{', '=', '(' or '.'");
+  /* a generator by name */
+  expect_file("schedule one_f_one_b", "(file (schedule one_f_one_b))");
   /* the hint for a word */
   p = pt_new();
   assert_null(parse(p, "schedule { s0 }"));
