@@ -213,8 +213,8 @@ static ast_list split_quantity(weft_pctx *P, ast_list l, ast *q, int op) {
 %token STR_BEGIN STR_END INTERP_BEGIN INTERP_END
 %token USE PARAM LET FN OP MODEL CLUSTER DEVICE LINK INPUT OUTPUT BLOCK
 %token FOR IN IF THEN ELSE TRAIN ASSERT TRUE FALSE AND OR NOT PLAN
-%token STRATEGY MESH SPLIT REPLICATE ASSIGN STAGE ORDER SCHEDULE RECOMPUTE
-%token ON INTO AS TIME BEFORE SELECTIVE FULL
+%token STRATEGY MESH SPLIT REPLICATE ASSIGN STAGE ORDER SCHEDULE RECOMPUTE SHARD
+%token ON INTO AS TIME BEFORE SELECTIVE FULL OVER
 %token EQ NE LE GE IDIV ARROW DOTDOT STARSTAR
 
 /* The conflicts of the grammar, all resolved towards the longer statement:
@@ -394,6 +394,10 @@ stmt:
   | RECOMPUTE selector %prec STMT_END { $$ = mk(P, S_RECOMPUTE, @$, $2, NULL); }
   | RECOMPUTE selector SELECTIVE { $$ = mkname(P, S_RECOMPUTE, @$, "selective", $2, NULL); }
   | RECOMPUTE selector FULL { $$ = mkname(P, S_RECOMPUTE, @$, "full", $2, NULL); }
+  | SHARD name selector OVER name {
+      $$ = mkname(P, S_SHARD, @$, $2, $3, NULL);
+      $$->text = $5;
+    }
   | callee '(' args ')' {
       ast *f = mkname(P, E_NAME, @1, $1, NULL, NULL);
       ast *call = mklists(P, E_CALL, @$, NULL, f, NULL, $3, (ast_list){0});
@@ -424,7 +428,11 @@ stage_list:
   | stage_list ',' stage_item { $$ = listpush(P, $1, $3); }
   ;
 
-stage_item: name '=' selector { $$ = mkname(P, N_FIELD, @$, $1, $3, NULL); } ;
+/* A stage named by a string ("s{k}") when a loop makes the stages. */
+stage_item:
+    name '=' selector { $$ = mkname(P, N_FIELD, @$, $1, $3, NULL); }
+  | string '=' selector { $$ = mk(P, N_FIELD, @$, $3, $1); }
+  ;
 
 /* A strategy call as a statement. The keywords whose statement takes an
  * expression (assert, train, output) are left out: "assert (x)" stays an
@@ -447,6 +455,7 @@ callee:
   | ORDER { $$ = "order"; }
   | SCHEDULE { $$ = "schedule"; }
   | RECOMPUTE { $$ = "recompute"; }
+  | SHARD { $$ = "shard"; }
   | ON { $$ = "on"; }
   | INTO { $$ = "into"; }
   | AS { $$ = "as"; }
@@ -454,6 +463,7 @@ callee:
   | BEFORE { $$ = "before"; }
   | SELECTIVE { $$ = "selective"; }
   | FULL { $$ = "full"; }
+  | OVER { $$ = "over"; }
   ;
 
 /* ---- selectors and schedule grids -------------------------------------- */
@@ -547,6 +557,7 @@ name:
   | ORDER { $$ = "order"; }
   | SCHEDULE { $$ = "schedule"; }
   | RECOMPUTE { $$ = "recompute"; }
+  | SHARD { $$ = "shard"; }
   | ON { $$ = "on"; }
   | INTO { $$ = "into"; }
   | AS { $$ = "as"; }
@@ -554,6 +565,7 @@ name:
   | BEFORE { $$ = "before"; }
   | SELECTIVE { $$ = "selective"; }
   | FULL { $$ = "full"; }
+  | OVER { $$ = "over"; }
   ;
 
 path:
@@ -869,6 +881,7 @@ static const char *sym_display(yysymbol_kind_t k) {
   case YYSYMBOL_ORDER: return "'order'";
   case YYSYMBOL_SCHEDULE: return "'schedule'";
   case YYSYMBOL_RECOMPUTE: return "'recompute'";
+  case YYSYMBOL_SHARD: return "'shard'";
   case YYSYMBOL_ON: return "'on'";
   case YYSYMBOL_INTO: return "'into'";
   case YYSYMBOL_AS: return "'as'";
@@ -876,6 +889,7 @@ static const char *sym_display(yysymbol_kind_t k) {
   case YYSYMBOL_BEFORE: return "'before'";
   case YYSYMBOL_SELECTIVE: return "'selective'";
   case YYSYMBOL_FULL: return "'full'";
+  case YYSYMBOL_OVER: return "'over'";
   case YYSYMBOL_ROW_LABEL: return "row label";
   case YYSYMBOL_CELL: return "schedule cell";
   case YYSYMBOL_EQ: return "'=='";
@@ -904,8 +918,8 @@ static bool sym_is_soft(yysymbol_kind_t k) {
   case YYSYMBOL_OP: case YYSYMBOL_ASSERT:
   case YYSYMBOL_STRATEGY: case YYSYMBOL_MESH: case YYSYMBOL_SPLIT: case YYSYMBOL_REPLICATE:
   case YYSYMBOL_ASSIGN: case YYSYMBOL_STAGE: case YYSYMBOL_ORDER: case YYSYMBOL_SCHEDULE:
-  case YYSYMBOL_RECOMPUTE: case YYSYMBOL_ON: case YYSYMBOL_INTO: case YYSYMBOL_AS:
-  case YYSYMBOL_TIME: case YYSYMBOL_BEFORE: case YYSYMBOL_SELECTIVE: case YYSYMBOL_FULL:
+  case YYSYMBOL_RECOMPUTE: case YYSYMBOL_SHARD: case YYSYMBOL_ON: case YYSYMBOL_INTO: case YYSYMBOL_AS:
+  case YYSYMBOL_TIME: case YYSYMBOL_BEFORE: case YYSYMBOL_SELECTIVE: case YYSYMBOL_FULL: case YYSYMBOL_OVER:
     return true;
   default:
     return false;
@@ -933,7 +947,7 @@ static bool sym_starts_stmt(yysymbol_kind_t k) {
   case YYSYMBOL_IF: case YYSYMBOL_TRAIN: case YYSYMBOL_ASSERT: case YYSYMBOL_IDENT:
   case YYSYMBOL_PLAN: case YYSYMBOL_STRATEGY: case YYSYMBOL_MESH: case YYSYMBOL_SPLIT:
   case YYSYMBOL_REPLICATE: case YYSYMBOL_ASSIGN: case YYSYMBOL_STAGE: case YYSYMBOL_ORDER:
-  case YYSYMBOL_SCHEDULE: case YYSYMBOL_RECOMPUTE:
+  case YYSYMBOL_SCHEDULE: case YYSYMBOL_RECOMPUTE: case YYSYMBOL_SHARD:
     return true;
   default:
     return false;

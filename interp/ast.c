@@ -186,6 +186,12 @@ static void dump(const ast *n, FILE *out) {
       fprintf(out, "(= %s ", n->name);
       dump(n->a, out);
       fputc(')', out);
+    } else if (n->b && n->a) {
+      fputs("(= ", out);
+      dump(n->b, out);
+      fputc(' ', out);
+      dump(n->a, out);
+      fputc(')', out);
     } else if (n->name) {
       fputs(n->name, out);
     } else {
@@ -388,6 +394,11 @@ static void dump(const ast *n, FILE *out) {
     dump(n->a, out);
     if (n->name) fprintf(out, " %s", n->name);
     fputc(')', out);
+    break;
+  case S_SHARD:
+    fprintf(out, "(shard %s ", n->name);
+    dump(n->a, out);
+    fprintf(out, " (over %s))", n->text);
     break;
   case S_CALL:
     fputs("(do ", out);

@@ -99,6 +99,9 @@ typedef struct ast_list {
   X(S_ORDER)    /* a before b: a, b = N_SEL */                                  \
   X(S_SCHEDULE) /* list = N_ROW (grid in body), or name: a generator */        \
   X(S_RECOMPUTE) /* a = N_SEL; name = "selective", "full" or NULL */            \
+  X(S_SHARD)    /* shard STATE SEL over AXIS (ZeRO): name = state as written    \
+                   ("optimizer", checked when evaluated); a = N_SEL;            \
+                   text = axis */                                               \
   X(S_CALL)     /* a strategy called as a statement: a = E_CALL */
 
 typedef enum {

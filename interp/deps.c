@@ -55,6 +55,8 @@ static pcomm *comm_add(arena *a, weft_plan *p, comm_kind kind, int tensor, comm_
   cm->consumer_op = -1;
   cm->input = -1;
   cm->region = *r;
+  cm->parts = NULL;
+  cm->dir = DIR_FORWARD;
   int64_t b = region_bytes(p, tensor, r);
   cm->size = b;
   switch (kind) {
@@ -85,6 +87,183 @@ static int distinct(int *devs, int n) {
   for (int i = 0; i < n; i++)
     if (m == 0 || devs[m - 1] != devs[i]) devs[m++] = devs[i];
   return m;
+}
+
+/* Whether two regions share an element: tregion_intersect without building
+ * the intersection, for the tests that only need to know. */
+static bool regions_meet(const tregion *x, const tregion *y) {
+  for (int d = 0; d < x->ndims && d < y->ndims; d++) {
+    const dregion *a = &x->dims[d], *b = &y->dims[d];
+    bool any = false;
+    for (int i = 0, j = 0; i < a->n && j < b->n && !any;) {
+      int64_t lo = a->iv[i].lo > b->iv[j].lo ? a->iv[i].lo : b->iv[j].lo;
+      int64_t hi = a->iv[i].hi < b->iv[j].hi ? a->iv[i].hi : b->iv[j].hi;
+      any = lo < hi;
+      if (a->iv[i].hi < b->iv[j].hi) i++;
+      else j++;
+    }
+    if (!any) return false;
+  }
+  return true;
+}
+
+/* Regions by their extent along one dimension, for the regions that overlap
+ * a given one without testing them all: a need split along the sequence
+ * against thousands of pieces split by batch and micro-batch. The dimension
+ * is the one whose extents start at the most places; each region is taken
+ * by its bounding range there (first to last interval). */
+typedef struct sweep_index {
+  int dim;
+  int n;
+  int64_t span;          /* the longest bounding range */
+  struct sweep_at { int64_t lo; int i; } *at;  /* sorted by lo */
+  const tregion *const *regions;
+} sweep_index;
+
+static int sweep_at_cmp(const void *a, const void *b) {
+  const struct sweep_at *x = a, *y = b;
+  return x->lo < y->lo ? -1 : x->lo > y->lo ? 1 : x->i - y->i;
+}
+
+static void sweep_build(arena *s, sweep_index *x, const tregion *const *regions, int n) {
+  x->n = n;
+  x->regions = regions;
+  x->at = arena_alloc(s, sizeof(struct sweep_at) * (size_t)(n ? n : 1));
+  x->dim = -1;
+  int ndims = n ? regions[0]->ndims : 0, most = 0;
+  for (int d = 0; d < ndims; d++) {
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+      const dregion *r = d < regions[i]->ndims ? &regions[i]->dims[d] : NULL;
+      if (r && r->n) x->at[m++] = (struct sweep_at){r->iv[0].lo, i};
+    }
+    qsort(x->at, (size_t)m, sizeof *x->at, sweep_at_cmp);
+    int starts = 0;
+    for (int i = 0; i < m; i++) starts += i == 0 || x->at[i].lo != x->at[i - 1].lo;
+    if (starts > most) { most = starts; x->dim = d; }
+  }
+  /* the chosen dimension; regions without it (or empty there) meet nothing.
+   * Without one (scalars), every region is kept, to be tested one by one. */
+  int m = 0;
+  x->span = 0;
+  for (int i = 0; i < n && x->dim < 0; i++) x->at[m++] = (struct sweep_at){0, i};
+  for (int i = 0; i < n && x->dim >= 0; i++) {
+    const dregion *r = x->dim < regions[i]->ndims ? &regions[i]->dims[x->dim] : NULL;
+    if (!r || !r->n) continue;
+    x->at[m++] = (struct sweep_at){r->iv[0].lo, i};
+    if (r->iv[r->n - 1].hi - r->iv[0].lo > x->span) x->span = r->iv[r->n - 1].hi - r->iv[0].lo;
+  }
+  qsort(x->at, (size_t)m, sizeof *x->at, sweep_at_cmp);
+  x->n = m;
+}
+
+/* The indices of the regions that intersect r, in increasing order, into
+ * out; returns how many. */
+static int sweep_find(const sweep_index *x, const tregion *r, int *out) {
+  if (x->dim < 0 || x->dim >= r->ndims || !r->dims[x->dim].n) {
+    /* no dimension to sweep along: every region is a candidate */
+    int n = 0;
+    for (int i = 0; i < x->n; i++)
+      if (regions_meet(x->regions[x->at[i].i], r)) out[n++] = x->at[i].i;
+    qsort(out, (size_t)n, sizeof(int), int_cmp);
+    return n;
+  }
+  const dregion *q = &r->dims[x->dim];
+  int64_t lo = q->iv[0].lo, hi = q->iv[q->n - 1].hi;
+  /* the first region that starts after lo - span: one starting earlier ends before lo */
+  int a = 0, b = x->n;
+  while (a < b) {
+    int mid = a + (b - a) / 2;
+    if (x->at[mid].lo > lo - x->span) b = mid;
+    else a = mid + 1;
+  }
+  int n = 0;
+  for (int k = a; k < x->n && x->at[k].lo < hi; k++)
+    if (regions_meet(x->regions[x->at[k].i], r)) out[n++] = x->at[k].i;
+  qsort(out, (size_t)n, sizeof(int), int_cmp);
+  return n;
+}
+
+/* ---- parts of a region ------------------------------------------------------------- */
+
+/* Part i of n of one tensor dimension: the i-th n-th of its elements in index
+ * order (a strided dimension is cut through its intervals). */
+static void dregion_part(arena *a, const dregion *r, int64_t i, int64_t n, dregion *out) {
+  int64_t len = 0;
+  for (int k = 0; k < r->n; k++) len += r->iv[k].hi - r->iv[k].lo;
+  int64_t lo = len / n * i, hi = lo + len / n, at = 0;
+  out->iv = arena_alloc(a, sizeof(irange) * (size_t)(r->n ? r->n : 1));
+  out->n = 0;
+  for (int k = 0; k < r->n; k++) {
+    int64_t w = r->iv[k].hi - r->iv[k].lo;
+    int64_t from = lo > at ? lo - at : 0, to = hi - at < w ? hi - at : w;
+    if (from < to) out->iv[out->n++] = (irange){r->iv[k].lo + from, r->iv[k].lo + to};
+    at += w;
+  }
+}
+
+/* Cuts r into n equal parts along one tensor dimension: the first whose
+ * length n divides (the outermost when it does, so that each part is one
+ * contiguous block of a row-major tensor). Part i is member i's. NULL when
+ * no dimension divides. */
+static tregion *region_parts(arena *a, const tregion *r, int n) {
+  int cut = -1;
+  for (int d = 0; d < r->ndims && cut < 0; d++) {
+    int64_t len = 0;
+    for (int k = 0; k < r->dims[d].n; k++) len += r->dims[d].iv[k].hi - r->dims[d].iv[k].lo;
+    if (len % n == 0) cut = d;
+  }
+  if (cut < 0) return NULL;
+  tregion *parts = arena_alloc(a, sizeof(tregion) * (size_t)n);
+  for (int i = 0; i < n; i++) {
+    parts[i].ndims = r->ndims;
+    parts[i].dims = arena_alloc(a, sizeof(dregion) * (size_t)(r->ndims ? r->ndims : 1));
+    for (int d = 0; d < r->ndims; d++) {
+      if (d == cut) dregion_part(a, &r->dims[d], i, n, &parts[i].dims[d]);
+      else parts[i].dims[d] = r->dims[d];
+    }
+  }
+  return parts;
+}
+
+/* Whether the regions parts[0..n) lie in whole, are disjoint, and together
+ * cover it: each member of a scatter or a gather has its own part. */
+static bool tiles(const tregion *whole, const tregion *const *parts, int n) {
+  int64_t total = 0;
+  for (int i = 0; i < n; i++) {
+    if (!tregion_contains(whole, parts[i])) return false;
+    total += tregion_numel(parts[i]);
+    for (int j = 0; j < i; j++)
+      if (regions_meet(parts[i], parts[j])) return false;
+  }
+  return total == tregion_numel(whole);
+}
+
+/* Index of device d in the sorted group g, or -1. */
+static int member_of(const int *g, int n, int d) {
+  const int *at = bsearch(&d, g, (size_t)n, sizeof(int), int_cmp);
+  return at ? (int)(at - g) : -1;
+}
+
+/* The part of `whole` each member of the sorted group g takes in a scatter
+ * or a gather: the regions of x (consumers' needs, or what producers wrote;
+ * dev[i] the device of region i) that meet whole must lie in it, on
+ * members, one region per member (equal ones may share a device), and tile
+ * it. parts gets one per member; hit[0..*nhit) the regions found (hit holds
+ * one int per region of x). */
+static bool member_parts(const sweep_index *x, const int *dev, const tregion *whole, const int *g, int n,
+                         const tregion **parts, int *hit, int *nhit) {
+  *nhit = sweep_find(x, whole, hit);
+  for (int m = 0; m < n; m++) parts[m] = NULL;
+  for (int k = 0; k < *nhit; k++) {
+    const tregion *r = x->regions[hit[k]];
+    int m = member_of(g, n, dev[hit[k]]);
+    if (m < 0 || !tregion_contains(whole, r) || (parts[m] && !tregion_equal(parts[m], r))) return false;
+    parts[m] = r;
+  }
+  for (int m = 0; m < n; m++)
+    if (!parts[m]) return false;
+  return tiles(whole, parts, n);
 }
 
 /* ---- forward edges ---------------------------------------------------------------- */
@@ -137,6 +316,24 @@ static tregion tregion_copy(arena *a, const tregion *r) {
   return c;
 }
 
+/* A copy of part, a region inside whole, sharing whole's intervals in the
+ * dimensions where they are the same: a part of a scatter or a gather
+ * differs from the region in one dimension, and plans hold many of them. */
+static tregion part_copy(arena *a, const tregion *whole, const tregion *part) {
+  tregion c = {part->ndims, arena_alloc(a, sizeof(dregion) * (size_t)(part->ndims ? part->ndims : 1))};
+  for (int d = 0; d < part->ndims; d++) {
+    const dregion *w = d < whole->ndims ? &whole->dims[d] : NULL;
+    const dregion *x = &part->dims[d];
+    bool same = w && w->n == x->n;
+    for (int i = 0; i < x->n && same; i++) same = w->iv[i].lo == x->iv[i].lo && w->iv[i].hi == x->iv[i].hi;
+    if (same) { c.dims[d] = *w; continue; }
+    c.dims[d].n = x->n;
+    c.dims[d].iv = arena_alloc(a, sizeof(irange) * (size_t)(x->n ? x->n : 1));
+    memcpy(c.dims[d].iv, x->iv, sizeof(irange) * (size_t)x->n);
+  }
+  return c;
+}
+
 /* The sends made so far, by (tensor, destination, region): a tensor read by
  * two operators on one device is sent there once. */
 typedef struct sendset {
@@ -182,6 +379,33 @@ static void sendset_add(arena *a, sendset *ss, uint64_t key, int comm) {
   ss->n++;
 }
 
+/* Sequence parallelism after a row-parallel layer: the producers hold partial
+ * sums of one region, one piece on each device of a group, and the consumers
+ * on the group each need their own part of it, the parts tiling it. One
+ * reduce-scatter leaves each member the sum of its part, half the bytes of
+ * the all-reduce that the sum everywhere would take. nsweep indexes the
+ * consumers' needs, cdev their devices; hit is a buffer of one int per
+ * consumer. The consumers it feeds are marked done. */
+static bool feed_scatter(arena *a, arena *s, weft_plan *p, int tensor, const tregion *need, const pieces *have,
+                         const int *hsel, int ns, const int *hdevs, int nh, const sweep_index *nsweep,
+                         const int *cdev, int *hit, bool *done) {
+  if (nh < 2 || nh != ns) return false;
+  const tregion *whole = &have->items[hsel[0]].region;
+  for (int q = 0; q < ns; q++)
+    if (have->items[hsel[q]].partial < 0 || !tregion_equal(&have->items[hsel[q]].region, whole)) return false;
+  if (tregion_equal(whole, need) || !tregion_contains(whole, need)) return false;
+  const tregion **parts = arena_alloc(s, sizeof(tregion *) * (size_t)nh);
+  int nhit;
+  if (!member_parts(nsweep, cdev, whole, hdevs, nh, parts, hit, &nhit)) return false;
+  tregion r = tregion_copy(a, whole);
+  pcomm *cm = comm_add(a, p, COMM_REDUCE_SCATTER, tensor, PHASE_FORWARD, hdevs, nh, &r);
+  cm->parts = arena_alloc(a, sizeof(tregion) * (size_t)nh);
+  for (int m = 0; m < nh; m++) cm->parts[m] = part_copy(a, &cm->region, parts[m]);
+  for (int k = 0; k < nhit; k++) done[hit[k]] = true;
+  cm->why = "the producers hold partial sums; each consumer needs the sum of its own part";
+  return true;
+}
+
 /* Feeds input k of operator op from the producer's pieces. Regions live in
  * the scratch arena s; what a communication keeps is copied into a. */
 static void feed_edge(arena *a, arena *s, weft_plan *p, int op, int k, const pieces *have, sendset *ss) {
@@ -201,6 +425,7 @@ static void feed_edge(arena *a, arena *s, weft_plan *p, int op, int k, const pie
   region_index nx, hx;
   region_index_build(s, &nx, nptr, nc_all);
   region_index_build(s, &hx, hptr, have->n);
+  sweep_index hsweep = {0};  /* made when a need is held by no piece exactly */
   /* the pieces on each device, for the local check */
   int *dhead = arena_alloc(s, sizeof(int) * (size_t)(p->ndevices ? p->ndevices : 1));
   int *dnext = arena_alloc(s, sizeof(int) * (size_t)(have->n ? have->n : 1));
@@ -212,6 +437,9 @@ static void feed_edge(arena *a, arena *s, weft_plan *p, int op, int k, const pie
     dhead[d] = h;
   }
   bool *done = arena_alloc(s, sizeof(bool) * (size_t)(nc_all ? nc_all : 1));
+  /* the consumers by extent, for feed_scatter: made when first needed */
+  sweep_index nsweep = {0};
+  int *cdev = NULL, *hit = NULL;
   int *cdevs = arena_alloc(s, sizeof(int) * (size_t)(nc_all ? nc_all : 1));
   int *hdevs = arena_alloc(s, sizeof(int) * (size_t)(have->n ? have->n : 1));
   int *g = arena_alloc(s, sizeof(int) * (size_t)(have->n + nc_all + 1));
@@ -241,10 +469,8 @@ static void feed_edge(arena *a, arena *s, weft_plan *p, int op, int k, const pie
     for (int h = hx.head[nh_hash & (uint64_t)(hx.nb - 1)]; h >= 0; h = hx.next[h])
       if (hx.hash[h] == nh_hash && tregion_equal(&have->items[h].region, need)) hsel[ns++] = h;
     if (ns == 0) {
-      for (int h = 0; h < have->n; h++) {
-        tregion x;
-        if (tregion_intersect(s, &have->items[h].region, need, &x)) hsel[ns++] = h;
-      }
+      if (!hsweep.at) sweep_build(s, &hsweep, hptr, have->n);
+      ns = sweep_find(&hsweep, need, hsel);
     }
     int nh = 0, npartial = 0;
     for (int q = 0; q < ns; q++) {
@@ -254,6 +480,13 @@ static void feed_edge(arena *a, arena *s, weft_plan *p, int op, int k, const pie
     nh = distinct(hdevs, nh);
     bool same = nh == nc && memcmp(hdevs, cdevs, sizeof(int) * (size_t)nc) == 0;
     if (npartial > 0) {
+      if (!nsweep.at) {
+        sweep_build(s, &nsweep, nptr, nc_all);
+        cdev = arena_alloc(s, sizeof(int) * (size_t)(nc_all ? nc_all : 1));
+        hit = arena_alloc(s, sizeof(int) * (size_t)(nc_all ? nc_all : 1));
+        for (int j = 0; j < nc_all; j++) cdev[j] = p->subs[cp->first + j].device;
+      }
+      if (feed_scatter(a, s, p, tensor, need, have, hsel, ns, hdevs, nh, &nsweep, cdev, hit, done)) continue;
       /* partial sums of the region: reduce them where they are needed */
       memcpy(g, hdevs, sizeof(int) * (size_t)nh);
       memcpy(g + nh, cdevs, sizeof(int) * (size_t)nc);
@@ -268,6 +501,18 @@ static void feed_edge(arena *a, arena *s, weft_plan *p, int op, int k, const pie
       tregion r = tregion_copy(a, need);
       pcomm *cm = comm_add(a, p, COMM_ALL_GATHER, tensor, PHASE_FORWARD, hdevs, nh, &r);
       cm->why = "each device holds a part; every consumer needs the whole";
+      /* what each member brings: the part of the region its piece holds */
+      cm->parts = arena_alloc(a, sizeof(tregion) * (size_t)nh);
+      for (int m = 0; m < nh; m++) {
+        cm->parts[m] = (tregion){0};
+        for (int q = 0; q < ns; q++) {
+          tregion x;
+          if (have->items[hsel[q]].device != hdevs[m] || !tregion_intersect(s, &have->items[hsel[q]].region, need, &x))
+            continue;
+          cm->parts[m] = part_copy(a, &cm->region, &x);
+          break;
+        }
+      }
       continue;
     }
     /* from the nearest holder of each part to each consumer */
@@ -376,6 +621,58 @@ static bool grad_contributions(arena *s, const weft_plan *p, int t, pieces *out,
   return true;
 }
 
+/* ZeRO for the gradient of parameter t summed over the group g (sorted) in
+ * region r: a reduce-scatter leaves each member the sum of its part, the
+ * part whose optimizer state it keeps. After the step, stages 1 and 2 gather
+ * the updated parts back into the whole parameter on every member; stage 3
+ * keeps only the parts and gathers the whole before each use, forward and
+ * again backward. The readers are the operators of the contributions
+ * idx[0..ni) on the group's devices. False when no dimension of r divides
+ * among the group: the gradient is then all-reduced as without ZeRO. */
+static bool zero_comms(arena *a, arena *sc, weft_plan *p, int t, const int *g, int ng, const tregion *r,
+                       const pieces *contrib, const int *idx, int ni) {
+  tregion *parts = region_parts(a, r, ng);
+  if (!parts) return false;
+  pcomm *cm = comm_add(a, p, COMM_REDUCE_SCATTER, t, PHASE_WEIGHTS, g, ng, r);
+  cm->parts = parts;
+  cm->why = "parts of the gradient are computed on several devices: ZeRO sums each device's part of it there";
+  if (p->zero[t].stage < 3) {
+    cm = comm_add(a, p, COMM_ALL_GATHER, t, PHASE_PARAMS, g, ng, r);
+    cm->parts = parts;
+    cm->dir = DIR_OPTIMIZER;
+    cm->why = "each device updates its part of the parameter (ZeRO): the updated parts are gathered";
+    return true;
+  }
+  /* the readers, each once, in operator order (contributions are) */
+  int *ops = arena_alloc(sc, sizeof(int) * (size_t)(ni ? ni : 1));
+  int nops = 0;
+  for (int q = 0; q < ni; q++) {
+    const piece *pc = &contrib->items[idx[q]];
+    int op = p->subs[pc->sub].op;
+    if (member_of(g, ng, pc->device) < 0 || (nops && ops[nops - 1] == op)) continue;
+    bool seen = false;
+    for (int o = 0; o < nops && !seen; o++) seen = ops[o] == op;
+    if (!seen) ops[nops++] = op;
+  }
+  for (int o = 0; o < nops; o++) {
+    const opspace *sp = p->ops[ops[o]].space;
+    for (int k = 0; k < sp->ninputs; k++) {
+      if (sp->inputs[k].tensor != t) continue;
+      for (int dir = DIR_FORWARD; dir <= DIR_BACKWARD; dir++) {
+        cm = comm_add(a, p, COMM_ALL_GATHER, t, PHASE_PARAMS, g, ng, r);
+        cm->parts = parts;
+        cm->consumer_op = ops[o];
+        cm->input = k;
+        cm->dir = (sub_dir)dir;
+        cm->why = dir == DIR_FORWARD
+                      ? "each device keeps only its part of the parameter (ZeRO-3): it is gathered before use"
+                      : "each device keeps only its part of the parameter (ZeRO-3): it is gathered again for backward";
+      }
+    }
+  }
+  return true;
+}
+
 static void reduce_param_grads(arena *a, arena *sc, weft_plan *p) {
   const weft_graph *g = p->g;
   for (int t = 0; t < g->ntensors; t++) {
@@ -425,6 +722,7 @@ static void reduce_param_grads(arena *a, arena *sc, weft_plan *p) {
         int ng = distinct(g, nk);
         if (ng < 2) continue;  /* all parts on one device: summed in place */
         tregion r = tregion_copy(a, &contrib.items[i].region);
+        if (p->zero[t].stage > 0 && zero_comms(a, sc, p, t, g, ng, &r, &contrib, idx, ni)) continue;
         pcomm *cm = comm_add(a, p, COMM_ALL_REDUCE, t, PHASE_WEIGHTS, g, ng, &r);
         cm->why = "parts of the gradient are computed on several devices: they are summed";
       }
@@ -433,6 +731,63 @@ static void reduce_param_grads(arena *a, arena *sc, weft_plan *p) {
 }
 
 /* ---- gradients of activations ------------------------------------------------------ */
+
+/* The backward of a reduce-scatter into sequence-parallel consumers: they
+ * sent back the gradients of their own parts of `need`, one part per device,
+ * the parts tiling it, and the producers on the same devices (nn of them,
+ * needdevs sorted) each wrote the whole: an all-gather gives each of them the
+ * gradient of all of it. */
+static bool grads_gather(arena *a, arena *s, weft_plan *p, int t, int prod, const tregion *need,
+                         const int *needdevs, int nn, const pieces *contrib, const int *idx, int ni, int nk) {
+  if (nk != 1 || ni < 2 || nn != ni) return false;
+  int *g = arena_alloc(s, sizeof(int) * (size_t)ni);
+  for (int q = 0; q < ni; q++) g[q] = contrib->items[idx[q]].device;
+  if (distinct(g, ni) != ni || memcmp(g, needdevs, sizeof(int) * (size_t)ni) != 0) return false;
+  const tregion **parts = arena_alloc(s, sizeof(tregion *) * (size_t)ni);
+  for (int q = 0; q < ni; q++) parts[member_of(g, ni, contrib->items[idx[q]].device)] = &contrib->items[idx[q]].region;
+  if (!tiles(need, parts, ni)) return false;
+  tregion r = tregion_copy(a, need);
+  pcomm *cm = comm_add(a, p, COMM_ALL_GATHER, t, PHASE_BACKWARD, g, ni, &r);
+  cm->parts = arena_alloc(a, sizeof(tregion) * (size_t)ni);
+  for (int m = 0; m < ni; m++) cm->parts[m] = part_copy(a, &cm->region, parts[m]);
+  cm->consumer_op = prod;
+  cm->why = "its consumers hold the gradients of their own parts; every producer needs the whole";
+  return true;
+}
+
+/* The backward of an all-gather into a column-parallel layer: the consumers,
+ * one key per device of a group, sent back partial sums of the gradient of
+ * one whole region, and the producers on the group each wrote a part of it,
+ * the parts tiling it. One reduce-scatter leaves each producer the sum for
+ * its part. wsweep indexes what the producers wrote, pdev their devices; hit
+ * is a buffer of one int per producer. The producers it serves are marked
+ * done. */
+static bool grads_scatter(arena *a, arena *s, weft_plan *p, int t, int prod, const tregion *need,
+                          const pieces *contrib, const int *idx, int ni, int nk, int *const *devs, const int *ndev,
+                          const sweep_index *wsweep, const int *pdev, int *hit, bool *done) {
+  if (nk < 2) return false;
+  const tregion *whole = &contrib->items[idx[0]].region;
+  for (int q = 0; q < ni; q++)
+    if (!tregion_equal(&contrib->items[idx[q]].region, whole)) return false;
+  if (!tregion_contains(whole, need)) return false;
+  int *g = arena_alloc(s, sizeof(int) * (size_t)nk);
+  for (int r = 0; r < nk; r++) {
+    if (ndev[r] != 1) return false;
+    g[r] = devs[r][0];
+  }
+  if (distinct(g, nk) != nk) return false;
+  const tregion **parts = arena_alloc(s, sizeof(tregion *) * (size_t)nk);
+  int nhit;
+  if (!member_parts(wsweep, pdev, whole, g, nk, parts, hit, &nhit)) return false;
+  tregion r = tregion_copy(a, whole);
+  pcomm *cm = comm_add(a, p, COMM_REDUCE_SCATTER, t, PHASE_BACKWARD, g, nk, &r);
+  cm->parts = arena_alloc(a, sizeof(tregion) * (size_t)nk);
+  for (int m = 0; m < nk; m++) cm->parts[m] = part_copy(a, &cm->region, parts[m]);
+  for (int k = 0; k < nhit; k++) done[hit[k]] = true;
+  cm->consumer_op = prod;
+  cm->why = "its consumers' gradients are partial sums of the whole; each producer needs the sum of its part";
+  return true;
+}
 
 /* Every consumer of an activation sends back the gradient of what it read;
  * the producer's sub-operators need the sum over consumers (and over the
@@ -463,6 +818,10 @@ static void reduce_activation_grads(arena *a, arena *s, weft_plan *p) {
     int *ndev = arena_alloc(s, sizeof(int) * (size_t)contrib.n);
     int **devs = arena_alloc(s, sizeof(int *) * (size_t)contrib.n);
     int *needdevs = arena_alloc(s, sizeof(int) * (size_t)(pp->count ? pp->count : 1));
+    /* the contributions and what the producers wrote by extent, for the
+     * regions that meet a given one: made when first needed */
+    sweep_index csweep = {0}, wsweep = {0};
+    int *pdev = NULL, *hit = NULL;
     for (int i = 0; i < pp->count; i++) {
       if (done[i]) continue;
       tregion need = wrote[i];
@@ -480,11 +839,14 @@ static void reduce_activation_grads(arena *a, arena *s, weft_plan *p) {
       for (int q = cx.head[h & (uint64_t)(cx.nb - 1)]; q >= 0; q = cx.next[q])
         if (cx.hash[q] == h && tregion_equal(&contrib.items[q].region, &need)) idx[ni++] = q;
       bool exact = ni > 0;
-      if (!exact)
-        for (int q = 0; q < contrib.n; q++) {
-          tregion x;
-          if (tregion_intersect(s, &contrib.items[q].region, &need, &x)) idx[ni++] = q;
+      if (!exact) {
+        if (!csweep.at) {
+          const tregion **cptr = arena_alloc(s, sizeof(tregion *) * (size_t)contrib.n);
+          for (int q = 0; q < contrib.n; q++) cptr[q] = &contrib.items[q].region;
+          sweep_build(s, &csweep, cptr, contrib.n);
         }
+        ni = sweep_find(&csweep, &need, idx);
+      }
       int nk = 0;
       for (int q = 0; q < ni; q++) {
         int64_t k = contrib.items[idx[q]].partial;
@@ -497,6 +859,19 @@ static void reduce_activation_grads(arena *a, arena *s, weft_plan *p) {
       for (int r = 0; r < nk; r++) {
         ndev[r] = distinct(devs[r], ndev[r]);
         if (copies < 0 || ndev[r] < copies) copies = ndev[r];
+      }
+      /* sequence parallelism: the gradients come back split otherwise than
+       * the producers wrote them */
+      if (!exact && ni > 1) {
+        if (grads_gather(a, s, p, t, prod, &need, needdevs, nn, &contrib, idx, ni, nk)) continue;
+        if (!wsweep.at) {
+          sweep_build(s, &wsweep, wptr, pp->count);
+          pdev = arena_alloc(s, sizeof(int) * (size_t)(pp->count ? pp->count : 1));
+          hit = arena_alloc(s, sizeof(int) * (size_t)(pp->count ? pp->count : 1));
+          for (int j = 0; j < pp->count; j++) pdev[j] = p->subs[pp->first + j].device;
+        }
+        if (grads_scatter(a, s, p, t, prod, &need, &contrib, idx, ni, nk, devs, ndev, &wsweep, pdev, hit, done))
+          continue;
       }
       /* a device that holds every key sums in place */
       for (int w = 0; w < nn; w++) {

@@ -581,7 +581,8 @@ static void stmt_head(const fmtx *F, sbuf *b, const ast *s) {
     sb_puts(b, "stage ");
     for (int i = 0; i < s->list.n; i++) {
       if (i) sb_puts(b, ", ");
-      sb_puts(b, s->list.items[i]->name);
+      if (s->list.items[i]->name) sb_puts(b, s->list.items[i]->name);
+      else pe(b, s->list.items[i]->b);
       sb_puts(b, " = ");
       pe_sel(b, s->list.items[i]->a);
     }
@@ -603,6 +604,14 @@ static void stmt_head(const fmtx *F, sbuf *b, const ast *s) {
       sb_putc(b, ' ');
       sb_puts(b, s->name);
     }
+    break;
+  case S_SHARD:
+    sb_puts(b, "shard ");
+    sb_puts(b, s->name);
+    sb_putc(b, ' ');
+    pe_sel(b, s->a);
+    sb_puts(b, " over ");
+    sb_puts(b, s->text);
     break;
   case S_CALL: pe(b, s->a); break;
   case N_ROW: row_text(F, b, s); break;

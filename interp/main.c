@@ -8,6 +8,7 @@
 
 #include "json.h"
 #include "deps.h"
+#include "lower.h"
 #include "plan.h"
 #include "weft.h"
 
@@ -19,7 +20,8 @@ typedef struct opts {
   const char *model;
   const char *plan;
   const char *stdlib_dir;
-  bool json, dot, write, check, roundtrip;
+  bool json, dot, write, check, roundtrip, grid;
+  int device;             /* weft lower --device N, or -1 */
   int color;              /* -1 auto, 0 never, 1 always */
   int max_errors;
 } opts;
@@ -35,6 +37,7 @@ static int cmd_check(opts *o);
 static int cmd_fmt(opts *o);
 static int cmd_graph(opts *o);
 static int cmd_explain(opts *o);
+static int cmd_lower(opts *o);
 
 static const char *const common_help =
     "  --set NAME=VALUE   override a top-level `param` of the file (repeatable)\n"
@@ -72,6 +75,17 @@ static const command commands[] = {
      "run, and the communication that feeds its inputs and sums its gradients.\n\n"
      "options:\n"
      "  --plan NAME        the plan (default: the last one the file defines)\n"},
+    {"lower", cmd_lower, "print the program each device runs for one training step",
+     "usage: weft lower [options] FILE\n\n"
+     "Checks a plan and prints its lowered program: per device, the ordered\n"
+     "instructions of one training step (alloc, compute, send, recv, collective,\n"
+     "step, free) with buffer sizes, dtypes and regions. The format is in\n"
+     "docs/program.md; --json is what backends read, identical across runs.\n\n"
+     "options:\n"
+     "  --plan NAME        the plan (default: the last one the file defines)\n"
+     "  --json             print the program as JSON\n"
+     "  --device N         only device N\n"
+     "  --grid             print the schedule as a grid in weft syntax, to paste and edit\n"},
 };
 enum { NCOMMANDS = sizeof commands / sizeof commands[0] };
 
@@ -124,6 +138,17 @@ static const char *grouped(char *buf, int64_t v) {
   return buf;
 }
 
+/* "1.5 GiB" */
+static const char *bytes_text(char *buf, size_t n, int64_t b) {
+  static const char *const u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = (double)b;
+  int i = 0;
+  while (v >= 1024 && i < 4) { v /= 1024; i++; }
+  if (i) snprintf(buf, n, "%.1f %s", v, u[i]);
+  else snprintf(buf, n, "%" PRId64 " B", b);
+  return buf;
+}
+
 typedef struct summary {
   weft_item items[256];
   weft_graph *graphs[256];
@@ -132,6 +157,7 @@ typedef struct summary {
   weft_item citems[256];
   weft_item pitems[256];
   weft_plan *plans[256];
+  weft_program *progs[256];
 } summary;
 
 static int check_one(opts *o, const char *path, json *j) {
@@ -162,8 +188,10 @@ static int check_one(opts *o, const char *path, json *j) {
     s->nplans = weft_items(c, V_PLAN, s->pitems, 256);
     if (s->nplans > 256) s->nplans = 256;
     for (int i = 0; i < s->nplans; i++)
-      if (all_params_bound(s->pitems[i].val.decl))
+      if (all_params_bound(s->pitems[i].val.decl)) {
         s->plans[i] = weft_build_plan(c, s->pitems[i].val, s->pitems[i].loc);
+        if (s->plans[i]) s->progs[i] = weft_lower(c, s->plans[i]);
+      }
     if (c->diags.errors) rc = WEFT_REJECTED;
   }
   char b1[64];
@@ -232,6 +260,36 @@ static int check_one(opts *o, const char *path, json *j) {
           json_int(j, plan_devices_used(p));
           json_key(j, "sub_operators");
           json_int(j, p->nsubs);
+          json_key(j, "schedule");
+          json_str(j, sched_kind_names[p->sched]);
+          json_key(j, "micro_batches");
+          json_int(j, s->progs[i] ? s->progs[i]->nmb : 0);
+          json_key(j, "comm_bytes");
+          json_obj(j);
+          for (int ph = 0; ph < PHASE_COUNT; ph++) {
+            int64_t bytes[COMM_KIND_COUNT];
+            int counts[COMM_KIND_COUNT];
+            deps_totals(p, bytes, counts, (comm_phase)ph);
+            json_key(j, comm_phase_names[ph]);
+            json_obj(j);
+            for (int k = 0; k < COMM_KIND_COUNT; k++) {
+              if (!counts[k]) continue;
+              json_key(j, comm_kind_names[k]);
+              json_int(j, bytes[k]);
+            }
+            json_end_obj(j);
+          }
+          json_end_obj(j);
+          if (s->progs[i]) {
+            json_key(j, "instructions");
+            json_int(j, s->progs[i]->instructions);
+            json_key(j, "peak_memory_bytes");
+            json_arr(j);
+            for (int d = 0; d < s->progs[i]->nprogs; d++) json_int(j, s->progs[i]->progs[d].peak);
+            json_end_arr(j);
+            json_key(j, "device_memory_bytes");
+            json_int(j, lower_device_memory(p));
+          }
         }
         json_end_obj(j);
       }
@@ -271,6 +329,22 @@ static int check_one(opts *o, const char *path, json *j) {
         }
         printf("  plan %s: model %s on %d of %d devices, %d forward sub-operators placed\n", s->pitems[i].name,
                p->g->name, plan_devices_used(p), p->ndevices, p->nsubs);
+        const weft_program *pr = s->progs[i];
+        if (pr) {
+          printf("    schedule: %s, %d stage%s, %d micro-batch%s, %s instructions\n", sched_kind_names[p->sched],
+                 pr->nstages, pr->nstages == 1 ? "" : "s", pr->nmb, pr->nmb == 1 ? "" : "es",
+                 grouped(b1, pr->instructions));
+          int dmax = 0, dmin = -1;
+          int64_t mx = lower_peak(pr, &dmax);
+          for (int d = 0; d < pr->nprogs; d++)
+            if (pr->progs[d].n && (dmin < 0 || pr->progs[d].peak < pr->progs[dmin].peak)) dmin = d;
+          char m1[64], m2[64], m3[64];
+          bytes_text(m1, sizeof m1, mx);
+          bytes_text(m2, sizeof m2, dmin >= 0 ? pr->progs[dmin].peak : 0);
+          bytes_text(m3, sizeof m3, lower_device_memory(p));
+          printf("    peak memory: %s on device %d (least %s on device %d) of %s\n", m1, dmax, m2,
+                 dmin >= 0 ? dmin : 0, m3);
+        }
         for (int ph = 0; ph < PHASE_COUNT; ph++) {
           int64_t bytes[COMM_KIND_COUNT];
           int counts[COMM_KIND_COUNT];
@@ -590,38 +664,46 @@ static void explain_op(weft_ctx *c, const weft_plan *p, int op) {
   }
 }
 
+/* Loads o->files[0] and builds the plan --plan names (default: the last
+ * one the file defines). NULL with *rc set after diagnostics. */
+static weft_plan *pick_plan(weft_ctx *c, opts *o, int *rc) {
+  *rc = c->diags.errors ? WEFT_REJECTED : weft_load(c, o->files[0]);
+  weft_plan *p = NULL;
+  weft_loc none = {0};
+  if (*rc != WEFT_OK) return NULL;
+  weft_item items[256];
+  int n = weft_items(c, V_PLAN, items, 256);
+  if (n > 256) n = 256;
+  int pick = n - 1;
+  if (o->plan) {
+    pick = -1;
+    for (int i = 0; i < n; i++)
+      if (strcmp(items[i].name, o->plan) == 0) pick = i;
+  }
+  if (pick < 0) {
+    weft_diag *d = o->plan ? eval_error(c, none, "%s defines no plan '%s'", o->files[0], o->plan)
+                           : eval_error(c, none, "%s defines no plan", o->files[0]);
+    const char *names[256];
+    for (int i = 0; i < n; i++) names[i] = items[i].name;
+    const char *best = o->plan ? diag_closest(o->plan, names, n) : NULL;
+    if (best) diag_hint(d, &c->diags, "did you mean '%s'?", best);
+    *rc = WEFT_REJECTED;
+    return NULL;
+  }
+  p = weft_build_plan(c, items[pick].val, items[pick].loc);
+  if (!p) *rc = WEFT_REJECTED;
+  return p;
+}
+
 static int cmd_explain(opts *o) {
   if (o->nfiles < 2) {
     fprintf(stderr, "weft explain: needs a file and at least one operator\n%s", commands[3].usage);
     return WEFT_FAILED;
   }
   weft_ctx *c = new_ctx(o);
-  int rc = c->diags.errors ? WEFT_REJECTED : weft_load(c, o->files[0]);
-  weft_plan *p = NULL;
+  int rc = WEFT_OK;
+  weft_plan *p = pick_plan(c, o, &rc);
   weft_loc none = {0};
-  if (rc == WEFT_OK) {
-    weft_item items[256];
-    int n = weft_items(c, V_PLAN, items, 256);
-    if (n > 256) n = 256;
-    int pick = n - 1;
-    if (o->plan) {
-      pick = -1;
-      for (int i = 0; i < n; i++)
-        if (strcmp(items[i].name, o->plan) == 0) pick = i;
-    }
-    if (pick < 0) {
-      weft_diag *d = o->plan ? eval_error(c, none, "%s defines no plan '%s'", o->files[0], o->plan)
-                             : eval_error(c, none, "%s defines no plan", o->files[0]);
-      const char *names[256];
-      for (int i = 0; i < n; i++) names[i] = items[i].name;
-      const char *best = o->plan ? diag_closest(o->plan, names, n) : NULL;
-      if (best) diag_hint(d, &c->diags, "did you mean '%s'?", best);
-      rc = WEFT_REJECTED;
-    } else {
-      p = weft_build_plan(c, items[pick].val, items[pick].loc);
-      if (!p) rc = WEFT_REJECTED;
-    }
-  }
   if (p) {
     int *ops = calloc((size_t)(p->g->nops ? p->g->nops : 1), sizeof(int));
     if (!ops) weft_oom();
@@ -647,6 +729,40 @@ static int cmd_explain(opts *o) {
     free(ops);
   }
   report(c, o);
+  weft_free(c);
+  return rc;
+}
+
+static int cmd_lower(opts *o) {
+  if (o->nfiles != 1) {
+    fprintf(stderr, "weft lower: needs one file\n%s", commands[4].usage);
+    return WEFT_FAILED;
+  }
+  if (o->grid && o->json) {
+    fprintf(stderr, "weft lower: --grid and --json exclude each other\n");
+    return WEFT_FAILED;
+  }
+  weft_ctx *c = new_ctx(o);
+  int rc = WEFT_OK;
+  weft_plan *p = pick_plan(c, o, &rc);
+  weft_program *pr = p ? weft_lower(c, p) : NULL;
+  if (p && !pr) rc = WEFT_REJECTED;
+  if (pr && o->device >= pr->nprogs) {
+    weft_loc none = {0};
+    eval_error(c, none, "--device %d: the plan's cluster has devices 0 to %d", o->device, pr->nprogs - 1);
+    rc = WEFT_REJECTED;
+    pr = NULL;
+  }
+  report(c, o);
+  if (o->json && !pr) {
+    diag_print_json(&c->diags, stdout);
+    printf("\n");
+  }
+  if (pr) {
+    if (o->grid) lower_print_grid(pr, stdout);
+    else if (o->json) lower_print_json(pr, o->device, stdout);
+    else lower_print_text(pr, o->device, stdout);
+  }
   weft_free(c);
   return rc;
 }
@@ -716,6 +832,7 @@ int main(int argc, char **argv) {
   opts o = {0};
   o.color = -1;
   o.max_errors = 50;
+  o.device = -1;
   o.files = calloc((size_t)argc, sizeof(char *));
   o.sets = calloc((size_t)argc, sizeof(char *));
   if (!o.files || !o.sets) weft_oom();
@@ -731,7 +848,15 @@ int main(int argc, char **argv) {
     else if (strcmp(a, "--roundtrip") == 0 && cmd->run == cmd_fmt) o.roundtrip = true;
     else if (is_opt(a, "--set")) { if (!(v = opt_value(argc, argv, &i, "--set"))) goto done; o.sets[o.nsets++] = v; }
     else if (is_opt(a, "--model") && cmd->run == cmd_graph) { if (!(v = opt_value(argc, argv, &i, "--model"))) goto done; o.model = v; }
-    else if (is_opt(a, "--plan") && cmd->run == cmd_explain) { if (!(v = opt_value(argc, argv, &i, "--plan"))) goto done; o.plan = v; }
+    else if (strcmp(a, "--grid") == 0 && cmd->run == cmd_lower) o.grid = true;
+    else if (is_opt(a, "--device") && cmd->run == cmd_lower) {
+      if (!(v = opt_value(argc, argv, &i, "--device"))) goto done;
+      char *end;
+      long n = strtol(v, &end, 10);
+      if (*end || !*v || n < 0 || n > 1000000) { fprintf(stderr, "weft: error: --device needs a device number\n"); goto done; }
+      o.device = (int)n;
+    }
+    else if (is_opt(a, "--plan") && (cmd->run == cmd_explain || cmd->run == cmd_lower)) { if (!(v = opt_value(argc, argv, &i, "--plan"))) goto done; o.plan = v; }
     else if (is_opt(a, "--stdlib")) { if (!(v = opt_value(argc, argv, &i, "--stdlib"))) goto done; o.stdlib_dir = v; }
     else if (is_opt(a, "--max-errors")) {
       if (!(v = opt_value(argc, argv, &i, "--max-errors"))) goto done;

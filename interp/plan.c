@@ -379,9 +379,19 @@ static bool exec_stage(weft_ctx *c, pstate *ps, env *e, const ast *s) {
   weft_plan *p = ps->p;
   for (int i = 0; i < s->list.n; i++) {
     const ast *f = s->list.items[i];
+    const char *name = f->name;
+    if (!name) {
+      value v = eval_expr(c, e, f->b);
+      if (v.kind == V_ERROR) return false;
+      if (v.kind != V_STRING || !v.s[0]) {
+        eval_error(c, f->b->loc, "a stage name must be a non-empty string, got %s", value_repr(A(c), v));
+        return false;
+      }
+      name = v.s;
+    }
     for (int k = 0; k < p->nstages; k++)
-      if (strcmp(p->stages[k].name, f->name) == 0) {
-        eval_error(c, f->loc, "stage %s is defined twice", f->name);
+      if (strcmp(p->stages[k].name, name) == 0) {
+        eval_error(c, f->loc, "stage %s is defined twice", name);
         return false;
       }
     opset set;
@@ -395,7 +405,168 @@ static bool exec_stage(weft_ctx *c, pstate *ps, env *e, const ast *s) {
       pp->stage = p->nstages;
     }
     arena_grow(A(c), (void **)&p->stages, &p->stcap, p->nstages + 1, sizeof(pstage));
-    p->stages[p->nstages++] = (pstage){f->name, set.n, set.ops, f->loc};
+    p->stages[p->nstages++] = (pstage){name, set.n, set.ops, f->loc};
+  }
+  return true;
+}
+
+/* The number of leading name segments an atom of a `recompute` selector
+ * fixes: h.* and h[0..6] fix two (each layer h.N is recomputed on its own),
+ * `all` and stages none (one segment), a glob with ** one per operator. */
+static int atom_fixed_segments(const weft_plan *p, const ast *atom) {
+  if (atom->kind == E_NAME) {
+    if (strcmp(atom->name, "all") == 0) return 0;
+    for (int i = 0; i < p->nstages; i++)
+      if (strcmp(p->stages[i].name, atom->name) == 0) return 0;
+    return strcmp(atom->name, "**") == 0 ? -1 : 1;
+  }
+  if (atom->kind == E_INDEX) {
+    int k = atom_fixed_segments(p, atom->a);
+    return k < 0 ? -1 : k + 1;
+  }
+  if (atom->kind == E_MEMBER) {
+    if (atom->name && strcmp(atom->name, "**") == 0) return -1;
+    int k = atom_fixed_segments(p, atom->a);
+    return k < 0 ? -1 : k + 1;
+  }
+  return -1;
+}
+
+/* `recompute SEL [selective | full]`: the operators of one segment (a layer
+ * matched by h.*, one operator matched through **) are recomputed together,
+ * right before the backward of the segment's last operator; what flows into
+ * a segment from outside it is kept. */
+static bool exec_recompute(weft_ctx *c, pstate *ps, env *e, const ast *s) {
+  weft_plan *p = ps->p;
+  int mode = s->name && strcmp(s->name, "full") == 0 ? 2 : 1;
+  const ast *sel = s->a;
+  const char **keys = arena_alloc(A(c), sizeof(char *) * (size_t)(p->g->nops ? p->g->nops : 1));
+  int nkeys = 0, base = p->nsegs;
+  for (int i = 0; i < sel->list.n; i++) {
+    opset set;
+    opset_init(c, p, &set);
+    if (!select_atom(c, e, p, sel->list.items[i], &set)) return false;
+    int fixed = atom_fixed_segments(p, sel->list.items[i]);
+    for (int k = 0; k < set.n; k++) {
+      popplan *pp = &p->ops[set.ops[k]];
+      const char *name = p->g->ops[set.ops[k]].name;
+      const char *key = name;
+      if (fixed >= 0) {
+        const char *q = name;
+        for (int seg = 0; seg < fixed && q; seg++) {
+          q = strchr(q, '.');
+          if (q && seg + 1 < fixed) q++;
+        }
+        key = q ? arena_strndup(A(c), name, (size_t)(q - name)) : name;
+        if (fixed == 0) key = "";
+      }
+      int id = -1;
+      for (int j = 0; j < nkeys && id < 0; j++)
+        if (strcmp(keys[j], key) == 0) id = j;
+      if (id < 0) { keys[nkeys] = key; id = nkeys++; }
+      pp->recompute = mode;
+      pp->rseg = base + id;
+    }
+  }
+  p->nsegs = base + nkeys;
+  return true;
+}
+
+/* How many parts of the gradient of parameter t are summed, as far as the
+ * splits so far tell: the parts of the levels along dimensions t lacks (the
+ * batch of data parallelism, the sequence of sequence parallelism), for the
+ * reader with the most. Placement decides the devices of the sum; two parts
+ * on one device make the group smaller, and deps_derive keeps an all-reduce
+ * for a group that does not divide the parameter. */
+static int64_t grad_parts(const weft_plan *p, int t) {
+  int64_t most = 1;
+  for (int op = 0; op < p->g->nops; op++) {
+    const popplan *pp = &p->ops[op];
+    for (int k = 0; k < pp->space->ninputs; k++) {
+      const tmap *m = &pp->space->inputs[k];
+      if (m->tensor != t) continue;
+      int64_t n = 1;
+      for (int i = 0; i < pp->nsplits; i++) {
+        if (pp->splits[i].kind != SPLIT_DIM) continue;
+        bool has = false;
+        for (int d = 0; d < m->ndims && !has; d++)
+          for (int f = 0; f < m->nfactors[d] && !has; f++) has = m->factors[d][f] == pp->splits[i].idim;
+        if (!has) n *= pp->splits[i].parts;
+      }
+      if (n > most) most = n;
+    }
+  }
+  return most;
+}
+
+/* Whether the part of parameter input k of op that one sub-operator reads
+ * has a dimension divisible by n; its extents go to text for messages. */
+static bool shardable(weft_ctx *c, const popplan *pp, int k, int64_t n, const char **text) {
+  const tmap *m = &pp->space->inputs[k];
+  bool ok = false;
+  const char *t = "";
+  for (int d = 0; d < m->ndims; d++) {
+    int64_t len = 1;
+    for (int f = 0; f < m->nfactors[d]; f++) len *= part_size(pp, m->factors[d][f]);
+    ok |= len % n == 0;
+    t = arena_printf(A(c), "%s%s%" PRId64, t, d ? ", " : "", len);
+  }
+  *text = t;
+  return ok;
+}
+
+/* `shard STATE SEL over AXIS` (ZeRO): each parameter the selected operators
+ * read keeps one part of its optimizer state (stage 1), and also of its
+ * gradient (2) and of its values (3), on each device of the group that sums
+ * its gradient. The stages nest: a parameter keeps the highest asked. AXIS
+ * is the axis its copies differ along, so the statement follows the splits
+ * that make them. */
+static bool exec_shard(weft_ctx *c, pstate *ps, env *e, const ast *s) {
+  weft_plan *p = ps->p;
+  static const char *const states[] = {"optimizer", "gradients", "parameters"};
+  int stage = 0;
+  for (int i = 0; i < 3; i++)
+    if (strcmp(s->name, states[i]) == 0) stage = i + 1;
+  if (!stage) {
+    weft_diag *g = eval_error(c, s->loc, "unknown state '%s' to shard", s->name);
+    const char *best = diag_closest(s->name, states, 3);
+    if (best) diag_hint(g, &c->diags, "did you mean '%s'?", best);
+    else diag_hint(g, &c->diags, "ZeRO shards the optimizer state (stage 1), gradients (2) or parameters (3)");
+    return false;
+  }
+  opset set;
+  if (!select_ops(c, e, p, s->a, &set)) return false;
+  for (int k = 0; k < set.n; k++) {
+    const popplan *pp = &p->ops[set.ops[k]];
+    bool along = false;
+    for (int i = 0; i < pp->nsplits && !along; i++) along = strcmp(pp->splits[i].axis, s->text) == 0;
+    if (!along) {
+      weft_diag *g = eval_error(c, s->loc, "operator %s is not split along axis '%s'", p->g->ops[set.ops[k]].name,
+                                s->text);
+      diag_hint(g, &c->diags, "`shard` divides the copies of parameters made along an axis: "
+                              "split the operator along it first");
+      return false;
+    }
+    for (int a = 0; a < pp->space->ninputs; a++) {
+      int t = pp->space->inputs[a].tensor;
+      const gtensor *gt = &p->g->tensors[t];
+      if (gt->role != TENSOR_PARAM) continue;
+      int64_t n = grad_parts(p, t);
+      /* every reader's part, a tied weight's too, is cut into n equal parts */
+      for (int op = 0; op < p->g->nops; op++)
+        for (int r = 0; r < p->ops[op].space->ninputs; r++) {
+          const char *ext;
+          if (p->ops[op].space->inputs[r].tensor != t || shardable(c, &p->ops[op], r, n, &ext)) continue;
+          weft_diag *g = eval_error(c, s->loc, "cannot shard parameter %s %s over %" PRId64
+                                    " devices: no dimension of its part [%s] is divisible by %" PRId64,
+                                    gt->name, tensor_type_str(A(c), gt), n, ext, n);
+          diag_hint(g, &c->diags, "ZeRO gives each device that sums a gradient an equal part of one dimension; "
+                                  "leave %s out of the selector, or change the sizes", gt->name);
+          return false;
+        }
+      pzero *z = &p->zero[t];
+      if (stage >= z->stage) *z = (pzero){stage, s->text, s->loc};
+    }
   }
   return true;
 }
@@ -440,17 +611,40 @@ static bool exec_plan_stmt(weft_ctx *c, pstate *ps, env *e, const ast *s) {
       ps->assigns[ps->nassigns++] = (passign){set.n, set.ops, pl->b, e, pl->loc};
     }
     return true;
-  case S_RECOMPUTE: {
-    opset set;
-    if (!select_ops(c, e, p, s->a, &set)) return false;
-    int mode = s->name && strcmp(s->name, "full") == 0 ? 2 : 1;
-    for (int k = 0; k < set.n; k++) p->ops[set.ops[k]].recompute = mode;
+  case S_RECOMPUTE: return exec_recompute(c, ps, e, s);
+  case S_SHARD: return exec_shard(c, ps, e, s);
+  case S_ORDER: {
+    opset a, b;
+    if (!select_ops(c, e, p, s->a, &a) || !select_ops(c, e, p, s->b, &b)) return false;
+    for (int k = 0; k < a.n; k++)
+      if (b.in[a.ops[k]]) {
+        eval_error(c, s->loc, "operator %s is on both sides of `order`", p->g->ops[a.ops[k]].name);
+        return false;
+      }
+    arena_grow(A(c), (void **)&p->orders, &p->orcap, p->norders + 1, sizeof(porder));
+    p->orders[p->norders++] = (porder){a.n, b.n, a.ops, b.ops, s->loc};
     return true;
   }
-  case S_ORDER: case S_SCHEDULE: {
-    weft_diag *g = diag_add(&c->diags, DIAG_WARNING, s->loc, "%s is recorded but not yet checked",
-                            s->kind == S_ORDER ? "`order`" : "a `schedule` grid");
-    diag_hint(g, &c->diags, "operators run in dependency order, micro-batch by micro-batch");
+  case S_SCHEDULE: {
+    static const sched_kind kinds[] = {SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED};
+    sched_kind k = SCHED_GRID;
+    if (s->name) {
+      int found = -1;
+      for (int i = 0; i < 3; i++)
+        if (strcmp(s->name, sched_kind_names[kinds[i]]) == 0) found = i;
+      if (found < 0) {
+        weft_diag *g = eval_error(c, s->loc, "unknown schedule '%s'", s->name);
+        const char *names[] = {"gpipe", "one_f_one_b", "interleaved"};
+        const char *best = diag_closest(s->name, names, 3);
+        if (best) diag_hint(g, &c->diags, "did you mean '%s'?", best);
+        else diag_hint(g, &c->diags, "the schedules are gpipe, one_f_one_b and interleaved, or a grid: schedule { s0: f0 f1 b0 b1 }");
+        return false;
+      }
+      k = kinds[found];
+    }
+    p->sched = k;
+    p->sched_loc = s->loc;
+    p->grid = k == SCHED_GRID ? s : NULL;
     return true;
   }
   case S_LET: {
@@ -492,7 +686,7 @@ static bool exec_plan_stmt(weft_ctx *c, pstate *ps, env *e, const ast *s) {
         [S_ASSIGN] = "an assignment", [S_BLOCK] = "`block`", [S_OUTPUT] = "`output`", [S_TRAIN] = "`train`",
         [S_DEVICE] = "`device`", [S_LINK] = "`link`", [S_PLAN] = "`plan`", [S_STRATEGY] = "`strategy`"};
     weft_diag *g = eval_error(c, s->loc, "%s is not allowed in a plan", what[s->kind] ? what[s->kind] : ast_kind_names[s->kind]);
-    diag_hint(g, &c->diags, "a plan holds mesh, split, replicate, assign, stage, order, schedule, recompute, let, for, if, assert and strategy calls");
+    diag_hint(g, &c->diags, "a plan holds mesh, split, replicate, assign, stage, order, schedule, recompute, shard, let, for, if, assert and strategy calls");
     return false;
   }
   }
@@ -725,6 +919,7 @@ weft_plan *weft_build_plan(weft_ctx *c, value plan, weft_loc use) {
   for (int op = 0; op < g->nops; op++) {
     p->ops[op].space = opspace_build(A(c), g, op);
     p->ops[op].stage = -1;
+    p->ops[op].rseg = -1;
   }
   /* the plan body sees `devices`: the cluster's device numbers */
   vlist *dl = arena_alloc(A(c), sizeof *dl);

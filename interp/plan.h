@@ -101,6 +101,7 @@ typedef struct popplan {
   bool assigned;
   weft_loc assign_loc;
   int recompute;          /* 0 none, 1 selective, 2 full */
+  int rseg;               /* recomputation segment (ops recomputed together), -1 */
   int stage;              /* index in plan->stages, or -1 */
 } popplan;
 
@@ -170,6 +171,26 @@ typedef struct pcomm {
   const char *why;        /* a sentence for `weft explain` */
 } pcomm;
 
+/* The schedule: how each device orders its blocks, a block being the
+ * forward or backward sub-operators of one stage for one micro-batch. */
+typedef enum {
+  SCHED_DEFAULT,          /* every forward, then every backward (no statement) */
+  SCHED_GPIPE,
+  SCHED_1F1B,
+  SCHED_INTERLEAVED,      /* 1F1B over several stages per device */
+  SCHED_GRID,             /* a hand-written grid */
+} sched_kind;
+
+extern const char *const sched_kind_names[];
+
+/* `order A before B`: on every device that runs both, A's sub-operators of
+ * a block come before B's. */
+typedef struct porder {
+  int na, nb;
+  int *a, *b;
+  weft_loc loc;
+} porder;
+
 /* ZeRO: how a parameter's data-parallel copies are sharded over an axis. */
 typedef struct pzero {
   int stage;              /* 0 none; 1 optimizer state; 2 and gradients; 3 and parameters */
@@ -194,6 +215,12 @@ typedef struct weft_plan {
   pcomm *comms;
   int ncomms, ccap;
   pzero *zero;            /* per graph tensor (parameters only) */
+  sched_kind sched;
+  weft_loc sched_loc;
+  const struct ast *grid; /* SCHED_GRID: the S_SCHEDULE statement */
+  porder *orders;
+  int norders, orcap;
+  int nsegs;              /* recomputation segments */
 } weft_plan;
 
 /* Regions. */

@@ -15,6 +15,8 @@ const char *const comm_kind_names[COMM_KIND_COUNT] = {
 
 const char *const comm_phase_names[PHASE_COUNT] = {"forward", "backward", "weights", "params"};
 
+const char *const sched_kind_names[] = {"default", "gpipe", "one_f_one_b", "interleaved", "grid"};
+
 /* ---- iteration spaces -------------------------------------------------------- */
 
 typedef struct spacebuf {

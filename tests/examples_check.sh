@@ -1,6 +1,7 @@
 #!/bin/sh
-# examples_check.sh - every example is valid, and the standard models have
-# the parameter counts of their reference checkpoints.
+# examples_check.sh - every example is valid, the standard models have the
+# parameter counts of their reference checkpoints, and every plan of every
+# example lowers to JSON that parses and is the same on every run.
 WEFT=$1
 pass=0; fail=0
 ok() { pass=$((pass+1)); }
@@ -16,5 +17,22 @@ n=$(params --set layers=48 --set hidden=1600 --set heads=25)
 # the same graph twice gives the same bytes
 a=$("$WEFT" graph examples/llama.plan --json | cksum); b=$("$WEFT" graph examples/llama.plan --json | cksum)
 [ "$a" = "$b" ] && ok || bad "weft graph --json is not deterministic"
+# every plan of every example lowers to the same JSON twice, and it parses
+if command -v python3 >/dev/null 2>&1; then json=1; else json=0; echo "examples: no python3, the lowered JSON is not parsed"; fi
+tmp=$(mktemp -d) || exit 2
+trap 'rm -rf "$tmp"' EXIT
+for f in examples/*.plan; do
+  for p in $(grep -o '^plan [a-z_0-9]*' "$f" | cut -d ' ' -f 2); do
+    if ! "$WEFT" lower "$f" --plan "$p" --json >"$tmp/a.json" 2>"$tmp/err"; then
+      bad "weft lower $f --plan $p --json"; cat "$tmp/err"; continue
+    fi
+    "$WEFT" lower "$f" --plan "$p" --json >"$tmp/b.json" 2>/dev/null
+    if cmp -s "$tmp/a.json" "$tmp/b.json"; then ok; else bad "weft lower $f --plan $p --json differs between two runs"; fi
+    if [ "$json" = 1 ]; then
+      if python3 -m json.tool "$tmp/a.json" >/dev/null 2>"$tmp/err"; then ok
+      else bad "weft lower $f --plan $p --json is not valid JSON"; head -5 "$tmp/err"; fi
+    fi
+  done
+done
 echo "examples: $pass passed, $fail failed"
 [ "$fail" = 0 ]

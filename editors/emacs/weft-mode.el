@@ -66,6 +66,7 @@
     ;; Statements of plans.
     "mesh" "split" "replicate" "assign" "stage" "order" "schedule"
     "recompute" "into" "on" "as" "time" "before" "selective" "full"
+    "shard" "over"
     "strategy")
   "Keywords of the weft language.")
 

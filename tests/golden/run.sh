@@ -6,11 +6,12 @@
 # and a test that needs a generated input may pipe it into "$WEFT" (see
 # syntax/nesting_parser.args). Paths under this directory are printed as
 # <golden>/... in the comparison.
-# UPDATE=1 rewrites the expected files from what weft prints now.
+# UPDATE=1 rewrites the expected files from what weft prints now; ONLY=DIR
+# limits the run (and the rewrite) to tests/golden/DIR.
 WEFT=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 root=$(cd "$(dirname "$0")" && pwd)
 pass=0; fail=0
-for plan in "$root"/*/*.plan; do
+for plan in "$root"/${ONLY:-*}/*.plan; do
   dir=$(dirname "$plan"); name=$(basename "$plan" .plan)
   exp="$dir/$name.expected"
   args="check $name.plan"

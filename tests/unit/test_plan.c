@@ -86,6 +86,141 @@ static void test_data_parallel(void **state) {
   weft_free(c);
 }
 
+/* Whether the parts of cm tile its region: as many elements as the region,
+ * each inside it, no two overlapping. */
+static void assert_parts_tile(weft_ctx *c, const pcomm *cm) {
+  assert_non_null(cm->parts);
+  int64_t total = 0;
+  for (int m = 0; m < cm->ngroup; m++) {
+    assert_true(tregion_contains(&cm->region, &cm->parts[m]));
+    total += tregion_numel(&cm->parts[m]);
+    for (int o = 0; o < m; o++) {
+      tregion x;
+      assert_false(tregion_intersect(&c->arena, &cm->parts[m], &cm->parts[o], &x));
+    }
+  }
+  assert_int_equal(total, tregion_numel(&cm->region));
+}
+
+/* GPT-2 124M, data parallel on 8 devices: ZeRO turns each gradient
+ * all-reduce into a reduce-scatter of the same buffer and gathers the
+ * updated parameters back, the parameter bytes of one replica each way. */
+static void test_zero(void **state) {
+  (void)state;
+  const char *text =
+      "use std\n"
+      "model gpt2 = gpt()\n"
+      "plan dp for gpt2 on h100_dgx(nodes = 1) {\n"
+      "  mesh m = devices as [dp = 8]\n  split all on batch into dp\n  assign all -> m[dp]\n}\n"
+      "plan z1 for gpt2 on h100_dgx(nodes = 1) {\n"
+      "  mesh m = devices as [dp = 8]\n  split all on batch into dp\n  zero(1)\n  assign all -> m[dp]\n}\n"
+      "plan z3 for gpt2 on h100_dgx(nodes = 1) {\n"
+      "  mesh m = devices as [dp = 8]\n  split all on batch into dp\n  zero(3)\n  assign all -> m[dp]\n}\n";
+  weft_ctx *c = weft_new();
+  int64_t bytes[COMM_KIND_COUNT];
+  int counts[COMM_KIND_COUNT];
+  weft_plan *p = build(c, text, "dp");
+  assert_non_null(p);
+  assert_int_equal(graph_param_bytes(p->g), 497759232);
+  deps_totals(p, bytes, counts, PHASE_WEIGHTS);
+  assert_int_equal(bytes[COMM_ALL_REDUCE], 497759232);
+  assert_int_equal(counts[COMM_REDUCE_SCATTER], 0);
+  deps_totals(p, bytes, counts, PHASE_PARAMS);
+  for (int k = 0; k < COMM_KIND_COUNT; k++) assert_int_equal(counts[k], 0);
+
+  p = build(c, text, "z1");
+  assert_non_null(p);
+  deps_totals(p, bytes, counts, PHASE_WEIGHTS);
+  assert_int_equal(counts[COMM_ALL_REDUCE], 0);
+  assert_int_equal(bytes[COMM_REDUCE_SCATTER], 497759232);
+  deps_totals(p, bytes, counts, PHASE_PARAMS);
+  assert_int_equal(bytes[COMM_ALL_GATHER], 497759232);
+  for (int i = 0; i < p->ncomms; i++) {
+    const pcomm *cm = &p->comms[i];
+    assert_int_equal(cm->ngroup, 8);
+    assert_parts_tile(c, cm);
+    if (cm->phase == PHASE_PARAMS) assert_int_equal(cm->dir, DIR_OPTIMIZER);
+  }
+  /* the tied embedding table, 50257 x 768, is cut along its second dimension */
+  int wte = graph_find(p->g, "wte.weight");
+  for (int i = 0; i < p->ncomms; i++)
+    if (p->comms[i].tensor == wte) {
+      assert_int_equal(p->comms[i].parts[1].dims[0].iv[0].hi, 50257);
+      assert_int_equal(p->comms[i].parts[1].dims[1].iv[0].lo, 96);
+      assert_int_equal(p->comms[i].parts[1].dims[1].iv[0].hi, 192);
+    }
+
+  /* stage 3: the same reduce-scatters, and a gather before each use, forward
+   * and backward; the table is read twice */
+  p = build(c, text, "z3");
+  assert_non_null(p);
+  deps_totals(p, bytes, counts, PHASE_WEIGHTS);
+  assert_int_equal(bytes[COMM_REDUCE_SCATTER], 497759232);
+  deps_totals(p, bytes, counts, PHASE_PARAMS);
+  assert_int_equal(bytes[COMM_ALL_GATHER], 2 * (497759232 + 50257 * 768 * 4));
+  int fwd = 0, bwd = 0;
+  for (int i = 0; i < p->ncomms; i++) {
+    const pcomm *cm = &p->comms[i];
+    if (cm->phase != PHASE_PARAMS) continue;
+    assert_true(cm->consumer_op >= 0);
+    assert_int_equal(p->g->ops[cm->consumer_op].inputs[cm->input], cm->tensor);
+    fwd += cm->dir == DIR_FORWARD;
+    bwd += cm->dir == DIR_BACKWARD;
+  }
+  assert_int_equal(fwd, bwd);
+  assert_int_equal(fwd + bwd, counts[COMM_ALL_GATHER]);
+  weft_free(c);
+}
+
+/* Megatron sequence parallelism: the all-reduces of activations become a
+ * reduce-scatter into sequence parts after each row-parallel projection and
+ * an all-gather before each column-parallel one; backward mirrors them. */
+static void test_sequence_parallel(void **state) {
+  (void)state;
+  const char *text =
+      "use std\n"
+      "model g = gpt(layers = 2, hidden = 64, heads = 4, seq = 16, vocab = 128, batch = 4)\n"
+      "plan tp for g on cpus(2) {\n"
+      "  mesh m = devices as [tp = 2]\n  megatron_tp(tp)\n  assign all -> m[tp]\n}\n"
+      "plan sp for g on cpus(2) {\n"
+      "  mesh m = devices as [tp = 2]\n  megatron_tp(tp, sequence_parallel = true)\n  assign all -> m[tp]\n}\n";
+  weft_ctx *c = weft_new();
+  int64_t bytes[COMM_KIND_COUNT], sp_bytes[COMM_KIND_COUNT];
+  int counts[COMM_KIND_COUNT], sp_counts[COMM_KIND_COUNT];
+  weft_plan *p = build(c, text, "tp");
+  assert_non_null(p);
+  deps_totals(p, bytes, counts, PHASE_FORWARD);
+  /* two a layer, and the vocabulary-parallel embedding's */
+  assert_int_equal(counts[COMM_ALL_REDUCE], 5);
+  p = build(c, text, "sp");
+  assert_non_null(p);
+  for (int ph = PHASE_FORWARD; ph <= PHASE_BACKWARD; ph++) {
+    deps_totals(p, sp_bytes, sp_counts, (comm_phase)ph);
+    assert_int_equal(sp_counts[COMM_ALL_REDUCE], 0);
+    assert_int_equal(sp_counts[COMM_SEND], 0);
+    assert_int_equal(sp_counts[COMM_REDUCE_SCATTER], 5);
+    assert_int_equal(sp_counts[COMM_ALL_GATHER], 5);
+    /* the same buffers as the all-reduces they replace */
+    assert_int_equal(sp_bytes[COMM_REDUCE_SCATTER], bytes[COMM_ALL_REDUCE]);
+  }
+  int res_1 = p->g->tensors[graph_find(p->g, "h.0.res_1")].producer;
+  int found = 0;
+  for (int i = 0; i < p->ncomms; i++) {
+    const pcomm *cm = &p->comms[i];
+    if (cm->phase != PHASE_FORWARD && cm->phase != PHASE_BACKWARD) continue;
+    assert_parts_tile(c, cm);
+    /* after attention's projection each device gets the sum of its half of
+     * the sequence */
+    if (cm->kind == COMM_REDUCE_SCATTER && cm->phase == PHASE_FORWARD && cm->consumer_op == res_1) {
+      assert_int_equal(cm->parts[1].dims[1].iv[0].lo, 8);
+      assert_int_equal(cm->parts[1].dims[1].iv[0].hi, 16);
+      found++;
+    }
+  }
+  assert_int_equal(found, 1);
+  weft_free(c);
+}
+
 static void test_pipeline(void **state) {
   (void)state;
   weft_ctx *c = weft_new();
@@ -136,6 +271,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_tensor_parallel),
       cmocka_unit_test(test_data_parallel),
+      cmocka_unit_test(test_zero),
+      cmocka_unit_test(test_sequence_parallel),
       cmocka_unit_test(test_pipeline),
       cmocka_unit_test(test_strided_heads),
   };

@@ -1,0 +1,1697 @@
+/* lower.c - the lower stage: from a plan (sub-operators on devices, the
+ * communication that preserves dependencies) to one program per device.
+ *
+ * 1. The schedule gives each device an order of blocks: the forward or
+ *    backward sub-operators of one stage for one micro-batch.
+ * 2. Inside a block, operators run in data-flow order (adjusted by
+ *    `order`); a recomputed segment runs its forward again right before
+ *    the backward of its last operator; optimizer steps close the step.
+ * 3. Every communication is anchored on each device taking part: after the
+ *    last local task that produces what it moves, or, on a device that only
+ *    receives, before the first task that reads it.
+ * 4. Each device's tasks and communications are emitted in order against a
+ *    store of the buffers the device holds: a task reading a region that no
+ *    earlier instruction provided breaks rule 4 (dependencies).
+ * 5. Buffers are freed after their last use; the peak of live bytes is
+ *    checked against device memory (rule 5).
+ * 6. The programs are run together abstractly: sends post, receives wait,
+ *    collectives wait for all members. A member waiting at a different
+ *    collective than its peers, or no device able to go on, breaks rule 3. */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lower.h"
+#include "weft.h"
+
+const char *const lbuf_role_names[LB_ROLE_COUNT] = {"input", "param", "grad", "state", "act", "act_grad"};
+const char *const lins_kind_names[LI_KIND_COUNT] = {"alloc", "free", "compute", "send", "recv", "collective", "step"};
+
+static arena *A(weft_ctx *c) { return &c->arena; }
+
+/* ---- small helpers --------------------------------------------------------------- */
+
+typedef struct ivec {
+  int *v;
+  int n, cap;
+} ivec;
+
+static void ivec_push(arena *a, ivec *x, int v) {
+  arena_grow(a, (void **)&x->v, &x->cap, x->n + 1, sizeof(int));
+  x->v[x->n++] = v;
+}
+
+static tregion region_copy(arena *a, const tregion *r) {
+  tregion c = {r->ndims, arena_alloc(a, sizeof(dregion) * (size_t)(r->ndims ? r->ndims : 1))};
+  for (int d = 0; d < r->ndims; d++) {
+    c.dims[d].n = r->dims[d].n;
+    c.dims[d].iv = arena_alloc(a, sizeof(irange) * (size_t)(r->dims[d].n ? r->dims[d].n : 1));
+    memcpy(c.dims[d].iv, r->dims[d].iv, sizeof(irange) * (size_t)r->dims[d].n);
+  }
+  return c;
+}
+
+static bool region_overlaps(arena *s, const tregion *x, const tregion *y) {
+  tregion t;
+  return tregion_intersect(s, x, y, &t);
+}
+
+int64_t lower_device_memory(const weft_plan *p) {
+  const value *dev = record_get(p->cluster, "device");
+  if (!dev || dev->kind != V_RECORD) return 0;
+  const value *m = record_get(dev->rec, "memory");
+  if (!m || m->kind != V_QUANTITY) return 0;
+  return (int64_t)m->q.v;
+}
+
+/* ---- tasks ------------------------------------------------------------------------- */
+
+typedef enum { T_FWD, T_BWD, T_RECOMP, T_STEP } task_kind;
+
+typedef struct task {
+  task_kind kind;
+  int sub;                /* forward sub-operator, or the parameter tensor for T_STEP */
+} task;
+
+typedef struct tasklist {
+  task *t;
+  int n, cap;
+} tasklist;
+
+/* An anchor: a communication placed on one device, after task `at` (pos =
+ * 2 at + 1) or before it (pos = 2 at). */
+typedef struct anchor {
+  int pos;
+  int comm;
+  int epoch;
+} anchor;
+
+typedef struct anchors {
+  anchor *a;
+  int n, cap;
+} anchors;
+
+typedef struct lstate {
+  weft_ctx *c;
+  weft_plan *p;
+  weft_program *pr;
+  arena *a;               /* the program's memory */
+  arena scratch;
+  int nstages;
+  int *stage_of;          /* per op: schedule stage */
+  int *order;             /* ops in block order */
+  int *rank;              /* position of each op in order */
+  int nmb;
+  /* sub-operators by (device, op): devop[d * nops + op] .. devop[.. + 1) index byd */
+  int *byd_start;
+  int *byd;
+  tasklist *tasks;        /* per device */
+  /* per forward sub: its task index for each kind, -1 */
+  int *fpos, *bpos, *rpos;
+  int **steppos;          /* per device: per param tensor, the step task, or NULL */
+  anchors *anch;          /* per device */
+  int **readers;          /* per tensor: ops reading it (-1 terminated) */
+  bool failed;
+} lstate;
+
+static void task_add(lstate *L, int d, task_kind k, int sub) {
+  tasklist *tl = &L->tasks[d];
+  arena_grow(L->a, (void **)&tl->t, &tl->cap, tl->n + 1, sizeof(task));
+  int i = tl->n++;
+  tl->t[i] = (task){k, sub};
+  if (k == T_FWD) L->fpos[sub] = i;
+  else if (k == T_BWD) L->bpos[sub] = i;
+  else if (k == T_RECOMP) L->rpos[sub] = i;
+}
+
+/* The subs of op on device d: [*lo, *hi) in L->byd. */
+static void subs_on(const lstate *L, int d, int op, int *lo, int *hi) {
+  size_t k = (size_t)d * (size_t)L->p->g->nops + (size_t)op;
+  *lo = L->byd_start[k];
+  *hi = L->byd_start[k + 1];
+}
+
+static bool index_subs(lstate *L) {
+  weft_plan *p = L->p;
+  size_t cells = (size_t)p->ndevices * (size_t)p->g->nops + 1;
+  if (cells > (size_t)1 << 30) return false;
+  L->byd_start = calloc(cells, sizeof(int));
+  L->byd = malloc(sizeof(int) * (size_t)(p->nsubs ? p->nsubs : 1));
+  if (!L->byd_start || !L->byd) weft_oom();
+  for (int s = 0; s < p->nsubs; s++) {
+    const psub *sb = &p->subs[s];
+    L->byd_start[(size_t)sb->device * (size_t)p->g->nops + (size_t)sb->op + 1]++;
+  }
+  for (size_t k = 1; k < cells; k++) L->byd_start[k] += L->byd_start[k - 1];
+  int *fill = malloc(sizeof(int) * cells);
+  if (!fill) weft_oom();
+  memcpy(fill, L->byd_start, sizeof(int) * cells);
+  /* subs are made op by op in micro-batch-major coordinate order: each
+   * (device, op) list stays in that order */
+  for (int s = 0; s < p->nsubs; s++) {
+    const psub *sb = &p->subs[s];
+    L->byd[fill[(size_t)sb->device * (size_t)p->g->nops + (size_t)sb->op]++] = s;
+  }
+  free(fill);
+  return true;
+}
+
+/* ---- operator order inside a block ----------------------------------------------- */
+
+/* Kahn's algorithm over data edges and the first `norders` order
+ * statements; lowest operator index first. False on a cycle. */
+static bool topo_order(lstate *L, int norders, int *out) {
+  const weft_graph *g = L->p->g;
+  arena_reset(&L->scratch);
+  arena *s = &L->scratch;
+  int n = g->nops;
+  int *indeg = arena_alloc(s, sizeof(int) * (size_t)(n ? n : 1));
+  ivec *succ = arena_alloc(s, sizeof(ivec) * (size_t)(n ? n : 1));
+  for (int op = 0; op < n; op++)
+    for (int k = 0; k < g->ops[op].ninputs; k++) {
+      int pr = g->tensors[g->ops[op].inputs[k]].producer;
+      if (pr >= 0 && pr != op) { ivec_push(s, &succ[pr], op); indeg[op]++; }
+    }
+  for (int i = 0; i < norders; i++) {
+    const porder *o = &L->p->orders[i];
+    for (int x = 0; x < o->na; x++)
+      for (int y = 0; y < o->nb; y++) { ivec_push(s, &succ[o->a[x]], o->b[y]); indeg[o->b[y]]++; }
+  }
+  /* a binary heap of ready operators */
+  int *heap = arena_alloc(s, sizeof(int) * (size_t)(n ? n : 1));
+  int hn = 0, m = 0;
+  for (int op = 0; op < n; op++)
+    if (!indeg[op]) heap[hn++] = op;  /* ascending: already a heap */
+  while (hn) {
+    int top = heap[0];
+    heap[0] = heap[--hn];
+    for (int i = 0;;) {
+      int l = 2 * i + 1, r = l + 1, b = i;
+      if (l < hn && heap[l] < heap[b]) b = l;
+      if (r < hn && heap[r] < heap[b]) b = r;
+      if (b == i) break;
+      int t = heap[i]; heap[i] = heap[b]; heap[b] = t;
+      i = b;
+    }
+    out[m++] = top;
+    for (int k = 0; k < succ[top].n; k++) {
+      int v = succ[top].v[k];
+      if (--indeg[v] == 0) {
+        int i = hn++;
+        heap[i] = v;
+        while (i > 0 && heap[(i - 1) / 2] > heap[i]) {
+          int t = heap[i]; heap[i] = heap[(i - 1) / 2]; heap[(i - 1) / 2] = t;
+          i = (i - 1) / 2;
+        }
+      }
+    }
+  }
+  return m == n;
+}
+
+static bool block_order(lstate *L) {
+  weft_plan *p = L->p;
+  int n = p->g->nops;
+  L->order = arena_alloc(L->a, sizeof(int) * (size_t)(n ? n : 1));
+  L->rank = arena_alloc(L->a, sizeof(int) * (size_t)(n ? n : 1));
+  for (int i = 1; i <= p->norders; i++)
+    if (!topo_order(L, i, L->order)) {
+      const porder *o = &p->orders[i - 1];
+      weft_diag *g = eval_error(L->c, o->loc, "this `order` contradicts the data flow: it closes a cycle");
+      diag_hint(g, &L->c->diags, "an operator cannot run before one whose result it reads (directly or not)");
+      return false;
+    }
+  if (!topo_order(L, p->norders, L->order)) return false;
+  for (int i = 0; i < n; i++) L->rank[L->order[i]] = i;
+  return true;
+}
+
+/* ---- stages and the schedule ----------------------------------------------------- */
+
+typedef struct block {
+  int stage, mb;
+  char kind;              /* 'f', 'b' */
+} block;
+
+typedef struct blist {
+  block *b;
+  int n, cap;
+} blist;
+
+static void blist_add(arena *a, blist *l, int stage, int mb, char kind) {
+  arena_grow(a, (void **)&l->b, &l->cap, l->n + 1, sizeof(block));
+  l->b[l->n++] = (block){stage, mb, kind};
+}
+
+/* The devices of each stage, sorted and distinct. */
+static void stage_devices(lstate *L, ivec *devs) {
+  weft_plan *p = L->p;
+  bool *seen = calloc((size_t)L->nstages * (size_t)p->ndevices + 1, 1);
+  if (!seen) weft_oom();
+  for (int s = 0; s < p->nsubs; s++) {
+    int st = L->stage_of[p->subs[s].op];
+    int d = p->subs[s].device;
+    if (!seen[(size_t)st * (size_t)p->ndevices + (size_t)d]) {
+      seen[(size_t)st * (size_t)p->ndevices + (size_t)d] = true;
+      ivec_push(L->a, &devs[st], d);
+    }
+  }
+  free(seen);
+  for (int st = 0; st < L->nstages; st++)
+    for (int i = 1; i < devs[st].n; i++)
+      for (int j = i; j > 0 && devs[st].v[j - 1] > devs[st].v[j]; j--) {
+        int t = devs[st].v[j]; devs[st].v[j] = devs[st].v[j - 1]; devs[st].v[j - 1] = t;
+      }
+}
+
+/* The pipeline: ranks of stages on the same devices. */
+typedef struct pipeline {
+  int nranks;
+  int chunks;             /* stages per rank */
+  int *rank_of;           /* per stage */
+  int **stages;           /* per rank: its stages in order (chunk 0 first) */
+} pipeline;
+
+static bool make_pipeline(lstate *L, const ivec *devs, pipeline *pl) {
+  weft_plan *p = L->p;
+  pl->rank_of = arena_alloc(L->a, sizeof(int) * (size_t)L->nstages);
+  pl->stages = arena_alloc(L->a, sizeof(int *) * (size_t)L->nstages);
+  int *count = arena_alloc(L->a, sizeof(int) * (size_t)L->nstages);
+  int *first = arena_alloc(L->a, sizeof(int) * (size_t)L->nstages);
+  pl->nranks = 0;
+  for (int st = 0; st < L->nstages; st++) {
+    int r = -1;
+    for (int q = 0; q < pl->nranks && r < 0; q++) {
+      const ivec *o = &devs[first[q]];
+      if (o->n == devs[st].n && memcmp(o->v, devs[st].v, sizeof(int) * (size_t)o->n) == 0) r = q;
+    }
+    if (r < 0) {
+      /* a new rank: it must share no device with the others */
+      for (int q = 0; q < pl->nranks; q++) {
+        const ivec *o = &devs[first[q]];
+        for (int i = 0; i < o->n; i++)
+          for (int j = 0; j < devs[st].n; j++)
+            if (o->v[i] == devs[st].v[j]) {
+              weft_diag *g = eval_error(L->c, p->sched_loc,
+                                        "stages %s and %s share device %d but not all their devices: no pipeline "
+                                        "schedule fits",
+                                        L->pr->stage_names[first[q]], L->pr->stage_names[st], o->v[i]);
+              diag_hint(g, &L->c->diags, "place each stage on the same devices as the stages it shares a device with, "
+                                         "or on devices of its own");
+              return false;
+            }
+      }
+      r = pl->nranks++;
+      first[r] = st;
+      pl->stages[r] = arena_alloc(L->a, sizeof(int) * (size_t)L->nstages);
+    }
+    pl->rank_of[st] = r;
+    pl->stages[r][count[r]++] = st;
+  }
+  pl->chunks = count[0];
+  /* interleaving deals the stages round-robin: stage k on rank k mod ranks */
+  if (pl->chunks > 1 && p->sched != SCHED_GPIPE)
+    for (int st = 0; st < L->nstages; st++)
+      if (pl->rank_of[st] != st % pl->nranks) {
+        int want = st % pl->nranks;
+        weft_diag *g = eval_error(L->c, p->sched_loc, "an interleaved schedule deals stages round-robin over its %d "
+                                                      "device groups, but stage %s (number %d) runs on the devices of "
+                                                      "stage %s, not on those of stage %s",
+                                  pl->nranks, L->pr->stage_names[st], st, L->pr->stage_names[pl->stages[pl->rank_of[st]][0]],
+                                  L->pr->stage_names[pl->stages[want][0]]);
+        diag_hint(g, &L->c->diags, "place stage k on the devices of stage k mod %d (declare the stages in pipeline order)",
+                  pl->nranks);
+        return false;
+      }
+  for (int r = 1; r < pl->nranks; r++)
+    if (count[r] != pl->chunks) {
+      weft_diag *g = eval_error(L->c, p->sched_loc, "devices of stage %s run %d stages, those of stage %s run %d",
+                                L->pr->stage_names[pl->stages[0][0]], pl->chunks, L->pr->stage_names[pl->stages[r][0]],
+                                count[r]);
+      diag_hint(g, &L->c->diags, "a pipeline schedule needs the same number of stages on every device");
+      return false;
+    }
+  return true;
+}
+
+/* 1F1B (PipeDream-Flush, Narayanan et al. 2021), generalised to `chunks`
+ * stages per rank (the interleaved schedule): warm-up forwards, then one
+ * forward and one backward in turn, then the remaining backwards. */
+static void one_f_one_b(lstate *L, const pipeline *pl, int r, blist *out) {
+  int P = pl->nranks, v = pl->chunks, M = L->nmb;
+  int total = M * v;
+  int warm;
+  if (v == 1) warm = P - r - 1;
+  else warm = (P - r - 1) * 2 + (v - 1) * P;
+  if (warm > total) warm = total;
+  /* the k-th forward (or backward) of this rank: its chunk and micro-batch */
+  #define FWD_CHUNK(k) (v == 1 ? 0 : ((k) % (P * v)) / P)
+  #define MB_OF(k) (v == 1 ? (k) : ((k) / (P * v)) * P + (k) % P)
+  int nf = 0, nb = 0;
+  for (; nf < warm; nf++) blist_add(L->a, out, pl->stages[r][FWD_CHUNK(nf)], MB_OF(nf), 'f');
+  while (nf < total) {
+    blist_add(L->a, out, pl->stages[r][FWD_CHUNK(nf)], MB_OF(nf), 'f');
+    nf++;
+    blist_add(L->a, out, pl->stages[r][v - 1 - FWD_CHUNK(nb)], MB_OF(nb), 'b');
+    nb++;
+  }
+  for (; nb < total; nb++) blist_add(L->a, out, pl->stages[r][v - 1 - FWD_CHUNK(nb)], MB_OF(nb), 'b');
+  #undef FWD_CHUNK
+  #undef MB_OF
+}
+
+/* Every forward of every micro-batch, then every backward (GPipe). */
+static void all_forward_then_backward(lstate *L, const int *stages, int n, blist *out) {
+  for (int m = 0; m < L->nmb; m++)
+    for (int i = 0; i < n; i++) blist_add(L->a, out, stages[i], m, 'f');
+  for (int m = 0; m < L->nmb; m++)
+    for (int i = n - 1; i >= 0; i--) blist_add(L->a, out, stages[i], m, 'b');
+}
+
+/* A hand-written grid: rows are stages (or devices), cells fN / bN / . in
+ * time order. Checks each row and turns it into per-stage block lists. */
+static bool read_grid(lstate *L, blist *rows) {
+  weft_plan *p = L->p;
+  const ast *s = p->grid;
+  bool *rowseen = arena_alloc(L->a, sizeof(bool) * (size_t)L->nstages);
+  bool ok = true;
+  for (int i = 0; i < s->list.n; i++) {
+    const ast *row = s->list.items[i];
+    int st = -1;
+    for (int k = 0; k < L->nstages && st < 0; k++)
+      if (strcmp(L->pr->stage_names[k], row->name) == 0) st = k;
+    if (st < 0) {
+      weft_diag *g = eval_error(L->c, row->loc, "'%s' is not a stage of plan %s", row->name, p->name);
+      const char *best = diag_closest(row->name, L->pr->stage_names, L->nstages);
+      if (best) diag_hint(g, &L->c->diags, "did you mean '%s'?", best);
+      else diag_hint(g, &L->c->diags, "the rows of a schedule grid are the plan's stages (`stage s0 = ...`)");
+      ok = false;
+      continue;
+    }
+    if (rowseen[st]) {
+      eval_error(L->c, row->loc, "stage %s has two rows", row->name);
+      ok = false;
+      continue;
+    }
+    rowseen[st] = true;
+    char *fseen = arena_alloc(L->a, (size_t)L->nmb + 1);
+    char *bseen = arena_alloc(L->a, (size_t)L->nmb + 1);
+    for (int k = 0; k < row->list.n; k++) {
+      const ast *cell = row->list.items[k];
+      const char *t = cell->name ? cell->name : cell->text;
+      if (!t || strcmp(t, ".") == 0) { blist_add(L->a, &rows[st], -1, -1, '.'); continue; }
+      char kind = t[0];
+      if (strchr(t, '.')) {
+        eval_error(L->c, cell->loc, "cell '%s': a chunk number is for rows of devices; this row is stage %s", t,
+                   row->name);
+        ok = false;
+        continue;
+      }
+      long long mb = strtoll(t + 1, NULL, 10);
+      if (kind != 'f' && kind != 'b') {
+        weft_diag *g = eval_error(L->c, cell->loc, "cell '%s': %s cells are not supported", t,
+                                  kind == 'w' ? "weight-gradient (w)" : "recomputation (r)");
+        diag_hint(g, &L->c->diags, kind == 'w' ? "a b cell computes the gradients of activations and weights"
+                                               : "recomputation runs before the b cell of a recomputed operator");
+        ok = false;
+        continue;
+      }
+      if (mb >= L->nmb) {
+        weft_diag *g = eval_error(L->c, cell->loc, "cell '%s': micro-batch %lld does not exist", t, mb);
+        diag_hint(g, &L->c->diags, "the plan has %d micro-batch%s (0 to %d)", L->nmb, L->nmb == 1 ? "" : "es",
+                  L->nmb - 1);
+        ok = false;
+        continue;
+      }
+      char *seen = kind == 'f' ? fseen : bseen;
+      if (seen[mb]) {
+        eval_error(L->c, cell->loc, "cell '%s' appears twice in the row of stage %s", t, row->name);
+        ok = false;
+        continue;
+      }
+      if (kind == 'b' && !fseen[mb]) {
+        weft_diag *g = eval_error(L->c, cell->loc, "b%lld comes before f%lld in the row of stage %s", mb, mb, row->name);
+        diag_hint(g, &L->c->diags, "the backward of a micro-batch needs its forward");
+        ok = false;
+        continue;
+      }
+      seen[mb] = 1;
+      blist_add(L->a, &rows[st], st, (int)mb, kind);
+    }
+    for (int m = 0; m < L->nmb && ok; m++)
+      if (!fseen[m] || !bseen[m]) {
+        weft_diag *g = eval_error(L->c, row->loc, "the row of stage %s has no %c%d", row->name, fseen[m] ? 'b' : 'f', m);
+        diag_hint(g, &L->c->diags, "every row runs f and b of every micro-batch once (%d micro-batches)", L->nmb);
+        ok = false;
+      }
+  }
+  for (int st = 0; st < L->nstages && ok; st++)
+    if (!rowseen[st]) {
+      weft_diag *g = eval_error(L->c, s->loc, "the schedule has no row for stage %s", L->pr->stage_names[st]);
+      diag_hint(g, &L->c->diags, "add a row: %s: f0 ... b0 ...", L->pr->stage_names[st]);
+      ok = false;
+    }
+  return ok;
+}
+
+/* The grid of a schedule: each rank's blocks in its order, placed at the
+ * first unit time slot where what they depend on is done (a forward after
+ * the previous stage's forward of the micro-batch, a backward after the next
+ * stage's backward), as a picture of the pipeline. */
+static void make_cells(lstate *L, const pipeline *pl, blist *seq, int nseq) {
+  weft_program *pr = L->pr;
+  int S = L->nstages, M = L->nmb;
+  size_t cells = (size_t)S * (size_t)M + 1;
+  int *fend = arena_alloc(L->a, sizeof(int) * cells);
+  int *bend = arena_alloc(L->a, sizeof(int) * cells);
+  for (int i = 0; i < S * M; i++) fend[i] = bend[i] = -1;
+  int *next = arena_alloc(L->a, sizeof(int) * (size_t)nseq);
+  int *free_at = arena_alloc(L->a, sizeof(int) * (size_t)nseq);
+  int left = 0;
+  for (int r = 0; r < nseq; r++) left += seq[r].n;
+  while (left > 0) {
+    bool progressed = false;
+    for (int r = 0; r < nseq; r++) {
+      if (next[r] >= seq[r].n) continue;
+      block b = seq[r].b[next[r]];
+      int ready = free_at[r];
+      bool ok = true;
+      if (b.kind == 'f' && b.stage > 0) {
+        int e = fend[(b.stage - 1) * M + b.mb];
+        if (e < 0) ok = false; else if (e > ready) ready = e;
+      }
+      if (b.kind == 'b') {
+        int e = fend[b.stage * M + b.mb];
+        if (e < 0) ok = false; else if (e > ready) ready = e;
+        if (b.stage + 1 < S) {
+          e = bend[(b.stage + 1) * M + b.mb];
+          if (e < 0) ok = false; else if (e > ready) ready = e;
+        }
+      }
+      if (!ok) continue;
+      arena_grow(L->a, (void **)&pr->cells, &pr->ccap, pr->ncells + 1, sizeof(lcell));
+      pr->cells[pr->ncells++] = (lcell){b.stage, b.mb, ready, b.kind};
+      (b.kind == 'f' ? fend : bend)[b.stage * M + b.mb] = ready + 1;
+      free_at[r] = ready + 1;
+      if (ready + 1 > pr->nslots) pr->nslots = ready + 1;
+      next[r]++;
+      left--;
+      progressed = true;
+    }
+    if (!progressed) {
+      /* an order no time line fits (a hand-written grid): place the rest
+       * one after another; the check of the programs reports it */
+      for (int r = 0; r < nseq; r++)
+        for (; next[r] < seq[r].n; next[r]++, left--) {
+          block b = seq[r].b[next[r]];
+          arena_grow(L->a, (void **)&pr->cells, &pr->ccap, pr->ncells + 1, sizeof(lcell));
+          pr->cells[pr->ncells++] = (lcell){b.stage, b.mb, free_at[r]++, b.kind};
+          if (free_at[r] > pr->nslots) pr->nslots = free_at[r];
+        }
+    }
+  }
+  (void)pl;
+}
+
+/* Each device's block order, from the schedule. */
+static bool schedule_blocks(lstate *L, blist **per_device) {
+  weft_plan *p = L->p;
+  ivec *devs = arena_alloc(L->a, sizeof(ivec) * (size_t)L->nstages);
+  stage_devices(L, devs);
+  pipeline pl = {0};
+  blist *seq = NULL;    /* per rank (or per stage for grids) */
+  int nseq = 0;
+  if (p->sched == SCHED_DEFAULT) {
+    /* one rank per distinct device set is not needed: every device runs
+     * every stage it holds, all forwards then all backwards */
+    pl.nranks = 1;
+    pl.chunks = L->nstages;
+    pl.rank_of = arena_alloc(L->a, sizeof(int) * (size_t)L->nstages);
+    pl.stages = arena_alloc(L->a, sizeof(int *));
+    pl.stages[0] = arena_alloc(L->a, sizeof(int) * (size_t)L->nstages);
+    for (int st = 0; st < L->nstages; st++) pl.stages[0][st] = st;
+    seq = arena_alloc(L->a, sizeof(blist));
+    nseq = 1;
+    all_forward_then_backward(L, pl.stages[0], L->nstages, &seq[0]);
+  } else if (p->sched == SCHED_GRID) {
+    seq = arena_alloc(L->a, sizeof(blist) * (size_t)L->nstages);
+    nseq = L->nstages;
+    if (!read_grid(L, seq)) return false;
+  } else {
+    if (!make_pipeline(L, devs, &pl)) return false;
+    if (p->sched == SCHED_INTERLEAVED && pl.chunks < 2) {
+      weft_diag *g = eval_error(L->c, p->sched_loc, "an interleaved schedule needs several stages per device; "
+                                                    "each device here runs one");
+      diag_hint(g, &L->c->diags, "place stages i and i + pp on the same devices, or use one_f_one_b");
+      return false;
+    }
+    if (pl.chunks > 1 && p->sched != SCHED_GPIPE && L->nmb % pl.nranks != 0) {
+      weft_diag *g = eval_error(L->c, p->sched_loc, "an interleaved schedule needs the micro-batches (%d) to be a "
+                                                    "multiple of the pipeline's %d ranks",
+                                L->nmb, pl.nranks);
+      diag_hint(g, &L->c->diags, "change the number of micro-batches or of stages");
+      return false;
+    }
+    seq = arena_alloc(L->a, sizeof(blist) * (size_t)pl.nranks);
+    nseq = pl.nranks;
+    for (int r = 0; r < pl.nranks; r++) {
+      if (p->sched == SCHED_GPIPE) all_forward_then_backward(L, pl.stages[r], pl.chunks, &seq[r]);
+      else one_f_one_b(L, &pl, r, &seq[r]);
+    }
+  }
+  /* per device: the blocks of the stages it holds, in the order of its
+   * rank's sequence; for grids, rows merged by time slot */
+  bool **holds = arena_alloc(L->a, sizeof(bool *) * (size_t)L->nstages);
+  for (int st = 0; st < L->nstages; st++) {
+    holds[st] = arena_alloc(L->a, (size_t)p->ndevices);
+    for (int i = 0; i < devs[st].n; i++) holds[st][devs[st].v[i]] = true;
+  }
+  *per_device = arena_alloc(L->a, sizeof(blist) * (size_t)p->ndevices);
+  if (p->sched == SCHED_GRID) {
+    int maxlen = 0;
+    for (int st = 0; st < L->nstages; st++)
+      if (seq[st].n > maxlen) maxlen = seq[st].n;
+    for (int d = 0; d < p->ndevices; d++)
+      for (int t = 0; t < maxlen; t++)
+        for (int st = 0; st < L->nstages; st++)
+          if (holds[st][d] && t < seq[st].n && seq[st].b[t].kind != '.')
+            blist_add(L->a, &(*per_device)[d], st, seq[st].b[t].mb, seq[st].b[t].kind);
+    /* the grid as written */
+    for (int st = 0; st < L->nstages; st++)
+      for (int t = 0; t < seq[st].n; t++) {
+        if (seq[st].b[t].kind == '.') continue;
+        arena_grow(L->a, (void **)&L->pr->cells, &L->pr->ccap, L->pr->ncells + 1, sizeof(lcell));
+        L->pr->cells[L->pr->ncells++] = (lcell){st, seq[st].b[t].mb, t, seq[st].b[t].kind};
+        if (t + 1 > L->pr->nslots) L->pr->nslots = t + 1;
+      }
+  } else {
+    for (int r = 0; r < nseq; r++)
+      for (int k = 0; k < seq[r].n; k++) {
+        block b = seq[r].b[k];
+        for (int i = 0; i < devs[b.stage].n; i++) blist_add(L->a, &(*per_device)[devs[b.stage].v[i]], b.stage, b.mb, b.kind);
+      }
+    if (p->sched == SCHED_DEFAULT) {
+      /* the picture: stages one after another for each micro-batch */
+      blist *rows = arena_alloc(L->a, sizeof(blist) * (size_t)L->nstages);
+      for (int st = 0; st < L->nstages; st++) {
+        for (int m = 0; m < L->nmb; m++) blist_add(L->a, &rows[st], st, m, 'f');
+        for (int m = 0; m < L->nmb; m++) blist_add(L->a, &rows[st], st, m, 'b');
+      }
+      make_cells(L, &pl, rows, L->nstages);
+    } else {
+      make_cells(L, &pl, seq, nseq);
+    }
+  }
+  return true;
+}
+
+/* ---- tasks of each device ------------------------------------------------------ */
+
+static bool op_reads_param(const weft_graph *g, int op) {
+  for (int k = 0; k < g->ops[op].ninputs; k++)
+    if (g->tensors[g->ops[op].inputs[k]].role == TENSOR_PARAM) return true;
+  return false;
+}
+
+static void make_tasks(lstate *L, blist *per_device) {
+  weft_plan *p = L->p;
+  const weft_graph *g = p->g;
+  int nops = g->nops;
+  /* per stage, its operators in block order */
+  ivec *ops_of = arena_alloc(L->a, sizeof(ivec) * (size_t)L->nstages);
+  for (int i = 0; i < nops; i++) ivec_push(L->a, &ops_of[L->stage_of[L->order[i]]], L->order[i]);
+  /* per segment: its operators in block order, and its last one */
+  ivec *seg_ops = arena_alloc(L->a, sizeof(ivec) * (size_t)(p->nsegs ? p->nsegs : 1));
+  for (int i = 0; i < nops; i++) {
+    int op = L->order[i];
+    if (p->ops[op].rseg >= 0) ivec_push(L->a, &seg_ops[p->ops[op].rseg], op);
+  }
+  bool *redone = arena_alloc(L->a, (size_t)(p->nsegs ? p->nsegs : 1));
+  for (int d = 0; d < p->ndevices; d++) {
+    const blist *bl = &per_device[d];
+    for (int k = 0; k < bl->n; k++) {
+      block b = bl->b[k];
+      const ivec *ops = &ops_of[b.stage];
+      if (b.kind == 'f') {
+        for (int i = 0; i < ops->n; i++) {
+          int lo, hi;
+          subs_on(L, d, ops->v[i], &lo, &hi);
+          for (int j = lo; j < hi; j++)
+            if (p->subs[L->byd[j]].microbatch == b.mb) task_add(L, d, T_FWD, L->byd[j]);
+        }
+        continue;
+      }
+      memset(redone, 0, (size_t)(p->nsegs ? p->nsegs : 1));
+      for (int i = ops->n - 1; i >= 0; i--) {
+        int op = ops->v[i];
+        int seg = p->ops[op].rseg;
+        if (seg >= 0 && !redone[seg]) {
+          redone[seg] = true;
+          for (int q = 0; q < seg_ops[seg].n; q++) {
+            int rop = seg_ops[seg].v[q];
+            if (L->stage_of[rop] != b.stage) continue;
+            int lo, hi;
+            subs_on(L, d, rop, &lo, &hi);
+            for (int j = lo; j < hi; j++)
+              if (p->subs[L->byd[j]].microbatch == b.mb) task_add(L, d, T_RECOMP, L->byd[j]);
+          }
+        }
+        int lo, hi;
+        subs_on(L, d, op, &lo, &hi);
+        for (int j = lo; j < hi; j++)
+          if (p->subs[L->byd[j]].microbatch == b.mb) task_add(L, d, T_BWD, L->byd[j]);
+      }
+    }
+    /* optimizer steps: the parameters the device reads, in tensor order */
+    if (g->loss < 0) continue;
+    bool any = false;
+    for (int op = 0; op < nops && !any; op++) {
+      int lo, hi;
+      subs_on(L, d, op, &lo, &hi);
+      any = hi > lo && op_reads_param(g, op);
+    }
+    if (!any) continue;
+    for (int t = 0; t < g->ntensors; t++) {
+      if (g->tensors[t].role != TENSOR_PARAM) continue;
+      bool reads = false;
+      for (int q = 0; L->readers[t][q] >= 0 && !reads; q++) {
+        int lo, hi;
+        subs_on(L, d, L->readers[t][q], &lo, &hi);
+        reads = hi > lo;
+      }
+      if (!reads) continue;
+      if (!L->steppos[d]) {
+        L->steppos[d] = arena_alloc(L->a, sizeof(int) * (size_t)g->ntensors);
+        for (int x = 0; x < g->ntensors; x++) L->steppos[d][x] = -1;
+      }
+      L->steppos[d][t] = L->tasks[d].n;
+      task_add(L, d, T_STEP, t);
+    }
+  }
+}
+
+/* ---- anchoring communication ---------------------------------------------------- */
+
+static void anchor_add(lstate *L, int d, int pos, int comm, int epoch) {
+  anchors *an = &L->anch[d];
+  arena_grow(L->a, (void **)&an->a, &an->cap, an->n + 1, sizeof(anchor));
+  an->a[an->n++] = (anchor){pos, comm, epoch};
+}
+
+static const tregion *member_part(const pcomm *cm, int i) { return cm->parts ? &cm->parts[i] : &cm->region; }
+
+/* The latest task on device d among the subs of op whose region of tmap m
+ * overlaps r, of the given kind; -1 if none. `latest` false: the earliest. */
+static int find_task(lstate *L, int d, int op, const tmap *m, const tregion *r, task_kind kind, bool latest) {
+  weft_plan *p = L->p;
+  int lo, hi, best = -1;
+  subs_on(L, d, op, &lo, &hi);
+  const int *pos = kind == T_FWD ? L->fpos : kind == T_BWD ? L->bpos : L->rpos;
+  for (int j = lo; j < hi; j++) {
+    int s = L->byd[j];
+    if (pos[s] < 0) continue;
+    if (best >= 0 && (latest ? pos[s] <= best : pos[s] >= best)) continue;
+    tregion x;
+    tregion_of(&L->scratch, p, &p->subs[s], m, &x);
+    if (!region_overlaps(&L->scratch, &x, r)) continue;
+    best = pos[s];
+  }
+  return best;
+}
+
+static const tmap *input_map(const popplan *pp, int tensor, int k) {
+  if (k >= 0) return &pp->space->inputs[k];
+  for (int i = 0; i < pp->space->ninputs; i++)
+    if (pp->space->inputs[i].tensor == tensor) return &pp->space->inputs[i];
+  return NULL;
+}
+
+static int max_i(int a, int b) { return a > b ? a : b; }
+static int min_pos(int a, int b) { return a < 0 ? b : b < 0 ? a : (a < b ? a : b); }
+
+/* Producing and consuming tasks of comm cm (epoch e) on member device d and
+ * its part r: the anchor position, or -1 when the device does neither. */
+static int anchor_of(lstate *L, const pcomm *cm, int e, int d, const tregion *r, bool as_sender, bool as_receiver) {
+  weft_plan *p = L->p;
+  const weft_graph *g = p->g;
+  int prod = -1, cons = -1;
+  int t = cm->tensor;
+  task_kind fk = e ? T_RECOMP : T_FWD;
+  switch (cm->phase) {
+  case PHASE_FORWARD: {
+    int pop = g->tensors[t].producer;
+    if (as_sender && pop >= 0) prod = find_task(L, d, pop, &p->ops[pop].space->output, r, fk, true);
+    if (as_receiver && cm->consumer_op >= 0) {
+      const tmap *m = input_map(&p->ops[cm->consumer_op], t, cm->input);
+      if (m) cons = find_task(L, d, cm->consumer_op, m, r, fk, false);
+    }
+    break;
+  }
+  case PHASE_BACKWARD: {
+    if (as_sender)
+      for (int q = 0; L->readers[t][q] >= 0; q++) {
+        int op = L->readers[t][q];
+        const tmap *m = input_map(&p->ops[op], t, -1);
+        prod = max_i(prod, find_task(L, d, op, m, r, T_BWD, true));
+      }
+    int pop = g->tensors[t].producer;
+    if (as_receiver && pop >= 0) cons = find_task(L, d, pop, &p->ops[pop].space->output, r, T_BWD, false);
+    break;
+  }
+  case PHASE_WEIGHTS:
+    /* right before the optimizer step: reduced as soon as the last local
+     * contribution is made, a gradient shared by the first and last
+     * pipeline stages (tied embeddings) would make the last stage wait for
+     * the first while the first waits for the last stage's backward */
+    if (L->steppos[d]) return 2 * L->steppos[d][t];
+    if (as_sender)
+      for (int q = 0; L->readers[t][q] >= 0; q++) {
+        int op = L->readers[t][q];
+        const tmap *m = input_map(&p->ops[op], t, -1);
+        prod = max_i(prod, find_task(L, d, op, m, r, T_BWD, true));
+      }
+    break;
+  case PHASE_PARAMS:
+    if (cm->dir == DIR_OPTIMIZER) {
+      if (L->steppos[d]) prod = L->steppos[d][t];
+    } else if (cm->consumer_op >= 0) {
+      const tmap *m = input_map(&p->ops[cm->consumer_op], t, cm->input);
+      if (m && cm->dir == DIR_FORWARD) cons = find_task(L, d, cm->consumer_op, m, r, T_FWD, false);
+      if (m && cm->dir == DIR_BACKWARD)
+        cons = min_pos(find_task(L, d, cm->consumer_op, m, r, T_RECOMP, false),
+                       find_task(L, d, cm->consumer_op, m, r, T_BWD, false));
+    }
+    break;
+  default: break;
+  }
+  if (prod >= 0) return 2 * prod + 1;
+  if (cons >= 0) return 2 * cons;
+  return -1;
+}
+
+static bool comm_repeats(const weft_plan *p, const pcomm *cm) {
+  if (cm->phase != PHASE_FORWARD || cm->consumer_op < 0) return false;
+  int pop = p->g->tensors[cm->tensor].producer;
+  if (pop < 0) return false;
+  int seg = p->ops[cm->consumer_op].rseg;
+  return seg >= 0 && p->ops[pop].rseg == seg;
+}
+
+static void anchor_comms(lstate *L) {
+  weft_plan *p = L->p;
+  for (int ci = 0; ci < p->ncomms; ci++) {
+    const pcomm *cm = &p->comms[ci];
+    int epochs = comm_repeats(p, cm) ? 2 : 1;
+    for (int e = 0; e < epochs; e++) {
+      arena_reset(&L->scratch);
+      if (cm->kind == COMM_SEND) {
+        int ps = anchor_of(L, cm, e, cm->src, &cm->region, true, false);
+        int pd = anchor_of(L, cm, e, cm->dst, &cm->region, false, true);
+        if (e == 1 && (ps < 0 || pd < 0)) continue;
+        anchor_add(L, cm->src, ps >= 0 ? ps : 2 * L->tasks[cm->src].n, ci, e);
+        anchor_add(L, cm->dst, pd >= 0 ? pd : 2 * L->tasks[cm->dst].n, ci, e);
+        continue;
+      }
+      int *pos = arena_alloc(&L->scratch, sizeof(int) * (size_t)cm->ngroup);
+      bool any = false;
+      for (int i = 0; i < cm->ngroup; i++) {
+        int d = cm->group[i];
+        /* a gather's member holds its part and needs the whole */
+        pos[i] = anchor_of(L, cm, e, d, cm->kind == COMM_ALL_GATHER ? member_part(cm, i) : &cm->region, true, true);
+        if (pos[i] >= 0) any = true;
+      }
+      if (e == 1 && !any) continue;
+      for (int i = 0; i < cm->ngroup; i++) {
+        int d = cm->group[i];
+        anchor_add(L, d, pos[i] >= 0 ? pos[i] : 2 * L->tasks[d].n, ci, e);
+      }
+    }
+  }
+  for (int d = 0; d < p->ndevices; d++) {
+    anchors *an = &L->anch[d];
+    /* insertion sort is too slow for long programs: a merge sort by (pos, comm, epoch) */
+    if (an->n < 2) continue;
+    anchor *tmp = malloc(sizeof(anchor) * (size_t)an->n);
+    if (!tmp) weft_oom();
+    for (int w = 1; w < an->n; w *= 2)
+      for (int lo = 0; lo < an->n; lo += 2 * w) {
+        int mid = lo + w < an->n ? lo + w : an->n, hi = lo + 2 * w < an->n ? lo + 2 * w : an->n;
+        int i = lo, j = mid, k = lo;
+        while (i < mid || j < hi) {
+          bool left = j >= hi || (i < mid && (an->a[i].pos < an->a[j].pos ||
+                                              (an->a[i].pos == an->a[j].pos &&
+                                               (an->a[i].epoch < an->a[j].epoch ||
+                                                (an->a[i].epoch == an->a[j].epoch && an->a[i].comm <= an->a[j].comm)))));
+          tmp[k++] = left ? an->a[i++] : an->a[j++];
+        }
+        memcpy(an->a + lo, tmp + lo, sizeof(anchor) * (size_t)(hi - lo));
+      }
+    free(tmp);
+  }
+}
+
+/* ---- emission -------------------------------------------------------------------- */
+
+/* What a device holds: buffers by tensor, newest first. */
+typedef struct held {
+  int buf;
+  bool grad;              /* a gradient (of a parameter or an activation) */
+  bool partial;           /* partial sums, not yet reduced */
+  bool live;
+  int maker;              /* the compute that wrote it: op * 4 + kind, with its micro-batch */
+  int maker_mb;
+  int next;               /* next held of the same tensor, -1 */
+} held;
+
+typedef struct store {
+  held *h;
+  int n, cap;
+  int *head;              /* per tensor */
+} store;
+
+typedef struct emitter {
+  lstate *L;
+  int d;
+  lprog *prog;
+  store st;
+} emitter;
+
+static int new_buf(emitter *E, int tensor, lbuf_role role, const tregion *r, bool persistent) {
+  weft_program *pr = E->L->pr;
+  const gtensor *t = &E->L->p->g->tensors[tensor];
+  arena_grow(E->L->a, (void **)&pr->bufs, &pr->bcap, pr->nbufs + 1, sizeof(lbuf));
+  lbuf *b = &pr->bufs[pr->nbufs];
+  b->device = E->d;
+  b->tensor = tensor;
+  b->role = role;
+  b->region = region_copy(E->L->a, r);
+  b->dtype = role == LB_STATE ? DT_F32 : t->dtype;
+  b->copies = 1;
+  b->persistent = persistent;
+  b->bytes = tregion_numel(r) * dtype_bytes[b->dtype];
+  return pr->nbufs++;
+}
+
+static void hold(emitter *E, int buf, bool grad, bool partial) {
+  store *st = &E->st;
+  arena_grow(&E->L->scratch, (void **)&st->h, &st->cap, st->n + 1, sizeof(held));
+  int t = E->L->pr->bufs[buf].tensor;
+  st->h[st->n] = (held){buf, grad, partial, true, -1, -1, st->head[t]};
+  st->head[t] = st->n++;
+}
+
+/* The newest live buffer of tensor t (value or gradient) whose region
+ * contains r; -1 if none. `partial`: 0 complete only, 1 partial only. */
+static int find_held(emitter *E, int t, bool grad, const tregion *r, int partial, int *hidx) {
+  const store *st = &E->st;
+  for (int i = st->head[t]; i >= 0; i = st->h[i].next) {
+    const held *h = &st->h[i];
+    if (!h->live || h->grad != grad) continue;
+    if (partial >= 0 && h->partial != (partial == 1)) continue;
+    if (!tregion_contains(&E->L->pr->bufs[h->buf].region, r)) continue;
+    if (hidx) *hidx = i;
+    return h->buf;
+  }
+  return -1;
+}
+
+/* Live buffers of tensor t with exactly region r stop being found. */
+static void supersede(emitter *E, int t, bool grad, const tregion *r) {
+  store *st = &E->st;
+  for (int i = st->head[t]; i >= 0; i = st->h[i].next)
+    if (st->h[i].live && st->h[i].grad == grad && tregion_equal(&E->L->pr->bufs[st->h[i].buf].region, r))
+      st->h[i].live = false;
+}
+
+static lins *emit(emitter *E, lins_kind k) {
+  lprog *pg = E->prog;
+  arena_grow(E->L->a, (void **)&pg->ins, &pg->cap, pg->n + 1, sizeof(lins));
+  lins *in = &pg->ins[pg->n++];
+  memset(in, 0, sizeof *in);
+  in->kind = k;
+  in->buf = in->sub = in->comm = in->peer = in->tensor = -1;
+  return in;
+}
+
+static void emit_alloc(emitter *E, int buf) { emit(E, LI_ALLOC)->buf = buf; }
+
+static lref ref(emitter *E, int buf, const tregion *r) { return (lref){buf, -1, region_copy(E->L->a, r)}; }
+
+static lref aref(emitter *E, int buf, int arg, const tregion *r) { return (lref){buf, arg, region_copy(E->L->a, r)}; }
+
+/* Whether sub-operator s applies tensor argument m: under a value split, an
+ * argument without the split dimension (a bias) is applied by the first
+ * part only. */
+static bool applies_arg(const popplan *pp, const psub *s, const tmap *m) {
+  for (int i = 0; i < pp->nsplits; i++) {
+    if (pp->splits[i].kind != SPLIT_VALUE || s->coord[i] == 0) continue;
+    bool has = false;
+    for (int d = 0; d < m->ndims && !has; d++)
+      for (int f = 0; f < m->nfactors[d]; f++)
+        if (m->factors[d][f] == pp->splits[i].idim) has = true;
+    if (!has) return false;
+  }
+  return true;
+}
+
+/* The persistent buffer of a parameter (its region or its ZeRO shard). */
+static int param_home(emitter *E, int t, const tregion *r) {
+  for (int i = E->st.head[t]; i >= 0; i = E->st.h[i].next) {
+    const held *h = &E->st.h[i];
+    const lbuf *b = &E->L->pr->bufs[h->buf];
+    if (h->live && !h->grad && b->persistent && tregion_contains(&b->region, r)) return h->buf;
+  }
+  return -1;
+}
+
+static lref *refs(emitter *E, int n) { return arena_alloc(E->L->a, sizeof(lref) * (size_t)(n ? n : 1)); }
+
+/* A parameter's region on this device: found, or a new persistent buffer
+ * (a ZeRO-3 parameter must have been gathered). */
+static int param_buf(emitter *E, int t, const tregion *r, bool create) {
+  int b = find_held(E, t, false, r, 0, NULL);
+  if (b >= 0 || !create) return b;
+  b = new_buf(E, t, LB_PARAM, r, true);
+  emit_alloc(E, b);
+  hold(E, b, false, false);
+  return b;
+}
+
+static void missing(emitter *E, const psub *s, const char *what, int t, bool grad, const tregion *r) {
+  lstate *L = E->L;
+  if (L->failed) return;
+  L->failed = true;
+  weft_plan *p = L->p;
+  weft_loc at = p->ops[s->op].assigned ? p->ops[s->op].assign_loc : p->loc;
+  weft_diag *g = eval_error(L->c, at, "%s of %s (micro-batch %d) on device %d reads %s%s %s, which no earlier "
+                                      "instruction on device %d provides",
+                            what, p->g->ops[s->op].name, s->microbatch, E->d, grad ? "the gradient of " : "",
+                            p->g->tensors[t].name, tregion_str(&L->scratch, r), E->d);
+  diag_hint(g, &L->c->diags, p->sched == SCHED_GRID ? "the schedule grid runs it before what it depends on"
+                                                    : "weft lower --grid shows the order; explain shows the communication");
+}
+
+static void emit_compute(emitter *E, const task *tk) {
+  lstate *L = E->L;
+  weft_plan *p = L->p;
+  const weft_graph *g = p->g;
+  const psub *s = &p->subs[tk->sub];
+  const popplan *pp = &p->ops[s->op];
+  const opspace *sp = pp->space;
+  lins tmp = {0};
+  int nin = sp->ninputs + (tk->kind == T_BWD ? 1 : 0);
+  lref *in = refs(E, nin);
+  int ni = 0;
+  for (int k = 0; k < sp->ninputs; k++) {
+    const tmap *m = &sp->inputs[k];
+    int t = m->tensor;
+    tregion need;
+    tregion_of(&L->scratch, p, s, m, &need);
+    if (!applies_arg(pp, s, m)) {
+      in[ni++] = aref(E, -1, k, &need);
+      continue;
+    }
+    int b;
+    if (g->tensors[t].role == TENSOR_PARAM) {
+      b = param_buf(E, t, &need, p->zero[t].stage < 3);
+    } else if (g->tensors[t].role == TENSOR_INPUT) {
+      b = find_held(E, t, false, &need, 0, NULL);
+      if (b < 0) {
+        b = new_buf(E, t, LB_INPUT, &need, false);
+        emit_alloc(E, b);
+        hold(E, b, false, false);
+      }
+    } else {
+      b = find_held(E, t, false, &need, 0, NULL);
+    }
+    if (b < 0) {
+      missing(E, s, tk->kind == T_FWD ? "the forward" : tk->kind == T_BWD ? "the backward" : "the recomputation", t,
+              false, &need);
+      return;
+    }
+    in[ni++] = aref(E, b, k, &need);
+  }
+  int tout = sp->output.tensor;
+  tregion outr;
+  tregion_of(&L->scratch, p, s, &sp->output, &outr);
+  if (tk->kind != T_BWD) {
+    bool partial = false;
+    for (int i = 0; i < pp->nsplits; i++) partial |= pp->splits[i].kind == SPLIT_VALUE;
+    /* value parts of one operator on one device (co-shard) add up in one
+     * buffer before any reduction across devices */
+    int maker = s->op * 4 + (int)tk->kind, b = -1;
+    for (int i = E->st.head[tout]; i >= 0 && partial && b < 0; i = E->st.h[i].next) {
+      const held *h = &E->st.h[i];
+      if (h->live && h->partial && h->maker == maker && h->maker_mb == s->microbatch &&
+          tregion_equal(&L->pr->bufs[h->buf].region, &outr))
+        b = h->buf;
+    }
+    bool acc = b >= 0;
+    if (!acc) {
+      supersede(E, tout, false, &outr);
+      b = new_buf(E, tout, LB_ACT, &outr, false);
+      emit_alloc(E, b);
+      hold(E, b, false, partial);
+      E->st.h[E->st.n - 1].maker = maker;
+      E->st.h[E->st.n - 1].maker_mb = s->microbatch;
+    }
+    lins *c = emit(E, LI_COMPUTE);
+    c->accumulate = acc;
+    c->sub = tk->sub;
+    c->dir = DIR_FORWARD;
+    c->recompute = tk->kind == T_RECOMP;
+    c->mb = s->microbatch;
+    c->nin = ni;
+    c->in = in;
+    c->nout = 1;
+    c->out = refs(E, 1);
+    c->out[0] = ref(E, b, &outr);
+    (void)tmp;
+    return;
+  }
+  /* backward: the gradient of the output (the loss seeds itself) */
+  if (tout != g->loss) {
+    int b = find_held(E, tout, true, &outr, -1, NULL);
+    bool consumed = L->readers[tout][0] >= 0;
+    if (b < 0 && consumed) {
+      missing(E, s, "the backward", tout, true, &outr);
+      return;
+    }
+    if (b >= 0) in[ni++] = ref(E, b, &outr);
+  }
+  lref *out = refs(E, sp->ninputs);
+  int no = 0;
+  for (int k = 0; k < sp->ninputs; k++) {
+    const tmap *m = &sp->inputs[k];
+    int t = m->tensor;
+    if (g->tensors[t].role == TENSOR_INPUT || !dtype_is_float(g->tensors[t].dtype)) continue;
+    if (!applies_arg(pp, s, m)) continue;
+    tregion need;
+    tregion_of(&L->scratch, p, s, m, &need);
+    bool param = g->tensors[t].role == TENSOR_PARAM;
+    int b = -1;
+    for (int i = E->st.head[t]; i >= 0 && b < 0; i = E->st.h[i].next) {
+      const held *h = &E->st.h[i];
+      if (h->live && h->grad && tregion_equal(&L->pr->bufs[h->buf].region, &need)) b = h->buf;
+    }
+    if (b < 0 && param) {
+      /* a gradient accumulator for a region this device reads; under ZeRO-2
+       * and 3 it lives until its reduce-scatter */
+      b = find_held(E, t, true, &need, -1, NULL);
+    }
+    if (b < 0) {
+      b = new_buf(E, t, param ? LB_GRAD : LB_ACT_GRAD, &need, param && p->zero[t].stage < 2);
+      emit_alloc(E, b);
+      hold(E, b, true, false);
+    }
+    out[no++] = aref(E, b, k, &need);
+  }
+  lins *c = emit(E, LI_COMPUTE);
+  c->sub = tk->sub;
+  c->dir = DIR_BACKWARD;
+  c->mb = s->microbatch;
+  c->accumulate = true;
+  c->nin = ni;
+  c->in = in;
+  c->nout = no;
+  c->out = out;
+}
+
+static void emit_step(emitter *E, int t) {
+  lstate *L = E->L;
+  const weft_plan *p = L->p;
+  /* every live gradient of t on this device, each with its parameter region */
+  for (int i = E->st.head[t]; i >= 0; i = E->st.h[i].next) {
+    held *h = &E->st.h[i];
+    if (!h->live || !h->grad) continue;
+    const tregion *r = &L->pr->bufs[h->buf].region;
+    int pb = param_home(E, t, r);
+    if (pb < 0) pb = param_buf(E, t, r, true);
+    int state = -1;
+    const char *opt = p->g->optimizer;
+    int copies = 0;
+    if (opt && strcmp(opt, "adamw") == 0) copies = 2;
+    if (opt && strcmp(opt, "sgd") == 0) {
+      const value *mom = p->g->optimizer_args ? record_get(p->g->optimizer_args, "momentum") : NULL;
+      if (mom && ((mom->kind == V_FLOAT && mom->f != 0) || (mom->kind == V_INT && mom->i != 0))) copies = 1;
+    }
+    if (copies) {
+      state = new_buf(E, t, LB_STATE, r, true);
+      L->pr->bufs[state].copies = copies;
+      L->pr->bufs[state].bytes *= copies;
+      emit_alloc(E, state);
+    }
+    lins *c = emit(E, LI_STEP);
+    c->tensor = t;
+    c->nin = 1;
+    c->in = refs(E, 1);
+    c->in[0] = ref(E, h->buf, r);
+    c->nout = state >= 0 ? 2 : 1;
+    c->out = refs(E, 2);
+    c->out[0] = ref(E, pb, r);
+    if (state >= 0) c->out[1] = ref(E, state, r);
+  }
+}
+
+static void comm_missing(emitter *E, const pcomm *cm, const tregion *r) {
+  lstate *L = E->L;
+  if (L->failed) return;
+  L->failed = true;
+  weft_diag *g = eval_error(L->c, L->p->loc, "the %s of %s %s (%s) on device %d has nothing to send: no earlier "
+                                             "instruction on device %d provides it",
+                            comm_kind_names[cm->kind], L->p->g->tensors[cm->tensor].name, tregion_str(&L->scratch, r),
+                            comm_phase_names[cm->phase], E->d, E->d);
+  diag_hint(g, &L->c->diags, "weft explain shows why the communication is needed");
+}
+
+static int member_index(const pcomm *cm, int d) {
+  for (int i = 0; i < cm->ngroup; i++)
+    if (cm->group[i] == d) return i;
+  return -1;
+}
+
+static void emit_comm(emitter *E, int ci, int epoch) {
+  lstate *L = E->L;
+  const weft_plan *p = L->p;
+  const pcomm *cm = &p->comms[ci];
+  int t = cm->tensor;
+  bool grad = cm->phase == PHASE_BACKWARD || cm->phase == PHASE_WEIGHTS;
+  lbuf_role role = cm->phase == PHASE_FORWARD ? LB_ACT
+                   : cm->phase == PHASE_BACKWARD ? LB_ACT_GRAD
+                   : cm->phase == PHASE_WEIGHTS ? LB_GRAD : LB_PARAM;
+  if (cm->kind == COMM_SEND) {
+    if (E->d == cm->src) {
+      int b = find_held(E, t, grad, &cm->region, grad ? -1 : 0, NULL);
+      if (b < 0) { comm_missing(E, cm, &cm->region); return; }
+      lins *c = emit(E, LI_SEND);
+      c->comm = ci;
+      c->epoch = epoch;
+      c->peer = cm->dst;
+      c->nin = 1;
+      c->in = refs(E, 1);
+      c->in[0] = ref(E, b, &cm->region);
+    } else {
+      if (!grad) supersede(E, t, false, &cm->region);
+      int b = new_buf(E, t, role, &cm->region, false);
+      emit_alloc(E, b);
+      hold(E, b, grad, false);
+      lins *c = emit(E, LI_RECV);
+      c->comm = ci;
+      c->epoch = epoch;
+      c->peer = cm->src;
+      c->nout = 1;
+      c->out = refs(E, 1);
+      c->out[0] = ref(E, b, &cm->region);
+    }
+    return;
+  }
+  int mi = member_index(cm, E->d);
+  lins *c = NULL;
+  lref in = {.buf = -1, .arg = -1}, out = {.buf = -1, .arg = -1};
+  switch (cm->kind) {
+  case COMM_ALL_REDUCE: {
+    int hidx = -1;
+    int b = find_held(E, t, grad, &cm->region, grad ? -1 : 1, &hidx);
+    if (b >= 0 && tregion_equal(&L->pr->bufs[b].region, &cm->region)) {
+      /* in place: the partial sums become the sum */
+      E->st.h[hidx].partial = false;
+      in = out = ref(E, b, &cm->region);
+    } else {
+      if (b >= 0) in = ref(E, b, &cm->region);
+      int nb = new_buf(E, t, role, &cm->region, false);
+      emit_alloc(E, nb);
+      hold(E, nb, grad, false);
+      out = ref(E, nb, &cm->region);
+    }
+    break;
+  }
+  case COMM_REDUCE_SCATTER: {
+    const tregion *part = member_part(cm, mi);
+    int hidx = -1;
+    int b = find_held(E, t, grad, &cm->region, grad ? -1 : 1, &hidx);
+    if (b >= 0) {
+      in = ref(E, b, &cm->region);
+      /* the whole gradient or partial sum is consumed: only the part stays */
+      E->st.h[hidx].live = false;
+    }
+    /* ZeRO-2 and 3 keep only their part of the gradient; ZeRO-1 keeps the
+     * whole and its part lives until the step */
+    bool persistent = cm->phase == PHASE_WEIGHTS && p->zero[t].stage >= 2;
+    int nb = new_buf(E, t, role, part, persistent);
+    emit_alloc(E, nb);
+    hold(E, nb, grad, false);
+    out = ref(E, nb, part);
+    break;
+  }
+  case COMM_ALL_GATHER: {
+    const tregion *part = member_part(cm, mi);
+    int b;
+    if (cm->phase == PHASE_PARAMS) {
+      /* from the parameter's persistent home: its shard (ZeRO-3), or the
+       * whole parameter whose part the step updated (ZeRO-1 and 2) */
+      b = param_home(E, t, part);
+      if (b < 0) b = param_buf(E, t, part, true);
+    } else {
+      b = find_held(E, t, grad, part, grad ? -1 : 0, NULL);
+    }
+    if (b < 0) { comm_missing(E, cm, part); return; }
+    in = ref(E, b, part);
+    if (cm->phase == PHASE_PARAMS && cm->dir == DIR_OPTIMIZER && tregion_contains(&L->pr->bufs[b].region, &cm->region)) {
+      out = ref(E, b, &cm->region);  /* the updated parts into the whole parameter, in place */
+    } else {
+      int nb = new_buf(E, t, role, &cm->region, false);
+      emit_alloc(E, nb);
+      hold(E, nb, grad, false);
+      out = ref(E, nb, &cm->region);
+    }
+    break;
+  }
+  default: {
+    int b = find_held(E, t, grad, &cm->region, -1, NULL);
+    if (b >= 0) in = ref(E, b, &cm->region);
+    int nb = new_buf(E, t, role, &cm->region, false);
+    emit_alloc(E, nb);
+    hold(E, nb, grad, false);
+    out = ref(E, nb, &cm->region);
+  }
+  }
+  c = emit(E, LI_COLLECTIVE);
+  c->comm = ci;
+  c->epoch = epoch;
+  c->nin = in.buf >= 0 ? 1 : 0;
+  c->in = refs(E, 1);
+  if (in.buf >= 0) c->in[0] = in;
+  c->nout = 1;
+  c->out = refs(E, 1);
+  c->out[0] = out;
+}
+
+/* Last uses: free each non-persistent buffer after its last reference;
+ * hoist persistent allocations to the start; measure the peak. */
+static void finish_program(lstate *L, lprog *pg) {
+  weft_program *pr = L->pr;
+  arena_reset(&L->scratch);
+  int n = pg->n;
+  /* last reference per buffer of this device */
+  int *last = arena_alloc(&L->scratch, sizeof(int) * (size_t)(pr->nbufs ? pr->nbufs : 1));
+  for (int b = 0; b < pr->nbufs; b++) last[b] = -1;
+  for (int i = 0; i < n; i++) {
+    const lins *in = &pg->ins[i];
+    if (in->kind == LI_ALLOC) last[in->buf] = i;
+    for (int k = 0; k < in->nin; k++)
+      if (in->in[k].buf >= 0) last[in->in[k].buf] = i;
+    for (int k = 0; k < in->nout; k++)
+      if (in->out[k].buf >= 0) last[in->out[k].buf] = i;
+  }
+  int *nfree = arena_alloc(&L->scratch, sizeof(int) * (size_t)(n + 1));
+  int extra = 0;
+  for (int b = 0; b < pr->nbufs; b++)
+    if (last[b] >= 0 && !pr->bufs[b].persistent) { nfree[last[b]]++; extra++; }
+  lins *out = arena_alloc(L->a, sizeof(lins) * (size_t)(n + extra + 1));
+  int m = 0;
+  for (int i = 0; i < n; i++)
+    if (pg->ins[i].kind == LI_ALLOC && pr->bufs[pg->ins[i].buf].persistent) out[m++] = pg->ins[i];
+  int64_t live = 0;
+  for (int i = 0; i < m; i++) live += pr->bufs[out[i].buf].bytes;
+  pg->persistent = live;
+  pg->peak = live;
+  pg->peak_at = m ? m - 1 : 0;
+  int64_t by_role[LB_ROLE_COUNT] = {0};
+  for (int i = 0; i < m; i++) by_role[pr->bufs[out[i].buf].role] += pr->bufs[out[i].buf].bytes;
+  memcpy(pg->peak_by_role, by_role, sizeof by_role);
+  for (int i = 0; i < n; i++) {
+    const lins *in = &pg->ins[i];
+    if (in->kind == LI_ALLOC && pr->bufs[in->buf].persistent) continue;
+    out[m++] = *in;
+    if (in->kind == LI_ALLOC) {
+      live += pr->bufs[in->buf].bytes;
+      by_role[pr->bufs[in->buf].role] += pr->bufs[in->buf].bytes;
+      if (live > pg->peak) {
+        pg->peak = live;
+        pg->peak_at = m - 1;
+        memcpy(pg->peak_by_role, by_role, sizeof by_role);
+      }
+    }
+    if (nfree[i]) {
+      /* buffers whose last use this is, in buffer order */
+      for (int k = 0; k < in->nin + in->nout + 1 && nfree[i]; k++) {
+        int b = k < in->nin ? in->in[k].buf : k < in->nin + in->nout ? in->out[k - in->nin].buf : in->buf;
+        if (b < 0 || last[b] != i || pr->bufs[b].persistent) continue;
+        last[b] = -2;  /* freed once even when referenced twice */
+        lins f = {.kind = LI_FREE, .buf = b, .sub = -1, .comm = -1, .peer = -1, .tensor = -1};
+        out[m++] = f;
+        live -= pr->bufs[b].bytes;
+        by_role[pr->bufs[b].role] -= pr->bufs[b].bytes;
+        nfree[i]--;
+      }
+    }
+  }
+  pg->ins = out;
+  pg->n = m;
+  pg->cap = n + extra + 1;
+  pr->instructions += m;
+}
+
+static void emit_device(lstate *L, int d) {
+  weft_plan *p = L->p;
+  emitter E = {.L = L, .d = d, .prog = &L->pr->progs[d]};
+  arena_reset(&L->scratch);
+  E.st.head = arena_alloc(&L->scratch, sizeof(int) * (size_t)(p->g->ntensors ? p->g->ntensors : 1));
+  for (int t = 0; t < p->g->ntensors; t++) E.st.head[t] = -1;
+  const tasklist *tl = &L->tasks[d];
+  const anchors *an = &L->anch[d];
+  int a = 0;
+  for (int i = 0; i <= tl->n && !L->failed; i++) {
+    while (a < an->n && an->a[a].pos <= 2 * i && !L->failed) { emit_comm(&E, an->a[a].comm, an->a[a].epoch); a++; }
+    if (i == tl->n || L->failed) break;
+    const task *tk = &tl->t[i];
+    if (tk->kind == T_STEP) emit_step(&E, tk->sub);
+    else emit_compute(&E, tk);
+    while (a < an->n && an->a[a].pos == 2 * i + 1 && !L->failed) { emit_comm(&E, an->a[a].comm, an->a[a].epoch); a++; }
+  }
+  while (a < an->n && !L->failed) { emit_comm(&E, an->a[a].comm, an->a[a].epoch); a++; }
+}
+
+/* ---- running the programs together (rule 3) -------------------------------------- */
+
+static const char *ins_str(lstate *L, int d, const lins *in) {
+  const weft_plan *p = L->p;
+  arena *s = &L->scratch;
+  switch (in->kind) {
+  case LI_COMPUTE:
+    return arena_printf(s, "%s of %s (micro-batch %d)", in->recompute ? "the recomputation" : in->dir == DIR_FORWARD ? "the forward" : "the backward",
+                        p->g->ops[p->subs[in->sub].op].name, in->mb);
+  case LI_SEND: case LI_RECV: {
+    const pcomm *cm = &p->comms[in->comm];
+    bool grad = cm->phase == PHASE_BACKWARD || cm->phase == PHASE_WEIGHTS;
+    return arena_printf(s, "the %s %s%s %s %s device %d", in->kind == LI_SEND ? "send of" : "receive of",
+                        grad ? "the gradient of " : "", p->g->tensors[cm->tensor].name, tregion_str(s, &cm->region),
+                        in->kind == LI_SEND ? "to" : "from", in->peer);
+  }
+  case LI_COLLECTIVE: {
+    const pcomm *cm = &p->comms[in->comm];
+    bool grad = cm->phase == PHASE_BACKWARD || cm->phase == PHASE_WEIGHTS;
+    return arena_printf(s, "the %s of %s%s %s", comm_kind_names[cm->kind], grad ? "the gradient of " : "",
+                        p->g->tensors[cm->tensor].name, tregion_str(s, &cm->region));
+  }
+  default: (void)d; return "an instruction";
+  }
+}
+
+/* The block device d is in at instruction i: the next compute's stage,
+ * micro-batch and direction ("b0 of stage s1"); with a grid, its cell. */
+static const char *block_at(lstate *L, int d, int i, weft_loc *cell) {
+  const weft_plan *p = L->p;
+  const lprog *pg = &L->pr->progs[d];
+  for (int k = i; k < pg->n; k++) {
+    const lins *in = &pg->ins[k];
+    if (in->kind != LI_COMPUTE) continue;
+    int st = L->stage_of[p->subs[in->sub].op];
+    char kind = in->dir == DIR_FORWARD && !in->recompute ? 'f' : 'b';
+    if (p->grid)
+      for (int r = 0; r < p->grid->list.n; r++) {
+        const ast *row = p->grid->list.items[r];
+        if (strcmp(row->name, L->pr->stage_names[st]) != 0) continue;
+        for (int q = 0; q < row->list.n; q++) {
+          const ast *c = row->list.items[q];
+          const char *t = c->name ? c->name : c->text;
+          if (t && t[0] == kind && atoi(t + 1) == in->mb && !strchr(t, '.')) *cell = c->loc;
+        }
+      }
+    return arena_printf(&L->scratch, " (before %c%d of stage %s)", kind, in->mb, L->pr->stage_names[st]);
+  }
+  return "";
+}
+
+static bool simulate(lstate *L) {
+  weft_plan *p = L->p;
+  weft_program *pr = L->pr;
+  int D = p->ndevices;
+  int64_t key_n = (int64_t)p->ncomms * 2;
+  int *pc = calloc((size_t)D, sizeof(int));
+  int *arrived = calloc((size_t)(key_n ? key_n : 1), sizeof(int));
+  char *posted = calloc((size_t)(key_n ? key_n : 1), 1);
+  int *stack = malloc(sizeof(int) * (size_t)(D ? D : 1) * 2);
+  bool *queued = calloc((size_t)D, 1);
+  if (!pc || !arrived || !posted || !stack || !queued) weft_oom();
+  int sp = 0;
+  for (int d = D - 1; d >= 0; d--) { stack[sp++] = d; queued[d] = true; }
+  /* a device blocked at a collective has arrived; it moves on when all have */
+  char *waiting = calloc((size_t)D, 1);
+  if (!waiting) weft_oom();
+  while (sp > 0) {
+    int d = stack[--sp];
+    queued[d] = false;
+    lprog *pg = &pr->progs[d];
+    while (pc[d] < pg->n) {
+      const lins *in = &pg->ins[pc[d]];
+      if (in->kind == LI_SEND) {
+        int64_t k = (int64_t)in->comm * 2 + in->epoch;
+        posted[k] = 1;
+        int dst = in->peer;
+        if (!queued[dst]) { stack[sp++] = dst; queued[dst] = true; }
+      } else if (in->kind == LI_RECV) {
+        if (!posted[(int64_t)in->comm * 2 + in->epoch]) break;
+      } else if (in->kind == LI_COLLECTIVE) {
+        int64_t k = (int64_t)in->comm * 2 + in->epoch;
+        const pcomm *cm = &p->comms[in->comm];
+        if (!waiting[d]) {
+          waiting[d] = 1;
+          arrived[k]++;
+          if (arrived[k] == cm->ngroup)
+            for (int i = 0; i < cm->ngroup; i++) {
+              int m = cm->group[i];
+              if (m != d && !queued[m]) { stack[sp++] = m; queued[m] = true; }
+            }
+        }
+        if (arrived[k] < cm->ngroup) break;
+        waiting[d] = 0;
+      }
+      pc[d]++;
+    }
+  }
+  bool ok = true;
+  for (int d = 0; d < D && ok; d++) {
+    lprog *pg = &pr->progs[d];
+    if (pc[d] >= pg->n) continue;
+    ok = false;
+    arena_reset(&L->scratch);
+    const lins *in = &pg->ins[pc[d]];
+    /* what the device waits for, and what its peer does instead */
+    int peer = -1;
+    const lins *other = NULL;
+    if (in->kind == LI_RECV) peer = in->peer;
+    else if (in->kind == LI_COLLECTIVE) {
+      const pcomm *cm = &p->comms[in->comm];
+      for (int i = 0; i < cm->ngroup && peer < 0; i++) {
+        int m = cm->group[i];
+        if (m == d) continue;
+        lprog *mp = &pr->progs[m];
+        if (pc[m] >= mp->n || mp->ins[pc[m]].kind != LI_COLLECTIVE || mp->ins[pc[m]].comm != in->comm ||
+            mp->ins[pc[m]].epoch != in->epoch)
+          peer = m;
+      }
+    }
+    if (peer >= 0 && pc[peer] < pr->progs[peer].n) other = &pr->progs[peer].ins[pc[peer]];
+    weft_loc at = p->sched != SCHED_DEFAULT ? p->sched_loc : p->loc;
+    const char *where = block_at(L, d, pc[d], &at);
+    const char *other_where = peer >= 0 ? block_at(L, peer, pc[peer], &(weft_loc){0}) : "";
+    weft_diag *g;
+    if (in->kind == LI_COLLECTIVE && other && other->kind == LI_COLLECTIVE) {
+      g = eval_error(L->c, at, "devices %d and %d enter collectives in different orders: device %d is at %s%s, device %d "
+                               "at %s%s",
+                     d, peer, d, ins_str(L, d, in), where, peer, ins_str(L, peer, other), other_where);
+      diag_hint(g, &L->c->diags, "members of a collective must run their shared collectives in one order; "
+                                 "make their schedules agree");
+    } else if (other) {
+      g = eval_error(L->c, at, "deadlock: device %d waits at %s%s while device %d waits at %s%s", d, ins_str(L, d, in),
+                     where, peer, ins_str(L, peer, other), other_where);
+      diag_hint(g, &L->c->diags, "the schedule orders blocks so that each waits for the other; weft lower --grid "
+                                 "prints the order");
+    } else {
+      g = eval_error(L->c, at, "deadlock: device %d waits forever at %s%s", d, ins_str(L, d, in), where);
+      diag_hint(g, &L->c->diags, "weft lower --grid prints the order");
+    }
+  }
+  free(pc);
+  free(arrived);
+  free(posted);
+  free(stack);
+  free(queued);
+  free(waiting);
+  return ok;
+}
+
+/* ---- memory (rule 5) --------------------------------------------------------------- */
+
+static const char *bytes_str(arena *a, int64_t b) {
+  const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = (double)b;
+  int i = 0;
+  while (v >= 1024 && i < 4) { v /= 1024; i++; }
+  return i ? arena_printf(a, "%.1f %s", v, u[i]) : arena_printf(a, "%" PRId64 " B", b);
+}
+
+static bool check_memory(lstate *L) {
+  const weft_plan *p = L->p;
+  int64_t cap = lower_device_memory(p);
+  if (cap <= 0) return true;
+  int worst = -1, over = 0;
+  for (int d = 0; d < p->ndevices; d++)
+    if (L->pr->progs[d].peak > cap) {
+      over++;
+      if (worst < 0 || L->pr->progs[d].peak > L->pr->progs[worst].peak) worst = d;
+    }
+  if (worst < 0) return true;
+  arena_reset(&L->scratch);
+  const lprog *pg = &L->pr->progs[worst];
+  const int64_t *r = pg->peak_by_role;
+  weft_diag *g = eval_error(L->c, p->loc, "device %d needs %s at its peak, more than its %s of memory%s", worst,
+                            bytes_str(&L->scratch, pg->peak), bytes_str(&L->scratch, cap),
+                            over > 1 ? arena_printf(&L->scratch, " (%d devices do not fit)", over) : "");
+  weft_diag *n = diag_add(&L->c->diags, DIAG_NOTE, p->loc, "at the peak of device %d: parameters %s, gradients %s, "
+                                                          "optimizer state %s, activations %s, gradients of "
+                                                          "activations %s, inputs %s",
+                          worst,
+            bytes_str(&L->scratch, r[LB_PARAM]), bytes_str(&L->scratch, r[LB_GRAD]), bytes_str(&L->scratch, r[LB_STATE]),
+            bytes_str(&L->scratch, r[LB_ACT]), bytes_str(&L->scratch, r[LB_ACT_GRAD]), bytes_str(&L->scratch, r[LB_INPUT]));
+  (void)n;
+  diag_hint(g, &L->c->diags, "split more (tensor or pipeline parallelism), recompute activations, use more "
+                             "micro-batches, or shard with ZeRO");
+  return false;
+}
+
+/* ---- the whole ------------------------------------------------------------------- */
+
+weft_program *weft_lower(weft_ctx *c, weft_plan *p) {
+  const weft_graph *g = p->g;
+  weft_program *pr = arena_alloc(A(c), sizeof *pr);
+  pr->p = p;
+  lstate L = {.c = c, .p = p, .pr = pr, .a = A(c)};
+  arena_init(&L.scratch);
+  int before = c->diags.errors;
+  /* stages of the schedule */
+  L.stage_of = arena_alloc(L.a, sizeof(int) * (size_t)(g->nops ? g->nops : 1));
+  if (p->nstages == 0 || p->sched == SCHED_DEFAULT) {
+    L.nstages = p->nstages ? p->nstages : 1;
+    for (int op = 0; op < g->nops; op++) L.stage_of[op] = p->ops[op].stage >= 0 ? p->ops[op].stage : 0;
+    if (p->sched != SCHED_DEFAULT) {
+      weft_diag *d = eval_error(c, p->sched_loc, "a pipeline schedule needs stages");
+      diag_hint(d, &c->diags, "declare them: stage s0 = h[0..6], s1 = h[6..12]");
+      goto fail;
+    }
+  } else {
+    L.nstages = p->nstages;
+    for (int op = 0; op < g->nops; op++) {
+      if (p->ops[op].stage < 0) {
+        weft_diag *d = eval_error(c, p->sched_loc, "operator %s is in no stage", g->ops[op].name);
+        diag_hint(d, &c->diags, "a schedule orders stages: every operator must be in one");
+        goto fail;
+      }
+      L.stage_of[op] = p->ops[op].stage;
+    }
+  }
+  /* a generated schedule runs stages in the order they are declared: no
+   * stage may read what a later one produces */
+  if (p->nstages > 1 && p->sched != SCHED_GRID)
+    for (int op = 0; op < g->nops; op++)
+      for (int k = 0; k < g->ops[op].ninputs; k++) {
+        int pop = g->tensors[g->ops[op].inputs[k]].producer;
+        if (pop < 0 || L.stage_of[pop] <= L.stage_of[op]) continue;
+        const pstage *a = &p->stages[L.stage_of[op]], *b = &p->stages[L.stage_of[pop]];
+        weft_diag *d = eval_error(c, a->loc, "stage %s comes before stage %s, but its operator %s reads %s, which %s computes",
+                                  a->name, b->name, g->ops[op].name, g->tensors[g->ops[op].inputs[k]].name, b->name);
+        diag_hint(d, &c->diags, "stages run in the order they are declared: declare %s before %s", b->name, a->name);
+        goto fail;
+      }
+  pr->nstages = L.nstages;
+  pr->stage_names = arena_alloc(L.a, sizeof(char *) * (size_t)L.nstages);
+  for (int st = 0; st < L.nstages; st++) pr->stage_names[st] = p->nstages ? p->stages[st].name : "all";
+  for (int s = 0; s < p->nsubs; s++)
+    if (p->subs[s].microbatch + 1 > L.nmb) L.nmb = p->subs[s].microbatch + 1;
+  if (L.nmb == 0) L.nmb = 1;
+  pr->nmb = L.nmb;
+  /* readers of each tensor */
+  L.readers = arena_alloc(L.a, sizeof(int *) * (size_t)(g->ntensors ? g->ntensors : 1));
+  {
+    int *cnt = arena_alloc(L.a, sizeof(int) * (size_t)(g->ntensors ? g->ntensors : 1));
+    for (int op = 0; op < g->nops; op++)
+      for (int k = 0; k < g->ops[op].ninputs; k++) cnt[g->ops[op].inputs[k]]++;
+    for (int t = 0; t < g->ntensors; t++) {
+      L.readers[t] = arena_alloc(L.a, sizeof(int) * (size_t)(cnt[t] + 1));
+      L.readers[t][0] = -1;
+      cnt[t] = 0;
+    }
+    for (int op = 0; op < g->nops; op++)
+      for (int k = 0; k < g->ops[op].ninputs; k++) {
+        int t = g->ops[op].inputs[k];
+        bool dup = false;
+        for (int q = 0; q < cnt[t]; q++) dup |= L.readers[t][q] == op;
+        if (dup) continue;
+        L.readers[t][cnt[t]++] = op;
+        L.readers[t][cnt[t]] = -1;
+      }
+  }
+  if (!index_subs(&L)) {
+    eval_error(c, p->loc, "the plan is too large to lower (%d devices x %d operators)", p->ndevices, g->nops);
+    goto fail;
+  }
+  if (!block_order(&L)) goto fail;
+  blist *per_device;
+  if (!schedule_blocks(&L, &per_device)) goto fail;
+  L.tasks = arena_alloc(L.a, sizeof(tasklist) * (size_t)p->ndevices);
+  L.anch = arena_alloc(L.a, sizeof(anchors) * (size_t)p->ndevices);
+  L.steppos = arena_alloc(L.a, sizeof(int *) * (size_t)p->ndevices);
+  L.fpos = malloc(sizeof(int) * (size_t)(p->nsubs ? p->nsubs : 1));
+  L.bpos = malloc(sizeof(int) * (size_t)(p->nsubs ? p->nsubs : 1));
+  L.rpos = malloc(sizeof(int) * (size_t)(p->nsubs ? p->nsubs : 1));
+  if (!L.fpos || !L.bpos || !L.rpos) weft_oom();
+  for (int s = 0; s < p->nsubs; s++) L.fpos[s] = L.bpos[s] = L.rpos[s] = -1;
+  make_tasks(&L, per_device);
+  if (g->loss < 0)
+    for (int d = 0; d < p->ndevices; d++) {
+      /* inference: forward blocks only */
+      tasklist *tl = &L.tasks[d];
+      int m = 0;
+      for (int i = 0; i < tl->n; i++)
+        if (tl->t[i].kind == T_FWD) { L.fpos[tl->t[i].sub] = m; tl->t[m++] = tl->t[i]; }
+        else if (tl->t[i].kind == T_BWD) L.bpos[tl->t[i].sub] = -1;
+        else if (tl->t[i].kind == T_RECOMP) L.rpos[tl->t[i].sub] = -1;
+      tl->n = m;
+    }
+  anchor_comms(&L);
+  pr->nprogs = p->ndevices;
+  pr->progs = arena_alloc(L.a, sizeof(lprog) * (size_t)p->ndevices);
+  for (int d = 0; d < p->ndevices && !L.failed; d++) {
+    pr->progs[d].device = d;
+    emit_device(&L, d);
+  }
+  if (L.failed) goto fail;
+  for (int d = 0; d < p->ndevices; d++) finish_program(&L, &pr->progs[d]);
+  if (!simulate(&L)) goto fail;
+  if (!check_memory(&L)) goto fail;
+  free(L.byd_start);
+  free(L.byd);
+  free(L.fpos);
+  free(L.bpos);
+  free(L.rpos);
+  arena_free(&L.scratch);
+  return c->diags.errors > before ? NULL : pr;
+fail:
+  free(L.byd_start);
+  free(L.byd);
+  free(L.fpos);
+  free(L.bpos);
+  free(L.rpos);
+  arena_free(&L.scratch);
+  return NULL;
+}
+
+int64_t lower_peak(const weft_program *pr, int *device) {
+  int64_t best = -1;
+  int at = 0;
+  for (int d = 0; d < pr->nprogs; d++)
+    if (pr->progs[d].peak > best) { best = pr->progs[d].peak; at = d; }
+  if (device) *device = at;
+  return best < 0 ? 0 : best;
+}

@@ -1,0 +1,119 @@
+/* lower.h - the lowered program: what every device of a plan does in one
+ * training step, in order. The only interface backends see (the format is
+ * documented in docs/program.md). */
+#ifndef WEFT_LOWER_H
+#define WEFT_LOWER_H
+
+#include "plan.h"
+
+/* What a buffer holds. */
+typedef enum {
+  LB_INPUT,               /* a part of a model input (tokens, labels), loaded by the backend */
+  LB_PARAM,               /* a parameter's region (or its ZeRO shard) */
+  LB_GRAD,                /* a parameter's gradient */
+  LB_STATE,               /* optimizer state for a parameter region (AdamW: m and v) */
+  LB_ACT,                 /* an activation (or partial sums of one) */
+  LB_ACT_GRAD,            /* the gradient of an activation */
+  LB_ROLE_COUNT
+} lbuf_role;
+
+extern const char *const lbuf_role_names[LB_ROLE_COUNT];
+
+/* A buffer on one device: the packed elements of a region of a tensor. */
+typedef struct lbuf {
+  int device;
+  int tensor;             /* graph tensor */
+  lbuf_role role;
+  tregion region;         /* the region of the tensor it holds */
+  weft_dtype dtype;
+  int64_t bytes;
+  int copies;             /* LB_STATE: state tensors per element (AdamW 2), else 1 */
+  bool persistent;        /* lives across steps: parameters, their gradients, optimizer state */
+} lbuf;
+
+/* A region of a tensor inside a buffer (contained in the buffer's region). */
+typedef struct lref {
+  int buf;                /* -1: an argument this sub-operator does not apply */
+  int arg;                /* LI_COMPUTE: the operator's input it is (or whose
+                           * gradient it is); -1 for the result or its gradient */
+  tregion region;
+} lref;
+
+typedef enum {
+  LI_ALLOC,               /* buf */
+  LI_FREE,                /* buf */
+  LI_COMPUTE,             /* sub (forward sub-operator), dir, recompute: in, out */
+  LI_SEND,                /* comm, peer: in[0] to peer */
+  LI_RECV,                /* comm, peer: out[0] from peer */
+  LI_COLLECTIVE,          /* comm (its kind and group): in (0 or 1), out (1) */
+  LI_STEP,                /* the optimizer on param tensor: in = grad; out = param, state */
+  LI_KIND_COUNT
+} lins_kind;
+
+extern const char *const lins_kind_names[LI_KIND_COUNT];
+
+typedef struct lins {
+  lins_kind kind;
+  int buf;                /* LI_ALLOC, LI_FREE */
+  int sub;                /* LI_COMPUTE */
+  sub_dir dir;            /* LI_COMPUTE: forward or backward */
+  bool recompute;         /* LI_COMPUTE: a forward run again before the backward */
+  int mb;                 /* LI_COMPUTE: micro-batch */
+  int comm;               /* LI_SEND, LI_RECV, LI_COLLECTIVE */
+  int epoch;              /* 0; 1: the repeat of a forward communication for recomputation */
+  int peer;               /* LI_SEND: destination; LI_RECV: source */
+  int tensor;             /* LI_STEP: the parameter */
+  bool accumulate;        /* LI_COMPUTE backward: gradient outputs are added to */
+  int nin, nout;
+  lref *in, *out;
+} lins;
+
+typedef struct lprog {
+  int device;
+  lins *ins;
+  int n, cap;
+  int64_t peak;           /* bytes live at the peak */
+  int peak_at;            /* instruction index of the peak */
+  int64_t peak_by_role[LB_ROLE_COUNT];
+  int64_t persistent;     /* bytes of persistent buffers */
+} lprog;
+
+/* One cell of the schedule grid: a block, the forward ('f'), backward ('b')
+ * or recomputation ('r') of one stage for one micro-batch. */
+typedef struct lcell {
+  int stage, mb, slot;
+  char kind;
+} lcell;
+
+typedef struct weft_program {
+  const weft_plan *p;
+  int nprogs;             /* the cluster's devices; a device without work has an empty program */
+  lprog *progs;
+  lbuf *bufs;
+  int nbufs, bcap;
+  int nstages;            /* stages of the schedule (1 without stages) */
+  const char **stage_names;
+  int nmb;                /* micro-batches */
+  lcell *cells;           /* the schedule as a grid, one cell per stage block */
+  int ncells, ccap;
+  int nslots;
+  int64_t instructions;   /* over all devices */
+} weft_program;
+
+struct weft_ctx;
+/* Orders every device's sub-operators by the plan's schedule, places the
+ * communication, checks order and deadlock freedom (rule 3), dependencies
+ * (rule 4) and memory (rule 5). NULL after diagnostics. */
+weft_program *weft_lower(struct weft_ctx *c, weft_plan *p);
+
+/* Output. `device` < 0: every device. */
+void lower_print_text(const weft_program *pr, int device, FILE *out);
+void lower_print_json(const weft_program *pr, int device, FILE *out);
+void lower_print_grid(const weft_program *pr, FILE *out);
+
+/* The largest peak over devices, and its device. */
+int64_t lower_peak(const weft_program *pr, int *device);
+/* The memory of one device from the cluster, 0 if unknown. */
+int64_t lower_device_memory(const weft_plan *p);
+
+#endif
