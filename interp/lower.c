@@ -25,7 +25,7 @@
 #include "weft.h"
 
 const char *const lbuf_role_names[LB_ROLE_COUNT] = {"input", "param", "grad", "state", "act", "act_grad"};
-const char *const lins_kind_names[LI_KIND_COUNT] = {"alloc", "free", "compute", "send", "recv", "collective", "step"};
+const char *const lins_kind_names[LI_KIND_COUNT] = {"alloc", "free", "compute", "send", "recv", "collective", "step", "copy"};
 
 static arena *A(weft_ctx *c) { return &c->arena; }
 
@@ -915,6 +915,48 @@ static int find_held(emitter *E, int t, bool grad, const tregion *r, int partial
   return -1;
 }
 
+static int new_buf(emitter *E, int tensor, lbuf_role role, const tregion *r, bool persistent);
+static lins *emit(emitter *E, lins_kind k);
+static lref ref(emitter *E, int buf, const tregion *r);
+
+/* A region held in several pieces on this device (parts of one operator
+ * placed together): copied into one buffer. -1 if the pieces do not cover it. */
+static int assemble(emitter *E, int t, bool grad, const tregion *r) {
+  lstate *L = E->L;
+  const store *st = &E->st;
+  int n = 0;
+  int64_t covered = 0;
+  for (int i = st->head[t]; i >= 0; i = st->h[i].next) {
+    const held *h = &st->h[i];
+    tregion x;
+    if (!h->live || h->grad != grad || h->partial) continue;
+    if (tregion_intersect(&L->scratch, &L->pr->bufs[h->buf].region, r, &x)) { covered += tregion_numel(&x); n++; }
+  }
+  if (n < 2 || covered != tregion_numel(r)) return -1;
+  lref *in = arena_alloc(L->a, sizeof(lref) * (size_t)n);
+  int k = 0;
+  for (int i = st->head[t]; i >= 0; i = st->h[i].next) {
+    const held *h = &st->h[i];
+    tregion x;
+    if (!h->live || h->grad != grad || h->partial) continue;
+    if (tregion_intersect(&L->scratch, &L->pr->bufs[h->buf].region, r, &x)) in[k++] = ref(E, h->buf, &x);
+  }
+  const lbuf *any = &L->pr->bufs[in[0].buf];
+  int b = new_buf(E, t, any->role, r, false);
+  emit(E, LI_ALLOC)->buf = b;
+  store *ms = &E->st;
+  arena_grow(&L->scratch, (void **)&ms->h, &ms->cap, ms->n + 1, sizeof(held));
+  ms->h[ms->n] = (held){b, grad, false, true, -1, -1, ms->head[t]};
+  ms->head[t] = ms->n++;
+  lins *c = emit(E, LI_COPY);
+  c->nin = k;
+  c->in = in;
+  c->nout = 1;
+  c->out = arena_alloc(L->a, sizeof(lref));
+  c->out[0] = ref(E, b, r);
+  return b;
+}
+
 /* Live buffers of tensor t with exactly region r stop being found. */
 static void supersede(emitter *E, int t, bool grad, const tregion *r) {
   store *st = &E->st;
@@ -982,7 +1024,7 @@ static void missing(emitter *E, const psub *s, const char *what, int t, bool gra
   if (L->failed) return;
   L->failed = true;
   weft_plan *p = L->p;
-  weft_loc at = p->ops[s->op].assigned ? p->ops[s->op].assign_loc : p->loc;
+  weft_loc at = p->sched == SCHED_GRID ? p->sched_loc : p->ops[s->op].assigned ? p->ops[s->op].assign_loc : p->loc;
   weft_diag *g = eval_error(L->c, at, "%s of %s (micro-batch %d) on device %d reads %s%s %s, which no earlier "
                                       "instruction on device %d provides",
                             what, p->g->ops[s->op].name, s->microbatch, E->d, grad ? "the gradient of " : "",
@@ -1023,6 +1065,7 @@ static void emit_compute(emitter *E, const task *tk) {
       }
     } else {
       b = find_held(E, t, false, &need, 0, NULL);
+      if (b < 0) b = assemble(E, t, false, &need);
     }
     if (b < 0) {
       missing(E, s, tk->kind == T_FWD ? "the forward" : tk->kind == T_BWD ? "the backward" : "the recomputation", t,
@@ -1072,6 +1115,7 @@ static void emit_compute(emitter *E, const task *tk) {
   /* backward: the gradient of the output (the loss seeds itself) */
   if (tout != g->loss) {
     int b = find_held(E, tout, true, &outr, -1, NULL);
+    if (b < 0) b = assemble(E, tout, true, &outr);
     bool consumed = L->readers[tout][0] >= 0;
     if (b < 0 && consumed) {
       missing(E, s, "the backward", tout, true, &outr);
@@ -1182,6 +1226,7 @@ static void emit_comm(emitter *E, int ci, int epoch) {
   if (cm->kind == COMM_SEND) {
     if (E->d == cm->src) {
       int b = find_held(E, t, grad, &cm->region, grad ? -1 : 0, NULL);
+      if (b < 0) b = assemble(E, t, grad, &cm->region);
       if (b < 0) { comm_missing(E, cm, &cm->region); return; }
       lins *c = emit(E, LI_SEND);
       c->comm = ci;

@@ -47,6 +47,7 @@ typedef enum {
   LI_RECV,                /* comm, peer: out[0] from peer */
   LI_COLLECTIVE,          /* comm (its kind and group): in (0 or 1), out (1) */
   LI_STEP,                /* the optimizer on param tensor: in = grad; out = param, state */
+  LI_COPY,                /* out[0] assembled from the parts in (pieces on this device) */
   LI_KIND_COUNT
 } lins_kind;
 

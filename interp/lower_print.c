@@ -109,6 +109,12 @@ static void json_ins(FILE *out, const weft_program *pr, const lins *in) {
     fputc('}', out);
     return;
   }
+  case LI_COPY:
+    fprintf(out, "{\"i\":\"copy\"");
+    jrefs(out, "in", in->in, in->nin);
+    jrefs(out, "out", in->out, in->nout);
+    fputc('}', out);
+    return;
   case LI_STEP:
     fprintf(out, "{\"i\":\"step\",\"param\":%d", in->tensor);
     jrefs(out, "in", in->in, in->nin);
@@ -293,6 +299,13 @@ void lower_print_text(const weft_program *pr, int device, FILE *out) {
         fprintf(out, "]%s\n", in->epoch ? " (again, for recomputation)" : "");
         break;
       }
+      case LI_COPY:
+        fprintf(out, "copy      ");
+        text_refs(out, &a, in->in, in->nin);
+        fprintf(out, " ->");
+        text_refs(out, &a, in->out, in->nout);
+        fputc('\n', out);
+        break;
       case LI_STEP:
         fprintf(out, "step       %s %s grad", g->optimizer ? g->optimizer : "?", g->tensors[in->tensor].name);
         text_refs(out, &a, in->in, in->nin);

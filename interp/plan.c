@@ -136,6 +136,9 @@ static bool select_atom(weft_ctx *c, env *e, const weft_plan *p, const ast *atom
       return false;
     }
     int found = 0;
+    /* no model has more instances than operators: a huge range ends there */
+    if (lo < 0) lo = 0;
+    if (hi > lo + p->g->nops) hi = lo + p->g->nops;
     for (int64_t i = lo; i < hi && ns < 64; i++) {
       segs[ns] = arena_printf(A(c), "%" PRId64, i);
       found += select_pattern(c, p, segs, ns + 1, true, out);
