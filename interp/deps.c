@@ -306,16 +306,6 @@ static void region_index_build(arena *a, region_index *x, const tregion *const *
   }
 }
 
-static tregion tregion_copy(arena *a, const tregion *r) {
-  tregion c = {r->ndims, arena_alloc(a, sizeof(dregion) * (size_t)(r->ndims ? r->ndims : 1))};
-  for (int d = 0; d < r->ndims; d++) {
-    c.dims[d].n = r->dims[d].n;
-    c.dims[d].iv = arena_alloc(a, sizeof(irange) * (size_t)(r->dims[d].n ? r->dims[d].n : 1));
-    memcpy(c.dims[d].iv, r->dims[d].iv, sizeof(irange) * (size_t)r->dims[d].n);
-  }
-  return c;
-}
-
 /* A copy of part, a region inside whole, sharing whole's intervals in the
  * dimensions where they are the same: a part of a scatter or a gather
  * differs from the region in one dimension, and plans hold many of them. */

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "lower.h"
+#include "units.h"
 #include "weft.h"
 
 const char *const lbuf_role_names[LB_ROLE_COUNT] = {"input", "param", "grad", "state", "act", "act_grad"};
@@ -39,16 +40,6 @@ typedef struct ivec {
 static void ivec_push(arena *a, ivec *x, int v) {
   arena_grow(a, (void **)&x->v, &x->cap, x->n + 1, sizeof(int));
   x->v[x->n++] = v;
-}
-
-static tregion region_copy(arena *a, const tregion *r) {
-  tregion c = {r->ndims, arena_alloc(a, sizeof(dregion) * (size_t)(r->ndims ? r->ndims : 1))};
-  for (int d = 0; d < r->ndims; d++) {
-    c.dims[d].n = r->dims[d].n;
-    c.dims[d].iv = arena_alloc(a, sizeof(irange) * (size_t)(r->dims[d].n ? r->dims[d].n : 1));
-    memcpy(c.dims[d].iv, r->dims[d].iv, sizeof(irange) * (size_t)r->dims[d].n);
-  }
-  return c;
 }
 
 static bool region_overlaps(arena *s, const tregion *x, const tregion *y) {
@@ -884,7 +875,7 @@ static int new_buf(emitter *E, int tensor, lbuf_role role, const tregion *r, boo
   b->device = E->d;
   b->tensor = tensor;
   b->role = role;
-  b->region = region_copy(E->L->a, r);
+  b->region = tregion_copy(E->L->a, r);
   b->dtype = role == LB_STATE ? DT_F32 : t->dtype;
   b->copies = 1;
   b->persistent = persistent;
@@ -977,9 +968,9 @@ static lins *emit(emitter *E, lins_kind k) {
 
 static void emit_alloc(emitter *E, int buf) { emit(E, LI_ALLOC)->buf = buf; }
 
-static lref ref(emitter *E, int buf, const tregion *r) { return (lref){buf, -1, region_copy(E->L->a, r)}; }
+static lref ref(emitter *E, int buf, const tregion *r) { return (lref){buf, -1, tregion_copy(E->L->a, r)}; }
 
-static lref aref(emitter *E, int buf, int arg, const tregion *r) { return (lref){buf, arg, region_copy(E->L->a, r)}; }
+static lref aref(emitter *E, int buf, int arg, const tregion *r) { return (lref){buf, arg, tregion_copy(E->L->a, r)}; }
 
 /* Whether sub-operator s applies tensor argument m: under a value split, an
  * argument without the split dimension (a bias) is applied by the first
@@ -1570,11 +1561,8 @@ static bool simulate(lstate *L) {
 /* ---- memory (rule 5) --------------------------------------------------------------- */
 
 static const char *bytes_str(arena *a, int64_t b) {
-  const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = (double)b;
-  int i = 0;
-  while (v >= 1024 && i < 4) { v /= 1024; i++; }
-  return i ? arena_printf(a, "%.1f %s", v, u[i]) : arena_printf(a, "%" PRId64 " B", b);
+  char buf[32];
+  return arena_printf(a, "%s", unit_bytes_human(b, buf, sizeof buf));
 }
 
 static bool check_memory(lstate *L) {

@@ -225,15 +225,7 @@ void lower_print_json(const weft_program *pr, int device, FILE *out) {
 
 /* ---- text ----------------------------------------------------------------------- */
 
-static const char *size_str(char *buf, size_t n, int64_t bytes) {
-  static const char *const u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = (double)bytes;
-  int i = 0;
-  while (v >= 1024 && i < 4) { v /= 1024; i++; }
-  if (i) snprintf(buf, n, "%.1f %s", v, u[i]);
-  else snprintf(buf, n, "%" PRId64 " B", bytes);
-  return buf;
-}
+static const char *size_str(char *buf, size_t n, int64_t bytes) { return unit_bytes_human(bytes, buf, n); }
 
 static void text_refs(FILE *out, arena *a, const lref *r, int n) {
   for (int i = 0; i < n; i++)

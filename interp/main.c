@@ -138,17 +138,6 @@ static const char *grouped(char *buf, int64_t v) {
   return buf;
 }
 
-/* "1.5 GiB" */
-static const char *bytes_text(char *buf, size_t n, int64_t b) {
-  static const char *const u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = (double)b;
-  int i = 0;
-  while (v >= 1024 && i < 4) { v /= 1024; i++; }
-  if (i) snprintf(buf, n, "%.1f %s", v, u[i]);
-  else snprintf(buf, n, "%" PRId64 " B", b);
-  return buf;
-}
-
 typedef struct summary {
   weft_item items[256];
   weft_graph *graphs[256];
@@ -339,9 +328,9 @@ static int check_one(opts *o, const char *path, json *j) {
           for (int d = 0; d < pr->nprogs; d++)
             if (pr->progs[d].n && (dmin < 0 || pr->progs[d].peak < pr->progs[dmin].peak)) dmin = d;
           char m1[64], m2[64], m3[64];
-          bytes_text(m1, sizeof m1, mx);
-          bytes_text(m2, sizeof m2, dmin >= 0 ? pr->progs[dmin].peak : 0);
-          bytes_text(m3, sizeof m3, lower_device_memory(p));
+          unit_bytes_human(mx, m1, sizeof m1);
+          unit_bytes_human(dmin >= 0 ? pr->progs[dmin].peak : 0, m2, sizeof m2);
+          unit_bytes_human(lower_device_memory(p), m3, sizeof m3);
           printf("    peak memory: %s on device %d (least %s on device %d) of %s\n", m1, dmax, m2,
                  dmin >= 0 ? dmin : 0, m3);
         }

@@ -225,6 +225,8 @@ typedef struct weft_plan {
 
 /* Regions. */
 void tregion_of(arena *a, const weft_plan *p, const psub *s, const tmap *m, tregion *out);
+/* A copy in arena a. */
+tregion tregion_copy(arena *a, const tregion *r);
 bool tregion_equal(const tregion *x, const tregion *y);
 bool tregion_contains(const tregion *outer, const tregion *inner);
 /* Intersection; false when empty. */

@@ -17,6 +17,18 @@ const char *const comm_phase_names[PHASE_COUNT] = {"forward", "backward", "weigh
 
 const char *const sched_kind_names[] = {"default", "gpipe", "one_f_one_b", "interleaved", "grid"};
 
+/* ---- regions -------------------------------------------------------------- */
+
+tregion tregion_copy(arena *a, const tregion *r) {
+  tregion c = {r->ndims, arena_alloc(a, sizeof(dregion) * (size_t)(r->ndims ? r->ndims : 1))};
+  for (int d = 0; d < r->ndims; d++) {
+    c.dims[d].n = r->dims[d].n;
+    c.dims[d].iv = arena_alloc(a, sizeof(irange) * (size_t)(r->dims[d].n ? r->dims[d].n : 1));
+    memcpy(c.dims[d].iv, r->dims[d].iv, sizeof(irange) * (size_t)r->dims[d].n);
+  }
+  return c;
+}
+
 /* ---- iteration spaces -------------------------------------------------------- */
 
 typedef struct spacebuf {

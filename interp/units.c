@@ -314,3 +314,13 @@ int unit_format(double v, unit_dim d, char *buf, size_t n) {
   if (form[0] == '1' && form[1] == '/') return snprintf(buf, n, "%s%s", num, form + 1);
   return snprintf(buf, n, "%s %s", num, form);
 }
+
+const char *unit_bytes_human(int64_t b, char *buf, size_t n) {
+  static const char *const u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = (double)b;
+  int i = 0;
+  while (v >= 1024 && i < 4) { v /= 1024; i++; }
+  if (i) snprintf(buf, n, "%.1f %s", v, u[i]);
+  else snprintf(buf, n, "%lld B", (long long)b);
+  return buf;
+}

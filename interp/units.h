@@ -5,6 +5,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* Exponents of the three base dimensions: 80 GiB is {1,0,0}, 900 GB/s is
  * {1,-1,0}, 312 TFLOP/s is {0,-1,1}. All zero is a plain number. */
@@ -62,5 +63,9 @@ int unit_format_number(double v, char *buf, size_t n);
  * reads back as the same quantity (to four significant digits). Returns what
  * snprintf returns. */
 int unit_format(double v, unit_dim d, char *buf, size_t n);
+
+/* A byte count for people: "512 B", "3.5 KiB", "1.2 GiB" (one decimal,
+ * binary prefixes). Returns buf. */
+const char *unit_bytes_human(int64_t b, char *buf, size_t n);
 
 #endif
