@@ -3,6 +3,7 @@
 #include "arena.h"
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,10 +12,14 @@
 struct arena_block {
   arena_block *next;
   size_t used, size;
+  bool fresh;             /* from calloc and never reused: still zero */
   max_align_t data[];
 };
 
-enum { ARENA_MIN_BLOCK = 64 * 1024 };
+/* Blocks grow with the arena, up to 16 MiB: large arenas (lowered programs
+ * of thousands of devices) then take their memory from calloc in big,
+ * already zeroed pieces, and need no memset. */
+enum { ARENA_MIN_BLOCK = 64 * 1024, ARENA_MAX_BLOCK = 16 * 1024 * 1024 };
 
 void weft_oom(void) {
   fputs("weft: error: out of memory\n", stderr);
@@ -43,6 +48,7 @@ void arena_reset(arena *a) {
   while (b) {
     arena_block *next = b->next;
     b->used = 0;
+    b->fresh = false;
     b->next = a->spare;
     a->spare = b;
     b = next;
@@ -82,11 +88,15 @@ void *arena_alloc(arena *a, size_t n) {
         a->head = b;
         goto have;
       }
-    size_t size = n > ARENA_MIN_BLOCK ? n : ARENA_MIN_BLOCK;
+    size_t size = a->total / 4;
+    if (size < ARENA_MIN_BLOCK) size = ARENA_MIN_BLOCK;
+    if (size > ARENA_MAX_BLOCK) size = ARENA_MAX_BLOCK;
+    if (size < n) size = n;
     if (size > SIZE_MAX - sizeof(arena_block)) weft_oom();
-    b = malloc(sizeof(arena_block) + size);
+    b = calloc(1, sizeof(arena_block) + size);
     if (!b) weft_oom();
     b->size = size;
+    b->fresh = true;
     b->used = 0;
     b->next = a->head;
     a->head = b;
@@ -95,7 +105,7 @@ void *arena_alloc(arena *a, size_t n) {
 have:;
   void *p = (char *)b->data + b->used;
   b->used += n;
-  memset(p, 0, n);
+  if (!b->fresh) memset(p, 0, n);
   return p;
 }
 

@@ -57,6 +57,7 @@ static pcomm *comm_add(arena *a, weft_plan *p, comm_kind kind, int tensor, comm_
   cm->region = *r;
   cm->parts = NULL;
   cm->dir = DIR_FORWARD;
+  cm->mb = -1;
   int64_t b = region_bytes(p, tensor, r);
   cm->size = b;
   switch (kind) {
@@ -947,11 +948,8 @@ void deps_derive(arena *a, weft_plan *p) {
 }
 
 void deps_totals(const weft_plan *p, int64_t bytes[COMM_KIND_COUNT], int counts[COMM_KIND_COUNT], comm_phase phase) {
-  for (int k = 0; k < COMM_KIND_COUNT; k++) { bytes[k] = 0; counts[k] = 0; }
-  for (int i = 0; i < p->ncomms; i++) {
-    const pcomm *cm = &p->comms[i];
-    if (cm->phase != phase) continue;
-    bytes[cm->kind] += cm->size;
-    counts[cm->kind]++;
+  for (int k = 0; k < COMM_KIND_COUNT; k++) {
+    bytes[k] = p->comm_bytes[phase][k];
+    counts[k] = p->comm_count[phase][k];
   }
 }

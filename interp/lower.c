@@ -101,6 +101,8 @@ typedef struct lstate {
   int *fpos, *bpos, *rpos;
   int **steppos;          /* per device: per param tensor, the step task, or NULL */
   anchors *anch;          /* per device */
+  lins *ebuf;             /* the emission vector (emit) */
+  int ecap;
   int **readers;          /* per tensor: ops reading it (-1 terminated) */
   bool failed;
 } lstate;
@@ -693,7 +695,7 @@ static const tregion *member_part(const pcomm *cm, int i) { return cm->parts ? &
 
 /* The latest task on device d among the subs of op whose region of tmap m
  * overlaps r, of the given kind; -1 if none. `latest` false: the earliest. */
-static int find_task(lstate *L, int d, int op, const tmap *m, const tregion *r, task_kind kind, bool latest) {
+static int find_task(lstate *L, int d, int op, const tmap *m, const tregion *r, int mb, task_kind kind, bool latest) {
   weft_plan *p = L->p;
   int lo, hi, best = -1;
   subs_on(L, d, op, &lo, &hi);
@@ -701,6 +703,8 @@ static int find_task(lstate *L, int d, int op, const tmap *m, const tregion *r, 
   for (int j = lo; j < hi; j++) {
     int s = L->byd[j];
     if (pos[s] < 0) continue;
+    /* a region that moves with micro-batches meets only its own micro-batch's */
+    if (mb >= 0 && p->subs[s].microbatch != mb) continue;
     if (best >= 0 && (latest ? pos[s] <= best : pos[s] >= best)) continue;
     tregion x;
     tregion_of(&L->scratch, p, &p->subs[s], m, &x);
@@ -731,10 +735,10 @@ static int anchor_of(lstate *L, const pcomm *cm, int e, int d, const tregion *r,
   switch (cm->phase) {
   case PHASE_FORWARD: {
     int pop = g->tensors[t].producer;
-    if (as_sender && pop >= 0) prod = find_task(L, d, pop, &p->ops[pop].space->output, r, fk, true);
+    if (as_sender && pop >= 0) prod = find_task(L, d, pop, &p->ops[pop].space->output, r, cm->mb, fk, true);
     if (as_receiver && cm->consumer_op >= 0) {
       const tmap *m = input_map(&p->ops[cm->consumer_op], t, cm->input);
-      if (m) cons = find_task(L, d, cm->consumer_op, m, r, fk, false);
+      if (m) cons = find_task(L, d, cm->consumer_op, m, r, cm->mb, fk, false);
     }
     break;
   }
@@ -743,10 +747,10 @@ static int anchor_of(lstate *L, const pcomm *cm, int e, int d, const tregion *r,
       for (int q = 0; L->readers[t][q] >= 0; q++) {
         int op = L->readers[t][q];
         const tmap *m = input_map(&p->ops[op], t, -1);
-        prod = max_i(prod, find_task(L, d, op, m, r, T_BWD, true));
+        prod = max_i(prod, find_task(L, d, op, m, r, cm->mb, T_BWD, true));
       }
     int pop = g->tensors[t].producer;
-    if (as_receiver && pop >= 0) cons = find_task(L, d, pop, &p->ops[pop].space->output, r, T_BWD, false);
+    if (as_receiver && pop >= 0) cons = find_task(L, d, pop, &p->ops[pop].space->output, r, cm->mb, T_BWD, false);
     break;
   }
   case PHASE_WEIGHTS:
@@ -759,7 +763,7 @@ static int anchor_of(lstate *L, const pcomm *cm, int e, int d, const tregion *r,
       for (int q = 0; L->readers[t][q] >= 0; q++) {
         int op = L->readers[t][q];
         const tmap *m = input_map(&p->ops[op], t, -1);
-        prod = max_i(prod, find_task(L, d, op, m, r, T_BWD, true));
+        prod = max_i(prod, find_task(L, d, op, m, r, cm->mb, T_BWD, true));
       }
     break;
   case PHASE_PARAMS:
@@ -767,10 +771,10 @@ static int anchor_of(lstate *L, const pcomm *cm, int e, int d, const tregion *r,
       if (L->steppos[d]) prod = L->steppos[d][t];
     } else if (cm->consumer_op >= 0) {
       const tmap *m = input_map(&p->ops[cm->consumer_op], t, cm->input);
-      if (m && cm->dir == DIR_FORWARD) cons = find_task(L, d, cm->consumer_op, m, r, T_FWD, false);
+      if (m && cm->dir == DIR_FORWARD) cons = find_task(L, d, cm->consumer_op, m, r, cm->mb, T_FWD, false);
       if (m && cm->dir == DIR_BACKWARD)
-        cons = min_pos(find_task(L, d, cm->consumer_op, m, r, T_RECOMP, false),
-                       find_task(L, d, cm->consumer_op, m, r, T_BWD, false));
+        cons = min_pos(find_task(L, d, cm->consumer_op, m, r, cm->mb, T_RECOMP, false),
+                       find_task(L, d, cm->consumer_op, m, r, cm->mb, T_BWD, false));
     }
     break;
   default: break;
@@ -778,6 +782,16 @@ static int anchor_of(lstate *L, const pcomm *cm, int e, int d, const tregion *r,
   if (prod >= 0) return 2 * prod + 1;
   if (cons >= 0) return 2 * cons;
   return -1;
+}
+
+/* Whether device d has a program of its own (else its replica's, renamed). */
+static bool represents(const weft_plan *p, int d) { return !p->rep || p->rep[d] == d; }
+
+/* Members of cm that have programs: each stands for its replicas. */
+static int members_lowered(const weft_plan *p, const pcomm *cm) {
+  int n = 0;
+  for (int i = 0; i < cm->ngroup; i++) n += represents(p, cm->group[i]);
+  return n;
 }
 
 static bool comm_repeats(const weft_plan *p, const pcomm *cm) {
@@ -807,6 +821,8 @@ static void anchor_comms(lstate *L) {
       bool any = false;
       for (int i = 0; i < cm->ngroup; i++) {
         int d = cm->group[i];
+        pos[i] = -1;
+        if (!represents(p, d)) continue;
         /* a gather's member holds its part and needs the whole */
         pos[i] = anchor_of(L, cm, e, d, cm->kind == COMM_ALL_GATHER ? member_part(cm, i) : &cm->region, true, true);
         if (pos[i] >= 0) any = true;
@@ -814,7 +830,7 @@ static void anchor_comms(lstate *L) {
       if (e == 1 && !any) continue;
       for (int i = 0; i < cm->ngroup; i++) {
         int d = cm->group[i];
-        anchor_add(L, d, pos[i] >= 0 ? pos[i] : 2 * L->tasks[d].n, ci, e);
+        if (represents(p, d)) anchor_add(L, d, pos[i] >= 0 ? pos[i] : 2 * L->tasks[d].n, ci, e);
       }
     }
   }
@@ -858,6 +874,12 @@ typedef struct store {
   held *h;
   int n, cap;
   int *head;              /* per tensor */
+  /* tensors that move with micro-batches (plan.h, pfold): one list per
+   * (tensor, micro-batch slab), so that looking up one micro-batch's
+   * buffers does not pass every other's */
+  uint64_t *key;
+  int *slot;              /* list head per key; -1 marks an empty entry's key */
+  int kcap, kn;
 } store;
 
 typedef struct emitter {
@@ -883,19 +905,55 @@ static int new_buf(emitter *E, int tensor, lbuf_role role, const tregion *r, boo
   return pr->nbufs++;
 }
 
+/* The head of the list of held buffers of tensor t that may hold r. */
+static int *chain(emitter *E, int t, const tregion *r) {
+  const weft_plan *p = E->L->p;
+  store *st = &E->st;
+  int d = p->fold.mbs ? p->fold.tdim[t] : -1;
+  if (d < 0 || d >= r->ndims || r->dims[d].n == 0) return &st->head[t];
+  uint64_t key = ((uint64_t)(uint32_t)t << 32) | (uint64_t)(uint32_t)(r->dims[d].iv[0].lo / p->fold.tstep[t]);
+  if (2 * (st->kn + 1) > st->kcap) {
+    int ncap = st->kcap ? 2 * st->kcap : 1024;
+    uint64_t *nk = arena_alloc(&E->L->scratch, sizeof(uint64_t) * (size_t)ncap);
+    int *ns = arena_alloc(&E->L->scratch, sizeof(int) * (size_t)ncap);
+    for (int i = 0; i < ncap; i++) ns[i] = INT32_MIN;
+    for (int i = 0; i < st->kcap; i++) {
+      if (st->slot[i] == INT32_MIN) continue;
+      uint64_t h = st->key[i] * 0x9E3779B97F4A7C15ull;
+      int q = (int)(h >> 40) & (ncap - 1);
+      while (ns[q] != INT32_MIN) q = (q + 1) & (ncap - 1);
+      nk[q] = st->key[i];
+      ns[q] = st->slot[i];
+    }
+    st->key = nk;
+    st->slot = ns;
+    st->kcap = ncap;
+  }
+  uint64_t h = key * 0x9E3779B97F4A7C15ull;
+  int q = (int)(h >> 40) & (st->kcap - 1);
+  while (st->slot[q] != INT32_MIN && st->key[q] != key) q = (q + 1) & (st->kcap - 1);
+  if (st->slot[q] == INT32_MIN) {
+    st->key[q] = key;
+    st->slot[q] = -1;
+    st->kn++;
+  }
+  return &st->slot[q];
+}
+
 static void hold(emitter *E, int buf, bool grad, bool partial) {
   store *st = &E->st;
   arena_grow(&E->L->scratch, (void **)&st->h, &st->cap, st->n + 1, sizeof(held));
   int t = E->L->pr->bufs[buf].tensor;
-  st->h[st->n] = (held){buf, grad, partial, true, -1, -1, st->head[t]};
-  st->head[t] = st->n++;
+  int *head = chain(E, t, &E->L->pr->bufs[buf].region);
+  st->h[st->n] = (held){buf, grad, partial, true, -1, -1, *head};
+  *head = st->n++;
 }
 
 /* The newest live buffer of tensor t (value or gradient) whose region
  * contains r; -1 if none. `partial`: 0 complete only, 1 partial only. */
 static int find_held(emitter *E, int t, bool grad, const tregion *r, int partial, int *hidx) {
   const store *st = &E->st;
-  for (int i = st->head[t]; i >= 0; i = st->h[i].next) {
+  for (int i = *chain(E, t, r); i >= 0; i = st->h[i].next) {
     const held *h = &st->h[i];
     if (!h->live || h->grad != grad) continue;
     if (partial >= 0 && h->partial != (partial == 1)) continue;
@@ -917,7 +975,7 @@ static int assemble(emitter *E, int t, bool grad, const tregion *r) {
   const store *st = &E->st;
   int n = 0;
   int64_t covered = 0;
-  for (int i = st->head[t]; i >= 0; i = st->h[i].next) {
+  for (int i = *chain(E, t, r); i >= 0; i = st->h[i].next) {
     const held *h = &st->h[i];
     tregion x;
     if (!h->live || h->grad != grad || h->partial) continue;
@@ -926,7 +984,7 @@ static int assemble(emitter *E, int t, bool grad, const tregion *r) {
   if (n < 2 || covered != tregion_numel(r)) return -1;
   lref *in = arena_alloc(L->a, sizeof(lref) * (size_t)n);
   int k = 0;
-  for (int i = st->head[t]; i >= 0; i = st->h[i].next) {
+  for (int i = *chain(E, t, r); i >= 0; i = st->h[i].next) {
     const held *h = &st->h[i];
     tregion x;
     if (!h->live || h->grad != grad || h->partial) continue;
@@ -935,10 +993,7 @@ static int assemble(emitter *E, int t, bool grad, const tregion *r) {
   const lbuf *any = &L->pr->bufs[in[0].buf];
   int b = new_buf(E, t, any->role, r, false);
   emit(E, LI_ALLOC)->buf = b;
-  store *ms = &E->st;
-  arena_grow(&L->scratch, (void **)&ms->h, &ms->cap, ms->n + 1, sizeof(held));
-  ms->h[ms->n] = (held){b, grad, false, true, -1, -1, ms->head[t]};
-  ms->head[t] = ms->n++;
+  hold(E, b, grad, false);
   lins *c = emit(E, LI_COPY);
   c->nin = k;
   c->in = in;
@@ -951,14 +1006,24 @@ static int assemble(emitter *E, int t, bool grad, const tregion *r) {
 /* Live buffers of tensor t with exactly region r stop being found. */
 static void supersede(emitter *E, int t, bool grad, const tregion *r) {
   store *st = &E->st;
-  for (int i = st->head[t]; i >= 0; i = st->h[i].next)
+  for (int i = *chain(E, t, r); i >= 0; i = st->h[i].next)
     if (st->h[i].live && st->h[i].grad == grad && tregion_equal(&E->L->pr->bufs[st->h[i].buf].region, r))
       st->h[i].live = false;
 }
 
+/* Instructions are emitted into one growing vector, reused from device to
+ * device; finish_program keeps each program in the arena at its final size. */
 static lins *emit(emitter *E, lins_kind k) {
   lprog *pg = E->prog;
-  arena_grow(E->L->a, (void **)&pg->ins, &pg->cap, pg->n + 1, sizeof(lins));
+  if (pg->n + 1 > pg->cap) {
+    int ncap = pg->cap ? 2 * pg->cap : 1024;
+    lins *n = realloc(pg->ins, sizeof(lins) * (size_t)ncap);
+    if (!n) weft_oom();
+    pg->ins = n;
+    pg->cap = ncap;
+    E->L->ebuf = n;
+    E->L->ecap = ncap;
+  }
   lins *in = &pg->ins[pg->n++];
   memset(in, 0, sizeof *in);
   in->kind = k;
@@ -968,9 +1033,17 @@ static lins *emit(emitter *E, lins_kind k) {
 
 static void emit_alloc(emitter *E, int buf) { emit(E, LI_ALLOC)->buf = buf; }
 
-static lref ref(emitter *E, int buf, const tregion *r) { return (lref){buf, -1, tregion_copy(E->L->a, r)}; }
+/* A ref's region: most name their whole buffer and share its region. */
+static tregion ref_region(emitter *E, int buf, const tregion *r) {
+  const tregion *whole = &E->L->pr->bufs[buf].region;
+  return tregion_equal(whole, r) ? *whole : tregion_copy(E->L->a, r);
+}
 
-static lref aref(emitter *E, int buf, int arg, const tregion *r) { return (lref){buf, arg, tregion_copy(E->L->a, r)}; }
+static lref ref(emitter *E, int buf, const tregion *r) { return (lref){buf, -1, ref_region(E, buf, r)}; }
+
+static lref aref(emitter *E, int buf, int arg, const tregion *r) {
+  return (lref){buf, arg, buf >= 0 ? ref_region(E, buf, r) : tregion_copy(E->L->a, r)};
+}
 
 /* Whether sub-operator s applies tensor argument m: under a value split, an
  * argument without the split dimension (a bias) is applied by the first
@@ -1074,7 +1147,7 @@ static void emit_compute(emitter *E, const task *tk) {
     /* value parts of one operator on one device (co-shard) add up in one
      * buffer before any reduction across devices */
     int maker = s->op * 4 + (int)tk->kind, b = -1;
-    for (int i = E->st.head[tout]; i >= 0 && partial && b < 0; i = E->st.h[i].next) {
+    for (int i = partial ? *chain(E, tout, &outr) : -1; i >= 0 && b < 0; i = E->st.h[i].next) {
       const held *h = &E->st.h[i];
       if (h->live && h->partial && h->maker == maker && h->maker_mb == s->microbatch &&
           tregion_equal(&L->pr->bufs[h->buf].region, &outr))
@@ -1125,7 +1198,7 @@ static void emit_compute(emitter *E, const task *tk) {
     tregion_of(&L->scratch, p, s, m, &need);
     bool param = g->tensors[t].role == TENSOR_PARAM;
     int b = -1;
-    for (int i = E->st.head[t]; i >= 0 && b < 0; i = E->st.h[i].next) {
+    for (int i = *chain(E, t, &need); i >= 0 && b < 0; i = E->st.h[i].next) {
       const held *h = &E->st.h[i];
       if (h->live && h->grad && tregion_equal(&L->pr->bufs[h->buf].region, &need)) b = h->buf;
     }
@@ -1328,21 +1401,23 @@ static void finish_program(lstate *L, lprog *pg) {
   weft_program *pr = L->pr;
   arena_reset(&L->scratch);
   int n = pg->n;
-  /* last reference per buffer of this device */
-  int *last = arena_alloc(&L->scratch, sizeof(int) * (size_t)(pr->nbufs ? pr->nbufs : 1));
-  for (int b = 0; b < pr->nbufs; b++) last[b] = -1;
+  /* last reference per buffer of this device (ids buf_lo .. buf_hi - 1) */
+  int nb = pg->buf_hi - pg->buf_lo;
+  int *last0 = arena_alloc(&L->scratch, sizeof(int) * (size_t)(nb ? nb : 1));
+#define last(b) last0[(b) - pg->buf_lo]
+  for (int b = pg->buf_lo; b < pg->buf_hi; b++) last(b) = -1;
   for (int i = 0; i < n; i++) {
     const lins *in = &pg->ins[i];
-    if (in->kind == LI_ALLOC) last[in->buf] = i;
+    if (in->kind == LI_ALLOC) last(in->buf) = i;
     for (int k = 0; k < in->nin; k++)
-      if (in->in[k].buf >= 0) last[in->in[k].buf] = i;
+      if (in->in[k].buf >= 0) last(in->in[k].buf) = i;
     for (int k = 0; k < in->nout; k++)
-      if (in->out[k].buf >= 0) last[in->out[k].buf] = i;
+      if (in->out[k].buf >= 0) last(in->out[k].buf) = i;
   }
   int *nfree = arena_alloc(&L->scratch, sizeof(int) * (size_t)(n + 1));
   int extra = 0;
-  for (int b = 0; b < pr->nbufs; b++)
-    if (last[b] >= 0 && !pr->bufs[b].persistent) { nfree[last[b]]++; extra++; }
+  for (int b = pg->buf_lo; b < pg->buf_hi; b++)
+    if (last(b) >= 0 && !pr->bufs[b].persistent) { nfree[last(b)]++; extra++; }
   lins *out = arena_alloc(L->a, sizeof(lins) * (size_t)(n + extra + 1));
   int m = 0;
   for (int i = 0; i < n; i++)
@@ -1372,8 +1447,8 @@ static void finish_program(lstate *L, lprog *pg) {
       /* buffers whose last use this is, in buffer order */
       for (int k = 0; k < in->nin + in->nout + 1 && nfree[i]; k++) {
         int b = k < in->nin ? in->in[k].buf : k < in->nin + in->nout ? in->out[k - in->nin].buf : in->buf;
-        if (b < 0 || last[b] != i || pr->bufs[b].persistent) continue;
-        last[b] = -2;  /* freed once even when referenced twice */
+        if (b < 0 || last(b) != i || pr->bufs[b].persistent) continue;
+        last(b) = -2;  /* freed once even when referenced twice */
         lins f = {.kind = LI_FREE, .buf = b, .sub = -1, .comm = -1, .peer = -1, .tensor = -1};
         out[m++] = f;
         live -= pr->bufs[b].bytes;
@@ -1387,10 +1462,15 @@ static void finish_program(lstate *L, lprog *pg) {
   pg->cap = n + extra + 1;
   pr->instructions += m;
 }
+#undef last
 
 static void emit_device(lstate *L, int d) {
   weft_plan *p = L->p;
   emitter E = {.L = L, .d = d, .prog = &L->pr->progs[d]};
+  E.prog->buf_lo = L->pr->nbufs;
+  E.prog->ins = L->ebuf;
+  E.prog->cap = L->ecap;
+  E.prog->n = 0;
   arena_reset(&L->scratch);
   E.st.head = arena_alloc(&L->scratch, sizeof(int) * (size_t)(p->g->ntensors ? p->g->ntensors : 1));
   for (int t = 0; t < p->g->ntensors; t++) E.st.head[t] = -1;
@@ -1406,6 +1486,7 @@ static void emit_device(lstate *L, int d) {
     while (a < an->n && an->a[a].pos == 2 * i + 1 && !L->failed) { emit_comm(&E, an->a[a].comm, an->a[a].epoch); a++; }
   }
   while (a < an->n && !L->failed) { emit_comm(&E, an->a[a].comm, an->a[a].epoch); a++; }
+  E.prog->buf_hi = L->pr->nbufs;
 }
 
 /* ---- running the programs together (rule 3) -------------------------------------- */
@@ -1494,13 +1575,13 @@ static bool simulate(lstate *L) {
         if (!waiting[d]) {
           waiting[d] = 1;
           arrived[k]++;
-          if (arrived[k] == cm->ngroup)
+          if (arrived[k] == members_lowered(p, cm))
             for (int i = 0; i < cm->ngroup; i++) {
               int m = cm->group[i];
-              if (m != d && !queued[m]) { stack[sp++] = m; queued[m] = true; }
+              if (m != d && represents(p, m) && !queued[m]) { stack[sp++] = m; queued[m] = true; }
             }
         }
-        if (arrived[k] < cm->ngroup) break;
+        if (arrived[k] < members_lowered(p, cm)) break;
         waiting[d] = 0;
       }
       pc[d]++;
@@ -1521,7 +1602,7 @@ static bool simulate(lstate *L) {
       const pcomm *cm = &p->comms[in->comm];
       for (int i = 0; i < cm->ngroup && peer < 0; i++) {
         int m = cm->group[i];
-        if (m == d) continue;
+        if (m == d || !represents(p, m)) continue;
         lprog *mp = &pr->progs[m];
         if (pc[m] >= mp->n || mp->ins[pc[m]].kind != LI_COLLECTIVE || mp->ins[pc[m]].comm != in->comm ||
             mp->ins[pc[m]].epoch != in->epoch)
@@ -1698,11 +1779,14 @@ weft_program *weft_lower(weft_ctx *c, weft_plan *p) {
   for (int d = 0; d < p->ndevices && !L.failed; d++) {
     pr->progs[d].device = d;
     emit_device(&L, d);
+    if (!L.failed) finish_program(&L, &pr->progs[d]);
   }
+  free(L.ebuf);
+  L.ebuf = NULL;
   if (L.failed) goto fail;
-  for (int d = 0; d < p->ndevices; d++) finish_program(&L, &pr->progs[d]);
   if (!simulate(&L)) goto fail;
   if (!check_memory(&L)) goto fail;
+  for (int d = 0; d < p->ndevices; d++) pr->instructions_all += lower_prog(pr, d)->n;
   free(L.byd_start);
   free(L.byd);
   free(L.fpos);
@@ -1711,6 +1795,7 @@ weft_program *weft_lower(weft_ctx *c, weft_plan *p) {
   arena_free(&L.scratch);
   return c->diags.errors > before ? NULL : pr;
 fail:
+  free(L.ebuf);
   free(L.byd_start);
   free(L.byd);
   free(L.fpos);

@@ -77,6 +77,7 @@ typedef struct lprog {
   int peak_at;            /* instruction index of the peak */
   int64_t peak_by_role[LB_ROLE_COUNT];
   int64_t persistent;     /* bytes of persistent buffers */
+  int buf_lo, buf_hi;     /* its buffers: ids buf_lo .. buf_hi - 1 */
 } lprog;
 
 /* One cell of the schedule grid: a block, the forward ('f'), backward ('b')
@@ -98,8 +99,15 @@ typedef struct weft_program {
   lcell *cells;           /* the schedule as a grid, one cell per stage block */
   int ncells, ccap;
   int nslots;
-  int64_t instructions;   /* over all devices */
+  int64_t instructions;   /* over the programs held */
+  int64_t instructions_all; /* over all devices, replicas included */
 } weft_program;
+
+/* The program device d runs: its own, or under data-parallel replicas
+ * (plan.h, rep) its representative's with devices renamed. */
+static inline const lprog *lower_prog(const weft_program *pr, int d) {
+  return &pr->progs[pr->p->rep ? pr->p->rep[d] : d];
+}
 
 struct weft_ctx;
 /* Orders every device's sub-operators by the plan's schedule, places the

@@ -701,6 +701,200 @@ static bool exec_plan_body(weft_ctx *c, pstate *ps, env *e, const ast_list *body
   return true;
 }
 
+/* ---- micro-batch folding ------------------------------------------------------- */
+
+/* Whether expression x names `axis` anywhere (a device expression that does
+ * may place micro-batches differently). */
+static bool names_axis(const ast *x, const char *axis) {
+  if (!x) return false;
+  if (x->kind == E_NAME && x->name && strcmp(x->name, axis) == 0) return true;
+  if (names_axis(x->a, axis) || names_axis(x->b, axis) || names_axis(x->c, axis)) return true;
+  for (int i = 0; i < x->list.n; i++)
+    if (names_axis(x->list.items[i], axis)) return true;
+  for (int i = 0; i < x->list2.n; i++)
+    if (names_axis(x->list2.items[i], axis)) return true;
+  return false;
+}
+
+/* Folding pays when there are many sub-operators; WEFT_FOLD=always or
+ * never overrides (the tests compare both). */
+enum { FOLD_MIN_SUBS = 1 << 16 };
+
+/* Sets p->fold when micro-batches differ only by a shift (see plan.h). */
+static void fold_setup(weft_ctx *c, pstate *ps) {
+  weft_plan *p = ps->p;
+  const weft_graph *g = p->g;
+  const char *mode = getenv("WEFT_FOLD");
+  if (mode && strcmp(mode, "never") == 0) return;
+  bool always = mode && strcmp(mode, "always") == 0;
+  int nmb = 0;
+  int64_t total = 0;
+  int *tlevel = arena_alloc(A(c), sizeof(int) * (size_t)(g->nops ? g->nops : 1));
+  int64_t *step = arena_alloc(A(c), sizeof(int64_t) * (size_t)(g->nops ? g->nops : 1));
+  for (int op = 0; op < g->nops; op++) {
+    const popplan *pp = &p->ops[op];
+    int64_t count = 1;
+    tlevel[op] = -1;
+    for (int i = 0; i < pp->nsplits; i++) {
+      count *= pp->splits[i].parts;
+      if (pp->splits[i].kind != SPLIT_TIME) continue;
+      if (tlevel[op] >= 0) return;  /* two time levels */
+      tlevel[op] = i;
+    }
+    total += count;
+    if (tlevel[op] < 0) return;
+    const psplit *ts = &pp->splits[tlevel[op]];
+    if (nmb == 0) nmb = ts->parts;
+    if (ts->parts != nmb || nmb < 2) return;
+    /* the part size at the time level */
+    int64_t size = pp->space->idims[ts->idim].size;
+    for (int i = 0; i <= tlevel[op]; i++) {
+      if (pp->splits[i].idim != ts->idim) continue;
+      if (size % pp->splits[i].parts) return;
+      size /= pp->splits[i].parts;
+    }
+    step[op] = size;
+  }
+  if (nmb < 2 || (!always && total < FOLD_MIN_SUBS)) return;
+  /* every tensor moves along one dimension, by the same offset for all its operators */
+  int *tdim = arena_alloc(A(c), sizeof(int) * (size_t)(g->ntensors ? g->ntensors : 1));
+  int64_t *tstep = arena_alloc(A(c), sizeof(int64_t) * (size_t)(g->ntensors ? g->ntensors : 1));
+  bool *seen = arena_alloc(A(c), (size_t)(g->ntensors ? g->ntensors : 1));
+  for (int op = 0; op < g->nops; op++) {
+    const popplan *pp = &p->ops[op];
+    int ti = pp->splits[tlevel[op]].idim;
+    for (int k = -1; k < pp->space->ninputs; k++) {
+      const tmap *m = k < 0 ? &pp->space->output : &pp->space->inputs[k];
+      int dim = -1;
+      int64_t st = 0;
+      for (int d = 0; d < m->ndims; d++)
+        for (int f = 0; f < m->nfactors[d]; f++) {
+          if (m->factors[d][f] != ti) continue;
+          if (dim >= 0) return;
+          dim = d;
+          st = step[op];
+          for (int q = f + 1; q < m->nfactors[d]; q++) st *= pp->space->idims[m->factors[d][q]].size;
+        }
+      if (dim >= 0 && g->tensors[m->tensor].role == TENSOR_PARAM) return;
+      if (seen[m->tensor] && (tdim[m->tensor] != dim || (dim >= 0 && tstep[m->tensor] != st))) return;
+      seen[m->tensor] = true;
+      tdim[m->tensor] = dim;
+      tstep[m->tensor] = st;
+    }
+  }
+  for (int t = 0; t < g->ntensors; t++)
+    if (!seen[t]) tdim[t] = -1;
+  /* device expressions that read the time axis place micro-batches apart */
+  for (int a = 0; a < ps->nassigns; a++)
+    for (int k = 0; k < ps->assigns[a].nops; k++) {
+      int op = ps->assigns[a].ops[k];
+      if (names_axis(ps->assigns[a].expr, p->ops[op].splits[tlevel[op]].axis)) return;
+    }
+  p->fold = (pfold){nmb, nmb, tlevel, step, tdim, tstep};
+}
+
+/* ---- replicas ------------------------------------------------------------------ */
+
+/* Data-parallel replicas run the same program with devices renamed. Finds
+ * an axis along which every operator is split the same way (P parts of a
+ * dimension, or of a sum), such that the sub-operators at coordinate j of that
+ * axis sit on devices that are an image of those at coordinate 0 under one
+ * renaming pi_j; point-to-point communication stays inside a replica; a
+ * collective that leaves a replica reduces parameter gradients over whole
+ * orbits {d, pi_1(d), ...}. Then the devices at coordinate 0 represent the
+ * others: deps derived the same communication for each replica (in the
+ * same order), so lowering them alone decides rules 3 to 5 for all.
+ * Sets p->rep, or leaves it NULL. */
+static void find_reps(weft_ctx *c, weft_plan *p) {
+  const weft_graph *g = p->g;
+  const char *mode = getenv("WEFT_REPS");
+  if (!c->reps || (mode && strcmp(mode, "never") == 0) || g->nops == 0) return;
+  for (int t = 0; t < g->ntensors; t++)
+    if (p->zero[t].stage > 0) return;  /* ZeRO parts differ per replica */
+  int D = p->ndevices;
+  int *cls = malloc(sizeof(int) * (size_t)D);
+  int *inv = malloc(sizeof(int) * (size_t)D);
+  int *rep = arena_alloc(A(c), sizeof(int) * (size_t)D);
+  if (!cls || !inv) weft_oom();
+  const popplan *p0 = &p->ops[0];
+  for (int cand = 0; cand < p0->nsplits; cand++) {
+    const psplit *cs = &p0->splits[cand];
+    if ((cs->kind != SPLIT_DIM && cs->kind != SPLIT_VALUE) || cs->parts < 2) continue;
+    const char *axis = cs->axis;
+    int P = cs->parts;
+    bool ok = true;
+    for (int d = 0; d < D; d++) cls[d] = inv[d] = -1;
+    for (int op = 0; op < g->nops && ok; op++) {
+      const popplan *pp = &p->ops[op];
+      int lv = -1;
+      for (int i = 0; i < pp->nsplits; i++)
+        if (strcmp(pp->splits[i].axis, axis) == 0) lv = i;
+      /* a dimension split, or the batch of a loss (partial sums nobody reads) */
+      if (lv < 0 || (pp->splits[lv].kind != SPLIT_DIM && pp->splits[lv].kind != SPLIT_VALUE) ||
+          pp->splits[lv].parts != P) {
+        ok = false;
+        break;
+      }
+      int tl = p->fold.nmb ? p->fold.tlevel[op] : -1;
+      int stride = 1;
+      for (int i = lv + 1; i < pp->nsplits; i++)
+        if (i != tl) stride *= pp->splits[i].parts;
+      for (int f = 0; f < pp->count && ok; f++) {
+        const psub *s = &p->subs[pp->first + f];
+        if (s->coord[lv] != 0) continue;
+        int r = s->device;
+        if (r < 0 || (cls[r] >= 0 && cls[r] != 0)) { ok = false; break; }
+        cls[r] = 0;
+        for (int j = 1; j < P && ok; j++) {
+          int q = p->subs[pp->first + f + j * stride].device;
+          if (q < 0 || (cls[q] >= 0 && cls[q] != j) || (inv[q] >= 0 && inv[q] != r)) { ok = false; break; }
+          cls[q] = j;
+          inv[q] = r;
+        }
+      }
+    }
+    if (!ok) continue;
+    /* pi_j is one-to-one: every representative has one image per j */
+    int *images = calloc((size_t)D, sizeof(int));
+    if (!images) weft_oom();
+    for (int d = 0; d < D; d++) {
+      rep[d] = cls[d] > 0 ? inv[d] : d;
+      if (cls[d] > 0) images[inv[d]]++;
+    }
+    for (int d = 0; d < D && ok; d++)
+      if (cls[d] == 0 && images[d] != P - 1) ok = false;
+    /* communication stays in a replica, or sums gradients over whole orbits */
+    char *in = calloc((size_t)D, 1);
+    if (!in) weft_oom();
+    for (int i = 0; i < p->ncomms && ok; i++) {
+      const pcomm *cm = &p->comms[i];
+      bool inside = true;
+      for (int k = 0; k < cm->ngroup; k++) inside &= cls[cm->group[k]] == cls[cm->group[0]];
+      if (inside) continue;
+      if (cm->kind == COMM_SEND || cm->phase != PHASE_WEIGHTS) { ok = false; break; }
+      for (int k = 0; k < cm->ngroup; k++) in[cm->group[k]] = 1;
+      for (int k = 0; k < cm->ngroup && ok; k++) {
+        int r = rep[cm->group[k]];
+        if (!in[r]) ok = false;
+        else if (cm->group[k] == r) {
+          int have = 0;
+          for (int m = 0; m < cm->ngroup; m++) have += rep[cm->group[m]] == r;
+          if (have != P) ok = false;
+        }
+      }
+      for (int k = 0; k < cm->ngroup; k++) in[cm->group[k]] = 0;
+    }
+    free(in);
+    free(images);
+    if (ok) {
+      p->rep = rep;
+      break;
+    }
+  }
+  free(cls);
+  free(inv);
+}
+
 /* ---- sub-operators and placement ------------------------------------------------ */
 
 static bool make_subs(weft_ctx *c, weft_plan *p) {
@@ -717,10 +911,13 @@ static bool make_subs(weft_ctx *c, weft_plan *p) {
     return false;
   }
   arena_grow(A(c), (void **)&p->subs, &p->scap, (int)total + 1, sizeof(psub));
+  p->nsubs_all = total;
+  if (p->fold.nmb) total /= p->fold.nmb;
   for (int op = 0; op < p->g->nops; op++) {
     popplan *pp = &p->ops[op];
+    int tl = p->fold.nmb ? p->fold.tlevel[op] : -1;
     int64_t count = 1;
-    for (int i = 0; i < pp->nsplits; i++) count *= pp->splits[i].parts;
+    for (int i = 0; i < pp->nsplits; i++) count *= i == tl ? 1 : pp->splits[i].parts;
     pp->first = p->nsubs;
     pp->count = (int)count;
     int *coord = arena_alloc(A(c), sizeof(int) * (size_t)(pp->nsplits ? pp->nsplits : 1));
@@ -748,7 +945,7 @@ static bool make_subs(weft_ctx *c, weft_plan *p) {
       }
       s->microbatch = mb;
       for (int i = pp->nsplits - 1; i >= 0; i--) {
-        if (++coord[i] < pp->splits[i].parts) break;
+        if (i != tl && ++coord[i] < pp->splits[i].parts) break;
         coord[i] = 0;
       }
     }
@@ -932,10 +1129,19 @@ weft_plan *weft_build_plan(weft_ctx *c, value plan, weft_loc use) {
   env_define(A(c), e, "devices", (value){.kind = V_LIST, .list = dl}, n->loc, false);
   pstate ps = {.p = p};
   if (!exec_plan_body(c, &ps, e, &n->list2)) return NULL;
+  fold_setup(c, &ps);
   if (!make_subs(c, p)) return NULL;
   if (!place(c, &ps)) return NULL;
   if (c->diags.errors > before) return NULL;
   deps_derive(A(c), p);
+  p->used_devices = plan_devices_used(p);
+  find_reps(c, p);
+  bool *keep = NULL;
+  if (p->rep) {
+    keep = arena_alloc(A(c), (size_t)p->ndevices);
+    for (int dv = 0; dv < p->ndevices; dv++) keep[dv] = p->rep[dv] == dv;
+  }
+  plan_unfold(A(c), p, keep);
   return p;
 }
 

@@ -169,6 +169,8 @@ typedef struct pcomm {
                            * gathers for (ZeRO-3), or DIR_OPTIMIZER: after the
                            * optimizer step (ZeRO-1 and 2) */
   const char *why;        /* a sentence for `weft explain` */
+  int mb;                 /* the micro-batch it moves, when the plan was folded
+                           * and the tensor moves with micro-batches; else -1 */
 } pcomm;
 
 /* The schedule: how each device orders its blocks, a block being the
@@ -198,6 +200,22 @@ typedef struct pzero {
   weft_loc loc;           /* the `shard` statement */
 } pzero;
 
+/* Micro-batch folding. When every operator is split in time the same way
+ * (one `in time` level of the same parts, the moving dimension of every
+ * tensor agreed on by all its operators, device expressions blind to the
+ * time axis), micro-batches differ only by a shift along that dimension:
+ * sub-operators are made, placed and fed for micro-batch 0 alone, and
+ * plan_unfold makes the others by shifting. */
+typedef struct pfold {
+  int nmb;                /* micro-batches folded; 0: the plan is not folded (any more) */
+  int mbs;                /* micro-batches of a plan that was folded: tdim and
+                           * tstep stay valid after plan_unfold; else 0 */
+  int *tlevel;            /* per op: its time split level */
+  int64_t *step;          /* per op: offset of the time idim per micro-batch */
+  int *tdim;              /* per tensor: the dimension that moves, -1 none */
+  int64_t *tstep;         /* per tensor: its flat offset per micro-batch */
+} pfold;
+
 typedef struct weft_plan {
   const char *name;
   weft_loc loc;
@@ -221,6 +239,15 @@ typedef struct weft_plan {
   porder *orders;
   int norders, orcap;
   int nsegs;              /* recomputation segments */
+  pfold fold;             /* micro-batches folded until plan_unfold */
+  int64_t nsubs_all;      /* forward sub-operators of the whole plan (subs
+                           * may hold only some devices' after plan_unfold) */
+  int used_devices;       /* devices holding a sub-operator */
+  int64_t comm_bytes[PHASE_COUNT][COMM_KIND_COUNT];  /* per step, all devices */
+  int comm_count[PHASE_COUNT][COMM_KIND_COUNT];
+  int *rep;               /* per device: the device whose program it runs,
+                           * renamed (data-parallel replicas); NULL when every
+                           * device is its own */
 } weft_plan;
 
 /* Regions. */
@@ -243,6 +270,13 @@ int plan_devices_used(const weft_plan *p);
 /* Operators whose names match a glob ("h.*.mlp.c_fc", "h.3", "**.c_proj"):
  * a name matches the pattern or lies under it. Returns the count. */
 int plan_select_text(const weft_plan *p, const char *pattern, int *ops, int max);
+
+/* Makes the sub-operators and communication of every micro-batch from
+ * those of micro-batch 0 (a folded plan; nothing otherwise). keep: per
+ * device, whether its sub-operators are kept (NULL: all). */
+void plan_unfold(arena *a, weft_plan *p, const bool *keep);
+/* Region r of tensor t moved to micro-batch mb of a folded plan. */
+tregion fold_shift(arena *a, const weft_plan *p, int t, const tregion *r, int mb);
 
 /* Sub-operators of forward operator op. */
 static inline psub *plan_subs_of(const weft_plan *p, int op) { return &p->subs[p->ops[op].first]; }

@@ -84,6 +84,8 @@ typedef struct weft_ctx {
   int64_t steps;                 /* evaluation steps, bounded */
   int depth;                     /* function and sub-model call depth */
   struct mstate *model;          /* the model under construction, or NULL */
+  bool reps;                     /* plans keep one program per class of
+                                  * data-parallel replicas (plan.h, rep) */
 } weft_ctx;
 
 weft_ctx *weft_new(void);

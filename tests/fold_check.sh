@@ -1,0 +1,50 @@
+#!/bin/sh
+# fold_check.sh - micro-batch folding (plan.h, pfold) changes how a plan is
+# computed, never what it is: every plan below is lowered with folding
+# forced on and off, and the two programs must be the same up to the order
+# in which communications were derived (tests/program_canon.py).
+# Usage: sh tests/fold_check.sh ./weft
+WEFT=${1:-./weft}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0
+fail=0
+compare() {  # name, then weft arguments
+  name=$1
+  shift
+  WEFT_FOLD=never "$WEFT" lower "$@" --json >"$tmp/never.json" 2>"$tmp/never.err"
+  rc1=$?
+  WEFT_FOLD=always "$WEFT" lower "$@" --json >"$tmp/always.json" 2>"$tmp/always.err"
+  rc2=$?
+  if [ $rc1 -ne 0 ] || [ $rc2 -ne 0 ]; then
+    echo "FAIL $name: exit $rc1 (never) and $rc2 (always)"
+    sed 's/^/  /' "$tmp/never.err" "$tmp/always.err" | head -5
+    fail=$((fail + 1))
+    return
+  fi
+  python3 tests/program_canon.py "$tmp/never.json" >"$tmp/never.canon" &&
+    python3 tests/program_canon.py "$tmp/always.json" >"$tmp/always.canon"
+  if cmp -s "$tmp/never.canon" "$tmp/always.canon"; then
+    pass=$((pass + 1))
+  else
+    echo "FAIL $name: the folded and unfolded programs differ"
+    diff "$tmp/never.canon" "$tmp/always.canon" | head -10 | sed 's/^/  /'
+    fail=$((fail + 1))
+  fi
+}
+for f in examples/*.plan; do
+  for plan in $("$WEFT" check "$f" --json 2>/dev/null |
+    python3 -c 'import json,sys; print(" ".join(p["name"] for f in json.load(sys.stdin)["files"] for p in f["plans"] if p.get("built")))'); do
+    compare "$f --plan $plan" "$f" --plan "$plan"
+  done
+done
+M=examples/gpt_megatron.plan
+compare "megatron interleaved" $M --set interleave=2 --set micro_batch=2 --set layers=8
+compare "megatron zero 1" $M --set zero=1
+compare "megatron zero 2" $M --set zero=2 --set pp=1 --set tp=2 --set dp=4
+compare "megatron zero 3" $M --set zero=3 --set pp=1
+compare "megatron sequence parallel, full recomputation" $M --set sequence_parallel=true --set 'recompute="full"'
+compare "megatron selective recomputation, pp 4" $M --set 'recompute="selective"' --set pp=4 --set dp=1 --set micro_batch=1
+compare "megatron pp 2 dp 4, 8 micro-batches" $M --set tp=1 --set pp=2 --set dp=4 --set micro_batch=1 --set global_batch=32
+echo "fold: $pass passed, $fail failed"
+[ $fail -eq 0 ]
