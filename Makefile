@@ -36,7 +36,7 @@ UNIT_SRC   := $(wildcard tests/unit/test_*.c)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
 .PHONY: all deps check unit golden diag-coverage docs-check fmt-check examples-check mutate-check editors-check \
-        demo bench install fuzz clean
+        fold-check demo bench install fuzz clean
 .DELETE_ON_ERROR:
 
 all: weft
@@ -90,7 +90,7 @@ $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libweft.a
 
 check: deps
 	@$(MAKE) --no-print-directory weft
-	@$(MAKE) --no-print-directory unit golden diag-coverage docs-check fmt-check examples-check mutate-check editors-check
+	@$(MAKE) --no-print-directory unit golden diag-coverage docs-check fmt-check examples-check fold-check mutate-check editors-check
 	@echo "make check: all suites passed"
 
 unit: $(UNIT_BIN)
@@ -110,6 +110,9 @@ fmt-check: weft
 
 examples-check: weft
 	@sh tests/examples_check.sh $(BUILD)/weft
+
+fold-check: weft
+	@sh tests/fold_check.sh $(BUILD)/weft
 
 mutate-check: weft
 	@sh tests/mutate_check.sh $(BUILD)/weft

@@ -151,6 +151,7 @@ typedef struct summary {
 
 static int check_one(opts *o, const char *path, json *j) {
   weft_ctx *c = new_ctx(o);
+  c->reps = true;  /* replicas' programs are checked through their representative's */
   int rc = c->diags.errors ? WEFT_REJECTED : weft_load(c, path);
   summary *s = calloc(1, sizeof *s);
   if (!s) weft_oom();
@@ -246,9 +247,9 @@ static int check_one(opts *o, const char *path, json *j) {
           json_key(j, "devices");
           json_int(j, p->ndevices);
           json_key(j, "devices_used");
-          json_int(j, plan_devices_used(p));
+          json_int(j, p->used_devices);
           json_key(j, "sub_operators");
-          json_int(j, p->nsubs);
+          json_int(j, p->nsubs_all);
           json_key(j, "schedule");
           json_str(j, sched_kind_names[p->sched]);
           json_key(j, "micro_batches");
@@ -271,10 +272,10 @@ static int check_one(opts *o, const char *path, json *j) {
           json_end_obj(j);
           if (s->progs[i]) {
             json_key(j, "instructions");
-            json_int(j, s->progs[i]->instructions);
+            json_int(j, s->progs[i]->instructions_all);
             json_key(j, "peak_memory_bytes");
             json_arr(j);
-            for (int d = 0; d < s->progs[i]->nprogs; d++) json_int(j, s->progs[i]->progs[d].peak);
+            for (int d = 0; d < s->progs[i]->nprogs; d++) json_int(j, lower_prog(s->progs[i], d)->peak);
             json_end_arr(j);
             json_key(j, "device_memory_bytes");
             json_int(j, lower_device_memory(p));
@@ -316,20 +317,20 @@ static int check_one(opts *o, const char *path, json *j) {
           printf("  plan %s: not built (it has parameters without defaults)\n", s->pitems[i].name);
           continue;
         }
-        printf("  plan %s: model %s on %d of %d devices, %d forward sub-operators placed\n", s->pitems[i].name,
-               p->g->name, plan_devices_used(p), p->ndevices, p->nsubs);
+        printf("  plan %s: model %s on %d of %d devices, %" PRId64 " forward sub-operators placed\n", s->pitems[i].name,
+               p->g->name, p->used_devices, p->ndevices, p->nsubs_all);
         const weft_program *pr = s->progs[i];
         if (pr) {
           printf("    schedule: %s, %d stage%s, %d micro-batch%s, %s instructions\n", sched_kind_names[p->sched],
                  pr->nstages, pr->nstages == 1 ? "" : "s", pr->nmb, pr->nmb == 1 ? "" : "es",
-                 grouped(b1, pr->instructions));
+                 grouped(b1, pr->instructions_all));
           int dmax = 0, dmin = -1;
           int64_t mx = lower_peak(pr, &dmax);
           for (int d = 0; d < pr->nprogs; d++)
-            if (pr->progs[d].n && (dmin < 0 || pr->progs[d].peak < pr->progs[dmin].peak)) dmin = d;
+            if (lower_prog(pr, d)->n && (dmin < 0 || lower_prog(pr, d)->peak < lower_prog(pr, dmin)->peak)) dmin = d;
           char m1[64], m2[64], m3[64];
           unit_bytes_human(mx, m1, sizeof m1);
-          unit_bytes_human(dmin >= 0 ? pr->progs[dmin].peak : 0, m2, sizeof m2);
+          unit_bytes_human(dmin >= 0 ? lower_prog(pr, dmin)->peak : 0, m2, sizeof m2);
           unit_bytes_human(lower_device_memory(p), m3, sizeof m3);
           printf("    peak memory: %s on device %d (least %s on device %d) of %s\n", m1, dmax, m2,
                  dmin >= 0 ? dmin : 0, m3);

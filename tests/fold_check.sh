@@ -1,8 +1,10 @@
 #!/bin/sh
-# fold_check.sh - micro-batch folding (plan.h, pfold) changes how a plan is
-# computed, never what it is: every plan below is lowered with folding
-# forced on and off, and the two programs must be the same up to the order
-# in which communications were derived (tests/program_canon.py).
+# fold_check.sh - micro-batch folding (plan.h, pfold) and data-parallel
+# replicas (plan.h, rep) change how a plan is computed, never what it is.
+# Every plan below is lowered with folding forced on and off, and the two
+# programs must be the same up to the order in which communications were
+# derived (tests/program_canon.py); and `weft check --json`, which lowers
+# one replica for all, must report the same with replicas off.
 # Usage: sh tests/fold_check.sh ./weft
 WEFT=${1:-./weft}
 tmp=$(mktemp -d)
@@ -32,7 +34,21 @@ compare() {  # name, then weft arguments
     fail=$((fail + 1))
   fi
 }
+check_reps() {  # name, then weft arguments
+  name=$1
+  shift
+  WEFT_REPS=never "$WEFT" check "$@" --json >"$tmp/all.json" 2>&1
+  "$WEFT" check "$@" --json >"$tmp/reps.json" 2>&1
+  if cmp -s "$tmp/all.json" "$tmp/reps.json"; then
+    pass=$((pass + 1))
+  else
+    echo "FAIL $name: check --json differs with replicas"
+    diff "$tmp/all.json" "$tmp/reps.json" | head -10 | sed 's/^/  /'
+    fail=$((fail + 1))
+  fi
+}
 for f in examples/*.plan; do
+  check_reps "$f (replicas)" "$f"
   for plan in $("$WEFT" check "$f" --json 2>/dev/null |
     python3 -c 'import json,sys; print(" ".join(p["name"] for f in json.load(sys.stdin)["files"] for p in f["plans"] if p.get("built")))'); do
     compare "$f --plan $plan" "$f" --plan "$plan"
@@ -46,5 +62,11 @@ compare "megatron zero 3" $M --set zero=3 --set pp=1
 compare "megatron sequence parallel, full recomputation" $M --set sequence_parallel=true --set 'recompute="full"'
 compare "megatron selective recomputation, pp 4" $M --set 'recompute="selective"' --set pp=4 --set dp=1 --set micro_batch=1
 compare "megatron pp 2 dp 4, 8 micro-batches" $M --set tp=1 --set pp=2 --set dp=4 --set micro_batch=1 --set global_batch=32
-echo "fold: $pass passed, $fail failed"
+check_reps "megatron pp 2 dp 4 (replicas)" $M --set tp=1 --set pp=2 --set dp=4 --set micro_batch=1 --set global_batch=32
+check_reps "megatron sequence parallel, dp 2 (replicas)" $M --set sequence_parallel=true --set 'recompute="full"'
+export WEFT_FOLD=always
+check_reps "megatron interleaved, tp 2 pp 2 dp 2, 16 micro-batches (replicas, folded)" $M --set interleave=2 --set layers=8 --set micro_batch=1 --set global_batch=32
+check_reps "gpt2 (replicas, folded)" examples/gpt2.plan
+unset WEFT_FOLD
+echo "fold: $pass passed, $fail failed (folding and replicas)"
 [ $fail -eq 0 ]
