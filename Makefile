@@ -19,24 +19,36 @@ endif
 
 CFLAGS   ?= -O2 -g
 CFLAGS   += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter $(SANFLAGS)
-CPPFLAGS += -Iinterp -I$(BUILD)/grammar
+CPPFLAGS += -Iinterp -Ibackends/cpu -I$(BUILD)/grammar
 LDFLAGS  += $(SANFLAGS)
-LDLIBS   += -lm
+
+# OpenBLAS, linked statically when its archive is installed so that ./weft
+# runs where OpenBLAS is not. Only its BLAS part is used, which needs
+# pthreads but not libgfortran (that is LAPACK's).
+OPENBLAS_A := $(shell $(CC) -print-file-name=libopenblas.a)
+ifeq ($(OPENBLAS_A),libopenblas.a)
+  BLAS_LIBS := -lopenblas
+else
+  BLAS_LIBS := $(OPENBLAS_A) -lpthread
+endif
+LDLIBS   += $(BLAS_LIBS) -lm
 
 # Debian packages the build and the tests need; `make deps` installs them.
 DEB_PACKAGES := build-essential flex bison pkg-config liblua5.4-dev libffi-dev \
-                libopenblas-dev libcmocka-dev time
+                libopenblas-dev libcmocka-dev time librsvg2-bin
 
 INTERP_SRC := $(filter-out interp/main.c,$(wildcard interp/*.c))
+CPU_SRC    := $(wildcard backends/cpu/*.c)
 LIB_OBJ    := $(INTERP_SRC:%.c=$(BUILD)/%.o) $(BUILD)/grammar/parser.o \
-              $(BUILD)/grammar/lexer.o $(BUILD)/stdlib/embedded.o
+              $(BUILD)/grammar/lexer.o $(BUILD)/stdlib/embedded.o \
+              $(CPU_SRC:%.c=$(BUILD)/%.o)
 MAIN_OBJ   := $(BUILD)/interp/main.o
 STDLIB     := $(sort $(wildcard stdlib/*.plan))
 UNIT_SRC   := $(wildcard tests/unit/test_*.c)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
 .PHONY: all deps check unit golden diag-coverage docs-check fmt-check examples-check mutate-check editors-check \
-        fold-check demo bench install fuzz clean
+        fold-check calibrate demo bench install fuzz clean
 .DELETE_ON_ERROR:
 
 all: weft
@@ -56,6 +68,10 @@ $(BUILD)/libweft.a: $(LIB_OBJ)
 	ar rcs $@ $^
 
 $(BUILD)/interp/%.o: interp/%.c $(BUILD)/grammar/parser.h $(wildcard interp/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/backends/cpu/%.o: backends/cpu/%.c $(wildcard backends/cpu/*.h) $(wildcard interp/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
 
@@ -90,7 +106,7 @@ $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libweft.a
 
 check: deps
 	@$(MAKE) --no-print-directory weft
-	@$(MAKE) --no-print-directory unit golden diag-coverage docs-check fmt-check examples-check fold-check mutate-check editors-check
+	@$(MAKE) --no-print-directory unit golden diag-coverage docs-check fmt-check examples-check fold-check mutate-check editors-check calibrate
 	@echo "make check: all suites passed"
 
 unit: $(UNIT_BIN)
@@ -116,6 +132,10 @@ fold-check: weft
 
 mutate-check: weft
 	@sh tests/mutate_check.sh $(BUILD)/weft
+
+# weft estimate against published throughput (docs/estimate.md#accuracy)
+calibrate: weft
+	@sh tests/estimate/calibrate.sh $(BUILD)/weft
 
 editors-check:
 	@sh tests/editors_check.sh

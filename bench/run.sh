@@ -34,3 +34,6 @@ G="check examples/gpt_megatron.plan --set hidden=12288 --set heads=96 --set seq=
 run "plan: GPT-3 shape, 32 layers, 16 mb, 256 dev" $G --set layers=32 --set dp=2 --set nodes=32 --set global_batch=32
 run "plan: GPT-3 shape, 64 layers, 32 mb, 512 dev" $G --set layers=64 --set dp=4 --set nodes=64 --set global_batch=128
 run "plan: GPT-3 175B, 1024 A100, tp8 pp16 dp8, 64 mb" $G --set layers=96 --set dp=8 --set nodes=128 --set global_batch=512
+# The estimate of the same plan, mixed precision (the scale target of
+# estimate: under 2 s on one core).
+run "estimate: GPT-3 175B, 1024 A100, 64 mb, bf16" $(echo "$G" | sed 's/^check/estimate/') --set layers=96 --set dp=8 --set nodes=128 --set global_batch=512 --set dtype=bf16

@@ -167,6 +167,61 @@ static bool check_count(weft_ctx *c, const value *v, const char *what, weft_loc 
   return true;
 }
 
+/* A number in (0, 1]: an achievable fraction of a peak. */
+static bool check_fraction(weft_ctx *c, const value *v, const char *what, weft_loc loc) {
+  double x = v->kind == V_FLOAT ? v->f : v->kind == V_INT ? (double)v->i : -1;
+  if ((v->kind != V_FLOAT && v->kind != V_INT) || !(x > 0 && x <= 1)) {
+    weft_diag *g = eval_error(c, loc, "%s must be a fraction in (0, 1], got %s", what, value_show(&c->arena, *v));
+    diag_hint(g, &c->diags, "it is the share of the peak that real kernels or transfers reach, e.g. 0.8");
+    return false;
+  }
+  return true;
+}
+
+static bool check_nonneg(weft_ctx *c, const value *v, const char *what, weft_loc loc) {
+  double x = v->kind == V_FLOAT ? v->f : v->kind == V_INT ? (double)v->i : -1;
+  if ((v->kind != V_FLOAT && v->kind != V_INT) || !(x >= 0 && x < 1e9)) {
+    eval_error(c, loc, "%s must be a number of at least 0, got %s", what, value_show(&c->arena, *v));
+    return false;
+  }
+  return true;
+}
+
+/* The optional fields of the cost model (docs/estimate.md). */
+static bool check_kernels(weft_ctx *c, const fields *dv) {
+  bool ok = true;
+  const value *v;
+  if ((v = record_get(dv->rec, "matmul_efficiency"))) ok &= check_fraction(c, v, "matmul_efficiency", field_loc(dv, "matmul_efficiency"));
+  if ((v = record_get(dv->rec, "memory_efficiency"))) ok &= check_fraction(c, v, "memory_efficiency", field_loc(dv, "memory_efficiency"));
+  if ((v = record_get(dv->rec, "sms"))) ok &= check_count(c, v, "sms", field_loc(dv, "sms"));
+  if ((v = record_get(dv->rec, "matmul_tile_k_overhead")))
+    ok &= check_nonneg(c, v, "matmul_tile_k_overhead", field_loc(dv, "matmul_tile_k_overhead"));
+  if ((v = record_get(dv->rec, "kernel_launch")) &&
+      !(v->kind == V_QUANTITY && unit_eq(v->q.d, (unit_dim){.sec = 1}) && v->q.v == 0))
+    ok &= check_quantity(c, v, (unit_dim){.sec = 1}, "kernel_launch", field_loc(dv, "kernel_launch"));
+  if ((v = record_get(dv->rec, "matmul_tile"))) {
+    weft_loc at = field_loc(dv, "matmul_tile");
+    if (v->kind != V_LIST || v->list->n != 2) {
+      eval_error(c, at, "matmul_tile must be a list [m, n] of two tile sizes, got %s", value_show(&c->arena, *v));
+      ok = false;
+    } else {
+      ok &= check_count(c, &v->list->items[0], "matmul_tile[0]", at);
+      ok &= check_count(c, &v->list->items[1], "matmul_tile[1]", at);
+    }
+  }
+  if ((v = record_get(dv->rec, "attention_score_passes"))) {
+    weft_loc at = field_loc(dv, "attention_score_passes");
+    if (v->kind != V_LIST || v->list->n != 2) {
+      eval_error(c, at, "attention_score_passes must be a list [forward, backward], got %s", value_show(&c->arena, *v));
+      ok = false;
+    } else {
+      ok &= check_nonneg(c, &v->list->items[0], "attention_score_passes[0]", at);
+      ok &= check_nonneg(c, &v->list->items[1], "attention_score_passes[1]", at);
+    }
+  }
+  return ok;
+}
+
 value weft_build_cluster(weft_ctx *c, value cl, weft_loc use) {
   vdecl *d = cl.decl;
   const ast *n = d->node;
@@ -211,6 +266,7 @@ value weft_build_cluster(weft_ctx *c, value cl, weft_loc use) {
       ok &= check_quantity(c, &comp->rec->vals[i], (unit_dim){.flop = 1, .sec = -1}, w, field_loc(dv, "compute"));
     }
   }
+  ok &= check_kernels(c, dv);
   fields dev = pt.device, links = pt.links;
   if (!record_get(dev.rec, "name")) field_set(c, &dev, "name", v_string(d->name));
   bool has_node = false, has_cluster = false;
@@ -231,6 +287,9 @@ value weft_build_cluster(weft_ctx *c, value cl, weft_loc use) {
                          arena_printf(&c->arena, "%s: bandwidth", lw), field_loc(lf, "bandwidth"));
     ok &= check_quantity(c, need(c, l, "latency", lw, lf->at), (unit_dim){.sec = 1},
                          arena_printf(&c->arena, "%s: latency", lw), field_loc(lf, "latency"));
+    if (record_get(l, "efficiency"))
+      ok &= check_fraction(c, record_get(l, "efficiency"), arena_printf(&c->arena, "%s: efficiency", lw),
+                           field_loc(lf, "efficiency"));
   }
   if (!ok) return v_error();
   if (dpn->i > 1 && !has_node) {

@@ -302,6 +302,11 @@ static bool make_pipeline(lstate *L, const ivec *devs, pipeline *pl) {
     pl->stages[r][count[r]++] = st;
   }
   pl->chunks = count[0];
+  if (pl->chunks > 1 && p->sched == SCHED_1F1B) {
+    weft_diag *g = diag_add(&L->c->diags, DIAG_WARNING, p->sched_loc,
+                            "one_f_one_b with %d stages on each device runs them interleaved", pl->chunks);
+    diag_hint(g, &L->c->diags, "write `schedule interleaved` to say so");
+  }
   /* interleaving deals the stages round-robin: stage k on rank k mod ranks */
   if (pl->chunks > 1 && p->sched != SCHED_GPIPE)
     for (int st = 0; st < L->nstages; st++)
@@ -318,9 +323,9 @@ static bool make_pipeline(lstate *L, const ivec *devs, pipeline *pl) {
       }
   for (int r = 1; r < pl->nranks; r++)
     if (count[r] != pl->chunks) {
-      weft_diag *g = eval_error(L->c, p->sched_loc, "devices of stage %s run %d stages, those of stage %s run %d",
-                                L->pr->stage_names[pl->stages[0][0]], pl->chunks, L->pr->stage_names[pl->stages[r][0]],
-                                count[r]);
+      weft_diag *g = eval_error(L->c, p->sched_loc, "devices of stage %s run %d stage%s, those of stage %s run %d",
+                                L->pr->stage_names[pl->stages[0][0]], pl->chunks, pl->chunks == 1 ? "" : "s",
+                                L->pr->stage_names[pl->stages[r][0]], count[r]);
       diag_hint(g, &L->c->diags, "a pipeline schedule needs the same number of stages on every device");
       return false;
     }

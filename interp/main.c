@@ -10,6 +10,7 @@
 #include "deps.h"
 #include "lower.h"
 #include "plan.h"
+#include "sim.h"
 #include "weft.h"
 
 typedef struct opts {
@@ -22,6 +23,9 @@ typedef struct opts {
   const char *stdlib_dir;
   bool json, dot, write, check, roundtrip, grid;
   int device;             /* weft lower --device N, or -1 */
+  const char *trace;      /* weft estimate --trace FILE */
+  const char *svg;        /* weft estimate --svg FILE */
+  bool symbolic;          /* weft estimate --cost symbolic */
   int color;              /* -1 auto, 0 never, 1 always */
   int max_errors;
 } opts;
@@ -38,6 +42,8 @@ static int cmd_fmt(opts *o);
 static int cmd_graph(opts *o);
 static int cmd_explain(opts *o);
 static int cmd_lower(opts *o);
+static int cmd_estimate(opts *o);
+static const command *find_command(const char *name);
 
 static const char *const common_help =
     "  --set NAME=VALUE   override a top-level `param` of the file (repeatable)\n"
@@ -86,6 +92,19 @@ static const command commands[] = {
      "  --json             print the program as JSON\n"
      "  --device N         only device N\n"
      "  --grid             print the schedule as a grid in weft syntax, to paste and edit\n"},
+    {"estimate", cmd_estimate, "estimate step time, throughput and memory of a plan",
+     "usage: weft estimate [options] FILE\n\n"
+     "Lowers a plan and runs its programs through the cost model of its cluster:\n"
+     "a roofline per sub-operator, collectives by algorithm and placement, and a\n"
+     "simulation of every device's streams. Prints step time, throughput, model\n"
+     "FLOP/s per device and MFU, the pipeline bubble, peak memory per device and\n"
+     "the bytes moved per link level. The model is described in docs/estimate.md.\n\n"
+     "options:\n"
+     "  --plan NAME        the plan (default: the last one the file defines)\n"
+     "  --json             print one JSON object\n"
+     "  --trace FILE       write the simulated timeline as Chrome trace JSON (Perfetto)\n"
+     "  --svg FILE         write the schedule as an SVG picture, devices against time\n"
+     "  --cost MODEL       roofline (default) or symbolic: FLOPs and bytes only, no hardware figures\n"},
 };
 enum { NCOMMANDS = sizeof commands / sizeof commands[0] };
 
@@ -147,7 +166,21 @@ typedef struct summary {
   weft_item pitems[256];
   weft_plan *plans[256];
   weft_program *progs[256];
+  weft_estimate est[256];
+  bool est_ok[256];
 } summary;
+
+/* The estimated step of a lowered plan, quietly: none when the cluster
+ * lacks a rate the model needs. */
+static bool estimate_quiet(const weft_plan *p, const weft_program *pr, weft_estimate *e) {
+  hw_model hw;
+  if (!hw_from_plan(NULL, p, pr, &hw)) return false;
+  weft_sim *s = sim_run(pr, &hw);
+  if (!s) return false;
+  sim_estimate(s, e);
+  sim_free(s);
+  return true;
+}
 
 static int check_one(opts *o, const char *path, json *j) {
   weft_ctx *c = new_ctx(o);
@@ -181,6 +214,7 @@ static int check_one(opts *o, const char *path, json *j) {
       if (all_params_bound(s->pitems[i].val.decl)) {
         s->plans[i] = weft_build_plan(c, s->pitems[i].val, s->pitems[i].loc);
         if (s->plans[i]) s->progs[i] = weft_lower(c, s->plans[i]);
+        if (s->progs[i]) s->est_ok[i] = estimate_quiet(s->plans[i], s->progs[i], &s->est[i]);
       }
     if (c->diags.errors) rc = WEFT_REJECTED;
   }
@@ -279,6 +313,12 @@ static int check_one(opts *o, const char *path, json *j) {
             json_end_arr(j);
             json_key(j, "device_memory_bytes");
             json_int(j, lower_device_memory(p));
+            json_key(j, "step_time_s");
+            if (s->est_ok[i]) json_num(j, s->est[i].step_time);
+            else json_null(j);
+            json_key(j, "mfu");
+            if (s->est_ok[i]) json_num(j, s->est[i].mfu);
+            else json_null(j);
           }
         }
         json_end_obj(j);
@@ -334,6 +374,17 @@ static int check_one(opts *o, const char *path, json *j) {
           unit_bytes_human(lower_device_memory(p), m3, sizeof m3);
           printf("    peak memory: %s on device %d (least %s on device %d) of %s\n", m1, dmax, m2,
                  dmin >= 0 ? dmin : 0, m3);
+          if (s->est_ok[i]) {
+            const weft_estimate *e = &s->est[i];
+            char t[64];
+            unit_format(e->step_time, (unit_dim){0, 1, 0}, t, sizeof t);
+            char r[64];
+            unit_format(e->tflops_per_device * 1e12, (unit_dim){0, -1, 1}, r, sizeof r);
+            printf("    estimate: step %s, %s per device (MFU %.1f%%), bubble %.1f%% (weft estimate)\n", t, r,
+                   100 * e->mfu, 100 * e->bubble_fraction);
+          } else {
+            printf("    estimate: none, the cluster has no compute rate for the model's dtype\n");
+          }
         }
         for (int ph = 0; ph < PHASE_COUNT; ph++) {
           int64_t bytes[COMM_KIND_COUNT];
@@ -757,6 +808,62 @@ static int cmd_lower(opts *o) {
   return rc;
 }
 
+/* ---- estimate ----------------------------------------------------------- */
+
+/* Writes a picture or trace to path; false (and a message) when it cannot. */
+static bool write_file(const char *path, const weft_sim *s, void (*print)(const weft_sim *, FILE *)) {
+  FILE *f = fopen(path, "w");
+  if (!f) {
+    fprintf(stderr, "weft estimate: cannot write %s: %s\n", path, strerror(errno));
+    return false;
+  }
+  print(s, f);
+  bool ok = !ferror(f);
+  if (fclose(f) != 0) ok = false;
+  if (!ok) fprintf(stderr, "weft estimate: cannot write %s: %s\n", path, strerror(errno));
+  return ok;
+}
+
+static int cmd_estimate(opts *o) {
+  if (o->nfiles != 1) {
+    fprintf(stderr, "weft estimate: needs one file\n%s", find_command("estimate")->usage);
+    return WEFT_FAILED;
+  }
+  weft_ctx *c = new_ctx(o);
+  c->reps = true;  /* replicas run their representative's program */
+  int rc = WEFT_OK;
+  weft_plan *p = pick_plan(c, o, &rc);
+  weft_program *pr = p ? weft_lower(c, p) : NULL;
+  if (p && !pr) rc = WEFT_REJECTED;
+  hw_model hw;
+  if (pr && !o->symbolic && !hw_from_plan(c, p, pr, &hw)) {
+    rc = WEFT_REJECTED;
+    pr = NULL;
+  }
+  report(c, o);
+  if (o->json && !pr) {
+    diag_print_json(&c->diags, stdout);
+    printf("\n");
+  }
+  if (pr) {
+    weft_sim *s = sim_run(pr, o->symbolic ? NULL : &hw);
+    if (!s) {
+      fprintf(stderr, "weft estimate: the programs of plan %s do not finish in the simulation\n", p->name);
+      rc = WEFT_FAILED;
+    } else {
+      weft_estimate e;
+      sim_estimate(s, &e);
+      if (o->json) estimate_print_json(s, &e, stdout);
+      else estimate_print_text(s, &e, stdout);
+      if (o->trace && !write_file(o->trace, s, estimate_print_trace)) rc = WEFT_FAILED;
+      if (o->svg && !write_file(o->svg, s, estimate_print_svg)) rc = WEFT_FAILED;
+      sim_free(s);
+    }
+  }
+  weft_free(c);
+  return rc;
+}
+
 /* ---- arguments ---------------------------------------------------------- */
 
 static const command *find_command(const char *name) {
@@ -846,7 +953,15 @@ int main(int argc, char **argv) {
       if (*end || !*v || n < 0 || n > 1000000) { fprintf(stderr, "weft: error: --device needs a device number\n"); goto done; }
       o.device = (int)n;
     }
-    else if (is_opt(a, "--plan") && (cmd->run == cmd_explain || cmd->run == cmd_lower)) { if (!(v = opt_value(argc, argv, &i, "--plan"))) goto done; o.plan = v; }
+    else if (is_opt(a, "--trace") && cmd->run == cmd_estimate) { if (!(v = opt_value(argc, argv, &i, "--trace"))) goto done; o.trace = v; }
+    else if (is_opt(a, "--svg") && cmd->run == cmd_estimate) { if (!(v = opt_value(argc, argv, &i, "--svg"))) goto done; o.svg = v; }
+    else if (is_opt(a, "--cost") && cmd->run == cmd_estimate) {
+      if (!(v = opt_value(argc, argv, &i, "--cost"))) goto done;
+      if (strcmp(v, "symbolic") == 0) o.symbolic = true;
+      else if (strcmp(v, "roofline") == 0) o.symbolic = false;
+      else { fprintf(stderr, "weft: error: --cost needs roofline or symbolic\n"); goto done; }
+    }
+    else if (is_opt(a, "--plan") && (cmd->run == cmd_explain || cmd->run == cmd_lower || cmd->run == cmd_estimate)) { if (!(v = opt_value(argc, argv, &i, "--plan"))) goto done; o.plan = v; }
     else if (is_opt(a, "--stdlib")) { if (!(v = opt_value(argc, argv, &i, "--stdlib"))) goto done; o.stdlib_dir = v; }
     else if (is_opt(a, "--max-errors")) {
       if (!(v = opt_value(argc, argv, &i, "--max-errors"))) goto done;

@@ -1,0 +1,514 @@
+/* cost.c - the hardware model of a cluster and the cost of each instruction
+ * of a lowered program: FLOPs and bytes first, then seconds through a
+ * roofline with shape-dependent efficiency (docs/estimate.md). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cost.h"
+#include "weft.h"
+
+/* ---- reading the cluster record ---------------------------------------- */
+
+static double num_field(const vrecord *r, const char *key, double dflt) {
+  const value *v = r ? record_get(r, key) : NULL;
+  if (!v) return dflt;
+  switch (v->kind) {
+  case V_INT: return (double)v->i;
+  case V_FLOAT: return v->f;
+  case V_QUANTITY: return v->q.v;
+  default: return dflt;
+  }
+}
+
+static const vrecord *rec_field(const vrecord *r, const char *key) {
+  const value *v = r ? record_get(r, key) : NULL;
+  return v && v->kind == V_RECORD ? v->rec : NULL;
+}
+
+static void read_link(const vrecord *l, hw_link *out) {
+  const value *nm = record_get(l, "name");
+  out->present = true;
+  out->name = nm && nm->kind == V_STRING ? nm->s : "link";
+  out->bandwidth = num_field(l, "bandwidth", 0);
+  out->latency = num_field(l, "latency", 0);
+  out->efficiency = num_field(l, "efficiency", 1.0);
+}
+
+/* The dtype an operator computes in: its first floating-point input (the
+ * activations of a matrix product), else its result. */
+static weft_dtype op_dtype(const weft_graph *g, int op) {
+  const gop *o = &g->ops[op];
+  for (int i = 0; i < o->ninputs; i++)
+    if (dtype_is_float(g->tensors[o->inputs[i]].dtype)) return g->tensors[o->inputs[i]].dtype;
+  return g->tensors[o->output].dtype;
+}
+
+static bool uses_tensor_cores(const char *kind) {
+  return kind && (strcmp(kind, "matmul") == 0 || strcmp(kind, "attention") == 0);
+}
+
+bool hw_from_plan(weft_ctx *c, const weft_plan *p, const weft_program *pr, hw_model *hw) {
+  memset(hw, 0, sizeof *hw);
+  const vrecord *cl = p->cluster;
+  const value *nm = record_get(cl, "name");
+  hw->cluster = nm && nm->kind == V_STRING ? nm->s : "cluster";
+  hw->devices_per_node = p->devices_per_node > 0 ? p->devices_per_node : 1;
+  const vrecord *dev = rec_field(cl, "device");
+  const value *dn = dev ? record_get(dev, "name") : NULL;
+  hw->device = dn && dn->kind == V_STRING ? dn->s : hw->cluster;
+  hw->memory = num_field(dev, "memory", 0);
+  hw->mem_bw = num_field(dev, "memory_bandwidth", 0);
+  const vrecord *comp = rec_field(dev, "compute");
+  for (int t = 0; t < DT_COUNT; t++) hw->peak[t] = num_field(comp, dtype_names[t], 0);
+  hw->vector_rate = hw->peak[DT_F32];
+  hw->matmul_eff = num_field(dev, "matmul_efficiency", 1.0);
+  hw->units = (int)num_field(dev, "sms", 0);
+  const value *tile = dev ? record_get(dev, "matmul_tile") : NULL;
+  if (tile && tile->kind == V_LIST && tile->list->n == 2 && tile->list->items[0].kind == V_INT &&
+      tile->list->items[1].kind == V_INT) {
+    hw->tile_m = (int)tile->list->items[0].i;
+    hw->tile_n = (int)tile->list->items[1].i;
+  }
+  hw->tile_k_overhead = num_field(dev, "matmul_tile_k_overhead", 0);
+  hw->memory_eff = num_field(dev, "memory_efficiency", 1.0);
+  hw->launch = num_field(dev, "kernel_launch", 0);
+  const value *sp = dev ? record_get(dev, "attention_score_passes") : NULL;
+  if (sp && sp->kind == V_LIST && sp->list->n == 2) {
+    const value *f = &sp->list->items[0], *b = &sp->list->items[1];
+    hw->score_passes = f->kind == V_INT ? (double)f->i : f->kind == V_FLOAT ? f->f : 0;
+    hw->score_passes_bwd = b->kind == V_INT ? (double)b->i : b->kind == V_FLOAT ? b->f : 0;
+  }
+  const value *links = record_get(cl, "links");
+  if (links && links->kind == V_LIST)
+    for (int i = 0; i < links->list->n; i++) {
+      const vrecord *l = links->list->items[i].rec;
+      const value *lv = record_get(l, "level");
+      if (!lv || lv->kind != V_STRING) continue;
+      hw_link *to = strcmp(lv->s, "node") == 0 ? &hw->node : &hw->net;
+      if (!to->present) read_link(l, to);
+    }
+  /* a single-level cluster: its one link serves both levels */
+  if (!hw->net.present && hw->node.present) hw->net = hw->node;
+  if (!hw->node.present && hw->net.present) hw->node = hw->net;
+  /* every dtype the plan computes in needs a rate */
+  bool ok = true;
+  bool seen[DT_COUNT] = {0};
+  for (int op = 0; op < p->g->nops; op++) {
+    weft_dtype dt = op_dtype(p->g, op);
+    if (!uses_tensor_cores(p->g->ops[op].kind) || seen[dt]) continue;
+    seen[dt] = true;
+    if (hw->peak[dt] <= 0) {
+      ok = false;
+      if (!c) break;
+      weft_diag *g = eval_error(c, p->loc, "cannot estimate plan %s: the device of cluster %s (%s) has no compute rate for %s, which %s computes in",
+                                p->name, hw->cluster, hw->device, dtype_names[dt], p->g->ops[op].name);
+      diag_hint(g, &c->diags, "give the model another dtype, or add `%s = ... TFLOP/s` to the device's compute", dtype_names[dt]);
+    }
+  }
+  if (hw->vector_rate <= 0)
+    for (int t = 0; t < DT_COUNT; t++)
+      if (hw->peak[t] > hw->vector_rate) hw->vector_rate = hw->peak[t];
+  if (hw->mem_bw <= 0 || hw->vector_rate <= 0) {
+    if (c) eval_error(c, p->loc, "cannot estimate plan %s: cluster %s gives no memory bandwidth or compute rate", p->name, hw->cluster);
+    ok = false;
+  }
+  (void)pr;
+  return ok;
+}
+
+/* ---- kernels ------------------------------------------------------------- */
+
+double cost_matmul_efficiency(const hw_model *hw, double batch, double m, double n, double k) {
+  if (m <= 0 || n <= 0 || k <= 0 || batch <= 0) return hw->matmul_eff;
+  double e = hw->matmul_eff;
+  if (hw->tile_m > 0 && hw->tile_n > 0) {
+    double tiles = batch * ceil(m / hw->tile_m) * ceil(n / hw->tile_n);
+    double slots = tiles;
+    if (hw->units > 0) slots = ceil(tiles / hw->units) * hw->units;
+    e *= batch * m * n / (slots * (double)hw->tile_m * hw->tile_n);
+  }
+  if (hw->tile_k_overhead > 0) e *= k / (k + hw->tile_k_overhead);
+  return e;
+}
+
+/* One matrix product's time: the roofline of its FLOPs at the shape's
+ * efficiency and of its operands' traffic. */
+static double gemm_time(const hw_model *hw, weft_dtype dt, double batch, double m, double n, double k, double *flops,
+                        double *bytes) {
+  double f = 2 * batch * m * n * k;
+  double b = batch * (m * k + k * n + m * n) * dtype_bytes[dt];
+  *flops += f;
+  *bytes += b;
+  if (!hw) return 0;
+  double rate = hw->peak[dt] * cost_matmul_efficiency(hw, batch, m, n, k);
+  double tc = rate > 0 ? f / rate : 0;
+  double tm = b / (hw->mem_bw * hw->memory_eff);
+  return hw->launch + (tc > tm ? tc : tm);
+}
+
+static double stream_time(const hw_model *hw, double flops, double bytes, int kernels) {
+  if (!hw) return 0;
+  double tc = flops / hw->vector_rate;
+  double tm = bytes / (hw->mem_bw * hw->memory_eff);
+  return kernels * hw->launch + (tc > tm ? tc : tm);
+}
+
+static double ref_bytes(const weft_program *pr, const lref *r) {
+  if (r->buf < 0) return 0;
+  const lbuf *b = &pr->bufs[r->buf];
+  return (double)tregion_numel(&r->region) * dtype_bytes[b->dtype] * (b->copies > 0 ? b->copies : 1);
+}
+
+/* Size of the part of idim i a sub-operator covers. */
+static double span(const psub *s, int i) { return (double)(s->range[i].hi - s->range[i].lo); }
+
+static bool tmap_has(const tmap *m, int idim) {
+  for (int d = 0; d < m->ndims; d++)
+    for (int f = 0; f < m->nfactors[d]; f++)
+      if (m->factors[d][f] == idim) return true;
+  return false;
+}
+
+double cost_backward_factor(const char *kind, int grads, int inputs) {
+  if (!kind) return 2;
+  if (strcmp(kind, "matmul") == 0) return grads;  /* one product per operand that gets a gradient */
+  if (strcmp(kind, "attention") == 0) return 2;   /* four products against the forward's two */
+  if (strcmp(kind, "embedding") == 0) return 0;   /* a scatter-add: traffic, no arithmetic counted */
+  if (strcmp(kind, "optimizer") == 0) return 0;
+  (void)inputs;
+  return 2;                                       /* elementwise, norms, losses: about twice the forward */
+}
+
+static bool is_kind(const gop *o, const char *k) { return o->kind && strcmp(o->kind, k) == 0; }
+
+/* Matrix operands of a matmul-kind operator: its first two inputs. */
+static int matmul_grads_graph(const weft_graph *g, const gop *o) {
+  int n = 0;
+  for (int i = 0; i < o->ninputs && i < 2; i++) {
+    const gtensor *t = &g->tensors[o->inputs[i]];
+    n += t->role != TENSOR_INPUT && dtype_is_float(t->dtype);
+  }
+  return n;
+}
+
+double cost_model_flops(const weft_graph *g) {
+  double total = 0;
+  for (int i = 0; i < g->nops; i++) {
+    const gop *o = &g->ops[i];
+    int grads = is_kind(o, "matmul") ? matmul_grads_graph(g, o) : 1;
+    total += o->flops * (1 + cost_backward_factor(o->kind, grads, o->ninputs));
+  }
+  return total;
+}
+
+static bool has_grad_of(const lins *ins, int arg) {
+  for (int i = 0; i < ins->nout; i++)
+    if (ins->out[i].arg == arg && ins->out[i].buf >= 0) return true;
+  return false;
+}
+
+/* What the cost of a compute instruction takes from its sub-operator and
+ * operator: the same for every instruction that runs the sub-operator
+ * (each micro-batch, forward, recomputation and backward). */
+enum { OPK_MATMUL, OPK_ATTENTION, OPK_OTHER };
+
+typedef struct subgeo {
+  int op;                 /* -1: not filled yet */
+  int kind;               /* OPK_* */
+  weft_dtype dt;
+  double frac;            /* the part of the operator's iteration space it covers */
+  double a, b, c;         /* matmul: m, n, k; attention: sq, dh, batch */
+} subgeo;
+
+/* What the memo keeps of a compute cost (a compute sends nothing). */
+typedef struct ckc {
+  double flops, bytes, seconds;
+  int kernels;
+} ckc;
+
+/* The part of a sub-operator's memo read by every instruction: the cost of
+ * its forward and of its backward, for products whose cost reads no
+ * buffer. */
+typedef struct subhot {
+  bool filled;            /* geo filled */
+  signed char kind;       /* OPK_* */
+  signed char key[2];     /* -1: none yet, else what the cost depends on */
+  ckc kc[2];
+} subhot;
+
+static void subgeo_fill(const weft_plan *p, const psub *s, subgeo *g) {
+  const gop *o = &p->g->ops[s->op];
+  const opspace *sp = p->ops[s->op].space;
+  g->op = s->op;
+  double frac = 1;
+  for (int i = 0; i < sp->nidims; i++)
+    if (sp->idims[i].size > 0) frac *= span(s, i) / (double)sp->idims[i].size;
+  g->frac = frac;
+  g->dt = op_dtype(p->g, s->op);
+  g->a = g->b = g->c = 0;
+  if (is_kind(o, "matmul") && sp->ninputs >= 2) {
+    /* m: result idims the first operand has; n: the others; k: reductions */
+    double m = 1, n = 1, kk = 1;
+    for (int i = 0; i < sp->nidims; i++) {
+      if (sp->idims[i].reduce) kk *= span(s, i);
+      else if (tmap_has(&sp->output, i)) {
+        if (tmap_has(&sp->inputs[0], i)) m *= span(s, i);
+        else n *= span(s, i);
+      }
+    }
+    g->kind = OPK_MATMUL;
+    g->a = m; g->b = n; g->c = kk;
+  } else if (is_kind(o, "attention")) {
+    double sq = 0, dh = 0, batch = 1;
+    for (int i = 0; i < sp->nidims; i++) {
+      const char *sig = sp->idims[i].sig;
+      if (strcmp(sig, "s") == 0) sq = span(s, i);
+      else if (strcmp(sig, "dh") == 0) dh = span(s, i);
+      else if (tmap_has(&sp->output, i)) batch *= span(s, i);
+    }
+    g->kind = OPK_ATTENTION;
+    g->a = sq; g->b = dh; g->c = batch;
+  } else {
+    g->kind = OPK_OTHER;
+  }
+}
+
+static kcost compute_cost_geo(const hw_model *hw, const weft_program *pr, const lins *ins, const subgeo *g) {
+  kcost k = {0};
+  const weft_plan *p = pr->p;
+  const gop *o = &p->g->ops[g->op];
+  double frac = g->frac;
+  weft_dtype dt = g->dt;
+  bool bwd = ins->dir == DIR_BACKWARD;
+  double t = 0;
+  if (g->kind == OPK_MATMUL) {
+    double m = g->a, n = g->b, kk = g->c;
+    if (!bwd) {
+      t += gemm_time(hw, dt, 1, m, n, kk, &k.flops, &k.bytes);
+      k.kernels = 1;
+    } else {
+      if (has_grad_of(ins, 0)) { t += gemm_time(hw, dt, 1, m, kk, n, &k.flops, &k.bytes); k.kernels++; }
+      if (has_grad_of(ins, 1)) { t += gemm_time(hw, dt, 1, kk, n, m, &k.flops, &k.bytes); k.kernels++; }
+    }
+    /* the operator's own count (bias terms and the like) is what the model says */
+    double own = o->flops * frac * (bwd ? cost_backward_factor(o->kind, has_grad_of(ins, 0) + has_grad_of(ins, 1), 0) : 1);
+    if (own > k.flops) k.flops = own;
+  } else if (g->kind == OPK_ATTENTION) {
+    /* softmax(q k^T) v per batch element and head: two batched products,
+     * with the scores between them in memory unless the kernel is fused */
+    double sq = g->a, dh = g->b, batch = g->c;
+    if (sq > 0 && dh > 0) {
+      /* forward: scores q k^T, then the weighted values; backward: dP = dO v^T,
+       * then dV = P^T dO, dQ = dS k, dK = dS^T q */
+      t += gemm_time(hw, dt, batch, sq, sq, dh, &k.flops, &k.bytes);
+      for (int r = 0; r < (bwd ? 3 : 1); r++) t += gemm_time(hw, dt, batch, sq, dh, sq, &k.flops, &k.bytes);
+      double scores = batch * sq * sq * dtype_bytes[dt];
+      double passes = hw ? (bwd ? hw->score_passes_bwd : hw->score_passes) : 0;
+      k.bytes += passes * scores;
+      if (hw) t += stream_time(hw, 0, passes * scores, passes > 0 ? 1 : 0);
+      k.kernels = bwd ? 5 : 3;
+    } else {
+      k.flops = o->flops * frac * (bwd ? 2 : 1);
+      for (int i = 0; i < ins->nin; i++) k.bytes += ref_bytes(pr, &ins->in[i]);
+      for (int i = 0; i < ins->nout; i++) k.bytes += ref_bytes(pr, &ins->out[i]) * (ins->out[i].buf >= 0 && ins->accumulate ? 2 : 1);
+      k.kernels = 1;
+      if (hw) {
+        double rate = hw->peak[dt] * hw->matmul_eff;
+        double tc = rate > 0 ? k.flops / rate : 0, tm = k.bytes / (hw->mem_bw * hw->memory_eff);
+        t = hw->launch + (tc > tm ? tc : tm);
+      }
+    }
+  } else {
+    k.flops = o->flops * frac * (bwd ? cost_backward_factor(o->kind, 1, o->ninputs) : 1);
+    for (int i = 0; i < ins->nin; i++) k.bytes += ref_bytes(pr, &ins->in[i]);
+    for (int i = 0; i < ins->nout; i++) k.bytes += ref_bytes(pr, &ins->out[i]) * (ins->accumulate ? 2 : 1);
+    k.kernels = 1;
+    t = stream_time(hw, k.flops, k.bytes, 1);
+  }
+  k.seconds = hw ? t : 0;
+  return k;
+}
+
+static kcost compute_cost(const hw_model *hw, const weft_program *pr, const lins *ins) {
+  subgeo g;
+  subgeo_fill(pr->p, &pr->p->subs[ins->sub], &g);
+  return compute_cost_geo(hw, pr, ins, &g);
+}
+
+/* ---- a memo of sub-operator geometry for one program -------------------- */
+
+struct cost_memo {
+  const weft_program *pr;
+  const hw_model *hw;
+  int nsubs;
+  subgeo *geo;            /* per sub-operator, filled on first use */
+  subhot *hot;
+};
+
+cost_memo *cost_memo_new(const weft_program *pr, const hw_model *hw) {
+  cost_memo *m = calloc(1, sizeof *m);
+  if (!m) weft_oom();
+  m->pr = pr;
+  m->hw = hw;
+  m->nsubs = pr->p->nsubs;
+  m->geo = malloc(sizeof(subgeo) * (size_t)(m->nsubs > 0 ? m->nsubs : 1));
+  if (!m->geo) weft_oom();
+  m->hot = calloc((size_t)(m->nsubs > 0 ? m->nsubs : 1), sizeof(subhot));
+  if (!m->hot) weft_oom();
+  return m;
+}
+
+void cost_memo_free(cost_memo *m) {
+  if (!m) return;
+  free(m->geo);
+  free(m->hot);
+  free(m);
+}
+
+kcost cost_compute_memo(cost_memo *m, const lins *ins) {
+  if (ins->kind != LI_COMPUTE || ins->sub < 0 || ins->sub >= m->nsubs) return cost_compute(m->hw, m->pr, ins);
+  subhot *h = &m->hot[ins->sub];
+  subgeo *g = &m->geo[ins->sub];
+  if (!h->filled) {
+    subgeo_fill(m->pr->p, &m->pr->p->subs[ins->sub], g);
+    h->filled = true;
+    h->kind = (signed char)g->kind;
+    h->key[0] = h->key[1] = -1;
+    /* fused attention's cost depends on the direction alone; unfused, on its buffers */
+    if (g->kind == OPK_ATTENTION && !(g->a > 0 && g->b > 0)) h->kind = OPK_OTHER;
+  }
+  /* a matrix product's cost depends on the direction and on which operands
+   * get a gradient */
+  int key;
+  if (h->kind == OPK_MATMUL) key = ins->dir == DIR_BACKWARD ? 1 + has_grad_of(ins, 0) + 2 * has_grad_of(ins, 1) : 0;
+  else if (h->kind == OPK_ATTENTION) key = ins->dir == DIR_BACKWARD ? 1 : 0;
+  else return compute_cost_geo(m->hw, m->pr, ins, g);
+  int slot = key > 0;
+  ckc *c = &h->kc[slot];
+  if (h->key[slot] != key) {
+    kcost k = compute_cost_geo(m->hw, m->pr, ins, g);
+    c->flops = k.flops;
+    c->bytes = k.bytes;
+    c->seconds = k.seconds;
+    c->kernels = k.kernels;
+    h->key[slot] = (signed char)key;
+  }
+  kcost k = {0};
+  k.flops = c->flops;
+  k.bytes = c->bytes;
+  k.seconds = c->seconds;
+  k.kernels = c->kernels;
+  return k;
+}
+
+kcost cost_compute(const hw_model *hw, const weft_program *pr, const lins *ins) {
+  kcost k = {0};
+  switch (ins->kind) {
+  case LI_COMPUTE:
+    return compute_cost(hw, pr, ins);
+  case LI_COPY:
+    for (int i = 0; i < ins->nin; i++) k.bytes += 2 * ref_bytes(pr, &ins->in[i]);
+    k.kernels = ins->nin;
+    k.seconds = stream_time(hw, 0, k.bytes, k.kernels);
+    return k;
+  case LI_STEP:
+    /* reads the gradient, reads and writes the parameter and the state */
+    for (int i = 0; i < ins->nin; i++) k.bytes += ref_bytes(pr, &ins->in[i]);
+    for (int i = 0; i < ins->nout; i++) k.bytes += 2 * ref_bytes(pr, &ins->out[i]);
+    /* its arithmetic is a few operations per byte: the traffic is the cost */
+    k.kernels = 1;
+    k.seconds = stream_time(hw, k.flops, k.bytes, 1);
+    return k;
+  default:
+    return k;
+  }
+}
+
+/* ---- communication ------------------------------------------------------- */
+
+typedef struct placement {
+  int p;                  /* members */
+  int nodes;              /* nodes they span */
+  int per_node;           /* most members on one node */
+} placement;
+
+static placement place(const weft_plan *p, const int *group, int n) {
+  placement pl = {n, 0, 0};
+  int dpn = p->devices_per_node > 0 ? p->devices_per_node : 1;
+  /* groups are short lists in rank order: count nodes by scanning */
+  for (int i = 0; i < n; i++) {
+    int node = group[i] / dpn, seen = 0, here = 0;
+    for (int j = 0; j < n; j++) {
+      if (group[j] / dpn != node) continue;
+      if (j < i) seen = 1;
+      here++;
+    }
+    if (!seen) pl.nodes++;
+    if (here > pl.per_node) pl.per_node = here;
+  }
+  return pl;
+}
+
+static double bw(const hw_link *l) { return l->bandwidth * l->efficiency; }
+
+kcost cost_comm(const hw_model *hw, const weft_plan *p, const pcomm *cm, const char **algo) {
+  kcost k = {0};
+  const char *name = "none";
+  double S = (double)cm->size;
+  if (cm->kind == COMM_SEND || cm->kind == COMM_BROADCAST) {
+    int pair[2] = {cm->src, cm->dst};
+    placement pl = place(p, pair, 2);
+    bool net = pl.nodes > 1;
+    k.net_bytes[net] = S;
+    name = "p2p";
+    if (hw) {
+      const hw_link *l = net ? &hw->net : &hw->node;
+      k.seconds = l->latency + S / bw(l);
+    }
+    if (algo) *algo = name;
+    return k;
+  }
+  placement pl = place(p, cm->group, cm->ngroup);
+  int P = pl.p;
+  if (P <= 1) {
+    if (algo) *algo = name;
+    return k;
+  }
+  bool reduce = cm->kind == COMM_ALL_REDUCE;
+  double phases = reduce ? 2 : 1;   /* all-reduce: reduce-scatter then all-gather */
+  if (pl.nodes <= 1) {
+    k.net_bytes[0] = phases * (P - 1) / P * S;
+    name = "ring";
+    if (hw) {
+      double ring = phases * (P - 1) * hw->node.latency + phases * (P - 1) / P * S / bw(&hw->node);
+      k.seconds = ring;
+      if (reduce) {
+        double tree = 2 * ceil(log2((double)P)) * hw->node.latency + 2 * S / bw(&hw->node);
+        if (tree < ring) { k.seconds = tree; name = "tree"; }
+      }
+    }
+  } else {
+    /* hierarchical: inside each node among g members, across nodes on S/g
+     * per device (each device has its own path to the network) */
+    double g = pl.per_node, nn = pl.nodes;
+    k.net_bytes[0] = phases * (g - 1) / g * S;
+    k.net_bytes[1] = phases * (nn - 1) / nn * S / g;
+    name = g > 1 ? "hierarchical" : "ring";
+    if (hw) {
+      double intra = g > 1 ? phases * (g - 1) * hw->node.latency + phases * (g - 1) / g * S / bw(&hw->node) : 0;
+      double inter = phases * (nn - 1) * hw->net.latency + phases * (nn - 1) / nn * (S / g) / bw(&hw->net);
+      k.seconds = intra + inter;
+      /* a flat ring over every member crosses the network on every hop
+       * that leaves a node; its bandwidth is the network's */
+      double flat = phases * (P - 1) * hw->net.latency + phases * (P - 1) / P * S / bw(&hw->net);
+      if (flat < k.seconds) { k.seconds = flat; name = "ring"; }
+      if (reduce) {
+        double tree = intra + 2 * ceil(log2(nn)) * hw->net.latency + 2 * (S / g) / bw(&hw->net);
+        if (tree < k.seconds) { k.seconds = tree; name = "tree"; }
+      }
+    }
+  }
+  if (algo) *algo = name;
+  return k;
+}

@@ -1,0 +1,608 @@
+/* sim.c - runs a lowered program against the hardware model. Each device
+ * issues its instructions in program order onto streams (compute, activation
+ * collectives, sends, receives, parameter collectives); an instruction starts
+ * when its stream is free and the buffers it reads were last written. Every
+ * device is walked as far as it can go; a collective waits until all its
+ * members reached it, a receive until its send was issued. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sim.h"
+#include "weft.h"
+
+const char *const sim_stream_names[SS_COUNT] = {"compute", "collective", "send", "recv", "gradients"};
+
+/* ---- representatives ----------------------------------------------------
+ * Lowering may keep programs only for representative devices: a device
+ * whose program is that of its representative with devices renamed (a
+ * data-parallel replica, plan.h `rep`). Every access to a device's program
+ * and to the representative map goes through these two helpers. */
+static int sim_rep(const weft_program *pr, int d) { return pr->p->rep ? pr->p->rep[d] : d; }
+
+static const lprog *sim_prog(const weft_program *pr, int d) { return lower_prog(pr, d); }
+
+/* ---- state --------------------------------------------------------------- */
+
+typedef struct bstate {
+  double ready;           /* end of the last write */
+  double last_use;        /* end of the last instruction that touched it */
+  double alloc_t;
+  signed char writer;     /* instruction kind of the last writer, -1: none */
+  bool pending;           /* allocated, not yet touched: its allocation time is its first use */
+  bool used;
+} bstate;
+
+typedef struct cstate {   /* one collective instance (comm, epoch) */
+  int expected, arrived;
+  double arrive;          /* latest arrival */
+  bool done;
+  double start, end;
+  int *members;           /* simulated members (SS_GRAD: for the joint placement) */
+} cstate;
+
+typedef struct sstate {   /* one send (comm, epoch) */
+  bool sent;
+  double start, arrive;
+} sstate;
+
+typedef struct ivl {
+  double a, b;
+} ivl;
+
+typedef struct gaps {     /* busy intervals of a device's SS_GRAD stream, sorted */
+  ivl *v;
+  int n, cap;
+} gaps;
+
+typedef struct memev {
+  double t;
+  int64_t delta;
+} memev;
+
+typedef struct sim {
+  weft_sim *out;
+  const weft_program *pr;
+  const hw_model *hw;
+  bstate *bufs;
+  cstate *colls;          /* per comm * 2 + epoch */
+  sstate *sends;
+  int *pc;                /* per simulated device: position in its order */
+  int **order;            /* per simulated device: program indices in the order they are walked */
+  bool *parked;           /* per simulated device: registered at the collective it waits on */
+  bool *p2p;              /* per simulated device: its program has a receive */
+  double (*free_at)[SS_COUNT];
+  double *clock;          /* latest start issued on the device */
+  gaps *grad;
+  memev **mev;
+  int *nmev, *mevcap;
+  int *stamp;             /* scratch for deduplicating members */
+  int stampv;
+  cost_memo *memo;        /* compute costs: what each sub-operator contributes */
+  signed char *comm_stream; /* per comm: the stream its collective runs on */
+  kcost *comm_cost;       /* per comm: its cost for one member, once computed */
+  bool *comm_costed;
+} sim;
+
+static void *xcalloc(size_t n, size_t sz) {
+  void *p = calloc(n ? n : 1, sz);
+  if (!p) weft_oom();
+  return p;
+}
+
+static void mem_push(sim *S, int k, double t, int64_t delta) {
+  if (S->nmev[k] == S->mevcap[k]) {
+    S->mevcap[k] = S->mevcap[k] ? 2 * S->mevcap[k] : 64;
+    S->mev[k] = realloc(S->mev[k], sizeof(memev) * (size_t)S->mevcap[k]);
+    if (!S->mev[k]) weft_oom();
+  }
+  S->mev[k][S->nmev[k]++] = (memev){t, delta};
+}
+
+/* The stream a collective of phase ph runs on. */
+static int coll_stream(comm_phase ph) { return ph == PHASE_WEIGHTS || ph == PHASE_PARAMS ? SS_GRAD : SS_COLL; }
+
+/* The stream an instruction runs on; -1 for bookkeeping. */
+static int stream_of(const sim *S, const lins *in) {
+  switch (in->kind) {
+  case LI_COMPUTE: case LI_COPY: case LI_STEP: return SS_COMPUTE;
+  case LI_SEND: return SS_SEND;
+  case LI_RECV: return SS_RECV;
+  case LI_COLLECTIVE: return S->comm_stream[in->comm];
+  default: return -1;
+  }
+}
+
+/* The cost of a send or collective for one member: the same for every
+ * member and epoch, so computed once per comm. */
+static kcost comm_cost(sim *S, int comm) {
+  if (!S->comm_costed[comm]) {
+    S->comm_cost[comm] = cost_comm(S->hw, S->pr->p, &S->pr->p->comms[comm], NULL);
+    S->comm_costed[comm] = true;
+  }
+  return S->comm_cost[comm];
+}
+
+/* A buffer is touched at time t by an instruction starting then. */
+static void touch(sim *S, int k, int b, double start) {
+  bstate *bs = &S->bufs[b];
+  if (bs->pending) {
+    bs->pending = false;
+    bs->alloc_t = start;
+    mem_push(S, k, start, S->pr->bufs[b].bytes);
+  }
+}
+
+static void used(sim *S, int b, double end) {
+  bstate *bs = &S->bufs[b];
+  bs->used = true;
+  if (end > bs->last_use) bs->last_use = end;
+}
+
+static void written(sim *S, int b, double end, lins_kind kind) {
+  bstate *bs = &S->bufs[b];
+  if (end >= bs->ready) {
+    bs->ready = end;
+    bs->writer = (signed char)kind;
+  }
+  used(S, b, end);
+}
+
+/* When an instruction's inputs are there; *cause gets the kind of the
+ * writer of the latest one. Outputs count too: a write waits for the
+ * previous write of the same buffer. */
+static double inputs_ready(sim *S, const lins *in, int *cause) {
+  double t = 0;
+  *cause = -1;
+  for (int i = 0; i < in->nin; i++) {
+    int b = in->in[i].buf;
+    if (b < 0) continue;
+    if (S->bufs[b].ready > t) { t = S->bufs[b].ready; *cause = S->bufs[b].writer; }
+  }
+  for (int i = 0; i < in->nout; i++) {
+    int b = in->out[i].buf;
+    if (b < 0) continue;
+    if (S->bufs[b].ready > t) { t = S->bufs[b].ready; *cause = S->bufs[b].writer; }
+  }
+  return t;
+}
+
+static void touch_all(sim *S, int k, const lins *in, double start, double end) {
+  for (int i = 0; i < in->nin; i++)
+    if (in->in[i].buf >= 0) { touch(S, k, in->in[i].buf, start); used(S, in->in[i].buf, end); }
+  for (int i = 0; i < in->nout; i++)
+    if (in->out[i].buf >= 0) { touch(S, k, in->out[i].buf, start); written(S, in->out[i].buf, end, in->kind); }
+}
+
+/* Earliest t' >= t with [t', t' + dur) free in g. */
+static double fit(const gaps *g, double t, double dur) {
+  for (int i = 0; i < g->n; i++) {
+    if (t + dur <= g->v[i].a) return t;
+    if (g->v[i].b > t) t = g->v[i].b;
+  }
+  return t;
+}
+
+static void occupy(gaps *g, double a, double b) {
+  if (g->n == g->cap) {
+    g->cap = g->cap ? 2 * g->cap : 32;
+    g->v = realloc(g->v, sizeof(ivl) * (size_t)g->cap);
+    if (!g->v) weft_oom();
+  }
+  int i = g->n;
+  while (i > 0 && g->v[i - 1].a > a) { g->v[i] = g->v[i - 1]; i--; }
+  g->v[i] = (ivl){a, b};
+  g->n++;
+}
+
+/* The simulated members of a collective: members mapped to their
+ * representatives, each once. */
+static int sim_members(sim *S, const pcomm *cm, int *out) {
+  int n = 0;
+  S->stampv++;
+  for (int i = 0; i < cm->ngroup; i++) {
+    int r = sim_rep(S->pr, cm->group[i]);
+    if (r < 0 || r >= S->pr->nprogs || S->out->index[r] < 0) continue;
+    int k = S->out->index[r];
+    if (S->stamp[k] == S->stampv) continue;
+    S->stamp[k] = S->stampv;
+    out[n++] = k;
+  }
+  return n;
+}
+
+/* Runs instruction pc of simulated device k; false when it must wait for
+ * another device. */
+static bool step_ins(sim *S, int k) {
+  sim_dev *D = &S->out->dev[k];
+  const lprog *pg = sim_prog(S->pr, D->device);
+  int pc = S->order[k][S->pc[k]];
+  const lins *in = &pg->ins[pc];
+  const weft_plan *p = S->pr->p;
+  int st = stream_of(S, in);
+  D->stream[pc] = (signed char)st;
+  int cause = -1;
+  switch (in->kind) {
+  case LI_ALLOC: {
+    const lbuf *b = &S->pr->bufs[in->buf];
+    bstate *bs = &S->bufs[in->buf];
+    bs->ready = 0;
+    bs->writer = -1;
+    bs->last_use = 0;
+    if (b->persistent) {
+      bs->alloc_t = 0;
+      mem_push(S, k, 0, b->bytes);
+    } else bs->pending = true;
+    D->start[pc] = D->end[pc] = S->clock[k];
+    return true;
+  }
+  case LI_FREE: {
+    bstate *bs = &S->bufs[in->buf];
+    double t = bs->used ? bs->last_use : S->clock[k];
+    if (bs->pending) { bs->pending = false; mem_push(S, k, t, S->pr->bufs[in->buf].bytes); }
+    mem_push(S, k, t, -S->pr->bufs[in->buf].bytes);
+    D->start[pc] = D->end[pc] = t;
+    return true;
+  }
+  case LI_COMPUTE: case LI_COPY: case LI_STEP: {
+    kcost c = in->kind == LI_COMPUTE ? cost_compute_memo(S->memo, in) : cost_compute(S->hw, S->pr, in);
+    double ready = inputs_ready(S, in, &cause);
+    double free_at = S->free_at[k][st];
+    double start = ready > free_at ? ready : free_at;
+    double gap = start - free_at;
+    if (gap > 0) {
+      if (cause == LI_RECV) D->wait_pipeline += gap;
+      else if (cause == LI_COLLECTIVE) D->wait_comm += gap;
+    }
+    double end = start + c.seconds;
+    touch_all(S, k, in, start, end);
+    S->free_at[k][st] = end;
+    D->busy[st] += c.seconds;
+    D->flops += c.flops;
+    D->bytes += c.bytes;
+    D->start[pc] = start;
+    D->end[pc] = end;
+    if (end > D->compute_end) D->compute_end = end;
+    break;
+  }
+  case LI_SEND: {
+    const pcomm *cm = &p->comms[in->comm];
+    kcost c = comm_cost(S, in->comm);
+    double ready = inputs_ready(S, in, &cause);
+    double start = ready > S->free_at[k][st] ? ready : S->free_at[k][st];
+    double end = start + c.seconds;
+    touch_all(S, k, in, start, end);
+    S->free_at[k][st] = end;
+    D->busy[st] += c.seconds;
+    D->sent[0] += c.net_bytes[0];
+    D->sent[1] += c.net_bytes[1];
+    D->sent_kind[cm->kind] += c.net_bytes[0] + c.net_bytes[1];
+    sstate *ss = &S->sends[in->comm * 2 + (in->epoch ? 1 : 0)];
+    ss->sent = true;
+    ss->start = start;
+    ss->arrive = end;
+    D->start[pc] = start;
+    D->end[pc] = end;
+    break;
+  }
+  case LI_RECV: {
+    S->p2p[k] = true;
+    sstate *ss = &S->sends[in->comm * 2 + (in->epoch ? 1 : 0)];
+    double posted = S->free_at[k][st];
+    double ready = inputs_ready(S, in, &cause);
+    if (ready > posted) posted = ready;
+    double arrive = posted, from = posted;
+    int peer = sim_rep(S->pr, in->peer);
+    if (ss->sent) {
+      arrive = ss->arrive > posted ? ss->arrive : posted;
+      from = ss->start > posted ? ss->start : posted;
+    } else if (peer == in->peer) {
+      return false;       /* the sender has not got there yet */
+    }
+    /* a sender that is not simulated (its representative runs a renamed
+     * program): its data is taken to be there when the receive is posted */
+    touch_all(S, k, in, posted, arrive);
+    S->free_at[k][st] = arrive;
+    D->busy[st] += arrive - from;
+    D->start[pc] = from;
+    D->end[pc] = arrive;
+    break;
+  }
+  case LI_COLLECTIVE: {
+    const pcomm *cm = &p->comms[in->comm];
+    cstate *cs = &S->colls[in->comm * 2 + (in->epoch ? 1 : 0)];
+    kcost c = comm_cost(S, in->comm);
+    if (!cs->done) {
+      if (!S->parked[k]) {
+        if (!cs->members) {
+          cs->members = xcalloc((size_t)cm->ngroup, sizeof(int));
+          cs->expected = sim_members(S, cm, cs->members);
+        }
+        double ready = inputs_ready(S, in, &cause);
+        double arrive = st == SS_GRAD ? ready : (ready > S->free_at[k][st] ? ready : S->free_at[k][st]);
+        if (arrive > cs->arrive) cs->arrive = arrive;
+        cs->arrived++;
+        S->parked[k] = true;
+      }
+      if (cs->arrived < cs->expected) return false;
+      double start = cs->arrive;
+      if (st == SS_GRAD) {
+        /* the earliest time free on every member's stream */
+        for (bool moved = true; moved;) {
+          moved = false;
+          for (int i = 0; i < cs->expected; i++) {
+            double t = fit(&S->grad[cs->members[i]], start, c.seconds);
+            if (t > start) { start = t; moved = true; }
+          }
+        }
+        for (int i = 0; i < cs->expected; i++) occupy(&S->grad[cs->members[i]], start, start + c.seconds);
+      }
+      cs->start = start;
+      cs->end = start + c.seconds;
+      cs->done = true;
+    }
+    S->parked[k] = false;
+    touch_all(S, k, in, cs->start, cs->end);
+    if (cs->end > S->free_at[k][st]) S->free_at[k][st] = cs->end;
+    D->busy[st] += c.seconds;
+    D->sent[0] += c.net_bytes[0];
+    D->sent[1] += c.net_bytes[1];
+    D->sent_kind[cm->kind] += c.net_bytes[0] + c.net_bytes[1];
+    D->start[pc] = cs->start;
+    D->end[pc] = cs->end;
+    break;
+  }
+  default:
+    D->start[pc] = D->end[pc] = S->clock[k];
+    return true;
+  }
+  if (D->start[pc] > S->clock[k]) S->clock[k] = D->start[pc];
+  if (D->end[pc] > D->finish) D->finish = D->end[pc];
+  return true;
+}
+
+/* Event order of the memory timeline: by time and, at one instant, frees
+ * first: the memory a kernel released is reused by the next. */
+static inline bool memev_before(const memev *x, const memev *y) {
+  if (x->t != y->t) return x->t < y->t;
+  return (x->delta > 0) < (y->delta > 0);
+}
+
+/* Stable merge sort of a device's events in memev_before's order: events are
+ * pushed in roughly increasing time, so runs already in order are kept
+ * and only the rest is merged. */
+static void memev_sort(memev *v, int n) {
+  int sorted = 1;
+  while (sorted < n && !memev_before(&v[sorted], &v[sorted - 1])) sorted++;
+  if (sorted >= n) return;
+  memev *tmp = malloc(sizeof(memev) * (size_t)n);
+  if (!tmp) weft_oom();
+  /* runs of 16 by insertion, then passes of doubling width */
+  const int run = 16;
+  for (int lo = 0; lo < n; lo += run) {
+    int hi = lo + run < n ? lo + run : n;
+    for (int i = lo + 1; i < hi; i++) {
+      memev x = v[i];
+      int j = i;
+      while (j > lo && memev_before(&x, &v[j - 1])) { v[j] = v[j - 1]; j--; }
+      v[j] = x;
+    }
+  }
+  memev *src = v, *dst = tmp;
+  for (int w = run; w < n; w *= 2) {
+    for (int lo = 0; lo < n; lo += 2 * w) {
+      int mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
+      int i = lo, j = mid, o = lo;
+      if (mid < hi && !memev_before(&src[mid], &src[mid - 1])) {
+        memcpy(dst + lo, src + lo, sizeof(memev) * (size_t)(hi - lo));
+        continue;
+      }
+      while (i < mid && j < hi) dst[o++] = memev_before(&src[j], &src[i]) ? src[j++] : src[i++];
+      while (i < mid) dst[o++] = src[i++];
+      while (j < hi) dst[o++] = src[j++];
+    }
+    memev *t = src; src = dst; dst = t;
+  }
+  if (src != v) memcpy(v, src, sizeof(memev) * (size_t)n);
+  free(tmp);
+}
+
+static void memory_timeline(sim *S, int k) {
+  sim_dev *D = &S->out->dev[k];
+  memev_sort(S->mev[k], S->nmev[k]);
+  D->mem = xcalloc((size_t)S->nmev[k], sizeof(sim_mem));
+  int64_t live = 0;
+  for (int i = 0; i < S->nmev[k]; i++) {
+    live += S->mev[k][i].delta;
+    if (live > D->peak) { D->peak = live; D->peak_t = S->mev[k][i].t; }
+    /* one point per instant: the live bytes after all its events */
+    if (D->nmem && D->mem[D->nmem - 1].t == S->mev[k][i].t) D->mem[D->nmem - 1].live = live;
+    else D->mem[D->nmem++] = (sim_mem){S->mev[k][i].t, live};
+  }
+}
+
+/* The order a device's instructions are walked in: the program's, except
+ * that after its last compute or transfer of activations the gradient
+ * reductions come first and in
+ * reverse, last layer first, as data-parallel training launches them (the
+ * program lists them by parameter, right before each optimizer step).
+ * Reversing keeps the members of a collective in one order. */
+static int *walk_order(const weft_plan *p, const lprog *pg) {
+  int *o = xcalloc((size_t)pg->n, sizeof(int));
+  /* last: the last instruction that is not bookkeeping, a copy, a step or
+   * a parameter collective; found from the end, reading only the tail */
+  int last = pg->n - 1;
+  for (; last >= 0; last--) {
+    const lins *in = &pg->ins[last];
+    bool tail = in->kind == LI_ALLOC || in->kind == LI_FREE || in->kind == LI_STEP || in->kind == LI_COPY ||
+                (in->kind == LI_COLLECTIVE &&
+                 (p->comms[in->comm].phase == PHASE_WEIGHTS || p->comms[in->comm].phase == PHASE_PARAMS));
+    if (!tail) break;
+  }
+  int n = 0;
+  for (int i = 0; i <= last; i++) o[n++] = i;
+  for (int i = last + 1; i < pg->n; i++)
+    if (pg->ins[i].kind == LI_ALLOC) o[n++] = i;
+  for (int i = pg->n - 1; i > last; i--)
+    if (pg->ins[i].kind == LI_COLLECTIVE && p->comms[pg->ins[i].comm].phase == PHASE_WEIGHTS) o[n++] = i;
+  for (int i = last + 1; i < pg->n; i++) {
+    const lins *in = &pg->ins[i];
+    if (in->kind == LI_ALLOC || (in->kind == LI_COLLECTIVE && p->comms[in->comm].phase == PHASE_WEIGHTS)) continue;
+    o[n++] = i;
+  }
+  return o;
+}
+
+weft_sim *sim_run(const weft_program *pr, const hw_model *hw) {
+  weft_sim *out = xcalloc(1, sizeof *out);
+  out->pr = pr;
+  out->hw = hw;
+  int nd = pr->nprogs;
+  out->index = xcalloc((size_t)nd, sizeof(int));
+  for (int d = 0; d < nd; d++) out->index[d] = -1;
+  for (int d = 0; d < nd; d++)
+    if (sim_rep(pr, d) == d && sim_prog(pr, d)->n > 0) out->index[d] = out->ndev++;
+  out->dev = xcalloc((size_t)out->ndev, sizeof(sim_dev));
+  for (int d = 0; d < nd; d++) {
+    int r = sim_rep(pr, d);
+    if (out->index[d] >= 0) {
+      sim_dev *D = &out->dev[out->index[d]];
+      D->device = d;
+      D->n = sim_prog(pr, d)->n;
+      D->start = xcalloc((size_t)D->n, sizeof(double));
+      D->end = xcalloc((size_t)D->n, sizeof(double));
+      D->stream = xcalloc((size_t)D->n, 1);
+    } else if (r >= 0 && r < nd && r != d) {
+      out->index[d] = out->index[r];
+    }
+  }
+  for (int d = 0; d < nd; d++)
+    if (out->index[d] >= 0) { out->dev[out->index[d]].weight++; out->devices_used++; }
+
+  sim S = {0};
+  S.out = out;
+  S.pr = pr;
+  S.hw = hw;
+  S.bufs = xcalloc((size_t)pr->nbufs, sizeof(bstate));
+  int ncomms = pr->p->ncomms;
+  S.colls = xcalloc((size_t)ncomms * 2, sizeof(cstate));
+  S.sends = xcalloc((size_t)ncomms * 2, sizeof(sstate));
+  int n = out->ndev;
+  S.pc = xcalloc((size_t)n, sizeof(int));
+  S.parked = xcalloc((size_t)n, sizeof(bool));
+  S.p2p = xcalloc((size_t)n, sizeof(bool));
+  S.order = xcalloc((size_t)n, sizeof(int *));
+  for (int k = 0; k < n; k++) S.order[k] = walk_order(pr->p, sim_prog(pr, out->dev[k].device));
+  S.free_at = xcalloc((size_t)n, sizeof *S.free_at);
+  S.clock = xcalloc((size_t)n, sizeof(double));
+  S.grad = xcalloc((size_t)n, sizeof(gaps));
+  S.mev = xcalloc((size_t)n, sizeof(memev *));
+  S.nmev = xcalloc((size_t)n, sizeof(int));
+  S.mevcap = xcalloc((size_t)n, sizeof(int));
+  S.stamp = xcalloc((size_t)n, sizeof(int));
+  S.memo = cost_memo_new(pr, hw);
+  S.comm_stream = xcalloc((size_t)ncomms, 1);
+  for (int i = 0; i < ncomms; i++) S.comm_stream[i] = (signed char)coll_stream(pr->p->comms[i].phase);
+  S.comm_cost = xcalloc((size_t)ncomms, sizeof(kcost));
+  S.comm_costed = xcalloc((size_t)ncomms, sizeof(bool));
+
+  bool stuck = false;
+  for (bool progress = true; progress;) {
+    progress = false;
+    bool left = false;
+    for (int k = 0; k < n; k++) {
+      sim_dev *D = &out->dev[k];
+      while (S.pc[k] < D->n && step_ins(&S, k)) { S.pc[k]++; progress = true; }
+      if (S.pc[k] < D->n) left = true;
+    }
+    if (!left) break;
+    if (!progress) stuck = true;
+  }
+  for (int k = 0; k < n; k++) {
+    memory_timeline(&S, k);
+    /* without times every event falls at 0: the program order's count is the peak */
+    if (!hw) { out->dev[k].peak = sim_prog(pr, out->dev[k].device)->peak; out->dev[k].peak_t = 0; }
+    if (out->dev[k].finish > out->step_time) out->step_time = out->dev[k].finish;
+  }
+  /* a pipeline stage idles from its last compute to the end of the step */
+  for (int k = 0; k < n; k++) {
+    sim_dev *D = &out->dev[k];
+    /* every instruction was run, so a receive in its program set p2p */
+    if (S.p2p[k]) D->wait_pipeline += out->step_time - D->compute_end;
+  }
+  for (int i = 0; i < ncomms * 2; i++) free(S.colls[i].members);
+  for (int k = 0; k < n; k++) { free(S.grad[k].v); free(S.mev[k]); free(S.order[k]); }
+  free(S.order);
+  free(S.bufs); free(S.colls); free(S.sends); free(S.pc); free(S.parked); free(S.p2p); free(S.free_at);
+  free(S.clock); free(S.grad); free(S.mev); free(S.nmev); free(S.mevcap); free(S.stamp);
+  cost_memo_free(S.memo); free(S.comm_stream); free(S.comm_cost); free(S.comm_costed);
+  if (stuck) {
+    sim_free(out);
+    return NULL;
+  }
+  return out;
+}
+
+void sim_free(weft_sim *s) {
+  if (!s) return;
+  for (int k = 0; k < s->ndev; k++) {
+    free(s->dev[k].start);
+    free(s->dev[k].end);
+    free(s->dev[k].stream);
+    free(s->dev[k].mem);
+  }
+  free(s->dev);
+  free(s->index);
+  free(s);
+}
+
+/* ---- the estimate ---------------------------------------------------------- */
+
+/* Tokens of one step: the elements of the first integer model input (the
+ * token ids), else the first dimension of the first input (samples). */
+static double step_tokens(const weft_graph *g) {
+  for (int t = 0; t < g->ntensors; t++)
+    if (g->tensors[t].role == TENSOR_INPUT && g->tensors[t].dtype == DT_I32) return (double)tensor_numel(&g->tensors[t]);
+  for (int t = 0; t < g->ntensors; t++)
+    if (g->tensors[t].role == TENSOR_INPUT) return g->tensors[t].ndims ? (double)g->tensors[t].dims[0].size : 1;
+  return 0;
+}
+
+/* The dtype of the model's matrix products (the one MFU is measured against). */
+static weft_dtype model_dtype(const weft_graph *g) {
+  for (int i = 0; i < g->nops; i++)
+    if (g->ops[i].kind && strcmp(g->ops[i].kind, "matmul") == 0)
+      for (int k = 0; k < g->ops[i].ninputs; k++)
+        if (dtype_is_float(g->tensors[g->ops[i].inputs[k]].dtype)) return g->tensors[g->ops[i].inputs[k]].dtype;
+  return DT_F32;
+}
+
+void sim_estimate(const weft_sim *s, weft_estimate *e) {
+  memset(e, 0, sizeof *e);
+  const weft_plan *p = s->pr->p;
+  e->symbolic = s->hw == NULL;
+  e->step_time = s->step_time;
+  e->tokens = step_tokens(p->g);
+  e->model_flops = cost_model_flops(p->g);
+  e->peak_device = -1;
+  double busy_wait = 0, weight = 0;
+  for (int k = 0; k < s->ndev; k++) {
+    const sim_dev *D = &s->dev[k];
+    e->hw_flops += D->flops * D->weight;
+    for (int c = 0; c < COMM_KIND_COUNT; c++) e->comm_kind[c] += D->sent_kind[c] * D->weight;
+    e->comm_level[0] += D->sent[0] * D->weight;
+    e->comm_level[1] += D->sent[1] * D->weight;
+    busy_wait += D->wait_pipeline * D->weight;
+    weight += D->weight;
+    if (D->peak > e->peak_max || e->peak_device < 0) { e->peak_max = D->peak; e->peak_device = D->device; }
+  }
+  e->device_memory = lower_device_memory(p);
+  e->fits = e->device_memory <= 0 || e->peak_max <= e->device_memory;
+  weft_dtype dt = model_dtype(p->g);
+  e->peak_rate = s->hw ? s->hw->peak[dt] : 0;
+  if (e->step_time > 0 && s->devices_used > 0) {
+    e->tflops_per_device = e->model_flops / e->step_time / s->devices_used / 1e12;
+    if (e->peak_rate > 0) e->mfu = e->tflops_per_device * 1e12 / e->peak_rate;
+    e->bubble_fraction = weight > 0 ? busy_wait / (weight * e->step_time) : 0;
+  }
+}
