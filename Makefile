@@ -31,11 +31,18 @@ ifeq ($(OPENBLAS_A),libopenblas.a)
 else
   BLAS_LIBS := $(OPENBLAS_A) -lpthread
 endif
-LDLIBS   += $(BLAS_LIBS) -lm
+# libffi calls native kernels (backends/cpu/native.c); static like OpenBLAS.
+FFI_A := $(shell $(CC) -print-file-name=libffi.a)
+ifeq ($(FFI_A),libffi.a)
+  FFI_LIBS := -lffi
+else
+  FFI_LIBS := $(FFI_A)
+endif
+LDLIBS   += $(BLAS_LIBS) $(FFI_LIBS) -ldl -lm
 
 # Debian packages the build and the tests need; `make deps` installs them.
 DEB_PACKAGES := build-essential flex bison pkg-config liblua5.4-dev libffi-dev \
-                libopenblas-dev libcmocka-dev time librsvg2-bin
+                libopenblas-dev libcmocka-dev time librsvg2-bin libopenmpi-dev openmpi-bin
 
 INTERP_SRC := $(filter-out interp/main.c,$(wildcard interp/*.c))
 CPU_SRC    := $(wildcard backends/cpu/*.c)
@@ -48,17 +55,27 @@ UNIT_SRC   := $(wildcard tests/unit/test_*.c)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
 .PHONY: all deps check unit golden diag-coverage docs-check fmt-check examples-check mutate-check editors-check \
-        fold-check calibrate demo bench install fuzz clean
+        fold-check calibrate run-check reference-check deps-torch demo bench install fuzz clean
 .DELETE_ON_ERROR:
 
 all: weft
 
+# The MPI plugin (backends/mpi): built with mpicc when it is installed, and
+# loaded by `weft run` under mpirun, so that ./weft itself needs no MPI.
+MPICC  ?= $(shell command -v mpicc 2>/dev/null)
+MPI_SO := $(if $(MPICC),$(BUILD)/libweft_mpi.so)
+
 ifeq ($(SANITIZE),)
-weft: $(BUILD)/weft
-	@cp $< $@
+weft: $(BUILD)/weft $(MPI_SO)
+	@cp $(BUILD)/weft $@
+	@$(if $(MPI_SO),cp $(MPI_SO) libweft_mpi.so)
 else
-weft: $(BUILD)/weft
+weft: $(BUILD)/weft $(MPI_SO)
 endif
+
+$(BUILD)/libweft_mpi.so: backends/mpi/weft_mpi.c backends/mpi/weft_mpi.h
+	@mkdir -p $(dir $@)
+	$(MPICC) -shared -fPIC -O2 -Wall -Wextra -o $@ $<
 
 $(BUILD)/weft: $(MAIN_OBJ) $(BUILD)/libweft.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
@@ -106,7 +123,7 @@ $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libweft.a
 
 check: deps
 	@$(MAKE) --no-print-directory weft
-	@$(MAKE) --no-print-directory unit golden diag-coverage docs-check fmt-check examples-check fold-check mutate-check editors-check calibrate
+	@$(MAKE) --no-print-directory unit golden diag-coverage docs-check fmt-check examples-check fold-check mutate-check editors-check calibrate run-check reference-check
 	@echo "make check: all suites passed"
 
 unit: $(UNIT_BIN)
@@ -136,6 +153,19 @@ mutate-check: weft
 # weft estimate against published throughput (docs/estimate.md#accuracy)
 calibrate: weft
 	@CALIBRATE_NO_ULIMIT=$(SANITIZE) sh tests/estimate/calibrate.sh $(BUILD)/weft
+
+# weft run against a GPT-2 written in PyTorch (skipped without PyTorch;
+# `make deps-torch` installs Debian's)
+reference-check: weft
+	@sh tests/reference/run.sh $(BUILD)/weft
+
+deps-torch:
+	@/usr/bin/python3 -c 'import torch, numpy' 2>/dev/null || \
+	  { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-torch python3-numpy; }
+
+# weft run: every example matches one device, resume, mpirun, checkpoints
+run-check: weft
+	@sh tests/run_check.sh $(BUILD)/weft
 
 editors-check:
 	@sh tests/editors_check.sh

@@ -2,6 +2,7 @@
  * of a lowered program: FLOPs and bytes first, then seconds through a
  * roofline with shape-dependent efficiency (docs/estimate.md). */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -221,22 +222,6 @@ typedef struct subgeo {
   double a, b, c;         /* matmul: m, n, k; attention: sq, dh, batch */
 } subgeo;
 
-/* What the memo keeps of a compute cost (a compute sends nothing). */
-typedef struct ckc {
-  double flops, bytes, seconds;
-  int kernels;
-} ckc;
-
-/* The part of a sub-operator's memo read by every instruction: the cost of
- * its forward and of its backward, for products whose cost reads no
- * buffer. */
-typedef struct subhot {
-  bool filled;            /* geo filled */
-  signed char kind;       /* OPK_* */
-  signed char key[2];     /* -1: none yet, else what the cost depends on */
-  ckc kc[2];
-} subhot;
-
 static void subgeo_fill(const weft_plan *p, const psub *s, subgeo *g) {
   const gop *o = &p->g->ops[s->op];
   const opspace *sp = p->ops[s->op].space;
@@ -336,14 +321,49 @@ static kcost compute_cost(const hw_model *hw, const weft_program *pr, const lins
   return compute_cost_geo(hw, pr, ins, &g);
 }
 
-/* ---- a memo of sub-operator geometry for one program -------------------- */
+/* ---- a memo of compute costs for one program -----------------------------
+ * A compute's cost is a function of its operator, the sizes of the ranges
+ * its sub-operator covers (its FLOPs, shapes and the elements of every
+ * region it reads and writes follow from them, docs/program.md) and of
+ * what the instruction does with them: its direction, whether it adds to
+ * its outputs, and which arguments it reads and writes. Sub-operators of
+ * one operator with the same sizes (the parts of a split, every
+ * micro-batch) form one class, and a class keeps the costs of the last
+ * few such instructions it saw. */
+
+enum { MEMO_SLOTS = 4 };
+
+/* The key of what an instruction does with its sub-operator's regions. */
+typedef struct ckey {
+  unsigned dir_acc;       /* backward: 2, plus accumulate: 1 */
+  int nin, nout;
+  uint64_t inmask;        /* the inputs it reads (buf >= 0), by position */
+  uint64_t outargs;       /* the arguments whose gradients it writes */
+} ckey;
+
+typedef struct cslot {
+  bool set;
+  ckey key;
+  double flops, bytes, seconds;
+  int kernels;
+} cslot;
+
+typedef struct cclass {
+  int sub;                /* its first sub-operator: op and ranges */
+  subgeo geo;
+  cslot slot[MEMO_SLOTS];
+  int next;               /* slot replaced next */
+} cclass;
 
 struct cost_memo {
   const weft_program *pr;
   const hw_model *hw;
   int nsubs;
-  subgeo *geo;            /* per sub-operator, filled on first use */
-  subhot *hot;
+  int *cls;               /* per sub-operator: its class, -1 not yet known */
+  cclass *classes;
+  int nclasses, ccap;
+  int *table;             /* open addressing: class index, -1 empty */
+  int tcap;
 };
 
 cost_memo *cost_memo_new(const weft_program *pr, const hw_model *hw) {
@@ -352,53 +372,111 @@ cost_memo *cost_memo_new(const weft_program *pr, const hw_model *hw) {
   m->pr = pr;
   m->hw = hw;
   m->nsubs = pr->p->nsubs;
-  m->geo = malloc(sizeof(subgeo) * (size_t)(m->nsubs > 0 ? m->nsubs : 1));
-  if (!m->geo) weft_oom();
-  m->hot = calloc((size_t)(m->nsubs > 0 ? m->nsubs : 1), sizeof(subhot));
-  if (!m->hot) weft_oom();
+  m->cls = malloc(sizeof(int) * (size_t)(m->nsubs > 0 ? m->nsubs : 1));
+  if (!m->cls) weft_oom();
+  for (int i = 0; i < m->nsubs; i++) m->cls[i] = -1;
   return m;
 }
 
 void cost_memo_free(cost_memo *m) {
   if (!m) return;
-  free(m->geo);
-  free(m->hot);
+  free(m->cls);
+  free(m->classes);
+  free(m->table);
   free(m);
+}
+
+static uint64_t sub_hash(const weft_plan *p, const psub *s) {
+  uint64_t h = (uint64_t)(uint32_t)s->op * 0x9E3779B97F4A7C15ull;
+  const opspace *sp = p->ops[s->op].space;
+  for (int i = 0; i < sp->nidims; i++) h = (h ^ (uint64_t)(s->range[i].hi - s->range[i].lo)) * 0x100000001B3ull;
+  return h ^ (h >> 29);
+}
+
+static bool same_sizes(const weft_plan *p, const psub *x, const psub *y) {
+  if (x->op != y->op) return false;
+  const opspace *sp = p->ops[x->op].space;
+  for (int i = 0; i < sp->nidims; i++)
+    if (x->range[i].hi - x->range[i].lo != y->range[i].hi - y->range[i].lo) return false;
+  return true;
+}
+
+static int memo_class(cost_memo *m, int sub) {
+  if (m->cls[sub] >= 0) return m->cls[sub];
+  const weft_plan *p = m->pr->p;
+  const psub *s = &p->subs[sub];
+  if (2 * (m->nclasses + 1) > m->tcap) {
+    int ncap = m->tcap ? 2 * m->tcap : 256;
+    int *nt = malloc(sizeof(int) * (size_t)ncap);
+    if (!nt) weft_oom();
+    for (int i = 0; i < ncap; i++) nt[i] = -1;
+    for (int c = 0; c < m->nclasses; c++) {
+      int q = (int)(sub_hash(p, &p->subs[m->classes[c].sub]) & (uint64_t)(ncap - 1));
+      while (nt[q] >= 0) q = (q + 1) & (ncap - 1);
+      nt[q] = c;
+    }
+    free(m->table);
+    m->table = nt;
+    m->tcap = ncap;
+  }
+  int q = (int)(sub_hash(p, s) & (uint64_t)(m->tcap - 1));
+  while (m->table[q] >= 0 && !same_sizes(p, &p->subs[m->classes[m->table[q]].sub], s)) q = (q + 1) & (m->tcap - 1);
+  if (m->table[q] < 0) {
+    if (m->nclasses == m->ccap) {
+      m->ccap = m->ccap ? 2 * m->ccap : 64;
+      m->classes = realloc(m->classes, sizeof(cclass) * (size_t)m->ccap);
+      if (!m->classes) weft_oom();
+    }
+    cclass *c = &m->classes[m->nclasses];
+    memset(c, 0, sizeof *c);
+    c->sub = sub;
+    subgeo_fill(p, s, &c->geo);
+    m->table[q] = m->nclasses++;
+  }
+  return m->cls[sub] = m->table[q];
+}
+
+/* The key of ins; false when it does not fit one (more than 64 arguments). */
+static bool memo_key(const lins *ins, ckey *k) {
+  if (ins->nin > 64 || ins->nout > 64) return false;
+  k->dir_acc = (ins->dir == DIR_BACKWARD ? 2u : 0u) | (ins->accumulate ? 1u : 0u);
+  k->nin = ins->nin;
+  k->nout = ins->nout;
+  k->inmask = 0;
+  k->outargs = 0;
+  for (int i = 0; i < ins->nin; i++)
+    if (ins->in[i].buf >= 0) k->inmask |= 1ull << i;
+  for (int i = 0; i < ins->nout; i++) {
+    if (ins->out[i].buf < 0) continue;
+    int a = ins->out[i].arg;
+    if (a < 0 || a >= 63) return false;
+    k->outargs |= 1ull << a;
+  }
+  return true;
+}
+
+static bool key_eq(const ckey *x, const ckey *y) {
+  return x->dir_acc == y->dir_acc && x->nin == y->nin && x->nout == y->nout && x->inmask == y->inmask &&
+         x->outargs == y->outargs;
 }
 
 kcost cost_compute_memo(cost_memo *m, const lins *ins) {
   if (ins->kind != LI_COMPUTE || ins->sub < 0 || ins->sub >= m->nsubs) return cost_compute(m->hw, m->pr, ins);
-  subhot *h = &m->hot[ins->sub];
-  subgeo *g = &m->geo[ins->sub];
-  if (!h->filled) {
-    subgeo_fill(m->pr->p, &m->pr->p->subs[ins->sub], g);
-    h->filled = true;
-    h->kind = (signed char)g->kind;
-    h->key[0] = h->key[1] = -1;
-    /* fused attention's cost depends on the direction alone; unfused, on its buffers */
-    if (g->kind == OPK_ATTENTION && !(g->a > 0 && g->b > 0)) h->kind = OPK_OTHER;
+  int ci = memo_class(m, ins->sub);   /* may move the classes */
+  cclass *c = &m->classes[ci];
+  subgeo g = c->geo;
+  g.op = m->pr->p->subs[ins->sub].op;
+  ckey key;
+  if (!memo_key(ins, &key)) return compute_cost_geo(m->hw, m->pr, ins, &g);
+  for (int i = 0; i < MEMO_SLOTS; i++) {
+    const cslot *sl = &c->slot[i];
+    if (sl->set && key_eq(&sl->key, &key))
+      return (kcost){.flops = sl->flops, .bytes = sl->bytes, .seconds = sl->seconds, .kernels = sl->kernels};
   }
-  /* a matrix product's cost depends on the direction and on which operands
-   * get a gradient */
-  int key;
-  if (h->kind == OPK_MATMUL) key = ins->dir == DIR_BACKWARD ? 1 + has_grad_of(ins, 0) + 2 * has_grad_of(ins, 1) : 0;
-  else if (h->kind == OPK_ATTENTION) key = ins->dir == DIR_BACKWARD ? 1 : 0;
-  else return compute_cost_geo(m->hw, m->pr, ins, g);
-  int slot = key > 0;
-  ckc *c = &h->kc[slot];
-  if (h->key[slot] != key) {
-    kcost k = compute_cost_geo(m->hw, m->pr, ins, g);
-    c->flops = k.flops;
-    c->bytes = k.bytes;
-    c->seconds = k.seconds;
-    c->kernels = k.kernels;
-    h->key[slot] = (signed char)key;
-  }
-  kcost k = {0};
-  k.flops = c->flops;
-  k.bytes = c->bytes;
-  k.seconds = c->seconds;
-  k.kernels = c->kernels;
+  kcost k = compute_cost_geo(m->hw, m->pr, ins, &g);
+  cslot *sl = &c->slot[c->next];
+  c->next = (c->next + 1) % MEMO_SLOTS;
+  *sl = (cslot){true, key, k.flops, k.bytes, k.seconds, k.kernels};
   return k;
 }
 

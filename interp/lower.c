@@ -104,6 +104,7 @@ typedef struct lstate {
   lins *ebuf;             /* the emission vector (emit) */
   int ecap;
   int **readers;          /* per tensor: ops reading it (-1 terminated) */
+  tregion **sregs;        /* per sub: the regions of its arguments, during its device's emission (sub_region) */
   bool failed;
 } lstate;
 
@@ -1102,6 +1103,25 @@ static void missing(emitter *E, const psub *s, const char *what, int t, bool gra
                                                     : "weft lower --grid shows the order; explain shows the communication");
 }
 
+/* The region of argument k of sub-operator sub (k = its inputs: the
+ * result), computed once: the forward, recomputation and backward of a
+ * sub-operator read the same regions. A sub-operator runs on one device
+ * only, so the regions live in the scratch arena of its emission. */
+static const tregion *sub_region(emitter *E, int sub, int k) {
+  lstate *L = E->L;
+  const weft_plan *p = L->p;
+  const psub *s = &p->subs[sub];
+  const opspace *sp = p->ops[s->op].space;
+  tregion *r = L->sregs[sub];
+  if (!r) {
+    r = arena_alloc(&L->scratch, sizeof(tregion) * (size_t)(sp->ninputs + 1));
+    for (int i = 0; i <= sp->ninputs; i++) r[i].ndims = -1;
+    L->sregs[sub] = r;
+  }
+  if (r[k].ndims < 0) tregion_of(&L->scratch, p, s, k < sp->ninputs ? &sp->inputs[k] : &sp->output, &r[k]);
+  return &r[k];
+}
+
 static void emit_compute(emitter *E, const task *tk) {
   lstate *L = E->L;
   weft_plan *p = L->p;
@@ -1116,52 +1136,52 @@ static void emit_compute(emitter *E, const task *tk) {
   for (int k = 0; k < sp->ninputs; k++) {
     const tmap *m = &sp->inputs[k];
     int t = m->tensor;
-    tregion need;
-    tregion_of(&L->scratch, p, s, m, &need);
-    if (!applies_arg(pp, s, m)) {
-      in[ni++] = aref(E, -1, k, &need);
+    const tregion *need = sub_region(E, tk->sub, k);
+    /* ids and labels are read by every part; only floating arguments
+     * (a bias) are added once */
+    if (!applies_arg(pp, s, m) && dtype_is_float(g->tensors[t].dtype)) {
+      in[ni++] = aref(E, -1, k, need);
       continue;
     }
     int b;
     if (g->tensors[t].role == TENSOR_PARAM) {
-      b = param_buf(E, t, &need, p->zero[t].stage < 3);
+      b = param_buf(E, t, need, p->zero[t].stage < 3);
     } else if (g->tensors[t].role == TENSOR_INPUT) {
-      b = find_held(E, t, false, &need, 0, NULL);
+      b = find_held(E, t, false, need, 0, NULL);
       if (b < 0) {
-        b = new_buf(E, t, LB_INPUT, &need, false);
+        b = new_buf(E, t, LB_INPUT, need, false);
         emit_alloc(E, b);
         hold(E, b, false, false);
       }
     } else {
-      b = find_held(E, t, false, &need, 0, NULL);
-      if (b < 0) b = assemble(E, t, false, &need);
+      b = find_held(E, t, false, need, 0, NULL);
+      if (b < 0) b = assemble(E, t, false, need);
     }
     if (b < 0) {
       missing(E, s, tk->kind == T_FWD ? "the forward" : tk->kind == T_BWD ? "the backward" : "the recomputation", t,
-              false, &need);
+              false, need);
       return;
     }
-    in[ni++] = aref(E, b, k, &need);
+    in[ni++] = aref(E, b, k, need);
   }
   int tout = sp->output.tensor;
-  tregion outr;
-  tregion_of(&L->scratch, p, s, &sp->output, &outr);
+  const tregion *outr = sub_region(E, tk->sub, sp->ninputs);
   if (tk->kind != T_BWD) {
     bool partial = false;
     for (int i = 0; i < pp->nsplits; i++) partial |= pp->splits[i].kind == SPLIT_VALUE;
     /* value parts of one operator on one device (co-shard) add up in one
      * buffer before any reduction across devices */
     int maker = s->op * 4 + (int)tk->kind, b = -1;
-    for (int i = partial ? *chain(E, tout, &outr) : -1; i >= 0 && b < 0; i = E->st.h[i].next) {
+    for (int i = partial ? *chain(E, tout, outr) : -1; i >= 0 && b < 0; i = E->st.h[i].next) {
       const held *h = &E->st.h[i];
       if (h->live && h->partial && h->maker == maker && h->maker_mb == s->microbatch &&
-          tregion_equal(&L->pr->bufs[h->buf].region, &outr))
+          tregion_equal(&L->pr->bufs[h->buf].region, outr))
         b = h->buf;
     }
     bool acc = b >= 0;
     if (!acc) {
-      supersede(E, tout, false, &outr);
-      b = new_buf(E, tout, LB_ACT, &outr, false);
+      supersede(E, tout, false, outr);
+      b = new_buf(E, tout, LB_ACT, outr, false);
       emit_alloc(E, b);
       hold(E, b, false, partial);
       E->st.h[E->st.n - 1].maker = maker;
@@ -1177,20 +1197,20 @@ static void emit_compute(emitter *E, const task *tk) {
     c->in = in;
     c->nout = 1;
     c->out = refs(E, 1);
-    c->out[0] = ref(E, b, &outr);
+    c->out[0] = ref(E, b, outr);
     (void)tmp;
     return;
   }
   /* backward: the gradient of the output (the loss seeds itself) */
   if (tout != g->loss) {
-    int b = find_held(E, tout, true, &outr, -1, NULL);
-    if (b < 0) b = assemble(E, tout, true, &outr);
+    int b = find_held(E, tout, true, outr, -1, NULL);
+    if (b < 0) b = assemble(E, tout, true, outr);
     bool consumed = L->readers[tout][0] >= 0;
     if (b < 0 && consumed) {
-      missing(E, s, "the backward", tout, true, &outr);
+      missing(E, s, "the backward", tout, true, outr);
       return;
     }
-    if (b >= 0) in[ni++] = ref(E, b, &outr);
+    if (b >= 0) in[ni++] = ref(E, b, outr);
   }
   lref *out = refs(E, sp->ninputs);
   int no = 0;
@@ -1199,25 +1219,24 @@ static void emit_compute(emitter *E, const task *tk) {
     int t = m->tensor;
     if (g->tensors[t].role == TENSOR_INPUT || !dtype_is_float(g->tensors[t].dtype)) continue;
     if (!applies_arg(pp, s, m)) continue;
-    tregion need;
-    tregion_of(&L->scratch, p, s, m, &need);
+    const tregion *need = sub_region(E, tk->sub, k);
     bool param = g->tensors[t].role == TENSOR_PARAM;
     int b = -1;
-    for (int i = *chain(E, t, &need); i >= 0 && b < 0; i = E->st.h[i].next) {
+    for (int i = *chain(E, t, need); i >= 0 && b < 0; i = E->st.h[i].next) {
       const held *h = &E->st.h[i];
-      if (h->live && h->grad && tregion_equal(&L->pr->bufs[h->buf].region, &need)) b = h->buf;
+      if (h->live && h->grad && tregion_equal(&L->pr->bufs[h->buf].region, need)) b = h->buf;
     }
     if (b < 0 && param) {
       /* a gradient accumulator for a region this device reads; under ZeRO-2
        * and 3 it lives until its reduce-scatter */
-      b = find_held(E, t, true, &need, -1, NULL);
+      b = find_held(E, t, true, need, -1, NULL);
     }
     if (b < 0) {
-      b = new_buf(E, t, param ? LB_GRAD : LB_ACT_GRAD, &need, param && p->zero[t].stage < 2);
+      b = new_buf(E, t, param ? LB_GRAD : LB_ACT_GRAD, need, param && p->zero[t].stage < 2);
       emit_alloc(E, b);
       hold(E, b, true, false);
     }
-    out[no++] = aref(E, b, k, &need);
+    out[no++] = aref(E, b, k, need);
   }
   lins *c = emit(E, LI_COMPUTE);
   c->sub = tk->sub;
@@ -1766,6 +1785,8 @@ weft_program *weft_lower(weft_ctx *c, weft_plan *p) {
   L.rpos = malloc(sizeof(int) * (size_t)(p->nsubs ? p->nsubs : 1));
   if (!L.fpos || !L.bpos || !L.rpos) weft_oom();
   for (int s = 0; s < p->nsubs; s++) L.fpos[s] = L.bpos[s] = L.rpos[s] = -1;
+  L.sregs = calloc((size_t)(p->nsubs ? p->nsubs : 1), sizeof(tregion *));
+  if (!L.sregs) weft_oom();
   make_tasks(&L, per_device);
   if (g->loss < 0)
     for (int d = 0; d < p->ndevices; d++) {
@@ -1797,6 +1818,7 @@ weft_program *weft_lower(weft_ctx *c, weft_plan *p) {
   free(L.fpos);
   free(L.bpos);
   free(L.rpos);
+  free(L.sregs);
   arena_free(&L.scratch);
   return c->diags.errors > before ? NULL : pr;
 fail:
@@ -1806,6 +1828,7 @@ fail:
   free(L.fpos);
   free(L.bpos);
   free(L.rpos);
+  free(L.sregs);
   arena_free(&L.scratch);
   return NULL;
 }

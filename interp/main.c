@@ -1,6 +1,7 @@
 /* main.c - the weft command line: parses arguments and calls the library.
  * Every command is a function cmd_NAME; `weft help COMMAND` prints its usage. */
 #include <errno.h>
+#include <math.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +9,10 @@
 
 #include "json.h"
 #include "deps.h"
+#include "exec.h"
+#include "native.h"
+#include "net.h"
+#include "run.h"
 #include "lower.h"
 #include "plan.h"
 #include "sim.h"
@@ -26,6 +31,12 @@ typedef struct opts {
   const char *trace;      /* weft estimate --trace FILE */
   const char *svg;        /* weft estimate --svg FILE */
   bool symbolic;          /* weft estimate --cost symbolic */
+  int steps;              /* weft run --steps */
+  uint64_t seed;          /* weft run --seed */
+  const char *load, *inputs, *save, *resume;  /* weft run files */
+  bool run_check;         /* weft run --check */
+  bool allow_native;      /* weft run --allow-native */
+  bool seed_given;        /* --seed on the command line (else a checkpoint's) */
   int color;              /* -1 auto, 0 never, 1 always */
   int max_errors;
 } opts;
@@ -43,6 +54,7 @@ static int cmd_graph(opts *o);
 static int cmd_explain(opts *o);
 static int cmd_lower(opts *o);
 static int cmd_estimate(opts *o);
+static int cmd_run(opts *o);
 static const command *find_command(const char *name);
 
 static const char *const common_help =
@@ -105,6 +117,25 @@ static const command commands[] = {
      "  --trace FILE       write the simulated timeline as Chrome trace JSON (Perfetto)\n"
      "  --svg FILE         write the schedule as an SVG picture, devices against time\n"
      "  --cost MODEL       roofline (default) or symbolic: FLOPs and bytes only, no hardware figures\n"},
+    {"run", cmd_run, "train with a plan on the CPU backend, and prove it equals one device",
+     "usage: weft run [options] FILE\n\n"
+     "Lowers a plan and executes its programs: every device of the plan a thread\n"
+     "with its own memory, send/recv and collectives over shared memory (under\n"
+     "mpirun, over MPI between processes). Prints the loss of every step. Kernels\n"
+     "compute in f32; bf16 tensors are held as f32. docs/run.md says more.\n\n"
+     "options:\n"
+     "  --plan NAME        the plan (default: the last one the file defines)\n"
+     "  --backend NAME     cpu (the default and, for now, the only one)\n"
+     "  --steps N          training steps (default 1)\n"
+     "  --seed S           seed of the initial parameters and generated inputs (default 0)\n"
+     "  --load FILE        parameters from a safetensors file, by the model's names\n"
+     "  --inputs FILE      the batch from a safetensors file (tokens, labels for gpt), every step\n"
+     "  --save FILE        write parameters and optimizer state after the last step (atomically)\n"
+     "  --resume FILE      continue from a file --save wrote (parameters, state, step, seed)\n"
+     "  --check            run the same steps on one device without the plan and compare\n"
+     "                     the loss of every step and every parameter (relative 1e-5)\n"
+     "  --allow-native     let operators with native kernels (kernel = \"lib.so:fn\") load them\n"
+     "  --json             print one JSON object: steps, check, saved file\n"},
 };
 enum { NCOMMANDS = sizeof commands / sizeof commands[0] };
 
@@ -864,6 +895,219 @@ static int cmd_estimate(opts *o) {
   return rc;
 }
 
+/* ---- run -------------------------------------------------------------- */
+
+/* Losses of a run, step by step. */
+typedef struct run_log {
+  bool print;             /* a line per step on stdout */
+  int64_t items;          /* tokens (or samples) per step */
+  const char *unit;
+  int n, cap;
+  int64_t *step;
+  double *loss, *time;
+} run_log;
+
+static void run_on_step(void *ctx, int64_t step, double loss, double seconds) {
+  run_log *l = ctx;
+  if (l->n == l->cap) {
+    l->cap = l->cap ? 2 * l->cap : 16;
+    l->step = realloc(l->step, (size_t)l->cap * sizeof(int64_t));
+    l->loss = realloc(l->loss, (size_t)l->cap * sizeof(double));
+    l->time = realloc(l->time, (size_t)l->cap * sizeof(double));
+    if (!l->step || !l->loss || !l->time) weft_oom();
+  }
+  l->step[l->n] = step, l->loss[l->n] = loss, l->time[l->n] = seconds, l->n++;
+  if (l->print) {
+    char b[32];
+    printf("step %-4" PRId64 " loss %.6f  %.3f s  %s %s/s\n", step, loss, seconds,
+           grouped(b, (int64_t)(seconds > 0 ? (double)l->items / seconds : 0)), l->unit);
+    fflush(stdout);
+  }
+}
+
+static void run_log_free(run_log *l) { free(l->step), free(l->loss), free(l->time); }
+
+static int run_fail(const char *what, const char *msg) __attribute__((unused));
+static int run_fail(const char *what, const char *msg) {
+  fprintf(stderr, "weft run: %s%s%s\n", what ? what : "", what ? ": " : "", msg);
+  return WEFT_REJECTED;
+}
+
+static int cmd_run(opts *o) {
+  if (o->nfiles != 1) {
+    fprintf(stderr, "weft run: needs one file\n%s", find_command("run")->usage);
+    return WEFT_FAILED;
+  }
+  if (o->load && o->resume) {
+    fprintf(stderr, "weft run: --load and --resume exclude each other (a checkpoint holds the parameters)\n");
+    return WEFT_FAILED;
+  }
+  char err[1024] = "";
+  xnet *net = xnet_start(err, sizeof err);
+  if (!net && err[0]) return run_fail(NULL, err);
+  /* Under mpirun, process 0 speaks for all. */
+  bool speak = !net || xnet_rank(net) == 0;
+  weft_ctx *c = new_ctx(o);
+  int rc = WEFT_OK;
+  weft_plan *p = pick_plan(c, o, &rc);
+  weft_program *pr = p ? weft_lower(c, p) : NULL;
+  if (p && !pr) rc = WEFT_REJECTED;
+  if (speak) report(c, o);
+  if (!pr) {
+    xnet_stop(net);
+    if (o->json && speak) {
+      diag_print_json(&c->diags, stdout);
+      printf("\n");
+    }
+    weft_free(c);
+    return rc;
+  }
+  const weft_graph *g = p->g;
+  /* Native code runs only when the command line allows it; then every
+   * kernel is loaded now, so that a missing one is reported where it is named. */
+  for (int i = 0; i < g->nops; i++) {
+    const opdecl *d = g->ops[i].decl;
+    bool seen = false;
+    for (int j = 0; j < i && !seen; j++) seen = g->ops[j].decl == d;
+    if (!d || !d->native_fwd || seen) continue;
+    if (!o->allow_native) {
+      weft_diag *e = eval_error(c, d->native_loc, "operator %s runs native code from \"%s\"", d->name, d->native_fwd);
+      diag_hint(e, &c->diags, "weft run loads native kernels only with --allow-native");
+      rc = WEFT_REJECTED;
+      continue;
+    }
+    for (int k = 0; k < 2; k++) {
+      const char *spec = k ? d->native_bwd : d->native_fwd;
+      if (!spec) continue;
+      if (!native_load(spec, d->native_dir, err, sizeof err)) {
+        eval_error(c, k ? d->native_bwd_loc : d->native_loc, "cannot load the kernel of operator %s: %s", d->name, err);
+        rc = WEFT_REJECTED;
+      }
+    }
+  }
+  if (rc != WEFT_OK) {
+    if (speak) report(c, o);
+    xnet_stop(net);
+    weft_free(c);
+    return rc;
+  }
+  xworld *w = xworld_new(g);
+  uint64_t seed = o->seed;
+  bool ok = true;
+  if (!g->optimizer) ok = run_fail(NULL, "the plan's model has no `train` statement: nothing to run") == 0;
+  if (ok && o->resume) ok = xworld_resume(w, o->resume, o->seed_given ? NULL : &seed, err, sizeof err);
+  else if (ok && o->load) ok = xworld_load_params(w, o->load, err, sizeof err);
+  else if (ok) xworld_init_params(w, seed);
+  if (ok && o->inputs) ok = xworld_load_inputs(w, o->inputs, err, sizeof err);
+  else if (ok) xworld_init_inputs(w, seed);
+  if (!ok) {
+    if (err[0] && speak) run_fail(NULL, err);
+    xnet_stop(net);
+    xworld_free(w);
+    weft_free(c);
+    return WEFT_REJECTED;
+  }
+  xworld *ref = o->run_check ? xworld_clone(w) : NULL;
+  run_log log = {0};
+  log.print = !o->json && speak;
+  log.items = xworld_step_items(g, &log.unit);
+  int active = 0;
+  for (int d = 0; d < pr->nprogs; d++) active += pr->progs[d].n > 0;
+  char procs[64] = "";
+  if (net) snprintf(procs, sizeof procs, " in %d processes", xnet_size(net));
+  if (!o->json && speak)
+    printf("plan %s (model %s): %d devices%s, %d micro-batch%s, cpu backend, %d step%s from step %" PRId64 "\n",
+           p->name, g->name, active, procs, pr->nmb, pr->nmb == 1 ? "" : "es", o->steps, o->steps == 1 ? "" : "s",
+           w->step + 1);
+  fflush(stdout);
+  xrun_opts ro = {.steps = o->steps, .on_step = run_on_step, .ctx = &log, .allow_native = o->allow_native, .net = net};
+  ok = xrun_program(pr, w, &ro, err, sizeof err);
+  if (!ok) rc = run_fail(NULL, err);
+  /* --check: the same steps on one device. */
+  run_log rlog = {0};
+  double loss_err = 0, param_err = 0, tensor_err = 0;
+  const char *worst = NULL;
+  bool check_ok = true;
+  if (ok && ref) {
+    xrun_opts rro = {.steps = o->steps, .on_step = run_on_step, .ctx = &rlog, .allow_native = o->allow_native};
+    ok = xrun_reference(g, ref, &rro, err, sizeof err);
+    if (!ok) rc = run_fail("one-device reference", err);
+  }
+  if (ok && ref) {
+    for (int i = 0; i < log.n && i < rlog.n; i++) {
+      double e = fabs(log.loss[i] - rlog.loss[i]) / (fabs(rlog.loss[i]) > 0 ? fabs(rlog.loss[i]) : 1.0);
+      if (e > loss_err) loss_err = e;
+    }
+    param_err = xworld_diff_all(w, ref);
+    tensor_err = xworld_diff(w, ref, false, &worst);
+    check_ok = log.n == rlog.n && loss_err <= 1e-5 && param_err <= 1e-5;
+    if (!o->json && speak) {
+      printf("check against one device: losses within %.2g, parameters within %.2g (relative L2; worst tensor %s "
+             "%.2g): %s\n",
+             loss_err, param_err, worst ? worst : "-", tensor_err, check_ok ? "match" : "MISMATCH (tolerance 1e-5)");
+      if (!check_ok)
+        for (int i = 0; i < log.n && i < rlog.n; i++)
+          printf("  step %" PRId64 ": plan %.9g, one device %.9g\n", log.step[i], log.loss[i], rlog.loss[i]);
+    }
+    if (!check_ok) rc = WEFT_REJECTED;
+  }
+  bool saved = false;
+  if (ok && o->save && speak) {
+    if (xworld_save(w, o->save, seed, err, sizeof err)) {
+      saved = true;
+      if (!o->json) printf("saved %s (step %" PRId64 ")\n", o->save, w->step);
+    } else {
+      rc = run_fail("--save", err);
+    }
+  }
+  if (o->json && speak) {
+    json j;
+    json_init(&j, stdout);
+    json_obj(&j);
+    json_key(&j, "plan"), json_str(&j, p->name);
+    json_key(&j, "model"), json_str(&j, g->name);
+    json_key(&j, "backend"), json_str(&j, "cpu");
+    json_key(&j, "devices"), json_int(&j, active);
+    json_key(&j, "micro_batches"), json_int(&j, pr->nmb);
+    json_key(&j, "ok"), json_bool(&j, ok && check_ok && rc == WEFT_OK);
+    if (!ok) json_key(&j, "error"), json_str(&j, err);
+    json_key(&j, "steps");
+    json_arr(&j);
+    for (int i = 0; i < log.n; i++) {
+      json_obj(&j);
+      json_key(&j, "step"), json_int(&j, log.step[i]);
+      json_key(&j, "loss"), json_num(&j, log.loss[i]);
+      json_key(&j, "time_s"), json_num(&j, log.time[i]);
+      json_key(&j, log.unit[0] == 't' ? "tokens_per_s" : "samples_per_s");
+      json_num(&j, log.time[i] > 0 ? (double)log.items / log.time[i] : 0);
+      if (ref && i < rlog.n) json_key(&j, "reference_loss"), json_num(&j, rlog.loss[i]);
+      json_end_obj(&j);
+    }
+    json_end_arr(&j);
+    if (ref && ok) {
+      json_key(&j, "check");
+      json_obj(&j);
+      json_key(&j, "match"), json_bool(&j, check_ok);
+      json_key(&j, "tolerance"), json_num(&j, 1e-5);
+      json_key(&j, "max_loss_rel_err"), json_num(&j, loss_err);
+      json_key(&j, "max_param_rel_err"), json_num(&j, param_err);
+      json_key(&j, "worst_tensor"), worst ? json_str(&j, worst) : json_null(&j);
+      json_key(&j, "worst_tensor_rel_err"), json_num(&j, tensor_err);
+      json_end_obj(&j);
+    }
+    if (saved) json_key(&j, "saved"), json_str(&j, o->save);
+    json_end_obj(&j);
+    printf("\n");
+  }
+  xnet_stop(net);
+  run_log_free(&log);
+  run_log_free(&rlog);
+  xworld_free(ref);
+  xworld_free(w);
+  weft_free(c);
+  return rc;
+}
+
 /* ---- arguments ---------------------------------------------------------- */
 
 static const command *find_command(const char *name) {
@@ -930,6 +1174,7 @@ int main(int argc, char **argv) {
   o.color = -1;
   o.max_errors = 50;
   o.device = -1;
+  o.steps = 1;
   o.files = calloc((size_t)argc, sizeof(char *));
   o.sets = calloc((size_t)argc, sizeof(char *));
   if (!o.files || !o.sets) weft_oom();
@@ -961,7 +1206,34 @@ int main(int argc, char **argv) {
       else if (strcmp(v, "roofline") == 0) o.symbolic = false;
       else { fprintf(stderr, "weft: error: --cost needs roofline or symbolic\n"); goto done; }
     }
-    else if (is_opt(a, "--plan") && (cmd->run == cmd_explain || cmd->run == cmd_lower || cmd->run == cmd_estimate)) { if (!(v = opt_value(argc, argv, &i, "--plan"))) goto done; o.plan = v; }
+    else if (cmd->run == cmd_run && (is_opt(a, "--steps") || is_opt(a, "--seed"))) {
+      bool st = is_opt(a, "--steps");
+      if (!(v = opt_value(argc, argv, &i, st ? "--steps" : "--seed"))) goto done;
+      char *end;
+      errno = 0;
+      unsigned long long n = strtoull(v, &end, 10);
+      if (*end || !*v || v[0] == '-' || errno || (st && n > 100000000)) {
+        fprintf(stderr, "weft: error: %s needs a %s\n", st ? "--steps" : "--seed",
+                st ? "number of steps (0 to 100000000)" : "non-negative integer");
+        goto done;
+      }
+      if (st) o.steps = (int)n;
+      else o.seed = n, o.seed_given = true;
+    }
+    else if (cmd->run == cmd_run && is_opt(a, "--load")) { if (!(v = opt_value(argc, argv, &i, "--load"))) goto done; o.load = v; }
+    else if (cmd->run == cmd_run && is_opt(a, "--inputs")) { if (!(v = opt_value(argc, argv, &i, "--inputs"))) goto done; o.inputs = v; }
+    else if (cmd->run == cmd_run && is_opt(a, "--save")) { if (!(v = opt_value(argc, argv, &i, "--save"))) goto done; o.save = v; }
+    else if (cmd->run == cmd_run && is_opt(a, "--resume")) { if (!(v = opt_value(argc, argv, &i, "--resume"))) goto done; o.resume = v; }
+    else if (cmd->run == cmd_run && strcmp(a, "--check") == 0) o.run_check = true;
+    else if (cmd->run == cmd_run && strcmp(a, "--allow-native") == 0) o.allow_native = true;
+    else if (cmd->run == cmd_run && is_opt(a, "--backend")) {
+      if (!(v = opt_value(argc, argv, &i, "--backend"))) goto done;
+      if (strcmp(v, "cpu") != 0) {
+        fprintf(stderr, "weft run: backend '%s' is not available; this build runs plans on: cpu\n", v);
+        goto done;
+      }
+    }
+    else if (is_opt(a, "--plan") && (cmd->run == cmd_explain || cmd->run == cmd_lower || cmd->run == cmd_estimate || cmd->run == cmd_run)) { if (!(v = opt_value(argc, argv, &i, "--plan"))) goto done; o.plan = v; }
     else if (is_opt(a, "--stdlib")) { if (!(v = opt_value(argc, argv, &i, "--stdlib"))) goto done; o.stdlib_dir = v; }
     else if (is_opt(a, "--max-errors")) {
       if (!(v = opt_value(argc, argv, &i, "--max-errors"))) goto done;

@@ -83,6 +83,80 @@ static bool pattern_has(const oppattern *p, const char *name) {
   return false;
 }
 
+/* Whether s is a C identifier: the SYMBOL of a native kernel. */
+static bool is_identifier(const char *s) {
+  if (!(*s == '_' || (*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z'))) return false;
+  for (; *s; s++)
+    if (!(*s == '_' || (*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9'))) return false;
+  return true;
+}
+
+/* `kernel = "LIB:SYMBOL"` or `kernel_backward = ...`: evaluated once, here,
+ * in the operator's module, and checked for its form only. Opening LIB is
+ * the CPU backend's work, under `weft run --allow-native`: checking a plan
+ * never runs code from elsewhere. */
+static bool native_entry(weft_ctx *c, env *e, opdecl *op, const ast *s) {
+  const char *key = s->a->name;
+  bool bwd = strcmp(key, "kernel_backward") == 0;
+  const char **slot = bwd ? &op->native_bwd : &op->native_fwd;
+  if (*slot) {
+    eval_error(c, s->a->loc, "operator %s has two `%s` entries", op->name, key);
+    return false;
+  }
+  value v = eval_expr(c, e, s->b);
+  if (v.kind == V_ERROR) return false;
+  const char *example = bwd ? "for example: kernel_backward = \"libmyops.so:my_op_backward\""
+                            : "for example: kernel = \"libmyops.so:my_op_forward\"";
+  if (v.kind != V_STRING) {
+    weft_diag *g = eval_error(c, s->b->loc, "`%s` of %s must be a string \"LIB:SYMBOL\", got %s %s", key, op->name,
+                              value_kind_name(v.kind), value_repr(A(c), v));
+    diag_hint(g, &c->diags, "%s", example);
+    return false;
+  }
+  const char *colon = strrchr(v.s, ':');
+  if (!colon || colon == v.s || !is_identifier(colon + 1)) {
+    weft_diag *g = eval_error(c, s->b->loc, "`%s` of %s must have the form \"LIB:SYMBOL\", got %s", key, op->name,
+                              value_repr(A(c), v));
+    if (!colon) diag_hint(g, &c->diags, "name the shared library and the function in it, separated by ':'; %s", example);
+    else if (colon == v.s) diag_hint(g, &c->diags, "the shared library is missing before ':'; %s", example);
+    else if (!colon[1]) diag_hint(g, &c->diags, "the function's name is missing after ':'; %s", example);
+    else diag_hint(g, &c->diags, "'%s' is not the name of a C function; %s", colon + 1, example);
+    return false;
+  }
+  *slot = v.s;
+  if (bwd) op->native_bwd_loc = s->loc;
+  else op->native_loc = s->loc;
+  return true;
+}
+
+/* What a native kernel needs of the rest of the declaration. */
+static bool native_check(weft_ctx *c, opdecl *op) {
+  if (op->native_bwd && !op->native_fwd) {
+    weft_diag *g = eval_error(c, op->native_bwd_loc, "operator %s has `kernel_backward` but no `kernel`", op->name);
+    diag_hint(g, &c->diags, "add the forward: kernel = \"LIB:SYMBOL\"");
+    return false;
+  }
+  if (!op->native_fwd) return true;
+  bool ok = true;
+  if (op->kind && strcmp(op->kind, "optimizer") == 0) {
+    weft_diag *g = eval_error(c, op->native_loc, "optimizer %s cannot have a native kernel", op->name);
+    diag_hint(g, &c->diags, "native kernels are for the operators a model calls; the backends run sgd and adamw themselves");
+    ok = false;
+  }
+  /* the calling convention passes float pointers */
+  for (int i = 0; i < op->nargs; i++)
+    if (op->args[i].tensor && op->args[i].pat.has_dtype && op->args[i].pat.dtype == DT_I32) {
+      eval_error(c, op->node->list.items[i]->loc, "argument %s of %s is declared i32, but a native kernel works on f32 tensors",
+                 op->args[i].name, op->name);
+      ok = false;
+    }
+  if (op->result.has_dtype && op->result.dtype == DT_I32) {
+    eval_error(c, op->node->b->loc, "the result of %s is declared i32, but a native kernel works on f32 tensors", op->name);
+    ok = false;
+  }
+  return ok;
+}
+
 opdecl *opdecl_build(weft_ctx *c, env *e, const ast *n) {
   opdecl *op = arena_alloc(A(c), sizeof *op);
   op->name = n->name;
@@ -135,7 +209,11 @@ opdecl *opdecl_build(weft_ctx *c, env *e, const ast *n) {
     if (strcmp(s->a->name, "kind") == 0 && s->b->kind == E_STRING && s->b->list.n == 1 &&
         s->b->list.items[0]->kind == E_STRPART)
       op->kind = s->b->list.items[0]->text;
+    if ((strcmp(s->a->name, "kernel") == 0 || strcmp(s->a->name, "kernel_backward") == 0) && !native_entry(c, e, op, s))
+      ok = false;
   }
+  op->native_dir = c->srcs.items[n->loc.file].dir;
+  if (ok && !native_check(c, op)) ok = false;
   return ok ? op : NULL;
 }
 
@@ -528,6 +606,11 @@ static int op_call(weft_ctx *c, env *e, const opdecl *op, const ast *call, const
     if (!pa->tensor) continue;
     int t = vals[i].tensor;
     if (!match_arg(c, op, pa, t, &b, argloc[i])) return -1;
+    if (op->native_fwd && m->g->tensors[t].dtype == DT_I32) {
+      weft_diag *g = eval_error(c, argloc[i], "argument %s of %s is i32, but its native kernel works on f32 tensors", pa->name, op->name);
+      diag_hint(g, &c->diags, "the kernel is called with float pointers; pass a floating-point tensor");
+      return -1;
+    }
     inputs[ni++] = t;
     env_define(A(c), ce, pa->name, vals[i], op->node->loc, false);
     if (!dt_set && dtype_is_float(m->g->tensors[t].dtype)) { dt = m->g->tensors[t].dtype; dt_set = true; }
@@ -973,6 +1056,39 @@ static bool bind_train(weft_ctx *c, mstate *m) {
   return true;
 }
 
+/* A trained model needs the backward of every operator that passes a
+ * gradient on: one with a floating-point argument that is not a model input
+ * (docs/program.md: the backward's outputs). A native kernel without
+ * `kernel_backward` cannot give it; said once per operator declaration. */
+static bool check_native_backward(weft_ctx *c, const weft_graph *g) {
+  bool ok = true;
+  const opdecl **said = NULL;
+  int nsaid = 0, saidcap = 0;
+  for (int i = 0; i < g->nops; i++) {
+    const gop *o = &g->ops[i];
+    const opdecl *d = o->decl;
+    if (!d->native_fwd || d->native_bwd) continue;
+    bool first = true;
+    for (int j = 0; j < nsaid && first; j++) first = said[j] != d;
+    if (!first) continue;
+    const char *arg = NULL, *tensor = NULL;
+    for (int k = 0, t = 0; k < d->nargs && !arg; k++) {
+      if (!d->args[k].tensor) continue;
+      const gtensor *x = &g->tensors[o->inputs[t++]];
+      if (x->role != TENSOR_INPUT && dtype_is_float(x->dtype)) { arg = d->args[k].name; tensor = x->name; }
+    }
+    if (!arg) continue;
+    arena_grow(A(c), (void **)&said, &saidcap, nsaid + 1, sizeof *said);
+    said[nsaid++] = d;
+    weft_diag *e = eval_error(c, o->loc, "operator %s has a native `kernel` but no `kernel_backward`, and model %s needs the gradient of its argument %s (%s)",
+                              d->name, g->name, arg, tensor);
+    diag_hint(e, &c->diags, "add kernel_backward = \"LIB:SYMBOL\" to %s at %s:%d", d->name,
+              c->srcs.items[d->native_loc.file].path, d->native_loc.line);
+    ok = false;
+  }
+  return ok;
+}
+
 weft_graph *weft_build_graph(weft_ctx *c, value model, weft_loc use) {
   vdecl *d = model.decl;
   env *me = env_new(A(c), d->closure);
@@ -988,7 +1104,7 @@ weft_graph *weft_build_graph(weft_ctx *c, value model, weft_loc use) {
   c->model = &m;
   int before = c->diags.errors;
   bool ok = model_exec_body(c, me, &d->node->list2);
-  if (ok && m.train) ok = bind_train(c, &m);
+  if (ok && m.train) ok = bind_train(c, &m) && check_native_backward(c, m.g);
   c->model = saved;
   if (!ok || c->diags.errors > before) {
     /* errors inside an imported model: say which use of it failed */

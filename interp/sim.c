@@ -3,12 +3,14 @@
  * collectives, sends, receives, parameter collectives); an instruction starts
  * when its stream is free and the buffers it reads were last written. Every
  * device is walked as far as it can go; a collective waits until all its
- * members reached it, a receive until its send was issued. */
+ * members reached it, a receive until its send was issued. The memory
+ * timeline it gives is also what lowering's memory rule checks. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "sim.h"
+#include "units.h"
 #include "weft.h"
 
 const char *const sim_stream_names[SS_COUNT] = {"compute", "collective", "send", "recv", "gradients"};
@@ -27,7 +29,6 @@ static const lprog *sim_prog(const weft_program *pr, int d) { return lower_prog(
 typedef struct bstate {
   double ready;           /* end of the last write */
   double last_use;        /* end of the last instruction that touched it */
-  double alloc_t;
   signed char writer;     /* instruction kind of the last writer, -1: none */
   bool pending;           /* allocated, not yet touched: its allocation time is its first use */
   bool used;
@@ -55,27 +56,39 @@ typedef struct gaps {     /* busy intervals of a device's SS_GRAD stream, sorted
   int n, cap;
 } gaps;
 
+/* An event of the memory timeline: a buffer becomes live (at >= 0, the
+ * instruction that makes it live) or stops being live (at < 0). A buffer of
+ * no bytes counts as a free: events of one instant sort frees first. */
 typedef struct memev {
   double t;
-  int64_t delta;
+  int buf;
+  int at;
 } memev;
+
+/* Per simulated device: where its walk is and what its streams hold. */
+typedef struct dstate {
+  int pc;                 /* position in its walk */
+  int last;               /* walk positions 0 .. last are program indices; after, tail */
+  int *tail;              /* the reordered tail of the program (walk_order) */
+  bool parked;            /* registered at the collective it waits on */
+  bool p2p;               /* its program has a receive */
+  double free_at[SS_COUNT];
+  double clock;           /* latest start issued on the device */
+  gaps grad;
+  memev *mev;
+  int nmev, mevcap;
+} dstate;
 
 typedef struct sim {
   weft_sim *out;
   const weft_program *pr;
   const hw_model *hw;
+  bool timeline;          /* SIM_TIMELINE: per-instruction times and the memory timeline */
+  bool events;            /* memory events are recorded (with times, or for the timeline) */
   bstate *bufs;
   cstate *colls;          /* per comm * 2 + epoch */
   sstate *sends;
-  int *pc;                /* per simulated device: position in its order */
-  int **order;            /* per simulated device: program indices in the order they are walked */
-  bool *parked;           /* per simulated device: registered at the collective it waits on */
-  bool *p2p;              /* per simulated device: its program has a receive */
-  double (*free_at)[SS_COUNT];
-  double *clock;          /* latest start issued on the device */
-  gaps *grad;
-  memev **mev;
-  int *nmev, *mevcap;
+  dstate *ds;             /* per simulated device */
   int *stamp;             /* scratch for deduplicating members */
   int stampv;
   cost_memo *memo;        /* compute costs: what each sub-operator contributes */
@@ -90,13 +103,15 @@ static void *xcalloc(size_t n, size_t sz) {
   return p;
 }
 
-static void mem_push(sim *S, int k, double t, int64_t delta) {
-  if (S->nmev[k] == S->mevcap[k]) {
-    S->mevcap[k] = S->mevcap[k] ? 2 * S->mevcap[k] : 64;
-    S->mev[k] = realloc(S->mev[k], sizeof(memev) * (size_t)S->mevcap[k]);
-    if (!S->mev[k]) weft_oom();
+static void mem_push(sim *S, dstate *ds, double t, int buf, int at) {
+  if (!S->events) return;
+  if (ds->nmev == ds->mevcap) {
+    ds->mevcap = ds->mevcap ? 2 * ds->mevcap : 64;
+    ds->mev = realloc(ds->mev, sizeof(memev) * (size_t)ds->mevcap);
+    if (!ds->mev) weft_oom();
   }
-  S->mev[k][S->nmev[k]++] = (memev){t, delta};
+  /* a buffer of no bytes changes nothing: it sorts with the frees */
+  ds->mev[ds->nmev++] = (memev){t, buf, at >= 0 && S->pr->bufs[buf].bytes > 0 ? at : -1};
 }
 
 /* The stream a collective of phase ph runs on. */
@@ -123,35 +138,10 @@ static kcost comm_cost(sim *S, int comm) {
   return S->comm_cost[comm];
 }
 
-/* A buffer is touched at time t by an instruction starting then. */
-static void touch(sim *S, int k, int b, double start) {
-  bstate *bs = &S->bufs[b];
-  if (bs->pending) {
-    bs->pending = false;
-    bs->alloc_t = start;
-    mem_push(S, k, start, S->pr->bufs[b].bytes);
-  }
-}
-
-static void used(sim *S, int b, double end) {
-  bstate *bs = &S->bufs[b];
-  bs->used = true;
-  if (end > bs->last_use) bs->last_use = end;
-}
-
-static void written(sim *S, int b, double end, lins_kind kind) {
-  bstate *bs = &S->bufs[b];
-  if (end >= bs->ready) {
-    bs->ready = end;
-    bs->writer = (signed char)kind;
-  }
-  used(S, b, end);
-}
-
 /* When an instruction's inputs are there; *cause gets the kind of the
  * writer of the latest one. Outputs count too: a write waits for the
  * previous write of the same buffer. */
-static double inputs_ready(sim *S, const lins *in, int *cause) {
+static double inputs_ready(const sim *S, const lins *in, int *cause) {
   double t = 0;
   *cause = -1;
   for (int i = 0; i < in->nin; i++) {
@@ -167,11 +157,26 @@ static double inputs_ready(sim *S, const lins *in, int *cause) {
   return t;
 }
 
-static void touch_all(sim *S, int k, const lins *in, double start, double end) {
-  for (int i = 0; i < in->nin; i++)
-    if (in->in[i].buf >= 0) { touch(S, k, in->in[i].buf, start); used(S, in->in[i].buf, end); }
-  for (int i = 0; i < in->nout; i++)
-    if (in->out[i].buf >= 0) { touch(S, k, in->out[i].buf, start); written(S, in->out[i].buf, end, in->kind); }
+/* Instruction pc, running from start to end, touches its buffers: one
+ * touched for the first time becomes live at start; every one is in use
+ * until end, and those it writes are ready then. */
+static void touch_all(sim *S, dstate *ds, int pc, const lins *in, double start, double end) {
+  for (int i = 0; i < in->nin + in->nout; i++) {
+    bool out = i >= in->nin;
+    int b = out ? in->out[i - in->nin].buf : in->in[i].buf;
+    if (b < 0) continue;
+    bstate *bs = &S->bufs[b];
+    if (bs->pending) {
+      bs->pending = false;
+      mem_push(S, ds, start, b, pc);
+    }
+    if (out && end >= bs->ready) {
+      bs->ready = end;
+      bs->writer = (signed char)in->kind;
+    }
+    bs->used = true;
+    if (end > bs->last_use) bs->last_use = end;
+  }
 }
 
 /* Earliest t' >= t with [t', t' + dur) free in g. */
@@ -211,43 +216,40 @@ static int sim_members(sim *S, const pcomm *cm, int *out) {
   return n;
 }
 
-/* Runs instruction pc of simulated device k; false when it must wait for
- * another device. */
-static bool step_ins(sim *S, int k) {
+/* Runs the instruction at walk position ds->pc of simulated device k; false
+ * when it must wait for another device. */
+static bool step_ins(sim *S, int k, const lprog *pg) {
   sim_dev *D = &S->out->dev[k];
-  const lprog *pg = sim_prog(S->pr, D->device);
-  int pc = S->order[k][S->pc[k]];
+  dstate *ds = &S->ds[k];
+  int pc = ds->pc <= ds->last ? ds->pc : ds->tail[ds->pc - ds->last - 1];
   const lins *in = &pg->ins[pc];
   const weft_plan *p = S->pr->p;
   int st = stream_of(S, in);
-  D->stream[pc] = (signed char)st;
   int cause = -1;
+  double t0, t1;          /* the instruction's start and end */
   switch (in->kind) {
   case LI_ALLOC: {
-    const lbuf *b = &S->pr->bufs[in->buf];
     bstate *bs = &S->bufs[in->buf];
     bs->ready = 0;
     bs->writer = -1;
     bs->last_use = 0;
-    if (b->persistent) {
-      bs->alloc_t = 0;
-      mem_push(S, k, 0, b->bytes);
-    } else bs->pending = true;
-    D->start[pc] = D->end[pc] = S->clock[k];
+    if (S->pr->bufs[in->buf].persistent) mem_push(S, ds, 0, in->buf, pc);
+    else bs->pending = true;
+    if (D->start) { D->start[pc] = D->end[pc] = ds->clock; D->stream[pc] = (signed char)st; }
     return true;
   }
   case LI_FREE: {
     bstate *bs = &S->bufs[in->buf];
-    double t = bs->used ? bs->last_use : S->clock[k];
-    if (bs->pending) { bs->pending = false; mem_push(S, k, t, S->pr->bufs[in->buf].bytes); }
-    mem_push(S, k, t, -S->pr->bufs[in->buf].bytes);
-    D->start[pc] = D->end[pc] = t;
+    double t = bs->used ? bs->last_use : ds->clock;
+    if (bs->pending) { bs->pending = false; mem_push(S, ds, t, in->buf, pc); }
+    mem_push(S, ds, t, in->buf, -1);
+    if (D->start) { D->start[pc] = D->end[pc] = t; D->stream[pc] = (signed char)st; }
     return true;
   }
   case LI_COMPUTE: case LI_COPY: case LI_STEP: {
     kcost c = in->kind == LI_COMPUTE ? cost_compute_memo(S->memo, in) : cost_compute(S->hw, S->pr, in);
     double ready = inputs_ready(S, in, &cause);
-    double free_at = S->free_at[k][st];
+    double free_at = ds->free_at[st];
     double start = ready > free_at ? ready : free_at;
     double gap = start - free_at;
     if (gap > 0) {
@@ -255,13 +257,13 @@ static bool step_ins(sim *S, int k) {
       else if (cause == LI_COLLECTIVE) D->wait_comm += gap;
     }
     double end = start + c.seconds;
-    touch_all(S, k, in, start, end);
-    S->free_at[k][st] = end;
+    touch_all(S, ds, pc, in, start, end);
+    ds->free_at[st] = end;
     D->busy[st] += c.seconds;
     D->flops += c.flops;
     D->bytes += c.bytes;
-    D->start[pc] = start;
-    D->end[pc] = end;
+    t0 = start;
+    t1 = end;
     if (end > D->compute_end) D->compute_end = end;
     break;
   }
@@ -269,10 +271,10 @@ static bool step_ins(sim *S, int k) {
     const pcomm *cm = &p->comms[in->comm];
     kcost c = comm_cost(S, in->comm);
     double ready = inputs_ready(S, in, &cause);
-    double start = ready > S->free_at[k][st] ? ready : S->free_at[k][st];
+    double start = ready > ds->free_at[st] ? ready : ds->free_at[st];
     double end = start + c.seconds;
-    touch_all(S, k, in, start, end);
-    S->free_at[k][st] = end;
+    touch_all(S, ds, pc, in, start, end);
+    ds->free_at[st] = end;
     D->busy[st] += c.seconds;
     D->sent[0] += c.net_bytes[0];
     D->sent[1] += c.net_bytes[1];
@@ -281,14 +283,14 @@ static bool step_ins(sim *S, int k) {
     ss->sent = true;
     ss->start = start;
     ss->arrive = end;
-    D->start[pc] = start;
-    D->end[pc] = end;
+    t0 = start;
+    t1 = end;
     break;
   }
   case LI_RECV: {
-    S->p2p[k] = true;
+    ds->p2p = true;
     sstate *ss = &S->sends[in->comm * 2 + (in->epoch ? 1 : 0)];
-    double posted = S->free_at[k][st];
+    double posted = ds->free_at[st];
     double ready = inputs_ready(S, in, &cause);
     if (ready > posted) posted = ready;
     double arrive = posted, from = posted;
@@ -301,11 +303,11 @@ static bool step_ins(sim *S, int k) {
     }
     /* a sender that is not simulated (its representative runs a renamed
      * program): its data is taken to be there when the receive is posted */
-    touch_all(S, k, in, posted, arrive);
-    S->free_at[k][st] = arrive;
+    touch_all(S, ds, pc, in, posted, arrive);
+    ds->free_at[st] = arrive;
     D->busy[st] += arrive - from;
-    D->start[pc] = from;
-    D->end[pc] = arrive;
+    t0 = from;
+    t1 = arrive;
     break;
   }
   case LI_COLLECTIVE: {
@@ -313,16 +315,16 @@ static bool step_ins(sim *S, int k) {
     cstate *cs = &S->colls[in->comm * 2 + (in->epoch ? 1 : 0)];
     kcost c = comm_cost(S, in->comm);
     if (!cs->done) {
-      if (!S->parked[k]) {
+      if (!ds->parked) {
         if (!cs->members) {
           cs->members = xcalloc((size_t)cm->ngroup, sizeof(int));
           cs->expected = sim_members(S, cm, cs->members);
         }
         double ready = inputs_ready(S, in, &cause);
-        double arrive = st == SS_GRAD ? ready : (ready > S->free_at[k][st] ? ready : S->free_at[k][st]);
+        double arrive = st == SS_GRAD ? ready : (ready > ds->free_at[st] ? ready : ds->free_at[st]);
         if (arrive > cs->arrive) cs->arrive = arrive;
         cs->arrived++;
-        S->parked[k] = true;
+        ds->parked = true;
       }
       if (cs->arrived < cs->expected) return false;
       double start = cs->arrive;
@@ -331,33 +333,34 @@ static bool step_ins(sim *S, int k) {
         for (bool moved = true; moved;) {
           moved = false;
           for (int i = 0; i < cs->expected; i++) {
-            double t = fit(&S->grad[cs->members[i]], start, c.seconds);
+            double t = fit(&S->ds[cs->members[i]].grad, start, c.seconds);
             if (t > start) { start = t; moved = true; }
           }
         }
-        for (int i = 0; i < cs->expected; i++) occupy(&S->grad[cs->members[i]], start, start + c.seconds);
+        for (int i = 0; i < cs->expected; i++) occupy(&S->ds[cs->members[i]].grad, start, start + c.seconds);
       }
       cs->start = start;
       cs->end = start + c.seconds;
       cs->done = true;
     }
-    S->parked[k] = false;
-    touch_all(S, k, in, cs->start, cs->end);
-    if (cs->end > S->free_at[k][st]) S->free_at[k][st] = cs->end;
+    ds->parked = false;
+    touch_all(S, ds, pc, in, cs->start, cs->end);
+    if (cs->end > ds->free_at[st]) ds->free_at[st] = cs->end;
     D->busy[st] += c.seconds;
     D->sent[0] += c.net_bytes[0];
     D->sent[1] += c.net_bytes[1];
     D->sent_kind[cm->kind] += c.net_bytes[0] + c.net_bytes[1];
-    D->start[pc] = cs->start;
-    D->end[pc] = cs->end;
+    t0 = cs->start;
+    t1 = cs->end;
     break;
   }
   default:
-    D->start[pc] = D->end[pc] = S->clock[k];
+    if (D->start) { D->start[pc] = D->end[pc] = ds->clock; D->stream[pc] = (signed char)st; }
     return true;
   }
-  if (D->start[pc] > S->clock[k]) S->clock[k] = D->start[pc];
-  if (D->end[pc] > D->finish) D->finish = D->end[pc];
+  if (D->start) { D->start[pc] = t0; D->end[pc] = t1; D->stream[pc] = (signed char)st; }
+  if (t0 > ds->clock) ds->clock = t0;
+  if (t1 > D->finish) D->finish = t1;
   return true;
 }
 
@@ -365,7 +368,7 @@ static bool step_ins(sim *S, int k) {
  * first: the memory a kernel released is reused by the next. */
 static inline bool memev_before(const memev *x, const memev *y) {
   if (x->t != y->t) return x->t < y->t;
-  return (x->delta > 0) < (y->delta > 0);
+  return (x->at >= 0) < (y->at >= 0);
 }
 
 /* Stable merge sort of a device's events in memev_before's order: events are
@@ -407,17 +410,31 @@ static void memev_sort(memev *v, int n) {
   free(tmp);
 }
 
+/* The peak of a device's memory (where and what is live there), and with
+ * SIM_TIMELINE the timeline itself. */
 static void memory_timeline(sim *S, int k) {
   sim_dev *D = &S->out->dev[k];
-  memev_sort(S->mev[k], S->nmev[k]);
-  D->mem = xcalloc((size_t)S->nmev[k], sizeof(sim_mem));
-  int64_t live = 0;
-  for (int i = 0; i < S->nmev[k]; i++) {
-    live += S->mev[k][i].delta;
-    if (live > D->peak) { D->peak = live; D->peak_t = S->mev[k][i].t; }
+  dstate *ds = &S->ds[k];
+  const lbuf *bufs = S->pr->bufs;
+  memev_sort(ds->mev, ds->nmev);
+  if (S->timeline) D->mem = xcalloc((size_t)ds->nmev, sizeof(sim_mem));
+  int64_t live = 0, by_role[LB_ROLE_COUNT] = {0};
+  for (int i = 0; i < ds->nmev; i++) {
+    const memev *ev = &ds->mev[i];
+    const lbuf *b = &bufs[ev->buf];
+    int64_t delta = ev->at >= 0 ? b->bytes : -b->bytes;
+    live += delta;
+    by_role[b->role] += delta;
+    if (live > D->peak) {
+      D->peak = live;
+      D->peak_t = ev->t;
+      D->peak_at = ev->at;
+      memcpy(D->peak_by_role, by_role, sizeof by_role);
+    }
+    if (!D->mem) continue;
     /* one point per instant: the live bytes after all its events */
-    if (D->nmem && D->mem[D->nmem - 1].t == S->mev[k][i].t) D->mem[D->nmem - 1].live = live;
-    else D->mem[D->nmem++] = (sim_mem){S->mev[k][i].t, live};
+    if (D->nmem && D->mem[D->nmem - 1].t == ev->t) D->mem[D->nmem - 1].live = live;
+    else D->mem[D->nmem++] = (sim_mem){ev->t, live};
   }
 }
 
@@ -426,9 +443,9 @@ static void memory_timeline(sim *S, int k) {
  * reductions come first and in
  * reverse, last layer first, as data-parallel training launches them (the
  * program lists them by parameter, right before each optimizer step).
- * Reversing keeps the members of a collective in one order. */
-static int *walk_order(const weft_plan *p, const lprog *pg) {
-  int *o = xcalloc((size_t)pg->n, sizeof(int));
+ * Reversing keeps the members of a collective in one order. Positions up to
+ * ds->last are the program's; ds->tail holds the rest. */
+static void walk_order(const weft_plan *p, const lprog *pg, dstate *ds) {
   /* last: the last instruction that is not bookkeeping, a copy, a step or
    * a parameter collective; found from the end, reading only the tail */
   int last = pg->n - 1;
@@ -439,8 +456,9 @@ static int *walk_order(const weft_plan *p, const lprog *pg) {
                  (p->comms[in->comm].phase == PHASE_WEIGHTS || p->comms[in->comm].phase == PHASE_PARAMS));
     if (!tail) break;
   }
-  int n = 0;
-  for (int i = 0; i <= last; i++) o[n++] = i;
+  ds->last = last;
+  ds->tail = xcalloc((size_t)(pg->n - last), sizeof(int));
+  int *o = ds->tail, n = 0;
   for (int i = last + 1; i < pg->n; i++)
     if (pg->ins[i].kind == LI_ALLOC) o[n++] = i;
   for (int i = pg->n - 1; i > last; i--)
@@ -450,13 +468,17 @@ static int *walk_order(const weft_plan *p, const lprog *pg) {
     if (in->kind == LI_ALLOC || (in->kind == LI_COLLECTIVE && p->comms[in->comm].phase == PHASE_WEIGHTS)) continue;
     o[n++] = i;
   }
-  return o;
 }
 
-weft_sim *sim_run(const weft_program *pr, const hw_model *hw) {
+weft_sim *sim_run_with(const weft_program *pr, const hw_model *hw, unsigned flags) {
   weft_sim *out = xcalloc(1, sizeof *out);
   out->pr = pr;
-  out->hw = hw;
+  if (hw) {
+    out->hwm = *hw;
+    out->hw = &out->hwm;
+  }
+  hw = out->hw;
+  bool timeline = (flags & SIM_TIMELINE) != 0;
   int nd = pr->nprogs;
   out->index = xcalloc((size_t)nd, sizeof(int));
   for (int d = 0; d < nd; d++) out->index[d] = -1;
@@ -469,9 +491,12 @@ weft_sim *sim_run(const weft_program *pr, const hw_model *hw) {
       sim_dev *D = &out->dev[out->index[d]];
       D->device = d;
       D->n = sim_prog(pr, d)->n;
-      D->start = xcalloc((size_t)D->n, sizeof(double));
-      D->end = xcalloc((size_t)D->n, sizeof(double));
-      D->stream = xcalloc((size_t)D->n, 1);
+      D->peak_at = -1;
+      if (timeline) {
+        D->start = xcalloc((size_t)D->n, sizeof(double));
+        D->end = xcalloc((size_t)D->n, sizeof(double));
+        D->stream = xcalloc((size_t)D->n, 1);
+      }
     } else if (r >= 0 && r < nd && r != d) {
       out->index[d] = out->index[r];
     }
@@ -483,22 +508,26 @@ weft_sim *sim_run(const weft_program *pr, const hw_model *hw) {
   S.out = out;
   S.pr = pr;
   S.hw = hw;
+  S.timeline = timeline;
+  /* without times every event falls at 0 and the peak is the program
+   * order's: events only make the timeline */
+  S.events = hw || timeline;
   S.bufs = xcalloc((size_t)pr->nbufs, sizeof(bstate));
   int ncomms = pr->p->ncomms;
   S.colls = xcalloc((size_t)ncomms * 2, sizeof(cstate));
   S.sends = xcalloc((size_t)ncomms * 2, sizeof(sstate));
   int n = out->ndev;
-  S.pc = xcalloc((size_t)n, sizeof(int));
-  S.parked = xcalloc((size_t)n, sizeof(bool));
-  S.p2p = xcalloc((size_t)n, sizeof(bool));
-  S.order = xcalloc((size_t)n, sizeof(int *));
-  for (int k = 0; k < n; k++) S.order[k] = walk_order(pr->p, sim_prog(pr, out->dev[k].device));
-  S.free_at = xcalloc((size_t)n, sizeof *S.free_at);
-  S.clock = xcalloc((size_t)n, sizeof(double));
-  S.grad = xcalloc((size_t)n, sizeof(gaps));
-  S.mev = xcalloc((size_t)n, sizeof(memev *));
-  S.nmev = xcalloc((size_t)n, sizeof(int));
-  S.mevcap = xcalloc((size_t)n, sizeof(int));
+  S.ds = xcalloc((size_t)n, sizeof(dstate));
+  for (int k = 0; k < n; k++) {
+    const lprog *pg = sim_prog(pr, out->dev[k].device);
+    walk_order(pr->p, pg, &S.ds[k]);
+    /* a buffer makes at most two events: its allocation and its free */
+    if (S.events && pg->buf_hi > pg->buf_lo) {
+      S.ds[k].mevcap = 2 * (pg->buf_hi - pg->buf_lo) + 2;
+      S.ds[k].mev = malloc(sizeof(memev) * (size_t)S.ds[k].mevcap);
+      if (!S.ds[k].mev) weft_oom();
+    }
+  }
   S.stamp = xcalloc((size_t)n, sizeof(int));
   S.memo = cost_memo_new(pr, hw);
   S.comm_stream = xcalloc((size_t)ncomms, 1);
@@ -512,35 +541,49 @@ weft_sim *sim_run(const weft_program *pr, const hw_model *hw) {
     bool left = false;
     for (int k = 0; k < n; k++) {
       sim_dev *D = &out->dev[k];
-      while (S.pc[k] < D->n && step_ins(&S, k)) { S.pc[k]++; progress = true; }
-      if (S.pc[k] < D->n) left = true;
+      const lprog *pg = sim_prog(pr, D->device);
+      while (S.ds[k].pc < D->n && step_ins(&S, k, pg)) { S.ds[k].pc++; progress = true; }
+      if (S.ds[k].pc < D->n) left = true;
     }
     if (!left) break;
     if (!progress) stuck = true;
   }
   for (int k = 0; k < n; k++) {
-    memory_timeline(&S, k);
-    /* without times every event falls at 0: the program order's count is the peak */
-    if (!hw) { out->dev[k].peak = sim_prog(pr, out->dev[k].device)->peak; out->dev[k].peak_t = 0; }
-    if (out->dev[k].finish > out->step_time) out->step_time = out->dev[k].finish;
+    sim_dev *D = &out->dev[k];
+    if (S.events) memory_timeline(&S, k);
+    if (!hw) {
+      const lprog *pg = sim_prog(pr, D->device);
+      D->peak = pg->peak;
+      D->peak_t = 0;
+      D->peak_at = pg->peak_at;
+      memcpy(D->peak_by_role, pg->peak_by_role, sizeof D->peak_by_role);
+    }
+    if (D->finish > out->step_time) out->step_time = D->finish;
   }
   /* a pipeline stage idles from its last compute to the end of the step */
   for (int k = 0; k < n; k++) {
     sim_dev *D = &out->dev[k];
     /* every instruction was run, so a receive in its program set p2p */
-    if (S.p2p[k]) D->wait_pipeline += out->step_time - D->compute_end;
+    if (S.ds[k].p2p) D->wait_pipeline += out->step_time - D->compute_end;
   }
   for (int i = 0; i < ncomms * 2; i++) free(S.colls[i].members);
-  for (int k = 0; k < n; k++) { free(S.grad[k].v); free(S.mev[k]); free(S.order[k]); }
-  free(S.order);
-  free(S.bufs); free(S.colls); free(S.sends); free(S.pc); free(S.parked); free(S.p2p); free(S.free_at);
-  free(S.clock); free(S.grad); free(S.mev); free(S.nmev); free(S.mevcap); free(S.stamp);
+  for (int k = 0; k < n; k++) { free(S.ds[k].grad.v); free(S.ds[k].mev); free(S.ds[k].tail); }
+  free(S.ds);
+  free(S.bufs); free(S.colls); free(S.sends); free(S.stamp);
   cost_memo_free(S.memo); free(S.comm_stream); free(S.comm_cost); free(S.comm_costed);
   if (stuck) {
     sim_free(out);
     return NULL;
   }
   return out;
+}
+
+weft_sim *sim_run(const weft_program *pr, const hw_model *hw) { return sim_run_with(pr, hw, SIM_TIMELINE); }
+
+weft_sim *sim_run_plan(const weft_program *pr, unsigned flags) {
+  hw_model hw;
+  bool timed = hw_from_plan(NULL, pr->p, pr, &hw);
+  return sim_run_with(pr, timed ? &hw : NULL, flags);
 }
 
 void sim_free(weft_sim *s) {
@@ -597,7 +640,10 @@ void sim_estimate(const weft_sim *s, weft_estimate *e) {
     if (D->peak > e->peak_max || e->peak_device < 0) { e->peak_max = D->peak; e->peak_device = D->device; }
   }
   e->device_memory = lower_device_memory(p);
-  e->fits = e->device_memory <= 0 || e->peak_max <= e->device_memory;
+  if (e->device_memory > 0)
+    for (int d = 0; d < s->pr->nprogs; d++)
+      if (s->index[d] >= 0 && s->dev[s->index[d]].peak > e->device_memory) e->over_devices++;
+  e->fits = e->over_devices == 0;
   weft_dtype dt = model_dtype(p->g);
   e->peak_rate = s->hw ? s->hw->peak[dt] : 0;
   if (e->step_time > 0 && s->devices_used > 0) {
@@ -605,4 +651,76 @@ void sim_estimate(const weft_sim *s, weft_estimate *e) {
     if (e->peak_rate > 0) e->mfu = e->tflops_per_device * 1e12 / e->peak_rate;
     e->bubble_fraction = weight > 0 ? busy_wait / (weight * e->step_time) : 0;
   }
+}
+
+/* ---- the memory rule ------------------------------------------------------- */
+
+/* What instruction at of device d's program is, for a message: its kind and
+ * what it works on (peers are not named: a replica's are renamed). */
+static const char *ins_what(const weft_program *pr, const lins *in, char *buf, size_t n) {
+  const weft_plan *p = pr->p;
+  const weft_graph *g = p->g;
+  switch (in->kind) {
+  case LI_COMPUTE:
+    snprintf(buf, n, "the %s of %s (micro-batch %d)",
+             in->recompute ? "recomputation" : in->dir == DIR_BACKWARD ? "backward" : "forward",
+             g->ops[p->subs[in->sub].op].name, in->mb);
+    break;
+  case LI_SEND: case LI_RECV: case LI_COLLECTIVE: {
+    const pcomm *cm = &p->comms[in->comm];
+    bool grad = cm->phase == PHASE_BACKWARD || cm->phase == PHASE_WEIGHTS;
+    snprintf(buf, n, "the %s of %s%s", in->kind == LI_SEND ? "send" : in->kind == LI_RECV ? "receive" : comm_kind_names[cm->kind],
+             grad ? "the gradient of " : "", g->tensors[cm->tensor].name);
+    break;
+  }
+  case LI_STEP: snprintf(buf, n, "the optimizer step of %s", g->tensors[in->tensor].name); break;
+  case LI_COPY: snprintf(buf, n, "a copy of %s", g->tensors[pr->bufs[in->out[0].buf].tensor].name); break;
+  case LI_ALLOC: case LI_FREE: {
+    const lbuf *b = &pr->bufs[in->buf];
+    snprintf(buf, n, "the allocation of %s (%s)", g->tensors[b->tensor].name, lbuf_role_names[b->role]);
+    break;
+  }
+  default: snprintf(buf, n, "an instruction");
+  }
+  return buf;
+}
+
+bool sim_check_memory(weft_ctx *c, const weft_sim *s) {
+  const weft_program *pr = s->pr;
+  const weft_plan *p = pr->p;
+  int64_t cap = lower_device_memory(p);
+  if (cap <= 0) return true;
+  /* every device, replicas included: the lowest of those with the most */
+  int worst = -1, over = 0;
+  for (int d = 0; d < pr->nprogs; d++) {
+    int k = s->index[d];
+    if (k < 0 || s->dev[k].peak <= cap) continue;
+    over++;
+    if (worst < 0 || s->dev[k].peak > s->dev[s->index[worst]].peak) worst = d;
+  }
+  if (worst < 0) return true;
+  const sim_dev *D = &s->dev[s->index[worst]];
+  const int64_t *r = D->peak_by_role;
+  char b[8][64], what[512] = "", when[96] = "", times[64], overs[64] = "";
+  if (over > 1) snprintf(overs, sizeof overs, " (%d devices do not fit)", over);
+  weft_diag *g = eval_error(c, p->loc, "device %d needs %s at its peak, more than its %s of memory%s", worst,
+                            unit_bytes_human(D->peak, b[0], sizeof b[0]), unit_bytes_human(cap, b[1], sizeof b[1]), overs);
+  diag_hint(g, &c->diags, "split more (tensor or pipeline parallelism), recompute activations, use more "
+                          "micro-batches, or shard with ZeRO");
+  const lprog *pg = lower_prog(pr, worst);
+  if (D->peak_at >= 0 && D->peak_at < pg->n) {
+    char ins[400];
+    snprintf(what, sizeof what, ", instruction %d (%s)", D->peak_at, ins_what(pr, &pg->ins[D->peak_at], ins, sizeof ins));
+    if (s->hw) {
+      unit_format(D->peak_t, UNIT_SECONDS, times, sizeof times);
+      snprintf(when, sizeof when, " %s into the simulated step", times);
+    }
+  }
+  diag_add(&c->diags, DIAG_NOTE, p->loc, "at the peak of device %d%s%s: parameters %s, gradients %s, optimizer "
+                                         "state %s, activations %s, gradients of activations %s, inputs %s",
+           worst, what, when, unit_bytes_human(r[LB_PARAM], b[2], sizeof b[2]),
+           unit_bytes_human(r[LB_GRAD], b[3], sizeof b[3]), unit_bytes_human(r[LB_STATE], b[4], sizeof b[4]),
+           unit_bytes_human(r[LB_ACT], b[5], sizeof b[5]), unit_bytes_human(r[LB_ACT_GRAD], b[6], sizeof b[6]),
+           unit_bytes_human(r[LB_INPUT], b[7], sizeof b[7]));
+  return false;
 }

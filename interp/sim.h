@@ -30,8 +30,8 @@ typedef struct sim_dev {
   int device;
   int weight;             /* devices it stands for (itself and its data-parallel replicas) */
   int n;                  /* instructions */
-  double *start, *end;    /* per instruction; alloc and free take no time */
-  signed char *stream;    /* per instruction, -1 for alloc and free */
+  double *start, *end;    /* per instruction (SIM_TIMELINE, else NULL); alloc and free take no time */
+  signed char *stream;    /* per instruction (SIM_TIMELINE), -1 for alloc and free */
   double busy[SS_COUNT];
   double finish;          /* its last instruction's end */
   double compute_end;     /* its last compute's end */
@@ -42,13 +42,16 @@ typedef struct sim_dev {
   double sent_kind[COMM_KIND_COUNT];
   int64_t peak;           /* most bytes live at once in the simulated timeline */
   double peak_t;
+  int peak_at;            /* the instruction whose allocation reaches the peak, -1 none */
+  int64_t peak_by_role[LB_ROLE_COUNT];  /* the bytes live at the peak, by buffer role */
   int nmem;
-  sim_mem *mem;           /* the timeline, sorted by time */
+  sim_mem *mem;           /* the timeline, sorted by time (SIM_TIMELINE, else NULL) */
 } sim_dev;
 
 typedef struct weft_sim {
   const weft_program *pr;
-  const hw_model *hw;     /* NULL: symbolic, no times */
+  const hw_model *hw;     /* NULL: symbolic, no times; else &hwm */
+  hw_model hwm;           /* the simulation's copy of the hardware model */
   int ndev;               /* simulated devices (those with a program that represent themselves) */
   sim_dev *dev;
   int *index;             /* per device of the cluster: its entry in dev, or that of its representative; -1 none */
@@ -56,10 +59,27 @@ typedef struct weft_sim {
   int devices_used;       /* devices with a program, replicas included */
 } weft_sim;
 
+/* What a run keeps beyond the figures: SIM_TIMELINE, the start and end of
+ * every instruction and the memory timeline (for the trace and the picture). */
+enum { SIM_TIMELINE = 1 };
+
 /* Runs the program; NULL only when the programs cannot finish (which
- * lowering already rules out). hw NULL counts FLOPs and bytes only. */
+ * lowering already rules out). hw NULL counts FLOPs and bytes only, and
+ * the peaks are the program order's. sim_run keeps the timeline. */
 weft_sim *sim_run(const weft_program *pr, const hw_model *hw);
+weft_sim *sim_run_with(const weft_program *pr, const hw_model *hw, unsigned flags);
+/* The run the memory rule uses: with the hardware model of the plan's
+ * cluster when it has one (hw_from_plan), else symbolic. */
+weft_sim *sim_run_plan(const weft_program *pr, unsigned flags);
 void sim_free(weft_sim *s);
+
+/* Rule 5 of lowering (docs/program.md), on the memory model of the
+ * estimate: every device's peak in the simulated step fits the memory of
+ * the cluster's device. False after an error naming the device with the
+ * highest peak, its peak and capacity, the instruction where the peak is
+ * reached and the bytes live there by role. */
+struct weft_ctx;
+bool sim_check_memory(struct weft_ctx *c, const weft_sim *s);
 
 /* ---- the estimate: figures for people and for the search ---------------- */
 
@@ -75,6 +95,7 @@ typedef struct weft_estimate {
   int peak_device;
   int64_t device_memory;
   bool fits;
+  int over_devices;       /* devices whose peak exceeds device_memory */
   double comm_kind[COMM_KIND_COUNT];  /* bytes sent per step, all devices */
   double comm_level[2];
 } weft_estimate;

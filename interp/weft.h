@@ -67,6 +67,16 @@ struct opdecl {
   oparg *args;
   oppattern result;
   const char *kind;      /* "matmul", ...: the literal `kind` entry, if constant */
+  /* Native kernels (docs/language.md, "Native kernels"): "LIB:SYMBOL" from
+   * the `kernel` and `kernel_backward` entries, checked for form only; NULL
+   * when absent. Only `weft run --allow-native` opens LIB. */
+  const char *native_fwd;
+  const char *native_bwd;
+  weft_loc native_loc;       /* the `kernel` entry, for errors in loading it */
+  weft_loc native_bwd_loc;   /* the `kernel_backward` entry */
+  const char *native_dir;    /* a relative LIB is relative to this directory: the
+                              * declaring file's, "" for the current one, with
+                              * a trailing '/' otherwise */
 };
 
 typedef struct weft_ctx {

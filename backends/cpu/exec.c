@@ -1,0 +1,1245 @@
+/* exec.c - the CPU executor: one thread per device runs its lowered program
+ * (docs/program.md); messages and collectives go through a mailbox. */
+#include <errno.h>
+#include <stdint.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "exec.h"
+#include "kernels.h"
+#include "net.h"
+#include "weft.h"
+#include "xops.h"
+
+void openblas_set_num_threads(int num_threads);
+
+/* ---- regions ------------------------------------------------------------ */
+
+/* Position of each index of dimension d of r inside the packed dimension of
+ * holder (r's indices are a subset of holder's). out has ext(r, d) entries. */
+static void positions(const dregion *holder, const dregion *r, int64_t *out) {
+  int64_t k = 0, base = 0;
+  int h = 0;
+  for (int i = 0; i < r->n; i++)
+    for (int64_t x = r->iv[i].lo; x < r->iv[i].hi; x++) {
+      while (h < holder->n && holder->iv[h].hi <= x) base += holder->iv[h].hi - holder->iv[h].lo, h++;
+      out[k++] = h < holder->n ? base + (x - holder->iv[h].lo) : -1;
+    }
+}
+
+static int64_t dlen(const dregion *r) {
+  int64_t n = 0;
+  for (int i = 0; i < r->n; i++) n += r->iv[i].hi - r->iv[i].lo;
+  return n;
+}
+
+/* Copies (or adds, for floats) the elements of region r from src, a packed
+ * buffer of region sr, into dst, a packed buffer of region dr. Elements are
+ * 4 bytes (f32 or i32). */
+static void region_move(void *dst, const tregion *dr, const void *src, const tregion *sr,
+                        const tregion *r, bool add) {
+  int nd = r->ndims;
+  if (nd == 0) {
+    if (add) *(float *)dst += *(const float *)src;
+    else memcpy(dst, src, 4);
+    return;
+  }
+  int64_t *len = calloc((size_t)nd, sizeof(int64_t));
+  int64_t **ps = calloc((size_t)nd, sizeof(int64_t *)), **pd = calloc((size_t)nd, sizeof(int64_t *));
+  int64_t *ss = calloc((size_t)nd, sizeof(int64_t)), *sd = calloc((size_t)nd, sizeof(int64_t));
+  int64_t *idx = calloc((size_t)nd, sizeof(int64_t));
+  if (!len || !ps || !pd || !ss || !sd || !idx) weft_oom();
+  int64_t total = 1;
+  for (int d = 0; d < nd; d++) {
+    len[d] = dlen(&r->dims[d]);
+    total *= len[d];
+    ps[d] = malloc((size_t)(len[d] + 1) * sizeof(int64_t));
+    pd[d] = malloc((size_t)(len[d] + 1) * sizeof(int64_t));
+    if (!ps[d] || !pd[d]) weft_oom();
+    positions(&sr->dims[d], &r->dims[d], ps[d]);
+    positions(&dr->dims[d], &r->dims[d], pd[d]);
+  }
+  ss[nd - 1] = sd[nd - 1] = 1;
+  for (int d = nd - 2; d >= 0; d--) {
+    ss[d] = ss[d + 1] * dlen(&sr->dims[d + 1]);
+    sd[d] = sd[d + 1] * dlen(&dr->dims[d + 1]);
+  }
+  if (total > 0) {
+    int64_t inner = len[nd - 1];
+    const int64_t *pis = ps[nd - 1], *pid = pd[nd - 1];
+    for (;;) {
+      int64_t os = 0, od = 0;
+      for (int d = 0; d < nd - 1; d++) os += ps[d][idx[d]] * ss[d], od += pd[d][idx[d]] * sd[d];
+      const float *s = (const float *)src + os;
+      float *t = (float *)dst + od;
+      int64_t k = 0;
+      while (k < inner) {
+        int64_t run = 1;
+        while (k + run < inner && pis[k + run] == pis[k] + run && pid[k + run] == pid[k] + run) run++;
+        if (add)
+          for (int64_t q = 0; q < run; q++) t[pid[k] + q] += s[pis[k] + q];
+        else
+          memcpy(t + pid[k], s + pis[k], (size_t)run * 4);
+        k += run;
+      }
+      int d = nd - 2;
+      while (d >= 0 && ++idx[d] == len[d]) idx[d--] = 0;
+      if (d < 0) break;
+    }
+  }
+  for (int d = 0; d < nd; d++) free(ps[d]), free(pd[d]);
+  free(len), free(ps), free(pd), free(ss), free(sd), free(idx);
+}
+
+static tregion whole_region(const gtensor *t, dregion *dims, irange *iv) {
+  for (int d = 0; d < t->ndims; d++) {
+    iv[d].lo = 0;
+    iv[d].hi = t->dims[d].size;
+    dims[d].n = 1;
+    dims[d].iv = &iv[d];
+  }
+  return (tregion){t->ndims, dims};
+}
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void *xmalloc(size_t n) {
+  void *p = malloc(n ? n : 1);
+  if (!p) weft_oom();
+  return p;
+}
+
+static void *xcalloc(size_t n) {
+  void *p = calloc(n ? n : 1, 1);
+  if (!p) weft_oom();
+  return p;
+}
+
+/* ---- the world ---------------------------------------------------------- */
+
+xworld *xworld_new(const weft_graph *g) {
+  xworld *w = xcalloc(sizeof *w);
+  w->g = g;
+  w->param = xcalloc((size_t)g->ntensors * sizeof(float *));
+  w->state = xcalloc((size_t)g->ntensors * sizeof(float *));
+  w->input = xcalloc((size_t)g->ntensors * sizeof(void *));
+  xoptim o;
+  w->state_copies = 0;
+  if (xoptim_from_graph(g, &o)) w->state_copies = o.adamw ? 2 : o.momentum != 0.0 ? 1 : 0;
+  for (int t = 0; t < g->ntensors; t++) {
+    const gtensor *x = &g->tensors[t];
+    size_t n = (size_t)tensor_numel(x);
+    if (x->role == TENSOR_PARAM) {
+      w->param[t] = xcalloc(n * sizeof(float));
+      if (w->state_copies) w->state[t] = xcalloc(n * (size_t)w->state_copies * sizeof(float));
+    } else if (x->role == TENSOR_INPUT) {
+      w->input[t] = xcalloc(n * 4);
+    }
+  }
+  return w;
+}
+
+void xworld_free(xworld *w) {
+  if (!w) return;
+  for (int t = 0; t < w->g->ntensors; t++) free(w->param[t]), free(w->state[t]), free(w->input[t]);
+  free(w->param), free(w->state), free(w->input);
+  free(w);
+}
+
+xworld *xworld_clone(const xworld *w) {
+  xworld *c = xworld_new(w->g);
+  for (int t = 0; t < w->g->ntensors; t++) {
+    size_t n = (size_t)tensor_numel(&w->g->tensors[t]);
+    if (w->param[t]) memcpy(c->param[t], w->param[t], n * sizeof(float));
+    if (w->state[t]) memcpy(c->state[t], w->state[t], n * (size_t)w->state_copies * sizeof(float));
+    if (w->input[t]) memcpy(c->input[t], w->input[t], n * 4);
+  }
+  c->step = w->step;
+  return c;
+}
+
+/* A stream number from a tensor's name, so that initial values do not
+ * depend on the order tensors were declared in. */
+static uint64_t name_stream(const char *s) {
+  uint64_t h = 1469598103934665603ull;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  return h;
+}
+
+/* How operator arguments read a tensor: 'n' the weight of a norm, 'b' a
+ * bias, 'w' anything else. */
+static char param_use(const weft_graph *g, int t) {
+  for (int o = 0; o < g->nops; o++) {
+    const gop *op = &g->ops[o];
+    const char *k = op->decl ? op->decl->name : "";
+    for (int i = 0; i < op->ninputs; i++) {
+      if (op->inputs[i] != t) continue;
+      if ((strcmp(k, "layernorm") == 0 || strcmp(k, "rmsnorm") == 0) && i == 1) return 'n';
+      if (strcmp(k, "layernorm") == 0 && i == 2) return 'b';
+      if ((strcmp(k, "linear") == 0 || strcmp(k, "qkv_linear") == 0) && i == 2) return 'b';
+    }
+  }
+  return 'w';
+}
+
+void xworld_init_params(xworld *w, uint64_t seed) {
+  const weft_graph *g = w->g;
+  for (int t = 0; t < g->ntensors; t++) {
+    if (!w->param[t]) continue;
+    int64_t n = tensor_numel(&g->tensors[t]);
+    char use = param_use(g, t);
+    if (use == 'w') k_init_normal(w->param[t], 0, n, seed, name_stream(g->tensors[t].name), 0.0, 0.02);
+    else
+      for (int64_t i = 0; i < n; i++) w->param[t][i] = use == 'n' ? 1.0f : 0.0f;
+    if (w->state[t]) memset(w->state[t], 0, (size_t)n * (size_t)w->state_copies * sizeof(float));
+  }
+  w->step = 0;
+}
+
+/* The bound on the ids an i32 input may hold: the rows of the table an
+ * embedding looks them up in, or the classes of a cross entropy. */
+int64_t xworld_id_bound(const weft_graph *g, int t) {
+  for (int o = 0; o < g->nops; o++) {
+    const gop *op = &g->ops[o];
+    const char *k = op->decl ? op->decl->name : "";
+    if (strcmp(k, "embedding") == 0 && op->inputs[0] == t) return g->tensors[op->inputs[1]].dims[0].size;
+    if (strcmp(k, "cross_entropy") == 0 && op->inputs[1] == t) {
+      const gtensor *l = &g->tensors[op->inputs[0]];
+      return l->dims[l->ndims - 1].size;
+    }
+  }
+  return 2;
+}
+
+void xworld_init_inputs(xworld *w, uint64_t seed) {
+  const weft_graph *g = w->g;
+  for (int t = 0; t < g->ntensors; t++) {
+    if (!w->input[t]) continue;
+    const gtensor *x = &g->tensors[t];
+    int64_t n = tensor_numel(x);
+    uint64_t stream = name_stream(x->name);
+    if (x->dtype == DT_I32) {
+      int64_t bound = xworld_id_bound(g, t);
+      int32_t *v = w->input[t];
+      for (int64_t i = 0; i < n; i++) v[i] = (int32_t)(k_rng_u64(seed, stream, (uint64_t)i) % (uint64_t)bound);
+    } else {
+      k_init_normal(w->input[t], 0, n, seed, stream, 0.0, 1.0);
+    }
+  }
+}
+
+bool xoptim_from_graph(const weft_graph *g, xoptim *o) {
+  if (!g->optimizer) return false;
+  memset(o, 0, sizeof *o);
+  o->adamw = strcmp(g->optimizer, "adamw") == 0;
+  o->lr = o->adamw ? 1e-3 : 0.01;
+  o->beta1 = 0.9, o->beta2 = 0.999, o->eps = 1e-8, o->weight_decay = o->adamw ? 0.01 : 0.0;
+  const vrecord *r = g->optimizer_args;
+  for (int i = 0; r && i < r->n; i++) {
+    const value *v = &r->vals[i];
+    double x = v->kind == V_FLOAT ? v->f : v->kind == V_INT ? (double)v->i : 0.0;
+    const char *k = r->keys[i];
+    if (strcmp(k, "lr") == 0) o->lr = x;
+    else if (strcmp(k, "beta1") == 0) o->beta1 = x;
+    else if (strcmp(k, "beta2") == 0) o->beta2 = x;
+    else if (strcmp(k, "eps") == 0) o->eps = x;
+    else if (strcmp(k, "weight_decay") == 0) o->weight_decay = x;
+    else if (strcmp(k, "momentum") == 0) o->momentum = x;
+  }
+  return true;
+}
+
+static void optim_step(const xoptim *o, float *p, float *state, const float *grad, int64_t n, int64_t step) {
+  if (o->adamw) k_adamw(p, state, state + n, grad, n, step, o->lr, o->beta1, o->beta2, o->eps, o->weight_decay);
+  else k_sgd(p, o->momentum != 0.0 ? state : NULL, grad, n, o->lr, o->momentum, o->weight_decay);
+}
+
+/* ---- the mailbox ---------------------------------------------------------- */
+
+enum { CLS_SEND, CLS_COLL, CLS_CE };
+
+typedef struct xmsg {
+  xkey key;
+  int remaining;          /* takers still to come */
+  int64_t bytes;
+  void *data;             /* NULL: zeros (a member without input) */
+  struct xmsg *next;
+} xmsg;
+
+enum { MBOX_BUCKETS = 4096 };
+
+typedef struct xmbox {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  xmsg *bucket[MBOX_BUCKETS];
+  bool failed;            /* a device stopped with an error: everyone stops */
+} xmbox;
+
+static bool key_eq(const xkey *a, const xkey *b) {
+  return a->step == b->step && a->cls == b->cls && a->id == b->id && a->epoch == b->epoch &&
+         a->src == b->src && a->dst == b->dst;
+}
+
+static unsigned key_hash(const xkey *k) {
+  uint64_t h = (uint64_t)k->step * 0x9e3779b97f4a7c15ull;
+  h ^= (uint64_t)(unsigned)k->cls * 0xbf58476d1ce4e5b9ull + (uint64_t)(unsigned)k->id * 0x94d049bb133111ebull;
+  h ^= (uint64_t)(unsigned)k->epoch * 31 + (uint64_t)(unsigned)k->src * 1000003 + (uint64_t)(unsigned)(k->dst + 1) * 7919;
+  h ^= h >> 29;
+  return (unsigned)(h % MBOX_BUCKETS);
+}
+
+/* Leaves a message for `consumers` takers; data is owned by the mailbox. */
+static void mbox_put(xmbox *m, const xkey *k, int consumers, void *data, int64_t bytes) {
+  xmsg *x = xmalloc(sizeof *x);
+  x->key = *k;
+  x->remaining = consumers;
+  x->bytes = bytes;
+  x->data = data;
+  pthread_mutex_lock(&m->mu);
+  unsigned h = key_hash(k);
+  x->next = m->bucket[h];
+  m->bucket[h] = x;
+  pthread_cond_broadcast(&m->cv);
+  pthread_mutex_unlock(&m->mu);
+}
+
+/* Waits for the message; NULL when the run failed meanwhile. The message
+ * stays valid until mbox_done. */
+static xmsg *mbox_take(xmbox *m, const xkey *k) {
+  pthread_mutex_lock(&m->mu);
+  unsigned h = key_hash(k);
+  for (;;) {
+    for (xmsg *x = m->bucket[h]; x; x = x->next)
+      if (key_eq(&x->key, k)) {
+        pthread_mutex_unlock(&m->mu);
+        return x;
+      }
+    if (m->failed) break;
+    pthread_cond_wait(&m->cv, &m->mu);
+  }
+  pthread_mutex_unlock(&m->mu);
+  return NULL;
+}
+
+static void mbox_done(xmbox *m, xmsg *x) {
+  pthread_mutex_lock(&m->mu);
+  if (--x->remaining == 0) {
+    xmsg **pp = &m->bucket[key_hash(&x->key)];
+    while (*pp != x) pp = &(*pp)->next;
+    *pp = x->next;
+    free(x->data);
+    free(x);
+  }
+  pthread_mutex_unlock(&m->mu);
+}
+
+static void mbox_fail(xmbox *m) {
+  pthread_mutex_lock(&m->mu);
+  m->failed = true;
+  pthread_cond_broadcast(&m->cv);
+  pthread_mutex_unlock(&m->mu);
+}
+
+/* ---- the run ---------------------------------------------------------------- */
+
+typedef struct xrun xrun;
+
+/* One device: its thread, its buffers. */
+typedef struct xdev {
+  xrun *run;
+  int device;
+  const lprog *prog;
+  void **mem;             /* per buffer of its program (id - buf_lo) */
+  bool *stepped;          /* per buffer: a param buffer an optimizer step wrote */
+  char err[512];
+  bool failed;
+} xdev;
+
+struct xrun {
+  const weft_program *pr;
+  const weft_plan *p;
+  const weft_graph *g;
+  xworld *w;
+  const xrun_opts *o;
+  xoptim optim;
+  xmbox box;
+  xdev *devs;
+  int ndevs;              /* devices this process runs */
+  int *local;             /* per device: index in devs, -1 when elsewhere */
+  int64_t step;           /* the step being run */
+  double *loss_slot;      /* per sub-operator of the loss: its share this step */
+  int *loss_index;        /* per sub: its slot, -1 when it does not count */
+  int nloss;
+  int **ce_peers;         /* per sub of a cross entropy split along the vocabulary: peer subs, -1 ended */
+  int ce_vidim;           /* the vocabulary idim of the cross entropy */
+  pthread_barrier_t bar;
+  int finished;           /* device threads done (under box.mu) */
+  double t0;
+  bool failed;
+};
+
+static bool dev_fail(xdev *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static bool dev_fail(xdev *d, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(d->err, sizeof d->err, fmt, ap);
+  va_end(ap);
+  d->failed = true;
+  if (d->run->o->net) {
+    /* The other processes would wait for this one forever. */
+    fprintf(stderr, "weft run: device %d: %s\n", d->device, d->err);
+    exit(WEFT_REJECTED);
+  }
+  mbox_fail(&d->run->box);
+  return false;
+}
+
+static const lbuf *buf_of(const xrun *r, int id) { return &r->pr->bufs[id]; }
+
+static void *mem_of(const xdev *d, int id) { return d->mem[id - d->prog->buf_lo]; }
+
+/* A ref as a packed array: the buffer itself when the ref covers it, else
+ * a gathered copy (*tmp set, the caller frees). */
+static void *ref_in(const xdev *d, const lref *ref, void **tmp) {
+  *tmp = NULL;
+  if (ref->buf < 0) return NULL;
+  const lbuf *b = buf_of(d->run, ref->buf);
+  void *m = mem_of(d, ref->buf);
+  if (tregion_equal(&b->region, &ref->region)) return m;
+  *tmp = xmalloc((size_t)tregion_numel(&ref->region) * 4);
+  region_move(*tmp, &ref->region, m, &b->region, &ref->region, false);
+  return *tmp;
+}
+
+/* Writes (or adds) a packed part into the ref's place in its buffer. */
+static void ref_out(const xdev *d, const lref *ref, const void *part, bool add) {
+  const lbuf *b = buf_of(d->run, ref->buf);
+  region_move(mem_of(d, ref->buf), &b->region, part, &ref->region, &ref->region, add);
+}
+
+static void net_post(xrun *r, const xkey *k, const int *consumers, int n, void *data, int64_t bytes) {
+  xnet *net = r->o->net;
+  if (!net) {
+    mbox_put(&r->box, k, n, data, bytes);
+    return;
+  }
+  /* Local takers share one message; each other process gets a copy. */
+  int me = xnet_rank(net), here = 0;
+  for (int i = 0; i < n; i++) here += xnet_proc(net, consumers[i]) == me;
+  for (int q = 0; q < xnet_size(net); q++) {
+    if (q == me) continue;
+    int there = 0;
+    for (int i = 0; i < n; i++) there += xnet_proc(net, consumers[i]) == q;
+    if (there && !xnet_post(net, q, k, there, data, bytes)) {
+      fprintf(stderr, "weft run: process %d: %s\n", me, xnet_error(net));
+      exit(WEFT_FAILED);
+    }
+  }
+  if (here) mbox_put(&r->box, k, here, data, bytes);
+  else free(data);
+}
+
+/* ---- instructions ---------------------------------------------------------- */
+
+static bool do_alloc(xdev *d, const lins *in) {
+  xrun *r = d->run;
+  const lbuf *b = buf_of(r, in->buf);
+  int64_t n = tregion_numel(&b->region) * b->copies;
+  void **slot = &d->mem[in->buf - d->prog->buf_lo];
+  if (b->persistent && *slot) {
+    if (b->role == LB_GRAD) memset(*slot, 0, (size_t)n * 4);
+    return true;
+  }
+  *slot = xcalloc((size_t)n * 4);
+  const gtensor *t = &r->g->tensors[b->tensor];
+  dregion dims[16];
+  irange iv[16];
+  if (t->ndims > 16) return dev_fail(d, "tensor %s has more than 16 dimensions", t->name);
+  tregion whole = whole_region(t, dims, iv);
+  if (b->role == LB_INPUT) {
+    region_move(*slot, &b->region, r->w->input[b->tensor], &whole, &b->region, false);
+  } else if (b->role == LB_PARAM) {
+    region_move(*slot, &b->region, r->w->param[b->tensor], &whole, &b->region, false);
+  } else if (b->role == LB_STATE) {
+    int64_t whole_n = tensor_numel(t), part_n = tregion_numel(&b->region);
+    for (int c = 0; c < b->copies && c < r->w->state_copies; c++)
+      region_move((float *)*slot + c * part_n, &b->region, r->w->state[b->tensor] + c * whole_n, &whole,
+                  &b->region, false);
+  }
+  return true;
+}
+
+static bool do_free(xdev *d, const lins *in) {
+  void **slot = &d->mem[in->buf - d->prog->buf_lo];
+  free(*slot);
+  *slot = NULL;
+  return true;
+}
+
+typedef struct ce_ctx {
+  xdev *d;
+  int sub;
+  int epoch;
+} ce_ctx;
+
+static int64_t sub_vlo(const xrun *r, int sub) { return r->p->subs[sub].range[r->ce_vidim].lo; }
+
+/* The exchange of a vocabulary-split cross entropy (xops.h): the shard
+ * posts its statistics to its peers and takes theirs. */
+static int ce_exchange(void *ctx, int64_t v_lo, const float *mine, int64_t n, float **all) {
+  ce_ctx *c = ctx;
+  xdev *d = c->d;
+  xrun *r = d->run;
+  const int *peers = r->ce_peers ? r->ce_peers[c->sub] : NULL;
+  if (!peers) return -1;
+  int np = 0;
+  while (peers[np] >= 0) np++;
+  int *devs = xmalloc((size_t)(np + 1) * sizeof(int));
+  for (int i = 0; i < np; i++) devs[i] = r->p->subs[peers[i]].device;
+  xkey k = {r->step, CLS_CE, c->sub, c->epoch, d->device, -1};
+  float *copy = xmalloc((size_t)n * sizeof(float));
+  memcpy(copy, mine, (size_t)n * sizeof(float));
+  if (np) net_post(r, &k, devs, np, copy, n * (int64_t)sizeof(float));
+  else free(copy);
+  free(devs);
+  /* Shards in vocabulary order; copies of one shard (replicas) once. */
+  int64_t *los = xmalloc((size_t)(np + 1) * sizeof(int64_t));
+  const float **data = xmalloc((size_t)(np + 1) * sizeof(float *));
+  xmsg **msgs = xmalloc((size_t)(np + 1) * sizeof(xmsg *));
+  int cnt = 0;
+  los[cnt] = v_lo, data[cnt] = mine, msgs[cnt] = NULL, cnt++;
+  bool ok = true;
+  for (int i = 0; i < np; i++) {
+    xkey pk = {r->step, CLS_CE, peers[i], c->epoch, r->p->subs[peers[i]].device, -1};
+    xmsg *m = mbox_take(&r->box, &pk);
+    if (!m) { ok = false; break; }
+    int64_t lo = sub_vlo(r, peers[i]);
+    bool dup = false;
+    for (int j = 0; j < cnt; j++) dup |= los[j] == lo;
+    if (dup || m->bytes != n * (int64_t)sizeof(float)) {
+      mbox_done(&r->box, m);
+      continue;
+    }
+    los[cnt] = lo, data[cnt] = m->data, msgs[cnt] = m, cnt++;
+  }
+  int p = -1;
+  if (ok) {
+    p = cnt;
+    *all = xmalloc((size_t)(p * n) * sizeof(float));
+    for (int s = 0; s < p; s++) {
+      int best = -1;
+      for (int j = 0; j < cnt; j++)
+        if (data[j] && (best < 0 || los[j] < los[best])) best = j;
+      memcpy(*all + s * n, data[best], (size_t)n * sizeof(float));
+      data[best] = NULL;
+    }
+  }
+  for (int j = 0; j < cnt; j++)
+    if (msgs[j]) mbox_done(&r->box, msgs[j]);
+  free(los), free(data), free(msgs);
+  return p;
+}
+
+static bool do_compute(xdev *d, const lins *in) {
+  xrun *r = d->run;
+  const psub *s = &r->p->subs[in->sub];
+  const gop *op = &r->g->ops[s->op];
+  xcall c = {0};
+  c.g = r->g;
+  c.op = s->op;
+  c.backward = in->dir == DIR_BACKWARD;
+  c.nin = op->ninputs;
+  c.allow_native = r->o->allow_native;
+  if (c.nin > XOP_MAX_INPUTS) return dev_fail(d, "%s: too many inputs", op->name);
+  void *tmps[2 * XOP_MAX_INPUTS + 2] = {0};
+  int ntmp = 0;
+  for (int i = 0; i < in->nin; i++) {
+    const lref *ref = &in->in[i];
+    void *t;
+    if (ref->arg >= 0 && ref->arg < c.nin) {
+      c.in[ref->arg] = ref_in(d, ref, &t);
+      c.inr[ref->arg] = &ref->region;
+    } else {
+      c.dy = ref_in(d, ref, &t);
+      c.dyr = &ref->region;
+    }
+    tmps[ntmp++] = t;
+  }
+  /* Regions of inputs not applied (buf -1) still size the call. */
+  for (int i = 0; i < c.nin; i++)
+    if (!c.inr[i]) return dev_fail(d, "%s: compute without input %d", op->name, i);
+  /* Outputs: straight into the buffer when the ref covers it, else into a
+   * zeroed part added or written afterwards. */
+  bool direct = true;
+  for (int i = 0; i < in->nout; i++) {
+    const lref *ref = &in->out[i];
+    if (ref->buf < 0 || !tregion_equal(&buf_of(r, ref->buf)->region, &ref->region)) direct = false;
+  }
+  float *parts[XOP_MAX_INPUTS + 1] = {0};
+  for (int i = 0; i < in->nout; i++) {
+    const lref *ref = &in->out[i];
+    float *p = direct ? mem_of(d, ref->buf) : xcalloc((size_t)tregion_numel(&ref->region) * 4);
+    parts[i] = direct ? NULL : p;
+    if (!c.backward) {
+      c.out = p;
+      c.outr = &ref->region;
+    } else if (ref->arg >= 0 && ref->arg < c.nin) {
+      c.din[ref->arg] = p;
+    }
+  }
+  c.acc = direct ? in->accumulate : false;
+  int64_t ranges[2 * 64];
+  int ni = r->p->ops[s->op].space->nidims;
+  for (int i = 0; i < ni && i < 64; i++) ranges[2 * i] = s->range[i].lo, ranges[2 * i + 1] = s->range[i].hi;
+  c.ranges = ranges;
+  c.nidims = ni;
+  ce_ctx cx = {d, in->sub, c.backward ? 2 : in->recompute ? 1 : 0};
+  c.exchange = ce_exchange;
+  c.xctx = &cx;
+  bool ok = xop_run(&c, d->err, sizeof d->err);
+  if (ok && !direct)
+    for (int i = 0; i < in->nout; i++) ref_out(d, &in->out[i], parts[i], in->accumulate);
+  for (int i = 0; i < in->nout; i++) free(parts[i]);
+  for (int i = 0; i < ntmp; i++) free(tmps[i]);
+  if (!ok) {
+    char msg[sizeof d->err];
+    snprintf(msg, sizeof msg, "%s", d->err[0] ? d->err : "a kernel failed");
+    return dev_fail(d, "%s", msg);
+  }
+  if (!c.backward && !in->recompute && c.loss_counts && r->loss_index[in->sub] >= 0)
+    r->loss_slot[r->loss_index[in->sub]] = c.loss;
+  return true;
+}
+
+static bool do_send(xdev *d, const lins *in) {
+  xrun *r = d->run;
+  void *t;
+  void *src = ref_in(d, &in->in[0], &t);
+  int64_t bytes = tregion_numel(&in->in[0].region) * 4;
+  void *data = t ? t : xmalloc((size_t)bytes);
+  if (!t) memcpy(data, src, (size_t)bytes);
+  xkey k = {r->step, CLS_SEND, in->comm, in->epoch, d->device, in->peer};
+  net_post(r, &k, &in->peer, 1, data, bytes);
+  return true;
+}
+
+static bool do_recv(xdev *d, const lins *in) {
+  xrun *r = d->run;
+  xkey k = {r->step, CLS_SEND, in->comm, in->epoch, in->peer, d->device};
+  xmsg *m = mbox_take(&r->box, &k);
+  if (!m) return false;
+  int64_t bytes = tregion_numel(&in->out[0].region) * 4;
+  if (m->bytes != bytes) {
+    mbox_done(&r->box, m);
+    return dev_fail(d, "comm %d: received %lld bytes, expected %lld", in->comm, (long long)m->bytes,
+                    (long long)bytes);
+  }
+  ref_out(d, &in->out[0], m->data, false);
+  mbox_done(&r->box, m);
+  return true;
+}
+
+static bool do_collective(xdev *d, const lins *in) {
+  xrun *r = d->run;
+  const pcomm *cm = &r->p->comms[in->comm];
+  int p = cm->ngroup, me = -1;
+  for (int i = 0; i < p; i++)
+    if (cm->group[i] == d->device) me = i;
+  if (me < 0) return dev_fail(d, "comm %d: device %d is not in its group", in->comm, d->device);
+  int *others = xmalloc((size_t)p * sizeof(int));
+  int no = 0;
+  for (int i = 0; i < p; i++)
+    if (i != me) others[no++] = cm->group[i];
+  const lref *out = &in->out[0];
+  bool ok = true;
+  if (cm->kind == COMM_ALL_REDUCE || cm->kind == COMM_REDUCE_SCATTER) {
+    const tregion *R = &cm->region;
+    int64_t n = tregion_numel(R);
+    float *mine = NULL;
+    if (in->nin > 0 && in->in[0].buf >= 0) {
+      mine = xmalloc((size_t)n * 4);
+      const lbuf *b = buf_of(r, in->in[0].buf);
+      region_move(mine, R, mem_of(d, in->in[0].buf), &b->region, R, false);
+    }
+    const tregion *want = cm->kind == COMM_ALL_REDUCE ? R : &cm->parts[me];
+    int64_t wn = tregion_numel(want);
+    /* Post: the whole region (all-reduce) or each member's part. */
+    if (cm->kind == COMM_ALL_REDUCE) {
+      xkey k = {r->step, CLS_COLL, in->comm, in->epoch, d->device, -1};
+      float *copy = NULL;
+      if (mine) {
+        copy = xmalloc((size_t)n * 4);
+        memcpy(copy, mine, (size_t)n * 4);
+      }
+      if (no) net_post(r, &k, others, no, copy, copy ? n * 4 : 0);
+      else free(copy);
+    } else {
+      for (int i = 0; i < p; i++) {
+        if (i == me) continue;
+        int64_t pn = tregion_numel(&cm->parts[i]);
+        float *piece = NULL;
+        if (mine) {
+          piece = xmalloc((size_t)pn * 4);
+          region_move(piece, &cm->parts[i], mine, R, &cm->parts[i], false);
+        }
+        xkey k = {r->step, CLS_COLL, in->comm, in->epoch, d->device, cm->group[i]};
+        net_post(r, &k, &cm->group[i], 1, piece, piece ? pn * 4 : 0);
+      }
+    }
+    float *mypart = mine;
+    if (mine && cm->kind == COMM_REDUCE_SCATTER) {
+      mypart = xmalloc((size_t)wn * 4);
+      region_move(mypart, want, mine, R, want, false);
+    }
+    /* The sum in rank order, the same on every member. */
+    float *sum = xcalloc((size_t)wn * 4);
+    for (int i = 0; i < p && ok; i++) {
+      const float *x = NULL;
+      xmsg *m = NULL;
+      if (i == me) {
+        x = mypart;
+      } else {
+        xkey k = {r->step, CLS_COLL, in->comm, in->epoch, cm->group[i],
+                  cm->kind == COMM_ALL_REDUCE ? -1 : d->device};
+        m = mbox_take(&r->box, &k);
+        if (!m) { ok = false; break; }
+        if (m->data && m->bytes != wn * 4) {
+          mbox_done(&r->box, m);
+          ok = dev_fail(d, "comm %d: a member sent %lld bytes, expected %lld", in->comm, (long long)m->bytes,
+                        (long long)(wn * 4));
+          break;
+        }
+        x = m->data;
+      }
+      if (x) {
+        if (i == 0) memcpy(sum, x, (size_t)wn * 4);
+        else
+          for (int64_t e = 0; e < wn; e++) sum[e] += x[e];
+      }
+      if (m) mbox_done(&r->box, m);
+    }
+    if (ok) {
+      const lbuf *ob = buf_of(r, out->buf);
+      region_move(mem_of(d, out->buf), &ob->region, sum, want, want, false);
+    }
+    free(sum);
+    if (mypart != mine) free(mypart);
+    free(mine);
+  } else if (cm->kind == COMM_ALL_GATHER) {
+    const tregion *mine_r = &cm->parts[me];
+    int64_t n = tregion_numel(mine_r);
+    float *mine = xmalloc((size_t)n * 4);
+    const lbuf *ib = buf_of(r, in->in[0].buf);
+    region_move(mine, mine_r, mem_of(d, in->in[0].buf), &ib->region, mine_r, false);
+    xkey k = {r->step, CLS_COLL, in->comm, in->epoch, d->device, -1};
+    const lbuf *ob = buf_of(r, out->buf);
+    void *om = mem_of(d, out->buf);
+    region_move(om, &ob->region, mine, mine_r, mine_r, false);
+    if (no) net_post(r, &k, others, no, mine, n * 4);
+    else free(mine);
+    for (int i = 0; i < p && ok; i++) {
+      if (i == me) continue;
+      xkey pk = {r->step, CLS_COLL, in->comm, in->epoch, cm->group[i], -1};
+      xmsg *m = mbox_take(&r->box, &pk);
+      if (!m) { ok = false; break; }
+      if (m->bytes != tregion_numel(&cm->parts[i]) * 4)
+        ok = dev_fail(d, "comm %d: a member sent %lld bytes", in->comm, (long long)m->bytes);
+      else
+        region_move(om, &ob->region, m->data, &cm->parts[i], &cm->parts[i], false);
+      mbox_done(&r->box, m);
+    }
+  } else {
+    ok = dev_fail(d, "comm %d: the CPU backend does not run %s", in->comm, comm_kind_names[cm->kind]);
+  }
+  free(others);
+  return ok;
+}
+
+static bool do_copy(xdev *d, const lins *in) {
+  const lref *out = &in->out[0];
+  const lbuf *ob = buf_of(d->run, out->buf);
+  for (int i = 0; i < in->nin; i++) {
+    const lref *ref = &in->in[i];
+    const lbuf *ib = buf_of(d->run, ref->buf);
+    region_move(mem_of(d, out->buf), &ob->region, mem_of(d, ref->buf), &ib->region, &ref->region, false);
+  }
+  return true;
+}
+
+static bool do_step(xdev *d, const lins *in) {
+  xrun *r = d->run;
+  const lref *gref = &in->in[0], *pref = &in->out[0];
+  const lref *sref = in->nout > 1 ? &in->out[1] : NULL;
+  int64_t n = tregion_numel(&pref->region);
+  void *gt;
+  const float *grad = ref_in(d, gref, &gt);
+  const lbuf *pb = buf_of(r, pref->buf);
+  bool pdirect = tregion_equal(&pb->region, &pref->region);
+  void *pt = NULL;
+  float *param = pdirect ? mem_of(d, pref->buf) : ref_in(d, pref, &pt);
+  float *state = NULL;
+  bool sdirect = true;
+  const lbuf *sb = sref ? buf_of(r, sref->buf) : NULL;
+  if (sb) {
+    sdirect = tregion_equal(&sb->region, &sref->region);
+    if (sdirect) {
+      state = mem_of(d, sref->buf);
+    } else {
+      int64_t bn = tregion_numel(&sb->region);
+      state = xmalloc((size_t)(n * sb->copies) * 4);
+      for (int c = 0; c < sb->copies; c++)
+        region_move(state + c * n, &sref->region, (float *)mem_of(d, sref->buf) + c * bn, &sb->region,
+                    &sref->region, false);
+    }
+  }
+  int copies = sb ? sb->copies : 0;
+  int need = r->optim.adamw ? 2 : r->optim.momentum != 0.0 ? 1 : 0;
+  if (copies < need) return dev_fail(d, "step of %s: optimizer state missing", r->g->tensors[in->tensor].name);
+  optim_step(&r->optim, param, state, grad, n, r->w->step + 1);
+  if (!pdirect) ref_out(d, pref, param, false);
+  free(pt);
+  if (sb && !sdirect) {
+    int64_t bn = tregion_numel(&sb->region);
+    for (int c = 0; c < sb->copies; c++)
+      region_move((float *)mem_of(d, sref->buf) + c * bn, &sb->region, state + c * n, &sref->region,
+                  &sref->region, false);
+    free(state);
+  }
+  free(gt);
+  d->stepped[pref->buf - d->prog->buf_lo] = true;
+  return true;
+}
+
+static bool run_ins(xdev *d, const lins *in) {
+  switch (in->kind) {
+  case LI_ALLOC: return do_alloc(d, in);
+  case LI_FREE: return do_free(d, in);
+  case LI_COMPUTE: return do_compute(d, in);
+  case LI_SEND: return do_send(d, in);
+  case LI_RECV: return do_recv(d, in);
+  case LI_COLLECTIVE: return do_collective(d, in);
+  case LI_COPY: return do_copy(d, in);
+  case LI_STEP: return do_step(d, in);
+  default: return dev_fail(d, "unknown instruction");
+  }
+}
+
+/* The end of a step, run by one thread while the others wait: the loss,
+ * the time, the callback. */
+static void end_step(xrun *r) {
+  double *slots = r->loss_slot;
+  if (r->o->net && !xnet_sum_double(r->o->net, slots, r->nloss)) {
+    fprintf(stderr, "weft run: %s\n", xnet_error(r->o->net));
+    exit(WEFT_FAILED);
+  }
+  double loss = 0;
+  for (int i = 0; i < r->nloss; i++) loss += slots[i];
+  for (int i = 0; i < r->nloss; i++) slots[i] = 0;
+  double t = now();
+  r->w->step++;
+  if (r->o->on_step) r->o->on_step(r->o->ctx, r->w->step, loss, t - r->t0);
+  r->t0 = t;
+  r->step++;
+}
+
+static void *dev_main(void *arg) {
+  xdev *d = arg;
+  xrun *r = d->run;
+  for (int s = 0; s < r->o->steps; s++) {
+    bool ok = !r->box.failed;
+    for (int i = 0; ok && i < d->prog->n; i++) ok = run_ins(d, &d->prog->ins[i]);
+    if (!ok && !d->failed) d->failed = true;  /* stopped because another device failed */
+    int rc = pthread_barrier_wait(&r->bar);
+    if (rc == PTHREAD_BARRIER_SERIAL_THREAD) {
+      bool any = false;
+      for (int i = 0; i < r->ndevs; i++) any |= r->devs[i].failed;
+      if (any) r->failed = true;
+      else end_step(r);
+    }
+    pthread_barrier_wait(&r->bar);
+    if (r->failed) break;
+  }
+  pthread_mutex_lock(&r->box.mu);
+  r->finished++;
+  pthread_mutex_unlock(&r->box.mu);
+  return NULL;
+}
+
+/* Loss sub-operators: one slot each, copies of one part (replicas) once. */
+static void loss_slots(xrun *r) {
+  const weft_plan *p = r->p;
+  r->loss_index = xmalloc((size_t)(p->nsubs + 1) * sizeof(int));
+  for (int i = 0; i < p->nsubs; i++) r->loss_index[i] = -1;
+  int n = 0;
+  for (int op = 0; op < r->g->nops; op++) {
+    if (!xop_is_loss(r->g, op)) continue;
+    const popplan *pp = &p->ops[op];
+    int ni = pp->space->nidims;
+    for (int i = pp->first; i < pp->first + pp->count; i++) {
+      const psub *s = &p->subs[i];
+      bool dup = false;
+      for (int j = pp->first; j < i && !dup; j++) {
+        const psub *t = &p->subs[j];
+        if (t->microbatch != s->microbatch) continue;
+        bool same = true;
+        for (int k = 0; k < ni && same; k++) same = t->range[k].lo == s->range[k].lo && t->range[k].hi == s->range[k].hi;
+        dup = same;
+      }
+      if (!dup) r->loss_index[i] = n++;
+    }
+  }
+  r->nloss = n;
+  r->loss_slot = xcalloc((size_t)(n + 1) * sizeof(double));
+}
+
+/* Peers of the shards of a cross entropy split along the vocabulary: the
+ * subs of the same micro-batch and rows. */
+static bool ce_groups(xrun *r, char *err, size_t errlen) {
+  const weft_plan *p = r->p;
+  for (int op = 0; op < r->g->nops; op++) {
+    const gop *o = &r->g->ops[op];
+    if (!o->decl || strcmp(o->decl->name, "cross_entropy") != 0) continue;
+    const popplan *pp = &p->ops[op];
+    const opspace *sp = pp->space;
+    int vi = -1;
+    for (int k = 0; k < sp->nidims; k++)
+      if (strcmp(sp->idims[k].sig, "v") == 0) vi = k;
+    if (vi < 0) continue;
+    bool split = false;
+    for (int i = pp->first; i < pp->first + pp->count; i++)
+      split |= p->subs[i].range[vi].hi - p->subs[i].range[vi].lo < sp->idims[vi].size;
+    if (!split) continue;
+    r->ce_vidim = vi;
+    if (!r->ce_peers) r->ce_peers = xcalloc((size_t)(p->nsubs + 1) * sizeof(int *));
+    for (int i = pp->first; i < pp->first + pp->count; i++) {
+      const psub *s = &p->subs[i];
+      int *peers = xmalloc((size_t)(pp->count + 1) * sizeof(int));
+      int np = 0;
+      for (int j = pp->first; j < pp->first + pp->count; j++) {
+        const psub *t = &p->subs[j];
+        if (j == i || t->microbatch != s->microbatch) continue;
+        bool same = true;
+        for (int k = 0; k < sp->nidims && same; k++)
+          if (k != vi) same = t->range[k].lo == s->range[k].lo && t->range[k].hi == s->range[k].hi;
+        if (!same) continue;
+        if (t->device == s->device && t->range[vi].lo != s->range[vi].lo) {
+          snprintf(err, errlen,
+                   "%s: shards of a cross entropy split along the vocabulary share device %d; the CPU "
+                   "backend needs them on different devices",
+                   o->name, s->device);
+          free(peers);
+          return false;
+        }
+        peers[np++] = j;
+      }
+      peers[np] = -1;
+      r->ce_peers[i] = peers;
+    }
+  }
+  return true;
+}
+
+/* Under mpirun, every process ends with the whole world: each element is
+ * taken from the lowest process that wrote it (a sum with zeros elsewhere,
+ * which is exact), or kept where none did. */
+static bool merge(xrun *r, float *vals, const float *seen, int64_t n) {
+  xnet *net = r->o->net;
+  int me = xnet_rank(net);
+  int *owner = xmalloc((size_t)n * sizeof(int));
+  for (int64_t e = 0; e < n; e++) owner[e] = seen && seen[e] != 0.0f ? me : INT32_MAX;
+  bool ok = xnet_min_int(net, owner, n);
+  for (int64_t e = 0; e < n; e++) {
+    int o = owner[e] == INT32_MAX ? 0 : owner[e];
+    if (o != me) vals[e] = 0.0f;
+  }
+  ok = ok && xnet_sum_float(net, vals, n);
+  free(owner);
+  return ok;
+}
+
+/* Parameters and optimizer state back into the world, from the buffers
+ * that were stepped (a copy that was not stepped holds an old value, and is
+ * never read). Copies must agree; a difference is a fault of the plan's
+ * execution and is reported. */
+static bool gather(xrun *r, char *err, size_t errlen) {
+  const weft_graph *g = r->g;
+  bool ok = true;
+  /* 1 where a copy was written: parameters, state */
+  float **seen = xcalloc((size_t)g->ntensors * sizeof(float *));
+  float **sseen = xcalloc((size_t)g->ntensors * sizeof(float *));
+  for (int i = 0; i < r->ndevs; i++) {
+    xdev *d = &r->devs[i];
+    for (int id = d->prog->buf_lo; id < d->prog->buf_hi; id++) {
+      const lbuf *b = buf_of(r, id);
+      void *m = mem_of(d, id);
+      if (!m || !b->persistent) continue;
+      const gtensor *t = &g->tensors[b->tensor];
+      dregion dims[16];
+      irange iv[16];
+      tregion whole = whole_region(t, dims, iv);
+      int64_t n = tensor_numel(t), part = tregion_numel(&b->region);
+      float *mask = xmalloc((size_t)part * 4);
+      for (int64_t e = 0; e < part; e++) mask[e] = 1.0f;
+      if (b->role == LB_PARAM && d->stepped[id - d->prog->buf_lo]) {
+        if (!seen[b->tensor]) seen[b->tensor] = xcalloc((size_t)n * 4);
+        float *before = xmalloc((size_t)part * 4), *was = xmalloc((size_t)part * 4);
+        const float *mine = m;
+        region_move(before, &b->region, r->w->param[b->tensor], &whole, &b->region, false);
+        region_move(was, &b->region, seen[b->tensor], &whole, &b->region, false);
+        for (int64_t e = 0; e < part && ok; e++)
+          if (was[e] != 0.0f && memcmp(&before[e], &mine[e], 4) != 0 && ok) {
+            snprintf(err, errlen, "copies of parameter %s differ after the run (%.9g and %.9g on device %d)",
+                     t->name, (double)before[e], (double)mine[e], d->device);
+            ok = false;
+          }
+        region_move(r->w->param[b->tensor], &whole, mine, &b->region, &b->region, false);
+        region_move(seen[b->tensor], &whole, mask, &b->region, &b->region, false);
+        free(before), free(was);
+      } else if (b->role == LB_STATE) {
+        if (!sseen[b->tensor]) sseen[b->tensor] = xcalloc((size_t)n * 4);
+        for (int c = 0; c < b->copies && c < r->w->state_copies; c++)
+          region_move(r->w->state[b->tensor] + c * n, &whole, (float *)m + c * part, &b->region, &b->region,
+                      false);
+        region_move(sseen[b->tensor], &whole, mask, &b->region, &b->region, false);
+      }
+      free(mask);
+    }
+  }
+  /* Every process merges every tensor, in the same order, whatever it found. */
+  for (int t = 0; r->o->net && t < g->ntensors; t++) {
+    if (!r->w->param[t]) continue;
+    int64_t n = tensor_numel(&g->tensors[t]);
+    bool m = merge(r, r->w->param[t], seen[t], n);
+    for (int c = 0; m && c < r->w->state_copies; c++) m = merge(r, r->w->state[t] + c * n, sseen[t], n);
+    if (!m) {
+      fprintf(stderr, "weft run: %s\n", xnet_error(r->o->net));
+      exit(WEFT_FAILED);
+    }
+  }
+  for (int t = 0; t < g->ntensors; t++) free(seen[t]), free(sseen[t]);
+  free(seen), free(sseen);
+  return ok;
+}
+
+static void deliver(void *ctx, const xkey *k, int consumers, void *data, int64_t bytes) {
+  mbox_put(ctx, k, consumers, data, bytes);
+}
+
+/* The main thread under mpirun: hands what arrives from other processes to
+ * the mailbox until this process's devices are done. */
+static void progress(xrun *r) {
+  long wait_ns = 1000;
+  for (;;) {
+    pthread_mutex_lock(&r->box.mu);
+    bool done = r->finished == r->ndevs;
+    pthread_mutex_unlock(&r->box.mu);
+    if (done) break;
+    int got = 0;
+    if (!xnet_poll(r->o->net, deliver, &r->box, &got)) {
+      fprintf(stderr, "weft run: %s\n", xnet_error(r->o->net));
+      exit(WEFT_FAILED);
+    }
+    if (got) {
+      wait_ns = 1000;
+      continue;
+    }
+    struct timespec ts = {0, wait_ns};
+    nanosleep(&ts, NULL);
+    if (wait_ns < 200000) wait_ns *= 2;
+  }
+}
+
+bool xrun_program(const weft_program *pr, xworld *w, const xrun_opts *o, char *err, size_t errlen) {
+  openblas_set_num_threads(1);
+  xrun *r = xcalloc(sizeof *r);
+  r->pr = pr;
+  r->p = pr->p;
+  r->g = pr->p->g;
+  r->w = w;
+  r->o = o;
+  r->step = w->step;
+  bool ok = true;
+  if (!xoptim_from_graph(r->g, &r->optim)) {
+    snprintf(err, errlen, "model %s does not train: it has no `train` statement", r->g->name);
+    free(r);
+    return false;
+  }
+  pthread_mutex_init(&r->box.mu, NULL);
+  pthread_cond_init(&r->box.cv, NULL);
+  loss_slots(r);
+  r->ce_vidim = -1;
+  ok = ce_groups(r, err, errlen);
+  r->local = xmalloc((size_t)pr->nprogs * sizeof(int));
+  r->devs = xcalloc((size_t)pr->nprogs * sizeof(xdev));
+  if (o->net) {
+    bool *active = xcalloc((size_t)pr->nprogs);
+    for (int dv = 0; dv < pr->nprogs; dv++) active[dv] = pr->progs[dv].n > 0;
+    xnet_assign(o->net, active, pr->nprogs);
+    free(active);
+  }
+  for (int dv = 0; dv < pr->nprogs; dv++) {
+    r->local[dv] = -1;
+    const lprog *lp = &pr->progs[dv];
+    if (lp->n == 0) continue;
+    if (o->net && xnet_proc(o->net, dv) != xnet_rank(o->net)) continue;
+    xdev *d = &r->devs[r->ndevs];
+    r->local[dv] = r->ndevs++;
+    d->run = r;
+    d->device = dv;
+    d->prog = lp;
+    int nb = lp->buf_hi - lp->buf_lo;
+    d->mem = xcalloc((size_t)(nb + 1) * sizeof(void *));
+    d->stepped = xcalloc((size_t)(nb + 1));
+  }
+  if (ok && r->ndevs > 0 && o->steps > 0) {
+    pthread_barrier_init(&r->bar, NULL, (unsigned)r->ndevs);
+    pthread_t *th = xmalloc((size_t)r->ndevs * sizeof(pthread_t));
+    r->t0 = now();
+    int started = 0;
+    for (int i = 0; i < r->ndevs; i++) {
+      if (pthread_create(&th[i], NULL, dev_main, &r->devs[i]) != 0) {
+        snprintf(err, errlen, "cannot start a thread for device %d: %s", r->devs[i].device, strerror(errno));
+        ok = false;
+        break;
+      }
+      started++;
+    }
+    if (started < r->ndevs) {
+      /* The barrier would never fill: a thread that cannot start fails the run. */
+      fprintf(stderr, "weft run: %s\n", err);
+      exit(2);
+    }
+    if (o->net) progress(r);
+    for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+    free(th);
+    pthread_barrier_destroy(&r->bar);
+    if (r->failed) {
+      ok = false;
+      const xdev *first = NULL;
+      for (int i = 0; i < r->ndevs && !first; i++)
+        if (r->devs[i].failed && r->devs[i].err[0]) first = &r->devs[i];
+      snprintf(err, errlen, "device %d: %s", first ? first->device : -1, first ? first->err : "stopped");
+    }
+  }
+  if (ok) ok = gather(r, err, errlen);
+  for (int i = 0; i < r->ndevs; i++) {
+    xdev *d = &r->devs[i];
+    for (int b = 0; b < d->prog->buf_hi - d->prog->buf_lo; b++) free(d->mem[b]);
+    free(d->mem);
+    free(d->stepped);
+  }
+  for (int h = 0; h < MBOX_BUCKETS; h++)
+    for (xmsg *x = r->box.bucket[h], *nx; x; x = nx) nx = x->next, free(x->data), free(x);
+  if (r->ce_peers) {
+    for (int i = 0; i < r->p->nsubs; i++) free(r->ce_peers[i]);
+    free(r->ce_peers);
+  }
+  pthread_mutex_destroy(&r->box.mu);
+  pthread_cond_destroy(&r->box.cv);
+  free(r->devs), free(r->local), free(r->loss_slot), free(r->loss_index);
+  free(r);
+  return ok;
+}
+
+/* ---- the reference: one device, no plan --------------------------------- */
+
+bool xrun_reference(const weft_graph *g, xworld *w, const xrun_opts *o, char *err, size_t errlen) {
+  openblas_set_num_threads(1);
+  xoptim opt;
+  if (!xoptim_from_graph(g, &opt)) {
+    snprintf(err, errlen, "model %s does not train: it has no `train` statement", g->name);
+    return false;
+  }
+  int nt = g->ntensors;
+  void **val = xcalloc((size_t)nt * sizeof(void *));
+  float **grad = xcalloc((size_t)nt * sizeof(float *));
+  dregion(*dims)[16] = xcalloc((size_t)nt * sizeof *dims);
+  irange(*ivs)[16] = xcalloc((size_t)nt * sizeof *ivs);
+  tregion *whole = xcalloc((size_t)nt * sizeof(tregion));
+  bool ok = true;
+  /* Whole iteration ranges per operator, for native kernels. */
+  arena a;
+  arena_init(&a);
+  int64_t **ranges = xcalloc((size_t)(g->nops + 1) * sizeof(int64_t *));
+  int *nidims = xcalloc((size_t)(g->nops + 1) * sizeof(int));
+  for (int op = 0; op < g->nops; op++) {
+    const opdecl *d = g->ops[op].decl;
+    if (!d || !d->native_fwd) continue;
+    opspace *sp = opspace_build(&a, g, op);
+    nidims[op] = sp->nidims;
+    ranges[op] = xcalloc((size_t)(2 * sp->nidims + 1) * sizeof(int64_t));
+    for (int i = 0; i < sp->nidims; i++) ranges[op][2 * i + 1] = sp->idims[i].size;
+  }
+  for (int t = 0; t < nt; t++) {
+    if (g->tensors[t].ndims > 16) {
+      snprintf(err, errlen, "tensor %s has more than 16 dimensions", g->tensors[t].name);
+      ok = false;
+      break;
+    }
+    whole[t] = whole_region(&g->tensors[t], dims[t], ivs[t]);
+  }
+  double t0 = now();
+  for (int s = 0; ok && s < o->steps; s++) {
+    for (int t = 0; t < nt; t++) {
+      const gtensor *x = &g->tensors[t];
+      size_t n = (size_t)tensor_numel(x);
+      if (x->role == TENSOR_PARAM) val[t] = w->param[t];
+      else if (x->role == TENSOR_INPUT) val[t] = w->input[t];
+      else val[t] = xcalloc(n * 4);
+      if (x->dtype != DT_I32 && x->role != TENSOR_INPUT) grad[t] = xcalloc(n * 4);
+    }
+    double loss = 0;
+    for (int op = 0; op < g->nops && ok; op++) {
+      const gop *x = &g->ops[op];
+      xcall c = {0};
+      c.g = g, c.op = op, c.nin = x->ninputs, c.allow_native = o->allow_native;
+      for (int i = 0; i < c.nin; i++) c.in[i] = val[x->inputs[i]], c.inr[i] = &whole[x->inputs[i]];
+      c.out = val[x->output], c.outr = &whole[x->output];
+      c.ranges = ranges[op], c.nidims = nidims[op];
+      ok = xop_run(&c, err, errlen);
+      if (xop_is_loss(g, op) && x->output == g->loss) loss += c.loss;
+    }
+    for (int op = g->nops - 1; op >= 0 && ok; op--) {
+      const gop *x = &g->ops[op];
+      xcall c = {0};
+      c.g = g, c.op = op, c.nin = x->ninputs, c.backward = true, c.acc = true, c.allow_native = o->allow_native;
+      for (int i = 0; i < c.nin; i++) {
+        c.in[i] = val[x->inputs[i]], c.inr[i] = &whole[x->inputs[i]];
+        c.din[i] = grad[x->inputs[i]];
+      }
+      c.dy = x->output == g->loss ? NULL : grad[x->output];
+      c.dyr = &whole[x->output];
+      c.ranges = ranges[op], c.nidims = nidims[op];
+      ok = xop_run(&c, err, errlen);
+    }
+    for (int t = 0; t < nt && ok; t++) {
+      if (g->tensors[t].role != TENSOR_PARAM) continue;
+      optim_step(&opt, w->param[t], w->state[t], grad[t], tensor_numel(&g->tensors[t]), w->step + 1);
+    }
+    for (int t = 0; t < nt; t++) {
+      if (g->tensors[t].role == TENSOR_ACT) free(val[t]);
+      val[t] = NULL;
+      free(grad[t]);
+      grad[t] = NULL;
+    }
+    if (!ok) break;
+    w->step++;
+    double t1 = now();
+    if (o->on_step) o->on_step(o->ctx, w->step, loss, t1 - t0);
+    t0 = t1;
+  }
+  for (int op = 0; op < g->nops; op++) free(ranges[op]);
+  free(ranges), free(nidims);
+  arena_free(&a);
+  free(val), free(grad), free(dims), free(ivs), free(whole);
+  return ok;
+}

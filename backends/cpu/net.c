@@ -1,0 +1,165 @@
+/* net.c - loads libweft_mpi.so when weft runs under mpirun, and frames the
+ * executor's messages (a header, then the data) for it. */
+#include <dlfcn.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../mpi/weft_mpi.h"
+#include "net.h"
+#include "weft.h"
+
+struct xnet {
+  const weft_mpi_api *api;
+  void *lib;
+  int rank, size;
+  int *proc;              /* per device */
+  int ndevices;
+  char err[512];
+};
+
+/* The header of a message on the wire. */
+typedef struct wire {
+  xkey key;
+  int32_t consumers;
+  int32_t has_data;
+} wire;
+
+static int env_size(void) {
+  const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE"};
+  for (int i = 0; i < 3; i++) {
+    const char *v = getenv(vars[i]);
+    if (v && *v) return atoi(v);
+  }
+  return 1;
+}
+
+static void *open_plugin(char *tried, size_t n) {
+  const char *env = getenv("WEFT_MPI_PLUGIN");
+  if (env && *env) {
+    snprintf(tried, n, "%s", env);
+    return dlopen(env, RTLD_NOW | RTLD_GLOBAL);
+  }
+  char exe[PATH_MAX];
+  ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (len <= 0) return NULL;
+  exe[len] = 0;
+  char *slash = strrchr(exe, '/');
+  if (slash) *slash = 0;
+  const char *places[] = {"%s/libweft_mpi.so", "%s/../lib/weft/libweft_mpi.so"};
+  size_t k = 0;
+  for (int i = 0; i < 2; i++) {
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, places[i], exe);
+    k += (size_t)snprintf(tried + k, k < n ? n - k : 0, "%s%s", i ? ", " : "", path);
+    /* RTLD_GLOBAL: Open MPI loads its own components, which need libmpi's symbols. */
+    void *h = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
+    if (h) return h;
+  }
+  return NULL;
+}
+
+xnet *xnet_start(char *err, size_t errlen) {
+  err[0] = 0;
+  if (env_size() <= 1) return NULL;
+  char tried[2 * PATH_MAX + 128] = "";
+  void *lib = open_plugin(tried, sizeof tried);
+  if (!lib) {
+    snprintf(err, errlen,
+             "started by mpirun, but the MPI plugin could not be loaded (%s; tried %s); `make` builds "
+             "libweft_mpi.so beside weft when mpicc is installed, WEFT_MPI_PLUGIN names another",
+             dlerror(), tried);
+    return NULL;
+  }
+  const weft_mpi_api *(*get)(void) = (const weft_mpi_api *(*)(void))dlsym(lib, "weft_mpi_plugin");
+  const weft_mpi_api *api = get ? get() : NULL;
+  if (!api || api->version != WEFT_MPI_VERSION) {
+    snprintf(err, errlen, "%s is not a weft MPI plugin of version %d", tried, WEFT_MPI_VERSION);
+    dlclose(lib);
+    return NULL;
+  }
+  xnet *n = calloc(1, sizeof *n);
+  if (!n) weft_oom();
+  n->api = api;
+  n->lib = lib;
+  if (api->init(&n->rank, &n->size, n->err, sizeof n->err) != 0) {
+    snprintf(err, errlen, "%s", n->err);
+    free(n);
+    return NULL;
+  }
+  return n;
+}
+
+int xnet_rank(const xnet *n) { return n->rank; }
+int xnet_size(const xnet *n) { return n->size; }
+const char *xnet_error(const xnet *n) { return n->err; }
+
+void xnet_stop(xnet *n) {
+  if (!n) return;
+  n->api->barrier();
+  n->api->finalize();
+  free(n->proc);
+  free(n);
+}
+
+void xnet_assign(xnet *n, const bool *active, int ndevices) {
+  free(n->proc);
+  n->proc = calloc((size_t)(ndevices ? ndevices : 1), sizeof(int));
+  if (!n->proc) weft_oom();
+  n->ndevices = ndevices;
+  int total = 0, k = 0;
+  for (int d = 0; d < ndevices; d++) total += active[d];
+  for (int d = 0; d < ndevices; d++) {
+    n->proc[d] = total ? (int)((int64_t)k * n->size / total) : 0;
+    if (active[d]) k++;
+  }
+}
+
+int xnet_proc(const xnet *n, int device) { return n->proc[device]; }
+
+bool xnet_post(xnet *n, int proc, const xkey *k, int consumers, const void *data, int64_t bytes) {
+  size_t len = sizeof(wire) + (size_t)(data ? bytes : 0);
+  char *buf = malloc(len);
+  if (!buf) weft_oom();
+  wire w = {*k, consumers, data != NULL};
+  memcpy(buf, &w, sizeof w);
+  if (data) memcpy(buf + sizeof w, data, (size_t)bytes);
+  int rc = n->api->send(proc, buf, (int64_t)len);
+  free(buf);
+  return rc == 0;
+}
+
+bool xnet_poll(xnet *n, void (*deliver)(void *ctx, const xkey *k, int consumers, void *data, int64_t bytes),
+               void *ctx, int *received) {
+  *received = 0;
+  for (;;) {
+    void *buf = NULL;
+    int64_t len = 0;
+    int rc = n->api->poll(&buf, &len);
+    if (rc < 0) return false;
+    if (rc == 0) return true;
+    if (len < (int64_t)sizeof(wire)) {
+      snprintf(n->err, sizeof n->err, "MPI: a message of %lld bytes is shorter than its header", (long long)len);
+      free(buf);
+      return false;
+    }
+    wire w;
+    memcpy(&w, buf, sizeof w);
+    int64_t bytes = len - (int64_t)sizeof w;
+    void *data = NULL;
+    if (w.has_data) {
+      data = malloc((size_t)(bytes ? bytes : 1));
+      if (!data) weft_oom();
+      memcpy(data, (char *)buf + sizeof w, (size_t)bytes);
+    }
+    free(buf);
+    deliver(ctx, &w.key, w.consumers, data, w.has_data ? bytes : 0);
+    ++*received;
+  }
+}
+
+bool xnet_sum_double(xnet *n, double *v, int64_t len) { return n->api->sum_double(v, len) == 0; }
+bool xnet_sum_float(xnet *n, float *v, int64_t len) { return n->api->sum_float(v, len) == 0; }
+bool xnet_min_int(xnet *n, int *v, int64_t len) { return n->api->min_int(v, len) == 0; }

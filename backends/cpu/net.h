@@ -1,0 +1,45 @@
+/* net.h - several processes for `weft run` under mpirun: MPI through the
+ * plugin libweft_mpi.so, loaded at run time (backends/mpi/weft_mpi.h). */
+#ifndef WEFT_NET_H
+#define WEFT_NET_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "exec.h"
+
+/* A message between devices: (step, class, id, epoch, src, dst) names it;
+ * dst is -1 for one posted to several devices. */
+typedef struct xkey {
+  int64_t step;
+  int cls, id, epoch, src, dst;
+} xkey;
+
+/* Under mpirun with more than one process (OMPI_COMM_WORLD_SIZE, PMI_SIZE
+ * or PMIX_SIZE), loads the plugin and starts MPI. NULL with err empty when
+ * this process runs alone; NULL with a message when it should not. The
+ * plugin is found through WEFT_MPI_PLUGIN, else beside the weft binary. */
+xnet *xnet_start(char *err, size_t errlen);
+int xnet_rank(const xnet *n);
+int xnet_size(const xnet *n);
+/* Waits for every process, then ends MPI. */
+void xnet_stop(xnet *n);
+
+/* Spreads the devices with programs over the processes, in blocks of
+ * consecutive devices. */
+void xnet_assign(xnet *n, const bool *active, int ndevices);
+int xnet_proc(const xnet *n, int device);
+/* Sends a message to process proc for `consumers` of its devices. */
+bool xnet_post(xnet *n, int proc, const xkey *k, int consumers, const void *data, int64_t bytes);
+/* Receives what arrived and hands each message to deliver (data malloc'd,
+ * owned by the callee; NULL when bytes is 0 and the message carries no
+ * data). Returns false on an MPI error. */
+bool xnet_poll(xnet *n, void (*deliver)(void *ctx, const xkey *k, int consumers, void *data, int64_t bytes),
+               void *ctx, int *received);
+bool xnet_sum_double(xnet *n, double *v, int64_t len);
+bool xnet_sum_float(xnet *n, float *v, int64_t len);
+bool xnet_min_int(xnet *n, int *v, int64_t len);
+const char *xnet_error(const xnet *n);
+
+#endif

@@ -1,0 +1,255 @@
+/* run.c - the world of `weft run` from safetensors files or a seed,
+ * checkpoints written atomically, and differences between two worlds. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "run.h"
+#include "safetensors.h"
+#include "weft.h"
+
+static void *xmalloc(size_t n) {
+  void *p = malloc(n ? n : 1);
+  if (!p) weft_oom();
+  return p;
+}
+
+/* "[64, 192]" */
+static const char *shape_str(char *buf, size_t n, int ndims, const int64_t *shape) {
+  size_t k = (size_t)snprintf(buf, n, "[");
+  for (int i = 0; i < ndims && k < n; i++) k += (size_t)snprintf(buf + k, n - k, "%s%" PRId64, i ? ", " : "", shape[i]);
+  if (k < n) snprintf(buf + k, n - k, "]");
+  return buf;
+}
+
+static const char *gshape_str(char *buf, size_t n, const gtensor *t) {
+  int64_t s[16];
+  for (int i = 0; i < t->ndims && i < 16; i++) s[i] = t->dims[i].size;
+  return shape_str(buf, n, t->ndims, s);
+}
+
+/* Reads tensor `name` of f into out as the graph tensor t wants it. */
+static bool read_tensor(const st_file *f, const char *path, const st_tensor *x, const gtensor *t,
+                        const char *name, void *out, bool ints, char *err, size_t errlen) {
+  bool same = x->ndims == t->ndims;
+  for (int i = 0; same && i < t->ndims; i++) same = x->shape[i] == t->dims[i].size;
+  if (!same) {
+    char a[128], b[128];
+    snprintf(err, errlen, "%s: tensor %s has shape %s; the model needs %s", path, name,
+             shape_str(a, sizeof a, x->ndims, x->shape), gshape_str(b, sizeof b, t));
+    return false;
+  }
+  char e2[256];
+  bool ok = ints ? st_read_i32(f, x, out, e2, sizeof e2) : st_read_f32(f, x, out, e2, sizeof e2);
+  if (!ok) snprintf(err, errlen, "%s: tensor %s: %s", path, name, e2);
+  return ok;
+}
+
+static bool is_optim_name(const char *n) { return strncmp(n, "optim.", 6) == 0; }
+
+/* Every tensor of `role` in the file, and nothing else (optim.* aside). */
+static bool load_role(xworld *w, const char *path, tensor_role role, char *err, size_t errlen) {
+  const weft_graph *g = w->g;
+  st_file *f = st_open(path, err, errlen);
+  if (!f) return false;
+  bool ok = true;
+  for (int t = 0; t < g->ntensors && ok; t++) {
+    const gtensor *x = &g->tensors[t];
+    if (x->role != role) continue;
+    const st_tensor *s = st_find(f, x->name);
+    if (!s) {
+      snprintf(err, errlen, "%s: no tensor %s (the model's %s %s)", path, x->name,
+               role == TENSOR_PARAM ? "parameter" : "input", x->name);
+      ok = false;
+      break;
+    }
+    ok = read_tensor(f, path, s, x, x->name, role == TENSOR_PARAM ? (void *)w->param[t] : w->input[t],
+                     role == TENSOR_INPUT && x->dtype == DT_I32, err, errlen);
+  }
+  for (int i = 0; ok && i < st_count(f); i++) {
+    const st_tensor *s = st_at(f, i);
+    if (is_optim_name(s->name)) continue;
+    int t = graph_find(g, s->name);
+    if (t < 0 || g->tensors[t].role != role) {
+      snprintf(err, errlen, "%s: tensor %s is not %s of model %s", path, s->name,
+               role == TENSOR_PARAM ? "a parameter" : "an input", g->name);
+      ok = false;
+    }
+  }
+  st_close(f);
+  return ok;
+}
+
+bool xworld_load_params(xworld *w, const char *path, char *err, size_t errlen) {
+  return load_role(w, path, TENSOR_PARAM, err, errlen);
+}
+
+bool xworld_load_inputs(xworld *w, const char *path, char *err, size_t errlen) {
+  if (!load_role(w, path, TENSOR_INPUT, err, errlen)) return false;
+  const weft_graph *g = w->g;
+  for (int t = 0; t < g->ntensors; t++) {
+    const gtensor *x = &g->tensors[t];
+    if (x->role != TENSOR_INPUT || x->dtype != DT_I32) continue;
+    int64_t bound = xworld_id_bound(g, t), n = tensor_numel(x);
+    const int32_t *v = w->input[t];
+    for (int64_t i = 0; i < n; i++)
+      if (v[i] < 0 || v[i] >= bound) {
+        snprintf(err, errlen, "%s: %s holds %d at element %" PRId64 "; ids must lie in [0, %" PRId64 ")", path,
+                 x->name, v[i], i, bound);
+        return false;
+      }
+  }
+  return true;
+}
+
+static const char *const adamw_names[] = {"optim.exp_avg.", "optim.exp_avg_sq."};
+static const char *const sgd_names[] = {"optim.momentum_buffer."};
+
+static const char *state_prefix(const xworld *w, int c) {
+  return w->state_copies == 2 ? adamw_names[c] : sgd_names[c];
+}
+
+bool xworld_resume(xworld *w, const char *path, uint64_t *seed, char *err, size_t errlen) {
+  if (!load_role(w, path, TENSOR_PARAM, err, errlen)) return false;
+  st_file *f = st_open(path, err, errlen);
+  if (!f) return false;
+  const weft_graph *g = w->g;
+  bool ok = true;
+  const char *fmt = st_meta(f, "format"), *step = st_meta(f, "step");
+  if (!fmt || strcmp(fmt, "weft-checkpoint") != 0 || !step) {
+    snprintf(err, errlen, "%s: not a checkpoint of weft run (its metadata lacks format and step)", path);
+    ok = false;
+  }
+  if (ok) {
+    char *end;
+    long long s = strtoll(step, &end, 10);
+    if (*end || s < 0) {
+      snprintf(err, errlen, "%s: step '%s' in its metadata is not a count", path, step);
+      ok = false;
+    }
+    w->step = s;
+    const char *sd = st_meta(f, "seed");
+    if (sd && seed) *seed = strtoull(sd, NULL, 10);
+    const char *opt = st_meta(f, "optimizer");
+    const char *want = w->state_copies == 2 ? "adamw" : "sgd";
+    if (ok && opt && strcmp(opt, want) != 0) {
+      snprintf(err, errlen, "%s: a checkpoint of %s, but model %s trains with %s", path, opt, g->name,
+               g->optimizer ? g->optimizer : "nothing");
+      ok = false;
+    }
+  }
+  char name[1024];
+  for (int t = 0; t < g->ntensors && ok; t++) {
+    if (!w->state[t]) continue;
+    int64_t n = tensor_numel(&g->tensors[t]);
+    for (int c = 0; c < w->state_copies && ok; c++) {
+      snprintf(name, sizeof name, "%s%s", state_prefix(w, c), g->tensors[t].name);
+      const st_tensor *s = st_find(f, name);
+      if (!s) {
+        snprintf(err, errlen, "%s: no tensor %s (optimizer state of %s)", path, name, g->tensors[t].name);
+        ok = false;
+        break;
+      }
+      ok = read_tensor(f, path, s, &g->tensors[t], name, w->state[t] + c * n, false, err, errlen);
+    }
+  }
+  st_close(f);
+  return ok;
+}
+
+bool xworld_save(const xworld *w, const char *path, uint64_t seed, char *err, size_t errlen) {
+  const weft_graph *g = w->g;
+  st_writer *sw = st_writer_new();
+  char **names = xmalloc((size_t)(g->ntensors * 2 + 1) * sizeof(char *));
+  int nn = 0;
+  int64_t shape[16];
+  for (int t = 0; t < g->ntensors; t++) {
+    const gtensor *x = &g->tensors[t];
+    if (!w->param[t]) continue;
+    for (int i = 0; i < x->ndims && i < 16; i++) shape[i] = x->dims[i].size;
+    st_writer_add(sw, x->name, ST_F32, x->ndims, shape, w->param[t]);
+    int64_t n = tensor_numel(x);
+    for (int c = 0; c < w->state_copies && w->state[t]; c++) {
+      size_t len = strlen(state_prefix(w, c)) + strlen(x->name) + 1;
+      char *nm = xmalloc(len);
+      snprintf(nm, len, "%s%s", state_prefix(w, c), x->name);
+      names[nn++] = nm;
+      st_writer_add(sw, nm, ST_F32, x->ndims, shape, w->state[t] + c * n);
+    }
+  }
+  char buf[64];
+  st_writer_meta(sw, "format", "weft-checkpoint");
+  st_writer_meta(sw, "model", g->name);
+  st_writer_meta(sw, "optimizer", g->optimizer ? g->optimizer : "none");
+  snprintf(buf, sizeof buf, "%" PRId64, w->step);
+  st_writer_meta(sw, "step", buf);
+  snprintf(buf, sizeof buf, "%" PRIu64, seed);
+  st_writer_meta(sw, "seed", buf);
+  bool ok = st_write(sw, path, err, errlen);
+  st_writer_free(sw);
+  for (int i = 0; i < nn; i++) free(names[i]);
+  free(names);
+  return ok;
+}
+
+static double rel_l2(const float *a, const float *b, int64_t n) {
+  double d = 0, r = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double x = (double)a[i] - (double)b[i];
+    d += x * x;
+    r += (double)b[i] * (double)b[i];
+  }
+  return r > 0 ? sqrt(d / r) : sqrt(d);
+}
+
+double xworld_diff_all(const xworld *a, const xworld *b) {
+  const weft_graph *g = a->g;
+  double d = 0, r = 0;
+  for (int t = 0; t < g->ntensors; t++) {
+    if (!a->param[t]) continue;
+    int64_t n = tensor_numel(&g->tensors[t]);
+    for (int64_t i = 0; i < n; i++) {
+      double x = (double)a->param[t][i] - (double)b->param[t][i];
+      d += x * x;
+      r += (double)b->param[t][i] * (double)b->param[t][i];
+    }
+  }
+  return r > 0 ? sqrt(d / r) : sqrt(d);
+}
+
+double xworld_diff(const xworld *a, const xworld *b, bool state, const char **worst) {
+  const weft_graph *g = a->g;
+  double m = 0;
+  if (worst) *worst = NULL;
+  for (int t = 0; t < g->ntensors; t++) {
+    if (!a->param[t]) continue;
+    int64_t n = tensor_numel(&g->tensors[t]);
+    double e = rel_l2(a->param[t], b->param[t], n);
+    for (int c = 0; state && a->state[t] && c < a->state_copies; c++) {
+      double s = rel_l2(a->state[t] + c * n, b->state[t] + c * n, n);
+      if (s > e) e = s;
+    }
+    if (e > m || (worst && !*worst)) {
+      if (e > m) m = e;
+      if (worst) *worst = g->tensors[t].name;
+    }
+  }
+  return m;
+}
+
+int64_t xworld_step_items(const weft_graph *g, const char **unit) {
+  for (int t = 0; t < g->ntensors; t++)
+    if (g->tensors[t].role == TENSOR_INPUT && g->tensors[t].dtype == DT_I32) {
+      *unit = "tokens";
+      return tensor_numel(&g->tensors[t]);
+    }
+  for (int t = 0; t < g->ntensors; t++)
+    if (g->tensors[t].role == TENSOR_INPUT && g->tensors[t].ndims > 0) {
+      *unit = "samples";
+      return g->tensors[t].dims[0].size;
+    }
+  *unit = "steps";
+  return 1;
+}

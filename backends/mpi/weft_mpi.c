@@ -1,0 +1,113 @@
+/* weft_mpi.c - libweft_mpi.so: MPI for `weft run` under mpirun, built with
+ * mpicc; weft loads it with dlopen so that ./weft itself needs no MPI. */
+#include <limits.h>
+#include <mpi.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "weft_mpi.h"
+
+enum { TAG_DATA = 7001, TAG_MORE = 7002 };
+/* The largest piece one MPI call moves (counts are int). */
+static const int64_t PIECE = (int64_t)1 << 30;
+
+static char *errbuf;
+static size_t errcap;
+
+static int fail(int rc, const char *what) {
+  char msg[MPI_MAX_ERROR_STRING] = "";
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  if (errbuf) snprintf(errbuf, errcap, "MPI: %s: %s", what, msg);
+  return 1;
+}
+
+static int init(int *rank, int *size, char *err, size_t errlen) {
+  errbuf = err, errcap = errlen;
+  int provided = 0;
+  int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
+  if (rc != MPI_SUCCESS) return fail(rc, "MPI_Init_thread");
+  if (provided < MPI_THREAD_MULTIPLE) {
+    snprintf(err, errlen, "MPI: this MPI library does not provide MPI_THREAD_MULTIPLE (it gives level %d)", provided);
+    return 1;
+  }
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(MPI_COMM_WORLD, rank);
+  MPI_Comm_size(MPI_COMM_WORLD, size);
+  return 0;
+}
+
+/* Sends of one process go one at a time, so that the pieces of two
+ * messages never interleave. */
+static pthread_mutex_t send_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* A message is its size (int64) with TAG_DATA, then its bytes in pieces of
+ * at most PIECE with TAG_MORE; MPI keeps the order between two processes,
+ * and the receiver takes a message's pieces right after its size. */
+static int send(int dest, const void *buf, int64_t bytes) {
+  pthread_mutex_lock(&send_mu);
+  int rc = MPI_Send(&bytes, 1, MPI_INT64_T, dest, TAG_DATA, MPI_COMM_WORLD);
+  for (int64_t off = 0; rc == MPI_SUCCESS && off < bytes; off += PIECE) {
+    int64_t n = bytes - off < PIECE ? bytes - off : PIECE;
+    rc = MPI_Send((const char *)buf + off, (int)n, MPI_BYTE, dest, TAG_MORE, MPI_COMM_WORLD);
+  }
+  pthread_mutex_unlock(&send_mu);
+  return rc == MPI_SUCCESS ? 0 : fail(rc, "MPI_Send");
+}
+
+static int poll(void **buf, int64_t *bytes) {
+  int flag = 0;
+  MPI_Message msg;
+  MPI_Status st;
+  int rc = MPI_Improbe(MPI_ANY_SOURCE, TAG_DATA, MPI_COMM_WORLD, &flag, &msg, &st);
+  if (rc != MPI_SUCCESS) return -fail(rc, "MPI_Improbe");
+  if (!flag) return 0;
+  int64_t n = 0;
+  rc = MPI_Mrecv(&n, 1, MPI_INT64_T, &msg, &st);
+  if (rc != MPI_SUCCESS) return -fail(rc, "MPI_Mrecv");
+  char *b = malloc((size_t)(n > 0 ? n : 1));
+  if (!b) {
+    snprintf(errbuf, errcap, "MPI: out of memory for a message of %lld bytes", (long long)n);
+    return -1;
+  }
+  for (int64_t off = 0; off < n; off += PIECE) {
+    int64_t k = n - off < PIECE ? n - off : PIECE;
+    rc = MPI_Recv(b + off, (int)k, MPI_BYTE, st.MPI_SOURCE, TAG_MORE, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) {
+      free(b);
+      return -fail(rc, "MPI_Recv");
+    }
+  }
+  *buf = b;
+  *bytes = n;
+  return 1;
+}
+
+static int reduce(void *v, int64_t n, MPI_Datatype t, MPI_Op op, size_t size) {
+  for (int64_t off = 0; off < n; off += PIECE / 8) {
+    int64_t k = n - off < PIECE / 8 ? n - off : PIECE / 8;
+    int rc = MPI_Allreduce(MPI_IN_PLACE, (char *)v + (size_t)off * size, (int)k, t, op, MPI_COMM_WORLD);
+    if (rc != MPI_SUCCESS) return fail(rc, "MPI_Allreduce");
+  }
+  return 0;
+}
+
+static int sum_double(double *v, int64_t n) { return reduce(v, n, MPI_DOUBLE, MPI_SUM, sizeof *v); }
+static int sum_float(float *v, int64_t n) { return reduce(v, n, MPI_FLOAT, MPI_SUM, sizeof *v); }
+static int min_int(int *v, int64_t n) { return reduce(v, n, MPI_INT, MPI_MIN, sizeof *v); }
+
+static int barrier(void) {
+  int rc = MPI_Barrier(MPI_COMM_WORLD);
+  return rc == MPI_SUCCESS ? 0 : fail(rc, "MPI_Barrier");
+}
+
+static int finalize(void) {
+  int rc = MPI_Finalize();
+  return rc == MPI_SUCCESS ? 0 : fail(rc, "MPI_Finalize");
+}
+
+static const weft_mpi_api api = {WEFT_MPI_VERSION, init, send, poll, sum_double, sum_float, min_int, barrier, finalize};
+
+const weft_mpi_api *weft_mpi_plugin(void) { return &api; }

@@ -1,0 +1,35 @@
+/* weft_mpi.h - the interface of libweft_mpi.so, the plugin through which
+ * `weft run` under mpirun talks MPI (weft itself does not link MPI). */
+#ifndef WEFT_MPI_H
+#define WEFT_MPI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define WEFT_MPI_VERSION 1
+
+/* Every function returns 0 on success, else nonzero with a message in the
+ * err buffer given to init (kept by the plugin). Thread-safe after init:
+ * MPI is initialised with MPI_THREAD_MULTIPLE. */
+typedef struct weft_mpi_api {
+  int version;                                   /* WEFT_MPI_VERSION */
+  /* MPI_Init_thread; this process's rank and the number of processes. */
+  int (*init)(int *rank, int *size, char *err, size_t errlen);
+  /* A blocking send of bytes to process dest (any size; sent in pieces). */
+  int (*send)(int dest, const void *buf, int64_t bytes);
+  /* A message from any process if one is there: *buf malloc'd (the caller
+   * frees), *bytes its size; returns 1 when one was received, 0 when none
+   * waits, -1 on error. */
+  int (*poll)(void **buf, int64_t *bytes);
+  /* Element-wise over all processes, in place. */
+  int (*sum_double)(double *v, int64_t n);
+  int (*sum_float)(float *v, int64_t n);
+  int (*min_int)(int *v, int64_t n);
+  int (*barrier)(void);
+  int (*finalize)(void);
+} weft_mpi_api;
+
+/* The one symbol weft looks up with dlsym. */
+const weft_mpi_api *weft_mpi_plugin(void);
+
+#endif
