@@ -12,6 +12,7 @@ ifeq ($(SANITIZE),1)
 else ifeq ($(SANITIZE),thread)
   BUILD    ?= build/tsan
   SANFLAGS := -fsanitize=thread
+  export TSAN_OPTIONS := suppressions=$(CURDIR)/tests/tsan.supp halt_on_error=1 $(TSAN_OPTIONS)
 else
   BUILD    ?= build
   SANFLAGS :=
@@ -179,6 +180,7 @@ demo: deps
 
 bench: weft
 	@sh bench/run.sh ./weft
+	@sh bench/run_cpu.sh ./weft
 
 install: weft
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/weft/stdlib

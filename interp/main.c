@@ -1016,9 +1016,9 @@ static int cmd_run(opts *o) {
   char procs[64] = "";
   if (net) snprintf(procs, sizeof procs, " in %d processes", xnet_size(net));
   if (!o->json && speak)
-    printf("plan %s (model %s): %d devices%s, %d micro-batch%s, cpu backend, %d step%s from step %" PRId64 "\n",
-           p->name, g->name, active, procs, pr->nmb, pr->nmb == 1 ? "" : "es", o->steps, o->steps == 1 ? "" : "s",
-           w->step + 1);
+    printf("plan %s (model %s): %d device%s%s, %d micro-batch%s, cpu backend, %d step%s from step %" PRId64 "\n",
+           p->name, g->name, active, active == 1 ? "" : "s", procs, pr->nmb, pr->nmb == 1 ? "" : "es", o->steps,
+           o->steps == 1 ? "" : "s", w->step + 1);
   fflush(stdout);
   xrun_opts ro = {.steps = o->steps, .on_step = run_on_step, .ctx = &log, .allow_native = o->allow_native, .net = net};
   ok = xrun_program(pr, w, &ro, err, sizeof err);

@@ -13,7 +13,10 @@ trap 'rm -rf "$tmp"' EXIT
 run_ok() {
   name=$1; shift
   if "$WEFT" run "$@" --check --json >"$tmp/out.json" 2>"$tmp/err"; then
-    if grep -q '"match":true' "$tmp/out.json"; then ok; echo "run: $name: $(sed -n 's/.*"max_loss_rel_err":\([^,]*\),"max_param_rel_err":\([^,]*\),.*/losses within \1, parameters within \2/p' "$tmp/out.json")"
+    if grep -q '"match":true' "$tmp/out.json"; then ok
+      le=$(sed -n 's/.*"max_loss_rel_err":\([^,]*\),.*/\1/p' "$tmp/out.json")
+      pe=$(sed -n 's/.*"max_param_rel_err":\([^,]*\),.*/\1/p' "$tmp/out.json")
+      printf 'run: %s: matches one device (losses within %.2g, parameters within %.2g)\n' "$name" "$le" "$pe"
     else bad "$name: no match"; cat "$tmp/out.json"; fi
   else
     bad "$name: weft run $* --check (exit $?)"; cat "$tmp/err" "$tmp/out.json"

@@ -383,6 +383,8 @@ struct xrun {
   int ce_vidim;           /* the vocabulary idim of the cross entropy */
   pthread_barrier_t bar;
   int finished;           /* device threads done (under box.mu) */
+  bool sum_wanted;        /* under mpirun: the loss slots await their sum
+                           * over processes by the main thread (box.mu) */
   double t0;
   bool failed;
 };
@@ -837,9 +839,13 @@ static bool run_ins(xdev *d, const lins *in) {
  * the time, the callback. */
 static void end_step(xrun *r) {
   double *slots = r->loss_slot;
-  if (r->o->net && !xnet_sum_double(r->o->net, slots, r->nloss)) {
-    fprintf(stderr, "weft run: %s\n", xnet_error(r->o->net));
-    exit(WEFT_FAILED);
+  if (r->o->net) {
+    /* The main thread talks MPI: it sums the slots over the processes. */
+    pthread_mutex_lock(&r->box.mu);
+    r->sum_wanted = true;
+    pthread_cond_broadcast(&r->box.cv);
+    while (r->sum_wanted) pthread_cond_wait(&r->box.cv, &r->box.mu);
+    pthread_mutex_unlock(&r->box.mu);
   }
   double loss = 0;
   for (int i = 0; i < r->nloss; i++) loss += slots[i];
@@ -1037,24 +1043,38 @@ static void deliver(void *ctx, const xkey *k, int consumers, void *data, int64_t
 /* The main thread under mpirun: hands what arrives from other processes to
  * the mailbox until this process's devices are done. */
 static void progress(xrun *r) {
+  xnet *net = r->o->net;
   long wait_ns = 1000;
   for (;;) {
     pthread_mutex_lock(&r->box.mu);
-    bool done = r->finished == r->ndevs;
+    bool done = r->finished == r->ndevs, sum = r->sum_wanted;
     pthread_mutex_unlock(&r->box.mu);
-    if (done) break;
     int got = 0;
-    if (!xnet_poll(r->o->net, deliver, &r->box, &got)) {
-      fprintf(stderr, "weft run: %s\n", xnet_error(r->o->net));
+    bool ok = xnet_flush(net, NULL) && xnet_poll(net, deliver, &r->box, &got);
+    if (ok && sum) {
+      /* every message of the step is out before the processes meet */
+      ok = xnet_drain(net, deliver, &r->box) && xnet_sum_double(net, r->loss_slot, r->nloss);
+      pthread_mutex_lock(&r->box.mu);
+      r->sum_wanted = false;
+      pthread_cond_broadcast(&r->box.cv);
+      pthread_mutex_unlock(&r->box.mu);
+    }
+    if (!ok) {
+      fprintf(stderr, "weft run: %s\n", xnet_error(net));
       exit(WEFT_FAILED);
     }
-    if (got) {
+    if (done) break;
+    if (got || sum) {
       wait_ns = 1000;
       continue;
     }
     struct timespec ts = {0, wait_ns};
     nanosleep(&ts, NULL);
     if (wait_ns < 200000) wait_ns *= 2;
+  }
+  if (!xnet_drain(net, deliver, &r->box)) {
+    fprintf(stderr, "weft run: %s\n", xnet_error(net));
+    exit(WEFT_FAILED);
   }
 }
 

@@ -17,7 +17,7 @@
 typedef struct native_cif {
   bool backward;              /* the backward's argument list, or the forward's */
   int nin, nsizes;            /* tensor inputs and sizes it passes */
-  ffi_cif cif;
+  ffi_cif cif;                /* what ffi_call needs of the shape, prepared once */
   ffi_type **types;           /* the argument types, which cif points into */
   struct native_cif *next;
 } native_cif;

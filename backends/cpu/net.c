@@ -1,18 +1,30 @@
 /* net.c - loads libweft_mpi.so when weft runs under mpirun, and frames the
  * executor's messages (a header, then the data) for it. */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../mpi/weft_mpi.h"
 #include "net.h"
 #include "weft.h"
 
+/* A message waiting for the main thread to hand it to MPI. */
+typedef struct outmsg {
+  int proc;
+  void *buf;
+  int64_t len;
+  struct outmsg *next;
+} outmsg;
+
 struct xnet {
   const weft_mpi_api *api;
+  pthread_mutex_t mu;     /* guards the outbox */
+  outmsg *head, **tail;
   void *lib;
   int rank, size;
   int *proc;              /* per device */
@@ -84,6 +96,8 @@ xnet *xnet_start(char *err, size_t errlen) {
   if (!n) weft_oom();
   n->api = api;
   n->lib = lib;
+  pthread_mutex_init(&n->mu, NULL);
+  n->tail = &n->head;
   if (api->init(&n->rank, &n->size, n->err, sizeof n->err) != 0) {
     snprintf(err, errlen, "%s", n->err);
     free(n);
@@ -98,9 +112,11 @@ const char *xnet_error(const xnet *n) { return n->err; }
 
 void xnet_stop(xnet *n) {
   if (!n) return;
+  xnet_drain(n, NULL, NULL);
   n->api->barrier();
   n->api->finalize();
   free(n->proc);
+  pthread_mutex_destroy(&n->mu);
   free(n);
 }
 
@@ -122,13 +138,54 @@ int xnet_proc(const xnet *n, int device) { return n->proc[device]; }
 bool xnet_post(xnet *n, int proc, const xkey *k, int consumers, const void *data, int64_t bytes) {
   size_t len = sizeof(wire) + (size_t)(data ? bytes : 0);
   char *buf = malloc(len);
-  if (!buf) weft_oom();
+  outmsg *m = malloc(sizeof *m);
+  if (!buf || !m) weft_oom();
   wire w = {*k, consumers, data != NULL};
   memcpy(buf, &w, sizeof w);
   if (data) memcpy(buf + sizeof w, data, (size_t)bytes);
-  int rc = n->api->send(proc, buf, (int64_t)len);
-  free(buf);
-  return rc == 0;
+  m->proc = proc, m->buf = buf, m->len = (int64_t)len, m->next = NULL;
+  pthread_mutex_lock(&n->mu);
+  *n->tail = m;
+  n->tail = &m->next;
+  pthread_mutex_unlock(&n->mu);
+  return true;
+}
+
+bool xnet_flush(xnet *n, int *pending) {
+  pthread_mutex_lock(&n->mu);
+  outmsg *m = n->head;
+  n->head = NULL;
+  n->tail = &n->head;
+  pthread_mutex_unlock(&n->mu);
+  bool ok = true;
+  while (m) {
+    outmsg *next = m->next;
+    if (ok && n->api->isend(m->proc, m->buf, m->len) != 0) ok = false;
+    else if (!ok) free(m->buf);
+    free(m);
+    m = next;
+  }
+  int p = 0;
+  if (ok && n->api->test_sends(&p) != 0) ok = false;
+  if (pending) *pending = p;
+  return ok;
+}
+
+bool xnet_drain(xnet *n, void (*deliver)(void *ctx, const xkey *k, int consumers, void *data, int64_t bytes),
+                void *ctx) {
+  int pending = 1;
+  while (pending) {
+    if (!xnet_flush(n, &pending)) return false;
+    if (!pending) break;
+    /* a send may wait for its receiver, which may wait for one of ours */
+    int got = 0;
+    if (deliver && !xnet_poll(n, deliver, ctx, &got)) return false;
+    if (!got) {
+      struct timespec ts = {0, 50000};
+      nanosleep(&ts, NULL);
+    }
+  }
+  return true;
 }
 
 bool xnet_poll(xnet *n, void (*deliver)(void *ctx, const xkey *k, int consumers, void *data, int64_t bytes),

@@ -30,8 +30,17 @@ void xnet_stop(xnet *n);
  * consecutive devices. */
 void xnet_assign(xnet *n, const bool *active, int ndevices);
 int xnet_proc(const xnet *n, int device);
-/* Sends a message to process proc for `consumers` of its devices. */
+/* Queues a message to process proc for `consumers` of its devices; any
+ * thread. Only the thread that started MPI calls the functions below
+ * (MPI_THREAD_FUNNELED). */
 bool xnet_post(xnet *n, int proc, const xkey *k, int consumers, const void *data, int64_t bytes);
+/* Hands the queued messages to MPI and completes what it can; *pending
+ * gets the sends still under way. */
+bool xnet_flush(xnet *n, int *pending);
+/* Flushes until every send has completed, receiving meanwhile (deliver
+ * as for xnet_poll; NULL when nothing more can arrive). */
+bool xnet_drain(xnet *n, void (*deliver)(void *ctx, const xkey *k, int consumers, void *data, int64_t bytes),
+                void *ctx);
 /* Receives what arrived and hands each message to deliver (data malloc'd,
  * owned by the callee; NULL when bytes is 0 and the message carries no
  * data). Returns false on an MPI error. */

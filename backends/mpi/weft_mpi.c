@@ -2,7 +2,6 @@
  * mpicc; weft loads it with dlopen so that ./weft itself needs no MPI. */
 #include <limits.h>
 #include <mpi.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,10 +26,10 @@ static int fail(int rc, const char *what) {
 static int init(int *rank, int *size, char *err, size_t errlen) {
   errbuf = err, errcap = errlen;
   int provided = 0;
-  int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
+  int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
   if (rc != MPI_SUCCESS) return fail(rc, "MPI_Init_thread");
-  if (provided < MPI_THREAD_MULTIPLE) {
-    snprintf(err, errlen, "MPI: this MPI library does not provide MPI_THREAD_MULTIPLE (it gives level %d)", provided);
+  if (provided < MPI_THREAD_FUNNELED) {
+    snprintf(err, errlen, "MPI: this MPI library does not provide MPI_THREAD_FUNNELED (it gives level %d)", provided);
     return 1;
   }
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
@@ -39,22 +38,69 @@ static int init(int *rank, int *size, char *err, size_t errlen) {
   return 0;
 }
 
-/* Sends of one process go one at a time, so that the pieces of two
- * messages never interleave. */
-static pthread_mutex_t send_mu = PTHREAD_MUTEX_INITIALIZER;
+/* Sends under way: their requests (a size, then pieces) and buffers. */
+typedef struct pending_send {
+  MPI_Request req[8];
+  int nreq;
+  int64_t *size;          /* the size message's buffer */
+  void *buf;
+} pending_send;
+
+static pending_send *sends;
+static int nsends, capsends;
 
 /* A message is its size (int64) with TAG_DATA, then its bytes in pieces of
- * at most PIECE with TAG_MORE; MPI keeps the order between two processes,
- * and the receiver takes a message's pieces right after its size. */
-static int send(int dest, const void *buf, int64_t bytes) {
-  pthread_mutex_lock(&send_mu);
-  int rc = MPI_Send(&bytes, 1, MPI_INT64_T, dest, TAG_DATA, MPI_COMM_WORLD);
+ * at most PIECE with TAG_MORE; MPI keeps the order of messages between two
+ * processes, and the receiver takes a message's pieces right after its
+ * size. Messages over 7 pieces (7 GiB) are refused. */
+static int isend(int dest, void *buf, int64_t bytes) {
+  if (bytes > 7 * PIECE) {
+    snprintf(errbuf, errcap, "MPI: a message of %lld bytes is too large", (long long)bytes);
+    free(buf);
+    return 1;
+  }
+  if (nsends == capsends) {
+    capsends = capsends ? 2 * capsends : 16;
+    sends = realloc(sends, (size_t)capsends * sizeof *sends);
+    if (!sends) {
+      snprintf(errbuf, errcap, "MPI: out of memory");
+      return 1;
+    }
+  }
+  pending_send *p = &sends[nsends];
+  p->size = malloc(sizeof(int64_t));
+  if (!p->size) {
+    snprintf(errbuf, errcap, "MPI: out of memory");
+    return 1;
+  }
+  *p->size = bytes;
+  p->buf = buf;
+  p->nreq = 0;
+  int rc = MPI_Isend(p->size, 1, MPI_INT64_T, dest, TAG_DATA, MPI_COMM_WORLD, &p->req[p->nreq++]);
   for (int64_t off = 0; rc == MPI_SUCCESS && off < bytes; off += PIECE) {
     int64_t n = bytes - off < PIECE ? bytes - off : PIECE;
-    rc = MPI_Send((const char *)buf + off, (int)n, MPI_BYTE, dest, TAG_MORE, MPI_COMM_WORLD);
+    rc = MPI_Isend((char *)buf + off, (int)n, MPI_BYTE, dest, TAG_MORE, MPI_COMM_WORLD, &p->req[p->nreq++]);
   }
-  pthread_mutex_unlock(&send_mu);
-  return rc == MPI_SUCCESS ? 0 : fail(rc, "MPI_Send");
+  nsends++;
+  return rc == MPI_SUCCESS ? 0 : fail(rc, "MPI_Isend");
+}
+
+static int test_sends(int *pending) {
+  int k = 0;
+  for (int i = 0; i < nsends; i++) {
+    int done = 0;
+    int rc = MPI_Testall(sends[i].nreq, sends[i].req, &done, MPI_STATUSES_IGNORE);
+    if (rc != MPI_SUCCESS) return fail(rc, "MPI_Testall");
+    if (done) {
+      free(sends[i].size);
+      free(sends[i].buf);
+    } else {
+      sends[k++] = sends[i];
+    }
+  }
+  nsends = k;
+  *pending = k;
+  return 0;
 }
 
 static int poll(void **buf, int64_t *bytes) {
@@ -108,6 +154,7 @@ static int finalize(void) {
   return rc == MPI_SUCCESS ? 0 : fail(rc, "MPI_Finalize");
 }
 
-static const weft_mpi_api api = {WEFT_MPI_VERSION, init, send, poll, sum_double, sum_float, min_int, barrier, finalize};
+static const weft_mpi_api api = {WEFT_MPI_VERSION, init,    isend,   test_sends, poll,   sum_double,
+                                 sum_float,        min_int, barrier, finalize};
 
 const weft_mpi_api *weft_mpi_plugin(void) { return &api; }

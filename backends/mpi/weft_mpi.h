@@ -6,17 +6,21 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define WEFT_MPI_VERSION 1
+#define WEFT_MPI_VERSION 2
 
 /* Every function returns 0 on success, else nonzero with a message in the
- * err buffer given to init (kept by the plugin). Thread-safe after init:
- * MPI is initialised with MPI_THREAD_MULTIPLE. */
+ * err buffer given to init (kept by the plugin). Only the thread that
+ * called init calls the others (MPI_THREAD_FUNNELED). */
 typedef struct weft_mpi_api {
   int version;                                   /* WEFT_MPI_VERSION */
   /* MPI_Init_thread; this process's rank and the number of processes. */
   int (*init)(int *rank, int *size, char *err, size_t errlen);
-  /* A blocking send of bytes to process dest (any size; sent in pieces). */
-  int (*send)(int dest, const void *buf, int64_t bytes);
+  /* Starts sending bytes to process dest (any size; sent in pieces) and
+   * takes buf, which must come from malloc: it is freed once sent. */
+  int (*isend)(int dest, void *buf, int64_t bytes);
+  /* Completes what it can of the sends started; *pending gets how many are
+   * still under way. */
+  int (*test_sends)(int *pending);
   /* A message from any process if one is there: *buf malloc'd (the caller
    * frees), *bytes its size; returns 1 when one was received, 0 when none
    * waits, -1 on error. */
