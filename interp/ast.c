@@ -400,6 +400,11 @@ static void dump(const ast *n, FILE *out) {
     dump(n->a, out);
     fprintf(out, " (over %s))", n->text);
     break;
+  case S_BUCKETS:
+    fputs("(buckets ", out);
+    dump(n->a, out);
+    fputc(')', out);
+    break;
   case S_CALL:
     fputs("(do ", out);
     dump(n->a, out);

@@ -102,6 +102,7 @@ typedef struct ast_list {
   X(S_SHARD)    /* shard STATE SEL over AXIS (ZeRO): name = state as written    \
                    ("optimizer", checked when evaluated); a = N_SEL;            \
                    text = axis */                                               \
+  X(S_BUCKETS)  /* buckets SIZE: a = the bytes expression */                    \
   X(S_CALL)     /* a strategy called as a statement: a = E_CALL */
 
 typedef enum {

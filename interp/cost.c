@@ -338,7 +338,7 @@ typedef struct ckey {
   unsigned dir_acc;       /* backward: 2, plus accumulate: 1 */
   int nin, nout;
   uint64_t inmask;        /* the inputs it reads (buf >= 0), by position */
-  uint64_t outargs;       /* the arguments whose gradients it writes */
+  uint64_t outargs;       /* what it writes: the gradients of arguments (bit k), its result (bit 63) */
 } ckey;
 
 typedef struct cslot {
@@ -366,6 +366,8 @@ struct cost_memo {
   int tcap;
 };
 
+static int memo_class(cost_memo *m, int sub);
+
 cost_memo *cost_memo_new(const weft_program *pr, const hw_model *hw) {
   cost_memo *m = calloc(1, sizeof *m);
   if (!m) weft_oom();
@@ -375,6 +377,8 @@ cost_memo *cost_memo_new(const weft_program *pr, const hw_model *hw) {
   m->cls = malloc(sizeof(int) * (size_t)(m->nsubs > 0 ? m->nsubs : 1));
   if (!m->cls) weft_oom();
   for (int i = 0; i < m->nsubs; i++) m->cls[i] = -1;
+  /* every class at once, in the order the sub-operators lie in memory */
+  for (int i = 0; i < m->nsubs; i++) memo_class(m, i);
   return m;
 }
 
@@ -448,9 +452,9 @@ static bool memo_key(const lins *ins, ckey *k) {
     if (ins->in[i].buf >= 0) k->inmask |= 1ull << i;
   for (int i = 0; i < ins->nout; i++) {
     if (ins->out[i].buf < 0) continue;
-    int a = ins->out[i].arg;
-    if (a < 0 || a >= 63) return false;
-    k->outargs |= 1ull << a;
+    int a = ins->out[i].arg;   /* -1: the result */
+    if (a >= 63) return false;
+    k->outargs |= 1ull << (a < 0 ? 63 : a);
   }
   return true;
 }

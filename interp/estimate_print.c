@@ -31,6 +31,12 @@ static const char *hbytes(double b, char *buf, size_t n) { return unit_bytes_hum
 
 static int nstages_of(const weft_program *pr) { return pr->nstages; }
 
+/* The simulated device with the highest peak (e->peak_device), or NULL. */
+static const sim_dev *peak_dev(const weft_sim *s, const weft_estimate *e) {
+  if (e->peak_device < 0 || e->peak_device >= s->pr->nprogs || s->index[e->peak_device] < 0) return NULL;
+  return &s->dev[s->index[e->peak_device]];
+}
+
 /* ---- text ------------------------------------------------------------------ */
 
 void estimate_print_text(const weft_sim *s, const weft_estimate *e, FILE *out) {
@@ -59,6 +65,16 @@ void estimate_print_text(const weft_sim *s, const weft_estimate *e, FILE *out) {
   fprintf(out, "  peak memory       %s on device %d of %s: %s\n", hbytes((double)e->peak_max, b1, sizeof b1), e->peak_device,
           e->device_memory > 0 ? hbytes((double)e->device_memory, b2, sizeof b2) : "unknown",
           e->fits ? "fits" : "DOES NOT FIT");
+  const sim_dev *pd = peak_dev(s, e);
+  if (!e->fits && pd) {
+    /* what does not fit, where, and what is live there */
+    char where[600], roles[400];
+    sim_peak_where(s, pd, where, sizeof where);
+    fprintf(out, "  over memory       device %d by %s, %d of %d devices over%s%s\n", pd->device,
+            hbytes((double)(e->peak_max - e->device_memory), b1, sizeof b1), e->over_devices, s->devices_used,
+            where[0] ? "; its peak at " : "", where);
+    fprintf(out, "  at the peak       %s\n", sim_roles_text(pd->peak_by_role, roles, sizeof roles));
+  }
   fprintf(out, "  communication     %s inside nodes, %s across nodes per step", hbytes(e->comm_level[0], b1, sizeof b1),
           hbytes(e->comm_level[1], b2, sizeof b2));
   bool any = false;
@@ -131,6 +147,23 @@ void estimate_print_json(const weft_sim *s, const weft_estimate *e, FILE *out) {
   json_end_obj(&j);
   json_key(&j, "device_memory_bytes"); json_int(&j, e->device_memory);
   json_key(&j, "fits"); json_bool(&j, e->fits);
+  /* null when it fits; else the device with the highest peak, and where */
+  json_key(&j, "over_memory");
+  const sim_dev *pd = peak_dev(s, e);
+  if (e->fits || !pd) json_null(&j);
+  else {
+    json_obj(&j);
+    json_key(&j, "device"); json_int(&j, pd->device);
+    json_key(&j, "excess_bytes"); json_int(&j, e->peak_max - e->device_memory);
+    json_key(&j, "devices"); json_int(&j, e->over_devices);
+    json_key(&j, "instruction"); json_int(&j, pd->peak_at);
+    if (!e->symbolic) { json_key(&j, "time_s"); json_num(&j, pd->peak_t); }
+    json_key(&j, "by_role");
+    json_obj(&j);
+    for (int r = 0; r < LB_ROLE_COUNT; r++) { json_key(&j, lbuf_role_names[r]); json_int(&j, pd->peak_by_role[r]); }
+    json_end_obj(&j);
+    json_end_obj(&j);
+  }
   json_key(&j, "comm_bytes");
   json_obj(&j);
   json_key(&j, "by_kind");

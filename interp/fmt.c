@@ -605,6 +605,10 @@ static void stmt_head(const fmtx *F, sbuf *b, const ast *s) {
       sb_puts(b, s->name);
     }
     break;
+  case S_BUCKETS:
+    sb_puts(b, "buckets ");
+    pe(b, s->a);
+    break;
   case S_SHARD:
     sb_puts(b, "shard ");
     sb_puts(b, s->name);

@@ -44,47 +44,61 @@ void plan_unfold(arena *a, weft_plan *p, const bool *keep) {
   int nfold = p->nsubs;
   /* index of (folded sub f, micro-batch m) among the new subs, -1 dropped */
   int *at = arena_alloc(a, sizeof(int) * (size_t)nfold * (size_t)nmb + 1);
-  int64_t n = 0;
-  for (int op = 0; op < g->nops; op++) n += (int64_t)p->ops[op].count * nmb;
+  /* the new subs, and the coordinates and ranges they do not share with
+   * their folded sub, each in one piece */
+  int64_t n = 0, ncoord = 0, nrange = 0;
+  for (int op = 0; op < g->nops; op++) {
+    const popplan *pp = &p->ops[op];
+    int kept = 0;
+    for (int f = 0; f < pp->count; f++) {
+      const psub *src = &p->subs[pp->first + f];
+      kept += !keep || (src->device >= 0 && keep[src->device]);
+    }
+    n += (int64_t)kept * nmb;
+    ncoord += (int64_t)kept * nmb * pp->nsplits;
+    nrange += (int64_t)kept * (nmb - 1) * pp->space->nidims;
+  }
   psub *subs = arena_alloc(a, sizeof(psub) * (size_t)(n ? n : 1));
+  int *coords = arena_alloc(a, sizeof(int) * (size_t)(ncoord ? ncoord : 1));
+  irange *ranges = arena_alloc(a, sizeof(irange) * (size_t)(nrange ? nrange : 1));
   int ns = 0;
   for (int op = 0; op < g->nops; op++) {
     popplan *pp = &p->ops[op];
     int tl = p->fold.nmb ? p->fold.tlevel[op] : -1;
     int ti = tl >= 0 ? pp->splits[tl].idim : -1;
-    int first = ns;
-    /* the full odometer, micro-batch level included; the folded subs are
-     * those at micro-batch 0, in the same order */
-    int64_t count = (int64_t)pp->count * nmb;
-    int *coord = arena_alloc(a, sizeof(int) * (size_t)(pp->nsplits ? pp->nsplits : 1));
-    for (int64_t k = 0; k < count; k++) {
-      /* the folded index: the odometer over the other levels */
-      int f = 0, mb = tl >= 0 ? coord[tl] : 0;
-      for (int i = 0; i < pp->nsplits; i++)
-        if (i != tl) f = f * pp->splits[i].parts + coord[i];
-      const psub *src = &p->subs[pp->first + f];
-      int fi = pp->first + f;
-      if (!keep || (src->device >= 0 && keep[src->device])) {
-        psub *s = &subs[ns];
-        *s = *src;
-        s->coord = arena_alloc(a, sizeof(int) * (size_t)(pp->nsplits ? pp->nsplits : 1));
-        memcpy(s->coord, coord, sizeof(int) * (size_t)pp->nsplits);
-        if (mb) {
-          s->range = arena_alloc(a, sizeof(irange) * (size_t)(pp->space->nidims ? pp->space->nidims : 1));
-          memcpy(s->range, src->range, sizeof(irange) * (size_t)pp->space->nidims);
-          s->range[ti].lo += p->fold.step[op] * mb;
-          s->range[ti].hi += p->fold.step[op] * mb;
+    int first = ns, nsp = pp->nsplits, nid = pp->space->nidims;
+    /* the order of the full odometer, micro-batch level included: the
+     * levels before the time level, then the micro-batch, then the levels
+     * after it; the folded subs are those at micro-batch 0, in the order
+     * of the other levels (folded index f = outer * inner + j) */
+    int64_t inner = 1;
+    for (int i = tl + 1; tl >= 0 && i < nsp; i++) inner *= pp->splits[i].parts;
+    int64_t outer = pp->count / (inner ? inner : 1);
+    for (int64_t o = 0; o < outer; o++)
+      for (int mb = 0; mb < nmb; mb++)
+        for (int64_t j = 0; j < inner; j++) {
+          int fi = pp->first + (int)(o * inner + j);
+          const psub *src = &p->subs[fi];
+          if (keep && (src->device < 0 || !keep[src->device])) {
+            at[(size_t)fi * (size_t)nmb + (size_t)mb] = -1;
+            continue;
+          }
+          psub *s = &subs[ns];
+          *s = *src;
+          s->coord = coords;
+          coords += nsp;
+          memcpy(s->coord, src->coord, sizeof(int) * (size_t)nsp);
+          if (tl >= 0) s->coord[tl] = mb;
+          if (mb) {
+            s->range = ranges;
+            ranges += nid;
+            memcpy(s->range, src->range, sizeof(irange) * (size_t)nid);
+            s->range[ti].lo += p->fold.step[op] * mb;
+            s->range[ti].hi += p->fold.step[op] * mb;
+          }
+          if (tl >= 0) s->microbatch = mb;
+          at[(size_t)fi * (size_t)nmb + (size_t)mb] = ns++;
         }
-        if (tl >= 0) s->microbatch = mb;
-        at[(size_t)fi * (size_t)nmb + (size_t)mb] = ns++;
-      } else {
-        at[(size_t)fi * (size_t)nmb + (size_t)mb] = -1;
-      }
-      for (int i = pp->nsplits - 1; i >= 0; i--) {
-        if (++coord[i] < pp->splits[i].parts) break;
-        coord[i] = 0;
-      }
-    }
     pp->first = first;
     pp->count = ns - first;
   }

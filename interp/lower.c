@@ -12,8 +12,9 @@
  * 4. Each device's tasks and communications are emitted in order against a
  *    store of the buffers the device holds: a task reading a region that no
  *    earlier instruction provided breaks rule 4 (dependencies).
- * 5. Buffers are freed after their last use; the peak of live bytes is
- *    checked against device memory (rule 5).
+ * 5. Buffers are freed after their last use. The peak of live bytes in
+ *    the simulated step (sim.h) is checked against device memory (rule 5):
+ *    the same model as weft estimate's.
  * 6. The programs are run together abstractly: sends post, receives wait,
  *    collectives wait for all members. A member waiting at a different
  *    collective than its peers, or no device able to go on, breaks rule 3. */
@@ -22,7 +23,7 @@
 #include <string.h>
 
 #include "lower.h"
-#include "units.h"
+#include "sim.h"
 #include "weft.h"
 
 const char *const lbuf_role_names[LB_ROLE_COUNT] = {"input", "param", "grad", "state", "act", "act_grad"};
@@ -42,9 +43,22 @@ static void ivec_push(arena *a, ivec *x, int v) {
   x->v[x->n++] = v;
 }
 
-static bool region_overlaps(arena *s, const tregion *x, const tregion *y) {
-  tregion t;
-  return tregion_intersect(s, x, y, &t);
+/* Whether x and y share an element: tregion_intersect's answer, without
+ * making the intersection. */
+static bool region_overlaps(const tregion *x, const tregion *y) {
+  for (int d = 0; d < x->ndims && d < y->ndims; d++) {
+    const dregion *a = &x->dims[d], *b = &y->dims[d];
+    bool meet = false;
+    for (int i = 0, j = 0; i < a->n && j < b->n && !meet;) {
+      int64_t lo = a->iv[i].lo > b->iv[j].lo ? a->iv[i].lo : b->iv[j].lo;
+      int64_t hi = a->iv[i].hi < b->iv[j].hi ? a->iv[i].hi : b->iv[j].hi;
+      if (lo < hi) meet = true;
+      else if (a->iv[i].hi < b->iv[j].hi) i++;
+      else j++;
+    }
+    if (!meet) return false;
+  }
+  return true;
 }
 
 int64_t lower_device_memory(const weft_plan *p) {
@@ -53,6 +67,16 @@ int64_t lower_device_memory(const weft_plan *p) {
   const value *m = record_get(dev->rec, "memory");
   if (!m || m->kind != V_QUANTITY) return 0;
   return (int64_t)m->q.v;
+}
+
+/* Equality and containment of regions, at once when both share their
+ * intervals (regions are kept once: sub_region, region_intern). */
+static bool same_region(const tregion *x, const tregion *y) {
+  return (x->dims == y->dims && x->ndims == y->ndims) || tregion_equal(x, y);
+}
+
+static bool holds_region(const tregion *outer, const tregion *inner) {
+  return (outer->dims == inner->dims && outer->ndims == inner->ndims) || tregion_contains(outer, inner);
 }
 
 /* ---- tasks ------------------------------------------------------------------------- */
@@ -82,6 +106,21 @@ typedef struct anchors {
   int n, cap;
 } anchors;
 
+/* Regions kept once per lowering: the sub-operators of every micro-batch,
+ * operator and device name few distinct regions (GPT-3 on 1024 devices:
+ * 2,235 for 2 million arguments). A region is found by what determines it:
+ * per tensor dimension, the size and range of each of its idims. */
+typedef struct rintern {
+  tregion *v;             /* the regions (their intervals in the program's arena) */
+  uint64_t *hash;         /* per region: the hash of its key */
+  int *koff, *klen;       /* per region: its key in keys */
+  int n, cap;
+  int64_t *keys;
+  int nkeys, kcap;
+  int *slot;              /* open addressing: index into v, -1 empty */
+  int scap;
+} rintern;
+
 typedef struct lstate {
   weft_ctx *c;
   weft_plan *p;
@@ -96,6 +135,8 @@ typedef struct lstate {
   /* sub-operators by (device, op): devop[d * nops + op] .. devop[.. + 1) index byd */
   int *byd_start;
   int *byd;
+  int *byd_per_mb;        /* per (device, op): subs of each micro-batch when every one has
+                           * that many, in order (0: look them up) */
   tasklist *tasks;        /* per device */
   /* per forward sub: its task index for each kind, -1 */
   int *fpos, *bpos, *rpos;
@@ -104,7 +145,11 @@ typedef struct lstate {
   lins *ebuf;             /* the emission vector (emit) */
   int ecap;
   int **readers;          /* per tensor: ops reading it (-1 terminated) */
-  tregion **sregs;        /* per sub: the regions of its arguments, during its device's emission (sub_region) */
+  int *sreg_off;          /* per sub: where the regions of its arguments start in sreg_v */
+  tregion *sreg_v;        /* per sub, per argument (its inputs, then its result): its region */
+  bool *value_split;      /* per op: split along a reduction (applies_arg has work) */
+  struct store *st;       /* the emitter's store, kept from device to device (emit_device) */
+  rintern regs;           /* the distinct regions of sub-operators */
   bool failed;
 } lstate;
 
@@ -125,6 +170,31 @@ static void subs_on(const lstate *L, int d, int op, int *lo, int *hi) {
   *hi = L->byd_start[k + 1];
 }
 
+/* Those of micro-batch mb among them: a list is sorted by micro-batch. */
+static void subs_of_mb(const lstate *L, int d, int op, int mb, int *lo, int *hi) {
+  const psub *subs = L->p->subs;
+  int x, end;
+  subs_on(L, d, op, &x, &end);
+  int c = L->byd_per_mb[(size_t)d * (size_t)L->p->g->nops + (size_t)op];
+  if (c > 0) {
+    *lo = x + mb * c < end ? x + mb * c : end;
+    *hi = *lo + c < end ? *lo + c : end;
+    return;
+  }
+  for (int y = end; x < y;) {   /* the first of micro-batch mb or later */
+    int m = x + (y - x) / 2;
+    if (subs[L->byd[m]].microbatch < mb) x = m + 1;
+    else y = m;
+  }
+  *lo = x;
+  for (int y = end; x < y;) {   /* the first after it */
+    int m = x + (y - x) / 2;
+    if (subs[L->byd[m]].microbatch <= mb) x = m + 1;
+    else y = m;
+  }
+  *hi = x;
+}
+
 static bool index_subs(lstate *L) {
   weft_plan *p = L->p;
   size_t cells = (size_t)p->ndevices * (size_t)p->g->nops + 1;
@@ -140,13 +210,28 @@ static bool index_subs(lstate *L) {
   int *fill = malloc(sizeof(int) * cells);
   if (!fill) weft_oom();
   memcpy(fill, L->byd_start, sizeof(int) * cells);
-  /* subs are made op by op in micro-batch-major coordinate order: each
-   * (device, op) list stays in that order */
+  /* subs are made op by op in coordinate order: each (device, op) list
+   * keeps that order among the subs of one micro-batch, and is sorted by
+   * micro-batch (stably; most lists already are) for subs_of_mb */
   for (int s = 0; s < p->nsubs; s++) {
     const psub *sb = &p->subs[s];
     L->byd[fill[(size_t)sb->device * (size_t)p->g->nops + (size_t)sb->op]++] = s;
   }
   free(fill);
+  L->byd_per_mb = calloc(cells, sizeof(int));
+  if (!L->byd_per_mb) weft_oom();
+  for (size_t k = 0; k + 1 < cells; k++) {
+    int a = L->byd_start[k], b = L->byd_start[k + 1];
+    for (int i = a + 1; i < b; i++)
+      for (int j = i; j > a && p->subs[L->byd[j - 1]].microbatch > p->subs[L->byd[j]].microbatch; j--) {
+        int t = L->byd[j]; L->byd[j] = L->byd[j - 1]; L->byd[j - 1] = t;
+      }
+    int c = 0;
+    while (a + c < b && p->subs[L->byd[a + c]].microbatch == 0) c++;
+    bool even = c > 0 && (b - a) % c == 0;
+    for (int i = a; i < b && even; i++) even = p->subs[L->byd[i]].microbatch == (i - a) / c;
+    if (even) L->byd_per_mb[k] = c;
+  }
   return true;
 }
 
@@ -634,9 +719,8 @@ static void make_tasks(lstate *L, blist *per_device) {
       if (b.kind == 'f') {
         for (int i = 0; i < ops->n; i++) {
           int lo, hi;
-          subs_on(L, d, ops->v[i], &lo, &hi);
-          for (int j = lo; j < hi; j++)
-            if (p->subs[L->byd[j]].microbatch == b.mb) task_add(L, d, T_FWD, L->byd[j]);
+          subs_of_mb(L, d, ops->v[i], b.mb, &lo, &hi);
+          for (int j = lo; j < hi; j++) task_add(L, d, T_FWD, L->byd[j]);
         }
         continue;
       }
@@ -650,15 +734,13 @@ static void make_tasks(lstate *L, blist *per_device) {
             int rop = seg_ops[seg].v[q];
             if (L->stage_of[rop] != b.stage) continue;
             int lo, hi;
-            subs_on(L, d, rop, &lo, &hi);
-            for (int j = lo; j < hi; j++)
-              if (p->subs[L->byd[j]].microbatch == b.mb) task_add(L, d, T_RECOMP, L->byd[j]);
+            subs_of_mb(L, d, rop, b.mb, &lo, &hi);
+            for (int j = lo; j < hi; j++) task_add(L, d, T_RECOMP, L->byd[j]);
           }
         }
         int lo, hi;
-        subs_on(L, d, op, &lo, &hi);
-        for (int j = lo; j < hi; j++)
-          if (p->subs[L->byd[j]].microbatch == b.mb) task_add(L, d, T_BWD, L->byd[j]);
+        subs_of_mb(L, d, op, b.mb, &lo, &hi);
+        for (int j = lo; j < hi; j++) task_add(L, d, T_BWD, L->byd[j]);
       }
     }
     /* optimizer steps: the parameters the device reads, in tensor order */
@@ -699,22 +781,24 @@ static void anchor_add(lstate *L, int d, int pos, int comm, int epoch) {
 
 static const tregion *member_part(const pcomm *cm, int i) { return cm->parts ? &cm->parts[i] : &cm->region; }
 
+static const tregion *sub_region(lstate *L, int sub, int k);
+
 /* The latest task on device d among the subs of op whose region of tmap m
  * overlaps r, of the given kind; -1 if none. `latest` false: the earliest. */
 static int find_task(lstate *L, int d, int op, const tmap *m, const tregion *r, int mb, task_kind kind, bool latest) {
   weft_plan *p = L->p;
   int lo, hi, best = -1;
-  subs_on(L, d, op, &lo, &hi);
+  /* a region that moves with micro-batches meets only its own micro-batch's */
+  if (mb >= 0) subs_of_mb(L, d, op, mb, &lo, &hi);
+  else subs_on(L, d, op, &lo, &hi);
   const int *pos = kind == T_FWD ? L->fpos : kind == T_BWD ? L->bpos : L->rpos;
   for (int j = lo; j < hi; j++) {
     int s = L->byd[j];
     if (pos[s] < 0) continue;
-    /* a region that moves with micro-batches meets only its own micro-batch's */
-    if (mb >= 0 && p->subs[s].microbatch != mb) continue;
     if (best >= 0 && (latest ? pos[s] <= best : pos[s] >= best)) continue;
-    tregion x;
-    tregion_of(&L->scratch, p, &p->subs[s], m, &x);
-    if (!region_overlaps(&L->scratch, &x, r)) continue;
+    const opspace *sp = p->ops[op].space;
+    const tregion *x = sub_region(L, s, m == &sp->output ? sp->ninputs : (int)(m - sp->inputs));
+    if (!region_overlaps(x, r)) continue;
     best = pos[s];
   }
   return best;
@@ -877,15 +961,18 @@ typedef struct held {
 } held;
 
 typedef struct store {
-  held *h;
+  held *h;                /* malloc'd; h, key, slot and used keep their memory from device to device */
   int n, cap;
   int *head;              /* per tensor */
   /* tensors that move with micro-batches (plan.h, pfold): one list per
    * (tensor, micro-batch slab), so that looking up one micro-batch's
    * buffers does not pass every other's */
   uint64_t *key;
-  int *slot;              /* list head per key; -1 marks an empty entry's key */
+  int *slot;              /* list head per key; INT32_MIN marks an empty entry */
+  int *used;              /* the entries in use, to empty them for the next device */
   int kcap, kn;
+  uint64_t lastkey;       /* the entry chain found last (lookups come in runs) */
+  int lastq;              /* -1: none */
 } store;
 
 typedef struct emitter {
@@ -903,7 +990,7 @@ static int new_buf(emitter *E, int tensor, lbuf_role role, const tregion *r, boo
   b->device = E->d;
   b->tensor = tensor;
   b->role = role;
-  b->region = tregion_copy(E->L->a, r);
+  b->region = *r;         /* lives as long as the program: see ref_region */
   b->dtype = role == LB_STATE ? DT_F32 : t->dtype;
   b->copies = 1;
   b->persistent = persistent;
@@ -918,21 +1005,29 @@ static int *chain(emitter *E, int t, const tregion *r) {
   int d = p->fold.mbs ? p->fold.tdim[t] : -1;
   if (d < 0 || d >= r->ndims || r->dims[d].n == 0) return &st->head[t];
   uint64_t key = ((uint64_t)(uint32_t)t << 32) | (uint64_t)(uint32_t)(r->dims[d].iv[0].lo / p->fold.tstep[t]);
+  if (st->lastq >= 0 && st->lastkey == key) return &st->slot[st->lastq];
   if (2 * (st->kn + 1) > st->kcap) {
     int ncap = st->kcap ? 2 * st->kcap : 1024;
-    uint64_t *nk = arena_alloc(&E->L->scratch, sizeof(uint64_t) * (size_t)ncap);
-    int *ns = arena_alloc(&E->L->scratch, sizeof(int) * (size_t)ncap);
+    uint64_t *nk = malloc(sizeof(uint64_t) * (size_t)ncap);
+    int *ns = malloc(sizeof(int) * (size_t)ncap);
+    int *nu = malloc(sizeof(int) * (size_t)ncap);
+    if (!nk || !ns || !nu) weft_oom();
     for (int i = 0; i < ncap; i++) ns[i] = INT32_MIN;
-    for (int i = 0; i < st->kcap; i++) {
-      if (st->slot[i] == INT32_MIN) continue;
+    for (int u = 0; u < st->kn; u++) {
+      int i = st->used[u];
       uint64_t h = st->key[i] * 0x9E3779B97F4A7C15ull;
       int q = (int)(h >> 40) & (ncap - 1);
       while (ns[q] != INT32_MIN) q = (q + 1) & (ncap - 1);
       nk[q] = st->key[i];
       ns[q] = st->slot[i];
+      nu[u] = q;
     }
+    free(st->key);
+    free(st->slot);
+    free(st->used);
     st->key = nk;
     st->slot = ns;
+    st->used = nu;
     st->kcap = ncap;
   }
   uint64_t h = key * 0x9E3779B97F4A7C15ull;
@@ -941,14 +1036,20 @@ static int *chain(emitter *E, int t, const tregion *r) {
   if (st->slot[q] == INT32_MIN) {
     st->key[q] = key;
     st->slot[q] = -1;
-    st->kn++;
+    st->used[st->kn++] = q;
   }
+  st->lastkey = key;
+  st->lastq = q;
   return &st->slot[q];
 }
 
 static void hold(emitter *E, int buf, bool grad, bool partial) {
   store *st = &E->st;
-  arena_grow(&E->L->scratch, (void **)&st->h, &st->cap, st->n + 1, sizeof(held));
+  if (st->n == st->cap) {
+    st->cap = st->cap ? 2 * st->cap : 1024;
+    st->h = realloc(st->h, sizeof(held) * (size_t)st->cap);
+    if (!st->h) weft_oom();
+  }
   int t = E->L->pr->bufs[buf].tensor;
   int *head = chain(E, t, &E->L->pr->bufs[buf].region);
   st->h[st->n] = (held){buf, grad, partial, true, -1, -1, *head};
@@ -963,7 +1064,7 @@ static int find_held(emitter *E, int t, bool grad, const tregion *r, int partial
     const held *h = &st->h[i];
     if (!h->live || h->grad != grad) continue;
     if (partial >= 0 && h->partial != (partial == 1)) continue;
-    if (!tregion_contains(&E->L->pr->bufs[h->buf].region, r)) continue;
+    if (!holds_region(&E->L->pr->bufs[h->buf].region, r)) continue;
     if (hidx) *hidx = i;
     return h->buf;
   }
@@ -994,7 +1095,7 @@ static int assemble(emitter *E, int t, bool grad, const tregion *r) {
     const held *h = &st->h[i];
     tregion x;
     if (!h->live || h->grad != grad || h->partial) continue;
-    if (tregion_intersect(&L->scratch, &L->pr->bufs[h->buf].region, r, &x)) in[k++] = ref(E, h->buf, &x);
+    if (tregion_intersect(L->a, &L->pr->bufs[h->buf].region, r, &x)) in[k++] = ref(E, h->buf, &x);
   }
   const lbuf *any = &L->pr->bufs[in[0].buf];
   int b = new_buf(E, t, any->role, r, false);
@@ -1013,7 +1114,7 @@ static int assemble(emitter *E, int t, bool grad, const tregion *r) {
 static void supersede(emitter *E, int t, bool grad, const tregion *r) {
   store *st = &E->st;
   for (int i = *chain(E, t, r); i >= 0; i = st->h[i].next)
-    if (st->h[i].live && st->h[i].grad == grad && tregion_equal(&E->L->pr->bufs[st->h[i].buf].region, r))
+    if (st->h[i].live && st->h[i].grad == grad && same_region(&E->L->pr->bufs[st->h[i].buf].region, r))
       st->h[i].live = false;
 }
 
@@ -1039,17 +1140,14 @@ static lins *emit(emitter *E, lins_kind k) {
 
 static void emit_alloc(emitter *E, int buf) { emit(E, LI_ALLOC)->buf = buf; }
 
-/* A ref's region: most name their whole buffer and share its region. */
-static tregion ref_region(emitter *E, int buf, const tregion *r) {
-  const tregion *whole = &E->L->pr->bufs[buf].region;
-  return tregion_equal(whole, r) ? *whole : tregion_copy(E->L->a, r);
-}
+/* A ref's region. Every region the emitter names lives as long as the
+ * program: a sub-operator's (sub_region), the plan's communication's, a
+ * buffer's, or a copy's pieces (assemble); buffers and refs share it. */
+static tregion ref_region(const tregion *r) { return *r; }
 
-static lref ref(emitter *E, int buf, const tregion *r) { return (lref){buf, -1, ref_region(E, buf, r)}; }
+static lref ref(emitter *E, int buf, const tregion *r) { (void)E; return (lref){buf, -1, ref_region(r)}; }
 
-static lref aref(emitter *E, int buf, int arg, const tregion *r) {
-  return (lref){buf, arg, buf >= 0 ? ref_region(E, buf, r) : tregion_copy(E->L->a, r)};
-}
+static lref aref(emitter *E, int buf, int arg, const tregion *r) { (void)E; return (lref){buf, arg, ref_region(r)}; }
 
 /* Whether sub-operator s applies tensor argument m: under a value split, an
  * argument without the split dimension (a bias) is applied by the first
@@ -1071,7 +1169,7 @@ static int param_home(emitter *E, int t, const tregion *r) {
   for (int i = E->st.head[t]; i >= 0; i = E->st.h[i].next) {
     const held *h = &E->st.h[i];
     const lbuf *b = &E->L->pr->bufs[h->buf];
-    if (h->live && !h->grad && b->persistent && tregion_contains(&b->region, r)) return h->buf;
+    if (h->live && !h->grad && b->persistent && holds_region(&b->region, r)) return h->buf;
   }
   return -1;
 }
@@ -1103,24 +1201,125 @@ static void missing(emitter *E, const psub *s, const char *what, int t, bool gra
                                                     : "weft lower --grid shows the order; explain shows the communication");
 }
 
-/* The region of argument k of sub-operator sub (k = its inputs: the
- * result), computed once: the forward, recomputation and backward of a
- * sub-operator read the same regions. A sub-operator runs on one device
- * only, so the regions live in the scratch arena of its emission. */
-static const tregion *sub_region(emitter *E, int sub, int k) {
-  lstate *L = E->L;
-  const weft_plan *p = L->p;
-  const psub *s = &p->subs[sub];
+/* The key of the region of tmap m of sub-operator s: per dimension, its
+ * number of idims, then each one's size and range. Returns its length;
+ * -1 when it does not fit in key (then there is no key). */
+static int region_key(const weft_plan *p, const psub *s, const tmap *m, int64_t *key, int max) {
   const opspace *sp = p->ops[s->op].space;
-  tregion *r = L->sregs[sub];
-  if (!r) {
-    r = arena_alloc(&L->scratch, sizeof(tregion) * (size_t)(sp->ninputs + 1));
-    for (int i = 0; i <= sp->ninputs; i++) r[i].ndims = -1;
-    L->sregs[sub] = r;
+  int n = 0;
+  for (int d = 0; d < m->ndims; d++) {
+    if (n + 1 + 3 * m->nfactors[d] > max) return -1;
+    key[n++] = m->nfactors[d];
+    for (int i = 0; i < m->nfactors[d]; i++) {
+      int f = m->factors[d][i];
+      key[n++] = sp->idims[f].size;
+      key[n++] = s->range[f].lo;
+      key[n++] = s->range[f].hi;
+    }
   }
-  if (r[k].ndims < 0) tregion_of(&L->scratch, p, s, k < sp->ninputs ? &sp->inputs[k] : &sp->output, &r[k]);
-  return &r[k];
+  return n;
 }
+
+/* The region of tmap m of sub-operator s, kept once (tregion_of the first
+ * time its key is seen). */
+static tregion region_intern(lstate *L, const psub *s, const tmap *m) {
+  rintern *ri = &L->regs;
+  int64_t key[96];
+  int kn = region_key(L->p, s, m, key, 96);
+  if (kn < 0) {
+    tregion x;
+    tregion_of(L->a, L->p, s, m, &x);
+    return x;
+  }
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (int i = 0; i < kn; i++) h = (h ^ (uint64_t)key[i]) * 0x100000001b3ull;
+  h ^= h >> 29;
+  if (2 * (ri->n + 1) > ri->scap) {
+    int ncap = ri->scap ? 2 * ri->scap : 4096;
+    int *ns = malloc(sizeof(int) * (size_t)ncap);
+    if (!ns) weft_oom();
+    for (int i = 0; i < ncap; i++) ns[i] = -1;
+    for (int i = 0; i < ri->n; i++) {
+      int q = (int)(ri->hash[i] & (uint64_t)(ncap - 1));
+      while (ns[q] >= 0) q = (q + 1) & (ncap - 1);
+      ns[q] = i;
+    }
+    free(ri->slot);
+    ri->slot = ns;
+    ri->scap = ncap;
+  }
+  int q = (int)(h & (uint64_t)(ri->scap - 1));
+  for (; ri->slot[q] >= 0; q = (q + 1) & (ri->scap - 1)) {
+    int i = ri->slot[q];
+    if (ri->hash[i] == h && ri->klen[i] == kn && memcmp(ri->keys + ri->koff[i], key, sizeof(int64_t) * (size_t)kn) == 0)
+      return ri->v[i];
+  }
+  if (ri->n == ri->cap) {
+    ri->cap = ri->cap ? 2 * ri->cap : 1024;
+    ri->v = realloc(ri->v, sizeof(tregion) * (size_t)ri->cap);
+    ri->hash = realloc(ri->hash, sizeof(uint64_t) * (size_t)ri->cap);
+    ri->koff = realloc(ri->koff, sizeof(int) * (size_t)ri->cap);
+    ri->klen = realloc(ri->klen, sizeof(int) * (size_t)ri->cap);
+    if (!ri->v || !ri->hash || !ri->koff || !ri->klen) weft_oom();
+  }
+  while (ri->nkeys + kn > ri->kcap) {
+    ri->kcap = ri->kcap ? 2 * ri->kcap : 8192;
+    ri->keys = realloc(ri->keys, sizeof(int64_t) * (size_t)ri->kcap);
+    if (!ri->keys) weft_oom();
+  }
+  memcpy(ri->keys + ri->nkeys, key, sizeof(int64_t) * (size_t)kn);
+  /* computed in scratch, kept at its size (tregion_of reserves an interval
+   * per combination of outer factors; most merge) */
+  tregion x;
+  tregion_of(&L->scratch, L->p, s, m, &x);
+  ri->v[ri->n] = tregion_copy(L->a, &x);
+  ri->hash[ri->n] = h;
+  ri->koff[ri->n] = ri->nkeys;
+  ri->klen[ri->n] = kn;
+  ri->nkeys += kn;
+  ri->slot[q] = ri->n;
+  return ri->v[ri->n++];
+}
+
+static void store_free(struct store *st);
+
+static void rintern_free(rintern *ri) {
+  free(ri->v);
+  free(ri->hash);
+  free(ri->koff);
+  free(ri->klen);
+  free(ri->keys);
+  free(ri->slot);
+}
+
+/* The regions of every argument of every sub-operator, found once, in the
+ * order sub-operators lie in memory: anchoring, and the forward,
+ * recomputation and backward of a sub-operator, read the same regions.
+ * They live with the program, so that buffers and refs share them. */
+static void sub_regions(lstate *L) {
+  const weft_plan *p = L->p;
+  L->sreg_off = malloc(sizeof(int) * (size_t)(p->nsubs + 1));
+  if (!L->sreg_off) weft_oom();
+  int64_t n = 0;
+  for (int i = 0; i < p->nsubs; i++) {
+    L->sreg_off[i] = (int)n;
+    n += p->ops[p->subs[i].op].space->ninputs + 1;
+    if (n > INT32_MAX) weft_oom();
+  }
+  L->sreg_off[p->nsubs] = (int)n;
+  L->sreg_v = malloc(sizeof(tregion) * (size_t)(n ? n : 1));
+  if (!L->sreg_v) weft_oom();
+  for (int i = 0; i < p->nsubs; i++) {
+    const psub *s = &p->subs[i];
+    const opspace *sp = p->ops[s->op].space;
+    tregion *r = &L->sreg_v[L->sreg_off[i]];
+    for (int k = 0; k < sp->ninputs; k++) r[k] = region_intern(L, s, &sp->inputs[k]);
+    r[sp->ninputs] = region_intern(L, s, &sp->output);
+  }
+}
+
+/* The region of argument k of sub-operator sub (k = its inputs: the result). */
+static const tregion *sub_region(lstate *L, int sub, int k) { return &L->sreg_v[L->sreg_off[sub] + k]; }
 
 static void emit_compute(emitter *E, const task *tk) {
   lstate *L = E->L;
@@ -1131,15 +1330,17 @@ static void emit_compute(emitter *E, const task *tk) {
   const opspace *sp = pp->space;
   lins tmp = {0};
   int nin = sp->ninputs + (tk->kind == T_BWD ? 1 : 0);
-  lref *in = refs(E, nin);
+  /* the refs it reads and writes, in one piece: a forward writes one, a
+   * backward at most one per input */
+  lref *in = refs(E, nin + (tk->kind == T_BWD ? sp->ninputs : 1));
   int ni = 0;
   for (int k = 0; k < sp->ninputs; k++) {
     const tmap *m = &sp->inputs[k];
     int t = m->tensor;
-    const tregion *need = sub_region(E, tk->sub, k);
+    const tregion *need = sub_region(L, tk->sub, k);
     /* ids and labels are read by every part; only floating arguments
      * (a bias) are added once */
-    if (!applies_arg(pp, s, m) && dtype_is_float(g->tensors[t].dtype)) {
+    if (L->value_split[s->op] && !applies_arg(pp, s, m) && dtype_is_float(g->tensors[t].dtype)) {
       in[ni++] = aref(E, -1, k, need);
       continue;
     }
@@ -1165,7 +1366,7 @@ static void emit_compute(emitter *E, const task *tk) {
     in[ni++] = aref(E, b, k, need);
   }
   int tout = sp->output.tensor;
-  const tregion *outr = sub_region(E, tk->sub, sp->ninputs);
+  const tregion *outr = sub_region(L, tk->sub, sp->ninputs);
   if (tk->kind != T_BWD) {
     bool partial = false;
     for (int i = 0; i < pp->nsplits; i++) partial |= pp->splits[i].kind == SPLIT_VALUE;
@@ -1175,7 +1376,7 @@ static void emit_compute(emitter *E, const task *tk) {
     for (int i = partial ? *chain(E, tout, outr) : -1; i >= 0 && b < 0; i = E->st.h[i].next) {
       const held *h = &E->st.h[i];
       if (h->live && h->partial && h->maker == maker && h->maker_mb == s->microbatch &&
-          tregion_equal(&L->pr->bufs[h->buf].region, outr))
+          same_region(&L->pr->bufs[h->buf].region, outr))
         b = h->buf;
     }
     bool acc = b >= 0;
@@ -1196,7 +1397,7 @@ static void emit_compute(emitter *E, const task *tk) {
     c->nin = ni;
     c->in = in;
     c->nout = 1;
-    c->out = refs(E, 1);
+    c->out = in + nin;
     c->out[0] = ref(E, b, outr);
     (void)tmp;
     return;
@@ -1212,19 +1413,19 @@ static void emit_compute(emitter *E, const task *tk) {
     }
     if (b >= 0) in[ni++] = ref(E, b, outr);
   }
-  lref *out = refs(E, sp->ninputs);
+  lref *out = in + nin;
   int no = 0;
   for (int k = 0; k < sp->ninputs; k++) {
     const tmap *m = &sp->inputs[k];
     int t = m->tensor;
     if (g->tensors[t].role == TENSOR_INPUT || !dtype_is_float(g->tensors[t].dtype)) continue;
-    if (!applies_arg(pp, s, m)) continue;
-    const tregion *need = sub_region(E, tk->sub, k);
+    if (L->value_split[s->op] && !applies_arg(pp, s, m)) continue;
+    const tregion *need = sub_region(L, tk->sub, k);
     bool param = g->tensors[t].role == TENSOR_PARAM;
     int b = -1;
     for (int i = *chain(E, t, need); i >= 0 && b < 0; i = E->st.h[i].next) {
       const held *h = &E->st.h[i];
-      if (h->live && h->grad && tregion_equal(&L->pr->bufs[h->buf].region, need)) b = h->buf;
+      if (h->live && h->grad && same_region(&L->pr->bufs[h->buf].region, need)) b = h->buf;
     }
     if (b < 0 && param) {
       /* a gradient accumulator for a region this device reads; under ZeRO-2
@@ -1254,9 +1455,12 @@ static void emit_step(emitter *E, int t) {
   const weft_plan *p = L->p;
   /* every live gradient of t on this device, each with its parameter region */
   for (int i = E->st.head[t]; i >= 0; i = E->st.h[i].next) {
-    held *h = &E->st.h[i];
+    const held *h = &E->st.h[i];
     if (!h->live || !h->grad) continue;
-    const tregion *r = &L->pr->bufs[h->buf].region;
+    /* copies: new buffers move the arrays h and the region are in */
+    int gb = h->buf;
+    tregion rv = L->pr->bufs[gb].region;
+    const tregion *r = &rv;
     int pb = param_home(E, t, r);
     if (pb < 0) pb = param_buf(E, t, r, true);
     int state = -1;
@@ -1276,10 +1480,10 @@ static void emit_step(emitter *E, int t) {
     lins *c = emit(E, LI_STEP);
     c->tensor = t;
     c->nin = 1;
-    c->in = refs(E, 1);
-    c->in[0] = ref(E, h->buf, r);
+    c->in = refs(E, 3);
+    c->in[0] = ref(E, gb, r);
     c->nout = state >= 0 ? 2 : 1;
-    c->out = refs(E, 2);
+    c->out = c->in + 1;
     c->out[0] = ref(E, pb, r);
     if (state >= 0) c->out[1] = ref(E, state, r);
   }
@@ -1345,7 +1549,7 @@ static void emit_comm(emitter *E, int ci, int epoch) {
   case COMM_ALL_REDUCE: {
     int hidx = -1;
     int b = find_held(E, t, grad, &cm->region, grad ? -1 : 1, &hidx);
-    if (b >= 0 && tregion_equal(&L->pr->bufs[b].region, &cm->region)) {
+    if (b >= 0 && same_region(&L->pr->bufs[b].region, &cm->region)) {
       /* in place: the partial sums become the sum */
       E->st.h[hidx].partial = false;
       in = out = ref(E, b, &cm->region);
@@ -1389,7 +1593,7 @@ static void emit_comm(emitter *E, int ci, int epoch) {
     }
     if (b < 0) { comm_missing(E, cm, part); return; }
     in = ref(E, b, part);
-    if (cm->phase == PHASE_PARAMS && cm->dir == DIR_OPTIMIZER && tregion_contains(&L->pr->bufs[b].region, &cm->region)) {
+    if (cm->phase == PHASE_PARAMS && cm->dir == DIR_OPTIMIZER && holds_region(&L->pr->bufs[b].region, &cm->region)) {
       out = ref(E, b, &cm->region);  /* the updated parts into the whole parameter, in place */
     } else {
       int nb = new_buf(E, t, role, &cm->region, false);
@@ -1412,10 +1616,10 @@ static void emit_comm(emitter *E, int ci, int epoch) {
   c->comm = ci;
   c->epoch = epoch;
   c->nin = in.buf >= 0 ? 1 : 0;
-  c->in = refs(E, 1);
+  c->in = refs(E, 2);
   if (in.buf >= 0) c->in[0] = in;
   c->nout = 1;
-  c->out = refs(E, 1);
+  c->out = c->in + 1;
   c->out[0] = out;
 }
 
@@ -1496,6 +1700,12 @@ static void emit_device(lstate *L, int d) {
   E.prog->cap = L->ecap;
   E.prog->n = 0;
   arena_reset(&L->scratch);
+  /* the store of the previous device, emptied */
+  E.st = *L->st;
+  E.st.n = 0;
+  for (int u = 0; u < E.st.kn; u++) E.st.slot[E.st.used[u]] = INT32_MIN;
+  E.st.kn = 0;
+  E.st.lastq = -1;
   E.st.head = arena_alloc(&L->scratch, sizeof(int) * (size_t)(p->g->ntensors ? p->g->ntensors : 1));
   for (int t = 0; t < p->g->ntensors; t++) E.st.head[t] = -1;
   const tasklist *tl = &L->tasks[d];
@@ -1511,6 +1721,14 @@ static void emit_device(lstate *L, int d) {
   }
   while (a < an->n && !L->failed) { emit_comm(&E, an->a[a].comm, an->a[a].epoch); a++; }
   E.prog->buf_hi = L->pr->nbufs;
+  *L->st = E.st;
+}
+
+static void store_free(store *st) {
+  free(st->h);
+  free(st->key);
+  free(st->slot);
+  free(st->used);
 }
 
 /* ---- running the programs together (rule 3) -------------------------------------- */
@@ -1579,7 +1797,10 @@ static bool simulate(lstate *L) {
   for (int d = D - 1; d >= 0; d--) { stack[sp++] = d; queued[d] = true; }
   /* a device blocked at a collective has arrived; it moves on when all have */
   char *waiting = calloc((size_t)D, 1);
-  if (!waiting) weft_oom();
+  /* per comm: the members that have programs, each counted once */
+  int *expect = malloc(sizeof(int) * (size_t)(p->ncomms ? p->ncomms : 1));
+  if (!waiting || !expect) weft_oom();
+  for (int i = 0; i < p->ncomms; i++) expect[i] = members_lowered(p, &p->comms[i]);
   while (sp > 0) {
     int d = stack[--sp];
     queued[d] = false;
@@ -1599,13 +1820,13 @@ static bool simulate(lstate *L) {
         if (!waiting[d]) {
           waiting[d] = 1;
           arrived[k]++;
-          if (arrived[k] == members_lowered(p, cm))
+          if (arrived[k] == expect[in->comm])
             for (int i = 0; i < cm->ngroup; i++) {
               int m = cm->group[i];
               if (m != d && represents(p, m) && !queued[m]) { stack[sp++] = m; queued[m] = true; }
             }
         }
-        if (arrived[k] < members_lowered(p, cm)) break;
+        if (arrived[k] < expect[in->comm]) break;
         waiting[d] = 0;
       }
       pc[d]++;
@@ -1660,48 +1881,27 @@ static bool simulate(lstate *L) {
   free(stack);
   free(queued);
   free(waiting);
+  free(expect);
   return ok;
 }
 
-/* ---- memory (rule 5) --------------------------------------------------------------- */
+/* ---- memory (rule 5) ---------------------------------------------------------------
+ * The peak each device's memory reaches is that of the simulated step
+ * (sim.h), the model weft estimate reports: buffers live from their first
+ * use to the end of their last, in time, not in program order. */
 
-static const char *bytes_str(arena *a, int64_t b) {
-  char buf[32];
-  return arena_printf(a, "%s", unit_bytes_human(b, buf, sizeof buf));
-}
-
-static bool check_memory(lstate *L) {
-  const weft_plan *p = L->p;
-  int64_t cap = lower_device_memory(p);
-  if (cap <= 0) return true;
-  int worst = -1, over = 0;
-  for (int d = 0; d < p->ndevices; d++)
-    if (L->pr->progs[d].peak > cap) {
-      over++;
-      if (worst < 0 || L->pr->progs[d].peak > L->pr->progs[worst].peak) worst = d;
-    }
-  if (worst < 0) return true;
-  arena_reset(&L->scratch);
-  const lprog *pg = &L->pr->progs[worst];
-  const int64_t *r = pg->peak_by_role;
-  weft_diag *g = eval_error(L->c, p->loc, "device %d needs %s at its peak, more than its %s of memory%s", worst,
-                            bytes_str(&L->scratch, pg->peak), bytes_str(&L->scratch, cap),
-                            over > 1 ? arena_printf(&L->scratch, " (%d devices do not fit)", over) : "");
-  weft_diag *n = diag_add(&L->c->diags, DIAG_NOTE, p->loc, "at the peak of device %d: parameters %s, gradients %s, "
-                                                          "optimizer state %s, activations %s, gradients of "
-                                                          "activations %s, inputs %s",
-                          worst,
-            bytes_str(&L->scratch, r[LB_PARAM]), bytes_str(&L->scratch, r[LB_GRAD]), bytes_str(&L->scratch, r[LB_STATE]),
-            bytes_str(&L->scratch, r[LB_ACT]), bytes_str(&L->scratch, r[LB_ACT_GRAD]), bytes_str(&L->scratch, r[LB_INPUT]));
-  (void)n;
-  diag_hint(g, &L->c->diags, "split more (tensor or pipeline parallelism), recompute activations, use more "
-                             "micro-batches, or shard with ZeRO");
-  return false;
+weft_program *weft_lower(weft_ctx *c, weft_plan *p) {
+  weft_program *pr = weft_lower_unchecked(c, p);
+  if (!pr || lower_device_memory(p) <= 0) return pr;
+  weft_sim *s = sim_run_plan(pr, 0);
+  bool fits = !s || sim_check_memory(c, s);
+  sim_free(s);
+  return fits ? pr : NULL;
 }
 
 /* ---- the whole ------------------------------------------------------------------- */
 
-weft_program *weft_lower(weft_ctx *c, weft_plan *p) {
+weft_program *weft_lower_unchecked(weft_ctx *c, weft_plan *p) {
   const weft_graph *g = p->g;
   weft_program *pr = arena_alloc(A(c), sizeof *pr);
   pr->p = p;
@@ -1785,8 +1985,10 @@ weft_program *weft_lower(weft_ctx *c, weft_plan *p) {
   L.rpos = malloc(sizeof(int) * (size_t)(p->nsubs ? p->nsubs : 1));
   if (!L.fpos || !L.bpos || !L.rpos) weft_oom();
   for (int s = 0; s < p->nsubs; s++) L.fpos[s] = L.bpos[s] = L.rpos[s] = -1;
-  L.sregs = calloc((size_t)(p->nsubs ? p->nsubs : 1), sizeof(tregion *));
-  if (!L.sregs) weft_oom();
+  sub_regions(&L);
+  L.value_split = arena_alloc(L.a, (size_t)(g->nops ? g->nops : 1));
+  for (int op = 0; op < g->nops; op++)
+    for (int i = 0; i < p->ops[op].nsplits; i++) L.value_split[op] |= p->ops[op].splits[i].kind == SPLIT_VALUE;
   make_tasks(&L, per_device);
   if (g->loss < 0)
     for (int d = 0; d < p->ndevices; d++) {
@@ -1800,8 +2002,18 @@ weft_program *weft_lower(weft_ctx *c, weft_plan *p) {
       tl->n = m;
     }
   anchor_comms(&L);
+  /* about one buffer per task and communication: reserved at once, the
+   * array of buffers seldom moves (pages never touched cost nothing) */
+  int64_t guess = 0;
+  for (int d = 0; d < p->ndevices; d++) guess += L.tasks[d].n + L.anch[d].n;
+  if (2 * guess + 16 < INT32_MAX / 2) {
+    pr->bcap = (int)(2 * guess + 16);
+    pr->bufs = arena_alloc(L.a, sizeof(lbuf) * (size_t)pr->bcap);
+  }
   pr->nprogs = p->ndevices;
   pr->progs = arena_alloc(L.a, sizeof(lprog) * (size_t)p->ndevices);
+  store st = {0};
+  L.st = &st;
   for (int d = 0; d < p->ndevices && !L.failed; d++) {
     pr->progs[d].device = d;
     emit_device(&L, d);
@@ -1809,26 +2021,33 @@ weft_program *weft_lower(weft_ctx *c, weft_plan *p) {
   }
   free(L.ebuf);
   L.ebuf = NULL;
+  store_free(&st);
   if (L.failed) goto fail;
+  lower_buckets(L.a, pr);
   if (!simulate(&L)) goto fail;
-  if (!check_memory(&L)) goto fail;
   for (int d = 0; d < p->ndevices; d++) pr->instructions_all += lower_prog(pr, d)->n;
   free(L.byd_start);
   free(L.byd);
+  free(L.byd_per_mb);
   free(L.fpos);
   free(L.bpos);
   free(L.rpos);
-  free(L.sregs);
+  free(L.sreg_off);
+  free(L.sreg_v);
+  rintern_free(&L.regs);
   arena_free(&L.scratch);
   return c->diags.errors > before ? NULL : pr;
 fail:
   free(L.ebuf);
   free(L.byd_start);
   free(L.byd);
+  free(L.byd_per_mb);
   free(L.fpos);
   free(L.bpos);
   free(L.rpos);
-  free(L.sregs);
+  free(L.sreg_off);
+  free(L.sreg_v);
+  rintern_free(&L.regs);
   arena_free(&L.scratch);
   return NULL;
 }

@@ -67,6 +67,11 @@ typedef struct lins {
   bool accumulate;        /* LI_COMPUTE backward: gradient outputs are added to */
   int nin, nout;
   lref *in, *out;
+  int nbucket;            /* LI_COLLECTIVE: more all-reduces fused with comm
+                           * (`buckets`): bucket[0..nbucket) on the same group;
+                           * in[i] and out[i] belong to comm (i = 0), then
+                           * to bucket[i - 1] */
+  int *bucket;
 } lins;
 
 typedef struct lprog {
@@ -112,8 +117,17 @@ static inline const lprog *lower_prog(const weft_program *pr, int d) {
 struct weft_ctx;
 /* Orders every device's sub-operators by the plan's schedule, places the
  * communication, checks order and deadlock freedom (rule 3), dependencies
- * (rule 4) and memory (rule 5). NULL after diagnostics. */
+ * (rule 4) and memory (rule 5, on the peaks of the simulated step:
+ * sim_check_memory). NULL after diagnostics. */
 weft_program *weft_lower(struct weft_ctx *c, weft_plan *p);
+/* The same without rule 5: the programs of a plan that may not fit. Its
+ * callers simulate them anyway, and apply the rule to their simulation
+ * (weft check), or report the plan as not fitting (weft estimate). */
+weft_program *weft_lower_unchecked(struct weft_ctx *c, weft_plan *p);
+
+/* Fuses the gradient all-reduces of each group into buckets (plan.h,
+ * bucket_bytes); weft_lower calls it before checking the programs. */
+void lower_buckets(arena *a, weft_program *pr);
 
 /* Output. `device` < 0: every device. */
 void lower_print_text(const weft_program *pr, int device, FILE *out);

@@ -104,6 +104,11 @@ static void json_ins(FILE *out, const weft_program *pr, const lins *in) {
             in->comm, in->epoch);
     for (int k = 0; k < cm->ngroup; k++) fprintf(out, "%s%d", k ? "," : "", cm->group[k]);
     fputc(']', out);
+    if (in->nbucket) {
+      fprintf(out, ",\"bucket\":[");
+      for (int k = 0; k < in->nbucket; k++) fprintf(out, "%s%d", k ? "," : "", in->bucket[k]);
+      fputc(']', out);
+    }
     jrefs(out, "in", in->in, in->nin);
     jrefs(out, "out", in->out, in->nout);
     fputc('}', out);
@@ -283,6 +288,7 @@ void lower_print_text(const weft_program *pr, int device, FILE *out) {
       case LI_COLLECTIVE: {
         const pcomm *cm = &p->comms[in->comm];
         fprintf(out, "%-10s %s", comm_kind_names[cm->kind], g->tensors[cm->tensor].name);
+        for (int k = 0; k < in->nbucket; k++) fprintf(out, ", %s", g->tensors[p->comms[in->bucket[k]].tensor].name);
         text_refs(out, &a, in->in, in->nin);
         fprintf(out, " ->");
         text_refs(out, &a, in->out, in->nout);

@@ -201,20 +201,29 @@ typedef struct summary {
   bool est_ok[256];
 } summary;
 
-/* The estimated step of a lowered plan, quietly: none when the cluster
- * lacks a rate the model needs. */
-static bool estimate_quiet(const weft_plan *p, const weft_program *pr, weft_estimate *e) {
-  hw_model hw;
-  if (!hw_from_plan(NULL, p, pr, &hw)) return false;
-  weft_sim *s = sim_run(pr, &hw);
-  if (!s) return false;
-  sim_estimate(s, e);
+/* Simulates the programs of a plan lowered without rule 5, once for two
+ * things: the memory rule on the simulated peaks (false after its
+ * diagnostic), and the estimated step, *est_ok false when the cluster lacks
+ * a rate the model needs (then the peaks are the program order's). *peaks
+ * gets every device's peak (c's arena). */
+static bool estimate_quiet(weft_ctx *c, const weft_program *pr, weft_estimate *e, bool *est_ok, int64_t **peaks) {
+  *est_ok = false;
+  *peaks = arena_alloc(&c->arena, sizeof(int64_t) * (size_t)(pr->nprogs ? pr->nprogs : 1));
+  weft_sim *s = sim_run_plan(pr, 0);
+  if (!s) return true;
+  for (int d = 0; d < pr->nprogs; d++) (*peaks)[d] = s->index[d] >= 0 ? s->dev[s->index[d]].peak : 0;
+  bool fits = sim_check_memory(c, s);
+  if (s->hw) {
+    sim_estimate(s, e);
+    *est_ok = true;
+  }
   sim_free(s);
-  return true;
+  return fits;
 }
 
 static int check_one(opts *o, const char *path, json *j) {
   weft_ctx *c = new_ctx(o);
+  int64_t *peaks[256] = {0};  /* per plan: every device's simulated peak (estimate_quiet) */
   c->reps = true;  /* replicas' programs are checked through their representative's */
   int rc = c->diags.errors ? WEFT_REJECTED : weft_load(c, path);
   summary *s = calloc(1, sizeof *s);
@@ -244,8 +253,9 @@ static int check_one(opts *o, const char *path, json *j) {
     for (int i = 0; i < s->nplans; i++)
       if (all_params_bound(s->pitems[i].val.decl)) {
         s->plans[i] = weft_build_plan(c, s->pitems[i].val, s->pitems[i].loc);
-        if (s->plans[i]) s->progs[i] = weft_lower(c, s->plans[i]);
-        if (s->progs[i]) s->est_ok[i] = estimate_quiet(s->plans[i], s->progs[i], &s->est[i]);
+        /* lowered without the memory rule, which the simulation applies */
+        if (s->plans[i]) s->progs[i] = weft_lower_unchecked(c, s->plans[i]);
+        if (s->progs[i] && !estimate_quiet(c, s->progs[i], &s->est[i], &s->est_ok[i], &peaks[i])) s->progs[i] = NULL;
       }
     if (c->diags.errors) rc = WEFT_REJECTED;
   }
@@ -340,7 +350,7 @@ static int check_one(opts *o, const char *path, json *j) {
             json_int(j, s->progs[i]->instructions_all);
             json_key(j, "peak_memory_bytes");
             json_arr(j);
-            for (int d = 0; d < s->progs[i]->nprogs; d++) json_int(j, lower_prog(s->progs[i], d)->peak);
+            for (int d = 0; d < s->progs[i]->nprogs; d++) json_int(j, peaks[i][d]);
             json_end_arr(j);
             json_key(j, "device_memory_bytes");
             json_int(j, lower_device_memory(p));
@@ -395,13 +405,16 @@ static int check_one(opts *o, const char *path, json *j) {
           printf("    schedule: %s, %d stage%s, %d micro-batch%s, %s instructions\n", sched_kind_names[p->sched],
                  pr->nstages, pr->nstages == 1 ? "" : "s", pr->nmb, pr->nmb == 1 ? "" : "es",
                  grouped(b1, pr->instructions_all));
+          /* the peaks the memory rule checked: the simulated step's */
+          const int64_t *pk = peaks[i];
           int dmax = 0, dmin = -1;
-          int64_t mx = lower_peak(pr, &dmax);
-          for (int d = 0; d < pr->nprogs; d++)
-            if (lower_prog(pr, d)->n && (dmin < 0 || lower_prog(pr, d)->peak < lower_prog(pr, dmin)->peak)) dmin = d;
+          for (int d = 0; d < pr->nprogs; d++) {
+            if (pk[d] > pk[dmax]) dmax = d;
+            if (lower_prog(pr, d)->n && (dmin < 0 || pk[d] < pk[dmin])) dmin = d;
+          }
           char m1[64], m2[64], m3[64];
-          unit_bytes_human(mx, m1, sizeof m1);
-          unit_bytes_human(dmin >= 0 ? lower_prog(pr, dmin)->peak : 0, m2, sizeof m2);
+          unit_bytes_human(pr->nprogs ? pk[dmax] : 0, m1, sizeof m1);
+          unit_bytes_human(dmin >= 0 ? pk[dmin] : 0, m2, sizeof m2);
           unit_bytes_human(lower_device_memory(p), m3, sizeof m3);
           printf("    peak memory: %s on device %d (least %s on device %d) of %s\n", m1, dmax, m2,
                  dmin >= 0 ? dmin : 0, m3);
@@ -864,12 +877,19 @@ static int cmd_estimate(opts *o) {
   c->reps = true;  /* replicas run their representative's program */
   int rc = WEFT_OK;
   weft_plan *p = pick_plan(c, o, &rc);
-  weft_program *pr = p ? weft_lower(c, p) : NULL;
+  /* a plan that does not fit is estimated all the same, and rejected */
+  weft_program *pr = p ? weft_lower_unchecked(c, p) : NULL;
   if (p && !pr) rc = WEFT_REJECTED;
   hw_model hw;
   if (pr && !o->symbolic && !hw_from_plan(c, p, pr, &hw)) {
     rc = WEFT_REJECTED;
     pr = NULL;
+  }
+  weft_sim *s = NULL;
+  if (pr) {
+    /* per-instruction times only for the pictures that draw them */
+    s = sim_run_with(pr, o->symbolic ? NULL : &hw, o->trace || o->svg ? SIM_TIMELINE : 0);
+    if (s && !sim_check_memory(c, s)) rc = WEFT_REJECTED;
   }
   report(c, o);
   if (o->json && !pr) {
@@ -877,7 +897,6 @@ static int cmd_estimate(opts *o) {
     printf("\n");
   }
   if (pr) {
-    weft_sim *s = sim_run(pr, o->symbolic ? NULL : &hw);
     if (!s) {
       fprintf(stderr, "weft estimate: the programs of plan %s do not finish in the simulation\n", p->name);
       rc = WEFT_FAILED;

@@ -438,7 +438,9 @@ static int atom_fixed_segments(const weft_plan *p, const ast *atom) {
 /* `recompute SEL [selective | full]`: the operators of one segment (a layer
  * matched by h.*, one operator matched through **) are recomputed together,
  * right before the backward of the segment's last operator; what flows into
- * a segment from outside it is kept. */
+ * a segment from outside it is kept. `selective` (Korthikanti et al., 2022)
+ * recomputes only the selected operators that are cheap for the memory they
+ * free: all but the matrix products (kind "matmul"), whose results are kept. */
 static bool exec_recompute(weft_ctx *c, pstate *ps, env *e, const ast *s) {
   weft_plan *p = ps->p;
   int mode = s->name && strcmp(s->name, "full") == 0 ? 2 : 1;
@@ -452,6 +454,8 @@ static bool exec_recompute(weft_ctx *c, pstate *ps, env *e, const ast *s) {
     int fixed = atom_fixed_segments(p, sel->list.items[i]);
     for (int k = 0; k < set.n; k++) {
       popplan *pp = &p->ops[set.ops[k]];
+      const char *kind = p->g->ops[set.ops[k]].kind;
+      if (mode == 1 && kind && strcmp(kind, "matmul") == 0) continue;
       const char *name = p->g->ops[set.ops[k]].name;
       const char *key = name;
       if (fixed >= 0) {
@@ -616,6 +620,18 @@ static bool exec_plan_stmt(weft_ctx *c, pstate *ps, env *e, const ast *s) {
     return true;
   case S_RECOMPUTE: return exec_recompute(c, ps, e, s);
   case S_SHARD: return exec_shard(c, ps, e, s);
+  case S_BUCKETS: {
+    value v = eval_expr(c, e, s->a);
+    if (v.kind == V_ERROR) return false;
+    if (v.kind != V_QUANTITY || !unit_eq(v.q.d, UNIT_BYTES) || v.q.v < 0 || v.q.v > 1e15) {
+      weft_diag *g = eval_error(c, s->a->loc, "buckets needs a size in bytes, got %s", value_repr(A(c), v));
+      diag_hint(g, &c->diags, "for example `buckets 25 MiB`; `buckets 0 B` fuses nothing");
+      return false;
+    }
+    p->bucket_bytes = (int64_t)v.q.v;
+    p->bucket_loc = s->loc;
+    return true;
+  }
   case S_ORDER: {
     opset a, b;
     if (!select_ops(c, e, p, s->a, &a) || !select_ops(c, e, p, s->b, &b)) return false;
@@ -689,7 +705,7 @@ static bool exec_plan_stmt(weft_ctx *c, pstate *ps, env *e, const ast *s) {
         [S_ASSIGN] = "an assignment", [S_BLOCK] = "`block`", [S_OUTPUT] = "`output`", [S_TRAIN] = "`train`",
         [S_DEVICE] = "`device`", [S_LINK] = "`link`", [S_PLAN] = "`plan`", [S_STRATEGY] = "`strategy`"};
     weft_diag *g = eval_error(c, s->loc, "%s is not allowed in a plan", what[s->kind] ? what[s->kind] : ast_kind_names[s->kind]);
-    diag_hint(g, &c->diags, "a plan holds mesh, split, replicate, assign, stage, order, schedule, recompute, shard, let, for, if, assert and strategy calls");
+    diag_hint(g, &c->diags, "a plan holds mesh, split, replicate, assign, stage, order, schedule, recompute, shard, buckets, let, for, if, assert and strategy calls");
     return false;
   }
   }
@@ -953,8 +969,19 @@ static bool make_subs(weft_ctx *c, weft_plan *p) {
   return true;
 }
 
+/* "h.0.attn.c_attn at part = 4, tp = 1": a sub-operator by its coordinates. */
+static const char *sub_where(weft_ctx *c, const weft_plan *p, const psub *s) {
+  const popplan *pp = &p->ops[s->op];
+  const char *t = arena_printf(A(c), "%s", p->g->ops[s->op].name);
+  for (int i = 0; i < pp->nsplits; i++)
+    t = arena_printf(A(c), "%s%s %s = %d (of %d)", t, i ? "," : " at", pp->splits[i].axis[0] == '#' ? "level" : pp->splits[i].axis,
+                     s->coord[i], pp->splits[i].parts);
+  return t;
+}
+
 /* Indexes a mesh with the coordinates of a sub-operator: m[dp, tp]. */
-static bool mesh_device(weft_ctx *c, const pmesh *m, const value *idx, int n, const ast *at, int *dev) {
+static bool mesh_device(weft_ctx *c, const weft_plan *p, const psub *s, const pmesh *m, const value *idx, int n,
+                        const ast *at, int *dev) {
   if (n != m->naxes) {
     eval_error(c, at->loc, "mesh %s has %d axes, indexed with %d", m->name, m->naxes, n);
     return false;
@@ -962,8 +989,9 @@ static bool mesh_device(weft_ctx *c, const pmesh *m, const value *idx, int n, co
   int64_t flat = 0;
   for (int i = 0; i < n; i++) {
     if (idx[i].kind != V_INT || idx[i].i < 0 || idx[i].i >= m->sizes[i]) {
-      eval_error(c, at->loc, "index %d of mesh %s must be 0 to %d (axis %s), got %s", i, m->name, m->sizes[i] - 1,
-                 m->axes[i], value_repr(&c->arena, idx[i]));
+      weft_diag *g = eval_error(c, at->loc, "index %d of mesh %s must be 0 to %d (axis %s), got %s", i, m->name,
+                                m->sizes[i] - 1, m->axes[i], value_repr(&c->arena, idx[i]));
+      diag_hint(g, &c->diags, "for the sub-operator of %s", sub_where(c, p, s));
       return false;
     }
     flat = flat * m->sizes[i] + idx[i].i;
@@ -1008,7 +1036,7 @@ static bool device_of(weft_ctx *c, weft_plan *p, const passign *as, const psub *
           return false;
         }
       }
-      return mesh_device(c, m.mesh, idx, n, x, dev);
+      return mesh_device(c, p, s, m.mesh, idx, n, x, dev);
     }
   }
   value v = eval_expr(c, e, x);
@@ -1109,6 +1137,7 @@ weft_plan *weft_build_plan(weft_ctx *c, value plan, weft_loc use) {
   if (cr.kind != V_RECORD) return NULL;
   weft_plan *p = arena_alloc(A(c), sizeof *p);
   p->name = d->name;
+  p->bucket_bytes = PLAN_DEFAULT_BUCKET;
   p->loc = n->loc;
   p->g = g;
   p->cluster = cr.rec;

@@ -245,10 +245,17 @@ typedef struct weft_plan {
   int used_devices;       /* devices holding a sub-operator */
   int64_t comm_bytes[PHASE_COUNT][COMM_KIND_COUNT];  /* per step, all devices */
   int comm_count[PHASE_COUNT][COMM_KIND_COUNT];
+  int64_t bucket_bytes;   /* `buckets SIZE`: gradient all-reduces of one group
+                           * fused up to this many bytes; 0: not fused */
+  weft_loc bucket_loc;
   int *rep;               /* per device: the device whose program it runs,
                            * renamed (data-parallel replicas); NULL when every
                            * device is its own */
 } weft_plan;
+
+/* Gradient all-reduces are fused into buckets of up to this many bytes
+ * unless the plan says otherwise (PyTorch DDP's default, 25 MiB). */
+#define PLAN_DEFAULT_BUCKET ((int64_t)25 << 20)
 
 /* Regions. */
 void tregion_of(arena *a, const weft_plan *p, const psub *s, const tmap *m, tregion *out);

@@ -80,6 +80,14 @@ void sim_free(weft_sim *s);
  * reached and the bytes live there by role. */
 struct weft_ctx;
 bool sim_check_memory(struct weft_ctx *c, const weft_sim *s);
+/* What an instruction is, for a message ("the forward of h.0.mlp,
+ * micro-batch 3"); peers are not named (a replica's are renamed). */
+const char *sim_ins_what(const weft_program *pr, const lins *in, char *buf, size_t n);
+/* Where a device's peak is reached: "instruction 57 (the forward of h.0.attn,
+ * micro-batch 0), 1.2 ms into the simulated step"; "" when unknown. */
+const char *sim_peak_where(const weft_sim *s, const sim_dev *D, char *buf, size_t n);
+/* Bytes by buffer role: "parameters 3.8 GiB, gradients ..., inputs 1.0 MiB". */
+const char *sim_roles_text(const int64_t *by_role, char *buf, size_t n);
 
 /* ---- the estimate: figures for people and for the search ---------------- */
 

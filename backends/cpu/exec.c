@@ -650,8 +650,68 @@ static bool do_recv(xdev *d, const lins *in) {
   return true;
 }
 
+/* A bucket: several all-reduces of one group as one message, the regions
+ * of its comms one after another. */
+static bool do_bucket(xdev *d, const lins *in) {
+  xrun *r = d->run;
+  int k = in->nbucket + 1;
+  const pcomm *cm = &r->p->comms[in->comm];
+  if (in->nin != k || in->nout != k) return dev_fail(d, "comm %d: a bucket of %d without a ref each", in->comm, k);
+  int64_t n = 0;
+  for (int i = 0; i < k; i++) n += tregion_numel(&in->in[i].region);
+  float *mine = xmalloc((size_t)n * 4);
+  int64_t off = 0;
+  for (int i = 0; i < k; i++) {
+    const lref *ref = &in->in[i];
+    const lbuf *b = buf_of(r, ref->buf);
+    region_move(mine + off, &ref->region, mem_of(d, ref->buf), &b->region, &ref->region, false);
+    off += tregion_numel(&ref->region);
+  }
+  int p = cm->ngroup, no = 0;
+  int *others = xmalloc((size_t)p * sizeof(int));
+  for (int i = 0; i < p; i++)
+    if (cm->group[i] != d->device) others[no++] = cm->group[i];
+  xkey key = {r->step, CLS_COLL, in->comm, in->epoch, d->device, -1};
+  if (no) {
+    float *copy = xmalloc((size_t)n * 4);
+    memcpy(copy, mine, (size_t)n * 4);
+    net_post(r, &key, others, no, copy, n * 4);
+  }
+  float *sum = xcalloc((size_t)n * 4);
+  bool ok = true;
+  for (int i = 0; i < p && ok; i++) {
+    const float *x = mine;
+    xmsg *m = NULL;
+    if (cm->group[i] != d->device) {
+      xkey pk = {r->step, CLS_COLL, in->comm, in->epoch, cm->group[i], -1};
+      if (!(m = mbox_take(&r->box, &pk))) { ok = false; break; }
+      if (m->bytes != n * 4) {
+        mbox_done(&r->box, m);
+        ok = dev_fail(d, "comm %d: a member's bucket has %lld bytes, expected %lld", in->comm, (long long)m->bytes,
+                      (long long)(n * 4));
+        break;
+      }
+      x = m->data;
+    }
+    if (i == 0) memcpy(sum, x, (size_t)n * 4);
+    else
+      for (int64_t e = 0; e < n; e++) sum[e] += x[e];
+    if (m) mbox_done(&r->box, m);
+  }
+  off = 0;
+  for (int i = 0; ok && i < k; i++) {
+    const lref *ref = &in->out[i];
+    const lbuf *b = buf_of(r, ref->buf);
+    region_move(mem_of(d, ref->buf), &b->region, sum + off, &ref->region, &ref->region, false);
+    off += tregion_numel(&ref->region);
+  }
+  free(sum), free(mine), free(others);
+  return ok;
+}
+
 static bool do_collective(xdev *d, const lins *in) {
   xrun *r = d->run;
+  if (in->nbucket > 0) return do_bucket(d, in);
   const pcomm *cm = &r->p->comms[in->comm];
   int p = cm->ngroup, me = -1;
   for (int i = 0; i < p; i++)

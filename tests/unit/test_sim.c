@@ -203,7 +203,7 @@ static const char *const dp =
     "  device { memory = 16 GiB, memory_bandwidth = 1000000 TB/s, compute = { f32 = 1 TFLOP/s } }\n"
     "  link l { level = \"node\", bandwidth = 2 GB/s, latency = 1 ns }\n}\n"
     "plan dp for deep on slow(nodes = 1) {\n"
-    "  mesh m = devices as [dp = 2]\n  split all on batch into dp\n  assign all -> m[dp]\n}\n";
+    "  mesh m = devices as [dp = 2]\n  split all on batch into dp\n  assign all -> m[dp]\n  buckets 4 MiB\n}\n";
 
 static void test_overlap(void **state) {
   (void)state;
@@ -225,6 +225,52 @@ static void test_overlap(void **state) {
   assert_true(s->step_time >= compute && s->step_time >= grads);
   sim_free(s);
   weft_free(c);
+}
+
+/* ---- buckets: one latency for many small gradients ------------------------------ */
+
+static const char *const many_small =
+    "use std\n"
+    "model wide(batch = 8, dim = 16, n = 24) {\n"
+    "  input x : f32[batch, dim]\n  input y : f32[batch, dim]\n"
+    "  for i in 0..n {\n    param w.{i} : f32[dim, dim]\n"
+    "    a.{i} = matmul(if i == 0 then x else a.{i - 1}, w.{i})\n  }\n"
+    "  loss = mse(a.{n - 1}, y)\n  train sgd(lr = 0.1)\n}\n"
+    "cluster far(nodes = 1) {\n"
+    "  devices_per_node = 2\n"
+    "  device { memory = 16 GiB, memory_bandwidth = 1000 GB/s, compute = { f32 = 100 TFLOP/s } }\n"
+    "  link l { level = \"node\", bandwidth = 100 GB/s, latency = 50 us }\n}\n"
+    "plan fused for wide on far(nodes = 1) {\n"
+    "  mesh m = devices as [dp = 2]\n  split all on batch into dp\n  assign all -> m[dp]\n}\n"
+    "plan apart for wide on far(nodes = 1) {\n"
+    "  mesh m = devices as [dp = 2]\n  split all on batch into dp\n  assign all -> m[dp]\n  buckets 0 B\n}\n";
+
+static double step_of(const char *src, const char *plan, int *collectives) {
+  weft_ctx *c = weft_new();
+  weft_plan *p = build(c, src, plan);
+  weft_program *pr = lower(c, p);
+  hw_model hw;
+  assert_true(hw_from_plan(c, p, pr, &hw));
+  weft_sim *s = sim_run(pr, &hw);
+  assert_non_null(s);
+  double t = s->step_time;
+  *collectives = 0;
+  for (int i = 0; i < pr->progs[0].n; i++) *collectives += pr->progs[0].ins[i].kind == LI_COLLECTIVE;
+  sim_free(s);
+  weft_free(c);
+  return t;
+}
+
+static void test_buckets(void **state) {
+  (void)state;
+  int nf, na;
+  double fused = step_of(many_small, "fused", &nf), apart = step_of(many_small, "apart", &na);
+  printf("24 gradients of 1 KiB, 50 us latency: %d collective(s) %.1f us fused, %d collectives %.1f us apart\n", nf,
+         fused * 1e6, na, apart * 1e6);
+  assert_int_equal(na, 24);
+  assert_int_equal(nf, 1);
+  /* 23 latencies fewer, less what overlap hid of them */
+  assert_true(fused < apart - 10 * 50e-6);
 }
 
 /* ---- activation memory per layer: Korthikanti et al. 2022 ---------------------- */
@@ -322,6 +368,7 @@ int main(void) {
       cmocka_unit_test(test_collectives),
       cmocka_unit_test(test_bubble),
       cmocka_unit_test(test_overlap),
+      cmocka_unit_test(test_buckets),
       cmocka_unit_test(test_korthikanti),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
