@@ -864,6 +864,38 @@ static void reduce_activation_grads(arena *a, arena *s, weft_plan *p) {
         if (grads_scatter(a, s, p, t, prod, &need, &contrib, idx, ni, nk, devs, ndev, &wsweep, pdev, hit, done))
           continue;
       }
+      /* complete gradients split otherwise than the producers wrote them
+       * (attention by heads after a sequence split): each producer gets the
+       * pieces that meet its region, from one holder each */
+      if (!exact && nk == 1) {
+        for (int w = 0; w < nn; w++) {
+          int d = needdevs[w];
+          for (int q = 0; q < ni; q++) {
+            const piece *pc = &contrib.items[idx[q]];
+            bool seen = false;  /* the same region from an earlier holder (a copy) */
+            for (int e = 0; e < q && !seen; e++) seen = tregion_equal(&contrib.items[idx[e]].region, &pc->region);
+            tregion x;
+            if (seen || !tregion_intersect(s, &pc->region, &need, &x)) continue;
+            /* a holder on d itself, else one on d's node, else the first */
+            int src = -1;
+            for (int e = q; e < ni; e++) {
+              const piece *o = &contrib.items[idx[e]];
+              if (!tregion_equal(&o->region, &pc->region)) continue;
+              if (o->device == d) { src = d; break; }
+              if (src < 0 || (node_of(p, o->device) == node_of(p, d) && node_of(p, src) != node_of(p, d))) src = o->device;
+            }
+            if (src == d) continue;
+            int pair[2] = {src, d};
+            tregion r = tregion_copy(a, &x);
+            pcomm *cm = comm_add(a, p, COMM_SEND, t, PHASE_BACKWARD, pair, 2, &r);
+            cm->src = src;
+            cm->dst = d;
+            cm->consumer_op = prod;
+            cm->why = "the gradient comes back split otherwise than the producer wrote its result";
+          }
+        }
+        continue;
+      }
       /* a device that holds every key sums in place */
       for (int w = 0; w < nn; w++) {
         int d = needdevs[w];

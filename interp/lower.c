@@ -148,6 +148,7 @@ typedef struct lstate {
   int *sreg_off;          /* per sub: where the regions of its arguments start in sreg_v */
   tregion *sreg_v;        /* per sub, per argument (its inputs, then its result): its region */
   bool *value_split;      /* per op: split along a reduction (applies_arg has work) */
+  int *tshift;            /* per tensor that moves with micro-batches: log2 of its step, -1 not a power of 2 */
   struct store *st;       /* the emitter's store, kept from device to device (emit_device) */
   rintern regs;           /* the distinct regions of sub-operators */
   bool failed;
@@ -1004,7 +1005,9 @@ static int *chain(emitter *E, int t, const tregion *r) {
   store *st = &E->st;
   int d = p->fold.mbs ? p->fold.tdim[t] : -1;
   if (d < 0 || d >= r->ndims || r->dims[d].n == 0) return &st->head[t];
-  uint64_t key = ((uint64_t)(uint32_t)t << 32) | (uint64_t)(uint32_t)(r->dims[d].iv[0].lo / p->fold.tstep[t]);
+  int64_t lo = r->dims[d].iv[0].lo;
+  int sh = E->L->tshift[t];    /* a step of 2^sh (often 1): no division */
+  uint64_t key = ((uint64_t)(uint32_t)t << 32) | (uint64_t)(uint32_t)(sh >= 0 ? lo >> sh : lo / p->fold.tstep[t]);
   if (st->lastq >= 0 && st->lastkey == key) return &st->slot[st->lastq];
   if (2 * (st->kn + 1) > st->kcap) {
     int ncap = st->kcap ? 2 * st->kcap : 1024;
@@ -1644,8 +1647,10 @@ static void finish_program(lstate *L, lprog *pg) {
   }
   int *nfree = arena_alloc(&L->scratch, sizeof(int) * (size_t)(n + 1));
   int extra = 0;
-  for (int b = pg->buf_lo; b < pg->buf_hi; b++)
-    if (last(b) >= 0 && !pr->bufs[b].persistent) { nfree[last(b)]++; extra++; }
+  for (int b = pg->buf_lo; b < pg->buf_hi; b++) {
+    if (pr->bufs[b].persistent) last(b) = -3;  /* never freed */
+    else if (last(b) >= 0) { nfree[last(b)]++; extra++; }
+  }
   lins *out = arena_alloc(L->a, sizeof(lins) * (size_t)(n + extra + 1));
   int m = 0;
   for (int i = 0; i < n; i++)
@@ -1675,7 +1680,7 @@ static void finish_program(lstate *L, lprog *pg) {
       /* buffers whose last use this is, in buffer order */
       for (int k = 0; k < in->nin + in->nout + 1 && nfree[i]; k++) {
         int b = k < in->nin ? in->in[k].buf : k < in->nin + in->nout ? in->out[k - in->nin].buf : in->buf;
-        if (b < 0 || last(b) != i || pr->bufs[b].persistent) continue;
+        if (b < 0 || last(b) != i) continue;
         last(b) = -2;  /* freed once even when referenced twice */
         lins f = {.kind = LI_FREE, .buf = b, .sub = -1, .comm = -1, .peer = -1, .tensor = -1};
         out[m++] = f;
@@ -1986,6 +1991,13 @@ weft_program *weft_lower_unchecked(weft_ctx *c, weft_plan *p) {
   if (!L.fpos || !L.bpos || !L.rpos) weft_oom();
   for (int s = 0; s < p->nsubs; s++) L.fpos[s] = L.bpos[s] = L.rpos[s] = -1;
   sub_regions(&L);
+  L.tshift = arena_alloc(L.a, sizeof(int) * (size_t)(g->ntensors ? g->ntensors : 1));
+  for (int t = 0; t < g->ntensors; t++) {
+    int64_t st = p->fold.mbs ? p->fold.tstep[t] : 0;
+    L.tshift[t] = -1;
+    for (int b = 0; b < 62 && st > 0; b++)
+      if (st == (int64_t)1 << b) L.tshift[t] = b;
+  }
   L.value_split = arena_alloc(L.a, (size_t)(g->nops ? g->nops : 1));
   for (int op = 0; op < g->nops; op++)
     for (int i = 0; i < p->ops[op].nsplits; i++) L.value_split[op] |= p->ops[op].splits[i].kind == SPLIT_VALUE;

@@ -27,7 +27,7 @@ GPT="--set layers=12 --set hidden=64 --set heads=4 --set seq=16 --set vocab=256 
 MEG="--set layers=4 --set hidden=64 --set heads=4 --set seq=16 --set vocab=128 --set global_batch=8 --set micro_batch=2"
 
 run_ok "mlp tp2_dp2" examples/mlp.plan --steps 2
-for p in dp dp_zero3 tp2 tp2_pp2; do run_ok "gpt2 $p" examples/gpt2.plan --plan $p $GPT --steps 2; done
+for p in dp dp_zero3 tp2 tp2_pp2 ulysses single; do run_ok "gpt2 $p" examples/gpt2.plan --plan $p $GPT --steps 2; done
 run_ok "coshard" examples/coshard.plan --set layers=2 --set hidden=64 --set heads=16 --set seq=16 --set batch=4 --steps 2
 run_ok "grid" examples/grid.plan --steps 1
 run_ok "llama tp2" examples/llama.plan --set layers=2 --set hidden=64 --set heads=4 --set kv_heads=2 --set ffn=96 \
