@@ -557,6 +557,20 @@ kcost cost_comm(const hw_model *hw, const weft_plan *p, const pcomm *cm, const c
     if (algo) *algo = name;
     return k;
   }
+  if (cm->kind == COMM_ALL_TO_ALL) {
+    /* pairwise: each member sends its P - 1 pieces (cm->bytes in all, the
+     * most any member sends), one latency each, over the slowest link used */
+    bool net = pl.nodes > 1;
+    double B = (double)cm->bytes;
+    k.net_bytes[net] = B;
+    name = "pairwise";
+    if (hw) {
+      const hw_link *l = net ? &hw->net : &hw->node;
+      k.seconds = (P - 1) * l->latency + B / bw(l);
+    }
+    if (algo) *algo = name;
+    return k;
+  }
   bool reduce = cm->kind == COMM_ALL_REDUCE;
   double phases = reduce ? 2 : 1;   /* all-reduce: reduce-scatter then all-gather */
   if (pl.nodes <= 1) {

@@ -340,7 +340,8 @@ static uint64_t send_key(int tensor, int dst, const tregion *r) {
 static int sendset_find(const sendset *ss, const weft_plan *p, uint64_t key, int tensor, int dst, const tregion *r) {
   if (!ss->cap) return -1;
   for (int b = (int)(key & (uint64_t)(ss->cap - 1));; b = (b + 1) & (ss->cap - 1)) {
-    if (ss->slot[b] < 0) return -1;
+    if (ss->slot[b] == -1) return -1;
+    if (ss->slot[b] < 0) continue;  /* -2: a send that became part of an all-to-all */
     const pcomm *o = &p->comms[ss->slot[b]];
     if (ss->key[b] == key && o->tensor == tensor && o->dst == dst && tregion_equal(&o->region, r)) return ss->slot[b];
   }
@@ -353,7 +354,7 @@ static void sendset_add(arena *a, sendset *ss, uint64_t key, int comm) {
     uint64_t *nk = arena_alloc(a, sizeof(uint64_t) * (size_t)ncap);
     for (int b = 0; b < ncap; b++) ns[b] = -1;
     for (int b = 0; b < ss->cap; b++) {
-      if (ss->slot[b] < 0) continue;
+      if (ss->slot[b] < 0) continue;  /* empty, or forgotten (-2) */
       int q = (int)(ss->key[b] & (uint64_t)(ncap - 1));
       while (ns[q] >= 0) q = (q + 1) & (ncap - 1);
       ns[q] = ss->slot[b];
@@ -364,7 +365,7 @@ static void sendset_add(arena *a, sendset *ss, uint64_t key, int comm) {
     ss->cap = ncap;
   }
   int q = (int)(key & (uint64_t)(ss->cap - 1));
-  while (ss->slot[q] >= 0) q = (q + 1) & (ss->cap - 1);
+  while (ss->slot[q] != -1) q = (q + 1) & (ss->cap - 1);
   ss->slot[q] = comm;
   ss->key[q] = key;
   ss->n++;
@@ -396,6 +397,146 @@ static bool feed_scatter(arena *a, arena *s, weft_plan *p, int tensor, const tre
   cm->why = "the producers hold partial sums; each consumer needs the sum of its own part";
   return true;
 }
+
+/* ---- all-to-all ---------------------------------------------------------------------- */
+
+static int dev_cmp(const void *x, const void *y) { return *(const int *)x - *(const int *)y; }
+
+/* The sends ids[0..ns) become one all-to-all (appended; the sends are
+ * marked COMM_NONE for regroup_sends to drop) when they are a complete
+ * exchange among their devices: every ordered pair once, device dev[i]
+ * starting with from[i] and ending with to[i], each send the sender's from
+ * meeting the receiver's to, and every to made of the pieces and what its
+ * device holds already. from and to come from the caller (NULL where a
+ * device has no single such region: then nothing changes). */
+static void make_all_to_all(arena *a, arena *s, weft_plan *p, const int *ids, int ns, const int *dev,
+                            const tregion *const *from, const tregion *const *to, int n, const char *why) {
+  if (n < 2 || ns != n * (n - 1)) return;
+  for (int i = 0; i < n; i++)
+    if (!from[i] || !to[i]) return;
+  const pcomm *c0 = &p->comms[ids[0]];
+  int64_t *sent = arena_alloc(s, sizeof(int64_t) * (size_t)n), *got = arena_alloc(s, sizeof(int64_t) * (size_t)n);
+  bool *seen = arena_alloc(s, sizeof(bool) * (size_t)(n * n));
+  for (int i = 0; i < n; i++) sent[i] = got[i] = 0;
+  for (int i = 0; i < n * n; i++) seen[i] = false;
+  for (int q = 0; q < ns; q++) {
+    const pcomm *cm = &p->comms[ids[q]];
+    if (cm->kind != COMM_SEND || cm->tensor != c0->tensor || cm->phase != c0->phase) return;
+    int i = -1, j = -1;
+    for (int m = 0; m < n; m++) {
+      if (dev[m] == cm->src) i = m;
+      if (dev[m] == cm->dst) j = m;
+    }
+    if (i < 0 || j < 0 || seen[i * n + j]) return;
+    seen[i * n + j] = true;
+    tregion x;
+    if (!tregion_intersect(s, from[i], to[j], &x) || !tregion_equal(&x, &cm->region)) return;
+    sent[i] += cm->size;
+    got[j] += tregion_numel(&cm->region);
+  }
+  for (int j = 0; j < n; j++) {
+    tregion x;
+    int64_t own = tregion_intersect(s, from[j], to[j], &x) ? tregion_numel(&x) : 0;
+    if (own + got[j] != tregion_numel(to[j])) return;
+  }
+  /* group order: by device */
+  int *order = arena_alloc(s, sizeof(int) * (size_t)n), *g = arena_alloc(s, sizeof(int) * (size_t)n);
+  for (int i = 0; i < n; i++) g[i] = dev[i];
+  qsort(g, (size_t)n, sizeof(int), dev_cmp);
+  for (int i = 0; i < n; i++)
+    for (int m = 0; m < n; m++)
+      if (dev[m] == g[i]) order[i] = m;
+  /* the region: the smallest box around every part */
+  int nd = to[0]->ndims;
+  tregion box = {nd, arena_alloc(a, sizeof(dregion) * (size_t)(nd ? nd : 1))};
+  for (int d = 0; d < nd; d++) {
+    int64_t lo = INT64_MAX, hi = INT64_MIN;
+    for (int i = 0; i < n; i++)
+      for (int side = 0; side < 2; side++) {
+        const dregion *r = &(side ? from[i] : to[i])->dims[d];
+        if (r->n && r->iv[0].lo < lo) lo = r->iv[0].lo;
+        if (r->n && r->iv[r->n - 1].hi > hi) hi = r->iv[r->n - 1].hi;
+      }
+    box.dims[d].n = 1;
+    box.dims[d].iv = arena_alloc(a, sizeof(irange));
+    box.dims[d].iv[0] = (irange){lo, hi};
+  }
+  pcomm keep = *c0;
+  for (int q = 0; q < ns; q++) p->comms[ids[q]].kind = COMM_NONE;
+  pcomm *cm = comm_add(a, p, COMM_ALL_TO_ALL, keep.tensor, keep.phase, g, n, &box);
+  cm->parts = arena_alloc(a, sizeof(tregion) * (size_t)n);
+  cm->sources = arena_alloc(a, sizeof(tregion) * (size_t)n);
+  int64_t total = 0, most = 0;
+  for (int i = 0; i < n; i++) {
+    cm->parts[i] = tregion_copy(a, to[order[i]]);
+    cm->sources[i] = tregion_copy(a, from[order[i]]);
+    total += sent[order[i]];
+    if (sent[order[i]] > most) most = sent[order[i]];
+  }
+  cm->size = total;
+  cm->bytes = most;
+  cm->consumer_op = keep.consumer_op;
+  cm->input = keep.input;
+  cm->dir = keep.dir;
+  cm->why = why;
+}
+
+/* Regions by device for make_all_to_all: what each device starts with or
+ * ends with, when it is one region (NULL otherwise). */
+typedef struct layout {
+  int n;
+  int *dev;
+  const tregion **from, **to;
+} layout;
+
+static void layout_init(arena *s, layout *l, const weft_plan *p, const int *ids, int ns) {
+  l->dev = arena_alloc(s, sizeof(int) * (size_t)(2 * ns + 1));
+  int n = 0;
+  for (int q = 0; q < ns; q++) l->dev[n++] = p->comms[ids[q]].src, l->dev[n++] = p->comms[ids[q]].dst;
+  l->n = distinct(l->dev, n);
+  l->from = arena_alloc(s, sizeof(tregion *) * (size_t)(l->n + 1));
+  l->to = arena_alloc(s, sizeof(tregion *) * (size_t)(l->n + 1));
+  for (int m = 0; m < l->n; m++) l->from[m] = l->to[m] = NULL;
+}
+
+/* Sets what device d starts (side 0) or ends (side 1) with; a second,
+ * different region makes it unusable. */
+static void layout_put(layout *l, int d, int side, const tregion *r, bool *bad) {
+  for (int m = 0; m < l->n; m++) {
+    if (l->dev[m] != d) continue;
+    const tregion **slot = side ? &l->to[m] : &l->from[m];
+    if (*slot && !tregion_equal(*slot, r)) bad[m] = true;
+    *slot = r;
+  }
+}
+
+static void layout_finish(layout *l, const bool *bad) {
+  for (int m = 0; m < l->n; m++)
+    if (bad[m]) l->from[m] = NULL;
+}
+
+/* Drops the sends make_all_to_all took (COMM_NONE) from comms[first..]; the
+ * sendset forgets them and learns where the others moved. */
+static void regroup_sends(weft_plan *p, int first, sendset *ss) {
+  int m = first;
+  for (int i = first; i < p->ncomms; i++)
+    if (p->comms[i].kind != COMM_NONE) p->comms[m++] = p->comms[i];
+  if (m == p->ncomms) return;
+  p->ncomms = m;
+  if (!ss || !ss->cap) return;
+  for (int b = 0; b < ss->cap; b++)
+    if (ss->slot[b] >= first) ss->slot[b] = -2;
+  for (int i = first; i < p->ncomms; i++) {
+    const pcomm *cm = &p->comms[i];
+    if (cm->kind != COMM_SEND) continue;
+    uint64_t key = send_key(cm->tensor, cm->dst, &cm->region);
+    int q = (int)(key & (uint64_t)(ss->cap - 1));
+    while (ss->slot[q] != -1 && ss->slot[q] != -2) q = (q + 1) & (ss->cap - 1);
+    ss->slot[q] = i;
+    ss->key[q] = key;
+  }
+}
+
 
 /* Feeds input k of operator op from the producer's pieces. Regions live in
  * the scratch arena s; what a communication keeps is copied into a. */
@@ -546,6 +687,45 @@ static void feed_edge(arena *a, arena *s, weft_plan *p, int op, int k, const pie
   for (int i = first_comm; i < p->ncomms; i++) {
     p->comms[i].consumer_op = op;
     p->comms[i].input = k;
+  }
+  /* a layout change inside one group (sequence to heads): one all-to-all
+   * per micro-batch */
+  int nsend = p->ncomms - first_comm;
+  if (nsend >= 2) {
+    int *ids = arena_alloc(s, sizeof(int) * (size_t)nsend);
+    bool *used = arena_alloc(s, (size_t)nsend);
+    for (int i = 0; i < nsend; i++) used[i] = false;
+    for (int i = 0; i < nsend; i++) {
+      const pcomm *ci = &p->comms[first_comm + i];
+      if (used[i] || ci->kind != COMM_SEND || ci->producer_sub < 0) continue;
+      int mb = p->subs[ci->producer_sub].microbatch, ns = 0;
+      for (int j = i; j < nsend; j++) {
+        const pcomm *cj = &p->comms[first_comm + j];
+        if (!used[j] && cj->kind == COMM_SEND && cj->producer_sub >= 0 && p->subs[cj->producer_sub].microbatch == mb) {
+          used[j] = true;
+          ids[ns++] = first_comm + j;
+        }
+      }
+      layout l;
+      layout_init(s, &l, p, ids, ns);
+      bool *bad = arena_alloc(s, (size_t)(l.n + 1));
+      for (int m = 0; m < l.n; m++) bad[m] = false;
+      for (int h = 0; h < have->n; h++) {
+        const piece *pc = &have->items[h];
+        if (pc->sub < 0 || p->subs[pc->sub].microbatch != mb) continue;
+        layout_put(&l, pc->device, 0, &pc->region, bad);
+        if (pc->partial >= 0)  /* partial sums: a reduction, not a move */
+          for (int m = 0; m < l.n; m++) bad[m] |= l.dev[m] == pc->device;
+      }
+      for (int q = 0; q < nc_all; q++) {
+        const psub *t = &p->subs[cp->first + q];
+        if (t->microbatch == mb) layout_put(&l, t->device, 1, &needs[q], bad);
+      }
+      layout_finish(&l, bad);
+      make_all_to_all(a, s, p, ids, ns, l.dev, l.from, l.to, l.n,
+                      "the group holds the tensor split one way; its consumers read it split another");
+    }
+    regroup_sends(p, first_comm, ss);
   }
 }
 
@@ -790,6 +970,7 @@ static void reduce_activation_grads(arena *a, arena *s, weft_plan *p) {
     int prod = g->tensors[t].producer;
     if (prod < 0) continue;
     arena_reset(s);
+    int first_t = p->ncomms;
     pieces contrib;
     region_index cx;
     if (!grad_contributions(s, p, t, &contrib, &cx)) continue;
@@ -813,6 +994,8 @@ static void reduce_activation_grads(arena *a, arena *s, weft_plan *p) {
      * regions that meet a given one: made when first needed */
     sweep_index csweep = {0}, wsweep = {0};
     int *pdev = NULL, *hit = NULL;
+    bool regrouped = false;  /* gradients sent piece by piece to another layout */
+    int *sendmb = NULL, nsendmb = 0, sendcap = 0;  /* per comm from first_t: its micro-batch */
     for (int i = 0; i < pp->count; i++) {
       if (done[i]) continue;
       tregion need = wrote[i];
@@ -892,8 +1075,12 @@ static void reduce_activation_grads(arena *a, arena *s, weft_plan *p) {
             cm->dst = d;
             cm->consumer_op = prod;
             cm->why = "the gradient comes back split otherwise than the producer wrote its result";
+            arena_grow(s, (void **)&sendmb, &sendcap, p->ncomms - first_t, sizeof(int));
+            while (nsendmb < p->ncomms - first_t - 1) sendmb[nsendmb++] = -1;
+            sendmb[nsendmb++] = pc->sub >= 0 ? p->subs[pc->sub].microbatch : 0;
           }
         }
+        regrouped = true;
         continue;
       }
       /* a device that holds every key sums in place */
@@ -941,6 +1128,36 @@ static void reduce_activation_grads(arena *a, arena *s, weft_plan *p) {
         cm->consumer_op = prod;
         cm->why = "the producer runs on another device than the consumers of its result";
       }
+    }
+    /* the pieces of a layout change inside one group: one all-to-all per
+     * micro-batch */
+    int nsend = p->ncomms - first_t;
+    if (regrouped && nsend >= 2) {
+      int *ids = arena_alloc(s, sizeof(int) * (size_t)nsend);
+      bool *used = arena_alloc(s, (size_t)nsend);
+      for (int i = 0; i < nsend; i++) used[i] = i >= nsendmb || sendmb[i] < 0;
+      for (int i = 0; i < nsend; i++) {
+        if (used[i]) continue;
+        int mb = sendmb[i], ns = 0;
+        for (int j = i; j < nsend; j++)
+          if (!used[j] && sendmb[j] == mb) used[j] = true, ids[ns++] = first_t + j;
+        layout l;
+        layout_init(s, &l, p, ids, ns);
+        bool *bad = arena_alloc(s, (size_t)(l.n + 1));
+        for (int m = 0; m < l.n; m++) bad[m] = false;
+        for (int q = 0; q < contrib.n; q++) {
+          const piece *pc = &contrib.items[q];
+          if (pc->sub >= 0 && p->subs[pc->sub].microbatch == mb) layout_put(&l, pc->device, 0, &pc->region, bad);
+        }
+        for (int q = 0; q < pp->count; q++) {
+          const psub *w = &p->subs[pp->first + q];
+          if (w->microbatch == mb) layout_put(&l, w->device, 1, &wrote[q], bad);
+        }
+        layout_finish(&l, bad);
+        make_all_to_all(a, s, p, ids, ns, l.dev, l.from, l.to, l.n,
+                        "the gradient comes back split otherwise than the producer wrote its result");
+      }
+      regroup_sends(p, first_t, NULL);
     }
   }
 }

@@ -116,6 +116,10 @@ void plan_unfold(arena *a, weft_plan *p, const bool *keep) {
       if (copies > 1 && p->fold.tdim[cm->tensor] >= 0) c->mb = mb;
       if (mb) {
         c->region = fold_shift(a, p, cm->tensor, &cm->region, mb);
+        if (cm->sources) {
+          c->sources = arena_alloc(a, sizeof(tregion) * (size_t)cm->ngroup);
+          for (int m = 0; m < cm->ngroup; m++) c->sources[m] = fold_shift(a, p, cm->tensor, &cm->sources[m], mb);
+        }
         if (cm->parts) {
           c->parts = arena_alloc(a, sizeof(tregion) * (size_t)cm->ngroup);
           for (int m = 0; m < cm->ngroup; m++) c->parts[m] = fold_shift(a, p, cm->tensor, &cm->parts[m], mb);

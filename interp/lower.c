@@ -915,7 +915,11 @@ static void anchor_comms(lstate *L) {
         pos[i] = -1;
         if (!represents(p, d)) continue;
         /* a gather's member holds its part and needs the whole */
-        pos[i] = anchor_of(L, cm, e, d, cm->kind == COMM_ALL_GATHER ? member_part(cm, i) : &cm->region, true, true);
+        pos[i] = anchor_of(L, cm, e, d,
+                           cm->kind == COMM_ALL_GATHER ? member_part(cm, i)
+                           : cm->kind == COMM_ALL_TO_ALL ? &cm->sources[i]
+                                                         : &cm->region,
+                           true, true);
         if (pos[i] >= 0) any = true;
       }
       if (e == 1 && !any) continue;
@@ -1604,6 +1608,20 @@ static void emit_comm(emitter *E, int ci, int epoch) {
       hold(E, nb, grad, false);
       out = ref(E, nb, &cm->region);
     }
+    break;
+  }
+  case COMM_ALL_TO_ALL: {
+    /* from the member's part in one layout to its part in the other */
+    const tregion *from = &cm->sources[mi], *to = &cm->parts[mi];
+    int b = find_held(E, t, grad, from, grad ? -1 : 0, NULL);
+    if (b < 0) b = assemble(E, t, grad, from);
+    if (b < 0) { comm_missing(E, cm, from); return; }
+    in = ref(E, b, from);
+    if (!grad) supersede(E, t, false, to);
+    int nb = new_buf(E, t, role, to, false);
+    emit_alloc(E, nb);
+    hold(E, nb, grad, false);
+    out = ref(E, nb, to);
     break;
   }
   default: {

@@ -196,6 +196,14 @@ void lower_print_json(const weft_program *pr, int device, FILE *out) {
       }
       fputc(']', out);
     }
+    if (cm->sources) {
+      fprintf(out, ",\"sources\":[");
+      for (int k = 0; k < cm->ngroup; k++) {
+        if (k) fputc(',', out);
+        jregion(out, &cm->sources[k]);
+      }
+      fputc(']', out);
+    }
     fprintf(out, ",\"size\":%" PRId64 ",\"bytes\":%" PRId64 ",\"level\":%d}", cm->size, cm->bytes, cm->level);
   }
   fprintf(out, "],\n\"buffers\":[\n");

@@ -156,9 +156,11 @@ typedef struct pcomm {
   int *group;             /* devices taking part, in rank order */
   int src, dst;           /* COMM_SEND/COMM_BROADCAST: source (and destination) device */
   tregion region;         /* the region moved (whole tensor: all dims full) */
-  tregion *parts;         /* REDUCE_SCATTER: the part of region each member ends with;
-                           * ALL_GATHER: the part each member starts with; in group
-                           * order; NULL for other kinds */
+  tregion *parts;         /* REDUCE_SCATTER and ALL_TO_ALL: the part of region each
+                           * member ends with; ALL_GATHER: the part each member
+                           * starts with; in group order; NULL for other kinds */
+  tregion *sources;       /* ALL_TO_ALL: the part each member starts with; member
+                           * i sends member j sources[i] ∩ parts[j] */
   int64_t size;           /* bytes of the region moved or reduced */
   int64_t bytes;          /* bytes each member sends (ring algorithms) */
   int level;              /* 0 inside a node, 1 across nodes */

@@ -819,6 +819,40 @@ static bool do_collective(xdev *d, const lins *in) {
         region_move(om, &ob->region, m->data, &cm->parts[i], &cm->parts[i], false);
       mbox_done(&r->box, m);
     }
+  } else if (cm->kind == COMM_ALL_TO_ALL) {
+    /* member i sends member j sources[i] ∩ parts[j]; its own piece stays */
+    const tregion *from = &cm->sources[me], *to = &cm->parts[me];
+    const lbuf *ib = buf_of(r, in->in[0].buf), *ob = buf_of(r, out->buf);
+    void *im = mem_of(d, in->in[0].buf), *om = mem_of(d, out->buf);
+    arena a;
+    arena_init(&a);
+    for (int j = 0; j < p; j++) {
+      tregion x;
+      if (!tregion_intersect(&a, from, &cm->parts[j], &x)) continue;
+      if (j == me) {
+        region_move(om, &ob->region, im, &ib->region, &x, false);
+        continue;
+      }
+      int64_t n = tregion_numel(&x);
+      float *piece = xmalloc((size_t)n * 4);
+      region_move(piece, &x, im, &ib->region, &x, false);
+      xkey k = {r->step, CLS_COLL, in->comm, in->epoch, d->device, cm->group[j]};
+      net_post(r, &k, &cm->group[j], 1, piece, n * 4);
+    }
+    for (int j = 0; j < p && ok; j++) {
+      tregion x;
+      if (j == me || !tregion_intersect(&a, &cm->sources[j], to, &x)) continue;
+      xkey k = {r->step, CLS_COLL, in->comm, in->epoch, cm->group[j], d->device};
+      xmsg *m = mbox_take(&r->box, &k);
+      if (!m) { ok = false; break; }
+      if (m->bytes != tregion_numel(&x) * 4)
+        ok = dev_fail(d, "comm %d: a member sent %lld bytes, expected %lld", in->comm, (long long)m->bytes,
+                      (long long)(tregion_numel(&x) * 4));
+      else
+        region_move(om, &ob->region, m->data, &x, &x, false);
+      mbox_done(&r->box, m);
+    }
+    arena_free(&a);
   } else {
     ok = dev_fail(d, "comm %d: the CPU backend does not run %s", in->comm, comm_kind_names[cm->kind]);
   }
