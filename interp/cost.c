@@ -538,6 +538,20 @@ kcost cost_comm(const hw_model *hw, const weft_plan *p, const pcomm *cm, const c
   kcost k = {0};
   const char *name = "none";
   double S = (double)cm->size;
+  if (cm->kind == COMM_BROADCAST && cm->ngroup > 2) {
+    /* a binomial tree: ceil(log2 P) rounds, each one message of S */
+    placement pl = place(p, cm->group, cm->ngroup);
+    bool net = pl.nodes > 1;
+    double rounds = ceil(log2((double)cm->ngroup));
+    k.net_bytes[net] = S;
+    name = "tree";
+    if (hw) {
+      const hw_link *l = net ? &hw->net : &hw->node;
+      k.seconds = rounds * (l->latency + S / bw(l));
+    }
+    if (algo) *algo = name;
+    return k;
+  }
   if (cm->kind == COMM_SEND || cm->kind == COMM_BROADCAST) {
     int pair[2] = {cm->src, cm->dst};
     placement pl = place(p, pair, 2);

@@ -343,7 +343,9 @@ static int sendset_find(const sendset *ss, const weft_plan *p, uint64_t key, int
     if (ss->slot[b] == -1) return -1;
     if (ss->slot[b] < 0) continue;  /* -2: a send that became part of an all-to-all */
     const pcomm *o = &p->comms[ss->slot[b]];
-    if (ss->key[b] == key && o->tensor == tensor && o->dst == dst && tregion_equal(&o->region, r)) return ss->slot[b];
+    bool to = o->dst == dst;  /* a send to dst, or a broadcast dst takes part in */
+    for (int m = 0; o->kind == COMM_BROADCAST && m < o->ngroup && !to; m++) to = o->group[m] == dst && dst != o->src;
+    if (ss->key[b] == key && o->tensor == tensor && to && tregion_equal(&o->region, r)) return ss->slot[b];
   }
 }
 
@@ -528,12 +530,15 @@ static void regroup_sends(weft_plan *p, int first, sendset *ss) {
     if (ss->slot[b] >= first) ss->slot[b] = -2;
   for (int i = first; i < p->ncomms; i++) {
     const pcomm *cm = &p->comms[i];
-    if (cm->kind != COMM_SEND) continue;
-    uint64_t key = send_key(cm->tensor, cm->dst, &cm->region);
-    int q = (int)(key & (uint64_t)(ss->cap - 1));
-    while (ss->slot[q] != -1 && ss->slot[q] != -2) q = (q + 1) & (ss->cap - 1);
-    ss->slot[q] = i;
-    ss->key[q] = key;
+    for (int m = 0; m < (cm->kind == COMM_BROADCAST ? cm->ngroup : 1); m++) {
+      int dst = cm->kind == COMM_BROADCAST ? cm->group[m] : cm->dst;
+      if ((cm->kind != COMM_SEND && cm->kind != COMM_BROADCAST) || dst == cm->src) continue;
+      uint64_t key = send_key(cm->tensor, dst, &cm->region);
+      int q = (int)(key & (uint64_t)(ss->cap - 1));
+      while (ss->slot[q] != -1 && ss->slot[q] != -2) q = (q + 1) & (ss->cap - 1);
+      ss->slot[q] = i;
+      ss->key[q] = key;
+    }
   }
 }
 
@@ -693,6 +698,7 @@ static void feed_edge(arena *a, arena *s, weft_plan *p, int op, int k, const pie
   int nsend = p->ncomms - first_comm;
   if (nsend >= 2) {
     int *ids = arena_alloc(s, sizeof(int) * (size_t)nsend);
+    /* (sends only: the all-to-all and broadcast below are made of them) */
     bool *used = arena_alloc(s, (size_t)nsend);
     for (int i = 0; i < nsend; i++) used[i] = false;
     for (int i = 0; i < nsend; i++) {
@@ -724,6 +730,31 @@ static void feed_edge(arena *a, arena *s, weft_plan *p, int op, int k, const pie
       layout_finish(&l, bad);
       make_all_to_all(a, s, p, ids, ns, l.dev, l.from, l.to, l.n,
                       "the group holds the tensor split one way; its consumers read it split another");
+    }
+    /* one holder sending the same region to several devices: a broadcast */
+    for (int i = 0; i < nsend; i++) {
+      pcomm *ci = &p->comms[first_comm + i];
+      if (ci->kind != COMM_SEND) continue;
+      int *grp = arena_alloc(s, sizeof(int) * (size_t)(nsend + 1)), *ids2 = arena_alloc(s, sizeof(int) * (size_t)nsend);
+      int ng = 0, nid = 0;
+      grp[ng++] = ci->src;
+      for (int j = i; j < nsend; j++) {
+        const pcomm *cj = &p->comms[first_comm + j];
+        if (cj->kind == COMM_SEND && cj->src == ci->src && cj->producer_sub == ci->producer_sub &&
+            tregion_equal(&cj->region, &ci->region))
+          grp[ng++] = cj->dst, ids2[nid++] = first_comm + j;
+      }
+      if (nid < 2) continue;
+      pcomm keep = *ci;
+      for (int q = 0; q < nid; q++) p->comms[ids2[q]].kind = COMM_NONE;
+      int n = distinct(grp, ng);
+      pcomm *cm = comm_add(a, p, COMM_BROADCAST, keep.tensor, keep.phase, grp, n, &keep.region);
+      cm->src = keep.src;
+      cm->producer_sub = keep.producer_sub;
+      cm->consumer_op = keep.consumer_op;
+      cm->input = keep.input;
+      cm->bytes = keep.size;
+      cm->why = "one device holds what several devices of the next stage read";
     }
     regroup_sends(p, first_comm, ss);
   }
@@ -887,15 +918,42 @@ static void reduce_param_grads(arena *a, arena *sc, weft_plan *p) {
         nd[r] = distinct(devs[r], nd[r]);
         if (copies < 0 || nd[r] < copies) copies = nd[r];
       }
+      /* copies beyond the fewest (a part computed on more devices than
+       * another): those devices take the first group's sum without adding */
+      int *extra = arena_alloc(sc, sizeof(int) * (size_t)(ni + 1));
+      int nx = 0;
+      for (int r = 0; r < nk; r++)
+        for (int j = copies; j < nd[r]; j++) {
+          int d = devs[r][j];
+          bool grouped = false;
+          for (int r2 = 0; r2 < nk && !grouped; r2++)
+            for (int j2 = 0; j2 < copies && !grouped; j2++) grouped = devs[r2][j2] == d;
+          if (!grouped) extra[nx++] = d;
+        }
+      nx = distinct(extra, nx);
       for (int j = 0; j < copies; j++) {
-        int *g = arena_alloc(sc, sizeof(int) * (size_t)nk);
+        int *g = arena_alloc(sc, sizeof(int) * (size_t)(nk + nx));
         for (int r = 0; r < nk; r++) g[r] = devs[r][j];
         int ng = distinct(g, nk);
+        int nadd = ng;
+        if (j == 0) {
+          memcpy(g + ng, extra, sizeof(int) * (size_t)nx);
+          ng = distinct(g, ng + nx);
+        }
         if (ng < 2) continue;  /* all parts on one device: summed in place */
         tregion r = tregion_copy(a, &contrib.items[i].region);
-        if (p->zero[t].stage > 0 && zero_comms(a, sc, p, t, g, ng, &r, &contrib, idx, ni)) continue;
+        if (nadd == ng && p->zero[t].stage > 0 && zero_comms(a, sc, p, t, g, ng, &r, &contrib, idx, ni)) continue;
         pcomm *cm = comm_add(a, p, COMM_ALL_REDUCE, t, PHASE_WEIGHTS, g, ng, &r);
         cm->why = "parts of the gradient are computed on several devices: they are summed";
+        if (nadd < ng) {
+          cm->silent = arena_alloc(a, sizeof(bool) * (size_t)ng);
+          for (int m = 0; m < ng; m++) {
+            cm->silent[m] = false;
+            for (int x = 0; x < nx; x++) cm->silent[m] |= g[m] == extra[x];
+          }
+          cm->why = "parts of the gradient are computed on several devices: they are summed, and the further "
+                    "copies of a part take the sum without adding theirs";
+        }
       }
     }
   }

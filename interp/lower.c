@@ -1560,6 +1560,7 @@ static void emit_comm(emitter *E, int ci, int epoch) {
       /* in place: the partial sums become the sum */
       E->st.h[hidx].partial = false;
       in = out = ref(E, b, &cm->region);
+      if (cm->silent && cm->silent[mi]) in = (lref){.buf = -1, .arg = -1};  /* takes the sum only */
     } else {
       if (b >= 0) in = ref(E, b, &cm->region);
       int nb = new_buf(E, t, role, &cm->region, false);
@@ -1603,6 +1604,22 @@ static void emit_comm(emitter *E, int ci, int epoch) {
     if (cm->phase == PHASE_PARAMS && cm->dir == DIR_OPTIMIZER && holds_region(&L->pr->bufs[b].region, &cm->region)) {
       out = ref(E, b, &cm->region);  /* the updated parts into the whole parameter, in place */
     } else {
+      int nb = new_buf(E, t, role, &cm->region, false);
+      emit_alloc(E, nb);
+      hold(E, nb, grad, false);
+      out = ref(E, nb, &cm->region);
+    }
+    break;
+  }
+  case COMM_BROADCAST: {
+    if (E->d == cm->src) {
+      /* the root sends what it holds, in place */
+      int b = find_held(E, t, grad, &cm->region, grad ? -1 : 0, NULL);
+      if (b < 0) b = assemble(E, t, grad, &cm->region);
+      if (b < 0) { comm_missing(E, cm, &cm->region); return; }
+      in = out = ref(E, b, &cm->region);
+    } else {
+      if (!grad) supersede(E, t, false, &cm->region);
       int nb = new_buf(E, t, role, &cm->region, false);
       emit_alloc(E, nb);
       hold(E, nb, grad, false);
@@ -1837,6 +1854,19 @@ static bool simulate(lstate *L) {
         if (!queued[dst]) { stack[sp++] = dst; queued[dst] = true; }
       } else if (in->kind == LI_RECV) {
         if (!posted[(int64_t)in->comm * 2 + in->epoch]) break;
+      } else if (in->kind == LI_COLLECTIVE && p->comms[in->comm].kind == COMM_BROADCAST) {
+        /* the root posts and goes on, as a send; the others wait for it */
+        int64_t k = (int64_t)in->comm * 2 + in->epoch;
+        const pcomm *cm = &p->comms[in->comm];
+        if (d == cm->src) {
+          posted[k] = 1;
+          for (int i = 0; i < cm->ngroup; i++) {
+            int m = cm->group[i];
+            if (m != d && represents(p, m) && !queued[m]) { stack[sp++] = m; queued[m] = true; }
+          }
+        } else if (!posted[k]) {
+          break;
+        }
       } else if (in->kind == LI_COLLECTIVE) {
         int64_t k = (int64_t)in->comm * 2 + in->epoch;
         const pcomm *cm = &p->comms[in->comm];

@@ -159,6 +159,9 @@ typedef struct pcomm {
   tregion *parts;         /* REDUCE_SCATTER and ALL_TO_ALL: the part of region each
                            * member ends with; ALL_GATHER: the part each member
                            * starts with; in group order; NULL for other kinds */
+  bool *silent;           /* ALL_REDUCE: per member, whether it takes the sum without
+                           * adding its own (a further copy of a part another member
+                           * brings); NULL: every member adds */
   tregion *sources;       /* ALL_TO_ALL: the part each member starts with; member
                            * i sends member j sources[i] ∩ parts[j] */
   int64_t size;           /* bytes of the region moved or reduced */

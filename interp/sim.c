@@ -128,8 +128,6 @@ static int stream_of(const sim *S, const lins *in) {
   }
 }
 
-/* The cost of a send or collective for one member: the same for every
- * member and epoch, so computed once per comm. */
 /* A bucket (lower.h): one collective of all its comms' bytes. */
 static kcost bucket_cost(sim *S, const lins *in) {
   pcomm all = S->pr->p->comms[in->comm];
@@ -141,6 +139,8 @@ static kcost bucket_cost(sim *S, const lins *in) {
   return cost_comm(S->hw, S->pr->p, &all, NULL);
 }
 
+/* The cost of a send or collective for one member: the same for every
+ * member and epoch, so computed once per comm. */
 static kcost comm_cost(sim *S, int comm) {
   if (!S->comm_costed[comm]) {
     S->comm_cost[comm] = cost_comm(S->hw, S->pr->p, &S->pr->p->comms[comm], NULL);
@@ -235,6 +235,16 @@ static bool step_ins(sim *S, int k, const lprog *pg) {
   int pc = ds->pc <= ds->last ? ds->pc : ds->tail[ds->pc - ds->last - 1];
   const lins *in = &pg->ins[pc];
   const weft_plan *p = S->pr->p;
+  /* a broadcast runs as sends from its root and receives elsewhere: the
+   * root does not wait for the others */
+  lins bc;
+  if (in->kind == LI_COLLECTIVE && p->comms[in->comm].kind == COMM_BROADCAST) {
+    bc = *in;
+    bool root = p->comms[in->comm].src == D->device;
+    bc.kind = root ? LI_SEND : LI_RECV;
+    bc.peer = p->comms[in->comm].src;
+    in = &bc;
+  }
   int st = stream_of(S, in);
   int cause = -1;
   double t0, t1;          /* the instruction's start and end */

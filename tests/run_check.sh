@@ -38,6 +38,7 @@ run_ok "megatron interleaved, sequence parallel, full recompute, zero 1" example
 run_ok "megatron zero 2, selective recompute" examples/gpt_megatron.plan $MEG --set zero=2 --set 'recompute="selective"' --steps 2
 run_ok "megatron zero 3" examples/gpt_megatron.plan $MEG --set pp=1 --set zero=3 --steps 2
 run_ok "megatron tp4" examples/gpt_megatron.plan $MEG --set tp=4 --set pp=1 --steps 2
+run_ok "tied parameter on uneven copies" tests/golden/plan/tied_uneven.plan --steps 3
 run_ok "megatron pp4" examples/gpt_megatron.plan $MEG --set tp=1 --set pp=4 --steps 2
 
 # an operator with a native kernel, built here, through libffi

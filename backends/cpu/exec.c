@@ -819,6 +819,26 @@ static bool do_collective(xdev *d, const lins *in) {
         region_move(om, &ob->region, m->data, &cm->parts[i], &cm->parts[i], false);
       mbox_done(&r->box, m);
     }
+  } else if (cm->kind == COMM_BROADCAST) {
+    const tregion *R = &cm->region;
+    int64_t n = tregion_numel(R);
+    const lbuf *ob = buf_of(r, out->buf);
+    if (d->device == cm->src) {
+      float *copy = xmalloc((size_t)n * 4);
+      region_move(copy, R, mem_of(d, out->buf), &ob->region, R, false);
+      xkey k = {r->step, CLS_COLL, in->comm, in->epoch, d->device, -1};
+      if (no) net_post(r, &k, others, no, copy, n * 4);
+      else free(copy);
+    } else {
+      xkey k = {r->step, CLS_COLL, in->comm, in->epoch, cm->src, -1};
+      xmsg *m = mbox_take(&r->box, &k);
+      if (!m) ok = false;
+      else {
+        if (m->bytes != n * 4) ok = dev_fail(d, "comm %d: the root sent %lld bytes", in->comm, (long long)m->bytes);
+        else region_move(mem_of(d, out->buf), &ob->region, m->data, R, R, false);
+        mbox_done(&r->box, m);
+      }
+    }
   } else if (cm->kind == COMM_ALL_TO_ALL) {
     /* member i sends member j sources[i] ∩ parts[j]; its own piece stays */
     const tregion *from = &cm->sources[me], *to = &cm->parts[me];
