@@ -336,16 +336,16 @@ enum { MEMO_SLOTS = 4 };
 /* The key of what an instruction does with its sub-operator's regions. */
 typedef struct ckey {
   unsigned dir_acc;       /* backward: 2, plus accumulate: 1 */
-  int nin, nout;
+  int nin, nout;          /* its refs */
   uint64_t inmask;        /* the inputs it reads (buf >= 0), by position */
   uint64_t outargs;       /* what it writes: the gradients of arguments (bit k), its result (bit 63) */
 } ckey;
 
 typedef struct cslot {
-  bool set;
-  ckey key;
+  bool set;               /* holds a cost */
+  ckey key;               /* of the instruction it was computed for */
   double flops, bytes, seconds;
-  int kernels;
+  int kernels;            /* the kcost of a compute (it sends nothing) */
 } cslot;
 
 typedef struct cclass {
@@ -357,13 +357,13 @@ typedef struct cclass {
 
 struct cost_memo {
   const weft_program *pr;
-  const hw_model *hw;
+  const hw_model *hw;     /* NULL: symbolic */
   int nsubs;
   int *cls;               /* per sub-operator: its class, -1 not yet known */
-  cclass *classes;
+  cclass *classes;        /* the classes found so far */
   int nclasses, ccap;
   int *table;             /* open addressing: class index, -1 empty */
-  int tcap;
+  int tcap;               /* a power of 2 */
 };
 
 static int memo_class(cost_memo *m, int sub);

@@ -57,8 +57,9 @@ typedef struct kcost {
 
 /* Cost of a compute, copy or step instruction on hw (NULL: symbolic, no time). */
 kcost cost_compute(const hw_model *hw, const weft_program *pr, const lins *ins);
-/* The same for one program, remembering what each sub-operator's cost
- * takes from its ranges (every instruction that runs it shares that). */
+/* The same for one program, remembered: a compute's cost depends only on
+ * its operator, the sizes of its sub-operator's ranges and what it does
+ * with its arguments, so sub-operators of equal sizes share it (cost.c). */
 typedef struct cost_memo cost_memo;
 cost_memo *cost_memo_new(const weft_program *pr, const hw_model *hw);
 void cost_memo_free(cost_memo *m);

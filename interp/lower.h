@@ -58,19 +58,19 @@ typedef struct lins {
   int buf;                /* LI_ALLOC, LI_FREE */
   int sub;                /* LI_COMPUTE */
   sub_dir dir;            /* LI_COMPUTE: forward or backward */
-  bool recompute;         /* LI_COMPUTE: a forward run again before the backward */
   int mb;                 /* LI_COMPUTE: micro-batch */
   int comm;               /* LI_SEND, LI_RECV, LI_COLLECTIVE */
   int epoch;              /* 0; 1: the repeat of a forward communication for recomputation */
   int peer;               /* LI_SEND: destination; LI_RECV: source */
   int tensor;             /* LI_STEP: the parameter */
-  bool accumulate;        /* LI_COMPUTE backward: gradient outputs are added to */
   int nin, nout;
-  lref *in, *out;
   int nbucket;            /* LI_COLLECTIVE: more all-reduces fused with comm
                            * (`buckets`): bucket[0..nbucket) on the same group;
                            * in[i] and out[i] belong to comm (i = 0), then
                            * to bucket[i - 1] */
+  bool recompute;         /* LI_COMPUTE: a forward run again before the backward */
+  bool accumulate;        /* LI_COMPUTE backward: gradient outputs are added to */
+  lref *in, *out;
   int *bucket;
 } lins;
 

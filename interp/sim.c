@@ -60,9 +60,9 @@ typedef struct gaps {     /* busy intervals of a device's SS_GRAD stream, sorted
  * instruction that makes it live) or stops being live (at < 0). A buffer of
  * no bytes counts as a free: events of one instant sort frees first. */
 typedef struct memev {
-  double t;
-  int buf;
-  int at;
+  double t;               /* when */
+  int buf;                /* the buffer */
+  int at;                 /* live from then: the instruction that makes it so; -1: a free */
 } memev;
 
 /* Per simulated device: where its walk is and what its streams hold. */
