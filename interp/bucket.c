@@ -95,11 +95,19 @@ void lower_buckets(arena *a, weft_program *pr) {
   for (int d = 0; d < pr->nprogs; d++) {
     if (!lowered(pr, d)) continue;
     lprog *pg = &pr->progs[d];
-    int m = 0, held_from = -1;  /* the instructions held back start here (in pg->ins) */
-    lins *moved = malloc(sizeof(lins) * (size_t)(pg->n + 1));
+    /* the first all-reduce held back: nothing before it moves */
+    int start = pg->n;
+    for (int i = pg->n - 1; i >= 0; i--) {
+      const lins *in = &pg->ins[i];
+      int c = in->kind == LI_COLLECTIVE && eligible(pr, in) ? in->comm : -1;
+      if (c >= 0 && bucket_of[c] >= 0 && next[c] >= 0 && bucket_of[next[c]] == bucket_of[c]) start = i;
+    }
+    if (start == pg->n) continue;
+    int m = start, held_from = -1;  /* the instructions held back start here (in pg->ins) */
+    lins *moved = malloc(sizeof(lins) * (size_t)(pg->n - start + 1));
     int nmoved = 0;
     if (!moved) weft_oom();
-    for (int i = 0; i < pg->n; i++) {
+    for (int i = start; i < pg->n; i++) {
       lins in = pg->ins[i];
       int c = eligible(pr, &in) ? in.comm : -1;
       if (c >= 0 && bucket_of[c] >= 0 && (next[c] >= 0 && bucket_of[next[c]] == bucket_of[c])) {
