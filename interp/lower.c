@@ -1952,6 +1952,22 @@ weft_program *weft_lower(weft_ctx *c, weft_plan *p) {
   return fits ? pr : NULL;
 }
 
+/* The working state of one lowering, freed on success and on failure. */
+static void lstate_free(lstate *L) {
+  free(L->ebuf);
+  L->ebuf = NULL;
+  free(L->byd_start);
+  free(L->byd);
+  free(L->byd_per_mb);
+  free(L->fpos);
+  free(L->bpos);
+  free(L->rpos);
+  free(L->sreg_off);
+  free(L->sreg_v);
+  rintern_free(&L->regs);
+  arena_free(&L->scratch);
+}
+
 /* ---- the whole ------------------------------------------------------------------- */
 
 weft_program *weft_lower_unchecked(weft_ctx *c, weft_plan *p) {
@@ -2086,29 +2102,10 @@ weft_program *weft_lower_unchecked(weft_ctx *c, weft_plan *p) {
   lower_buckets(L.a, pr);
   if (!simulate(&L)) goto fail;
   for (int d = 0; d < p->ndevices; d++) pr->instructions_all += lower_prog(pr, d)->n;
-  free(L.byd_start);
-  free(L.byd);
-  free(L.byd_per_mb);
-  free(L.fpos);
-  free(L.bpos);
-  free(L.rpos);
-  free(L.sreg_off);
-  free(L.sreg_v);
-  rintern_free(&L.regs);
-  arena_free(&L.scratch);
+  lstate_free(&L);
   return c->diags.errors > before ? NULL : pr;
 fail:
-  free(L.ebuf);
-  free(L.byd_start);
-  free(L.byd);
-  free(L.byd_per_mb);
-  free(L.fpos);
-  free(L.bpos);
-  free(L.rpos);
-  free(L.sreg_off);
-  free(L.sreg_v);
-  rintern_free(&L.regs);
-  arena_free(&L.scratch);
+  lstate_free(&L);
   return NULL;
 }
 

@@ -650,22 +650,63 @@ static bool do_recv(xdev *d, const lins *in) {
   return true;
 }
 
-/* A bucket: several all-reduces of one group as one message, the regions
- * of its comms one after another. */
-static bool do_bucket(xdev *d, const lins *in) {
+/* The sum over the members of group comm, in rank order (the same bits on
+ * every member): this member's n values `mine` (NULL: zeros) and what each
+ * other member posted under (comm, epoch, itself, dst). */
+static bool sum_members(xdev *d, const lins *in, const pcomm *cm, int dst, const float *mine, int64_t n,
+                        float *sum) {
+  xrun *r = d->run;
+  bool first = true;
+  for (int i = 0; i < cm->ngroup; i++) {
+    const float *x = mine;
+    xmsg *m = NULL;
+    if (cm->group[i] != d->device) {
+      xkey k = {r->step, CLS_COLL, in->comm, in->epoch, cm->group[i], dst};
+      if (!(m = mbox_take(&r->box, &k))) return false;
+      if (m->data && m->bytes != n * 4) {
+        mbox_done(&r->box, m);
+        return dev_fail(d, "comm %d: a member sent %lld bytes, expected %lld", in->comm, (long long)m->bytes,
+                        (long long)(n * 4));
+      }
+      x = m->data;
+    }
+    if (x) {
+      if (first) memcpy(sum, x, (size_t)n * 4);
+      else
+        for (int64_t e = 0; e < n; e++) sum[e] += x[e];
+      first = false;
+    }
+    if (m) mbox_done(&r->box, m);
+  }
+  return true;
+}
+
+/* An all-reduce, or a bucket of them on one group (lower.h): the regions
+ * of its comms one after another in one message; a member without `in`
+ * sends nothing and counts as zeros. The sum is taken in rank order, the
+ * same on every member. */
+static bool do_all_reduce(xdev *d, const lins *in) {
   xrun *r = d->run;
   int k = in->nbucket + 1;
   const pcomm *cm = &r->p->comms[in->comm];
-  if (in->nin != k || in->nout != k) return dev_fail(d, "comm %d: a bucket of %d without a ref each", in->comm, k);
+  if (in->nout != k || (in->nin != k && in->nin > 0 && k > 1))
+    return dev_fail(d, "comm %d: a bucket of %d without a ref each", in->comm, k);
+  const tregion **R = xmalloc(sizeof(tregion *) * (size_t)k);
   int64_t n = 0;
-  for (int i = 0; i < k; i++) n += tregion_numel(&in->in[i].region);
-  float *mine = xmalloc((size_t)n * 4);
-  int64_t off = 0;
   for (int i = 0; i < k; i++) {
-    const lref *ref = &in->in[i];
-    const lbuf *b = buf_of(r, ref->buf);
-    region_move(mine + off, &ref->region, mem_of(d, ref->buf), &b->region, &ref->region, false);
-    off += tregion_numel(&ref->region);
+    R[i] = &r->p->comms[i ? in->bucket[i - 1] : in->comm].region;
+    n += tregion_numel(R[i]);
+  }
+  float *mine = NULL;
+  if (in->nin > 0 && in->in[0].buf >= 0) {
+    mine = xmalloc((size_t)n * 4);
+    int64_t off = 0;
+    for (int i = 0; i < k; i++) {
+      const lref *ref = &in->in[i];
+      const lbuf *b = buf_of(r, ref->buf);
+      region_move(mine + off, R[i], mem_of(d, ref->buf), &b->region, R[i], false);
+      off += tregion_numel(R[i]);
+    }
   }
   int p = cm->ngroup, no = 0;
   int *others = xmalloc((size_t)p * sizeof(int));
@@ -673,45 +714,29 @@ static bool do_bucket(xdev *d, const lins *in) {
     if (cm->group[i] != d->device) others[no++] = cm->group[i];
   xkey key = {r->step, CLS_COLL, in->comm, in->epoch, d->device, -1};
   if (no) {
-    float *copy = xmalloc((size_t)n * 4);
-    memcpy(copy, mine, (size_t)n * 4);
-    net_post(r, &key, others, no, copy, n * 4);
+    float *copy = NULL;
+    if (mine) {
+      copy = xmalloc((size_t)n * 4);
+      memcpy(copy, mine, (size_t)n * 4);
+    }
+    net_post(r, &key, others, no, copy, copy ? n * 4 : 0);
   }
   float *sum = xcalloc((size_t)n * 4);
-  bool ok = true;
-  for (int i = 0; i < p && ok; i++) {
-    const float *x = mine;
-    xmsg *m = NULL;
-    if (cm->group[i] != d->device) {
-      xkey pk = {r->step, CLS_COLL, in->comm, in->epoch, cm->group[i], -1};
-      if (!(m = mbox_take(&r->box, &pk))) { ok = false; break; }
-      if (m->bytes != n * 4) {
-        mbox_done(&r->box, m);
-        ok = dev_fail(d, "comm %d: a member's bucket has %lld bytes, expected %lld", in->comm, (long long)m->bytes,
-                      (long long)(n * 4));
-        break;
-      }
-      x = m->data;
-    }
-    if (i == 0) memcpy(sum, x, (size_t)n * 4);
-    else
-      for (int64_t e = 0; e < n; e++) sum[e] += x[e];
-    if (m) mbox_done(&r->box, m);
-  }
-  off = 0;
+  bool ok = sum_members(d, in, cm, -1, mine, n, sum);
+  int64_t off = 0;
   for (int i = 0; ok && i < k; i++) {
     const lref *ref = &in->out[i];
     const lbuf *b = buf_of(r, ref->buf);
-    region_move(mem_of(d, ref->buf), &b->region, sum + off, &ref->region, &ref->region, false);
-    off += tregion_numel(&ref->region);
+    region_move(mem_of(d, ref->buf), &b->region, sum + off, R[i], R[i], false);
+    off += tregion_numel(R[i]);
   }
-  free(sum), free(mine), free(others);
+  free(sum), free(mine), free(others), free(R);
   return ok;
 }
 
 static bool do_collective(xdev *d, const lins *in) {
   xrun *r = d->run;
-  if (in->nbucket > 0) return do_bucket(d, in);
+  if (r->p->comms[in->comm].kind == COMM_ALL_REDUCE) return do_all_reduce(d, in);
   const pcomm *cm = &r->p->comms[in->comm];
   int p = cm->ngroup, me = -1;
   for (int i = 0; i < p; i++)
@@ -723,79 +748,40 @@ static bool do_collective(xdev *d, const lins *in) {
     if (i != me) others[no++] = cm->group[i];
   const lref *out = &in->out[0];
   bool ok = true;
-  if (cm->kind == COMM_ALL_REDUCE || cm->kind == COMM_REDUCE_SCATTER) {
-    const tregion *R = &cm->region;
-    int64_t n = tregion_numel(R);
+  if (cm->kind == COMM_REDUCE_SCATTER) {
+    /* each member gets its part of the sum: the others' pieces of it, added
+     * in rank order */
+    const tregion *R = &cm->region, *want = &cm->parts[me];
+    int64_t wn = tregion_numel(want);
     float *mine = NULL;
     if (in->nin > 0 && in->in[0].buf >= 0) {
-      mine = xmalloc((size_t)n * 4);
+      mine = xmalloc((size_t)tregion_numel(R) * 4);
       const lbuf *b = buf_of(r, in->in[0].buf);
       region_move(mine, R, mem_of(d, in->in[0].buf), &b->region, R, false);
     }
-    const tregion *want = cm->kind == COMM_ALL_REDUCE ? R : &cm->parts[me];
-    int64_t wn = tregion_numel(want);
-    /* Post: the whole region (all-reduce) or each member's part. */
-    if (cm->kind == COMM_ALL_REDUCE) {
-      xkey k = {r->step, CLS_COLL, in->comm, in->epoch, d->device, -1};
-      float *copy = NULL;
+    for (int i = 0; i < p; i++) {
+      if (i == me) continue;
+      int64_t pn = tregion_numel(&cm->parts[i]);
+      float *piece = NULL;
       if (mine) {
-        copy = xmalloc((size_t)n * 4);
-        memcpy(copy, mine, (size_t)n * 4);
+        piece = xmalloc((size_t)pn * 4);
+        region_move(piece, &cm->parts[i], mine, R, &cm->parts[i], false);
       }
-      if (no) net_post(r, &k, others, no, copy, copy ? n * 4 : 0);
-      else free(copy);
-    } else {
-      for (int i = 0; i < p; i++) {
-        if (i == me) continue;
-        int64_t pn = tregion_numel(&cm->parts[i]);
-        float *piece = NULL;
-        if (mine) {
-          piece = xmalloc((size_t)pn * 4);
-          region_move(piece, &cm->parts[i], mine, R, &cm->parts[i], false);
-        }
-        xkey k = {r->step, CLS_COLL, in->comm, in->epoch, d->device, cm->group[i]};
-        net_post(r, &k, &cm->group[i], 1, piece, piece ? pn * 4 : 0);
-      }
+      xkey k = {r->step, CLS_COLL, in->comm, in->epoch, d->device, cm->group[i]};
+      net_post(r, &k, &cm->group[i], 1, piece, piece ? pn * 4 : 0);
     }
-    float *mypart = mine;
-    if (mine && cm->kind == COMM_REDUCE_SCATTER) {
+    float *mypart = NULL;
+    if (mine) {
       mypart = xmalloc((size_t)wn * 4);
       region_move(mypart, want, mine, R, want, false);
     }
-    /* The sum in rank order, the same on every member. */
     float *sum = xcalloc((size_t)wn * 4);
-    for (int i = 0; i < p && ok; i++) {
-      const float *x = NULL;
-      xmsg *m = NULL;
-      if (i == me) {
-        x = mypart;
-      } else {
-        xkey k = {r->step, CLS_COLL, in->comm, in->epoch, cm->group[i],
-                  cm->kind == COMM_ALL_REDUCE ? -1 : d->device};
-        m = mbox_take(&r->box, &k);
-        if (!m) { ok = false; break; }
-        if (m->data && m->bytes != wn * 4) {
-          mbox_done(&r->box, m);
-          ok = dev_fail(d, "comm %d: a member sent %lld bytes, expected %lld", in->comm, (long long)m->bytes,
-                        (long long)(wn * 4));
-          break;
-        }
-        x = m->data;
-      }
-      if (x) {
-        if (i == 0) memcpy(sum, x, (size_t)wn * 4);
-        else
-          for (int64_t e = 0; e < wn; e++) sum[e] += x[e];
-      }
-      if (m) mbox_done(&r->box, m);
-    }
+    ok = sum_members(d, in, cm, d->device, mypart, wn, sum);
     if (ok) {
       const lbuf *ob = buf_of(r, out->buf);
       region_move(mem_of(d, out->buf), &ob->region, sum, want, want, false);
     }
-    free(sum);
-    if (mypart != mine) free(mypart);
-    free(mine);
+    free(sum), free(mypart), free(mine);
   } else if (cm->kind == COMM_ALL_GATHER) {
     const tregion *mine_r = &cm->parts[me];
     int64_t n = tregion_numel(mine_r);
@@ -994,6 +980,14 @@ static void *dev_main(void *arg) {
   return NULL;
 }
 
+/* Whether two sub-operators of one operator cover the same ranges, but
+ * perhaps along idim `skip` (-1: all). */
+static bool same_ranges(const psub *a, const psub *b, int nidims, int skip) {
+  for (int k = 0; k < nidims; k++)
+    if (k != skip && (a->range[k].lo != b->range[k].lo || a->range[k].hi != b->range[k].hi)) return false;
+  return true;
+}
+
 /* Loss sub-operators: one slot each, copies of one part (replicas) once. */
 static void loss_slots(xrun *r) {
   const weft_plan *p = r->p;
@@ -1009,10 +1003,7 @@ static void loss_slots(xrun *r) {
       bool dup = false;
       for (int j = pp->first; j < i && !dup; j++) {
         const psub *t = &p->subs[j];
-        if (t->microbatch != s->microbatch) continue;
-        bool same = true;
-        for (int k = 0; k < ni && same; k++) same = t->range[k].lo == s->range[k].lo && t->range[k].hi == s->range[k].hi;
-        dup = same;
+        dup = t->microbatch == s->microbatch && same_ranges(s, t, ni, -1);
       }
       if (!dup) r->loss_index[i] = n++;
     }
@@ -1046,11 +1037,7 @@ static bool ce_groups(xrun *r, char *err, size_t errlen) {
       int np = 0;
       for (int j = pp->first; j < pp->first + pp->count; j++) {
         const psub *t = &p->subs[j];
-        if (j == i || t->microbatch != s->microbatch) continue;
-        bool same = true;
-        for (int k = 0; k < sp->nidims && same; k++)
-          if (k != vi) same = t->range[k].lo == s->range[k].lo && t->range[k].hi == s->range[k].hi;
-        if (!same) continue;
+        if (j == i || t->microbatch != s->microbatch || !same_ranges(s, t, sp->nidims, vi)) continue;
         if (t->device == s->device && t->range[vi].lo != s->range[vi].lo) {
           snprintf(err, errlen,
                    "%s: shards of a cross entropy split along the vocabulary share device %d; the CPU "

@@ -237,7 +237,7 @@ bool xop_run(xcall *c, char *err, size_t errlen) {
     int r = xr->ndims;
     int64_t h = ext(xr, r - 1), s = ext(xr, r - 2), bb = numel(xr) / (s * h);
     if (!b) {
-      if (acc) { fprintf(stderr, "weft: add_position cannot accumulate\n"); return false; }
+      if (acc) { snprintf(err, errlen, "%s: add_position cannot accumulate", c->g->ops[c->op].name); return false; }
       k_add_position(c->out, in[0], in[1], bb, s, h);
     } else {
       k_add_position_backward(d[0], d[1], dy, bb, s, h, acc);
