@@ -6,15 +6,16 @@
 #include "lower.h"
 #include "weft.h"
 
-/* A collective a bucket may take: an in-place all-reduce of a persistent
- * gradient (the sum data parallelism makes before the step). */
-static bool eligible(const weft_program *pr, const lins *in) {
-  if (in->kind != LI_COLLECTIVE || in->epoch != 0 || in->nbucket) return false;
-  const pcomm *cm = &pr->p->comms[in->comm];
+/* A collective a bucket may take: an in-place all-reduce of a whole
+ * persistent gradient (the sum data parallelism makes before the step). */
+static bool eligible(const weft_program *pr, const lprog *pg, int i) {
+  const lop *o = &pg->ops[i];
+  if (o->kind != LI_COLLECTIVE || o->epoch != 0 || lop_nbucket(pg->pool, o)) return false;
+  const pcomm *cm = &pr->p->comms[o->id];
   if (cm->kind != COMM_ALL_REDUCE || cm->phase != PHASE_WEIGHTS) return false;
-  if (in->nin != 1 || in->nout != 1 || in->in[0].buf != in->out[0].buf) return false;
-  const lbuf *b = &pr->bufs[in->out[0].buf];
-  return b->persistent && tregion_equal(&b->region, &in->out[0].region);
+  if (lop_nin(pg->pool, o) != 1 || lop_nout(pg->pool, o) != 1) return false;
+  const int *b = lop_bufs(pg->pool, o);
+  return b[0] == b[1] && b[0] >= 0 && pr->bufs[b[0]].persistent && (o->flags & LOP_WHOLE);
 }
 
 static bool same_group(const pcomm *a, const pcomm *b) {
@@ -25,6 +26,74 @@ static bool same_group(const pcomm *a, const pcomm *b) {
 }
 
 static bool lowered(const weft_program *pr, int d) { return !pr->p->rep || pr->p->rep[d] == d; }
+
+/* Device pg's program with the buckets: seq[0..m) lists its instructions
+ * in their new order, an instruction by its index, a bucket by -(1 + f)
+ * where fused[fstart[f] .. fstart[f + 1]) are the indices of its
+ * all-reduces. Written into the lops and, when kept, the full
+ * instructions. */
+static void rewrite(arena *a, const weft_program *pr, lprog *pg, const int *seq, int m, const int *fused,
+                    const int *fstart, int nf) {
+  /* the pool grows by one entry per bucket */
+  int extra = 0;
+  for (int f = 0; f < nf; f++) extra += 3 + 3 * (fstart[f + 1] - fstart[f]) - 1;
+  int *pool = pg->pool;
+  if (pg->npool + extra > pg->pcap) {
+    pool = arena_alloc(a, sizeof(int) * (size_t)(pg->npool + extra));
+    memcpy(pool, pg->pool, sizeof(int) * (size_t)pg->npool);
+    pg->pcap = pg->npool + extra;
+  }
+  int np = pg->npool;
+  lop *ops = malloc(sizeof(lop) * (size_t)(m ? m : 1));
+  lins *ins = pg->ins ? malloc(sizeof(lins) * (size_t)(m ? m : 1)) : NULL;
+  if (!ops || (pg->ins && !ins)) weft_oom();
+  for (int j = 0; j < m; j++) {
+    if (seq[j] >= 0) {
+      ops[j] = pg->ops[seq[j]];
+      if (ins) ins[j] = pg->ins[seq[j]];
+      continue;
+    }
+    int f = -seq[j] - 1, k = fstart[f + 1] - fstart[f];
+    const int *mem = fused + fstart[f];
+    /* the bucket runs where its last all-reduce was, named by its first */
+    lop o = pg->ops[mem[k - 1]];
+    o.id = pg->ops[mem[0]].id;
+    o.refs = np;
+    int *r = pool + np;
+    r[0] = r[1] = k;
+    r[2] = k - 1;
+    for (int q = 0; q < k; q++) {
+      const int *b = lop_bufs(pool, &pg->ops[mem[q]]);
+      r[3 + q] = b[0];
+      r[3 + k + q] = b[1];
+      if (q) r[3 + 2 * k + q - 1] = pg->ops[mem[q]].id;
+    }
+    np += 3 + 3 * k - 1;
+    ops[j] = o;
+    if (!ins) continue;
+    lins b = pg->ins[mem[k - 1]];
+    b.comm = o.id;
+    b.nbucket = (uint16_t)(k - 1);
+    b.bucket = arena_alloc(a, sizeof(int) * (size_t)k);
+    b.in = arena_alloc(a, sizeof(lref) * (size_t)k);
+    b.out = arena_alloc(a, sizeof(lref) * (size_t)k);
+    b.nin = b.nout = k;
+    for (int q = 0; q < k; q++) {
+      const lins *x = &pg->ins[mem[q]];
+      if (q) b.bucket[q - 1] = x->comm;
+      b.in[q] = x->in[0];
+      b.out[q] = x->out[0];
+    }
+    ins[j] = b;
+  }
+  memcpy(pg->ops, ops, sizeof(lop) * (size_t)m);
+  if (ins) memcpy(pg->ins, ins, sizeof(lins) * (size_t)m);
+  free(ops);
+  free(ins);
+  pg->pool = pool;
+  pg->npool = np;
+  pg->n = m;
+}
 
 /* Fuses gradient all-reduces into buckets of at most p->bucket_bytes. Comm
  * c is followed in a bucket by comm n when, on every device that runs both,
@@ -48,13 +117,13 @@ void lower_buckets(arena *a, weft_program *pr) {
     const lprog *pg = &pr->progs[d];
     int prev = -1;
     for (int i = 0; i < pg->n; i++) {
-      const lins *in = &pg->ins[i];
+      const lop *in = &pg->ops[i];
       if (in->kind == LI_STEP || in->kind == LI_ALLOC || in->kind == LI_FREE) {
         if (in->kind != LI_STEP) prev = -1;  /* only steps may stand between */
         continue;
       }
-      bool e = eligible(pr, in);
-      int c = e ? in->comm : -1;
+      bool e = eligible(pr, pg, i);
+      int c = e ? in->id : -1;
       if (e) eligible_c[c] = true;
       if (prev >= 0) {
         int want = c >= 0 && same_group(&p->comms[prev], &p->comms[c]) ? c : -1;
@@ -67,7 +136,8 @@ void lower_buckets(arena *a, weft_program *pr) {
   for (int c = 0; c < nc; c++)
     if (next[c] >= 0 && eligible_c[next[c]]) has_prev[next[c]] = true;
     else if (next[c] != -1) next[c] = -1;
-  /* 2. buckets along the chains, cut at the size from the chain's end: the
+  /* 2. buckets along the chains, cut at the size (and at LINS_MAX_BUCKET
+   * all-reduces) from the chain's end: the
    * program lists gradients in parameter order and the backward makes the
    * last ones first, so the first bucket can start while the backward goes
    * on (as DistributedDataParallel fills its buckets in reverse order) */
@@ -81,7 +151,7 @@ void lower_buckets(arena *a, weft_program *pr) {
     int end = n;  /* the bucket being filled is chain[j+1 .. end) */
     int64_t size = 0;
     for (int j = n - 1; j >= 0; j--) {
-      if (j < end - 1 && size + p->comms[chain[j]].size > p->bucket_bytes) {
+      if (j < end - 1 && (size + p->comms[chain[j]].size > p->bucket_bytes || end - j > LINS_MAX_BUCKET + 1)) {
         for (int q = j + 1; q < end; q++) bucket_of[chain[q]] = chain[j + 1];
         end = j + 1;
         size = 0;
@@ -98,64 +168,51 @@ void lower_buckets(arena *a, weft_program *pr) {
     /* the first all-reduce held back: nothing before it moves */
     int start = pg->n;
     for (int i = pg->n - 1; i >= 0; i--) {
-      const lins *in = &pg->ins[i];
-      int c = in->kind == LI_COLLECTIVE && eligible(pr, in) ? in->comm : -1;
+      int c = eligible(pr, pg, i) ? pg->ops[i].id : -1;
       if (c >= 0 && bucket_of[c] >= 0 && next[c] >= 0 && bucket_of[next[c]] == bucket_of[c]) start = i;
     }
     if (start == pg->n) continue;
-    int m = start, held_from = -1;  /* the instructions held back start here (in pg->ins) */
-    lins *moved = malloc(sizeof(lins) * (size_t)(pg->n - start + 1));
-    int nmoved = 0;
-    if (!moved) weft_oom();
-    for (int i = start; i < pg->n; i++) {
-      lins in = pg->ins[i];
-      int c = eligible(pr, &in) ? in.comm : -1;
+    int n = pg->n, m = 0, nf = 0, nfused = 0, nmoved = 0;
+    int *seq = malloc(sizeof(int) * (size_t)n), *fused = malloc(sizeof(int) * (size_t)n);
+    int *fstart = malloc(sizeof(int) * (size_t)(n + 1)), *moved = malloc(sizeof(int) * (size_t)n);
+    if (!seq || !fused || !fstart || !moved) weft_oom();
+    for (int i = 0; i < start; i++) seq[m++] = i;
+    bool holding = false;
+    for (int i = start; i < n; i++) {
+      const lop *in = &pg->ops[i];
+      int c = eligible(pr, pg, i) ? in->id : -1;
       if (c >= 0 && bucket_of[c] >= 0 && (next[c] >= 0 && bucket_of[next[c]] == bucket_of[c])) {
         /* not the bucket's last: held back */
-        if (held_from < 0) held_from = i;
-        moved[nmoved++] = in;
+        holding = true;
+        moved[nmoved++] = i;
         continue;
       }
-      if (held_from >= 0 && in.kind == LI_STEP) {
-        moved[nmoved++] = in;
+      if (holding && in->kind == LI_STEP) {
+        moved[nmoved++] = i;
         continue;
       }
-      if (held_from >= 0 && c >= 0 && bucket_of[c] >= 0) {
+      if (holding && c >= 0 && bucket_of[c] >= 0) {
         /* the last of the bucket: one collective for all, then the steps */
-        int k = 1;
-        for (int j = 0; j < nmoved; j++) k += moved[j].kind == LI_COLLECTIVE;
-        lins b = in;
-        b.comm = bucket_of[c];
-        b.nbucket = k - 1;
-        b.bucket = arena_alloc(a, sizeof(int) * (size_t)k);
-        b.in = arena_alloc(a, sizeof(lref) * (size_t)k);
-        b.out = arena_alloc(a, sizeof(lref) * (size_t)k);
-        b.nin = b.nout = k;
-        int q = 0;
+        fstart[nf] = nfused;
         for (int j = 0; j < nmoved; j++)
-          if (moved[j].kind == LI_COLLECTIVE) {
-            if (q) b.bucket[q - 1] = moved[j].comm;
-            b.in[q] = moved[j].in[0];
-            b.out[q++] = moved[j].out[0];
-          }
-        b.bucket[q - 1] = c;
-        b.in[q] = in.in[0];
-        b.out[q] = in.out[0];
-        pg->ins[m++] = b;
+          if (pg->ops[moved[j]].kind == LI_COLLECTIVE) fused[nfused++] = moved[j];
+        fused[nfused++] = i;
+        seq[m++] = -(1 + nf++);
+        fstart[nf] = nfused;
         for (int j = 0; j < nmoved; j++)
-          if (moved[j].kind == LI_STEP) pg->ins[m++] = moved[j];
+          if (pg->ops[moved[j]].kind == LI_STEP) seq[m++] = moved[j];
         buckets++;
         nmoved = 0;
-        held_from = -1;
+        holding = false;
         continue;
       }
-      pg->ins[m++] = in;
+      seq[m++] = i;
     }
     /* a chain cut short on this device cannot happen: successors are agreed */
-    for (int j = 0; j < nmoved; j++) pg->ins[m++] = moved[j];
-    pr->instructions -= pg->n - m;
-    pg->n = m;
-    free(moved);
+    for (int j = 0; j < nmoved; j++) seq[m++] = moved[j];
+    rewrite(a, pr, pg, seq, m, fused, fstart, nf);
+    pr->instructions -= n - m;
+    free(seq), free(fused), free(fstart), free(moved);
   }
   (void)buckets;
   free(next), free(eligible_c), free(has_prev), free(bucket_of);

@@ -203,12 +203,6 @@ double cost_model_flops(const weft_graph *g) {
   return total;
 }
 
-static bool has_grad_of(const lins *ins, int arg) {
-  for (int i = 0; i < ins->nout; i++)
-    if (ins->out[i].arg == arg && ins->out[i].buf >= 0) return true;
-  return false;
-}
-
 /* What the cost of a compute instruction takes from its sub-operator and
  * operator: the same for every instruction that runs the sub-operator
  * (each micro-batch, forward, recomputation and backward). */
@@ -259,13 +253,13 @@ static void subgeo_fill(const weft_plan *p, const psub *s, subgeo *g) {
   }
 }
 
-static kcost compute_cost_geo(const hw_model *hw, const weft_program *pr, const lins *ins, const subgeo *g) {
+static kcost compute_cost_geo(const hw_model *hw, const weft_program *pr, const cwork *w, const subgeo *g) {
   kcost k = {0};
   const weft_plan *p = pr->p;
   const gop *o = &p->g->ops[g->op];
   double frac = g->frac;
   weft_dtype dt = g->dt;
-  bool bwd = ins->dir == DIR_BACKWARD;
+  bool bwd = w->bwd;
   double t = 0;
   if (g->kind == OPK_MATMUL) {
     double m = g->a, n = g->b, kk = g->c;
@@ -273,11 +267,11 @@ static kcost compute_cost_geo(const hw_model *hw, const weft_program *pr, const 
       t += gemm_time(hw, dt, 1, m, n, kk, &k.flops, &k.bytes);
       k.kernels = 1;
     } else {
-      if (has_grad_of(ins, 0)) { t += gemm_time(hw, dt, 1, m, kk, n, &k.flops, &k.bytes); k.kernels++; }
-      if (has_grad_of(ins, 1)) { t += gemm_time(hw, dt, 1, kk, n, m, &k.flops, &k.bytes); k.kernels++; }
+      if (w->grad0) { t += gemm_time(hw, dt, 1, m, kk, n, &k.flops, &k.bytes); k.kernels++; }
+      if (w->grad1) { t += gemm_time(hw, dt, 1, kk, n, m, &k.flops, &k.bytes); k.kernels++; }
     }
     /* the operator's own count (bias terms and the like) is what the model says */
-    double own = o->flops * frac * (bwd ? cost_backward_factor(o->kind, has_grad_of(ins, 0) + has_grad_of(ins, 1), 0) : 1);
+    double own = o->flops * frac * (bwd ? cost_backward_factor(o->kind, w->grad0 + w->grad1, 0) : 1);
     if (own > k.flops) k.flops = own;
   } else if (g->kind == OPK_ATTENTION) {
     /* softmax(q k^T) v per batch element and head: two batched products,
@@ -295,8 +289,7 @@ static kcost compute_cost_geo(const hw_model *hw, const weft_program *pr, const 
       k.kernels = bwd ? 5 : 3;
     } else {
       k.flops = o->flops * frac * (bwd ? 2 : 1);
-      for (int i = 0; i < ins->nin; i++) k.bytes += ref_bytes(pr, &ins->in[i]);
-      for (int i = 0; i < ins->nout; i++) k.bytes += ref_bytes(pr, &ins->out[i]) * (ins->out[i].buf >= 0 && ins->accumulate ? 2 : 1);
+      k.bytes = w->bytes;
       k.kernels = 1;
       if (hw) {
         double rate = hw->peak[dt] * hw->matmul_eff;
@@ -306,8 +299,7 @@ static kcost compute_cost_geo(const hw_model *hw, const weft_program *pr, const 
     }
   } else {
     k.flops = o->flops * frac * (bwd ? cost_backward_factor(o->kind, 1, o->ninputs) : 1);
-    for (int i = 0; i < ins->nin; i++) k.bytes += ref_bytes(pr, &ins->in[i]);
-    for (int i = 0; i < ins->nout; i++) k.bytes += ref_bytes(pr, &ins->out[i]) * (ins->accumulate ? 2 : 1);
+    k.bytes = w->bytes;
     k.kernels = 1;
     t = stream_time(hw, k.flops, k.bytes, 1);
   }
@@ -315,196 +307,174 @@ static kcost compute_cost_geo(const hw_model *hw, const weft_program *pr, const 
   return k;
 }
 
-static kcost compute_cost(const hw_model *hw, const weft_program *pr, const lins *ins) {
-  subgeo g;
-  subgeo_fill(pr->p, &pr->p->subs[ins->sub], &g);
-  return compute_cost_geo(hw, pr, ins, &g);
+/* ---- works: what an instruction computes and moves ------------------------
+ * The cost of a compute is a function of its operator, the sizes of the
+ * ranges its sub-operator covers (its FLOPs and shapes follow from them),
+ * its direction, the gradients it writes and the bytes of the regions it
+ * reads and writes; of a copy or a step, of the bytes it moves. That much,
+ * without the hardware, is a work; instructions that do the same work (the
+ * parts of a split, every micro-batch, every layer) share one, and the
+ * simulation prices each work once. GPT-3 on 1024 devices: 1.5 million
+ * computes, a few thousand works. */
+
+/* The work of ins, not yet interned. */
+static cwork work_from(const weft_program *pr, const lins *ins) {
+  cwork w = {.kind = ins->kind, .sub = -1, .bwd = ins->dir == DIR_BACKWARD};
+  double in = 0, out = 0;
+  for (int i = 0; i < ins->nin; i++) in += ref_bytes(pr, &ins->in[i]);
+  switch (ins->kind) {
+  case LI_COMPUTE:
+    w.sub = ins->sub;
+    for (int i = 0; i < ins->nout; i++) {
+      const lref *r = &ins->out[i];
+      out += ref_bytes(pr, r) * (r->buf >= 0 && ins->accumulate ? 2 : 1);
+      if (r->buf >= 0 && r->arg == 0) w.grad0 = true;
+      if (r->buf >= 0 && r->arg == 1) w.grad1 = true;
+    }
+    w.bytes = in + out;
+    break;
+  case LI_COPY:
+    /* every piece read and written once */
+    w.bytes = 2 * in;
+    w.kernels = ins->nin;
+    break;
+  case LI_STEP:
+    /* reads the gradient, reads and writes the parameter and the state */
+    for (int i = 0; i < ins->nout; i++) out += ref_bytes(pr, &ins->out[i]);
+    w.bytes = in + 2 * out;
+    w.kernels = 1;
+    break;
+  default: break;
+  }
+  return w;
 }
 
-/* ---- a memo of compute costs for one program -----------------------------
- * A compute's cost is a function of its operator, the sizes of the ranges
- * its sub-operator covers (its FLOPs, shapes and the elements of every
- * region it reads and writes follow from them, docs/program.md) and of
- * what the instruction does with them: its direction, whether it adds to
- * its outputs, and which arguments it reads and writes. Sub-operators of
- * one operator with the same sizes (the parts of a split, every
- * micro-batch) form one class, and a class keeps the costs of the last
- * few such instructions it saw. */
-
-enum { MEMO_SLOTS = 4 };
-
-/* The key of what an instruction does with its sub-operator's regions. */
-typedef struct ckey {
-  unsigned dir_acc;       /* backward: 2, plus accumulate: 1 */
-  int nin, nout;          /* its refs */
-  uint64_t inmask;        /* the inputs it reads (buf >= 0), by position */
-  uint64_t outargs;       /* what it writes: the gradients of arguments (bit k), its result (bit 63) */
-} ckey;
-
-typedef struct cslot {
-  bool set;               /* holds a cost */
-  ckey key;               /* of the instruction it was computed for */
-  double flops, bytes, seconds;
-  int kernels;            /* the kcost of a compute (it sends nothing) */
-} cslot;
-
-typedef struct cclass {
-  int sub;                /* its first sub-operator: op and ranges */
-  subgeo geo;
-  cslot slot[MEMO_SLOTS];
-  int next;               /* slot replaced next */
-} cclass;
-
-struct cost_memo {
-  const weft_program *pr;
-  const hw_model *hw;     /* NULL: symbolic */
-  int nsubs;
-  int *cls;               /* per sub-operator: its class, -1 not yet known */
-  cclass *classes;        /* the classes found so far */
-  int nclasses, ccap;
-  int *table;             /* open addressing: class index, -1 empty */
-  int tcap;               /* a power of 2 */
+struct cost_works {
+  cwork *v;
+  int n, cap;
+  int *table;             /* open addressing over v, -1 empty */
+  int tcap;
 };
 
-static int memo_class(cost_memo *m, int sub);
-
-cost_memo *cost_memo_new(const weft_program *pr, const hw_model *hw) {
-  cost_memo *m = calloc(1, sizeof *m);
-  if (!m) weft_oom();
-  m->pr = pr;
-  m->hw = hw;
-  m->nsubs = pr->p->nsubs;
-  m->cls = malloc(sizeof(int) * (size_t)(m->nsubs > 0 ? m->nsubs : 1));
-  if (!m->cls) weft_oom();
-  for (int i = 0; i < m->nsubs; i++) m->cls[i] = -1;
-  /* every class at once, in the order the sub-operators lie in memory */
-  for (int i = 0; i < m->nsubs; i++) memo_class(m, i);
-  return m;
+static bool same_sizes(const weft_plan *p, int x, int y) {
+  const psub *a = &p->subs[x], *b = &p->subs[y];
+  if (a->op != b->op) return false;
+  const opspace *sp = p->ops[a->op].space;
+  for (int i = 0; i < sp->nidims; i++)
+    if (a->range[i].hi - a->range[i].lo != b->range[i].hi - b->range[i].lo) return false;
+  return true;
 }
 
-void cost_memo_free(cost_memo *m) {
-  if (!m) return;
-  free(m->cls);
-  free(m->classes);
-  free(m->table);
-  free(m);
-}
-
-static uint64_t sub_hash(const weft_plan *p, const psub *s) {
-  uint64_t h = (uint64_t)(uint32_t)s->op * 0x9E3779B97F4A7C15ull;
-  const opspace *sp = p->ops[s->op].space;
-  for (int i = 0; i < sp->nidims; i++) h = (h ^ (uint64_t)(s->range[i].hi - s->range[i].lo)) * 0x100000001B3ull;
+static uint64_t work_hash(const weft_plan *p, const cwork *w) {
+  uint64_t h = ((uint64_t)w->kind << 3 | (uint64_t)w->bwd << 2 | (uint64_t)w->grad0 << 1 | (uint64_t)w->grad1) *
+               0x9E3779B97F4A7C15ull;
+  if (w->sub >= 0) {
+    const psub *s = &p->subs[w->sub];
+    h = (h ^ (uint64_t)(uint32_t)s->op) * 0x100000001B3ull;
+    const opspace *sp = p->ops[s->op].space;
+    for (int i = 0; i < sp->nidims; i++) h = (h ^ (uint64_t)(s->range[i].hi - s->range[i].lo)) * 0x100000001B3ull;
+  }
+  uint64_t bits;
+  memcpy(&bits, &w->bytes, sizeof bits);
+  h = (h ^ bits ^ (uint64_t)(uint32_t)w->kernels << 17) * 0x100000001B3ull;
   return h ^ (h >> 29);
 }
 
-static bool same_sizes(const weft_plan *p, const psub *x, const psub *y) {
-  if (x->op != y->op) return false;
-  const opspace *sp = p->ops[x->op].space;
-  for (int i = 0; i < sp->nidims; i++)
-    if (x->range[i].hi - x->range[i].lo != y->range[i].hi - y->range[i].lo) return false;
-  return true;
+static bool same_work(const weft_plan *p, const cwork *x, const cwork *y) {
+  if (x->kind != y->kind || x->bwd != y->bwd || x->grad0 != y->grad0 || x->grad1 != y->grad1 || x->bytes != y->bytes ||
+      x->kernels != y->kernels || (x->sub < 0) != (y->sub < 0))
+    return false;
+  return x->sub < 0 || same_sizes(p, x->sub, y->sub);
 }
 
-static int memo_class(cost_memo *m, int sub) {
-  if (m->cls[sub] >= 0) return m->cls[sub];
-  const weft_plan *p = m->pr->p;
-  const psub *s = &p->subs[sub];
-  if (2 * (m->nclasses + 1) > m->tcap) {
-    int ncap = m->tcap ? 2 * m->tcap : 256;
-    int *nt = malloc(sizeof(int) * (size_t)ncap);
-    if (!nt) weft_oom();
-    for (int i = 0; i < ncap; i++) nt[i] = -1;
-    for (int c = 0; c < m->nclasses; c++) {
-      int q = (int)(sub_hash(p, &p->subs[m->classes[c].sub]) & (uint64_t)(ncap - 1));
-      while (nt[q] >= 0) q = (q + 1) & (ncap - 1);
-      nt[q] = c;
-    }
-    free(m->table);
-    m->table = nt;
-    m->tcap = ncap;
-  }
-  int q = (int)(sub_hash(p, s) & (uint64_t)(m->tcap - 1));
-  while (m->table[q] >= 0 && !same_sizes(p, &p->subs[m->classes[m->table[q]].sub], s)) q = (q + 1) & (m->tcap - 1);
-  if (m->table[q] < 0) {
-    if (m->nclasses == m->ccap) {
-      m->ccap = m->ccap ? 2 * m->ccap : 64;
-      m->classes = realloc(m->classes, sizeof(cclass) * (size_t)m->ccap);
-      if (!m->classes) weft_oom();
-    }
-    cclass *c = &m->classes[m->nclasses];
-    memset(c, 0, sizeof *c);
-    c->sub = sub;
-    subgeo_fill(p, s, &c->geo);
-    m->table[q] = m->nclasses++;
-  }
-  return m->cls[sub] = m->table[q];
+cost_works *cost_works_new(void) {
+  cost_works *w = calloc(1, sizeof *w);
+  if (!w) weft_oom();
+  return w;
 }
 
-/* The key of ins; false when it does not fit one (more than 64 arguments). */
-static bool memo_key(const lins *ins, ckey *k) {
-  if (ins->nin > 64 || ins->nout > 64) return false;
-  k->dir_acc = (ins->dir == DIR_BACKWARD ? 2u : 0u) | (ins->accumulate ? 1u : 0u);
-  k->nin = ins->nin;
-  k->nout = ins->nout;
-  k->inmask = 0;
-  k->outargs = 0;
-  for (int i = 0; i < ins->nin; i++)
-    if (ins->in[i].buf >= 0) k->inmask |= 1ull << i;
-  for (int i = 0; i < ins->nout; i++) {
-    if (ins->out[i].buf < 0) continue;
-    int a = ins->out[i].arg;   /* -1: the result */
-    if (a >= 63) return false;
-    k->outargs |= 1ull << (a < 0 ? 63 : a);
-  }
-  return true;
+void cost_works_free(cost_works *w) {
+  if (!w) return;
+  free(w->v);
+  free(w->table);
+  free(w);
 }
 
-static bool key_eq(const ckey *x, const ckey *y) {
-  return x->dir_acc == y->dir_acc && x->nin == y->nin && x->nout == y->nout && x->inmask == y->inmask &&
-         x->outargs == y->outargs;
-}
-
-kcost cost_compute_memo(cost_memo *m, const lins *ins) {
-  if (ins->kind != LI_COMPUTE || ins->sub < 0 || ins->sub >= m->nsubs) return cost_compute(m->hw, m->pr, ins);
-  int ci = memo_class(m, ins->sub);   /* may move the classes */
-  cclass *c = &m->classes[ci];
-  subgeo g = c->geo;
-  g.op = m->pr->p->subs[ins->sub].op;
-  ckey key;
-  if (!memo_key(ins, &key)) return compute_cost_geo(m->hw, m->pr, ins, &g);
-  for (int i = 0; i < MEMO_SLOTS; i++) {
-    const cslot *sl = &c->slot[i];
-    if (sl->set && key_eq(&sl->key, &key))
-      return (kcost){.flops = sl->flops, .bytes = sl->bytes, .seconds = sl->seconds, .kernels = sl->kernels};
-  }
-  kcost k = compute_cost_geo(m->hw, m->pr, ins, &g);
-  cslot *sl = &c->slot[c->next];
-  c->next = (c->next + 1) % MEMO_SLOTS;
-  *sl = (cslot){true, key, k.flops, k.bytes, k.seconds, k.kernels};
+cost_works *cost_works_keep(arena *a, cost_works *w) {
+  cost_works *k = arena_alloc(a, sizeof *k);
+  k->n = k->cap = w->n;
+  k->v = arena_alloc(a, sizeof(cwork) * (size_t)(w->n ? w->n : 1));
+  if (w->n) memcpy(k->v, w->v, sizeof(cwork) * (size_t)w->n);
+  k->table = NULL;
+  k->tcap = 0;
+  cost_works_free(w);
   return k;
 }
 
-kcost cost_compute(const hw_model *hw, const weft_program *pr, const lins *ins) {
+int cost_works_count(const cost_works *w) { return w ? w->n : 0; }
+
+const cwork *cost_work_get(const cost_works *w, int id) { return &w->v[id]; }
+
+static int work_slot(const cost_works *ws, const weft_plan *p, const cwork *w) {
+  int q = (int)(work_hash(p, w) & (uint64_t)(ws->tcap - 1));
+  while (ws->table[q] >= 0 && !same_work(p, &ws->v[ws->table[q]], w)) q = (q + 1) & (ws->tcap - 1);
+  return q;
+}
+
+int cost_work_of(cost_works *ws, const weft_program *pr, const lins *ins) {
+  if (ins->kind != LI_COMPUTE && ins->kind != LI_COPY && ins->kind != LI_STEP) return -1;
+  const weft_plan *p = pr->p;
+  cwork w = work_from(pr, ins);
+  if (2 * (ws->n + 1) > ws->tcap) {
+    int ncap = ws->tcap ? 2 * ws->tcap : 1024;
+    free(ws->table);
+    ws->table = malloc(sizeof(int) * (size_t)ncap);
+    if (!ws->table) weft_oom();
+    for (int i = 0; i < ncap; i++) ws->table[i] = -1;
+    ws->tcap = ncap;
+    for (int i = 0; i < ws->n; i++) ws->table[work_slot(ws, p, &ws->v[i])] = i;
+  }
+  int q = work_slot(ws, p, &w);
+  if (ws->table[q] < 0) {
+    if (ws->n == ws->cap) {
+      ws->cap = ws->cap ? 2 * ws->cap : 256;
+      ws->v = realloc(ws->v, sizeof(cwork) * (size_t)ws->cap);
+      if (!ws->v) weft_oom();
+    }
+    ws->v[ws->n] = w;
+    ws->table[q] = ws->n++;
+  }
+  return ws->table[q];
+}
+
+kcost cost_work(const hw_model *hw, const weft_program *pr, const cwork *w) {
   kcost k = {0};
-  switch (ins->kind) {
-  case LI_COMPUTE:
-    return compute_cost(hw, pr, ins);
+  switch (w->kind) {
+  case LI_COMPUTE: {
+    subgeo g;
+    subgeo_fill(pr->p, &pr->p->subs[w->sub], &g);
+    return compute_cost_geo(hw, pr, w, &g);
+  }
   case LI_COPY:
-    for (int i = 0; i < ins->nin; i++) k.bytes += 2 * ref_bytes(pr, &ins->in[i]);
-    k.kernels = ins->nin;
+    k.bytes = w->bytes;
+    k.kernels = w->kernels;
     k.seconds = stream_time(hw, 0, k.bytes, k.kernels);
     return k;
   case LI_STEP:
-    /* reads the gradient, reads and writes the parameter and the state */
-    for (int i = 0; i < ins->nin; i++) k.bytes += ref_bytes(pr, &ins->in[i]);
-    for (int i = 0; i < ins->nout; i++) k.bytes += 2 * ref_bytes(pr, &ins->out[i]);
     /* its arithmetic is a few operations per byte: the traffic is the cost */
+    k.bytes = w->bytes;
     k.kernels = 1;
     k.seconds = stream_time(hw, k.flops, k.bytes, 1);
     return k;
   default:
     return k;
   }
+}
+
+kcost cost_compute(const hw_model *hw, const weft_program *pr, const lins *ins) {
+  if (ins->kind != LI_COMPUTE && ins->kind != LI_COPY && ins->kind != LI_STEP) return (kcost){0};
+  cwork w = work_from(pr, ins);
+  return cost_work(hw, pr, &w);
 }
 
 /* ---- communication ------------------------------------------------------- */

@@ -55,15 +55,32 @@ typedef struct kcost {
   int kernels;            /* kernels launched (compute) or 0 */
 } kcost;
 
-/* Cost of a compute, copy or step instruction on hw (NULL: symbolic, no time). */
+/* What a compute, copy or step instruction computes and moves, without
+ * the hardware: instructions that do the same work share one (cost.c). */
+typedef struct cwork {
+  uint8_t kind;           /* LI_COMPUTE, LI_COPY or LI_STEP */
+  bool bwd;               /* a backward */
+  bool grad0, grad1;      /* it writes the gradients of arguments 0, 1 */
+  int sub;                /* LI_COMPUTE: a sub-operator of its class (its
+                           * operator, the sizes of its ranges) */
+  int kernels;            /* LI_COPY: its pieces; LI_STEP: 1 */
+  double bytes;           /* read and written (accumulation reads too) */
+} cwork;
+
+/* Works interned: equal works get one id. */
+typedef struct cost_works cost_works;
+cost_works *cost_works_new(void);
+void cost_works_free(cost_works *w);
+/* w moved into a, where no more works can be added; w is freed. */
+cost_works *cost_works_keep(arena *a, cost_works *w);
+int cost_work_of(cost_works *w, const weft_program *pr, const lins *ins);  /* -1: not a compute, copy or step */
+int cost_works_count(const cost_works *w);
+const cwork *cost_work_get(const cost_works *w, int id);
+/* The cost of a work on hw (NULL: symbolic, no time). */
+kcost cost_work(const hw_model *hw, const weft_program *pr, const cwork *w);
+/* Cost of a compute, copy or step instruction on hw. */
 kcost cost_compute(const hw_model *hw, const weft_program *pr, const lins *ins);
-/* The same for one program, remembered: a compute's cost depends only on
- * its operator, the sizes of its sub-operator's ranges and what it does
- * with its arguments, so sub-operators of equal sizes share it (cost.c). */
-typedef struct cost_memo cost_memo;
-cost_memo *cost_memo_new(const weft_program *pr, const hw_model *hw);
-void cost_memo_free(cost_memo *m);
-kcost cost_compute_memo(cost_memo *m, const lins *ins);
+
 /* Cost of a collective or a send for one member (NULL hw: bytes only).
  * The algorithm is the fastest of ring, tree and hierarchical that the
  * group allows; *algo gets its name. */

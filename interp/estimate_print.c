@@ -262,9 +262,11 @@ void estimate_print_trace(const weft_sim *s, FILE *out) {
     }
     const lprog *pg = lower_prog(pr, D->device);
     for (int i = 0; i < D->n; i++) {
-      const lins *in = &pg->ins[i];
+      if (D->stream[i] < 0) continue;
+      lins view = lower_view(pg, i);
+      const lins *in = &view;
       int cat = category_of(p, in);
-      if (cat < 0 || D->stream[i] < 0) continue;
+      if (cat < 0) continue;
       double dur = D->end[i] - D->start[i];
       if (dur <= 0 && in->kind == LI_COLLECTIVE) continue;   /* a group of one */
       SEP();
@@ -366,9 +368,11 @@ void estimate_print_svg(const weft_sim *s, FILE *out) {
     svg_block cur = {-1, -1, 0, 0};
     svg_block lane[3] = {{-1, -1, 0, 0}, {-1, -1, 0, 0}, {-1, -1, 0, 0}};
     for (int i = 0; i < D->n; i++) {
-      const lins *in = &pg->ins[i];
+      if (D->stream[i] < 0) continue;
+      lins view = lower_view(pg, i);
+      const lins *in = &view;
       int cat = category_of(p, in);
-      if (cat < 0 || D->stream[i] < 0) continue;
+      if (cat < 0) continue;
       double a = left + D->start[i] * sx, b = left + D->end[i] * sx;
       if (D->stream[i] == SS_COMPUTE) {
         int mb = in->kind == LI_COMPUTE ? in->mb : -1;

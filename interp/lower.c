@@ -23,10 +23,14 @@
 #include <string.h>
 
 #include "lower.h"
+#include "cost.h"
+#include "prof.h"
 #include "sim.h"
 #include "weft.h"
 
 const char *const lbuf_role_names[LB_ROLE_COUNT] = {"input", "param", "grad", "state", "act", "act_grad"};
+_Static_assert(sizeof(void *) != 8 || sizeof(lins) == 64, "an instruction is 64 bytes on 64-bit machines");
+
 const char *const lins_kind_names[LI_KIND_COUNT] = {"alloc", "free", "compute", "send", "recv", "collective", "step", "copy"};
 
 static arena *A(weft_ctx *c) { return &c->arena; }
@@ -144,6 +148,13 @@ typedef struct lstate {
   anchors *anch;          /* per device */
   lins *ebuf;             /* the emission vector (emit) */
   int ecap;
+  bool full;              /* programs keep their full instructions (weft_ctx.full_programs) */
+  arena *ra;              /* where refs go: the program's arena, or without
+                           * full programs refa, emptied for each device */
+  arena refa;
+  lins *fbuf;             /* without full programs: a device's finished instructions */
+  int fcap;
+  cost_works *works;      /* the works of computes, copies and steps (lop.work) */
   int **readers;          /* per tensor: ops reading it (-1 terminated) */
   int *sreg_off;          /* per sub: where the regions of its arguments start in sreg_v */
   tregion *sreg_v;        /* per sub, per argument (its inputs, then its result): its region */
@@ -1096,13 +1107,13 @@ static int assemble(emitter *E, int t, bool grad, const tregion *r) {
     if (tregion_intersect(&L->scratch, &L->pr->bufs[h->buf].region, r, &x)) { covered += tregion_numel(&x); n++; }
   }
   if (n < 2 || covered != tregion_numel(r)) return -1;
-  lref *in = arena_alloc(L->a, sizeof(lref) * (size_t)n);
+  lref *in = arena_alloc(L->ra, sizeof(lref) * (size_t)n);
   int k = 0;
   for (int i = *chain(E, t, r); i >= 0; i = st->h[i].next) {
     const held *h = &st->h[i];
     tregion x;
     if (!h->live || h->grad != grad || h->partial) continue;
-    if (tregion_intersect(L->a, &L->pr->bufs[h->buf].region, r, &x)) in[k++] = ref(E, h->buf, &x);
+    if (tregion_intersect(L->ra, &L->pr->bufs[h->buf].region, r, &x)) in[k++] = ref(E, h->buf, &x);
   }
   const lbuf *any = &L->pr->bufs[in[0].buf];
   int b = new_buf(E, t, any->role, r, false);
@@ -1112,7 +1123,7 @@ static int assemble(emitter *E, int t, bool grad, const tregion *r) {
   c->nin = k;
   c->in = in;
   c->nout = 1;
-  c->out = arena_alloc(L->a, sizeof(lref));
+  c->out = arena_alloc(L->ra, sizeof(lref));
   c->out[0] = ref(E, b, r);
   return b;
 }
@@ -1181,7 +1192,7 @@ static int param_home(emitter *E, int t, const tregion *r) {
   return -1;
 }
 
-static lref *refs(emitter *E, int n) { return arena_alloc(E->L->a, sizeof(lref) * (size_t)(n ? n : 1)); }
+static lref *refs(emitter *E, int n) { return arena_alloc(E->L->ra, sizeof(lref) * (size_t)(n ? n : 1)); }
 
 /* A parameter's region on this device: found, or a new persistent buffer
  * (a ZeRO-3 parameter must have been gathered). */
@@ -1661,6 +1672,8 @@ static void emit_comm(emitter *E, int ci, int epoch) {
   c->out[0] = out;
 }
 
+static void compact_program(lstate *L, lprog *pg, const lins *ins);
+
 /* Last uses: free each non-persistent buffer after its last reference;
  * hoist persistent allocations to the start; measure the peak. */
 static void finish_program(lstate *L, lprog *pg) {
@@ -1686,7 +1699,17 @@ static void finish_program(lstate *L, lprog *pg) {
     if (pr->bufs[b].persistent) last(b) = -3;  /* never freed */
     else if (last(b) >= 0) { nfree[last(b)]++; extra++; }
   }
-  lins *out = arena_alloc(L->a, sizeof(lins) * (size_t)(n + extra + 1));
+  lins *out;
+  if (L->full) out = arena_alloc(L->a, sizeof(lins) * (size_t)(n + extra + 1));
+  else {
+    if (n + extra + 1 > L->fcap) {
+      free(L->fbuf);
+      L->fcap = n + extra + 1;
+      L->fbuf = malloc(sizeof(lins) * (size_t)L->fcap);
+      if (!L->fbuf) weft_oom();
+    }
+    out = L->fbuf;
+  }
   int m = 0;
   for (int i = 0; i < n; i++)
     if (pg->ins[i].kind == LI_ALLOC && pr->bufs[pg->ins[i].buf].persistent) out[m++] = pg->ins[i];
@@ -1725,12 +1748,64 @@ static void finish_program(lstate *L, lprog *pg) {
       }
     }
   }
-  pg->ins = out;
   pg->n = m;
-  pg->cap = n + extra + 1;
+  compact_program(L, pg, out);
+  pg->ins = L->full ? out : NULL;
+  pg->cap = L->full ? n + extra + 1 : 0;
   pr->instructions += m;
 }
 #undef last
+
+/* The lops of a finished program (lower.h), in the program's arena. */
+static void compact_program(lstate *L, lprog *pg, const lins *ins) {
+  weft_program *pr = L->pr;
+  int n = pg->n, np = 0, room = 0;
+  for (int i = 0; i < n; i++) {
+    const lins *in = &ins[i];
+    if (in->nin + in->nout + in->nbucket > 0) np += 3 + in->nin + in->nout + in->nbucket;
+    /* a bucket of k all-reduces takes 3k + 2 more: room for any buckets
+     * (pages never written cost nothing) */
+    if (in->kind == LI_COLLECTIVE && in->nin == 1 && in->nout == 1) room += 5;
+  }
+  pg->ops = arena_alloc(L->a, sizeof(lop) * (size_t)(n ? n : 1));
+  pg->pool = arena_alloc(L->a, sizeof(int) * (size_t)(np + room ? np + room : 1));
+  pg->npool = np;
+  pg->pcap = np + room;
+  int q = 0;
+  for (int i = 0; i < n; i++) {
+    const lins *in = &ins[i];
+    lop *o = &pg->ops[i];
+    o->kind = in->kind;
+    o->dir = in->dir;
+    o->epoch = in->epoch;
+    o->flags = (uint8_t)((in->recompute ? LOP_RECOMPUTE : 0) | (in->accumulate ? LOP_ACCUMULATE : 0));
+    o->aux = -1;
+    switch (in->kind) {
+    case LI_ALLOC: case LI_FREE: o->id = in->buf; break;
+    case LI_COMPUTE: o->id = in->sub; o->aux = in->mb; break;
+    case LI_SEND: case LI_RECV: o->id = in->comm; o->aux = in->peer; break;
+    case LI_COLLECTIVE: o->id = in->comm; break;
+    case LI_STEP: o->id = in->tensor; break;
+    default: o->id = -1; break;
+    }
+    if (in->kind == LI_COLLECTIVE && in->nout > 0 && in->out[0].buf >= 0 &&
+        tregion_equal(&pr->bufs[in->out[0].buf].region, &in->out[0].region))
+      o->flags |= LOP_WHOLE;
+    o->work = cost_work_of(L->works, pr, in);
+    o->refs = -1;
+    if (in->nin + in->nout + in->nbucket == 0) continue;
+    o->refs = q;
+    int *r = pg->pool + q;
+    r[0] = in->nin;
+    r[1] = in->nout;
+    r[2] = in->nbucket;
+    r += 3;
+    for (int k = 0; k < in->nin; k++) *r++ = in->in[k].buf;
+    for (int k = 0; k < in->nout; k++) *r++ = in->out[k].buf;
+    for (int k = 0; k < in->nbucket; k++) *r++ = in->bucket[k];
+    q = (int)(r - pg->pool);
+  }
+}
 
 static void emit_device(lstate *L, int d) {
   weft_plan *p = L->p;
@@ -1740,6 +1815,7 @@ static void emit_device(lstate *L, int d) {
   E.prog->cap = L->ecap;
   E.prog->n = 0;
   arena_reset(&L->scratch);
+  if (!L->full) arena_reset(&L->refa);
   /* the store of the previous device, emptied */
   E.st = *L->st;
   E.st.n = 0;
@@ -1803,8 +1879,9 @@ static const char *block_at(lstate *L, int d, int i, weft_loc *cell) {
   const weft_plan *p = L->p;
   const lprog *pg = &L->pr->progs[d];
   for (int k = i; k < pg->n; k++) {
-    const lins *in = &pg->ins[k];
-    if (in->kind != LI_COMPUTE) continue;
+    if (pg->ops[k].kind != LI_COMPUTE) continue;
+    lins view = lower_view(pg, k);
+    const lins *in = &view;
     int st = L->stage_of[p->subs[in->sub].op];
     char kind = in->dir == DIR_FORWARD && !in->recompute ? 'f' : 'b';
     if (p->grid)
@@ -1820,6 +1897,25 @@ static const char *block_at(lstate *L, int d, int i, weft_loc *cell) {
     return arena_printf(&L->scratch, " (before %c%d of stage %s)", kind, in->mb, L->pr->stage_names[st]);
   }
   return "";
+}
+
+lins lower_view(const lprog *pg, int i) {
+  const lop *o = &pg->ops[i];
+  lins in = {.kind = o->kind, .dir = o->dir, .epoch = o->epoch, .recompute = (o->flags & LOP_RECOMPUTE) != 0,
+             .accumulate = (o->flags & LOP_ACCUMULATE) != 0, .buf = -1, .sub = -1, .mb = 0, .comm = -1, .peer = -1,
+             .tensor = -1};
+  switch (o->kind) {
+  case LI_ALLOC: case LI_FREE: in.buf = o->id; break;
+  case LI_COMPUTE: in.sub = o->id; in.mb = o->aux; break;
+  case LI_SEND: case LI_RECV: in.comm = o->id; in.peer = o->aux; break;
+  case LI_COLLECTIVE: in.comm = o->id; break;
+  case LI_STEP: in.tensor = o->id; break;
+  default: break;
+  }
+  in.nin = lop_nin(pg->pool, o);
+  in.nout = lop_nout(pg->pool, o);
+  in.nbucket = (uint16_t)lop_nbucket(pg->pool, o);
+  return in;
 }
 
 static bool simulate(lstate *L) {
@@ -1846,18 +1942,18 @@ static bool simulate(lstate *L) {
     queued[d] = false;
     lprog *pg = &pr->progs[d];
     while (pc[d] < pg->n) {
-      const lins *in = &pg->ins[pc[d]];
+      const lop *in = &pg->ops[pc[d]];
       if (in->kind == LI_SEND) {
-        int64_t k = (int64_t)in->comm * 2 + in->epoch;
+        int64_t k = (int64_t)in->id * 2 + in->epoch;
         posted[k] = 1;
-        int dst = in->peer;
+        int dst = in->aux;
         if (!queued[dst]) { stack[sp++] = dst; queued[dst] = true; }
       } else if (in->kind == LI_RECV) {
-        if (!posted[(int64_t)in->comm * 2 + in->epoch]) break;
-      } else if (in->kind == LI_COLLECTIVE && p->comms[in->comm].kind == COMM_BROADCAST) {
+        if (!posted[(int64_t)in->id * 2 + in->epoch]) break;
+      } else if (in->kind == LI_COLLECTIVE && p->comms[in->id].kind == COMM_BROADCAST) {
         /* the root posts and goes on, as a send; the others wait for it */
-        int64_t k = (int64_t)in->comm * 2 + in->epoch;
-        const pcomm *cm = &p->comms[in->comm];
+        int64_t k = (int64_t)in->id * 2 + in->epoch;
+        const pcomm *cm = &p->comms[in->id];
         if (d == cm->src) {
           posted[k] = 1;
           for (int i = 0; i < cm->ngroup; i++) {
@@ -1868,18 +1964,18 @@ static bool simulate(lstate *L) {
           break;
         }
       } else if (in->kind == LI_COLLECTIVE) {
-        int64_t k = (int64_t)in->comm * 2 + in->epoch;
-        const pcomm *cm = &p->comms[in->comm];
+        int64_t k = (int64_t)in->id * 2 + in->epoch;
+        const pcomm *cm = &p->comms[in->id];
         if (!waiting[d]) {
           waiting[d] = 1;
           arrived[k]++;
-          if (arrived[k] == expect[in->comm])
+          if (arrived[k] == expect[in->id])
             for (int i = 0; i < cm->ngroup; i++) {
               int m = cm->group[i];
               if (m != d && represents(p, m) && !queued[m]) { stack[sp++] = m; queued[m] = true; }
             }
         }
-        if (arrived[k] < expect[in->comm]) break;
+        if (arrived[k] < expect[in->id]) break;
         waiting[d] = 0;
       }
       pc[d]++;
@@ -1891,7 +1987,8 @@ static bool simulate(lstate *L) {
     if (pc[d] >= pg->n) continue;
     ok = false;
     arena_reset(&L->scratch);
-    const lins *in = &pg->ins[pc[d]];
+    lins here = lower_view(pg, pc[d]), there;
+    const lins *in = &here;
     /* what the device waits for, and what its peer does instead */
     int peer = -1;
     const lins *other = NULL;
@@ -1902,12 +1999,15 @@ static bool simulate(lstate *L) {
         int m = cm->group[i];
         if (m == d || !represents(p, m)) continue;
         lprog *mp = &pr->progs[m];
-        if (pc[m] >= mp->n || mp->ins[pc[m]].kind != LI_COLLECTIVE || mp->ins[pc[m]].comm != in->comm ||
-            mp->ins[pc[m]].epoch != in->epoch)
+        if (pc[m] >= mp->n || mp->ops[pc[m]].kind != LI_COLLECTIVE || mp->ops[pc[m]].id != in->comm ||
+            mp->ops[pc[m]].epoch != in->epoch)
           peer = m;
       }
     }
-    if (peer >= 0 && pc[peer] < pr->progs[peer].n) other = &pr->progs[peer].ins[pc[peer]];
+    if (peer >= 0 && pc[peer] < pr->progs[peer].n) {
+      there = lower_view(&pr->progs[peer], pc[peer]);
+      other = &there;
+    }
     weft_loc at = p->sched != SCHED_DEFAULT ? p->sched_loc : p->loc;
     const char *where = block_at(L, d, pc[d], &at);
     const char *other_where = peer >= 0 ? block_at(L, peer, pc[peer], &(weft_loc){0}) : "";
@@ -1966,6 +2066,11 @@ static void lstate_free(lstate *L) {
   free(L->sreg_v);
   rintern_free(&L->regs);
   arena_free(&L->scratch);
+  arena_free(&L->refa);
+  free(L->fbuf);
+  L->fbuf = NULL;
+  cost_works_free(L->works);
+  L->works = NULL;
 }
 
 /* ---- the whole ------------------------------------------------------------------- */
@@ -1974,8 +2079,11 @@ weft_program *weft_lower_unchecked(weft_ctx *c, weft_plan *p) {
   const weft_graph *g = p->g;
   weft_program *pr = arena_alloc(A(c), sizeof *pr);
   pr->p = p;
-  lstate L = {.c = c, .p = p, .pr = pr, .a = A(c)};
+  lstate L = {.c = c, .p = p, .pr = pr, .a = A(c), .full = c->full_programs};
   arena_init(&L.scratch);
+  arena_init(&L.refa);
+  L.ra = L.full ? L.a : &L.refa;
+  L.works = cost_works_new();
   int before = c->diags.errors;
   /* stages of the schedule */
   L.stage_of = arena_alloc(L.a, sizeof(int) * (size_t)(g->nops ? g->nops : 1));
@@ -2078,6 +2186,7 @@ weft_program *weft_lower_unchecked(weft_ctx *c, weft_plan *p) {
       tl->n = m;
     }
   anchor_comms(&L);
+  prof_mark("lower: order");
   /* about one buffer per task and communication: reserved at once, the
    * array of buffers seldom moves (pages never touched cost nothing) */
   int64_t guess = 0;
@@ -2098,9 +2207,14 @@ weft_program *weft_lower_unchecked(weft_ctx *c, weft_plan *p) {
   free(L.ebuf);
   L.ebuf = NULL;
   store_free(&st);
+  pr->works = cost_works_keep(L.a, L.works);
+  L.works = NULL;
+  prof_mark("lower: emit");
   if (L.failed) goto fail;
   lower_buckets(L.a, pr);
+  prof_mark("lower: buckets");
   if (!simulate(&L)) goto fail;
+  prof_mark("lower: deadlock check");
   for (int d = 0; d < p->ndevices; d++) pr->instructions_all += lower_prog(pr, d)->n;
   lstate_free(&L);
   return c->diags.errors > before ? NULL : pr;

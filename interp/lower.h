@@ -23,12 +23,12 @@ extern const char *const lbuf_role_names[LB_ROLE_COUNT];
 typedef struct lbuf {
   int device;
   int tensor;             /* graph tensor */
-  lbuf_role role;
-  tregion region;         /* the region of the tensor it holds */
-  weft_dtype dtype;
-  int64_t bytes;
-  int copies;             /* LB_STATE: state tensors per element (AdamW 2), else 1 */
+  uint8_t role;           /* lbuf_role */
+  uint8_t dtype;          /* weft_dtype */
   bool persistent;        /* lives across steps: parameters, their gradients, optimizer state */
+  int copies;             /* LB_STATE: state tensors per element (AdamW 2), else 1 */
+  tregion region;         /* the region of the tensor it holds */
+  int64_t bytes;
 } lbuf;
 
 /* A region of a tensor inside a buffer (contained in the buffer's region). */
@@ -54,30 +54,71 @@ typedef enum {
 extern const char *const lins_kind_names[LI_KIND_COUNT];
 
 typedef struct lins {
-  lins_kind kind;
+  /* 64 bytes: programs of thousands of devices hold millions of these */
+  uint8_t kind;           /* lins_kind */
+  uint8_t dir;            /* LI_COMPUTE: sub_dir, forward or backward */
+  uint8_t epoch;          /* 0; 1: the repeat of a forward communication for recomputation */
+  bool recompute;         /* LI_COMPUTE: a forward run again before the backward */
+  bool accumulate;        /* LI_COMPUTE backward: gradient outputs are added to */
+  uint16_t nbucket;       /* LI_COLLECTIVE: more all-reduces fused with comm
+                           * (`buckets`, at most LINS_MAX_BUCKET): bucket[0..nbucket)
+                           * on the same group; in[i] and out[i] belong to comm
+                           * (i = 0), then to bucket[i - 1] */
   int buf;                /* LI_ALLOC, LI_FREE */
   int sub;                /* LI_COMPUTE */
-  sub_dir dir;            /* LI_COMPUTE: forward or backward */
   int mb;                 /* LI_COMPUTE: micro-batch */
   int comm;               /* LI_SEND, LI_RECV, LI_COLLECTIVE */
-  int epoch;              /* 0; 1: the repeat of a forward communication for recomputation */
   int peer;               /* LI_SEND: destination; LI_RECV: source */
   int tensor;             /* LI_STEP: the parameter */
   int nin, nout;
-  int nbucket;            /* LI_COLLECTIVE: more all-reduces fused with comm
-                           * (`buckets`): bucket[0..nbucket) on the same group;
-                           * in[i] and out[i] belong to comm (i = 0), then
-                           * to bucket[i - 1] */
-  bool recompute;         /* LI_COMPUTE: a forward run again before the backward */
-  bool accumulate;        /* LI_COMPUTE backward: gradient outputs are added to */
   lref *in, *out;
   int *bucket;
 } lins;
 
+/* The most all-reduces one bucket fuses (lins.nbucket + 1). */
+enum { LINS_MAX_BUCKET = 65535 };
+
+/* An instruction as the analyses read it: the deadlock check, buckets,
+ * the simulation, the memory timeline and the estimate's pictures. Every
+ * program has these, one per instruction and at the same index as ins;
+ * the full instructions (ins, with their regions) are kept only for the
+ * commands that print or run them (weft_ctx.full_programs). 24 bytes. */
+enum { LOP_RECOMPUTE = 1, LOP_ACCUMULATE = 2, LOP_WHOLE = 4 };
+
+typedef struct lop {
+  uint8_t kind;           /* lins_kind */
+  uint8_t dir;            /* lins.dir */
+  uint8_t epoch;          /* lins.epoch */
+  uint8_t flags;          /* LOP_RECOMPUTE, LOP_ACCUMULATE; LOP_WHOLE: a
+                           * collective whose out[0] is its whole buffer */
+  int id;                 /* what the kind names: LI_ALLOC, LI_FREE: buf;
+                           * LI_COMPUTE: sub; LI_SEND, LI_RECV, LI_COLLECTIVE:
+                           * comm; LI_STEP: tensor; else -1 */
+  int aux;                /* LI_COMPUTE: mb; LI_SEND, LI_RECV: peer; else -1 */
+  int refs;               /* where its buffers are in the program's pool
+                           * (lprog.pool, -1: none): nin, nout, nbucket,
+                           * then the bufs of in, of out, and the bucket's comms */
+  int work;               /* LI_COMPUTE, LI_COPY, LI_STEP: what it computes
+                           * and moves (cost.h, cost_work_of); else -1 */
+} lop;
+
+/* The pieces of one lop's pool entry. */
+static inline int lop_nin(const int *pool, const lop *o) { return o->refs < 0 ? 0 : pool[o->refs]; }
+static inline int lop_nout(const int *pool, const lop *o) { return o->refs < 0 ? 0 : pool[o->refs + 1]; }
+static inline int lop_nbucket(const int *pool, const lop *o) { return o->refs < 0 ? 0 : pool[o->refs + 2]; }
+/* in bufs, then out bufs (-1: an argument not applied) */
+static inline const int *lop_bufs(const int *pool, const lop *o) { return pool + o->refs + 3; }
+static inline const int *lop_bucket(const int *pool, const lop *o) {
+  return pool + o->refs + 3 + pool[o->refs] + pool[o->refs + 1];
+}
+
 typedef struct lprog {
   int device;
-  lins *ins;
+  lins *ins;              /* NULL unless full programs are kept */
   int n, cap;
+  lop *ops;               /* n of them */
+  int *pool;              /* their buffers and buckets (lop.refs) */
+  int npool, pcap;        /* used, and room for buckets (lower_buckets) */
   int64_t peak;           /* bytes live at the peak */
   int peak_at;            /* instruction index of the peak */
   int64_t peak_by_role[LB_ROLE_COUNT];
@@ -104,6 +145,7 @@ typedef struct weft_program {
   lcell *cells;           /* the schedule as a grid, one cell per stage block */
   int ncells, ccap;
   int nslots;
+  struct cost_works *works; /* what computes, copies and steps cost, without the hardware (cost.h) */
   int64_t instructions;   /* over the programs held */
   int64_t instructions_all; /* over all devices, replicas included */
 } weft_program;
@@ -113,6 +155,10 @@ typedef struct weft_program {
 static inline const lprog *lower_prog(const weft_program *pr, int d) {
   return &pr->progs[pr->p->rep ? pr->p->rep[d] : d];
 }
+
+/* Instruction i of a program read back from its lop: every field but the
+ * refs (in, out and bucket are NULL; nin, nout and nbucket are kept). */
+lins lower_view(const lprog *pg, int i);
 
 struct weft_ctx;
 /* Orders every device's sub-operators by the plan's schedule, places the

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "json.h"
+#include "kernels.h"
 #include "deps.h"
 #include "exec.h"
 #include "native.h"
@@ -15,6 +16,7 @@
 #include "run.h"
 #include "lower.h"
 #include "plan.h"
+#include "prof.h"
 #include "sim.h"
 #include "weft.h"
 
@@ -828,6 +830,7 @@ static int cmd_lower(opts *o) {
     return WEFT_FAILED;
   }
   weft_ctx *c = new_ctx(o);
+  c->full_programs = true;  /* printed */
   int rc = WEFT_OK;
   weft_plan *p = pick_plan(c, o, &rc);
   weft_program *pr = p ? weft_lower(c, p) : NULL;
@@ -876,6 +879,7 @@ static int cmd_estimate(opts *o) {
   weft_ctx *c = new_ctx(o);
   c->reps = true;  /* replicas run their representative's program */
   int rc = WEFT_OK;
+  prof_mark("start");
   weft_plan *p = pick_plan(c, o, &rc);
   /* a plan that does not fit is estimated all the same, and rejected */
   weft_program *pr = p ? weft_lower_unchecked(c, p) : NULL;
@@ -889,6 +893,7 @@ static int cmd_estimate(opts *o) {
   if (pr) {
     /* per-instruction times only for the pictures that draw them */
     s = sim_run_with(pr, o->symbolic ? NULL : &hw, o->trace || o->svg ? SIM_TIMELINE : 0);
+    prof_mark("simulate");
     if (s && !sim_check_memory(c, s)) rc = WEFT_REJECTED;
   }
   report(c, o);
@@ -907,10 +912,12 @@ static int cmd_estimate(opts *o) {
       else estimate_print_text(s, &e, stdout);
       if (o->trace && !write_file(o->trace, s, estimate_print_trace)) rc = WEFT_FAILED;
       if (o->svg && !write_file(o->svg, s, estimate_print_svg)) rc = WEFT_FAILED;
+      prof_mark("report");
       sim_free(s);
     }
   }
   weft_free(c);
+  prof_mark("free");
   return rc;
 }
 
@@ -967,6 +974,7 @@ static int cmd_run(opts *o) {
   /* Under mpirun, process 0 speaks for all. */
   bool speak = !net || xnet_rank(net) == 0;
   weft_ctx *c = new_ctx(o);
+  c->full_programs = true;  /* run */
   int rc = WEFT_OK;
   weft_plan *p = pick_plan(c, o, &rc);
   weft_program *pr = p ? weft_lower(c, p) : NULL;
@@ -1157,6 +1165,7 @@ static bool is_opt(const char *arg, const char *name) {
 }
 
 int main(int argc, char **argv) {
+  k_blas_single();
   if (argc < 2) {
     usage_main(stderr);
     return WEFT_FAILED;

@@ -6,6 +6,7 @@
 
 #include "deps.h"
 #include "plan.h"
+#include "prof.h"
 #include "weft.h"
 
 /* A recorded `assign`: applied once every split is known. */
@@ -1159,10 +1160,13 @@ weft_plan *weft_build_plan(weft_ctx *c, value plan, weft_loc use) {
   pstate ps = {.p = p};
   if (!exec_plan_body(c, &ps, e, &n->list2)) return NULL;
   fold_setup(c, &ps);
+  prof_mark("plan body");
   if (!make_subs(c, p)) return NULL;
   if (!place(c, &ps)) return NULL;
   if (c->diags.errors > before) return NULL;
+  prof_mark("sub-operators");
   deps_derive(A(c), p);
+  prof_mark("communication");
   p->used_devices = plan_devices_used(p);
   find_reps(c, p);
   bool *keep = NULL;
@@ -1171,6 +1175,7 @@ weft_plan *weft_build_plan(weft_ctx *c, value plan, weft_loc use) {
     for (int dv = 0; dv < p->ndevices; dv++) keep[dv] = p->rep[dv] == dv;
   }
   plan_unfold(A(c), p, keep);
+  prof_mark("unfold");
   return p;
 }
 

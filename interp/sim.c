@@ -91,7 +91,8 @@ typedef struct sim {
   dstate *ds;             /* per simulated device */
   int *stamp;             /* scratch for deduplicating members */
   int stampv;
-  cost_memo *memo;        /* compute costs: what each sub-operator contributes */
+  kcost *wcost;           /* per work (lop.work): its cost, once computed */
+  bool *wcosted;
   signed char *comm_stream; /* per comm: the stream its collective runs on */
   kcost *comm_cost;       /* per comm: its cost for one member, once computed */
   bool *comm_costed;
@@ -118,21 +119,31 @@ static void mem_push(sim *S, dstate *ds, double t, int buf, int at) {
 static int coll_stream(comm_phase ph) { return ph == PHASE_WEIGHTS || ph == PHASE_PARAMS ? SS_GRAD : SS_COLL; }
 
 /* The stream an instruction runs on; -1 for bookkeeping. */
-static int stream_of(const sim *S, const lins *in) {
+static int stream_of(const sim *S, const lop *in) {
   switch (in->kind) {
   case LI_COMPUTE: case LI_COPY: case LI_STEP: return SS_COMPUTE;
   case LI_SEND: return SS_SEND;
   case LI_RECV: return SS_RECV;
-  case LI_COLLECTIVE: return S->comm_stream[in->comm];
+  case LI_COLLECTIVE: return S->comm_stream[in->id];
   default: return -1;
   }
 }
 
+/* The cost of a compute, copy or step: that of its work. */
+static kcost work_cost(sim *S, int w) {
+  if (!S->wcosted[w]) {
+    S->wcost[w] = cost_work(S->hw, S->pr, cost_work_get(S->pr->works, w));
+    S->wcosted[w] = true;
+  }
+  return S->wcost[w];
+}
+
 /* A bucket (lower.h): one collective of all its comms' bytes. */
-static kcost bucket_cost(sim *S, const lins *in) {
-  pcomm all = S->pr->p->comms[in->comm];
-  for (int k = 0; k < in->nbucket; k++) {
-    const pcomm *cm = &S->pr->p->comms[in->bucket[k]];
+static kcost bucket_cost(sim *S, const int *pool, const lop *in) {
+  pcomm all = S->pr->p->comms[in->id];
+  const int *bk = lop_bucket(pool, in);
+  for (int k = 0; k < lop_nbucket(pool, in); k++) {
+    const pcomm *cm = &S->pr->p->comms[bk[k]];
     all.size += cm->size;
     all.bytes += cm->bytes;
   }
@@ -152,16 +163,13 @@ static kcost comm_cost(sim *S, int comm) {
 /* When an instruction's inputs are there; *cause gets the kind of the
  * writer of the latest one. Outputs count too: a write waits for the
  * previous write of the same buffer. */
-static double inputs_ready(const sim *S, const lins *in, int *cause) {
+static double inputs_ready(const sim *S, const int *pool, const lop *in, int *cause) {
   double t = 0;
   *cause = -1;
-  for (int i = 0; i < in->nin; i++) {
-    int b = in->in[i].buf;
-    if (b < 0) continue;
-    if (S->bufs[b].ready > t) { t = S->bufs[b].ready; *cause = S->bufs[b].writer; }
-  }
-  for (int i = 0; i < in->nout; i++) {
-    int b = in->out[i].buf;
+  int n = lop_nin(pool, in) + lop_nout(pool, in);
+  const int *bufs = n ? lop_bufs(pool, in) : NULL;
+  for (int i = 0; i < n; i++) {
+    int b = bufs[i];
     if (b < 0) continue;
     if (S->bufs[b].ready > t) { t = S->bufs[b].ready; *cause = S->bufs[b].writer; }
   }
@@ -171,10 +179,12 @@ static double inputs_ready(const sim *S, const lins *in, int *cause) {
 /* Instruction pc, running from start to end, touches its buffers: one
  * touched for the first time becomes live at start; every one is in use
  * until end, and those it writes are ready then. */
-static void touch_all(sim *S, dstate *ds, int pc, const lins *in, double start, double end) {
-  for (int i = 0; i < in->nin + in->nout; i++) {
-    bool out = i >= in->nin;
-    int b = out ? in->out[i - in->nin].buf : in->in[i].buf;
+static void touch_all(sim *S, dstate *ds, int pc, const int *pool, const lop *in, double start, double end) {
+  int nin = lop_nin(pool, in), n = nin + lop_nout(pool, in);
+  const int *bufs = n ? lop_bufs(pool, in) : NULL;
+  for (int i = 0; i < n; i++) {
+    bool out = i >= nin;
+    int b = bufs[i];
     if (b < 0) continue;
     bstate *bs = &S->bufs[b];
     if (bs->pending) {
@@ -233,16 +243,17 @@ static bool step_ins(sim *S, int k, const lprog *pg) {
   sim_dev *D = &S->out->dev[k];
   dstate *ds = &S->ds[k];
   int pc = ds->pc <= ds->last ? ds->pc : ds->tail[ds->pc - ds->last - 1];
-  const lins *in = &pg->ins[pc];
+  const lop *in = &pg->ops[pc];
+  const int *pool = pg->pool;
   const weft_plan *p = S->pr->p;
   /* a broadcast runs as sends from its root and receives elsewhere: the
    * root does not wait for the others */
-  lins bc;
-  if (in->kind == LI_COLLECTIVE && p->comms[in->comm].kind == COMM_BROADCAST) {
+  lop bc;
+  if (in->kind == LI_COLLECTIVE && p->comms[in->id].kind == COMM_BROADCAST) {
     bc = *in;
-    bool root = p->comms[in->comm].src == D->device;
+    bool root = p->comms[in->id].src == D->device;
     bc.kind = root ? LI_SEND : LI_RECV;
-    bc.peer = p->comms[in->comm].src;
+    bc.aux = p->comms[in->id].src;
     in = &bc;
   }
   int st = stream_of(S, in);
@@ -250,26 +261,26 @@ static bool step_ins(sim *S, int k, const lprog *pg) {
   double t0, t1;          /* the instruction's start and end */
   switch (in->kind) {
   case LI_ALLOC: {
-    bstate *bs = &S->bufs[in->buf];
+    bstate *bs = &S->bufs[in->id];
     bs->ready = 0;
     bs->writer = -1;
     bs->last_use = 0;
-    if (S->pr->bufs[in->buf].persistent) mem_push(S, ds, 0, in->buf, pc);
+    if (S->pr->bufs[in->id].persistent) mem_push(S, ds, 0, in->id, pc);
     else bs->pending = true;
     if (D->start) { D->start[pc] = D->end[pc] = ds->clock; D->stream[pc] = (signed char)st; }
     return true;
   }
   case LI_FREE: {
-    bstate *bs = &S->bufs[in->buf];
+    bstate *bs = &S->bufs[in->id];
     double t = bs->used ? bs->last_use : ds->clock;
-    if (bs->pending) { bs->pending = false; mem_push(S, ds, t, in->buf, pc); }
-    mem_push(S, ds, t, in->buf, -1);
+    if (bs->pending) { bs->pending = false; mem_push(S, ds, t, in->id, pc); }
+    mem_push(S, ds, t, in->id, -1);
     if (D->start) { D->start[pc] = D->end[pc] = t; D->stream[pc] = (signed char)st; }
     return true;
   }
   case LI_COMPUTE: case LI_COPY: case LI_STEP: {
-    kcost c = in->kind == LI_COMPUTE ? cost_compute_memo(S->memo, in) : cost_compute(S->hw, S->pr, in);
-    double ready = inputs_ready(S, in, &cause);
+    kcost c = work_cost(S, in->work);
+    double ready = inputs_ready(S, pool, in, &cause);
     double free_at = ds->free_at[st];
     double start = ready > free_at ? ready : free_at;
     double gap = start - free_at;
@@ -278,7 +289,7 @@ static bool step_ins(sim *S, int k, const lprog *pg) {
       else if (cause == LI_COLLECTIVE) D->wait_comm += gap;
     }
     double end = start + c.seconds;
-    touch_all(S, ds, pc, in, start, end);
+    touch_all(S, ds, pc, pool, in, start, end);
     ds->free_at[st] = end;
     D->busy[st] += c.seconds;
     D->flops += c.flops;
@@ -289,18 +300,18 @@ static bool step_ins(sim *S, int k, const lprog *pg) {
     break;
   }
   case LI_SEND: {
-    const pcomm *cm = &p->comms[in->comm];
-    kcost c = comm_cost(S, in->comm);
-    double ready = inputs_ready(S, in, &cause);
+    const pcomm *cm = &p->comms[in->id];
+    kcost c = comm_cost(S, in->id);
+    double ready = inputs_ready(S, pool, in, &cause);
     double start = ready > ds->free_at[st] ? ready : ds->free_at[st];
     double end = start + c.seconds;
-    touch_all(S, ds, pc, in, start, end);
+    touch_all(S, ds, pc, pool, in, start, end);
     ds->free_at[st] = end;
     D->busy[st] += c.seconds;
     D->sent[0] += c.net_bytes[0];
     D->sent[1] += c.net_bytes[1];
     D->sent_kind[cm->kind] += c.net_bytes[0] + c.net_bytes[1];
-    sstate *ss = &S->sends[in->comm * 2 + (in->epoch ? 1 : 0)];
+    sstate *ss = &S->sends[in->id * 2 + (in->epoch ? 1 : 0)];
     ss->sent = true;
     ss->start = start;
     ss->arrive = end;
@@ -310,21 +321,21 @@ static bool step_ins(sim *S, int k, const lprog *pg) {
   }
   case LI_RECV: {
     ds->p2p = true;
-    sstate *ss = &S->sends[in->comm * 2 + (in->epoch ? 1 : 0)];
+    sstate *ss = &S->sends[in->id * 2 + (in->epoch ? 1 : 0)];
     double posted = ds->free_at[st];
-    double ready = inputs_ready(S, in, &cause);
+    double ready = inputs_ready(S, pool, in, &cause);
     if (ready > posted) posted = ready;
     double arrive = posted, from = posted;
-    int peer = sim_rep(S->pr, in->peer);
+    int peer = sim_rep(S->pr, in->aux);
     if (ss->sent) {
       arrive = ss->arrive > posted ? ss->arrive : posted;
       from = ss->start > posted ? ss->start : posted;
-    } else if (peer == in->peer) {
+    } else if (peer == in->aux) {
       return false;       /* the sender has not got there yet */
     }
     /* a sender that is not simulated (its representative runs a renamed
      * program): its data is taken to be there when the receive is posted */
-    touch_all(S, ds, pc, in, posted, arrive);
+    touch_all(S, ds, pc, pool, in, posted, arrive);
     ds->free_at[st] = arrive;
     D->busy[st] += arrive - from;
     t0 = from;
@@ -332,16 +343,16 @@ static bool step_ins(sim *S, int k, const lprog *pg) {
     break;
   }
   case LI_COLLECTIVE: {
-    const pcomm *cm = &p->comms[in->comm];
-    cstate *cs = &S->colls[in->comm * 2 + (in->epoch ? 1 : 0)];
-    kcost c = in->nbucket ? bucket_cost(S, in) : comm_cost(S, in->comm);
+    const pcomm *cm = &p->comms[in->id];
+    cstate *cs = &S->colls[in->id * 2 + (in->epoch ? 1 : 0)];
+    kcost c = lop_nbucket(pool, in) ? bucket_cost(S, pool, in) : comm_cost(S, in->id);
     if (!cs->done) {
       if (!ds->parked) {
         if (!cs->members) {
           cs->members = xcalloc((size_t)cm->ngroup, sizeof(int));
           cs->expected = sim_members(S, cm, cs->members);
         }
-        double ready = inputs_ready(S, in, &cause);
+        double ready = inputs_ready(S, pool, in, &cause);
         double arrive = st == SS_GRAD ? ready : (ready > ds->free_at[st] ? ready : ds->free_at[st]);
         if (arrive > cs->arrive) cs->arrive = arrive;
         cs->arrived++;
@@ -365,7 +376,7 @@ static bool step_ins(sim *S, int k, const lprog *pg) {
       cs->done = true;
     }
     ds->parked = false;
-    touch_all(S, ds, pc, in, cs->start, cs->end);
+    touch_all(S, ds, pc, pool, in, cs->start, cs->end);
     if (cs->end > ds->free_at[st]) ds->free_at[st] = cs->end;
     D->busy[st] += c.seconds;
     D->sent[0] += c.net_bytes[0];
@@ -482,22 +493,22 @@ static void walk_order(const weft_plan *p, const lprog *pg, dstate *ds) {
    * a parameter collective; found from the end, reading only the tail */
   int last = pg->n - 1;
   for (; last >= 0; last--) {
-    const lins *in = &pg->ins[last];
+    const lop *in = &pg->ops[last];
     bool tail = in->kind == LI_ALLOC || in->kind == LI_FREE || in->kind == LI_STEP || in->kind == LI_COPY ||
                 (in->kind == LI_COLLECTIVE &&
-                 (p->comms[in->comm].phase == PHASE_WEIGHTS || p->comms[in->comm].phase == PHASE_PARAMS));
+                 (p->comms[in->id].phase == PHASE_WEIGHTS || p->comms[in->id].phase == PHASE_PARAMS));
     if (!tail) break;
   }
   ds->last = last;
   ds->tail = xcalloc((size_t)(pg->n - last), sizeof(int));
   int *o = ds->tail, n = 0;
   for (int i = last + 1; i < pg->n; i++)
-    if (pg->ins[i].kind == LI_ALLOC) o[n++] = i;
+    if (pg->ops[i].kind == LI_ALLOC) o[n++] = i;
   for (int i = pg->n - 1; i > last; i--)
-    if (pg->ins[i].kind == LI_COLLECTIVE && p->comms[pg->ins[i].comm].phase == PHASE_WEIGHTS) o[n++] = i;
+    if (pg->ops[i].kind == LI_COLLECTIVE && p->comms[pg->ops[i].id].phase == PHASE_WEIGHTS) o[n++] = i;
   for (int i = last + 1; i < pg->n; i++) {
-    const lins *in = &pg->ins[i];
-    if (in->kind == LI_ALLOC || (in->kind == LI_COLLECTIVE && p->comms[in->comm].phase == PHASE_WEIGHTS)) continue;
+    const lop *in = &pg->ops[i];
+    if (in->kind == LI_ALLOC || (in->kind == LI_COLLECTIVE && p->comms[in->id].phase == PHASE_WEIGHTS)) continue;
     o[n++] = i;
   }
 }
@@ -561,7 +572,9 @@ weft_sim *sim_run_with(const weft_program *pr, const hw_model *hw, unsigned flag
     }
   }
   S.stamp = xcalloc((size_t)n, sizeof(int));
-  S.memo = cost_memo_new(pr, hw);
+  int nworks = cost_works_count(pr->works);
+  S.wcost = xcalloc((size_t)nworks, sizeof(kcost));
+  S.wcosted = xcalloc((size_t)nworks, sizeof(bool));
   S.comm_stream = xcalloc((size_t)ncomms, 1);
   for (int i = 0; i < ncomms; i++) S.comm_stream[i] = (signed char)coll_stream(pr->p->comms[i].phase);
   S.comm_cost = xcalloc((size_t)ncomms, sizeof(kcost));
@@ -602,7 +615,7 @@ weft_sim *sim_run_with(const weft_program *pr, const hw_model *hw, unsigned flag
   for (int k = 0; k < n; k++) { free(S.ds[k].grad.v); free(S.ds[k].mev); free(S.ds[k].tail); }
   free(S.ds);
   free(S.bufs); free(S.colls); free(S.sends); free(S.stamp);
-  cost_memo_free(S.memo); free(S.comm_stream); free(S.comm_cost); free(S.comm_costed);
+  free(S.wcost); free(S.wcosted); free(S.comm_stream); free(S.comm_cost); free(S.comm_costed);
   if (stuck) {
     sim_free(out);
     return NULL;
@@ -687,8 +700,10 @@ void sim_estimate(const weft_sim *s, weft_estimate *e) {
 
 /* ---- the memory rule ------------------------------------------------------- */
 
-const char *sim_ins_what(const weft_program *pr, const lins *in, char *buf, size_t n) {
+const char *sim_ins_what(const weft_program *pr, const lprog *pg, int i, char *buf, size_t n) {
   const weft_plan *p = pr->p;
+  lins view = lower_view(pg, i);
+  const lins *in = &view;
   const weft_graph *g = p->g;
   switch (in->kind) {
   case LI_COMPUTE:
@@ -704,7 +719,12 @@ const char *sim_ins_what(const weft_program *pr, const lins *in, char *buf, size
     break;
   }
   case LI_STEP: snprintf(buf, n, "the optimizer step of %s", g->tensors[in->tensor].name); break;
-  case LI_COPY: snprintf(buf, n, "a copy of %s", g->tensors[pr->bufs[in->out[0].buf].tensor].name); break;
+  case LI_COPY: {
+    const lop *o = &pg->ops[i];
+    int b = lop_nout(pg->pool, o) ? lop_bufs(pg->pool, o)[lop_nin(pg->pool, o)] : -1;
+    snprintf(buf, n, "a copy of %s", b >= 0 ? g->tensors[pr->bufs[b].tensor].name : "a tensor");
+    break;
+  }
   case LI_ALLOC: case LI_FREE: {
     static const char *const what[LB_ROLE_COUNT] = {"an input", "a parameter", "a gradient", "optimizer state",
                                                     "an activation", "the gradient of an activation"};
@@ -722,7 +742,7 @@ const char *sim_peak_where(const weft_sim *s, const sim_dev *D, char *buf, size_
   buf[0] = 0;
   if (D->peak_at < 0 || D->peak_at >= pg->n) return buf;
   char what[400], t[64];
-  sim_ins_what(s->pr, &pg->ins[D->peak_at], what, sizeof what);
+  sim_ins_what(s->pr, pg, D->peak_at, what, sizeof what);
   if (!s->hw) snprintf(buf, n, "instruction %d (%s)", D->peak_at, what);
   else {
     unit_format(D->peak_t, UNIT_SECONDS, t, sizeof t);

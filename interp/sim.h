@@ -82,7 +82,7 @@ struct weft_ctx;
 bool sim_check_memory(struct weft_ctx *c, const weft_sim *s);
 /* What an instruction is, for a message ("the forward of h.0.mlp,
  * micro-batch 3"); peers are not named (a replica's are renamed). */
-const char *sim_ins_what(const weft_program *pr, const lins *in, char *buf, size_t n);
+const char *sim_ins_what(const weft_program *pr, const lprog *pg, int i, char *buf, size_t n);
 /* Where a device's peak is reached: "instruction 57 (the forward of h.0.attn,
  * micro-batch 0), 1.2 ms into the simulated step"; "" when unknown. */
 const char *sim_peak_where(const weft_sim *s, const sim_dev *D, char *buf, size_t n);

@@ -16,8 +16,6 @@
 #include "weft.h"
 #include "xops.h"
 
-void openblas_set_num_threads(int num_threads);
-
 /* ---- regions ------------------------------------------------------------ */
 
 /* Position of each index of dimension d of r inside the packed dimension of
@@ -1180,7 +1178,7 @@ static void progress(xrun *r) {
 }
 
 bool xrun_program(const weft_program *pr, xworld *w, const xrun_opts *o, char *err, size_t errlen) {
-  openblas_set_num_threads(1);
+  k_blas_single();
   xrun *r = xcalloc(sizeof *r);
   r->pr = pr;
   r->p = pr->p;
@@ -1274,7 +1272,7 @@ bool xrun_program(const weft_program *pr, xworld *w, const xrun_opts *o, char *e
 /* ---- the reference: one device, no plan --------------------------------- */
 
 bool xrun_reference(const weft_graph *g, xworld *w, const xrun_opts *o, char *err, size_t errlen) {
-  openblas_set_num_threads(1);
+  k_blas_single();
   xoptim opt;
   if (!xoptim_from_graph(g, &opt)) {
     snprintf(err, errlen, "model %s does not train: it has no `train` statement", g->name);

@@ -11,6 +11,17 @@
 
 #include "arena.h"
 
+/* ---- BLAS threads -------------------------------------------------------- */
+
+void openblas_set_num_threads(int num_threads);
+/* Exported by OpenBLAS's threaded builds; absent from others. */
+int blas_thread_shutdown_(void) __attribute__((weak));
+
+void k_blas_single(void) {
+  openblas_set_num_threads(1);
+  if (blas_thread_shutdown_) blas_thread_shutdown_();
+}
+
 /* ---- helpers ------------------------------------------------------------- */
 
 static void *scratch(size_t count, size_t size) {

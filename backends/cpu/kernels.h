@@ -35,6 +35,11 @@
 
 /* ---- matrix products (cblas_sgemm) --------------------------------------- */
 
+/* OpenBLAS on one thread, its pool of threads stopped: the CPU backend runs
+ * one device per thread, and the other commands use no BLAS at all (a
+ * pool started by OpenBLAS's constructor would spin beside them). */
+void k_blas_single(void);
+
 /* c[m,n] (+)= a[m,k] @ b[k,n]. */
 void k_matmul(float *c, const float *a, const float *b,
               int64_t m, int64_t k, int64_t n, bool acc);

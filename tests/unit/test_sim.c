@@ -255,7 +255,7 @@ static double step_of(const char *src, const char *plan, int *collectives) {
   assert_non_null(s);
   double t = s->step_time;
   *collectives = 0;
-  for (int i = 0; i < pr->progs[0].n; i++) *collectives += pr->progs[0].ins[i].kind == LI_COLLECTIVE;
+  for (int i = 0; i < pr->progs[0].n; i++) *collectives += pr->progs[0].ops[i].kind == LI_COLLECTIVE;
   sim_free(s);
   weft_free(c);
   return t;
@@ -285,9 +285,9 @@ static double layer_activations(const weft_program *pr) {
   assert_non_null(live);
   double sum = 0;
   for (int i = 0; i < pg->n; i++) {
-    const lins *in = &pg->ins[i];
-    if (in->kind == LI_ALLOC) live[in->buf] = 1;
-    else if (in->kind == LI_FREE) live[in->buf] = 0;
+    const lop *in = &pg->ops[i];
+    if (in->kind == LI_ALLOC) live[in->id] = 1;
+    else if (in->kind == LI_FREE) live[in->id] = 0;
     else if (in->kind == LI_COMPUTE && in->dir == DIR_BACKWARD) {
       for (int b = 0; b < pr->nbufs; b++) {
         if (!live[b] || pr->bufs[b].role != LB_ACT) continue;
