@@ -10,12 +10,9 @@
  * persistent gradient (the sum data parallelism makes before the step). */
 static bool eligible(const weft_program *pr, const lprog *pg, int i) {
   const lop *o = &pg->ops[i];
-  if (o->kind != LI_COLLECTIVE || o->epoch != 0 || lop_nbucket(pg->pool, o)) return false;
+  if (o->kind != LI_COLLECTIVE || o->epoch != 0 || !(o->flags & LOP_WHOLE) || lop_nbucket(pg->pool, o)) return false;
   const pcomm *cm = &pr->p->comms[o->id];
-  if (cm->kind != COMM_ALL_REDUCE || cm->phase != PHASE_WEIGHTS) return false;
-  if (lop_nin(pg->pool, o) != 1 || lop_nout(pg->pool, o) != 1) return false;
-  const int *b = lop_bufs(pg->pool, o);
-  return b[0] == b[1] && b[0] >= 0 && pr->bufs[b[0]].persistent && (o->flags & LOP_WHOLE);
+  return cm->kind == COMM_ALL_REDUCE && cm->phase == PHASE_WEIGHTS;
 }
 
 static bool same_group(const pcomm *a, const pcomm *b) {

@@ -349,12 +349,45 @@ static cwork work_from(const weft_program *pr, const lins *ins) {
   return w;
 }
 
+typedef struct wpattern {
+  int cls;
+  int dir_acc;            /* backward: 2, plus accumulate: 1 */
+  int nin, nout;
+  uint64_t inmask;        /* the inputs it reads (buf >= 0), by position */
+  uint64_t outargs;       /* what it writes: the gradients of arguments (bit k), its result (bit 63) */
+} wpattern;
+
 struct cost_works {
   cwork *v;
   int n, cap;
   int *table;             /* open addressing over v, -1 empty */
   int tcap;
+  /* classes of sub-operators: those of one operator with equal sizes */
+  int *cls;               /* per sub, -1 not yet known */
+  int nsubs;
+  int *crep;              /* per class: its first sub */
+  int ncls, ccap;
+  int *ctable;            /* open addressing over classes, -1 empty */
+  int ctcap;
+  /* the works of computes by pattern: class, direction, accumulation and
+   * which arguments are read and written; the regions, and so the bytes,
+   * follow from the class (docs/program.md), so an instruction whose
+   * pattern is known is not measured again */
+  wpattern *pat;
+  int *pwork;             /* per pattern: its work */
+  int npat, patcap;
+  int *ptable;            /* open addressing over patterns, -1 empty */
+  int ptcap;
 };
+
+static uint64_t mix64(uint64_t h) {
+  h ^= h >> 31;
+  h *= 0x7FB5D329728EA185ull;
+  h ^= h >> 27;
+  h *= 0x81DADEF4BC2DD44Dull;
+  h ^= h >> 33;
+  return h;
+}
 
 static bool same_sizes(const weft_plan *p, int x, int y) {
   const psub *a = &p->subs[x], *b = &p->subs[y];
@@ -365,26 +398,72 @@ static bool same_sizes(const weft_plan *p, int x, int y) {
   return true;
 }
 
-static uint64_t work_hash(const weft_plan *p, const cwork *w) {
-  uint64_t h = ((uint64_t)w->kind << 3 | (uint64_t)w->bwd << 2 | (uint64_t)w->grad0 << 1 | (uint64_t)w->grad1) *
-               0x9E3779B97F4A7C15ull;
-  if (w->sub >= 0) {
-    const psub *s = &p->subs[w->sub];
-    h = (h ^ (uint64_t)(uint32_t)s->op) * 0x100000001B3ull;
-    const opspace *sp = p->ops[s->op].space;
-    for (int i = 0; i < sp->nidims; i++) h = (h ^ (uint64_t)(s->range[i].hi - s->range[i].lo)) * 0x100000001B3ull;
-  }
-  uint64_t bits;
-  memcpy(&bits, &w->bytes, sizeof bits);
-  h = (h ^ bits ^ (uint64_t)(uint32_t)w->kernels << 17) * 0x100000001B3ull;
-  return h ^ (h >> 29);
+static uint64_t sizes_hash(const weft_plan *p, int sub) {
+  const psub *s = &p->subs[sub];
+  uint64_t h = mix64((uint64_t)(uint32_t)s->op + 1);
+  const opspace *sp = p->ops[s->op].space;
+  for (int i = 0; i < sp->nidims; i++) h = mix64(h ^ (uint64_t)(s->range[i].hi - s->range[i].lo));
+  return h;
 }
 
-static bool same_work(const weft_plan *p, const cwork *x, const cwork *y) {
-  if (x->kind != y->kind || x->bwd != y->bwd || x->grad0 != y->grad0 || x->grad1 != y->grad1 || x->bytes != y->bytes ||
-      x->kernels != y->kernels || (x->sub < 0) != (y->sub < 0))
-    return false;
-  return x->sub < 0 || same_sizes(p, x->sub, y->sub);
+static int find_class(cost_works *ws, const weft_plan *p, int sub);
+
+/* The class of sub-operator sub. Those of all are found at the first call,
+ * in the order the sub-operators lie in memory. */
+static int class_of(cost_works *ws, const weft_plan *p, int sub) {
+  if (ws->nsubs != p->nsubs) {
+    free(ws->cls);
+    ws->nsubs = p->nsubs;
+    ws->cls = malloc(sizeof(int) * (size_t)(ws->nsubs ? ws->nsubs : 1));
+    if (!ws->cls) weft_oom();
+    /* neighbours are often of one class (the parts of a split) */
+    for (int i = 0; i < ws->nsubs; i++)
+      ws->cls[i] = i > 0 && same_sizes(p, i - 1, i) ? ws->cls[i - 1] : find_class(ws, p, i);
+  }
+  return ws->cls[sub];
+}
+
+static int find_class(cost_works *ws, const weft_plan *p, int sub) {
+  if (2 * (ws->ncls + 1) > ws->ctcap) {
+    int ncap = ws->ctcap ? 2 * ws->ctcap : 1024;
+    free(ws->ctable);
+    ws->ctable = malloc(sizeof(int) * (size_t)ncap);
+    if (!ws->ctable) weft_oom();
+    for (int i = 0; i < ncap; i++) ws->ctable[i] = -1;
+    ws->ctcap = ncap;
+    for (int c = 0; c < ws->ncls; c++) {
+      int q = (int)(sizes_hash(p, ws->crep[c]) & (uint64_t)(ncap - 1));
+      while (ws->ctable[q] >= 0) q = (q + 1) & (ncap - 1);
+      ws->ctable[q] = c;
+    }
+  }
+  int q = (int)(sizes_hash(p, sub) & (uint64_t)(ws->ctcap - 1));
+  while (ws->ctable[q] >= 0 && !same_sizes(p, ws->crep[ws->ctable[q]], sub)) q = (q + 1) & (ws->ctcap - 1);
+  if (ws->ctable[q] < 0) {
+    if (ws->ncls == ws->ccap) {
+      ws->ccap = ws->ccap ? 2 * ws->ccap : 256;
+      ws->crep = realloc(ws->crep, sizeof(int) * (size_t)ws->ccap);
+      if (!ws->crep) weft_oom();
+    }
+    ws->crep[ws->ncls] = sub;
+    ws->ctable[q] = ws->ncls++;
+  }
+  return ws->ctable[q];
+}
+
+/* A work's class is in w->sub while it is looked up: the sub-operator
+ * that stands for the class goes in when it is added. */
+static uint64_t work_hash(const cwork *w) {
+  uint64_t bits;
+  memcpy(&bits, &w->bytes, sizeof bits);
+  uint64_t h = mix64(((uint64_t)w->kind << 3 | (uint64_t)w->bwd << 2 | (uint64_t)w->grad0 << 1 | (uint64_t)w->grad1) ^
+                     (uint64_t)(uint32_t)w->sub << 8 ^ (uint64_t)(uint32_t)w->kernels << 40);
+  return mix64(h ^ bits);
+}
+
+static bool same_work(const cwork *x, const cwork *y) {
+  return x->kind == y->kind && x->bwd == y->bwd && x->grad0 == y->grad0 && x->grad1 == y->grad1 &&
+         x->bytes == y->bytes && x->kernels == y->kernels && x->sub == y->sub;
 }
 
 cost_works *cost_works_new(void) {
@@ -397,6 +476,12 @@ void cost_works_free(cost_works *w) {
   if (!w) return;
   free(w->v);
   free(w->table);
+  free(w->cls);
+  free(w->crep);
+  free(w->ctable);
+  free(w->pat);
+  free(w->pwork);
+  free(w->ptable);
   free(w);
 }
 
@@ -405,8 +490,12 @@ cost_works *cost_works_keep(arena *a, cost_works *w) {
   k->n = k->cap = w->n;
   k->v = arena_alloc(a, sizeof(cwork) * (size_t)(w->n ? w->n : 1));
   if (w->n) memcpy(k->v, w->v, sizeof(cwork) * (size_t)w->n);
-  k->table = NULL;
-  k->tcap = 0;
+  k->table = k->cls = k->crep = k->ctable = k->pwork = k->ptable = NULL;
+  k->pat = NULL;
+  k->tcap = k->nsubs = k->ncls = k->ccap = k->ctcap = k->npat = k->patcap = k->ptcap = 0;
+  /* each work names the first sub-operator of its class */
+  for (int i = 0; i < k->n; i++)
+    if (k->v[i].sub >= 0) k->v[i].sub = w->crep[k->v[i].sub];
   cost_works_free(w);
   return k;
 }
@@ -415,16 +504,81 @@ int cost_works_count(const cost_works *w) { return w ? w->n : 0; }
 
 const cwork *cost_work_get(const cost_works *w, int id) { return &w->v[id]; }
 
-static int work_slot(const cost_works *ws, const weft_plan *p, const cwork *w) {
-  int q = (int)(work_hash(p, w) & (uint64_t)(ws->tcap - 1));
-  while (ws->table[q] >= 0 && !same_work(p, &ws->v[ws->table[q]], w)) q = (q + 1) & (ws->tcap - 1);
+static int work_slot(const cost_works *ws, const cwork *w) {
+  int q = (int)(work_hash(w) & (uint64_t)(ws->tcap - 1));
+  while (ws->table[q] >= 0 && !same_work(&ws->v[ws->table[q]], w)) q = (q + 1) & (ws->tcap - 1);
   return q;
 }
 
+/* The pattern of a compute; false when it has none (more than 63 arguments). */
+static bool pattern_of(cost_works *ws, const weft_program *pr, const lins *ins, wpattern *k) {
+  if (ins->kind != LI_COMPUTE || ins->nin > 64 || ins->nout > 64) return false;
+  memset(k, 0, sizeof *k);
+  k->cls = class_of(ws, pr->p, ins->sub);
+  k->dir_acc = (ins->dir == DIR_BACKWARD ? 2 : 0) | (ins->accumulate ? 1 : 0);
+  k->nin = ins->nin;
+  k->nout = ins->nout;
+  for (int i = 0; i < ins->nin; i++)
+    if (ins->in[i].buf >= 0) k->inmask |= 1ull << i;
+  for (int i = 0; i < ins->nout; i++) {
+    if (ins->out[i].buf < 0) continue;
+    int a = ins->out[i].arg;   /* -1: the result */
+    if (a >= 63) return false;
+    k->outargs |= 1ull << (a < 0 ? 63 : a);
+  }
+  return true;
+}
+
+static uint64_t pattern_hash(const wpattern *k) {
+  return mix64(mix64((uint64_t)(uint32_t)k->cls << 8 ^ (uint64_t)k->dir_acc ^ (uint64_t)(uint32_t)k->nin << 40 ^
+                     (uint64_t)(uint32_t)k->nout << 52) ^
+               mix64(k->inmask) ^ k->outargs);
+}
+
+static bool same_pattern(const wpattern *x, const wpattern *y) {
+  return x->cls == y->cls && x->dir_acc == y->dir_acc && x->nin == y->nin && x->nout == y->nout &&
+         x->inmask == y->inmask && x->outargs == y->outargs;
+}
+
+static int pattern_slot(const cost_works *ws, const wpattern *k) {
+  int q = (int)(pattern_hash(k) & (uint64_t)(ws->ptcap - 1));
+  while (ws->ptable[q] >= 0 && !same_pattern(&ws->pat[ws->ptable[q]], k)) q = (q + 1) & (ws->ptcap - 1);
+  return q;
+}
+
+static int intern_work(cost_works *ws, const weft_program *pr, const lins *ins);
+
 int cost_work_of(cost_works *ws, const weft_program *pr, const lins *ins) {
   if (ins->kind != LI_COMPUTE && ins->kind != LI_COPY && ins->kind != LI_STEP) return -1;
-  const weft_plan *p = pr->p;
+  wpattern k;
+  if (!pattern_of(ws, pr, ins, &k)) return intern_work(ws, pr, ins);
+  if (2 * (ws->npat + 1) > ws->ptcap) {
+    int ncap = ws->ptcap ? 2 * ws->ptcap : 1024;
+    free(ws->ptable);
+    ws->ptable = malloc(sizeof(int) * (size_t)ncap);
+    if (!ws->ptable) weft_oom();
+    for (int i = 0; i < ncap; i++) ws->ptable[i] = -1;
+    ws->ptcap = ncap;
+    for (int i = 0; i < ws->npat; i++) ws->ptable[pattern_slot(ws, &ws->pat[i])] = i;
+  }
+  int q = pattern_slot(ws, &k);
+  if (ws->ptable[q] >= 0) return ws->pwork[ws->ptable[q]];
+  if (ws->npat == ws->patcap) {
+    ws->patcap = ws->patcap ? 2 * ws->patcap : 256;
+    ws->pat = realloc(ws->pat, sizeof(wpattern) * (size_t)ws->patcap);
+    ws->pwork = realloc(ws->pwork, sizeof(int) * (size_t)ws->patcap);
+    if (!ws->pat || !ws->pwork) weft_oom();
+  }
+  ws->pat[ws->npat] = k;
+  ws->pwork[ws->npat] = intern_work(ws, pr, ins);
+  ws->ptable[q] = ws->npat++;
+  return ws->pwork[ws->npat - 1];
+}
+
+/* The work of ins, measured, among the works. */
+static int intern_work(cost_works *ws, const weft_program *pr, const lins *ins) {
   cwork w = work_from(pr, ins);
+  if (w.sub >= 0) w.sub = class_of(ws, pr->p, w.sub);
   if (2 * (ws->n + 1) > ws->tcap) {
     int ncap = ws->tcap ? 2 * ws->tcap : 1024;
     free(ws->table);
@@ -432,9 +586,9 @@ int cost_work_of(cost_works *ws, const weft_program *pr, const lins *ins) {
     if (!ws->table) weft_oom();
     for (int i = 0; i < ncap; i++) ws->table[i] = -1;
     ws->tcap = ncap;
-    for (int i = 0; i < ws->n; i++) ws->table[work_slot(ws, p, &ws->v[i])] = i;
+    for (int i = 0; i < ws->n; i++) ws->table[work_slot(ws, &ws->v[i])] = i;
   }
-  int q = work_slot(ws, p, &w);
+  int q = work_slot(ws, &w);
   if (ws->table[q] < 0) {
     if (ws->n == ws->cap) {
       ws->cap = ws->cap ? 2 * ws->cap : 256;

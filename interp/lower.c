@@ -152,8 +152,6 @@ typedef struct lstate {
   arena *ra;              /* where refs go: the program's arena, or without
                            * full programs refa, emptied for each device */
   arena refa;
-  lins *fbuf;             /* without full programs: a device's finished instructions */
-  int fcap;
   cost_works *works;      /* the works of computes, copies and steps (lop.work) */
   int **readers;          /* per tensor: ops reading it (-1 terminated) */
   int *sreg_off;          /* per sub: where the regions of its arguments start in sreg_v */
@@ -1251,7 +1249,10 @@ static tregion region_intern(lstate *L, const psub *s, const tmap *m) {
   }
   uint64_t h = 0xcbf29ce484222325ull;
   for (int i = 0; i < kn; i++) h = (h ^ (uint64_t)key[i]) * 0x100000001b3ull;
-  h ^= h >> 29;
+  /* the multiplications carry low bits up only: fold the high ones down */
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  h ^= h >> 33;
   if (2 * (ri->n + 1) > ri->scap) {
     int ncap = ri->scap ? 2 * ri->scap : 4096;
     int *ns = malloc(sizeof(int) * (size_t)ncap);
@@ -1672,7 +1673,7 @@ static void emit_comm(emitter *E, int ci, int epoch) {
   c->out[0] = out;
 }
 
-static void compact_program(lstate *L, lprog *pg, const lins *ins);
+static void lop_of(lstate *L, lprog *pg, const lins *in, lop *o);
 
 /* Last uses: free each non-persistent buffer after its last reference;
  * hoist persistent allocations to the start; measure the peak. */
@@ -1685,6 +1686,7 @@ static void finish_program(lstate *L, lprog *pg) {
   int *last0 = arena_alloc(&L->scratch, sizeof(int) * (size_t)(nb ? nb : 1));
 #define last(b) last0[(b) - pg->buf_lo]
   for (int b = pg->buf_lo; b < pg->buf_hi; b++) last(b) = -1;
+  int np = 0, room = 0;   /* the lops' pool: what it holds, room for buckets */
   for (int i = 0; i < n; i++) {
     const lins *in = &pg->ins[i];
     if (in->kind == LI_ALLOC) last(in->buf) = i;
@@ -1692,6 +1694,10 @@ static void finish_program(lstate *L, lprog *pg) {
       if (in->in[k].buf >= 0) last(in->in[k].buf) = i;
     for (int k = 0; k < in->nout; k++)
       if (in->out[k].buf >= 0) last(in->out[k].buf) = i;
+    if (in->nin + in->nout + in->nbucket > 0) np += 3 + in->nin + in->nout + in->nbucket;
+    /* a bucket of k all-reduces takes 3k + 2 more (pages never written
+     * cost nothing) */
+    if (in->kind == LI_COLLECTIVE && in->nin == 1 && in->nout == 1) room += 5;
   }
   int *nfree = arena_alloc(&L->scratch, sizeof(int) * (size_t)(n + 1));
   int extra = 0;
@@ -1699,32 +1705,31 @@ static void finish_program(lstate *L, lprog *pg) {
     if (pr->bufs[b].persistent) last(b) = -3;  /* never freed */
     else if (last(b) >= 0) { nfree[last(b)]++; extra++; }
   }
-  lins *out;
-  if (L->full) out = arena_alloc(L->a, sizeof(lins) * (size_t)(n + extra + 1));
-  else {
-    if (n + extra + 1 > L->fcap) {
-      free(L->fbuf);
-      L->fcap = n + extra + 1;
-      L->fbuf = malloc(sizeof(lins) * (size_t)L->fcap);
-      if (!L->fbuf) weft_oom();
-    }
-    out = L->fbuf;
-  }
+  /* the lops always; the full instructions when they are kept */
+  pg->ops = arena_alloc(L->a, sizeof(lop) * (size_t)(n + extra + 1));
+  pg->pool = arena_alloc(L->a, sizeof(int) * (size_t)(np + room + 1));
+  pg->npool = 0;
+  pg->pcap = np + room + 1;
+  lins *out = L->full ? arena_alloc(L->a, sizeof(lins) * (size_t)(n + extra + 1)) : NULL;
   int m = 0;
+#define put(x) (out ? (void)(out[m] = *(x)) : (void)0, lop_of(L, pg, (x), &pg->ops[m]), m++)
   for (int i = 0; i < n; i++)
-    if (pg->ins[i].kind == LI_ALLOC && pr->bufs[pg->ins[i].buf].persistent) out[m++] = pg->ins[i];
+    if (pg->ins[i].kind == LI_ALLOC && pr->bufs[pg->ins[i].buf].persistent) put(&pg->ins[i]);
   int64_t live = 0;
-  for (int i = 0; i < m; i++) live += pr->bufs[out[i].buf].bytes;
+  int64_t by_role[LB_ROLE_COUNT] = {0};
+  for (int i = 0; i < m; i++) {
+    const lbuf *b = &pr->bufs[pg->ops[i].id];
+    live += b->bytes;
+    by_role[b->role] += b->bytes;
+  }
   pg->persistent = live;
   pg->peak = live;
   pg->peak_at = m ? m - 1 : 0;
-  int64_t by_role[LB_ROLE_COUNT] = {0};
-  for (int i = 0; i < m; i++) by_role[pr->bufs[out[i].buf].role] += pr->bufs[out[i].buf].bytes;
   memcpy(pg->peak_by_role, by_role, sizeof by_role);
   for (int i = 0; i < n; i++) {
     const lins *in = &pg->ins[i];
     if (in->kind == LI_ALLOC && pr->bufs[in->buf].persistent) continue;
-    out[m++] = *in;
+    put(in);
     if (in->kind == LI_ALLOC) {
       live += pr->bufs[in->buf].bytes;
       by_role[pr->bufs[in->buf].role] += pr->bufs[in->buf].bytes;
@@ -1741,70 +1746,55 @@ static void finish_program(lstate *L, lprog *pg) {
         if (b < 0 || last(b) != i) continue;
         last(b) = -2;  /* freed once even when referenced twice */
         lins f = {.kind = LI_FREE, .buf = b, .sub = -1, .comm = -1, .peer = -1, .tensor = -1};
-        out[m++] = f;
+        put(&f);
         live -= pr->bufs[b].bytes;
         by_role[pr->bufs[b].role] -= pr->bufs[b].bytes;
         nfree[i]--;
       }
     }
   }
+#undef put
   pg->n = m;
-  compact_program(L, pg, out);
-  pg->ins = L->full ? out : NULL;
-  pg->cap = L->full ? n + extra + 1 : 0;
+  pg->ins = out;
+  pg->cap = out ? n + extra + 1 : 0;
   pr->instructions += m;
 }
 #undef last
 
-/* The lops of a finished program (lower.h), in the program's arena. */
-static void compact_program(lstate *L, lprog *pg, const lins *ins) {
+/* The lop of instruction in (lower.h), its buffers appended to pg's pool. */
+static void lop_of(lstate *L, lprog *pg, const lins *in, lop *o) {
   weft_program *pr = L->pr;
-  int n = pg->n, np = 0, room = 0;
-  for (int i = 0; i < n; i++) {
-    const lins *in = &ins[i];
-    if (in->nin + in->nout + in->nbucket > 0) np += 3 + in->nin + in->nout + in->nbucket;
-    /* a bucket of k all-reduces takes 3k + 2 more: room for any buckets
-     * (pages never written cost nothing) */
-    if (in->kind == LI_COLLECTIVE && in->nin == 1 && in->nout == 1) room += 5;
+  o->kind = in->kind;
+  o->dir = in->dir;
+  o->epoch = in->epoch;
+  o->flags = (uint8_t)((in->recompute ? LOP_RECOMPUTE : 0) | (in->accumulate ? LOP_ACCUMULATE : 0));
+  o->aux = -1;
+  switch (in->kind) {
+  case LI_ALLOC: case LI_FREE: o->id = in->buf; break;
+  case LI_COMPUTE: o->id = in->sub; o->aux = in->mb; break;
+  case LI_SEND: case LI_RECV: o->id = in->comm; o->aux = in->peer; break;
+  case LI_COLLECTIVE: o->id = in->comm; break;
+  case LI_STEP: o->id = in->tensor; break;
+  default: o->id = -1; break;
   }
-  pg->ops = arena_alloc(L->a, sizeof(lop) * (size_t)(n ? n : 1));
-  pg->pool = arena_alloc(L->a, sizeof(int) * (size_t)(np + room ? np + room : 1));
-  pg->npool = np;
-  pg->pcap = np + room;
-  int q = 0;
-  for (int i = 0; i < n; i++) {
-    const lins *in = &ins[i];
-    lop *o = &pg->ops[i];
-    o->kind = in->kind;
-    o->dir = in->dir;
-    o->epoch = in->epoch;
-    o->flags = (uint8_t)((in->recompute ? LOP_RECOMPUTE : 0) | (in->accumulate ? LOP_ACCUMULATE : 0));
-    o->aux = -1;
-    switch (in->kind) {
-    case LI_ALLOC: case LI_FREE: o->id = in->buf; break;
-    case LI_COMPUTE: o->id = in->sub; o->aux = in->mb; break;
-    case LI_SEND: case LI_RECV: o->id = in->comm; o->aux = in->peer; break;
-    case LI_COLLECTIVE: o->id = in->comm; break;
-    case LI_STEP: o->id = in->tensor; break;
-    default: o->id = -1; break;
-    }
-    if (in->kind == LI_COLLECTIVE && in->nout > 0 && in->out[0].buf >= 0 &&
-        tregion_equal(&pr->bufs[in->out[0].buf].region, &in->out[0].region))
-      o->flags |= LOP_WHOLE;
-    o->work = cost_work_of(L->works, pr, in);
-    o->refs = -1;
-    if (in->nin + in->nout + in->nbucket == 0) continue;
-    o->refs = q;
-    int *r = pg->pool + q;
-    r[0] = in->nin;
-    r[1] = in->nout;
-    r[2] = in->nbucket;
-    r += 3;
-    for (int k = 0; k < in->nin; k++) *r++ = in->in[k].buf;
-    for (int k = 0; k < in->nout; k++) *r++ = in->out[k].buf;
-    for (int k = 0; k < in->nbucket; k++) *r++ = in->bucket[k];
-    q = (int)(r - pg->pool);
-  }
+  /* (what buckets ask of an in-place all-reduce of a persistent buffer) */
+  if (in->kind == LI_COLLECTIVE && in->nin == 1 && in->nout == 1 && in->out[0].buf >= 0 &&
+      in->in[0].buf == in->out[0].buf && pr->bufs[in->out[0].buf].persistent &&
+      tregion_equal(&pr->bufs[in->out[0].buf].region, &in->out[0].region))
+    o->flags |= LOP_WHOLE;
+  o->work = cost_work_of(L->works, pr, in);
+  o->refs = -1;
+  if (in->nin + in->nout + in->nbucket == 0) return;
+  o->refs = pg->npool;
+  int *r = pg->pool + pg->npool;
+  r[0] = in->nin;
+  r[1] = in->nout;
+  r[2] = in->nbucket;
+  r += 3;
+  for (int k = 0; k < in->nin; k++) *r++ = in->in[k].buf;
+  for (int k = 0; k < in->nout; k++) *r++ = in->out[k].buf;
+  for (int k = 0; k < in->nbucket; k++) *r++ = in->bucket[k];
+  pg->npool = (int)(r - pg->pool);
 }
 
 static void emit_device(lstate *L, int d) {
@@ -2067,8 +2057,6 @@ static void lstate_free(lstate *L) {
   rintern_free(&L->regs);
   arena_free(&L->scratch);
   arena_free(&L->refa);
-  free(L->fbuf);
-  L->fbuf = NULL;
   cost_works_free(L->works);
   L->works = NULL;
 }

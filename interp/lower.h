@@ -90,7 +90,8 @@ typedef struct lop {
   uint8_t dir;            /* lins.dir */
   uint8_t epoch;          /* lins.epoch */
   uint8_t flags;          /* LOP_RECOMPUTE, LOP_ACCUMULATE; LOP_WHOLE: a
-                           * collective whose out[0] is its whole buffer */
+                           * collective in place on the whole of a
+                           * persistent buffer (its one in and out) */
   int id;                 /* what the kind names: LI_ALLOC, LI_FREE: buf;
                            * LI_COMPUTE: sub; LI_SEND, LI_RECV, LI_COLLECTIVE:
                            * comm; LI_STEP: tensor; else -1 */

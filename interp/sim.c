@@ -91,6 +91,9 @@ typedef struct sim {
   dstate *ds;             /* per simulated device */
   int *stamp;             /* scratch for deduplicating members */
   int stampv;
+  int *stack;             /* devices to walk on */
+  bool *queued;           /* on the stack */
+  int sp;
   kcost *wcost;           /* per work (lop.work): its cost, once computed */
   bool *wcosted;
   signed char *comm_stream; /* per comm: the stream its collective runs on */
@@ -237,6 +240,19 @@ static int sim_members(sim *S, const pcomm *cm, int *out) {
   return n;
 }
 
+/* Simulated device k may go on. */
+static void wake(sim *S, int k) {
+  if (k < 0 || S->queued[k]) return;
+  S->queued[k] = true;
+  S->stack[S->sp++] = k;
+}
+
+/* The simulated device of device d, -1 none. */
+static int sim_index(const sim *S, int d) {
+  int r = sim_rep(S->pr, d);
+  return r >= 0 && r < S->pr->nprogs ? S->out->index[r] : -1;
+}
+
 /* Runs the instruction at walk position ds->pc of simulated device k; false
  * when it must wait for another device. */
 static bool step_ins(sim *S, int k, const lprog *pg) {
@@ -315,6 +331,10 @@ static bool step_ins(sim *S, int k, const lprog *pg) {
     ss->sent = true;
     ss->start = start;
     ss->arrive = end;
+    if (p->comms[in->id].kind == COMM_BROADCAST)
+      for (int i = 0; i < cm->ngroup; i++) wake(S, sim_index(S, cm->group[i]));
+    else
+      wake(S, sim_index(S, in->aux));
     t0 = start;
     t1 = end;
     break;
@@ -374,6 +394,8 @@ static bool step_ins(sim *S, int k, const lprog *pg) {
       cs->start = start;
       cs->end = start + c.seconds;
       cs->done = true;
+      for (int i = 0; i < cs->expected; i++)
+        if (cs->members[i] != k) wake(S, cs->members[i]);
     }
     ds->parked = false;
     touch_all(S, ds, pc, pool, in, cs->start, cs->end);
@@ -580,19 +602,24 @@ weft_sim *sim_run_with(const weft_program *pr, const hw_model *hw, unsigned flag
   S.comm_cost = xcalloc((size_t)ncomms, sizeof(kcost));
   S.comm_costed = xcalloc((size_t)ncomms, sizeof(bool));
 
-  bool stuck = false;
-  for (bool progress = true; progress;) {
-    progress = false;
-    bool left = false;
-    for (int k = 0; k < n; k++) {
-      sim_dev *D = &out->dev[k];
-      const lprog *pg = sim_prog(pr, D->device);
-      while (S.ds[k].pc < D->n && step_ins(&S, k, pg)) { S.ds[k].pc++; progress = true; }
-      if (S.ds[k].pc < D->n) left = true;
-    }
-    if (!left) break;
-    if (!progress) stuck = true;
+  /* Devices are walked from a stack: one runs until it waits; the device
+   * that completes a collective or posts a send puts those it frees on the
+   * stack, so that a group walks on together (what it touches stays in
+   * the caches) rather than every device a few instructions at a time. */
+  S.stack = xcalloc((size_t)n, sizeof(int));
+  S.queued = xcalloc((size_t)n, sizeof(bool));
+  for (int k = n - 1; k >= 0; k--) { S.stack[S.sp++] = k; S.queued[k] = true; }
+  while (S.sp > 0) {
+    int k = S.stack[--S.sp];
+    S.queued[k] = false;
+    sim_dev *D = &out->dev[k];
+    const lprog *pg = sim_prog(pr, D->device);
+    while (S.ds[k].pc < D->n && step_ins(&S, k, pg)) S.ds[k].pc++;
   }
+  bool stuck = false;
+  for (int k = 0; k < n; k++) stuck |= S.ds[k].pc < out->dev[k].n;
+  free(S.stack);
+  free(S.queued);
   for (int k = 0; k < n; k++) {
     sim_dev *D = &out->dev[k];
     if (S.events) memory_timeline(&S, k);
