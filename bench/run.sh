@@ -5,12 +5,34 @@ WEFT=${1:-./weft}
 echo "weft benchmarks on $(uname -m), $(nproc) cores, $(date -u +%Y-%m-%d)"
 # seconds: wall clock; cpu: user + system seconds (weft runs on one core)
 printf '%-50s %8s %8s %12s\n' "case" "seconds" "cpu" "max RSS KiB"
+# weft is single-threaded: pinned to one core where taskset exists
+PIN=
+command -v taskset >/dev/null 2>&1 && taskset -c 0 true 2>/dev/null && PIN="taskset -c 0"
 run() {
   label=$1; shift
-  /usr/bin/time -f '%e %U %S %M' -o /tmp/weft-bench.time "$WEFT" "$@" >/dev/null 2>/tmp/weft-bench.err || {
+  $PIN /usr/bin/time -f '%e %U %S %M' -o /tmp/weft-bench.time "$WEFT" "$@" >/dev/null 2>/tmp/weft-bench.err || {
     echo "FAILED: $label"; cat /tmp/weft-bench.err; return 1; }
   read -r secs user sys rss </tmp/weft-bench.time
   printf '%-50s %8s %8s %12s\n' "$label" "$secs" "$(awk "BEGIN { printf \"%.2f\", $user + $sys }")" "$rss"
+}
+# A scale target: five runs (one machine's noise is not the program's),
+# then the least, the median and the most CPU seconds against the target.
+runs() {
+  label=$1; target=$2; shift 2
+  : >/tmp/weft-bench.runs
+  for i in 1 2 3 4 5; do
+    $PIN /usr/bin/time -f '%e %U %S %M' -o /tmp/weft-bench.time "$WEFT" "$@" >/dev/null 2>/tmp/weft-bench.err || {
+      echo "FAILED: $label"; cat /tmp/weft-bench.err; return 1; }
+    read -r secs user sys rss </tmp/weft-bench.time
+    awk "BEGIN { printf \"%.2f %s %s\\n\", $user + $sys, $secs, $rss }" >>/tmp/weft-bench.runs
+  done
+  sort -n /tmp/weft-bench.runs | awk -v label="$label" -v target="$target" '
+    { cpu[NR] = $1; wall[NR] = $2; if ($3 > rss) rss = $3 }
+    END {
+      printf "%-50s %8s %8s %12s\n", label, wall[3], cpu[3], rss
+      printf "  5 runs, cpu seconds: least %.2f, median %.2f, most %.2f; target under %s s: %s\n",
+             cpu[1], cpu[3], cpu[5], target, cpu[3] < target ? "met" : "NOT met"
+    }'
 }
 run "graph GPT-2 small (12 layers)" graph examples/gpt2.plan --json
 run "graph GPT-2 XL (48 layers)" graph examples/gpt2.plan --json --set layers=48 --set hidden=1600 --set heads=25
@@ -33,7 +55,7 @@ run "fmt stdlib" fmt stdlib/ops.plan stdlib/models.plan stdlib/clusters.plan
 G="check examples/gpt_megatron.plan --set hidden=12288 --set heads=96 --set seq=2048 --set vocab=51200 --set tp=8 --set pp=16 --set interleave=2 --set recompute=\"full\" --set micro_batch=1"
 run "plan: GPT-3 shape, 32 layers, 16 mb, 256 dev" $G --set layers=32 --set dp=2 --set nodes=32 --set global_batch=32
 run "plan: GPT-3 shape, 64 layers, 32 mb, 512 dev" $G --set layers=64 --set dp=4 --set nodes=64 --set global_batch=128
-run "plan: GPT-3 175B, 1024 A100, tp8 pp16 dp8, 64 mb" $G --set layers=96 --set dp=8 --set nodes=128 --set global_batch=512
+runs "plan: GPT-3 175B, 1024 A100, tp8 pp16 dp8, 64 mb" 5 $G --set layers=96 --set dp=8 --set nodes=128 --set global_batch=512
 # The estimate of the same plan, mixed precision (the scale target of
 # estimate: under 2 s on one core).
-run "estimate: GPT-3 175B, 1024 A100, 64 mb, bf16" $(echo "$G" | sed 's/^check/estimate/') --set layers=96 --set dp=8 --set nodes=128 --set global_batch=512 --set dtype=bf16
+runs "estimate: GPT-3 175B, 1024 A100, 64 mb, bf16" 2 $(echo "$G" | sed 's/^check/estimate/') --set layers=96 --set dp=8 --set nodes=128 --set global_batch=512 --set dtype=bf16

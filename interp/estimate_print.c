@@ -263,7 +263,7 @@ void estimate_print_trace(const weft_sim *s, FILE *out) {
     const lprog *pg = lower_prog(pr, D->device);
     for (int i = 0; i < D->n; i++) {
       if (D->stream[i] < 0) continue;
-      lins view = lower_view(pg, i);
+      lins view = lower_view(pr, pg, i);
       const lins *in = &view;
       int cat = category_of(p, in);
       if (cat < 0) continue;
@@ -369,7 +369,7 @@ void estimate_print_svg(const weft_sim *s, FILE *out) {
     svg_block lane[3] = {{-1, -1, 0, 0}, {-1, -1, 0, 0}, {-1, -1, 0, 0}};
     for (int i = 0; i < D->n; i++) {
       if (D->stream[i] < 0) continue;
-      lins view = lower_view(pg, i);
+      lins view = lower_view(pr, pg, i);
       const lins *in = &view;
       int cat = category_of(p, in);
       if (cat < 0) continue;

@@ -152,7 +152,7 @@ typedef struct lstate {
   arena *ra;              /* where refs go: the program's arena, or without
                            * full programs refa, emptied for each device */
   arena refa;
-  cost_works *works;      /* the works of computes, copies and steps (lop.work) */
+  cost_works *works;      /* the works of computes, copies and steps (lop.aux) */
   int **readers;          /* per tensor: ops reading it (-1 terminated) */
   int *sreg_off;          /* per sub: where the regions of its arguments start in sreg_v */
   tregion *sreg_v;        /* per sub, per argument (its inputs, then its result): its region */
@@ -987,6 +987,8 @@ typedef struct store {
   int kcap, kn;
   uint64_t lastkey;       /* the entry chain found last (lookups come in runs) */
   int lastq;              /* -1: none */
+  const dregion *lastdims; /* ... and the region and tensor it was for */
+  int lastt;
 } store;
 
 typedef struct emitter {
@@ -1016,12 +1018,19 @@ static int new_buf(emitter *E, int tensor, lbuf_role role, const tregion *r, boo
 static int *chain(emitter *E, int t, const tregion *r) {
   const weft_plan *p = E->L->p;
   store *st = &E->st;
+  /* regions are shared (sub_region, a buffer's): the same dims, the same
+   * slab, without reading them */
+  if (st->lastq >= 0 && r->dims == st->lastdims && t == st->lastt) return &st->slot[st->lastq];
   int d = p->fold.mbs ? p->fold.tdim[t] : -1;
   if (d < 0 || d >= r->ndims || r->dims[d].n == 0) return &st->head[t];
   int64_t lo = r->dims[d].iv[0].lo;
   int sh = E->L->tshift[t];    /* a step of 2^sh (often 1): no division */
   uint64_t key = ((uint64_t)(uint32_t)t << 32) | (uint64_t)(uint32_t)(sh >= 0 ? lo >> sh : lo / p->fold.tstep[t]);
-  if (st->lastq >= 0 && st->lastkey == key) return &st->slot[st->lastq];
+  if (st->lastq >= 0 && st->lastkey == key) {
+    st->lastdims = r->dims;
+    st->lastt = t;
+    return &st->slot[st->lastq];
+  }
   if (2 * (st->kn + 1) > st->kcap) {
     int ncap = st->kcap ? 2 * st->kcap : 1024;
     uint64_t *nk = malloc(sizeof(uint64_t) * (size_t)ncap);
@@ -1056,6 +1065,8 @@ static int *chain(emitter *E, int t, const tregion *r) {
   }
   st->lastkey = key;
   st->lastq = q;
+  st->lastdims = r->dims;
+  st->lastt = t;
   return &st->slot[q];
 }
 
@@ -1771,7 +1782,7 @@ static void lop_of(lstate *L, lprog *pg, const lins *in, lop *o) {
   o->aux = -1;
   switch (in->kind) {
   case LI_ALLOC: case LI_FREE: o->id = in->buf; break;
-  case LI_COMPUTE: o->id = in->sub; o->aux = in->mb; break;
+  case LI_COMPUTE: o->id = in->sub; break;
   case LI_SEND: case LI_RECV: o->id = in->comm; o->aux = in->peer; break;
   case LI_COLLECTIVE: o->id = in->comm; break;
   case LI_STEP: o->id = in->tensor; break;
@@ -1782,7 +1793,7 @@ static void lop_of(lstate *L, lprog *pg, const lins *in, lop *o) {
       in->in[0].buf == in->out[0].buf && pr->bufs[in->out[0].buf].persistent &&
       tregion_equal(&pr->bufs[in->out[0].buf].region, &in->out[0].region))
     o->flags |= LOP_WHOLE;
-  o->work = cost_work_of(L->works, pr, in);
+  if (in->kind == LI_COMPUTE || in->kind == LI_COPY || in->kind == LI_STEP) o->aux = cost_work_of(L->works, pr, in);
   o->refs = -1;
   if (in->nin + in->nout + in->nbucket == 0) return;
   o->refs = pg->npool;
@@ -1870,7 +1881,7 @@ static const char *block_at(lstate *L, int d, int i, weft_loc *cell) {
   const lprog *pg = &L->pr->progs[d];
   for (int k = i; k < pg->n; k++) {
     if (pg->ops[k].kind != LI_COMPUTE) continue;
-    lins view = lower_view(pg, k);
+    lins view = lower_view(L->pr, pg, k);
     const lins *in = &view;
     int st = L->stage_of[p->subs[in->sub].op];
     char kind = in->dir == DIR_FORWARD && !in->recompute ? 'f' : 'b';
@@ -1889,14 +1900,16 @@ static const char *block_at(lstate *L, int d, int i, weft_loc *cell) {
   return "";
 }
 
-lins lower_view(const lprog *pg, int i) {
+_Static_assert(sizeof(lop) == 16, "a lop is 16 bytes");
+
+lins lower_view(const weft_program *pr, const lprog *pg, int i) {
   const lop *o = &pg->ops[i];
   lins in = {.kind = o->kind, .dir = o->dir, .epoch = o->epoch, .recompute = (o->flags & LOP_RECOMPUTE) != 0,
              .accumulate = (o->flags & LOP_ACCUMULATE) != 0, .buf = -1, .sub = -1, .mb = 0, .comm = -1, .peer = -1,
              .tensor = -1};
   switch (o->kind) {
   case LI_ALLOC: case LI_FREE: in.buf = o->id; break;
-  case LI_COMPUTE: in.sub = o->id; in.mb = o->aux; break;
+  case LI_COMPUTE: in.sub = o->id; in.mb = pr->p->subs[o->id].microbatch; break;
   case LI_SEND: case LI_RECV: in.comm = o->id; in.peer = o->aux; break;
   case LI_COLLECTIVE: in.comm = o->id; break;
   case LI_STEP: in.tensor = o->id; break;
@@ -1977,7 +1990,7 @@ static bool simulate(lstate *L) {
     if (pc[d] >= pg->n) continue;
     ok = false;
     arena_reset(&L->scratch);
-    lins here = lower_view(pg, pc[d]), there;
+    lins here = lower_view(pr, pg, pc[d]), there;
     const lins *in = &here;
     /* what the device waits for, and what its peer does instead */
     int peer = -1;
@@ -1995,7 +2008,7 @@ static bool simulate(lstate *L) {
       }
     }
     if (peer >= 0 && pc[peer] < pr->progs[peer].n) {
-      there = lower_view(&pr->progs[peer], pc[peer]);
+      there = lower_view(pr, &pr->progs[peer], pc[peer]);
       other = &there;
     }
     weft_loc at = p->sched != SCHED_DEFAULT ? p->sched_loc : p->loc;

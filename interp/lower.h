@@ -82,7 +82,7 @@ enum { LINS_MAX_BUCKET = 65535 };
  * the simulation, the memory timeline and the estimate's pictures. Every
  * program has these, one per instruction and at the same index as ins;
  * the full instructions (ins, with their regions) are kept only for the
- * commands that print or run them (weft_ctx.full_programs). 24 bytes. */
+ * commands that print or run them (weft_ctx.full_programs). 16 bytes. */
 enum { LOP_RECOMPUTE = 1, LOP_ACCUMULATE = 2, LOP_WHOLE = 4 };
 
 typedef struct lop {
@@ -95,12 +95,13 @@ typedef struct lop {
   int id;                 /* what the kind names: LI_ALLOC, LI_FREE: buf;
                            * LI_COMPUTE: sub; LI_SEND, LI_RECV, LI_COLLECTIVE:
                            * comm; LI_STEP: tensor; else -1 */
-  int aux;                /* LI_COMPUTE: mb; LI_SEND, LI_RECV: peer; else -1 */
+  int aux;                /* LI_COMPUTE, LI_COPY, LI_STEP: its work, what it
+                           * computes and moves (cost.h, cost_work_of);
+                           * LI_SEND, LI_RECV: peer; else -1. (A compute's
+                           * micro-batch is its sub-operator's.) */
   int refs;               /* where its buffers are in the program's pool
                            * (lprog.pool, -1: none): nin, nout, nbucket,
                            * then the bufs of in, of out, and the bucket's comms */
-  int work;               /* LI_COMPUTE, LI_COPY, LI_STEP: what it computes
-                           * and moves (cost.h, cost_work_of); else -1 */
 } lop;
 
 /* The pieces of one lop's pool entry. */
@@ -159,7 +160,7 @@ static inline const lprog *lower_prog(const weft_program *pr, int d) {
 
 /* Instruction i of a program read back from its lop: every field but the
  * refs (in, out and bucket are NULL; nin, nout and nbucket are kept). */
-lins lower_view(const lprog *pg, int i);
+lins lower_view(const weft_program *pr, const lprog *pg, int i);
 
 struct weft_ctx;
 /* Orders every device's sub-operators by the plan's schedule, places the

@@ -94,7 +94,7 @@ typedef struct sim {
   int *stack;             /* devices to walk on */
   bool *queued;           /* on the stack */
   int sp;
-  kcost *wcost;           /* per work (lop.work): its cost, once computed */
+  kcost *wcost;           /* per work (lop.aux): its cost, once computed */
   bool *wcosted;
   signed char *comm_stream; /* per comm: the stream its collective runs on */
   kcost *comm_cost;       /* per comm: its cost for one member, once computed */
@@ -295,7 +295,7 @@ static bool step_ins(sim *S, int k, const lprog *pg) {
     return true;
   }
   case LI_COMPUTE: case LI_COPY: case LI_STEP: {
-    kcost c = work_cost(S, in->work);
+    kcost c = work_cost(S, in->aux);
     double ready = inputs_ready(S, pool, in, &cause);
     double free_at = ds->free_at[st];
     double start = ready > free_at ? ready : free_at;
@@ -729,7 +729,7 @@ void sim_estimate(const weft_sim *s, weft_estimate *e) {
 
 const char *sim_ins_what(const weft_program *pr, const lprog *pg, int i, char *buf, size_t n) {
   const weft_plan *p = pr->p;
-  lins view = lower_view(pg, i);
+  lins view = lower_view(pr, pg, i);
   const lins *in = &view;
   const weft_graph *g = p->g;
   switch (in->kind) {
