@@ -131,6 +131,8 @@ typedef struct lstate {
   weft_program *pr;
   arena *a;               /* the program's memory */
   arena scratch;
+  arena tmp;              /* what lowering alone needs (tasks, anchors): freed
+                           * before the simulation, which takes its memory */
   int nstages;
   int *stage_of;          /* per op: schedule stage */
   int *order;             /* ops in block order */
@@ -165,7 +167,7 @@ typedef struct lstate {
 
 static void task_add(lstate *L, int d, task_kind k, int sub) {
   tasklist *tl = &L->tasks[d];
-  arena_grow(L->a, (void **)&tl->t, &tl->cap, tl->n + 1, sizeof(task));
+  arena_grow(&L->tmp, (void **)&tl->t, &tl->cap, tl->n + 1, sizeof(task));
   int i = tl->n++;
   tl->t[i] = (task){k, sub};
   if (k == T_FWD) L->fpos[sub] = i;
@@ -772,7 +774,7 @@ static void make_tasks(lstate *L, blist *per_device) {
       }
       if (!reads) continue;
       if (!L->steppos[d]) {
-        L->steppos[d] = arena_alloc(L->a, sizeof(int) * (size_t)g->ntensors);
+        L->steppos[d] = arena_alloc(&L->tmp, sizeof(int) * (size_t)g->ntensors);
         for (int x = 0; x < g->ntensors; x++) L->steppos[d][x] = -1;
       }
       L->steppos[d][t] = L->tasks[d].n;
@@ -785,7 +787,7 @@ static void make_tasks(lstate *L, blist *per_device) {
 
 static void anchor_add(lstate *L, int d, int pos, int comm, int epoch) {
   anchors *an = &L->anch[d];
-  arena_grow(L->a, (void **)&an->a, &an->cap, an->n + 1, sizeof(anchor));
+  arena_grow(&L->tmp, (void **)&an->a, &an->cap, an->n + 1, sizeof(anchor));
   an->a[an->n++] = (anchor){pos, comm, epoch};
 }
 
@@ -2070,6 +2072,7 @@ static void lstate_free(lstate *L) {
   rintern_free(&L->regs);
   arena_free(&L->scratch);
   arena_free(&L->refa);
+  arena_free(&L->tmp);
   cost_works_free(L->works);
   L->works = NULL;
 }
@@ -2083,6 +2086,7 @@ weft_program *weft_lower_unchecked(weft_ctx *c, weft_plan *p) {
   lstate L = {.c = c, .p = p, .pr = pr, .a = A(c), .full = c->full_programs};
   arena_init(&L.scratch);
   arena_init(&L.refa);
+  arena_init(&L.tmp);
   L.ra = L.full ? L.a : &L.refa;
   L.works = cost_works_new();
   int before = c->diags.errors;
@@ -2155,9 +2159,9 @@ weft_program *weft_lower_unchecked(weft_ctx *c, weft_plan *p) {
   if (!block_order(&L)) goto fail;
   blist *per_device;
   if (!schedule_blocks(&L, &per_device)) goto fail;
-  L.tasks = arena_alloc(L.a, sizeof(tasklist) * (size_t)p->ndevices);
-  L.anch = arena_alloc(L.a, sizeof(anchors) * (size_t)p->ndevices);
-  L.steppos = arena_alloc(L.a, sizeof(int *) * (size_t)p->ndevices);
+  L.tasks = arena_alloc(&L.tmp, sizeof(tasklist) * (size_t)p->ndevices);
+  L.anch = arena_alloc(&L.tmp, sizeof(anchors) * (size_t)p->ndevices);
+  L.steppos = arena_alloc(&L.tmp, sizeof(int *) * (size_t)p->ndevices);
   L.fpos = malloc(sizeof(int) * (size_t)(p->nsubs ? p->nsubs : 1));
   L.bpos = malloc(sizeof(int) * (size_t)(p->nsubs ? p->nsubs : 1));
   L.rpos = malloc(sizeof(int) * (size_t)(p->nsubs ? p->nsubs : 1));
@@ -2211,6 +2215,7 @@ weft_program *weft_lower_unchecked(weft_ctx *c, weft_plan *p) {
   pr->works = cost_works_keep(L.a, L.works);
   L.works = NULL;
   prof_mark("lower: emit");
+  prof_note("%" PRId64 " instructions, %d buffers, %d works", pr->instructions, pr->nbufs, cost_works_count(pr->works));
   if (L.failed) goto fail;
   lower_buckets(L.a, pr);
   prof_mark("lower: buckets");

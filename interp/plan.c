@@ -1176,6 +1176,7 @@ weft_plan *weft_build_plan(weft_ctx *c, value plan, weft_loc use) {
   }
   plan_unfold(A(c), p, keep);
   prof_mark("unfold");
+  prof_note("%d sub-operators and %d communications kept, of %d devices", p->nsubs, p->ncomms, p->ndevices);
   return p;
 }
 

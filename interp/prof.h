@@ -6,5 +6,7 @@
 #define WEFT_PROF_H
 
 void prof_mark(const char *phase);
+/* A line of figures under the last phase (printf format). */
+void prof_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #endif
