@@ -1,8 +1,9 @@
 /* test_sim.c - unit tests of the cost model and the simulator: matrix
  * product efficiency, collective costs against their alpha-beta formulas,
  * the 1F1B bubble against (p - 1) / (m + p - 1), overlap of gradient
- * reduction with the backward, and activation memory per transformer layer
- * against Korthikanti et al. 2022. */
+ * reduction with the backward, the compact form of programs against the
+ * full one, and activation memory per transformer layer against
+ * Korthikanti et al. 2022. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -273,6 +274,118 @@ static void test_buckets(void **state) {
   assert_true(fused < apart - 10 * 50e-6);
 }
 
+/* ---- the two forms of a program ------------------------------------------------ */
+
+/* A plan with every kind of instruction the analyses read: tensor and
+ * pipeline parallelism with interleaving, full recomputation, data
+ * parallelism with buckets, optimizer steps. */
+static const char *const mixed =
+    "use std\n"
+    "model g = gpt(layers = 4, hidden = 64, heads = 4, seq = 32, vocab = 128, batch = 16, dtype = bf16)\n"
+    "plan p for g on a100_dgx(nodes = 1) {\n"
+    "  megatron(layers = 4, tp = 2, pp = 2, dp = 2, micro_batches = 4, recompute = \"full\", interleave = 2)\n"
+    "  buckets 16 KiB\n"
+    "}\n";
+
+/* Parts of one operator on one device, read whole: a copy. */
+static const char *const pieces =
+    "use std\n"
+    "model mlp(batch = 8, dim = 16, hidden = 32) {\n"
+    "  input x : f32[batch, dim]\n"
+    "  input y : f32[batch, dim]\n"
+    "  param w1 : f32[dim, hidden]\n"
+    "  param w2 : f32[hidden, dim]\n"
+    "  h = matmul(x, w1)\n"
+    "  a = gelu(h)\n"
+    "  o = matmul(a, w2)\n"
+    "  loss = mse(o, y)\n"
+    "  train sgd(lr = 0.01)\n"
+    "}\n"
+    "plan p for mlp on cpus(2) {\n"
+    "  mesh m = devices[0..1] as [one = 1]\n"
+    "  split h on hidden into 2 as part\n"
+    "  assign all -> m[0]\n"
+    "}\n";
+
+static void same_cost(kcost a, kcost b) {
+  assert_true(a.flops == b.flops);
+  assert_true(a.bytes == b.bytes);
+  assert_true(a.seconds == b.seconds);
+  assert_int_equal(a.kernels, b.kernels);
+}
+
+/* Every lop says what its full instruction says, and its work costs what
+ * the instruction costs; a lowering without full programs has the same
+ * lops. */
+static void check_forms(weft_ctx *full_c, weft_program *full, weft_ctx *lean_c, weft_program *lean, int *kinds) {
+  hw_model hw = gpu();
+  assert_int_equal(full->nprogs, lean->nprogs);
+  assert_int_equal(cost_works_count(full->works), cost_works_count(lean->works));
+  for (int d = 0; d < full->nprogs; d++) {
+    const lprog *pg = &full->progs[d], *lg = &lean->progs[d];
+    assert_int_equal(pg->n, lg->n);
+    assert_null(lg->ins);
+    if (pg->n) assert_non_null(pg->ins);
+    for (int i = 0; i < pg->n; i++) {
+      const lins *in = &pg->ins[i];
+      const lop *o = &pg->ops[i];
+      kinds[in->kind]++;
+      if (in->nbucket) kinds[LI_KIND_COUNT]++;
+      lins v = lower_view(full, pg, i);
+      assert_int_equal(v.kind, in->kind);
+      assert_int_equal(v.dir, in->dir);
+      assert_int_equal(v.epoch, in->epoch);
+      assert_int_equal(v.recompute, in->recompute);
+      assert_int_equal(v.accumulate, in->accumulate);
+      assert_int_equal(v.nin, in->nin);
+      assert_int_equal(v.nout, in->nout);
+      assert_int_equal(v.nbucket, in->nbucket);
+      switch (in->kind) {
+      case LI_ALLOC: case LI_FREE: assert_int_equal(v.buf, in->buf); break;
+      case LI_COMPUTE: assert_int_equal(v.sub, in->sub); assert_int_equal(v.mb, in->mb); break;
+      case LI_SEND: case LI_RECV: assert_int_equal(v.comm, in->comm); assert_int_equal(v.peer, in->peer); break;
+      case LI_COLLECTIVE: assert_int_equal(v.comm, in->comm); break;
+      case LI_STEP: assert_int_equal(v.tensor, in->tensor); break;
+      default: break;
+      }
+      const int *b = in->nin + in->nout ? lop_bufs(pg->pool, o) : NULL;
+      for (int k = 0; k < in->nin; k++) assert_int_equal(b[k], in->in[k].buf);
+      for (int k = 0; k < in->nout; k++) assert_int_equal(b[in->nin + k], in->out[k].buf);
+      for (int k = 0; k < in->nbucket; k++) assert_int_equal(lop_bucket(pg->pool, o)[k], in->bucket[k]);
+      if (in->kind == LI_COMPUTE || in->kind == LI_COPY || in->kind == LI_STEP)
+        same_cost(cost_work(&hw, full, cost_work_get(full->works, o->aux)), cost_compute(&hw, full, in));
+      /* the lean lowering: the same lop, the same buffers */
+      const lop *q = &lg->ops[i];
+      assert_int_equal(q->kind, o->kind);
+      assert_int_equal(q->id, o->id);
+      assert_int_equal(q->aux, o->aux);
+      assert_int_equal(q->flags, o->flags);
+      assert_int_equal(lop_nin(lg->pool, q) + lop_nout(lg->pool, q), in->nin + in->nout);
+      for (int k = 0; k < in->nin + in->nout; k++) assert_int_equal(lop_bufs(lg->pool, q)[k], b[k]);
+    }
+  }
+  (void)full_c, (void)lean_c;
+}
+
+static void test_program_forms(void **state) {
+  (void)state;
+  int kinds[LI_KIND_COUNT + 1] = {0};   /* and buckets */
+  const char *texts[] = {mixed, pieces};
+  for (int t = 0; t < 2; t++) {
+    weft_ctx *fc = weft_new(), *lc = weft_new();
+    fc->full_programs = true;
+    weft_plan *fp = build(fc, texts[t], "p"), *lp = build(lc, texts[t], "p");
+    check_forms(fc, lower(fc, fp), lc, lower(lc, lp), kinds);
+    weft_free(fc);
+    weft_free(lc);
+  }
+  printf("instructions compared: %d alloc, %d free, %d compute, %d send, %d recv, %d collective (%d buckets), %d step, "
+         "%d copy\n",
+         kinds[LI_ALLOC], kinds[LI_FREE], kinds[LI_COMPUTE], kinds[LI_SEND], kinds[LI_RECV], kinds[LI_COLLECTIVE],
+         kinds[LI_KIND_COUNT], kinds[LI_STEP], kinds[LI_COPY]);
+  for (int k = 0; k <= LI_KIND_COUNT; k++) assert_true(kinds[k] > 0);
+}
+
 /* ---- activation memory per layer: Korthikanti et al. 2022 ---------------------- */
 
 /* Bytes of activations live on device 0 when its first backward starts,
@@ -369,6 +482,7 @@ int main(void) {
       cmocka_unit_test(test_bubble),
       cmocka_unit_test(test_overlap),
       cmocka_unit_test(test_buckets),
+      cmocka_unit_test(test_program_forms),
       cmocka_unit_test(test_korthikanti),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
