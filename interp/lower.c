@@ -2215,7 +2215,13 @@ weft_program *weft_lower_unchecked(weft_ctx *c, weft_plan *p) {
   pr->works = cost_works_keep(L.a, L.works);
   L.works = NULL;
   prof_mark("lower: emit");
-  prof_note("%" PRId64 " instructions, %d buffers, %d works", pr->instructions, pr->nbufs, cost_works_count(pr->works));
+  {
+    int64_t pool = 0;
+    for (int d = 0; d < p->ndevices; d++) pool += pr->progs[d].npool;
+    prof_note("%" PRId64 " instructions (%.1f MB of lops, %.1f MB of pool), %d buffers (%.1f MB), %d works",
+              pr->instructions, (double)pr->instructions * (double)sizeof(lop) / 1e6, (double)pool * 4 / 1e6, pr->nbufs,
+              (double)pr->nbufs * (double)sizeof(lbuf) / 1e6, cost_works_count(pr->works));
+  }
   if (L.failed) goto fail;
   lower_buckets(L.a, pr);
   prof_mark("lower: buckets");
