@@ -59,6 +59,7 @@ void plan_unfold(arena *a, weft_plan *p, const bool *keep) {
     nrange += (int64_t)kept * (nmb - 1) * pp->space->nidims;
   }
   psub *subs = arena_alloc(a, sizeof(psub) * (size_t)(n ? n : 1));
+  int *twin = p->fold.nmb ? arena_alloc(a, sizeof(int) * (size_t)(n ? n : 1)) : NULL;
   int *coords = arena_alloc(a, sizeof(int) * (size_t)(ncoord ? ncoord : 1));
   irange *ranges = arena_alloc(a, sizeof(irange) * (size_t)(nrange ? nrange : 1));
   int ns = 0;
@@ -97,6 +98,8 @@ void plan_unfold(arena *a, weft_plan *p, const bool *keep) {
             s->range[ti].hi += p->fold.step[op] * mb;
           }
           if (tl >= 0) s->microbatch = mb;
+          /* micro-batch 0 of this folded sub came just before (or is this) */
+          if (twin) twin[ns] = mb ? at[(size_t)fi * (size_t)nmb] : ns;
           at[(size_t)fi * (size_t)nmb + (size_t)mb] = ns++;
         }
     pp->first = first;
@@ -131,6 +134,7 @@ void plan_unfold(arena *a, weft_plan *p, const bool *keep) {
   }
   p->subs = subs;
   p->nsubs = p->scap = ns;
+  p->fold.twin = twin;
   p->comms = comms;
   p->ncomms = p->ccap = nc;
   p->fold.nmb = 0;

@@ -1328,6 +1328,60 @@ static void rintern_free(rintern *ri) {
  * order sub-operators lie in memory: anchoring, and the forward,
  * recomputation and backward of a sub-operator, read the same regions.
  * They live with the program, so that buffers and refs share them. */
+/* Regions shifted by micro-batches, each made once: (region, shift) ->
+ * region. Shifting an interned region shares the copies as interning
+ * would: parts that read one region at micro-batch 0 read one at every. */
+typedef struct skey {
+  const dregion *dims;    /* NULL: an empty entry */
+  int mb;
+} skey;
+
+typedef struct shifted {
+  skey *key;
+  tregion *v;
+  int n, cap;             /* open addressing; cap a power of 2 */
+} shifted;
+
+static tregion shift_region(lstate *L, shifted *sh, int t, const tregion *r0, int mb) {
+  const weft_plan *p = L->p;
+  int d = p->fold.mbs ? p->fold.tdim[t] : -1;
+  if (mb == 0 || d < 0 || d >= r0->ndims) return *r0;
+  if (2 * (sh->n + 1) > sh->cap) {
+    int ncap = sh->cap ? 2 * sh->cap : 4096;
+    skey *nk = calloc((size_t)ncap, sizeof(skey));
+    tregion *nv = malloc(sizeof(tregion) * (size_t)ncap);
+    if (!nk || !nv) weft_oom();
+    for (int i = 0; i < sh->cap; i++) {
+      if (!sh->key[i].dims) continue;
+      uint64_t h = ((uint64_t)(uintptr_t)sh->key[i].dims ^ (uint64_t)sh->key[i].mb << 48) * 0x9E3779B97F4A7C15ull;
+      int q = (int)(h >> 40) & (ncap - 1);
+      while (nk[q].dims) q = (q + 1) & (ncap - 1);
+      nk[q] = sh->key[i];
+      nv[q] = sh->v[i];
+    }
+    free(sh->key);
+    free(sh->v);
+    sh->key = nk;
+    sh->v = nv;
+    sh->cap = ncap;
+  }
+  uint64_t h = ((uint64_t)(uintptr_t)r0->dims ^ (uint64_t)mb << 48) * 0x9E3779B97F4A7C15ull;
+  int q = (int)(h >> 40) & (sh->cap - 1);
+  for (; sh->key[q].dims; q = (q + 1) & (sh->cap - 1))
+    if (sh->key[q].dims == r0->dims && sh->key[q].mb == mb) return sh->v[q];
+  tregion x = tregion_copy(L->a, r0);
+  int64_t off = p->fold.tstep[t] * mb;
+  for (int i = 0; i < x.dims[d].n; i++) {
+    x.dims[d].iv[i].lo += off;
+    x.dims[d].iv[i].hi += off;
+  }
+  sh->key[q].dims = r0->dims;
+  sh->key[q].mb = mb;
+  sh->v[q] = x;
+  sh->n++;
+  return x;
+}
+
 static void sub_regions(lstate *L) {
   const weft_plan *p = L->p;
   L->sreg_off = malloc(sizeof(int) * (size_t)(p->nsubs + 1));
@@ -1341,13 +1395,27 @@ static void sub_regions(lstate *L) {
   L->sreg_off[p->nsubs] = (int)n;
   L->sreg_v = malloc(sizeof(tregion) * (size_t)(n ? n : 1));
   if (!L->sreg_v) weft_oom();
+  shifted sh = {0};
   for (int i = 0; i < p->nsubs; i++) {
     const psub *s = &p->subs[i];
     const opspace *sp = p->ops[s->op].space;
     tregion *r = &L->sreg_v[L->sreg_off[i]];
+    int tw = p->fold.twin ? p->fold.twin[i] : i;
+    if (tw != i) {
+      /* a folded plan's later micro-batch: its twin's regions, those of
+       * tensors that move with micro-batches shifted */
+      const tregion *r0 = &L->sreg_v[L->sreg_off[tw]];
+      for (int k = 0; k <= sp->ninputs; k++) {
+        int t = k < sp->ninputs ? sp->inputs[k].tensor : sp->output.tensor;
+        r[k] = shift_region(L, &sh, t, &r0[k], s->microbatch - p->subs[tw].microbatch);
+      }
+      continue;
+    }
     for (int k = 0; k < sp->ninputs; k++) r[k] = region_intern(L, s, &sp->inputs[k]);
     r[sp->ninputs] = region_intern(L, s, &sp->output);
   }
+  free(sh.key);
+  free(sh.v);
 }
 
 /* The region of argument k of sub-operator sub (k = its inputs: the result). */

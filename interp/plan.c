@@ -807,7 +807,7 @@ static void fold_setup(weft_ctx *c, pstate *ps) {
       int op = ps->assigns[a].ops[k];
       if (names_axis(ps->assigns[a].expr, p->ops[op].splits[tlevel[op]].axis)) return;
     }
-  p->fold = (pfold){nmb, nmb, tlevel, step, tdim, tstep};
+  p->fold = (pfold){nmb, nmb, tlevel, step, tdim, tstep, NULL};
 }
 
 /* ---- replicas ------------------------------------------------------------------ */

@@ -219,6 +219,9 @@ typedef struct pfold {
   int64_t *step;          /* per op: offset of the time idim per micro-batch */
   int *tdim;              /* per tensor: the dimension that moves, -1 none */
   int64_t *tstep;         /* per tensor: its flat offset per micro-batch */
+  int *twin;              /* after plan_unfold: per sub-operator, the same one
+                           * at micro-batch 0 (itself there); NULL when the
+                           * plan was not folded */
 } pfold;
 
 typedef struct weft_plan {
