@@ -1851,7 +1851,10 @@ static void lop_of(lstate *L, lprog *pg, const lins *in, lop *o) {
   o->flags = (uint8_t)((in->recompute ? LOP_RECOMPUTE : 0) | (in->accumulate ? LOP_ACCUMULATE : 0));
   o->aux = -1;
   switch (in->kind) {
-  case LI_ALLOC: case LI_FREE: o->id = in->buf; break;
+  case LI_ALLOC: case LI_FREE:
+    o->id = in->buf;
+    if (pr->bufs[in->buf].persistent) o->flags |= LOP_PERSISTENT;
+    break;
   case LI_COMPUTE: o->id = in->sub; break;
   case LI_SEND: case LI_RECV: o->id = in->comm; o->aux = in->peer; break;
   case LI_COLLECTIVE: o->id = in->comm; break;

@@ -83,7 +83,7 @@ enum { LINS_MAX_BUCKET = 65535 };
  * program has these, one per instruction and at the same index as ins;
  * the full instructions (ins, with their regions) are kept only for the
  * commands that print or run them (weft_ctx.full_programs). 16 bytes. */
-enum { LOP_RECOMPUTE = 1, LOP_ACCUMULATE = 2, LOP_WHOLE = 4 };
+enum { LOP_RECOMPUTE = 1, LOP_ACCUMULATE = 2, LOP_WHOLE = 4, LOP_PERSISTENT = 8 };
 
 typedef struct lop {
   uint8_t kind;           /* lins_kind */
@@ -91,7 +91,9 @@ typedef struct lop {
   uint8_t epoch;          /* lins.epoch */
   uint8_t flags;          /* LOP_RECOMPUTE, LOP_ACCUMULATE; LOP_WHOLE: a
                            * collective in place on the whole of a
-                           * persistent buffer (its one in and out) */
+                           * persistent buffer (its one in and out);
+                           * LOP_PERSISTENT: an alloc or free of a
+                           * persistent buffer */
   int id;                 /* what the kind names: LI_ALLOC, LI_FREE: buf;
                            * LI_COMPUTE: sub; LI_SEND, LI_RECV, LI_COLLECTIVE:
                            * comm; LI_STEP: tensor; else -1 */

@@ -97,6 +97,7 @@ typedef struct sim {
   kcost *wcost;           /* per work (lop.aux): its cost, once computed */
   bool *wcosted;
   signed char *comm_stream; /* per comm: the stream its collective runs on */
+  bool *bcast;            /* per comm: a broadcast */
   kcost *comm_cost;       /* per comm: its cost for one member, once computed */
   bool *comm_costed;
 } sim;
@@ -265,7 +266,7 @@ static bool step_ins(sim *S, int k, const lprog *pg) {
   /* a broadcast runs as sends from its root and receives elsewhere: the
    * root does not wait for the others */
   lop bc;
-  if (in->kind == LI_COLLECTIVE && p->comms[in->id].kind == COMM_BROADCAST) {
+  if (in->kind == LI_COLLECTIVE && S->bcast[in->id]) {
     bc = *in;
     bool root = p->comms[in->id].src == D->device;
     bc.kind = root ? LI_SEND : LI_RECV;
@@ -281,7 +282,7 @@ static bool step_ins(sim *S, int k, const lprog *pg) {
     bs->ready = 0;
     bs->writer = -1;
     bs->last_use = 0;
-    if (S->pr->bufs[in->id].persistent) mem_push(S, ds, 0, in->id, pc);
+    if (in->flags & LOP_PERSISTENT) mem_push(S, ds, 0, in->id, pc);
     else bs->pending = true;
     if (D->start) { D->start[pc] = D->end[pc] = ds->clock; D->stream[pc] = (signed char)st; }
     return true;
@@ -598,7 +599,11 @@ weft_sim *sim_run_with(const weft_program *pr, const hw_model *hw, unsigned flag
   S.wcost = xcalloc((size_t)nworks, sizeof(kcost));
   S.wcosted = xcalloc((size_t)nworks, sizeof(bool));
   S.comm_stream = xcalloc((size_t)ncomms, 1);
-  for (int i = 0; i < ncomms; i++) S.comm_stream[i] = (signed char)coll_stream(pr->p->comms[i].phase);
+  S.bcast = xcalloc((size_t)ncomms, sizeof(bool));
+  for (int i = 0; i < ncomms; i++) {
+    S.comm_stream[i] = (signed char)coll_stream(pr->p->comms[i].phase);
+    S.bcast[i] = pr->p->comms[i].kind == COMM_BROADCAST;
+  }
   S.comm_cost = xcalloc((size_t)ncomms, sizeof(kcost));
   S.comm_costed = xcalloc((size_t)ncomms, sizeof(bool));
 
@@ -642,7 +647,7 @@ weft_sim *sim_run_with(const weft_program *pr, const hw_model *hw, unsigned flag
   for (int k = 0; k < n; k++) { free(S.ds[k].grad.v); free(S.ds[k].mev); free(S.ds[k].tail); }
   free(S.ds);
   free(S.bufs); free(S.colls); free(S.sends); free(S.stamp);
-  free(S.wcost); free(S.wcosted); free(S.comm_stream); free(S.comm_cost); free(S.comm_costed);
+  free(S.wcost); free(S.wcosted); free(S.comm_stream); free(S.bcast); free(S.comm_cost); free(S.comm_costed);
   if (stuck) {
     sim_free(out);
     return NULL;
