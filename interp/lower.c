@@ -158,6 +158,8 @@ typedef struct lstate {
   int **readers;          /* per tensor: ops reading it (-1 terminated) */
   int *sreg_off;          /* per sub: where the regions of its arguments start in sreg_v */
   tregion *sreg_v;        /* per sub, per argument (its inputs, then its result): its region */
+  int *sreg_slab;         /* ... and its slab (slab_of) */
+  size_t nsreg;
   bool *value_split;      /* per op: split along a reduction (applies_arg has work) */
   int *tshift;            /* per tensor that moves with micro-batches: log2 of its step, -1 not a power of 2 */
   struct store *st;       /* the emitter's store, kept from device to device (emit_device) */
@@ -987,6 +989,11 @@ typedef struct store {
   int *slot;              /* list head per key; INT32_MIN marks an empty entry */
   int *used;              /* the entries in use, to empty them for the next device */
   int kcap, kn;
+  int *grid;              /* when (micro-batches x tensors) is not too many:
+                           * the list heads at [slab * ntensors + tensor],
+                           * INT32_MIN where never used; else the table below */
+  int *gused;             /* the entries of grid in use */
+  int gn;
   uint64_t lastkey;       /* the entry chain found last (lookups come in runs) */
   int lastq;              /* -1: none */
   const dregion *lastdims; /* ... and the region and tensor it was for */
@@ -1016,18 +1023,43 @@ static int new_buf(emitter *E, int tensor, lbuf_role role, const tregion *r, boo
   return pr->nbufs++;
 }
 
+/* The micro-batch slab of region r of tensor t, -1 for a tensor that does
+ * not move with micro-batches: the held buffers of (t, slab) are listed
+ * together. */
+static int slab_of(const lstate *L, int t, const tregion *r) {
+  const weft_plan *p = L->p;
+  int d = p->fold.mbs ? p->fold.tdim[t] : -1;
+  if (d < 0 || d >= r->ndims || r->dims[d].n == 0) return -1;
+  int64_t lo = r->dims[d].iv[0].lo;
+  int sh = L->tshift[t];    /* a step of 2^sh (often 1): no division */
+  return (int)(sh >= 0 ? lo >> sh : lo / p->fold.tstep[t]);
+}
+
 /* The head of the list of held buffers of tensor t that may hold r. */
 static int *chain(emitter *E, int t, const tregion *r) {
-  const weft_plan *p = E->L->p;
+  lstate *L = E->L;
   store *st = &E->st;
-  /* regions are shared (sub_region, a buffer's): the same dims, the same
-   * slab, without reading them */
-  if (st->lastq >= 0 && r->dims == st->lastdims && t == st->lastt) return &st->slot[st->lastq];
-  int d = p->fold.mbs ? p->fold.tdim[t] : -1;
-  if (d < 0 || d >= r->ndims || r->dims[d].n == 0) return &st->head[t];
-  int64_t lo = r->dims[d].iv[0].lo;
-  int sh = E->L->tshift[t];    /* a step of 2^sh (often 1): no division */
-  uint64_t key = ((uint64_t)(uint32_t)t << 32) | (uint64_t)(uint32_t)(sh >= 0 ? lo >> sh : lo / p->fold.tstep[t]);
+  int slab;
+  size_t at = (size_t)((uintptr_t)r - (uintptr_t)L->sreg_v) / sizeof(tregion);
+  if ((uintptr_t)r >= (uintptr_t)L->sreg_v && at < L->nsreg && &L->sreg_v[at] == r) {
+    /* a sub-operator's region: its slab was found with it (sub_regions) */
+    slab = L->sreg_slab[at];
+  } else {
+    /* regions are shared (a sub-operator's, a buffer's): the same dims,
+     * the same slab, without reading them */
+    if (st->lastq >= 0 && r->dims == st->lastdims && t == st->lastt) return &st->slot[st->lastq];
+    slab = slab_of(L, t, r);
+  }
+  if (slab < 0) return &st->head[t];
+  if (st->grid && slab < L->p->fold.mbs) {
+    int64_t i = (int64_t)slab * L->p->g->ntensors + t;
+    if (st->grid[i] == INT32_MIN) {
+      st->grid[i] = -1;
+      st->gused[st->gn++] = (int)i;
+    }
+    return &st->grid[i];
+  }
+  uint64_t key = ((uint64_t)(uint32_t)t << 32) | (uint64_t)(uint32_t)slab;
   if (st->lastq >= 0 && st->lastkey == key) {
     st->lastdims = r->dims;
     st->lastt = t;
@@ -1416,6 +1448,15 @@ static void sub_regions(lstate *L) {
   }
   free(sh.key);
   free(sh.v);
+  L->nsreg = (size_t)n;
+  L->sreg_slab = malloc(sizeof(int) * (size_t)(n ? n : 1));
+  if (!L->sreg_slab) weft_oom();
+  for (int i = 0; i < p->nsubs; i++) {
+    const opspace *sp = p->ops[p->subs[i].op].space;
+    int o = L->sreg_off[i];
+    for (int k = 0; k <= sp->ninputs; k++)
+      L->sreg_slab[o + k] = slab_of(L, k < sp->ninputs ? sp->inputs[k].tensor : sp->output.tensor, &L->sreg_v[o + k]);
+  }
 }
 
 /* The region of argument k of sub-operator sub (k = its inputs: the result). */
@@ -1895,6 +1936,15 @@ static void emit_device(lstate *L, int d) {
   E.st.n = 0;
   for (int u = 0; u < E.st.kn; u++) E.st.slot[E.st.used[u]] = INT32_MIN;
   E.st.kn = 0;
+  int64_t ngrid = (int64_t)p->fold.mbs * p->g->ntensors;
+  if (!E.st.grid && ngrid > 0 && ngrid <= (1 << 24)) {
+    E.st.grid = malloc(sizeof(int) * (size_t)ngrid);
+    E.st.gused = malloc(sizeof(int) * (size_t)ngrid);
+    if (!E.st.grid || !E.st.gused) weft_oom();
+    for (int64_t i = 0; i < ngrid; i++) E.st.grid[i] = INT32_MIN;
+  }
+  for (int u = 0; u < E.st.gn; u++) E.st.grid[E.st.gused[u]] = INT32_MIN;
+  E.st.gn = 0;
   E.st.lastq = -1;
   E.st.head = arena_alloc(&L->scratch, sizeof(int) * (size_t)(p->g->ntensors ? p->g->ntensors : 1));
   for (int t = 0; t < p->g->ntensors; t++) E.st.head[t] = -1;
@@ -1915,6 +1965,8 @@ static void emit_device(lstate *L, int d) {
 }
 
 static void store_free(store *st) {
+  free(st->grid);
+  free(st->gused);
   free(st->h);
   free(st->key);
   free(st->slot);
@@ -2140,6 +2192,7 @@ static void lstate_free(lstate *L) {
   free(L->rpos);
   free(L->sreg_off);
   free(L->sreg_v);
+  free(L->sreg_slab);
   rintern_free(&L->regs);
   arena_free(&L->scratch);
   arena_free(&L->refa);
@@ -2238,7 +2291,6 @@ weft_program *weft_lower_unchecked(weft_ctx *c, weft_plan *p) {
   L.rpos = malloc(sizeof(int) * (size_t)(p->nsubs ? p->nsubs : 1));
   if (!L.fpos || !L.bpos || !L.rpos) weft_oom();
   for (int s = 0; s < p->nsubs; s++) L.fpos[s] = L.bpos[s] = L.rpos[s] = -1;
-  sub_regions(&L);
   L.tshift = arena_alloc(L.a, sizeof(int) * (size_t)(g->ntensors ? g->ntensors : 1));
   for (int t = 0; t < g->ntensors; t++) {
     int64_t st = p->fold.mbs ? p->fold.tstep[t] : 0;
@@ -2246,6 +2298,7 @@ weft_program *weft_lower_unchecked(weft_ctx *c, weft_plan *p) {
     for (int b = 0; b < 62 && st > 0; b++)
       if (st == (int64_t)1 << b) L.tshift[t] = b;
   }
+  sub_regions(&L);
   L.value_split = arena_alloc(L.a, (size_t)(g->nops ? g->nops : 1));
   for (int op = 0; op < g->nops; op++)
     for (int i = 0; i < p->ops[op].nsplits; i++) L.value_split[op] |= p->ops[op].splits[i].kind == SPLIT_VALUE;
