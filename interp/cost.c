@@ -357,27 +357,79 @@ typedef struct wpattern {
   uint64_t outargs;       /* what it writes: the gradients of arguments (bit k), its result (bit 63) */
 } wpattern;
 
+/* An index over the entries 0..n-1 of some array: open addressing by
+ * each entry's hash, the hashes kept for growing. */
+typedef struct itab {
+  int *slot;              /* per position: an entry, -1 empty */
+  uint64_t *hash;         /* per entry */
+  int cap, n, hcap;       /* positions (a power of 2), entries */
+} itab;
+
+/* The position of the entry with hash h that same(ctx, entry) accepts, or
+ * of the empty slot where it goes (itab_add). */
+static int itab_find(itab *t, uint64_t h, bool (*same)(const void *ctx, int e), const void *ctx) {
+  if (2 * (t->n + 1) > t->cap) {
+    int ncap = t->cap ? 2 * t->cap : 1024;
+    free(t->slot);
+    t->slot = malloc(sizeof(int) * (size_t)ncap);
+    if (!t->slot) weft_oom();
+    for (int i = 0; i < ncap; i++) t->slot[i] = -1;
+    t->cap = ncap;
+    for (int e = 0; e < t->n; e++) {
+      int q = (int)(t->hash[e] & (uint64_t)(ncap - 1));
+      while (t->slot[q] >= 0) q = (q + 1) & (ncap - 1);
+      t->slot[q] = e;
+    }
+  }
+  int q = (int)(h & (uint64_t)(t->cap - 1));
+  while (t->slot[q] >= 0 && !(t->hash[t->slot[q]] == h && same(ctx, t->slot[q]))) q = (q + 1) & (t->cap - 1);
+  return q;
+}
+
+/* Entry n (the next) at position q, found empty by itab_find. */
+static int itab_add(itab *t, int q, uint64_t h) {
+  if (t->n == t->hcap) {
+    t->hcap = t->hcap ? 2 * t->hcap : 256;
+    t->hash = realloc(t->hash, sizeof(uint64_t) * (size_t)t->hcap);
+    if (!t->hash) weft_oom();
+  }
+  t->hash[t->n] = h;
+  t->slot[q] = t->n;
+  return t->n++;
+}
+
+static void itab_free(itab *t) {
+  free(t->slot);
+  free(t->hash);
+}
+
+/* An array grown to hold n + 1 elements. */
+static void *grow(void *v, int *cap, int n, size_t elem) {
+  if (n < *cap) return v;
+  *cap = *cap ? 2 * *cap : 256;
+  v = realloc(v, elem * (size_t)*cap);
+  if (!v) weft_oom();
+  return v;
+}
+
 struct cost_works {
   cwork *v;
   int n, cap;
-  int *table;             /* open addressing over v, -1 empty */
-  int tcap;
+  itab works;
   /* classes of sub-operators: those of one operator with equal sizes */
-  int *cls;               /* per sub, -1 not yet known */
+  int *cls;               /* per sub */
   int nsubs;
   int *crep;              /* per class: its first sub */
   int ncls, ccap;
-  int *ctable;            /* open addressing over classes, -1 empty */
-  int ctcap;
+  itab classes;
   /* the works of computes by pattern: class, direction, accumulation and
    * which arguments are read and written; the regions, and so the bytes,
    * follow from the class (docs/program.md), so an instruction whose
    * pattern is known is not measured again */
   wpattern *pat;
   int *pwork;             /* per pattern: its work */
-  int npat, patcap;
-  int *ptable;            /* open addressing over patterns, -1 empty */
-  int ptcap;
+  int npat, patcap, pwcap;
+  itab patterns;
 };
 
 static uint64_t mix64(uint64_t h) {
@@ -406,7 +458,26 @@ static uint64_t sizes_hash(const weft_plan *p, int sub) {
   return h;
 }
 
-static int find_class(cost_works *ws, const weft_plan *p, int sub);
+typedef struct class_key {
+  const cost_works *ws;
+  const weft_plan *p;
+  int sub;
+} class_key;
+
+static bool same_class(const void *ctx, int c) {
+  const class_key *k = ctx;
+  return same_sizes(k->p, k->ws->crep[c], k->sub);
+}
+
+static int find_class(cost_works *ws, const weft_plan *p, int sub) {
+  uint64_t h = sizes_hash(p, sub);
+  class_key k = {ws, p, sub};
+  int q = itab_find(&ws->classes, h, same_class, &k);
+  if (ws->classes.slot[q] >= 0) return ws->classes.slot[q];
+  ws->crep = grow(ws->crep, &ws->ccap, ws->ncls, sizeof(int));
+  ws->crep[ws->ncls++] = sub;
+  return itab_add(&ws->classes, q, h);
+}
 
 /* The class of sub-operator sub. Those of all are found at the first call,
  * in the order the sub-operators lie in memory. */
@@ -423,36 +494,8 @@ static int class_of(cost_works *ws, const weft_plan *p, int sub) {
   return ws->cls[sub];
 }
 
-static int find_class(cost_works *ws, const weft_plan *p, int sub) {
-  if (2 * (ws->ncls + 1) > ws->ctcap) {
-    int ncap = ws->ctcap ? 2 * ws->ctcap : 1024;
-    free(ws->ctable);
-    ws->ctable = malloc(sizeof(int) * (size_t)ncap);
-    if (!ws->ctable) weft_oom();
-    for (int i = 0; i < ncap; i++) ws->ctable[i] = -1;
-    ws->ctcap = ncap;
-    for (int c = 0; c < ws->ncls; c++) {
-      int q = (int)(sizes_hash(p, ws->crep[c]) & (uint64_t)(ncap - 1));
-      while (ws->ctable[q] >= 0) q = (q + 1) & (ncap - 1);
-      ws->ctable[q] = c;
-    }
-  }
-  int q = (int)(sizes_hash(p, sub) & (uint64_t)(ws->ctcap - 1));
-  while (ws->ctable[q] >= 0 && !same_sizes(p, ws->crep[ws->ctable[q]], sub)) q = (q + 1) & (ws->ctcap - 1);
-  if (ws->ctable[q] < 0) {
-    if (ws->ncls == ws->ccap) {
-      ws->ccap = ws->ccap ? 2 * ws->ccap : 256;
-      ws->crep = realloc(ws->crep, sizeof(int) * (size_t)ws->ccap);
-      if (!ws->crep) weft_oom();
-    }
-    ws->crep[ws->ncls] = sub;
-    ws->ctable[q] = ws->ncls++;
-  }
-  return ws->ctable[q];
-}
-
 /* A work's class is in w->sub while it is looked up: the sub-operator
- * that stands for the class goes in when it is added. */
+ * that stands for the class goes in when the works are kept. */
 static uint64_t work_hash(const cwork *w) {
   uint64_t bits;
   memcpy(&bits, &w->bytes, sizeof bits);
@@ -461,7 +504,14 @@ static uint64_t work_hash(const cwork *w) {
   return mix64(h ^ bits);
 }
 
-static bool same_work(const cwork *x, const cwork *y) {
+typedef struct work_key {
+  const cost_works *ws;
+  const cwork *w;
+} work_key;
+
+static bool same_work(const void *ctx, int e) {
+  const work_key *k = ctx;
+  const cwork *x = &k->ws->v[e], *y = k->w;
   return x->kind == y->kind && x->bwd == y->bwd && x->grad0 == y->grad0 && x->grad1 == y->grad1 &&
          x->bytes == y->bytes && x->kernels == y->kernels && x->sub == y->sub;
 }
@@ -475,24 +525,22 @@ cost_works *cost_works_new(void) {
 void cost_works_free(cost_works *w) {
   if (!w) return;
   free(w->v);
-  free(w->table);
+  itab_free(&w->works);
   free(w->cls);
   free(w->crep);
-  free(w->ctable);
+  itab_free(&w->classes);
   free(w->pat);
   free(w->pwork);
-  free(w->ptable);
+  itab_free(&w->patterns);
   free(w);
 }
 
 cost_works *cost_works_keep(arena *a, cost_works *w) {
   cost_works *k = arena_alloc(a, sizeof *k);
+  memset(k, 0, sizeof *k);
   k->n = k->cap = w->n;
   k->v = arena_alloc(a, sizeof(cwork) * (size_t)(w->n ? w->n : 1));
   if (w->n) memcpy(k->v, w->v, sizeof(cwork) * (size_t)w->n);
-  k->table = k->cls = k->crep = k->ctable = k->pwork = k->ptable = NULL;
-  k->pat = NULL;
-  k->tcap = k->nsubs = k->ncls = k->ccap = k->ctcap = k->npat = k->patcap = k->ptcap = 0;
   /* each work names the first sub-operator of its class */
   for (int i = 0; i < k->n; i++)
     if (k->v[i].sub >= 0) k->v[i].sub = w->crep[k->v[i].sub];
@@ -503,12 +551,6 @@ cost_works *cost_works_keep(arena *a, cost_works *w) {
 int cost_works_count(const cost_works *w) { return w ? w->n : 0; }
 
 const cwork *cost_work_get(const cost_works *w, int id) { return &w->v[id]; }
-
-static int work_slot(const cost_works *ws, const cwork *w) {
-  int q = (int)(work_hash(w) & (uint64_t)(ws->tcap - 1));
-  while (ws->table[q] >= 0 && !same_work(&ws->v[ws->table[q]], w)) q = (q + 1) & (ws->tcap - 1);
-  return q;
-}
 
 /* The pattern of a compute; false when it has none (more than 63 arguments). */
 static bool pattern_of(cost_works *ws, const weft_program *pr, const lins *ins, wpattern *k) {
@@ -535,70 +577,47 @@ static uint64_t pattern_hash(const wpattern *k) {
                mix64(k->inmask) ^ k->outargs);
 }
 
-static bool same_pattern(const wpattern *x, const wpattern *y) {
+typedef struct pattern_key {
+  const cost_works *ws;
+  const wpattern *k;
+} pattern_key;
+
+static bool same_pattern(const void *ctx, int e) {
+  const pattern_key *pk = ctx;
+  const wpattern *x = &pk->ws->pat[e], *y = pk->k;
   return x->cls == y->cls && x->dir_acc == y->dir_acc && x->nin == y->nin && x->nout == y->nout &&
          x->inmask == y->inmask && x->outargs == y->outargs;
-}
-
-static int pattern_slot(const cost_works *ws, const wpattern *k) {
-  int q = (int)(pattern_hash(k) & (uint64_t)(ws->ptcap - 1));
-  while (ws->ptable[q] >= 0 && !same_pattern(&ws->pat[ws->ptable[q]], k)) q = (q + 1) & (ws->ptcap - 1);
-  return q;
-}
-
-static int intern_work(cost_works *ws, const weft_program *pr, const lins *ins);
-
-int cost_work_of(cost_works *ws, const weft_program *pr, const lins *ins) {
-  if (ins->kind != LI_COMPUTE && ins->kind != LI_COPY && ins->kind != LI_STEP) return -1;
-  wpattern k;
-  if (!pattern_of(ws, pr, ins, &k)) return intern_work(ws, pr, ins);
-  if (2 * (ws->npat + 1) > ws->ptcap) {
-    int ncap = ws->ptcap ? 2 * ws->ptcap : 1024;
-    free(ws->ptable);
-    ws->ptable = malloc(sizeof(int) * (size_t)ncap);
-    if (!ws->ptable) weft_oom();
-    for (int i = 0; i < ncap; i++) ws->ptable[i] = -1;
-    ws->ptcap = ncap;
-    for (int i = 0; i < ws->npat; i++) ws->ptable[pattern_slot(ws, &ws->pat[i])] = i;
-  }
-  int q = pattern_slot(ws, &k);
-  if (ws->ptable[q] >= 0) return ws->pwork[ws->ptable[q]];
-  if (ws->npat == ws->patcap) {
-    ws->patcap = ws->patcap ? 2 * ws->patcap : 256;
-    ws->pat = realloc(ws->pat, sizeof(wpattern) * (size_t)ws->patcap);
-    ws->pwork = realloc(ws->pwork, sizeof(int) * (size_t)ws->patcap);
-    if (!ws->pat || !ws->pwork) weft_oom();
-  }
-  ws->pat[ws->npat] = k;
-  ws->pwork[ws->npat] = intern_work(ws, pr, ins);
-  ws->ptable[q] = ws->npat++;
-  return ws->pwork[ws->npat - 1];
 }
 
 /* The work of ins, measured, among the works. */
 static int intern_work(cost_works *ws, const weft_program *pr, const lins *ins) {
   cwork w = work_from(pr, ins);
   if (w.sub >= 0) w.sub = class_of(ws, pr->p, w.sub);
-  if (2 * (ws->n + 1) > ws->tcap) {
-    int ncap = ws->tcap ? 2 * ws->tcap : 1024;
-    free(ws->table);
-    ws->table = malloc(sizeof(int) * (size_t)ncap);
-    if (!ws->table) weft_oom();
-    for (int i = 0; i < ncap; i++) ws->table[i] = -1;
-    ws->tcap = ncap;
-    for (int i = 0; i < ws->n; i++) ws->table[work_slot(ws, &ws->v[i])] = i;
-  }
-  int q = work_slot(ws, &w);
-  if (ws->table[q] < 0) {
-    if (ws->n == ws->cap) {
-      ws->cap = ws->cap ? 2 * ws->cap : 256;
-      ws->v = realloc(ws->v, sizeof(cwork) * (size_t)ws->cap);
-      if (!ws->v) weft_oom();
-    }
-    ws->v[ws->n] = w;
-    ws->table[q] = ws->n++;
-  }
-  return ws->table[q];
+  uint64_t h = work_hash(&w);
+  work_key k = {ws, &w};
+  int q = itab_find(&ws->works, h, same_work, &k);
+  if (ws->works.slot[q] >= 0) return ws->works.slot[q];
+  ws->v = grow(ws->v, &ws->cap, ws->n, sizeof(cwork));
+  ws->v[ws->n++] = w;
+  return itab_add(&ws->works, q, h);
+}
+
+int cost_work_of(cost_works *ws, const weft_program *pr, const lins *ins) {
+  if (ins->kind != LI_COMPUTE && ins->kind != LI_COPY && ins->kind != LI_STEP) return -1;
+  wpattern k;
+  if (!pattern_of(ws, pr, ins, &k)) return intern_work(ws, pr, ins);
+  uint64_t h = pattern_hash(&k);
+  pattern_key pk = {ws, &k};
+  int q = itab_find(&ws->patterns, h, same_pattern, &pk);
+  if (ws->patterns.slot[q] >= 0) return ws->pwork[ws->patterns.slot[q]];
+  int work = intern_work(ws, pr, ins);
+  /* (intern_work touched other tables only: q is still the empty slot) */
+  ws->pat = grow(ws->pat, &ws->patcap, ws->npat, sizeof(wpattern));
+  ws->pwork = grow(ws->pwork, &ws->pwcap, ws->npat, sizeof(int));
+  ws->pat[ws->npat] = k;
+  ws->pwork[ws->npat++] = work;
+  itab_add(&ws->patterns, q, h);
+  return work;
 }
 
 kcost cost_work(const hw_model *hw, const weft_program *pr, const cwork *w) {
