@@ -33,7 +33,10 @@ static void rewrite(arena *a, const weft_program *pr, lprog *pg, const int *seq,
                     const int *fstart, int nf) {
   /* the pool grows by one entry per bucket */
   int extra = 0;
-  for (int f = 0; f < nf; f++) extra += 3 + 3 * (fstart[f + 1] - fstart[f]) - 1;
+  for (int f = 0; f < nf; f++) {
+    int k = fstart[f + 1] - fstart[f];
+    extra += lop_entry_size(k, k, k - 1);
+  }
   int *pool = pg->pool;
   if (pg->npool + extra > pg->pcap) {
     pool = arena_alloc(a, sizeof(int) * (size_t)(pg->npool + extra));
@@ -56,16 +59,14 @@ static void rewrite(arena *a, const weft_program *pr, lprog *pg, const int *seq,
     lop o = pg->ops[mem[k - 1]];
     o.id = pg->ops[mem[0]].id;
     o.refs = np;
-    int *r = pool + np;
-    r[0] = r[1] = k;
-    r[2] = k - 1;
+    int *r = lop_put_head(pool + np, k, k, k - 1);
     for (int q = 0; q < k; q++) {
       const int *b = lop_bufs(pool, &pg->ops[mem[q]]);
-      r[3 + q] = b[0];
-      r[3 + k + q] = b[1];
-      if (q) r[3 + 2 * k + q - 1] = pg->ops[mem[q]].id;
+      r[q] = b[0];
+      r[k + q] = b[1];
+      if (q) r[2 * k + q - 1] = pg->ops[mem[q]].id;
     }
-    np += 3 + 3 * k - 1;
+    np += lop_entry_size(k, k, k - 1);
     ops[j] = o;
     if (!ins) continue;
     lins b = pg->ins[mem[k - 1]];

@@ -1816,8 +1816,8 @@ static void finish_program(lstate *L, lprog *pg) {
       if (in->in[k].buf >= 0) last(in->in[k].buf) = i;
     for (int k = 0; k < in->nout; k++)
       if (in->out[k].buf >= 0) last(in->out[k].buf) = i;
-    if (in->nin + in->nout + in->nbucket > 0) np += 3 + in->nin + in->nout + in->nbucket;
-    /* a bucket of k all-reduces takes 3k + 2 more (pages never written
+    if (in->nin + in->nout + in->nbucket > 0) np += lop_entry_size(in->nin, in->nout, in->nbucket);
+    /* a bucket of k all-reduces takes 3k + 3 more (pages never written
      * cost nothing) */
     if (in->kind == LI_COLLECTIVE && in->nin == 1 && in->nout == 1) room += 5;
   }
@@ -1911,11 +1911,7 @@ static void lop_of(lstate *L, lprog *pg, const lins *in, lop *o) {
   o->refs = -1;
   if (in->nin + in->nout + in->nbucket == 0) return;
   o->refs = pg->npool;
-  int *r = pg->pool + pg->npool;
-  r[0] = in->nin;
-  r[1] = in->nout;
-  r[2] = in->nbucket;
-  r += 3;
+  int *r = lop_put_head(pg->pool + pg->npool, in->nin, in->nout, in->nbucket);
   for (int k = 0; k < in->nin; k++) *r++ = in->in[k].buf;
   for (int k = 0; k < in->nout; k++) *r++ = in->out[k].buf;
   for (int k = 0; k < in->nbucket; k++) *r++ = in->bucket[k];

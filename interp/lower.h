@@ -101,19 +101,50 @@ typedef struct lop {
                            * computes and moves (cost.h, cost_work_of);
                            * LI_SEND, LI_RECV: peer; else -1. (A compute's
                            * micro-batch is its sub-operator's.) */
-  int refs;               /* where its buffers are in the program's pool
-                           * (lprog.pool, -1: none): nin, nout, nbucket,
-                           * then the bufs of in, of out, and the bucket's comms */
+  int refs;               /* where its entry is in the program's pool
+                           * (lprog.pool, -1: none): its buffers and the
+                           * bucket's comms (below) */
 } lop;
 
-/* The pieces of one lop's pool entry. */
-static inline int lop_nin(const int *pool, const lop *o) { return o->refs < 0 ? 0 : pool[o->refs]; }
-static inline int lop_nout(const int *pool, const lop *o) { return o->refs < 0 ? 0 : pool[o->refs + 1]; }
-static inline int lop_nbucket(const int *pool, const lop *o) { return o->refs < 0 ? 0 : pool[o->refs + 2]; }
-/* in bufs, then out bufs (-1: an argument not applied) */
-static inline const int *lop_bufs(const int *pool, const lop *o) { return pool + o->refs + 3; }
+/* A lop's pool entry: a head, then the bufs of in and of out (-1: an
+ * argument not applied), then a bucket's comms. The head is one int,
+ * nin | nout << 15, when both are under 2^15 and there is no bucket;
+ * else -1, then nin, nout and nbucket. */
+enum { LOP_SHORT = 1 << 15 };
+static inline int lop_nin(const int *pool, const lop *o) {
+  if (o->refs < 0) return 0;
+  int h = pool[o->refs];
+  return h >= 0 ? h & (LOP_SHORT - 1) : pool[o->refs + 1];
+}
+static inline int lop_nout(const int *pool, const lop *o) {
+  if (o->refs < 0) return 0;
+  int h = pool[o->refs];
+  return h >= 0 ? h >> 15 : pool[o->refs + 2];
+}
+static inline int lop_nbucket(const int *pool, const lop *o) {
+  return o->refs < 0 || pool[o->refs] >= 0 ? 0 : pool[o->refs + 3];
+}
+static inline const int *lop_bufs(const int *pool, const lop *o) {
+  return pool + o->refs + (pool[o->refs] >= 0 ? 1 : 4);
+}
 static inline const int *lop_bucket(const int *pool, const lop *o) {
-  return pool + o->refs + 3 + pool[o->refs] + pool[o->refs + 1];
+  return lop_bufs(pool, o) + lop_nin(pool, o) + lop_nout(pool, o);
+}
+/* The ints of an entry. */
+static inline int lop_entry_size(int nin, int nout, int nbucket) {
+  return (nbucket == 0 && nin < LOP_SHORT && nout < LOP_SHORT ? 1 : 4) + nin + nout + nbucket;
+}
+/* Writes an entry's head at r; returns where its bufs go. */
+static inline int *lop_put_head(int *r, int nin, int nout, int nbucket) {
+  if (nbucket == 0 && nin < LOP_SHORT && nout < LOP_SHORT) {
+    r[0] = nin | nout << 15;
+    return r + 1;
+  }
+  r[0] = -1;
+  r[1] = nin;
+  r[2] = nout;
+  r[3] = nbucket;
+  return r + 4;
 }
 
 typedef struct lprog {
