@@ -798,22 +798,44 @@ static int64_t grad_key(const popplan *pp, const psub *s, const tmap *m) {
  * the region it read. Two operators reading it (a tied embedding, a
  * residual) give two parts of the sum, so the operator is part of the key.
  * False when nothing reads t. */
-static bool grad_contributions(arena *s, const weft_plan *p, int t, pieces *out, region_index *ix) {
+/* The reads of each tensor: (operator, input) pairs in operator order. */
+typedef struct treads {
+  int *start;             /* per tensor: its reads are [start[t], start[t + 1]) */
+  int *op, *input;
+} treads;
+
+static void treads_make(arena *a, const weft_plan *p, treads *rd) {
   const weft_graph *g = p->g;
+  rd->start = arena_alloc(a, sizeof(int) * (size_t)(g->ntensors + 1));
+  int n = 0;
+  for (int op = 0; op < g->nops; op++)
+    for (int k = 0; k < p->ops[op].space->ninputs; k++) rd->start[p->ops[op].space->inputs[k].tensor + 1]++, n++;
+  for (int t = 0; t < g->ntensors; t++) rd->start[t + 1] += rd->start[t];
+  rd->op = arena_alloc(a, sizeof(int) * (size_t)(n ? n : 1));
+  rd->input = arena_alloc(a, sizeof(int) * (size_t)(n ? n : 1));
+  int *fill = arena_alloc(a, sizeof(int) * (size_t)(g->ntensors ? g->ntensors : 1));
+  for (int op = 0; op < g->nops; op++)
+    for (int k = 0; k < p->ops[op].space->ninputs; k++) {
+      int t = p->ops[op].space->inputs[k].tensor;
+      int at = rd->start[t] + fill[t]++;
+      rd->op[at] = op;
+      rd->input[at] = k;
+    }
+}
+
+static bool grad_contributions(arena *s, const weft_plan *p, const treads *rd, int t, pieces *out, region_index *ix) {
   memset(out, 0, sizeof *out);
-  for (int op = 0; op < g->nops; op++) {
+  for (int r = rd->start[t]; r < rd->start[t + 1]; r++) {
+    int op = rd->op[r];
     const popplan *pp = &p->ops[op];
-    for (int k = 0; k < pp->space->ninputs; k++) {
-      const tmap *m = &pp->space->inputs[k];
-      if (m->tensor != t) continue;
-      for (int i = 0; i < pp->count; i++) {
-        const psub *sb = &p->subs[pp->first + i];
-        if (!contributes(pp, sb, m)) continue;
-        int64_t key = ((int64_t)op << 32) | (grad_key(pp, sb, m) + 1);
-        piece pc = {.device = sb->device, .partial = key, .sub = pp->first + i};
-        tregion_of(s, p, sb, m, &pc.region);
-        pieces_add(s, out, pc);
-      }
+    const tmap *m = &pp->space->inputs[rd->input[r]];
+    for (int i = 0; i < pp->count; i++) {
+      const psub *sb = &p->subs[pp->first + i];
+      if (!contributes(pp, sb, m)) continue;
+      int64_t key = ((int64_t)op << 32) | (grad_key(pp, sb, m) + 1);
+      piece pc = {.device = sb->device, .partial = key, .sub = pp->first + i};
+      tregion_of(s, p, sb, m, &pc.region);
+      pieces_add(s, out, pc);
     }
   }
   if (out->n == 0) return false;
@@ -875,14 +897,14 @@ static bool zero_comms(arena *a, arena *sc, weft_plan *p, int t, const int *g, i
   return true;
 }
 
-static void reduce_param_grads(arena *a, arena *sc, weft_plan *p) {
+static void reduce_param_grads(arena *a, arena *sc, weft_plan *p, const treads *rd) {
   const weft_graph *g = p->g;
   for (int t = 0; t < g->ntensors; t++) {
     if (g->tensors[t].role != TENSOR_PARAM) continue;
     arena_reset(sc);
     pieces contrib;
     region_index cx;
-    if (!grad_contributions(sc, p, t, &contrib, &cx)) continue;
+    if (!grad_contributions(sc, p, rd, t, &contrib, &cx)) continue;
     /* group the contributions by region; inside a region, contributions with
      * the same key are copies (replicas compute the same gradient) and those
      * with different keys are parts of a sum: each set of copies takes part
@@ -1022,7 +1044,7 @@ static bool grads_scatter(arena *a, arena *s, weft_plan *p, int t, int prod, con
  * the producer's sub-operators need the sum over consumers (and over the
  * parts of each consumer split along dimensions the activation lacks) for
  * the regions they wrote. Copies made by `replicate` are not summed. */
-static void reduce_activation_grads(arena *a, arena *s, weft_plan *p) {
+static void reduce_activation_grads(arena *a, arena *s, weft_plan *p, const treads *rd) {
   const weft_graph *g = p->g;
   for (int t = 0; t < g->ntensors; t++) {
     int prod = g->tensors[t].producer;
@@ -1031,7 +1053,7 @@ static void reduce_activation_grads(arena *a, arena *s, weft_plan *p) {
     int first_t = p->ncomms;
     pieces contrib;
     region_index cx;
-    if (!grad_contributions(s, p, t, &contrib, &cx)) continue;
+    if (!grad_contributions(s, p, rd, t, &contrib, &cx)) continue;
     const popplan *pp = &p->ops[prod];
     /* what each producer sub-operator wrote, indexed by region */
     tregion *wrote = arena_alloc(s, sizeof(tregion) * (size_t)(pp->count ? pp->count : 1));
@@ -1249,8 +1271,13 @@ void deps_derive(arena *a, weft_plan *p) {
     }
   }
   arena_free(&hold);
-  reduce_activation_grads(a, &scratch, p);
-  reduce_param_grads(a, &scratch, p);
+  arena reads;
+  arena_init(&reads);
+  treads rd;
+  treads_make(&reads, p, &rd);
+  reduce_activation_grads(a, &scratch, p, &rd);
+  reduce_param_grads(a, &scratch, p, &rd);
+  arena_free(&reads);
   arena_free(&scratch);
 }
 
