@@ -976,6 +976,8 @@ typedef struct held {
   int maker;              /* the compute that wrote it: op * 4 + kind, with its micro-batch */
   int maker_mb;
   int next;               /* next held of the same tensor, -1 */
+  const dregion *dims;    /* its buffer's region's: a lookup of the same
+                           * (shared) region matches without reading the buffer */
 } held;
 
 typedef struct store {
@@ -1113,7 +1115,7 @@ static void hold(emitter *E, int buf, bool grad, bool partial) {
   }
   int t = E->L->pr->bufs[buf].tensor;
   int *head = chain(E, t, &E->L->pr->bufs[buf].region);
-  st->h[st->n] = (held){buf, grad, partial, true, -1, -1, *head};
+  st->h[st->n] = (held){buf, grad, partial, true, -1, -1, *head, E->L->pr->bufs[buf].region.dims};
   *head = st->n++;
 }
 
@@ -1125,7 +1127,7 @@ static int find_held(emitter *E, int t, bool grad, const tregion *r, int partial
     const held *h = &st->h[i];
     if (!h->live || h->grad != grad) continue;
     if (partial >= 0 && h->partial != (partial == 1)) continue;
-    if (!holds_region(&E->L->pr->bufs[h->buf].region, r)) continue;
+    if (h->dims != r->dims && !holds_region(&E->L->pr->bufs[h->buf].region, r)) continue;
     if (hidx) *hidx = i;
     return h->buf;
   }
