@@ -109,8 +109,12 @@ void lower_buckets(arena *a, weft_program *pr) {
   int *bucket_of = malloc(sizeof(int) * (size_t)nc);  /* the bucket's first comm */
   if (!next || !eligible_c || !has_prev || !bucket_of) weft_oom();
   for (int c = 0; c < nc; c++) next[c] = -2, bucket_of[c] = -1;
-  /* 1. successors that every device agrees on */
+  /* 1. successors that every device agrees on; where each device's first
+   * eligible all-reduce is (nothing before it can move) */
+  int *first = malloc(sizeof(int) * (size_t)(pr->nprogs ? pr->nprogs : 1));
+  if (!first) weft_oom();
   for (int d = 0; d < pr->nprogs; d++) {
+    first[d] = -1;
     if (!lowered(pr, d)) continue;
     const lprog *pg = &pr->progs[d];
     int prev = -1;
@@ -123,6 +127,7 @@ void lower_buckets(arena *a, weft_program *pr) {
       bool e = eligible(pr, pg, i);
       int c = e ? in->id : -1;
       if (e) eligible_c[c] = true;
+      if (e && first[d] < 0) first[d] = i;
       if (prev >= 0) {
         int want = c >= 0 && same_group(&p->comms[prev], &p->comms[c]) ? c : -1;
         next[prev] = next[prev] == -2 || next[prev] == want ? want : -1;
@@ -165,7 +170,7 @@ void lower_buckets(arena *a, weft_program *pr) {
     lprog *pg = &pr->progs[d];
     /* the first all-reduce held back: nothing before it moves */
     int start = pg->n;
-    for (int i = pg->n - 1; i >= 0; i--) {
+    for (int i = pg->n - 1; i >= first[d] && first[d] >= 0; i--) {
       int c = eligible(pr, pg, i) ? pg->ops[i].id : -1;
       if (c >= 0 && bucket_of[c] >= 0 && next[c] >= 0 && bucket_of[next[c]] == bucket_of[c]) start = i;
     }
@@ -213,5 +218,6 @@ void lower_buckets(arena *a, weft_program *pr) {
     free(seq), free(fused), free(fstart), free(moved);
   }
   (void)buckets;
+  free(first);
   free(next), free(eligible_c), free(has_prev), free(bucket_of);
 }
