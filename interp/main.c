@@ -150,6 +150,7 @@ static void usage_main(FILE *out) {
   fprintf(out, "  %-8s %s\n  %-8s %s\n", "help", "help on a command: weft help check", "version",
           "print the version");
   fprintf(out, "\ncommon options:\n%s\nexit status: 0 accepted, 1 input rejected, 2 weft failed\n", common_help);
+  fprintf(out, "environment: WEFT_PROFILE=1 prints the time and memory of each phase on stderr (docs/cli.md)\n");
 }
 
 static bool use_color(opts *o) {
