@@ -1136,6 +1136,7 @@ static int find_held(emitter *E, int t, bool grad, const tregion *r, int partial
 
 static int new_buf(emitter *E, int tensor, lbuf_role role, const tregion *r, bool persistent);
 static lins *emit(emitter *E, lins_kind k);
+static int held_buf(emitter *E, int t, lbuf_role role, const tregion *r, bool persistent, bool grad, bool partial);
 static lref ref(emitter *E, int buf, const tregion *r);
 
 /* A region held in several pieces on this device (parts of one operator
@@ -1161,9 +1162,7 @@ static int assemble(emitter *E, int t, bool grad, const tregion *r) {
     if (tregion_intersect(L->ra, &L->pr->bufs[h->buf].region, r, &x)) in[k++] = ref(E, h->buf, &x);
   }
   const lbuf *any = &L->pr->bufs[in[0].buf];
-  int b = new_buf(E, t, any->role, r, false);
-  emit(E, LI_ALLOC)->buf = b;
-  hold(E, b, grad, false);
+  int b = held_buf(E, t, any->role, r, false, grad, false);
   lins *c = emit(E, LI_COPY);
   c->nin = k;
   c->in = in;
@@ -1202,6 +1201,15 @@ static lins *emit(emitter *E, lins_kind k) {
 }
 
 static void emit_alloc(emitter *E, int buf) { emit(E, LI_ALLOC)->buf = buf; }
+
+/* A new buffer of tensor t's region r, allocated and held: what most
+ * instructions that write something start with. */
+static int held_buf(emitter *E, int t, lbuf_role role, const tregion *r, bool persistent, bool grad, bool partial) {
+  int b = new_buf(E, t, role, r, persistent);
+  emit_alloc(E, b);
+  hold(E, b, grad, partial);
+  return b;
+}
 
 /* A ref's region. Every region the emitter names lives as long as the
  * program: a sub-operator's (sub_region), the plan's communication's, a
@@ -1244,9 +1252,7 @@ static lref *refs(emitter *E, int n) { return arena_alloc(E->L->ra, sizeof(lref)
 static int param_buf(emitter *E, int t, const tregion *r, bool create) {
   int b = find_held(E, t, false, r, 0, NULL);
   if (b >= 0 || !create) return b;
-  b = new_buf(E, t, LB_PARAM, r, true);
-  emit_alloc(E, b);
-  hold(E, b, false, false);
+  b = held_buf(E, t, LB_PARAM, r, true, false, false);
   return b;
 }
 
@@ -1493,9 +1499,7 @@ static void emit_compute(emitter *E, const task *tk) {
     } else if (g->tensors[t].role == TENSOR_INPUT) {
       b = find_held(E, t, false, need, 0, NULL);
       if (b < 0) {
-        b = new_buf(E, t, LB_INPUT, need, false);
-        emit_alloc(E, b);
-        hold(E, b, false, false);
+        b = held_buf(E, t, LB_INPUT, need, false, false, false);
       }
     } else {
       b = find_held(E, t, false, need, 0, NULL);
@@ -1525,9 +1529,7 @@ static void emit_compute(emitter *E, const task *tk) {
     bool acc = b >= 0;
     if (!acc) {
       supersede(E, tout, false, outr);
-      b = new_buf(E, tout, LB_ACT, outr, false);
-      emit_alloc(E, b);
-      hold(E, b, false, partial);
+      b = held_buf(E, tout, LB_ACT, outr, false, false, partial);
       E->st.h[E->st.n - 1].maker = maker;
       E->st.h[E->st.n - 1].maker_mb = s->microbatch;
     }
@@ -1576,9 +1578,7 @@ static void emit_compute(emitter *E, const task *tk) {
       b = find_held(E, t, true, need, -1, NULL);
     }
     if (b < 0) {
-      b = new_buf(E, t, param ? LB_GRAD : LB_ACT_GRAD, need, param && p->zero[t].stage < 2);
-      emit_alloc(E, b);
-      hold(E, b, true, false);
+      b = held_buf(E, t, param ? LB_GRAD : LB_ACT_GRAD, need, param && p->zero[t].stage < 2, true, false);
     }
     out[no++] = aref(E, b, k, need);
   }
@@ -1672,9 +1672,7 @@ static void emit_comm(emitter *E, int ci, int epoch) {
       c->in[0] = ref(E, b, &cm->region);
     } else {
       if (!grad) supersede(E, t, false, &cm->region);
-      int b = new_buf(E, t, role, &cm->region, false);
-      emit_alloc(E, b);
-      hold(E, b, grad, false);
+      int b = held_buf(E, t, role, &cm->region, false, grad, false);
       lins *c = emit(E, LI_RECV);
       c->comm = ci;
       c->epoch = epoch;
@@ -1699,9 +1697,7 @@ static void emit_comm(emitter *E, int ci, int epoch) {
       if (cm->silent && cm->silent[mi]) in = (lref){.buf = -1, .arg = -1};  /* takes the sum only */
     } else {
       if (b >= 0) in = ref(E, b, &cm->region);
-      int nb = new_buf(E, t, role, &cm->region, false);
-      emit_alloc(E, nb);
-      hold(E, nb, grad, false);
+      int nb = held_buf(E, t, role, &cm->region, false, grad, false);
       out = ref(E, nb, &cm->region);
     }
     break;
@@ -1718,9 +1714,7 @@ static void emit_comm(emitter *E, int ci, int epoch) {
     /* ZeRO-2 and 3 keep only their part of the gradient; ZeRO-1 keeps the
      * whole and its part lives until the step */
     bool persistent = cm->phase == PHASE_WEIGHTS && p->zero[t].stage >= 2;
-    int nb = new_buf(E, t, role, part, persistent);
-    emit_alloc(E, nb);
-    hold(E, nb, grad, false);
+    int nb = held_buf(E, t, role, part, persistent, grad, false);
     out = ref(E, nb, part);
     break;
   }
@@ -1740,9 +1734,7 @@ static void emit_comm(emitter *E, int ci, int epoch) {
     if (cm->phase == PHASE_PARAMS && cm->dir == DIR_OPTIMIZER && holds_region(&L->pr->bufs[b].region, &cm->region)) {
       out = ref(E, b, &cm->region);  /* the updated parts into the whole parameter, in place */
     } else {
-      int nb = new_buf(E, t, role, &cm->region, false);
-      emit_alloc(E, nb);
-      hold(E, nb, grad, false);
+      int nb = held_buf(E, t, role, &cm->region, false, grad, false);
       out = ref(E, nb, &cm->region);
     }
     break;
@@ -1756,9 +1748,7 @@ static void emit_comm(emitter *E, int ci, int epoch) {
       in = out = ref(E, b, &cm->region);
     } else {
       if (!grad) supersede(E, t, false, &cm->region);
-      int nb = new_buf(E, t, role, &cm->region, false);
-      emit_alloc(E, nb);
-      hold(E, nb, grad, false);
+      int nb = held_buf(E, t, role, &cm->region, false, grad, false);
       out = ref(E, nb, &cm->region);
     }
     break;
@@ -1771,18 +1761,14 @@ static void emit_comm(emitter *E, int ci, int epoch) {
     if (b < 0) { comm_missing(E, cm, from); return; }
     in = ref(E, b, from);
     if (!grad) supersede(E, t, false, to);
-    int nb = new_buf(E, t, role, to, false);
-    emit_alloc(E, nb);
-    hold(E, nb, grad, false);
+    int nb = held_buf(E, t, role, to, false, grad, false);
     out = ref(E, nb, to);
     break;
   }
   default: {
     int b = find_held(E, t, grad, &cm->region, -1, NULL);
     if (b >= 0) in = ref(E, b, &cm->region);
-    int nb = new_buf(E, t, role, &cm->region, false);
-    emit_alloc(E, nb);
-    hold(E, nb, grad, false);
+    int nb = held_buf(E, t, role, &cm->region, false, grad, false);
     out = ref(E, nb, &cm->region);
   }
   }
