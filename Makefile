@@ -20,7 +20,7 @@ endif
 
 CFLAGS   ?= -O2 -g
 CFLAGS   += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter $(SANFLAGS)
-CPPFLAGS += -Iinterp -Ibackends/cpu -I$(BUILD)/grammar
+CPPFLAGS += -Iinclude -Isrc -Ibackends/cpu -I$(BUILD)/grammar
 LDFLAGS  += $(SANFLAGS)
 
 # OpenBLAS, linked statically when its archive is installed so that ./weft
@@ -45,12 +45,15 @@ LDLIBS   += $(BLAS_LIBS) $(FFI_LIBS) -ldl -lm
 DEB_PACKAGES := build-essential flex bison pkg-config liblua5.4-dev libffi-dev \
                 libopenblas-dev libcmocka-dev time librsvg2-bin libopenmpi-dev openmpi-bin
 
-INTERP_SRC := $(filter-out interp/main.c,$(wildcard interp/*.c))
+# The library: one folder per stage of the pipeline under src/ (the
+# command line, src/cli, is not in it), its public headers in include/weft.
+LIB_SRC    := $(filter-out src/cli/%,$(wildcard src/*/*.c))
 CPU_SRC    := $(wildcard backends/cpu/*.c)
-LIB_OBJ    := $(INTERP_SRC:%.c=$(BUILD)/%.o) $(BUILD)/grammar/parser.o \
+HEADERS    := $(wildcard include/weft/*.h src/*/*.h)
+LIB_OBJ    := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/grammar/parser.o \
               $(BUILD)/grammar/lexer.o $(BUILD)/stdlib/embedded.o \
               $(CPU_SRC:%.c=$(BUILD)/%.o)
-MAIN_OBJ   := $(BUILD)/interp/main.o
+MAIN_OBJ   := $(BUILD)/src/cli/main.o
 STDLIB     := $(sort $(wildcard stdlib/*.plan))
 UNIT_SRC   := $(wildcard tests/unit/test_*.c)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
@@ -85,11 +88,11 @@ $(BUILD)/libweft.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/interp/%.o: interp/%.c $(BUILD)/grammar/parser.h $(wildcard interp/*.h)
+$(BUILD)/src/%.o: src/%.c $(BUILD)/grammar/parser.h $(HEADERS) $(wildcard backends/cpu/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
 
-$(BUILD)/backends/cpu/%.o: backends/cpu/%.c $(wildcard backends/cpu/*.h) $(wildcard interp/*.h)
+$(BUILD)/backends/cpu/%.o: backends/cpu/%.c $(wildcard backends/cpu/*.h) $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
 
@@ -102,7 +105,7 @@ $(BUILD)/grammar/lexer.c $(BUILD)/grammar/lexer.h: grammar/lexer.l $(BUILD)/gram
 	flex --header-file=$(BUILD)/grammar/lexer.h -o $(BUILD)/grammar/lexer.c $<
 
 # Generated code is not held to -Wextra.
-$(BUILD)/grammar/%.o: $(BUILD)/grammar/%.c $(BUILD)/grammar/parser.h $(BUILD)/grammar/lexer.h $(wildcard interp/*.h)
+$(BUILD)/grammar/%.o: $(BUILD)/grammar/%.c $(BUILD)/grammar/parser.h $(BUILD)/grammar/lexer.h $(HEADERS)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -Wno-sign-compare -Wno-unused-function -c -o $@ $<
 
 # The standard library is compiled into the binary.
@@ -192,7 +195,7 @@ FUZZ_SECONDS ?= 60
 fuzz:
 	@$(MAKE) --no-print-directory BUILD=build/fuzz CC=clang \
 	  SANFLAGS="-fsanitize=fuzzer-no-link,address,undefined" build/fuzz/libweft.a
-	clang -fsanitize=fuzzer,address,undefined -Iinterp -o build/fuzz/fuzz_check \
+	clang -fsanitize=fuzzer,address,undefined -Iinclude -Isrc -o build/fuzz/fuzz_check \
 	  tests/fuzz/fuzz_check.c build/fuzz/libweft.a -lm
 	@mkdir -p build/fuzz/corpus
 	build/fuzz/fuzz_check -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -timeout=10 \

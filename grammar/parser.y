@@ -11,7 +11,7 @@
 }
 
 %code requires {
-#include "ast.h"
+#include "weft/ast.h"
 typedef struct weft_pctx weft_pctx;
 }
 

@@ -4,7 +4,7 @@
 #
 # The message format of every call to eval_error, diag_add, diag_hint and
 # lex_error, and of every fprintf/fputs to stderr, is taken from the sources
-# (interp/*.c grammar/*.l grammar/*.y): the first string literal of the call
+# (src/*/*.c grammar/*.l grammar/*.y): the first string literal of the call
 # (adjacent literals and PRId64-style macros joined; both branches of
 # `cond ? "a" : "b"`). printf conversions (%s %d %lld %.3g %" PRId64 " ...)
 # become wildcards; what is left must occur, in order, on one line of some
@@ -25,7 +25,7 @@ trap 'rm -f "$formats"' EXIT
 trap 'exit 2' INT TERM
 
 # ---- 1. formats: FILE:LINE <TAB> FORMAT (C escapes as written) ------------
-for f in interp/*.c grammar/*.l grammar/*.y; do
+for f in src/*/*.c grammar/*.l grammar/*.y; do
   awk -v file="$f" '
   { src = src $0 "\n" }
   END {

@@ -13,7 +13,7 @@
 #include "exec.h"
 #include "kernels.h"
 #include "net.h"
-#include "weft.h"
+#include "weft/workspace.h"
 #include "xops.h"
 
 /* ---- regions ------------------------------------------------------------ */

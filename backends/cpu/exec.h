@@ -6,7 +6,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "lower.h"
+#include "weft/lower.h"
 
 /* The whole tensors a run starts from and ends with ("the world"): what a
  * single device would hold. Indexed by graph tensor; NULL where a tensor

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "arena.h"
+#include "weft/arena.h"
 
 /* ---- BLAS threads -------------------------------------------------------- */
 

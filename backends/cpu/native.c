@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "arena.h"
+#include "weft/arena.h"
 
 /* A prepared call interface for one shape of call of one kernel. */
 typedef struct native_cif {

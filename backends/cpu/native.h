@@ -4,7 +4,7 @@
  * Calling convention (docs/language.md, "Native kernels"):
  * - Tensors are f32, packed row-major: the buffers of docs/program.md.
  * - sizes: the extent of each idim of the operator's iteration space
- *   (interp/plan.h, opspace) in idim order, for the part being computed; a
+ *   (include/weft/plan.h, opspace) in idim order, for the part being computed; a
  *   `b..` group gives one size per dimension it covers.
  * - Forward:  void fn(float *out, const float *in_0, ..., const float *in_{n-1},
  *                     int64_t size_0, ..., int64_t size_{s-1});

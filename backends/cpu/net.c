@@ -11,7 +11,7 @@
 
 #include "../mpi/weft_mpi.h"
 #include "net.h"
-#include "weft.h"
+#include "weft/workspace.h"
 
 /* A message waiting for the main thread to hand it to MPI. */
 typedef struct outmsg {

@@ -8,7 +8,7 @@
 
 #include "run.h"
 #include "safetensors.h"
-#include "weft.h"
+#include "weft/workspace.h"
 
 static void *xmalloc(size_t n) {
   void *p = malloc(n ? n : 1);

@@ -25,7 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "arena.h"
+#include "weft/arena.h"
 
 enum {
   ST_MAX_DEPTH = 32,     /* a header needs 3; unknown fields get some room */

@@ -7,7 +7,7 @@
 
 #include "kernels.h"
 #include "native.h"
-#include "weft.h"
+#include "weft/workspace.h"
 #include "xops.h"
 
 /* ---- sizes -------------------------------------------------------------- */

@@ -6,7 +6,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "plan.h"
+#include "weft/plan.h"
 
 enum { XOP_MAX_INPUTS = 16 };
 

@@ -4,8 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "plan.h"
-#include "weft.h"
+#include "weft/plan.h"
+#include "weft/workspace.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   weft_ctx *c = weft_new();

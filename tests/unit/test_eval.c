@@ -8,7 +8,7 @@
 
 #include <cmocka.h>
 
-#include "weft.h"
+#include "weft/workspace.h"
 
 /* Loads text; returns the context (caller frees). */
 static weft_ctx *load(const char *text, int want_rc) {

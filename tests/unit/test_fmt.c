@@ -1,4 +1,4 @@
-/* test_fmt.c - the canonical printer (interp/fmt.c): exact output for a set
+/* test_fmt.c - the canonical printer (src/front/fmt.c): exact output for a set
  * of inputs, comments kept and aligned, and for every input the properties
  * fmt(fmt(x)) == fmt(x), parse(fmt(x)) == parse(x) and same comments.
  * Also checks the sample pairs tests/fmt/NAME.plan -> NAME.expected (run from
@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ast.h"
+#include "weft/ast.h"
 
 typedef struct ft {
   arena ar;

@@ -1,5 +1,5 @@
 /* test_parse.c - the scanner and parser (grammar/lexer.l, grammar/parser.y)
- * and the tree helpers of interp/ast.c: literals, precedence, paths, every
+ * and the tree helpers of src/front/ast.c: literals, precedence, paths, every
  * statement, op patterns, plans (selectors, schedule grids, soft keywords),
  * positioned errors and hostile input. */
 #include <setjmp.h>
@@ -13,7 +13,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "ast.h"
+#include "weft/ast.h"
 
 /* ---- helpers ----------------------------------------------------------------- */
 

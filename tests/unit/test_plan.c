@@ -8,9 +8,9 @@
 
 #include <cmocka.h>
 
-#include "deps.h"
-#include "plan.h"
-#include "weft.h"
+#include "weft/deps.h"
+#include "weft/plan.h"
+#include "weft/workspace.h"
 
 static weft_plan *build(weft_ctx *c, const char *text, const char *plan) {
   if (weft_load_text(c, "t.plan", text, strlen(text)) != WEFT_OK) {

@@ -15,9 +15,9 @@
 
 #include <cmocka.h>
 
-#include "cost.h"
-#include "sim.h"
-#include "weft.h"
+#include "weft/cost.h"
+#include "weft/sim.h"
+#include "weft/workspace.h"
 
 static weft_plan *build(weft_ctx *c, const char *text, const char *plan) {
   if (weft_load_text(c, "t.plan", text, strlen(text)) != WEFT_OK) {

@@ -1,5 +1,5 @@
 /* test_units.c - unit words, dimension arithmetic, names and the printing of
- * quantities (interp/units.c). */
+ * quantities (src/base/units.c). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "units.h"
+#include "weft/units.h"
 
 static unit_dim dim(int byte, int sec, int flop) {
   return (unit_dim){(signed char)byte, (signed char)sec, (signed char)flop};

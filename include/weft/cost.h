@@ -1,0 +1,102 @@
+/* cost.h - what a plan computes and moves, and what that costs on its
+ * cluster: a hardware model read from the cluster record, a roofline cost
+ * per sub-operator with shape-dependent efficiency, and collective costs by
+ * algorithm and group placement. The assumptions are in docs/estimate.md. */
+#ifndef WEFT_COST_H
+#define WEFT_COST_H
+
+#include <stdbool.h>
+
+#include "weft/lower.h"
+
+/* One level of links: what one device can send in one direction. */
+typedef struct hw_link {
+  bool present;
+  const char *name;
+  double bandwidth;       /* bytes/s, per device, per direction */
+  double latency;         /* seconds per message (per step of an algorithm) */
+  double efficiency;      /* fraction of bandwidth large transfers reach (1 when not given) */
+} hw_link;
+
+/* The hardware model of one plan's cluster. Every number comes from the
+ * cluster record; a field the record leaves out takes the ideal value (no
+ * loss), never a figure chosen in C. */
+typedef struct hw_model {
+  const char *cluster;
+  const char *device;
+  int devices_per_node;
+  double memory;          /* bytes per device */
+  double mem_bw;          /* bytes/s */
+  double peak[DT_COUNT];  /* dense FLOP/s per dtype, 0 when the device has none */
+  double vector_rate;     /* FLOP/s of kernels that are not matrix products (compute.f32) */
+  /* device.kernels */
+  double matmul_eff;      /* fraction of peak a large, tile-aligned matrix product reaches */
+  int units;              /* processors a matrix product's tiles are dealt to (SMs); 0: no waves */
+  int tile_m, tile_n;     /* output tile of one processor; 0: no tiling */
+  double tile_k_overhead; /* fixed cost of one tile in units of k (pipeline fill, epilogue) */
+  double memory_eff;      /* fraction of mem_bw streaming kernels reach */
+  double launch;          /* seconds of fixed cost per kernel */
+  double score_passes;    /* attention: times each score crosses memory forward (0: fused) */
+  double score_passes_bwd;
+  hw_link node, net;      /* level "node" and level "cluster" */
+} hw_model;
+
+/* Reads the model from the plan's cluster; false when the cluster lacks what
+ * the plan's dtypes need (with a diagnostic at the plan when c is not NULL). */
+struct weft_ctx;
+bool hw_from_plan(struct weft_ctx *c, const weft_plan *p, const weft_program *pr, hw_model *hw);
+
+/* The cost of one instruction. */
+typedef struct kcost {
+  double flops;           /* floating-point work */
+  double bytes;           /* memory traffic of the device */
+  double seconds;         /* 0 in the symbolic model */
+  double net_bytes[2];    /* bytes this device sends: inside its node, across nodes */
+  int kernels;            /* kernels launched (compute) or 0 */
+} kcost;
+
+/* What a compute, copy or step instruction computes and moves, without
+ * the hardware: instructions that do the same work share one (cost.c). */
+typedef struct cwork {
+  uint8_t kind;           /* LI_COMPUTE, LI_COPY or LI_STEP */
+  bool bwd;               /* a backward */
+  bool grad0, grad1;      /* it writes the gradients of arguments 0, 1 */
+  int sub;                /* LI_COMPUTE: a sub-operator of its class (its
+                           * operator, the sizes of its ranges) */
+  int kernels;            /* LI_COPY: its pieces; LI_STEP: 1 */
+  double bytes;           /* read and written (accumulation reads too) */
+} cwork;
+
+/* Works interned: equal works get one id. */
+typedef struct cost_works cost_works;
+cost_works *cost_works_new(void);
+void cost_works_free(cost_works *w);
+/* w moved into a, where no more works can be added; w is freed. */
+cost_works *cost_works_keep(arena *a, cost_works *w);
+int cost_work_of(cost_works *w, const weft_program *pr, const lins *ins);  /* -1: not a compute, copy or step */
+int cost_works_count(const cost_works *w);
+const cwork *cost_work_get(const cost_works *w, int id);
+/* The cost of a work on hw (NULL: symbolic, no time). */
+kcost cost_work(const hw_model *hw, const weft_program *pr, const cwork *w);
+/* Cost of a compute, copy or step instruction on hw. */
+kcost cost_compute(const hw_model *hw, const weft_program *pr, const lins *ins);
+
+/* Cost of a collective or a send for one member (NULL hw: bytes only).
+ * The algorithm is the fastest of ring, tree and hierarchical that the
+ * group allows; *algo gets its name. */
+kcost cost_comm(const hw_model *hw, const weft_plan *p, const pcomm *cm, const char **algo);
+
+/* Shape efficiency of a (batched) matrix product of m x k times k x n,
+ * `batch` times: the matmul fraction, reduced by tile padding, partial
+ * waves and the per-tile overhead. */
+double cost_matmul_efficiency(const hw_model *hw, double batch, double m, double n, double k);
+
+/* Backward FLOPs per forward FLOP of an operator kind, given how many of
+ * its inputs get a gradient (the rule per kind is in docs/estimate.md). */
+double cost_backward_factor(const char *kind, int grads, int inputs);
+
+/* Model FLOPs of one step: forward and backward of every operator once
+ * (no recomputation), for the whole batch. */
+double cost_model_flops(const weft_graph *g);
+
+#endif

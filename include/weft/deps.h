@@ -1,0 +1,17 @@
+/* deps.h - data-dependency preservation: the communication a plan needs so
+ * that every consumer sees what its single-device counterpart would. */
+#ifndef WEFT_DEPS_H
+#define WEFT_DEPS_H
+
+#include "weft/plan.h"
+
+/* Fills p->comms: forward activations between sub-operators, the gradients
+ * of activations back to their producers, and the reduction of parameter
+ * gradients across the devices that use them. */
+void deps_derive(arena *a, weft_plan *p);
+
+/* Per kind: how many communications and the bytes they carry (the size of
+ * the buffers: an all-reduce of a 4 MB gradient counts 4 MB). */
+void deps_totals(const weft_plan *p, int64_t bytes[COMM_KIND_COUNT], int counts[COMM_KIND_COUNT], comm_phase phase);
+
+#endif

@@ -1,0 +1,145 @@
+/* graph.h - the operator graph a model evaluates to: tensors with shapes and
+ * dtypes, operators with their signature bindings and costs. */
+#ifndef WEFT_GRAPH_H
+#define WEFT_GRAPH_H
+
+#include <stdio.h>
+
+#include "weft/value.h"
+
+/* ---- operator declarations (`op NAME(...) -> ... { ... }`) ---------------- */
+
+/* A signature dimension: "m", "k+", "h^", "b..", or a group "(3 n dh)". */
+typedef struct opfactor {
+  const char *name;      /* NULL for an integer factor */
+  int64_t value;
+  int mark;              /* 0, '+' or '^' */
+} opfactor;
+
+typedef struct opdim {
+  const char *name;      /* NULL for a group */
+  int mark;              /* 0, '+', '^' or T_DOTDOT */
+  int nfactors;
+  opfactor *factors;
+  weft_loc loc;
+} opdim;
+
+typedef struct oppattern {
+  bool has_dtype;
+  weft_dtype dtype;
+  int ndims;
+  opdim *dims;
+} oppattern;
+
+typedef struct oparg {
+  const char *name;
+  bool tensor;           /* a tensor argument (has a pattern) or an attribute */
+  oppattern pat;
+  const ast *def;        /* attribute default, or NULL (required) */
+} oparg;
+
+struct opdecl {
+  const char *name;
+  const ast *node;       /* S_OP */
+  env *closure;
+  int nargs;
+  oparg *args;
+  oppattern result;
+  const char *kind;      /* "matmul", ...: the literal `kind` entry, if constant */
+  /* Native kernels (docs/language.md, "Native kernels"): "LIB:SYMBOL" from
+   * the `kernel` and `kernel_backward` entries, checked for form only; NULL
+   * when absent. Only `weft run --allow-native` opens LIB. */
+  const char *native_fwd;
+  const char *native_bwd;
+  weft_loc native_loc;       /* the `kernel` entry, for errors in loading it */
+  weft_loc native_bwd_loc;   /* the `kernel_backward` entry */
+  const char *native_dir;    /* a relative LIB is relative to this directory: the
+                              * declaring file's, "" for the current one, with
+                              * a trailing '/' otherwise */
+};
+
+/* ---- the graph ---------------------------------------------------------------- */
+
+/* One dimension of a tensor: its size and, when the model named it, the
+ * model's dimension name ("hidden"), which plans use to name splits. */
+typedef struct gdim {
+  int64_t size;
+  const char *name;
+} gdim;
+
+typedef enum { TENSOR_INPUT, TENSOR_PARAM, TENSOR_ACT } tensor_role;
+
+typedef struct gtensor {
+  const char *name;      /* full path: "h.3.attn.c_attn.weight", "h.3.ln_1" */
+  tensor_role role;
+  weft_dtype dtype;
+  int ndims;
+  gdim *dims;
+  int producer;          /* operator index, or -1 for inputs and parameters */
+  weft_loc loc;          /* the declaration or the call that made it */
+} gtensor;
+
+/* How one signature dimension name was bound at a call. A group dimension
+ * (b..) binds a list of sizes; a plain one binds one. */
+typedef struct gbind {
+  const char *name;      /* the signature's name: "m", "k", "b" */
+  int n;                 /* number of sizes: 1, or the group's length */
+  int64_t *sizes;
+  const char *dim_name;  /* the model dimension name it matched, or NULL */
+  const char **dim_names; /* per size: the model dimension names (or NULL) */
+  const char *arg;       /* the argument (or attribute) that bound it */
+} gbind;
+
+typedef struct gop {
+  const char *name;      /* full path, also the name of its result tensor */
+  const opdecl *decl;
+  int ninputs;
+  int *inputs;           /* tensor indices, in signature order */
+  int output;
+  vrecord *attrs;        /* attribute values after defaults */
+  int nbinds;
+  gbind *binds;
+  double flops;          /* forward work */
+  double bytes;          /* forward memory traffic */
+  const char *kind;      /* operator class for the cost model */
+  weft_loc loc;
+} gop;
+
+typedef struct weft_graph {
+  const char *name;      /* the model's name */
+  gtensor *tensors;
+  int ntensors, tcap;
+  gop *ops;
+  int nops, ocap;
+  int loss;              /* tensor index of the loss, or -1 (no `train`) */
+  const char *optimizer; /* "adamw", or NULL */
+  const opdecl *optimizer_decl;
+  vrecord *optimizer_args;
+  int output;            /* tensor index of `output`, or -1 */
+  /* name -> tensor index, open addressing */
+  const char **hkeys;
+  int *hvals;
+  int hcap, hcount;
+} weft_graph;
+
+weft_graph *graph_new(arena *a, const char *name);
+/* Adds a tensor; -1 if its name is taken. */
+int graph_add_tensor(arena *a, weft_graph *g, const char *name, tensor_role role,
+                     weft_dtype dt, int ndims, const gdim *dims, weft_loc loc);
+/* Binds an extra name to an existing tensor (a sub-model's output); false if taken. */
+bool graph_alias(arena *a, weft_graph *g, const char *name, int tensor);
+int graph_find(const weft_graph *g, const char *name);
+int gop_add(arena *a, weft_graph *g);
+
+int64_t tensor_numel(const gtensor *t);
+int64_t graph_param_count(const weft_graph *g);
+int64_t graph_param_bytes(const weft_graph *g);
+double graph_forward_flops(const weft_graph *g);
+
+void graph_print_text(const weft_graph *g, FILE *out);
+void graph_print_json(const weft_graph *g, FILE *out);
+void graph_print_dot(const weft_graph *g, FILE *out);
+/* "f32[batch=32, hidden=4096]" */
+const char *tensor_type_str(arena *a, const gtensor *t);
+
+#endif

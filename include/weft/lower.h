@@ -1,0 +1,223 @@
+/* lower.h - the lowered program: what every device of a plan does in one
+ * training step, in order. The only interface backends see (the format is
+ * documented in docs/program.md). */
+#ifndef WEFT_LOWER_H
+#define WEFT_LOWER_H
+
+#include "weft/plan.h"
+
+/* What a buffer holds. */
+typedef enum {
+  LB_INPUT,               /* a part of a model input (tokens, labels), loaded by the backend */
+  LB_PARAM,               /* a parameter's region (or its ZeRO shard) */
+  LB_GRAD,                /* a parameter's gradient */
+  LB_STATE,               /* optimizer state for a parameter region (AdamW: m and v) */
+  LB_ACT,                 /* an activation (or partial sums of one) */
+  LB_ACT_GRAD,            /* the gradient of an activation */
+  LB_ROLE_COUNT
+} lbuf_role;
+
+extern const char *const lbuf_role_names[LB_ROLE_COUNT];
+
+/* A buffer on one device: the packed elements of a region of a tensor. */
+typedef struct lbuf {
+  int device;
+  int tensor;             /* graph tensor */
+  uint8_t role;           /* lbuf_role */
+  uint8_t dtype;          /* weft_dtype */
+  bool persistent;        /* lives across steps: parameters, their gradients, optimizer state */
+  int copies;             /* LB_STATE: state tensors per element (AdamW 2), else 1 */
+  tregion region;         /* the region of the tensor it holds */
+  int64_t bytes;
+} lbuf;
+
+/* A region of a tensor inside a buffer (contained in the buffer's region). */
+typedef struct lref {
+  int buf;                /* -1: an argument this sub-operator does not apply */
+  int arg;                /* LI_COMPUTE: the operator's input it is (or whose
+                           * gradient it is); -1 for the result or its gradient */
+  tregion region;
+} lref;
+
+typedef enum {
+  LI_ALLOC,               /* buf */
+  LI_FREE,                /* buf */
+  LI_COMPUTE,             /* sub (forward sub-operator), dir, recompute: in, out */
+  LI_SEND,                /* comm, peer: in[0] to peer */
+  LI_RECV,                /* comm, peer: out[0] from peer */
+  LI_COLLECTIVE,          /* comm (its kind and group): in (0 or 1), out (1) */
+  LI_STEP,                /* the optimizer on param tensor: in = grad; out = param, state */
+  LI_COPY,                /* out[0] assembled from the parts in (pieces on this device) */
+  LI_KIND_COUNT
+} lins_kind;
+
+extern const char *const lins_kind_names[LI_KIND_COUNT];
+
+typedef struct lins {
+  /* 64 bytes: programs of thousands of devices hold millions of these */
+  uint8_t kind;           /* lins_kind */
+  uint8_t dir;            /* LI_COMPUTE: sub_dir, forward or backward */
+  uint8_t epoch;          /* 0; 1: the repeat of a forward communication for recomputation */
+  bool recompute;         /* LI_COMPUTE: a forward run again before the backward */
+  bool accumulate;        /* LI_COMPUTE backward: gradient outputs are added to */
+  uint16_t nbucket;       /* LI_COLLECTIVE: more all-reduces fused with comm
+                           * (`buckets`, at most LINS_MAX_BUCKET): bucket[0..nbucket)
+                           * on the same group; in[i] and out[i] belong to comm
+                           * (i = 0), then to bucket[i - 1] */
+  int buf;                /* LI_ALLOC, LI_FREE */
+  int sub;                /* LI_COMPUTE */
+  int mb;                 /* LI_COMPUTE: micro-batch */
+  int comm;               /* LI_SEND, LI_RECV, LI_COLLECTIVE */
+  int peer;               /* LI_SEND: destination; LI_RECV: source */
+  int tensor;             /* LI_STEP: the parameter */
+  int nin, nout;
+  lref *in, *out;
+  int *bucket;
+} lins;
+
+/* The most all-reduces one bucket fuses (lins.nbucket + 1). */
+enum { LINS_MAX_BUCKET = 65535 };
+
+/* An instruction as the analyses read it: the deadlock check, buckets,
+ * the simulation, the memory timeline and the estimate's pictures. Every
+ * program has these, one per instruction and at the same index as ins;
+ * the full instructions (ins, with their regions) are kept only for the
+ * commands that print or run them (weft_ctx.full_programs). 16 bytes. */
+enum { LOP_RECOMPUTE = 1, LOP_ACCUMULATE = 2, LOP_WHOLE = 4, LOP_PERSISTENT = 8 };
+
+typedef struct lop {
+  uint8_t kind;           /* lins_kind */
+  uint8_t dir;            /* lins.dir */
+  uint8_t epoch;          /* lins.epoch */
+  uint8_t flags;          /* LOP_RECOMPUTE, LOP_ACCUMULATE; LOP_WHOLE: a
+                           * collective in place on the whole of a
+                           * persistent buffer (its one in and out);
+                           * LOP_PERSISTENT: an alloc or free of a
+                           * persistent buffer */
+  int id;                 /* what the kind names: LI_ALLOC, LI_FREE: buf;
+                           * LI_COMPUTE: sub; LI_SEND, LI_RECV, LI_COLLECTIVE:
+                           * comm; LI_STEP: tensor; else -1 */
+  int aux;                /* LI_COMPUTE, LI_COPY, LI_STEP: its work, what it
+                           * computes and moves (cost.h, cost_work_of);
+                           * LI_SEND, LI_RECV: peer; else -1. (A compute's
+                           * micro-batch is its sub-operator's.) */
+  int refs;               /* where its entry is in the program's pool
+                           * (lprog.pool, -1: none): its buffers and the
+                           * bucket's comms (below) */
+} lop;
+
+/* A lop's pool entry: a head, then the bufs of in and of out (-1: an
+ * argument not applied), then a bucket's comms. The head is one int,
+ * nin | nout << 15, when both are under 2^15 and there is no bucket;
+ * else -1, then nin, nout and nbucket. */
+enum { LOP_SHORT = 1 << 15 };
+static inline int lop_nin(const int *pool, const lop *o) {
+  if (o->refs < 0) return 0;
+  int h = pool[o->refs];
+  return h >= 0 ? h & (LOP_SHORT - 1) : pool[o->refs + 1];
+}
+static inline int lop_nout(const int *pool, const lop *o) {
+  if (o->refs < 0) return 0;
+  int h = pool[o->refs];
+  return h >= 0 ? h >> 15 : pool[o->refs + 2];
+}
+static inline int lop_nbucket(const int *pool, const lop *o) {
+  return o->refs < 0 || pool[o->refs] >= 0 ? 0 : pool[o->refs + 3];
+}
+static inline const int *lop_bufs(const int *pool, const lop *o) {
+  return pool + o->refs + (pool[o->refs] >= 0 ? 1 : 4);
+}
+static inline const int *lop_bucket(const int *pool, const lop *o) {
+  return lop_bufs(pool, o) + lop_nin(pool, o) + lop_nout(pool, o);
+}
+/* The ints of an entry. */
+static inline int lop_entry_size(int nin, int nout, int nbucket) {
+  return (nbucket == 0 && nin < LOP_SHORT && nout < LOP_SHORT ? 1 : 4) + nin + nout + nbucket;
+}
+/* Writes an entry's head at r; returns where its bufs go. */
+static inline int *lop_put_head(int *r, int nin, int nout, int nbucket) {
+  if (nbucket == 0 && nin < LOP_SHORT && nout < LOP_SHORT) {
+    r[0] = nin | nout << 15;
+    return r + 1;
+  }
+  r[0] = -1;
+  r[1] = nin;
+  r[2] = nout;
+  r[3] = nbucket;
+  return r + 4;
+}
+
+typedef struct lprog {
+  int device;
+  lins *ins;              /* NULL unless full programs are kept */
+  int n, cap;
+  lop *ops;               /* n of them */
+  int *pool;              /* their buffers and buckets (lop.refs) */
+  int npool, pcap;        /* used, and room for buckets (lower_buckets) */
+  int64_t peak;           /* bytes live at the peak */
+  int peak_at;            /* instruction index of the peak */
+  int64_t peak_by_role[LB_ROLE_COUNT];
+  int64_t persistent;     /* bytes of persistent buffers */
+  int buf_lo, buf_hi;     /* its buffers: ids buf_lo .. buf_hi - 1 */
+} lprog;
+
+/* One cell of the schedule grid: a block, the forward ('f'), backward ('b')
+ * or recomputation ('r') of one stage for one micro-batch. */
+typedef struct lcell {
+  int stage, mb, slot;
+  char kind;
+} lcell;
+
+typedef struct weft_program {
+  const weft_plan *p;
+  int nprogs;             /* the cluster's devices; a device without work has an empty program */
+  lprog *progs;
+  lbuf *bufs;
+  int nbufs, bcap;
+  int nstages;            /* stages of the schedule (1 without stages) */
+  const char **stage_names;
+  int nmb;                /* micro-batches */
+  lcell *cells;           /* the schedule as a grid, one cell per stage block */
+  int ncells, ccap;
+  int nslots;
+  struct cost_works *works; /* what computes, copies and steps cost, without the hardware (cost.h) */
+  int64_t instructions;   /* over the programs held */
+  int64_t instructions_all; /* over all devices, replicas included */
+} weft_program;
+
+/* The program device d runs: its own, or under data-parallel replicas
+ * (plan.h, rep) its representative's with devices renamed. */
+static inline const lprog *lower_prog(const weft_program *pr, int d) {
+  return &pr->progs[pr->p->rep ? pr->p->rep[d] : d];
+}
+
+/* Instruction i of a program read back from its lop: every field but the
+ * refs (in, out and bucket are NULL; nin, nout and nbucket are kept). */
+lins lower_view(const weft_program *pr, const lprog *pg, int i);
+
+struct weft_ctx;
+/* Orders every device's sub-operators by the plan's schedule, places the
+ * communication, checks order and deadlock freedom (rule 3), dependencies
+ * (rule 4) and memory (rule 5, on the peaks of the simulated step:
+ * sim_check_memory). NULL after diagnostics. */
+weft_program *weft_lower(struct weft_ctx *c, weft_plan *p);
+/* The same without rule 5: the programs of a plan that may not fit. Its
+ * callers simulate them anyway, and apply the rule to their simulation
+ * (weft check), or report the plan as not fitting (weft estimate). */
+weft_program *weft_lower_unchecked(struct weft_ctx *c, weft_plan *p);
+
+/* Fuses the gradient all-reduces of each group into buckets (plan.h,
+ * bucket_bytes); weft_lower calls it before checking the programs. */
+void lower_buckets(arena *a, weft_program *pr);
+
+/* Output. `device` < 0: every device. */
+void lower_print_text(const weft_program *pr, int device, FILE *out);
+void lower_print_json(const weft_program *pr, int device, FILE *out);
+void lower_print_grid(const weft_program *pr, FILE *out);
+
+/* The largest peak over devices, and its device. */
+int64_t lower_peak(const weft_program *pr, int *device);
+/* The memory of one device from the cluster, 0 if unknown. */
+int64_t lower_device_memory(const weft_plan *p);
+
+#endif

@@ -1,0 +1,145 @@
+/* arena.c - bump allocator: blocks of at least 64 KiB, freed together.
+ * Used by the parser, the evaluator and the graph; see arena.h. */
+#include "weft/arena.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct arena_block {
+  arena_block *next;
+  size_t used, size;
+  bool fresh;             /* from calloc and never reused: still zero */
+  max_align_t data[];
+};
+
+/* Blocks grow with the arena, up to 16 MiB: large arenas (lowered programs
+ * of thousands of devices) then take their memory from calloc in big,
+ * already zeroed pieces, and need no memset. */
+enum { ARENA_MIN_BLOCK = 64 * 1024, ARENA_MAX_BLOCK = 16 * 1024 * 1024 };
+
+void weft_oom(void) {
+  fputs("weft: error: out of memory\n", stderr);
+  exit(2);
+}
+
+void arena_init(arena *a) { a->head = NULL; a->spare = NULL; a->total = 0; }
+
+static void free_blocks(arena_block *b) {
+  while (b) {
+    arena_block *next = b->next;
+    free(b);
+    b = next;
+  }
+}
+
+void arena_free(arena *a) {
+  free_blocks(a->head);
+  free_blocks(a->spare);
+  a->head = a->spare = NULL;
+  a->total = 0;
+}
+
+void arena_reset(arena *a) {
+  arena_block *b = a->head;
+  while (b) {
+    arena_block *next = b->next;
+    b->used = 0;
+    b->fresh = false;
+    b->next = a->spare;
+    a->spare = b;
+    b = next;
+  }
+  a->head = NULL;
+}
+
+void arena_adopt(arena *dst, arena *src) {
+  for (arena_block **lists[2] = {&src->head, &src->spare}, ***l = lists; l < lists + 2; l++) {
+    arena_block *b = **l;
+    while (b) {
+      arena_block *next = b->next;
+      /* behind dst's newest block, so that dst keeps allocating where it was */
+      if (dst->head) { b->next = dst->head->next; dst->head->next = b; }
+      else { b->next = NULL; dst->head = b; }
+      b = next;
+    }
+    **l = NULL;
+  }
+  dst->total += src->total;
+  src->total = 0;
+}
+
+void *arena_alloc(arena *a, size_t n) {
+  size_t align = sizeof(max_align_t);
+  n = (n + align - 1) & ~(align - 1);
+  if (n == 0) n = align;
+  arena_block *b = a->head;
+  if (!b || b->size - b->used < n) {
+    /* a kept block that is large enough, else a new one */
+    for (arena_block **pp = &a->spare; *pp; pp = &(*pp)->next)
+      if ((*pp)->size >= n) {
+        b = *pp;
+        *pp = b->next;
+        b->used = 0;
+        b->next = a->head;
+        a->head = b;
+        goto have;
+      }
+    size_t size = a->total / 4;
+    if (size < ARENA_MIN_BLOCK) size = ARENA_MIN_BLOCK;
+    if (size > ARENA_MAX_BLOCK) size = ARENA_MAX_BLOCK;
+    if (size < n) size = n;
+    if (size > SIZE_MAX - sizeof(arena_block)) weft_oom();
+    b = calloc(1, sizeof(arena_block) + size);
+    if (!b) weft_oom();
+    b->size = size;
+    b->fresh = true;
+    b->used = 0;
+    b->next = a->head;
+    a->head = b;
+    a->total += size;
+  }
+have:;
+  void *p = (char *)b->data + b->used;
+  b->used += n;
+  if (!b->fresh) memset(p, 0, n);
+  return p;
+}
+
+char *arena_strndup(arena *a, const char *s, size_t n) {
+  char *p = arena_alloc(a, n + 1);
+  memcpy(p, s, n);
+  p[n] = 0;
+  return p;
+}
+
+char *arena_strdup(arena *a, const char *s) { return arena_strndup(a, s, strlen(s)); }
+
+char *arena_printf(arena *a, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  if (n < 0) n = 0;
+  char *p = arena_alloc(a, (size_t)n + 1);
+  va_start(ap, fmt);
+  vsnprintf(p, (size_t)n + 1, fmt, ap);
+  va_end(ap);
+  return p;
+}
+
+void arena_grow(arena *a, void **items, int *cap, int need, size_t elem) {
+  if (need <= *cap) return;
+  int ncap = *cap ? *cap : 4;
+  while (ncap < need) {
+    if (ncap > (1 << 29)) weft_oom();
+    ncap *= 2;
+  }
+  void *n = arena_alloc(a, (size_t)ncap * elem);
+  if (*cap) memcpy(n, *items, (size_t)*cap * elem);
+  *items = n;
+  *cap = ncap;
+}

@@ -1,0 +1,767 @@
+/* cost.c - the hardware model of a cluster and the cost of each instruction
+ * of a lowered program: FLOPs and bytes first, then seconds through a
+ * roofline with shape-dependent efficiency (docs/estimate.md). */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "weft/cost.h"
+#include "eval/eval.h"
+
+/* ---- reading the cluster record ---------------------------------------- */
+
+static double num_field(const vrecord *r, const char *key, double dflt) {
+  const value *v = r ? record_get(r, key) : NULL;
+  if (!v) return dflt;
+  switch (v->kind) {
+  case V_INT: return (double)v->i;
+  case V_FLOAT: return v->f;
+  case V_QUANTITY: return v->q.v;
+  default: return dflt;
+  }
+}
+
+static const vrecord *rec_field(const vrecord *r, const char *key) {
+  const value *v = r ? record_get(r, key) : NULL;
+  return v && v->kind == V_RECORD ? v->rec : NULL;
+}
+
+static void read_link(const vrecord *l, hw_link *out) {
+  const value *nm = record_get(l, "name");
+  out->present = true;
+  out->name = nm && nm->kind == V_STRING ? nm->s : "link";
+  out->bandwidth = num_field(l, "bandwidth", 0);
+  out->latency = num_field(l, "latency", 0);
+  out->efficiency = num_field(l, "efficiency", 1.0);
+}
+
+/* The dtype an operator computes in: its first floating-point input (the
+ * activations of a matrix product), else its result. */
+static weft_dtype op_dtype(const weft_graph *g, int op) {
+  const gop *o = &g->ops[op];
+  for (int i = 0; i < o->ninputs; i++)
+    if (dtype_is_float(g->tensors[o->inputs[i]].dtype)) return g->tensors[o->inputs[i]].dtype;
+  return g->tensors[o->output].dtype;
+}
+
+static bool uses_tensor_cores(const char *kind) {
+  return kind && (strcmp(kind, "matmul") == 0 || strcmp(kind, "attention") == 0);
+}
+
+bool hw_from_plan(weft_ctx *c, const weft_plan *p, const weft_program *pr, hw_model *hw) {
+  memset(hw, 0, sizeof *hw);
+  const vrecord *cl = p->cluster;
+  const value *nm = record_get(cl, "name");
+  hw->cluster = nm && nm->kind == V_STRING ? nm->s : "cluster";
+  hw->devices_per_node = p->devices_per_node > 0 ? p->devices_per_node : 1;
+  const vrecord *dev = rec_field(cl, "device");
+  const value *dn = dev ? record_get(dev, "name") : NULL;
+  hw->device = dn && dn->kind == V_STRING ? dn->s : hw->cluster;
+  hw->memory = num_field(dev, "memory", 0);
+  hw->mem_bw = num_field(dev, "memory_bandwidth", 0);
+  const vrecord *comp = rec_field(dev, "compute");
+  for (int t = 0; t < DT_COUNT; t++) hw->peak[t] = num_field(comp, dtype_names[t], 0);
+  hw->vector_rate = hw->peak[DT_F32];
+  hw->matmul_eff = num_field(dev, "matmul_efficiency", 1.0);
+  hw->units = (int)num_field(dev, "sms", 0);
+  const value *tile = dev ? record_get(dev, "matmul_tile") : NULL;
+  if (tile && tile->kind == V_LIST && tile->list->n == 2 && tile->list->items[0].kind == V_INT &&
+      tile->list->items[1].kind == V_INT) {
+    hw->tile_m = (int)tile->list->items[0].i;
+    hw->tile_n = (int)tile->list->items[1].i;
+  }
+  hw->tile_k_overhead = num_field(dev, "matmul_tile_k_overhead", 0);
+  hw->memory_eff = num_field(dev, "memory_efficiency", 1.0);
+  hw->launch = num_field(dev, "kernel_launch", 0);
+  const value *sp = dev ? record_get(dev, "attention_score_passes") : NULL;
+  if (sp && sp->kind == V_LIST && sp->list->n == 2) {
+    const value *f = &sp->list->items[0], *b = &sp->list->items[1];
+    hw->score_passes = f->kind == V_INT ? (double)f->i : f->kind == V_FLOAT ? f->f : 0;
+    hw->score_passes_bwd = b->kind == V_INT ? (double)b->i : b->kind == V_FLOAT ? b->f : 0;
+  }
+  const value *links = record_get(cl, "links");
+  if (links && links->kind == V_LIST)
+    for (int i = 0; i < links->list->n; i++) {
+      const vrecord *l = links->list->items[i].rec;
+      const value *lv = record_get(l, "level");
+      if (!lv || lv->kind != V_STRING) continue;
+      hw_link *to = strcmp(lv->s, "node") == 0 ? &hw->node : &hw->net;
+      if (!to->present) read_link(l, to);
+    }
+  /* a single-level cluster: its one link serves both levels */
+  if (!hw->net.present && hw->node.present) hw->net = hw->node;
+  if (!hw->node.present && hw->net.present) hw->node = hw->net;
+  /* every dtype the plan computes in needs a rate */
+  bool ok = true;
+  bool seen[DT_COUNT] = {0};
+  for (int op = 0; op < p->g->nops; op++) {
+    weft_dtype dt = op_dtype(p->g, op);
+    if (!uses_tensor_cores(p->g->ops[op].kind) || seen[dt]) continue;
+    seen[dt] = true;
+    if (hw->peak[dt] <= 0) {
+      ok = false;
+      if (!c) break;
+      weft_diag *g = eval_error(c, p->loc, "cannot estimate plan %s: the device of cluster %s (%s) has no compute rate for %s, which %s computes in",
+                                p->name, hw->cluster, hw->device, dtype_names[dt], p->g->ops[op].name);
+      diag_hint(g, &c->diags, "give the model another dtype, or add `%s = ... TFLOP/s` to the device's compute", dtype_names[dt]);
+    }
+  }
+  if (hw->vector_rate <= 0)
+    for (int t = 0; t < DT_COUNT; t++)
+      if (hw->peak[t] > hw->vector_rate) hw->vector_rate = hw->peak[t];
+  if (hw->mem_bw <= 0 || hw->vector_rate <= 0) {
+    if (c) eval_error(c, p->loc, "cannot estimate plan %s: cluster %s gives no memory bandwidth or compute rate", p->name, hw->cluster);
+    ok = false;
+  }
+  (void)pr;
+  return ok;
+}
+
+/* ---- kernels ------------------------------------------------------------- */
+
+double cost_matmul_efficiency(const hw_model *hw, double batch, double m, double n, double k) {
+  if (m <= 0 || n <= 0 || k <= 0 || batch <= 0) return hw->matmul_eff;
+  double e = hw->matmul_eff;
+  if (hw->tile_m > 0 && hw->tile_n > 0) {
+    double tiles = batch * ceil(m / hw->tile_m) * ceil(n / hw->tile_n);
+    double slots = tiles;
+    if (hw->units > 0) slots = ceil(tiles / hw->units) * hw->units;
+    e *= batch * m * n / (slots * (double)hw->tile_m * hw->tile_n);
+  }
+  if (hw->tile_k_overhead > 0) e *= k / (k + hw->tile_k_overhead);
+  return e;
+}
+
+/* One matrix product's time: the roofline of its FLOPs at the shape's
+ * efficiency and of its operands' traffic. */
+static double gemm_time(const hw_model *hw, weft_dtype dt, double batch, double m, double n, double k, double *flops,
+                        double *bytes) {
+  double f = 2 * batch * m * n * k;
+  double b = batch * (m * k + k * n + m * n) * dtype_bytes[dt];
+  *flops += f;
+  *bytes += b;
+  if (!hw) return 0;
+  double rate = hw->peak[dt] * cost_matmul_efficiency(hw, batch, m, n, k);
+  double tc = rate > 0 ? f / rate : 0;
+  double tm = b / (hw->mem_bw * hw->memory_eff);
+  return hw->launch + (tc > tm ? tc : tm);
+}
+
+static double stream_time(const hw_model *hw, double flops, double bytes, int kernels) {
+  if (!hw) return 0;
+  double tc = flops / hw->vector_rate;
+  double tm = bytes / (hw->mem_bw * hw->memory_eff);
+  return kernels * hw->launch + (tc > tm ? tc : tm);
+}
+
+static double ref_bytes(const weft_program *pr, const lref *r) {
+  if (r->buf < 0) return 0;
+  const lbuf *b = &pr->bufs[r->buf];
+  return (double)tregion_numel(&r->region) * dtype_bytes[b->dtype] * (b->copies > 0 ? b->copies : 1);
+}
+
+/* Size of the part of idim i a sub-operator covers. */
+static double span(const psub *s, int i) { return (double)(s->range[i].hi - s->range[i].lo); }
+
+static bool tmap_has(const tmap *m, int idim) {
+  for (int d = 0; d < m->ndims; d++)
+    for (int f = 0; f < m->nfactors[d]; f++)
+      if (m->factors[d][f] == idim) return true;
+  return false;
+}
+
+double cost_backward_factor(const char *kind, int grads, int inputs) {
+  if (!kind) return 2;
+  if (strcmp(kind, "matmul") == 0) return grads;  /* one product per operand that gets a gradient */
+  if (strcmp(kind, "attention") == 0) return 2;   /* four products against the forward's two */
+  if (strcmp(kind, "embedding") == 0) return 0;   /* a scatter-add: traffic, no arithmetic counted */
+  if (strcmp(kind, "optimizer") == 0) return 0;
+  (void)inputs;
+  return 2;                                       /* elementwise, norms, losses: about twice the forward */
+}
+
+static bool is_kind(const gop *o, const char *k) { return o->kind && strcmp(o->kind, k) == 0; }
+
+/* Matrix operands of a matmul-kind operator: its first two inputs. */
+static int matmul_grads_graph(const weft_graph *g, const gop *o) {
+  int n = 0;
+  for (int i = 0; i < o->ninputs && i < 2; i++) {
+    const gtensor *t = &g->tensors[o->inputs[i]];
+    n += t->role != TENSOR_INPUT && dtype_is_float(t->dtype);
+  }
+  return n;
+}
+
+double cost_model_flops(const weft_graph *g) {
+  double total = 0;
+  for (int i = 0; i < g->nops; i++) {
+    const gop *o = &g->ops[i];
+    int grads = is_kind(o, "matmul") ? matmul_grads_graph(g, o) : 1;
+    total += o->flops * (1 + cost_backward_factor(o->kind, grads, o->ninputs));
+  }
+  return total;
+}
+
+/* What the cost of a compute instruction takes from its sub-operator and
+ * operator: the same for every instruction that runs the sub-operator
+ * (each micro-batch, forward, recomputation and backward). */
+enum { OPK_MATMUL, OPK_ATTENTION, OPK_OTHER };
+
+typedef struct subgeo {
+  int op;                 /* -1: not filled yet */
+  int kind;               /* OPK_* */
+  weft_dtype dt;
+  double frac;            /* the part of the operator's iteration space it covers */
+  double a, b, c;         /* matmul: m, n, k; attention: sq, dh, batch */
+} subgeo;
+
+static void subgeo_fill(const weft_plan *p, const psub *s, subgeo *g) {
+  const gop *o = &p->g->ops[s->op];
+  const opspace *sp = p->ops[s->op].space;
+  g->op = s->op;
+  double frac = 1;
+  for (int i = 0; i < sp->nidims; i++)
+    if (sp->idims[i].size > 0) frac *= span(s, i) / (double)sp->idims[i].size;
+  g->frac = frac;
+  g->dt = op_dtype(p->g, s->op);
+  g->a = g->b = g->c = 0;
+  if (is_kind(o, "matmul") && sp->ninputs >= 2) {
+    /* m: result idims the first operand has; n: the others; k: reductions */
+    double m = 1, n = 1, kk = 1;
+    for (int i = 0; i < sp->nidims; i++) {
+      if (sp->idims[i].reduce) kk *= span(s, i);
+      else if (tmap_has(&sp->output, i)) {
+        if (tmap_has(&sp->inputs[0], i)) m *= span(s, i);
+        else n *= span(s, i);
+      }
+    }
+    g->kind = OPK_MATMUL;
+    g->a = m; g->b = n; g->c = kk;
+  } else if (is_kind(o, "attention")) {
+    double sq = 0, dh = 0, batch = 1;
+    for (int i = 0; i < sp->nidims; i++) {
+      const char *sig = sp->idims[i].sig;
+      if (strcmp(sig, "s") == 0) sq = span(s, i);
+      else if (strcmp(sig, "dh") == 0) dh = span(s, i);
+      else if (tmap_has(&sp->output, i)) batch *= span(s, i);
+    }
+    g->kind = OPK_ATTENTION;
+    g->a = sq; g->b = dh; g->c = batch;
+  } else {
+    g->kind = OPK_OTHER;
+  }
+}
+
+static kcost compute_cost_geo(const hw_model *hw, const weft_program *pr, const cwork *w, const subgeo *g) {
+  kcost k = {0};
+  const weft_plan *p = pr->p;
+  const gop *o = &p->g->ops[g->op];
+  double frac = g->frac;
+  weft_dtype dt = g->dt;
+  bool bwd = w->bwd;
+  double t = 0;
+  if (g->kind == OPK_MATMUL) {
+    double m = g->a, n = g->b, kk = g->c;
+    if (!bwd) {
+      t += gemm_time(hw, dt, 1, m, n, kk, &k.flops, &k.bytes);
+      k.kernels = 1;
+    } else {
+      if (w->grad0) { t += gemm_time(hw, dt, 1, m, kk, n, &k.flops, &k.bytes); k.kernels++; }
+      if (w->grad1) { t += gemm_time(hw, dt, 1, kk, n, m, &k.flops, &k.bytes); k.kernels++; }
+    }
+    /* the operator's own count (bias terms and the like) is what the model says */
+    double own = o->flops * frac * (bwd ? cost_backward_factor(o->kind, w->grad0 + w->grad1, 0) : 1);
+    if (own > k.flops) k.flops = own;
+  } else if (g->kind == OPK_ATTENTION) {
+    /* softmax(q k^T) v per batch element and head: two batched products,
+     * with the scores between them in memory unless the kernel is fused */
+    double sq = g->a, dh = g->b, batch = g->c;
+    if (sq > 0 && dh > 0) {
+      /* forward: scores q k^T, then the weighted values; backward: dP = dO v^T,
+       * then dV = P^T dO, dQ = dS k, dK = dS^T q */
+      t += gemm_time(hw, dt, batch, sq, sq, dh, &k.flops, &k.bytes);
+      for (int r = 0; r < (bwd ? 3 : 1); r++) t += gemm_time(hw, dt, batch, sq, dh, sq, &k.flops, &k.bytes);
+      double scores = batch * sq * sq * dtype_bytes[dt];
+      double passes = hw ? (bwd ? hw->score_passes_bwd : hw->score_passes) : 0;
+      k.bytes += passes * scores;
+      if (hw) t += stream_time(hw, 0, passes * scores, passes > 0 ? 1 : 0);
+      k.kernels = bwd ? 5 : 3;
+    } else {
+      k.flops = o->flops * frac * (bwd ? 2 : 1);
+      k.bytes = w->bytes;
+      k.kernels = 1;
+      if (hw) {
+        double rate = hw->peak[dt] * hw->matmul_eff;
+        double tc = rate > 0 ? k.flops / rate : 0, tm = k.bytes / (hw->mem_bw * hw->memory_eff);
+        t = hw->launch + (tc > tm ? tc : tm);
+      }
+    }
+  } else {
+    k.flops = o->flops * frac * (bwd ? cost_backward_factor(o->kind, 1, o->ninputs) : 1);
+    k.bytes = w->bytes;
+    k.kernels = 1;
+    t = stream_time(hw, k.flops, k.bytes, 1);
+  }
+  k.seconds = hw ? t : 0;
+  return k;
+}
+
+/* ---- works: what an instruction computes and moves ------------------------
+ * The cost of a compute is a function of its operator, the sizes of the
+ * ranges its sub-operator covers (its FLOPs and shapes follow from them),
+ * its direction, the gradients it writes and the bytes of the regions it
+ * reads and writes; of a copy or a step, of the bytes it moves. That much,
+ * without the hardware, is a work; instructions that do the same work (the
+ * parts of a split, every micro-batch, every layer) share one, and the
+ * simulation prices each work once. GPT-3 on 1024 devices: 1.5 million
+ * computes, a few thousand works. */
+
+/* The work of ins, not yet interned. */
+static cwork work_from(const weft_program *pr, const lins *ins) {
+  cwork w = {.kind = ins->kind, .sub = -1, .bwd = ins->dir == DIR_BACKWARD};
+  double in = 0, out = 0;
+  for (int i = 0; i < ins->nin; i++) in += ref_bytes(pr, &ins->in[i]);
+  switch (ins->kind) {
+  case LI_COMPUTE:
+    w.sub = ins->sub;
+    for (int i = 0; i < ins->nout; i++) {
+      const lref *r = &ins->out[i];
+      out += ref_bytes(pr, r) * (r->buf >= 0 && ins->accumulate ? 2 : 1);
+      if (r->buf >= 0 && r->arg == 0) w.grad0 = true;
+      if (r->buf >= 0 && r->arg == 1) w.grad1 = true;
+    }
+    w.bytes = in + out;
+    break;
+  case LI_COPY:
+    /* every piece read and written once */
+    w.bytes = 2 * in;
+    w.kernels = ins->nin;
+    break;
+  case LI_STEP:
+    /* reads the gradient, reads and writes the parameter and the state */
+    for (int i = 0; i < ins->nout; i++) out += ref_bytes(pr, &ins->out[i]);
+    w.bytes = in + 2 * out;
+    w.kernels = 1;
+    break;
+  default: break;
+  }
+  return w;
+}
+
+typedef struct wpattern {
+  int cls;
+  int dir_acc;            /* backward: 2, plus accumulate: 1 */
+  int nin, nout;
+  uint64_t inmask;        /* the inputs it reads (buf >= 0), by position */
+  uint64_t outargs;       /* what it writes: the gradients of arguments (bit k), its result (bit 63) */
+} wpattern;
+
+/* An index over the entries 0..n-1 of some array: open addressing by
+ * each entry's hash, the hashes kept for growing. */
+typedef struct itab {
+  int *slot;              /* per position: an entry, -1 empty */
+  uint64_t *hash;         /* per entry */
+  int cap, n, hcap;       /* positions (a power of 2), entries */
+} itab;
+
+/* The position of the entry with hash h that same(ctx, entry) accepts, or
+ * of the empty slot where it goes (itab_add). */
+static int itab_find(itab *t, uint64_t h, bool (*same)(const void *ctx, int e), const void *ctx) {
+  if (2 * (t->n + 1) > t->cap) {
+    int ncap = t->cap ? 2 * t->cap : 1024;
+    free(t->slot);
+    t->slot = malloc(sizeof(int) * (size_t)ncap);
+    if (!t->slot) weft_oom();
+    for (int i = 0; i < ncap; i++) t->slot[i] = -1;
+    t->cap = ncap;
+    for (int e = 0; e < t->n; e++) {
+      int q = (int)(t->hash[e] & (uint64_t)(ncap - 1));
+      while (t->slot[q] >= 0) q = (q + 1) & (ncap - 1);
+      t->slot[q] = e;
+    }
+  }
+  int q = (int)(h & (uint64_t)(t->cap - 1));
+  while (t->slot[q] >= 0 && !(t->hash[t->slot[q]] == h && same(ctx, t->slot[q]))) q = (q + 1) & (t->cap - 1);
+  return q;
+}
+
+/* Entry n (the next) at position q, found empty by itab_find. */
+static int itab_add(itab *t, int q, uint64_t h) {
+  if (t->n == t->hcap) {
+    t->hcap = t->hcap ? 2 * t->hcap : 256;
+    t->hash = realloc(t->hash, sizeof(uint64_t) * (size_t)t->hcap);
+    if (!t->hash) weft_oom();
+  }
+  t->hash[t->n] = h;
+  t->slot[q] = t->n;
+  return t->n++;
+}
+
+static void itab_free(itab *t) {
+  free(t->slot);
+  free(t->hash);
+}
+
+/* An array grown to hold n + 1 elements. */
+static void *grow(void *v, int *cap, int n, size_t elem) {
+  if (n < *cap) return v;
+  *cap = *cap ? 2 * *cap : 256;
+  v = realloc(v, elem * (size_t)*cap);
+  if (!v) weft_oom();
+  return v;
+}
+
+struct cost_works {
+  cwork *v;
+  int n, cap;
+  itab works;
+  /* classes of sub-operators: those of one operator with equal sizes */
+  int *cls;               /* per sub */
+  int nsubs;
+  int *crep;              /* per class: its first sub */
+  int ncls, ccap;
+  itab classes;
+  /* the works of computes by pattern: class, direction, accumulation and
+   * which arguments are read and written; the regions, and so the bytes,
+   * follow from the class (docs/program.md), so an instruction whose
+   * pattern is known is not measured again */
+  wpattern *pat;
+  int *pwork;             /* per pattern: its work */
+  int npat, patcap, pwcap;
+  itab patterns;
+};
+
+static uint64_t mix64(uint64_t h) {
+  h ^= h >> 31;
+  h *= 0x7FB5D329728EA185ull;
+  h ^= h >> 27;
+  h *= 0x81DADEF4BC2DD44Dull;
+  h ^= h >> 33;
+  return h;
+}
+
+static bool same_sizes(const weft_plan *p, int x, int y) {
+  const psub *a = &p->subs[x], *b = &p->subs[y];
+  if (a->op != b->op) return false;
+  const opspace *sp = p->ops[a->op].space;
+  for (int i = 0; i < sp->nidims; i++)
+    if (a->range[i].hi - a->range[i].lo != b->range[i].hi - b->range[i].lo) return false;
+  return true;
+}
+
+static uint64_t sizes_hash(const weft_plan *p, int sub) {
+  const psub *s = &p->subs[sub];
+  uint64_t h = mix64((uint64_t)(uint32_t)s->op + 1);
+  const opspace *sp = p->ops[s->op].space;
+  for (int i = 0; i < sp->nidims; i++) h = mix64(h ^ (uint64_t)(s->range[i].hi - s->range[i].lo));
+  return h;
+}
+
+typedef struct class_key {
+  const cost_works *ws;
+  const weft_plan *p;
+  int sub;
+} class_key;
+
+static bool same_class(const void *ctx, int c) {
+  const class_key *k = ctx;
+  return same_sizes(k->p, k->ws->crep[c], k->sub);
+}
+
+static int find_class(cost_works *ws, const weft_plan *p, int sub) {
+  uint64_t h = sizes_hash(p, sub);
+  class_key k = {ws, p, sub};
+  int q = itab_find(&ws->classes, h, same_class, &k);
+  if (ws->classes.slot[q] >= 0) return ws->classes.slot[q];
+  ws->crep = grow(ws->crep, &ws->ccap, ws->ncls, sizeof(int));
+  ws->crep[ws->ncls++] = sub;
+  return itab_add(&ws->classes, q, h);
+}
+
+/* The class of sub-operator sub. Those of all are found at the first call,
+ * in the order the sub-operators lie in memory. */
+static int class_of(cost_works *ws, const weft_plan *p, int sub) {
+  if (ws->nsubs != p->nsubs) {
+    free(ws->cls);
+    ws->nsubs = p->nsubs;
+    ws->cls = malloc(sizeof(int) * (size_t)(ws->nsubs ? ws->nsubs : 1));
+    if (!ws->cls) weft_oom();
+    /* neighbours are often of one class (the parts of a split) */
+    for (int i = 0; i < ws->nsubs; i++)
+      ws->cls[i] = i > 0 && same_sizes(p, i - 1, i) ? ws->cls[i - 1] : find_class(ws, p, i);
+  }
+  return ws->cls[sub];
+}
+
+/* A work's class is in w->sub while it is looked up: the sub-operator
+ * that stands for the class goes in when the works are kept. */
+static uint64_t work_hash(const cwork *w) {
+  uint64_t bits;
+  memcpy(&bits, &w->bytes, sizeof bits);
+  uint64_t h = mix64(((uint64_t)w->kind << 3 | (uint64_t)w->bwd << 2 | (uint64_t)w->grad0 << 1 | (uint64_t)w->grad1) ^
+                     (uint64_t)(uint32_t)w->sub << 8 ^ (uint64_t)(uint32_t)w->kernels << 40);
+  return mix64(h ^ bits);
+}
+
+typedef struct work_key {
+  const cost_works *ws;
+  const cwork *w;
+} work_key;
+
+static bool same_work(const void *ctx, int e) {
+  const work_key *k = ctx;
+  const cwork *x = &k->ws->v[e], *y = k->w;
+  return x->kind == y->kind && x->bwd == y->bwd && x->grad0 == y->grad0 && x->grad1 == y->grad1 &&
+         x->bytes == y->bytes && x->kernels == y->kernels && x->sub == y->sub;
+}
+
+cost_works *cost_works_new(void) {
+  cost_works *w = calloc(1, sizeof *w);
+  if (!w) weft_oom();
+  return w;
+}
+
+void cost_works_free(cost_works *w) {
+  if (!w) return;
+  free(w->v);
+  itab_free(&w->works);
+  free(w->cls);
+  free(w->crep);
+  itab_free(&w->classes);
+  free(w->pat);
+  free(w->pwork);
+  itab_free(&w->patterns);
+  free(w);
+}
+
+cost_works *cost_works_keep(arena *a, cost_works *w) {
+  cost_works *k = arena_alloc(a, sizeof *k);
+  memset(k, 0, sizeof *k);
+  k->n = k->cap = w->n;
+  k->v = arena_alloc(a, sizeof(cwork) * (size_t)(w->n ? w->n : 1));
+  if (w->n) memcpy(k->v, w->v, sizeof(cwork) * (size_t)w->n);
+  /* each work names the first sub-operator of its class */
+  for (int i = 0; i < k->n; i++)
+    if (k->v[i].sub >= 0) k->v[i].sub = w->crep[k->v[i].sub];
+  cost_works_free(w);
+  return k;
+}
+
+int cost_works_count(const cost_works *w) { return w ? w->n : 0; }
+
+const cwork *cost_work_get(const cost_works *w, int id) { return &w->v[id]; }
+
+/* The pattern of a compute; false when it has none (more than 63 arguments). */
+static bool pattern_of(cost_works *ws, const weft_program *pr, const lins *ins, wpattern *k) {
+  if (ins->kind != LI_COMPUTE || ins->nin > 64 || ins->nout > 64) return false;
+  memset(k, 0, sizeof *k);
+  k->cls = class_of(ws, pr->p, ins->sub);
+  k->dir_acc = (ins->dir == DIR_BACKWARD ? 2 : 0) | (ins->accumulate ? 1 : 0);
+  k->nin = ins->nin;
+  k->nout = ins->nout;
+  for (int i = 0; i < ins->nin; i++)
+    if (ins->in[i].buf >= 0) k->inmask |= 1ull << i;
+  for (int i = 0; i < ins->nout; i++) {
+    if (ins->out[i].buf < 0) continue;
+    int a = ins->out[i].arg;   /* -1: the result */
+    if (a >= 63) return false;
+    k->outargs |= 1ull << (a < 0 ? 63 : a);
+  }
+  return true;
+}
+
+static uint64_t pattern_hash(const wpattern *k) {
+  return mix64(mix64((uint64_t)(uint32_t)k->cls << 8 ^ (uint64_t)k->dir_acc ^ (uint64_t)(uint32_t)k->nin << 40 ^
+                     (uint64_t)(uint32_t)k->nout << 52) ^
+               mix64(k->inmask) ^ k->outargs);
+}
+
+typedef struct pattern_key {
+  const cost_works *ws;
+  const wpattern *k;
+} pattern_key;
+
+static bool same_pattern(const void *ctx, int e) {
+  const pattern_key *pk = ctx;
+  const wpattern *x = &pk->ws->pat[e], *y = pk->k;
+  return x->cls == y->cls && x->dir_acc == y->dir_acc && x->nin == y->nin && x->nout == y->nout &&
+         x->inmask == y->inmask && x->outargs == y->outargs;
+}
+
+/* The work of ins, measured, among the works. */
+static int intern_work(cost_works *ws, const weft_program *pr, const lins *ins) {
+  cwork w = work_from(pr, ins);
+  if (w.sub >= 0) w.sub = class_of(ws, pr->p, w.sub);
+  uint64_t h = work_hash(&w);
+  work_key k = {ws, &w};
+  int q = itab_find(&ws->works, h, same_work, &k);
+  if (ws->works.slot[q] >= 0) return ws->works.slot[q];
+  ws->v = grow(ws->v, &ws->cap, ws->n, sizeof(cwork));
+  ws->v[ws->n++] = w;
+  return itab_add(&ws->works, q, h);
+}
+
+int cost_work_of(cost_works *ws, const weft_program *pr, const lins *ins) {
+  if (ins->kind != LI_COMPUTE && ins->kind != LI_COPY && ins->kind != LI_STEP) return -1;
+  wpattern k;
+  if (!pattern_of(ws, pr, ins, &k)) return intern_work(ws, pr, ins);
+  uint64_t h = pattern_hash(&k);
+  pattern_key pk = {ws, &k};
+  int q = itab_find(&ws->patterns, h, same_pattern, &pk);
+  if (ws->patterns.slot[q] >= 0) return ws->pwork[ws->patterns.slot[q]];
+  int work = intern_work(ws, pr, ins);
+  /* (intern_work touched other tables only: q is still the empty slot) */
+  ws->pat = grow(ws->pat, &ws->patcap, ws->npat, sizeof(wpattern));
+  ws->pwork = grow(ws->pwork, &ws->pwcap, ws->npat, sizeof(int));
+  ws->pat[ws->npat] = k;
+  ws->pwork[ws->npat++] = work;
+  itab_add(&ws->patterns, q, h);
+  return work;
+}
+
+kcost cost_work(const hw_model *hw, const weft_program *pr, const cwork *w) {
+  kcost k = {0};
+  switch (w->kind) {
+  case LI_COMPUTE: {
+    subgeo g;
+    subgeo_fill(pr->p, &pr->p->subs[w->sub], &g);
+    return compute_cost_geo(hw, pr, w, &g);
+  }
+  case LI_COPY:
+    k.bytes = w->bytes;
+    k.kernels = w->kernels;
+    k.seconds = stream_time(hw, 0, k.bytes, k.kernels);
+    return k;
+  case LI_STEP:
+    /* its arithmetic is a few operations per byte: the traffic is the cost */
+    k.bytes = w->bytes;
+    k.kernels = 1;
+    k.seconds = stream_time(hw, k.flops, k.bytes, 1);
+    return k;
+  default:
+    return k;
+  }
+}
+
+kcost cost_compute(const hw_model *hw, const weft_program *pr, const lins *ins) {
+  if (ins->kind != LI_COMPUTE && ins->kind != LI_COPY && ins->kind != LI_STEP) return (kcost){0};
+  cwork w = work_from(pr, ins);
+  return cost_work(hw, pr, &w);
+}
+
+/* ---- communication ------------------------------------------------------- */
+
+typedef struct placement {
+  int p;                  /* members */
+  int nodes;              /* nodes they span */
+  int per_node;           /* most members on one node */
+} placement;
+
+static placement place(const weft_plan *p, const int *group, int n) {
+  placement pl = {n, 0, 0};
+  int dpn = p->devices_per_node > 0 ? p->devices_per_node : 1;
+  /* groups are short lists in rank order: count nodes by scanning */
+  for (int i = 0; i < n; i++) {
+    int node = group[i] / dpn, seen = 0, here = 0;
+    for (int j = 0; j < n; j++) {
+      if (group[j] / dpn != node) continue;
+      if (j < i) seen = 1;
+      here++;
+    }
+    if (!seen) pl.nodes++;
+    if (here > pl.per_node) pl.per_node = here;
+  }
+  return pl;
+}
+
+static double bw(const hw_link *l) { return l->bandwidth * l->efficiency; }
+
+kcost cost_comm(const hw_model *hw, const weft_plan *p, const pcomm *cm, const char **algo) {
+  kcost k = {0};
+  const char *name = "none";
+  double S = (double)cm->size;
+  if (cm->kind == COMM_BROADCAST && cm->ngroup > 2) {
+    /* a binomial tree: ceil(log2 P) rounds, each one message of S */
+    placement pl = place(p, cm->group, cm->ngroup);
+    bool net = pl.nodes > 1;
+    double rounds = ceil(log2((double)cm->ngroup));
+    k.net_bytes[net] = S;
+    name = "tree";
+    if (hw) {
+      const hw_link *l = net ? &hw->net : &hw->node;
+      k.seconds = rounds * (l->latency + S / bw(l));
+    }
+    if (algo) *algo = name;
+    return k;
+  }
+  if (cm->kind == COMM_SEND || cm->kind == COMM_BROADCAST) {
+    int pair[2] = {cm->src, cm->dst};
+    placement pl = place(p, pair, 2);
+    bool net = pl.nodes > 1;
+    k.net_bytes[net] = S;
+    name = "p2p";
+    if (hw) {
+      const hw_link *l = net ? &hw->net : &hw->node;
+      k.seconds = l->latency + S / bw(l);
+    }
+    if (algo) *algo = name;
+    return k;
+  }
+  placement pl = place(p, cm->group, cm->ngroup);
+  int P = pl.p;
+  if (P <= 1) {
+    if (algo) *algo = name;
+    return k;
+  }
+  if (cm->kind == COMM_ALL_TO_ALL) {
+    /* pairwise: each member sends its P - 1 pieces (cm->bytes in all, the
+     * most any member sends), one latency each, over the slowest link used */
+    bool net = pl.nodes > 1;
+    double B = (double)cm->bytes;
+    k.net_bytes[net] = B;
+    name = "pairwise";
+    if (hw) {
+      const hw_link *l = net ? &hw->net : &hw->node;
+      k.seconds = (P - 1) * l->latency + B / bw(l);
+    }
+    if (algo) *algo = name;
+    return k;
+  }
+  bool reduce = cm->kind == COMM_ALL_REDUCE;
+  double phases = reduce ? 2 : 1;   /* all-reduce: reduce-scatter then all-gather */
+  if (pl.nodes <= 1) {
+    k.net_bytes[0] = phases * (P - 1) / P * S;
+    name = "ring";
+    if (hw) {
+      double ring = phases * (P - 1) * hw->node.latency + phases * (P - 1) / P * S / bw(&hw->node);
+      k.seconds = ring;
+      if (reduce) {
+        double tree = 2 * ceil(log2((double)P)) * hw->node.latency + 2 * S / bw(&hw->node);
+        if (tree < ring) { k.seconds = tree; name = "tree"; }
+      }
+    }
+  } else {
+    /* hierarchical: inside each node among g members, across nodes on S/g
+     * per device (each device has its own path to the network) */
+    double g = pl.per_node, nn = pl.nodes;
+    k.net_bytes[0] = phases * (g - 1) / g * S;
+    k.net_bytes[1] = phases * (nn - 1) / nn * S / g;
+    name = g > 1 ? "hierarchical" : "ring";
+    if (hw) {
+      double intra = g > 1 ? phases * (g - 1) * hw->node.latency + phases * (g - 1) / g * S / bw(&hw->node) : 0;
+      double inter = phases * (nn - 1) * hw->net.latency + phases * (nn - 1) / nn * (S / g) / bw(&hw->net);
+      k.seconds = intra + inter;
+      /* a flat ring over every member crosses the network on every hop
+       * that leaves a node; its bandwidth is the network's */
+      double flat = phases * (P - 1) * hw->net.latency + phases * (P - 1) / P * S / bw(&hw->net);
+      if (flat < k.seconds) { k.seconds = flat; name = "ring"; }
+      if (reduce) {
+        double tree = intra + 2 * ceil(log2(nn)) * hw->net.latency + 2 * (S / g) / bw(&hw->net);
+        if (tree < k.seconds) { k.seconds = tree; name = "tree"; }
+      }
+    }
+  }
+  if (algo) *algo = name;
+  return k;
+}

@@ -1,0 +1,408 @@
+/* estimate_print.c - what `weft estimate` prints: a short table, one JSON
+ * object, a Chrome trace (chrome://tracing, Perfetto) and an SVG picture of
+ * the schedule, devices against time. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/json.h"
+#include "weft/sim.h"
+#include "weft/units.h"
+#include "weft/workspace.h"
+
+static const char *human(double v, const char *unit, char *buf, size_t n) {
+  static const char *const pre[] = {"", "k", "M", "G", "T", "P", "E"};
+  int i = 0;
+  while (fabs(v) >= 1000 && i < 6) { v /= 1000; i++; }
+  snprintf(buf, n, "%.3g %s%s", v, pre[i], unit);
+  return buf;
+}
+
+static const char *seconds(double s, char *buf, size_t n) {
+  if (s == 0) snprintf(buf, n, "0");
+  else if (s >= 1) snprintf(buf, n, "%.3f s", s);
+  else if (s >= 1e-3) snprintf(buf, n, "%.3f ms", s * 1e3);
+  else snprintf(buf, n, "%.3f us", s * 1e6);
+  return buf;
+}
+
+static const char *hbytes(double b, char *buf, size_t n) { return unit_bytes_human((int64_t)b, buf, n); }
+
+static int nstages_of(const weft_program *pr) { return pr->nstages; }
+
+/* The simulated device with the highest peak (e->peak_device), or NULL. */
+static const sim_dev *peak_dev(const weft_sim *s, const weft_estimate *e) {
+  if (e->peak_device < 0 || e->peak_device >= s->pr->nprogs || s->index[e->peak_device] < 0) return NULL;
+  return &s->dev[s->index[e->peak_device]];
+}
+
+/* ---- text ------------------------------------------------------------------ */
+
+void estimate_print_text(const weft_sim *s, const weft_estimate *e, FILE *out) {
+  const weft_program *pr = s->pr;
+  const weft_plan *p = pr->p;
+  char b1[64], b2[64], b3[64];
+  int ns = nstages_of(pr);
+  fprintf(out, "plan %s: model %s on %d of %d devices, schedule %s, %d stage%s, %d micro-batch%s\n", p->name,
+          p->g->name, s->devices_used, pr->nprogs, sched_kind_names[p->sched], ns, ns == 1 ? "" : "s", pr->nmb,
+          pr->nmb == 1 ? "" : "es");
+  if (e->symbolic) {
+    fprintf(out, "  cost model: symbolic (FLOPs and bytes; no hardware figures)\n");
+    fprintf(out, "  model FLOPs       %s per step (forward and backward), %s as run\n", human(e->model_flops, "FLOP", b1, sizeof b1),
+            human(e->hw_flops, "FLOP", b2, sizeof b2));
+  } else {
+    const hw_model *hw = s->hw;
+    fprintf(out, "  cluster           %s: %s, %d per node\n", hw->cluster, hw->device, hw->devices_per_node);
+    fprintf(out, "  step time         %s\n", seconds(e->step_time, b1, sizeof b1));
+    fprintf(out, "  throughput        %s tokens/s\n", human(e->step_time > 0 ? e->tokens / e->step_time : 0, "", b1, sizeof b1));
+    fprintf(out, "  model FLOPs       %s per step (forward and backward), %s as run\n", human(e->model_flops, "FLOP", b1, sizeof b1),
+            human(e->hw_flops, "FLOP", b2, sizeof b2));
+    fprintf(out, "  per device        %s of model FLOPs, MFU %.1f%% of %s\n", human(e->tflops_per_device * 1e12, "FLOP/s", b2, sizeof b2),
+            100 * e->mfu, human(e->peak_rate, "FLOP/s", b1, sizeof b1));
+    fprintf(out, "  pipeline bubble   %.1f%%\n", 100 * e->bubble_fraction);
+  }
+  fprintf(out, "  peak memory       %s on device %d of %s: %s\n", hbytes((double)e->peak_max, b1, sizeof b1), e->peak_device,
+          e->device_memory > 0 ? hbytes((double)e->device_memory, b2, sizeof b2) : "unknown",
+          e->fits ? "fits" : "DOES NOT FIT");
+  const sim_dev *pd = peak_dev(s, e);
+  if (!e->fits && pd) {
+    /* what does not fit, where, and what is live there */
+    char where[600], roles[400];
+    sim_peak_where(s, pd, where, sizeof where);
+    fprintf(out, "  over memory       device %d by %s, %d of %d devices over%s%s\n", pd->device,
+            hbytes((double)(e->peak_max - e->device_memory), b1, sizeof b1), e->over_devices, s->devices_used,
+            where[0] ? "; its peak at " : "", where);
+    fprintf(out, "  at the peak       %s\n", sim_roles_text(pd->peak_by_role, roles, sizeof roles));
+  }
+  fprintf(out, "  communication     %s inside nodes, %s across nodes per step", hbytes(e->comm_level[0], b1, sizeof b1),
+          hbytes(e->comm_level[1], b2, sizeof b2));
+  bool any = false;
+  for (int k = 0; k < COMM_KIND_COUNT; k++)
+    if (e->comm_kind[k] > 0) {
+      fprintf(out, "%s%s %s", any ? ", " : " (", comm_kind_names[k], hbytes(e->comm_kind[k], b3, sizeof b3));
+      any = true;
+    }
+  fprintf(out, "%s\n", any ? ")" : "");
+  /* one row per simulated device, or the first and last few */
+  if (e->symbolic)
+    fprintf(out, "\n  %6s %12s %12s %12s %12s %10s\n", "device", "FLOPs", "mem traffic", "sent (node)", "sent (net)", "peak");
+  else
+    fprintf(out, "\n  %6s %10s %10s %10s %10s %10s %10s\n", "device", "compute", "coll", "p2p", "grads", "bubble", "peak");
+  for (int k = 0; k < s->ndev; k++) {
+    if (s->ndev > 12 && k == 6) fprintf(out, "  %6s (%d more; --json lists every device)\n", "...", s->ndev - 12);
+    if (s->ndev > 12 && k >= 6 && k < s->ndev - 6) continue;
+    const sim_dev *D = &s->dev[k];
+    char c[6][32], dev[32];
+    if (D->weight > 1) snprintf(dev, sizeof dev, "%d x%d", D->device, D->weight);
+    else snprintf(dev, sizeof dev, "%d", D->device);
+    if (e->symbolic) {
+      fprintf(out, "  %6s %12s %12s %12s %12s %10s\n", dev, human(D->flops, "", c[0], 32), hbytes(D->bytes, c[1], 32),
+              hbytes(D->sent[0], c[2], 32), hbytes(D->sent[1], c[3], 32), hbytes((double)D->peak, c[4], 32));
+    } else {
+      fprintf(out, "  %6s %10s %10s %10s %10s %10s %10s\n", dev, seconds(D->busy[SS_COMPUTE], c[0], 32),
+              seconds(D->busy[SS_COLL], c[1], 32), seconds(D->busy[SS_SEND] + D->busy[SS_RECV], c[2], 32),
+              seconds(D->busy[SS_GRAD], c[3], 32), seconds(D->wait_pipeline, c[4], 32), hbytes((double)D->peak, c[5], 32));
+    }
+  }
+}
+
+/* ---- JSON ------------------------------------------------------------------ */
+
+void estimate_print_json(const weft_sim *s, const weft_estimate *e, FILE *out) {
+  const weft_program *pr = s->pr;
+  const weft_plan *p = pr->p;
+  json j;
+  json_init(&j, out);
+  json_obj(&j);
+  json_key(&j, "plan"); json_str(&j, p->name);
+  json_key(&j, "model"); json_str(&j, p->g->name);
+  json_key(&j, "cost"); json_str(&j, e->symbolic ? "symbolic" : "roofline");
+  json_key(&j, "devices"); json_int(&j, pr->nprogs);
+  json_key(&j, "devices_used"); json_int(&j, s->devices_used);
+  json_key(&j, "devices_simulated"); json_int(&j, s->ndev);
+  json_key(&j, "schedule"); json_str(&j, sched_kind_names[p->sched]);
+  json_key(&j, "stages"); json_int(&j, pr->nstages);
+  json_key(&j, "micro_batches"); json_int(&j, pr->nmb);
+  json_key(&j, "tokens_per_step"); json_num(&j, e->tokens);
+  json_key(&j, "model_flops_per_step"); json_num(&j, e->model_flops);
+  json_key(&j, "hardware_flops_per_step"); json_num(&j, e->hw_flops);
+  if (!e->symbolic) {
+    json_key(&j, "cluster"); json_str(&j, s->hw->cluster);
+    json_key(&j, "step_time_s"); json_num(&j, e->step_time);
+    json_key(&j, "tokens_per_s"); json_num(&j, e->step_time > 0 ? e->tokens / e->step_time : 0);
+    json_key(&j, "tflops_per_device"); json_num(&j, e->tflops_per_device);
+    json_key(&j, "peak_flops_per_device"); json_num(&j, e->peak_rate);
+    json_key(&j, "mfu"); json_num(&j, e->mfu);
+    json_key(&j, "bubble_fraction"); json_num(&j, e->bubble_fraction);
+  }
+  json_key(&j, "peak_memory_bytes");
+  json_obj(&j);
+  json_key(&j, "max"); json_int(&j, e->peak_max);
+  json_key(&j, "device"); json_int(&j, e->peak_device);
+  json_key(&j, "per_device");
+  json_arr(&j);
+  for (int d = 0; d < pr->nprogs; d++) json_int(&j, s->index[d] >= 0 ? s->dev[s->index[d]].peak : 0);
+  json_end_arr(&j);
+  json_end_obj(&j);
+  json_key(&j, "device_memory_bytes"); json_int(&j, e->device_memory);
+  json_key(&j, "fits"); json_bool(&j, e->fits);
+  /* null when it fits; else the device with the highest peak, and where */
+  json_key(&j, "over_memory");
+  const sim_dev *pd = peak_dev(s, e);
+  if (e->fits || !pd) json_null(&j);
+  else {
+    json_obj(&j);
+    json_key(&j, "device"); json_int(&j, pd->device);
+    json_key(&j, "excess_bytes"); json_int(&j, e->peak_max - e->device_memory);
+    json_key(&j, "devices"); json_int(&j, e->over_devices);
+    json_key(&j, "instruction"); json_int(&j, pd->peak_at);
+    if (!e->symbolic) { json_key(&j, "time_s"); json_num(&j, pd->peak_t); }
+    json_key(&j, "by_role");
+    json_obj(&j);
+    for (int r = 0; r < LB_ROLE_COUNT; r++) { json_key(&j, lbuf_role_names[r]); json_int(&j, pd->peak_by_role[r]); }
+    json_end_obj(&j);
+    json_end_obj(&j);
+  }
+  json_key(&j, "comm_bytes");
+  json_obj(&j);
+  json_key(&j, "by_kind");
+  json_obj(&j);
+  for (int k = 0; k < COMM_KIND_COUNT; k++)
+    if (k != COMM_NONE && k != COMM_SLICE) { json_key(&j, comm_kind_names[k]); json_num(&j, e->comm_kind[k]); }
+  json_end_obj(&j);
+  json_key(&j, "by_level");
+  json_obj(&j);
+  json_key(&j, "node"); json_num(&j, e->comm_level[0]);
+  json_key(&j, "cluster"); json_num(&j, e->comm_level[1]);
+  json_end_obj(&j);
+  json_end_obj(&j);
+  json_key(&j, "per_device");
+  json_arr(&j);
+  for (int k = 0; k < s->ndev; k++) {
+    const sim_dev *D = &s->dev[k];
+    json_obj(&j);
+    json_key(&j, "device"); json_int(&j, D->device);
+    json_key(&j, "stands_for"); json_int(&j, D->weight);
+    json_key(&j, "flops"); json_num(&j, D->flops);
+    json_key(&j, "memory_traffic_bytes"); json_num(&j, D->bytes);
+    json_key(&j, "sent_bytes");
+    json_obj(&j);
+    json_key(&j, "node"); json_num(&j, D->sent[0]);
+    json_key(&j, "cluster"); json_num(&j, D->sent[1]);
+    json_end_obj(&j);
+    if (!e->symbolic) {
+      json_key(&j, "busy_s");
+      json_obj(&j);
+      for (int st = 0; st < SS_COUNT; st++) { json_key(&j, sim_stream_names[st]); json_num(&j, D->busy[st]); }
+      json_end_obj(&j);
+      json_key(&j, "idle_s"); json_num(&j, e->step_time - D->busy[SS_COMPUTE]);
+      json_key(&j, "bubble_s"); json_num(&j, D->wait_pipeline);
+      json_key(&j, "comm_wait_s"); json_num(&j, D->wait_comm);
+      json_key(&j, "peak_time_s"); json_num(&j, D->peak_t);
+    }
+    json_key(&j, "peak_memory_bytes"); json_int(&j, D->peak);
+    json_end_obj(&j);
+  }
+  json_end_arr(&j);
+  json_end_obj(&j);
+  fputc('\n', out);
+}
+
+/* ---- what an instruction is, for pictures --------------------------------- */
+
+typedef enum { CAT_FWD, CAT_BWD, CAT_RECOMP, CAT_OPT, CAT_COLL, CAT_P2P, CAT_GRAD, CAT_COUNT } category;
+static const char *const cat_names[CAT_COUNT] = {"forward", "backward", "recompute", "optimizer", "collective",
+                                                 "send/recv", "gradient sync"};
+static const char *const cat_colors[CAT_COUNT] = {"#4e79a7", "#f28e2b", "#59a14f", "#9c755f",
+                                                  "#e15759", "#76b7b2", "#b07aa1"};
+
+static int category_of(const weft_plan *p, const lins *in) {
+  switch (in->kind) {
+  case LI_COMPUTE: return in->recompute ? CAT_RECOMP : in->dir == DIR_BACKWARD ? CAT_BWD : CAT_FWD;
+  case LI_COPY: return in->dir == DIR_BACKWARD ? CAT_BWD : CAT_FWD;
+  case LI_STEP: return CAT_OPT;
+  case LI_SEND: case LI_RECV: return CAT_P2P;
+  case LI_COLLECTIVE: {
+    comm_phase ph = p->comms[in->comm].phase;
+    return ph == PHASE_WEIGHTS || ph == PHASE_PARAMS ? CAT_GRAD : CAT_COLL;
+  }
+  default: return -1;
+  }
+}
+
+static void jname(FILE *out, const char *s) {
+  for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+    if (*c == '"' || *c == '\\') fprintf(out, "\\%c", *c);
+    else if (*c < 0x20) fprintf(out, "\\u%04x", *c);
+    else fputc(*c, out);
+  }
+}
+
+/* ---- Chrome trace ---------------------------------------------------------- */
+
+void estimate_print_trace(const weft_sim *s, FILE *out) {
+  const weft_program *pr = s->pr;
+  const weft_plan *p = pr->p;
+  fprintf(out, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
+  bool first = true;
+#define SEP() do { if (!first) fputs(",\n", out); first = false; } while (0)
+  for (int k = 0; k < s->ndev; k++) {
+    const sim_dev *D = &s->dev[k];
+    SEP();
+    fprintf(out, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"device %d", D->device, D->device);
+    if (D->weight > 1) fprintf(out, " (and %d replicas)", D->weight - 1);
+    fprintf(out, "\"}}");
+    SEP();
+    fprintf(out, "{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"sort_index\":%d}}", D->device, D->device);
+    for (int st = 0; st < SS_COUNT; st++) {
+      SEP();
+      fprintf(out, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}}", D->device, st,
+              sim_stream_names[st]);
+    }
+    const lprog *pg = lower_prog(pr, D->device);
+    for (int i = 0; i < D->n; i++) {
+      if (D->stream[i] < 0) continue;
+      lins view = lower_view(pr, pg, i);
+      const lins *in = &view;
+      int cat = category_of(p, in);
+      if (cat < 0) continue;
+      double dur = D->end[i] - D->start[i];
+      if (dur <= 0 && in->kind == LI_COLLECTIVE) continue;   /* a group of one */
+      SEP();
+      fprintf(out, "{\"name\":\"");
+      if (in->kind == LI_COMPUTE) {
+        const psub *sb = &p->subs[in->sub];
+        jname(out, p->g->ops[sb->op].name);
+        fprintf(out, " %s mb%d", in->recompute ? "recompute" : in->dir == DIR_BACKWARD ? "backward" : "forward", in->mb);
+      } else if (in->kind == LI_STEP) {
+        fprintf(out, "step ");
+        jname(out, p->g->tensors[in->tensor].name);
+      } else if (in->kind == LI_COPY) {
+        fprintf(out, "copy");
+      } else {
+        const pcomm *cm = &p->comms[in->comm];
+        fprintf(out, "%s ", in->kind == LI_SEND ? "send" : in->kind == LI_RECV ? "recv" : comm_kind_names[cm->kind]);
+        jname(out, p->g->tensors[cm->tensor].name);
+        if (cm->phase == PHASE_BACKWARD || cm->phase == PHASE_WEIGHTS) fprintf(out, " (gradient)");
+      }
+      fprintf(out, "\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.4f,\"dur\":%.4f", cat_names[cat], D->device,
+              D->stream[i], D->start[i] * 1e6, dur * 1e6);
+      if (in->kind == LI_COMPUTE) fprintf(out, ",\"args\":{\"mb\":%d}", in->mb);
+      else if (in->kind != LI_STEP && in->kind != LI_COPY)
+        fprintf(out, ",\"args\":{\"bytes\":%" PRId64 ",\"group\":%d}", p->comms[in->comm].size, p->comms[in->comm].ngroup);
+      fputc('}', out);
+    }
+    for (int i = 0; i < D->nmem; i++) {
+      SEP();
+      fprintf(out, "{\"name\":\"memory\",\"ph\":\"C\",\"pid\":%d,\"ts\":%.4f,\"args\":{\"bytes\":%" PRId64 "}}", D->device,
+              D->mem[i].t * 1e6, D->mem[i].live);
+    }
+  }
+#undef SEP
+  fprintf(out, "\n]}\n");
+}
+
+/* ---- SVG ------------------------------------------------------------------- */
+
+typedef struct svg_block {
+  int cat, mb;
+  double a, b;            /* pixels */
+} svg_block;
+
+static void svg_flush(FILE *out, const svg_block *bl, double y, double h, bool label, double font) {
+  if (bl->cat < 0) return;
+  double w = bl->b - bl->a;
+  if (w < 0.3) w = 0.3;
+  fprintf(out, "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"%s\"/>\n", bl->a, y, w, h,
+          cat_colors[bl->cat]);
+  if (label && bl->mb >= 0) {
+    int digits = bl->mb >= 100 ? 3 : bl->mb >= 10 ? 2 : 1;
+    if (w >= digits * font * 0.62 + 2)
+      fprintf(out, "<text x=\"%.2f\" y=\"%.2f\" font-size=\"%.1f\" text-anchor=\"middle\" fill=\"#fff\">%d</text>\n",
+              bl->a + w / 2, y + h / 2 + font * 0.35, font, bl->mb);
+  }
+}
+
+void estimate_print_svg(const weft_sim *s, FILE *out) {
+  const weft_program *pr = s->pr;
+  const weft_plan *p = pr->p;
+  int rows = s->ndev;
+  const double W = 1400, left = 90, right = 20, top = 58, plotw = W - left - right;
+  double rh = rows > 0 ? 900.0 / rows : 20;
+  if (rh > 30) rh = 30;
+  if (rh < 6) rh = 6;
+  double H = top + rows * rh + 50;
+  double T = s->step_time > 0 ? s->step_time : 1;
+  double sx = plotw / T;
+  double font = rh * 0.55 < 11 ? rh * 0.55 : 11;
+  fprintf(out, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" "
+               "font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n", W, H, W, H);
+  fprintf(out, "<rect width=\"100%%\" height=\"100%%\" fill=\"#ffffff\"/>\n");
+  char b1[64];
+  fprintf(out, "<text x=\"%.0f\" y=\"18\" font-size=\"14\">plan ", left);
+  for (const char *c = p->name; *c; c++) {
+    if (*c == '<') fputs("&lt;", out);
+    else if (*c == '&') fputs("&amp;", out);
+    else fputc(*c, out);
+  }
+  fprintf(out, ": %d devices simulated, %d micro-batch%s, step %s</text>\n", rows, pr->nmb, pr->nmb == 1 ? "" : "es",
+          seconds(s->step_time, b1, sizeof b1));
+  /* legend */
+  double lx = left;
+  for (int c = 0; c < CAT_COUNT; c++) {
+    fprintf(out, "<rect x=\"%.0f\" y=\"28\" width=\"12\" height=\"12\" fill=\"%s\"/>", lx, cat_colors[c]);
+    fprintf(out, "<text x=\"%.0f\" y=\"38\" font-size=\"11\">%s</text>\n", lx + 16, cat_names[c]);
+    lx += 16 + 7.0 * (double)strlen(cat_names[c]) + 18;
+  }
+  for (int k = 0; k < rows; k++) {
+    const sim_dev *D = &s->dev[k];
+    double y = top + k * rh;
+    double ch = rh * 0.62, cy = y + rh * 0.05, gy = cy + ch + rh * 0.03, gh = rh * 0.25;
+    if (k % 2) fprintf(out, "<rect x=\"%.0f\" y=\"%.2f\" width=\"%.0f\" height=\"%.2f\" fill=\"#f3f3f3\"/>\n", left, y, plotw, rh);
+    if (rh >= 8 || k % 4 == 0)
+      fprintf(out, "<text x=\"%.0f\" y=\"%.2f\" font-size=\"%.1f\" text-anchor=\"end\">dev %d</text>\n", left - 6,
+              y + rh / 2 + font * 0.35, font < 9 ? 9 : font, D->device);
+    const lprog *pg = lower_prog(pr, D->device);
+    /* compute lane: runs of one kind and micro-batch merge into a block */
+    svg_block cur = {-1, -1, 0, 0};
+    svg_block lane[3] = {{-1, -1, 0, 0}, {-1, -1, 0, 0}, {-1, -1, 0, 0}};
+    for (int i = 0; i < D->n; i++) {
+      if (D->stream[i] < 0) continue;
+      lins view = lower_view(pr, pg, i);
+      const lins *in = &view;
+      int cat = category_of(p, in);
+      if (cat < 0) continue;
+      double a = left + D->start[i] * sx, b = left + D->end[i] * sx;
+      if (D->stream[i] == SS_COMPUTE) {
+        int mb = in->kind == LI_COMPUTE ? in->mb : -1;
+        if (cur.cat == cat && cur.mb == mb && a - cur.b < 1.0) { if (b > cur.b) cur.b = b; continue; }
+        svg_flush(out, &cur, cy, ch, true, font);
+        cur = (svg_block){cat, mb, a, b};
+      } else {
+        if (b - a <= 0) continue;
+        int l = cat == CAT_COLL ? 0 : cat == CAT_P2P ? 1 : 2;
+        svg_block *c = &lane[l];
+        if (c->cat == cat && a - c->b < 1.0) { if (b > c->b) c->b = b; continue; }
+        svg_flush(out, c, gy, gh, false, font);
+        *c = (svg_block){cat, -1, a, b};
+      }
+    }
+    svg_flush(out, &cur, cy, ch, true, font);
+    for (int l = 0; l < 3; l++) svg_flush(out, &lane[l], gy, gh, false, font);
+  }
+  /* time axis */
+  double ay = top + rows * rh + 6;
+  fprintf(out, "<line x1=\"%.0f\" y1=\"%.2f\" x2=\"%.0f\" y2=\"%.2f\" stroke=\"#333\"/>\n", left, ay, left + plotw, ay);
+  double step = pow(10, floor(log10(T)));
+  if (T / step < 4) step /= 2;
+  if (T / step < 4) step /= 2.5;
+  for (double t = 0; t <= T * 1.0001; t += step) {
+    double x = left + t * sx;
+    fprintf(out, "<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" stroke=\"#333\"/>", x, ay, x, ay + 5);
+    fprintf(out, "<text x=\"%.2f\" y=\"%.2f\" font-size=\"11\" text-anchor=\"middle\">%s</text>\n", x, ay + 18,
+            seconds(t, b1, sizeof b1));
+  }
+  fprintf(out, "<text x=\"%.0f\" y=\"%.2f\" font-size=\"11\" text-anchor=\"end\">time</text>\n", left + plotw, ay + 34);
+  fprintf(out, "</svg>\n");
+}

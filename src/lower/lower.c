@@ -1,0 +1,2353 @@
+/* lower.c - the lower stage: from a plan (sub-operators on devices, the
+ * communication that preserves dependencies) to one program per device.
+ *
+ * 1. The schedule gives each device an order of blocks: the forward or
+ *    backward sub-operators of one stage for one micro-batch.
+ * 2. Inside a block, operators run in data-flow order (adjusted by
+ *    `order`); a recomputed segment runs its forward again right before
+ *    the backward of its last operator; optimizer steps close the step.
+ * 3. Every communication is anchored on each device taking part: after the
+ *    last local task that produces what it moves, or, on a device that only
+ *    receives, before the first task that reads it.
+ * 4. Each device's tasks and communications are emitted in order against a
+ *    store of the buffers the device holds: a task reading a region that no
+ *    earlier instruction provided breaks rule 4 (dependencies).
+ * 5. Buffers are freed after their last use. The peak of live bytes in
+ *    the simulated step (sim.h) is checked against device memory (rule 5):
+ *    the same model as weft estimate's.
+ * 6. The programs are run together abstractly: sends post, receives wait,
+ *    collectives wait for all members. A member waiting at a different
+ *    collective than its peers, or no device able to go on, breaks rule 3. */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "weft/lower.h"
+#include "weft/cost.h"
+#include "base/prof.h"
+#include "weft/sim.h"
+#include "eval/eval.h"
+
+const char *const lbuf_role_names[LB_ROLE_COUNT] = {"input", "param", "grad", "state", "act", "act_grad"};
+_Static_assert(sizeof(void *) != 8 || sizeof(lins) == 64, "an instruction is 64 bytes on 64-bit machines");
+
+const char *const lins_kind_names[LI_KIND_COUNT] = {"alloc", "free", "compute", "send", "recv", "collective", "step", "copy"};
+
+static arena *A(weft_ctx *c) { return &c->arena; }
+
+/* ---- small helpers --------------------------------------------------------------- */
+
+typedef struct ivec {
+  int *v;
+  int n, cap;
+} ivec;
+
+static void ivec_push(arena *a, ivec *x, int v) {
+  arena_grow(a, (void **)&x->v, &x->cap, x->n + 1, sizeof(int));
+  x->v[x->n++] = v;
+}
+
+/* Whether x and y share an element: tregion_intersect's answer, without
+ * making the intersection. */
+static bool region_overlaps(const tregion *x, const tregion *y) {
+  for (int d = 0; d < x->ndims && d < y->ndims; d++) {
+    const dregion *a = &x->dims[d], *b = &y->dims[d];
+    bool meet = false;
+    for (int i = 0, j = 0; i < a->n && j < b->n && !meet;) {
+      int64_t lo = a->iv[i].lo > b->iv[j].lo ? a->iv[i].lo : b->iv[j].lo;
+      int64_t hi = a->iv[i].hi < b->iv[j].hi ? a->iv[i].hi : b->iv[j].hi;
+      if (lo < hi) meet = true;
+      else if (a->iv[i].hi < b->iv[j].hi) i++;
+      else j++;
+    }
+    if (!meet) return false;
+  }
+  return true;
+}
+
+int64_t lower_device_memory(const weft_plan *p) {
+  const value *dev = record_get(p->cluster, "device");
+  if (!dev || dev->kind != V_RECORD) return 0;
+  const value *m = record_get(dev->rec, "memory");
+  if (!m || m->kind != V_QUANTITY) return 0;
+  return (int64_t)m->q.v;
+}
+
+/* Equality and containment of regions, at once when both share their
+ * intervals (regions are kept once: sub_region, region_intern). */
+static bool same_region(const tregion *x, const tregion *y) {
+  return (x->dims == y->dims && x->ndims == y->ndims) || tregion_equal(x, y);
+}
+
+static bool holds_region(const tregion *outer, const tregion *inner) {
+  return (outer->dims == inner->dims && outer->ndims == inner->ndims) || tregion_contains(outer, inner);
+}
+
+/* ---- tasks ------------------------------------------------------------------------- */
+
+typedef enum { T_FWD, T_BWD, T_RECOMP, T_STEP } task_kind;
+
+typedef struct task {
+  task_kind kind;
+  int sub;                /* forward sub-operator, or the parameter tensor for T_STEP */
+} task;
+
+typedef struct tasklist {
+  task *t;
+  int n, cap;
+} tasklist;
+
+/* An anchor: a communication placed on one device, after task `at` (pos =
+ * 2 at + 1) or before it (pos = 2 at). */
+typedef struct anchor {
+  int pos;
+  int comm;
+  int epoch;
+} anchor;
+
+typedef struct anchors {
+  anchor *a;
+  int n, cap;
+} anchors;
+
+/* Regions kept once per lowering: the sub-operators of every micro-batch,
+ * operator and device name few distinct regions (GPT-3 on 1024 devices:
+ * 2,235 for 2 million arguments). A region is found by what determines it:
+ * per tensor dimension, the size and range of each of its idims. */
+typedef struct rintern {
+  tregion *v;             /* the regions (their intervals in the program's arena) */
+  uint64_t *hash;         /* per region: the hash of its key */
+  int *koff, *klen;       /* per region: its key in keys */
+  int n, cap;
+  int64_t *keys;
+  int nkeys, kcap;
+  int *slot;              /* open addressing: index into v, -1 empty */
+  int scap;
+} rintern;
+
+typedef struct lstate {
+  weft_ctx *c;
+  weft_plan *p;
+  weft_program *pr;
+  arena *a;               /* the program's memory */
+  arena scratch;
+  arena tmp;              /* what lowering alone needs (tasks, anchors): freed
+                           * before the simulation, which takes its memory */
+  int nstages;
+  int *stage_of;          /* per op: schedule stage */
+  int *order;             /* ops in block order */
+  int *rank;              /* position of each op in order */
+  int nmb;
+  /* sub-operators by (device, op): devop[d * nops + op] .. devop[.. + 1) index byd */
+  int *byd_start;
+  int *byd;
+  int *byd_per_mb;        /* per (device, op): subs of each micro-batch when every one has
+                           * that many, in order (0: look them up) */
+  tasklist *tasks;        /* per device */
+  /* per forward sub: its task index for each kind, -1 */
+  int *fpos, *bpos, *rpos;
+  int **steppos;          /* per device: per param tensor, the step task, or NULL */
+  anchors *anch;          /* per device */
+  lins *ebuf;             /* the emission vector (emit) */
+  int ecap;
+  bool full;              /* programs keep their full instructions (weft_ctx.full_programs) */
+  arena *ra;              /* where refs go: the program's arena, or without
+                           * full programs refa, emptied for each device */
+  arena refa;
+  cost_works *works;      /* the works of computes, copies and steps (lop.aux) */
+  int **readers;          /* per tensor: ops reading it (-1 terminated) */
+  int *sreg_off;          /* per sub: where the regions of its arguments start in sreg_v */
+  tregion *sreg_v;        /* per sub, per argument (its inputs, then its result): its region */
+  int *sreg_slab;         /* ... and its slab (slab_of) */
+  size_t nsreg;
+  bool *value_split;      /* per op: split along a reduction (applies_arg has work) */
+  int *tshift;            /* per tensor that moves with micro-batches: log2 of its step, -1 not a power of 2 */
+  struct store *st;       /* the emitter's store, kept from device to device (emit_device) */
+  rintern regs;           /* the distinct regions of sub-operators */
+  bool failed;
+} lstate;
+
+static void task_add(lstate *L, int d, task_kind k, int sub) {
+  tasklist *tl = &L->tasks[d];
+  arena_grow(&L->tmp, (void **)&tl->t, &tl->cap, tl->n + 1, sizeof(task));
+  int i = tl->n++;
+  tl->t[i] = (task){k, sub};
+  if (k == T_FWD) L->fpos[sub] = i;
+  else if (k == T_BWD) L->bpos[sub] = i;
+  else if (k == T_RECOMP) L->rpos[sub] = i;
+}
+
+/* The subs of op on device d: [*lo, *hi) in L->byd. */
+static void subs_on(const lstate *L, int d, int op, int *lo, int *hi) {
+  size_t k = (size_t)d * (size_t)L->p->g->nops + (size_t)op;
+  *lo = L->byd_start[k];
+  *hi = L->byd_start[k + 1];
+}
+
+/* Those of micro-batch mb among them: a list is sorted by micro-batch. */
+static void subs_of_mb(const lstate *L, int d, int op, int mb, int *lo, int *hi) {
+  const psub *subs = L->p->subs;
+  int x, end;
+  subs_on(L, d, op, &x, &end);
+  int c = L->byd_per_mb[(size_t)d * (size_t)L->p->g->nops + (size_t)op];
+  if (c > 0) {
+    *lo = x + mb * c < end ? x + mb * c : end;
+    *hi = *lo + c < end ? *lo + c : end;
+    return;
+  }
+  for (int y = end; x < y;) {   /* the first of micro-batch mb or later */
+    int m = x + (y - x) / 2;
+    if (subs[L->byd[m]].microbatch < mb) x = m + 1;
+    else y = m;
+  }
+  *lo = x;
+  for (int y = end; x < y;) {   /* the first after it */
+    int m = x + (y - x) / 2;
+    if (subs[L->byd[m]].microbatch <= mb) x = m + 1;
+    else y = m;
+  }
+  *hi = x;
+}
+
+static bool index_subs(lstate *L) {
+  weft_plan *p = L->p;
+  size_t cells = (size_t)p->ndevices * (size_t)p->g->nops + 1;
+  if (cells > (size_t)1 << 30) return false;
+  L->byd_start = calloc(cells, sizeof(int));
+  L->byd = malloc(sizeof(int) * (size_t)(p->nsubs ? p->nsubs : 1));
+  if (!L->byd_start || !L->byd) weft_oom();
+  for (int s = 0; s < p->nsubs; s++) {
+    const psub *sb = &p->subs[s];
+    L->byd_start[(size_t)sb->device * (size_t)p->g->nops + (size_t)sb->op + 1]++;
+  }
+  for (size_t k = 1; k < cells; k++) L->byd_start[k] += L->byd_start[k - 1];
+  int *fill = malloc(sizeof(int) * cells);
+  if (!fill) weft_oom();
+  memcpy(fill, L->byd_start, sizeof(int) * cells);
+  /* subs are made op by op in coordinate order: each (device, op) list
+   * keeps that order among the subs of one micro-batch, and is sorted by
+   * micro-batch (stably; most lists already are) for subs_of_mb */
+  for (int s = 0; s < p->nsubs; s++) {
+    const psub *sb = &p->subs[s];
+    L->byd[fill[(size_t)sb->device * (size_t)p->g->nops + (size_t)sb->op]++] = s;
+  }
+  free(fill);
+  L->byd_per_mb = calloc(cells, sizeof(int));
+  if (!L->byd_per_mb) weft_oom();
+  for (size_t k = 0; k + 1 < cells; k++) {
+    int a = L->byd_start[k], b = L->byd_start[k + 1];
+    for (int i = a + 1; i < b; i++)
+      for (int j = i; j > a && p->subs[L->byd[j - 1]].microbatch > p->subs[L->byd[j]].microbatch; j--) {
+        int t = L->byd[j]; L->byd[j] = L->byd[j - 1]; L->byd[j - 1] = t;
+      }
+    int c = 0;
+    while (a + c < b && p->subs[L->byd[a + c]].microbatch == 0) c++;
+    bool even = c > 0 && (b - a) % c == 0;
+    for (int i = a; i < b && even; i++) even = p->subs[L->byd[i]].microbatch == (i - a) / c;
+    if (even) L->byd_per_mb[k] = c;
+  }
+  return true;
+}
+
+/* ---- operator order inside a block ----------------------------------------------- */
+
+/* Kahn's algorithm over data edges and the first `norders` order
+ * statements; lowest operator index first. False on a cycle. */
+static bool topo_order(lstate *L, int norders, int *out) {
+  const weft_graph *g = L->p->g;
+  arena_reset(&L->scratch);
+  arena *s = &L->scratch;
+  int n = g->nops;
+  int *indeg = arena_alloc(s, sizeof(int) * (size_t)(n ? n : 1));
+  ivec *succ = arena_alloc(s, sizeof(ivec) * (size_t)(n ? n : 1));
+  for (int op = 0; op < n; op++)
+    for (int k = 0; k < g->ops[op].ninputs; k++) {
+      int pr = g->tensors[g->ops[op].inputs[k]].producer;
+      if (pr >= 0 && pr != op) { ivec_push(s, &succ[pr], op); indeg[op]++; }
+    }
+  for (int i = 0; i < norders; i++) {
+    const porder *o = &L->p->orders[i];
+    for (int x = 0; x < o->na; x++)
+      for (int y = 0; y < o->nb; y++) { ivec_push(s, &succ[o->a[x]], o->b[y]); indeg[o->b[y]]++; }
+  }
+  /* a binary heap of ready operators */
+  int *heap = arena_alloc(s, sizeof(int) * (size_t)(n ? n : 1));
+  int hn = 0, m = 0;
+  for (int op = 0; op < n; op++)
+    if (!indeg[op]) heap[hn++] = op;  /* ascending: already a heap */
+  while (hn) {
+    int top = heap[0];
+    heap[0] = heap[--hn];
+    for (int i = 0;;) {
+      int l = 2 * i + 1, r = l + 1, b = i;
+      if (l < hn && heap[l] < heap[b]) b = l;
+      if (r < hn && heap[r] < heap[b]) b = r;
+      if (b == i) break;
+      int t = heap[i]; heap[i] = heap[b]; heap[b] = t;
+      i = b;
+    }
+    out[m++] = top;
+    for (int k = 0; k < succ[top].n; k++) {
+      int v = succ[top].v[k];
+      if (--indeg[v] == 0) {
+        int i = hn++;
+        heap[i] = v;
+        while (i > 0 && heap[(i - 1) / 2] > heap[i]) {
+          int t = heap[i]; heap[i] = heap[(i - 1) / 2]; heap[(i - 1) / 2] = t;
+          i = (i - 1) / 2;
+        }
+      }
+    }
+  }
+  return m == n;
+}
+
+static bool block_order(lstate *L) {
+  weft_plan *p = L->p;
+  int n = p->g->nops;
+  L->order = arena_alloc(L->a, sizeof(int) * (size_t)(n ? n : 1));
+  L->rank = arena_alloc(L->a, sizeof(int) * (size_t)(n ? n : 1));
+  for (int i = 1; i <= p->norders; i++)
+    if (!topo_order(L, i, L->order)) {
+      const porder *o = &p->orders[i - 1];
+      weft_diag *g = eval_error(L->c, o->loc, "this `order` contradicts the data flow: it closes a cycle");
+      diag_hint(g, &L->c->diags, "an operator cannot run before one whose result it reads (directly or not)");
+      return false;
+    }
+  if (!topo_order(L, p->norders, L->order)) return false;
+  for (int i = 0; i < n; i++) L->rank[L->order[i]] = i;
+  return true;
+}
+
+/* ---- stages and the schedule ----------------------------------------------------- */
+
+typedef struct block {
+  int stage, mb;
+  char kind;              /* 'f', 'b' */
+} block;
+
+typedef struct blist {
+  block *b;
+  int n, cap;
+} blist;
+
+static void blist_add(arena *a, blist *l, int stage, int mb, char kind) {
+  arena_grow(a, (void **)&l->b, &l->cap, l->n + 1, sizeof(block));
+  l->b[l->n++] = (block){stage, mb, kind};
+}
+
+/* The devices of each stage, sorted and distinct. */
+static void stage_devices(lstate *L, ivec *devs) {
+  weft_plan *p = L->p;
+  bool *seen = calloc((size_t)L->nstages * (size_t)p->ndevices + 1, 1);
+  if (!seen) weft_oom();
+  for (int s = 0; s < p->nsubs; s++) {
+    int st = L->stage_of[p->subs[s].op];
+    int d = p->subs[s].device;
+    if (!seen[(size_t)st * (size_t)p->ndevices + (size_t)d]) {
+      seen[(size_t)st * (size_t)p->ndevices + (size_t)d] = true;
+      ivec_push(L->a, &devs[st], d);
+    }
+  }
+  free(seen);
+  for (int st = 0; st < L->nstages; st++)
+    for (int i = 1; i < devs[st].n; i++)
+      for (int j = i; j > 0 && devs[st].v[j - 1] > devs[st].v[j]; j--) {
+        int t = devs[st].v[j]; devs[st].v[j] = devs[st].v[j - 1]; devs[st].v[j - 1] = t;
+      }
+}
+
+/* The pipeline: ranks of stages on the same devices. */
+typedef struct pipeline {
+  int nranks;
+  int chunks;             /* stages per rank */
+  int *rank_of;           /* per stage */
+  int **stages;           /* per rank: its stages in order (chunk 0 first) */
+} pipeline;
+
+static bool make_pipeline(lstate *L, const ivec *devs, pipeline *pl) {
+  weft_plan *p = L->p;
+  pl->rank_of = arena_alloc(L->a, sizeof(int) * (size_t)L->nstages);
+  pl->stages = arena_alloc(L->a, sizeof(int *) * (size_t)L->nstages);
+  int *count = arena_alloc(L->a, sizeof(int) * (size_t)L->nstages);
+  int *first = arena_alloc(L->a, sizeof(int) * (size_t)L->nstages);
+  pl->nranks = 0;
+  for (int st = 0; st < L->nstages; st++) {
+    int r = -1;
+    for (int q = 0; q < pl->nranks && r < 0; q++) {
+      const ivec *o = &devs[first[q]];
+      if (o->n == devs[st].n && memcmp(o->v, devs[st].v, sizeof(int) * (size_t)o->n) == 0) r = q;
+    }
+    if (r < 0) {
+      /* a new rank: it must share no device with the others */
+      for (int q = 0; q < pl->nranks; q++) {
+        const ivec *o = &devs[first[q]];
+        for (int i = 0; i < o->n; i++)
+          for (int j = 0; j < devs[st].n; j++)
+            if (o->v[i] == devs[st].v[j]) {
+              weft_diag *g = eval_error(L->c, p->sched_loc,
+                                        "stages %s and %s share device %d but not all their devices: no pipeline "
+                                        "schedule fits",
+                                        L->pr->stage_names[first[q]], L->pr->stage_names[st], o->v[i]);
+              diag_hint(g, &L->c->diags, "place each stage on the same devices as the stages it shares a device with, "
+                                         "or on devices of its own");
+              return false;
+            }
+      }
+      r = pl->nranks++;
+      first[r] = st;
+      pl->stages[r] = arena_alloc(L->a, sizeof(int) * (size_t)L->nstages);
+    }
+    pl->rank_of[st] = r;
+    pl->stages[r][count[r]++] = st;
+  }
+  pl->chunks = count[0];
+  if (pl->chunks > 1 && p->sched == SCHED_1F1B) {
+    weft_diag *g = diag_add(&L->c->diags, DIAG_WARNING, p->sched_loc,
+                            "one_f_one_b with %d stages on each device runs them interleaved", pl->chunks);
+    diag_hint(g, &L->c->diags, "write `schedule interleaved` to say so");
+  }
+  /* interleaving deals the stages round-robin: stage k on rank k mod ranks */
+  if (pl->chunks > 1 && p->sched != SCHED_GPIPE)
+    for (int st = 0; st < L->nstages; st++)
+      if (pl->rank_of[st] != st % pl->nranks) {
+        int want = st % pl->nranks;
+        weft_diag *g = eval_error(L->c, p->sched_loc, "an interleaved schedule deals stages round-robin over its %d "
+                                                      "device groups, but stage %s (number %d) runs on the devices of "
+                                                      "stage %s, not on those of stage %s",
+                                  pl->nranks, L->pr->stage_names[st], st, L->pr->stage_names[pl->stages[pl->rank_of[st]][0]],
+                                  L->pr->stage_names[pl->stages[want][0]]);
+        diag_hint(g, &L->c->diags, "place stage k on the devices of stage k mod %d (declare the stages in pipeline order)",
+                  pl->nranks);
+        return false;
+      }
+  for (int r = 1; r < pl->nranks; r++)
+    if (count[r] != pl->chunks) {
+      weft_diag *g = eval_error(L->c, p->sched_loc, "devices of stage %s run %d stage%s, those of stage %s run %d",
+                                L->pr->stage_names[pl->stages[0][0]], pl->chunks, pl->chunks == 1 ? "" : "s",
+                                L->pr->stage_names[pl->stages[r][0]], count[r]);
+      diag_hint(g, &L->c->diags, "a pipeline schedule needs the same number of stages on every device");
+      return false;
+    }
+  return true;
+}
+
+/* 1F1B (PipeDream-Flush, Narayanan et al. 2021), generalised to `chunks`
+ * stages per rank (the interleaved schedule): warm-up forwards, then one
+ * forward and one backward in turn, then the remaining backwards. */
+static void one_f_one_b(lstate *L, const pipeline *pl, int r, blist *out) {
+  int P = pl->nranks, v = pl->chunks, M = L->nmb;
+  int total = M * v;
+  int warm;
+  if (v == 1) warm = P - r - 1;
+  else warm = (P - r - 1) * 2 + (v - 1) * P;
+  if (warm > total) warm = total;
+  /* the k-th forward (or backward) of this rank: its chunk and micro-batch */
+  #define FWD_CHUNK(k) (v == 1 ? 0 : ((k) % (P * v)) / P)
+  #define MB_OF(k) (v == 1 ? (k) : ((k) / (P * v)) * P + (k) % P)
+  int nf = 0, nb = 0;
+  for (; nf < warm; nf++) blist_add(L->a, out, pl->stages[r][FWD_CHUNK(nf)], MB_OF(nf), 'f');
+  while (nf < total) {
+    blist_add(L->a, out, pl->stages[r][FWD_CHUNK(nf)], MB_OF(nf), 'f');
+    nf++;
+    blist_add(L->a, out, pl->stages[r][v - 1 - FWD_CHUNK(nb)], MB_OF(nb), 'b');
+    nb++;
+  }
+  for (; nb < total; nb++) blist_add(L->a, out, pl->stages[r][v - 1 - FWD_CHUNK(nb)], MB_OF(nb), 'b');
+  #undef FWD_CHUNK
+  #undef MB_OF
+}
+
+/* Every forward of every micro-batch, then every backward (GPipe). */
+static void all_forward_then_backward(lstate *L, const int *stages, int n, blist *out) {
+  for (int m = 0; m < L->nmb; m++)
+    for (int i = 0; i < n; i++) blist_add(L->a, out, stages[i], m, 'f');
+  for (int m = 0; m < L->nmb; m++)
+    for (int i = n - 1; i >= 0; i--) blist_add(L->a, out, stages[i], m, 'b');
+}
+
+/* A hand-written grid: rows are stages (or devices), cells fN / bN / . in
+ * time order. Checks each row and turns it into per-stage block lists. */
+static bool read_grid(lstate *L, blist *rows) {
+  weft_plan *p = L->p;
+  const ast *s = p->grid;
+  bool *rowseen = arena_alloc(L->a, sizeof(bool) * (size_t)L->nstages);
+  bool ok = true;
+  for (int i = 0; i < s->list.n; i++) {
+    const ast *row = s->list.items[i];
+    int st = -1;
+    for (int k = 0; k < L->nstages && st < 0; k++)
+      if (strcmp(L->pr->stage_names[k], row->name) == 0) st = k;
+    if (st < 0) {
+      weft_diag *g = eval_error(L->c, row->loc, "'%s' is not a stage of plan %s", row->name, p->name);
+      const char *best = diag_closest(row->name, L->pr->stage_names, L->nstages);
+      if (best) diag_hint(g, &L->c->diags, "did you mean '%s'?", best);
+      else diag_hint(g, &L->c->diags, "the rows of a schedule grid are the plan's stages (`stage s0 = ...`)");
+      ok = false;
+      continue;
+    }
+    if (rowseen[st]) {
+      eval_error(L->c, row->loc, "stage %s has two rows", row->name);
+      ok = false;
+      continue;
+    }
+    rowseen[st] = true;
+    char *fseen = arena_alloc(L->a, (size_t)L->nmb + 1);
+    char *bseen = arena_alloc(L->a, (size_t)L->nmb + 1);
+    for (int k = 0; k < row->list.n; k++) {
+      const ast *cell = row->list.items[k];
+      const char *t = cell->name ? cell->name : cell->text;
+      if (!t || strcmp(t, ".") == 0) { blist_add(L->a, &rows[st], -1, -1, '.'); continue; }
+      char kind = t[0];
+      if (strchr(t, '.')) {
+        eval_error(L->c, cell->loc, "cell '%s': a chunk number is for rows of devices; this row is stage %s", t,
+                   row->name);
+        ok = false;
+        continue;
+      }
+      long long mb = strtoll(t + 1, NULL, 10);
+      if (kind != 'f' && kind != 'b') {
+        weft_diag *g = eval_error(L->c, cell->loc, "cell '%s': %s cells are not supported", t,
+                                  kind == 'w' ? "weight-gradient (w)" : "recomputation (r)");
+        diag_hint(g, &L->c->diags, kind == 'w' ? "a b cell computes the gradients of activations and weights"
+                                               : "recomputation runs before the b cell of a recomputed operator");
+        ok = false;
+        continue;
+      }
+      if (mb >= L->nmb) {
+        weft_diag *g = eval_error(L->c, cell->loc, "cell '%s': micro-batch %lld does not exist", t, mb);
+        diag_hint(g, &L->c->diags, "the plan has %d micro-batch%s (0 to %d)", L->nmb, L->nmb == 1 ? "" : "es",
+                  L->nmb - 1);
+        ok = false;
+        continue;
+      }
+      char *seen = kind == 'f' ? fseen : bseen;
+      if (seen[mb]) {
+        eval_error(L->c, cell->loc, "cell '%s' appears twice in the row of stage %s", t, row->name);
+        ok = false;
+        continue;
+      }
+      if (kind == 'b' && !fseen[mb]) {
+        weft_diag *g = eval_error(L->c, cell->loc, "b%lld comes before f%lld in the row of stage %s", mb, mb, row->name);
+        diag_hint(g, &L->c->diags, "the backward of a micro-batch needs its forward");
+        ok = false;
+        continue;
+      }
+      seen[mb] = 1;
+      blist_add(L->a, &rows[st], st, (int)mb, kind);
+    }
+    for (int m = 0; m < L->nmb && ok; m++)
+      if (!fseen[m] || !bseen[m]) {
+        weft_diag *g = eval_error(L->c, row->loc, "the row of stage %s has no %c%d", row->name, fseen[m] ? 'b' : 'f', m);
+        diag_hint(g, &L->c->diags, "every row runs f and b of every micro-batch once (%d micro-batches)", L->nmb);
+        ok = false;
+      }
+  }
+  for (int st = 0; st < L->nstages && ok; st++)
+    if (!rowseen[st]) {
+      weft_diag *g = eval_error(L->c, s->loc, "the schedule has no row for stage %s", L->pr->stage_names[st]);
+      diag_hint(g, &L->c->diags, "add a row: %s: f0 ... b0 ...", L->pr->stage_names[st]);
+      ok = false;
+    }
+  return ok;
+}
+
+/* The grid of a schedule: each rank's blocks in its order, placed at the
+ * first unit time slot where what they depend on is done (a forward after
+ * the previous stage's forward of the micro-batch, a backward after the next
+ * stage's backward), as a picture of the pipeline. */
+static void make_cells(lstate *L, const pipeline *pl, blist *seq, int nseq) {
+  weft_program *pr = L->pr;
+  int S = L->nstages, M = L->nmb;
+  size_t cells = (size_t)S * (size_t)M + 1;
+  int *fend = arena_alloc(L->a, sizeof(int) * cells);
+  int *bend = arena_alloc(L->a, sizeof(int) * cells);
+  for (int i = 0; i < S * M; i++) fend[i] = bend[i] = -1;
+  int *next = arena_alloc(L->a, sizeof(int) * (size_t)nseq);
+  int *free_at = arena_alloc(L->a, sizeof(int) * (size_t)nseq);
+  int left = 0;
+  for (int r = 0; r < nseq; r++) left += seq[r].n;
+  while (left > 0) {
+    bool progressed = false;
+    for (int r = 0; r < nseq; r++) {
+      if (next[r] >= seq[r].n) continue;
+      block b = seq[r].b[next[r]];
+      int ready = free_at[r];
+      bool ok = true;
+      if (b.kind == 'f' && b.stage > 0) {
+        int e = fend[(b.stage - 1) * M + b.mb];
+        if (e < 0) ok = false; else if (e > ready) ready = e;
+      }
+      if (b.kind == 'b') {
+        int e = fend[b.stage * M + b.mb];
+        if (e < 0) ok = false; else if (e > ready) ready = e;
+        if (b.stage + 1 < S) {
+          e = bend[(b.stage + 1) * M + b.mb];
+          if (e < 0) ok = false; else if (e > ready) ready = e;
+        }
+      }
+      if (!ok) continue;
+      arena_grow(L->a, (void **)&pr->cells, &pr->ccap, pr->ncells + 1, sizeof(lcell));
+      pr->cells[pr->ncells++] = (lcell){b.stage, b.mb, ready, b.kind};
+      (b.kind == 'f' ? fend : bend)[b.stage * M + b.mb] = ready + 1;
+      free_at[r] = ready + 1;
+      if (ready + 1 > pr->nslots) pr->nslots = ready + 1;
+      next[r]++;
+      left--;
+      progressed = true;
+    }
+    if (!progressed) {
+      /* an order no time line fits (a hand-written grid): place the rest
+       * one after another; the check of the programs reports it */
+      for (int r = 0; r < nseq; r++)
+        for (; next[r] < seq[r].n; next[r]++, left--) {
+          block b = seq[r].b[next[r]];
+          arena_grow(L->a, (void **)&pr->cells, &pr->ccap, pr->ncells + 1, sizeof(lcell));
+          pr->cells[pr->ncells++] = (lcell){b.stage, b.mb, free_at[r]++, b.kind};
+          if (free_at[r] > pr->nslots) pr->nslots = free_at[r];
+        }
+    }
+  }
+  (void)pl;
+}
+
+/* Each device's block order, from the schedule. */
+static bool schedule_blocks(lstate *L, blist **per_device) {
+  weft_plan *p = L->p;
+  ivec *devs = arena_alloc(L->a, sizeof(ivec) * (size_t)L->nstages);
+  stage_devices(L, devs);
+  pipeline pl = {0};
+  blist *seq = NULL;    /* per rank (or per stage for grids) */
+  int nseq = 0;
+  if (p->sched == SCHED_DEFAULT) {
+    /* one rank per distinct device set is not needed: every device runs
+     * every stage it holds, all forwards then all backwards */
+    pl.nranks = 1;
+    pl.chunks = L->nstages;
+    pl.rank_of = arena_alloc(L->a, sizeof(int) * (size_t)L->nstages);
+    pl.stages = arena_alloc(L->a, sizeof(int *));
+    pl.stages[0] = arena_alloc(L->a, sizeof(int) * (size_t)L->nstages);
+    for (int st = 0; st < L->nstages; st++) pl.stages[0][st] = st;
+    seq = arena_alloc(L->a, sizeof(blist));
+    nseq = 1;
+    all_forward_then_backward(L, pl.stages[0], L->nstages, &seq[0]);
+  } else if (p->sched == SCHED_GRID) {
+    seq = arena_alloc(L->a, sizeof(blist) * (size_t)L->nstages);
+    nseq = L->nstages;
+    if (!read_grid(L, seq)) return false;
+  } else {
+    if (!make_pipeline(L, devs, &pl)) return false;
+    if (p->sched == SCHED_INTERLEAVED && pl.chunks < 2) {
+      weft_diag *g = eval_error(L->c, p->sched_loc, "an interleaved schedule needs several stages per device; "
+                                                    "each device here runs one");
+      diag_hint(g, &L->c->diags, "place stages i and i + pp on the same devices, or use one_f_one_b");
+      return false;
+    }
+    if (pl.chunks > 1 && p->sched != SCHED_GPIPE && L->nmb % pl.nranks != 0) {
+      weft_diag *g = eval_error(L->c, p->sched_loc, "an interleaved schedule needs the micro-batches (%d) to be a "
+                                                    "multiple of the pipeline's %d ranks",
+                                L->nmb, pl.nranks);
+      diag_hint(g, &L->c->diags, "change the number of micro-batches or of stages");
+      return false;
+    }
+    seq = arena_alloc(L->a, sizeof(blist) * (size_t)pl.nranks);
+    nseq = pl.nranks;
+    for (int r = 0; r < pl.nranks; r++) {
+      if (p->sched == SCHED_GPIPE) all_forward_then_backward(L, pl.stages[r], pl.chunks, &seq[r]);
+      else one_f_one_b(L, &pl, r, &seq[r]);
+    }
+  }
+  /* per device: the blocks of the stages it holds, in the order of its
+   * rank's sequence; for grids, rows merged by time slot */
+  bool **holds = arena_alloc(L->a, sizeof(bool *) * (size_t)L->nstages);
+  for (int st = 0; st < L->nstages; st++) {
+    holds[st] = arena_alloc(L->a, (size_t)p->ndevices);
+    for (int i = 0; i < devs[st].n; i++) holds[st][devs[st].v[i]] = true;
+  }
+  *per_device = arena_alloc(L->a, sizeof(blist) * (size_t)p->ndevices);
+  if (p->sched == SCHED_GRID) {
+    int maxlen = 0;
+    for (int st = 0; st < L->nstages; st++)
+      if (seq[st].n > maxlen) maxlen = seq[st].n;
+    for (int d = 0; d < p->ndevices; d++)
+      for (int t = 0; t < maxlen; t++)
+        for (int st = 0; st < L->nstages; st++)
+          if (holds[st][d] && t < seq[st].n && seq[st].b[t].kind != '.')
+            blist_add(L->a, &(*per_device)[d], st, seq[st].b[t].mb, seq[st].b[t].kind);
+    /* the grid as written */
+    for (int st = 0; st < L->nstages; st++)
+      for (int t = 0; t < seq[st].n; t++) {
+        if (seq[st].b[t].kind == '.') continue;
+        arena_grow(L->a, (void **)&L->pr->cells, &L->pr->ccap, L->pr->ncells + 1, sizeof(lcell));
+        L->pr->cells[L->pr->ncells++] = (lcell){st, seq[st].b[t].mb, t, seq[st].b[t].kind};
+        if (t + 1 > L->pr->nslots) L->pr->nslots = t + 1;
+      }
+  } else {
+    for (int r = 0; r < nseq; r++)
+      for (int k = 0; k < seq[r].n; k++) {
+        block b = seq[r].b[k];
+        for (int i = 0; i < devs[b.stage].n; i++) blist_add(L->a, &(*per_device)[devs[b.stage].v[i]], b.stage, b.mb, b.kind);
+      }
+    if (p->sched == SCHED_DEFAULT) {
+      /* the picture: stages one after another for each micro-batch */
+      blist *rows = arena_alloc(L->a, sizeof(blist) * (size_t)L->nstages);
+      for (int st = 0; st < L->nstages; st++) {
+        for (int m = 0; m < L->nmb; m++) blist_add(L->a, &rows[st], st, m, 'f');
+        for (int m = 0; m < L->nmb; m++) blist_add(L->a, &rows[st], st, m, 'b');
+      }
+      make_cells(L, &pl, rows, L->nstages);
+    } else {
+      make_cells(L, &pl, seq, nseq);
+    }
+  }
+  return true;
+}
+
+/* ---- tasks of each device ------------------------------------------------------ */
+
+static bool op_reads_param(const weft_graph *g, int op) {
+  for (int k = 0; k < g->ops[op].ninputs; k++)
+    if (g->tensors[g->ops[op].inputs[k]].role == TENSOR_PARAM) return true;
+  return false;
+}
+
+static void make_tasks(lstate *L, blist *per_device) {
+  weft_plan *p = L->p;
+  const weft_graph *g = p->g;
+  int nops = g->nops;
+  /* per stage, its operators in block order */
+  ivec *ops_of = arena_alloc(L->a, sizeof(ivec) * (size_t)L->nstages);
+  for (int i = 0; i < nops; i++) ivec_push(L->a, &ops_of[L->stage_of[L->order[i]]], L->order[i]);
+  /* per segment: its operators in block order, and its last one */
+  ivec *seg_ops = arena_alloc(L->a, sizeof(ivec) * (size_t)(p->nsegs ? p->nsegs : 1));
+  for (int i = 0; i < nops; i++) {
+    int op = L->order[i];
+    if (p->ops[op].rseg >= 0) ivec_push(L->a, &seg_ops[p->ops[op].rseg], op);
+  }
+  bool *redone = arena_alloc(L->a, (size_t)(p->nsegs ? p->nsegs : 1));
+  for (int d = 0; d < p->ndevices; d++) {
+    const blist *bl = &per_device[d];
+    for (int k = 0; k < bl->n; k++) {
+      block b = bl->b[k];
+      const ivec *ops = &ops_of[b.stage];
+      if (b.kind == 'f') {
+        for (int i = 0; i < ops->n; i++) {
+          int lo, hi;
+          subs_of_mb(L, d, ops->v[i], b.mb, &lo, &hi);
+          for (int j = lo; j < hi; j++) task_add(L, d, T_FWD, L->byd[j]);
+        }
+        continue;
+      }
+      memset(redone, 0, (size_t)(p->nsegs ? p->nsegs : 1));
+      for (int i = ops->n - 1; i >= 0; i--) {
+        int op = ops->v[i];
+        int seg = p->ops[op].rseg;
+        if (seg >= 0 && !redone[seg]) {
+          redone[seg] = true;
+          for (int q = 0; q < seg_ops[seg].n; q++) {
+            int rop = seg_ops[seg].v[q];
+            if (L->stage_of[rop] != b.stage) continue;
+            int lo, hi;
+            subs_of_mb(L, d, rop, b.mb, &lo, &hi);
+            for (int j = lo; j < hi; j++) task_add(L, d, T_RECOMP, L->byd[j]);
+          }
+        }
+        int lo, hi;
+        subs_of_mb(L, d, op, b.mb, &lo, &hi);
+        for (int j = lo; j < hi; j++) task_add(L, d, T_BWD, L->byd[j]);
+      }
+    }
+    /* optimizer steps: the parameters the device reads, in tensor order */
+    if (g->loss < 0) continue;
+    bool any = false;
+    for (int op = 0; op < nops && !any; op++) {
+      int lo, hi;
+      subs_on(L, d, op, &lo, &hi);
+      any = hi > lo && op_reads_param(g, op);
+    }
+    if (!any) continue;
+    for (int t = 0; t < g->ntensors; t++) {
+      if (g->tensors[t].role != TENSOR_PARAM) continue;
+      bool reads = false;
+      for (int q = 0; L->readers[t][q] >= 0 && !reads; q++) {
+        int lo, hi;
+        subs_on(L, d, L->readers[t][q], &lo, &hi);
+        reads = hi > lo;
+      }
+      if (!reads) continue;
+      if (!L->steppos[d]) {
+        L->steppos[d] = arena_alloc(&L->tmp, sizeof(int) * (size_t)g->ntensors);
+        for (int x = 0; x < g->ntensors; x++) L->steppos[d][x] = -1;
+      }
+      L->steppos[d][t] = L->tasks[d].n;
+      task_add(L, d, T_STEP, t);
+    }
+  }
+}
+
+/* ---- anchoring communication ---------------------------------------------------- */
+
+static void anchor_add(lstate *L, int d, int pos, int comm, int epoch) {
+  anchors *an = &L->anch[d];
+  arena_grow(&L->tmp, (void **)&an->a, &an->cap, an->n + 1, sizeof(anchor));
+  an->a[an->n++] = (anchor){pos, comm, epoch};
+}
+
+static const tregion *member_part(const pcomm *cm, int i) { return cm->parts ? &cm->parts[i] : &cm->region; }
+
+static const tregion *sub_region(lstate *L, int sub, int k);
+
+/* The latest task on device d among the subs of op whose region of tmap m
+ * overlaps r, of the given kind; -1 if none. `latest` false: the earliest. */
+static int find_task(lstate *L, int d, int op, const tmap *m, const tregion *r, int mb, task_kind kind, bool latest) {
+  weft_plan *p = L->p;
+  int lo, hi, best = -1;
+  /* a region that moves with micro-batches meets only its own micro-batch's */
+  if (mb >= 0) subs_of_mb(L, d, op, mb, &lo, &hi);
+  else subs_on(L, d, op, &lo, &hi);
+  const int *pos = kind == T_FWD ? L->fpos : kind == T_BWD ? L->bpos : L->rpos;
+  for (int j = lo; j < hi; j++) {
+    int s = L->byd[j];
+    if (pos[s] < 0) continue;
+    if (best >= 0 && (latest ? pos[s] <= best : pos[s] >= best)) continue;
+    const opspace *sp = p->ops[op].space;
+    const tregion *x = sub_region(L, s, m == &sp->output ? sp->ninputs : (int)(m - sp->inputs));
+    if (!region_overlaps(x, r)) continue;
+    best = pos[s];
+  }
+  return best;
+}
+
+static const tmap *input_map(const popplan *pp, int tensor, int k) {
+  if (k >= 0) return &pp->space->inputs[k];
+  for (int i = 0; i < pp->space->ninputs; i++)
+    if (pp->space->inputs[i].tensor == tensor) return &pp->space->inputs[i];
+  return NULL;
+}
+
+static int max_i(int a, int b) { return a > b ? a : b; }
+static int min_pos(int a, int b) { return a < 0 ? b : b < 0 ? a : (a < b ? a : b); }
+
+/* Producing and consuming tasks of comm cm (epoch e) on member device d and
+ * its part r: the anchor position, or -1 when the device does neither. */
+static int anchor_of(lstate *L, const pcomm *cm, int e, int d, const tregion *r, bool as_sender, bool as_receiver) {
+  weft_plan *p = L->p;
+  const weft_graph *g = p->g;
+  int prod = -1, cons = -1;
+  int t = cm->tensor;
+  task_kind fk = e ? T_RECOMP : T_FWD;
+  switch (cm->phase) {
+  case PHASE_FORWARD: {
+    int pop = g->tensors[t].producer;
+    if (as_sender && pop >= 0) prod = find_task(L, d, pop, &p->ops[pop].space->output, r, cm->mb, fk, true);
+    if (as_receiver && cm->consumer_op >= 0) {
+      const tmap *m = input_map(&p->ops[cm->consumer_op], t, cm->input);
+      if (m) cons = find_task(L, d, cm->consumer_op, m, r, cm->mb, fk, false);
+    }
+    break;
+  }
+  case PHASE_BACKWARD: {
+    if (as_sender)
+      for (int q = 0; L->readers[t][q] >= 0; q++) {
+        int op = L->readers[t][q];
+        const tmap *m = input_map(&p->ops[op], t, -1);
+        prod = max_i(prod, find_task(L, d, op, m, r, cm->mb, T_BWD, true));
+      }
+    int pop = g->tensors[t].producer;
+    if (as_receiver && pop >= 0) cons = find_task(L, d, pop, &p->ops[pop].space->output, r, cm->mb, T_BWD, false);
+    break;
+  }
+  case PHASE_WEIGHTS:
+    /* right before the optimizer step: reduced as soon as the last local
+     * contribution is made, a gradient shared by the first and last
+     * pipeline stages (tied embeddings) would make the last stage wait for
+     * the first while the first waits for the last stage's backward */
+    if (L->steppos[d]) return 2 * L->steppos[d][t];
+    if (as_sender)
+      for (int q = 0; L->readers[t][q] >= 0; q++) {
+        int op = L->readers[t][q];
+        const tmap *m = input_map(&p->ops[op], t, -1);
+        prod = max_i(prod, find_task(L, d, op, m, r, cm->mb, T_BWD, true));
+      }
+    break;
+  case PHASE_PARAMS:
+    if (cm->dir == DIR_OPTIMIZER) {
+      if (L->steppos[d]) prod = L->steppos[d][t];
+    } else if (cm->consumer_op >= 0) {
+      const tmap *m = input_map(&p->ops[cm->consumer_op], t, cm->input);
+      if (m && cm->dir == DIR_FORWARD) cons = find_task(L, d, cm->consumer_op, m, r, cm->mb, T_FWD, false);
+      if (m && cm->dir == DIR_BACKWARD)
+        cons = min_pos(find_task(L, d, cm->consumer_op, m, r, cm->mb, T_RECOMP, false),
+                       find_task(L, d, cm->consumer_op, m, r, cm->mb, T_BWD, false));
+    }
+    break;
+  default: break;
+  }
+  if (prod >= 0) return 2 * prod + 1;
+  if (cons >= 0) return 2 * cons;
+  return -1;
+}
+
+/* Whether device d has a program of its own (else its replica's, renamed). */
+static bool represents(const weft_plan *p, int d) { return !p->rep || p->rep[d] == d; }
+
+/* Members of cm that have programs: each stands for its replicas. */
+static int members_lowered(const weft_plan *p, const pcomm *cm) {
+  int n = 0;
+  for (int i = 0; i < cm->ngroup; i++) n += represents(p, cm->group[i]);
+  return n;
+}
+
+static bool comm_repeats(const weft_plan *p, const pcomm *cm) {
+  if (cm->phase != PHASE_FORWARD || cm->consumer_op < 0) return false;
+  int pop = p->g->tensors[cm->tensor].producer;
+  if (pop < 0) return false;
+  int seg = p->ops[cm->consumer_op].rseg;
+  return seg >= 0 && p->ops[pop].rseg == seg;
+}
+
+static void anchor_comms(lstate *L) {
+  weft_plan *p = L->p;
+  for (int ci = 0; ci < p->ncomms; ci++) {
+    const pcomm *cm = &p->comms[ci];
+    int epochs = comm_repeats(p, cm) ? 2 : 1;
+    for (int e = 0; e < epochs; e++) {
+      arena_reset(&L->scratch);
+      if (cm->kind == COMM_SEND) {
+        int ps = anchor_of(L, cm, e, cm->src, &cm->region, true, false);
+        int pd = anchor_of(L, cm, e, cm->dst, &cm->region, false, true);
+        if (e == 1 && (ps < 0 || pd < 0)) continue;
+        anchor_add(L, cm->src, ps >= 0 ? ps : 2 * L->tasks[cm->src].n, ci, e);
+        anchor_add(L, cm->dst, pd >= 0 ? pd : 2 * L->tasks[cm->dst].n, ci, e);
+        continue;
+      }
+      int *pos = arena_alloc(&L->scratch, sizeof(int) * (size_t)cm->ngroup);
+      bool any = false;
+      for (int i = 0; i < cm->ngroup; i++) {
+        int d = cm->group[i];
+        pos[i] = -1;
+        if (!represents(p, d)) continue;
+        /* a gather's member holds its part and needs the whole */
+        pos[i] = anchor_of(L, cm, e, d,
+                           cm->kind == COMM_ALL_GATHER ? member_part(cm, i)
+                           : cm->kind == COMM_ALL_TO_ALL ? &cm->sources[i]
+                                                         : &cm->region,
+                           true, true);
+        if (pos[i] >= 0) any = true;
+      }
+      if (e == 1 && !any) continue;
+      for (int i = 0; i < cm->ngroup; i++) {
+        int d = cm->group[i];
+        if (represents(p, d)) anchor_add(L, d, pos[i] >= 0 ? pos[i] : 2 * L->tasks[d].n, ci, e);
+      }
+    }
+  }
+  for (int d = 0; d < p->ndevices; d++) {
+    anchors *an = &L->anch[d];
+    /* insertion sort is too slow for long programs: a merge sort by (pos, comm, epoch) */
+    if (an->n < 2) continue;
+    anchor *tmp = malloc(sizeof(anchor) * (size_t)an->n);
+    if (!tmp) weft_oom();
+    for (int w = 1; w < an->n; w *= 2)
+      for (int lo = 0; lo < an->n; lo += 2 * w) {
+        int mid = lo + w < an->n ? lo + w : an->n, hi = lo + 2 * w < an->n ? lo + 2 * w : an->n;
+        int i = lo, j = mid, k = lo;
+        while (i < mid || j < hi) {
+          bool left = j >= hi || (i < mid && (an->a[i].pos < an->a[j].pos ||
+                                              (an->a[i].pos == an->a[j].pos &&
+                                               (an->a[i].epoch < an->a[j].epoch ||
+                                                (an->a[i].epoch == an->a[j].epoch && an->a[i].comm <= an->a[j].comm)))));
+          tmp[k++] = left ? an->a[i++] : an->a[j++];
+        }
+        memcpy(an->a + lo, tmp + lo, sizeof(anchor) * (size_t)(hi - lo));
+      }
+    free(tmp);
+  }
+}
+
+/* ---- emission -------------------------------------------------------------------- */
+
+/* What a device holds: buffers by tensor, newest first. */
+typedef struct held {
+  int buf;
+  bool grad;              /* a gradient (of a parameter or an activation) */
+  bool partial;           /* partial sums, not yet reduced */
+  bool live;
+  int maker;              /* the compute that wrote it: op * 4 + kind, with its micro-batch */
+  int maker_mb;
+  int next;               /* next held of the same tensor, -1 */
+  const dregion *dims;    /* its buffer's region's: a lookup of the same
+                           * (shared) region matches without reading the buffer */
+} held;
+
+typedef struct store {
+  held *h;                /* malloc'd; h, key, slot and used keep their memory from device to device */
+  int n, cap;
+  int *head;              /* per tensor */
+  /* tensors that move with micro-batches (plan.h, pfold): one list per
+   * (tensor, micro-batch slab), so that looking up one micro-batch's
+   * buffers does not pass every other's */
+  uint64_t *key;
+  int *slot;              /* list head per key; INT32_MIN marks an empty entry */
+  int *used;              /* the entries in use, to empty them for the next device */
+  int kcap, kn;
+  int *grid;              /* when (micro-batches x tensors) is not too many:
+                           * the list heads at [slab * ntensors + tensor],
+                           * INT32_MIN where never used; else the table below */
+  int *gused;             /* the entries of grid in use */
+  int gn;
+  uint64_t lastkey;       /* the entry chain found last (lookups come in runs) */
+  int lastq;              /* -1: none */
+  const dregion *lastdims; /* ... and the region and tensor it was for */
+  int lastt;
+} store;
+
+typedef struct emitter {
+  lstate *L;
+  int d;
+  lprog *prog;
+  store st;
+} emitter;
+
+static int new_buf(emitter *E, int tensor, lbuf_role role, const tregion *r, bool persistent) {
+  weft_program *pr = E->L->pr;
+  const gtensor *t = &E->L->p->g->tensors[tensor];
+  arena_grow(E->L->a, (void **)&pr->bufs, &pr->bcap, pr->nbufs + 1, sizeof(lbuf));
+  lbuf *b = &pr->bufs[pr->nbufs];
+  b->device = E->d;
+  b->tensor = tensor;
+  b->role = role;
+  b->region = *r;         /* lives as long as the program: see ref_region */
+  b->dtype = role == LB_STATE ? DT_F32 : t->dtype;
+  b->copies = 1;
+  b->persistent = persistent;
+  b->bytes = tregion_numel(r) * dtype_bytes[b->dtype];
+  return pr->nbufs++;
+}
+
+/* The micro-batch slab of region r of tensor t, -1 for a tensor that does
+ * not move with micro-batches: the held buffers of (t, slab) are listed
+ * together. */
+static int slab_of(const lstate *L, int t, const tregion *r) {
+  const weft_plan *p = L->p;
+  int d = p->fold.mbs ? p->fold.tdim[t] : -1;
+  if (d < 0 || d >= r->ndims || r->dims[d].n == 0) return -1;
+  int64_t lo = r->dims[d].iv[0].lo;
+  int sh = L->tshift[t];    /* a step of 2^sh (often 1): no division */
+  return (int)(sh >= 0 ? lo >> sh : lo / p->fold.tstep[t]);
+}
+
+/* The head of the list of held buffers of tensor t that may hold r. */
+static int *chain(emitter *E, int t, const tregion *r) {
+  lstate *L = E->L;
+  store *st = &E->st;
+  int slab;
+  size_t at = (size_t)((uintptr_t)r - (uintptr_t)L->sreg_v) / sizeof(tregion);
+  if ((uintptr_t)r >= (uintptr_t)L->sreg_v && at < L->nsreg && &L->sreg_v[at] == r) {
+    /* a sub-operator's region: its slab was found with it (sub_regions) */
+    slab = L->sreg_slab[at];
+  } else {
+    /* regions are shared (a sub-operator's, a buffer's): the same dims,
+     * the same slab, without reading them */
+    if (st->lastq >= 0 && r->dims == st->lastdims && t == st->lastt) return &st->slot[st->lastq];
+    slab = slab_of(L, t, r);
+  }
+  if (slab < 0) return &st->head[t];
+  if (st->grid && slab < L->p->fold.mbs) {
+    int64_t i = (int64_t)slab * L->p->g->ntensors + t;
+    if (st->grid[i] == INT32_MIN) {
+      st->grid[i] = -1;
+      st->gused[st->gn++] = (int)i;
+    }
+    return &st->grid[i];
+  }
+  uint64_t key = ((uint64_t)(uint32_t)t << 32) | (uint64_t)(uint32_t)slab;
+  if (st->lastq >= 0 && st->lastkey == key) {
+    st->lastdims = r->dims;
+    st->lastt = t;
+    return &st->slot[st->lastq];
+  }
+  if (2 * (st->kn + 1) > st->kcap) {
+    int ncap = st->kcap ? 2 * st->kcap : 1024;
+    uint64_t *nk = malloc(sizeof(uint64_t) * (size_t)ncap);
+    int *ns = malloc(sizeof(int) * (size_t)ncap);
+    int *nu = malloc(sizeof(int) * (size_t)ncap);
+    if (!nk || !ns || !nu) weft_oom();
+    for (int i = 0; i < ncap; i++) ns[i] = INT32_MIN;
+    for (int u = 0; u < st->kn; u++) {
+      int i = st->used[u];
+      uint64_t h = st->key[i] * 0x9E3779B97F4A7C15ull;
+      int q = (int)(h >> 40) & (ncap - 1);
+      while (ns[q] != INT32_MIN) q = (q + 1) & (ncap - 1);
+      nk[q] = st->key[i];
+      ns[q] = st->slot[i];
+      nu[u] = q;
+    }
+    free(st->key);
+    free(st->slot);
+    free(st->used);
+    st->key = nk;
+    st->slot = ns;
+    st->used = nu;
+    st->kcap = ncap;
+  }
+  uint64_t h = key * 0x9E3779B97F4A7C15ull;
+  int q = (int)(h >> 40) & (st->kcap - 1);
+  while (st->slot[q] != INT32_MIN && st->key[q] != key) q = (q + 1) & (st->kcap - 1);
+  if (st->slot[q] == INT32_MIN) {
+    st->key[q] = key;
+    st->slot[q] = -1;
+    st->used[st->kn++] = q;
+  }
+  st->lastkey = key;
+  st->lastq = q;
+  st->lastdims = r->dims;
+  st->lastt = t;
+  return &st->slot[q];
+}
+
+static void hold(emitter *E, int buf, bool grad, bool partial) {
+  store *st = &E->st;
+  if (st->n == st->cap) {
+    st->cap = st->cap ? 2 * st->cap : 1024;
+    st->h = realloc(st->h, sizeof(held) * (size_t)st->cap);
+    if (!st->h) weft_oom();
+  }
+  int t = E->L->pr->bufs[buf].tensor;
+  int *head = chain(E, t, &E->L->pr->bufs[buf].region);
+  st->h[st->n] = (held){buf, grad, partial, true, -1, -1, *head, E->L->pr->bufs[buf].region.dims};
+  *head = st->n++;
+}
+
+/* The newest live buffer of tensor t (value or gradient) whose region
+ * contains r; -1 if none. `partial`: 0 complete only, 1 partial only. */
+static int find_held(emitter *E, int t, bool grad, const tregion *r, int partial, int *hidx) {
+  const store *st = &E->st;
+  for (int i = *chain(E, t, r); i >= 0; i = st->h[i].next) {
+    const held *h = &st->h[i];
+    if (!h->live || h->grad != grad) continue;
+    if (partial >= 0 && h->partial != (partial == 1)) continue;
+    if (h->dims != r->dims && !holds_region(&E->L->pr->bufs[h->buf].region, r)) continue;
+    if (hidx) *hidx = i;
+    return h->buf;
+  }
+  return -1;
+}
+
+static int new_buf(emitter *E, int tensor, lbuf_role role, const tregion *r, bool persistent);
+static lins *emit(emitter *E, lins_kind k);
+static int held_buf(emitter *E, int t, lbuf_role role, const tregion *r, bool persistent, bool grad, bool partial);
+static lref ref(emitter *E, int buf, const tregion *r);
+
+/* A region held in several pieces on this device (parts of one operator
+ * placed together): copied into one buffer. -1 if the pieces do not cover it. */
+static int assemble(emitter *E, int t, bool grad, const tregion *r) {
+  lstate *L = E->L;
+  const store *st = &E->st;
+  int n = 0;
+  int64_t covered = 0;
+  for (int i = *chain(E, t, r); i >= 0; i = st->h[i].next) {
+    const held *h = &st->h[i];
+    tregion x;
+    if (!h->live || h->grad != grad || h->partial) continue;
+    if (tregion_intersect(&L->scratch, &L->pr->bufs[h->buf].region, r, &x)) { covered += tregion_numel(&x); n++; }
+  }
+  if (n < 2 || covered != tregion_numel(r)) return -1;
+  lref *in = arena_alloc(L->ra, sizeof(lref) * (size_t)n);
+  int k = 0;
+  for (int i = *chain(E, t, r); i >= 0; i = st->h[i].next) {
+    const held *h = &st->h[i];
+    tregion x;
+    if (!h->live || h->grad != grad || h->partial) continue;
+    if (tregion_intersect(L->ra, &L->pr->bufs[h->buf].region, r, &x)) in[k++] = ref(E, h->buf, &x);
+  }
+  const lbuf *any = &L->pr->bufs[in[0].buf];
+  int b = held_buf(E, t, any->role, r, false, grad, false);
+  lins *c = emit(E, LI_COPY);
+  c->nin = k;
+  c->in = in;
+  c->nout = 1;
+  c->out = arena_alloc(L->ra, sizeof(lref));
+  c->out[0] = ref(E, b, r);
+  return b;
+}
+
+/* Live buffers of tensor t with exactly region r stop being found. */
+static void supersede(emitter *E, int t, bool grad, const tregion *r) {
+  store *st = &E->st;
+  for (int i = *chain(E, t, r); i >= 0; i = st->h[i].next)
+    if (st->h[i].live && st->h[i].grad == grad && same_region(&E->L->pr->bufs[st->h[i].buf].region, r))
+      st->h[i].live = false;
+}
+
+/* Instructions are emitted into one growing vector, reused from device to
+ * device; finish_program keeps each program in the arena at its final size. */
+static lins *emit(emitter *E, lins_kind k) {
+  lprog *pg = E->prog;
+  if (pg->n + 1 > pg->cap) {
+    int ncap = pg->cap ? 2 * pg->cap : 1024;
+    lins *n = realloc(pg->ins, sizeof(lins) * (size_t)ncap);
+    if (!n) weft_oom();
+    pg->ins = n;
+    pg->cap = ncap;
+    E->L->ebuf = n;
+    E->L->ecap = ncap;
+  }
+  lins *in = &pg->ins[pg->n++];
+  memset(in, 0, sizeof *in);
+  in->kind = k;
+  in->buf = in->sub = in->comm = in->peer = in->tensor = -1;
+  return in;
+}
+
+static void emit_alloc(emitter *E, int buf) { emit(E, LI_ALLOC)->buf = buf; }
+
+/* A new buffer of tensor t's region r, allocated and held: what most
+ * instructions that write something start with. */
+static int held_buf(emitter *E, int t, lbuf_role role, const tregion *r, bool persistent, bool grad, bool partial) {
+  int b = new_buf(E, t, role, r, persistent);
+  emit_alloc(E, b);
+  hold(E, b, grad, partial);
+  return b;
+}
+
+/* A ref's region. Every region the emitter names lives as long as the
+ * program: a sub-operator's (sub_region), the plan's communication's, a
+ * buffer's, or a copy's pieces (assemble); buffers and refs share it. */
+static tregion ref_region(const tregion *r) { return *r; }
+
+static lref ref(emitter *E, int buf, const tregion *r) { (void)E; return (lref){buf, -1, ref_region(r)}; }
+
+static lref aref(emitter *E, int buf, int arg, const tregion *r) { (void)E; return (lref){buf, arg, ref_region(r)}; }
+
+/* Whether sub-operator s applies tensor argument m: under a value split, an
+ * argument without the split dimension (a bias) is applied by the first
+ * part only. */
+static bool applies_arg(const popplan *pp, const psub *s, const tmap *m) {
+  for (int i = 0; i < pp->nsplits; i++) {
+    if (pp->splits[i].kind != SPLIT_VALUE || s->coord[i] == 0) continue;
+    bool has = false;
+    for (int d = 0; d < m->ndims && !has; d++)
+      for (int f = 0; f < m->nfactors[d]; f++)
+        if (m->factors[d][f] == pp->splits[i].idim) has = true;
+    if (!has) return false;
+  }
+  return true;
+}
+
+/* The persistent buffer of a parameter (its region or its ZeRO shard). */
+static int param_home(emitter *E, int t, const tregion *r) {
+  for (int i = E->st.head[t]; i >= 0; i = E->st.h[i].next) {
+    const held *h = &E->st.h[i];
+    const lbuf *b = &E->L->pr->bufs[h->buf];
+    if (h->live && !h->grad && b->persistent && holds_region(&b->region, r)) return h->buf;
+  }
+  return -1;
+}
+
+static lref *refs(emitter *E, int n) { return arena_alloc(E->L->ra, sizeof(lref) * (size_t)(n ? n : 1)); }
+
+/* A parameter's region on this device: found, or a new persistent buffer
+ * (a ZeRO-3 parameter must have been gathered). */
+static int param_buf(emitter *E, int t, const tregion *r, bool create) {
+  int b = find_held(E, t, false, r, 0, NULL);
+  if (b >= 0 || !create) return b;
+  b = held_buf(E, t, LB_PARAM, r, true, false, false);
+  return b;
+}
+
+static void missing(emitter *E, const psub *s, const char *what, int t, bool grad, const tregion *r) {
+  lstate *L = E->L;
+  if (L->failed) return;
+  L->failed = true;
+  weft_plan *p = L->p;
+  weft_loc at = p->sched == SCHED_GRID ? p->sched_loc : p->ops[s->op].assigned ? p->ops[s->op].assign_loc : p->loc;
+  weft_diag *g = eval_error(L->c, at, "%s of %s (micro-batch %d) on device %d reads %s%s %s, which no earlier "
+                                      "instruction on device %d provides",
+                            what, p->g->ops[s->op].name, s->microbatch, E->d, grad ? "the gradient of " : "",
+                            p->g->tensors[t].name, tregion_str(&L->scratch, r), E->d);
+  diag_hint(g, &L->c->diags, p->sched == SCHED_GRID ? "the schedule grid runs it before what it depends on"
+                                                    : "weft lower --grid shows the order; explain shows the communication");
+}
+
+/* The key of the region of tmap m of sub-operator s: per dimension, its
+ * number of idims, then each one's size and range. Returns its length;
+ * -1 when it does not fit in key (then there is no key). */
+static int region_key(const weft_plan *p, const psub *s, const tmap *m, int64_t *key, int max) {
+  const opspace *sp = p->ops[s->op].space;
+  int n = 0;
+  for (int d = 0; d < m->ndims; d++) {
+    if (n + 1 + 3 * m->nfactors[d] > max) return -1;
+    key[n++] = m->nfactors[d];
+    for (int i = 0; i < m->nfactors[d]; i++) {
+      int f = m->factors[d][i];
+      key[n++] = sp->idims[f].size;
+      key[n++] = s->range[f].lo;
+      key[n++] = s->range[f].hi;
+    }
+  }
+  return n;
+}
+
+/* The region of tmap m of sub-operator s, kept once (tregion_of the first
+ * time its key is seen). */
+static tregion region_intern(lstate *L, const psub *s, const tmap *m) {
+  rintern *ri = &L->regs;
+  int64_t key[96];
+  int kn = region_key(L->p, s, m, key, 96);
+  if (kn < 0) {
+    tregion x;
+    tregion_of(L->a, L->p, s, m, &x);
+    return x;
+  }
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (int i = 0; i < kn; i++) h = (h ^ (uint64_t)key[i]) * 0x100000001b3ull;
+  /* the multiplications carry low bits up only: fold the high ones down */
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  h ^= h >> 33;
+  if (2 * (ri->n + 1) > ri->scap) {
+    int ncap = ri->scap ? 2 * ri->scap : 4096;
+    int *ns = malloc(sizeof(int) * (size_t)ncap);
+    if (!ns) weft_oom();
+    for (int i = 0; i < ncap; i++) ns[i] = -1;
+    for (int i = 0; i < ri->n; i++) {
+      int q = (int)(ri->hash[i] & (uint64_t)(ncap - 1));
+      while (ns[q] >= 0) q = (q + 1) & (ncap - 1);
+      ns[q] = i;
+    }
+    free(ri->slot);
+    ri->slot = ns;
+    ri->scap = ncap;
+  }
+  int q = (int)(h & (uint64_t)(ri->scap - 1));
+  for (; ri->slot[q] >= 0; q = (q + 1) & (ri->scap - 1)) {
+    int i = ri->slot[q];
+    if (ri->hash[i] == h && ri->klen[i] == kn && memcmp(ri->keys + ri->koff[i], key, sizeof(int64_t) * (size_t)kn) == 0)
+      return ri->v[i];
+  }
+  if (ri->n == ri->cap) {
+    ri->cap = ri->cap ? 2 * ri->cap : 1024;
+    ri->v = realloc(ri->v, sizeof(tregion) * (size_t)ri->cap);
+    ri->hash = realloc(ri->hash, sizeof(uint64_t) * (size_t)ri->cap);
+    ri->koff = realloc(ri->koff, sizeof(int) * (size_t)ri->cap);
+    ri->klen = realloc(ri->klen, sizeof(int) * (size_t)ri->cap);
+    if (!ri->v || !ri->hash || !ri->koff || !ri->klen) weft_oom();
+  }
+  while (ri->nkeys + kn > ri->kcap) {
+    ri->kcap = ri->kcap ? 2 * ri->kcap : 8192;
+    ri->keys = realloc(ri->keys, sizeof(int64_t) * (size_t)ri->kcap);
+    if (!ri->keys) weft_oom();
+  }
+  memcpy(ri->keys + ri->nkeys, key, sizeof(int64_t) * (size_t)kn);
+  /* computed in scratch, kept at its size (tregion_of reserves an interval
+   * per combination of outer factors; most merge) */
+  tregion x;
+  tregion_of(&L->scratch, L->p, s, m, &x);
+  ri->v[ri->n] = tregion_copy(L->a, &x);
+  ri->hash[ri->n] = h;
+  ri->koff[ri->n] = ri->nkeys;
+  ri->klen[ri->n] = kn;
+  ri->nkeys += kn;
+  ri->slot[q] = ri->n;
+  return ri->v[ri->n++];
+}
+
+static void store_free(struct store *st);
+
+static void rintern_free(rintern *ri) {
+  free(ri->v);
+  free(ri->hash);
+  free(ri->koff);
+  free(ri->klen);
+  free(ri->keys);
+  free(ri->slot);
+}
+
+/* The regions of every argument of every sub-operator, found once, in the
+ * order sub-operators lie in memory: anchoring, and the forward,
+ * recomputation and backward of a sub-operator, read the same regions.
+ * They live with the program, so that buffers and refs share them. */
+/* Regions shifted by micro-batches, each made once: (region, shift) ->
+ * region. Shifting an interned region shares the copies as interning
+ * would: parts that read one region at micro-batch 0 read one at every. */
+typedef struct skey {
+  const dregion *dims;    /* NULL: an empty entry */
+  int mb;
+} skey;
+
+typedef struct shifted {
+  skey *key;
+  tregion *v;
+  int n, cap;             /* open addressing; cap a power of 2 */
+} shifted;
+
+static tregion shift_region(lstate *L, shifted *sh, int t, const tregion *r0, int mb) {
+  const weft_plan *p = L->p;
+  int d = p->fold.mbs ? p->fold.tdim[t] : -1;
+  if (mb == 0 || d < 0 || d >= r0->ndims) return *r0;
+  if (2 * (sh->n + 1) > sh->cap) {
+    int ncap = sh->cap ? 2 * sh->cap : 4096;
+    skey *nk = calloc((size_t)ncap, sizeof(skey));
+    tregion *nv = malloc(sizeof(tregion) * (size_t)ncap);
+    if (!nk || !nv) weft_oom();
+    for (int i = 0; i < sh->cap; i++) {
+      if (!sh->key[i].dims) continue;
+      uint64_t h = ((uint64_t)(uintptr_t)sh->key[i].dims ^ (uint64_t)sh->key[i].mb << 48) * 0x9E3779B97F4A7C15ull;
+      int q = (int)(h >> 40) & (ncap - 1);
+      while (nk[q].dims) q = (q + 1) & (ncap - 1);
+      nk[q] = sh->key[i];
+      nv[q] = sh->v[i];
+    }
+    free(sh->key);
+    free(sh->v);
+    sh->key = nk;
+    sh->v = nv;
+    sh->cap = ncap;
+  }
+  uint64_t h = ((uint64_t)(uintptr_t)r0->dims ^ (uint64_t)mb << 48) * 0x9E3779B97F4A7C15ull;
+  int q = (int)(h >> 40) & (sh->cap - 1);
+  for (; sh->key[q].dims; q = (q + 1) & (sh->cap - 1))
+    if (sh->key[q].dims == r0->dims && sh->key[q].mb == mb) return sh->v[q];
+  tregion x = tregion_copy(L->a, r0);
+  int64_t off = p->fold.tstep[t] * mb;
+  for (int i = 0; i < x.dims[d].n; i++) {
+    x.dims[d].iv[i].lo += off;
+    x.dims[d].iv[i].hi += off;
+  }
+  sh->key[q].dims = r0->dims;
+  sh->key[q].mb = mb;
+  sh->v[q] = x;
+  sh->n++;
+  return x;
+}
+
+static void sub_regions(lstate *L) {
+  const weft_plan *p = L->p;
+  L->sreg_off = malloc(sizeof(int) * (size_t)(p->nsubs + 1));
+  if (!L->sreg_off) weft_oom();
+  int64_t n = 0;
+  for (int i = 0; i < p->nsubs; i++) {
+    L->sreg_off[i] = (int)n;
+    n += p->ops[p->subs[i].op].space->ninputs + 1;
+    if (n > INT32_MAX) weft_oom();
+  }
+  L->sreg_off[p->nsubs] = (int)n;
+  L->sreg_v = malloc(sizeof(tregion) * (size_t)(n ? n : 1));
+  if (!L->sreg_v) weft_oom();
+  shifted sh = {0};
+  for (int i = 0; i < p->nsubs; i++) {
+    const psub *s = &p->subs[i];
+    const opspace *sp = p->ops[s->op].space;
+    tregion *r = &L->sreg_v[L->sreg_off[i]];
+    int tw = p->fold.twin ? p->fold.twin[i] : i;
+    if (tw != i) {
+      /* a folded plan's later micro-batch: its twin's regions, those of
+       * tensors that move with micro-batches shifted */
+      const tregion *r0 = &L->sreg_v[L->sreg_off[tw]];
+      for (int k = 0; k <= sp->ninputs; k++) {
+        int t = k < sp->ninputs ? sp->inputs[k].tensor : sp->output.tensor;
+        r[k] = shift_region(L, &sh, t, &r0[k], s->microbatch - p->subs[tw].microbatch);
+      }
+      continue;
+    }
+    for (int k = 0; k < sp->ninputs; k++) r[k] = region_intern(L, s, &sp->inputs[k]);
+    r[sp->ninputs] = region_intern(L, s, &sp->output);
+  }
+  free(sh.key);
+  free(sh.v);
+  L->nsreg = (size_t)n;
+  L->sreg_slab = malloc(sizeof(int) * (size_t)(n ? n : 1));
+  if (!L->sreg_slab) weft_oom();
+  for (int i = 0; i < p->nsubs; i++) {
+    const opspace *sp = p->ops[p->subs[i].op].space;
+    int o = L->sreg_off[i];
+    for (int k = 0; k <= sp->ninputs; k++)
+      L->sreg_slab[o + k] = slab_of(L, k < sp->ninputs ? sp->inputs[k].tensor : sp->output.tensor, &L->sreg_v[o + k]);
+  }
+}
+
+/* The region of argument k of sub-operator sub (k = its inputs: the result). */
+static const tregion *sub_region(lstate *L, int sub, int k) { return &L->sreg_v[L->sreg_off[sub] + k]; }
+
+static void emit_compute(emitter *E, const task *tk) {
+  lstate *L = E->L;
+  weft_plan *p = L->p;
+  const weft_graph *g = p->g;
+  const psub *s = &p->subs[tk->sub];
+  const popplan *pp = &p->ops[s->op];
+  const opspace *sp = pp->space;
+  lins tmp = {0};
+  int nin = sp->ninputs + (tk->kind == T_BWD ? 1 : 0);
+  /* the refs it reads and writes, in one piece: a forward writes one, a
+   * backward at most one per input */
+  lref *in = refs(E, nin + (tk->kind == T_BWD ? sp->ninputs : 1));
+  int ni = 0;
+  for (int k = 0; k < sp->ninputs; k++) {
+    const tmap *m = &sp->inputs[k];
+    int t = m->tensor;
+    const tregion *need = sub_region(L, tk->sub, k);
+    /* ids and labels are read by every part; only floating arguments
+     * (a bias) are added once */
+    if (L->value_split[s->op] && !applies_arg(pp, s, m) && dtype_is_float(g->tensors[t].dtype)) {
+      in[ni++] = aref(E, -1, k, need);
+      continue;
+    }
+    int b;
+    if (g->tensors[t].role == TENSOR_PARAM) {
+      b = param_buf(E, t, need, p->zero[t].stage < 3);
+    } else if (g->tensors[t].role == TENSOR_INPUT) {
+      b = find_held(E, t, false, need, 0, NULL);
+      if (b < 0) {
+        b = held_buf(E, t, LB_INPUT, need, false, false, false);
+      }
+    } else {
+      b = find_held(E, t, false, need, 0, NULL);
+      if (b < 0) b = assemble(E, t, false, need);
+    }
+    if (b < 0) {
+      missing(E, s, tk->kind == T_FWD ? "the forward" : tk->kind == T_BWD ? "the backward" : "the recomputation", t,
+              false, need);
+      return;
+    }
+    in[ni++] = aref(E, b, k, need);
+  }
+  int tout = sp->output.tensor;
+  const tregion *outr = sub_region(L, tk->sub, sp->ninputs);
+  if (tk->kind != T_BWD) {
+    bool partial = false;
+    for (int i = 0; i < pp->nsplits; i++) partial |= pp->splits[i].kind == SPLIT_VALUE;
+    /* value parts of one operator on one device (co-shard) add up in one
+     * buffer before any reduction across devices */
+    int maker = s->op * 4 + (int)tk->kind, b = -1;
+    for (int i = partial ? *chain(E, tout, outr) : -1; i >= 0 && b < 0; i = E->st.h[i].next) {
+      const held *h = &E->st.h[i];
+      if (h->live && h->partial && h->maker == maker && h->maker_mb == s->microbatch &&
+          same_region(&L->pr->bufs[h->buf].region, outr))
+        b = h->buf;
+    }
+    bool acc = b >= 0;
+    if (!acc) {
+      supersede(E, tout, false, outr);
+      b = held_buf(E, tout, LB_ACT, outr, false, false, partial);
+      E->st.h[E->st.n - 1].maker = maker;
+      E->st.h[E->st.n - 1].maker_mb = s->microbatch;
+    }
+    lins *c = emit(E, LI_COMPUTE);
+    c->accumulate = acc;
+    c->sub = tk->sub;
+    c->dir = DIR_FORWARD;
+    c->recompute = tk->kind == T_RECOMP;
+    c->mb = s->microbatch;
+    c->nin = ni;
+    c->in = in;
+    c->nout = 1;
+    c->out = in + nin;
+    c->out[0] = ref(E, b, outr);
+    (void)tmp;
+    return;
+  }
+  /* backward: the gradient of the output (the loss seeds itself) */
+  if (tout != g->loss) {
+    int b = find_held(E, tout, true, outr, -1, NULL);
+    if (b < 0) b = assemble(E, tout, true, outr);
+    bool consumed = L->readers[tout][0] >= 0;
+    if (b < 0 && consumed) {
+      missing(E, s, "the backward", tout, true, outr);
+      return;
+    }
+    if (b >= 0) in[ni++] = ref(E, b, outr);
+  }
+  lref *out = in + nin;
+  int no = 0;
+  for (int k = 0; k < sp->ninputs; k++) {
+    const tmap *m = &sp->inputs[k];
+    int t = m->tensor;
+    if (g->tensors[t].role == TENSOR_INPUT || !dtype_is_float(g->tensors[t].dtype)) continue;
+    if (L->value_split[s->op] && !applies_arg(pp, s, m)) continue;
+    const tregion *need = sub_region(L, tk->sub, k);
+    bool param = g->tensors[t].role == TENSOR_PARAM;
+    int b = -1;
+    for (int i = *chain(E, t, need); i >= 0 && b < 0; i = E->st.h[i].next) {
+      const held *h = &E->st.h[i];
+      if (h->live && h->grad && same_region(&L->pr->bufs[h->buf].region, need)) b = h->buf;
+    }
+    if (b < 0 && param) {
+      /* a gradient accumulator for a region this device reads; under ZeRO-2
+       * and 3 it lives until its reduce-scatter */
+      b = find_held(E, t, true, need, -1, NULL);
+    }
+    if (b < 0) {
+      b = held_buf(E, t, param ? LB_GRAD : LB_ACT_GRAD, need, param && p->zero[t].stage < 2, true, false);
+    }
+    out[no++] = aref(E, b, k, need);
+  }
+  lins *c = emit(E, LI_COMPUTE);
+  c->sub = tk->sub;
+  c->dir = DIR_BACKWARD;
+  c->mb = s->microbatch;
+  c->accumulate = true;
+  c->nin = ni;
+  c->in = in;
+  c->nout = no;
+  c->out = out;
+}
+
+static void emit_step(emitter *E, int t) {
+  lstate *L = E->L;
+  const weft_plan *p = L->p;
+  /* every live gradient of t on this device, each with its parameter region */
+  for (int i = E->st.head[t]; i >= 0; i = E->st.h[i].next) {
+    const held *h = &E->st.h[i];
+    if (!h->live || !h->grad) continue;
+    /* copies: new buffers move the arrays h and the region are in */
+    int gb = h->buf;
+    tregion rv = L->pr->bufs[gb].region;
+    const tregion *r = &rv;
+    int pb = param_home(E, t, r);
+    if (pb < 0) pb = param_buf(E, t, r, true);
+    int state = -1;
+    const char *opt = p->g->optimizer;
+    int copies = 0;
+    if (opt && strcmp(opt, "adamw") == 0) copies = 2;
+    if (opt && strcmp(opt, "sgd") == 0) {
+      const value *mom = p->g->optimizer_args ? record_get(p->g->optimizer_args, "momentum") : NULL;
+      if (mom && ((mom->kind == V_FLOAT && mom->f != 0) || (mom->kind == V_INT && mom->i != 0))) copies = 1;
+    }
+    if (copies) {
+      state = new_buf(E, t, LB_STATE, r, true);
+      L->pr->bufs[state].copies = copies;
+      L->pr->bufs[state].bytes *= copies;
+      emit_alloc(E, state);
+    }
+    lins *c = emit(E, LI_STEP);
+    c->tensor = t;
+    c->nin = 1;
+    c->in = refs(E, 3);
+    c->in[0] = ref(E, gb, r);
+    c->nout = state >= 0 ? 2 : 1;
+    c->out = c->in + 1;
+    c->out[0] = ref(E, pb, r);
+    if (state >= 0) c->out[1] = ref(E, state, r);
+  }
+}
+
+static void comm_missing(emitter *E, const pcomm *cm, const tregion *r) {
+  lstate *L = E->L;
+  if (L->failed) return;
+  L->failed = true;
+  weft_diag *g = eval_error(L->c, L->p->loc, "the %s of %s %s (%s) on device %d has nothing to send: no earlier "
+                                             "instruction on device %d provides it",
+                            comm_kind_names[cm->kind], L->p->g->tensors[cm->tensor].name, tregion_str(&L->scratch, r),
+                            comm_phase_names[cm->phase], E->d, E->d);
+  diag_hint(g, &L->c->diags, "weft explain shows why the communication is needed");
+}
+
+static int member_index(const pcomm *cm, int d) {
+  for (int i = 0; i < cm->ngroup; i++)
+    if (cm->group[i] == d) return i;
+  return -1;
+}
+
+static void emit_comm(emitter *E, int ci, int epoch) {
+  lstate *L = E->L;
+  const weft_plan *p = L->p;
+  const pcomm *cm = &p->comms[ci];
+  int t = cm->tensor;
+  bool grad = cm->phase == PHASE_BACKWARD || cm->phase == PHASE_WEIGHTS;
+  lbuf_role role = cm->phase == PHASE_FORWARD ? LB_ACT
+                   : cm->phase == PHASE_BACKWARD ? LB_ACT_GRAD
+                   : cm->phase == PHASE_WEIGHTS ? LB_GRAD : LB_PARAM;
+  if (cm->kind == COMM_SEND) {
+    if (E->d == cm->src) {
+      int b = find_held(E, t, grad, &cm->region, grad ? -1 : 0, NULL);
+      if (b < 0) b = assemble(E, t, grad, &cm->region);
+      if (b < 0) { comm_missing(E, cm, &cm->region); return; }
+      lins *c = emit(E, LI_SEND);
+      c->comm = ci;
+      c->epoch = epoch;
+      c->peer = cm->dst;
+      c->nin = 1;
+      c->in = refs(E, 1);
+      c->in[0] = ref(E, b, &cm->region);
+    } else {
+      if (!grad) supersede(E, t, false, &cm->region);
+      int b = held_buf(E, t, role, &cm->region, false, grad, false);
+      lins *c = emit(E, LI_RECV);
+      c->comm = ci;
+      c->epoch = epoch;
+      c->peer = cm->src;
+      c->nout = 1;
+      c->out = refs(E, 1);
+      c->out[0] = ref(E, b, &cm->region);
+    }
+    return;
+  }
+  int mi = member_index(cm, E->d);
+  lins *c = NULL;
+  lref in = {.buf = -1, .arg = -1}, out = {.buf = -1, .arg = -1};
+  switch (cm->kind) {
+  case COMM_ALL_REDUCE: {
+    int hidx = -1;
+    int b = find_held(E, t, grad, &cm->region, grad ? -1 : 1, &hidx);
+    if (b >= 0 && same_region(&L->pr->bufs[b].region, &cm->region)) {
+      /* in place: the partial sums become the sum */
+      E->st.h[hidx].partial = false;
+      in = out = ref(E, b, &cm->region);
+      if (cm->silent && cm->silent[mi]) in = (lref){.buf = -1, .arg = -1};  /* takes the sum only */
+    } else {
+      if (b >= 0) in = ref(E, b, &cm->region);
+      int nb = held_buf(E, t, role, &cm->region, false, grad, false);
+      out = ref(E, nb, &cm->region);
+    }
+    break;
+  }
+  case COMM_REDUCE_SCATTER: {
+    const tregion *part = member_part(cm, mi);
+    int hidx = -1;
+    int b = find_held(E, t, grad, &cm->region, grad ? -1 : 1, &hidx);
+    if (b >= 0) {
+      in = ref(E, b, &cm->region);
+      /* the whole gradient or partial sum is consumed: only the part stays */
+      E->st.h[hidx].live = false;
+    }
+    /* ZeRO-2 and 3 keep only their part of the gradient; ZeRO-1 keeps the
+     * whole and its part lives until the step */
+    bool persistent = cm->phase == PHASE_WEIGHTS && p->zero[t].stage >= 2;
+    int nb = held_buf(E, t, role, part, persistent, grad, false);
+    out = ref(E, nb, part);
+    break;
+  }
+  case COMM_ALL_GATHER: {
+    const tregion *part = member_part(cm, mi);
+    int b;
+    if (cm->phase == PHASE_PARAMS) {
+      /* from the parameter's persistent home: its shard (ZeRO-3), or the
+       * whole parameter whose part the step updated (ZeRO-1 and 2) */
+      b = param_home(E, t, part);
+      if (b < 0) b = param_buf(E, t, part, true);
+    } else {
+      b = find_held(E, t, grad, part, grad ? -1 : 0, NULL);
+    }
+    if (b < 0) { comm_missing(E, cm, part); return; }
+    in = ref(E, b, part);
+    if (cm->phase == PHASE_PARAMS && cm->dir == DIR_OPTIMIZER && holds_region(&L->pr->bufs[b].region, &cm->region)) {
+      out = ref(E, b, &cm->region);  /* the updated parts into the whole parameter, in place */
+    } else {
+      int nb = held_buf(E, t, role, &cm->region, false, grad, false);
+      out = ref(E, nb, &cm->region);
+    }
+    break;
+  }
+  case COMM_BROADCAST: {
+    if (E->d == cm->src) {
+      /* the root sends what it holds, in place */
+      int b = find_held(E, t, grad, &cm->region, grad ? -1 : 0, NULL);
+      if (b < 0) b = assemble(E, t, grad, &cm->region);
+      if (b < 0) { comm_missing(E, cm, &cm->region); return; }
+      in = out = ref(E, b, &cm->region);
+    } else {
+      if (!grad) supersede(E, t, false, &cm->region);
+      int nb = held_buf(E, t, role, &cm->region, false, grad, false);
+      out = ref(E, nb, &cm->region);
+    }
+    break;
+  }
+  case COMM_ALL_TO_ALL: {
+    /* from the member's part in one layout to its part in the other */
+    const tregion *from = &cm->sources[mi], *to = &cm->parts[mi];
+    int b = find_held(E, t, grad, from, grad ? -1 : 0, NULL);
+    if (b < 0) b = assemble(E, t, grad, from);
+    if (b < 0) { comm_missing(E, cm, from); return; }
+    in = ref(E, b, from);
+    if (!grad) supersede(E, t, false, to);
+    int nb = held_buf(E, t, role, to, false, grad, false);
+    out = ref(E, nb, to);
+    break;
+  }
+  default: {
+    int b = find_held(E, t, grad, &cm->region, -1, NULL);
+    if (b >= 0) in = ref(E, b, &cm->region);
+    int nb = held_buf(E, t, role, &cm->region, false, grad, false);
+    out = ref(E, nb, &cm->region);
+  }
+  }
+  c = emit(E, LI_COLLECTIVE);
+  c->comm = ci;
+  c->epoch = epoch;
+  c->nin = in.buf >= 0 ? 1 : 0;
+  c->in = refs(E, 2);
+  if (in.buf >= 0) c->in[0] = in;
+  c->nout = 1;
+  c->out = c->in + 1;
+  c->out[0] = out;
+}
+
+static void lop_of(lstate *L, lprog *pg, const lins *in, lop *o);
+
+/* Last uses: free each non-persistent buffer after its last reference;
+ * hoist persistent allocations to the start; measure the peak. */
+static void finish_program(lstate *L, lprog *pg) {
+  weft_program *pr = L->pr;
+  arena_reset(&L->scratch);
+  int n = pg->n;
+  /* last reference per buffer of this device (ids buf_lo .. buf_hi - 1) */
+  int nb = pg->buf_hi - pg->buf_lo;
+  int *last0 = arena_alloc(&L->scratch, sizeof(int) * (size_t)(nb ? nb : 1));
+#define last(b) last0[(b) - pg->buf_lo]
+  for (int b = pg->buf_lo; b < pg->buf_hi; b++) last(b) = -1;
+  int np = 0, room = 0;   /* the lops' pool: what it holds, room for buckets */
+  for (int i = 0; i < n; i++) {
+    const lins *in = &pg->ins[i];
+    if (in->kind == LI_ALLOC) last(in->buf) = i;
+    for (int k = 0; k < in->nin; k++)
+      if (in->in[k].buf >= 0) last(in->in[k].buf) = i;
+    for (int k = 0; k < in->nout; k++)
+      if (in->out[k].buf >= 0) last(in->out[k].buf) = i;
+    if (in->nin + in->nout + in->nbucket > 0) np += lop_entry_size(in->nin, in->nout, in->nbucket);
+    /* a bucket of k all-reduces takes 3k + 3 more (pages never written
+     * cost nothing) */
+    if (in->kind == LI_COLLECTIVE && in->nin == 1 && in->nout == 1) room += 5;
+  }
+  int *nfree = arena_alloc(&L->scratch, sizeof(int) * (size_t)(n + 1));
+  int extra = 0;
+  for (int b = pg->buf_lo; b < pg->buf_hi; b++) {
+    if (pr->bufs[b].persistent) last(b) = -3;  /* never freed */
+    else if (last(b) >= 0) { nfree[last(b)]++; extra++; }
+  }
+  /* the lops always; the full instructions when they are kept */
+  pg->ops = arena_alloc(L->a, sizeof(lop) * (size_t)(n + extra + 1));
+  pg->pool = arena_alloc(L->a, sizeof(int) * (size_t)(np + room + 1));
+  pg->npool = 0;
+  pg->pcap = np + room + 1;
+  lins *out = L->full ? arena_alloc(L->a, sizeof(lins) * (size_t)(n + extra + 1)) : NULL;
+  int m = 0;
+#define put(x) (out ? (void)(out[m] = *(x)) : (void)0, lop_of(L, pg, (x), &pg->ops[m]), m++)
+  for (int i = 0; i < n; i++)
+    if (pg->ins[i].kind == LI_ALLOC && pr->bufs[pg->ins[i].buf].persistent) put(&pg->ins[i]);
+  int64_t live = 0;
+  int64_t by_role[LB_ROLE_COUNT] = {0};
+  for (int i = 0; i < m; i++) {
+    const lbuf *b = &pr->bufs[pg->ops[i].id];
+    live += b->bytes;
+    by_role[b->role] += b->bytes;
+  }
+  pg->persistent = live;
+  pg->peak = live;
+  pg->peak_at = m ? m - 1 : 0;
+  memcpy(pg->peak_by_role, by_role, sizeof by_role);
+  for (int i = 0; i < n; i++) {
+    const lins *in = &pg->ins[i];
+    if (in->kind == LI_ALLOC && pr->bufs[in->buf].persistent) continue;
+    put(in);
+    if (in->kind == LI_ALLOC) {
+      live += pr->bufs[in->buf].bytes;
+      by_role[pr->bufs[in->buf].role] += pr->bufs[in->buf].bytes;
+      if (live > pg->peak) {
+        pg->peak = live;
+        pg->peak_at = m - 1;
+        memcpy(pg->peak_by_role, by_role, sizeof by_role);
+      }
+    }
+    if (nfree[i]) {
+      /* buffers whose last use this is, in buffer order */
+      for (int k = 0; k < in->nin + in->nout + 1 && nfree[i]; k++) {
+        int b = k < in->nin ? in->in[k].buf : k < in->nin + in->nout ? in->out[k - in->nin].buf : in->buf;
+        if (b < 0 || last(b) != i) continue;
+        last(b) = -2;  /* freed once even when referenced twice */
+        lins f = {.kind = LI_FREE, .buf = b, .sub = -1, .comm = -1, .peer = -1, .tensor = -1};
+        put(&f);
+        live -= pr->bufs[b].bytes;
+        by_role[pr->bufs[b].role] -= pr->bufs[b].bytes;
+        nfree[i]--;
+      }
+    }
+  }
+#undef put
+  pg->n = m;
+  pg->ins = out;
+  pg->cap = out ? n + extra + 1 : 0;
+  pr->instructions += m;
+}
+#undef last
+
+/* The lop of instruction in (lower.h), its buffers appended to pg's pool. */
+static void lop_of(lstate *L, lprog *pg, const lins *in, lop *o) {
+  weft_program *pr = L->pr;
+  o->kind = in->kind;
+  o->dir = in->dir;
+  o->epoch = in->epoch;
+  o->flags = (uint8_t)((in->recompute ? LOP_RECOMPUTE : 0) | (in->accumulate ? LOP_ACCUMULATE : 0));
+  o->aux = -1;
+  switch (in->kind) {
+  case LI_ALLOC: case LI_FREE:
+    o->id = in->buf;
+    if (pr->bufs[in->buf].persistent) o->flags |= LOP_PERSISTENT;
+    break;
+  case LI_COMPUTE: o->id = in->sub; break;
+  case LI_SEND: case LI_RECV: o->id = in->comm; o->aux = in->peer; break;
+  case LI_COLLECTIVE: o->id = in->comm; break;
+  case LI_STEP: o->id = in->tensor; break;
+  default: o->id = -1; break;
+  }
+  /* (what buckets ask of an in-place all-reduce of a persistent buffer) */
+  if (in->kind == LI_COLLECTIVE && in->nin == 1 && in->nout == 1 && in->out[0].buf >= 0 &&
+      in->in[0].buf == in->out[0].buf && pr->bufs[in->out[0].buf].persistent &&
+      tregion_equal(&pr->bufs[in->out[0].buf].region, &in->out[0].region))
+    o->flags |= LOP_WHOLE;
+  if (in->kind == LI_COMPUTE || in->kind == LI_COPY || in->kind == LI_STEP) o->aux = cost_work_of(L->works, pr, in);
+  o->refs = -1;
+  if (in->nin + in->nout + in->nbucket == 0) return;
+  o->refs = pg->npool;
+  int *r = lop_put_head(pg->pool + pg->npool, in->nin, in->nout, in->nbucket);
+  for (int k = 0; k < in->nin; k++) *r++ = in->in[k].buf;
+  for (int k = 0; k < in->nout; k++) *r++ = in->out[k].buf;
+  for (int k = 0; k < in->nbucket; k++) *r++ = in->bucket[k];
+  pg->npool = (int)(r - pg->pool);
+}
+
+static void emit_device(lstate *L, int d) {
+  weft_plan *p = L->p;
+  emitter E = {.L = L, .d = d, .prog = &L->pr->progs[d]};
+  E.prog->buf_lo = L->pr->nbufs;
+  E.prog->ins = L->ebuf;
+  E.prog->cap = L->ecap;
+  E.prog->n = 0;
+  arena_reset(&L->scratch);
+  if (!L->full) arena_reset(&L->refa);
+  /* the store of the previous device, emptied */
+  E.st = *L->st;
+  E.st.n = 0;
+  for (int u = 0; u < E.st.kn; u++) E.st.slot[E.st.used[u]] = INT32_MIN;
+  E.st.kn = 0;
+  int64_t ngrid = (int64_t)p->fold.mbs * p->g->ntensors;
+  if (!E.st.grid && ngrid > 0 && ngrid <= (1 << 24)) {
+    E.st.grid = malloc(sizeof(int) * (size_t)ngrid);
+    E.st.gused = malloc(sizeof(int) * (size_t)ngrid);
+    if (!E.st.grid || !E.st.gused) weft_oom();
+    for (int64_t i = 0; i < ngrid; i++) E.st.grid[i] = INT32_MIN;
+  }
+  for (int u = 0; u < E.st.gn; u++) E.st.grid[E.st.gused[u]] = INT32_MIN;
+  E.st.gn = 0;
+  E.st.lastq = -1;
+  E.st.head = arena_alloc(&L->scratch, sizeof(int) * (size_t)(p->g->ntensors ? p->g->ntensors : 1));
+  for (int t = 0; t < p->g->ntensors; t++) E.st.head[t] = -1;
+  const tasklist *tl = &L->tasks[d];
+  const anchors *an = &L->anch[d];
+  int a = 0;
+  for (int i = 0; i <= tl->n && !L->failed; i++) {
+    while (a < an->n && an->a[a].pos <= 2 * i && !L->failed) { emit_comm(&E, an->a[a].comm, an->a[a].epoch); a++; }
+    if (i == tl->n || L->failed) break;
+    const task *tk = &tl->t[i];
+    if (tk->kind == T_STEP) emit_step(&E, tk->sub);
+    else emit_compute(&E, tk);
+    while (a < an->n && an->a[a].pos == 2 * i + 1 && !L->failed) { emit_comm(&E, an->a[a].comm, an->a[a].epoch); a++; }
+  }
+  while (a < an->n && !L->failed) { emit_comm(&E, an->a[a].comm, an->a[a].epoch); a++; }
+  E.prog->buf_hi = L->pr->nbufs;
+  *L->st = E.st;
+}
+
+static void store_free(store *st) {
+  free(st->grid);
+  free(st->gused);
+  free(st->h);
+  free(st->key);
+  free(st->slot);
+  free(st->used);
+}
+
+/* ---- running the programs together (rule 3) -------------------------------------- */
+
+static const char *ins_str(lstate *L, int d, const lins *in) {
+  const weft_plan *p = L->p;
+  arena *s = &L->scratch;
+  switch (in->kind) {
+  case LI_COMPUTE:
+    return arena_printf(s, "%s of %s (micro-batch %d)", in->recompute ? "the recomputation" : in->dir == DIR_FORWARD ? "the forward" : "the backward",
+                        p->g->ops[p->subs[in->sub].op].name, in->mb);
+  case LI_SEND: case LI_RECV: {
+    const pcomm *cm = &p->comms[in->comm];
+    bool grad = cm->phase == PHASE_BACKWARD || cm->phase == PHASE_WEIGHTS;
+    return arena_printf(s, "the %s %s%s %s %s device %d", in->kind == LI_SEND ? "send of" : "receive of",
+                        grad ? "the gradient of " : "", p->g->tensors[cm->tensor].name, tregion_str(s, &cm->region),
+                        in->kind == LI_SEND ? "to" : "from", in->peer);
+  }
+  case LI_COLLECTIVE: {
+    const pcomm *cm = &p->comms[in->comm];
+    bool grad = cm->phase == PHASE_BACKWARD || cm->phase == PHASE_WEIGHTS;
+    return arena_printf(s, "the %s of %s%s %s", comm_kind_names[cm->kind], grad ? "the gradient of " : "",
+                        p->g->tensors[cm->tensor].name, tregion_str(s, &cm->region));
+  }
+  default: (void)d; return "an instruction";
+  }
+}
+
+/* The block device d is in at instruction i: the next compute's stage,
+ * micro-batch and direction ("b0 of stage s1"); with a grid, its cell. */
+static const char *block_at(lstate *L, int d, int i, weft_loc *cell) {
+  const weft_plan *p = L->p;
+  const lprog *pg = &L->pr->progs[d];
+  for (int k = i; k < pg->n; k++) {
+    if (pg->ops[k].kind != LI_COMPUTE) continue;
+    lins view = lower_view(L->pr, pg, k);
+    const lins *in = &view;
+    int st = L->stage_of[p->subs[in->sub].op];
+    char kind = in->dir == DIR_FORWARD && !in->recompute ? 'f' : 'b';
+    if (p->grid)
+      for (int r = 0; r < p->grid->list.n; r++) {
+        const ast *row = p->grid->list.items[r];
+        if (strcmp(row->name, L->pr->stage_names[st]) != 0) continue;
+        for (int q = 0; q < row->list.n; q++) {
+          const ast *c = row->list.items[q];
+          const char *t = c->name ? c->name : c->text;
+          if (t && t[0] == kind && atoi(t + 1) == in->mb && !strchr(t, '.')) *cell = c->loc;
+        }
+      }
+    return arena_printf(&L->scratch, " (before %c%d of stage %s)", kind, in->mb, L->pr->stage_names[st]);
+  }
+  return "";
+}
+
+_Static_assert(sizeof(lop) == 16, "a lop is 16 bytes");
+
+lins lower_view(const weft_program *pr, const lprog *pg, int i) {
+  const lop *o = &pg->ops[i];
+  lins in = {.kind = o->kind, .dir = o->dir, .epoch = o->epoch, .recompute = (o->flags & LOP_RECOMPUTE) != 0,
+             .accumulate = (o->flags & LOP_ACCUMULATE) != 0, .buf = -1, .sub = -1, .mb = 0, .comm = -1, .peer = -1,
+             .tensor = -1};
+  switch (o->kind) {
+  case LI_ALLOC: case LI_FREE: in.buf = o->id; break;
+  case LI_COMPUTE: in.sub = o->id; in.mb = pr->p->subs[o->id].microbatch; break;
+  case LI_SEND: case LI_RECV: in.comm = o->id; in.peer = o->aux; break;
+  case LI_COLLECTIVE: in.comm = o->id; break;
+  case LI_STEP: in.tensor = o->id; break;
+  default: break;
+  }
+  in.nin = lop_nin(pg->pool, o);
+  in.nout = lop_nout(pg->pool, o);
+  in.nbucket = (uint16_t)lop_nbucket(pg->pool, o);
+  return in;
+}
+
+static bool simulate(lstate *L) {
+  weft_plan *p = L->p;
+  weft_program *pr = L->pr;
+  int D = p->ndevices;
+  int64_t key_n = (int64_t)p->ncomms * 2;
+  int *pc = calloc((size_t)D, sizeof(int));
+  int *arrived = calloc((size_t)(key_n ? key_n : 1), sizeof(int));
+  char *posted = calloc((size_t)(key_n ? key_n : 1), 1);
+  int *stack = malloc(sizeof(int) * (size_t)(D ? D : 1) * 2);
+  bool *queued = calloc((size_t)D, 1);
+  if (!pc || !arrived || !posted || !stack || !queued) weft_oom();
+  int sp = 0;
+  for (int d = D - 1; d >= 0; d--) { stack[sp++] = d; queued[d] = true; }
+  /* a device blocked at a collective has arrived; it moves on when all have */
+  char *waiting = calloc((size_t)D, 1);
+  /* per comm: the members that have programs, each counted once */
+  int *expect = malloc(sizeof(int) * (size_t)(p->ncomms ? p->ncomms : 1));
+  if (!waiting || !expect) weft_oom();
+  for (int i = 0; i < p->ncomms; i++) expect[i] = members_lowered(p, &p->comms[i]);
+  while (sp > 0) {
+    int d = stack[--sp];
+    queued[d] = false;
+    lprog *pg = &pr->progs[d];
+    while (pc[d] < pg->n) {
+      const lop *in = &pg->ops[pc[d]];
+      if (in->kind == LI_SEND) {
+        int64_t k = (int64_t)in->id * 2 + in->epoch;
+        posted[k] = 1;
+        int dst = in->aux;
+        if (!queued[dst]) { stack[sp++] = dst; queued[dst] = true; }
+      } else if (in->kind == LI_RECV) {
+        if (!posted[(int64_t)in->id * 2 + in->epoch]) break;
+      } else if (in->kind == LI_COLLECTIVE && p->comms[in->id].kind == COMM_BROADCAST) {
+        /* the root posts and goes on, as a send; the others wait for it */
+        int64_t k = (int64_t)in->id * 2 + in->epoch;
+        const pcomm *cm = &p->comms[in->id];
+        if (d == cm->src) {
+          posted[k] = 1;
+          for (int i = 0; i < cm->ngroup; i++) {
+            int m = cm->group[i];
+            if (m != d && represents(p, m) && !queued[m]) { stack[sp++] = m; queued[m] = true; }
+          }
+        } else if (!posted[k]) {
+          break;
+        }
+      } else if (in->kind == LI_COLLECTIVE) {
+        int64_t k = (int64_t)in->id * 2 + in->epoch;
+        const pcomm *cm = &p->comms[in->id];
+        if (!waiting[d]) {
+          waiting[d] = 1;
+          arrived[k]++;
+          if (arrived[k] == expect[in->id])
+            for (int i = 0; i < cm->ngroup; i++) {
+              int m = cm->group[i];
+              if (m != d && represents(p, m) && !queued[m]) { stack[sp++] = m; queued[m] = true; }
+            }
+        }
+        if (arrived[k] < expect[in->id]) break;
+        waiting[d] = 0;
+      }
+      pc[d]++;
+    }
+  }
+  bool ok = true;
+  for (int d = 0; d < D && ok; d++) {
+    lprog *pg = &pr->progs[d];
+    if (pc[d] >= pg->n) continue;
+    ok = false;
+    arena_reset(&L->scratch);
+    lins here = lower_view(pr, pg, pc[d]), there;
+    const lins *in = &here;
+    /* what the device waits for, and what its peer does instead */
+    int peer = -1;
+    const lins *other = NULL;
+    if (in->kind == LI_RECV) peer = in->peer;
+    else if (in->kind == LI_COLLECTIVE) {
+      const pcomm *cm = &p->comms[in->comm];
+      for (int i = 0; i < cm->ngroup && peer < 0; i++) {
+        int m = cm->group[i];
+        if (m == d || !represents(p, m)) continue;
+        lprog *mp = &pr->progs[m];
+        if (pc[m] >= mp->n || mp->ops[pc[m]].kind != LI_COLLECTIVE || mp->ops[pc[m]].id != in->comm ||
+            mp->ops[pc[m]].epoch != in->epoch)
+          peer = m;
+      }
+    }
+    if (peer >= 0 && pc[peer] < pr->progs[peer].n) {
+      there = lower_view(pr, &pr->progs[peer], pc[peer]);
+      other = &there;
+    }
+    weft_loc at = p->sched != SCHED_DEFAULT ? p->sched_loc : p->loc;
+    const char *where = block_at(L, d, pc[d], &at);
+    const char *other_where = peer >= 0 ? block_at(L, peer, pc[peer], &(weft_loc){0}) : "";
+    weft_diag *g;
+    if (in->kind == LI_COLLECTIVE && other && other->kind == LI_COLLECTIVE) {
+      g = eval_error(L->c, at, "devices %d and %d enter collectives in different orders: device %d is at %s%s, device %d "
+                               "at %s%s",
+                     d, peer, d, ins_str(L, d, in), where, peer, ins_str(L, peer, other), other_where);
+      diag_hint(g, &L->c->diags, "members of a collective must run their shared collectives in one order; "
+                                 "make their schedules agree");
+    } else if (other) {
+      g = eval_error(L->c, at, "deadlock: device %d waits at %s%s while device %d waits at %s%s", d, ins_str(L, d, in),
+                     where, peer, ins_str(L, peer, other), other_where);
+      diag_hint(g, &L->c->diags, "the schedule orders blocks so that each waits for the other; weft lower --grid "
+                                 "prints the order");
+    } else {
+      g = eval_error(L->c, at, "deadlock: device %d waits forever at %s%s", d, ins_str(L, d, in), where);
+      diag_hint(g, &L->c->diags, "weft lower --grid prints the order");
+    }
+  }
+  free(pc);
+  free(arrived);
+  free(posted);
+  free(stack);
+  free(queued);
+  free(waiting);
+  free(expect);
+  return ok;
+}
+
+/* ---- memory (rule 5) ---------------------------------------------------------------
+ * The peak each device's memory reaches is that of the simulated step
+ * (sim.h), the model weft estimate reports: buffers live from their first
+ * use to the end of their last, in time, not in program order. */
+
+weft_program *weft_lower(weft_ctx *c, weft_plan *p) {
+  weft_program *pr = weft_lower_unchecked(c, p);
+  if (!pr || lower_device_memory(p) <= 0) return pr;
+  weft_sim *s = sim_run_plan(pr, 0);
+  bool fits = !s || sim_check_memory(c, s);
+  sim_free(s);
+  return fits ? pr : NULL;
+}
+
+/* The working state of one lowering, freed on success and on failure. */
+static void lstate_free(lstate *L) {
+  free(L->ebuf);
+  L->ebuf = NULL;
+  free(L->byd_start);
+  free(L->byd);
+  free(L->byd_per_mb);
+  free(L->fpos);
+  free(L->bpos);
+  free(L->rpos);
+  free(L->sreg_off);
+  free(L->sreg_v);
+  free(L->sreg_slab);
+  rintern_free(&L->regs);
+  arena_free(&L->scratch);
+  arena_free(&L->refa);
+  arena_free(&L->tmp);
+  cost_works_free(L->works);
+  L->works = NULL;
+}
+
+/* ---- the whole ------------------------------------------------------------------- */
+
+weft_program *weft_lower_unchecked(weft_ctx *c, weft_plan *p) {
+  const weft_graph *g = p->g;
+  weft_program *pr = arena_alloc(A(c), sizeof *pr);
+  pr->p = p;
+  lstate L = {.c = c, .p = p, .pr = pr, .a = A(c), .full = c->full_programs};
+  arena_init(&L.scratch);
+  arena_init(&L.refa);
+  arena_init(&L.tmp);
+  L.ra = L.full ? L.a : &L.refa;
+  L.works = cost_works_new();
+  int before = c->diags.errors;
+  /* stages of the schedule */
+  L.stage_of = arena_alloc(L.a, sizeof(int) * (size_t)(g->nops ? g->nops : 1));
+  if (p->nstages == 0 || p->sched == SCHED_DEFAULT) {
+    L.nstages = p->nstages ? p->nstages : 1;
+    for (int op = 0; op < g->nops; op++) L.stage_of[op] = p->ops[op].stage >= 0 ? p->ops[op].stage : 0;
+    if (p->sched != SCHED_DEFAULT) {
+      weft_diag *d = eval_error(c, p->sched_loc, "a pipeline schedule needs stages");
+      diag_hint(d, &c->diags, "declare them: stage s0 = h[0..6], s1 = h[6..12]");
+      goto fail;
+    }
+  } else {
+    L.nstages = p->nstages;
+    for (int op = 0; op < g->nops; op++) {
+      if (p->ops[op].stage < 0) {
+        weft_diag *d = eval_error(c, p->sched_loc, "operator %s is in no stage", g->ops[op].name);
+        diag_hint(d, &c->diags, "a schedule orders stages: every operator must be in one");
+        goto fail;
+      }
+      L.stage_of[op] = p->ops[op].stage;
+    }
+  }
+  /* a generated schedule runs stages in the order they are declared: no
+   * stage may read what a later one produces */
+  if (p->nstages > 1 && p->sched != SCHED_GRID)
+    for (int op = 0; op < g->nops; op++)
+      for (int k = 0; k < g->ops[op].ninputs; k++) {
+        int pop = g->tensors[g->ops[op].inputs[k]].producer;
+        if (pop < 0 || L.stage_of[pop] <= L.stage_of[op]) continue;
+        const pstage *a = &p->stages[L.stage_of[op]], *b = &p->stages[L.stage_of[pop]];
+        weft_diag *d = eval_error(c, a->loc, "stage %s comes before stage %s, but its operator %s reads %s, which %s computes",
+                                  a->name, b->name, g->ops[op].name, g->tensors[g->ops[op].inputs[k]].name, b->name);
+        diag_hint(d, &c->diags, "stages run in the order they are declared: declare %s before %s", b->name, a->name);
+        goto fail;
+      }
+  pr->nstages = L.nstages;
+  pr->stage_names = arena_alloc(L.a, sizeof(char *) * (size_t)L.nstages);
+  for (int st = 0; st < L.nstages; st++) pr->stage_names[st] = p->nstages ? p->stages[st].name : "all";
+  for (int s = 0; s < p->nsubs; s++)
+    if (p->subs[s].microbatch + 1 > L.nmb) L.nmb = p->subs[s].microbatch + 1;
+  if (L.nmb == 0) L.nmb = 1;
+  pr->nmb = L.nmb;
+  /* readers of each tensor */
+  L.readers = arena_alloc(L.a, sizeof(int *) * (size_t)(g->ntensors ? g->ntensors : 1));
+  {
+    int *cnt = arena_alloc(L.a, sizeof(int) * (size_t)(g->ntensors ? g->ntensors : 1));
+    for (int op = 0; op < g->nops; op++)
+      for (int k = 0; k < g->ops[op].ninputs; k++) cnt[g->ops[op].inputs[k]]++;
+    for (int t = 0; t < g->ntensors; t++) {
+      L.readers[t] = arena_alloc(L.a, sizeof(int) * (size_t)(cnt[t] + 1));
+      L.readers[t][0] = -1;
+      cnt[t] = 0;
+    }
+    for (int op = 0; op < g->nops; op++)
+      for (int k = 0; k < g->ops[op].ninputs; k++) {
+        int t = g->ops[op].inputs[k];
+        bool dup = false;
+        for (int q = 0; q < cnt[t]; q++) dup |= L.readers[t][q] == op;
+        if (dup) continue;
+        L.readers[t][cnt[t]++] = op;
+        L.readers[t][cnt[t]] = -1;
+      }
+  }
+  if (!index_subs(&L)) {
+    eval_error(c, p->loc, "the plan is too large to lower (%d devices x %d operators)", p->ndevices, g->nops);
+    goto fail;
+  }
+  if (!block_order(&L)) goto fail;
+  blist *per_device;
+  if (!schedule_blocks(&L, &per_device)) goto fail;
+  L.tasks = arena_alloc(&L.tmp, sizeof(tasklist) * (size_t)p->ndevices);
+  L.anch = arena_alloc(&L.tmp, sizeof(anchors) * (size_t)p->ndevices);
+  L.steppos = arena_alloc(&L.tmp, sizeof(int *) * (size_t)p->ndevices);
+  L.fpos = malloc(sizeof(int) * (size_t)(p->nsubs ? p->nsubs : 1));
+  L.bpos = malloc(sizeof(int) * (size_t)(p->nsubs ? p->nsubs : 1));
+  L.rpos = malloc(sizeof(int) * (size_t)(p->nsubs ? p->nsubs : 1));
+  if (!L.fpos || !L.bpos || !L.rpos) weft_oom();
+  for (int s = 0; s < p->nsubs; s++) L.fpos[s] = L.bpos[s] = L.rpos[s] = -1;
+  L.tshift = arena_alloc(L.a, sizeof(int) * (size_t)(g->ntensors ? g->ntensors : 1));
+  for (int t = 0; t < g->ntensors; t++) {
+    int64_t st = p->fold.mbs ? p->fold.tstep[t] : 0;
+    L.tshift[t] = -1;
+    for (int b = 0; b < 62 && st > 0; b++)
+      if (st == (int64_t)1 << b) L.tshift[t] = b;
+  }
+  sub_regions(&L);
+  L.value_split = arena_alloc(L.a, (size_t)(g->nops ? g->nops : 1));
+  for (int op = 0; op < g->nops; op++)
+    for (int i = 0; i < p->ops[op].nsplits; i++) L.value_split[op] |= p->ops[op].splits[i].kind == SPLIT_VALUE;
+  make_tasks(&L, per_device);
+  if (g->loss < 0)
+    for (int d = 0; d < p->ndevices; d++) {
+      /* inference: forward blocks only */
+      tasklist *tl = &L.tasks[d];
+      int m = 0;
+      for (int i = 0; i < tl->n; i++)
+        if (tl->t[i].kind == T_FWD) { L.fpos[tl->t[i].sub] = m; tl->t[m++] = tl->t[i]; }
+        else if (tl->t[i].kind == T_BWD) L.bpos[tl->t[i].sub] = -1;
+        else if (tl->t[i].kind == T_RECOMP) L.rpos[tl->t[i].sub] = -1;
+      tl->n = m;
+    }
+  anchor_comms(&L);
+  prof_mark("lower: order");
+  /* about one buffer per task and communication: reserved at once, the
+   * array of buffers seldom moves (pages never touched cost nothing) */
+  int64_t guess = 0;
+  for (int d = 0; d < p->ndevices; d++) guess += L.tasks[d].n + L.anch[d].n;
+  if (2 * guess + 16 < INT32_MAX / 2) {
+    pr->bcap = (int)(2 * guess + 16);
+    pr->bufs = arena_alloc(L.a, sizeof(lbuf) * (size_t)pr->bcap);
+  }
+  pr->nprogs = p->ndevices;
+  pr->progs = arena_alloc(L.a, sizeof(lprog) * (size_t)p->ndevices);
+  store st = {0};
+  L.st = &st;
+  for (int d = 0; d < p->ndevices && !L.failed; d++) {
+    pr->progs[d].device = d;
+    emit_device(&L, d);
+    if (!L.failed) finish_program(&L, &pr->progs[d]);
+  }
+  free(L.ebuf);
+  L.ebuf = NULL;
+  store_free(&st);
+  pr->works = cost_works_keep(L.a, L.works);
+  L.works = NULL;
+  prof_mark("lower: emit");
+  {
+    int64_t pool = 0;
+    for (int d = 0; d < p->ndevices; d++) pool += pr->progs[d].npool;
+    prof_note("%" PRId64 " instructions (%.1f MB of lops, %.1f MB of pool), %d buffers (%.1f MB), %d works",
+              pr->instructions, (double)pr->instructions * (double)sizeof(lop) / 1e6, (double)pool * 4 / 1e6, pr->nbufs,
+              (double)pr->nbufs * (double)sizeof(lbuf) / 1e6, cost_works_count(pr->works));
+  }
+  if (L.failed) goto fail;
+  lower_buckets(L.a, pr);
+  prof_mark("lower: buckets");
+  if (!simulate(&L)) goto fail;
+  prof_mark("lower: deadlock check");
+  for (int d = 0; d < p->ndevices; d++) pr->instructions_all += lower_prog(pr, d)->n;
+  lstate_free(&L);
+  return c->diags.errors > before ? NULL : pr;
+fail:
+  lstate_free(&L);
+  return NULL;
+}
+
+int64_t lower_peak(const weft_program *pr, int *device) {
+  int64_t best = -1;
+  int at = 0;
+  for (int d = 0; d < pr->nprogs; d++)
+    if (pr->progs[d].peak > best) { best = pr->progs[d].peak; at = d; }
+  if (device) *device = at;
+  return best < 0 ? 0 : best;
+}

@@ -1,0 +1,1289 @@
+/* deps.c - data-dependency preservation: from what producers hold and what
+ * consumers need, the communication of a plan (forward activations and the
+ * reduction of parameter gradients). */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "weft/deps.h"
+#include "weft/workspace.h"
+
+/* A piece of a tensor on a device: a region, and for partial sums the
+ * coordinates that tell one partial from another (-1: complete values). */
+typedef struct piece {
+  tregion region;
+  int device;
+  int64_t partial;       /* -1 for complete values, else a key of the V coordinates */
+  int sub;               /* the sub-operator that holds it */
+} piece;
+
+typedef struct pieces {
+  piece *items;
+  int n, cap;
+} pieces;
+
+static void pieces_add(arena *a, pieces *ps, piece p) {
+  arena_grow(a, (void **)&ps->items, &ps->cap, ps->n + 1, sizeof(piece));
+  ps->items[ps->n++] = p;
+}
+
+static int node_of(const weft_plan *p, int dev) { return p->devices_per_node ? dev / p->devices_per_node : 0; }
+
+static int group_level(const weft_plan *p, const int *devs, int n) {
+  for (int i = 1; i < n; i++)
+    if (node_of(p, devs[i]) != node_of(p, devs[0])) return 1;
+  return 0;
+}
+
+static int64_t region_bytes(const weft_plan *p, int tensor, const tregion *r) {
+  return tregion_numel(r) * dtype_bytes[p->g->tensors[tensor].dtype];
+}
+
+static pcomm *comm_add(arena *a, weft_plan *p, comm_kind kind, int tensor, comm_phase phase, const int *devs, int n,
+                       const tregion *r) {
+  arena_grow(a, (void **)&p->comms, &p->ccap, p->ncomms + 1, sizeof(pcomm));
+  pcomm *cm = &p->comms[p->ncomms++];
+  memset(cm, 0, sizeof *cm);
+  cm->kind = kind;
+  cm->tensor = tensor;
+  cm->phase = phase;
+  cm->ngroup = n;
+  cm->group = arena_alloc(a, sizeof(int) * (size_t)(n ? n : 1));
+  memcpy(cm->group, devs, sizeof(int) * (size_t)n);
+  cm->src = cm->dst = -1;
+  cm->producer_sub = cm->consumer_sub = -1;
+  cm->consumer_op = -1;
+  cm->input = -1;
+  cm->region = *r;
+  cm->parts = NULL;
+  cm->dir = DIR_FORWARD;
+  cm->mb = -1;
+  int64_t b = region_bytes(p, tensor, r);
+  cm->size = b;
+  switch (kind) {
+  case COMM_ALL_REDUCE: cm->bytes = n > 1 ? 2 * b * (n - 1) / n : 0; break;
+  case COMM_REDUCE_SCATTER: case COMM_ALL_GATHER: cm->bytes = n > 1 ? b * (n - 1) / n : 0; break;
+  case COMM_ALL_TO_ALL: cm->bytes = n > 1 ? b * (n - 1) / ((int64_t)n * n) : 0; break;
+  default: cm->bytes = b;
+  }
+  cm->level = group_level(p, devs, n);
+  return cm;
+}
+
+/* The key of a sub-operator's coordinates on its value (V) levels. */
+static int64_t partial_key(const popplan *pp, const psub *s) {
+  int64_t key = 0;
+  bool any = false;
+  for (int i = 0; i < pp->nsplits; i++)
+    if (pp->splits[i].kind == SPLIT_VALUE) { key = key * pp->splits[i].parts + s->coord[i]; any = true; }
+  return any ? key : -1;
+}
+
+static int int_cmp(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
+
+/* Sorted distinct devices; returns the count. */
+static int distinct(int *devs, int n) {
+  qsort(devs, (size_t)n, sizeof(int), int_cmp);
+  int m = 0;
+  for (int i = 0; i < n; i++)
+    if (m == 0 || devs[m - 1] != devs[i]) devs[m++] = devs[i];
+  return m;
+}
+
+/* Whether two regions share an element: tregion_intersect without building
+ * the intersection, for the tests that only need to know. */
+static bool regions_meet(const tregion *x, const tregion *y) {
+  for (int d = 0; d < x->ndims && d < y->ndims; d++) {
+    const dregion *a = &x->dims[d], *b = &y->dims[d];
+    bool any = false;
+    for (int i = 0, j = 0; i < a->n && j < b->n && !any;) {
+      int64_t lo = a->iv[i].lo > b->iv[j].lo ? a->iv[i].lo : b->iv[j].lo;
+      int64_t hi = a->iv[i].hi < b->iv[j].hi ? a->iv[i].hi : b->iv[j].hi;
+      any = lo < hi;
+      if (a->iv[i].hi < b->iv[j].hi) i++;
+      else j++;
+    }
+    if (!any) return false;
+  }
+  return true;
+}
+
+/* Regions by their extent along one dimension, for the regions that overlap
+ * a given one without testing them all: a need split along the sequence
+ * against thousands of pieces split by batch and micro-batch. The dimension
+ * is the one whose extents start at the most places; each region is taken
+ * by its bounding range there (first to last interval). */
+typedef struct sweep_index {
+  int dim;
+  int n;
+  int64_t span;          /* the longest bounding range */
+  struct sweep_at { int64_t lo; int i; } *at;  /* sorted by lo */
+  const tregion *const *regions;
+} sweep_index;
+
+static int sweep_at_cmp(const void *a, const void *b) {
+  const struct sweep_at *x = a, *y = b;
+  return x->lo < y->lo ? -1 : x->lo > y->lo ? 1 : x->i - y->i;
+}
+
+static void sweep_build(arena *s, sweep_index *x, const tregion *const *regions, int n) {
+  x->n = n;
+  x->regions = regions;
+  x->at = arena_alloc(s, sizeof(struct sweep_at) * (size_t)(n ? n : 1));
+  x->dim = -1;
+  int ndims = n ? regions[0]->ndims : 0, most = 0;
+  for (int d = 0; d < ndims; d++) {
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+      const dregion *r = d < regions[i]->ndims ? &regions[i]->dims[d] : NULL;
+      if (r && r->n) x->at[m++] = (struct sweep_at){r->iv[0].lo, i};
+    }
+    qsort(x->at, (size_t)m, sizeof *x->at, sweep_at_cmp);
+    int starts = 0;
+    for (int i = 0; i < m; i++) starts += i == 0 || x->at[i].lo != x->at[i - 1].lo;
+    if (starts > most) { most = starts; x->dim = d; }
+  }
+  /* the chosen dimension; regions without it (or empty there) meet nothing.
+   * Without one (scalars), every region is kept, to be tested one by one. */
+  int m = 0;
+  x->span = 0;
+  for (int i = 0; i < n && x->dim < 0; i++) x->at[m++] = (struct sweep_at){0, i};
+  for (int i = 0; i < n && x->dim >= 0; i++) {
+    const dregion *r = x->dim < regions[i]->ndims ? &regions[i]->dims[x->dim] : NULL;
+    if (!r || !r->n) continue;
+    x->at[m++] = (struct sweep_at){r->iv[0].lo, i};
+    if (r->iv[r->n - 1].hi - r->iv[0].lo > x->span) x->span = r->iv[r->n - 1].hi - r->iv[0].lo;
+  }
+  qsort(x->at, (size_t)m, sizeof *x->at, sweep_at_cmp);
+  x->n = m;
+}
+
+/* The indices of the regions that intersect r, in increasing order, into
+ * out; returns how many. */
+static int sweep_find(const sweep_index *x, const tregion *r, int *out) {
+  if (x->dim < 0 || x->dim >= r->ndims || !r->dims[x->dim].n) {
+    /* no dimension to sweep along: every region is a candidate */
+    int n = 0;
+    for (int i = 0; i < x->n; i++)
+      if (regions_meet(x->regions[x->at[i].i], r)) out[n++] = x->at[i].i;
+    qsort(out, (size_t)n, sizeof(int), int_cmp);
+    return n;
+  }
+  const dregion *q = &r->dims[x->dim];
+  int64_t lo = q->iv[0].lo, hi = q->iv[q->n - 1].hi;
+  /* the first region that starts after lo - span: one starting earlier ends before lo */
+  int a = 0, b = x->n;
+  while (a < b) {
+    int mid = a + (b - a) / 2;
+    if (x->at[mid].lo > lo - x->span) b = mid;
+    else a = mid + 1;
+  }
+  int n = 0;
+  for (int k = a; k < x->n && x->at[k].lo < hi; k++)
+    if (regions_meet(x->regions[x->at[k].i], r)) out[n++] = x->at[k].i;
+  qsort(out, (size_t)n, sizeof(int), int_cmp);
+  return n;
+}
+
+/* ---- parts of a region ------------------------------------------------------------- */
+
+/* Part i of n of one tensor dimension: the i-th n-th of its elements in index
+ * order (a strided dimension is cut through its intervals). */
+static void dregion_part(arena *a, const dregion *r, int64_t i, int64_t n, dregion *out) {
+  int64_t len = 0;
+  for (int k = 0; k < r->n; k++) len += r->iv[k].hi - r->iv[k].lo;
+  int64_t lo = len / n * i, hi = lo + len / n, at = 0;
+  out->iv = arena_alloc(a, sizeof(irange) * (size_t)(r->n ? r->n : 1));
+  out->n = 0;
+  for (int k = 0; k < r->n; k++) {
+    int64_t w = r->iv[k].hi - r->iv[k].lo;
+    int64_t from = lo > at ? lo - at : 0, to = hi - at < w ? hi - at : w;
+    if (from < to) out->iv[out->n++] = (irange){r->iv[k].lo + from, r->iv[k].lo + to};
+    at += w;
+  }
+}
+
+/* Cuts r into n equal parts along one tensor dimension: the first whose
+ * length n divides (the outermost when it does, so that each part is one
+ * contiguous block of a row-major tensor). Part i is member i's. NULL when
+ * no dimension divides. */
+static tregion *region_parts(arena *a, const tregion *r, int n) {
+  int cut = -1;
+  for (int d = 0; d < r->ndims && cut < 0; d++) {
+    int64_t len = 0;
+    for (int k = 0; k < r->dims[d].n; k++) len += r->dims[d].iv[k].hi - r->dims[d].iv[k].lo;
+    if (len % n == 0) cut = d;
+  }
+  if (cut < 0) return NULL;
+  tregion *parts = arena_alloc(a, sizeof(tregion) * (size_t)n);
+  for (int i = 0; i < n; i++) {
+    parts[i].ndims = r->ndims;
+    parts[i].dims = arena_alloc(a, sizeof(dregion) * (size_t)(r->ndims ? r->ndims : 1));
+    for (int d = 0; d < r->ndims; d++) {
+      if (d == cut) dregion_part(a, &r->dims[d], i, n, &parts[i].dims[d]);
+      else parts[i].dims[d] = r->dims[d];
+    }
+  }
+  return parts;
+}
+
+/* Whether the regions parts[0..n) lie in whole, are disjoint, and together
+ * cover it: each member of a scatter or a gather has its own part. */
+static bool tiles(const tregion *whole, const tregion *const *parts, int n) {
+  int64_t total = 0;
+  for (int i = 0; i < n; i++) {
+    if (!tregion_contains(whole, parts[i])) return false;
+    total += tregion_numel(parts[i]);
+    for (int j = 0; j < i; j++)
+      if (regions_meet(parts[i], parts[j])) return false;
+  }
+  return total == tregion_numel(whole);
+}
+
+/* Index of device d in the sorted group g, or -1. */
+static int member_of(const int *g, int n, int d) {
+  const int *at = bsearch(&d, g, (size_t)n, sizeof(int), int_cmp);
+  return at ? (int)(at - g) : -1;
+}
+
+/* The part of `whole` each member of the sorted group g takes in a scatter
+ * or a gather: the regions of x (consumers' needs, or what producers wrote;
+ * dev[i] the device of region i) that meet whole must lie in it, on
+ * members, one region per member (equal ones may share a device), and tile
+ * it. parts gets one per member; hit[0..*nhit) the regions found (hit holds
+ * one int per region of x). */
+static bool member_parts(const sweep_index *x, const int *dev, const tregion *whole, const int *g, int n,
+                         const tregion **parts, int *hit, int *nhit) {
+  *nhit = sweep_find(x, whole, hit);
+  for (int m = 0; m < n; m++) parts[m] = NULL;
+  for (int k = 0; k < *nhit; k++) {
+    const tregion *r = x->regions[hit[k]];
+    int m = member_of(g, n, dev[hit[k]]);
+    if (m < 0 || !tregion_contains(whole, r) || (parts[m] && !tregion_equal(parts[m], r))) return false;
+    parts[m] = r;
+  }
+  for (int m = 0; m < n; m++)
+    if (!parts[m]) return false;
+  return tiles(whole, parts, n);
+}
+
+/* ---- forward edges ---------------------------------------------------------------- */
+
+/* What consumer sub-operator t needs of input k, on its device. */
+static void need_of(arena *a, const weft_plan *p, const psub *t, int k, tregion *out) {
+  tregion_of(a, p, t, &p->ops[t->op].space->inputs[k], out);
+}
+
+static uint64_t region_hash(const tregion *r) {
+  uint64_t h = 1469598103934665603ull;
+  for (int d = 0; d < r->ndims; d++)
+    for (int i = 0; i < r->dims[d].n; i++) {
+      h = (h ^ (uint64_t)r->dims[d].iv[i].lo) * 1099511628211ull;
+      h = (h ^ (uint64_t)r->dims[d].iv[i].hi) * 1099511628211ull;
+    }
+  return h;
+}
+
+/* Regions by hash: a chain of indices per bucket. */
+typedef struct region_index {
+  int *head, *next;
+  uint64_t *hash;
+  int nb;
+} region_index;
+
+static void region_index_build(arena *a, region_index *x, const tregion *const *regions, int n) {
+  x->nb = 1;
+  while (x->nb < 2 * n) x->nb *= 2;
+  x->head = arena_alloc(a, sizeof(int) * (size_t)x->nb);
+  x->next = arena_alloc(a, sizeof(int) * (size_t)(n ? n : 1));
+  x->hash = arena_alloc(a, sizeof(uint64_t) * (size_t)(n ? n : 1));
+  for (int b = 0; b < x->nb; b++) x->head[b] = -1;
+  /* inserted back to front, so that each chain lists indices in order */
+  for (int i = n - 1; i >= 0; i--) {
+    x->hash[i] = region_hash(regions[i]);
+    int b = (int)(x->hash[i] & (uint64_t)(x->nb - 1));
+    x->next[i] = x->head[b];
+    x->head[b] = i;
+  }
+}
+
+/* A copy of part, a region inside whole, sharing whole's intervals in the
+ * dimensions where they are the same: a part of a scatter or a gather
+ * differs from the region in one dimension, and plans hold many of them. */
+static tregion part_copy(arena *a, const tregion *whole, const tregion *part) {
+  tregion c = {part->ndims, arena_alloc(a, sizeof(dregion) * (size_t)(part->ndims ? part->ndims : 1))};
+  for (int d = 0; d < part->ndims; d++) {
+    const dregion *w = d < whole->ndims ? &whole->dims[d] : NULL;
+    const dregion *x = &part->dims[d];
+    bool same = w && w->n == x->n;
+    for (int i = 0; i < x->n && same; i++) same = w->iv[i].lo == x->iv[i].lo && w->iv[i].hi == x->iv[i].hi;
+    if (same) { c.dims[d] = *w; continue; }
+    c.dims[d].n = x->n;
+    c.dims[d].iv = arena_alloc(a, sizeof(irange) * (size_t)(x->n ? x->n : 1));
+    memcpy(c.dims[d].iv, x->iv, sizeof(irange) * (size_t)x->n);
+  }
+  return c;
+}
+
+/* The sends made so far, by (tensor, destination, region): a tensor read by
+ * two operators on one device is sent there once. */
+typedef struct sendset {
+  int *slot;             /* comm index or -1 */
+  uint64_t *key;
+  int cap, n;
+} sendset;
+
+static uint64_t send_key(int tensor, int dst, const tregion *r) {
+  return (region_hash(r) ^ ((uint64_t)tensor * 0x9e3779b97f4a7c15ull)) * 1099511628211ull ^ (uint64_t)dst;
+}
+
+static int sendset_find(const sendset *ss, const weft_plan *p, uint64_t key, int tensor, int dst, const tregion *r) {
+  if (!ss->cap) return -1;
+  for (int b = (int)(key & (uint64_t)(ss->cap - 1));; b = (b + 1) & (ss->cap - 1)) {
+    if (ss->slot[b] == -1) return -1;
+    if (ss->slot[b] < 0) continue;  /* -2: a send that became part of an all-to-all */
+    const pcomm *o = &p->comms[ss->slot[b]];
+    bool to = o->dst == dst;  /* a send to dst, or a broadcast dst takes part in */
+    for (int m = 0; o->kind == COMM_BROADCAST && m < o->ngroup && !to; m++) to = o->group[m] == dst && dst != o->src;
+    if (ss->key[b] == key && o->tensor == tensor && to && tregion_equal(&o->region, r)) return ss->slot[b];
+  }
+}
+
+static void sendset_add(arena *a, sendset *ss, uint64_t key, int comm) {
+  if (2 * (ss->n + 1) > ss->cap) {
+    int ncap = ss->cap ? ss->cap * 2 : 256;
+    int *ns = arena_alloc(a, sizeof(int) * (size_t)ncap);
+    uint64_t *nk = arena_alloc(a, sizeof(uint64_t) * (size_t)ncap);
+    for (int b = 0; b < ncap; b++) ns[b] = -1;
+    for (int b = 0; b < ss->cap; b++) {
+      if (ss->slot[b] < 0) continue;  /* empty, or forgotten (-2) */
+      int q = (int)(ss->key[b] & (uint64_t)(ncap - 1));
+      while (ns[q] >= 0) q = (q + 1) & (ncap - 1);
+      ns[q] = ss->slot[b];
+      nk[q] = ss->key[b];
+    }
+    ss->slot = ns;
+    ss->key = nk;
+    ss->cap = ncap;
+  }
+  int q = (int)(key & (uint64_t)(ss->cap - 1));
+  while (ss->slot[q] != -1) q = (q + 1) & (ss->cap - 1);
+  ss->slot[q] = comm;
+  ss->key[q] = key;
+  ss->n++;
+}
+
+/* Sequence parallelism after a row-parallel layer: the producers hold partial
+ * sums of one region, one piece on each device of a group, and the consumers
+ * on the group each need their own part of it, the parts tiling it. One
+ * reduce-scatter leaves each member the sum of its part, half the bytes of
+ * the all-reduce that the sum everywhere would take. nsweep indexes the
+ * consumers' needs, cdev their devices; hit is a buffer of one int per
+ * consumer. The consumers it feeds are marked done. */
+static bool feed_scatter(arena *a, arena *s, weft_plan *p, int tensor, const tregion *need, const pieces *have,
+                         const int *hsel, int ns, const int *hdevs, int nh, const sweep_index *nsweep,
+                         const int *cdev, int *hit, bool *done) {
+  if (nh < 2 || nh != ns) return false;
+  const tregion *whole = &have->items[hsel[0]].region;
+  for (int q = 0; q < ns; q++)
+    if (have->items[hsel[q]].partial < 0 || !tregion_equal(&have->items[hsel[q]].region, whole)) return false;
+  if (tregion_equal(whole, need) || !tregion_contains(whole, need)) return false;
+  const tregion **parts = arena_alloc(s, sizeof(tregion *) * (size_t)nh);
+  int nhit;
+  if (!member_parts(nsweep, cdev, whole, hdevs, nh, parts, hit, &nhit)) return false;
+  tregion r = tregion_copy(a, whole);
+  pcomm *cm = comm_add(a, p, COMM_REDUCE_SCATTER, tensor, PHASE_FORWARD, hdevs, nh, &r);
+  cm->parts = arena_alloc(a, sizeof(tregion) * (size_t)nh);
+  for (int m = 0; m < nh; m++) cm->parts[m] = part_copy(a, &cm->region, parts[m]);
+  for (int k = 0; k < nhit; k++) done[hit[k]] = true;
+  cm->why = "the producers hold partial sums; each consumer needs the sum of its own part";
+  return true;
+}
+
+/* ---- all-to-all ---------------------------------------------------------------------- */
+
+static int dev_cmp(const void *x, const void *y) { return *(const int *)x - *(const int *)y; }
+
+/* The sends ids[0..ns) become one all-to-all (appended; the sends are
+ * marked COMM_NONE for regroup_sends to drop) when they are a complete
+ * exchange among their devices: every ordered pair once, device dev[i]
+ * starting with from[i] and ending with to[i], each send the sender's from
+ * meeting the receiver's to, and every to made of the pieces and what its
+ * device holds already. from and to come from the caller (NULL where a
+ * device has no single such region: then nothing changes). */
+static void make_all_to_all(arena *a, arena *s, weft_plan *p, const int *ids, int ns, const int *dev,
+                            const tregion *const *from, const tregion *const *to, int n, const char *why) {
+  if (n < 2 || ns != n * (n - 1)) return;
+  for (int i = 0; i < n; i++)
+    if (!from[i] || !to[i]) return;
+  const pcomm *c0 = &p->comms[ids[0]];
+  int64_t *sent = arena_alloc(s, sizeof(int64_t) * (size_t)n), *got = arena_alloc(s, sizeof(int64_t) * (size_t)n);
+  bool *seen = arena_alloc(s, sizeof(bool) * (size_t)(n * n));
+  for (int i = 0; i < n; i++) sent[i] = got[i] = 0;
+  for (int i = 0; i < n * n; i++) seen[i] = false;
+  for (int q = 0; q < ns; q++) {
+    const pcomm *cm = &p->comms[ids[q]];
+    if (cm->kind != COMM_SEND || cm->tensor != c0->tensor || cm->phase != c0->phase) return;
+    int i = -1, j = -1;
+    for (int m = 0; m < n; m++) {
+      if (dev[m] == cm->src) i = m;
+      if (dev[m] == cm->dst) j = m;
+    }
+    if (i < 0 || j < 0 || seen[i * n + j]) return;
+    seen[i * n + j] = true;
+    tregion x;
+    if (!tregion_intersect(s, from[i], to[j], &x) || !tregion_equal(&x, &cm->region)) return;
+    sent[i] += cm->size;
+    got[j] += tregion_numel(&cm->region);
+  }
+  for (int j = 0; j < n; j++) {
+    tregion x;
+    int64_t own = tregion_intersect(s, from[j], to[j], &x) ? tregion_numel(&x) : 0;
+    if (own + got[j] != tregion_numel(to[j])) return;
+  }
+  /* group order: by device */
+  int *order = arena_alloc(s, sizeof(int) * (size_t)n), *g = arena_alloc(s, sizeof(int) * (size_t)n);
+  for (int i = 0; i < n; i++) g[i] = dev[i];
+  qsort(g, (size_t)n, sizeof(int), dev_cmp);
+  for (int i = 0; i < n; i++)
+    for (int m = 0; m < n; m++)
+      if (dev[m] == g[i]) order[i] = m;
+  /* the region: the smallest box around every part */
+  int nd = to[0]->ndims;
+  tregion box = {nd, arena_alloc(a, sizeof(dregion) * (size_t)(nd ? nd : 1))};
+  for (int d = 0; d < nd; d++) {
+    int64_t lo = INT64_MAX, hi = INT64_MIN;
+    for (int i = 0; i < n; i++)
+      for (int side = 0; side < 2; side++) {
+        const dregion *r = &(side ? from[i] : to[i])->dims[d];
+        if (r->n && r->iv[0].lo < lo) lo = r->iv[0].lo;
+        if (r->n && r->iv[r->n - 1].hi > hi) hi = r->iv[r->n - 1].hi;
+      }
+    box.dims[d].n = 1;
+    box.dims[d].iv = arena_alloc(a, sizeof(irange));
+    box.dims[d].iv[0] = (irange){lo, hi};
+  }
+  pcomm keep = *c0;
+  for (int q = 0; q < ns; q++) p->comms[ids[q]].kind = COMM_NONE;
+  pcomm *cm = comm_add(a, p, COMM_ALL_TO_ALL, keep.tensor, keep.phase, g, n, &box);
+  cm->parts = arena_alloc(a, sizeof(tregion) * (size_t)n);
+  cm->sources = arena_alloc(a, sizeof(tregion) * (size_t)n);
+  int64_t total = 0, most = 0;
+  for (int i = 0; i < n; i++) {
+    cm->parts[i] = tregion_copy(a, to[order[i]]);
+    cm->sources[i] = tregion_copy(a, from[order[i]]);
+    total += sent[order[i]];
+    if (sent[order[i]] > most) most = sent[order[i]];
+  }
+  cm->size = total;
+  cm->bytes = most;
+  cm->consumer_op = keep.consumer_op;
+  cm->input = keep.input;
+  cm->dir = keep.dir;
+  cm->why = why;
+}
+
+/* Regions by device for make_all_to_all: what each device starts with or
+ * ends with, when it is one region (NULL otherwise). */
+typedef struct layout {
+  int n;
+  int *dev;
+  const tregion **from, **to;
+} layout;
+
+static void layout_init(arena *s, layout *l, const weft_plan *p, const int *ids, int ns) {
+  l->dev = arena_alloc(s, sizeof(int) * (size_t)(2 * ns + 1));
+  int n = 0;
+  for (int q = 0; q < ns; q++) l->dev[n++] = p->comms[ids[q]].src, l->dev[n++] = p->comms[ids[q]].dst;
+  l->n = distinct(l->dev, n);
+  l->from = arena_alloc(s, sizeof(tregion *) * (size_t)(l->n + 1));
+  l->to = arena_alloc(s, sizeof(tregion *) * (size_t)(l->n + 1));
+  for (int m = 0; m < l->n; m++) l->from[m] = l->to[m] = NULL;
+}
+
+/* Sets what device d starts (side 0) or ends (side 1) with; a second,
+ * different region makes it unusable. */
+static void layout_put(layout *l, int d, int side, const tregion *r, bool *bad) {
+  for (int m = 0; m < l->n; m++) {
+    if (l->dev[m] != d) continue;
+    const tregion **slot = side ? &l->to[m] : &l->from[m];
+    if (*slot && !tregion_equal(*slot, r)) bad[m] = true;
+    *slot = r;
+  }
+}
+
+static void layout_finish(layout *l, const bool *bad) {
+  for (int m = 0; m < l->n; m++)
+    if (bad[m]) l->from[m] = NULL;
+}
+
+/* Drops the sends make_all_to_all took (COMM_NONE) from comms[first..]; the
+ * sendset forgets them and learns where the others moved. */
+static void regroup_sends(weft_plan *p, int first, sendset *ss) {
+  int m = first;
+  for (int i = first; i < p->ncomms; i++)
+    if (p->comms[i].kind != COMM_NONE) p->comms[m++] = p->comms[i];
+  if (m == p->ncomms) return;
+  p->ncomms = m;
+  if (!ss || !ss->cap) return;
+  for (int b = 0; b < ss->cap; b++)
+    if (ss->slot[b] >= first) ss->slot[b] = -2;
+  for (int i = first; i < p->ncomms; i++) {
+    const pcomm *cm = &p->comms[i];
+    for (int m = 0; m < (cm->kind == COMM_BROADCAST ? cm->ngroup : 1); m++) {
+      int dst = cm->kind == COMM_BROADCAST ? cm->group[m] : cm->dst;
+      if ((cm->kind != COMM_SEND && cm->kind != COMM_BROADCAST) || dst == cm->src) continue;
+      uint64_t key = send_key(cm->tensor, dst, &cm->region);
+      int q = (int)(key & (uint64_t)(ss->cap - 1));
+      while (ss->slot[q] != -1 && ss->slot[q] != -2) q = (q + 1) & (ss->cap - 1);
+      ss->slot[q] = i;
+      ss->key[q] = key;
+    }
+  }
+}
+
+
+/* Feeds input k of operator op from the producer's pieces. Regions live in
+ * the scratch arena s; what a communication keeps is copied into a. */
+static void feed_edge(arena *a, arena *s, weft_plan *p, int op, int k, const pieces *have, sendset *ss) {
+  arena_reset(s);
+  int first_comm = p->ncomms;
+  const popplan *cp = &p->ops[op];
+  int tensor = cp->space->inputs[k].tensor;
+  int nc_all = cp->count;
+  tregion *needs = arena_alloc(s, sizeof(tregion) * (size_t)(nc_all ? nc_all : 1));
+  const tregion **nptr = arena_alloc(s, sizeof(tregion *) * (size_t)(nc_all ? nc_all : 1));
+  for (int i = 0; i < nc_all; i++) {
+    need_of(s, p, &p->subs[cp->first + i], k, &needs[i]);
+    nptr[i] = &needs[i];
+  }
+  const tregion **hptr = arena_alloc(s, sizeof(tregion *) * (size_t)(have->n ? have->n : 1));
+  for (int h = 0; h < have->n; h++) hptr[h] = &have->items[h].region;
+  region_index nx, hx;
+  region_index_build(s, &nx, nptr, nc_all);
+  region_index_build(s, &hx, hptr, have->n);
+  sweep_index hsweep = {0};  /* made when a need is held by no piece exactly */
+  /* the pieces on each device, for the local check */
+  int *dhead = arena_alloc(s, sizeof(int) * (size_t)(p->ndevices ? p->ndevices : 1));
+  int *dnext = arena_alloc(s, sizeof(int) * (size_t)(have->n ? have->n : 1));
+  for (int d = 0; d < p->ndevices; d++) dhead[d] = -1;
+  for (int h = have->n - 1; h >= 0; h--) {
+    int d = have->items[h].device;
+    if (d < 0 || d >= p->ndevices) continue;
+    dnext[h] = dhead[d];
+    dhead[d] = h;
+  }
+  bool *done = arena_alloc(s, sizeof(bool) * (size_t)(nc_all ? nc_all : 1));
+  /* the consumers by extent, for feed_scatter: made when first needed */
+  sweep_index nsweep = {0};
+  int *cdev = NULL, *hit = NULL;
+  int *cdevs = arena_alloc(s, sizeof(int) * (size_t)(nc_all ? nc_all : 1));
+  int *hdevs = arena_alloc(s, sizeof(int) * (size_t)(have->n ? have->n : 1));
+  int *g = arena_alloc(s, sizeof(int) * (size_t)(have->n + nc_all + 1));
+  int *hsel = arena_alloc(s, sizeof(int) * (size_t)(have->n ? have->n : 1));
+  for (int i = 0; i < nc_all; i++) {
+    if (done[i]) continue;
+    const psub *t = &p->subs[cp->first + i];
+    const tregion *need = &needs[i];
+    /* complete values already on the device */
+    bool local = false;
+    if (t->device >= 0 && t->device < p->ndevices)
+      for (int h = dhead[t->device]; h >= 0 && !local; h = dnext[h])
+        local = have->items[h].partial < 0 && tregion_contains(&have->items[h].region, need);
+    if (local) { done[i] = true; continue; }
+    /* the consumers that need the same region */
+    int nc = 0;
+    for (int j = nx.head[nx.hash[i] & (uint64_t)(nx.nb - 1)]; j >= 0; j = nx.next[j])
+      if (j >= i && !done[j] && nx.hash[j] == nx.hash[i] && tregion_equal(&needs[j], need)) {
+        cdevs[nc++] = p->subs[cp->first + j].device;
+        done[j] = true;
+      }
+    nc = distinct(cdevs, nc);
+    /* the pieces that hold it: the same region when there are such, else
+     * every piece that overlaps it */
+    uint64_t nh_hash = region_hash(need);
+    int ns = 0;
+    for (int h = hx.head[nh_hash & (uint64_t)(hx.nb - 1)]; h >= 0; h = hx.next[h])
+      if (hx.hash[h] == nh_hash && tregion_equal(&have->items[h].region, need)) hsel[ns++] = h;
+    if (ns == 0) {
+      if (!hsweep.at) sweep_build(s, &hsweep, hptr, have->n);
+      ns = sweep_find(&hsweep, need, hsel);
+    }
+    int nh = 0, npartial = 0;
+    for (int q = 0; q < ns; q++) {
+      hdevs[nh++] = have->items[hsel[q]].device;
+      if (have->items[hsel[q]].partial >= 0) npartial++;
+    }
+    nh = distinct(hdevs, nh);
+    bool same = nh == nc && memcmp(hdevs, cdevs, sizeof(int) * (size_t)nc) == 0;
+    if (npartial > 0) {
+      if (!nsweep.at) {
+        sweep_build(s, &nsweep, nptr, nc_all);
+        cdev = arena_alloc(s, sizeof(int) * (size_t)(nc_all ? nc_all : 1));
+        hit = arena_alloc(s, sizeof(int) * (size_t)(nc_all ? nc_all : 1));
+        for (int j = 0; j < nc_all; j++) cdev[j] = p->subs[cp->first + j].device;
+      }
+      if (feed_scatter(a, s, p, tensor, need, have, hsel, ns, hdevs, nh, &nsweep, cdev, hit, done)) continue;
+      /* partial sums of the region: reduce them where they are needed */
+      memcpy(g, hdevs, sizeof(int) * (size_t)nh);
+      memcpy(g + nh, cdevs, sizeof(int) * (size_t)nc);
+      int ng = distinct(g, nh + nc);
+      tregion r = tregion_copy(a, need);
+      pcomm *cm = comm_add(a, p, COMM_ALL_REDUCE, tensor, PHASE_FORWARD, g, ng, &r);
+      cm->why = same ? "the producers hold partial sums; every consumer needs the sum"
+                     : "the producers hold partial sums; the group reduces them for consumers elsewhere";
+      continue;
+    }
+    if (same && nh > 1) {
+      tregion r = tregion_copy(a, need);
+      pcomm *cm = comm_add(a, p, COMM_ALL_GATHER, tensor, PHASE_FORWARD, hdevs, nh, &r);
+      cm->why = "each device holds a part; every consumer needs the whole";
+      /* what each member brings: the part of the region its piece holds */
+      cm->parts = arena_alloc(a, sizeof(tregion) * (size_t)nh);
+      for (int m = 0; m < nh; m++) {
+        cm->parts[m] = (tregion){0};
+        for (int q = 0; q < ns; q++) {
+          tregion x;
+          if (have->items[hsel[q]].device != hdevs[m] || !tregion_intersect(s, &have->items[hsel[q]].region, need, &x))
+            continue;
+          cm->parts[m] = part_copy(a, &cm->region, &x);
+          break;
+        }
+      }
+      continue;
+    }
+    /* from the nearest holder of each part to each consumer */
+    for (int cdi = 0; cdi < nc; cdi++) {
+      int dst = cdevs[cdi];
+      for (int q = 0; q < ns; q++) {
+        int h = hsel[q];
+        const piece *pc = &have->items[h];
+        tregion x;
+        if (pc->device == dst) continue;
+        if (tregion_equal(&pc->region, need)) x = *need;
+        else if (!tregion_intersect(s, &pc->region, need, &x)) continue;
+        /* one holder per part: skip this piece if an earlier one holds the same part */
+        bool dup = false;
+        for (int q2 = 0; q2 < q && !dup; q2++) {
+          const piece *o = &have->items[hsel[q2]];
+          dup = tregion_contains(&o->region, &x) &&
+                (o->device == dst || node_of(p, o->device) == node_of(p, dst) ||
+                 node_of(p, pc->device) != node_of(p, dst));
+        }
+        bool local_part = false;
+        if (dst >= 0 && dst < p->ndevices)
+          for (int h2 = dhead[dst]; h2 >= 0 && !local_part; h2 = dnext[h2])
+            local_part = tregion_contains(&have->items[h2].region, &x);
+        if (dup || local_part) continue;
+        /* the same part to the same device once, whoever reads it there */
+        uint64_t key = send_key(tensor, dst, &x);
+        if (sendset_find(ss, p, key, tensor, dst, &x) >= 0) continue;
+        int pair[2] = {pc->device, dst};
+        tregion r = tregion_copy(a, &x);
+        pcomm *cm = comm_add(a, p, COMM_SEND, tensor, PHASE_FORWARD, pair, 2, &r);
+        sendset_add(a, ss, key, p->ncomms - 1);
+        cm->src = pc->device;
+        cm->dst = dst;
+        cm->producer_sub = pc->sub;
+        cm->why = "the consumer runs on another device than the producer";
+      }
+    }
+  }
+  for (int i = first_comm; i < p->ncomms; i++) {
+    p->comms[i].consumer_op = op;
+    p->comms[i].input = k;
+  }
+  /* a layout change inside one group (sequence to heads): one all-to-all
+   * per micro-batch */
+  int nsend = p->ncomms - first_comm;
+  if (nsend >= 2) {
+    int *ids = arena_alloc(s, sizeof(int) * (size_t)nsend);
+    /* (sends only: the all-to-all and broadcast below are made of them) */
+    bool *used = arena_alloc(s, (size_t)nsend);
+    for (int i = 0; i < nsend; i++) used[i] = false;
+    for (int i = 0; i < nsend; i++) {
+      const pcomm *ci = &p->comms[first_comm + i];
+      if (used[i] || ci->kind != COMM_SEND || ci->producer_sub < 0) continue;
+      int mb = p->subs[ci->producer_sub].microbatch, ns = 0;
+      for (int j = i; j < nsend; j++) {
+        const pcomm *cj = &p->comms[first_comm + j];
+        if (!used[j] && cj->kind == COMM_SEND && cj->producer_sub >= 0 && p->subs[cj->producer_sub].microbatch == mb) {
+          used[j] = true;
+          ids[ns++] = first_comm + j;
+        }
+      }
+      layout l;
+      layout_init(s, &l, p, ids, ns);
+      bool *bad = arena_alloc(s, (size_t)(l.n + 1));
+      for (int m = 0; m < l.n; m++) bad[m] = false;
+      for (int h = 0; h < have->n; h++) {
+        const piece *pc = &have->items[h];
+        if (pc->sub < 0 || p->subs[pc->sub].microbatch != mb) continue;
+        layout_put(&l, pc->device, 0, &pc->region, bad);
+        if (pc->partial >= 0)  /* partial sums: a reduction, not a move */
+          for (int m = 0; m < l.n; m++) bad[m] |= l.dev[m] == pc->device;
+      }
+      for (int q = 0; q < nc_all; q++) {
+        const psub *t = &p->subs[cp->first + q];
+        if (t->microbatch == mb) layout_put(&l, t->device, 1, &needs[q], bad);
+      }
+      layout_finish(&l, bad);
+      make_all_to_all(a, s, p, ids, ns, l.dev, l.from, l.to, l.n,
+                      "the group holds the tensor split one way; its consumers read it split another");
+    }
+    /* one holder sending the same region to several devices: a broadcast */
+    for (int i = 0; i < nsend; i++) {
+      pcomm *ci = &p->comms[first_comm + i];
+      if (ci->kind != COMM_SEND) continue;
+      int *grp = arena_alloc(s, sizeof(int) * (size_t)(nsend + 1)), *ids2 = arena_alloc(s, sizeof(int) * (size_t)nsend);
+      int ng = 0, nid = 0;
+      grp[ng++] = ci->src;
+      for (int j = i; j < nsend; j++) {
+        const pcomm *cj = &p->comms[first_comm + j];
+        if (cj->kind == COMM_SEND && cj->src == ci->src && cj->producer_sub == ci->producer_sub &&
+            tregion_equal(&cj->region, &ci->region))
+          grp[ng++] = cj->dst, ids2[nid++] = first_comm + j;
+      }
+      if (nid < 2) continue;
+      pcomm keep = *ci;
+      for (int q = 0; q < nid; q++) p->comms[ids2[q]].kind = COMM_NONE;
+      int n = distinct(grp, ng);
+      pcomm *cm = comm_add(a, p, COMM_BROADCAST, keep.tensor, keep.phase, grp, n, &keep.region);
+      cm->src = keep.src;
+      cm->producer_sub = keep.producer_sub;
+      cm->consumer_op = keep.consumer_op;
+      cm->input = keep.input;
+      cm->bytes = keep.size;
+      cm->why = "one device holds what several devices of the next stage read";
+    }
+    regroup_sends(p, first_comm, ss);
+  }
+}
+
+/* ---- parameter gradients ------------------------------------------------------------ */
+
+static bool tensor_has_idim(const tmap *m, int idim) {
+  for (int d = 0; d < m->ndims; d++)
+    for (int f = 0; f < m->nfactors[d]; f++)
+      if (m->factors[d][f] == idim) return true;
+  return false;
+}
+
+/* Whether sub-operator s contributes to the gradient of tensor m. Under a
+ * value split (k+), an argument without k (a bias) is applied once, by the
+ * first part, so only that part contributes. */
+static bool contributes(const popplan *pp, const psub *s, const tmap *m) {
+  for (int i = 0; i < pp->nsplits; i++)
+    if (pp->splits[i].kind == SPLIT_VALUE && s->coord[i] != 0 && !tensor_has_idim(m, pp->splits[i].idim))
+      return false;
+  return true;
+}
+
+/* Which part of a sum a sub-operator's gradient of tensor m is: its
+ * coordinates on levels along idims that m does not contain (the same key:
+ * copies made by replicas; time levels accumulate in place). -1: not a part. */
+static int64_t grad_key(const popplan *pp, const psub *s, const tmap *m) {
+  int64_t key = 0;
+  bool any = false;
+  for (int i = 0; i < pp->nsplits; i++) {
+    const psplit *sp = &pp->splits[i];
+    if (sp->kind == SPLIT_REPLICA || sp->kind == SPLIT_TIME) continue;
+    if (sp->kind == SPLIT_VALUE && !tensor_has_idim(m, sp->idim)) continue;  /* applied once */
+    if (!tensor_has_idim(m, sp->idim)) { key = key * sp->parts + s->coord[i]; any = true; }
+  }
+  return any ? key : -1;
+}
+
+/* Every sub-operator that reads tensor t contributes to its gradient over
+ * the region it read. Two operators reading it (a tied embedding, a
+ * residual) give two parts of the sum, so the operator is part of the key.
+ * False when nothing reads t. */
+/* The reads of each tensor: (operator, input) pairs in operator order. */
+typedef struct treads {
+  int *start;             /* per tensor: its reads are [start[t], start[t + 1]) */
+  int *op, *input;
+} treads;
+
+static void treads_make(arena *a, const weft_plan *p, treads *rd) {
+  const weft_graph *g = p->g;
+  rd->start = arena_alloc(a, sizeof(int) * (size_t)(g->ntensors + 1));
+  int n = 0;
+  for (int op = 0; op < g->nops; op++)
+    for (int k = 0; k < p->ops[op].space->ninputs; k++) rd->start[p->ops[op].space->inputs[k].tensor + 1]++, n++;
+  for (int t = 0; t < g->ntensors; t++) rd->start[t + 1] += rd->start[t];
+  rd->op = arena_alloc(a, sizeof(int) * (size_t)(n ? n : 1));
+  rd->input = arena_alloc(a, sizeof(int) * (size_t)(n ? n : 1));
+  int *fill = arena_alloc(a, sizeof(int) * (size_t)(g->ntensors ? g->ntensors : 1));
+  for (int op = 0; op < g->nops; op++)
+    for (int k = 0; k < p->ops[op].space->ninputs; k++) {
+      int t = p->ops[op].space->inputs[k].tensor;
+      int at = rd->start[t] + fill[t]++;
+      rd->op[at] = op;
+      rd->input[at] = k;
+    }
+}
+
+static bool grad_contributions(arena *s, const weft_plan *p, const treads *rd, int t, pieces *out, region_index *ix) {
+  memset(out, 0, sizeof *out);
+  for (int r = rd->start[t]; r < rd->start[t + 1]; r++) {
+    int op = rd->op[r];
+    const popplan *pp = &p->ops[op];
+    const tmap *m = &pp->space->inputs[rd->input[r]];
+    for (int i = 0; i < pp->count; i++) {
+      const psub *sb = &p->subs[pp->first + i];
+      if (!contributes(pp, sb, m)) continue;
+      int64_t key = ((int64_t)op << 32) | (grad_key(pp, sb, m) + 1);
+      piece pc = {.device = sb->device, .partial = key, .sub = pp->first + i};
+      tregion_of(s, p, sb, m, &pc.region);
+      pieces_add(s, out, pc);
+    }
+  }
+  if (out->n == 0) return false;
+  const tregion **ptr = arena_alloc(s, sizeof(tregion *) * (size_t)out->n);
+  for (int i = 0; i < out->n; i++) ptr[i] = &out->items[i].region;
+  region_index_build(s, ix, ptr, out->n);
+  return true;
+}
+
+/* ZeRO for the gradient of parameter t summed over the group g (sorted) in
+ * region r: a reduce-scatter leaves each member the sum of its part, the
+ * part whose optimizer state it keeps. After the step, stages 1 and 2 gather
+ * the updated parts back into the whole parameter on every member; stage 3
+ * keeps only the parts and gathers the whole before each use, forward and
+ * again backward. The readers are the operators of the contributions
+ * idx[0..ni) on the group's devices. False when no dimension of r divides
+ * among the group: the gradient is then all-reduced as without ZeRO. */
+static bool zero_comms(arena *a, arena *sc, weft_plan *p, int t, const int *g, int ng, const tregion *r,
+                       const pieces *contrib, const int *idx, int ni) {
+  tregion *parts = region_parts(a, r, ng);
+  if (!parts) return false;
+  pcomm *cm = comm_add(a, p, COMM_REDUCE_SCATTER, t, PHASE_WEIGHTS, g, ng, r);
+  cm->parts = parts;
+  cm->why = "parts of the gradient are computed on several devices: ZeRO sums each device's part of it there";
+  if (p->zero[t].stage < 3) {
+    cm = comm_add(a, p, COMM_ALL_GATHER, t, PHASE_PARAMS, g, ng, r);
+    cm->parts = parts;
+    cm->dir = DIR_OPTIMIZER;
+    cm->why = "each device updates its part of the parameter (ZeRO): the updated parts are gathered";
+    return true;
+  }
+  /* the readers, each once, in operator order (contributions are) */
+  int *ops = arena_alloc(sc, sizeof(int) * (size_t)(ni ? ni : 1));
+  int nops = 0;
+  for (int q = 0; q < ni; q++) {
+    const piece *pc = &contrib->items[idx[q]];
+    int op = p->subs[pc->sub].op;
+    if (member_of(g, ng, pc->device) < 0 || (nops && ops[nops - 1] == op)) continue;
+    bool seen = false;
+    for (int o = 0; o < nops && !seen; o++) seen = ops[o] == op;
+    if (!seen) ops[nops++] = op;
+  }
+  for (int o = 0; o < nops; o++) {
+    const opspace *sp = p->ops[ops[o]].space;
+    for (int k = 0; k < sp->ninputs; k++) {
+      if (sp->inputs[k].tensor != t) continue;
+      for (int dir = DIR_FORWARD; dir <= DIR_BACKWARD; dir++) {
+        cm = comm_add(a, p, COMM_ALL_GATHER, t, PHASE_PARAMS, g, ng, r);
+        cm->parts = parts;
+        cm->consumer_op = ops[o];
+        cm->input = k;
+        cm->dir = (sub_dir)dir;
+        cm->why = dir == DIR_FORWARD
+                      ? "each device keeps only its part of the parameter (ZeRO-3): it is gathered before use"
+                      : "each device keeps only its part of the parameter (ZeRO-3): it is gathered again for backward";
+      }
+    }
+  }
+  return true;
+}
+
+static void reduce_param_grads(arena *a, arena *sc, weft_plan *p, const treads *rd) {
+  const weft_graph *g = p->g;
+  for (int t = 0; t < g->ntensors; t++) {
+    if (g->tensors[t].role != TENSOR_PARAM) continue;
+    arena_reset(sc);
+    pieces contrib;
+    region_index cx;
+    if (!grad_contributions(sc, p, rd, t, &contrib, &cx)) continue;
+    /* group the contributions by region; inside a region, contributions with
+     * the same key are copies (replicas compute the same gradient) and those
+     * with different keys are parts of a sum: each set of copies takes part
+     * in its own reduction, one device per key */
+    bool *done = arena_alloc(sc, sizeof(bool) * (size_t)contrib.n);
+    int *idx = arena_alloc(sc, sizeof(int) * (size_t)contrib.n);
+    for (int i = 0; i < contrib.n; i++) {
+      if (done[i]) continue;
+      int ni = 0;
+      for (int j = cx.head[cx.hash[i] & (uint64_t)(cx.nb - 1)]; j >= 0; j = cx.next[j])
+        if (j >= i && !done[j] && cx.hash[j] == cx.hash[i] &&
+            tregion_equal(&contrib.items[j].region, &contrib.items[i].region)) {
+          idx[ni++] = j;
+          done[j] = true;
+        }
+      /* distinct keys, and per key its distinct devices */
+      int64_t *keys = arena_alloc(sc, sizeof(int64_t) * (size_t)ni);
+      int nk = 0;
+      for (int q = 0; q < ni; q++) {
+        int64_t k = contrib.items[idx[q]].partial;
+        bool seen = false;
+        for (int r = 0; r < nk && !seen; r++) seen = keys[r] == k;
+        if (!seen) keys[nk++] = k;
+      }
+      if (nk < 2) continue;  /* copies only: every device computed the whole gradient */
+      int **devs = arena_alloc(sc, sizeof(int *) * (size_t)nk);
+      int *nd = arena_alloc(sc, sizeof(int) * (size_t)nk);
+      int copies = -1;
+      for (int r = 0; r < nk; r++) {
+        devs[r] = arena_alloc(sc, sizeof(int) * (size_t)ni);
+        for (int q = 0; q < ni; q++)
+          if (contrib.items[idx[q]].partial == keys[r]) devs[r][nd[r]++] = contrib.items[idx[q]].device;
+        nd[r] = distinct(devs[r], nd[r]);
+        if (copies < 0 || nd[r] < copies) copies = nd[r];
+      }
+      /* copies beyond the fewest (a part computed on more devices than
+       * another): those devices take the first group's sum without adding */
+      int *extra = arena_alloc(sc, sizeof(int) * (size_t)(ni + 1));
+      int nx = 0;
+      for (int r = 0; r < nk; r++)
+        for (int j = copies; j < nd[r]; j++) {
+          int d = devs[r][j];
+          bool grouped = false;
+          for (int r2 = 0; r2 < nk && !grouped; r2++)
+            for (int j2 = 0; j2 < copies && !grouped; j2++) grouped = devs[r2][j2] == d;
+          if (!grouped) extra[nx++] = d;
+        }
+      nx = distinct(extra, nx);
+      for (int j = 0; j < copies; j++) {
+        int *g = arena_alloc(sc, sizeof(int) * (size_t)(nk + nx));
+        for (int r = 0; r < nk; r++) g[r] = devs[r][j];
+        int ng = distinct(g, nk);
+        int nadd = ng;
+        if (j == 0) {
+          memcpy(g + ng, extra, sizeof(int) * (size_t)nx);
+          ng = distinct(g, ng + nx);
+        }
+        if (ng < 2) continue;  /* all parts on one device: summed in place */
+        tregion r = tregion_copy(a, &contrib.items[i].region);
+        if (nadd == ng && p->zero[t].stage > 0 && zero_comms(a, sc, p, t, g, ng, &r, &contrib, idx, ni)) continue;
+        pcomm *cm = comm_add(a, p, COMM_ALL_REDUCE, t, PHASE_WEIGHTS, g, ng, &r);
+        cm->why = "parts of the gradient are computed on several devices: they are summed";
+        if (nadd < ng) {
+          cm->silent = arena_alloc(a, sizeof(bool) * (size_t)ng);
+          for (int m = 0; m < ng; m++) {
+            cm->silent[m] = false;
+            for (int x = 0; x < nx; x++) cm->silent[m] |= g[m] == extra[x];
+          }
+          cm->why = "parts of the gradient are computed on several devices: they are summed, and the further "
+                    "copies of a part take the sum without adding theirs";
+        }
+      }
+    }
+  }
+}
+
+/* ---- gradients of activations ------------------------------------------------------ */
+
+/* The backward of a reduce-scatter into sequence-parallel consumers: they
+ * sent back the gradients of their own parts of `need`, one part per device,
+ * the parts tiling it, and the producers on the same devices (nn of them,
+ * needdevs sorted) each wrote the whole: an all-gather gives each of them the
+ * gradient of all of it. */
+static bool grads_gather(arena *a, arena *s, weft_plan *p, int t, int prod, const tregion *need,
+                         const int *needdevs, int nn, const pieces *contrib, const int *idx, int ni, int nk) {
+  if (nk != 1 || ni < 2 || nn != ni) return false;
+  int *g = arena_alloc(s, sizeof(int) * (size_t)ni);
+  for (int q = 0; q < ni; q++) g[q] = contrib->items[idx[q]].device;
+  if (distinct(g, ni) != ni || memcmp(g, needdevs, sizeof(int) * (size_t)ni) != 0) return false;
+  const tregion **parts = arena_alloc(s, sizeof(tregion *) * (size_t)ni);
+  for (int q = 0; q < ni; q++) parts[member_of(g, ni, contrib->items[idx[q]].device)] = &contrib->items[idx[q]].region;
+  if (!tiles(need, parts, ni)) return false;
+  tregion r = tregion_copy(a, need);
+  pcomm *cm = comm_add(a, p, COMM_ALL_GATHER, t, PHASE_BACKWARD, g, ni, &r);
+  cm->parts = arena_alloc(a, sizeof(tregion) * (size_t)ni);
+  for (int m = 0; m < ni; m++) cm->parts[m] = part_copy(a, &cm->region, parts[m]);
+  cm->consumer_op = prod;
+  cm->why = "its consumers hold the gradients of their own parts; every producer needs the whole";
+  return true;
+}
+
+/* The backward of an all-gather into a column-parallel layer: the consumers,
+ * one key per device of a group, sent back partial sums of the gradient of
+ * one whole region, and the producers on the group each wrote a part of it,
+ * the parts tiling it. One reduce-scatter leaves each producer the sum for
+ * its part. wsweep indexes what the producers wrote, pdev their devices; hit
+ * is a buffer of one int per producer. The producers it serves are marked
+ * done. */
+static bool grads_scatter(arena *a, arena *s, weft_plan *p, int t, int prod, const tregion *need,
+                          const pieces *contrib, const int *idx, int ni, int nk, int *const *devs, const int *ndev,
+                          const sweep_index *wsweep, const int *pdev, int *hit, bool *done) {
+  if (nk < 2) return false;
+  const tregion *whole = &contrib->items[idx[0]].region;
+  for (int q = 0; q < ni; q++)
+    if (!tregion_equal(&contrib->items[idx[q]].region, whole)) return false;
+  if (!tregion_contains(whole, need)) return false;
+  int *g = arena_alloc(s, sizeof(int) * (size_t)nk);
+  for (int r = 0; r < nk; r++) {
+    if (ndev[r] != 1) return false;
+    g[r] = devs[r][0];
+  }
+  if (distinct(g, nk) != nk) return false;
+  const tregion **parts = arena_alloc(s, sizeof(tregion *) * (size_t)nk);
+  int nhit;
+  if (!member_parts(wsweep, pdev, whole, g, nk, parts, hit, &nhit)) return false;
+  tregion r = tregion_copy(a, whole);
+  pcomm *cm = comm_add(a, p, COMM_REDUCE_SCATTER, t, PHASE_BACKWARD, g, nk, &r);
+  cm->parts = arena_alloc(a, sizeof(tregion) * (size_t)nk);
+  for (int m = 0; m < nk; m++) cm->parts[m] = part_copy(a, &cm->region, parts[m]);
+  for (int k = 0; k < nhit; k++) done[hit[k]] = true;
+  cm->consumer_op = prod;
+  cm->why = "its consumers' gradients are partial sums of the whole; each producer needs the sum of its part";
+  return true;
+}
+
+/* Every consumer of an activation sends back the gradient of what it read;
+ * the producer's sub-operators need the sum over consumers (and over the
+ * parts of each consumer split along dimensions the activation lacks) for
+ * the regions they wrote. Copies made by `replicate` are not summed. */
+static void reduce_activation_grads(arena *a, arena *s, weft_plan *p, const treads *rd) {
+  const weft_graph *g = p->g;
+  for (int t = 0; t < g->ntensors; t++) {
+    int prod = g->tensors[t].producer;
+    if (prod < 0) continue;
+    arena_reset(s);
+    int first_t = p->ncomms;
+    pieces contrib;
+    region_index cx;
+    if (!grad_contributions(s, p, rd, t, &contrib, &cx)) continue;
+    const popplan *pp = &p->ops[prod];
+    /* what each producer sub-operator wrote, indexed by region */
+    tregion *wrote = arena_alloc(s, sizeof(tregion) * (size_t)(pp->count ? pp->count : 1));
+    const tregion **wptr = arena_alloc(s, sizeof(tregion *) * (size_t)(pp->count ? pp->count : 1));
+    for (int i = 0; i < pp->count; i++) {
+      tregion_of(s, p, &p->subs[pp->first + i], &pp->space->output, &wrote[i]);
+      wptr[i] = &wrote[i];
+    }
+    region_index wx;
+    region_index_build(s, &wx, wptr, pp->count);
+    bool *done = arena_alloc(s, sizeof(bool) * (size_t)(pp->count ? pp->count : 1));
+    int *idx = arena_alloc(s, sizeof(int) * (size_t)contrib.n);
+    int64_t *keys = arena_alloc(s, sizeof(int64_t) * (size_t)contrib.n);
+    int *ndev = arena_alloc(s, sizeof(int) * (size_t)contrib.n);
+    int **devs = arena_alloc(s, sizeof(int *) * (size_t)contrib.n);
+    int *needdevs = arena_alloc(s, sizeof(int) * (size_t)(pp->count ? pp->count : 1));
+    /* the contributions and what the producers wrote by extent, for the
+     * regions that meet a given one: made when first needed */
+    sweep_index csweep = {0}, wsweep = {0};
+    int *pdev = NULL, *hit = NULL;
+    bool regrouped = false;  /* gradients sent piece by piece to another layout */
+    int *sendmb = NULL, nsendmb = 0, sendcap = 0;  /* per comm from first_t: its micro-batch */
+    for (int i = 0; i < pp->count; i++) {
+      if (done[i]) continue;
+      tregion need = wrote[i];
+      /* the producers that wrote the same region */
+      int nn = 0;
+      for (int j = wx.head[wx.hash[i] & (uint64_t)(wx.nb - 1)]; j >= 0; j = wx.next[j]) {
+        if (j < i || done[j] || wx.hash[j] != wx.hash[i] || !tregion_equal(&wrote[j], &need)) continue;
+        done[j] = true;
+        needdevs[nn++] = p->subs[pp->first + j].device;
+      }
+      nn = distinct(needdevs, nn);
+      /* the contributions for it, by key */
+      uint64_t h = region_hash(&need);
+      int ni = 0;
+      for (int q = cx.head[h & (uint64_t)(cx.nb - 1)]; q >= 0; q = cx.next[q])
+        if (cx.hash[q] == h && tregion_equal(&contrib.items[q].region, &need)) idx[ni++] = q;
+      bool exact = ni > 0;
+      if (!exact) {
+        if (!csweep.at) {
+          const tregion **cptr = arena_alloc(s, sizeof(tregion *) * (size_t)contrib.n);
+          for (int q = 0; q < contrib.n; q++) cptr[q] = &contrib.items[q].region;
+          sweep_build(s, &csweep, cptr, contrib.n);
+        }
+        ni = sweep_find(&csweep, &need, idx);
+      }
+      int nk = 0;
+      for (int q = 0; q < ni; q++) {
+        int64_t k = contrib.items[idx[q]].partial;
+        int r;
+        for (r = 0; r < nk && keys[r] != k; r++) {}
+        if (r == nk) { keys[nk] = k; ndev[nk] = 0; devs[nk] = arena_alloc(s, sizeof(int) * (size_t)ni); nk++; }
+        devs[r][ndev[r]++] = contrib.items[idx[q]].device;
+      }
+      int copies = -1;
+      for (int r = 0; r < nk; r++) {
+        ndev[r] = distinct(devs[r], ndev[r]);
+        if (copies < 0 || ndev[r] < copies) copies = ndev[r];
+      }
+      /* sequence parallelism: the gradients come back split otherwise than
+       * the producers wrote them */
+      if (!exact && ni > 1) {
+        if (grads_gather(a, s, p, t, prod, &need, needdevs, nn, &contrib, idx, ni, nk)) continue;
+        if (!wsweep.at) {
+          sweep_build(s, &wsweep, wptr, pp->count);
+          pdev = arena_alloc(s, sizeof(int) * (size_t)(pp->count ? pp->count : 1));
+          hit = arena_alloc(s, sizeof(int) * (size_t)(pp->count ? pp->count : 1));
+          for (int j = 0; j < pp->count; j++) pdev[j] = p->subs[pp->first + j].device;
+        }
+        if (grads_scatter(a, s, p, t, prod, &need, &contrib, idx, ni, nk, devs, ndev, &wsweep, pdev, hit, done))
+          continue;
+      }
+      /* complete gradients split otherwise than the producers wrote them
+       * (attention by heads after a sequence split): each producer gets the
+       * pieces that meet its region, from one holder each */
+      if (!exact && nk == 1) {
+        for (int w = 0; w < nn; w++) {
+          int d = needdevs[w];
+          for (int q = 0; q < ni; q++) {
+            const piece *pc = &contrib.items[idx[q]];
+            bool seen = false;  /* the same region from an earlier holder (a copy) */
+            for (int e = 0; e < q && !seen; e++) seen = tregion_equal(&contrib.items[idx[e]].region, &pc->region);
+            tregion x;
+            if (seen || !tregion_intersect(s, &pc->region, &need, &x)) continue;
+            /* a holder on d itself, else one on d's node, else the first */
+            int src = -1;
+            for (int e = q; e < ni; e++) {
+              const piece *o = &contrib.items[idx[e]];
+              if (!tregion_equal(&o->region, &pc->region)) continue;
+              if (o->device == d) { src = d; break; }
+              if (src < 0 || (node_of(p, o->device) == node_of(p, d) && node_of(p, src) != node_of(p, d))) src = o->device;
+            }
+            if (src == d) continue;
+            int pair[2] = {src, d};
+            tregion r = tregion_copy(a, &x);
+            pcomm *cm = comm_add(a, p, COMM_SEND, t, PHASE_BACKWARD, pair, 2, &r);
+            cm->src = src;
+            cm->dst = d;
+            cm->consumer_op = prod;
+            cm->why = "the gradient comes back split otherwise than the producer wrote its result";
+            arena_grow(s, (void **)&sendmb, &sendcap, p->ncomms - first_t, sizeof(int));
+            while (nsendmb < p->ncomms - first_t - 1) sendmb[nsendmb++] = -1;
+            sendmb[nsendmb++] = pc->sub >= 0 ? p->subs[pc->sub].microbatch : 0;
+          }
+        }
+        regrouped = true;
+        continue;
+      }
+      /* a device that holds every key sums in place */
+      for (int w = 0; w < nn; w++) {
+        int d = needdevs[w];
+        bool all = nk > 0;
+        for (int r = 0; r < nk && all; r++) {
+          bool has = false;
+          for (int q = 0; q < ndev[r] && !has; q++) has = devs[r][q] == d;
+          all = has;
+        }
+        if (all) needdevs[w] = -1;
+      }
+      bool any_missing = false;
+      for (int w = 0; w < nn; w++) any_missing |= needdevs[w] >= 0;
+      if (!any_missing) continue;
+      tregion r = tregion_copy(a, &need);
+      if (nk > 1 && exact) {
+        /* parts of a sum on several devices: one reduction per set of copies */
+        int *grp = arena_alloc(s, sizeof(int) * (size_t)nk);
+        for (int j = 0; j < copies; j++) {
+          for (int q = 0; q < nk; q++) grp[q] = devs[q][j];
+          int ng = distinct(grp, nk);
+          if (ng < 2) continue;
+          pcomm *cm = comm_add(a, p, COMM_ALL_REDUCE, t, PHASE_BACKWARD, grp, ng, &r);
+          cm->why = "its consumers' gradients are parts of a sum on several devices";
+          cm->consumer_op = prod;
+          for (int w = 0; w < nn; w++)
+            for (int q = 0; q < ng; q++)
+              if (needdevs[w] == grp[q]) needdevs[w] = -1;
+        }
+      }
+      /* producers on devices without the gradient: sent from a holder
+       * (summed where it is) */
+      for (int w = 0; w < nn; w++) {
+        int d = needdevs[w];
+        if (d < 0 || nk == 0) continue;
+        int src = devs[0][0];
+        for (int q = 0; q < ndev[0]; q++)
+          if (node_of(p, devs[0][q]) == node_of(p, d)) { src = devs[0][q]; break; }
+        int pair[2] = {src, d};
+        pcomm *cm = comm_add(a, p, COMM_SEND, t, PHASE_BACKWARD, pair, 2, &r);
+        cm->src = src;
+        cm->dst = d;
+        cm->consumer_op = prod;
+        cm->why = "the producer runs on another device than the consumers of its result";
+      }
+    }
+    /* the pieces of a layout change inside one group: one all-to-all per
+     * micro-batch */
+    int nsend = p->ncomms - first_t;
+    if (regrouped && nsend >= 2) {
+      int *ids = arena_alloc(s, sizeof(int) * (size_t)nsend);
+      bool *used = arena_alloc(s, (size_t)nsend);
+      for (int i = 0; i < nsend; i++) used[i] = i >= nsendmb || sendmb[i] < 0;
+      for (int i = 0; i < nsend; i++) {
+        if (used[i]) continue;
+        int mb = sendmb[i], ns = 0;
+        for (int j = i; j < nsend; j++)
+          if (!used[j] && sendmb[j] == mb) used[j] = true, ids[ns++] = first_t + j;
+        layout l;
+        layout_init(s, &l, p, ids, ns);
+        bool *bad = arena_alloc(s, (size_t)(l.n + 1));
+        for (int m = 0; m < l.n; m++) bad[m] = false;
+        for (int q = 0; q < contrib.n; q++) {
+          const piece *pc = &contrib.items[q];
+          if (pc->sub >= 0 && p->subs[pc->sub].microbatch == mb) layout_put(&l, pc->device, 0, &pc->region, bad);
+        }
+        for (int q = 0; q < pp->count; q++) {
+          const psub *w = &p->subs[pp->first + q];
+          if (w->microbatch == mb) layout_put(&l, w->device, 1, &wrote[q], bad);
+        }
+        layout_finish(&l, bad);
+        make_all_to_all(a, s, p, ids, ns, l.dev, l.from, l.to, l.n,
+                        "the gradient comes back split otherwise than the producer wrote its result");
+      }
+      regroup_sends(p, first_t, NULL);
+    }
+  }
+}
+
+/* ---- the whole plan ---------------------------------------------------------------- */
+
+void deps_derive(arena *a, weft_plan *p) {
+  const weft_graph *g = p->g;
+  /* what each tensor's producer holds */
+  arena hold;  /* what producers hold: needed until every edge is fed */
+  arena_init(&hold);
+  pieces *held = arena_alloc(&hold, sizeof(pieces) * (size_t)(g->ntensors ? g->ntensors : 1));
+  for (int op = 0; op < g->nops; op++) {
+    const popplan *pp = &p->ops[op];
+    for (int i = 0; i < pp->count; i++) {
+      const psub *s = &p->subs[pp->first + i];
+      piece pc = {.device = s->device, .partial = partial_key(pp, s), .sub = pp->first + i};
+      tregion_of(&hold, p, s, &pp->space->output, &pc.region);
+      pieces_add(&hold, &held[pp->space->output.tensor], pc);
+    }
+  }
+  sendset ss = {0};
+  arena scratch;
+  arena_init(&scratch);
+  for (int op = 0; op < g->nops; op++) {
+    const popplan *pp = &p->ops[op];
+    for (int k = 0; k < pp->space->ninputs; k++) {
+      int t = pp->space->inputs[k].tensor;
+      if (g->tensors[t].producer < 0) continue;  /* inputs and parameters live where they are read */
+      feed_edge(a, &scratch, p, op, k, &held[t], &ss);
+    }
+  }
+  arena_free(&hold);
+  arena reads;
+  arena_init(&reads);
+  treads rd;
+  treads_make(&reads, p, &rd);
+  reduce_activation_grads(a, &scratch, p, &rd);
+  reduce_param_grads(a, &scratch, p, &rd);
+  arena_free(&reads);
+  arena_free(&scratch);
+}
+
+void deps_totals(const weft_plan *p, int64_t bytes[COMM_KIND_COUNT], int counts[COMM_KIND_COUNT], comm_phase phase) {
+  for (int k = 0; k < COMM_KIND_COUNT; k++) {
+    bytes[k] = p->comm_bytes[phase][k];
+    counts[k] = p->comm_count[phase][k];
+  }
+}

@@ -1,0 +1,141 @@
+/* fold.c - unfolding micro-batches: a folded plan (plan.h, pfold) holds the
+ * sub-operators and the communication of micro-batch 0 only; the others are
+ * the same shifted along each tensor's moving dimension. plan_unfold makes
+ * them, in the order an unfolded plan would have made its sub-operators. */
+#include <string.h>
+
+#include "weft/plan.h"
+
+tregion fold_shift(arena *a, const weft_plan *p, int t, const tregion *r, int mb) {
+  tregion c = tregion_copy(a, r);
+  int d = p->fold.nmb ? p->fold.tdim[t] : -1;
+  if (d < 0 || mb == 0 || d >= c.ndims) return c;
+  int64_t off = p->fold.tstep[t] * mb;
+  for (int i = 0; i < c.dims[d].n; i++) {
+    c.dims[d].iv[i].lo += off;
+    c.dims[d].iv[i].hi += off;
+  }
+  return c;
+}
+
+/* Communication that happens once per micro-batch: activations and their
+ * gradients. Parameter gradients and gathers happen once per step. */
+static bool per_microbatch(const pcomm *cm) { return cm->phase == PHASE_FORWARD || cm->phase == PHASE_BACKWARD; }
+
+static bool comm_kept(const pcomm *cm, const bool *keep) {
+  if (!keep) return true;
+  for (int i = 0; i < cm->ngroup; i++)
+    if (cm->group[i] >= 0 && keep[cm->group[i]]) return true;
+  return false;
+}
+
+void plan_unfold(arena *a, weft_plan *p, const bool *keep) {
+  /* what moves in one step, before any device's communication is dropped */
+  for (int i = 0; i < p->ncomms; i++) {
+    const pcomm *cm = &p->comms[i];
+    int copies = p->fold.nmb && per_microbatch(cm) ? p->fold.nmb : 1;
+    p->comm_bytes[cm->phase][cm->kind] += cm->size * copies;
+    p->comm_count[cm->phase][cm->kind] += copies;
+  }
+  int nmb = p->fold.nmb;
+  if (!nmb && !keep) return;
+  if (!nmb) nmb = 1;
+  const weft_graph *g = p->g;
+  int nfold = p->nsubs;
+  /* index of (folded sub f, micro-batch m) among the new subs, -1 dropped */
+  int *at = arena_alloc(a, sizeof(int) * (size_t)nfold * (size_t)nmb + 1);
+  /* the new subs, and the coordinates and ranges they do not share with
+   * their folded sub, each in one piece */
+  int64_t n = 0, ncoord = 0, nrange = 0;
+  for (int op = 0; op < g->nops; op++) {
+    const popplan *pp = &p->ops[op];
+    int kept = 0;
+    for (int f = 0; f < pp->count; f++) {
+      const psub *src = &p->subs[pp->first + f];
+      kept += !keep || (src->device >= 0 && keep[src->device]);
+    }
+    n += (int64_t)kept * nmb;
+    ncoord += (int64_t)kept * nmb * pp->nsplits;
+    nrange += (int64_t)kept * (nmb - 1) * pp->space->nidims;
+  }
+  psub *subs = arena_alloc(a, sizeof(psub) * (size_t)(n ? n : 1));
+  int *twin = p->fold.nmb ? arena_alloc(a, sizeof(int) * (size_t)(n ? n : 1)) : NULL;
+  int *coords = arena_alloc(a, sizeof(int) * (size_t)(ncoord ? ncoord : 1));
+  irange *ranges = arena_alloc(a, sizeof(irange) * (size_t)(nrange ? nrange : 1));
+  int ns = 0;
+  for (int op = 0; op < g->nops; op++) {
+    popplan *pp = &p->ops[op];
+    int tl = p->fold.nmb ? p->fold.tlevel[op] : -1;
+    int ti = tl >= 0 ? pp->splits[tl].idim : -1;
+    int first = ns, nsp = pp->nsplits, nid = pp->space->nidims;
+    /* the order of the full odometer, micro-batch level included: the
+     * levels before the time level, then the micro-batch, then the levels
+     * after it; the folded subs are those at micro-batch 0, in the order
+     * of the other levels (folded index f = outer * inner + j) */
+    int64_t inner = 1;
+    for (int i = tl + 1; tl >= 0 && i < nsp; i++) inner *= pp->splits[i].parts;
+    int64_t outer = pp->count / (inner ? inner : 1);
+    for (int64_t o = 0; o < outer; o++)
+      for (int mb = 0; mb < nmb; mb++)
+        for (int64_t j = 0; j < inner; j++) {
+          int fi = pp->first + (int)(o * inner + j);
+          const psub *src = &p->subs[fi];
+          if (keep && (src->device < 0 || !keep[src->device])) {
+            at[(size_t)fi * (size_t)nmb + (size_t)mb] = -1;
+            continue;
+          }
+          psub *s = &subs[ns];
+          *s = *src;
+          s->coord = coords;
+          coords += nsp;
+          memcpy(s->coord, src->coord, sizeof(int) * (size_t)nsp);
+          if (tl >= 0) s->coord[tl] = mb;
+          if (mb) {
+            s->range = ranges;
+            ranges += nid;
+            memcpy(s->range, src->range, sizeof(irange) * (size_t)nid);
+            s->range[ti].lo += p->fold.step[op] * mb;
+            s->range[ti].hi += p->fold.step[op] * mb;
+          }
+          if (tl >= 0) s->microbatch = mb;
+          /* micro-batch 0 of this folded sub came just before (or is this) */
+          if (twin) twin[ns] = mb ? at[(size_t)fi * (size_t)nmb] : ns;
+          at[(size_t)fi * (size_t)nmb + (size_t)mb] = ns++;
+        }
+    pp->first = first;
+    pp->count = ns - first;
+  }
+  /* communication: each per-micro-batch one again for every micro-batch */
+  int nc = 0, cap = 0;
+  pcomm *comms = NULL;
+  for (int i = 0; i < p->ncomms; i++) {
+    const pcomm *cm = &p->comms[i];
+    int copies = per_microbatch(cm) ? nmb : 1;
+    if (!comm_kept(cm, keep)) continue;
+    for (int mb = 0; mb < copies; mb++) {
+      arena_grow(a, (void **)&comms, &cap, nc + 1, sizeof(pcomm));
+      pcomm *c = &comms[nc++];
+      *c = *cm;
+      if (copies > 1 && p->fold.tdim[cm->tensor] >= 0) c->mb = mb;
+      if (mb) {
+        c->region = fold_shift(a, p, cm->tensor, &cm->region, mb);
+        if (cm->sources) {
+          c->sources = arena_alloc(a, sizeof(tregion) * (size_t)cm->ngroup);
+          for (int m = 0; m < cm->ngroup; m++) c->sources[m] = fold_shift(a, p, cm->tensor, &cm->sources[m], mb);
+        }
+        if (cm->parts) {
+          c->parts = arena_alloc(a, sizeof(tregion) * (size_t)cm->ngroup);
+          for (int m = 0; m < cm->ngroup; m++) c->parts[m] = fold_shift(a, p, cm->tensor, &cm->parts[m], mb);
+        }
+      }
+      if (cm->producer_sub >= 0) c->producer_sub = at[(size_t)cm->producer_sub * (size_t)nmb + (size_t)mb];
+      if (cm->consumer_sub >= 0) c->consumer_sub = at[(size_t)cm->consumer_sub * (size_t)nmb + (size_t)mb];
+    }
+  }
+  p->subs = subs;
+  p->nsubs = p->scap = ns;
+  p->fold.twin = twin;
+  p->comms = comms;
+  p->ncomms = p->ccap = nc;
+  p->fold.nmb = 0;
+}
