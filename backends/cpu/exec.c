@@ -1181,7 +1181,7 @@ bool xrun_program(const weft_program *pr, xworld *w, const xrun_opts *o, char *e
   for (int d = 0; d < pr->nprogs; d++)
     if (pr->progs[d].n && !pr->progs[d].ins) {
       /* a library caller's mistake, not a user's */
-      snprintf(err, errlen, "the programs were lowered without their full instructions (weft_ctx.full_programs)");
+      snprintf(err, errlen, "the programs were lowered without their full instructions (lower_opts.full_programs)");
       return false;
     }
   k_blas_single();

@@ -42,9 +42,8 @@ typedef struct hw_model {
 } hw_model;
 
 /* Reads the model from the plan's cluster; false when the cluster lacks what
- * the plan's dtypes need (with a diagnostic at the plan when c is not NULL). */
-struct weft_ctx;
-bool hw_from_plan(struct weft_ctx *c, const weft_plan *p, const weft_program *pr, hw_model *hw);
+ * the plan's dtypes need (with a diagnostic at the plan when dg is not NULL). */
+bool hw_from_plan(weft_diags *dg, const weft_plan *p, const weft_program *pr, hw_model *hw);
 
 /* The cost of one instruction. */
 typedef struct kcost {

@@ -82,7 +82,7 @@ enum { LINS_MAX_BUCKET = 65535 };
  * the simulation, the memory timeline and the estimate's pictures. Every
  * program has these, one per instruction and at the same index as ins;
  * the full instructions (ins, with their regions) are kept only for the
- * commands that print or run them (weft_ctx.full_programs). 16 bytes. */
+ * commands that print or run them (lower_opts.full_programs). 16 bytes. */
 enum { LOP_RECOMPUTE = 1, LOP_ACCUMULATE = 2, LOP_WHOLE = 4, LOP_PERSISTENT = 8 };
 
 typedef struct lop {
@@ -195,19 +195,22 @@ static inline const lprog *lower_prog(const weft_program *pr, int d) {
  * refs (in, out and bucket are NULL; nin, nout and nbucket are kept). */
 lins lower_view(const weft_program *pr, const lprog *pg, int i);
 
-struct weft_ctx;
+/* What a lowering keeps. */
+typedef struct lower_opts {
+  bool full_programs;     /* the full instructions (lprog.ins), for the
+                           * commands that print or run programs; else only
+                           * the lops the analyses read */
+} lower_opts;
+
 /* Orders every device's sub-operators by the plan's schedule, places the
- * communication, checks order and deadlock freedom (rule 3), dependencies
- * (rule 4) and memory (rule 5, on the peaks of the simulated step:
- * sim_check_memory). NULL after diagnostics. */
-weft_program *weft_lower(struct weft_ctx *c, weft_plan *p);
-/* The same without rule 5: the programs of a plan that may not fit. Its
- * callers simulate them anyway, and apply the rule to their simulation
- * (weft check), or report the plan as not fitting (weft estimate). */
-weft_program *weft_lower_unchecked(struct weft_ctx *c, weft_plan *p);
+ * communication, and emits each device's program; checks order and
+ * deadlock freedom (rule 3) and dependencies (rule 4). Memory (rule 5) is
+ * the validate stage's (validate.h). NULL after diagnostics in dg; the
+ * program lives in a. */
+weft_program *lower_plan(weft_plan *p, const lower_opts *o, arena *a, weft_diags *dg);
 
 /* Fuses the gradient all-reduces of each group into buckets (plan.h,
- * bucket_bytes); weft_lower calls it before checking the programs. */
+ * bucket_bytes); lower_plan calls it before checking the programs. */
 void lower_buckets(arena *a, weft_program *pr);
 
 /* Output. `device` < 0: every device. */

@@ -73,13 +73,6 @@ weft_sim *sim_run_with(const weft_program *pr, const hw_model *hw, unsigned flag
 weft_sim *sim_run_plan(const weft_program *pr, unsigned flags);
 void sim_free(weft_sim *s);
 
-/* Rule 5 of lowering (docs/program.md), on the memory model of the
- * estimate: every device's peak in the simulated step fits the memory of
- * the cluster's device. False after an error naming the device with the
- * highest peak, its peak and capacity, the instruction where the peak is
- * reached and the bytes live there by role. */
-struct weft_ctx;
-bool sim_check_memory(struct weft_ctx *c, const weft_sim *s);
 /* What an instruction is, for a message ("the forward of h.0.mlp,
  * micro-batch 3"); peers are not named (a replica's are renamed). */
 const char *sim_ins_what(const weft_program *pr, const lprog *pg, int i, char *buf, size_t n);

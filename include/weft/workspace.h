@@ -49,9 +49,6 @@ typedef struct weft_ctx {
   struct mstate *model;          /* the model under construction, or NULL */
   bool reps;                     /* plans keep one program per class of
                                   * data-parallel replicas (plan.h, rep) */
-  bool full_programs;            /* lowered programs keep their full
-                                  * instructions (lower.h, lprog.ins): for
-                                  * printing and running them */
 } weft_ctx;
 
 weft_ctx *weft_new(void);

@@ -19,6 +19,7 @@
 #include "weft/plan.h"
 #include "base/prof.h"
 #include "weft/sim.h"
+#include "weft/validate.h"
 #include "eval/eval.h"
 
 typedef struct opts {
@@ -216,7 +217,7 @@ static bool estimate_quiet(weft_ctx *c, const weft_program *pr, weft_estimate *e
   weft_sim *s = sim_run_plan(pr, 0);
   if (!s) return true;
   for (int d = 0; d < pr->nprogs; d++) (*peaks)[d] = s->index[d] >= 0 ? s->dev[s->index[d]].peak : 0;
-  bool fits = sim_check_memory(c, s);
+  bool fits = validate_memory_sim(s, &c->diags);
   if (s->hw) {
     sim_estimate(s, e);
     *est_ok = true;
@@ -258,7 +259,7 @@ static int check_one(opts *o, const char *path, json *j) {
       if (all_params_bound(s->pitems[i].val.decl)) {
         s->plans[i] = weft_build_plan(c, s->pitems[i].val, s->pitems[i].loc);
         /* lowered without the memory rule, which the simulation applies */
-        if (s->plans[i]) s->progs[i] = weft_lower_unchecked(c, s->plans[i]);
+        if (s->plans[i]) s->progs[i] = lower_plan(s->plans[i], NULL, &c->arena, &c->diags);
         if (s->progs[i] && !estimate_quiet(c, s->progs[i], &s->est[i], &s->est_ok[i], &peaks[i])) s->progs[i] = NULL;
       }
     if (c->diags.errors) rc = WEFT_REJECTED;
@@ -832,10 +833,11 @@ static int cmd_lower(opts *o) {
     return WEFT_FAILED;
   }
   weft_ctx *c = new_ctx(o);
-  c->full_programs = true;  /* printed */
   int rc = WEFT_OK;
   weft_plan *p = pick_plan(c, o, &rc);
-  weft_program *pr = p ? weft_lower(c, p) : NULL;
+  lower_opts lo = {.full_programs = true};  /* printed */
+  weft_program *pr = p ? lower_plan(p, &lo, &c->arena, &c->diags) : NULL;
+  if (pr && !validate_memory(pr, &c->diags)) pr = NULL;
   if (p && !pr) rc = WEFT_REJECTED;
   if (pr && o->device >= pr->nprogs) {
     weft_loc none = {0};
@@ -884,10 +886,10 @@ static int cmd_estimate(opts *o) {
   prof_mark("start");
   weft_plan *p = pick_plan(c, o, &rc);
   /* a plan that does not fit is estimated all the same, and rejected */
-  weft_program *pr = p ? weft_lower_unchecked(c, p) : NULL;
+  weft_program *pr = p ? lower_plan(p, NULL, &c->arena, &c->diags) : NULL;
   if (p && !pr) rc = WEFT_REJECTED;
   hw_model hw;
-  if (pr && !o->symbolic && !hw_from_plan(c, p, pr, &hw)) {
+  if (pr && !o->symbolic && !hw_from_plan(&c->diags, p, pr, &hw)) {
     rc = WEFT_REJECTED;
     pr = NULL;
   }
@@ -896,7 +898,7 @@ static int cmd_estimate(opts *o) {
     /* per-instruction times only for the pictures that draw them */
     s = sim_run_with(pr, o->symbolic ? NULL : &hw, o->trace || o->svg ? SIM_TIMELINE : 0);
     prof_mark("simulate");
-    if (s && !sim_check_memory(c, s)) rc = WEFT_REJECTED;
+    if (s && !validate_memory_sim(s, &c->diags)) rc = WEFT_REJECTED;
   }
   report(c, o);
   if (o->json && !pr) {
@@ -976,10 +978,11 @@ static int cmd_run(opts *o) {
   /* Under mpirun, process 0 speaks for all. */
   bool speak = !net || xnet_rank(net) == 0;
   weft_ctx *c = new_ctx(o);
-  c->full_programs = true;  /* run */
   int rc = WEFT_OK;
   weft_plan *p = pick_plan(c, o, &rc);
-  weft_program *pr = p ? weft_lower(c, p) : NULL;
+  lower_opts lo = {.full_programs = true};  /* run */
+  weft_program *pr = p ? lower_plan(p, &lo, &c->arena, &c->diags) : NULL;
+  if (pr && !validate_memory(pr, &c->diags)) pr = NULL;
   if (p && !pr) rc = WEFT_REJECTED;
   if (speak) report(c, o);
   if (!pr) {

@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "weft/cost.h"
-#include "eval/eval.h"
 
 /* ---- reading the cluster record ---------------------------------------- */
 
@@ -49,7 +48,7 @@ static bool uses_tensor_cores(const char *kind) {
   return kind && (strcmp(kind, "matmul") == 0 || strcmp(kind, "attention") == 0);
 }
 
-bool hw_from_plan(weft_ctx *c, const weft_plan *p, const weft_program *pr, hw_model *hw) {
+bool hw_from_plan(weft_diags *dg, const weft_plan *p, const weft_program *pr, hw_model *hw) {
   memset(hw, 0, sizeof *hw);
   const vrecord *cl = p->cluster;
   const value *nm = record_get(cl, "name");
@@ -101,17 +100,17 @@ bool hw_from_plan(weft_ctx *c, const weft_plan *p, const weft_program *pr, hw_mo
     seen[dt] = true;
     if (hw->peak[dt] <= 0) {
       ok = false;
-      if (!c) break;
-      weft_diag *g = eval_error(c, p->loc, "cannot estimate plan %s: the device of cluster %s (%s) has no compute rate for %s, which %s computes in",
+      if (!dg) break;
+      weft_diag *g = diag_add(dg, DIAG_ERROR, p->loc, "cannot estimate plan %s: the device of cluster %s (%s) has no compute rate for %s, which %s computes in",
                                 p->name, hw->cluster, hw->device, dtype_names[dt], p->g->ops[op].name);
-      diag_hint(g, &c->diags, "give the model another dtype, or add `%s = ... TFLOP/s` to the device's compute", dtype_names[dt]);
+      diag_hint(g, dg, "give the model another dtype, or add `%s = ... TFLOP/s` to the device's compute", dtype_names[dt]);
     }
   }
   if (hw->vector_rate <= 0)
     for (int t = 0; t < DT_COUNT; t++)
       if (hw->peak[t] > hw->vector_rate) hw->vector_rate = hw->peak[t];
   if (hw->mem_bw <= 0 || hw->vector_rate <= 0) {
-    if (c) eval_error(c, p->loc, "cannot estimate plan %s: cluster %s gives no memory bandwidth or compute rate", p->name, hw->cluster);
+    if (dg) diag_add(dg, DIAG_ERROR, p->loc, "cannot estimate plan %s: cluster %s gives no memory bandwidth or compute rate", p->name, hw->cluster);
     ok = false;
   }
   (void)pr;

@@ -11,7 +11,6 @@
 
 #include "weft/sim.h"
 #include "weft/units.h"
-#include "eval/eval.h"
 
 const char *const sim_stream_names[SS_COUNT] = {"compute", "collective", "send", "recv", "gradients"};
 
@@ -791,31 +790,4 @@ const char *sim_roles_text(const int64_t *by_role, char *buf, size_t n) {
            unit_bytes_human(by_role[LB_ACT_GRAD], b[4], sizeof b[4]),
            unit_bytes_human(by_role[LB_INPUT], b[5], sizeof b[5]));
   return buf;
-}
-
-bool sim_check_memory(weft_ctx *c, const weft_sim *s) {
-  const weft_program *pr = s->pr;
-  const weft_plan *p = pr->p;
-  int64_t cap = lower_device_memory(p);
-  if (cap <= 0) return true;
-  /* the first simulated device with the most (weft estimate's peak
-   * device); replicas count with their representative */
-  int wk = -1, over = 0;
-  for (int k = 0; k < s->ndev; k++) {
-    if (s->dev[k].peak <= cap) continue;
-    over += s->dev[k].weight;
-    if (wk < 0 || s->dev[k].peak > s->dev[wk].peak) wk = k;
-  }
-  if (wk < 0) return true;
-  const sim_dev *D = &s->dev[wk];
-  char b1[64], b2[64], overs[64] = "", where[600], roles[400];
-  if (over > 1) snprintf(overs, sizeof overs, " (%d devices do not fit)", over);
-  weft_diag *g = eval_error(c, p->loc, "device %d needs %s at its peak, more than its %s of memory%s", D->device,
-                            unit_bytes_human(D->peak, b1, sizeof b1), unit_bytes_human(cap, b2, sizeof b2), overs);
-  diag_hint(g, &c->diags, "split more (tensor or pipeline parallelism), recompute activations, use more "
-                          "micro-batches, or shard with ZeRO");
-  sim_peak_where(s, D, where, sizeof where);
-  diag_add(&c->diags, DIAG_NOTE, p->loc, "at the peak of device %d%s%s: %s", D->device, where[0] ? ", reached at " : "",
-           where, sim_roles_text(D->peak_by_role, roles, sizeof roles));
-  return false;
 }

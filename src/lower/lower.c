@@ -26,14 +26,12 @@
 #include "weft/cost.h"
 #include "base/prof.h"
 #include "weft/sim.h"
-#include "eval/eval.h"
 
 const char *const lbuf_role_names[LB_ROLE_COUNT] = {"input", "param", "grad", "state", "act", "act_grad"};
 _Static_assert(sizeof(void *) != 8 || sizeof(lins) == 64, "an instruction is 64 bytes on 64-bit machines");
 
 const char *const lins_kind_names[LI_KIND_COUNT] = {"alloc", "free", "compute", "send", "recv", "collective", "step", "copy"};
 
-static arena *A(weft_ctx *c) { return &c->arena; }
 
 /* ---- small helpers --------------------------------------------------------------- */
 
@@ -126,7 +124,7 @@ typedef struct rintern {
 } rintern;
 
 typedef struct lstate {
-  weft_ctx *c;
+  weft_diags *dg;         /* where errors go */
   weft_plan *p;
   weft_program *pr;
   arena *a;               /* the program's memory */
@@ -150,7 +148,7 @@ typedef struct lstate {
   anchors *anch;          /* per device */
   lins *ebuf;             /* the emission vector (emit) */
   int ecap;
-  bool full;              /* programs keep their full instructions (weft_ctx.full_programs) */
+  bool full;              /* programs keep their full instructions (lower_opts.full_programs) */
   arena *ra;              /* where refs go: the program's arena, or without
                            * full programs refa, emptied for each device */
   arena refa;
@@ -310,8 +308,8 @@ static bool block_order(lstate *L) {
   for (int i = 1; i <= p->norders; i++)
     if (!topo_order(L, i, L->order)) {
       const porder *o = &p->orders[i - 1];
-      weft_diag *g = eval_error(L->c, o->loc, "this `order` contradicts the data flow: it closes a cycle");
-      diag_hint(g, &L->c->diags, "an operator cannot run before one whose result it reads (directly or not)");
+      weft_diag *g = diag_add(L->dg, DIAG_ERROR, o->loc, "this `order` contradicts the data flow: it closes a cycle");
+      diag_hint(g, L->dg, "an operator cannot run before one whose result it reads (directly or not)");
       return false;
     }
   if (!topo_order(L, p->norders, L->order)) return false;
@@ -385,11 +383,11 @@ static bool make_pipeline(lstate *L, const ivec *devs, pipeline *pl) {
         for (int i = 0; i < o->n; i++)
           for (int j = 0; j < devs[st].n; j++)
             if (o->v[i] == devs[st].v[j]) {
-              weft_diag *g = eval_error(L->c, p->sched_loc,
+              weft_diag *g = diag_add(L->dg, DIAG_ERROR, p->sched_loc,
                                         "stages %s and %s share device %d but not all their devices: no pipeline "
                                         "schedule fits",
                                         L->pr->stage_names[first[q]], L->pr->stage_names[st], o->v[i]);
-              diag_hint(g, &L->c->diags, "place each stage on the same devices as the stages it shares a device with, "
+              diag_hint(g, L->dg, "place each stage on the same devices as the stages it shares a device with, "
                                          "or on devices of its own");
               return false;
             }
@@ -403,30 +401,30 @@ static bool make_pipeline(lstate *L, const ivec *devs, pipeline *pl) {
   }
   pl->chunks = count[0];
   if (pl->chunks > 1 && p->sched == SCHED_1F1B) {
-    weft_diag *g = diag_add(&L->c->diags, DIAG_WARNING, p->sched_loc,
+    weft_diag *g = diag_add(L->dg, DIAG_WARNING, p->sched_loc,
                             "one_f_one_b with %d stages on each device runs them interleaved", pl->chunks);
-    diag_hint(g, &L->c->diags, "write `schedule interleaved` to say so");
+    diag_hint(g, L->dg, "write `schedule interleaved` to say so");
   }
   /* interleaving deals the stages round-robin: stage k on rank k mod ranks */
   if (pl->chunks > 1 && p->sched != SCHED_GPIPE)
     for (int st = 0; st < L->nstages; st++)
       if (pl->rank_of[st] != st % pl->nranks) {
         int want = st % pl->nranks;
-        weft_diag *g = eval_error(L->c, p->sched_loc, "an interleaved schedule deals stages round-robin over its %d "
+        weft_diag *g = diag_add(L->dg, DIAG_ERROR, p->sched_loc, "an interleaved schedule deals stages round-robin over its %d "
                                                       "device groups, but stage %s (number %d) runs on the devices of "
                                                       "stage %s, not on those of stage %s",
                                   pl->nranks, L->pr->stage_names[st], st, L->pr->stage_names[pl->stages[pl->rank_of[st]][0]],
                                   L->pr->stage_names[pl->stages[want][0]]);
-        diag_hint(g, &L->c->diags, "place stage k on the devices of stage k mod %d (declare the stages in pipeline order)",
+        diag_hint(g, L->dg, "place stage k on the devices of stage k mod %d (declare the stages in pipeline order)",
                   pl->nranks);
         return false;
       }
   for (int r = 1; r < pl->nranks; r++)
     if (count[r] != pl->chunks) {
-      weft_diag *g = eval_error(L->c, p->sched_loc, "devices of stage %s run %d stage%s, those of stage %s run %d",
+      weft_diag *g = diag_add(L->dg, DIAG_ERROR, p->sched_loc, "devices of stage %s run %d stage%s, those of stage %s run %d",
                                 L->pr->stage_names[pl->stages[0][0]], pl->chunks, pl->chunks == 1 ? "" : "s",
                                 L->pr->stage_names[pl->stages[r][0]], count[r]);
-      diag_hint(g, &L->c->diags, "a pipeline schedule needs the same number of stages on every device");
+      diag_hint(g, L->dg, "a pipeline schedule needs the same number of stages on every device");
       return false;
     }
   return true;
@@ -479,15 +477,15 @@ static bool read_grid(lstate *L, blist *rows) {
     for (int k = 0; k < L->nstages && st < 0; k++)
       if (strcmp(L->pr->stage_names[k], row->name) == 0) st = k;
     if (st < 0) {
-      weft_diag *g = eval_error(L->c, row->loc, "'%s' is not a stage of plan %s", row->name, p->name);
+      weft_diag *g = diag_add(L->dg, DIAG_ERROR, row->loc, "'%s' is not a stage of plan %s", row->name, p->name);
       const char *best = diag_closest(row->name, L->pr->stage_names, L->nstages);
-      if (best) diag_hint(g, &L->c->diags, "did you mean '%s'?", best);
-      else diag_hint(g, &L->c->diags, "the rows of a schedule grid are the plan's stages (`stage s0 = ...`)");
+      if (best) diag_hint(g, L->dg, "did you mean '%s'?", best);
+      else diag_hint(g, L->dg, "the rows of a schedule grid are the plan's stages (`stage s0 = ...`)");
       ok = false;
       continue;
     }
     if (rowseen[st]) {
-      eval_error(L->c, row->loc, "stage %s has two rows", row->name);
+      diag_add(L->dg, DIAG_ERROR, row->loc, "stage %s has two rows", row->name);
       ok = false;
       continue;
     }
@@ -500,36 +498,36 @@ static bool read_grid(lstate *L, blist *rows) {
       if (!t || strcmp(t, ".") == 0) { blist_add(L->a, &rows[st], -1, -1, '.'); continue; }
       char kind = t[0];
       if (strchr(t, '.')) {
-        eval_error(L->c, cell->loc, "cell '%s': a chunk number is for rows of devices; this row is stage %s", t,
+        diag_add(L->dg, DIAG_ERROR, cell->loc, "cell '%s': a chunk number is for rows of devices; this row is stage %s", t,
                    row->name);
         ok = false;
         continue;
       }
       long long mb = strtoll(t + 1, NULL, 10);
       if (kind != 'f' && kind != 'b') {
-        weft_diag *g = eval_error(L->c, cell->loc, "cell '%s': %s cells are not supported", t,
+        weft_diag *g = diag_add(L->dg, DIAG_ERROR, cell->loc, "cell '%s': %s cells are not supported", t,
                                   kind == 'w' ? "weight-gradient (w)" : "recomputation (r)");
-        diag_hint(g, &L->c->diags, kind == 'w' ? "a b cell computes the gradients of activations and weights"
+        diag_hint(g, L->dg, kind == 'w' ? "a b cell computes the gradients of activations and weights"
                                                : "recomputation runs before the b cell of a recomputed operator");
         ok = false;
         continue;
       }
       if (mb >= L->nmb) {
-        weft_diag *g = eval_error(L->c, cell->loc, "cell '%s': micro-batch %lld does not exist", t, mb);
-        diag_hint(g, &L->c->diags, "the plan has %d micro-batch%s (0 to %d)", L->nmb, L->nmb == 1 ? "" : "es",
+        weft_diag *g = diag_add(L->dg, DIAG_ERROR, cell->loc, "cell '%s': micro-batch %lld does not exist", t, mb);
+        diag_hint(g, L->dg, "the plan has %d micro-batch%s (0 to %d)", L->nmb, L->nmb == 1 ? "" : "es",
                   L->nmb - 1);
         ok = false;
         continue;
       }
       char *seen = kind == 'f' ? fseen : bseen;
       if (seen[mb]) {
-        eval_error(L->c, cell->loc, "cell '%s' appears twice in the row of stage %s", t, row->name);
+        diag_add(L->dg, DIAG_ERROR, cell->loc, "cell '%s' appears twice in the row of stage %s", t, row->name);
         ok = false;
         continue;
       }
       if (kind == 'b' && !fseen[mb]) {
-        weft_diag *g = eval_error(L->c, cell->loc, "b%lld comes before f%lld in the row of stage %s", mb, mb, row->name);
-        diag_hint(g, &L->c->diags, "the backward of a micro-batch needs its forward");
+        weft_diag *g = diag_add(L->dg, DIAG_ERROR, cell->loc, "b%lld comes before f%lld in the row of stage %s", mb, mb, row->name);
+        diag_hint(g, L->dg, "the backward of a micro-batch needs its forward");
         ok = false;
         continue;
       }
@@ -538,15 +536,15 @@ static bool read_grid(lstate *L, blist *rows) {
     }
     for (int m = 0; m < L->nmb && ok; m++)
       if (!fseen[m] || !bseen[m]) {
-        weft_diag *g = eval_error(L->c, row->loc, "the row of stage %s has no %c%d", row->name, fseen[m] ? 'b' : 'f', m);
-        diag_hint(g, &L->c->diags, "every row runs f and b of every micro-batch once (%d micro-batches)", L->nmb);
+        weft_diag *g = diag_add(L->dg, DIAG_ERROR, row->loc, "the row of stage %s has no %c%d", row->name, fseen[m] ? 'b' : 'f', m);
+        diag_hint(g, L->dg, "every row runs f and b of every micro-batch once (%d micro-batches)", L->nmb);
         ok = false;
       }
   }
   for (int st = 0; st < L->nstages && ok; st++)
     if (!rowseen[st]) {
-      weft_diag *g = eval_error(L->c, s->loc, "the schedule has no row for stage %s", L->pr->stage_names[st]);
-      diag_hint(g, &L->c->diags, "add a row: %s: f0 ... b0 ...", L->pr->stage_names[st]);
+      weft_diag *g = diag_add(L->dg, DIAG_ERROR, s->loc, "the schedule has no row for stage %s", L->pr->stage_names[st]);
+      diag_hint(g, L->dg, "add a row: %s: f0 ... b0 ...", L->pr->stage_names[st]);
       ok = false;
     }
   return ok;
@@ -638,16 +636,16 @@ static bool schedule_blocks(lstate *L, blist **per_device) {
   } else {
     if (!make_pipeline(L, devs, &pl)) return false;
     if (p->sched == SCHED_INTERLEAVED && pl.chunks < 2) {
-      weft_diag *g = eval_error(L->c, p->sched_loc, "an interleaved schedule needs several stages per device; "
+      weft_diag *g = diag_add(L->dg, DIAG_ERROR, p->sched_loc, "an interleaved schedule needs several stages per device; "
                                                     "each device here runs one");
-      diag_hint(g, &L->c->diags, "place stages i and i + pp on the same devices, or use one_f_one_b");
+      diag_hint(g, L->dg, "place stages i and i + pp on the same devices, or use one_f_one_b");
       return false;
     }
     if (pl.chunks > 1 && p->sched != SCHED_GPIPE && L->nmb % pl.nranks != 0) {
-      weft_diag *g = eval_error(L->c, p->sched_loc, "an interleaved schedule needs the micro-batches (%d) to be a "
+      weft_diag *g = diag_add(L->dg, DIAG_ERROR, p->sched_loc, "an interleaved schedule needs the micro-batches (%d) to be a "
                                                     "multiple of the pipeline's %d ranks",
                                 L->nmb, pl.nranks);
-      diag_hint(g, &L->c->diags, "change the number of micro-batches or of stages");
+      diag_hint(g, L->dg, "change the number of micro-batches or of stages");
       return false;
     }
     seq = arena_alloc(L->a, sizeof(blist) * (size_t)pl.nranks);
@@ -1262,11 +1260,11 @@ static void missing(emitter *E, const psub *s, const char *what, int t, bool gra
   L->failed = true;
   weft_plan *p = L->p;
   weft_loc at = p->sched == SCHED_GRID ? p->sched_loc : p->ops[s->op].assigned ? p->ops[s->op].assign_loc : p->loc;
-  weft_diag *g = eval_error(L->c, at, "%s of %s (micro-batch %d) on device %d reads %s%s %s, which no earlier "
+  weft_diag *g = diag_add(L->dg, DIAG_ERROR, at, "%s of %s (micro-batch %d) on device %d reads %s%s %s, which no earlier "
                                       "instruction on device %d provides",
                             what, p->g->ops[s->op].name, s->microbatch, E->d, grad ? "the gradient of " : "",
                             p->g->tensors[t].name, tregion_str(&L->scratch, r), E->d);
-  diag_hint(g, &L->c->diags, p->sched == SCHED_GRID ? "the schedule grid runs it before what it depends on"
+  diag_hint(g, L->dg, p->sched == SCHED_GRID ? "the schedule grid runs it before what it depends on"
                                                     : "weft lower --grid shows the order; explain shows the communication");
 }
 
@@ -1636,11 +1634,11 @@ static void comm_missing(emitter *E, const pcomm *cm, const tregion *r) {
   lstate *L = E->L;
   if (L->failed) return;
   L->failed = true;
-  weft_diag *g = eval_error(L->c, L->p->loc, "the %s of %s %s (%s) on device %d has nothing to send: no earlier "
+  weft_diag *g = diag_add(L->dg, DIAG_ERROR, L->p->loc, "the %s of %s %s (%s) on device %d has nothing to send: no earlier "
                                              "instruction on device %d provides it",
                             comm_kind_names[cm->kind], L->p->g->tensors[cm->tensor].name, tregion_str(&L->scratch, r),
                             comm_phase_names[cm->phase], E->d, E->d);
-  diag_hint(g, &L->c->diags, "weft explain shows why the communication is needed");
+  diag_hint(g, L->dg, "weft explain shows why the communication is needed");
 }
 
 static int member_index(const pcomm *cm, int d) {
@@ -2125,19 +2123,19 @@ static bool simulate(lstate *L) {
     const char *other_where = peer >= 0 ? block_at(L, peer, pc[peer], &(weft_loc){0}) : "";
     weft_diag *g;
     if (in->kind == LI_COLLECTIVE && other && other->kind == LI_COLLECTIVE) {
-      g = eval_error(L->c, at, "devices %d and %d enter collectives in different orders: device %d is at %s%s, device %d "
+      g = diag_add(L->dg, DIAG_ERROR, at, "devices %d and %d enter collectives in different orders: device %d is at %s%s, device %d "
                                "at %s%s",
                      d, peer, d, ins_str(L, d, in), where, peer, ins_str(L, peer, other), other_where);
-      diag_hint(g, &L->c->diags, "members of a collective must run their shared collectives in one order; "
+      diag_hint(g, L->dg, "members of a collective must run their shared collectives in one order; "
                                  "make their schedules agree");
     } else if (other) {
-      g = eval_error(L->c, at, "deadlock: device %d waits at %s%s while device %d waits at %s%s", d, ins_str(L, d, in),
+      g = diag_add(L->dg, DIAG_ERROR, at, "deadlock: device %d waits at %s%s while device %d waits at %s%s", d, ins_str(L, d, in),
                      where, peer, ins_str(L, peer, other), other_where);
-      diag_hint(g, &L->c->diags, "the schedule orders blocks so that each waits for the other; weft lower --grid "
+      diag_hint(g, L->dg, "the schedule orders blocks so that each waits for the other; weft lower --grid "
                                  "prints the order");
     } else {
-      g = eval_error(L->c, at, "deadlock: device %d waits forever at %s%s", d, ins_str(L, d, in), where);
-      diag_hint(g, &L->c->diags, "weft lower --grid prints the order");
+      g = diag_add(L->dg, DIAG_ERROR, at, "deadlock: device %d waits forever at %s%s", d, ins_str(L, d, in), where);
+      diag_hint(g, L->dg, "weft lower --grid prints the order");
     }
   }
   free(pc);
@@ -2154,15 +2152,6 @@ static bool simulate(lstate *L) {
  * The peak each device's memory reaches is that of the simulated step
  * (sim.h), the model weft estimate reports: buffers live from their first
  * use to the end of their last, in time, not in program order. */
-
-weft_program *weft_lower(weft_ctx *c, weft_plan *p) {
-  weft_program *pr = weft_lower_unchecked(c, p);
-  if (!pr || lower_device_memory(p) <= 0) return pr;
-  weft_sim *s = sim_run_plan(pr, 0);
-  bool fits = !s || sim_check_memory(c, s);
-  sim_free(s);
-  return fits ? pr : NULL;
-}
 
 /* The working state of one lowering, freed on success and on failure. */
 static void lstate_free(lstate *L) {
@@ -2187,33 +2176,33 @@ static void lstate_free(lstate *L) {
 
 /* ---- the whole ------------------------------------------------------------------- */
 
-weft_program *weft_lower_unchecked(weft_ctx *c, weft_plan *p) {
+weft_program *lower_plan(weft_plan *p, const lower_opts *o, arena *a, weft_diags *dg) {
   const weft_graph *g = p->g;
-  weft_program *pr = arena_alloc(A(c), sizeof *pr);
+  weft_program *pr = arena_alloc(a, sizeof *pr);
   pr->p = p;
-  lstate L = {.c = c, .p = p, .pr = pr, .a = A(c), .full = c->full_programs};
+  lstate L = {.dg = dg, .p = p, .pr = pr, .a = a, .full = o && o->full_programs};
   arena_init(&L.scratch);
   arena_init(&L.refa);
   arena_init(&L.tmp);
   L.ra = L.full ? L.a : &L.refa;
   L.works = cost_works_new();
-  int before = c->diags.errors;
+  int before = dg->errors;
   /* stages of the schedule */
   L.stage_of = arena_alloc(L.a, sizeof(int) * (size_t)(g->nops ? g->nops : 1));
   if (p->nstages == 0 || p->sched == SCHED_DEFAULT) {
     L.nstages = p->nstages ? p->nstages : 1;
     for (int op = 0; op < g->nops; op++) L.stage_of[op] = p->ops[op].stage >= 0 ? p->ops[op].stage : 0;
     if (p->sched != SCHED_DEFAULT) {
-      weft_diag *d = eval_error(c, p->sched_loc, "a pipeline schedule needs stages");
-      diag_hint(d, &c->diags, "declare them: stage s0 = h[0..6], s1 = h[6..12]");
+      weft_diag *d = diag_add(dg, DIAG_ERROR, p->sched_loc, "a pipeline schedule needs stages");
+      diag_hint(d, dg, "declare them: stage s0 = h[0..6], s1 = h[6..12]");
       goto fail;
     }
   } else {
     L.nstages = p->nstages;
     for (int op = 0; op < g->nops; op++) {
       if (p->ops[op].stage < 0) {
-        weft_diag *d = eval_error(c, p->sched_loc, "operator %s is in no stage", g->ops[op].name);
-        diag_hint(d, &c->diags, "a schedule orders stages: every operator must be in one");
+        weft_diag *d = diag_add(dg, DIAG_ERROR, p->sched_loc, "operator %s is in no stage", g->ops[op].name);
+        diag_hint(d, dg, "a schedule orders stages: every operator must be in one");
         goto fail;
       }
       L.stage_of[op] = p->ops[op].stage;
@@ -2227,9 +2216,9 @@ weft_program *weft_lower_unchecked(weft_ctx *c, weft_plan *p) {
         int pop = g->tensors[g->ops[op].inputs[k]].producer;
         if (pop < 0 || L.stage_of[pop] <= L.stage_of[op]) continue;
         const pstage *a = &p->stages[L.stage_of[op]], *b = &p->stages[L.stage_of[pop]];
-        weft_diag *d = eval_error(c, a->loc, "stage %s comes before stage %s, but its operator %s reads %s, which %s computes",
+        weft_diag *d = diag_add(dg, DIAG_ERROR, a->loc, "stage %s comes before stage %s, but its operator %s reads %s, which %s computes",
                                   a->name, b->name, g->ops[op].name, g->tensors[g->ops[op].inputs[k]].name, b->name);
-        diag_hint(d, &c->diags, "stages run in the order they are declared: declare %s before %s", b->name, a->name);
+        diag_hint(d, dg, "stages run in the order they are declared: declare %s before %s", b->name, a->name);
         goto fail;
       }
   pr->nstages = L.nstages;
@@ -2261,7 +2250,7 @@ weft_program *weft_lower_unchecked(weft_ctx *c, weft_plan *p) {
       }
   }
   if (!index_subs(&L)) {
-    eval_error(c, p->loc, "the plan is too large to lower (%d devices x %d operators)", p->ndevices, g->nops);
+    diag_add(dg, DIAG_ERROR, p->loc, "the plan is too large to lower (%d devices x %d operators)", p->ndevices, g->nops);
     goto fail;
   }
   if (!block_order(&L)) goto fail;
@@ -2337,7 +2326,7 @@ weft_program *weft_lower_unchecked(weft_ctx *c, weft_plan *p) {
   prof_mark("lower: deadlock check");
   for (int d = 0; d < p->ndevices; d++) pr->instructions_all += lower_prog(pr, d)->n;
   lstate_free(&L);
-  return c->diags.errors > before ? NULL : pr;
+  return dg->errors > before ? NULL : pr;
 fail:
   lstate_free(&L);
   return NULL;

@@ -17,6 +17,7 @@
 
 #include "weft/cost.h"
 #include "weft/sim.h"
+#include "weft/validate.h"
 #include "weft/workspace.h"
 
 static weft_plan *build(weft_ctx *c, const char *text, const char *plan) {
@@ -33,12 +34,16 @@ static weft_plan *build(weft_ctx *c, const char *text, const char *plan) {
   return p;
 }
 
-static weft_program *lower(weft_ctx *c, weft_plan *p) {
-  weft_program *pr = weft_lower(c, p);
+static weft_program *lower_with(weft_ctx *c, weft_plan *p, bool full) {
+  lower_opts lo = {.full_programs = full};
+  weft_program *pr = lower_plan(p, &lo, &c->arena, &c->diags);
+  if (pr && !validate_memory(pr, &c->diags)) pr = NULL;
   if (!pr) diag_print(&c->diags, stderr, false);
   assert_non_null(pr);
   return pr;
 }
+
+static weft_program *lower(weft_ctx *c, weft_plan *p) { return lower_with(c, p, false); }
 
 /* ---- matrix products ------------------------------------------------------ */
 
@@ -171,7 +176,7 @@ static void test_bubble(void **state) {
   weft_plan *p = build(c, chain, "pp");
   weft_program *pr = lower(c, p);
   hw_model hw;
-  assert_true(hw_from_plan(c, p, pr, &hw));
+  assert_true(hw_from_plan(&c->diags, p, pr, &hw));
   weft_sim *s = sim_run(pr, &hw);
   assert_non_null(s);
   weft_estimate e;
@@ -212,7 +217,7 @@ static void test_overlap(void **state) {
   weft_plan *p = build(c, dp, "dp");
   weft_program *pr = lower(c, p);
   hw_model hw;
-  assert_true(hw_from_plan(c, p, pr, &hw));
+  assert_true(hw_from_plan(&c->diags, p, pr, &hw));
   weft_sim *s = sim_run(pr, &hw);
   assert_non_null(s);
   const sim_dev *D = &s->dev[0];
@@ -251,7 +256,7 @@ static double step_of(const char *src, const char *plan, int *collectives) {
   weft_plan *p = build(c, src, plan);
   weft_program *pr = lower(c, p);
   hw_model hw;
-  assert_true(hw_from_plan(c, p, pr, &hw));
+  assert_true(hw_from_plan(&c->diags, p, pr, &hw));
   weft_sim *s = sim_run(pr, &hw);
   assert_non_null(s);
   double t = s->step_time;
@@ -373,9 +378,8 @@ static void test_program_forms(void **state) {
   const char *texts[] = {mixed, pieces};
   for (int t = 0; t < 2; t++) {
     weft_ctx *fc = weft_new(), *lc = weft_new();
-    fc->full_programs = true;
     weft_plan *fp = build(fc, texts[t], "p"), *lp = build(lc, texts[t], "p");
-    check_forms(fc, lower(fc, fp), lc, lower(lc, lp), kinds);
+    check_forms(fc, lower_with(fc, fp, true), lc, lower(lc, lp), kinds);
     weft_free(fc);
     weft_free(lc);
   }
