@@ -139,6 +139,9 @@ double graph_forward_flops(const weft_graph *g);
 void graph_print_text(const weft_graph *g, FILE *out);
 void graph_print_json(const weft_graph *g, FILE *out);
 void graph_print_dot(const weft_graph *g, FILE *out);
+/* Whether a dotted operator name matches a pattern of segments, where "*"
+ * is one segment and "**" any number (zero included). */
+bool graph_glob_match(const char *const *pat, int np, const char *name);
 /* "f32[batch=32, hidden=4096]" */
 const char *tensor_type_str(arena *a, const gtensor *t);
 

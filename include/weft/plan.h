@@ -7,6 +7,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "weft/cluster.h"
+#include "weft/decisions.h"
 #include "weft/graph.h"
 
 /* ---- iteration spaces ------------------------------------------------------
@@ -105,15 +107,6 @@ typedef struct popplan {
   int stage;              /* index in plan->stages, or -1 */
 } popplan;
 
-typedef struct pmesh {
-  const char *name;
-  int naxes;
-  const char **axes;
-  int *sizes;
-  int *devices;           /* row-major, product of sizes */
-  weft_loc loc;
-} pmesh;
-
 typedef struct pstage {
   const char *name;
   int nops;
@@ -178,18 +171,6 @@ typedef struct pcomm {
                            * and the tensor moves with micro-batches; else -1 */
 } pcomm;
 
-/* The schedule: how each device orders its blocks, a block being the
- * forward or backward sub-operators of one stage for one micro-batch. */
-typedef enum {
-  SCHED_DEFAULT,          /* every forward, then every backward (no statement) */
-  SCHED_GPIPE,
-  SCHED_1F1B,
-  SCHED_INTERLEAVED,      /* 1F1B over several stages per device */
-  SCHED_GRID,             /* a hand-written grid */
-} sched_kind;
-
-extern const char *const sched_kind_names[];
-
 /* `order A before B`: on every device that runs both, A's sub-operators of
  * a block come before B's. */
 typedef struct porder {
@@ -229,6 +210,7 @@ typedef struct weft_plan {
   weft_loc loc;
   weft_graph *g;
   const vrecord *cluster; /* the cluster's record (weft_build_cluster) */
+  weft_decisions decisions; /* what the plan was built from, in order */
   int ndevices;
   int devices_per_node;
   popplan *ops;           /* per graph operator */
@@ -277,14 +259,47 @@ int64_t tregion_numel(const tregion *r);
 /* "[0:512, 1024:1536)" style text for messages. */
 const char *tregion_str(arena *a, const tregion *r);
 
-struct weft_ctx;
-/* Evaluates a plan value: its model's graph, its cluster, its body; then
- * makes the sub-operators and places them. NULL after diagnostics. */
-weft_plan *weft_build_plan(struct weft_ctx *c, value plan, weft_loc use);
+/* ---- apply: decisions to the plan IR ------------------------------------------
+ * The only way into the plan IR. A plan is built against one graph and one
+ * cluster, which many plans may share; everything it allocates comes from
+ * the arena it is given, and its diagnostics go to dg. Decisions are
+ * applied in order, each checked against those before it (a split names a
+ * dimension of its operators, a shard an axis they are split along, ...);
+ * plan_finish then makes the sub-operators, places them, derives the
+ * communication (deps.h) and finds data-parallel replicas. */
+
+typedef struct plan_opts {
+  bool reps;              /* find data-parallel replicas (plan.h, rep): programs
+                           * are lowered once per class of replicas */
+} plan_opts;
+
+/* What the front end that made a decision list does for it: places the
+ * sub-operators of an assignment given as an expression (decision.expr).
+ * levels: the axes of every split level of the plan. */
+typedef struct plan_hooks {
+  bool (*device)(void *ctx, const weft_plan *p, const decision *d, const psub *s, const char *const *levels,
+                 int nlevels, int *device);
+  void *ctx;
+} plan_hooks;
+
+typedef struct plan_builder plan_builder;
+
+plan_builder *plan_begin(const weft_graph *g, const weft_cluster *cl, const char *name, weft_loc loc,
+                         const plan_opts *o, arena *a, weft_diags *dg);
+/* The plan as far as it is decided (stages and meshes so far). */
+const weft_plan *plan_building(const plan_builder *b);
+/* Applies one decision; false after a diagnostic (the builder is then done). */
+bool plan_add(plan_builder *b, const decision *d);
+/* The plan, or NULL after diagnostics. h may be NULL when no assignment
+ * is an expression. */
+weft_plan *plan_finish(plan_builder *b, const plan_hooks *h);
+/* All at once: begin, add every decision, finish (the plan is named "plan"). */
+weft_plan *plan_apply(const weft_graph *g, const weft_cluster *cl, const weft_decisions *d, const plan_opts *o,
+                      arena *a, weft_diags *dg);
+
 int plan_devices_used(const weft_plan *p);
-/* Operators whose names match a glob ("h.*.mlp.c_fc", "h.3", "**.c_proj"):
- * a name matches the pattern or lies under it. Returns the count. */
-int plan_select_text(const weft_plan *p, const char *pattern, int *ops, int max);
+/* "h.0.attn.c_attn at tp = 1 (of 4)": a sub-operator by its coordinates, for messages. */
+const char *plan_sub_where(arena *a, const weft_plan *p, const psub *s);
 
 /* Makes the sub-operators and communication of every micro-batch from
  * those of micro-batch 0 (a folded plan; nothing otherwise). keep: per

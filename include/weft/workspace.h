@@ -9,6 +9,7 @@
 
 #include "weft/ast.h"
 #include "weft/graph.h"
+#include "weft/plan.h"
 #include "weft/value.h"
 
 #define WEFT_VERSION "0.1.0"
@@ -47,8 +48,6 @@ typedef struct weft_ctx {
   int64_t steps;                 /* evaluation steps, bounded */
   int depth;                     /* function and sub-model call depth */
   struct mstate *model;          /* the model under construction, or NULL */
-  bool reps;                     /* plans keep one program per class of
-                                  * data-parallel replicas (plan.h, rep) */
 } weft_ctx;
 
 weft_ctx *weft_new(void);
@@ -73,7 +72,11 @@ int weft_items(weft_ctx *c, value_kind kind, weft_item *out, int max);
  * defaulted); NULL after diagnostics. */
 weft_graph *weft_build_graph(weft_ctx *c, value model, weft_loc use);
 /* Evaluates a cluster value to its record (fields checked); V_ERROR after
- * diagnostics. */
+ * diagnostics. weft_cluster_of (cluster.h) reads it. */
 value weft_build_cluster(weft_ctx *c, value cluster, weft_loc use);
+/* Evaluates a plan value: its model's graph, its cluster, its body as a
+ * list of decisions applied by the plan builder (plan.h). NULL after
+ * diagnostics. o may be NULL. */
+weft_plan *weft_build_plan(weft_ctx *c, value plan, weft_loc use, const plan_opts *o);
 
 #endif

@@ -227,9 +227,10 @@ static bool estimate_quiet(weft_ctx *c, const weft_program *pr, weft_estimate *e
 }
 
 static int check_one(opts *o, const char *path, json *j) {
+  /* replicas' programs are checked through their representative's */
+  plan_opts check_opts = {.reps = true};
   weft_ctx *c = new_ctx(o);
   int64_t *peaks[256] = {0};  /* per plan: every device's simulated peak (estimate_quiet) */
-  c->reps = true;  /* replicas' programs are checked through their representative's */
   int rc = c->diags.errors ? WEFT_REJECTED : weft_load(c, path);
   summary *s = calloc(1, sizeof *s);
   if (!s) weft_oom();
@@ -257,7 +258,7 @@ static int check_one(opts *o, const char *path, json *j) {
     if (s->nplans > 256) s->nplans = 256;
     for (int i = 0; i < s->nplans; i++)
       if (all_params_bound(s->pitems[i].val.decl)) {
-        s->plans[i] = weft_build_plan(c, s->pitems[i].val, s->pitems[i].loc);
+        s->plans[i] = weft_build_plan(c, s->pitems[i].val, s->pitems[i].loc, &check_opts);
         /* lowered without the memory rule, which the simulation applies */
         if (s->plans[i]) s->progs[i] = lower_plan(s->plans[i], NULL, &c->arena, &c->diags);
         if (s->progs[i] && !estimate_quiet(c, s->progs[i], &s->est[i], &s->est_ok[i], &peaks[i])) s->progs[i] = NULL;
@@ -756,7 +757,7 @@ static void explain_op(weft_ctx *c, const weft_plan *p, int op) {
 
 /* Loads o->files[0] and builds the plan --plan names (default: the last
  * one the file defines). NULL with *rc set after diagnostics. */
-static weft_plan *pick_plan(weft_ctx *c, opts *o, int *rc) {
+static weft_plan *pick_plan(weft_ctx *c, opts *o, int *rc, const plan_opts *po) {
   *rc = c->diags.errors ? WEFT_REJECTED : weft_load(c, o->files[0]);
   weft_plan *p = NULL;
   weft_loc none = {0};
@@ -780,7 +781,7 @@ static weft_plan *pick_plan(weft_ctx *c, opts *o, int *rc) {
     *rc = WEFT_REJECTED;
     return NULL;
   }
-  p = weft_build_plan(c, items[pick].val, items[pick].loc);
+  p = weft_build_plan(c, items[pick].val, items[pick].loc, po);
   if (!p) *rc = WEFT_REJECTED;
   return p;
 }
@@ -792,14 +793,13 @@ static int cmd_explain(opts *o) {
   }
   weft_ctx *c = new_ctx(o);
   int rc = WEFT_OK;
-  weft_plan *p = pick_plan(c, o, &rc);
+  weft_plan *p = pick_plan(c, o, &rc, NULL);
   weft_loc none = {0};
   if (p) {
-    int *ops = calloc((size_t)(p->g->nops ? p->g->nops : 1), sizeof(int));
-    if (!ops) weft_oom();
     int printed = 0;
     for (int f = 1; f < o->nfiles; f++) {
-      int n = o->files[f][0] ? plan_select_text(p, o->files[f], ops, p->g->nops) : 0;
+      dec_ops sel = o->files[f][0] ? dec_select(&c->arena, p->g, o->files[f]) : (dec_ops){0};
+      int n = sel.n;
       if (n == 0) {
         const char **names = calloc((size_t)p->g->nops + 1, sizeof(char *));
         if (!names) weft_oom();
@@ -813,10 +813,9 @@ static int cmd_explain(opts *o) {
       }
       for (int i = 0; i < n; i++) {
         if (printed++) printf("\n");
-        explain_op(c, p, ops[i]);
+        explain_op(c, p, sel.ops[i]);
       }
     }
-    free(ops);
   }
   report(c, o);
   weft_free(c);
@@ -834,7 +833,7 @@ static int cmd_lower(opts *o) {
   }
   weft_ctx *c = new_ctx(o);
   int rc = WEFT_OK;
-  weft_plan *p = pick_plan(c, o, &rc);
+  weft_plan *p = pick_plan(c, o, &rc, NULL);
   lower_opts lo = {.full_programs = true};  /* printed */
   weft_program *pr = p ? lower_plan(p, &lo, &c->arena, &c->diags) : NULL;
   if (pr && !validate_memory(pr, &c->diags)) pr = NULL;
@@ -881,10 +880,9 @@ static int cmd_estimate(opts *o) {
     return WEFT_FAILED;
   }
   weft_ctx *c = new_ctx(o);
-  c->reps = true;  /* replicas run their representative's program */
   int rc = WEFT_OK;
   prof_mark("start");
-  weft_plan *p = pick_plan(c, o, &rc);
+  weft_plan *p = pick_plan(c, o, &rc, &(plan_opts){.reps = true});
   /* a plan that does not fit is estimated all the same, and rejected */
   weft_program *pr = p ? lower_plan(p, NULL, &c->arena, &c->diags) : NULL;
   if (p && !pr) rc = WEFT_REJECTED;
@@ -979,7 +977,7 @@ static int cmd_run(opts *o) {
   bool speak = !net || xnet_rank(net) == 0;
   weft_ctx *c = new_ctx(o);
   int rc = WEFT_OK;
-  weft_plan *p = pick_plan(c, o, &rc);
+  weft_plan *p = pick_plan(c, o, &rc, NULL);
   lower_opts lo = {.full_programs = true};  /* run */
   weft_program *pr = p ? lower_plan(p, &lo, &c->arena, &c->diags) : NULL;
   if (pr && !validate_memory(pr, &c->diags)) pr = NULL;

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "eval.h"
+#include "weft/cluster.h"
 
 /* A record being built, with where each field was written (for errors)
  * and where its block starts (for missing fields). */
@@ -313,4 +314,16 @@ value weft_build_cluster(weft_ctx *c, value cl, weft_loc use) {
   ll->items = links.rec->vals;
   field_set(c, &f, "links", (value){.kind = V_LIST, .list = ll});
   return as_record(f);
+}
+
+weft_cluster weft_cluster_of(const vrecord *r) {
+  weft_cluster cl = {.rec = r};
+  const value *v = record_get(r, "name");
+  cl.name = v && v->kind == V_STRING ? v->s : "";
+  if ((v = record_get(r, "devices")) && v->kind == V_INT) cl.ndevices = (int)v->i;
+  if ((v = record_get(r, "devices_per_node")) && v->kind == V_INT) cl.devices_per_node = (int)v->i;
+  const value *dev = record_get(r, "device");
+  if (dev && dev->kind == V_RECORD && (v = record_get(dev->rec, "memory")) && v->kind == V_QUANTITY)
+    cl.device_memory = (int64_t)v->q.v;
+  return cl;
 }

@@ -337,3 +337,18 @@ void graph_print_dot(const weft_graph *g, FILE *out) {
   }
   fputs("}\n", out);
 }
+
+bool graph_glob_match(const char *const *pat, int np, const char *name) {
+  if (np == 0) return *name == 0;
+  if (strcmp(pat[0], "**") == 0) {
+    if (graph_glob_match(pat + 1, np - 1, name)) return true;
+    for (const char *s = name; *s; s++)
+      if (*s == '.' && graph_glob_match(pat, np, s + 1)) return true;
+    return *name && graph_glob_match(pat + 1, np - 1, "");
+  }
+  const char *dot = strchr(name, '.');
+  size_t len = dot ? (size_t)(dot - name) : strlen(name);
+  if (*name == 0) return false;
+  if (strcmp(pat[0], "*") != 0 && (strlen(pat[0]) != len || strncmp(pat[0], name, len) != 0)) return false;
+  return graph_glob_match(pat + 1, np - 1, dot ? dot + 1 : name + len);
+}

@@ -26,7 +26,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       const ast_list *ps = &items[i].val.decl->node->list;
       bool bound = true;
       for (int k = 0; k < ps->n; k++) bound &= ps->items[k]->a != NULL;
-      if (bound) weft_build_plan(c, items[i].val, items[i].loc);
+      if (bound) weft_build_plan(c, items[i].val, items[i].loc, NULL);
     }
   }
   /* fmt of whatever parses */

@@ -28,7 +28,7 @@ static weft_plan *build(weft_ctx *c, const char *text, const char *plan) {
   binding *b = env_lookup(c->main->env, plan);
   assert_non_null(b);
   weft_loc none = {0};
-  weft_plan *p = weft_build_plan(c, b->val, none);
+  weft_plan *p = weft_build_plan(c, b->val, none, NULL);
   if (!p) diag_print(&c->diags, stderr, false);
   assert_non_null(p);
   return p;

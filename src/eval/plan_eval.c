@@ -1,0 +1,647 @@
+/* plan_eval.c - evaluates `plan` blocks and strategies: every statement
+ * becomes a primitive decision (decisions.h) that the plan builder (plan.h)
+ * applies at once, so that a later statement sees the stages and splits of
+ * those before it. Device expressions of `assign` are evaluated here, for
+ * every sub-operator, when the builder places them. */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/prof.h"
+#include "eval.h"
+#include "weft/plan.h"
+
+/* An assign's device expression and the scope it was written in. */
+typedef struct pexpr {
+  const ast *x;
+  env *e;
+} pexpr;
+
+/* The plan under evaluation. */
+typedef struct pstate {
+  plan_builder *b;
+  const weft_plan *p;     /* the plan as far as it is decided */
+  int unnamed;            /* counter for "#1", "#2" axes */
+  int depth;              /* strategy call depth */
+  arena scratch;          /* device expressions, evaluated once per sub-operator */
+} pstate;
+
+static arena *A(weft_ctx *c) { return &c->arena; }
+
+/* ---- selectors ---------------------------------------------------------------- */
+
+typedef struct opset {
+  int n, cap;
+  int *ops;
+  bool *in;               /* per graph operator */
+} opset;
+
+static void opset_init(weft_ctx *c, const weft_plan *p, opset *s) {
+  memset(s, 0, sizeof *s);
+  s->in = arena_alloc(A(c), sizeof(bool) * (size_t)(p->g->nops ? p->g->nops : 1));
+}
+
+static void opset_add(weft_ctx *c, opset *s, int op) {
+  if (s->in[op]) return;
+  s->in[op] = true;
+  arena_grow(A(c), (void **)&s->ops, &s->cap, s->n + 1, sizeof(int));
+  s->ops[s->n++] = op;
+}
+
+/* The segments of a selector path; NULL after a diagnostic. */
+static bool path_segments(weft_ctx *c, env *e, const ast *n, const char **segs, int *ns) {
+  if (n->kind == E_NAME) {
+    if (*ns >= 64) return false;
+    segs[(*ns)++] = n->name;
+    return true;
+  }
+  if (n->kind != E_MEMBER) {
+    eval_error(c, n->loc, "a selector is an operator name, a glob such as h.*.mlp, all, a stage, or h[0..6]");
+    return false;
+  }
+  if (!path_segments(c, e, n->a, segs, ns)) return false;
+  if (*ns >= 64) { eval_error(c, n->loc, "a selector has too many segments"); return false; }
+  if (n->name) { segs[(*ns)++] = n->name; return true; }
+  if (n->b->kind == E_INT && n->op != '{') { segs[(*ns)++] = arena_printf(A(c), "%" PRId64, n->b->ival); return true; }
+  value v = eval_expr(c, e, n->b);
+  if (v.kind == V_ERROR) return false;
+  if (v.kind != V_INT && v.kind != V_STRING) {
+    eval_error(c, n->b->loc, "a selector segment must be an integer or a name, got %s", value_kind_name(v.kind));
+    return false;
+  }
+  segs[(*ns)++] = v.kind == V_INT ? arena_printf(A(c), "%" PRId64, v.i) : v.s;
+  return true;
+}
+
+static int select_pattern(weft_ctx *c, const weft_plan *p, const char **segs, int ns, bool prefix, opset *out) {
+  int found = 0;
+  const char *pat[66];
+  for (int i = 0; i < ns; i++) pat[i] = segs[i];
+  for (int op = 0; op < p->g->nops; op++) {
+    const char *name = p->g->ops[op].name;
+    bool m = graph_glob_match(pat, ns, name);
+    if (!m && prefix) {
+      pat[ns] = "**";
+      m = graph_glob_match(pat, ns + 1, name);
+    }
+    if (m) { opset_add(c, out, op); found++; }
+  }
+  return found;
+}
+
+static bool select_atom(weft_ctx *c, env *e, const weft_plan *p, const ast *atom, opset *out) {
+  const char *segs[66];
+  int ns = 0;
+  if (atom->kind == E_NAME && strcmp(atom->name, "all") == 0) {
+    for (int op = 0; op < p->g->nops; op++) opset_add(c, out, op);
+    return true;
+  }
+  if (atom->kind == E_NAME) {
+    for (int i = 0; i < p->nstages; i++)
+      if (strcmp(p->stages[i].name, atom->name) == 0) {
+        for (int k = 0; k < p->stages[i].nops; k++) opset_add(c, out, p->stages[i].ops[k]);
+        return true;
+      }
+  }
+  if (atom->kind == E_INDEX) {
+    /* h[0..6]: the instances h.0 ... h.5 */
+    if (!atom->b) { eval_error(c, atom->loc, "a selector takes one range: h[0..6]"); return false; }
+    if (!path_segments(c, e, atom->a, segs, &ns)) return false;
+    value r = eval_expr(c, e, atom->b);
+    if (r.kind == V_ERROR) return false;
+    int64_t lo, hi;
+    if (r.kind == V_RANGE) { lo = r.r.lo; hi = r.r.hi; }
+    else if (r.kind == V_INT) { lo = r.i; hi = r.i + 1; }
+    else {
+      eval_error(c, atom->b->loc, "a selector index must be a range or an integer, got %s", value_kind_name(r.kind));
+      return false;
+    }
+    int found = 0;
+    /* no model has more instances than operators: a huge range ends there */
+    if (lo < 0) lo = 0;
+    if (hi > lo + p->g->nops) hi = lo + p->g->nops;
+    for (int64_t i = lo; i < hi && ns < 64; i++) {
+      segs[ns] = arena_printf(A(c), "%" PRId64, i);
+      found += select_pattern(c, p, segs, ns + 1, true, out);
+    }
+    if (!found) {
+      eval_error(c, atom->loc, "selector matches no operator");
+      return false;
+    }
+    return true;
+  }
+  if (!path_segments(c, e, atom, segs, &ns)) return false;
+  if (select_pattern(c, p, segs, ns, true, out)) return true;
+  /* nothing: suggest the closest operator name */
+  size_t len = 0;
+  for (int i = 0; i < ns; i++) len += strlen(segs[i]) + 1;
+  char *text = arena_alloc(A(c), len + 1);
+  for (int i = 0; i < ns; i++) { if (i) strcat(text, "."); strcat(text, segs[i]); }
+  const char **names = arena_alloc(A(c), sizeof(char *) * (size_t)(p->g->nops + p->nstages + 1));
+  int nn = 0;
+  for (int op = 0; op < p->g->nops; op++) names[nn++] = p->g->ops[op].name;
+  for (int i = 0; i < p->nstages; i++) names[nn++] = p->stages[i].name;
+  const char *best = diag_closest(text, names, nn);
+  weft_diag *g = eval_error(c, atom->loc, "'%s' matches no operator of model %s", text, p->g->name);
+  if (best) diag_hint(g, &c->diags, "did you mean '%s'?", best);
+  else diag_hint(g, &c->diags, "`weft graph` lists the operators; globs: h.*.mlp, h.**");
+  return false;
+}
+
+static bool select_ops(weft_ctx *c, env *e, const weft_plan *p, const ast *sel, opset *out) {
+  opset_init(c, p, out);
+  bool ok = true;
+  for (int i = 0; i < sel->list.n; i++)
+    if (!select_atom(c, e, p, sel->list.items[i], out)) ok = false;
+  return ok;
+}
+
+/* ---- statements ------------------------------------------------------------------ */
+
+static bool exec_plan_body(weft_ctx *c, pstate *ps, env *e, const ast_list *body);
+
+static bool count_of(weft_ctx *c, env *e, const ast *x, int *out) {
+  value v = eval_expr(c, e, x);
+  if (v.kind == V_ERROR) return false;
+  if (v.kind != V_INT || v.i < 1 || v.i > 1000000) {
+    eval_error(c, x->loc, "a count must be a positive integer, got %s %s", value_kind_name(v.kind), value_repr(A(c), v));
+    return false;
+  }
+  *out = (int)v.i;
+  return true;
+}
+
+/* The axis a level is named by: `as AXIS`, else the count when it is a plain
+ * name (`into tp`), else "#k". */
+static const char *axis_name(pstate *ps, weft_ctx *c, const ast *s) {
+  if (s->text) return s->text;
+  if (s->b->kind == E_NAME) return s->b->name;
+  return arena_printf(A(c), "#%d", ++ps->unnamed);
+}
+
+static bool exec_split(weft_ctx *c, pstate *ps, env *e, const ast *s) {
+  opset set;
+  if (!select_ops(c, e, ps->p, s->a, &set)) return false;
+  decision d = {.kind = s->kind == S_SPLIT ? DEC_SPLIT : DEC_REPLICATE, .loc = s->loc, .ops = {set.n, set.ops},
+                .mesh = -1};
+  if (!count_of(c, e, s->b, &d.parts)) return false;
+  d.axis = axis_name(ps, c, s);
+  d.name = s->kind == S_SPLIT ? s->name : NULL;
+  d.in_time = s->kind == S_SPLIT && s->ival;
+  return plan_add(ps->b, &d);
+}
+
+static bool exec_mesh(weft_ctx *c, pstate *ps, env *e, const ast *s) {
+  const weft_plan *p = ps->p;
+  value set = eval_expr(c, e, s->a);
+  if (set.kind == V_ERROR) return false;
+  int n = 0;
+  int *devs = NULL;
+  if (set.kind == V_RANGE) {
+    if (set.r.lo < 0 || set.r.hi > p->ndevices) {
+      eval_error(c, s->a->loc, "devices %" PRId64 "..%" PRId64 " do not exist: the cluster has devices 0 to %d", set.r.lo,
+                 set.r.hi, p->ndevices - 1);
+      return false;
+    }
+    n = set.r.hi > set.r.lo ? (int)(set.r.hi - set.r.lo) : 0;
+    devs = arena_alloc(A(c), sizeof(int) * (size_t)(n ? n : 1));
+    for (int i = 0; i < n; i++) devs[i] = (int)(set.r.lo + i);
+  } else if (set.kind == V_LIST) {
+    if (set.list->n > p->ndevices) {
+      eval_error(c, s->a->loc, "a mesh of %d devices, but the cluster has %d", set.list->n, p->ndevices);
+      return false;
+    }
+    n = set.list->n;
+    devs = arena_alloc(A(c), sizeof(int) * (size_t)(n ? n : 1));
+    for (int i = 0; i < n; i++) {
+      if (set.list->items[i].kind != V_INT) {
+        eval_error(c, s->a->loc, "a mesh is made of device numbers, got %s", value_kind_name(set.list->items[i].kind));
+        return false;
+      }
+      int64_t dv = set.list->items[i].i;
+      if (dv < 0 || dv >= p->ndevices) {
+        eval_error(c, s->a->loc, "device %" PRId64 " does not exist: the cluster has devices 0 to %d", dv, p->ndevices - 1);
+        return false;
+      }
+      devs[i] = (int)dv;
+    }
+  } else {
+    eval_error(c, s->a->loc, "a mesh needs a list of devices (devices, devices[0..8]), got %s", value_kind_name(set.kind));
+    return false;
+  }
+  bool *seen = arena_alloc(A(c), sizeof(bool) * (size_t)(p->ndevices ? p->ndevices : 1));
+  for (int i = 0; i < n; i++) {
+    if (seen[devs[i]]) { eval_error(c, s->a->loc, "device %d is in the mesh twice", devs[i]); return false; }
+    seen[devs[i]] = true;
+  }
+  decision d = {.kind = DEC_MESH, .loc = s->loc, .name = s->name, .naxes = s->list.n, .ndevices = n, .devices = devs,
+                .mesh = -1};
+  d.axes = arena_alloc(A(c), sizeof(char *) * (size_t)(d.naxes ? d.naxes : 1));
+  d.sizes = arena_alloc(A(c), sizeof(int) * (size_t)(d.naxes ? d.naxes : 1));
+  for (int i = 0; i < d.naxes; i++) {
+    const ast *f = s->list.items[i];
+    d.axes[i] = f->name;
+    if (!count_of(c, e, f->a, &d.sizes[i])) return false;
+  }
+  if (!plan_add(ps->b, &d)) return false;
+  pmesh *pm = arena_alloc(A(c), sizeof *pm);
+  *pm = (pmesh){d.name, d.naxes, d.axes, d.sizes, d.devices, d.loc};
+  env_define(A(c), e, s->name, (value){.kind = V_MESH, .mesh = pm}, s->loc, false);
+  for (int i = 0; i < d.naxes; i++) env_define(A(c), e, d.axes[i], v_int(d.sizes[i]), s->loc, false);
+  return true;
+}
+
+static bool exec_stage(weft_ctx *c, pstate *ps, env *e, const ast *s) {
+  for (int i = 0; i < s->list.n; i++) {
+    const ast *f = s->list.items[i];
+    const char *name = f->name;
+    if (!name) {
+      value v = eval_expr(c, e, f->b);
+      if (v.kind == V_ERROR) return false;
+      if (v.kind != V_STRING || !v.s[0]) {
+        eval_error(c, f->b->loc, "a stage name must be a non-empty string, got %s", value_repr(A(c), v));
+        return false;
+      }
+      name = v.s;
+    }
+    for (int k = 0; k < ps->p->nstages; k++)
+      if (strcmp(ps->p->stages[k].name, name) == 0) {
+        eval_error(c, f->loc, "stage %s is defined twice", name);
+        return false;
+      }
+    opset set;
+    if (!select_ops(c, e, ps->p, f->a, &set)) return false;
+    decision d = {.kind = DEC_STAGE, .loc = f->loc, .name = name, .ops = {set.n, set.ops}, .mesh = -1};
+    if (!plan_add(ps->b, &d)) return false;
+  }
+  return true;
+}
+
+/* The number of leading name segments an atom of a `recompute` selector
+ * fixes: h.* and h[0..6] fix two (each layer h.N is recomputed on its own),
+ * `all` and stages none (one segment), a glob with ** one per operator. */
+static int atom_fixed_segments(const weft_plan *p, const ast *atom) {
+  if (atom->kind == E_NAME) {
+    if (strcmp(atom->name, "all") == 0) return 0;
+    for (int i = 0; i < p->nstages; i++)
+      if (strcmp(p->stages[i].name, atom->name) == 0) return 0;
+    return strcmp(atom->name, "**") == 0 ? -1 : 1;
+  }
+  if (atom->kind == E_INDEX) {
+    int k = atom_fixed_segments(p, atom->a);
+    return k < 0 ? -1 : k + 1;
+  }
+  if (atom->kind == E_MEMBER) {
+    if (atom->name && strcmp(atom->name, "**") == 0) return -1;
+    int k = atom_fixed_segments(p, atom->a);
+    return k < 0 ? -1 : k + 1;
+  }
+  return -1;
+}
+
+/* `recompute SEL [selective | full]`: the operators an atom of SEL matches
+ * are cut into segments by the name segments the atom fixes (h.* and
+ * h[0..6]: each layer h.N is a segment); the builder recomputes each
+ * segment as one. */
+static bool exec_recompute(weft_ctx *c, pstate *ps, env *e, const ast *s) {
+  const weft_plan *p = ps->p;
+  const ast *sel = s->a;
+  decision d = {.kind = DEC_RECOMPUTE, .loc = s->loc, .mode = s->name && strcmp(s->name, "full") == 0 ? 2 : 1,
+                .mesh = -1};
+  int cap = 0, kcap = 0;
+  for (int i = 0; i < sel->list.n; i++) {
+    opset set;
+    opset_init(c, p, &set);
+    if (!select_atom(c, e, p, sel->list.items[i], &set)) return false;
+    int fixed = atom_fixed_segments(p, sel->list.items[i]);
+    for (int k = 0; k < set.n; k++) {
+      const char *name = p->g->ops[set.ops[k]].name;
+      const char *key = name;
+      if (fixed >= 0) {
+        const char *q = name;
+        for (int seg = 0; seg < fixed && q; seg++) {
+          q = strchr(q, '.');
+          if (q && seg + 1 < fixed) q++;
+        }
+        key = q ? arena_strndup(A(c), name, (size_t)(q - name)) : name;
+        if (fixed == 0) key = "";
+      }
+      arena_grow(A(c), (void **)&d.ops.ops, &cap, d.ops.n + 1, sizeof(int));
+      arena_grow(A(c), (void **)&d.keys, &kcap, d.ops.n + 1, sizeof(char *));
+      d.keys[d.ops.n] = key;
+      d.ops.ops[d.ops.n++] = set.ops[k];
+    }
+  }
+  return plan_add(ps->b, &d);
+}
+
+static bool exec_shard(weft_ctx *c, pstate *ps, env *e, const ast *s) {
+  static const char *const states[] = {"optimizer", "gradients", "parameters"};
+  int stage = 0;
+  for (int i = 0; i < 3; i++)
+    if (strcmp(s->name, states[i]) == 0) stage = i + 1;
+  if (!stage) {
+    weft_diag *g = eval_error(c, s->loc, "unknown state '%s' to shard", s->name);
+    const char *best = diag_closest(s->name, states, 3);
+    if (best) diag_hint(g, &c->diags, "did you mean '%s'?", best);
+    else diag_hint(g, &c->diags, "ZeRO shards the optimizer state (stage 1), gradients (2) or parameters (3)");
+    return false;
+  }
+  opset set;
+  if (!select_ops(c, e, ps->p, s->a, &set)) return false;
+  decision d = {.kind = DEC_SHARD, .loc = s->loc, .ops = {set.n, set.ops}, .state = stage, .axis = s->text, .mesh = -1};
+  return plan_add(ps->b, &d);
+}
+
+/* The names an expression mentions (the axes it may read). */
+static void expr_names(weft_ctx *c, const ast *x, decision *d, int *cap) {
+  if (!x) return;
+  if (x->kind == E_NAME && x->name) {
+    arena_grow(A(c), (void **)&d->names, cap, d->nnames + 1, sizeof(char *));
+    d->names[d->nnames++] = x->name;
+  }
+  expr_names(c, x->a, d, cap);
+  expr_names(c, x->b, d, cap);
+  expr_names(c, x->c, d, cap);
+  for (int i = 0; i < x->list.n; i++) expr_names(c, x->list.items[i], d, cap);
+  for (int i = 0; i < x->list2.n; i++) expr_names(c, x->list2.items[i], d, cap);
+}
+
+static bool exec_call(weft_ctx *c, pstate *ps, env *e, const ast *s) {
+  const ast *call = s->a;
+  value f = eval_expr(c, e, call->a);
+  if (f.kind == V_ERROR) return false;
+  if (f.kind != V_STRATEGY) {
+    weft_diag *g = eval_error(c, call->loc, "only a strategy can be called as a statement of a plan, got %s %s",
+                              value_kind_name(f.kind), value_repr(A(c), f));
+    diag_hint(g, &c->diags, "strategies are declared with `strategy NAME(...) { ... }`");
+    return false;
+  }
+  if (ps->depth >= 64) {
+    eval_error(c, call->loc, "strategies nested more than 64 deep");
+    return false;
+  }
+  /* a strategy sees the plan's names (meshes, axes, stages) and its own */
+  env *se = env_new(A(c), e);
+  if (!eval_bind_named(c, f.decl, call->list.n, (const ast *const *)call->list.items, e, se, call->loc)) return false;
+  ps->depth++;
+  bool ok = exec_plan_body(c, ps, se, &f.decl->node->list2);
+  ps->depth--;
+  return ok;
+}
+
+static bool exec_plan_stmt(weft_ctx *c, pstate *ps, env *e, const ast *s) {
+  const weft_plan *p = ps->p;
+  if (!eval_step(c, s->loc)) return false;
+  switch (s->kind) {
+  case S_MESH: return exec_mesh(c, ps, e, s);
+  case S_SPLIT: case S_REPLICATE: return exec_split(c, ps, e, s);
+  case S_STAGE: return exec_stage(c, ps, e, s);
+  case S_CALL: return exec_call(c, ps, e, s);
+  case S_PLACE:
+    for (int i = 0; i < s->list.n; i++) {
+      const ast *pl = s->list.items[i];
+      opset set;
+      if (!select_ops(c, e, p, pl->a, &set)) return false;
+      pexpr *x = arena_alloc(A(c), sizeof *x);
+      *x = (pexpr){pl->b, e};
+      decision d = {.kind = DEC_ASSIGN, .loc = pl->loc, .ops = {set.n, set.ops}, .expr = x, .mesh = -1};
+      int cap = 0;
+      expr_names(c, pl->b, &d, &cap);
+      if (!plan_add(ps->b, &d)) return false;
+    }
+    return true;
+  case S_RECOMPUTE: return exec_recompute(c, ps, e, s);
+  case S_SHARD: return exec_shard(c, ps, e, s);
+  case S_BUCKETS: {
+    value v = eval_expr(c, e, s->a);
+    if (v.kind == V_ERROR) return false;
+    if (v.kind != V_QUANTITY || !unit_eq(v.q.d, UNIT_BYTES) || v.q.v < 0 || v.q.v > 1e15) {
+      weft_diag *g = eval_error(c, s->a->loc, "buckets needs a size in bytes, got %s", value_repr(A(c), v));
+      diag_hint(g, &c->diags, "for example `buckets 25 MiB`; `buckets 0 B` fuses nothing");
+      return false;
+    }
+    decision d = {.kind = DEC_BUCKETS, .loc = s->loc, .bytes = (int64_t)v.q.v, .mesh = -1};
+    return plan_add(ps->b, &d);
+  }
+  case S_ORDER: {
+    opset a, b;
+    if (!select_ops(c, e, p, s->a, &a) || !select_ops(c, e, p, s->b, &b)) return false;
+    decision d = {.kind = DEC_ORDER, .loc = s->loc, .ops = {a.n, a.ops}, .after = {b.n, b.ops}, .mesh = -1};
+    return plan_add(ps->b, &d);
+  }
+  case S_SCHEDULE: {
+    static const sched_kind kinds[] = {SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED};
+    sched_kind k = SCHED_GRID;
+    if (s->name) {
+      int found = -1;
+      for (int i = 0; i < 3; i++)
+        if (strcmp(s->name, sched_kind_names[kinds[i]]) == 0) found = i;
+      if (found < 0) {
+        weft_diag *g = eval_error(c, s->loc, "unknown schedule '%s'", s->name);
+        const char *names[] = {"gpipe", "one_f_one_b", "interleaved"};
+        const char *best = diag_closest(s->name, names, 3);
+        if (best) diag_hint(g, &c->diags, "did you mean '%s'?", best);
+        else diag_hint(g, &c->diags, "the schedules are gpipe, one_f_one_b and interleaved, or a grid: schedule { s0: f0 f1 b0 b1 }");
+        return false;
+      }
+      k = kinds[found];
+    }
+    decision d = {.kind = DEC_SCHEDULE, .loc = s->loc, .sched = k, .grid = k == SCHED_GRID ? s : NULL, .mesh = -1};
+    return plan_add(ps->b, &d);
+  }
+  case S_LET: {
+    value v = eval_expr(c, e, s->a);
+    if (v.kind == V_ERROR) return false;
+    env_define(A(c), e, s->name, v, s->loc, false);
+    return true;
+  }
+  case S_FOR: {
+    value it = eval_expr(c, e, s->a);
+    if (it.kind == V_ERROR) return false;
+    if (it.kind != V_RANGE && it.kind != V_LIST) {
+      eval_error(c, s->a->loc, "`for` needs a range or a list, got %s", value_kind_name(it.kind));
+      return false;
+    }
+    int64_t n = it.kind == V_RANGE ? (it.r.hi > it.r.lo ? it.r.hi - it.r.lo : 0) : it.list->n;
+    for (int64_t i = 0; i < n; i++) {
+      if (!eval_step(c, s->loc)) return false;
+      env *le = env_new(A(c), e);
+      env_define(A(c), le, s->name, it.kind == V_RANGE ? v_int(it.r.lo + i) : it.list->items[i], s->loc, false);
+      if (!exec_plan_body(c, ps, le, &s->list)) return false;
+    }
+    return true;
+  }
+  case S_IF: {
+    bool cnd;
+    if (!eval_condition(c, e, s->a, &cnd)) return false;
+    if (cnd) return exec_plan_body(c, ps, env_new(A(c), e), &s->list);
+    if (s->b) return exec_plan_stmt(c, ps, e, s->b);
+    return exec_plan_body(c, ps, env_new(A(c), e), &s->list2);
+  }
+  case S_ASSERT:
+    return eval_assert(c, e, s);
+
+  default: {
+    static const char *const what[AST_KIND_COUNT] = {
+        [S_USE] = "`use`", [S_PARAM] = "`param`", [S_FN] = "`fn`", [S_OP] = "`op`", [S_MODEL] = "`model`",
+        [S_MODELDEF] = "`model`", [S_CLUSTER] = "`cluster`", [S_INPUT] = "`input`", [S_TPARAM] = "`param`",
+        [S_ASSIGN] = "an assignment", [S_BLOCK] = "`block`", [S_OUTPUT] = "`output`", [S_TRAIN] = "`train`",
+        [S_DEVICE] = "`device`", [S_LINK] = "`link`", [S_PLAN] = "`plan`", [S_STRATEGY] = "`strategy`"};
+    weft_diag *g = eval_error(c, s->loc, "%s is not allowed in a plan", what[s->kind] ? what[s->kind] : ast_kind_names[s->kind]);
+    diag_hint(g, &c->diags, "a plan holds mesh, split, replicate, assign, stage, order, schedule, recompute, shard, buckets, let, for, if, assert and strategy calls");
+    return false;
+  }
+  }
+}
+
+static bool exec_plan_body(weft_ctx *c, pstate *ps, env *e, const ast_list *body) {
+  for (int i = 0; i < body->n; i++)
+    if (!exec_plan_stmt(c, ps, e, body->items[i])) return false;
+  return true;
+}
+
+/* Indexes a mesh with the coordinates of a sub-operator: m[dp, tp]. */
+static bool mesh_device(weft_ctx *c, const weft_plan *p, const psub *s, const pmesh *m, const value *idx, int n,
+                        const ast *at, int *dev) {
+  if (n != m->naxes) {
+    eval_error(c, at->loc, "mesh %s has %d axes, indexed with %d", m->name, m->naxes, n);
+    return false;
+  }
+  int64_t flat = 0;
+  for (int i = 0; i < n; i++) {
+    if (idx[i].kind != V_INT || idx[i].i < 0 || idx[i].i >= m->sizes[i]) {
+      weft_diag *g = eval_error(c, at->loc, "index %d of mesh %s must be 0 to %d (axis %s), got %s", i, m->name,
+                                m->sizes[i] - 1, m->axes[i], value_repr(&c->arena, idx[i]));
+      diag_hint(g, &c->diags, "for the sub-operator of %s", plan_sub_where(A(c), p, s));
+      return false;
+    }
+    flat = flat * m->sizes[i] + idx[i].i;
+  }
+  *dev = m->devices[flat];
+  return true;
+}
+
+/* Evaluates an assign's device expression for one sub-operator. Axis names
+ * bind to the sub-operator's coordinates; a mesh axis the operator is not
+ * split along is an error, not its size. */
+static bool device_of(weft_ctx *c, const weft_plan *p, const pexpr *as, weft_loc loc, const psub *s, int *dev,
+                      const char *const *levels, int nlevels) {
+  const popplan *pp = &p->ops[s->op];
+  env *e = env_new(A(c), as->e);
+  /* an axis other operators are split along, but not this one */
+  for (int k = 0; k < nlevels; k++) env_define(A(c), e, levels[k], v_none(), loc, false);
+  for (int i = 0; i < pp->nsplits; i++) env_define(A(c), e, pp->splits[i].axis, v_int(s->coord[i]), loc, false);
+  const ast *x = as->x;
+  if (x->kind == E_INDEX) {
+    value m = eval_expr(c, e, x->a);
+    if (m.kind == V_ERROR) return false;
+    if (m.kind == V_MESH) {
+      int n = x->b ? 1 : x->list.n;
+      value idx[16];
+      if (n > 16) n = 16;
+      for (int i = 0; i < n; i++) {
+        const ast *ix = x->b ? x->b : x->list.items[i];
+        idx[i] = eval_expr(c, e, ix);
+        if (idx[i].kind == V_ERROR) return false;
+        if (idx[i].kind == V_NONE) {
+          char levels[256];
+          size_t o = 0;
+          levels[0] = 0;
+          for (int k = 0; k < pp->nsplits && o < sizeof levels - 32; k++)
+            o += (size_t)snprintf(levels + o, sizeof levels - o, "%s%s", k ? ", " : "", pp->splits[k].axis);
+          weft_diag *g = eval_error(c, ix->loc, "operator %s is not split along axis '%s'", p->g->ops[s->op].name,
+                                    ix->kind == E_NAME ? ix->name : "?");
+          diag_hint(g, &c->diags, pp->nsplits ? "its levels: %s; split or replicate it along this axis, or assign it apart"
+                                               : "it is not split at all%s; split or replicate it, or assign it apart",
+                    levels);
+          return false;
+        }
+      }
+      return mesh_device(c, p, s, m.mesh, idx, n, x, dev);
+    }
+  }
+  value v = eval_expr(c, e, x);
+  if (v.kind == V_ERROR) return false;
+  if (v.kind == V_NONE && x->kind == E_NAME) {
+    eval_error(c, x->loc, "operator %s is not split along axis '%s'", p->g->ops[s->op].name, x->name);
+    return false;
+  }
+  if (v.kind != V_INT) {
+    eval_error(c, x->loc, "a device is a number or a mesh element such as m[dp, tp], got %s %s", value_kind_name(v.kind),
+               value_repr(A(c), v));
+    return false;
+  }
+  if (v.i < 0 || v.i >= p->ndevices) {
+    eval_error(c, x->loc, "device %" PRId64 " does not exist: the cluster has devices 0 to %d", v.i, p->ndevices - 1);
+    return false;
+  }
+  *dev = (int)v.i;
+  return true;
+}
+
+
+/* The builder's hook for an assign given as an expression: evaluated in a
+ * scratch arena, kept only when it reports an error (its messages live
+ * there). */
+static bool place_expr(void *ctx, const weft_plan *p, const decision *d, const psub *s, const char *const *levels,
+                       int nlevels, int *dev) {
+  weft_ctx *c = ((void **)ctx)[0];
+  pstate *ps = ((void **)ctx)[1];
+  arena main = c->arena;
+  c->arena = ps->scratch;
+  int before = c->diags.n;
+  bool ok = eval_step(c, d->loc) && device_of(c, p, d->expr, d->loc, s, dev, levels, nlevels);
+  if (c->diags.n == before) arena_reset(&c->arena);
+  else arena_adopt(&main, &c->arena);
+  ps->scratch = c->arena;
+  c->arena = main;
+  return ok;
+}
+
+/* ---- building a plan -------------------------------------------------------------- */
+
+weft_plan *weft_build_plan(weft_ctx *c, value plan, weft_loc use, const plan_opts *o) {
+  vdecl *d = plan.decl;
+  const ast *n = d->node;
+  env *e = env_new(A(c), d->closure);
+  if (!eval_bind_decl(c, d, e, use)) return NULL;
+  int before = c->diags.errors;
+  value mv = eval_expr(c, e, n->a);
+  if (mv.kind == V_ERROR) return NULL;
+  if (mv.kind != V_MODEL) {
+    eval_error(c, n->a->loc, "a plan is `for` a model, got %s %s", value_kind_name(mv.kind), value_repr(A(c), mv));
+    return NULL;
+  }
+  value cv = eval_expr(c, e, n->b);
+  if (cv.kind == V_ERROR) return NULL;
+  if (cv.kind != V_CLUSTER) {
+    eval_error(c, n->b->loc, "a plan is `on` a cluster, got %s %s", value_kind_name(cv.kind), value_repr(A(c), cv));
+    return NULL;
+  }
+  weft_graph *g = weft_build_graph(c, mv, n->a->loc);
+  if (!g) return NULL;
+  value cr = weft_build_cluster(c, cv, n->b->loc);
+  if (cr.kind != V_RECORD) return NULL;
+  weft_cluster cl = weft_cluster_of(cr.rec);
+  pstate ps = {.b = plan_begin(g, &cl, d->name, n->loc, o, A(c), &c->diags)};
+  ps.p = plan_building(ps.b);
+  arena_init(&ps.scratch);
+  /* the plan body sees `devices`: the cluster's device numbers */
+  vlist *dl = arena_alloc(A(c), sizeof *dl);
+  dl->n = cl.ndevices;
+  dl->items = arena_alloc(A(c), sizeof(value) * (size_t)(dl->n ? dl->n : 1));
+  for (int i = 0; i < dl->n; i++) dl->items[i] = v_int(i);
+  env_define(A(c), e, "devices", (value){.kind = V_LIST, .list = dl}, n->loc, false);
+  weft_plan *p = NULL;
+  if (exec_plan_body(c, &ps, e, &n->list2)) {
+    prof_mark("plan body");
+    void *hctx[2] = {c, &ps};
+    plan_hooks h = {place_expr, hctx};
+    p = plan_finish(ps.b, &h);
+    if (p && c->diags.errors > before) p = NULL;
+  }
+  arena_adopt(A(c), &ps.scratch);
+  return p;
+}
+

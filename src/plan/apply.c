@@ -1,0 +1,804 @@
+/* apply.c - the apply stage: a list of primitive decisions (decisions.h)
+ * applied to one graph and one cluster makes the plan IR: split trees,
+ * stages, meshes, sub-operators and their devices; then the communication
+ * (deps.c), micro-batch folding (fold.c) and data-parallel replicas. */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/prof.h"
+#include "weft/deps.h"
+#include "weft/plan.h"
+
+struct plan_builder {
+  weft_plan *p;
+  arena *a;               /* everything the plan holds */
+  weft_diags *dg;
+  plan_opts o;
+  int *assigns;           /* indices in p->decisions of the DEC_ASSIGN, in order */
+  int nassigns, acap;
+  int before;             /* errors in dg when the plan began */
+  bool failed;
+};
+
+enum { PLAN_MAX_SUBS = 1 << 20, PLAN_MAX_TOTAL_SUBS = 1 << 24 };
+
+/* ---- splits ---------------------------------------------------------------------- */
+
+static void add_split(plan_builder *b, popplan *pp, psplit sp) {
+  psplit *n = arena_alloc(b->a, sizeof(psplit) * (size_t)(pp->nsplits + 1));
+  if (pp->nsplits) memcpy(n, pp->splits, sizeof(psplit) * (size_t)pp->nsplits);
+  n[pp->nsplits++] = sp;
+  pp->splits = n;
+}
+
+/* The idim of op that DIM names: a signature name, or a model dimension name. */
+static int find_idim(plan_builder *b, const weft_plan *p, int op, const char *dim, weft_loc loc) {
+  const opspace *sp = p->ops[op].space;
+  int sig = -1, model = -1, nmodel = 0;
+  for (int i = 0; i < sp->nidims; i++) {
+    const idim *d = &sp->idims[i];
+    if (strcmp(d->sig, dim) == 0 && d->elem == 0 && sig < 0) sig = i;
+    if (d->dim_name && strcmp(d->dim_name, dim) == 0) { if (model < 0) model = i; nmodel++; }
+  }
+  if (sig >= 0) {
+    /* a group `b..` is named by its elements' model names, not by b */
+    bool group = false;
+    for (int i = 0; i < sp->nidims; i++) group |= strcmp(sp->idims[i].sig, dim) == 0 && sp->idims[i].elem > 0;
+    if (!group) return sig;
+  }
+  if (nmodel == 1) return model;
+  char list[512];
+  size_t o = 0;
+  list[0] = 0;
+  for (int i = 0; i < sp->nidims && o < sizeof list - 64; i++) {
+    const idim *d = &sp->idims[i];
+    if (d->nosplit && !d->dim_name && strchr(d->sig, '@')) continue;
+    const char *nm = nmodel > 1 ? (d->elem ? arena_printf(b->a, "%s[%d]", d->sig, d->elem) : d->sig)
+                                 : (d->dim_name ? d->dim_name : d->sig);
+    o += (size_t)snprintf(list + o, sizeof list - o, "%s%s", o ? ", " : "", nm);
+  }
+  weft_diag *g = nmodel > 1
+      ? diag_add(b->dg, DIAG_ERROR, loc, "operator %s has several dimensions named '%s'", p->g->ops[op].name, dim)
+      : diag_add(b->dg, DIAG_ERROR, loc, "operator %s has no dimension '%s'", p->g->ops[op].name, dim);
+  diag_hint(g, b->dg, nmodel > 1 ? "name it by the operator's signature instead: %s" : "its dimensions: %s", list);
+  return -1;
+}
+
+/* The size of the part of idim d that the levels so far leave to a leaf. */
+static int64_t part_size(const popplan *pp, int d) {
+  int64_t size = pp->space->idims[d].size;
+  for (int i = 0; i < pp->nsplits; i++)
+    if (pp->splits[i].idim == d) size /= pp->splits[i].parts;
+  return size;
+}
+
+
+static bool apply_split(plan_builder *b, const decision *d) {
+  weft_plan *p = b->p;
+  const char *axis = d->axis;
+  int parts = d->parts;
+  if (parts < 1 || parts > 1000000) {
+    diag_add(b->dg, DIAG_ERROR, d->loc, "a count must be a positive integer, got %d", parts);
+    return false;
+  }
+  for (int k = 0; k < d->ops.n; k++) {
+    int op = d->ops.ops[k];
+    popplan *pp = &p->ops[op];
+    for (int i = 0; i < pp->nsplits; i++)
+      if (strcmp(pp->splits[i].axis, axis) == 0) {
+        weft_diag *g = diag_add(b->dg, DIAG_ERROR, d->loc, "operator %s is already split along axis '%s'", p->g->ops[op].name, axis);
+        diag_hint(g, b->dg, "the first split is at line %d; name this level with `as AXIS`", pp->splits[i].loc.line);
+        return false;
+      }
+    int64_t count = parts;
+    for (int i = 0; i < pp->nsplits; i++) count *= pp->splits[i].parts;
+    if (count > PLAN_MAX_SUBS) {
+      weft_diag *g = diag_add(b->dg, DIAG_ERROR, d->loc, "operator %s would have %" PRId64 " sub-operators, more than weft supports (%d)",
+                         p->g->ops[op].name, count, PLAN_MAX_SUBS);
+      diag_hint(g, b->dg, "the product of the parts of an operator's levels is its number of sub-operators");
+      return false;
+    }
+    psplit sp = {.kind = SPLIT_REPLICA, .idim = -1, .parts = parts, .axis = axis, .loc = d->loc};
+    if (d->kind == DEC_SPLIT) {
+      int di = find_idim(b, p, op, d->name, d->loc);
+      if (di < 0) return false;
+      const idim *id = &pp->space->idims[di];
+      if (id->nosplit) {
+        weft_diag *g = diag_add(b->dg, DIAG_ERROR, d->loc, "dimension %s of %s cannot be split", id->dim_name ? id->dim_name : id->sig,
+                           p->g->ops[op].name);
+        diag_hint(g, b->dg, "its signature marks it '^': %s needs it whole", p->g->ops[op].decl->name);
+        return false;
+      }
+      if (id->reduce && d->in_time) {
+        diag_add(b->dg, DIAG_ERROR, d->loc, "dimension %s of %s is a reduction: it cannot be split in time",
+            id->dim_name ? id->dim_name : id->sig, p->g->ops[op].name);
+        return false;
+      }
+      int64_t size = part_size(pp, di);
+      if (size % parts != 0) {
+        weft_diag *g = diag_add(b->dg, DIAG_ERROR, d->loc, "%s: %s = %" PRId64 " is not divisible by %d", p->g->ops[op].name,
+                           id->dim_name ? id->dim_name : id->sig, size, parts);
+        diag_hint(g, b->dg, "every part of a split has the same size");
+        return false;
+      }
+      /* a dimension the result lacks is summed over (k+ of matmul, the batch
+       * of a loss): its parts hold partial sums */
+      bool in_result = false;
+      const tmap *om = &pp->space->output;
+      for (int t = 0; t < om->ndims && !in_result; t++)
+        for (int f = 0; f < om->nfactors[t] && !in_result; f++) in_result = om->factors[t][f] == di;
+      sp.idim = di;
+      sp.kind = d->in_time ? SPLIT_TIME : (id->reduce || !in_result) ? SPLIT_VALUE : SPLIT_DIM;
+    }
+    add_split(b, pp, sp);
+  }
+  return true;
+}
+
+/* ---- meshes, stages, orders, schedules ------------------------------------------- */
+
+static bool apply_mesh(plan_builder *b, const decision *d) {
+  weft_plan *p = b->p;
+  int n = d->ndevices;
+  bool *seen = arena_alloc(b->a, sizeof(bool) * (size_t)(p->ndevices ? p->ndevices : 1));
+  for (int i = 0; i < n; i++) {
+    if (d->devices[i] < 0 || d->devices[i] >= p->ndevices) {
+      diag_add(b->dg, DIAG_ERROR, d->loc, "device %d does not exist: the cluster has devices 0 to %d", d->devices[i], p->ndevices - 1);
+      return false;
+    }
+    if (seen[d->devices[i]]) { diag_add(b->dg, DIAG_ERROR, d->loc, "device %d is in the mesh twice", d->devices[i]); return false; }
+    seen[d->devices[i]] = true;
+  }
+  int64_t prod = 1;
+  for (int i = 0; i < d->naxes; i++) {
+    if (d->sizes[i] < 1) {
+      diag_add(b->dg, DIAG_ERROR, d->loc, "axis %s of mesh %s has size %d", d->axes[i], d->name, d->sizes[i]);
+      return false;
+    }
+    prod *= d->sizes[i];
+  }
+  if (prod != n) {
+    weft_diag *g = diag_add(b->dg, DIAG_ERROR, d->loc, "mesh %s has %" PRId64 " positions but %d devices", d->name, prod, n);
+    diag_hint(g, b->dg, "the product of the axis sizes must equal the number of devices");
+    return false;
+  }
+  pmesh m = {.name = d->name, .naxes = d->naxes, .axes = d->axes, .sizes = d->sizes, .devices = d->devices,
+             .loc = d->loc};
+  arena_grow(b->a, (void **)&p->meshes, &p->mcap, p->nmeshes + 1, sizeof(pmesh));
+  p->meshes[p->nmeshes++] = m;
+  return true;
+}
+
+static bool apply_stage(plan_builder *b, const decision *d) {
+  weft_plan *p = b->p;
+  for (int k = 0; k < p->nstages; k++)
+    if (strcmp(p->stages[k].name, d->name) == 0) {
+      diag_add(b->dg, DIAG_ERROR, d->loc, "stage %s is defined twice", d->name);
+      return false;
+    }
+  for (int k = 0; k < d->ops.n; k++) {
+    popplan *pp = &p->ops[d->ops.ops[k]];
+    if (pp->stage >= 0) {
+      diag_add(b->dg, DIAG_ERROR, d->loc, "operator %s is already in stage %s", p->g->ops[d->ops.ops[k]].name, p->stages[pp->stage].name);
+      return false;
+    }
+    pp->stage = p->nstages;
+  }
+  arena_grow(b->a, (void **)&p->stages, &p->stcap, p->nstages + 1, sizeof(pstage));
+  p->stages[p->nstages++] = (pstage){d->name, d->ops.n, d->ops.ops, d->loc};
+  return true;
+}
+
+static bool apply_order(plan_builder *b, const decision *d) {
+  weft_plan *p = b->p;
+  for (int k = 0; k < d->ops.n; k++)
+    for (int j = 0; j < d->after.n; j++)
+      if (d->after.ops[j] == d->ops.ops[k]) {
+        diag_add(b->dg, DIAG_ERROR, d->loc, "operator %s is on both sides of `order`", p->g->ops[d->ops.ops[k]].name);
+        return false;
+      }
+  arena_grow(b->a, (void **)&p->orders, &p->orcap, p->norders + 1, sizeof(porder));
+  p->orders[p->norders++] = (porder){d->ops.n, d->after.n, d->ops.ops, d->after.ops, d->loc};
+  return true;
+}
+
+/* `recompute`: the operators of one segment (decision.keys) are recomputed
+ * together, right before the backward of the segment's last operator; what
+ * flows into a segment from outside it is kept. Selective (Korthikanti et
+ * al., 2022) recomputes only the operators that are cheap for the memory
+ * they free: all but the matrix products (kind "matmul"), whose results
+ * are kept. */
+static bool apply_recompute(plan_builder *b, const decision *d) {
+  weft_plan *p = b->p;
+  if (d->mode != 1 && d->mode != 2) {
+    diag_add(b->dg, DIAG_ERROR, d->loc, "recompute is selective (1) or full (2), got %d", d->mode);
+    return false;
+  }
+  const char **keys = arena_alloc(b->a, sizeof(char *) * (size_t)(d->ops.n ? d->ops.n : 1));
+  int nkeys = 0, base = p->nsegs;
+  for (int k = 0; k < d->ops.n; k++) {
+    int op = d->ops.ops[k];
+    const char *kind = p->g->ops[op].kind;
+    if (d->mode == 1 && kind && strcmp(kind, "matmul") == 0) continue;
+    const char *key = d->keys ? d->keys[k] : p->g->ops[op].name;
+    int id = -1;
+    for (int j = 0; j < nkeys && id < 0; j++)
+      if (strcmp(keys[j], key) == 0) id = j;
+    if (id < 0) { keys[nkeys] = key; id = nkeys++; }
+    p->ops[op].recompute = d->mode;
+    p->ops[op].rseg = base + id;
+  }
+  p->nsegs = base + nkeys;
+  return true;
+}
+
+/* How many parts of the gradient of parameter t are summed, as far as the
+ * splits so far tell: the parts of the levels along dimensions t lacks (the
+ * batch of data parallelism, the sequence of sequence parallelism), for the
+ * reader with the most. Placement decides the devices of the sum; two parts
+ * on one device make the group smaller, and deps_derive keeps an all-reduce
+ * for a group that does not divide the parameter. */
+static int64_t grad_parts(const weft_plan *p, int t) {
+  int64_t most = 1;
+  for (int op = 0; op < p->g->nops; op++) {
+    const popplan *pp = &p->ops[op];
+    for (int k = 0; k < pp->space->ninputs; k++) {
+      const tmap *m = &pp->space->inputs[k];
+      if (m->tensor != t) continue;
+      int64_t n = 1;
+      for (int i = 0; i < pp->nsplits; i++) {
+        if (pp->splits[i].kind != SPLIT_DIM) continue;
+        bool has = false;
+        for (int d = 0; d < m->ndims && !has; d++)
+          for (int f = 0; f < m->nfactors[d] && !has; f++) has = m->factors[d][f] == pp->splits[i].idim;
+        if (!has) n *= pp->splits[i].parts;
+      }
+      if (n > most) most = n;
+    }
+  }
+  return most;
+}
+
+/* Whether the part of parameter input k of op that one sub-operator reads
+ * has a dimension divisible by n; its extents go to text for messages. */
+static bool shardable(plan_builder *b, const popplan *pp, int k, int64_t n, const char **text) {
+  const tmap *m = &pp->space->inputs[k];
+  bool ok = false;
+  const char *t = "";
+  for (int d = 0; d < m->ndims; d++) {
+    int64_t len = 1;
+    for (int f = 0; f < m->nfactors[d]; f++) len *= part_size(pp, m->factors[d][f]);
+    ok |= len % n == 0;
+    t = arena_printf(b->a, "%s%s%" PRId64, t, d ? ", " : "", len);
+  }
+  *text = t;
+  return ok;
+}
+
+
+/* ZeRO (`shard STATE SEL over AXIS`): each parameter the selected operators
+ * read keeps one part of its optimizer state (stage 1), and also of its
+ * gradient (2) and of its values (3), on each device of the group that sums
+ * its gradient. The stages nest: a parameter keeps the highest asked. AXIS
+ * is the axis its copies differ along, so the decision follows the splits
+ * that make them. */
+static bool apply_shard(plan_builder *b, const decision *d) {
+  weft_plan *p = b->p;
+  if (d->state < 1 || d->state > 3) {
+    diag_add(b->dg, DIAG_ERROR, d->loc, "ZeRO shards the optimizer state (1), gradients (2) or parameters (3), got %d", d->state);
+    return false;
+  }
+  for (int k = 0; k < d->ops.n; k++) {
+    const popplan *pp = &p->ops[d->ops.ops[k]];
+    bool along = false;
+    for (int i = 0; i < pp->nsplits && !along; i++) along = strcmp(pp->splits[i].axis, d->axis) == 0;
+    if (!along) {
+      weft_diag *g = diag_add(b->dg, DIAG_ERROR, d->loc, "operator %s is not split along axis '%s'", p->g->ops[d->ops.ops[k]].name, d->axis);
+      diag_hint(g, b->dg, "`shard` divides the copies of parameters made along an axis: "
+                          "split the operator along it first");
+      return false;
+    }
+    for (int a = 0; a < pp->space->ninputs; a++) {
+      int t = pp->space->inputs[a].tensor;
+      const gtensor *gt = &p->g->tensors[t];
+      if (gt->role != TENSOR_PARAM) continue;
+      int64_t n = grad_parts(p, t);
+      /* every reader's part, a tied weight's too, is cut into n equal parts */
+      for (int op = 0; op < p->g->nops; op++)
+        for (int r = 0; r < p->ops[op].space->ninputs; r++) {
+          const char *ext;
+          if (p->ops[op].space->inputs[r].tensor != t || shardable(b, &p->ops[op], r, n, &ext)) continue;
+          weft_diag *g = diag_add(b->dg, DIAG_ERROR, d->loc, "cannot shard parameter %s %s over %" PRId64
+                             " devices: no dimension of its part [%s] is divisible by %" PRId64,
+                             gt->name, tensor_type_str(b->a, gt), n, ext, n);
+          diag_hint(g, b->dg, "ZeRO gives each device that sums a gradient an equal part of one dimension; "
+                              "leave %s out of the selector, or change the sizes", gt->name);
+          return false;
+        }
+      pzero *z = &p->zero[t];
+      if (d->state >= z->stage) *z = (pzero){d->state, d->axis, d->loc};
+    }
+  }
+  return true;
+}
+
+/* ---- micro-batch folding ------------------------------------------------------- */
+
+/* Whether an assignment's devices depend on `axis` (then micro-batches may
+ * be placed differently). */
+static bool reads_axis(const decision *d, const char *axis) {
+  for (int i = 0; i < d->nnames; i++)
+    if (strcmp(d->names[i], axis) == 0) return true;
+  for (int i = 0; i < d->nidx; i++)
+    if (d->idx[i].axis && strcmp(d->idx[i].axis, axis) == 0) return true;
+  return false;
+}
+
+/* Folding pays when there are many sub-operators; WEFT_FOLD=always or
+ * never overrides (the tests compare both). */
+enum { FOLD_MIN_SUBS = 1 << 16 };
+
+/* Sets p->fold when micro-batches differ only by a shift (see plan.h). */
+static void fold_setup(plan_builder *b) {
+  weft_plan *p = b->p;
+  const weft_graph *g = p->g;
+  const char *mode = getenv("WEFT_FOLD");
+  if (mode && strcmp(mode, "never") == 0) return;
+  bool always = mode && strcmp(mode, "always") == 0;
+  int nmb = 0;
+  int64_t total = 0;
+  int *tlevel = arena_alloc(b->a, sizeof(int) * (size_t)(g->nops ? g->nops : 1));
+  int64_t *step = arena_alloc(b->a, sizeof(int64_t) * (size_t)(g->nops ? g->nops : 1));
+  for (int op = 0; op < g->nops; op++) {
+    const popplan *pp = &p->ops[op];
+    int64_t count = 1;
+    tlevel[op] = -1;
+    for (int i = 0; i < pp->nsplits; i++) {
+      count *= pp->splits[i].parts;
+      if (pp->splits[i].kind != SPLIT_TIME) continue;
+      if (tlevel[op] >= 0) return;  /* two time levels */
+      tlevel[op] = i;
+    }
+    total += count;
+    if (tlevel[op] < 0) return;
+    const psplit *ts = &pp->splits[tlevel[op]];
+    if (nmb == 0) nmb = ts->parts;
+    if (ts->parts != nmb || nmb < 2) return;
+    /* the part size at the time level */
+    int64_t size = pp->space->idims[ts->idim].size;
+    for (int i = 0; i <= tlevel[op]; i++) {
+      if (pp->splits[i].idim != ts->idim) continue;
+      if (size % pp->splits[i].parts) return;
+      size /= pp->splits[i].parts;
+    }
+    step[op] = size;
+  }
+  if (nmb < 2 || (!always && total < FOLD_MIN_SUBS)) return;
+  /* every tensor moves along one dimension, by the same offset for all its operators */
+  int *tdim = arena_alloc(b->a, sizeof(int) * (size_t)(g->ntensors ? g->ntensors : 1));
+  int64_t *tstep = arena_alloc(b->a, sizeof(int64_t) * (size_t)(g->ntensors ? g->ntensors : 1));
+  bool *seen = arena_alloc(b->a, (size_t)(g->ntensors ? g->ntensors : 1));
+  for (int op = 0; op < g->nops; op++) {
+    const popplan *pp = &p->ops[op];
+    int ti = pp->splits[tlevel[op]].idim;
+    for (int k = -1; k < pp->space->ninputs; k++) {
+      const tmap *m = k < 0 ? &pp->space->output : &pp->space->inputs[k];
+      int dim = -1;
+      int64_t st = 0;
+      for (int d = 0; d < m->ndims; d++)
+        for (int f = 0; f < m->nfactors[d]; f++) {
+          if (m->factors[d][f] != ti) continue;
+          if (dim >= 0) return;
+          dim = d;
+          st = step[op];
+          for (int q = f + 1; q < m->nfactors[d]; q++) st *= pp->space->idims[m->factors[d][q]].size;
+        }
+      if (dim >= 0 && g->tensors[m->tensor].role == TENSOR_PARAM) return;
+      if (seen[m->tensor] && (tdim[m->tensor] != dim || (dim >= 0 && tstep[m->tensor] != st))) return;
+      seen[m->tensor] = true;
+      tdim[m->tensor] = dim;
+      tstep[m->tensor] = st;
+    }
+  }
+  for (int t = 0; t < g->ntensors; t++)
+    if (!seen[t]) tdim[t] = -1;
+  /* device expressions that read the time axis place micro-batches apart */
+  for (int a = 0; a < b->nassigns; a++) {
+    const decision *d = &p->decisions.items[b->assigns[a]];
+    for (int k = 0; k < d->ops.n; k++)
+      if (reads_axis(d, p->ops[d->ops.ops[k]].splits[tlevel[d->ops.ops[k]]].axis)) return;
+  }
+  p->fold = (pfold){nmb, nmb, tlevel, step, tdim, tstep, NULL};
+}
+
+/* ---- replicas ------------------------------------------------------------------ */
+
+/* Data-parallel replicas run the same program with devices renamed. Finds
+ * an axis along which every operator is split the same way (P parts of a
+ * dimension, or of a sum), such that the sub-operators at coordinate j of that
+ * axis sit on devices that are an image of those at coordinate 0 under one
+ * renaming pi_j; point-to-point communication stays inside a replica; a
+ * collective that leaves a replica reduces parameter gradients over whole
+ * orbits {d, pi_1(d), ...}. Then the devices at coordinate 0 represent the
+ * others: deps derived the same communication for each replica (in the
+ * same order), so lowering them alone decides rules 3 to 5 for all.
+ * Sets p->rep, or leaves it NULL. */
+static void find_reps(plan_builder *b, weft_plan *p) {
+  const weft_graph *g = p->g;
+  const char *mode = getenv("WEFT_REPS");
+  if (!b->o.reps || (mode && strcmp(mode, "never") == 0) || g->nops == 0) return;
+  for (int t = 0; t < g->ntensors; t++)
+    if (p->zero[t].stage > 0) return;  /* ZeRO parts differ per replica */
+  int D = p->ndevices;
+  int *cls = malloc(sizeof(int) * (size_t)D);
+  int *inv = malloc(sizeof(int) * (size_t)D);
+  int *rep = arena_alloc(b->a, sizeof(int) * (size_t)D);
+  if (!cls || !inv) weft_oom();
+  const popplan *p0 = &p->ops[0];
+  for (int cand = 0; cand < p0->nsplits; cand++) {
+    const psplit *cs = &p0->splits[cand];
+    if ((cs->kind != SPLIT_DIM && cs->kind != SPLIT_VALUE) || cs->parts < 2) continue;
+    const char *axis = cs->axis;
+    int P = cs->parts;
+    bool ok = true;
+    for (int d = 0; d < D; d++) cls[d] = inv[d] = -1;
+    for (int op = 0; op < g->nops && ok; op++) {
+      const popplan *pp = &p->ops[op];
+      int lv = -1;
+      for (int i = 0; i < pp->nsplits; i++)
+        if (strcmp(pp->splits[i].axis, axis) == 0) lv = i;
+      /* a dimension split, or the batch of a loss (partial sums nobody reads) */
+      if (lv < 0 || (pp->splits[lv].kind != SPLIT_DIM && pp->splits[lv].kind != SPLIT_VALUE) ||
+          pp->splits[lv].parts != P) {
+        ok = false;
+        break;
+      }
+      int tl = p->fold.nmb ? p->fold.tlevel[op] : -1;
+      int stride = 1;
+      for (int i = lv + 1; i < pp->nsplits; i++)
+        if (i != tl) stride *= pp->splits[i].parts;
+      for (int f = 0; f < pp->count && ok; f++) {
+        const psub *s = &p->subs[pp->first + f];
+        if (s->coord[lv] != 0) continue;
+        int r = s->device;
+        if (r < 0 || (cls[r] >= 0 && cls[r] != 0)) { ok = false; break; }
+        cls[r] = 0;
+        for (int j = 1; j < P && ok; j++) {
+          int q = p->subs[pp->first + f + j * stride].device;
+          if (q < 0 || (cls[q] >= 0 && cls[q] != j) || (inv[q] >= 0 && inv[q] != r)) { ok = false; break; }
+          cls[q] = j;
+          inv[q] = r;
+        }
+      }
+    }
+    if (!ok) continue;
+    /* pi_j is one-to-one: every representative has one image per j */
+    int *images = calloc((size_t)D, sizeof(int));
+    if (!images) weft_oom();
+    for (int d = 0; d < D; d++) {
+      rep[d] = cls[d] > 0 ? inv[d] : d;
+      if (cls[d] > 0) images[inv[d]]++;
+    }
+    for (int d = 0; d < D && ok; d++)
+      if (cls[d] == 0 && images[d] != P - 1) ok = false;
+    /* communication stays in a replica, or sums gradients over whole orbits */
+    char *in = calloc((size_t)D, 1);
+    if (!in) weft_oom();
+    for (int i = 0; i < p->ncomms && ok; i++) {
+      const pcomm *cm = &p->comms[i];
+      bool inside = true;
+      for (int k = 0; k < cm->ngroup; k++) inside &= cls[cm->group[k]] == cls[cm->group[0]];
+      if (inside) continue;
+      if (cm->kind == COMM_SEND || cm->phase != PHASE_WEIGHTS) { ok = false; break; }
+      for (int k = 0; k < cm->ngroup; k++) in[cm->group[k]] = 1;
+      for (int k = 0; k < cm->ngroup && ok; k++) {
+        int r = rep[cm->group[k]];
+        if (!in[r]) ok = false;
+        else if (cm->group[k] == r) {
+          int have = 0;
+          for (int m = 0; m < cm->ngroup; m++) have += rep[cm->group[m]] == r;
+          if (have != P) ok = false;
+        }
+      }
+      for (int k = 0; k < cm->ngroup; k++) in[cm->group[k]] = 0;
+    }
+    free(in);
+    free(images);
+    if (ok) {
+      p->rep = rep;
+      break;
+    }
+  }
+  free(cls);
+  free(inv);
+}
+
+/* ---- sub-operators and placement ------------------------------------------------ */
+
+static bool make_subs(plan_builder *b, weft_plan *p) {
+  int64_t total = 0;
+  for (int op = 0; op < p->g->nops; op++) {
+    int64_t count = 1;
+    for (int i = 0; i < p->ops[op].nsplits; i++) count *= p->ops[op].splits[i].parts;
+    total += count;
+  }
+  if (total > PLAN_MAX_TOTAL_SUBS) {
+    weft_diag *g = diag_add(b->dg, DIAG_ERROR, p->loc, "the plan has %" PRId64 " sub-operators, more than weft supports (%d)", total,
+                              PLAN_MAX_TOTAL_SUBS);
+    diag_hint(g, b->dg, "fewer parts, or fewer micro-batches");
+    return false;
+  }
+  arena_grow(b->a, (void **)&p->subs, &p->scap, (int)total + 1, sizeof(psub));
+  p->nsubs_all = total;
+  if (p->fold.nmb) total /= p->fold.nmb;
+  for (int op = 0; op < p->g->nops; op++) {
+    popplan *pp = &p->ops[op];
+    int tl = p->fold.nmb ? p->fold.tlevel[op] : -1;
+    int64_t count = 1;
+    for (int i = 0; i < pp->nsplits; i++) count *= i == tl ? 1 : pp->splits[i].parts;
+    pp->first = p->nsubs;
+    pp->count = (int)count;
+    int *coord = arena_alloc(b->a, sizeof(int) * (size_t)(pp->nsplits ? pp->nsplits : 1));
+    for (int64_t k = 0; k < count; k++) {
+      arena_grow(b->a, (void **)&p->subs, &p->scap, p->nsubs + 1, sizeof(psub));
+      psub *s = &p->subs[p->nsubs++];
+      memset(s, 0, sizeof *s);
+      s->op = op;
+      s->dir = DIR_FORWARD;
+      s->device = -1;
+      s->order = -1;
+      s->coord = arena_alloc(b->a, sizeof(int) * (size_t)(pp->nsplits ? pp->nsplits : 1));
+      memcpy(s->coord, coord, sizeof(int) * (size_t)pp->nsplits);
+      s->range = arena_alloc(b->a, sizeof(irange) * (size_t)(pp->space->nidims ? pp->space->nidims : 1));
+      for (int d = 0; d < pp->space->nidims; d++) s->range[d] = (irange){0, pp->space->idims[d].size};
+      int mb = 0;
+      for (int i = 0; i < pp->nsplits; i++) {
+        const psplit *sp = &pp->splits[i];
+        if (sp->kind == SPLIT_TIME) mb = mb * sp->parts + coord[i];
+        if (sp->idim < 0) continue;
+        irange *r = &s->range[sp->idim];
+        int64_t part = (r->hi - r->lo) / sp->parts;
+        r->lo += part * coord[i];
+        r->hi = r->lo + part;
+      }
+      s->microbatch = mb;
+      for (int i = pp->nsplits - 1; i >= 0; i--) {
+        if (i != tl && ++coord[i] < pp->splits[i].parts) break;
+        coord[i] = 0;
+      }
+    }
+  }
+  return true;
+}
+
+/* "h.0.attn.c_attn at part = 4, tp = 1": a sub-operator by its coordinates. */
+const char *plan_sub_where(arena *a, const weft_plan *p, const psub *s) {
+  const popplan *pp = &p->ops[s->op];
+  const char *t = arena_printf(a, "%s", p->g->ops[s->op].name);
+  for (int i = 0; i < pp->nsplits; i++)
+    t = arena_printf(a, "%s%s %s = %d (of %d)", t, i ? "," : " at", pp->splits[i].axis[0] == '#' ? "level" : pp->splits[i].axis,
+                     s->coord[i], pp->splits[i].parts);
+  return t;
+}
+
+/* Places the sub-operators of an assignment given as data: mesh[idx]. */
+static bool device_of_data(plan_builder *b, const decision *d, const psub *s, int *dev) {
+  weft_plan *p = b->p;
+  const popplan *pp = &p->ops[s->op];
+  if (d->mesh < 0) {
+    int v = d->nidx ? d->idx[0].value : -1;
+    if (v < 0 || v >= p->ndevices) {
+      diag_add(b->dg, DIAG_ERROR, d->loc, "device %d does not exist: the cluster has devices 0 to %d", v, p->ndevices - 1);
+      return false;
+    }
+    *dev = v;
+    return true;
+  }
+  if (d->mesh >= p->nmeshes) {
+    diag_add(b->dg, DIAG_ERROR, d->loc, "assignment to mesh %d, but the plan has %d", d->mesh, p->nmeshes);
+    return false;
+  }
+  const pmesh *m = &p->meshes[d->mesh];
+  if (d->nidx != m->naxes) {
+    diag_add(b->dg, DIAG_ERROR, d->loc, "mesh %s has %d axes, indexed with %d", m->name, m->naxes, d->nidx);
+    return false;
+  }
+  int64_t flat = 0;
+  for (int i = 0; i < d->nidx; i++) {
+    int64_t v = d->idx[i].value;
+    if (d->idx[i].axis) {
+      int lv = -1;
+      for (int k = 0; k < pp->nsplits && lv < 0; k++)
+        if (strcmp(pp->splits[k].axis, d->idx[i].axis) == 0) lv = k;
+      if (lv < 0) {
+        char have[256];
+        size_t o = 0;
+        have[0] = 0;
+        for (int k = 0; k < pp->nsplits && o < sizeof have - 32; k++)
+          o += (size_t)snprintf(have + o, sizeof have - o, "%s%s", k ? ", " : "", pp->splits[k].axis);
+        weft_diag *g = diag_add(b->dg, DIAG_ERROR, d->loc, "operator %s is not split along axis '%s'", p->g->ops[s->op].name, d->idx[i].axis);
+        diag_hint(g, b->dg, pp->nsplits ? "its levels: %s; split or replicate it along this axis, or assign it apart"
+                                        : "it is not split at all%s; split or replicate it, or assign it apart",
+                  have);
+        return false;
+      }
+      v = s->coord[lv];
+    }
+    if (v < 0 || v >= m->sizes[i]) {
+      weft_diag *g = diag_add(b->dg, DIAG_ERROR, d->loc, "index %d of mesh %s must be 0 to %d (axis %s), got %" PRId64, i, m->name,
+                         m->sizes[i] - 1, m->axes[i], v);
+      diag_hint(g, b->dg, "for the sub-operator of %s", plan_sub_where(b->a, p, s));
+      return false;
+    }
+    flat = flat * m->sizes[i] + v;
+  }
+  *dev = m->devices[flat];
+  return true;
+}
+
+static bool place(plan_builder *b, const plan_hooks *h) {
+  weft_plan *p = b->p;
+  /* the names of all split levels, for the device of each sub-operator */
+  const char **levels = NULL;
+  int nlevels = 0, lcap = 0;
+  for (int op = 0; op < p->g->nops; op++)
+    for (int i = 0; i < p->ops[op].nsplits; i++) {
+      const char *ax = p->ops[op].splits[i].axis;
+      bool seen = false;
+      for (int k = 0; k < nlevels && !seen; k++) seen = strcmp(levels[k], ax) == 0;
+      if (seen) continue;
+      arena_grow(b->a, (void **)&levels, &lcap, nlevels + 1, sizeof(char *));
+      levels[nlevels++] = ax;
+    }
+  for (int a = 0; a < b->nassigns; a++) {
+    const decision *d = &p->decisions.items[b->assigns[a]];
+    if (d->expr && (!h || !h->device)) {
+      diag_add(b->dg, DIAG_ERROR, d->loc, "an assignment given as an expression needs the front end that wrote it");
+      return false;
+    }
+    for (int k = 0; k < d->ops.n; k++) {
+      popplan *pp = &p->ops[d->ops.ops[k]];
+      for (int i = 0; i < pp->count; i++) {
+        psub *s = &p->subs[pp->first + i];
+        bool ok = d->expr ? h->device(h->ctx, p, d, s, levels, nlevels, &s->device)
+                          : device_of_data(b, d, s, &s->device);
+        if (!ok) return false;
+      }
+      pp->assigned = true;
+      pp->assign_loc = d->loc;
+    }
+  }
+  /* rule 2: every sub-operator on exactly one device */
+  bool ok = true;
+  int unplaced = 0;
+  for (int op = 0; op < p->g->nops && unplaced < 5; op++) {
+    if (p->ops[op].assigned) continue;
+    weft_diag *g = diag_add(b->dg, DIAG_ERROR, p->loc, "operator %s is not placed: no `assign` selects it", p->g->ops[op].name);
+    diag_hint(g, b->dg, "add `assign %s -> DEVICE`, or `assign all -> m[...]`", p->g->ops[op].name);
+    ok = false;
+    unplaced++;
+  }
+  return ok;
+}
+
+/* ---- the builder ------------------------------------------------------------------- */
+
+plan_builder *plan_begin(const weft_graph *g, const weft_cluster *cl, const char *name, weft_loc loc,
+                         const plan_opts *o, arena *a, weft_diags *dg) {
+  plan_builder *b = arena_alloc(a, sizeof *b);
+  weft_plan *p = arena_alloc(a, sizeof *p);
+  b->p = p;
+  b->a = a;
+  b->dg = dg;
+  if (o) b->o = *o;
+  b->before = dg->errors;
+  p->name = name;
+  p->bucket_bytes = PLAN_DEFAULT_BUCKET;
+  p->loc = loc;
+  p->g = (weft_graph *)g;
+  p->cluster = cl->rec;
+  p->ndevices = cl->ndevices;
+  p->devices_per_node = cl->devices_per_node;
+  p->ops = arena_alloc(a, sizeof(popplan) * (size_t)(g->nops ? g->nops : 1));
+  p->zero = arena_alloc(a, sizeof(pzero) * (size_t)(g->ntensors ? g->ntensors : 1));
+  for (int op = 0; op < g->nops; op++) {
+    p->ops[op].space = opspace_build(a, g, op);
+    p->ops[op].stage = -1;
+    p->ops[op].rseg = -1;
+  }
+  return b;
+}
+
+const weft_plan *plan_building(const plan_builder *b) { return b->p; }
+
+bool plan_add(plan_builder *b, const decision *d) {
+  weft_plan *p = b->p;
+  if (b->failed) return false;
+  for (int k = 0; k < d->ops.n; k++)
+    if (d->ops.ops[k] < 0 || d->ops.ops[k] >= p->g->nops) {
+      diag_add(b->dg, DIAG_ERROR, d->loc, "%s: operator %d does not exist (model %s has %d)", dec_kind_names[d->kind], d->ops.ops[k],
+          p->g->name, p->g->nops);
+      b->failed = true;
+      return false;
+    }
+  *dec_add(b->a, &p->decisions, d->kind) = *d;
+  bool ok = true;
+  switch (d->kind) {
+  case DEC_MESH: ok = apply_mesh(b, d); break;
+  case DEC_SPLIT: case DEC_REPLICATE: ok = apply_split(b, d); break;
+  case DEC_STAGE: ok = apply_stage(b, d); break;
+  case DEC_ASSIGN:
+    arena_grow(b->a, (void **)&b->assigns, &b->acap, b->nassigns + 1, sizeof(int));
+    b->assigns[b->nassigns++] = p->decisions.n - 1;
+    break;
+  case DEC_ORDER: ok = apply_order(b, d); break;
+  case DEC_SCHEDULE:
+    p->sched = d->sched;
+    p->sched_loc = d->loc;
+    p->grid = d->sched == SCHED_GRID ? d->grid : NULL;
+    break;
+  case DEC_RECOMPUTE: ok = apply_recompute(b, d); break;
+  case DEC_SHARD: ok = apply_shard(b, d); break;
+  case DEC_BUCKETS:
+    if (d->bytes < 0) {
+      diag_add(b->dg, DIAG_ERROR, d->loc, "buckets of %" PRId64 " bytes", d->bytes);
+      ok = false;
+    }
+    p->bucket_bytes = d->bytes;
+    p->bucket_loc = d->loc;
+    break;
+  default:
+    diag_add(b->dg, DIAG_ERROR, d->loc, "unknown decision %d", (int)d->kind);
+    ok = false;
+  }
+  if (!ok) b->failed = true;
+  return ok;
+}
+
+weft_plan *plan_finish(plan_builder *b, const plan_hooks *h) {
+  weft_plan *p = b->p;
+  if (b->failed) return NULL;
+  fold_setup(b);
+  if (!make_subs(b, p)) return NULL;
+  if (!place(b, h)) return NULL;
+  if (b->dg->errors > b->before) return NULL;
+  prof_mark("sub-operators");
+  deps_derive(b->a, p);
+  prof_mark("communication");
+  p->used_devices = plan_devices_used(p);
+  find_reps(b, p);
+  bool *keep = NULL;
+  if (p->rep) {
+    keep = arena_alloc(b->a, (size_t)p->ndevices);
+    for (int dv = 0; dv < p->ndevices; dv++) keep[dv] = p->rep[dv] == dv;
+  }
+  plan_unfold(b->a, p, keep);
+  prof_mark("unfold");
+  prof_note("%d sub-operators and %d communications kept, of %d devices", p->nsubs, p->ncomms, p->ndevices);
+  return p;
+}
+
+weft_plan *plan_apply(const weft_graph *g, const weft_cluster *cl, const weft_decisions *d, const plan_opts *o,
+                      arena *a, weft_diags *dg) {
+  weft_loc none = {0};
+  plan_builder *b = plan_begin(g, cl, "plan", none, o, a, dg);
+  for (int i = 0; i < d->n; i++)
+    if (!plan_add(b, &d->items[i])) return NULL;
+  return plan_finish(b, NULL);
+}
+
+/* ---- reports ------------------------------------------------------------------------- */
+
+int plan_devices_used(const weft_plan *p) {
+  bool *used = calloc((size_t)(p->ndevices ? p->ndevices : 1), 1);
+  if (!used) weft_oom();
+  int n = 0;
+  for (int i = 0; i < p->nsubs; i++)
+    if (p->subs[i].device >= 0 && !used[p->subs[i].device]) { used[p->subs[i].device] = true; n++; }
+  free(used);
+  return n;
+}
+
