@@ -91,7 +91,7 @@ typedef struct decision {
   int nidx;
   dec_index *idx;
   /* DEC_ASSIGN, as an expression of the language: evaluated for every
-   * sub-operator by the front end that made it (plan_hooks, plan.h); the
+   * sub-operator by the front end that made it (weft_decisions.placer); the
    * names it mentions tell folding whether it reads the time axis. */
   const void *expr;
   int nnames;
@@ -111,9 +111,34 @@ typedef struct decision {
   int64_t bytes;
 } decision;
 
+/* A sub-operator as a front end places it: its operator and its
+ * coordinate along each of the operator's split levels. */
+typedef struct dec_sub {
+  int op;
+  int nsplits;
+  const char *const *axes;  /* per level: its axis ("tp"; "#1" for an unnamed level) */
+  const int *parts;         /* per level: its parts */
+  const int *coord;         /* per level: the sub-operator's coordinate */
+  const char *const *levels;  /* the axes of every split level of the plan */
+  int nlevels;
+} dec_sub;
+
+/* How the front end that evaluated an assignment given as an expression
+ * (decision.expr) places it: the device of one sub-operator, false after
+ * a diagnostic. done, when not NULL, is called once apply is over. */
+typedef struct dec_placer {
+  bool (*device)(void *ctx, const decision *d, const dec_sub *s, int *device);
+  void (*done)(void *ctx);
+  void *ctx;
+} dec_placer;
+
+/* A plan as data: its decisions in order. */
 typedef struct weft_decisions {
+  const char *name;       /* the plan's name (NULL: "plan") */
+  weft_loc loc;           /* where it was written ({0}: built in C) */
   decision *items;
   int n, cap;
+  dec_placer placer;      /* for assignments given as expressions */
 } weft_decisions;
 
 /* Appends a decision of kind k (zeroed, mesh -1) and returns it. */

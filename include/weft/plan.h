@@ -273,27 +273,17 @@ typedef struct plan_opts {
                            * are lowered once per class of replicas */
 } plan_opts;
 
-/* What the front end that made a decision list does for it: places the
- * sub-operators of an assignment given as an expression (decision.expr).
- * levels: the axes of every split level of the plan. */
-typedef struct plan_hooks {
-  bool (*device)(void *ctx, const weft_plan *p, const decision *d, const psub *s, const char *const *levels,
-                 int nlevels, int *device);
-  void *ctx;
-} plan_hooks;
-
 typedef struct plan_builder plan_builder;
 
 plan_builder *plan_begin(const weft_graph *g, const weft_cluster *cl, const char *name, weft_loc loc,
                          const plan_opts *o, arena *a, weft_diags *dg);
-/* The plan as far as it is decided (stages and meshes so far). */
-const weft_plan *plan_building(const plan_builder *b);
 /* Applies one decision; false after a diagnostic (the builder is then done). */
 bool plan_add(plan_builder *b, const decision *d);
-/* The plan, or NULL after diagnostics. h may be NULL when no assignment
- * is an expression. */
-weft_plan *plan_finish(plan_builder *b, const plan_hooks *h);
-/* All at once: begin, add every decision, finish (the plan is named "plan"). */
+/* The plan, or NULL after diagnostics. pl places the assignments given as
+ * expressions (NULL when there are none). */
+weft_plan *plan_finish(plan_builder *b, const dec_placer *pl);
+/* All at once: begin, add every decision, finish. The plan is named and
+ * placed as the list says. */
 weft_plan *plan_apply(const weft_graph *g, const weft_cluster *cl, const weft_decisions *d, const plan_opts *o,
                       arena *a, weft_diags *dg);
 

@@ -92,12 +92,19 @@ static inline value v_bool(bool b) { value v = {.kind = V_BOOL, .i = b}; return 
 static inline value v_string(const char *s) { value v = {.kind = V_STRING, .s = s}; return v; }
 static inline value v_tensor(int t) { value v = {.kind = V_TENSOR, .tensor = t}; return v; }
 
+/* A built-in function of the language (src/eval/eval.c defines them). */
+struct weft_ctx;
+struct builtin {
+  const char *name;
+  int min, max;           /* argument counts; max -1: any */
+  value (*fn)(struct weft_ctx *c, int n, value *args, weft_loc loc);
+};
+
 const char *value_kind_name(value_kind k);
 /* Appends a readable rendering (as weft source where one exists). */
 const char *value_show(arena *a, value v);
 /* The same for messages: strings in quotes ("a100"), so they read as values. */
 const char *value_repr(arena *a, value v);
-const char *builtin_name(const builtin *b);
 bool value_equal(value a, value b);
 /* A record's field or NULL. */
 const value *record_get(const vrecord *r, const char *key);

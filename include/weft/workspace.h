@@ -7,48 +7,10 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-#include "weft/ast.h"
+#include "weft/cluster.h"
+#include "weft/context.h"
+#include "weft/decisions.h"
 #include "weft/graph.h"
-#include "weft/plan.h"
-#include "weft/value.h"
-
-#define WEFT_VERSION "0.1.0"
-
-/* Exit statuses: accepted, input rejected, weft itself failed. */
-enum { WEFT_OK = 0, WEFT_REJECTED = 1, WEFT_FAILED = 2 };
-
-typedef struct weft_override {
-  const char *name;
-  const char *text;      /* the expression as given after '=' */
-  bool used;
-} weft_override;
-
-typedef struct weft_module {
-  const char *key;       /* canonical path, or "<std>/NAME" */
-  int file;              /* index in srcs */
-  env *env;              /* its top-level names (imports included) */
-  const ast *root;
-  bool loading;          /* on the import stack: a second visit is a cycle */
-  bool failed;           /* had errors: a second `use` fails quietly */
-} weft_module;
-
-
-typedef struct weft_ctx {
-  arena arena;
-  weft_srcs srcs;
-  weft_diags diags;
-  const char *stdlib_dir;        /* NULL: the embedded standard library */
-  weft_override *overrides;
-  int noverrides, ocap;
-  weft_module *modules;
-  int nmodules, mcap;
-  weft_module *main;             /* modules[0], set once loading ends */
-  env *builtins;                 /* dtypes and built-in functions */
-  bool import_failed;            /* some `use` failed: unknown names may follow */
-  int64_t steps;                 /* evaluation steps, bounded */
-  int depth;                     /* function and sub-model call depth */
-  struct mstate *model;          /* the model under construction, or NULL */
-} weft_ctx;
 
 weft_ctx *weft_new(void);
 void weft_free(weft_ctx *c);
@@ -74,9 +36,16 @@ weft_graph *weft_build_graph(weft_ctx *c, value model, weft_loc use);
 /* Evaluates a cluster value to its record (fields checked); V_ERROR after
  * diagnostics. weft_cluster_of (cluster.h) reads it. */
 value weft_build_cluster(weft_ctx *c, value cluster, weft_loc use);
-/* Evaluates a plan value: its model's graph, its cluster, its body as a
- * list of decisions applied by the plan builder (plan.h). NULL after
- * diagnostics. o may be NULL. */
-weft_plan *weft_build_plan(weft_ctx *c, value plan, weft_loc use, const plan_opts *o);
+/* A plan value evaluated: its model's graph, its cluster, and its body as
+ * a list of decisions, for plan_apply (plan.h). The list's placer
+ * evaluates the device expressions of `assign` when apply asks. */
+typedef struct weft_plan_src {
+  weft_graph *graph;
+  weft_cluster cluster;
+  weft_decisions decisions;
+} weft_plan_src;
+
+/* False after diagnostics. Everything lives in c's arena. */
+bool weft_eval_plan(weft_ctx *c, value plan, weft_loc use, weft_plan_src *out);
 
 #endif

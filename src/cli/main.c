@@ -19,6 +19,7 @@
 #include "weft/plan.h"
 #include "base/prof.h"
 #include "weft/sim.h"
+#include "weft/report.h"
 #include "weft/validate.h"
 #include "eval/eval.h"
 

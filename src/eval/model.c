@@ -5,15 +5,15 @@
 #include <string.h>
 
 #include "eval.h"
+#include "weft/workspace.h"
+#include "model.h"
 
-enum { MODEL_MAX_PREFIX = 256, MODEL_MAX_OPS = 4 * 1000 * 1000, MODEL_MAX_DIMS = 16 };
+enum { MODEL_MAX_OPS = 4 * 1000 * 1000, MODEL_MAX_DIMS = 16 };
 
 /* The model (or sub-model) whose body is being evaluated. */
 typedef struct mstate {
-  weft_graph *g;
+  model_scope sc;         /* what expressions see; first, so that c->model is both */
   struct mstate *outer;
-  const char *prefixes[MODEL_MAX_PREFIX]; /* [0] is the (sub-)model root, e.g. "h.3." */
-  int nprefix;
   const char *model_name;
   int *inputs;           /* tensors passed to a sub-model, bound to its `input`s */
   int ninputs, next_input;
@@ -25,6 +25,8 @@ typedef struct mstate {
 } mstate;
 
 static arena *A(weft_ctx *c) { return &c->arena; }
+/* The model being built: c->model is its scope, its first member. */
+static mstate *M(weft_ctx *c) { return (mstate *)c->model; }
 
 /* ---- operator declarations -------------------------------------------------- */
 
@@ -219,45 +221,12 @@ opdecl *opdecl_build(weft_ctx *c, env *e, const ast *n) {
 
 /* ---- names ---------------------------------------------------------------- */
 
-int model_lookup_tensor(weft_ctx *c, const char *path) {
-  mstate *m = c->model;
-  if (!m) return -1;
-  for (int i = m->nprefix - 1; i >= 0; i--) {
-    const char *full = *m->prefixes[i] ? arena_printf(A(c), "%s%s", m->prefixes[i], path) : path;
-    int t = graph_find(m->g, full);
-    if (t >= 0) return t;
-  }
-  return -1;
-}
-
-/* Tensor names visible from the current block, relative to it. */
-int model_tensor_names(weft_ctx *c, const char **out, int max) {
-  mstate *m = c->model;
-  if (!m) return 0;
-  const char *pre = m->prefixes[m->nprefix - 1];
-  size_t pl = strlen(pre);
-  int n = 0;
-  for (int i = m->g->ntensors - 1; i >= 0 && n < max; i--) {
-    const char *nm = m->g->tensors[i].name;
-    if (strncmp(nm, pre, pl) == 0) out[n++] = nm + pl;
-  }
-  return n;
-}
-
-bool model_tensor_size(weft_ctx *c, value t, int64_t *numel, int *elem_bytes) {
-  if (!c->model || t.kind != V_TENSOR || t.tensor < 0 || t.tensor >= c->model->g->ntensors) return false;
-  const gtensor *g = &c->model->g->tensors[t.tensor];
-  *numel = tensor_numel(g);
-  *elem_bytes = dtype_bytes[g->dtype];
-  return true;
-}
-
 static const char *full_name(weft_ctx *c, const char *rel) {
-  mstate *m = c->model;
-  return arena_printf(A(c), "%s%s", m->prefixes[m->nprefix - 1], rel);
+  mstate *m = M(c);
+  return arena_printf(A(c), "%s%s", m->sc.prefixes[m->sc.nprefix - 1], rel);
 }
 
-static const char *tshow(weft_ctx *c, int t) { return tensor_type_str(A(c), &c->model->g->tensors[t]); }
+static const char *tshow(weft_ctx *c, int t) { return tensor_type_str(A(c), &M(c)->sc.g->tensors[t]); }
 
 /* ---- types ---------------------------------------------------------------- */
 
@@ -353,7 +322,7 @@ static const char *signature_str(weft_ctx *c, const opdecl *op) {
 
 /* Matches one tensor argument against its pattern, binding names. */
 static bool match_arg(weft_ctx *c, const opdecl *op, const oparg *pa, int t, binds *b, weft_loc loc) {
-  const gtensor *ten = &c->model->g->tensors[t];
+  const gtensor *ten = &M(c)->sc.g->tensors[t];
   const oppattern *p = &pa->pat;
   if (p->has_dtype && ten->dtype != p->dtype) {
     weft_diag *g = eval_error(c, loc, "%s: argument %s must be %s, got %s", op->name, pa->name,
@@ -504,7 +473,7 @@ static bool op_cost(weft_ctx *c, const opdecl *op, env *ce, const char *key, dou
 }
 
 static int op_call(weft_ctx *c, env *e, const opdecl *op, const ast *call, const char *rel) {
-  mstate *m = c->model;
+  mstate *m = M(c);
   callargs ca;
   if (!eval_args(c, e, call, &ca)) return -1;
   int na = op->nargs;
@@ -606,14 +575,14 @@ static int op_call(weft_ctx *c, env *e, const opdecl *op, const ast *call, const
     if (!pa->tensor) continue;
     int t = vals[i].tensor;
     if (!match_arg(c, op, pa, t, &b, argloc[i])) return -1;
-    if (op->native_fwd && m->g->tensors[t].dtype == DT_I32) {
+    if (op->native_fwd && m->sc.g->tensors[t].dtype == DT_I32) {
       weft_diag *g = eval_error(c, argloc[i], "argument %s of %s is i32, but its native kernel works on f32 tensors", pa->name, op->name);
       diag_hint(g, &c->diags, "the kernel is called with float pointers; pass a floating-point tensor");
       return -1;
     }
     inputs[ni++] = t;
     env_define(A(c), ce, pa->name, vals[i], op->node->loc, false);
-    if (!dt_set && dtype_is_float(m->g->tensors[t].dtype)) { dt = m->g->tensors[t].dtype; dt_set = true; }
+    if (!dt_set && dtype_is_float(m->sc.g->tensors[t].dtype)) { dt = m->sc.g->tensors[t].dtype; dt_set = true; }
   }
   if (op->result.has_dtype) dt = op->result.dtype;
   /* bind dimension names for the cost expressions: a group is its product */
@@ -658,19 +627,19 @@ static int op_call(weft_ctx *c, env *e, const opdecl *op, const ast *call, const
     }
   }
   const char *name = full_name(c, rel);
-  if (m->g->nops >= MODEL_MAX_OPS) {
+  if (m->sc.g->nops >= MODEL_MAX_OPS) {
     eval_error(c, call->loc, "the model has more than %d operators", MODEL_MAX_OPS);
     return -1;
   }
-  int t = graph_add_tensor(A(c), m->g, name, TENSOR_ACT, dt, rn, rd, call->loc);
+  int t = graph_add_tensor(A(c), m->sc.g, name, TENSOR_ACT, dt, rn, rd, call->loc);
   if (t < 0) {
-    int prev = graph_find(m->g, name);
+    int prev = graph_find(m->sc.g, name);
     weft_diag *g = eval_error(c, call->loc, "'%s' is already defined in model %s", name, m->model_name);
-    if (prev >= 0) diag_hint(g, &c->diags, "the first definition is at line %d; names must be unique", m->g->tensors[prev].loc.line);
+    if (prev >= 0) diag_hint(g, &c->diags, "the first definition is at line %d; names must be unique", m->sc.g->tensors[prev].loc.line);
     return -1;
   }
-  int oi = gop_add(A(c), m->g);
-  gop *o = &m->g->ops[oi];
+  int oi = gop_add(A(c), m->sc.g);
+  gop *o = &m->sc.g->ops[oi];
   o->name = name;
   o->decl = op;
   o->ninputs = ni;
@@ -681,7 +650,7 @@ static int op_call(weft_ctx *c, env *e, const opdecl *op, const ast *call, const
   o->binds = b.items;
   o->loc = call->loc;
   o->kind = op->kind;
-  m->g->tensors[t].producer = oi;
+  m->sc.g->tensors[t].producer = oi;
   env_define(A(c), ce, "out", v_tensor(t), op->node->loc, false);
   bool found;
   double f = 0;
@@ -690,8 +659,8 @@ static int op_call(weft_ctx *c, env *e, const opdecl *op, const ast *call, const
   double by = 0;
   if (!op_cost(c, op, ce, "bytes", &by, &found)) return -1;
   if (!found) {
-    by = (double)tensor_numel(&m->g->tensors[t]) * dtype_bytes[dt];
-    for (int i = 0; i < ni; i++) by += (double)tensor_numel(&m->g->tensors[inputs[i]]) * dtype_bytes[m->g->tensors[inputs[i]].dtype];
+    by = (double)tensor_numel(&m->sc.g->tensors[t]) * dtype_bytes[dt];
+    for (int i = 0; i < ni; i++) by += (double)tensor_numel(&m->sc.g->tensors[inputs[i]]) * dtype_bytes[m->sc.g->tensors[inputs[i]].dtype];
   }
   o->bytes = by;
   m->last_result = t;
@@ -701,9 +670,10 @@ static int op_call(weft_ctx *c, env *e, const opdecl *op, const ast *call, const
 /* ---- statements ------------------------------------------------------------ */
 
 static bool exec_stmt(weft_ctx *c, env *e, const ast *s);
+static bool exec_body(weft_ctx *c, env *e, const ast_list *body);
 
 static bool submodel_call(weft_ctx *c, env *e, vdecl *d, const ast *call, const char *rel) {
-  mstate *m = c->model;
+  mstate *m = M(c);
   if (c->depth >= 200) {
     eval_error(c, call->loc, "sub-models nested more than 200 deep");
     return false;
@@ -727,21 +697,21 @@ static bool submodel_call(weft_ctx *c, env *e, vdecl *d, const ast *call, const 
   env *me = env_new(A(c), d->closure);
   if (!eval_bind_named(c, d, nnamed, named, e, me, call->loc)) return false;
   mstate sub = {0};
-  sub.g = m->g;
+  sub.sc.g = m->sc.g;
   sub.outer = m;
-  sub.prefixes[0] = arena_printf(A(c), "%s%s.", m->prefixes[m->nprefix - 1], rel);
-  sub.nprefix = 1;
+  sub.sc.prefixes[0] = arena_printf(A(c), "%s%s.", m->sc.prefixes[m->sc.nprefix - 1], rel);
+  sub.sc.nprefix = 1;
   sub.model_name = d->name;
   sub.inputs = tensors;
   sub.ninputs = nt;
   sub.call = call;
   sub.output = -1;
   sub.last_result = -1;
-  c->model = &sub;
+  c->model = &sub.sc;
   c->depth++;
-  bool ok = model_exec_body(c, me, &d->node->list2);
+  bool ok = exec_body(c, me, &d->node->list2);
   c->depth--;
-  c->model = m;
+  c->model = &m->sc;
   if (!ok) return false;
   if (sub.next_input < nt) {
     eval_error(c, call->loc, "model %s takes %d input%s, got %d tensors", d->name, sub.next_input,
@@ -758,7 +728,7 @@ static bool submodel_call(weft_ctx *c, env *e, vdecl *d, const ast *call, const 
     return false;
   }
   const char *name = full_name(c, rel);
-  if (!graph_alias(A(c), m->g, name, sub.output)) {
+  if (!graph_alias(A(c), m->sc.g, name, sub.output)) {
     eval_error(c, call->loc, "'%s' is already defined in model %s", name, m->model_name);
     return false;
   }
@@ -766,15 +736,14 @@ static bool submodel_call(weft_ctx *c, env *e, vdecl *d, const ast *call, const 
   return true;
 }
 
-/* Stops at the first failing statement: what follows would only report
- * the consequences (names the failed statement should have defined). */
-static bool exec_body(weft_ctx *c, env *e, const ast_list *body) {
-  for (int i = 0; i < body->n; i++)
-    if (!exec_stmt(c, e, body->items[i])) return false;
-  return true;
+static bool model_stmt(weft_ctx *c, void *ud, env *e, const ast *s) {
+  (void)ud;
+  return exec_stmt(c, e, s);
 }
+static const eval_body model_body = {model_stmt, NULL};
 
-bool model_exec_body(weft_ctx *c, env *e, const ast_list *body) { return exec_body(c, e, body); }
+static bool exec_body(weft_ctx *c, env *e, const ast_list *body) { return eval_run_body(c, &model_body, e, body); }
+
 
 /* A tensor named like a value in scope could never be referred to: the
  * value would be found first. */
@@ -789,7 +758,7 @@ static bool name_free(weft_ctx *c, env *e, const ast *target) {
 }
 
 static bool declare_tensor(weft_ctx *c, env *e, const ast *s) {
-  mstate *m = c->model;
+  mstate *m = M(c);
   bool failed = false;
   if (!name_free(c, e, s->a)) return false;
   const char *rel = eval_path(c, e, s->a, &failed);
@@ -807,7 +776,7 @@ static bool declare_tensor(weft_ctx *c, env *e, const ast *s) {
       return false;
     }
     int t = m->inputs[m->next_input++];
-    const gtensor *have = &m->g->tensors[t];
+    const gtensor *have = &m->sc.g->tensors[t];
     bool same = have->dtype == dt && have->ndims == nd;
     for (int i = 0; same && i < nd; i++) same = have->dims[i].size == dims[i].size;
     if (!same) {
@@ -817,16 +786,16 @@ static bool declare_tensor(weft_ctx *c, env *e, const ast *s) {
       diag_hint(g, &c->diags, "the input is declared at %s:%d", c->srcs.items[s->loc.file].path, s->loc.line);
       return false;
     }
-    if (!graph_alias(A(c), m->g, name, t)) {
+    if (!graph_alias(A(c), m->sc.g, name, t)) {
       eval_error(c, s->loc, "'%s' is already defined in model %s", name, m->model_name);
       return false;
     }
     return true;
   }
-  if (graph_add_tensor(A(c), m->g, name, s->kind == S_INPUT ? TENSOR_INPUT : TENSOR_PARAM, dt, nd, dims, s->loc) < 0) {
-    int prev = graph_find(m->g, name);
+  if (graph_add_tensor(A(c), m->sc.g, name, s->kind == S_INPUT ? TENSOR_INPUT : TENSOR_PARAM, dt, nd, dims, s->loc) < 0) {
+    int prev = graph_find(m->sc.g, name);
     weft_diag *g = eval_error(c, s->loc, "'%s' is already defined in model %s", name, m->model_name);
-    if (prev >= 0) diag_hint(g, &c->diags, "the first definition is at line %d", m->g->tensors[prev].loc.line);
+    if (prev >= 0) diag_hint(g, &c->diags, "the first definition is at line %d", m->sc.g->tensors[prev].loc.line);
     return false;
   }
   return true;
@@ -853,16 +822,12 @@ static void not_in_model(weft_ctx *c, const ast *s) {
 }
 
 static bool exec_stmt(weft_ctx *c, env *e, const ast *s) {
-  mstate *m = c->model;
+  mstate *m = M(c);
   if (!eval_step(c, s->loc)) return false;
+  bool handled, ok = eval_control(c, &model_body, e, s, &handled);
+  if (handled) return ok;
   switch (s->kind) {
   case S_INPUT: case S_TPARAM: return declare_tensor(c, e, s);
-  case S_LET: {
-    value v = eval_expr(c, e, s->a);
-    if (v.kind == V_ERROR) return false;
-    env_define(A(c), e, s->name, v, s->loc, false);
-    return true;
-  }
   case S_ASSIGN: {
     bool failed = false;
     if (!name_free(c, e, s->a)) return false;
@@ -878,7 +843,7 @@ static bool exec_stmt(weft_ctx *c, env *e, const ast *s) {
     if (v.kind == V_ERROR) return false;
     if (v.kind == V_TENSOR) {
       const char *name = full_name(c, rel);
-      if (!graph_alias(A(c), m->g, name, v.tensor)) {
+      if (!graph_alias(A(c), m->sc.g, name, v.tensor)) {
         eval_error(c, s->loc, "'%s' is already defined in model %s", name, m->model_name);
         return false;
       }
@@ -893,38 +858,12 @@ static bool exec_stmt(weft_ctx *c, env *e, const ast *s) {
     bool failed = false;
     const char *rel = eval_path(c, e, s->a, &failed);
     if (failed) return false;
-    if (m->nprefix >= MODEL_MAX_PREFIX) { eval_error(c, s->loc, "blocks nested too deep"); return false; }
-    const char *pre = arena_printf(A(c), "%s%s.", m->prefixes[m->nprefix - 1], rel);
-    m->prefixes[m->nprefix++] = pre;
+    if (m->sc.nprefix >= MODEL_MAX_PREFIX) { eval_error(c, s->loc, "blocks nested too deep"); return false; }
+    const char *pre = arena_printf(A(c), "%s%s.", m->sc.prefixes[m->sc.nprefix - 1], rel);
+    m->sc.prefixes[m->sc.nprefix++] = pre;
     bool ok = exec_body(c, env_new(A(c), e), &s->list);
-    m->nprefix--;
+    m->sc.nprefix--;
     return ok;
-  }
-  case S_FOR: {
-    value it = eval_expr(c, e, s->a);
-    if (it.kind == V_ERROR) return false;
-    /* one scope for all iterations: nothing in a model body keeps a
-     * reference to a scope, so it is emptied and refilled */
-    env *le = env_new(A(c), e);
-    if (it.kind == V_RANGE || it.kind == V_LIST) {
-      int64_t n = it.kind == V_RANGE ? (it.r.hi > it.r.lo ? it.r.hi - it.r.lo : 0) : it.list->n;
-      for (int64_t i = 0; i < n; i++) {
-        if (!eval_step(c, s->loc)) return false;
-        le->n = 0;
-        env_define(A(c), le, s->name, it.kind == V_RANGE ? v_int(it.r.lo + i) : it.list->items[i], s->loc, false);
-        if (!exec_body(c, le, &s->list)) return false;
-      }
-      return true;
-    }
-    eval_error(c, s->a->loc, "`for` needs a range or a list, got %s %s", value_kind_name(it.kind), value_repr(A(c), it));
-    return false;
-  }
-  case S_IF: {
-    bool cnd;
-    if (!eval_condition(c, e, s->a, &cnd)) return false;
-    if (cnd) return exec_body(c, env_new(A(c), e), &s->list);
-    if (s->b) return exec_stmt(c, e, s->b);
-    return exec_body(c, env_new(A(c), e), &s->list2);
   }
   case S_OUTPUT: {
     value v = eval_expr(c, e, s->a);
@@ -945,9 +884,6 @@ static bool exec_stmt(weft_ctx *c, env *e, const ast *s) {
     m->train = s;
     m->train_env = e;
     return true;
-  case S_ASSERT:
-    return eval_assert(c, e, s);
-
   default:
     not_in_model(c, s);
     return false;
@@ -981,7 +917,7 @@ bool model_check_decl(weft_ctx *c, const ast *n) { return check_kinds(c, &n->lis
 
 static bool bind_train(weft_ctx *c, mstate *m) {
   const ast *s = m->train;
-  weft_graph *g = m->g;
+  weft_graph *g = m->sc.g;
   if (s->a->kind != E_CALL) {
     weft_diag *d = eval_error(c, s->a->loc, "`train` needs an optimizer call");
     diag_hint(d, &c->diags, "for example: train adamw(lr = 3e-4)");
@@ -1089,22 +1025,35 @@ static bool check_native_backward(weft_ctx *c, const weft_graph *g) {
   return ok;
 }
 
+/* Whether two model values are the same model with the same arguments:
+ * then they build the same graph. */
+static bool same_model(const vdecl *a, const vdecl *b) {
+  if (a == b) return true;
+  if (a->node != b->node || a->closure != b->closure || strcmp(a->name, b->name) != 0) return false;
+  if (!a->bound || !b->bound) return !a->bound && !b->bound;
+  value x = {.kind = V_RECORD, .rec = a->bound}, y = {.kind = V_RECORD, .rec = b->bound};
+  return value_equal(x, y);
+}
+
 weft_graph *weft_build_graph(weft_ctx *c, value model, weft_loc use) {
   vdecl *d = model.decl;
+  /* a graph is immutable once built: a model's plans share it */
+  for (int i = 0; i < c->nbuilt; i++)
+    if (same_model(c->built[i].decl, d)) return c->built[i].g;
   env *me = env_new(A(c), d->closure);
   if (!eval_bind_decl(c, d, me, use)) return NULL;
   mstate m = {0};
-  m.g = graph_new(A(c), d->name);
-  m.prefixes[0] = "";
-  m.nprefix = 1;
+  m.sc.g = graph_new(A(c), d->name);
+  m.sc.prefixes[0] = "";
+  m.sc.nprefix = 1;
   m.model_name = d->name;
   m.output = -1;
   m.last_result = -1;
-  mstate *saved = c->model;
-  c->model = &m;
+  model_scope *saved = c->model;
+  c->model = &m.sc;
   int before = c->diags.errors;
-  bool ok = model_exec_body(c, me, &d->node->list2);
-  if (ok && m.train) ok = bind_train(c, &m) && check_native_backward(c, m.g);
+  bool ok = exec_body(c, me, &d->node->list2);
+  if (ok && m.train) ok = bind_train(c, &m) && check_native_backward(c, m.sc.g);
   c->model = saved;
   if (!ok || c->diags.errors > before) {
     /* errors inside an imported model: say which use of it failed */
@@ -1116,6 +1065,8 @@ weft_graph *weft_build_graph(weft_ctx *c, value model, weft_loc use) {
       diag_add(&c->diags, DIAG_NOTE, use, "while building model %s", d->name);
     return NULL;
   }
-  m.g->output = m.output;
-  return m.g;
+  m.sc.g->output = m.output;
+  arena_grow(A(c), (void **)&c->built, &c->bcap, c->nbuilt + 1, sizeof(weft_built_graph));
+  c->built[c->nbuilt++] = (weft_built_graph){d, m.sc.g};
+  return m.sc.g;
 }

@@ -9,7 +9,9 @@
 
 #include "base/prof.h"
 #include "eval.h"
-#include "weft/plan.h"
+#include "weft/workspace.h"
+#include "weft/cluster.h"
+#include "weft/decisions.h"
 
 /* An assign's device expression and the scope it was written in. */
 typedef struct pexpr {
@@ -17,16 +19,28 @@ typedef struct pexpr {
   env *e;
 } pexpr;
 
+static arena *A(weft_ctx *c) { return &c->arena; }
+
 /* The plan under evaluation. */
 typedef struct pstate {
-  plan_builder *b;
-  const weft_plan *p;     /* the plan as far as it is decided */
+  weft_ctx *c;
+  const weft_graph *g;    /* its model's */
+  int ndevices;           /* its cluster's */
+  weft_decisions *d;      /* what it decided so far */
   int unnamed;            /* counter for "#1", "#2" axes */
   int depth;              /* strategy call depth */
   arena scratch;          /* device expressions, evaluated once per sub-operator */
 } pstate;
 
-static arena *A(weft_ctx *c) { return &c->arena; }
+static void decide(weft_ctx *c, pstate *ps, const decision *d) { *dec_add(A(c), ps->d, d->kind) = *d; }
+
+/* The stage decided so far under that name, or NULL. */
+static const decision *stage_named(const pstate *ps, const char *name) {
+  for (int i = 0; i < ps->d->n; i++)
+    if (ps->d->items[i].kind == DEC_STAGE && strcmp(ps->d->items[i].name, name) == 0) return &ps->d->items[i];
+  return NULL;
+}
+
 
 /* ---- selectors ---------------------------------------------------------------- */
 
@@ -36,9 +50,9 @@ typedef struct opset {
   bool *in;               /* per graph operator */
 } opset;
 
-static void opset_init(weft_ctx *c, const weft_plan *p, opset *s) {
+static void opset_init(weft_ctx *c, const pstate *ps, opset *s) {
   memset(s, 0, sizeof *s);
-  s->in = arena_alloc(A(c), sizeof(bool) * (size_t)(p->g->nops ? p->g->nops : 1));
+  s->in = arena_alloc(A(c), sizeof(bool) * (size_t)(ps->g->nops ? ps->g->nops : 1));
 }
 
 static void opset_add(weft_ctx *c, opset *s, int op) {
@@ -73,12 +87,12 @@ static bool path_segments(weft_ctx *c, env *e, const ast *n, const char **segs, 
   return true;
 }
 
-static int select_pattern(weft_ctx *c, const weft_plan *p, const char **segs, int ns, bool prefix, opset *out) {
+static int select_pattern(weft_ctx *c, const pstate *ps, const char **segs, int ns, bool prefix, opset *out) {
   int found = 0;
   const char *pat[66];
   for (int i = 0; i < ns; i++) pat[i] = segs[i];
-  for (int op = 0; op < p->g->nops; op++) {
-    const char *name = p->g->ops[op].name;
+  for (int op = 0; op < ps->g->nops; op++) {
+    const char *name = ps->g->ops[op].name;
     bool m = graph_glob_match(pat, ns, name);
     if (!m && prefix) {
       pat[ns] = "**";
@@ -89,19 +103,17 @@ static int select_pattern(weft_ctx *c, const weft_plan *p, const char **segs, in
   return found;
 }
 
-static bool select_atom(weft_ctx *c, env *e, const weft_plan *p, const ast *atom, opset *out) {
+static bool select_atom(weft_ctx *c, env *e, const pstate *ps, const ast *atom, opset *out) {
   const char *segs[66];
   int ns = 0;
   if (atom->kind == E_NAME && strcmp(atom->name, "all") == 0) {
-    for (int op = 0; op < p->g->nops; op++) opset_add(c, out, op);
+    for (int op = 0; op < ps->g->nops; op++) opset_add(c, out, op);
     return true;
   }
-  if (atom->kind == E_NAME) {
-    for (int i = 0; i < p->nstages; i++)
-      if (strcmp(p->stages[i].name, atom->name) == 0) {
-        for (int k = 0; k < p->stages[i].nops; k++) opset_add(c, out, p->stages[i].ops[k]);
-        return true;
-      }
+  const decision *st = atom->kind == E_NAME ? stage_named(ps, atom->name) : NULL;
+  if (st) {
+    for (int k = 0; k < st->ops.n; k++) opset_add(c, out, st->ops.ops[k]);
+    return true;
   }
   if (atom->kind == E_INDEX) {
     /* h[0..6]: the instances h.0 ... h.5 */
@@ -119,10 +131,10 @@ static bool select_atom(weft_ctx *c, env *e, const weft_plan *p, const ast *atom
     int found = 0;
     /* no model has more instances than operators: a huge range ends there */
     if (lo < 0) lo = 0;
-    if (hi > lo + p->g->nops) hi = lo + p->g->nops;
+    if (hi > lo + ps->g->nops) hi = lo + ps->g->nops;
     for (int64_t i = lo; i < hi && ns < 64; i++) {
       segs[ns] = arena_printf(A(c), "%" PRId64, i);
-      found += select_pattern(c, p, segs, ns + 1, true, out);
+      found += select_pattern(c, ps, segs, ns + 1, true, out);
     }
     if (!found) {
       eval_error(c, atom->loc, "selector matches no operator");
@@ -131,34 +143,36 @@ static bool select_atom(weft_ctx *c, env *e, const weft_plan *p, const ast *atom
     return true;
   }
   if (!path_segments(c, e, atom, segs, &ns)) return false;
-  if (select_pattern(c, p, segs, ns, true, out)) return true;
+  if (select_pattern(c, ps, segs, ns, true, out)) return true;
   /* nothing: suggest the closest operator name */
   size_t len = 0;
   for (int i = 0; i < ns; i++) len += strlen(segs[i]) + 1;
   char *text = arena_alloc(A(c), len + 1);
   for (int i = 0; i < ns; i++) { if (i) strcat(text, "."); strcat(text, segs[i]); }
-  const char **names = arena_alloc(A(c), sizeof(char *) * (size_t)(p->g->nops + p->nstages + 1));
+  const char **names = arena_alloc(A(c), sizeof(char *) * (size_t)(ps->g->nops + ps->d->n + 1));
   int nn = 0;
-  for (int op = 0; op < p->g->nops; op++) names[nn++] = p->g->ops[op].name;
-  for (int i = 0; i < p->nstages; i++) names[nn++] = p->stages[i].name;
+  for (int op = 0; op < ps->g->nops; op++) names[nn++] = ps->g->ops[op].name;
+  for (int i = 0; i < ps->d->n; i++)
+    if (ps->d->items[i].kind == DEC_STAGE) names[nn++] = ps->d->items[i].name;
   const char *best = diag_closest(text, names, nn);
-  weft_diag *g = eval_error(c, atom->loc, "'%s' matches no operator of model %s", text, p->g->name);
+  weft_diag *g = eval_error(c, atom->loc, "'%s' matches no operator of model %s", text, ps->g->name);
   if (best) diag_hint(g, &c->diags, "did you mean '%s'?", best);
   else diag_hint(g, &c->diags, "`weft graph` lists the operators; globs: h.*.mlp, h.**");
   return false;
 }
 
-static bool select_ops(weft_ctx *c, env *e, const weft_plan *p, const ast *sel, opset *out) {
-  opset_init(c, p, out);
+static bool select_ops(weft_ctx *c, env *e, const pstate *ps, const ast *sel, opset *out) {
+  opset_init(c, ps, out);
   bool ok = true;
   for (int i = 0; i < sel->list.n; i++)
-    if (!select_atom(c, e, p, sel->list.items[i], out)) ok = false;
+    if (!select_atom(c, e, ps, sel->list.items[i], out)) ok = false;
   return ok;
 }
 
 /* ---- statements ------------------------------------------------------------------ */
 
 static bool exec_plan_body(weft_ctx *c, pstate *ps, env *e, const ast_list *body);
+static bool exec_plan_stmt(weft_ctx *c, pstate *ps, env *e, const ast *s);
 
 static bool count_of(weft_ctx *c, env *e, const ast *x, int *out) {
   value v = eval_expr(c, e, x);
@@ -181,34 +195,35 @@ static const char *axis_name(pstate *ps, weft_ctx *c, const ast *s) {
 
 static bool exec_split(weft_ctx *c, pstate *ps, env *e, const ast *s) {
   opset set;
-  if (!select_ops(c, e, ps->p, s->a, &set)) return false;
+  if (!select_ops(c, e, ps, s->a, &set)) return false;
   decision d = {.kind = s->kind == S_SPLIT ? DEC_SPLIT : DEC_REPLICATE, .loc = s->loc, .ops = {set.n, set.ops},
                 .mesh = -1};
   if (!count_of(c, e, s->b, &d.parts)) return false;
   d.axis = axis_name(ps, c, s);
   d.name = s->kind == S_SPLIT ? s->name : NULL;
   d.in_time = s->kind == S_SPLIT && s->ival;
-  return plan_add(ps->b, &d);
+  decide(c, ps, &d);
+  return true;
 }
 
 static bool exec_mesh(weft_ctx *c, pstate *ps, env *e, const ast *s) {
-  const weft_plan *p = ps->p;
+  int ndevices = ps->ndevices;
   value set = eval_expr(c, e, s->a);
   if (set.kind == V_ERROR) return false;
   int n = 0;
   int *devs = NULL;
   if (set.kind == V_RANGE) {
-    if (set.r.lo < 0 || set.r.hi > p->ndevices) {
+    if (set.r.lo < 0 || set.r.hi > ndevices) {
       eval_error(c, s->a->loc, "devices %" PRId64 "..%" PRId64 " do not exist: the cluster has devices 0 to %d", set.r.lo,
-                 set.r.hi, p->ndevices - 1);
+                 set.r.hi, ndevices - 1);
       return false;
     }
     n = set.r.hi > set.r.lo ? (int)(set.r.hi - set.r.lo) : 0;
     devs = arena_alloc(A(c), sizeof(int) * (size_t)(n ? n : 1));
     for (int i = 0; i < n; i++) devs[i] = (int)(set.r.lo + i);
   } else if (set.kind == V_LIST) {
-    if (set.list->n > p->ndevices) {
-      eval_error(c, s->a->loc, "a mesh of %d devices, but the cluster has %d", set.list->n, p->ndevices);
+    if (set.list->n > ndevices) {
+      eval_error(c, s->a->loc, "a mesh of %d devices, but the cluster has %d", set.list->n, ndevices);
       return false;
     }
     n = set.list->n;
@@ -219,8 +234,8 @@ static bool exec_mesh(weft_ctx *c, pstate *ps, env *e, const ast *s) {
         return false;
       }
       int64_t dv = set.list->items[i].i;
-      if (dv < 0 || dv >= p->ndevices) {
-        eval_error(c, s->a->loc, "device %" PRId64 " does not exist: the cluster has devices 0 to %d", dv, p->ndevices - 1);
+      if (dv < 0 || dv >= ndevices) {
+        eval_error(c, s->a->loc, "device %" PRId64 " does not exist: the cluster has devices 0 to %d", dv, ndevices - 1);
         return false;
       }
       devs[i] = (int)dv;
@@ -229,7 +244,7 @@ static bool exec_mesh(weft_ctx *c, pstate *ps, env *e, const ast *s) {
     eval_error(c, s->a->loc, "a mesh needs a list of devices (devices, devices[0..8]), got %s", value_kind_name(set.kind));
     return false;
   }
-  bool *seen = arena_alloc(A(c), sizeof(bool) * (size_t)(p->ndevices ? p->ndevices : 1));
+  bool *seen = arena_alloc(A(c), sizeof(bool) * (size_t)(ndevices ? ndevices : 1));
   for (int i = 0; i < n; i++) {
     if (seen[devs[i]]) { eval_error(c, s->a->loc, "device %d is in the mesh twice", devs[i]); return false; }
     seen[devs[i]] = true;
@@ -243,7 +258,7 @@ static bool exec_mesh(weft_ctx *c, pstate *ps, env *e, const ast *s) {
     d.axes[i] = f->name;
     if (!count_of(c, e, f->a, &d.sizes[i])) return false;
   }
-  if (!plan_add(ps->b, &d)) return false;
+  decide(c, ps, &d);
   pmesh *pm = arena_alloc(A(c), sizeof *pm);
   *pm = (pmesh){d.name, d.naxes, d.axes, d.sizes, d.devices, d.loc};
   env_define(A(c), e, s->name, (value){.kind = V_MESH, .mesh = pm}, s->loc, false);
@@ -264,15 +279,14 @@ static bool exec_stage(weft_ctx *c, pstate *ps, env *e, const ast *s) {
       }
       name = v.s;
     }
-    for (int k = 0; k < ps->p->nstages; k++)
-      if (strcmp(ps->p->stages[k].name, name) == 0) {
-        eval_error(c, f->loc, "stage %s is defined twice", name);
-        return false;
-      }
+    if (stage_named(ps, name)) {
+      eval_error(c, f->loc, "stage %s is defined twice", name);
+      return false;
+    }
     opset set;
-    if (!select_ops(c, e, ps->p, f->a, &set)) return false;
+    if (!select_ops(c, e, ps, f->a, &set)) return false;
     decision d = {.kind = DEC_STAGE, .loc = f->loc, .name = name, .ops = {set.n, set.ops}, .mesh = -1};
-    if (!plan_add(ps->b, &d)) return false;
+    decide(c, ps, &d);
   }
   return true;
 }
@@ -280,20 +294,19 @@ static bool exec_stage(weft_ctx *c, pstate *ps, env *e, const ast *s) {
 /* The number of leading name segments an atom of a `recompute` selector
  * fixes: h.* and h[0..6] fix two (each layer h.N is recomputed on its own),
  * `all` and stages none (one segment), a glob with ** one per operator. */
-static int atom_fixed_segments(const weft_plan *p, const ast *atom) {
+static int atom_fixed_segments(const pstate *ps, const ast *atom) {
   if (atom->kind == E_NAME) {
     if (strcmp(atom->name, "all") == 0) return 0;
-    for (int i = 0; i < p->nstages; i++)
-      if (strcmp(p->stages[i].name, atom->name) == 0) return 0;
+    if (stage_named(ps, atom->name)) return 0;
     return strcmp(atom->name, "**") == 0 ? -1 : 1;
   }
   if (atom->kind == E_INDEX) {
-    int k = atom_fixed_segments(p, atom->a);
+    int k = atom_fixed_segments(ps, atom->a);
     return k < 0 ? -1 : k + 1;
   }
   if (atom->kind == E_MEMBER) {
     if (atom->name && strcmp(atom->name, "**") == 0) return -1;
-    int k = atom_fixed_segments(p, atom->a);
+    int k = atom_fixed_segments(ps, atom->a);
     return k < 0 ? -1 : k + 1;
   }
   return -1;
@@ -304,18 +317,17 @@ static int atom_fixed_segments(const weft_plan *p, const ast *atom) {
  * h[0..6]: each layer h.N is a segment); the builder recomputes each
  * segment as one. */
 static bool exec_recompute(weft_ctx *c, pstate *ps, env *e, const ast *s) {
-  const weft_plan *p = ps->p;
   const ast *sel = s->a;
   decision d = {.kind = DEC_RECOMPUTE, .loc = s->loc, .mode = s->name && strcmp(s->name, "full") == 0 ? 2 : 1,
                 .mesh = -1};
   int cap = 0, kcap = 0;
   for (int i = 0; i < sel->list.n; i++) {
     opset set;
-    opset_init(c, p, &set);
-    if (!select_atom(c, e, p, sel->list.items[i], &set)) return false;
-    int fixed = atom_fixed_segments(p, sel->list.items[i]);
+    opset_init(c, ps, &set);
+    if (!select_atom(c, e, ps, sel->list.items[i], &set)) return false;
+    int fixed = atom_fixed_segments(ps, sel->list.items[i]);
     for (int k = 0; k < set.n; k++) {
-      const char *name = p->g->ops[set.ops[k]].name;
+      const char *name = ps->g->ops[set.ops[k]].name;
       const char *key = name;
       if (fixed >= 0) {
         const char *q = name;
@@ -332,7 +344,8 @@ static bool exec_recompute(weft_ctx *c, pstate *ps, env *e, const ast *s) {
       d.ops.ops[d.ops.n++] = set.ops[k];
     }
   }
-  return plan_add(ps->b, &d);
+  decide(c, ps, &d);
+  return true;
 }
 
 static bool exec_shard(weft_ctx *c, pstate *ps, env *e, const ast *s) {
@@ -348,9 +361,10 @@ static bool exec_shard(weft_ctx *c, pstate *ps, env *e, const ast *s) {
     return false;
   }
   opset set;
-  if (!select_ops(c, e, ps->p, s->a, &set)) return false;
+  if (!select_ops(c, e, ps, s->a, &set)) return false;
   decision d = {.kind = DEC_SHARD, .loc = s->loc, .ops = {set.n, set.ops}, .state = stage, .axis = s->text, .mesh = -1};
-  return plan_add(ps->b, &d);
+  decide(c, ps, &d);
+  return true;
 }
 
 /* The names an expression mentions (the axes it may read). */
@@ -390,9 +404,13 @@ static bool exec_call(weft_ctx *c, pstate *ps, env *e, const ast *s) {
   return ok;
 }
 
+static bool plan_stmt(weft_ctx *c, void *ud, env *e, const ast *s) { return exec_plan_stmt(c, ud, e, s); }
+
 static bool exec_plan_stmt(weft_ctx *c, pstate *ps, env *e, const ast *s) {
-  const weft_plan *p = ps->p;
   if (!eval_step(c, s->loc)) return false;
+  eval_body body = {plan_stmt, ps};
+  bool handled, ok = eval_control(c, &body, e, s, &handled);
+  if (handled) return ok;
   switch (s->kind) {
   case S_MESH: return exec_mesh(c, ps, e, s);
   case S_SPLIT: case S_REPLICATE: return exec_split(c, ps, e, s);
@@ -402,13 +420,13 @@ static bool exec_plan_stmt(weft_ctx *c, pstate *ps, env *e, const ast *s) {
     for (int i = 0; i < s->list.n; i++) {
       const ast *pl = s->list.items[i];
       opset set;
-      if (!select_ops(c, e, p, pl->a, &set)) return false;
+      if (!select_ops(c, e, ps, pl->a, &set)) return false;
       pexpr *x = arena_alloc(A(c), sizeof *x);
       *x = (pexpr){pl->b, e};
       decision d = {.kind = DEC_ASSIGN, .loc = pl->loc, .ops = {set.n, set.ops}, .expr = x, .mesh = -1};
       int cap = 0;
       expr_names(c, pl->b, &d, &cap);
-      if (!plan_add(ps->b, &d)) return false;
+      decide(c, ps, &d);
     }
     return true;
   case S_RECOMPUTE: return exec_recompute(c, ps, e, s);
@@ -422,13 +440,15 @@ static bool exec_plan_stmt(weft_ctx *c, pstate *ps, env *e, const ast *s) {
       return false;
     }
     decision d = {.kind = DEC_BUCKETS, .loc = s->loc, .bytes = (int64_t)v.q.v, .mesh = -1};
-    return plan_add(ps->b, &d);
+    decide(c, ps, &d);
+  return true;
   }
   case S_ORDER: {
     opset a, b;
-    if (!select_ops(c, e, p, s->a, &a) || !select_ops(c, e, p, s->b, &b)) return false;
+    if (!select_ops(c, e, ps, s->a, &a) || !select_ops(c, e, ps, s->b, &b)) return false;
     decision d = {.kind = DEC_ORDER, .loc = s->loc, .ops = {a.n, a.ops}, .after = {b.n, b.ops}, .mesh = -1};
-    return plan_add(ps->b, &d);
+    decide(c, ps, &d);
+  return true;
   }
   case S_SCHEDULE: {
     static const sched_kind kinds[] = {SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED};
@@ -448,40 +468,9 @@ static bool exec_plan_stmt(weft_ctx *c, pstate *ps, env *e, const ast *s) {
       k = kinds[found];
     }
     decision d = {.kind = DEC_SCHEDULE, .loc = s->loc, .sched = k, .grid = k == SCHED_GRID ? s : NULL, .mesh = -1};
-    return plan_add(ps->b, &d);
+    decide(c, ps, &d);
+  return true;
   }
-  case S_LET: {
-    value v = eval_expr(c, e, s->a);
-    if (v.kind == V_ERROR) return false;
-    env_define(A(c), e, s->name, v, s->loc, false);
-    return true;
-  }
-  case S_FOR: {
-    value it = eval_expr(c, e, s->a);
-    if (it.kind == V_ERROR) return false;
-    if (it.kind != V_RANGE && it.kind != V_LIST) {
-      eval_error(c, s->a->loc, "`for` needs a range or a list, got %s", value_kind_name(it.kind));
-      return false;
-    }
-    int64_t n = it.kind == V_RANGE ? (it.r.hi > it.r.lo ? it.r.hi - it.r.lo : 0) : it.list->n;
-    for (int64_t i = 0; i < n; i++) {
-      if (!eval_step(c, s->loc)) return false;
-      env *le = env_new(A(c), e);
-      env_define(A(c), le, s->name, it.kind == V_RANGE ? v_int(it.r.lo + i) : it.list->items[i], s->loc, false);
-      if (!exec_plan_body(c, ps, le, &s->list)) return false;
-    }
-    return true;
-  }
-  case S_IF: {
-    bool cnd;
-    if (!eval_condition(c, e, s->a, &cnd)) return false;
-    if (cnd) return exec_plan_body(c, ps, env_new(A(c), e), &s->list);
-    if (s->b) return exec_plan_stmt(c, ps, e, s->b);
-    return exec_plan_body(c, ps, env_new(A(c), e), &s->list2);
-  }
-  case S_ASSERT:
-    return eval_assert(c, e, s);
-
   default: {
     static const char *const what[AST_KIND_COUNT] = {
         [S_USE] = "`use`", [S_PARAM] = "`param`", [S_FN] = "`fn`", [S_OP] = "`op`", [S_MODEL] = "`model`",
@@ -496,13 +485,20 @@ static bool exec_plan_stmt(weft_ctx *c, pstate *ps, env *e, const ast *s) {
 }
 
 static bool exec_plan_body(weft_ctx *c, pstate *ps, env *e, const ast_list *body) {
-  for (int i = 0; i < body->n; i++)
-    if (!exec_plan_stmt(c, ps, e, body->items[i])) return false;
-  return true;
+  eval_body b = {plan_stmt, ps};
+  return eval_run_body(c, &b, e, body);
+}
+/* "h.0.attn.c_attn at tp = 1 (of 4)": a sub-operator by its coordinates. */
+static const char *sub_where(weft_ctx *c, const pstate *ps, const dec_sub *s) {
+  const char *t = arena_printf(A(c), "%s", ps->g->ops[s->op].name);
+  for (int i = 0; i < s->nsplits; i++)
+    t = arena_printf(A(c), "%s%s %s = %d (of %d)", t, i ? "," : " at", s->axes[i][0] == '#' ? "level" : s->axes[i],
+                     s->coord[i], s->parts[i]);
+  return t;
 }
 
 /* Indexes a mesh with the coordinates of a sub-operator: m[dp, tp]. */
-static bool mesh_device(weft_ctx *c, const weft_plan *p, const psub *s, const pmesh *m, const value *idx, int n,
+static bool mesh_device(weft_ctx *c, const pstate *ps, const dec_sub *s, const pmesh *m, const value *idx, int n,
                         const ast *at, int *dev) {
   if (n != m->naxes) {
     eval_error(c, at->loc, "mesh %s has %d axes, indexed with %d", m->name, m->naxes, n);
@@ -513,7 +509,7 @@ static bool mesh_device(weft_ctx *c, const weft_plan *p, const psub *s, const pm
     if (idx[i].kind != V_INT || idx[i].i < 0 || idx[i].i >= m->sizes[i]) {
       weft_diag *g = eval_error(c, at->loc, "index %d of mesh %s must be 0 to %d (axis %s), got %s", i, m->name,
                                 m->sizes[i] - 1, m->axes[i], value_repr(&c->arena, idx[i]));
-      diag_hint(g, &c->diags, "for the sub-operator of %s", plan_sub_where(A(c), p, s));
+      diag_hint(g, &c->diags, "for the sub-operator of %s", sub_where(c, ps, s));
       return false;
     }
     flat = flat * m->sizes[i] + idx[i].i;
@@ -525,13 +521,11 @@ static bool mesh_device(weft_ctx *c, const weft_plan *p, const psub *s, const pm
 /* Evaluates an assign's device expression for one sub-operator. Axis names
  * bind to the sub-operator's coordinates; a mesh axis the operator is not
  * split along is an error, not its size. */
-static bool device_of(weft_ctx *c, const weft_plan *p, const pexpr *as, weft_loc loc, const psub *s, int *dev,
-                      const char *const *levels, int nlevels) {
-  const popplan *pp = &p->ops[s->op];
+static bool device_of(weft_ctx *c, const pstate *ps, const pexpr *as, weft_loc loc, const dec_sub *s, int *dev) {
   env *e = env_new(A(c), as->e);
   /* an axis other operators are split along, but not this one */
-  for (int k = 0; k < nlevels; k++) env_define(A(c), e, levels[k], v_none(), loc, false);
-  for (int i = 0; i < pp->nsplits; i++) env_define(A(c), e, pp->splits[i].axis, v_int(s->coord[i]), loc, false);
+  for (int k = 0; k < s->nlevels; k++) env_define(A(c), e, s->levels[k], v_none(), loc, false);
+  for (int i = 0; i < s->nsplits; i++) env_define(A(c), e, s->axes[i], v_int(s->coord[i]), loc, false);
   const ast *x = as->x;
   if (x->kind == E_INDEX) {
     value m = eval_expr(c, e, x->a);
@@ -548,23 +542,23 @@ static bool device_of(weft_ctx *c, const weft_plan *p, const pexpr *as, weft_loc
           char levels[256];
           size_t o = 0;
           levels[0] = 0;
-          for (int k = 0; k < pp->nsplits && o < sizeof levels - 32; k++)
-            o += (size_t)snprintf(levels + o, sizeof levels - o, "%s%s", k ? ", " : "", pp->splits[k].axis);
-          weft_diag *g = eval_error(c, ix->loc, "operator %s is not split along axis '%s'", p->g->ops[s->op].name,
+          for (int k = 0; k < s->nsplits && o < sizeof levels - 32; k++)
+            o += (size_t)snprintf(levels + o, sizeof levels - o, "%s%s", k ? ", " : "", s->axes[k]);
+          weft_diag *g = eval_error(c, ix->loc, "operator %s is not split along axis '%s'", ps->g->ops[s->op].name,
                                     ix->kind == E_NAME ? ix->name : "?");
-          diag_hint(g, &c->diags, pp->nsplits ? "its levels: %s; split or replicate it along this axis, or assign it apart"
+          diag_hint(g, &c->diags, s->nsplits ? "its levels: %s; split or replicate it along this axis, or assign it apart"
                                                : "it is not split at all%s; split or replicate it, or assign it apart",
                     levels);
           return false;
         }
       }
-      return mesh_device(c, p, s, m.mesh, idx, n, x, dev);
+      return mesh_device(c, ps, s, m.mesh, idx, n, x, dev);
     }
   }
   value v = eval_expr(c, e, x);
   if (v.kind == V_ERROR) return false;
   if (v.kind == V_NONE && x->kind == E_NAME) {
-    eval_error(c, x->loc, "operator %s is not split along axis '%s'", p->g->ops[s->op].name, x->name);
+    eval_error(c, x->loc, "operator %s is not split along axis '%s'", ps->g->ops[s->op].name, x->name);
     return false;
   }
   if (v.kind != V_INT) {
@@ -572,8 +566,8 @@ static bool device_of(weft_ctx *c, const weft_plan *p, const pexpr *as, weft_loc
                value_repr(A(c), v));
     return false;
   }
-  if (v.i < 0 || v.i >= p->ndevices) {
-    eval_error(c, x->loc, "device %" PRId64 " does not exist: the cluster has devices 0 to %d", v.i, p->ndevices - 1);
+  if (v.i < 0 || v.i >= ps->ndevices) {
+    eval_error(c, x->loc, "device %" PRId64 " does not exist: the cluster has devices 0 to %d", v.i, ps->ndevices - 1);
     return false;
   }
   *dev = (int)v.i;
@@ -581,17 +575,16 @@ static bool device_of(weft_ctx *c, const weft_plan *p, const pexpr *as, weft_loc
 }
 
 
-/* The builder's hook for an assign given as an expression: evaluated in a
- * scratch arena, kept only when it reports an error (its messages live
- * there). */
-static bool place_expr(void *ctx, const weft_plan *p, const decision *d, const psub *s, const char *const *levels,
-                       int nlevels, int *dev) {
-  weft_ctx *c = ((void **)ctx)[0];
-  pstate *ps = ((void **)ctx)[1];
+/* How plan_apply places an assignment given as an expression: evaluated
+ * in a scratch arena, kept only when it reports an error (its messages
+ * live there). */
+static bool place_expr(void *ctx, const decision *d, const dec_sub *s, int *dev) {
+  pstate *ps = ctx;
+  weft_ctx *c = ps->c;
   arena main = c->arena;
   c->arena = ps->scratch;
   int before = c->diags.n;
-  bool ok = eval_step(c, d->loc) && device_of(c, p, d->expr, d->loc, s, dev, levels, nlevels);
+  bool ok = eval_step(c, d->loc) && device_of(c, ps, d->expr, d->loc, s, dev);
   if (c->diags.n == before) arena_reset(&c->arena);
   else arena_adopt(&main, &c->arena);
   ps->scratch = c->arena;
@@ -599,49 +592,56 @@ static bool place_expr(void *ctx, const weft_plan *p, const decision *d, const p
   return ok;
 }
 
-/* ---- building a plan -------------------------------------------------------------- */
+static void place_done(void *ctx) {
+  pstate *ps = ctx;
+  arena_adopt(&ps->c->arena, &ps->scratch);
+}
 
-weft_plan *weft_build_plan(weft_ctx *c, value plan, weft_loc use, const plan_opts *o) {
+/* ---- a plan's decisions ------------------------------------------------------------ */
+
+bool weft_eval_plan(weft_ctx *c, value plan, weft_loc use, weft_plan_src *out) {
+  memset(out, 0, sizeof *out);
   vdecl *d = plan.decl;
   const ast *n = d->node;
   env *e = env_new(A(c), d->closure);
-  if (!eval_bind_decl(c, d, e, use)) return NULL;
+  if (!eval_bind_decl(c, d, e, use)) return false;
   int before = c->diags.errors;
   value mv = eval_expr(c, e, n->a);
-  if (mv.kind == V_ERROR) return NULL;
+  if (mv.kind == V_ERROR) return false;
   if (mv.kind != V_MODEL) {
     eval_error(c, n->a->loc, "a plan is `for` a model, got %s %s", value_kind_name(mv.kind), value_repr(A(c), mv));
-    return NULL;
+    return false;
   }
   value cv = eval_expr(c, e, n->b);
-  if (cv.kind == V_ERROR) return NULL;
+  if (cv.kind == V_ERROR) return false;
   if (cv.kind != V_CLUSTER) {
     eval_error(c, n->b->loc, "a plan is `on` a cluster, got %s %s", value_kind_name(cv.kind), value_repr(A(c), cv));
-    return NULL;
+    return false;
   }
   weft_graph *g = weft_build_graph(c, mv, n->a->loc);
-  if (!g) return NULL;
+  if (!g) return false;
   value cr = weft_build_cluster(c, cv, n->b->loc);
-  if (cr.kind != V_RECORD) return NULL;
-  weft_cluster cl = weft_cluster_of(cr.rec);
-  pstate ps = {.b = plan_begin(g, &cl, d->name, n->loc, o, A(c), &c->diags)};
-  ps.p = plan_building(ps.b);
-  arena_init(&ps.scratch);
+  if (cr.kind != V_RECORD) return false;
+  out->graph = g;
+  out->cluster = weft_cluster_of(cr.rec);
+  out->decisions.name = d->name;
+  out->decisions.loc = n->loc;
+  /* the placer's state outlives this call: plan_apply uses it */
+  pstate *ps = arena_alloc(A(c), sizeof *ps);
+  *ps = (pstate){.c = c, .g = g, .ndevices = out->cluster.ndevices, .d = &out->decisions};
+  arena_init(&ps->scratch);
+  out->decisions.placer = (dec_placer){place_expr, place_done, ps};
   /* the plan body sees `devices`: the cluster's device numbers */
   vlist *dl = arena_alloc(A(c), sizeof *dl);
-  dl->n = cl.ndevices;
+  dl->n = ps->ndevices;
   dl->items = arena_alloc(A(c), sizeof(value) * (size_t)(dl->n ? dl->n : 1));
   for (int i = 0; i < dl->n; i++) dl->items[i] = v_int(i);
   env_define(A(c), e, "devices", (value){.kind = V_LIST, .list = dl}, n->loc, false);
-  weft_plan *p = NULL;
-  if (exec_plan_body(c, &ps, e, &n->list2)) {
-    prof_mark("plan body");
-    void *hctx[2] = {c, &ps};
-    plan_hooks h = {place_expr, hctx};
-    p = plan_finish(ps.b, &h);
-    if (p && c->diags.errors > before) p = NULL;
-  }
-  arena_adopt(A(c), &ps.scratch);
-  return p;
+  const weft_graph *outer = c->plan_graph;
+  c->plan_graph = g;
+  bool ok = exec_plan_body(c, ps, e, &n->list2);
+  c->plan_graph = outer;
+  if (!ok || c->diags.errors > before) return false;
+  prof_mark("plan body");
+  return true;
 }
-

@@ -639,7 +639,7 @@ static bool device_of_data(plan_builder *b, const decision *d, const psub *s, in
   return true;
 }
 
-static bool place(plan_builder *b, const plan_hooks *h) {
+static bool place(plan_builder *b, const dec_placer *pl) {
   weft_plan *p = b->p;
   /* the names of all split levels, for the device of each sub-operator */
   const char **levels = NULL;
@@ -655,16 +655,20 @@ static bool place(plan_builder *b, const plan_hooks *h) {
     }
   for (int a = 0; a < b->nassigns; a++) {
     const decision *d = &p->decisions.items[b->assigns[a]];
-    if (d->expr && (!h || !h->device)) {
+    if (d->expr && (!pl || !pl->device)) {
       diag_add(b->dg, DIAG_ERROR, d->loc, "an assignment given as an expression needs the front end that wrote it");
       return false;
     }
     for (int k = 0; k < d->ops.n; k++) {
       popplan *pp = &p->ops[d->ops.ops[k]];
+      /* the operator's levels, as the front end sees them */
+      const char **axes = arena_alloc(b->a, sizeof(char *) * (size_t)(pp->nsplits ? pp->nsplits : 1));
+      int *parts = arena_alloc(b->a, sizeof(int) * (size_t)(pp->nsplits ? pp->nsplits : 1));
+      for (int i = 0; i < pp->nsplits; i++) axes[i] = pp->splits[i].axis, parts[i] = pp->splits[i].parts;
       for (int i = 0; i < pp->count; i++) {
         psub *s = &p->subs[pp->first + i];
-        bool ok = d->expr ? h->device(h->ctx, p, d, s, levels, nlevels, &s->device)
-                          : device_of_data(b, d, s, &s->device);
+        dec_sub ds = {d->ops.ops[k], pp->nsplits, axes, parts, s->coord, levels, nlevels};
+        bool ok = d->expr ? pl->device(pl->ctx, d, &ds, &s->device) : device_of_data(b, d, s, &s->device);
         if (!ok) return false;
       }
       pp->assigned = true;
@@ -712,8 +716,6 @@ plan_builder *plan_begin(const weft_graph *g, const weft_cluster *cl, const char
   return b;
 }
 
-const weft_plan *plan_building(const plan_builder *b) { return b->p; }
-
 bool plan_add(plan_builder *b, const decision *d) {
   weft_plan *p = b->p;
   if (b->failed) return false;
@@ -758,12 +760,12 @@ bool plan_add(plan_builder *b, const decision *d) {
   return ok;
 }
 
-weft_plan *plan_finish(plan_builder *b, const plan_hooks *h) {
+weft_plan *plan_finish(plan_builder *b, const dec_placer *pl) {
   weft_plan *p = b->p;
   if (b->failed) return NULL;
   fold_setup(b);
   if (!make_subs(b, p)) return NULL;
-  if (!place(b, h)) return NULL;
+  if (!place(b, pl)) return NULL;
   if (b->dg->errors > b->before) return NULL;
   prof_mark("sub-operators");
   deps_derive(b->a, p);
@@ -783,11 +785,13 @@ weft_plan *plan_finish(plan_builder *b, const plan_hooks *h) {
 
 weft_plan *plan_apply(const weft_graph *g, const weft_cluster *cl, const weft_decisions *d, const plan_opts *o,
                       arena *a, weft_diags *dg) {
-  weft_loc none = {0};
-  plan_builder *b = plan_begin(g, cl, "plan", none, o, a, dg);
-  for (int i = 0; i < d->n; i++)
-    if (!plan_add(b, &d->items[i])) return NULL;
-  return plan_finish(b, NULL);
+  plan_builder *b = plan_begin(g, cl, d->name ? d->name : "plan", d->loc, o, a, dg);
+  weft_plan *p = NULL;
+  int i = 0;
+  while (i < d->n && plan_add(b, &d->items[i])) i++;
+  if (i == d->n) p = plan_finish(b, &d->placer);
+  if (d->placer.done) d->placer.done(d->placer.ctx);
+  return p;
 }
 
 /* ---- reports ------------------------------------------------------------------------- */

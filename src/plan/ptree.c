@@ -4,7 +4,6 @@
 #include <string.h>
 
 #include "weft/plan.h"
-#include "weft/workspace.h"
 
 const char *const comm_kind_names[COMM_KIND_COUNT] = {
     [COMM_NONE] = "none",           [COMM_SLICE] = "slice",
@@ -15,7 +14,6 @@ const char *const comm_kind_names[COMM_KIND_COUNT] = {
 
 const char *const comm_phase_names[PHASE_COUNT] = {"forward", "backward", "weights", "params"};
 
-const char *const sched_kind_names[] = {"default", "gpipe", "one_f_one_b", "interleaved", "grid"};
 
 /* ---- regions -------------------------------------------------------------- */
 

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "weft/plan.h"
+#include "weft/report.h"
 #include "weft/workspace.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

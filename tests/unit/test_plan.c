@@ -10,6 +10,7 @@
 
 #include "weft/deps.h"
 #include "weft/plan.h"
+#include "weft/report.h"
 #include "weft/workspace.h"
 
 static weft_plan *build(weft_ctx *c, const char *text, const char *plan) {

@@ -18,6 +18,7 @@
 #include "weft/cost.h"
 #include "weft/sim.h"
 #include "weft/validate.h"
+#include "weft/report.h"
 #include "weft/workspace.h"
 
 static weft_plan *build(weft_ctx *c, const char *text, const char *plan) {

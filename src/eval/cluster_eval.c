@@ -1,9 +1,9 @@
-/* cluster.c - evaluates `cluster` declarations to records and checks them:
+/* cluster_eval.c - evaluates `cluster` declarations to records and checks them:
  * required fields, units, and links for every level the cluster spans. */
 #include <string.h>
 
 #include "eval.h"
-#include "weft/cluster.h"
+#include "weft/workspace.h"
 
 /* A record being built, with where each field was written (for errors)
  * and where its block starts (for missing fields). */
@@ -75,15 +75,13 @@ static bool exec_fields(weft_ctx *c, env *e, const ast_list *body, fields *f, pa
       env_define(&c->arena, e, s->a->name, v, s->loc, false);
       break;
     }
-    case S_LET: {
-      value v = eval_expr(c, e, s->a);
-      if (v.kind == V_ERROR) { ok = false; break; }
-      env_define(&c->arena, e, s->name, v, s->loc, false);
+    case S_LET: case S_ASSERT: {
+      /* the control statements a cluster allows: no loops or branches
+       * among its fields */
+      bool handled;
+      if (!eval_control(c, NULL, e, s, &handled)) ok = false;
       break;
     }
-    case S_ASSERT:
-      if (!eval_assert(c, e, s)) ok = false;
-      break;
 
     case S_DEVICE:
       if (!pt) goto misplaced;
@@ -314,16 +312,4 @@ value weft_build_cluster(weft_ctx *c, value cl, weft_loc use) {
   ll->items = links.rec->vals;
   field_set(c, &f, "links", (value){.kind = V_LIST, .list = ll});
   return as_record(f);
-}
-
-weft_cluster weft_cluster_of(const vrecord *r) {
-  weft_cluster cl = {.rec = r};
-  const value *v = record_get(r, "name");
-  cl.name = v && v->kind == V_STRING ? v->s : "";
-  if ((v = record_get(r, "devices")) && v->kind == V_INT) cl.ndevices = (int)v->i;
-  if ((v = record_get(r, "devices_per_node")) && v->kind == V_INT) cl.devices_per_node = (int)v->i;
-  const value *dev = record_get(r, "device");
-  if (dev && dev->kind == V_RECORD && (v = record_get(dev->rec, "memory")) && v->kind == V_QUANTITY)
-    cl.device_memory = (int64_t)v->q.v;
-  return cl;
 }

@@ -7,8 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "weft/plan.h"
-#include "eval.h"
+#include "weft/decisions.h"
 
 const char *const dtype_names[DT_COUNT] = {"f32", "bf16", "f16", "i32"};
 const int dtype_bytes[DT_COUNT] = {4, 2, 2, 4};
@@ -105,7 +104,7 @@ const char *value_repr(arena *a, value v) {
   /* after "got function": the name alone */
   case V_FN: case V_MODEL: case V_CLUSTER: case V_PLAN: case V_STRATEGY: return v.decl->name;
   case V_OPDECL: return v.op->name;
-  case V_BUILTIN: return builtin_name(v.bi);
+  case V_BUILTIN: return v.bi->name;
   case V_MESH: return ((const pmesh *)v.mesh)->name;
   default: return value_show(a, v);
   }

@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "base/json.h"
-#include "eval.h"
 
 weft_graph *graph_new(arena *a, const char *name) {
   weft_graph *g = arena_alloc(a, sizeof *g);
