@@ -132,7 +132,10 @@ xworld *xworld_new(const weft_graph *g) {
   w->input = xcalloc((size_t)g->ntensors * sizeof(void *));
   xoptim o;
   w->state_copies = 0;
-  if (xoptim_from_graph(g, &o)) w->state_copies = o.adamw ? 2 : o.momentum != 0.0 ? 1 : 0;
+  if (xoptim_from_graph(g, &o)) {
+    w->optimizer = o.kind;
+    w->state_copies = xoptim_state(&o);
+  }
   for (int t = 0; t < g->ntensors; t++) {
     const gtensor *x = &g->tensors[t];
     size_t n = (size_t)tensor_numel(x);
@@ -173,19 +176,14 @@ static uint64_t name_stream(const char *s) {
   return h;
 }
 
-/* How operator arguments read a tensor: 'n' the weight of a norm, 'b' a
- * bias, 'w' anything else. */
+/* How a parameter starts (xop_param_init): as a norm weight or a bias when
+ * any operator reads it as one, else normal. */
 static char param_use(const weft_graph *g, int t) {
-  for (int o = 0; o < g->nops; o++) {
-    const gop *op = &g->ops[o];
-    const char *k = op->decl ? op->decl->name : "";
-    for (int i = 0; i < op->ninputs; i++) {
-      if (op->inputs[i] != t) continue;
-      if ((strcmp(k, "layernorm") == 0 || strcmp(k, "rmsnorm") == 0) && i == 1) return 'n';
-      if (strcmp(k, "layernorm") == 0 && i == 2) return 'b';
-      if ((strcmp(k, "linear") == 0 || strcmp(k, "qkv_linear") == 0) && i == 2) return 'b';
+  for (int o = 0; o < g->nops; o++)
+    for (int i = 0; i < g->ops[o].ninputs; i++) {
+      char u = g->ops[o].inputs[i] == t ? xop_param_init(g, o, i) : 'w';
+      if (u != 'w') return u;
     }
-  }
   return 'w';
 }
 
@@ -203,18 +201,12 @@ void xworld_init_params(xworld *w, uint64_t seed) {
   w->step = 0;
 }
 
-/* The bound on the ids an i32 input may hold: the rows of the table an
- * embedding looks them up in, or the classes of a cross entropy. */
 int64_t xworld_id_bound(const weft_graph *g, int t) {
-  for (int o = 0; o < g->nops; o++) {
-    const gop *op = &g->ops[o];
-    const char *k = op->decl ? op->decl->name : "";
-    if (strcmp(k, "embedding") == 0 && op->inputs[0] == t) return g->tensors[op->inputs[1]].dims[0].size;
-    if (strcmp(k, "cross_entropy") == 0 && op->inputs[1] == t) {
-      const gtensor *l = &g->tensors[op->inputs[0]];
-      return l->dims[l->ndims - 1].size;
+  for (int o = 0; o < g->nops; o++)
+    for (int i = 0; i < g->ops[o].ninputs; i++) {
+      int64_t b = g->ops[o].inputs[i] == t ? xop_id_bound(g, o, i) : 0;
+      if (b > 0) return b;
     }
-  }
   return 2;
 }
 
@@ -233,32 +225,6 @@ void xworld_init_inputs(xworld *w, uint64_t seed) {
       k_init_normal(w->input[t], 0, n, seed, stream, 0.0, 1.0);
     }
   }
-}
-
-bool xoptim_from_graph(const weft_graph *g, xoptim *o) {
-  if (!g->optimizer) return false;
-  memset(o, 0, sizeof *o);
-  o->adamw = strcmp(g->optimizer, "adamw") == 0;
-  o->lr = o->adamw ? 1e-3 : 0.01;
-  o->beta1 = 0.9, o->beta2 = 0.999, o->eps = 1e-8, o->weight_decay = o->adamw ? 0.01 : 0.0;
-  const vrecord *r = g->optimizer_args;
-  for (int i = 0; r && i < r->n; i++) {
-    const value *v = &r->vals[i];
-    double x = v->kind == V_FLOAT ? v->f : v->kind == V_INT ? (double)v->i : 0.0;
-    const char *k = r->keys[i];
-    if (strcmp(k, "lr") == 0) o->lr = x;
-    else if (strcmp(k, "beta1") == 0) o->beta1 = x;
-    else if (strcmp(k, "beta2") == 0) o->beta2 = x;
-    else if (strcmp(k, "eps") == 0) o->eps = x;
-    else if (strcmp(k, "weight_decay") == 0) o->weight_decay = x;
-    else if (strcmp(k, "momentum") == 0) o->momentum = x;
-  }
-  return true;
-}
-
-static void optim_step(const xoptim *o, float *p, float *state, const float *grad, int64_t n, int64_t step) {
-  if (o->adamw) k_adamw(p, state, state + n, grad, n, step, o->lr, o->beta1, o->beta2, o->eps, o->weight_decay);
-  else k_sgd(p, o->momentum != 0.0 ? state : NULL, grad, n, o->lr, o->momentum, o->weight_decay);
 }
 
 /* ---- the mailbox ---------------------------------------------------------- */
@@ -369,6 +335,8 @@ struct xrun {
   xworld *w;
   const xrun_opts *o;
   xoptim optim;
+  const xop **kern;       /* per operator: its kernels (xop_find), NULL for
+                           * one no program runs */
   xmbox box;
   xdev *devs;
   int ndevs;              /* devices this process runs */
@@ -556,6 +524,7 @@ static bool do_compute(xdev *d, const lins *in) {
   xcall c = {0};
   c.g = r->g;
   c.op = s->op;
+  c.kern = r->kern[s->op];
   c.backward = in->dir == DIR_BACKWARD;
   c.nin = op->ninputs;
   c.allow_native = r->o->allow_native;
@@ -902,9 +871,9 @@ static bool do_step(xdev *d, const lins *in) {
     }
   }
   int copies = sb ? sb->copies : 0;
-  int need = r->optim.adamw ? 2 : r->optim.momentum != 0.0 ? 1 : 0;
-  if (copies < need) return dev_fail(d, "step of %s: optimizer state missing", r->g->tensors[in->tensor].name);
-  optim_step(&r->optim, param, state, grad, n, r->w->step + 1);
+  if (copies < xoptim_state(&r->optim))
+    return dev_fail(d, "step of %s: optimizer state missing", r->g->tensors[in->tensor].name);
+  xoptim_step(&r->optim, param, state, grad, n, r->w->step + 1);
   if (!pdirect) ref_out(d, pref, param, false);
   free(pt);
   if (sb && !sdirect) {
@@ -986,6 +955,16 @@ static bool same_ranges(const psub *a, const psub *b, int nidims, int skip) {
   return true;
 }
 
+/* The kernels of every operator a compute runs, found once. */
+static bool find_kernels(xrun *r, char *err, size_t errlen) {
+  r->kern = xcalloc((size_t)(r->g->nops + 1) * sizeof(const xop *));
+  for (int i = 0; i < r->p->nsubs; i++) {
+    int op = r->p->subs[i].op;
+    if (!r->kern[op] && !(r->kern[op] = xop_find(r->g, op, err, errlen))) return false;
+  }
+  return true;
+}
+
 /* Loss sub-operators: one slot each, copies of one part (replicas) once. */
 static void loss_slots(xrun *r) {
   const weft_plan *p = r->p;
@@ -993,7 +972,7 @@ static void loss_slots(xrun *r) {
   for (int i = 0; i < p->nsubs; i++) r->loss_index[i] = -1;
   int n = 0;
   for (int op = 0; op < r->g->nops; op++) {
-    if (!xop_is_loss(r->g, op)) continue;
+    if (!xop_is_loss(r->kern[op])) continue;
     const popplan *pp = &p->ops[op];
     int ni = pp->space->nidims;
     for (int i = pp->first; i < pp->first + pp->count; i++) {
@@ -1200,9 +1179,10 @@ bool xrun_program(const weft_program *pr, xworld *w, const xrun_opts *o, char *e
   }
   pthread_mutex_init(&r->box.mu, NULL);
   pthread_cond_init(&r->box.cv, NULL);
+  ok = find_kernels(r, err, errlen);
   loss_slots(r);
   r->ce_vidim = -1;
-  ok = ce_groups(r, err, errlen);
+  ok = ok && ce_groups(r, err, errlen);
   r->local = xmalloc((size_t)pr->nprogs * sizeof(int));
   r->devs = xcalloc((size_t)pr->nprogs * sizeof(xdev));
   if (o->net) {
@@ -1270,7 +1250,7 @@ bool xrun_program(const weft_program *pr, xworld *w, const xrun_opts *o, char *e
   }
   pthread_mutex_destroy(&r->box.mu);
   pthread_cond_destroy(&r->box.cv);
-  free(r->devs), free(r->local), free(r->loss_slot), free(r->loss_index);
+  free(r->devs), free(r->local), free(r->loss_slot), free(r->loss_index), free(r->kern);
   free(r);
   return ok;
 }
@@ -1296,6 +1276,8 @@ bool xrun_reference(const weft_graph *g, xworld *w, const xrun_opts *o, char *er
   arena_init(&a);
   int64_t **ranges = xcalloc((size_t)(g->nops + 1) * sizeof(int64_t *));
   int *nidims = xcalloc((size_t)(g->nops + 1) * sizeof(int));
+  const xop **kern = xcalloc((size_t)(g->nops + 1) * sizeof(const xop *));
+  for (int op = 0; op < g->nops && ok; op++) ok = (kern[op] = xop_find(g, op, err, errlen)) != NULL;
   for (int op = 0; op < g->nops; op++) {
     const opdecl *d = g->ops[op].decl;
     if (!d || !d->native_fwd) continue;
@@ -1326,17 +1308,17 @@ bool xrun_reference(const weft_graph *g, xworld *w, const xrun_opts *o, char *er
     for (int op = 0; op < g->nops && ok; op++) {
       const gop *x = &g->ops[op];
       xcall c = {0};
-      c.g = g, c.op = op, c.nin = x->ninputs, c.allow_native = o->allow_native;
+      c.g = g, c.op = op, c.kern = kern[op], c.nin = x->ninputs, c.allow_native = o->allow_native;
       for (int i = 0; i < c.nin; i++) c.in[i] = val[x->inputs[i]], c.inr[i] = &whole[x->inputs[i]];
       c.out = val[x->output], c.outr = &whole[x->output];
       c.ranges = ranges[op], c.nidims = nidims[op];
       ok = xop_run(&c, err, errlen);
-      if (xop_is_loss(g, op) && x->output == g->loss) loss += c.loss;
+      if (xop_is_loss(kern[op]) && x->output == g->loss) loss += c.loss;
     }
     for (int op = g->nops - 1; op >= 0 && ok; op--) {
       const gop *x = &g->ops[op];
       xcall c = {0};
-      c.g = g, c.op = op, c.nin = x->ninputs, c.backward = true, c.acc = true, c.allow_native = o->allow_native;
+      c.g = g, c.op = op, c.kern = kern[op], c.nin = x->ninputs, c.backward = true, c.acc = true, c.allow_native = o->allow_native;
       for (int i = 0; i < c.nin; i++) {
         c.in[i] = val[x->inputs[i]], c.inr[i] = &whole[x->inputs[i]];
         c.din[i] = grad[x->inputs[i]];
@@ -1348,7 +1330,7 @@ bool xrun_reference(const weft_graph *g, xworld *w, const xrun_opts *o, char *er
     }
     for (int t = 0; t < nt && ok; t++) {
       if (g->tensors[t].role != TENSOR_PARAM) continue;
-      optim_step(&opt, w->param[t], w->state[t], grad[t], tensor_numel(&g->tensors[t]), w->step + 1);
+      xoptim_step(&opt, w->param[t], w->state[t], grad[t], tensor_numel(&g->tensors[t]), w->step + 1);
     }
     for (int t = 0; t < nt; t++) {
       if (g->tensors[t].role == TENSOR_ACT) free(val[t]);
@@ -1363,7 +1345,7 @@ bool xrun_reference(const weft_graph *g, xworld *w, const xrun_opts *o, char *er
     t0 = t1;
   }
   for (int op = 0; op < g->nops; op++) free(ranges[op]);
-  free(ranges), free(nidims);
+  free(ranges), free(nidims), free(kern);
   arena_free(&a);
   free(val), free(grad), free(dims), free(ivs), free(whole);
   return ok;

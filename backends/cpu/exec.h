@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "optim.h"
 #include "weft/lower.h"
 
 /* The whole tensors a run starts from and ends with ("the world"): what a
@@ -17,19 +18,11 @@ typedef struct xworld {
   float **param;          /* per parameter: numel values */
   float **state;          /* per parameter: optimizer state, copies x numel
                            * (AdamW: m then v; SGD with momentum: the buffer) */
-  int state_copies;       /* 2 AdamW, 1 SGD with momentum, 0 none */
+  const xoptimizer *optimizer; /* the model's, NULL when it does not train */
+  int state_copies;       /* state tensors per element: 2 AdamW, 1 SGD with momentum, 0 none */
   void **input;           /* per model input: float or int32_t, numel values */
   int64_t step;           /* optimizer steps taken so far */
 } xworld;
-
-/* Settings of the optimizer, from the model's `train` statement. */
-typedef struct xoptim {
-  bool adamw;             /* else SGD */
-  double lr, beta1, beta2, eps, weight_decay, momentum;
-} xoptim;
-
-/* Reads the graph's optimizer; false when the model does not train. */
-bool xoptim_from_graph(const weft_graph *g, xoptim *o);
 
 xworld *xworld_new(const weft_graph *g);
 void xworld_free(xworld *w);

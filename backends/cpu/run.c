@@ -104,11 +104,10 @@ bool xworld_load_inputs(xworld *w, const char *path, char *err, size_t errlen) {
   return true;
 }
 
-static const char *const adamw_names[] = {"optim.exp_avg.", "optim.exp_avg_sq."};
-static const char *const sgd_names[] = {"optim.momentum_buffer."};
-
-static const char *state_prefix(const xworld *w, int c) {
-  return w->state_copies == 2 ? adamw_names[c] : sgd_names[c];
+/* The name of state tensor c of parameter `param` in a checkpoint. */
+static const char *state_name(char *buf, size_t n, const xworld *w, int c, const char *param) {
+  snprintf(buf, n, "optim.%s.%s", w->optimizer->state_names[c], param);
+  return buf;
 }
 
 bool xworld_resume(xworld *w, const char *path, uint64_t *seed, char *err, size_t errlen) {
@@ -133,8 +132,7 @@ bool xworld_resume(xworld *w, const char *path, uint64_t *seed, char *err, size_
     const char *sd = st_meta(f, "seed");
     if (sd && seed) *seed = strtoull(sd, NULL, 10);
     const char *opt = st_meta(f, "optimizer");
-    const char *want = w->state_copies == 2 ? "adamw" : "sgd";
-    if (ok && opt && strcmp(opt, want) != 0) {
+    if (ok && opt && w->optimizer && strcmp(opt, w->optimizer->name) != 0) {
       snprintf(err, errlen, "%s: a checkpoint of %s, but model %s trains with %s", path, opt, g->name,
                g->optimizer ? g->optimizer : "nothing");
       ok = false;
@@ -145,7 +143,7 @@ bool xworld_resume(xworld *w, const char *path, uint64_t *seed, char *err, size_
     if (!w->state[t]) continue;
     int64_t n = tensor_numel(&g->tensors[t]);
     for (int c = 0; c < w->state_copies && ok; c++) {
-      snprintf(name, sizeof name, "%s%s", state_prefix(w, c), g->tensors[t].name);
+      state_name(name, sizeof name, w, c, g->tensors[t].name);
       const st_tensor *s = st_find(f, name);
       if (!s) {
         snprintf(err, errlen, "%s: no tensor %s (optimizer state of %s)", path, name, g->tensors[t].name);
@@ -172,9 +170,9 @@ bool xworld_save(const xworld *w, const char *path, uint64_t seed, char *err, si
     st_writer_add(sw, x->name, ST_F32, x->ndims, shape, w->param[t]);
     int64_t n = tensor_numel(x);
     for (int c = 0; c < w->state_copies && w->state[t]; c++) {
-      size_t len = strlen(state_prefix(w, c)) + strlen(x->name) + 1;
+      size_t len = strlen(w->optimizer->state_names[c]) + strlen(x->name) + 8;
       char *nm = xmalloc(len);
-      snprintf(nm, len, "%s%s", state_prefix(w, c), x->name);
+      state_name(nm, len, w, c, x->name);
       names[nn++] = nm;
       st_writer_add(sw, nm, ST_F32, x->ndims, shape, w->state[t] + c * n);
     }

@@ -1,5 +1,5 @@
-/* xops.h - one operator of the model on packed f32 parts: maps the
- * operators of stdlib/ops.plan to the kernels, forward and backward. */
+/* xops.h - one operator of the model on packed f32 parts: the table that
+ * maps the operators of stdlib/ops.plan to their kernels, forward and backward. */
 #ifndef WEFT_XOPS_H
 #define WEFT_XOPS_H
 
@@ -9,6 +9,21 @@
 #include "weft/plan.h"
 
 enum { XOP_MAX_INPUTS = 16 };
+
+/* An operator kind the CPU backend runs: its kernels and what else the
+ * backend knows of it (xops.c holds the table). */
+typedef struct xop xop;
+
+/* The kernels of graph operator op, found by its kind (the operator's name
+ * in stdlib/ops.plan), or its native kernels when it declares some. NULL
+ * with a message when the CPU backend has none. Callers look each operator
+ * up once and keep the answer. */
+const xop *xop_find(const weft_graph *g, int op, char *err, size_t errlen);
+
+/* Whether its result is a loss (cross_entropy, mse): the loss of a step is
+ * the sum of such results, and its backward runs without a gradient of the
+ * result. */
+bool xop_is_loss(const xop *k);
 
 /* The shards of a cross entropy split along the vocabulary meet through
  * this: `mine` is the shard's row maxima, sums of exponentials against
@@ -24,6 +39,7 @@ typedef int (*xce_exchange)(void *ctx, int64_t v_lo, const float *mine, int64_t 
 typedef struct xcall {
   const weft_graph *g;
   int op;
+  const xop *kern;                  /* xop_find's answer for op */
   bool backward;
   int nin;
   const void *in[XOP_MAX_INPUTS];
@@ -43,12 +59,19 @@ typedef struct xcall {
   bool loss_counts;                 /* whether the share is one to add (not a vocabulary shard's copy) */
 } xcall;
 
-/* Runs the call; false with a message (an operator the CPU backend does
- * not know, a native kernel without --allow-native or that fails to load). */
+/* Runs the call; false with a message (a native kernel without
+ * --allow-native or that fails to load, an operator that cannot
+ * accumulate asked to). */
 bool xop_run(xcall *c, char *err, size_t errlen);
 
-/* Whether operator op has a loss result (cross_entropy, mse). */
-bool xop_is_loss(const weft_graph *g, int op);
+/* How a parameter read as input `arg` of operator op starts: 'n' ones (the
+ * weight of a norm), 'b' zeros (a bias), 'w' normal (anything else). */
+char xop_param_init(const weft_graph *g, int op, int arg);
+
+/* For an i32 input read as input `arg` of operator op: the bound its ids
+ * must lie below (the rows of the table an embedding looks them up in, the
+ * classes of a cross entropy); 0 when that input holds no ids. */
+int64_t xop_id_bound(const weft_graph *g, int op, int arg);
 
 /* A numeric attribute of an operator, or dflt. */
 double xop_attr(const weft_graph *g, int op, const char *name, double dflt);
