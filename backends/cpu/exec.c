@@ -229,7 +229,7 @@ void xworld_init_inputs(xworld *w, uint64_t seed) {
 
 /* ---- the mailbox ---------------------------------------------------------- */
 
-enum { CLS_SEND, CLS_COLL, CLS_CE };
+enum { CLS_SEND, CLS_COLL };
 
 typedef struct xmsg {
   xkey key;
@@ -345,8 +345,6 @@ struct xrun {
   double *loss_slot;      /* per sub-operator of the loss: its share this step */
   int *loss_index;        /* per sub: its slot, -1 when it does not count */
   int nloss;
-  int **ce_peers;         /* per sub of a cross entropy split along the vocabulary: peer subs, -1 ended */
-  int ce_vidim;           /* the vocabulary idim of the cross entropy */
   pthread_barrier_t bar;
   int finished;           /* device threads done (under box.mu) */
   bool sum_wanted;        /* under mpirun: the loss slots await their sum
@@ -453,70 +451,6 @@ static bool do_free(xdev *d, const lins *in) {
   return true;
 }
 
-typedef struct ce_ctx {
-  xdev *d;
-  int sub;
-  int epoch;
-} ce_ctx;
-
-static int64_t sub_vlo(const xrun *r, int sub) { return r->p->subs[sub].range[r->ce_vidim].lo; }
-
-/* The exchange of a vocabulary-split cross entropy (xops.h): the shard
- * posts its statistics to its peers and takes theirs. */
-static int ce_exchange(void *ctx, int64_t v_lo, const float *mine, int64_t n, float **all) {
-  ce_ctx *c = ctx;
-  xdev *d = c->d;
-  xrun *r = d->run;
-  const int *peers = r->ce_peers ? r->ce_peers[c->sub] : NULL;
-  if (!peers) return -1;
-  int np = 0;
-  while (peers[np] >= 0) np++;
-  int *devs = xmalloc((size_t)(np + 1) * sizeof(int));
-  for (int i = 0; i < np; i++) devs[i] = r->p->subs[peers[i]].device;
-  xkey k = {r->step, CLS_CE, c->sub, c->epoch, d->device, -1};
-  float *copy = xmalloc((size_t)n * sizeof(float));
-  memcpy(copy, mine, (size_t)n * sizeof(float));
-  if (np) net_post(r, &k, devs, np, copy, n * (int64_t)sizeof(float));
-  else free(copy);
-  free(devs);
-  /* Shards in vocabulary order; copies of one shard (replicas) once. */
-  int64_t *los = xmalloc((size_t)(np + 1) * sizeof(int64_t));
-  const float **data = xmalloc((size_t)(np + 1) * sizeof(float *));
-  xmsg **msgs = xmalloc((size_t)(np + 1) * sizeof(xmsg *));
-  int cnt = 0;
-  los[cnt] = v_lo, data[cnt] = mine, msgs[cnt] = NULL, cnt++;
-  bool ok = true;
-  for (int i = 0; i < np; i++) {
-    xkey pk = {r->step, CLS_CE, peers[i], c->epoch, r->p->subs[peers[i]].device, -1};
-    xmsg *m = mbox_take(&r->box, &pk);
-    if (!m) { ok = false; break; }
-    int64_t lo = sub_vlo(r, peers[i]);
-    bool dup = false;
-    for (int j = 0; j < cnt; j++) dup |= los[j] == lo;
-    if (dup || m->bytes != n * (int64_t)sizeof(float)) {
-      mbox_done(&r->box, m);
-      continue;
-    }
-    los[cnt] = lo, data[cnt] = m->data, msgs[cnt] = m, cnt++;
-  }
-  int p = -1;
-  if (ok) {
-    p = cnt;
-    *all = xmalloc((size_t)(p * n) * sizeof(float));
-    for (int s = 0; s < p; s++) {
-      int best = -1;
-      for (int j = 0; j < cnt; j++)
-        if (data[j] && (best < 0 || los[j] < los[best])) best = j;
-      memcpy(*all + s * n, data[best], (size_t)n * sizeof(float));
-      data[best] = NULL;
-    }
-  }
-  for (int j = 0; j < cnt; j++)
-    if (msgs[j]) mbox_done(&r->box, msgs[j]);
-  free(los), free(data), free(msgs);
-  return p;
-}
-
 static bool do_compute(xdev *d, const lins *in) {
   xrun *r = d->run;
   const psub *s = &r->p->subs[in->sub];
@@ -526,12 +460,20 @@ static bool do_compute(xdev *d, const lins *in) {
   c.op = s->op;
   c.kern = r->kern[s->op];
   c.backward = in->dir == DIR_BACKWARD;
+  c.part = in->part;
   c.nin = op->ninputs;
   c.allow_native = r->o->allow_native;
   if (c.nin > XOP_MAX_INPUTS) return dev_fail(d, "%s: too many inputs", op->name);
-  void *tmps[2 * XOP_MAX_INPUTS + 2] = {0};
+  void *tmps[2 * XOP_MAX_INPUTS + 3] = {0};
   int ntmp = 0;
-  for (int i = 0; i < in->nin; i++) {
+  int nref = in->nin;
+  if (in->part == LP_COMBINE && nref > 0) {
+    /* the gathered statistics come last */
+    const lref *ref = &in->in[--nref];
+    c.stats = ref_in(d, ref, &tmps[ntmp++]);
+    c.statsr = &ref->region;
+  }
+  for (int i = 0; i < nref; i++) {
     const lref *ref = &in->in[i];
     void *t;
     if (ref->arg >= 0 && ref->arg < c.nin) {
@@ -558,10 +500,10 @@ static bool do_compute(xdev *d, const lins *in) {
     const lref *ref = &in->out[i];
     float *p = direct ? mem_of(d, ref->buf) : xcalloc((size_t)tregion_numel(&ref->region) * 4);
     parts[i] = direct ? NULL : p;
-    if (!c.backward) {
+    if (ref->arg < 0) {
       c.out = p;
       c.outr = &ref->region;
-    } else if (ref->arg >= 0 && ref->arg < c.nin) {
+    } else if (ref->arg < c.nin) {
       c.din[ref->arg] = p;
     }
   }
@@ -571,9 +513,6 @@ static bool do_compute(xdev *d, const lins *in) {
   for (int i = 0; i < ni && i < 64; i++) ranges[2 * i] = s->range[i].lo, ranges[2 * i + 1] = s->range[i].hi;
   c.ranges = ranges;
   c.nidims = ni;
-  ce_ctx cx = {d, in->sub, c.backward ? 2 : in->recompute ? 1 : 0};
-  c.exchange = ce_exchange;
-  c.xctx = &cx;
   bool ok = xop_run(&c, d->err, sizeof d->err);
   if (ok && !direct)
     for (int i = 0; i < in->nout; i++) ref_out(d, &in->out[i], parts[i], in->accumulate);
@@ -584,7 +523,7 @@ static bool do_compute(xdev *d, const lins *in) {
     snprintf(msg, sizeof msg, "%s", d->err[0] ? d->err : "a kernel failed");
     return dev_fail(d, "%s", msg);
   }
-  if (!c.backward && !in->recompute && c.loss_counts && r->loss_index[in->sub] >= 0)
+  if (!c.backward && !in->recompute && in->part != LP_STATS && r->loss_index[in->sub] >= 0)
     r->loss_slot[r->loss_index[in->sub]] = c.loss;
   return true;
 }
@@ -989,49 +928,6 @@ static void loss_slots(xrun *r) {
   r->loss_slot = xcalloc((size_t)(n + 1) * sizeof(double));
 }
 
-/* Peers of the shards of a cross entropy split along the vocabulary: the
- * subs of the same micro-batch and rows. */
-static bool ce_groups(xrun *r, char *err, size_t errlen) {
-  const weft_plan *p = r->p;
-  for (int op = 0; op < r->g->nops; op++) {
-    const gop *o = &r->g->ops[op];
-    if (!o->decl || strcmp(o->decl->name, "cross_entropy") != 0) continue;
-    const popplan *pp = &p->ops[op];
-    const opspace *sp = pp->space;
-    int vi = -1;
-    for (int k = 0; k < sp->nidims; k++)
-      if (strcmp(sp->idims[k].sig, "v") == 0) vi = k;
-    if (vi < 0) continue;
-    bool split = false;
-    for (int i = pp->first; i < pp->first + pp->count; i++)
-      split |= p->subs[i].range[vi].hi - p->subs[i].range[vi].lo < sp->idims[vi].size;
-    if (!split) continue;
-    r->ce_vidim = vi;
-    if (!r->ce_peers) r->ce_peers = xcalloc((size_t)(p->nsubs + 1) * sizeof(int *));
-    for (int i = pp->first; i < pp->first + pp->count; i++) {
-      const psub *s = &p->subs[i];
-      int *peers = xmalloc((size_t)(pp->count + 1) * sizeof(int));
-      int np = 0;
-      for (int j = pp->first; j < pp->first + pp->count; j++) {
-        const psub *t = &p->subs[j];
-        if (j == i || t->microbatch != s->microbatch || !same_ranges(s, t, sp->nidims, vi)) continue;
-        if (t->device == s->device && t->range[vi].lo != s->range[vi].lo) {
-          snprintf(err, errlen,
-                   "%s: shards of a cross entropy split along the vocabulary share device %d; the CPU "
-                   "backend needs them on different devices",
-                   o->name, s->device);
-          free(peers);
-          return false;
-        }
-        peers[np++] = j;
-      }
-      peers[np] = -1;
-      r->ce_peers[i] = peers;
-    }
-  }
-  return true;
-}
-
 /* Under mpirun, every process ends with the whole world: each element is
  * taken from the lowest process that wrote it (a sum with zeros elsewhere,
  * which is exact), or kept where none did. */
@@ -1181,8 +1077,6 @@ bool xrun_program(const weft_program *pr, xworld *w, const xrun_opts *o, char *e
   pthread_cond_init(&r->box.cv, NULL);
   ok = find_kernels(r, err, errlen);
   loss_slots(r);
-  r->ce_vidim = -1;
-  ok = ok && ce_groups(r, err, errlen);
   r->local = xmalloc((size_t)pr->nprogs * sizeof(int));
   r->devs = xcalloc((size_t)pr->nprogs * sizeof(xdev));
   if (o->net) {
@@ -1244,10 +1138,6 @@ bool xrun_program(const weft_program *pr, xworld *w, const xrun_opts *o, char *e
   }
   for (int h = 0; h < MBOX_BUCKETS; h++)
     for (xmsg *x = r->box.bucket[h], *nx; x; x = nx) nx = x->next, free(x->data), free(x);
-  if (r->ce_peers) {
-    for (int i = 0; i < r->p->nsubs; i++) free(r->ce_peers[i]);
-    free(r->ce_peers);
-  }
   pthread_mutex_destroy(&r->box.mu);
   pthread_cond_destroy(&r->box.cv);
   free(r->devs), free(r->local), free(r->loss_slot), free(r->loss_index), free(r->kern);

@@ -47,45 +47,6 @@ double xop_attr(const weft_graph *g, int op, const char *name, double dflt) {
   return dflt;
 }
 
-/* ---- cross entropy split along the vocabulary --------------------------- */
-
-/* The global row maxima and sums of every shard, and the label logits, for
- * a shard holding logits columns [v_lo, v_lo + v): combined through the
- * exchange. Returns false with a message. */
-static bool ce_global(xcall *c, const float *logits, const int32_t *labels, int64_t t,
-                      int64_t v_lo, int64_t v, float *gmax, float *gsum, float *target,
-                      char *err, size_t errlen) {
-  float *mine = malloc((size_t)(3 * t + 1) * sizeof(float));
-  if (!mine) weft_oom();
-  k_cross_entropy_shard_max(mine, logits, t, v);
-  k_cross_entropy_shard_sumexp(mine + t, logits, mine, t, v);
-  k_cross_entropy_shard_target(mine + 2 * t, logits, labels, t, v_lo, v);
-  float *all = NULL;
-  int p = c->exchange ? c->exchange(c->xctx, v_lo, mine, 3 * t, &all) : -1;
-  free(mine);
-  if (p < 1) {
-    snprintf(err, errlen, "%s: the shards of a cross entropy split along the vocabulary did not meet",
-             c->g->ops[c->op].name);
-    free(all);
-    return false;
-  }
-  float *smax = malloc((size_t)(p * t + 1) * sizeof(float));
-  float *ssum = malloc((size_t)(p * t + 1) * sizeof(float));
-  if (!smax || !ssum) weft_oom();
-  for (int64_t i = 0; i < t; i++) target[i] = 0;
-  for (int s = 0; s < p; s++) {
-    const float *a = all + (int64_t)s * 3 * t;
-    memcpy(smax + s * t, a, (size_t)t * sizeof(float));
-    memcpy(ssum + s * t, a + t, (size_t)t * sizeof(float));
-    for (int64_t i = 0; i < t; i++) target[i] += a[2 * t + i];
-  }
-  k_cross_entropy_merge(gmax, gsum, smax, ssum, p, t);
-  free(smax);
-  free(ssum);
-  free(all);
-  return true;
-}
-
 /* ---- native kernels ------------------------------------------------------ */
 
 /* An operator whose declaration names a kernel in a shared library: the
@@ -163,47 +124,62 @@ static ce_sizes ce_sizes_of(const xcall *c) {
   return s;
 }
 
+static bool ce_stats(xcall *c, char *err, size_t errlen) {
+  ce_sizes s = ce_sizes_of(c);
+  k_cross_entropy_stats(c->out, c->in[0], c->in[1], s.t, s.v_lo, s.v);
+  return true;
+}
+
+/* The maxima, sums of exponentials and label logits of a shard's rows over
+ * the whole vocabulary (g: 3 t floats), from the gathered statistics; false
+ * when the compute came without them. */
+static bool ce_merge(xcall *c, const ce_sizes *s, float *g, char *err, size_t errlen) {
+  if (c->part != LP_COMBINE) {
+    snprintf(err, errlen, "%s: a shard of the vocabulary without the statistics of the other shards",
+             c->g->ops[c->op].name);
+    return false;
+  }
+  k_cross_entropy_merge(g, g + s->t, g + 2 * s->t, c->stats, (int)(last(c->statsr) / 3), s->t);
+  return true;
+}
+
 static bool ce_forward(xcall *c, char *err, size_t errlen) {
   ce_sizes s = ce_sizes_of(c);
-  const float *logits = c->in[0];
-  const int32_t *labels = c->in[1];
   double loss;
   if (!s.split) {
-    loss = k_cross_entropy(logits, labels, s.t, s.v, s.t_total);
+    loss = k_cross_entropy(c->in[0], c->in[1], s.t, s.v, s.t_total);
   } else {
     float *g = malloc((size_t)(3 * s.t + 1) * sizeof(float));
     if (!g) weft_oom();
-    if (!ce_global(c, logits, labels, s.t, s.v_lo, s.v, g, g + s.t, g + 2 * s.t, err, errlen)) { free(g); return false; }
-    loss = k_cross_entropy_combine(g, g + s.t, g + 2 * s.t, s.t, s.t_total);
+    bool ok = ce_merge(c, &s, g, err, errlen);
+    loss = ok ? k_cross_entropy_combine(g, g + s.t, g + 2 * s.t, s.t, s.t_total) : 0;
     free(g);
+    if (!ok) return false;
+    /* Every shard holds the whole loss of its rows; the first writes it,
+     * the others 0, so that the sum the program makes of the parts is the
+     * loss. */
+    if (s.v_lo != 0) loss = 0;
   }
-  /* Every shard of a vocabulary split holds the whole loss of its rows;
-   * the first shard's counts, the others write 0, so that the sum the
-   * program makes of the parts is the loss. */
-  bool counts = !s.split || s.v_lo == 0;
-  c->loss = counts ? loss : 0.0;
-  c->loss_counts = counts;
-  float val = counts ? (float)loss : 0.0f;
-  if (c->acc) *c->out += val;
-  else *c->out = val;
+  c->loss = loss;
+  if (c->acc) *c->out += (float)loss;
+  else *c->out = (float)loss;
   return true;
 }
 
 static bool ce_backward(xcall *c, char *err, size_t errlen) {
   if (!c->din[0]) return true;
   ce_sizes s = ce_sizes_of(c);
-  const float *logits = c->in[0];
-  const int32_t *labels = c->in[1];
   if (!s.split) {
-    k_cross_entropy_backward(c->din[0], logits, labels, s.t, s.v, s.t_total, 1.0, c->acc);
+    k_cross_entropy_backward(c->din[0], c->in[0], c->in[1], s.t, s.v, s.t_total, 1.0, c->acc);
     return true;
   }
   float *g = malloc((size_t)(3 * s.t + 1) * sizeof(float));
   if (!g) weft_oom();
-  if (!ce_global(c, logits, labels, s.t, s.v_lo, s.v, g, g + s.t, g + 2 * s.t, err, errlen)) { free(g); return false; }
-  k_cross_entropy_shard_backward(c->din[0], logits, labels, g, g + s.t, s.t, s.v_lo, s.v, s.t_total, 1.0, c->acc);
+  bool ok = ce_merge(c, &s, g, err, errlen);
+  if (ok)
+    k_cross_entropy_shard_backward(c->din[0], c->in[0], c->in[1], g, g + s.t, s.t, s.v_lo, s.v, s.t_total, 1.0, c->acc);
   free(g);
-  return true;
+  return ok;
 }
 
 /* ---- the other operators, forward then backward ---------------------------- */
@@ -212,7 +188,6 @@ static bool ce_backward(xcall *c, char *err, size_t errlen) {
 
 static void put_loss(xcall *c, double loss) {
   c->loss = loss;
-  c->loss_counts = true;
   if (c->acc) *c->out += (float)loss;
   else *c->out = (float)loss;
 }
@@ -501,6 +476,8 @@ typedef bool (*xkernel)(xcall *c, char *err, size_t errlen);
 struct xop {
   const char *kind;       /* the operator's name in stdlib/ops.plan */
   xkernel forward, backward;
+  xkernel stats;          /* the statistics the parts of one split gather
+                           * (LP_STATS), NULL when they gather none */
   bool loss;              /* xop_is_loss */
   const char *params;     /* per tensor argument, how a parameter read there
                            * starts (xop_param_init); NULL: every one normal */
@@ -508,13 +485,13 @@ struct xop {
   int bound_arg, bound_dim; /* the argument whose dimension bounds them (-1: its last) */
 };
 
-#define KERNELS(name) #name, name##_forward, name##_backward
+#define KERNELS(name) #name, name##_forward, name##_backward, NULL
 
 static const xop xops[] = {
   {KERNELS(matmul), false, NULL, -1, 0, 0},
   {KERNELS(matmul_t), false, NULL, -1, 0, 0},
-  {"linear", linear_forward, linear_backward, false, "wwb", -1, 0, 0},
-  {"qkv_linear", linear_forward, linear_backward, false, "wwb", -1, 0, 0},
+  {"linear", linear_forward, linear_backward, NULL, false, "wwb", -1, 0, 0},
+  {"qkv_linear", linear_forward, linear_backward, NULL, false, "wwb", -1, 0, 0},
   {KERNELS(embedding), false, NULL, 0, 1, 0},
   {KERNELS(add_position), false, NULL, -1, 0, 0},
   {KERNELS(layernorm), false, "wnb", -1, 0, 0},
@@ -527,14 +504,14 @@ static const xop xops[] = {
   {KERNELS(rotary), false, NULL, -1, 0, 0},
   {KERNELS(causal_attention), false, NULL, -1, 0, 0},
   {KERNELS(gqa_attention), false, NULL, -1, 0, 0},
-  {"cross_entropy", ce_forward, ce_backward, true, NULL, 1, 0, -1},
+  {"cross_entropy", ce_forward, ce_backward, ce_stats, true, NULL, 1, 0, -1},
   {KERNELS(mse), true, NULL, -1, 0, 0},
 };
 
 #undef KERNELS
 
 /* Operators that name kernels in a shared library, whatever their kind. */
-static const xop native_op = {"native", native, native, false, NULL, -1, 0, 0};
+static const xop native_op = {"native", native, native, NULL, false, NULL, -1, 0, 0};
 
 static const xop *by_kind(const weft_graph *g, int op) {
   const opdecl *d = g->ops[op].decl;
@@ -557,6 +534,11 @@ const xop *xop_find(const weft_graph *g, int op, char *err, size_t errlen) {
 bool xop_is_loss(const xop *k) { return k && k->loss; }
 
 bool xop_run(xcall *c, char *err, size_t errlen) {
+  if (c->part == LP_STATS) {
+    if (c->kern->stats) return c->kern->stats(c, err, errlen);
+    snprintf(err, errlen, "%s: its parts gather no statistics", c->g->ops[c->op].name);
+    return false;
+  }
   /* A backward without the gradient of its result adds nothing. */
   if (c->backward && !c->dy && !c->kern->loss) return true;
   return (c->backward ? c->kern->backward : c->kern->forward)(c, err, errlen);
