@@ -323,6 +323,7 @@ typedef struct xdev {
   int device;
   const lprog *prog;
   void **mem;             /* per buffer of its program (id - buf_lo) */
+  int *slot;              /* per instruction: the loss slot a compute writes its share to, -1 */
   bool *stepped;          /* per buffer: a param buffer an optimizer step wrote */
   char err[512];
   bool failed;
@@ -330,7 +331,6 @@ typedef struct xdev {
 
 struct xrun {
   const weft_program *pr;
-  const weft_plan *p;
   const weft_graph *g;
   xworld *w;
   const xrun_opts *o;
@@ -342,8 +342,7 @@ struct xrun {
   int ndevs;              /* devices this process runs */
   int *local;             /* per device: index in devs, -1 when elsewhere */
   int64_t step;           /* the step being run */
-  double *loss_slot;      /* per sub-operator of the loss: its share this step */
-  int *loss_index;        /* per sub: its slot, -1 when it does not count */
+  double *loss_slot;      /* per part of a loss: its share this step */
   int nloss;
   pthread_barrier_t bar;
   int finished;           /* device threads done (under box.mu) */
@@ -453,12 +452,12 @@ static bool do_free(xdev *d, const lins *in) {
 
 static bool do_compute(xdev *d, const lins *in) {
   xrun *r = d->run;
-  const psub *s = &r->p->subs[in->sub];
-  const gop *op = &r->g->ops[s->op];
+  int opi = lower_compute_op(r->pr, in);
+  const gop *op = &r->g->ops[opi];
   xcall c = {0};
   c.g = r->g;
-  c.op = s->op;
-  c.kern = r->kern[s->op];
+  c.op = opi;
+  c.kern = r->kern[opi];
   c.backward = in->dir == DIR_BACKWARD;
   c.part = in->part;
   c.nin = op->ninputs;
@@ -509,8 +508,9 @@ static bool do_compute(xdev *d, const lins *in) {
   }
   c.acc = direct ? in->accumulate : false;
   int64_t ranges[2 * 64];
-  int ni = r->p->ops[s->op].space->nidims;
-  for (int i = 0; i < ni && i < 64; i++) ranges[2 * i] = s->range[i].lo, ranges[2 * i + 1] = s->range[i].hi;
+  const irange *rg = lower_compute_ranges(r->pr, in);
+  int ni = lower_op_idims(r->pr, opi);
+  for (int i = 0; i < ni && i < 64; i++) ranges[2 * i] = rg[i].lo, ranges[2 * i + 1] = rg[i].hi;
   c.ranges = ranges;
   c.nidims = ni;
   bool ok = xop_run(&c, d->err, sizeof d->err);
@@ -523,8 +523,8 @@ static bool do_compute(xdev *d, const lins *in) {
     snprintf(msg, sizeof msg, "%s", d->err[0] ? d->err : "a kernel failed");
     return dev_fail(d, "%s", msg);
   }
-  if (!c.backward && !in->recompute && in->part != LP_STATS && r->loss_index[in->sub] >= 0)
-    r->loss_slot[r->loss_index[in->sub]] = c.loss;
+  int slot = d->slot[in - d->prog->ins];
+  if (slot >= 0) r->loss_slot[slot] = c.loss;
   return true;
 }
 
@@ -594,13 +594,13 @@ static bool sum_members(xdev *d, const lins *in, const pcomm *cm, int dst, const
 static bool do_all_reduce(xdev *d, const lins *in) {
   xrun *r = d->run;
   int k = in->nbucket + 1;
-  const pcomm *cm = &r->p->comms[in->comm];
+  const pcomm *cm = lower_comm(r->pr, in->comm);
   if (in->nout != k || (in->nin != k && in->nin > 0 && k > 1))
     return dev_fail(d, "comm %d: a bucket of %d without a ref each", in->comm, k);
   const tregion **R = xmalloc(sizeof(tregion *) * (size_t)k);
   int64_t n = 0;
   for (int i = 0; i < k; i++) {
-    R[i] = &r->p->comms[i ? in->bucket[i - 1] : in->comm].region;
+    R[i] = &lower_comm(r->pr, i ? in->bucket[i - 1] : in->comm)->region;
     n += tregion_numel(R[i]);
   }
   float *mine = NULL;
@@ -642,8 +642,8 @@ static bool do_all_reduce(xdev *d, const lins *in) {
 
 static bool do_collective(xdev *d, const lins *in) {
   xrun *r = d->run;
-  if (r->p->comms[in->comm].kind == COMM_ALL_REDUCE) return do_all_reduce(d, in);
-  const pcomm *cm = &r->p->comms[in->comm];
+  const pcomm *cm = lower_comm(r->pr, in->comm);
+  if (cm->kind == COMM_ALL_REDUCE) return do_all_reduce(d, in);
   int p = cm->ngroup, me = -1;
   for (int i = 0; i < p; i++)
     if (cm->group[i] == d->device) me = i;
@@ -712,17 +712,17 @@ static bool do_collective(xdev *d, const lins *in) {
       mbox_done(&r->box, m);
     }
   } else if (cm->kind == COMM_BROADCAST) {
+    /* the root is the member with `in`; one root, so no sender in the key */
     const tregion *R = &cm->region;
     int64_t n = tregion_numel(R);
     const lbuf *ob = buf_of(r, out->buf);
-    if (d->device == cm->src) {
+    xkey k = {r->step, CLS_COLL, in->comm, in->epoch, -1, -1};
+    if (in->nin > 0) {
       float *copy = xmalloc((size_t)n * 4);
       region_move(copy, R, mem_of(d, out->buf), &ob->region, R, false);
-      xkey k = {r->step, CLS_COLL, in->comm, in->epoch, d->device, -1};
       if (no) net_post(r, &k, others, no, copy, n * 4);
       else free(copy);
     } else {
-      xkey k = {r->step, CLS_COLL, in->comm, in->epoch, cm->src, -1};
       xmsg *m = mbox_take(&r->box, &k);
       if (!m) ok = false;
       else {
@@ -886,46 +886,67 @@ static void *dev_main(void *arg) {
   return NULL;
 }
 
-/* Whether two sub-operators of one operator cover the same ranges, but
- * perhaps along idim `skip` (-1: all). */
-static bool same_ranges(const psub *a, const psub *b, int nidims, int skip) {
-  for (int k = 0; k < nidims; k++)
-    if (k != skip && (a->range[k].lo != b->range[k].lo || a->range[k].hi != b->range[k].hi)) return false;
-  return true;
-}
-
 /* The kernels of every operator a compute runs, found once. */
 static bool find_kernels(xrun *r, char *err, size_t errlen) {
+  const weft_program *pr = r->pr;
   r->kern = xcalloc((size_t)(r->g->nops + 1) * sizeof(const xop *));
-  for (int i = 0; i < r->p->nsubs; i++) {
-    int op = r->p->subs[i].op;
-    if (!r->kern[op] && !(r->kern[op] = xop_find(r->g, op, err, errlen))) return false;
-  }
+  for (int dv = 0; dv < pr->nprogs; dv++)
+    for (int i = 0; i < pr->progs[dv].n; i++) {
+      const lins *in = &pr->progs[dv].ins[i];
+      int op = in->kind == LI_COMPUTE ? lower_compute_op(pr, in) : -1;
+      if (op >= 0 && !r->kern[op] && !(r->kern[op] = xop_find(r->g, op, err, errlen))) return false;
+    }
   return true;
 }
 
-/* Loss sub-operators: one slot each, copies of one part (replicas) once. */
-static void loss_slots(xrun *r) {
-  const weft_plan *p = r->p;
-  r->loss_index = xmalloc((size_t)(p->nsubs + 1) * sizeof(int));
-  for (int i = 0; i < p->nsubs; i++) r->loss_index[i] = -1;
-  int n = 0;
-  for (int op = 0; op < r->g->nops; op++) {
-    if (!xop_is_loss(r->kern[op])) continue;
-    const popplan *pp = &p->ops[op];
-    int ni = pp->space->nidims;
-    for (int i = pp->first; i < pp->first + pp->count; i++) {
-      const psub *s = &p->subs[i];
-      bool dup = false;
-      for (int j = pp->first; j < i && !dup; j++) {
-        const psub *t = &p->subs[j];
-        dup = t->microbatch == s->microbatch && same_ranges(s, t, ni, -1);
-      }
-      if (!dup) r->loss_index[i] = n++;
-    }
+/* A compute that writes a share of a loss. */
+typedef struct share {
+  const lins *in;
+  int device, at;         /* where it is: device, instruction */
+} share;
+
+/* By operator, micro-batch and ranges, then where they are. */
+static int share_cmp(const void *x, const void *y, void *ctx) {
+  const weft_program *share_pr = ctx;
+  const share *a = x, *b = y;
+  int oa = lower_compute_op(share_pr, a->in), ob = lower_compute_op(share_pr, b->in);
+  if (oa != ob) return oa - ob;
+  if (a->in->mb != b->in->mb) return a->in->mb - b->in->mb;
+  const irange *ra = lower_compute_ranges(share_pr, a->in), *rb = lower_compute_ranges(share_pr, b->in);
+  for (int i = 0; i < lower_op_idims(share_pr, oa); i++) {
+    if (ra[i].lo != rb[i].lo) return ra[i].lo < rb[i].lo ? -1 : 1;
+    if (ra[i].hi != rb[i].hi) return ra[i].hi < rb[i].hi ? -1 : 1;
   }
-  r->nloss = n;
-  r->loss_slot = xcalloc((size_t)(n + 1) * sizeof(double));
+  return a->device != b->device ? a->device - b->device : a->at - b->at;
+}
+
+/* The shares of the loss: one slot per part of a loss operator, found in
+ * every program (each process numbers them alike), written by the first
+ * of its copies (replicas compute the same share). */
+static void loss_slots(xrun *r) {
+  const weft_program *pr = r->pr;
+  int n = 0, cap = 16;
+  share *sh = xmalloc((size_t)cap * sizeof(share));
+  for (int dv = 0; dv < pr->nprogs; dv++)
+    for (int i = 0; i < pr->progs[dv].n; i++) {
+      const lins *in = &pr->progs[dv].ins[i];
+      if (in->kind != LI_COMPUTE || in->dir != DIR_FORWARD || in->recompute || in->part == LP_STATS ||
+          !xop_is_loss(r->kern[lower_compute_op(pr, in)]))
+        continue;
+      if (n == cap) sh = realloc(sh, (size_t)(cap *= 2) * sizeof(share));
+      if (!sh) weft_oom();
+      sh[n++] = (share){in, dv, i};
+    }
+  qsort_r(sh, (size_t)n, sizeof(share), share_cmp, (void *)pr);
+  r->nloss = 0;
+  for (int k = 0; k < n; k++) {
+    bool copy = k > 0 && lower_same_part(pr, sh[k - 1].in, sh[k].in);
+    if (!copy) r->nloss++;
+    int at = r->local[sh[k].device];
+    if (!copy && at >= 0) r->devs[at].slot[sh[k].at] = r->nloss - 1;
+  }
+  free(sh);
+  r->loss_slot = xcalloc((size_t)(r->nloss + 1) * sizeof(double));
 }
 
 /* Under mpirun, every process ends with the whole world: each element is
@@ -1062,8 +1083,7 @@ bool xrun_program(const weft_program *pr, xworld *w, const xrun_opts *o, char *e
   k_blas_single();
   xrun *r = xcalloc(sizeof *r);
   r->pr = pr;
-  r->p = pr->p;
-  r->g = pr->p->g;
+  r->g = lower_graph(pr);
   r->w = w;
   r->o = o;
   r->step = w->step;
@@ -1076,7 +1096,6 @@ bool xrun_program(const weft_program *pr, xworld *w, const xrun_opts *o, char *e
   pthread_mutex_init(&r->box.mu, NULL);
   pthread_cond_init(&r->box.cv, NULL);
   ok = find_kernels(r, err, errlen);
-  loss_slots(r);
   r->local = xmalloc((size_t)pr->nprogs * sizeof(int));
   r->devs = xcalloc((size_t)pr->nprogs * sizeof(xdev));
   if (o->net) {
@@ -1098,7 +1117,10 @@ bool xrun_program(const weft_program *pr, xworld *w, const xrun_opts *o, char *e
     int nb = lp->buf_hi - lp->buf_lo;
     d->mem = xcalloc((size_t)(nb + 1) * sizeof(void *));
     d->stepped = xcalloc((size_t)(nb + 1));
+    d->slot = xmalloc((size_t)(lp->n + 1) * sizeof(int));
+    for (int i = 0; i < lp->n; i++) d->slot[i] = -1;
   }
+  if (ok) loss_slots(r);
   if (ok && r->ndevs > 0 && o->steps > 0) {
     pthread_barrier_init(&r->bar, NULL, (unsigned)r->ndevs);
     pthread_t *th = xmalloc((size_t)r->ndevs * sizeof(pthread_t));
@@ -1135,12 +1157,13 @@ bool xrun_program(const weft_program *pr, xworld *w, const xrun_opts *o, char *e
     for (int b = 0; b < d->prog->buf_hi - d->prog->buf_lo; b++) free(d->mem[b]);
     free(d->mem);
     free(d->stepped);
+    free(d->slot);
   }
   for (int h = 0; h < MBOX_BUCKETS; h++)
     for (xmsg *x = r->box.bucket[h], *nx; x; x = nx) nx = x->next, free(x->data), free(x);
   pthread_mutex_destroy(&r->box.mu);
   pthread_cond_destroy(&r->box.cv);
-  free(r->devs), free(r->local), free(r->loss_slot), free(r->loss_index), free(r->kern);
+  free(r->devs), free(r->local), free(r->loss_slot), free(r->kern);
   free(r);
   return ok;
 }

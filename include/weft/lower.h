@@ -208,6 +208,46 @@ static inline const lprog *lower_prog(const weft_program *pr, int d) {
   return &pr->progs[pr->p->rep ? pr->p->rep[d] : d];
 }
 
+/* ---- what a backend reads of a program ---------------------------------------
+ * A backend reads the programs, their buffers and instructions (above), and
+ * through these the rest of what docs/program.md documents as the program:
+ * the model's graph (tensors, operators, the optimizer), what a compute
+ * runs, and the communications its collectives name. Nothing else of the
+ * plan (weft_plan) is the program's. */
+
+/* The model: its tensors, operators and optimizer ("tensors", "ops",
+ * "optimizer", "loss" in JSON). */
+static inline const weft_graph *lower_graph(const weft_program *pr) { return pr->p->g; }
+
+/* The communication a send, recv or collective names ("comms"): of it, a
+ * backend reads kind, stats, phase, tensor, group, region, parts and
+ * sources, size, bytes and level. */
+static inline const pcomm *lower_comm(const weft_program *pr, int comm) { return &pr->p->comms[comm]; }
+
+/* The operator a compute runs ("op"). */
+static inline int lower_compute_op(const weft_program *pr, const lins *in) { return pr->p->subs[in->sub].op; }
+
+/* The part of its iteration space a compute runs ("ranges"): one range per
+ * idim of its operator, lower_op_idims of them. */
+static inline const irange *lower_compute_ranges(const weft_program *pr, const lins *in) {
+  return pr->p->subs[in->sub].range;
+}
+
+/* The idims of operator op's iteration space ("dims" of "ops"). */
+static inline int lower_op_idims(const weft_program *pr, int op) { return pr->p->ops[op].space->nidims; }
+static inline const idim *lower_op_idim(const weft_program *pr, int op, int i) { return &pr->p->ops[op].space->idims[i]; }
+
+/* Whether two computes run the same part of one operator for the same
+ * micro-batch: copies of a part (replicas) that compute the same values. */
+static inline bool lower_same_part(const weft_program *pr, const lins *a, const lins *b) {
+  int op = lower_compute_op(pr, a);
+  if (op != lower_compute_op(pr, b) || a->mb != b->mb) return false;
+  const irange *x = lower_compute_ranges(pr, a), *y = lower_compute_ranges(pr, b);
+  for (int i = 0; i < lower_op_idims(pr, op); i++)
+    if (x[i].lo != y[i].lo || x[i].hi != y[i].hi) return false;
+  return true;
+}
+
 /* Instruction i of a program read back from its lop: every field but the
  * refs (in, out and bucket are NULL; nin, nout and nbucket are kept). */
 lins lower_view(const weft_program *pr, const lprog *pg, int i);
