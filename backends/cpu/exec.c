@@ -13,6 +13,7 @@
 #include "exec.h"
 #include "kernels.h"
 #include "net.h"
+#include "optim.h"
 #include "weft/workspace.h"
 #include "xops.h"
 
@@ -122,111 +123,6 @@ static void *xcalloc(size_t n) {
   return p;
 }
 
-/* ---- the world ---------------------------------------------------------- */
-
-xworld *xworld_new(const weft_graph *g) {
-  xworld *w = xcalloc(sizeof *w);
-  w->g = g;
-  w->param = xcalloc((size_t)g->ntensors * sizeof(float *));
-  w->state = xcalloc((size_t)g->ntensors * sizeof(float *));
-  w->input = xcalloc((size_t)g->ntensors * sizeof(void *));
-  xoptim o;
-  w->state_copies = 0;
-  if (xoptim_from_graph(g, &o)) {
-    w->optimizer = o.kind;
-    w->state_copies = xoptim_state(&o);
-  }
-  for (int t = 0; t < g->ntensors; t++) {
-    const gtensor *x = &g->tensors[t];
-    size_t n = (size_t)tensor_numel(x);
-    if (x->role == TENSOR_PARAM) {
-      w->param[t] = xcalloc(n * sizeof(float));
-      if (w->state_copies) w->state[t] = xcalloc(n * (size_t)w->state_copies * sizeof(float));
-    } else if (x->role == TENSOR_INPUT) {
-      w->input[t] = xcalloc(n * 4);
-    }
-  }
-  return w;
-}
-
-void xworld_free(xworld *w) {
-  if (!w) return;
-  for (int t = 0; t < w->g->ntensors; t++) free(w->param[t]), free(w->state[t]), free(w->input[t]);
-  free(w->param), free(w->state), free(w->input);
-  free(w);
-}
-
-xworld *xworld_clone(const xworld *w) {
-  xworld *c = xworld_new(w->g);
-  for (int t = 0; t < w->g->ntensors; t++) {
-    size_t n = (size_t)tensor_numel(&w->g->tensors[t]);
-    if (w->param[t]) memcpy(c->param[t], w->param[t], n * sizeof(float));
-    if (w->state[t]) memcpy(c->state[t], w->state[t], n * (size_t)w->state_copies * sizeof(float));
-    if (w->input[t]) memcpy(c->input[t], w->input[t], n * 4);
-  }
-  c->step = w->step;
-  return c;
-}
-
-/* A stream number from a tensor's name, so that initial values do not
- * depend on the order tensors were declared in. */
-static uint64_t name_stream(const char *s) {
-  uint64_t h = 1469598103934665603ull;
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-  return h;
-}
-
-/* How a parameter starts (xop_param_init): as a norm weight or a bias when
- * any operator reads it as one, else normal. */
-static char param_use(const weft_graph *g, int t) {
-  for (int o = 0; o < g->nops; o++)
-    for (int i = 0; i < g->ops[o].ninputs; i++) {
-      char u = g->ops[o].inputs[i] == t ? xop_param_init(g, o, i) : 'w';
-      if (u != 'w') return u;
-    }
-  return 'w';
-}
-
-void xworld_init_params(xworld *w, uint64_t seed) {
-  const weft_graph *g = w->g;
-  for (int t = 0; t < g->ntensors; t++) {
-    if (!w->param[t]) continue;
-    int64_t n = tensor_numel(&g->tensors[t]);
-    char use = param_use(g, t);
-    if (use == 'w') k_init_normal(w->param[t], 0, n, seed, name_stream(g->tensors[t].name), 0.0, 0.02);
-    else
-      for (int64_t i = 0; i < n; i++) w->param[t][i] = use == 'n' ? 1.0f : 0.0f;
-    if (w->state[t]) memset(w->state[t], 0, (size_t)n * (size_t)w->state_copies * sizeof(float));
-  }
-  w->step = 0;
-}
-
-int64_t xworld_id_bound(const weft_graph *g, int t) {
-  for (int o = 0; o < g->nops; o++)
-    for (int i = 0; i < g->ops[o].ninputs; i++) {
-      int64_t b = g->ops[o].inputs[i] == t ? xop_id_bound(g, o, i) : 0;
-      if (b > 0) return b;
-    }
-  return 2;
-}
-
-void xworld_init_inputs(xworld *w, uint64_t seed) {
-  const weft_graph *g = w->g;
-  for (int t = 0; t < g->ntensors; t++) {
-    if (!w->input[t]) continue;
-    const gtensor *x = &g->tensors[t];
-    int64_t n = tensor_numel(x);
-    uint64_t stream = name_stream(x->name);
-    if (x->dtype == DT_I32) {
-      int64_t bound = xworld_id_bound(g, t);
-      int32_t *v = w->input[t];
-      for (int64_t i = 0; i < n; i++) v[i] = (int32_t)(k_rng_u64(seed, stream, (uint64_t)i) % (uint64_t)bound);
-    } else {
-      k_init_normal(w->input[t], 0, n, seed, stream, 0.0, 1.0);
-    }
-  }
-}
-
 /* ---- the mailbox ---------------------------------------------------------- */
 
 enum { CLS_SEND, CLS_COLL };
@@ -315,7 +211,6 @@ static void mbox_fail(xmbox *m) {
 
 /* ---- the run ---------------------------------------------------------------- */
 
-typedef struct xrun xrun;
 
 /* One device: its thread, its buffers. */
 typedef struct xdev {
@@ -329,11 +224,14 @@ typedef struct xdev {
   bool failed;
 } xdev;
 
-struct xrun {
+struct backend_run {
   const weft_program *pr;
   const weft_graph *g;
-  xworld *w;
-  const xrun_opts *o;
+  weft_world *w;
+  backend_opts o;
+  xnet *net;              /* under mpirun: this process runs its share of
+                           * the devices; NULL: one process runs them all */
+  int steps;              /* of the current xrun_steps */
   xoptim optim;
   const xop **kern;       /* per operator: its kernels (xop_find), NULL for
                            * one no program runs */
@@ -359,7 +257,7 @@ static bool dev_fail(xdev *d, const char *fmt, ...) {
   vsnprintf(d->err, sizeof d->err, fmt, ap);
   va_end(ap);
   d->failed = true;
-  if (d->run->o->net) {
+  if (d->run->net) {
     /* The other processes would wait for this one forever. */
     fprintf(stderr, "weft run: device %d: %s\n", d->device, d->err);
     exit(WEFT_REJECTED);
@@ -392,7 +290,7 @@ static void ref_out(const xdev *d, const lref *ref, const void *part, bool add) 
 }
 
 static void net_post(xrun *r, const xkey *k, const int *consumers, int n, void *data, int64_t bytes) {
-  xnet *net = r->o->net;
+  xnet *net = r->net;
   if (!net) {
     mbox_put(&r->box, k, n, data, bytes);
     return;
@@ -461,7 +359,7 @@ static bool do_compute(xdev *d, const lins *in) {
   c.backward = in->dir == DIR_BACKWARD;
   c.part = in->part;
   c.nin = op->ninputs;
-  c.allow_native = r->o->allow_native;
+  c.allow_native = r->o.allow_native;
   if (c.nin > XOP_MAX_INPUTS) return dev_fail(d, "%s: too many inputs", op->name);
   void *tmps[2 * XOP_MAX_INPUTS + 3] = {0};
   int ntmp = 0;
@@ -845,7 +743,7 @@ static bool run_ins(xdev *d, const lins *in) {
  * the time, the callback. */
 static void end_step(xrun *r) {
   double *slots = r->loss_slot;
-  if (r->o->net) {
+  if (r->net) {
     /* The main thread talks MPI: it sums the slots over the processes. */
     pthread_mutex_lock(&r->box.mu);
     r->sum_wanted = true;
@@ -858,7 +756,7 @@ static void end_step(xrun *r) {
   for (int i = 0; i < r->nloss; i++) slots[i] = 0;
   double t = now();
   r->w->step++;
-  if (r->o->on_step) r->o->on_step(r->o->ctx, r->w->step, loss, t - r->t0);
+  if (r->o.on_step) r->o.on_step(r->o.ctx, r->w->step, loss, t - r->t0);
   r->t0 = t;
   r->step++;
 }
@@ -866,7 +764,7 @@ static void end_step(xrun *r) {
 static void *dev_main(void *arg) {
   xdev *d = arg;
   xrun *r = d->run;
-  for (int s = 0; s < r->o->steps; s++) {
+  for (int s = 0; s < r->steps; s++) {
     bool ok = !r->box.failed;
     for (int i = 0; ok && i < d->prog->n; i++) ok = run_ins(d, &d->prog->ins[i]);
     if (!ok && !d->failed) d->failed = true;  /* stopped because another device failed */
@@ -953,7 +851,7 @@ static void loss_slots(xrun *r) {
  * taken from the lowest process that wrote it (a sum with zeros elsewhere,
  * which is exact), or kept where none did. */
 static bool merge(xrun *r, float *vals, const float *seen, int64_t n) {
-  xnet *net = r->o->net;
+  xnet *net = r->net;
   int me = xnet_rank(net);
   int *owner = xmalloc((size_t)n * sizeof(int));
   for (int64_t e = 0; e < n; e++) owner[e] = seen && seen[e] != 0.0f ? me : INT32_MAX;
@@ -1016,13 +914,13 @@ static bool gather(xrun *r, char *err, size_t errlen) {
     }
   }
   /* Every process merges every tensor, in the same order, whatever it found. */
-  for (int t = 0; r->o->net && t < g->ntensors; t++) {
+  for (int t = 0; r->net && t < g->ntensors; t++) {
     if (!r->w->param[t]) continue;
     int64_t n = tensor_numel(&g->tensors[t]);
     bool m = merge(r, r->w->param[t], seen[t], n);
     for (int c = 0; m && c < r->w->state_copies; c++) m = merge(r, r->w->state[t] + c * n, sseen[t], n);
     if (!m) {
-      fprintf(stderr, "weft run: %s\n", xnet_error(r->o->net));
+      fprintf(stderr, "weft run: %s\n", xnet_error(r->net));
       exit(WEFT_FAILED);
     }
   }
@@ -1038,7 +936,7 @@ static void deliver(void *ctx, const xkey *k, int consumers, void *data, int64_t
 /* The main thread under mpirun: hands what arrives from other processes to
  * the mailbox until this process's devices are done. */
 static void progress(xrun *r) {
-  xnet *net = r->o->net;
+  xnet *net = r->net;
   long wait_ns = 1000;
   for (;;) {
     pthread_mutex_lock(&r->box.mu);
@@ -1073,85 +971,8 @@ static void progress(xrun *r) {
   }
 }
 
-bool xrun_program(const weft_program *pr, xworld *w, const xrun_opts *o, char *err, size_t errlen) {
-  for (int d = 0; d < pr->nprogs; d++)
-    if (pr->progs[d].n && !pr->progs[d].ins) {
-      /* a library caller's mistake, not a user's */
-      snprintf(err, errlen, "the programs were lowered without their full instructions (lower_opts.full_programs)");
-      return false;
-    }
-  k_blas_single();
-  xrun *r = xcalloc(sizeof *r);
-  r->pr = pr;
-  r->g = lower_graph(pr);
-  r->w = w;
-  r->o = o;
-  r->step = w->step;
-  bool ok = true;
-  if (!xoptim_from_graph(r->g, &r->optim)) {
-    snprintf(err, errlen, "model %s does not train: it has no `train` statement", r->g->name);
-    free(r);
-    return false;
-  }
-  pthread_mutex_init(&r->box.mu, NULL);
-  pthread_cond_init(&r->box.cv, NULL);
-  ok = find_kernels(r, err, errlen);
-  r->local = xmalloc((size_t)pr->nprogs * sizeof(int));
-  r->devs = xcalloc((size_t)pr->nprogs * sizeof(xdev));
-  if (o->net) {
-    bool *active = xcalloc((size_t)pr->nprogs);
-    for (int dv = 0; dv < pr->nprogs; dv++) active[dv] = pr->progs[dv].n > 0;
-    xnet_assign(o->net, active, pr->nprogs);
-    free(active);
-  }
-  for (int dv = 0; dv < pr->nprogs; dv++) {
-    r->local[dv] = -1;
-    const lprog *lp = &pr->progs[dv];
-    if (lp->n == 0) continue;
-    if (o->net && xnet_proc(o->net, dv) != xnet_rank(o->net)) continue;
-    xdev *d = &r->devs[r->ndevs];
-    r->local[dv] = r->ndevs++;
-    d->run = r;
-    d->device = dv;
-    d->prog = lp;
-    int nb = lp->buf_hi - lp->buf_lo;
-    d->mem = xcalloc((size_t)(nb + 1) * sizeof(void *));
-    d->stepped = xcalloc((size_t)(nb + 1));
-    d->slot = xmalloc((size_t)(lp->n + 1) * sizeof(int));
-    for (int i = 0; i < lp->n; i++) d->slot[i] = -1;
-  }
-  if (ok) loss_slots(r);
-  if (ok && r->ndevs > 0 && o->steps > 0) {
-    pthread_barrier_init(&r->bar, NULL, (unsigned)r->ndevs);
-    pthread_t *th = xmalloc((size_t)r->ndevs * sizeof(pthread_t));
-    r->t0 = now();
-    int started = 0;
-    for (int i = 0; i < r->ndevs; i++) {
-      if (pthread_create(&th[i], NULL, dev_main, &r->devs[i]) != 0) {
-        snprintf(err, errlen, "cannot start a thread for device %d: %s", r->devs[i].device, strerror(errno));
-        ok = false;
-        break;
-      }
-      started++;
-    }
-    if (started < r->ndevs) {
-      /* The barrier would never fill: a thread that cannot start fails the run. */
-      fprintf(stderr, "weft run: %s\n", err);
-      exit(2);
-    }
-    if (o->net) progress(r);
-    for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
-    free(th);
-    pthread_barrier_destroy(&r->bar);
-    if (r->failed) {
-      ok = false;
-      const xdev *first = NULL;
-      for (int i = 0; i < r->ndevs && !first; i++)
-        if (r->devs[i].failed && r->devs[i].err[0]) first = &r->devs[i];
-      snprintf(err, errlen, "device %d: %s", first ? first->device : -1, first ? first->err : "stopped");
-    }
-  }
-  if (ok) ok = gather(r, err, errlen);
+void xrun_close(xrun *r) {
+  if (!r) return;
   for (int i = 0; i < r->ndevs; i++) {
     xdev *d = &r->devs[i];
     for (int b = 0; b < d->prog->buf_hi - d->prog->buf_lo; b++) free(d->mem[b]);
@@ -1163,14 +984,101 @@ bool xrun_program(const weft_program *pr, xworld *w, const xrun_opts *o, char *e
     for (xmsg *x = r->box.bucket[h], *nx; x; x = nx) nx = x->next, free(x->data), free(x);
   pthread_mutex_destroy(&r->box.mu);
   pthread_cond_destroy(&r->box.cv);
+  xnet_stop(r->net);
   free(r->devs), free(r->local), free(r->loss_slot), free(r->kern);
   free(r);
-  return ok;
 }
+
+xrun *xrun_open(const weft_program *pr, weft_world *w, const backend_opts *o, char *err, size_t errlen) {
+  for (int d = 0; d < pr->nprogs; d++)
+    if (pr->progs[d].n && !pr->progs[d].ins) {
+      /* a library caller's mistake, not a user's */
+      snprintf(err, errlen, "the programs were lowered without their full instructions (lower_opts.full_programs)");
+      return NULL;
+    }
+  k_blas_single();
+  xrun *r = xcalloc(sizeof *r);
+  r->pr = pr;
+  r->g = lower_graph(pr);
+  r->w = w;
+  r->o = *o;
+  r->step = w->step;
+  pthread_mutex_init(&r->box.mu, NULL);
+  pthread_cond_init(&r->box.cv, NULL);
+  r->local = xmalloc((size_t)pr->nprogs * sizeof(int));
+  r->devs = xcalloc((size_t)pr->nprogs * sizeof(xdev));
+  bool ok = xoptim_from_graph(r->g, &r->optim);
+  if (!ok) snprintf(err, errlen, "model %s does not train: it has no `train` statement", r->g->name);
+  ok = ok && find_kernels(r, err, errlen);
+  err[0] = ok ? 0 : err[0];
+  if (ok) {
+    r->net = xnet_start(err, errlen);
+    ok = r->net || !err[0];
+  }
+  if (r->net) {
+    bool *active = xcalloc((size_t)pr->nprogs);
+    for (int dv = 0; dv < pr->nprogs; dv++) active[dv] = pr->progs[dv].n > 0;
+    xnet_assign(r->net, active, pr->nprogs);
+    free(active);
+  }
+  for (int dv = 0; dv < pr->nprogs && ok; dv++) {
+    r->local[dv] = -1;
+    const lprog *lp = &pr->progs[dv];
+    if (lp->n == 0) continue;
+    if (r->net && xnet_proc(r->net, dv) != xnet_rank(r->net)) continue;
+    xdev *d = &r->devs[r->ndevs];
+    r->local[dv] = r->ndevs++;
+    d->run = r;
+    d->device = dv;
+    d->prog = lp;
+    int nb = lp->buf_hi - lp->buf_lo;
+    d->mem = xcalloc((size_t)(nb + 1) * sizeof(void *));
+    d->stepped = xcalloc((size_t)(nb + 1));
+    d->slot = xmalloc((size_t)(lp->n + 1) * sizeof(int));
+    for (int i = 0; i < lp->n; i++) d->slot[i] = -1;
+  }
+  if (!ok) {
+    xrun_close(r);
+    return NULL;
+  }
+  loss_slots(r);
+  return r;
+}
+
+bool xrun_steps(xrun *r, int steps, char *err, size_t errlen) {
+  if (r->failed) {
+    snprintf(err, errlen, "a step of this run failed before");
+    return false;
+  }
+  if (r->ndevs == 0 || steps <= 0) return true;
+  r->steps = steps;
+  pthread_barrier_init(&r->bar, NULL, (unsigned)r->ndevs);
+  pthread_t *th = xmalloc((size_t)r->ndevs * sizeof(pthread_t));
+  r->t0 = now();
+  r->finished = 0;
+  for (int i = 0; i < r->ndevs; i++)
+    if (pthread_create(&th[i], NULL, dev_main, &r->devs[i]) != 0) {
+      /* The barrier would never fill: a thread that cannot start fails the run. */
+      fprintf(stderr, "weft run: cannot start a thread for device %d: %s\n", r->devs[i].device, strerror(errno));
+      exit(WEFT_FAILED);
+    }
+  if (r->net) progress(r);
+  for (int i = 0; i < r->ndevs; i++) pthread_join(th[i], NULL);
+  free(th);
+  pthread_barrier_destroy(&r->bar);
+  if (!r->failed) return true;
+  const xdev *first = NULL;
+  for (int i = 0; i < r->ndevs && !first; i++)
+    if (r->devs[i].failed && r->devs[i].err[0]) first = &r->devs[i];
+  snprintf(err, errlen, "device %d: %s", first ? first->device : -1, first ? first->err : "stopped");
+  return false;
+}
+
+bool xrun_read(xrun *r, char *err, size_t errlen) { return gather(r, err, errlen); }
 
 /* ---- the reference: one device, no plan --------------------------------- */
 
-bool xrun_reference(const weft_graph *g, xworld *w, const xrun_opts *o, char *err, size_t errlen) {
+bool xrun_reference(const weft_graph *g, weft_world *w, int steps, const backend_opts *o, char *err, size_t errlen) {
   k_blas_single();
   xoptim opt;
   if (!xoptim_from_graph(g, &opt)) {
@@ -1208,7 +1116,7 @@ bool xrun_reference(const weft_graph *g, xworld *w, const xrun_opts *o, char *er
     whole[t] = whole_region(&g->tensors[t], dims[t], ivs[t]);
   }
   double t0 = now();
-  for (int s = 0; ok && s < o->steps; s++) {
+  for (int s = 0; ok && s < steps; s++) {
     for (int t = 0; t < nt; t++) {
       const gtensor *x = &g->tensors[t];
       size_t n = (size_t)tensor_numel(x);
