@@ -211,7 +211,6 @@ static void mbox_fail(xmbox *m) {
 
 /* ---- the run ---------------------------------------------------------------- */
 
-
 /* One device: its thread, its buffers. */
 typedef struct xdev {
   xrun *run;
