@@ -19,7 +19,7 @@ else
 endif
 
 CFLAGS   ?= -O2 -g
-CFLAGS   += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter $(SANFLAGS)
+CFLAGS   += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Werror=implicit-function-declaration $(SANFLAGS)
 CPPFLAGS += -Iinclude -Isrc -Ibackends/cpu -I$(BUILD)/grammar
 LDFLAGS  += $(SANFLAGS)
 
@@ -48,7 +48,7 @@ DEB_PACKAGES := build-essential flex bison pkg-config liblua5.4-dev libffi-dev \
 # The library: one folder per stage of the pipeline under src/ (the
 # command line, src/cli, is not in it), its public headers in include/weft.
 LIB_SRC    := $(filter-out src/cli/%,$(wildcard src/*/*.c))
-CPU_SRC    := $(wildcard backends/cpu/*.c)
+CPU_SRC    := $(wildcard backends/*.c backends/cpu/*.c)
 HEADERS    := $(wildcard include/weft/*.h src/*/*.h)
 LIB_OBJ    := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/grammar/parser.o \
               $(BUILD)/grammar/lexer.o $(BUILD)/stdlib/embedded.o \
@@ -92,7 +92,7 @@ $(BUILD)/src/%.o: src/%.c $(BUILD)/grammar/parser.h $(HEADERS) $(wildcard backen
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
 
-$(BUILD)/backends/cpu/%.o: backends/cpu/%.c $(wildcard backends/cpu/*.h) $(HEADERS)
+$(BUILD)/backends/%.o: backends/%.c $(wildcard backends/cpu/*.h) $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
 

@@ -13,6 +13,7 @@
 #include "exec.h"
 #include "kernels.h"
 #include "net.h"
+#include "optim.h"
 #include "weft/workspace.h"
 #include "xops.h"
 
@@ -122,148 +123,9 @@ static void *xcalloc(size_t n) {
   return p;
 }
 
-/* ---- the world ---------------------------------------------------------- */
-
-xworld *xworld_new(const weft_graph *g) {
-  xworld *w = xcalloc(sizeof *w);
-  w->g = g;
-  w->param = xcalloc((size_t)g->ntensors * sizeof(float *));
-  w->state = xcalloc((size_t)g->ntensors * sizeof(float *));
-  w->input = xcalloc((size_t)g->ntensors * sizeof(void *));
-  xoptim o;
-  w->state_copies = 0;
-  if (xoptim_from_graph(g, &o)) w->state_copies = o.adamw ? 2 : o.momentum != 0.0 ? 1 : 0;
-  for (int t = 0; t < g->ntensors; t++) {
-    const gtensor *x = &g->tensors[t];
-    size_t n = (size_t)tensor_numel(x);
-    if (x->role == TENSOR_PARAM) {
-      w->param[t] = xcalloc(n * sizeof(float));
-      if (w->state_copies) w->state[t] = xcalloc(n * (size_t)w->state_copies * sizeof(float));
-    } else if (x->role == TENSOR_INPUT) {
-      w->input[t] = xcalloc(n * 4);
-    }
-  }
-  return w;
-}
-
-void xworld_free(xworld *w) {
-  if (!w) return;
-  for (int t = 0; t < w->g->ntensors; t++) free(w->param[t]), free(w->state[t]), free(w->input[t]);
-  free(w->param), free(w->state), free(w->input);
-  free(w);
-}
-
-xworld *xworld_clone(const xworld *w) {
-  xworld *c = xworld_new(w->g);
-  for (int t = 0; t < w->g->ntensors; t++) {
-    size_t n = (size_t)tensor_numel(&w->g->tensors[t]);
-    if (w->param[t]) memcpy(c->param[t], w->param[t], n * sizeof(float));
-    if (w->state[t]) memcpy(c->state[t], w->state[t], n * (size_t)w->state_copies * sizeof(float));
-    if (w->input[t]) memcpy(c->input[t], w->input[t], n * 4);
-  }
-  c->step = w->step;
-  return c;
-}
-
-/* A stream number from a tensor's name, so that initial values do not
- * depend on the order tensors were declared in. */
-static uint64_t name_stream(const char *s) {
-  uint64_t h = 1469598103934665603ull;
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-  return h;
-}
-
-/* How operator arguments read a tensor: 'n' the weight of a norm, 'b' a
- * bias, 'w' anything else. */
-static char param_use(const weft_graph *g, int t) {
-  for (int o = 0; o < g->nops; o++) {
-    const gop *op = &g->ops[o];
-    const char *k = op->decl ? op->decl->name : "";
-    for (int i = 0; i < op->ninputs; i++) {
-      if (op->inputs[i] != t) continue;
-      if ((strcmp(k, "layernorm") == 0 || strcmp(k, "rmsnorm") == 0) && i == 1) return 'n';
-      if (strcmp(k, "layernorm") == 0 && i == 2) return 'b';
-      if ((strcmp(k, "linear") == 0 || strcmp(k, "qkv_linear") == 0) && i == 2) return 'b';
-    }
-  }
-  return 'w';
-}
-
-void xworld_init_params(xworld *w, uint64_t seed) {
-  const weft_graph *g = w->g;
-  for (int t = 0; t < g->ntensors; t++) {
-    if (!w->param[t]) continue;
-    int64_t n = tensor_numel(&g->tensors[t]);
-    char use = param_use(g, t);
-    if (use == 'w') k_init_normal(w->param[t], 0, n, seed, name_stream(g->tensors[t].name), 0.0, 0.02);
-    else
-      for (int64_t i = 0; i < n; i++) w->param[t][i] = use == 'n' ? 1.0f : 0.0f;
-    if (w->state[t]) memset(w->state[t], 0, (size_t)n * (size_t)w->state_copies * sizeof(float));
-  }
-  w->step = 0;
-}
-
-/* The bound on the ids an i32 input may hold: the rows of the table an
- * embedding looks them up in, or the classes of a cross entropy. */
-int64_t xworld_id_bound(const weft_graph *g, int t) {
-  for (int o = 0; o < g->nops; o++) {
-    const gop *op = &g->ops[o];
-    const char *k = op->decl ? op->decl->name : "";
-    if (strcmp(k, "embedding") == 0 && op->inputs[0] == t) return g->tensors[op->inputs[1]].dims[0].size;
-    if (strcmp(k, "cross_entropy") == 0 && op->inputs[1] == t) {
-      const gtensor *l = &g->tensors[op->inputs[0]];
-      return l->dims[l->ndims - 1].size;
-    }
-  }
-  return 2;
-}
-
-void xworld_init_inputs(xworld *w, uint64_t seed) {
-  const weft_graph *g = w->g;
-  for (int t = 0; t < g->ntensors; t++) {
-    if (!w->input[t]) continue;
-    const gtensor *x = &g->tensors[t];
-    int64_t n = tensor_numel(x);
-    uint64_t stream = name_stream(x->name);
-    if (x->dtype == DT_I32) {
-      int64_t bound = xworld_id_bound(g, t);
-      int32_t *v = w->input[t];
-      for (int64_t i = 0; i < n; i++) v[i] = (int32_t)(k_rng_u64(seed, stream, (uint64_t)i) % (uint64_t)bound);
-    } else {
-      k_init_normal(w->input[t], 0, n, seed, stream, 0.0, 1.0);
-    }
-  }
-}
-
-bool xoptim_from_graph(const weft_graph *g, xoptim *o) {
-  if (!g->optimizer) return false;
-  memset(o, 0, sizeof *o);
-  o->adamw = strcmp(g->optimizer, "adamw") == 0;
-  o->lr = o->adamw ? 1e-3 : 0.01;
-  o->beta1 = 0.9, o->beta2 = 0.999, o->eps = 1e-8, o->weight_decay = o->adamw ? 0.01 : 0.0;
-  const vrecord *r = g->optimizer_args;
-  for (int i = 0; r && i < r->n; i++) {
-    const value *v = &r->vals[i];
-    double x = v->kind == V_FLOAT ? v->f : v->kind == V_INT ? (double)v->i : 0.0;
-    const char *k = r->keys[i];
-    if (strcmp(k, "lr") == 0) o->lr = x;
-    else if (strcmp(k, "beta1") == 0) o->beta1 = x;
-    else if (strcmp(k, "beta2") == 0) o->beta2 = x;
-    else if (strcmp(k, "eps") == 0) o->eps = x;
-    else if (strcmp(k, "weight_decay") == 0) o->weight_decay = x;
-    else if (strcmp(k, "momentum") == 0) o->momentum = x;
-  }
-  return true;
-}
-
-static void optim_step(const xoptim *o, float *p, float *state, const float *grad, int64_t n, int64_t step) {
-  if (o->adamw) k_adamw(p, state, state + n, grad, n, step, o->lr, o->beta1, o->beta2, o->eps, o->weight_decay);
-  else k_sgd(p, o->momentum != 0.0 ? state : NULL, grad, n, o->lr, o->momentum, o->weight_decay);
-}
-
 /* ---- the mailbox ---------------------------------------------------------- */
 
-enum { CLS_SEND, CLS_COLL, CLS_CE };
+enum { CLS_SEND, CLS_COLL };
 
 typedef struct xmsg {
   xkey key;
@@ -349,36 +211,36 @@ static void mbox_fail(xmbox *m) {
 
 /* ---- the run ---------------------------------------------------------------- */
 
-typedef struct xrun xrun;
-
 /* One device: its thread, its buffers. */
 typedef struct xdev {
   xrun *run;
   int device;
   const lprog *prog;
   void **mem;             /* per buffer of its program (id - buf_lo) */
+  int *slot;              /* per instruction: the loss slot a compute writes its share to, -1 */
   bool *stepped;          /* per buffer: a param buffer an optimizer step wrote */
   char err[512];
   bool failed;
 } xdev;
 
-struct xrun {
+struct backend_run {
   const weft_program *pr;
-  const weft_plan *p;
   const weft_graph *g;
-  xworld *w;
-  const xrun_opts *o;
+  weft_world *w;
+  backend_opts o;
+  xnet *net;              /* under mpirun: this process runs its share of
+                           * the devices; NULL: one process runs them all */
+  int steps;              /* of the current xrun_steps */
   xoptim optim;
+  const xop **kern;       /* per operator: its kernels (xop_find), NULL for
+                           * one no program runs */
   xmbox box;
   xdev *devs;
   int ndevs;              /* devices this process runs */
   int *local;             /* per device: index in devs, -1 when elsewhere */
   int64_t step;           /* the step being run */
-  double *loss_slot;      /* per sub-operator of the loss: its share this step */
-  int *loss_index;        /* per sub: its slot, -1 when it does not count */
+  double *loss_slot;      /* per part of a loss: its share this step */
   int nloss;
-  int **ce_peers;         /* per sub of a cross entropy split along the vocabulary: peer subs, -1 ended */
-  int ce_vidim;           /* the vocabulary idim of the cross entropy */
   pthread_barrier_t bar;
   int finished;           /* device threads done (under box.mu) */
   bool sum_wanted;        /* under mpirun: the loss slots await their sum
@@ -394,7 +256,7 @@ static bool dev_fail(xdev *d, const char *fmt, ...) {
   vsnprintf(d->err, sizeof d->err, fmt, ap);
   va_end(ap);
   d->failed = true;
-  if (d->run->o->net) {
+  if (d->run->net) {
     /* The other processes would wait for this one forever. */
     fprintf(stderr, "weft run: device %d: %s\n", d->device, d->err);
     exit(WEFT_REJECTED);
@@ -427,7 +289,7 @@ static void ref_out(const xdev *d, const lref *ref, const void *part, bool add) 
 }
 
 static void net_post(xrun *r, const xkey *k, const int *consumers, int n, void *data, int64_t bytes) {
-  xnet *net = r->o->net;
+  xnet *net = r->net;
   if (!net) {
     mbox_put(&r->box, k, n, data, bytes);
     return;
@@ -485,84 +347,29 @@ static bool do_free(xdev *d, const lins *in) {
   return true;
 }
 
-typedef struct ce_ctx {
-  xdev *d;
-  int sub;
-  int epoch;
-} ce_ctx;
-
-static int64_t sub_vlo(const xrun *r, int sub) { return r->p->subs[sub].range[r->ce_vidim].lo; }
-
-/* The exchange of a vocabulary-split cross entropy (xops.h): the shard
- * posts its statistics to its peers and takes theirs. */
-static int ce_exchange(void *ctx, int64_t v_lo, const float *mine, int64_t n, float **all) {
-  ce_ctx *c = ctx;
-  xdev *d = c->d;
-  xrun *r = d->run;
-  const int *peers = r->ce_peers ? r->ce_peers[c->sub] : NULL;
-  if (!peers) return -1;
-  int np = 0;
-  while (peers[np] >= 0) np++;
-  int *devs = xmalloc((size_t)(np + 1) * sizeof(int));
-  for (int i = 0; i < np; i++) devs[i] = r->p->subs[peers[i]].device;
-  xkey k = {r->step, CLS_CE, c->sub, c->epoch, d->device, -1};
-  float *copy = xmalloc((size_t)n * sizeof(float));
-  memcpy(copy, mine, (size_t)n * sizeof(float));
-  if (np) net_post(r, &k, devs, np, copy, n * (int64_t)sizeof(float));
-  else free(copy);
-  free(devs);
-  /* Shards in vocabulary order; copies of one shard (replicas) once. */
-  int64_t *los = xmalloc((size_t)(np + 1) * sizeof(int64_t));
-  const float **data = xmalloc((size_t)(np + 1) * sizeof(float *));
-  xmsg **msgs = xmalloc((size_t)(np + 1) * sizeof(xmsg *));
-  int cnt = 0;
-  los[cnt] = v_lo, data[cnt] = mine, msgs[cnt] = NULL, cnt++;
-  bool ok = true;
-  for (int i = 0; i < np; i++) {
-    xkey pk = {r->step, CLS_CE, peers[i], c->epoch, r->p->subs[peers[i]].device, -1};
-    xmsg *m = mbox_take(&r->box, &pk);
-    if (!m) { ok = false; break; }
-    int64_t lo = sub_vlo(r, peers[i]);
-    bool dup = false;
-    for (int j = 0; j < cnt; j++) dup |= los[j] == lo;
-    if (dup || m->bytes != n * (int64_t)sizeof(float)) {
-      mbox_done(&r->box, m);
-      continue;
-    }
-    los[cnt] = lo, data[cnt] = m->data, msgs[cnt] = m, cnt++;
-  }
-  int p = -1;
-  if (ok) {
-    p = cnt;
-    *all = xmalloc((size_t)(p * n) * sizeof(float));
-    for (int s = 0; s < p; s++) {
-      int best = -1;
-      for (int j = 0; j < cnt; j++)
-        if (data[j] && (best < 0 || los[j] < los[best])) best = j;
-      memcpy(*all + s * n, data[best], (size_t)n * sizeof(float));
-      data[best] = NULL;
-    }
-  }
-  for (int j = 0; j < cnt; j++)
-    if (msgs[j]) mbox_done(&r->box, msgs[j]);
-  free(los), free(data), free(msgs);
-  return p;
-}
-
 static bool do_compute(xdev *d, const lins *in) {
   xrun *r = d->run;
-  const psub *s = &r->p->subs[in->sub];
-  const gop *op = &r->g->ops[s->op];
+  int opi = lower_compute_op(r->pr, in);
+  const gop *op = &r->g->ops[opi];
   xcall c = {0};
   c.g = r->g;
-  c.op = s->op;
+  c.op = opi;
+  c.kern = r->kern[opi];
   c.backward = in->dir == DIR_BACKWARD;
+  c.part = in->part;
   c.nin = op->ninputs;
-  c.allow_native = r->o->allow_native;
+  c.allow_native = r->o.allow_native;
   if (c.nin > XOP_MAX_INPUTS) return dev_fail(d, "%s: too many inputs", op->name);
-  void *tmps[2 * XOP_MAX_INPUTS + 2] = {0};
+  void *tmps[2 * XOP_MAX_INPUTS + 3] = {0};
   int ntmp = 0;
-  for (int i = 0; i < in->nin; i++) {
+  int nref = in->nin;
+  if (in->part == LP_COMBINE && nref > 0) {
+    /* the gathered statistics come last */
+    const lref *ref = &in->in[--nref];
+    c.stats = ref_in(d, ref, &tmps[ntmp++]);
+    c.statsr = &ref->region;
+  }
+  for (int i = 0; i < nref; i++) {
     const lref *ref = &in->in[i];
     void *t;
     if (ref->arg >= 0 && ref->arg < c.nin) {
@@ -589,22 +396,20 @@ static bool do_compute(xdev *d, const lins *in) {
     const lref *ref = &in->out[i];
     float *p = direct ? mem_of(d, ref->buf) : xcalloc((size_t)tregion_numel(&ref->region) * 4);
     parts[i] = direct ? NULL : p;
-    if (!c.backward) {
+    if (ref->arg < 0) {
       c.out = p;
       c.outr = &ref->region;
-    } else if (ref->arg >= 0 && ref->arg < c.nin) {
+    } else if (ref->arg < c.nin) {
       c.din[ref->arg] = p;
     }
   }
   c.acc = direct ? in->accumulate : false;
   int64_t ranges[2 * 64];
-  int ni = r->p->ops[s->op].space->nidims;
-  for (int i = 0; i < ni && i < 64; i++) ranges[2 * i] = s->range[i].lo, ranges[2 * i + 1] = s->range[i].hi;
+  const irange *rg = lower_compute_ranges(r->pr, in);
+  int ni = lower_op_idims(r->pr, opi);
+  for (int i = 0; i < ni && i < 64; i++) ranges[2 * i] = rg[i].lo, ranges[2 * i + 1] = rg[i].hi;
   c.ranges = ranges;
   c.nidims = ni;
-  ce_ctx cx = {d, in->sub, c.backward ? 2 : in->recompute ? 1 : 0};
-  c.exchange = ce_exchange;
-  c.xctx = &cx;
   bool ok = xop_run(&c, d->err, sizeof d->err);
   if (ok && !direct)
     for (int i = 0; i < in->nout; i++) ref_out(d, &in->out[i], parts[i], in->accumulate);
@@ -615,8 +420,8 @@ static bool do_compute(xdev *d, const lins *in) {
     snprintf(msg, sizeof msg, "%s", d->err[0] ? d->err : "a kernel failed");
     return dev_fail(d, "%s", msg);
   }
-  if (!c.backward && !in->recompute && c.loss_counts && r->loss_index[in->sub] >= 0)
-    r->loss_slot[r->loss_index[in->sub]] = c.loss;
+  int slot = d->slot[in - d->prog->ins];
+  if (slot >= 0) r->loss_slot[slot] = c.loss;
   return true;
 }
 
@@ -686,13 +491,13 @@ static bool sum_members(xdev *d, const lins *in, const pcomm *cm, int dst, const
 static bool do_all_reduce(xdev *d, const lins *in) {
   xrun *r = d->run;
   int k = in->nbucket + 1;
-  const pcomm *cm = &r->p->comms[in->comm];
+  const pcomm *cm = lower_comm(r->pr, in->comm);
   if (in->nout != k || (in->nin != k && in->nin > 0 && k > 1))
     return dev_fail(d, "comm %d: a bucket of %d without a ref each", in->comm, k);
   const tregion **R = xmalloc(sizeof(tregion *) * (size_t)k);
   int64_t n = 0;
   for (int i = 0; i < k; i++) {
-    R[i] = &r->p->comms[i ? in->bucket[i - 1] : in->comm].region;
+    R[i] = &lower_comm(r->pr, i ? in->bucket[i - 1] : in->comm)->region;
     n += tregion_numel(R[i]);
   }
   float *mine = NULL;
@@ -734,8 +539,8 @@ static bool do_all_reduce(xdev *d, const lins *in) {
 
 static bool do_collective(xdev *d, const lins *in) {
   xrun *r = d->run;
-  if (r->p->comms[in->comm].kind == COMM_ALL_REDUCE) return do_all_reduce(d, in);
-  const pcomm *cm = &r->p->comms[in->comm];
+  const pcomm *cm = lower_comm(r->pr, in->comm);
+  if (cm->kind == COMM_ALL_REDUCE) return do_all_reduce(d, in);
   int p = cm->ngroup, me = -1;
   for (int i = 0; i < p; i++)
     if (cm->group[i] == d->device) me = i;
@@ -804,17 +609,17 @@ static bool do_collective(xdev *d, const lins *in) {
       mbox_done(&r->box, m);
     }
   } else if (cm->kind == COMM_BROADCAST) {
+    /* the root is the member with `in`; one root, so no sender in the key */
     const tregion *R = &cm->region;
     int64_t n = tregion_numel(R);
     const lbuf *ob = buf_of(r, out->buf);
-    if (d->device == cm->src) {
+    xkey k = {r->step, CLS_COLL, in->comm, in->epoch, -1, -1};
+    if (in->nin > 0) {
       float *copy = xmalloc((size_t)n * 4);
       region_move(copy, R, mem_of(d, out->buf), &ob->region, R, false);
-      xkey k = {r->step, CLS_COLL, in->comm, in->epoch, d->device, -1};
       if (no) net_post(r, &k, others, no, copy, n * 4);
       else free(copy);
     } else {
-      xkey k = {r->step, CLS_COLL, in->comm, in->epoch, cm->src, -1};
       xmsg *m = mbox_take(&r->box, &k);
       if (!m) ok = false;
       else {
@@ -902,9 +707,9 @@ static bool do_step(xdev *d, const lins *in) {
     }
   }
   int copies = sb ? sb->copies : 0;
-  int need = r->optim.adamw ? 2 : r->optim.momentum != 0.0 ? 1 : 0;
-  if (copies < need) return dev_fail(d, "step of %s: optimizer state missing", r->g->tensors[in->tensor].name);
-  optim_step(&r->optim, param, state, grad, n, r->w->step + 1);
+  if (copies < xoptim_state(&r->optim))
+    return dev_fail(d, "step of %s: optimizer state missing", r->g->tensors[in->tensor].name);
+  xoptim_step(&r->optim, param, state, grad, n, r->w->step + 1);
   if (!pdirect) ref_out(d, pref, param, false);
   free(pt);
   if (sb && !sdirect) {
@@ -937,7 +742,7 @@ static bool run_ins(xdev *d, const lins *in) {
  * the time, the callback. */
 static void end_step(xrun *r) {
   double *slots = r->loss_slot;
-  if (r->o->net) {
+  if (r->net) {
     /* The main thread talks MPI: it sums the slots over the processes. */
     pthread_mutex_lock(&r->box.mu);
     r->sum_wanted = true;
@@ -950,7 +755,7 @@ static void end_step(xrun *r) {
   for (int i = 0; i < r->nloss; i++) slots[i] = 0;
   double t = now();
   r->w->step++;
-  if (r->o->on_step) r->o->on_step(r->o->ctx, r->w->step, loss, t - r->t0);
+  if (r->o.on_step) r->o.on_step(r->o.ctx, r->w->step, loss, t - r->t0);
   r->t0 = t;
   r->step++;
 }
@@ -958,7 +763,7 @@ static void end_step(xrun *r) {
 static void *dev_main(void *arg) {
   xdev *d = arg;
   xrun *r = d->run;
-  for (int s = 0; s < r->o->steps; s++) {
+  for (int s = 0; s < r->steps; s++) {
     bool ok = !r->box.failed;
     for (int i = 0; ok && i < d->prog->n; i++) ok = run_ins(d, &d->prog->ins[i]);
     if (!ok && !d->failed) d->failed = true;  /* stopped because another device failed */
@@ -978,86 +783,74 @@ static void *dev_main(void *arg) {
   return NULL;
 }
 
-/* Whether two sub-operators of one operator cover the same ranges, but
- * perhaps along idim `skip` (-1: all). */
-static bool same_ranges(const psub *a, const psub *b, int nidims, int skip) {
-  for (int k = 0; k < nidims; k++)
-    if (k != skip && (a->range[k].lo != b->range[k].lo || a->range[k].hi != b->range[k].hi)) return false;
+/* The kernels of every operator a compute runs, found once. */
+static bool find_kernels(xrun *r, char *err, size_t errlen) {
+  const weft_program *pr = r->pr;
+  r->kern = xcalloc((size_t)(r->g->nops + 1) * sizeof(const xop *));
+  for (int dv = 0; dv < pr->nprogs; dv++)
+    for (int i = 0; i < pr->progs[dv].n; i++) {
+      const lins *in = &pr->progs[dv].ins[i];
+      int op = in->kind == LI_COMPUTE ? lower_compute_op(pr, in) : -1;
+      if (op >= 0 && !r->kern[op] && !(r->kern[op] = xop_find(r->g, op, err, errlen))) return false;
+    }
   return true;
 }
 
-/* Loss sub-operators: one slot each, copies of one part (replicas) once. */
+/* A compute that writes a share of a loss. */
+typedef struct share {
+  const lins *in;
+  int device, at;         /* where it is: device, instruction */
+} share;
+
+/* By operator, micro-batch and ranges, then where they are. */
+static int share_cmp(const void *x, const void *y, void *ctx) {
+  const weft_program *share_pr = ctx;
+  const share *a = x, *b = y;
+  int oa = lower_compute_op(share_pr, a->in), ob = lower_compute_op(share_pr, b->in);
+  if (oa != ob) return oa - ob;
+  if (a->in->mb != b->in->mb) return a->in->mb - b->in->mb;
+  const irange *ra = lower_compute_ranges(share_pr, a->in), *rb = lower_compute_ranges(share_pr, b->in);
+  for (int i = 0; i < lower_op_idims(share_pr, oa); i++) {
+    if (ra[i].lo != rb[i].lo) return ra[i].lo < rb[i].lo ? -1 : 1;
+    if (ra[i].hi != rb[i].hi) return ra[i].hi < rb[i].hi ? -1 : 1;
+  }
+  return a->device != b->device ? a->device - b->device : a->at - b->at;
+}
+
+/* The shares of the loss: one slot per part of a loss operator, found in
+ * every program (each process numbers them alike), written by the first
+ * of its copies (replicas compute the same share). */
 static void loss_slots(xrun *r) {
-  const weft_plan *p = r->p;
-  r->loss_index = xmalloc((size_t)(p->nsubs + 1) * sizeof(int));
-  for (int i = 0; i < p->nsubs; i++) r->loss_index[i] = -1;
-  int n = 0;
-  for (int op = 0; op < r->g->nops; op++) {
-    if (!xop_is_loss(r->g, op)) continue;
-    const popplan *pp = &p->ops[op];
-    int ni = pp->space->nidims;
-    for (int i = pp->first; i < pp->first + pp->count; i++) {
-      const psub *s = &p->subs[i];
-      bool dup = false;
-      for (int j = pp->first; j < i && !dup; j++) {
-        const psub *t = &p->subs[j];
-        dup = t->microbatch == s->microbatch && same_ranges(s, t, ni, -1);
-      }
-      if (!dup) r->loss_index[i] = n++;
+  const weft_program *pr = r->pr;
+  int n = 0, cap = 16;
+  share *sh = xmalloc((size_t)cap * sizeof(share));
+  for (int dv = 0; dv < pr->nprogs; dv++)
+    for (int i = 0; i < pr->progs[dv].n; i++) {
+      const lins *in = &pr->progs[dv].ins[i];
+      if (in->kind != LI_COMPUTE || in->dir != DIR_FORWARD || in->recompute || in->part == LP_STATS ||
+          !xop_is_loss(r->kern[lower_compute_op(pr, in)]))
+        continue;
+      if (n == cap) sh = realloc(sh, (size_t)(cap *= 2) * sizeof(share));
+      if (!sh) weft_oom();
+      sh[n++] = (share){in, dv, i};
     }
+  qsort_r(sh, (size_t)n, sizeof(share), share_cmp, (void *)pr);
+  r->nloss = 0;
+  for (int k = 0; k < n; k++) {
+    bool copy = k > 0 && lower_same_part(pr, sh[k - 1].in, sh[k].in);
+    if (!copy) r->nloss++;
+    int at = r->local[sh[k].device];
+    if (!copy && at >= 0) r->devs[at].slot[sh[k].at] = r->nloss - 1;
   }
-  r->nloss = n;
-  r->loss_slot = xcalloc((size_t)(n + 1) * sizeof(double));
-}
-
-/* Peers of the shards of a cross entropy split along the vocabulary: the
- * subs of the same micro-batch and rows. */
-static bool ce_groups(xrun *r, char *err, size_t errlen) {
-  const weft_plan *p = r->p;
-  for (int op = 0; op < r->g->nops; op++) {
-    const gop *o = &r->g->ops[op];
-    if (!o->decl || strcmp(o->decl->name, "cross_entropy") != 0) continue;
-    const popplan *pp = &p->ops[op];
-    const opspace *sp = pp->space;
-    int vi = -1;
-    for (int k = 0; k < sp->nidims; k++)
-      if (strcmp(sp->idims[k].sig, "v") == 0) vi = k;
-    if (vi < 0) continue;
-    bool split = false;
-    for (int i = pp->first; i < pp->first + pp->count; i++)
-      split |= p->subs[i].range[vi].hi - p->subs[i].range[vi].lo < sp->idims[vi].size;
-    if (!split) continue;
-    r->ce_vidim = vi;
-    if (!r->ce_peers) r->ce_peers = xcalloc((size_t)(p->nsubs + 1) * sizeof(int *));
-    for (int i = pp->first; i < pp->first + pp->count; i++) {
-      const psub *s = &p->subs[i];
-      int *peers = xmalloc((size_t)(pp->count + 1) * sizeof(int));
-      int np = 0;
-      for (int j = pp->first; j < pp->first + pp->count; j++) {
-        const psub *t = &p->subs[j];
-        if (j == i || t->microbatch != s->microbatch || !same_ranges(s, t, sp->nidims, vi)) continue;
-        if (t->device == s->device && t->range[vi].lo != s->range[vi].lo) {
-          snprintf(err, errlen,
-                   "%s: shards of a cross entropy split along the vocabulary share device %d; the CPU "
-                   "backend needs them on different devices",
-                   o->name, s->device);
-          free(peers);
-          return false;
-        }
-        peers[np++] = j;
-      }
-      peers[np] = -1;
-      r->ce_peers[i] = peers;
-    }
-  }
-  return true;
+  free(sh);
+  r->loss_slot = xcalloc((size_t)(r->nloss + 1) * sizeof(double));
 }
 
 /* Under mpirun, every process ends with the whole world: each element is
  * taken from the lowest process that wrote it (a sum with zeros elsewhere,
  * which is exact), or kept where none did. */
 static bool merge(xrun *r, float *vals, const float *seen, int64_t n) {
-  xnet *net = r->o->net;
+  xnet *net = r->net;
   int me = xnet_rank(net);
   int *owner = xmalloc((size_t)n * sizeof(int));
   for (int64_t e = 0; e < n; e++) owner[e] = seen && seen[e] != 0.0f ? me : INT32_MAX;
@@ -1120,13 +913,13 @@ static bool gather(xrun *r, char *err, size_t errlen) {
     }
   }
   /* Every process merges every tensor, in the same order, whatever it found. */
-  for (int t = 0; r->o->net && t < g->ntensors; t++) {
+  for (int t = 0; r->net && t < g->ntensors; t++) {
     if (!r->w->param[t]) continue;
     int64_t n = tensor_numel(&g->tensors[t]);
     bool m = merge(r, r->w->param[t], seen[t], n);
     for (int c = 0; m && c < r->w->state_copies; c++) m = merge(r, r->w->state[t] + c * n, sseen[t], n);
     if (!m) {
-      fprintf(stderr, "weft run: %s\n", xnet_error(r->o->net));
+      fprintf(stderr, "weft run: %s\n", xnet_error(r->net));
       exit(WEFT_FAILED);
     }
   }
@@ -1142,7 +935,7 @@ static void deliver(void *ctx, const xkey *k, int consumers, void *data, int64_t
 /* The main thread under mpirun: hands what arrives from other processes to
  * the mailbox until this process's devices are done. */
 static void progress(xrun *r) {
-  xnet *net = r->o->net;
+  xnet *net = r->net;
   long wait_ns = 1000;
   for (;;) {
     pthread_mutex_lock(&r->box.mu);
@@ -1177,45 +970,61 @@ static void progress(xrun *r) {
   }
 }
 
-bool xrun_program(const weft_program *pr, xworld *w, const xrun_opts *o, char *err, size_t errlen) {
+void xrun_close(xrun *r) {
+  if (!r) return;
+  for (int i = 0; i < r->ndevs; i++) {
+    xdev *d = &r->devs[i];
+    for (int b = 0; b < d->prog->buf_hi - d->prog->buf_lo; b++) free(d->mem[b]);
+    free(d->mem);
+    free(d->stepped);
+    free(d->slot);
+  }
+  for (int h = 0; h < MBOX_BUCKETS; h++)
+    for (xmsg *x = r->box.bucket[h], *nx; x; x = nx) nx = x->next, free(x->data), free(x);
+  pthread_mutex_destroy(&r->box.mu);
+  pthread_cond_destroy(&r->box.cv);
+  xnet_stop(r->net);
+  free(r->devs), free(r->local), free(r->loss_slot), free(r->kern);
+  free(r);
+}
+
+xrun *xrun_open(const weft_program *pr, weft_world *w, const backend_opts *o, char *err, size_t errlen) {
   for (int d = 0; d < pr->nprogs; d++)
     if (pr->progs[d].n && !pr->progs[d].ins) {
       /* a library caller's mistake, not a user's */
       snprintf(err, errlen, "the programs were lowered without their full instructions (lower_opts.full_programs)");
-      return false;
+      return NULL;
     }
   k_blas_single();
   xrun *r = xcalloc(sizeof *r);
   r->pr = pr;
-  r->p = pr->p;
-  r->g = pr->p->g;
+  r->g = lower_graph(pr);
   r->w = w;
-  r->o = o;
+  r->o = *o;
   r->step = w->step;
-  bool ok = true;
-  if (!xoptim_from_graph(r->g, &r->optim)) {
-    snprintf(err, errlen, "model %s does not train: it has no `train` statement", r->g->name);
-    free(r);
-    return false;
-  }
   pthread_mutex_init(&r->box.mu, NULL);
   pthread_cond_init(&r->box.cv, NULL);
-  loss_slots(r);
-  r->ce_vidim = -1;
-  ok = ce_groups(r, err, errlen);
   r->local = xmalloc((size_t)pr->nprogs * sizeof(int));
   r->devs = xcalloc((size_t)pr->nprogs * sizeof(xdev));
-  if (o->net) {
+  bool ok = xoptim_from_graph(r->g, &r->optim);
+  if (!ok) snprintf(err, errlen, "model %s does not train: it has no `train` statement", r->g->name);
+  ok = ok && find_kernels(r, err, errlen);
+  err[0] = ok ? 0 : err[0];
+  if (ok) {
+    r->net = xnet_start(err, errlen);
+    ok = r->net || !err[0];
+  }
+  if (r->net) {
     bool *active = xcalloc((size_t)pr->nprogs);
     for (int dv = 0; dv < pr->nprogs; dv++) active[dv] = pr->progs[dv].n > 0;
-    xnet_assign(o->net, active, pr->nprogs);
+    xnet_assign(r->net, active, pr->nprogs);
     free(active);
   }
-  for (int dv = 0; dv < pr->nprogs; dv++) {
+  for (int dv = 0; dv < pr->nprogs && ok; dv++) {
     r->local[dv] = -1;
     const lprog *lp = &pr->progs[dv];
     if (lp->n == 0) continue;
-    if (o->net && xnet_proc(o->net, dv) != xnet_rank(o->net)) continue;
+    if (r->net && xnet_proc(r->net, dv) != xnet_rank(r->net)) continue;
     xdev *d = &r->devs[r->ndevs];
     r->local[dv] = r->ndevs++;
     d->run = r;
@@ -1224,60 +1033,51 @@ bool xrun_program(const weft_program *pr, xworld *w, const xrun_opts *o, char *e
     int nb = lp->buf_hi - lp->buf_lo;
     d->mem = xcalloc((size_t)(nb + 1) * sizeof(void *));
     d->stepped = xcalloc((size_t)(nb + 1));
+    d->slot = xmalloc((size_t)(lp->n + 1) * sizeof(int));
+    for (int i = 0; i < lp->n; i++) d->slot[i] = -1;
   }
-  if (ok && r->ndevs > 0 && o->steps > 0) {
-    pthread_barrier_init(&r->bar, NULL, (unsigned)r->ndevs);
-    pthread_t *th = xmalloc((size_t)r->ndevs * sizeof(pthread_t));
-    r->t0 = now();
-    int started = 0;
-    for (int i = 0; i < r->ndevs; i++) {
-      if (pthread_create(&th[i], NULL, dev_main, &r->devs[i]) != 0) {
-        snprintf(err, errlen, "cannot start a thread for device %d: %s", r->devs[i].device, strerror(errno));
-        ok = false;
-        break;
-      }
-      started++;
-    }
-    if (started < r->ndevs) {
-      /* The barrier would never fill: a thread that cannot start fails the run. */
-      fprintf(stderr, "weft run: %s\n", err);
-      exit(2);
-    }
-    if (o->net) progress(r);
-    for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
-    free(th);
-    pthread_barrier_destroy(&r->bar);
-    if (r->failed) {
-      ok = false;
-      const xdev *first = NULL;
-      for (int i = 0; i < r->ndevs && !first; i++)
-        if (r->devs[i].failed && r->devs[i].err[0]) first = &r->devs[i];
-      snprintf(err, errlen, "device %d: %s", first ? first->device : -1, first ? first->err : "stopped");
-    }
+  if (!ok) {
+    xrun_close(r);
+    return NULL;
   }
-  if (ok) ok = gather(r, err, errlen);
-  for (int i = 0; i < r->ndevs; i++) {
-    xdev *d = &r->devs[i];
-    for (int b = 0; b < d->prog->buf_hi - d->prog->buf_lo; b++) free(d->mem[b]);
-    free(d->mem);
-    free(d->stepped);
-  }
-  for (int h = 0; h < MBOX_BUCKETS; h++)
-    for (xmsg *x = r->box.bucket[h], *nx; x; x = nx) nx = x->next, free(x->data), free(x);
-  if (r->ce_peers) {
-    for (int i = 0; i < r->p->nsubs; i++) free(r->ce_peers[i]);
-    free(r->ce_peers);
-  }
-  pthread_mutex_destroy(&r->box.mu);
-  pthread_cond_destroy(&r->box.cv);
-  free(r->devs), free(r->local), free(r->loss_slot), free(r->loss_index);
-  free(r);
-  return ok;
+  loss_slots(r);
+  return r;
 }
+
+bool xrun_steps(xrun *r, int steps, char *err, size_t errlen) {
+  if (r->failed) {
+    snprintf(err, errlen, "a step of this run failed before");
+    return false;
+  }
+  if (r->ndevs == 0 || steps <= 0) return true;
+  r->steps = steps;
+  pthread_barrier_init(&r->bar, NULL, (unsigned)r->ndevs);
+  pthread_t *th = xmalloc((size_t)r->ndevs * sizeof(pthread_t));
+  r->t0 = now();
+  r->finished = 0;
+  for (int i = 0; i < r->ndevs; i++)
+    if (pthread_create(&th[i], NULL, dev_main, &r->devs[i]) != 0) {
+      /* The barrier would never fill: a thread that cannot start fails the run. */
+      fprintf(stderr, "weft run: cannot start a thread for device %d: %s\n", r->devs[i].device, strerror(errno));
+      exit(WEFT_FAILED);
+    }
+  if (r->net) progress(r);
+  for (int i = 0; i < r->ndevs; i++) pthread_join(th[i], NULL);
+  free(th);
+  pthread_barrier_destroy(&r->bar);
+  if (!r->failed) return true;
+  const xdev *first = NULL;
+  for (int i = 0; i < r->ndevs && !first; i++)
+    if (r->devs[i].failed && r->devs[i].err[0]) first = &r->devs[i];
+  snprintf(err, errlen, "device %d: %s", first ? first->device : -1, first ? first->err : "stopped");
+  return false;
+}
+
+bool xrun_read(xrun *r, char *err, size_t errlen) { return gather(r, err, errlen); }
 
 /* ---- the reference: one device, no plan --------------------------------- */
 
-bool xrun_reference(const weft_graph *g, xworld *w, const xrun_opts *o, char *err, size_t errlen) {
+bool xrun_reference(const weft_graph *g, weft_world *w, int steps, const backend_opts *o, char *err, size_t errlen) {
   k_blas_single();
   xoptim opt;
   if (!xoptim_from_graph(g, &opt)) {
@@ -1296,6 +1096,8 @@ bool xrun_reference(const weft_graph *g, xworld *w, const xrun_opts *o, char *er
   arena_init(&a);
   int64_t **ranges = xcalloc((size_t)(g->nops + 1) * sizeof(int64_t *));
   int *nidims = xcalloc((size_t)(g->nops + 1) * sizeof(int));
+  const xop **kern = xcalloc((size_t)(g->nops + 1) * sizeof(const xop *));
+  for (int op = 0; op < g->nops && ok; op++) ok = (kern[op] = xop_find(g, op, err, errlen)) != NULL;
   for (int op = 0; op < g->nops; op++) {
     const opdecl *d = g->ops[op].decl;
     if (!d || !d->native_fwd) continue;
@@ -1313,7 +1115,7 @@ bool xrun_reference(const weft_graph *g, xworld *w, const xrun_opts *o, char *er
     whole[t] = whole_region(&g->tensors[t], dims[t], ivs[t]);
   }
   double t0 = now();
-  for (int s = 0; ok && s < o->steps; s++) {
+  for (int s = 0; ok && s < steps; s++) {
     for (int t = 0; t < nt; t++) {
       const gtensor *x = &g->tensors[t];
       size_t n = (size_t)tensor_numel(x);
@@ -1326,17 +1128,17 @@ bool xrun_reference(const weft_graph *g, xworld *w, const xrun_opts *o, char *er
     for (int op = 0; op < g->nops && ok; op++) {
       const gop *x = &g->ops[op];
       xcall c = {0};
-      c.g = g, c.op = op, c.nin = x->ninputs, c.allow_native = o->allow_native;
+      c.g = g, c.op = op, c.kern = kern[op], c.nin = x->ninputs, c.allow_native = o->allow_native;
       for (int i = 0; i < c.nin; i++) c.in[i] = val[x->inputs[i]], c.inr[i] = &whole[x->inputs[i]];
       c.out = val[x->output], c.outr = &whole[x->output];
       c.ranges = ranges[op], c.nidims = nidims[op];
       ok = xop_run(&c, err, errlen);
-      if (xop_is_loss(g, op) && x->output == g->loss) loss += c.loss;
+      if (xop_is_loss(kern[op]) && x->output == g->loss) loss += c.loss;
     }
     for (int op = g->nops - 1; op >= 0 && ok; op--) {
       const gop *x = &g->ops[op];
       xcall c = {0};
-      c.g = g, c.op = op, c.nin = x->ninputs, c.backward = true, c.acc = true, c.allow_native = o->allow_native;
+      c.g = g, c.op = op, c.kern = kern[op], c.nin = x->ninputs, c.backward = true, c.acc = true, c.allow_native = o->allow_native;
       for (int i = 0; i < c.nin; i++) {
         c.in[i] = val[x->inputs[i]], c.inr[i] = &whole[x->inputs[i]];
         c.din[i] = grad[x->inputs[i]];
@@ -1348,7 +1150,7 @@ bool xrun_reference(const weft_graph *g, xworld *w, const xrun_opts *o, char *er
     }
     for (int t = 0; t < nt && ok; t++) {
       if (g->tensors[t].role != TENSOR_PARAM) continue;
-      optim_step(&opt, w->param[t], w->state[t], grad[t], tensor_numel(&g->tensors[t]), w->step + 1);
+      xoptim_step(&opt, w->param[t], w->state[t], grad[t], tensor_numel(&g->tensors[t]), w->step + 1);
     }
     for (int t = 0; t < nt; t++) {
       if (g->tensors[t].role == TENSOR_ACT) free(val[t]);
@@ -1363,7 +1165,7 @@ bool xrun_reference(const weft_graph *g, xworld *w, const xrun_opts *o, char *er
     t0 = t1;
   }
   for (int op = 0; op < g->nops; op++) free(ranges[op]);
-  free(ranges), free(nidims);
+  free(ranges), free(nidims), free(kern);
   arena_free(&a);
   free(val), free(grad), free(dims), free(ivs), free(whole);
   return ok;

@@ -1,73 +1,36 @@
-/* exec.h - the CPU backend: runs the lowered program of a plan (lower.h),
- * every device a thread with its own memory, and a plan-free reference. */
+/* exec.h - the CPU backend's executor: runs the lowered program of a plan
+ * (lower.h), every device a thread with its own memory, and a plan-free
+ * reference. weft reaches it through the backend table (cpu.c). */
 #ifndef WEFT_EXEC_H
 #define WEFT_EXEC_H
 
 #include <stdbool.h>
-#include <stdint.h>
+#include <stddef.h>
 
-#include "weft/lower.h"
+#include "weft/backend.h"
 
-/* The whole tensors a run starts from and ends with ("the world"): what a
- * single device would hold. Indexed by graph tensor; NULL where a tensor
- * has no such role. Floating tensors are f32 whatever their dtype (bf16 and
- * f16 are stored as f32 on the CPU); i32 inputs are int32_t. */
-typedef struct xworld {
-  const weft_graph *g;
-  float **param;          /* per parameter: numel values */
-  float **state;          /* per parameter: optimizer state, copies x numel
-                           * (AdamW: m then v; SGD with momentum: the buffer) */
-  int state_copies;       /* 2 AdamW, 1 SGD with momentum, 0 none */
-  void **input;           /* per model input: float or int32_t, numel values */
-  int64_t step;           /* optimizer steps taken so far */
-} xworld;
+/* A program opened on a world (backend.h, backend_run). */
+typedef struct backend_run xrun;
 
-/* Settings of the optimizer, from the model's `train` statement. */
-typedef struct xoptim {
-  bool adamw;             /* else SGD */
-  double lr, beta1, beta2, eps, weight_decay, momentum;
-} xoptim;
+/* Opens the program on w: finds every operator's kernels and, under
+ * mpirun, joins the other processes and takes this one's share of the
+ * devices. NULL with a message (a model that does not train, an operator
+ * without a kernel, MPI that cannot start). */
+xrun *xrun_open(const weft_program *pr, weft_world *w, const backend_opts *o, char *err, size_t errlen);
 
-/* Reads the graph's optimizer; false when the model does not train. */
-bool xoptim_from_graph(const weft_graph *g, xoptim *o);
+/* Runs `steps` training steps (parameters, state and inputs read from the
+ * world at the first step of the run). False with a message (a kernel that
+ * fails, a native kernel not allowed); a run that failed runs no more. */
+bool xrun_steps(xrun *r, int steps, char *err, size_t errlen);
 
-xworld *xworld_new(const weft_graph *g);
-void xworld_free(xworld *w);
-/* Parameters initialised from the seed: matrices and embeddings normal with
- * std 0.02, biases 0, norm weights 1 (by the operator argument that reads
- * them); inputs: token ids uniform below the table or logits size they
- * index, floating inputs standard normal. Each tensor has its own stream
- * (k_rng), so values depend only on the seed and the tensor's name. */
-void xworld_init_params(xworld *w, uint64_t seed);
-void xworld_init_inputs(xworld *w, uint64_t seed);
-/* The bound of the ids i32 input t holds: the rows of the table an
- * embedding looks them up in, or the classes of a cross entropy. */
-int64_t xworld_id_bound(const weft_graph *g, int t);
-/* An exact copy. */
-xworld *xworld_clone(const xworld *w);
+/* Parameters and optimizer state back into the world, from the buffers
+ * the optimizer stepped; false when copies of a parameter diverged. */
+bool xrun_read(xrun *r, char *err, size_t errlen);
 
-/* Called after each step with its loss and wall time. */
-typedef void (*xstep_fn)(void *ctx, int64_t step, double loss, double seconds);
-
-typedef struct xnet xnet;  /* several processes (net.h) */
-
-typedef struct xrun_opts {
-  int steps;
-  xstep_fn on_step;       /* called by one thread after each step */
-  void *ctx;
-  bool allow_native;      /* operators with native kernels may load them */
-  xnet *net;              /* under mpirun: this process runs its share of
-                           * the devices; NULL: one process runs them all */
-} xrun_opts;
-
-/* Runs `steps` training steps of the programs on w (parameters, state and
- * inputs read at the first step; parameters and state written back after
- * the last). Returns false with a message in err (a kernel that cannot run,
- * a native kernel not allowed, copies of a parameter that diverged). */
-bool xrun_program(const weft_program *pr, xworld *w, const xrun_opts *o, char *err, size_t errlen);
+void xrun_close(xrun *r);
 
 /* The same steps on one device without the plan: every operator on whole
  * tensors in graph order, the backward in reverse, then the optimizer. */
-bool xrun_reference(const weft_graph *g, xworld *w, const xrun_opts *o, char *err, size_t errlen);
+bool xrun_reference(const weft_graph *g, weft_world *w, int steps, const backend_opts *o, char *err, size_t errlen);
 
 #endif

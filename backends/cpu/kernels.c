@@ -559,46 +559,37 @@ void k_cross_entropy_backward(float *dlogits, const float *logits,
   }
 }
 
-void k_cross_entropy_shard_max(float *row_max, const float *logits,
-                               int64_t t, int64_t v_local) {
+void k_cross_entropy_stats(float *stats, const float *logits, const int32_t *labels,
+                           int64_t t, int64_t v_lo, int64_t v_local) {
   for (int64_t i = 0; i < t; i++) {
     const float *row = logits + i * v_local;
     float mx = -INFINITY;
     for (int64_t j = 0; j < v_local; j++) mx = row[j] > mx ? row[j] : mx;
-    row_max[i] = mx;
-  }
-}
-
-void k_cross_entropy_shard_sumexp(float *row_sum, const float *logits,
-                                  const float *row_max, int64_t t, int64_t v_local) {
-  for (int64_t i = 0; i < t; i++) {
-    const float *row = logits + i * v_local;
     double sum = 0;
-    for (int64_t j = 0; j < v_local; j++) sum += exp((double)row[j] - row_max[i]);
-    row_sum[i] = (float)sum;
+    for (int64_t j = 0; j < v_local; j++) sum += exp((double)row[j] - mx);
+    int64_t label = (int64_t)labels[i] - v_lo;
+    stats[3 * i] = mx;
+    stats[3 * i + 1] = (float)sum;
+    stats[3 * i + 2] = label >= 0 && label < v_local ? row[label] : 0.0f;
   }
 }
 
-void k_cross_entropy_merge(float *row_max, float *row_sum, const float *shard_max,
-                           const float *shard_sum, int nshards, int64_t t) {
+void k_cross_entropy_merge(float *row_max, float *row_sum, float *target, const float *stats,
+                           int nshards, int64_t t) {
   for (int64_t i = 0; i < t; i++) {
+    const float *s = stats + i * 3 * nshards;
     float mx = -INFINITY;
-    for (int p = 0; p < nshards; p++) mx = shard_max[p * t + i] > mx ? shard_max[p * t + i] : mx;
+    for (int p = 0; p < nshards; p++) mx = s[3 * p] > mx ? s[3 * p] : mx;
     double sum = 0;
-    for (int p = 0; p < nshards; p++)
-      if (shard_sum[p * t + i] > 0)   /* an empty shard has max -inf and sum 0 */
-        sum += shard_sum[p * t + i] * exp((double)shard_max[p * t + i] - mx);
+    float tgt = 0.0f;
+    for (int p = 0; p < nshards; p++) {
+      if (s[3 * p + 1] > 0)   /* an empty shard has max -inf and sum 0 */
+        sum += s[3 * p + 1] * exp((double)s[3 * p] - mx);
+      tgt += s[3 * p + 2];
+    }
     row_max[i] = mx;
     row_sum[i] = (float)sum;
-  }
-}
-
-void k_cross_entropy_shard_target(float *target, const float *logits,
-                                  const int32_t *labels, int64_t t,
-                                  int64_t v_lo, int64_t v_local) {
-  for (int64_t i = 0; i < t; i++) {
-    int64_t j = (int64_t)labels[i] - v_lo;
-    target[i] = j >= 0 && j < v_local ? logits[i * v_local + j] : 0.0f;
+    target[i] = tgt;
   }
 }
 

@@ -187,31 +187,24 @@ void k_cross_entropy_backward(float *dlogits, const float *logits,
                               int64_t t_total, double dloss, bool acc);
 
 /* Cross entropy over a vocabulary split into shards: a shard holds columns
- * [v_lo, v_lo + v_local) of the logits, labels are global. Per row, an
- * executor combines the shards with three all-reduces:
- *   1. k_cross_entropy_shard_max -> max all-reduce -> the row maxima;
- *   2. k_cross_entropy_shard_sumexp with those -> sum all-reduce -> sums;
- *   3. k_cross_entropy_shard_target -> sum all-reduce -> the label's logit
- *      (only the shard holding the label contributes; the others give 0);
- * then k_cross_entropy_combine gives the loss, the same on every shard, and
- * k_cross_entropy_shard_backward each shard's part of dlogits from the
- * global maxima and sums. Per-row values are float, for f32 collectives. */
-void k_cross_entropy_shard_max(float *row_max, const float *logits,
-                               int64_t t, int64_t v_local);
-/* row_sum[t] = sum over the shard of exp(logit - row_max), row_max global. */
-void k_cross_entropy_shard_sumexp(float *row_sum, const float *logits,
-                                  const float *row_max, int64_t t, int64_t v_local);
-/* Where no max all-reduce is at hand: each shard takes row_sum against its
- * own row_max (step 2 with step 1's local values), an all-gather gives every
- * shard all of them, shard_max[p * t + row] and shard_sum[p * t + row] for
- * shards p < nshards, and this merges them into the global maxima and sums:
- * max = max_p shard_max, sum = sum_p shard_sum exp(shard_max - max). */
-void k_cross_entropy_merge(float *row_max, float *row_sum, const float *shard_max,
-                           const float *shard_sum, int nshards, int64_t t);
-/* target[t] = the label's logit if the label is in the shard, else 0. */
-void k_cross_entropy_shard_target(float *target, const float *logits,
-                                  const int32_t *labels, int64_t t,
-                                  int64_t v_lo, int64_t v_local);
+ * [v_lo, v_lo + v_local) of the logits, labels are global. Each shard
+ * computes three statistics of each of its rows (k_cross_entropy_stats),
+ * the shards of the same rows gather them (an all-gather of f32 values),
+ * k_cross_entropy_merge turns the gathered ones into each row's maximum,
+ * sum of exponentials and label logit, from which k_cross_entropy_combine
+ * gives the loss of the rows, the same on every shard, and
+ * k_cross_entropy_shard_backward each shard's part of dlogits. */
+/* stats[t][3]: per row, the maximum of the shard's logits, the sum over the
+ * shard of exp(logit - that maximum), and the label's logit if the label
+ * is in the shard, else 0. */
+void k_cross_entropy_stats(float *stats, const float *logits, const int32_t *labels,
+                           int64_t t, int64_t v_lo, int64_t v_local);
+/* From stats[t][nshards][3], every shard's statistics of each row in
+ * vocabulary order: row_max = max over shards of their maxima, row_sum = sum
+ * over shards of their sum * exp(their maximum - row_max), target = sum of
+ * their label logits. */
+void k_cross_entropy_merge(float *row_max, float *row_sum, float *target, const float *stats,
+                           int nshards, int64_t t);
 /* sum over rows of log(row_sum) + row_max - target, divided by t_total. */
 double k_cross_entropy_combine(const float *row_max, const float *row_sum,
                                const float *target, int64_t t, int64_t t_total);

@@ -39,13 +39,19 @@ typedef struct wire {
   int32_t has_data;
 } wire;
 
-static int env_size(void) {
-  const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE"};
+static int env_int(const char *const vars[3], int dflt) {
   for (int i = 0; i < 3; i++) {
     const char *v = getenv(vars[i]);
     if (v && *v) return atoi(v);
   }
-  return 1;
+  return dflt;
+}
+
+static int env_size(void) { return env_int((const char *const[]){"OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE"}, 1); }
+
+void xnet_procs(int *rank, int *size) {
+  *size = env_size();
+  *rank = *size > 1 ? env_int((const char *const[]){"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"}, 0) : 0;
 }
 
 static void *open_plugin(char *tried, size_t n) {

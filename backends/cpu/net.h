@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "exec.h"
+typedef struct xnet xnet;
 
 /* A message between devices: (step, class, id, epoch, src, dst) names it;
  * dst is -1 for one posted to several devices. */
@@ -15,6 +15,10 @@ typedef struct xkey {
   int64_t step;
   int cls, id, epoch, src, dst;
 } xkey;
+
+/* This process's rank and the number of processes, from the environment
+ * mpirun or srun sets (0 of 1 without), before MPI starts. */
+void xnet_procs(int *rank, int *size);
 
 /* Under mpirun with more than one process (OMPI_COMM_WORLD_SIZE, PMI_SIZE
  * or PMIX_SIZE), loads the plugin and starts MPI. NULL with err empty when

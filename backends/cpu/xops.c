@@ -1,5 +1,6 @@
 /* xops.c - the operators of the standard library on packed parts: sizes
- * come from the regions of the part, then one kernel call (kernels.h). */
+ * come from the regions of the part, then one kernel call (kernels.h); one
+ * table maps each operator kind to its forward and backward. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,105 +47,13 @@ double xop_attr(const weft_graph *g, int op, const char *name, double dflt) {
   return dflt;
 }
 
-static const char *op_name(const weft_graph *g, int op) {
-  const opdecl *d = g->ops[op].decl;
-  return d ? d->name : "";
-}
-
-bool xop_is_loss(const weft_graph *g, int op) {
-  const char *n = op_name(g, op);
-  return strcmp(n, "cross_entropy") == 0 || strcmp(n, "mse") == 0;
-}
-
-/* ---- cross entropy split along the vocabulary --------------------------- */
-
-/* The global row maxima and sums of every shard, and the label logits, for
- * a shard holding logits columns [v_lo, v_lo + v): combined through the
- * exchange. Returns false with a message. */
-static bool ce_global(xcall *c, const float *logits, const int32_t *labels, int64_t t,
-                      int64_t v_lo, int64_t v, float *gmax, float *gsum, float *target,
-                      char *err, size_t errlen) {
-  float *mine = malloc((size_t)(3 * t + 1) * sizeof(float));
-  if (!mine) weft_oom();
-  k_cross_entropy_shard_max(mine, logits, t, v);
-  k_cross_entropy_shard_sumexp(mine + t, logits, mine, t, v);
-  k_cross_entropy_shard_target(mine + 2 * t, logits, labels, t, v_lo, v);
-  float *all = NULL;
-  int p = c->exchange ? c->exchange(c->xctx, v_lo, mine, 3 * t, &all) : -1;
-  free(mine);
-  if (p < 1) {
-    snprintf(err, errlen, "%s: the shards of a cross entropy split along the vocabulary did not meet",
-             c->g->ops[c->op].name);
-    free(all);
-    return false;
-  }
-  float *smax = malloc((size_t)(p * t + 1) * sizeof(float));
-  float *ssum = malloc((size_t)(p * t + 1) * sizeof(float));
-  if (!smax || !ssum) weft_oom();
-  for (int64_t i = 0; i < t; i++) target[i] = 0;
-  for (int s = 0; s < p; s++) {
-    const float *a = all + (int64_t)s * 3 * t;
-    memcpy(smax + s * t, a, (size_t)t * sizeof(float));
-    memcpy(ssum + s * t, a + t, (size_t)t * sizeof(float));
-    for (int64_t i = 0; i < t; i++) target[i] += a[2 * t + i];
-  }
-  k_cross_entropy_merge(gmax, gsum, smax, ssum, p, t);
-  free(smax);
-  free(ssum);
-  free(all);
-  return true;
-}
-
-static bool cross_entropy(xcall *c, char *err, size_t errlen) {
-  const tregion *lr = c->inr[0];
-  int64_t v = last(lr), t = numel(c->inr[1]);
-  int64_t v_lo = lr->ndims ? first(lr, lr->ndims - 1) : 0;
-  const gtensor *lab = tensor_of(c, 1);
-  int64_t t_total = tensor_numel(lab);
-  const float *logits = c->in[0];
-  const int32_t *labels = c->in[1];
-  bool split = v < whole_last(c, 0);
-  if (!c->backward) {
-    double loss;
-    if (!split) {
-      loss = k_cross_entropy(logits, labels, t, v, t_total);
-    } else {
-      float *g = malloc((size_t)(3 * t + 1) * sizeof(float));
-      if (!g) weft_oom();
-      if (!ce_global(c, logits, labels, t, v_lo, v, g, g + t, g + 2 * t, err, errlen)) { free(g); return false; }
-      loss = k_cross_entropy_combine(g, g + t, g + 2 * t, t, t_total);
-      free(g);
-    }
-    /* Every shard of a vocabulary split holds the whole loss of its rows;
-     * the first shard's counts, the others write 0, so that the sum the
-     * program makes of the parts is the loss. */
-    bool counts = !split || v_lo == 0;
-    c->loss = counts ? loss : 0.0;
-    c->loss_counts = counts;
-    float val = counts ? (float)loss : 0.0f;
-    if (c->acc) *c->out += val;
-    else *c->out = val;
-    return true;
-  }
-  if (!c->din[0]) return true;
-  if (!split) {
-    k_cross_entropy_backward(c->din[0], logits, labels, t, v, t_total, 1.0, c->acc);
-    return true;
-  }
-  float *g = malloc((size_t)(3 * t + 1) * sizeof(float));
-  if (!g) weft_oom();
-  if (!ce_global(c, logits, labels, t, v_lo, v, g, g + t, g + 2 * t, err, errlen)) { free(g); return false; }
-  k_cross_entropy_shard_backward(c->din[0], logits, labels, g, g + t, t, v_lo, v, t_total, 1.0, c->acc);
-  free(g);
-  return true;
-}
-
 /* ---- native kernels ------------------------------------------------------ */
 
 /* An operator whose declaration names a kernel in a shared library: the
  * sizes are the extents of the part's idims; the kernel overwrites, so
  * accumulation goes through a zeroed part. */
-static bool native(xcall *c, const opdecl *d, char *err, size_t errlen) {
+static bool native(xcall *c, char *err, size_t errlen) {
+  const opdecl *d = c->g->ops[c->op].decl;
   const char *spec = c->backward ? d->native_bwd : d->native_fwd;
   const gop *o = &c->g->ops[c->op];
   bool wanted = !c->backward;
@@ -199,137 +108,452 @@ static bool native(xcall *c, const opdecl *d, char *err, size_t errlen) {
   return true;
 }
 
-/* ---- the table ---------------------------------------------------------- */
+
+/* ---- cross entropy -------------------------------------------------------- */
+
+typedef struct ce_sizes {
+  int64_t t, v, v_lo, t_total;
+  bool split;             /* a shard of the vocabulary */
+} ce_sizes;
+
+static ce_sizes ce_sizes_of(const xcall *c) {
+  const tregion *lr = c->inr[0];
+  ce_sizes s = {numel(c->inr[1]), last(lr), lr->ndims ? first(lr, lr->ndims - 1) : 0, tensor_numel(tensor_of(c, 1)),
+                false};
+  s.split = s.v < whole_last(c, 0);
+  return s;
+}
+
+static bool ce_stats(xcall *c, char *err, size_t errlen) {
+  ce_sizes s = ce_sizes_of(c);
+  k_cross_entropy_stats(c->out, c->in[0], c->in[1], s.t, s.v_lo, s.v);
+  return true;
+}
+
+/* The maxima, sums of exponentials and label logits of a shard's rows over
+ * the whole vocabulary (g: 3 t floats), from the gathered statistics; false
+ * when the compute came without them. */
+static bool ce_merge(xcall *c, const ce_sizes *s, float *g, char *err, size_t errlen) {
+  if (c->part != LP_COMBINE) {
+    snprintf(err, errlen, "%s: a shard of the vocabulary without the statistics of the other shards",
+             c->g->ops[c->op].name);
+    return false;
+  }
+  k_cross_entropy_merge(g, g + s->t, g + 2 * s->t, c->stats, (int)(last(c->statsr) / 3), s->t);
+  return true;
+}
+
+static bool ce_forward(xcall *c, char *err, size_t errlen) {
+  ce_sizes s = ce_sizes_of(c);
+  double loss;
+  if (!s.split) {
+    loss = k_cross_entropy(c->in[0], c->in[1], s.t, s.v, s.t_total);
+  } else {
+    float *g = malloc((size_t)(3 * s.t + 1) * sizeof(float));
+    if (!g) weft_oom();
+    bool ok = ce_merge(c, &s, g, err, errlen);
+    loss = ok ? k_cross_entropy_combine(g, g + s.t, g + 2 * s.t, s.t, s.t_total) : 0;
+    free(g);
+    if (!ok) return false;
+    /* Every shard holds the whole loss of its rows; the first writes it,
+     * the others 0, so that the sum the program makes of the parts is the
+     * loss. */
+    if (s.v_lo != 0) loss = 0;
+  }
+  c->loss = loss;
+  if (c->acc) *c->out += (float)loss;
+  else *c->out = (float)loss;
+  return true;
+}
+
+static bool ce_backward(xcall *c, char *err, size_t errlen) {
+  if (!c->din[0]) return true;
+  ce_sizes s = ce_sizes_of(c);
+  if (!s.split) {
+    k_cross_entropy_backward(c->din[0], c->in[0], c->in[1], s.t, s.v, s.t_total, 1.0, c->acc);
+    return true;
+  }
+  float *g = malloc((size_t)(3 * s.t + 1) * sizeof(float));
+  if (!g) weft_oom();
+  bool ok = ce_merge(c, &s, g, err, errlen);
+  if (ok)
+    k_cross_entropy_shard_backward(c->din[0], c->in[0], c->in[1], g, g + s.t, s.t, s.v_lo, s.v, s.t_total, 1.0, c->acc);
+  free(g);
+  return ok;
+}
+
+/* ---- the other operators, forward then backward ---------------------------- */
+
+#define IN(i) ((const float *)c->in[i])
+
+static void put_loss(xcall *c, double loss) {
+  c->loss = loss;
+  if (c->acc) *c->out += (float)loss;
+  else *c->out = (float)loss;
+}
+
+static bool mse_forward(xcall *c, char *err, size_t errlen) {
+  put_loss(c, k_mse(IN(0), IN(1), numel(c->inr[0]), tensor_numel(tensor_of(c, 0))));
+  return true;
+}
+
+static bool mse_backward(xcall *c, char *err, size_t errlen) {
+  k_mse_backward(c->din[0], c->din[1], IN(0), IN(1), numel(c->inr[0]), tensor_numel(tensor_of(c, 0)), 1.0, c->acc);
+  return true;
+}
+
+/* ids [t], table rows [v_lo, v_lo + v) of h columns */
+static bool embedding_forward(xcall *c, char *err, size_t errlen) {
+  const tregion *tr = c->inr[1];
+  k_embedding(c->out, c->in[0], IN(1), numel(c->inr[0]), ext(tr, 1), first(tr, 0), ext(tr, 0), c->acc);
+  return true;
+}
+
+static bool embedding_backward(xcall *c, char *err, size_t errlen) {
+  const tregion *tr = c->inr[1];
+  if (c->din[1]) k_embedding_backward(c->din[1], c->dy, c->in[0], numel(c->inr[0]), ext(tr, 1), first(tr, 0), ext(tr, 0), c->acc);
+  return true;
+}
+
+static bool cannot_accumulate(xcall *c, char *err, size_t errlen) {
+  const gop *o = &c->g->ops[c->op];
+  snprintf(err, errlen, "%s: %s cannot accumulate", o->name, o->decl ? o->decl->name : "");
+  return false;
+}
+
+/* x [b, s, h] */
+static void bsh(const tregion *xr, int64_t *b, int64_t *s, int64_t *h) {
+  int r = xr->ndims;
+  *h = ext(xr, r - 1), *s = ext(xr, r - 2), *b = numel(xr) / (*s * *h);
+}
+
+static bool add_position_forward(xcall *c, char *err, size_t errlen) {
+  if (c->acc) return cannot_accumulate(c, err, errlen);
+  int64_t b, s, h;
+  bsh(c->inr[0], &b, &s, &h);
+  k_add_position(c->out, IN(0), IN(1), b, s, h);
+  return true;
+}
+
+static bool add_position_backward(xcall *c, char *err, size_t errlen) {
+  int64_t b, s, h;
+  bsh(c->inr[0], &b, &s, &h);
+  k_add_position_backward(c->din[0], c->din[1], c->dy, b, s, h, c->acc);
+  return true;
+}
+
+/* a [m, k] (the rows of a group flattened), b's last or first dimension n */
+static void mkn(const xcall *c, bool transposed, int64_t *m, int64_t *k, int64_t *n) {
+  *k = last(c->inr[0]);
+  *m = numel(c->inr[0]) / (*k ? *k : 1);
+  *n = transposed ? ext(c->inr[1], 0) : ext(c->inr[1], 1);
+}
+
+static bool matmul_forward(xcall *c, char *err, size_t errlen) {
+  int64_t m, k, n;
+  mkn(c, false, &m, &k, &n);
+  k_matmul(c->out, IN(0), IN(1), m, k, n, c->acc);
+  return true;
+}
+
+static bool matmul_backward(xcall *c, char *err, size_t errlen) {
+  int64_t m, k, n;
+  mkn(c, false, &m, &k, &n);
+  k_matmul_backward(c->din[0], c->din[1], c->dy, IN(0), IN(1), m, k, n, c->acc);
+  return true;
+}
+
+static bool matmul_t_forward(xcall *c, char *err, size_t errlen) {
+  int64_t m, k, n;
+  mkn(c, true, &m, &k, &n);
+  k_matmul_t(c->out, IN(0), IN(1), m, k, n, c->acc);
+  return true;
+}
+
+static bool matmul_t_backward(xcall *c, char *err, size_t errlen) {
+  int64_t m, k, n;
+  mkn(c, true, &m, &k, &n);
+  k_matmul_t_backward(c->din[0], c->din[1], c->dy, IN(0), IN(1), m, k, n, c->acc);
+  return true;
+}
+
+static bool linear_forward(xcall *c, char *err, size_t errlen) {
+  int64_t m, k, n;
+  mkn(c, false, &m, &k, &n);
+  k_linear(c->out, IN(0), IN(1), IN(2), m, k, n, c->acc);
+  return true;
+}
+
+static bool linear_backward(xcall *c, char *err, size_t errlen) {
+  int64_t m, k, n;
+  mkn(c, false, &m, &k, &n);
+  k_linear_backward(c->din[0], c->din[1], c->din[2], c->dy, IN(0), IN(1), m, k, n, c->acc);
+  return true;
+}
+
+/* x [rows, h] */
+static void rows_h(const xcall *c, int64_t *rows, int64_t *h) {
+  *h = last(c->inr[0]);
+  *rows = numel(c->inr[0]) / (*h ? *h : 1);
+}
+
+static bool layernorm_forward(xcall *c, char *err, size_t errlen) {
+  if (c->acc) return cannot_accumulate(c, err, errlen);
+  int64_t rows, h;
+  rows_h(c, &rows, &h);
+  k_layernorm(c->out, IN(0), IN(1), IN(2), rows, h, xop_attr(c->g, c->op, "eps", 1e-5));
+  return true;
+}
+
+static bool layernorm_backward(xcall *c, char *err, size_t errlen) {
+  int64_t rows, h;
+  rows_h(c, &rows, &h);
+  k_layernorm_backward(c->din[0], c->din[1], c->din[2], c->dy, IN(0), IN(1), rows, h,
+                       xop_attr(c->g, c->op, "eps", 1e-5), c->acc);
+  return true;
+}
+
+static bool rmsnorm_forward(xcall *c, char *err, size_t errlen) {
+  if (c->acc) return cannot_accumulate(c, err, errlen);
+  int64_t rows, h;
+  rows_h(c, &rows, &h);
+  k_rmsnorm(c->out, IN(0), IN(1), rows, h, xop_attr(c->g, c->op, "eps", 1e-6));
+  return true;
+}
+
+static bool rmsnorm_backward(xcall *c, char *err, size_t errlen) {
+  int64_t rows, h;
+  rows_h(c, &rows, &h);
+  k_rmsnorm_backward(c->din[0], c->din[1], c->dy, IN(0), IN(1), rows, h, xop_attr(c->g, c->op, "eps", 1e-6), c->acc);
+  return true;
+}
+
+static int64_t n0(const xcall *c) { return c->nin ? numel(c->inr[0]) : 0; }
+
+static bool gelu_forward(xcall *c, char *err, size_t errlen) {
+  if (c->acc) return cannot_accumulate(c, err, errlen);
+  k_gelu(c->out, IN(0), n0(c));
+  return true;
+}
+
+static bool gelu_backward(xcall *c, char *err, size_t errlen) {
+  if (c->din[0]) k_gelu_backward(c->din[0], c->dy, IN(0), n0(c), c->acc);
+  return true;
+}
+
+static bool silu_forward(xcall *c, char *err, size_t errlen) {
+  if (c->acc) return cannot_accumulate(c, err, errlen);
+  k_silu(c->out, IN(0), n0(c));
+  return true;
+}
+
+static bool silu_backward(xcall *c, char *err, size_t errlen) {
+  if (c->din[0]) k_silu_backward(c->din[0], c->dy, IN(0), n0(c), c->acc);
+  return true;
+}
+
+static bool swiglu_forward(xcall *c, char *err, size_t errlen) {
+  k_swiglu(c->out, IN(0), IN(1), n0(c));
+  return true;
+}
+
+static bool swiglu_backward(xcall *c, char *err, size_t errlen) {
+  k_swiglu_backward(c->din[0], c->din[1], c->dy, IN(0), IN(1), n0(c), c->acc);
+  return true;
+}
+
+static bool add_forward(xcall *c, char *err, size_t errlen) {
+  k_add(c->out, IN(0), IN(1), n0(c));
+  return true;
+}
+
+static bool add_backward(xcall *c, char *err, size_t errlen) {
+  k_add_backward(c->din[0], c->din[1], c->dy, n0(c), c->acc);
+  return true;
+}
+
+static bool softmax_forward(xcall *c, char *err, size_t errlen) {
+  int64_t v = last(c->inr[0]);
+  k_softmax(c->out, IN(0), n0(c) / v, v);
+  return true;
+}
+
+static bool softmax_backward(xcall *c, char *err, size_t errlen) {
+  int64_t v = last(c->inr[0]);
+  if (c->din[0]) k_softmax_backward(c->din[0], c->dy, IN(0), n0(c) / v, v, c->acc);
+  return true;
+}
+
+/* x [b, s, heads * dh] with the part's heads, and where its sequence starts */
+typedef struct rot_sizes {
+  int64_t b, s, heads, dh, pos0;
+  double base;
+} rot_sizes;
+
+static rot_sizes rotary_sizes(const xcall *c) {
+  const tregion *xr = c->inr[0];
+  int r = xr->ndims;
+  rot_sizes z;
+  int64_t heads_all = (int64_t)xop_attr(c->g, c->op, "n", 1);
+  z.dh = whole_last(c, 0) / heads_all;
+  z.heads = ext(xr, r - 1) / z.dh;
+  z.s = ext(xr, r - 2);
+  z.b = numel(xr) / (z.s * z.heads * z.dh);
+  z.pos0 = first(xr, r - 2);
+  z.base = xop_attr(c->g, c->op, "base", 10000.0);
+  return z;
+}
+
+static bool rotary_forward(xcall *c, char *err, size_t errlen) {
+  rot_sizes z = rotary_sizes(c);
+  k_rotary(c->out, IN(0), z.b, z.s, z.heads, z.dh, z.pos0, z.base);
+  return true;
+}
+
+static bool rotary_backward(xcall *c, char *err, size_t errlen) {
+  rot_sizes z = rotary_sizes(c);
+  if (c->din[0]) k_rotary_backward(c->din[0], c->dy, z.b, z.s, z.heads, z.dh, z.pos0, z.base, c->acc);
+  return true;
+}
+
+/* qkv [b, s, (3 heads dh)] with the part's heads */
+static void attention_sizes(const xcall *c, int64_t *b, int64_t *s, int64_t *heads, int64_t *dh) {
+  const tregion *qr = c->inr[0];
+  int r = qr->ndims;
+  int64_t heads_all = (int64_t)xop_attr(c->g, c->op, "n", 1);
+  *dh = whole_last(c, 0) / (3 * heads_all);
+  *heads = ext(qr, r - 1) / (3 * *dh);
+  *s = ext(qr, r - 2);
+  *b = numel(qr) / (*s * 3 * *heads * *dh);
+}
+
+static bool causal_attention_forward(xcall *c, char *err, size_t errlen) {
+  int64_t b, s, hl, dh;
+  attention_sizes(c, &b, &s, &hl, &dh);
+  k_causal_attention(c->out, IN(0), b, s, hl, dh);
+  return true;
+}
+
+static bool causal_attention_backward(xcall *c, char *err, size_t errlen) {
+  int64_t b, s, hl, dh;
+  attention_sizes(c, &b, &s, &hl, &dh);
+  if (c->din[0]) k_causal_attention_backward(c->din[0], c->dy, IN(0), b, s, hl, dh, c->acc);
+  return true;
+}
+
+/* k [b, s, (g dh)] with the part's groups; r query heads per group */
+static void gqa_sizes(const xcall *c, int64_t *b, int64_t *s, int64_t *gl, int64_t *rr, int64_t *dh) {
+  const tregion *kr = c->inr[1];
+  int r = kr->ndims;
+  int64_t g = (int64_t)xop_attr(c->g, c->op, "g", 1);
+  *rr = (int64_t)xop_attr(c->g, c->op, "r", 1);
+  *dh = whole_last(c, 1) / g;
+  *gl = ext(kr, r - 1) / *dh;
+  *s = ext(kr, r - 2);
+  *b = numel(kr) / (*s * *gl * *dh);
+}
+
+static bool gqa_attention_forward(xcall *c, char *err, size_t errlen) {
+  int64_t b, s, gl, rr, dh;
+  gqa_sizes(c, &b, &s, &gl, &rr, &dh);
+  k_gqa_attention(c->out, IN(0), IN(1), IN(2), b, s, gl, rr, dh);
+  return true;
+}
+
+static bool gqa_attention_backward(xcall *c, char *err, size_t errlen) {
+  int64_t b, s, gl, rr, dh;
+  gqa_sizes(c, &b, &s, &gl, &rr, &dh);
+  k_gqa_attention_backward(c->din[0], c->din[1], c->din[2], c->dy, IN(0), IN(1), IN(2), b, s, gl, rr, dh, c->acc);
+  return true;
+}
+
+#undef IN
+
+/* ---- the table ------------------------------------------------------------ */
+
+typedef bool (*xkernel)(xcall *c, char *err, size_t errlen);
+
+struct xop {
+  const char *kind;       /* the operator's name in stdlib/ops.plan */
+  xkernel forward, backward;
+  xkernel stats;          /* the statistics the parts of one split gather
+                           * (LP_STATS), NULL when they gather none */
+  bool loss;              /* xop_is_loss */
+  const char *params;     /* per tensor argument, how a parameter read there
+                           * starts (xop_param_init); NULL: every one normal */
+  int ids;                /* the argument holding ids, -1 none */
+  int bound_arg, bound_dim; /* the argument whose dimension bounds them (-1: its last) */
+};
+
+#define KERNELS(name) #name, name##_forward, name##_backward, NULL
+
+static const xop xops[] = {
+  {KERNELS(matmul), false, NULL, -1, 0, 0},
+  {KERNELS(matmul_t), false, NULL, -1, 0, 0},
+  {"linear", linear_forward, linear_backward, NULL, false, "wwb", -1, 0, 0},
+  {"qkv_linear", linear_forward, linear_backward, NULL, false, "wwb", -1, 0, 0},
+  {KERNELS(embedding), false, NULL, 0, 1, 0},
+  {KERNELS(add_position), false, NULL, -1, 0, 0},
+  {KERNELS(layernorm), false, "wnb", -1, 0, 0},
+  {KERNELS(rmsnorm), false, "wn", -1, 0, 0},
+  {KERNELS(gelu), false, NULL, -1, 0, 0},
+  {KERNELS(silu), false, NULL, -1, 0, 0},
+  {KERNELS(swiglu), false, NULL, -1, 0, 0},
+  {KERNELS(add), false, NULL, -1, 0, 0},
+  {KERNELS(softmax), false, NULL, -1, 0, 0},
+  {KERNELS(rotary), false, NULL, -1, 0, 0},
+  {KERNELS(causal_attention), false, NULL, -1, 0, 0},
+  {KERNELS(gqa_attention), false, NULL, -1, 0, 0},
+  {"cross_entropy", ce_forward, ce_backward, ce_stats, true, NULL, 1, 0, -1},
+  {KERNELS(mse), true, NULL, -1, 0, 0},
+};
+
+#undef KERNELS
+
+/* Operators that name kernels in a shared library, whatever their kind. */
+static const xop native_op = {"native", native, native, NULL, false, NULL, -1, 0, 0};
+
+static const xop *by_kind(const weft_graph *g, int op) {
+  const opdecl *d = g->ops[op].decl;
+  if (!d) return NULL;
+  if (d->native_fwd) return &native_op;
+  for (size_t i = 0; i < sizeof xops / sizeof xops[0]; i++)
+    if (strcmp(xops[i].kind, d->name) == 0) return &xops[i];
+  return NULL;
+}
+
+const xop *xop_find(const weft_graph *g, int op, char *err, size_t errlen) {
+  const xop *k = by_kind(g, op);
+  if (!k) {
+    const opdecl *d = g->ops[op].decl;
+    snprintf(err, errlen, "operator %s (%s) has no kernel on the CPU backend", g->ops[op].name, d ? d->name : "?");
+  }
+  return k;
+}
+
+bool xop_is_loss(const xop *k) { return k && k->loss; }
 
 bool xop_run(xcall *c, char *err, size_t errlen) {
-  const char *name = op_name(c->g, c->op);
-  const float *const *in = (const float *const *)c->in;
-  float **d = c->din;
-  bool b = c->backward, acc = c->acc;
-  const float *dy = c->dy;
+  if (c->part == LP_STATS) {
+    if (c->kern->stats) return c->kern->stats(c, err, errlen);
+    snprintf(err, errlen, "%s: its parts gather no statistics", c->g->ops[c->op].name);
+    return false;
+  }
   /* A backward without the gradient of its result adds nothing. */
-  if (b && !dy && !xop_is_loss(c->g, c->op)) return true;
-  const opdecl *decl = c->g->ops[c->op].decl;
-  if (decl && decl->native_fwd) return native(c, decl, err, errlen);
-  if (strcmp(name, "cross_entropy") == 0) return cross_entropy(c, err, errlen);
-  if (strcmp(name, "mse") == 0) {
-    int64_t n = numel(c->inr[0]), total = tensor_numel(tensor_of(c, 0));
-    if (!b) {
-      c->loss = k_mse(in[0], in[1], n, total);
-      c->loss_counts = true;
-      float val = (float)c->loss;
-      if (acc) *c->out += val;
-      else *c->out = val;
-    } else {
-      k_mse_backward(d[0], d[1], in[0], in[1], n, total, 1.0, acc);
-    }
-    return true;
-  }
-  if (strcmp(name, "embedding") == 0) {
-    const tregion *tr = c->inr[1];
-    int64_t t = numel(c->inr[0]), h = ext(tr, 1), v_lo = first(tr, 0), v = ext(tr, 0);
-    if (!b) k_embedding(c->out, c->in[0], in[1], t, h, v_lo, v, acc);
-    else if (d[1]) k_embedding_backward(d[1], dy, c->in[0], t, h, v_lo, v, acc);
-    return true;
-  }
-  if (strcmp(name, "add_position") == 0) {
-    const tregion *xr = c->inr[0];
-    int r = xr->ndims;
-    int64_t h = ext(xr, r - 1), s = ext(xr, r - 2), bb = numel(xr) / (s * h);
-    if (!b) {
-      if (acc) { snprintf(err, errlen, "%s: add_position cannot accumulate", c->g->ops[c->op].name); return false; }
-      k_add_position(c->out, in[0], in[1], bb, s, h);
-    } else {
-      k_add_position_backward(d[0], d[1], dy, bb, s, h, acc);
-    }
-    return true;
-  }
-  if (strcmp(name, "matmul") == 0 || strcmp(name, "matmul_t") == 0) {
-    bool t = name[6] == '_';
-    int64_t k = last(c->inr[0]), m = numel(c->inr[0]) / (k ? k : 1);
-    int64_t n = t ? ext(c->inr[1], 0) : ext(c->inr[1], 1);
-    if (!b) (t ? k_matmul_t : k_matmul)(c->out, in[0], in[1], m, k, n, acc);
-    else (t ? k_matmul_t_backward : k_matmul_backward)(d[0], d[1], dy, in[0], in[1], m, k, n, acc);
-    return true;
-  }
-  if (strcmp(name, "linear") == 0 || strcmp(name, "qkv_linear") == 0) {
-    int64_t k = last(c->inr[0]), m = numel(c->inr[0]) / (k ? k : 1), n = ext(c->inr[1], 1);
-    if (!b) k_linear(c->out, in[0], in[1], in[2], m, k, n, acc);
-    else k_linear_backward(d[0], d[1], d[2], dy, in[0], in[1], m, k, n, acc);
-    return true;
-  }
-  if (strcmp(name, "layernorm") == 0 || strcmp(name, "rmsnorm") == 0) {
-    bool ln = name[0] == 'l';
-    double eps = xop_attr(c->g, c->op, "eps", ln ? 1e-5 : 1e-6);
-    int64_t h = last(c->inr[0]), rows = numel(c->inr[0]) / (h ? h : 1);
-    if (!b) {
-      if (acc) { snprintf(err, errlen, "%s: a norm cannot accumulate", c->g->ops[c->op].name); return false; }
-      if (ln) k_layernorm(c->out, in[0], in[1], in[2], rows, h, eps);
-      else k_rmsnorm(c->out, in[0], in[1], rows, h, eps);
-    } else {
-      if (ln) k_layernorm_backward(d[0], d[1], d[2], dy, in[0], in[1], rows, h, eps, acc);
-      else k_rmsnorm_backward(d[0], d[1], dy, in[0], in[1], rows, h, eps, acc);
-    }
-    return true;
-  }
-  int64_t n0 = c->nin ? numel(c->inr[0]) : 0;
-  if (strcmp(name, "gelu") == 0 || strcmp(name, "silu") == 0) {
-    bool ge = name[0] == 'g';
-    if (!b) {
-      if (acc) { snprintf(err, errlen, "%s cannot accumulate", name); return false; }
-      (ge ? k_gelu : k_silu)(c->out, in[0], n0);
-    } else if (d[0]) {
-      (ge ? k_gelu_backward : k_silu_backward)(d[0], dy, in[0], n0, acc);
-    }
-    return true;
-  }
-  if (strcmp(name, "swiglu") == 0) {
-    if (!b) k_swiglu(c->out, in[0], in[1], n0);
-    else k_swiglu_backward(d[0], d[1], dy, in[0], in[1], n0, acc);
-    return true;
-  }
-  if (strcmp(name, "add") == 0) {
-    if (!b) k_add(c->out, in[0], in[1], n0);
-    else k_add_backward(d[0], d[1], dy, n0, acc);
-    return true;
-  }
-  if (strcmp(name, "softmax") == 0) {
-    int64_t v = last(c->inr[0]);
-    if (!b) k_softmax(c->out, in[0], n0 / v, v);
-    else if (d[0]) k_softmax_backward(d[0], dy, in[0], n0 / v, v, acc);
-    return true;
-  }
-  if (strcmp(name, "rotary") == 0) {
-    const tregion *xr = c->inr[0];
-    int r = xr->ndims;
-    int64_t heads_all = (int64_t)xop_attr(c->g, c->op, "n", 1);
-    int64_t dh = whole_last(c, 0) / heads_all, hl = ext(xr, r - 1) / dh, s = ext(xr, r - 2);
-    int64_t bb = numel(xr) / (s * hl * dh), pos0 = first(xr, r - 2);
-    double base = xop_attr(c->g, c->op, "base", 10000.0);
-    if (!b) k_rotary(c->out, in[0], bb, s, hl, dh, pos0, base);
-    else if (d[0]) k_rotary_backward(d[0], dy, bb, s, hl, dh, pos0, base, acc);
-    return true;
-  }
-  if (strcmp(name, "causal_attention") == 0) {
-    const tregion *qr = c->inr[0];
-    int r = qr->ndims;
-    int64_t heads_all = (int64_t)xop_attr(c->g, c->op, "n", 1);
-    int64_t dh = whole_last(c, 0) / (3 * heads_all), hl = ext(qr, r - 1) / (3 * dh), s = ext(qr, r - 2);
-    int64_t bb = numel(qr) / (s * 3 * hl * dh);
-    if (!b) k_causal_attention(c->out, in[0], bb, s, hl, dh);
-    else if (d[0]) k_causal_attention_backward(d[0], dy, in[0], bb, s, hl, dh, acc);
-    return true;
-  }
-  if (strcmp(name, "gqa_attention") == 0) {
-    const tregion *kr = c->inr[1];
-    int r = kr->ndims;
-    int64_t g = (int64_t)xop_attr(c->g, c->op, "g", 1), rr = (int64_t)xop_attr(c->g, c->op, "r", 1);
-    int64_t dh = whole_last(c, 1) / g, gl = ext(kr, r - 1) / dh, s = ext(kr, r - 2);
-    int64_t bb = numel(kr) / (s * gl * dh);
-    if (!b) k_gqa_attention(c->out, in[0], in[1], in[2], bb, s, gl, rr, dh);
-    else k_gqa_attention_backward(d[0], d[1], d[2], dy, in[0], in[1], in[2], bb, s, gl, rr, dh, acc);
-    return true;
-  }
-  snprintf(err, errlen, "operator %s (%s) has no kernel on the CPU backend", c->g->ops[c->op].name, name);
-  return false;
+  if (c->backward && !c->dy && !c->kern->loss) return true;
+  return (c->backward ? c->kern->backward : c->kern->forward)(c, err, errlen);
+}
+
+char xop_param_init(const weft_graph *g, int op, int arg) {
+  const xop *k = by_kind(g, op);
+  if (!k || !k->params || arg >= (int)strlen(k->params)) return 'w';
+  return k->params[arg];
+}
+
+int64_t xop_id_bound(const weft_graph *g, int op, int arg) {
+  const xop *k = by_kind(g, op);
+  if (!k || k->ids != arg) return 0;
+  const gtensor *t = &g->tensors[g->ops[op].inputs[k->bound_arg]];
+  int d = k->bound_dim < 0 ? t->ndims - 1 : k->bound_dim;
+  return d >= 0 && d < t->ndims ? t->dims[d].size : 0;
 }

@@ -6,9 +6,14 @@
 #include "weft/plan.h"
 
 /* Fills p->comms: forward activations between sub-operators, the gradients
- * of activations back to their producers, and the reduction of parameter
- * gradients across the devices that use them. */
+ * of activations back to their producers, the reduction of parameter
+ * gradients across the devices that use them, and the statistics that the
+ * vocabulary shards of a cross entropy gather (pcomm.stats). */
 void deps_derive(arena *a, weft_plan *p);
+
+/* The idim along which the parts of operator op gather per-row statistics
+ * (a cross entropy split along its vocabulary, v), or -1. */
+int deps_stats_idim(const weft_plan *p, int op);
 
 /* Per kind: how many communications and the bytes they carry (the size of
  * the buffers: an all-reduce of a 4 MB gradient counts 4 MB). */

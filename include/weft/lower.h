@@ -26,6 +26,8 @@ typedef struct lbuf {
   uint8_t role;           /* lbuf_role */
   uint8_t dtype;          /* weft_dtype */
   bool persistent;        /* lives across steps: parameters, their gradients, optimizer state */
+  bool stats;             /* LB_ACT: the statistics of a gather (pcomm.stats), in
+                           * its index space, not the tensor's values */
   int copies;             /* LB_STATE: state tensors per element (AdamW 2), else 1 */
   tregion region;         /* the region of the tensor it holds */
   int64_t bytes;
@@ -53,6 +55,19 @@ typedef enum {
 
 extern const char *const lins_kind_names[LI_KIND_COUNT];
 
+/* A compute of a sub-operator whose parts gather per-row statistics
+ * (pcomm.stats: a cross entropy split along its vocabulary) runs in two:
+ * the statistics of its part, then, after the gather, the result (or the
+ * gradients) from the gathered statistics. */
+typedef enum {
+  LP_WHOLE,               /* the sub-operator at once */
+  LP_STATS,               /* its statistics: out[0] is this part's of the gather */
+  LP_COMBINE,             /* its result or gradients: the last of in is the gathered statistics */
+  LP_COUNT
+} lins_part;
+
+extern const char *const lins_part_names[LP_COUNT];
+
 typedef struct lins {
   /* 64 bytes: programs of thousands of devices hold millions of these */
   uint8_t kind;           /* lins_kind */
@@ -60,6 +75,7 @@ typedef struct lins {
   uint8_t epoch;          /* 0; 1: the repeat of a forward communication for recomputation */
   bool recompute;         /* LI_COMPUTE: a forward run again before the backward */
   bool accumulate;        /* LI_COMPUTE backward: gradient outputs are added to */
+  uint8_t part;           /* LI_COMPUTE: lins_part */
   uint16_t nbucket;       /* LI_COLLECTIVE: more all-reduces fused with comm
                            * (`buckets`, at most LINS_MAX_BUCKET): bucket[0..nbucket)
                            * on the same group; in[i] and out[i] belong to comm
@@ -83,7 +99,7 @@ enum { LINS_MAX_BUCKET = 65535 };
  * program has these, one per instruction and at the same index as ins;
  * the full instructions (ins, with their regions) are kept only for the
  * commands that print or run them (lower_opts.full_programs). 16 bytes. */
-enum { LOP_RECOMPUTE = 1, LOP_ACCUMULATE = 2, LOP_WHOLE = 4, LOP_PERSISTENT = 8 };
+enum { LOP_RECOMPUTE = 1, LOP_ACCUMULATE = 2, LOP_WHOLE = 4, LOP_PERSISTENT = 8, LOP_STATS = 16, LOP_COMBINE = 32 };
 
 typedef struct lop {
   uint8_t kind;           /* lins_kind */
@@ -93,7 +109,8 @@ typedef struct lop {
                            * collective in place on the whole of a
                            * persistent buffer (its one in and out);
                            * LOP_PERSISTENT: an alloc or free of a
-                           * persistent buffer */
+                           * persistent buffer; LOP_STATS, LOP_COMBINE:
+                           * lins.part */
   int id;                 /* what the kind names: LI_ALLOC, LI_FREE: buf;
                            * LI_COMPUTE: sub; LI_SEND, LI_RECV, LI_COLLECTIVE:
                            * comm; LI_STEP: tensor; else -1 */
@@ -189,6 +206,46 @@ typedef struct weft_program {
  * (plan.h, rep) its representative's with devices renamed. */
 static inline const lprog *lower_prog(const weft_program *pr, int d) {
   return &pr->progs[pr->p->rep ? pr->p->rep[d] : d];
+}
+
+/* ---- what a backend reads of a program ---------------------------------------
+ * A backend reads the programs, their buffers and instructions (above), and
+ * through these the rest of what docs/program.md documents as the program:
+ * the model's graph (tensors, operators, the optimizer), what a compute
+ * runs, and the communications its collectives name. Nothing else of the
+ * plan (weft_plan) is the program's. */
+
+/* The model: its tensors, operators and optimizer ("tensors", "ops",
+ * "optimizer", "loss" in JSON). */
+static inline const weft_graph *lower_graph(const weft_program *pr) { return pr->p->g; }
+
+/* The communication a send, recv or collective names ("comms"): of it, a
+ * backend reads kind, stats, phase, tensor, group, region, parts and
+ * sources, size, bytes and level. */
+static inline const pcomm *lower_comm(const weft_program *pr, int comm) { return &pr->p->comms[comm]; }
+
+/* The operator a compute runs ("op"). */
+static inline int lower_compute_op(const weft_program *pr, const lins *in) { return pr->p->subs[in->sub].op; }
+
+/* The part of its iteration space a compute runs ("ranges"): one range per
+ * idim of its operator, lower_op_idims of them. */
+static inline const irange *lower_compute_ranges(const weft_program *pr, const lins *in) {
+  return pr->p->subs[in->sub].range;
+}
+
+/* The idims of operator op's iteration space ("dims" of "ops"). */
+static inline int lower_op_idims(const weft_program *pr, int op) { return pr->p->ops[op].space->nidims; }
+static inline const idim *lower_op_idim(const weft_program *pr, int op, int i) { return &pr->p->ops[op].space->idims[i]; }
+
+/* Whether two computes run the same part of one operator for the same
+ * micro-batch: copies of a part (replicas) that compute the same values. */
+static inline bool lower_same_part(const weft_program *pr, const lins *a, const lins *b) {
+  int op = lower_compute_op(pr, a);
+  if (op != lower_compute_op(pr, b) || a->mb != b->mb) return false;
+  const irange *x = lower_compute_ranges(pr, a), *y = lower_compute_ranges(pr, b);
+  for (int i = 0; i < lower_op_idims(pr, op); i++)
+    if (x[i].lo != y[i].lo || x[i].hi != y[i].hi) return false;
+  return true;
 }
 
 /* Instruction i of a program read back from its lop: every field but the

@@ -143,6 +143,10 @@ extern const char *const comm_phase_names[PHASE_COUNT];
 /* One communication that feeds consumers of a tensor. */
 typedef struct pcomm {
   comm_kind kind;
+  bool stats;             /* ALL_GATHER: the per-row statistics the vocabulary
+                           * shards of consumer_op (a cross entropy) gather;
+                           * region and parts in their own index space
+                           * (docs/program.md), not tensor's values */
   int tensor;             /* graph tensor */
   comm_phase phase;       /* forward activations, their gradients, or parameter gradients */
   int ngroup;

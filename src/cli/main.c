@@ -10,11 +10,8 @@
 
 #include "base/json.h"
 #include "kernels.h"
+#include "weft/backend.h"
 #include "weft/deps.h"
-#include "exec.h"
-#include "native.h"
-#include "net.h"
-#include "run.h"
 #include "weft/lower.h"
 #include "weft/plan.h"
 #include "base/prof.h"
@@ -41,6 +38,7 @@ typedef struct opts {
   const char *load, *inputs, *save, *resume;  /* weft run files */
   bool run_check;         /* weft run --check */
   bool allow_native;      /* weft run --allow-native */
+  const weft_backend *backend; /* weft run --backend, NULL: the default */
   bool seed_given;        /* --seed on the command line (else a checkpoint's) */
   int color;              /* -1 auto, 0 never, 1 always */
   int max_errors;
@@ -971,11 +969,17 @@ static int cmd_run(opts *o) {
     fprintf(stderr, "weft run: --load and --resume exclude each other (a checkpoint holds the parameters)\n");
     return WEFT_FAILED;
   }
+  int nbuiltin;
+  const weft_backend *bk = o->backend ? o->backend : backend_builtin(&nbuiltin)[0];
+  if (o->run_check && !bk->reference) {
+    fprintf(stderr, "weft run: backend %s has no one-device reference for --check\n", bk->name);
+    return WEFT_FAILED;
+  }
   char err[1024] = "";
-  xnet *net = xnet_start(err, sizeof err);
-  if (!net && err[0]) return run_fail(NULL, err);
   /* Under mpirun, process 0 speaks for all. */
-  bool speak = !net || xnet_rank(net) == 0;
+  int rank, nprocs;
+  bk->procs(&rank, &nprocs);
+  bool speak = rank == 0;
   weft_ctx *c = new_ctx(o);
   int rc = WEFT_OK;
   weft_plan *p = pick_plan(c, o, &rc, NULL);
@@ -985,7 +989,6 @@ static int cmd_run(opts *o) {
   if (p && !pr) rc = WEFT_REJECTED;
   if (speak) report(c, o);
   if (!pr) {
-    xnet_stop(net);
     if (o->json && speak) {
       diag_print_json(&c->diags, stdout);
       printf("\n");
@@ -993,7 +996,7 @@ static int cmd_run(opts *o) {
     weft_free(c);
     return rc;
   }
-  const weft_graph *g = p->g;
+  const weft_graph *g = lower_graph(pr);
   /* Native code runs only when the command line allows it; then every
    * kernel is loaded now, so that a missing one is reported where it is named. */
   for (int i = 0; i < g->nops; i++) {
@@ -1007,10 +1010,15 @@ static int cmd_run(opts *o) {
       rc = WEFT_REJECTED;
       continue;
     }
+    if (!bk->load_native) {
+      eval_error(c, d->native_loc, "operator %s runs native code, which the %s backend does not run", d->name, bk->name);
+      rc = WEFT_REJECTED;
+      continue;
+    }
     for (int k = 0; k < 2; k++) {
       const char *spec = k ? d->native_bwd : d->native_fwd;
       if (!spec) continue;
-      if (!native_load(spec, d->native_dir, err, sizeof err)) {
+      if (!bk->load_native(spec, d->native_dir, err, sizeof err)) {
         eval_error(c, k ? d->native_bwd_loc : d->native_loc, "cannot load the kernel of operator %s: %s", d->name, err);
         rc = WEFT_REJECTED;
       }
@@ -1018,41 +1026,41 @@ static int cmd_run(opts *o) {
   }
   if (rc != WEFT_OK) {
     if (speak) report(c, o);
-    xnet_stop(net);
     weft_free(c);
     return rc;
   }
-  xworld *w = xworld_new(g);
+  weft_world *w = world_new(g);
   uint64_t seed = o->seed;
   bool ok = true;
   if (!g->optimizer) ok = run_fail(NULL, "the plan's model has no `train` statement: nothing to run") == 0;
-  if (ok && o->resume) ok = xworld_resume(w, o->resume, o->seed_given ? NULL : &seed, err, sizeof err);
-  else if (ok && o->load) ok = xworld_load_params(w, o->load, err, sizeof err);
-  else if (ok) xworld_init_params(w, seed);
-  if (ok && o->inputs) ok = xworld_load_inputs(w, o->inputs, err, sizeof err);
-  else if (ok) xworld_init_inputs(w, seed);
+  if (ok && o->resume) ok = world_resume(w, o->resume, o->seed_given ? NULL : &seed, err, sizeof err);
+  else if (ok && o->load) ok = world_load_params(w, o->load, err, sizeof err);
+  else if (ok) world_init_params(w, seed);
+  if (ok && o->inputs) ok = world_load_inputs(w, o->inputs, err, sizeof err);
+  else if (ok) world_init_inputs(w, seed);
   if (!ok) {
     if (err[0] && speak) run_fail(NULL, err);
-    xnet_stop(net);
-    xworld_free(w);
+    world_free(w);
     weft_free(c);
     return WEFT_REJECTED;
   }
-  xworld *ref = o->run_check ? xworld_clone(w) : NULL;
+  weft_world *ref = o->run_check ? world_clone(w) : NULL;
   run_log log = {0};
   log.print = !o->json && speak;
-  log.items = xworld_step_items(g, &log.unit);
+  log.items = world_step_items(g, &log.unit);
   int active = 0;
   for (int d = 0; d < pr->nprogs; d++) active += pr->progs[d].n > 0;
   char procs[64] = "";
-  if (net) snprintf(procs, sizeof procs, " in %d processes", xnet_size(net));
+  if (nprocs > 1) snprintf(procs, sizeof procs, " in %d processes", nprocs);
   if (!o->json && speak)
-    printf("plan %s (model %s): %d device%s%s, %d micro-batch%s, cpu backend, %d step%s from step %" PRId64 "\n",
-           p->name, g->name, active, active == 1 ? "" : "s", procs, pr->nmb, pr->nmb == 1 ? "" : "es", o->steps,
-           o->steps == 1 ? "" : "s", w->step + 1);
+    printf("plan %s (model %s): %d device%s%s, %d micro-batch%s, %s backend, %d step%s from step %" PRId64 "\n",
+           p->name, g->name, active, active == 1 ? "" : "s", procs, pr->nmb, pr->nmb == 1 ? "" : "es", bk->name,
+           o->steps, o->steps == 1 ? "" : "s", w->step + 1);
   fflush(stdout);
-  xrun_opts ro = {.steps = o->steps, .on_step = run_on_step, .ctx = &log, .allow_native = o->allow_native, .net = net};
-  ok = xrun_program(pr, w, &ro, err, sizeof err);
+  backend_opts bo = {.allow_native = o->allow_native, .on_step = run_on_step, .ctx = &log};
+  backend_run *run = bk->open(pr, w, &bo, err, sizeof err);
+  ok = run && bk->run(run, o->steps, err, sizeof err) && bk->read(run, err, sizeof err);
+  if (run) bk->close(run);
   if (!ok) rc = run_fail(NULL, err);
   /* --check: the same steps on one device. */
   run_log rlog = {0};
@@ -1060,8 +1068,8 @@ static int cmd_run(opts *o) {
   const char *worst = NULL;
   bool check_ok = true;
   if (ok && ref) {
-    xrun_opts rro = {.steps = o->steps, .on_step = run_on_step, .ctx = &rlog, .allow_native = o->allow_native};
-    ok = xrun_reference(g, ref, &rro, err, sizeof err);
+    backend_opts rbo = {.allow_native = o->allow_native, .on_step = run_on_step, .ctx = &rlog};
+    ok = bk->reference(g, ref, o->steps, &rbo, err, sizeof err);
     if (!ok) rc = run_fail("one-device reference", err);
   }
   if (ok && ref) {
@@ -1069,8 +1077,8 @@ static int cmd_run(opts *o) {
       double e = fabs(log.loss[i] - rlog.loss[i]) / (fabs(rlog.loss[i]) > 0 ? fabs(rlog.loss[i]) : 1.0);
       if (e > loss_err) loss_err = e;
     }
-    param_err = xworld_diff_all(w, ref);
-    tensor_err = xworld_diff(w, ref, false, &worst);
+    param_err = world_diff_all(w, ref);
+    tensor_err = world_diff(w, ref, false, &worst);
     check_ok = log.n == rlog.n && loss_err <= 1e-5 && param_err <= 1e-5;
     if (!o->json && speak) {
       printf("check against one device: losses within %.2g, parameters within %.2g (relative L2; worst tensor %s "
@@ -1084,7 +1092,7 @@ static int cmd_run(opts *o) {
   }
   bool saved = false;
   if (ok && o->save && speak) {
-    if (xworld_save(w, o->save, seed, err, sizeof err)) {
+    if (world_save(w, o->save, seed, err, sizeof err)) {
       saved = true;
       if (!o->json) printf("saved %s (step %" PRId64 ")\n", o->save, w->step);
     } else {
@@ -1097,7 +1105,7 @@ static int cmd_run(opts *o) {
     json_obj(&j);
     json_key(&j, "plan"), json_str(&j, p->name);
     json_key(&j, "model"), json_str(&j, g->name);
-    json_key(&j, "backend"), json_str(&j, "cpu");
+    json_key(&j, "backend"), json_str(&j, bk->name);
     json_key(&j, "devices"), json_int(&j, active);
     json_key(&j, "micro_batches"), json_int(&j, pr->nmb);
     json_key(&j, "ok"), json_bool(&j, ok && check_ok && rc == WEFT_OK);
@@ -1130,11 +1138,10 @@ static int cmd_run(opts *o) {
     json_end_obj(&j);
     printf("\n");
   }
-  xnet_stop(net);
   run_log_free(&log);
   run_log_free(&rlog);
-  xworld_free(ref);
-  xworld_free(w);
+  world_free(ref);
+  world_free(w);
   weft_free(c);
   return rc;
 }
@@ -1266,8 +1273,9 @@ int main(int argc, char **argv) {
     else if (cmd->run == cmd_run && strcmp(a, "--allow-native") == 0) o.allow_native = true;
     else if (cmd->run == cmd_run && is_opt(a, "--backend")) {
       if (!(v = opt_value(argc, argv, &i, "--backend"))) goto done;
-      if (strcmp(v, "cpu") != 0) {
-        fprintf(stderr, "weft run: backend '%s' is not available; this build runs plans on: cpu\n", v);
+      char err[512];
+      if (!(o.backend = backend_find(v, err, sizeof err))) {
+        fprintf(stderr, "weft run: %s\n", err);
         goto done;
       }
     }

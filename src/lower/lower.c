@@ -24,6 +24,7 @@
 
 #include "weft/lower.h"
 #include "weft/cost.h"
+#include "weft/deps.h"
 #include "base/prof.h"
 #include "weft/sim.h"
 
@@ -31,6 +32,7 @@ const char *const lbuf_role_names[LB_ROLE_COUNT] = {"input", "param", "grad", "s
 _Static_assert(sizeof(void *) != 8 || sizeof(lins) == 64, "an instruction is 64 bytes on 64-bit machines");
 
 const char *const lins_kind_names[LI_KIND_COUNT] = {"alloc", "free", "compute", "send", "recv", "collective", "step", "copy"};
+const char *const lins_part_names[LP_COUNT] = {"whole", "stats", "combine"};
 
 
 /* ---- small helpers --------------------------------------------------------------- */
@@ -162,6 +164,8 @@ typedef struct lstate {
   int *tshift;            /* per tensor that moves with micro-batches: log2 of its step, -1 not a power of 2 */
   struct store *st;       /* the emitter's store, kept from device to device (emit_device) */
   rintern regs;           /* the distinct regions of sub-operators */
+  int *stats;             /* per sub: the gathers of its statistics (pcomm.stats),
+                           * forward then backward, -1; NULL when there are none */
   bool failed;
 } lstate;
 
@@ -908,6 +912,7 @@ static void anchor_comms(lstate *L) {
   weft_plan *p = L->p;
   for (int ci = 0; ci < p->ncomms; ci++) {
     const pcomm *cm = &p->comms[ci];
+    if (cm->stats) continue;  /* emitted inside the compute (emit_compute) */
     int epochs = comm_repeats(p, cm) ? 2 : 1;
     for (int e = 0; e < epochs; e++) {
       arena_reset(&L->scratch);
@@ -1019,6 +1024,7 @@ static int new_buf(emitter *E, int tensor, lbuf_role role, const tregion *r, boo
   b->dtype = role == LB_STATE ? DT_F32 : t->dtype;
   b->copies = 1;
   b->persistent = persistent;
+  b->stats = false;
   b->bytes = tregion_numel(r) * dtype_bytes[b->dtype];
   return pr->nbufs++;
 }
@@ -1468,6 +1474,95 @@ static void sub_regions(lstate *L) {
 /* The region of argument k of sub-operator sub (k = its inputs: the result). */
 static const tregion *sub_region(lstate *L, int sub, int k) { return &L->sreg_v[L->sreg_off[sub] + k]; }
 
+/* Whether regions x and y of one tensor cover the same rows: all their
+ * dimensions but the last. */
+static bool same_rows(const tregion *x, const tregion *y) {
+  if (x->ndims != y->ndims) return false;
+  for (int d = 0; d + 1 < x->ndims; d++) {
+    const dregion *a = &x->dims[d], *b = &y->dims[d];
+    if (a->n != b->n) return false;
+    for (int i = 0; i < a->n; i++)
+      if (a->iv[i].lo != b->iv[i].lo || a->iv[i].hi != b->iv[i].hi) return false;
+  }
+  return true;
+}
+
+/* Finds, for each sub-operator whose part gathers statistics, the gathers
+ * (pcomm.stats) it takes part in: the one of its device whose rows are its
+ * own, for the forward and for the backward. */
+static void stats_index(lstate *L) {
+  const weft_plan *p = L->p;
+  for (int ci = 0; ci < p->ncomms; ci++) {
+    const pcomm *cm = &p->comms[ci];
+    if (!cm->stats) continue;
+    if (!L->stats) {
+      L->stats = malloc(sizeof(int) * 2 * (size_t)(p->nsubs ? p->nsubs : 1));
+      if (!L->stats) weft_oom();
+      for (int i = 0; i < 2 * p->nsubs; i++) L->stats[i] = -1;
+    }
+    for (int m = 0; m < cm->ngroup; m++) {
+      int lo, hi;
+      if (cm->mb >= 0) subs_of_mb(L, cm->group[m], cm->consumer_op, cm->mb, &lo, &hi);
+      else subs_on(L, cm->group[m], cm->consumer_op, &lo, &hi);
+      for (int j = lo; j < hi; j++)
+        if (same_rows(sub_region(L, L->byd[j], 0), &cm->parts[m]))
+          L->stats[2 * L->byd[j] + (cm->phase == PHASE_BACKWARD)] = ci;
+    }
+  }
+}
+
+/* The statistics of task tk's part, gathered with those of the other
+ * vocabulary shards of its rows by comm ci: a buffer, the compute of this
+ * part's statistics into its place (reading the task's refs in), the
+ * gather in place. Returns the ref to all of them, which the rest of the
+ * compute reads. */
+static lref emit_stats(emitter *E, const task *tk, int ci, const lref *in, int nin) {
+  lstate *L = E->L;
+  const pcomm *cm = &L->p->comms[ci];
+  const tregion *mine = &cm->region;
+  for (int m = 0; m < cm->ngroup; m++)
+    if (cm->group[m] == E->d) mine = &cm->parts[m];
+  int b = new_buf(E, cm->tensor, LB_ACT, &cm->region, false);
+  L->pr->bufs[b].stats = true;
+  L->pr->bufs[b].dtype = DT_F32;
+  L->pr->bufs[b].bytes = tregion_numel(&cm->region) * dtype_bytes[DT_F32];
+  emit_alloc(E, b);
+  lins *c = emit(E, LI_COMPUTE);
+  c->sub = tk->sub;
+  c->dir = tk->kind == T_BWD ? DIR_BACKWARD : DIR_FORWARD;
+  c->recompute = tk->kind == T_RECOMP;
+  c->mb = L->p->subs[tk->sub].microbatch;
+  c->part = LP_STATS;
+  c->nin = nin;
+  c->in = refs(E, nin + 1);
+  memcpy(c->in, in, sizeof(lref) * (size_t)nin);
+  c->nout = 1;
+  c->out = c->in + nin;
+  c->out[0] = ref(E, b, mine);
+  c = emit(E, LI_COLLECTIVE);
+  c->comm = ci;
+  c->epoch = tk->kind == T_RECOMP;
+  c->nin = c->nout = 1;
+  c->in = refs(E, 2);
+  c->in[0] = ref(E, b, mine);
+  c->out = c->in + 1;
+  c->out[0] = ref(E, b, &cm->region);
+  return ref(E, b, &cm->region);
+}
+
+/* Shards of a vocabulary split that share a device cannot gather their
+ * statistics (deps.c made no gather for them). */
+static void shards_share(emitter *E, const psub *s) {
+  lstate *L = E->L;
+  if (L->failed) return;
+  L->failed = true;
+  const weft_plan *p = L->p;
+  weft_loc at = p->ops[s->op].assigned ? p->ops[s->op].assign_loc : p->loc;
+  weft_diag *g = diag_add(L->dg, DIAG_ERROR, at, "%s is split along its vocabulary, but shards of the same rows "
+                          "(micro-batch %d) share device %d", p->g->ops[s->op].name, s->microbatch, E->d);
+  diag_hint(g, L->dg, "the shards gather each other's statistics of every row: place them on different devices");
+}
+
 static void emit_compute(emitter *E, const task *tk) {
   lstate *L = E->L;
   weft_plan *p = L->p;
@@ -1475,11 +1570,16 @@ static void emit_compute(emitter *E, const task *tk) {
   const psub *s = &p->subs[tk->sub];
   const popplan *pp = &p->ops[s->op];
   const opspace *sp = pp->space;
-  lins tmp = {0};
+  int sc = L->stats ? L->stats[2 * tk->sub + (tk->kind == T_BWD)] : -1;
+  if (sc < 0 && deps_stats_idim(p, s->op) >= 0) {
+    shards_share(E, s);
+    return;
+  }
+  int xs = sc >= 0;       /* the gathered statistics, one more ref */
   int nin = sp->ninputs + (tk->kind == T_BWD ? 1 : 0);
   /* the refs it reads and writes, in one piece: a forward writes one, a
    * backward at most one per input */
-  lref *in = refs(E, nin + (tk->kind == T_BWD ? sp->ninputs : 1));
+  lref *in = refs(E, nin + xs + (tk->kind == T_BWD ? sp->ninputs : 1));
   int ni = 0;
   for (int k = 0; k < sp->ninputs; k++) {
     const tmap *m = &sp->inputs[k];
@@ -1510,6 +1610,7 @@ static void emit_compute(emitter *E, const task *tk) {
     }
     in[ni++] = aref(E, b, k, need);
   }
+  lref stats = xs ? emit_stats(E, tk, sc, in, sp->ninputs) : (lref){.buf = -1, .arg = -1};
   int tout = sp->output.tensor;
   const tregion *outr = sub_region(L, tk->sub, sp->ninputs);
   if (tk->kind != T_BWD) {
@@ -1537,12 +1638,12 @@ static void emit_compute(emitter *E, const task *tk) {
     c->dir = DIR_FORWARD;
     c->recompute = tk->kind == T_RECOMP;
     c->mb = s->microbatch;
+    if (xs) in[ni++] = stats, c->part = LP_COMBINE;
     c->nin = ni;
     c->in = in;
     c->nout = 1;
-    c->out = in + nin;
+    c->out = in + nin + xs;
     c->out[0] = ref(E, b, outr);
-    (void)tmp;
     return;
   }
   /* backward: the gradient of the output (the loss seeds itself) */
@@ -1556,7 +1657,8 @@ static void emit_compute(emitter *E, const task *tk) {
     }
     if (b >= 0) in[ni++] = ref(E, b, outr);
   }
-  lref *out = in + nin;
+  if (xs) in[ni++] = stats;
+  lref *out = in + nin + xs;
   int no = 0;
   for (int k = 0; k < sp->ninputs; k++) {
     const tmap *m = &sp->inputs[k];
@@ -1584,6 +1686,7 @@ static void emit_compute(emitter *E, const task *tk) {
   c->sub = tk->sub;
   c->dir = DIR_BACKWARD;
   c->mb = s->microbatch;
+  c->part = xs ? LP_COMBINE : LP_WHOLE;
   c->accumulate = true;
   c->nin = ni;
   c->in = in;
@@ -1875,7 +1978,8 @@ static void lop_of(lstate *L, lprog *pg, const lins *in, lop *o) {
   o->kind = in->kind;
   o->dir = in->dir;
   o->epoch = in->epoch;
-  o->flags = (uint8_t)((in->recompute ? LOP_RECOMPUTE : 0) | (in->accumulate ? LOP_ACCUMULATE : 0));
+  o->flags = (uint8_t)((in->recompute ? LOP_RECOMPUTE : 0) | (in->accumulate ? LOP_ACCUMULATE : 0) |
+                       (in->part == LP_STATS ? LOP_STATS : in->part == LP_COMBINE ? LOP_COMBINE : 0));
   o->aux = -1;
   switch (in->kind) {
   case LI_ALLOC: case LI_FREE:
@@ -2012,7 +2116,8 @@ _Static_assert(sizeof(lop) == 16, "a lop is 16 bytes");
 lins lower_view(const weft_program *pr, const lprog *pg, int i) {
   const lop *o = &pg->ops[i];
   lins in = {.kind = o->kind, .dir = o->dir, .epoch = o->epoch, .recompute = (o->flags & LOP_RECOMPUTE) != 0,
-             .accumulate = (o->flags & LOP_ACCUMULATE) != 0, .buf = -1, .sub = -1, .mb = 0, .comm = -1, .peer = -1,
+             .accumulate = (o->flags & LOP_ACCUMULATE) != 0,
+             .part = o->flags & LOP_STATS ? LP_STATS : o->flags & LOP_COMBINE ? LP_COMBINE : LP_WHOLE, .buf = -1, .sub = -1, .mb = 0, .comm = -1, .peer = -1,
              .tensor = -1};
   switch (o->kind) {
   case LI_ALLOC: case LI_FREE: in.buf = o->id; break;
@@ -2166,6 +2271,7 @@ static void lstate_free(lstate *L) {
   free(L->sreg_off);
   free(L->sreg_v);
   free(L->sreg_slab);
+  free(L->stats);
   rintern_free(&L->regs);
   arena_free(&L->scratch);
   arena_free(&L->refa);
@@ -2275,6 +2381,7 @@ weft_program *lower_plan(weft_plan *p, const lower_opts *o, arena *a, weft_diags
   L.value_split = arena_alloc(L.a, (size_t)(g->nops ? g->nops : 1));
   for (int op = 0; op < g->nops; op++)
     for (int i = 0; i < p->ops[op].nsplits; i++) L.value_split[op] |= p->ops[op].splits[i].kind == SPLIT_VALUE;
+  stats_index(&L);
   make_tasks(&L, per_device);
   if (g->loss < 0)
     for (int d = 0; d < p->ndevices; d++) {

@@ -79,8 +79,10 @@ static void json_ins(FILE *out, const weft_program *pr, const lins *in) {
   case LI_COMPUTE: {
     const psub *s = &p->subs[in->sub];
     const opspace *sp = p->ops[s->op].space;
-    fprintf(out, "{\"i\":\"compute\",\"op\":%d,\"dir\":\"%s\",\"recompute\":%s,\"mb\":%d,\"accumulate\":%s,\"ranges\":[",
-            s->op, in->dir == DIR_FORWARD ? "forward" : "backward", in->recompute ? "true" : "false", in->mb,
+    fprintf(out, "{\"i\":\"compute\",\"op\":%d,", s->op);
+    if (in->part != LP_WHOLE) fprintf(out, "\"part\":\"%s\",", lins_part_names[in->part]);
+    fprintf(out, "\"dir\":\"%s\",\"recompute\":%s,\"mb\":%d,\"accumulate\":%s,\"ranges\":[",
+            in->dir == DIR_FORWARD ? "forward" : "backward", in->recompute ? "true" : "false", in->mb,
             in->accumulate ? "true" : "false");
     for (int d = 0; d < sp->nidims; d++)
       fprintf(out, "%s[%" PRId64 ",%" PRId64 "]", d ? "," : "", s->range[d].lo, s->range[d].hi);
@@ -183,8 +185,8 @@ void lower_print_json(const weft_program *pr, int device, FILE *out) {
   fprintf(out, "],\n\"comms\":[\n");
   for (int i = 0; i < p->ncomms; i++) {
     const pcomm *cm = &p->comms[i];
-    fprintf(out, "%s{\"id\":%d,\"kind\":\"%s\",\"phase\":\"%s\",\"tensor\":%d,\"group\":[", i ? ",\n" : "", i,
-            comm_kind_names[cm->kind], comm_phase_names[cm->phase], cm->tensor);
+    fprintf(out, "%s{\"id\":%d,\"kind\":\"%s\",%s\"phase\":\"%s\",\"tensor\":%d,\"group\":[", i ? ",\n" : "", i,
+            comm_kind_names[cm->kind], cm->stats ? "\"stats\":true," : "", comm_phase_names[cm->phase], cm->tensor);
     for (int k = 0; k < cm->ngroup; k++) fprintf(out, "%s%d", k ? "," : "", cm->group[k]);
     fprintf(out, "],\"region\":");
     jregion(out, &cm->region);
@@ -211,10 +213,10 @@ void lower_print_json(const weft_program *pr, int device, FILE *out) {
   for (int b = 0; b < pr->nbufs; b++) {
     const lbuf *x = &pr->bufs[b];
     if (device >= 0 && x->device != device) continue;
-    fprintf(out, "%s{\"id\":%d,\"device\":%d,\"tensor\":%d,\"role\":\"%s\",\"dtype\":\"%s\",\"copies\":%d,\"bytes\":%" PRId64
+    fprintf(out, "%s{\"id\":%d,\"device\":%d,\"tensor\":%d,\"role\":\"%s\",%s\"dtype\":\"%s\",\"copies\":%d,\"bytes\":%" PRId64
                  ",\"persistent\":%s,\"region\":",
-            first ? "" : ",\n", b, x->device, x->tensor, lbuf_role_names[x->role], dtype_names[x->dtype], x->copies,
-            x->bytes, x->persistent ? "true" : "false");
+            first ? "" : ",\n", b, x->device, x->tensor, lbuf_role_names[x->role], x->stats ? "\"stats\":true," : "",
+            dtype_names[x->dtype], x->copies, x->bytes, x->persistent ? "true" : "false");
     jregion(out, &x->region);
     fputc('}', out);
     first = false;
@@ -267,7 +269,7 @@ void lower_print_text(const weft_program *pr, int device, FILE *out) {
       switch (in->kind) {
       case LI_ALLOC: {
         const lbuf *b = &pr->bufs[in->buf];
-        fprintf(out, "alloc      b%d %s %s%s %s%s %s\n", in->buf, lbuf_role_names[b->role], g->tensors[b->tensor].name,
+        fprintf(out, "alloc      b%d %s %s%s %s%s %s\n", in->buf, b->stats ? "stats" : lbuf_role_names[b->role], g->tensors[b->tensor].name,
                 tregion_str(&a, &b->region), dtype_names[b->dtype], b->copies > 1 ? arena_printf(&a, " x%d", b->copies) : "",
                 size_str(s1, sizeof s1, b->bytes));
         break;
@@ -275,8 +277,9 @@ void lower_print_text(const weft_program *pr, int device, FILE *out) {
       case LI_FREE: fprintf(out, "free       b%d\n", in->buf); break;
       case LI_COMPUTE: {
         const psub *s = &p->subs[in->sub];
-        fprintf(out, "%-10s %s mb%d in", in->recompute ? "recompute" : in->dir == DIR_FORWARD ? "forward" : "backward",
-                g->ops[s->op].name, in->mb);
+        fprintf(out, "%-10s %s%s%s mb%d in", in->recompute ? "recompute" : in->dir == DIR_FORWARD ? "forward" : "backward",
+                g->ops[s->op].name, in->part != LP_WHOLE ? " " : "", in->part != LP_WHOLE ? lins_part_names[in->part] : "",
+                in->mb);
         text_refs(out, &a, in->in, in->nin);
         fprintf(out, " %s", in->accumulate ? "+=" : "->");
         text_refs(out, &a, in->out, in->nout);
@@ -295,7 +298,7 @@ void lower_print_text(const weft_program *pr, int device, FILE *out) {
         break;
       case LI_COLLECTIVE: {
         const pcomm *cm = &p->comms[in->comm];
-        fprintf(out, "%-10s %s", comm_kind_names[cm->kind], g->tensors[cm->tensor].name);
+        fprintf(out, "%-10s %s%s", comm_kind_names[cm->kind], g->tensors[cm->tensor].name, cm->stats ? " stats" : "");
         for (int k = 0; k < in->nbucket; k++) fprintf(out, ", %s", g->tensors[p->comms[in->bucket[k]].tensor].name);
         text_refs(out, &a, in->in, in->nin);
         fprintf(out, " ->");

@@ -1242,6 +1242,90 @@ static void reduce_activation_grads(arena *a, arena *s, weft_plan *p, const trea
   }
 }
 
+/* ---- statistics of a vocabulary-parallel cross entropy ------------------------- */
+
+int deps_stats_idim(const weft_plan *p, int op) {
+  const opdecl *d = p->g->ops[op].decl;
+  if (!d || strcmp(d->name, "cross_entropy") != 0) return -1;
+  const popplan *pp = &p->ops[op];
+  for (int i = 0; i < pp->nsplits; i++) {
+    int k = pp->splits[i].idim;
+    if (k >= 0 && pp->splits[i].parts > 1 && strcmp(pp->space->idims[k].sig, "v") == 0) return k;
+  }
+  return -1;
+}
+
+typedef struct shard {
+  int64_t rows;           /* its coordinates on the levels that do not split the vocabulary */
+  int64_t v_lo;
+  int sub;
+} shard;
+
+static int shard_cmp(const void *x, const void *y) {
+  const shard *a = x, *b = y;
+  if (a->rows != b->rows) return a->rows < b->rows ? -1 : 1;
+  return a->v_lo < b->v_lo ? -1 : a->v_lo > b->v_lo;
+}
+
+/* The region of the statistics: the rows of the logits region r, columns
+ * [lo, hi) of the statistics (docs/program.md). */
+static tregion stats_region(arena *a, const tregion *r, int64_t lo, int64_t hi) {
+  tregion x = tregion_copy(a, r);
+  dregion *last = &x.dims[x.ndims - 1];
+  last->n = 1;
+  last->iv[0] = (irange){lo, hi};
+  return x;
+}
+
+/* The shards of a cross entropy split along its vocabulary hold parts of
+ * each row's logits, and the loss of a row needs all of them: each shard
+ * computes three statistics per row (maximum, sum of exponentials, label
+ * logit), and the shards of the same rows gather them, once for the
+ * forward (again when it is recomputed) and once for the backward. Shards
+ * of one group on one device get no gather; lowering reports them. */
+static void exchange_stats(arena *a, arena *sc, weft_plan *p) {
+  for (int op = 0; op < p->g->nops; op++) {
+    int vi = deps_stats_idim(p, op);
+    if (vi < 0) continue;
+    const popplan *pp = &p->ops[op];
+    arena_reset(sc);
+    shard *sh = arena_alloc(sc, sizeof(shard) * (size_t)(pp->count ? pp->count : 1));
+    for (int f = 0; f < pp->count; f++) {
+      const psub *s = &p->subs[pp->first + f];
+      int64_t key = 0;
+      for (int i = 0; i < pp->nsplits; i++)
+        if (pp->splits[i].idim != vi) key = key * pp->splits[i].parts + s->coord[i];
+      sh[f] = (shard){key, s->range[vi].lo, pp->first + f};
+    }
+    qsort(sh, (size_t)pp->count, sizeof(shard), shard_cmp);
+    for (int lo = 0, hi; lo < pp->count; lo = hi) {
+      for (hi = lo + 1; hi < pp->count && sh[hi].rows == sh[lo].rows;) hi++;
+      int n = hi - lo;
+      int *devs = arena_alloc(sc, sizeof(int) * (size_t)n);
+      for (int k = 0; k < n; k++) devs[k] = p->subs[sh[lo + k].sub].device;
+      if (n < 2 || distinct(devs, n) != n) continue;
+      tregion lr;
+      tregion_of(sc, p, &p->subs[sh[lo].sub], &pp->space->inputs[0], &lr);
+      tregion whole = stats_region(a, &lr, 0, 3 * (int64_t)n);
+      tregion *parts = arena_alloc(a, sizeof(tregion) * (size_t)n);
+      for (int k = 0; k < n; k++)
+        parts[member_of(devs, n, p->subs[sh[lo + k].sub].device)] = stats_region(a, &lr, 3 * (int64_t)k, 3 * (int64_t)k + 3);
+      for (int ph = 0; ph < 2; ph++) {
+        pcomm *cm = comm_add(a, p, COMM_ALL_GATHER, pp->space->inputs[0].tensor, ph ? PHASE_BACKWARD : PHASE_FORWARD,
+                             devs, n, &whole);
+        cm->stats = true;
+        cm->parts = parts;
+        cm->size = tregion_numel(&whole) * (int64_t)sizeof(float);
+        cm->bytes = cm->size * (n - 1) / n;
+        cm->consumer_op = op;
+        cm->input = 0;
+        cm->why = ph ? "the vocabulary shards gather each row's statistics again for the backward"
+                     : "the vocabulary shards gather each row's maximum, sum of exponentials and label logit";
+      }
+    }
+  }
+}
+
 /* ---- the whole plan ---------------------------------------------------------------- */
 
 void deps_derive(arena *a, weft_plan *p) {
@@ -1277,6 +1361,7 @@ void deps_derive(arena *a, weft_plan *p) {
   treads_make(&reads, p, &rd);
   reduce_activation_grads(a, &scratch, p, &rd);
   reduce_param_grads(a, &scratch, p, &rd);
+  exchange_stats(a, &scratch, p);
   arena_free(&reads);
   arena_free(&scratch);
 }

@@ -935,9 +935,9 @@ static void test_loss_values(void **state) {
 }
 
 /* A vocabulary split into shards gives the loss and gradients of the whole,
- * combined as an executor would: max, sum and target all-reduces, or with
- * merge, an all-gather of each shard's own maxima and sums. */
-static void check_vocab_shards(int nshards, const int64_t *lo, bool merge) {
+ * combined as the program does: each shard's statistics of every row, the
+ * gather of them into [row][shard][3] in vocabulary order, the merge. */
+static void check_vocab_shards(int nshards, const int64_t *lo) {
   int64_t t = 7, v = lo[nshards];
   static const int32_t labels[] = {0, 10, 5, 3, 7, 8, 4};
   float *x = randn(t * v, 970 + (uint64_t)nshards, 3);
@@ -945,30 +945,23 @@ static void check_vocab_shards(int nshards, const int64_t *lo, bool merge) {
   float *dwant = alloc_f(t * v);
   k_cross_entropy_backward(dwant, x, labels, t, v, t, 1.0, false);
 
-  float *part[4], *mx = filled(t, -INFINITY), *sum = filled(t, 0), *tgt = filled(t, 0);
-  float *smax = alloc_f(nshards * t), *ssum = alloc_f(nshards * t), *lt = alloc_f(t);
+  float *part[4], *mine = alloc_f(3 * t), *all = filled(t * 3 * nshards, NAN);
   for (int p = 0; p < nshards; p++) {
     int64_t w = lo[p + 1] - lo[p];
     part[p] = alloc_f(t * w);
     for (int64_t i = 0; i < t; i++) memcpy(part[p] + i * w, x + i * v + lo[p], (size_t)w * sizeof *x);
-    k_cross_entropy_shard_max(smax + p * t, part[p], t, w);
-    for (int64_t i = 0; i < t; i++) mx[i] = fmaxf(mx[i], smax[p * t + i]);
+    k_cross_entropy_stats(mine, part[p], labels, t, lo[p], w);
+    for (int64_t i = 0; i < t; i++) memcpy(all + (i * nshards + p) * 3, mine + 3 * i, 3 * sizeof *mine);
   }
-  for (int p = 0; p < nshards; p++) {
-    int64_t w = lo[p + 1] - lo[p];
-    k_cross_entropy_shard_sumexp(ssum + p * t, part[p], merge ? smax + p * t : mx, t, w);
-    k_cross_entropy_shard_target(lt, part[p], labels, t, lo[p], w);
-    for (int64_t i = 0; i < t; i++) {
-      sum[i] += ssum[p * t + i];
-      tgt[i] += lt[i];
-    }
-  }
-  if (merge) {
-    float *gmax = alloc_f(t);
-    k_cross_entropy_merge(gmax, sum, smax, ssum, nshards, t);
-    expect_same("merged maxima", gmax, mx, t);
-    free(gmax);
-  }
+  /* the maxima merged are those of the whole rows */
+  float *mx = alloc_f(t), *sum = alloc_f(t), *tgt = alloc_f(t), *wmax = filled(t, -INFINITY);
+  k_cross_entropy_merge(mx, sum, tgt, all, nshards, t);
+  for (int64_t i = 0; i < t; i++)
+    for (int64_t j = 0; j < v; j++) wmax[i] = fmaxf(wmax[i], x[i * v + j]);
+  expect_same("merged maxima", mx, wmax, t);
+  for (int64_t i = 0; i < t; i++)
+    if (tgt[i] != x[i * v + labels[i]]) fail_msg("%d shards: row %lld's label logit %.9g, not %.9g", nshards,
+                                                 (long long)i, (double)tgt[i], (double)x[i * v + labels[i]]);
   double got = k_cross_entropy_combine(mx, sum, tgt, t, t);
   if (!(fabs(got - want) <= 1e-6 * want))
     fail_msg("%d shards: loss %.12g, unsharded %.12g", nshards, got, want);
@@ -986,17 +979,15 @@ static void check_vocab_shards(int nshards, const int64_t *lo, bool merge) {
     free(d);
     free(part[p]);
   }
-  free(x); free(dwant); free(mx); free(sum); free(tgt); free(smax); free(ssum); free(lt);
+  free(x); free(dwant); free(mine); free(all); free(mx); free(sum); free(tgt); free(wmax);
   free(dwant_d); free(dcol);
 }
 
 static void test_cross_entropy_vocab_parallel(void **state) {
   (void)state;
-  for (int merge = 0; merge <= 1; merge++) {
-    check_vocab_shards(2, (int64_t[]){0, 6, 11}, merge);
-    check_vocab_shards(3, (int64_t[]){0, 4, 8, 11}, merge);
-    check_vocab_shards(3, (int64_t[]){0, 1, 10, 11}, merge);
-  }
+  check_vocab_shards(2, (int64_t[]){0, 6, 11});
+  check_vocab_shards(3, (int64_t[]){0, 4, 8, 11});
+  check_vocab_shards(3, (int64_t[]){0, 1, 10, 11});
 }
 
 /* ---- optimizers ---------------------------------------------------------- */

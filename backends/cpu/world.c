@@ -1,19 +1,131 @@
-/* run.c - the world of `weft run` from safetensors files or a seed,
- * checkpoints written atomically, and differences between two worlds. */
+/* world.c - the world a run starts from and ends with (backend.h): from a
+ * seed or safetensors files, checkpoints written atomically, differences. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "run.h"
+#include "kernels.h"
+#include "optim.h"
 #include "safetensors.h"
+#include "weft/backend.h"
 #include "weft/workspace.h"
+#include "xops.h"
 
 static void *xmalloc(size_t n) {
   void *p = malloc(n ? n : 1);
   if (!p) weft_oom();
   return p;
+}
+
+static void *xcalloc(size_t n) {
+  void *p = calloc(n ? n : 1, 1);
+  if (!p) weft_oom();
+  return p;
+}
+
+weft_world *world_new(const weft_graph *g) {
+  weft_world *w = xcalloc(sizeof *w);
+  w->g = g;
+  w->param = xcalloc((size_t)g->ntensors * sizeof(float *));
+  w->state = xcalloc((size_t)g->ntensors * sizeof(float *));
+  w->input = xcalloc((size_t)g->ntensors * sizeof(void *));
+  xoptim o;
+  if (xoptim_from_graph(g, &o)) {
+    w->optimizer = o.kind->name;
+    w->state_copies = xoptim_state(&o);
+    w->state_names = o.kind->state_names;
+  }
+  for (int t = 0; t < g->ntensors; t++) {
+    const gtensor *x = &g->tensors[t];
+    size_t n = (size_t)tensor_numel(x);
+    if (x->role == TENSOR_PARAM) {
+      w->param[t] = xcalloc(n * sizeof(float));
+      if (w->state_copies) w->state[t] = xcalloc(n * (size_t)w->state_copies * sizeof(float));
+    } else if (x->role == TENSOR_INPUT) {
+      w->input[t] = xcalloc(n * 4);
+    }
+  }
+  return w;
+}
+
+void world_free(weft_world *w) {
+  if (!w) return;
+  for (int t = 0; t < w->g->ntensors; t++) free(w->param[t]), free(w->state[t]), free(w->input[t]);
+  free(w->param), free(w->state), free(w->input);
+  free(w);
+}
+
+weft_world *world_clone(const weft_world *w) {
+  weft_world *c = world_new(w->g);
+  for (int t = 0; t < w->g->ntensors; t++) {
+    size_t n = (size_t)tensor_numel(&w->g->tensors[t]);
+    if (w->param[t]) memcpy(c->param[t], w->param[t], n * sizeof(float));
+    if (w->state[t]) memcpy(c->state[t], w->state[t], n * (size_t)w->state_copies * sizeof(float));
+    if (w->input[t]) memcpy(c->input[t], w->input[t], n * 4);
+  }
+  c->step = w->step;
+  return c;
+}
+
+/* A stream number from a tensor's name, so that initial values do not
+ * depend on the order tensors were declared in. */
+static uint64_t name_stream(const char *s) {
+  uint64_t h = 1469598103934665603ull;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  return h;
+}
+
+/* How a parameter starts (xop_param_init): as a norm weight or a bias when
+ * any operator reads it as one, else normal. */
+static char param_use(const weft_graph *g, int t) {
+  for (int o = 0; o < g->nops; o++)
+    for (int i = 0; i < g->ops[o].ninputs; i++) {
+      char u = g->ops[o].inputs[i] == t ? xop_param_init(g, o, i) : 'w';
+      if (u != 'w') return u;
+    }
+  return 'w';
+}
+
+void world_init_params(weft_world *w, uint64_t seed) {
+  const weft_graph *g = w->g;
+  for (int t = 0; t < g->ntensors; t++) {
+    if (!w->param[t]) continue;
+    int64_t n = tensor_numel(&g->tensors[t]);
+    char use = param_use(g, t);
+    if (use == 'w') k_init_normal(w->param[t], 0, n, seed, name_stream(g->tensors[t].name), 0.0, 0.02);
+    else
+      for (int64_t i = 0; i < n; i++) w->param[t][i] = use == 'n' ? 1.0f : 0.0f;
+    if (w->state[t]) memset(w->state[t], 0, (size_t)n * (size_t)w->state_copies * sizeof(float));
+  }
+  w->step = 0;
+}
+
+int64_t world_id_bound(const weft_graph *g, int t) {
+  for (int o = 0; o < g->nops; o++)
+    for (int i = 0; i < g->ops[o].ninputs; i++) {
+      int64_t b = g->ops[o].inputs[i] == t ? xop_id_bound(g, o, i) : 0;
+      if (b > 0) return b;
+    }
+  return 2;
+}
+
+void world_init_inputs(weft_world *w, uint64_t seed) {
+  const weft_graph *g = w->g;
+  for (int t = 0; t < g->ntensors; t++) {
+    if (!w->input[t]) continue;
+    const gtensor *x = &g->tensors[t];
+    int64_t n = tensor_numel(x);
+    uint64_t stream = name_stream(x->name);
+    if (x->dtype == DT_I32) {
+      int64_t bound = world_id_bound(g, t);
+      int32_t *v = w->input[t];
+      for (int64_t i = 0; i < n; i++) v[i] = (int32_t)(k_rng_u64(seed, stream, (uint64_t)i) % (uint64_t)bound);
+    } else {
+      k_init_normal(w->input[t], 0, n, seed, stream, 0.0, 1.0);
+    }
+  }
 }
 
 /* "[64, 192]" */
@@ -50,7 +162,7 @@ static bool read_tensor(const st_file *f, const char *path, const st_tensor *x, 
 static bool is_optim_name(const char *n) { return strncmp(n, "optim.", 6) == 0; }
 
 /* Every tensor of `role` in the file, and nothing else (optim.* aside). */
-static bool load_role(xworld *w, const char *path, tensor_role role, char *err, size_t errlen) {
+static bool load_role(weft_world *w, const char *path, tensor_role role, char *err, size_t errlen) {
   const weft_graph *g = w->g;
   st_file *f = st_open(path, err, errlen);
   if (!f) return false;
@@ -82,17 +194,17 @@ static bool load_role(xworld *w, const char *path, tensor_role role, char *err, 
   return ok;
 }
 
-bool xworld_load_params(xworld *w, const char *path, char *err, size_t errlen) {
+bool world_load_params(weft_world *w, const char *path, char *err, size_t errlen) {
   return load_role(w, path, TENSOR_PARAM, err, errlen);
 }
 
-bool xworld_load_inputs(xworld *w, const char *path, char *err, size_t errlen) {
+bool world_load_inputs(weft_world *w, const char *path, char *err, size_t errlen) {
   if (!load_role(w, path, TENSOR_INPUT, err, errlen)) return false;
   const weft_graph *g = w->g;
   for (int t = 0; t < g->ntensors; t++) {
     const gtensor *x = &g->tensors[t];
     if (x->role != TENSOR_INPUT || x->dtype != DT_I32) continue;
-    int64_t bound = xworld_id_bound(g, t), n = tensor_numel(x);
+    int64_t bound = world_id_bound(g, t), n = tensor_numel(x);
     const int32_t *v = w->input[t];
     for (int64_t i = 0; i < n; i++)
       if (v[i] < 0 || v[i] >= bound) {
@@ -104,14 +216,13 @@ bool xworld_load_inputs(xworld *w, const char *path, char *err, size_t errlen) {
   return true;
 }
 
-static const char *const adamw_names[] = {"optim.exp_avg.", "optim.exp_avg_sq."};
-static const char *const sgd_names[] = {"optim.momentum_buffer."};
-
-static const char *state_prefix(const xworld *w, int c) {
-  return w->state_copies == 2 ? adamw_names[c] : sgd_names[c];
+/* The name of state tensor c of parameter `param` in a checkpoint. */
+static const char *state_name(char *buf, size_t n, const weft_world *w, int c, const char *param) {
+  snprintf(buf, n, "optim.%s.%s", w->state_names[c], param);
+  return buf;
 }
 
-bool xworld_resume(xworld *w, const char *path, uint64_t *seed, char *err, size_t errlen) {
+bool world_resume(weft_world *w, const char *path, uint64_t *seed, char *err, size_t errlen) {
   if (!load_role(w, path, TENSOR_PARAM, err, errlen)) return false;
   st_file *f = st_open(path, err, errlen);
   if (!f) return false;
@@ -133,8 +244,7 @@ bool xworld_resume(xworld *w, const char *path, uint64_t *seed, char *err, size_
     const char *sd = st_meta(f, "seed");
     if (sd && seed) *seed = strtoull(sd, NULL, 10);
     const char *opt = st_meta(f, "optimizer");
-    const char *want = w->state_copies == 2 ? "adamw" : "sgd";
-    if (ok && opt && strcmp(opt, want) != 0) {
+    if (ok && opt && w->optimizer && strcmp(opt, w->optimizer) != 0) {
       snprintf(err, errlen, "%s: a checkpoint of %s, but model %s trains with %s", path, opt, g->name,
                g->optimizer ? g->optimizer : "nothing");
       ok = false;
@@ -145,7 +255,7 @@ bool xworld_resume(xworld *w, const char *path, uint64_t *seed, char *err, size_
     if (!w->state[t]) continue;
     int64_t n = tensor_numel(&g->tensors[t]);
     for (int c = 0; c < w->state_copies && ok; c++) {
-      snprintf(name, sizeof name, "%s%s", state_prefix(w, c), g->tensors[t].name);
+      state_name(name, sizeof name, w, c, g->tensors[t].name);
       const st_tensor *s = st_find(f, name);
       if (!s) {
         snprintf(err, errlen, "%s: no tensor %s (optimizer state of %s)", path, name, g->tensors[t].name);
@@ -159,7 +269,7 @@ bool xworld_resume(xworld *w, const char *path, uint64_t *seed, char *err, size_
   return ok;
 }
 
-bool xworld_save(const xworld *w, const char *path, uint64_t seed, char *err, size_t errlen) {
+bool world_save(const weft_world *w, const char *path, uint64_t seed, char *err, size_t errlen) {
   const weft_graph *g = w->g;
   st_writer *sw = st_writer_new();
   char **names = xmalloc((size_t)(g->ntensors * 2 + 1) * sizeof(char *));
@@ -172,9 +282,9 @@ bool xworld_save(const xworld *w, const char *path, uint64_t seed, char *err, si
     st_writer_add(sw, x->name, ST_F32, x->ndims, shape, w->param[t]);
     int64_t n = tensor_numel(x);
     for (int c = 0; c < w->state_copies && w->state[t]; c++) {
-      size_t len = strlen(state_prefix(w, c)) + strlen(x->name) + 1;
+      size_t len = strlen(w->state_names[c]) + strlen(x->name) + 8;
       char *nm = xmalloc(len);
-      snprintf(nm, len, "%s%s", state_prefix(w, c), x->name);
+      state_name(nm, len, w, c, x->name);
       names[nn++] = nm;
       st_writer_add(sw, nm, ST_F32, x->ndims, shape, w->state[t] + c * n);
     }
@@ -204,7 +314,7 @@ static double rel_l2(const float *a, const float *b, int64_t n) {
   return r > 0 ? sqrt(d / r) : sqrt(d);
 }
 
-double xworld_diff_all(const xworld *a, const xworld *b) {
+double world_diff_all(const weft_world *a, const weft_world *b) {
   const weft_graph *g = a->g;
   double d = 0, r = 0;
   for (int t = 0; t < g->ntensors; t++) {
@@ -219,7 +329,7 @@ double xworld_diff_all(const xworld *a, const xworld *b) {
   return r > 0 ? sqrt(d / r) : sqrt(d);
 }
 
-double xworld_diff(const xworld *a, const xworld *b, bool state, const char **worst) {
+double world_diff(const weft_world *a, const weft_world *b, bool state, const char **worst) {
   const weft_graph *g = a->g;
   double m = 0;
   if (worst) *worst = NULL;
@@ -239,7 +349,7 @@ double xworld_diff(const xworld *a, const xworld *b, bool state, const char **wo
   return m;
 }
 
-int64_t xworld_step_items(const weft_graph *g, const char **unit) {
+int64_t world_step_items(const weft_graph *g, const char **unit) {
   for (int t = 0; t < g->ntensors; t++)
     if (g->tensors[t].role == TENSOR_INPUT && g->tensors[t].dtype == DT_I32) {
       *unit = "tokens";

@@ -1,0 +1,88 @@
+/* backend.c - the registry of backends (backend.h): those built into weft,
+ * and plugins, libweft_NAME.so beside the binary, loaded by name. */
+#include <dlfcn.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "weft/backend.h"
+
+extern const weft_backend weft_backend_cpu;
+
+/* The backends of this build, the default first. */
+static const weft_backend *const builtins[] = {&weft_backend_cpu};
+
+/* Backends that need libraries weft must run without live in plugins: the
+ * table is the symbol weft_backend_NAME of libweft_NAME.so. None is built
+ * yet; CUDA's will be the first. */
+static const char *const plugins[] = {"cuda"};
+
+enum { NBUILTIN = sizeof builtins / sizeof builtins[0], NPLUGINS = sizeof plugins / sizeof plugins[0] };
+
+const weft_backend *const *backend_builtin(int *n) {
+  *n = NBUILTIN;
+  return builtins;
+}
+
+/* "cpu, ..." */
+static void names(char *buf, size_t n) {
+  size_t k = 0;
+  buf[0] = 0;
+  for (int i = 0; i < NBUILTIN && k < n; i++) k += (size_t)snprintf(buf + k, n - k, "%s%s", i ? ", " : "", builtins[i]->name);
+}
+
+/* The plugin's path: in WEFT_PLUGIN_DIR when set, else beside the running
+ * binary. False when that is unknown. */
+static bool plugin_path(const char *name, char *path, size_t n) {
+  char exe[PATH_MAX];
+  const char *dir = getenv("WEFT_PLUGIN_DIR");
+  if (!dir || !*dir) {
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len <= 0) return false;
+    exe[len] = 0;
+    char *slash = strrchr(exe, '/');
+    if (slash) *slash = 0;
+    dir = exe;
+  }
+  return (size_t)snprintf(path, n, "%s/libweft_%s.so", dir, name) < n;
+}
+
+static const weft_backend *load_plugin(const char *name, char *err, size_t errlen) {
+  char list[256], path[PATH_MAX + 64], sym[128];
+  names(list, sizeof list);
+  if (!plugin_path(name, path, sizeof path)) {
+    snprintf(err, errlen, "backend '%s' is not available; this build runs plans on: %s (%s is a plugin, and where weft "
+             "is cannot be found)", name, list, name);
+    return NULL;
+  }
+  void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    if (access(path, F_OK) != 0)
+      snprintf(err, errlen, "backend '%s' is not available; this build runs plans on: %s (%s is a plugin, libweft_%s.so, "
+               "not built beside weft)", name, list, name, name);
+    else snprintf(err, errlen, "backend '%s': %s", name, dlerror());
+    return NULL;
+  }
+  snprintf(sym, sizeof sym, "weft_backend_%s", name);
+  const weft_backend *b = dlsym(lib, sym);
+  if (!b || b->version != WEFT_BACKEND_VERSION) {
+    snprintf(err, errlen, "backend '%s': %s has no %s of version %d", name, path, sym, WEFT_BACKEND_VERSION);
+    dlclose(lib);
+    return NULL;
+  }
+  /* the library stays loaded: the table and its functions live in it */
+  return b;
+}
+
+const weft_backend *backend_find(const char *name, char *err, size_t errlen) {
+  for (int i = 0; i < NBUILTIN; i++)
+    if (strcmp(builtins[i]->name, name) == 0) return builtins[i];
+  for (int i = 0; i < NPLUGINS; i++)
+    if (strcmp(plugins[i], name) == 0) return load_plugin(name, err, errlen);
+  char list[256];
+  names(list, sizeof list);
+  snprintf(err, errlen, "backend '%s' is not available; this build runs plans on: %s", name, list);
+  return NULL;
+}

@@ -1,0 +1,125 @@
+/* backend.h - what runs a plan's lowered program (lower.h) for real: each
+ * backend is one table of functions, found by name in the registry. */
+#ifndef WEFT_BACKEND_H
+#define WEFT_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weft/lower.h"
+
+/* ---- the world ---------------------------------------------------------------
+ * The whole tensors a run starts from and ends with: what one device would
+ * hold, in host memory. Every backend reads its parameters, optimizer state
+ * and inputs from a world and writes parameters and state back; checkpoints
+ * are worlds on disk. */
+
+typedef struct weft_world {
+  const weft_graph *g;
+  float **param;          /* per graph tensor: a parameter's numel values, else NULL */
+  float **state;          /* per parameter: optimizer state, state_copies x numel */
+  void **input;           /* per model input: float or int32_t, numel values, else NULL */
+  const char *optimizer;  /* the optimizer's name ("adamw"), NULL when the model does not train */
+  int state_copies;       /* state tensors per element: 2 AdamW (m, then v), 1 SGD with momentum, 0 none */
+  const char *const *state_names; /* each one's name in a checkpoint: optim.NAME.PARAM */
+  int64_t step;           /* optimizer steps taken so far */
+} weft_world;
+
+/* Floating tensors are f32 whatever their dtype (bf16 and f16 are held as
+ * f32); i32 inputs are int32_t. */
+weft_world *world_new(const weft_graph *g);
+void world_free(weft_world *w);
+/* An exact copy. */
+weft_world *world_clone(const weft_world *w);
+
+/* Parameters from the seed: matrices and embeddings normal with std 0.02,
+ * biases 0, norm weights 1 (by the operator argument that reads them);
+ * inputs: ids uniform below the table or classes they index, floating
+ * inputs standard normal. Each tensor has its own stream, keyed by its
+ * name, so values depend only on the seed and the name. */
+void world_init_params(weft_world *w, uint64_t seed);
+void world_init_inputs(weft_world *w, uint64_t seed);
+/* The bound the ids of i32 input t must lie below. */
+int64_t world_id_bound(const weft_graph *g, int t);
+
+/* Parameters from a safetensors file by their model names: every parameter
+ * present with its shape, no other tensor (entries optim.* aside). False
+ * with a message naming the file and tensor. */
+bool world_load_params(weft_world *w, const char *path, char *err, size_t errlen);
+/* Inputs by the model's input names, the same checks; ids must lie below
+ * world_id_bound. */
+bool world_load_inputs(weft_world *w, const char *path, char *err, size_t errlen);
+/* A checkpoint world_save wrote: parameters, optimizer state, step count;
+ * *seed gets the seed it recorded (unchanged when absent or seed NULL). */
+bool world_resume(weft_world *w, const char *path, uint64_t *seed, char *err, size_t errlen);
+/* Parameters by name, optimizer state as optim.NAME.PARAM, step and seed
+ * in the metadata; written to a temporary file, synced and renamed. */
+bool world_save(const weft_world *w, const char *path, uint64_t seed, char *err, size_t errlen);
+
+/* The largest per-tensor relative L2 difference of parameters (and state
+ * when `state`), ||a - b|| / ||b||; *worst names the tensor. */
+double world_diff(const weft_world *a, const weft_world *b, bool state, const char **worst);
+/* The relative L2 difference of all parameters taken as one vector. */
+double world_diff_all(const weft_world *a, const weft_world *b);
+/* Tokens (elements of the first i32 input) or samples (first dimension of
+ * the first input) in a step; *unit is "tokens" or "samples". */
+int64_t world_step_items(const weft_graph *g, const char **unit);
+
+/* ---- backends ------------------------------------------------------------- */
+
+/* The version of this table: a plugin built against another is refused. */
+#define WEFT_BACKEND_VERSION 1
+
+/* Called after each step with its loss and its wall time, by one thread. */
+typedef void (*backend_step_fn)(void *ctx, int64_t step, double loss, double seconds);
+
+typedef struct backend_opts {
+  bool allow_native;      /* operators with native kernels may load them */
+  backend_step_fn on_step;
+  void *ctx;
+} backend_opts;
+
+/* A program opened on a world. */
+typedef struct backend_run backend_run;
+
+typedef struct weft_backend {
+  int version;            /* WEFT_BACKEND_VERSION */
+  const char *name;       /* what `weft run --backend` names */
+  const char *summary;    /* one line: what it runs on */
+  /* Where this process stands among those mpirun or srun started (rank 0
+   * of 1 when alone), read before any is joined: process 0 speaks for all. */
+  void (*procs)(int *rank, int *size);
+  /* Loads native kernel "LIB:SYMBOL" (relative to dir) now, so that one
+   * that is missing is reported where the plan names it. NULL when the
+   * backend runs no native kernels. */
+  bool (*load_native)(const char *spec, const char *dir, char *err, size_t errlen);
+  /* Opens the program on w, joining the other processes of the run: the
+   * parameters, optimizer state and inputs are read from w when the first
+   * step starts. NULL with a message. */
+  backend_run *(*open)(const weft_program *pr, weft_world *w, const backend_opts *o, char *err, size_t errlen);
+  /* Runs `steps` training steps, reporting each through o->on_step; every
+   * step trains on w's inputs and adds one to w->step. */
+  bool (*run)(backend_run *r, int steps, char *err, size_t errlen);
+  /* Parameters and optimizer state back into w; under several processes
+   * every one ends with the whole. False when copies of a parameter differ. */
+  bool (*read)(backend_run *r, char *err, size_t errlen);
+  /* Frees the run and leaves the other processes. */
+  void (*close)(backend_run *r);
+  /* The same steps without a plan, every operator on whole tensors on one
+   * device in graph order, the backward in reverse, then the optimizer:
+   * what `weft run --check` compares with. NULL when the backend has none. */
+  bool (*reference)(const weft_graph *g, weft_world *w, int steps, const backend_opts *o, char *err, size_t errlen);
+} weft_backend;
+
+/* The backend called name: one of this build's, or a plugin, libweft_NAME.so
+ * beside the weft binary (or in WEFT_PLUGIN_DIR), loaded now: a backend that
+ * needs libraries weft must run without, like CUDA's, whose table is the
+ * plugin's symbol weft_backend_NAME. NULL with a message that lists the
+ * backends there are. */
+const weft_backend *backend_find(const char *name, char *err, size_t errlen);
+
+/* This build's backends, plugins aside; the first is the default. */
+const weft_backend *const *backend_builtin(int *n);
+
+#endif
