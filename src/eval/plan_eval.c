@@ -103,6 +103,58 @@ static int select_pattern(weft_ctx *c, const pstate *ps, const char **segs, int 
   return found;
 }
 
+/* What a selector that matches nothing may have meant: the operator names
+ * (and their leading parts, which select what lies under them) seen in the
+ * selector's shape, each '*' segment kept as '*' and a leading '**' as the
+ * last segments, so that "h.*.mlp.c_fcc" is answered "h.*.mlp.c_fc"; and
+ * the stages. NULL when nothing is close. */
+static const char *closest_selector(weft_ctx *c, const pstate *ps, const char *const *segs, int ns) {
+  size_t len = 0;
+  for (int i = 0; i < ns; i++) len += strlen(segs[i]) + 1;
+  char *text = arena_alloc(A(c), len + 1);
+  for (int i = 0; i < ns; i++) { if (i) strcat(text, "."); strcat(text, segs[i]); }
+  bool lead = ns > 0 && strcmp(segs[0], "**") == 0;
+  for (int i = lead ? 1 : 0; i < ns; i++)
+    if (strcmp(segs[i], "**") == 0) lead = false, ns = -1;  /* ** inside: the names themselves */
+  int cap = ps->g->nops * 4 + ps->d->n + 1, nn = 0;
+  const char **names = arena_alloc(A(c), sizeof(char *) * (size_t)cap);
+  for (int op = 0; op < ps->g->nops; op++) {
+    const char *name = ps->g->ops[op].name;
+    if (ns < 0) { names[nn++] = name; continue; }
+    /* the name's segments */
+    const char *seg[64];
+    size_t sl[64];
+    int k = 0;
+    for (const char *q = name; *q && k < 64;) {
+      const char *dot = strchr(q, '.');
+      seg[k] = q;
+      sl[k++] = dot ? (size_t)(dot - q) : strlen(q);
+      if (!dot) break;
+      q = dot + 1;
+    }
+    int want = lead ? ns - 1 : ns;
+    /* leading parts of the name with as many segments as the selector
+     * (a leading ** matches any prefix: the last segments of each part) */
+    for (int end = want; end <= k; end++) {
+      if (!lead && end != want) break;
+      char *t = arena_alloc(A(c), strlen(name) + 8);
+      if (lead) strcpy(t, "**");
+      for (int i = 0; i < want; i++) {
+        const char *pat = segs[lead ? i + 1 : i];
+        if (*t) strcat(t, ".");
+        if (strcmp(pat, "*") == 0) strcat(t, "*");
+        else strncat(t, seg[end - want + i], sl[end - want + i]);
+      }
+      bool dup = false;
+      for (int j = nn - 1; j >= 0 && j >= nn - 8 && !dup; j--) dup = strcmp(names[j], t) == 0;
+      if (!dup && nn < cap - ps->d->n - 1) names[nn++] = t;
+    }
+  }
+  for (int i = 0; i < ps->d->n; i++)
+    if (ps->d->items[i].kind == DEC_STAGE) names[nn++] = ps->d->items[i].name;
+  return diag_closest(text, names, nn);
+}
+
 static bool select_atom(weft_ctx *c, env *e, const pstate *ps, const ast *atom, opset *out) {
   const char *segs[66];
   int ns = 0;
@@ -137,24 +189,47 @@ static bool select_atom(weft_ctx *c, env *e, const pstate *ps, const ast *atom, 
       found += select_pattern(c, ps, segs, ns + 1, true, out);
     }
     if (!found) {
-      eval_error(c, atom->loc, "selector matches no operator");
+      weft_diag *g = eval_error(c, atom->loc, "selector matches no operator");
+      /* the numbered parts the path has, if it names anything */
+      int64_t first = -1, last = -1;
+      bool named = false;
+      size_t plen = 0;
+      char *path = arena_alloc(A(c), 64 * 66);
+      for (int i = 0; i < ns; i++) plen += (size_t)sprintf(path + plen, "%s%s", i ? "." : "", segs[i]);
+      for (int op = 0; op < ps->g->nops; op++) {
+        const char *name = ps->g->ops[op].name;
+        if (strncmp(name, path, plen) != 0 || (name[plen] != '.' && name[plen] != 0)) continue;
+        named = true;
+        char *end;
+        if (name[plen] == '.' && name[plen + 1] >= '0' && name[plen + 1] <= '9') {
+          int64_t k = strtoll(name + plen + 1, &end, 10);
+          if (*end == '.' || *end == 0) {
+            if (first < 0 || k < first) first = k;
+            if (k > last) last = k;
+          }
+        }
+      }
+      const char *best = named ? NULL : closest_selector(c, ps, segs, ns);
+      if (named && first >= 0)
+        diag_hint(g, &c->diags, "%s has the numbered parts %s.%" PRId64 " to %s.%" PRId64, path, path, first, path, last);
+      else if (named)
+        diag_hint(g, &c->diags, "%s has no numbered parts (%s.0, %s.1, ...) for a range to select", path, path, path);
+      else if (best)
+        diag_hint(g, &c->diags, "did you mean %s[...]?", best);
+      else
+        diag_hint(g, &c->diags, "`weft graph` lists the operators; h[0..6] selects h.0 to h.5");
       return false;
     }
     return true;
   }
   if (!path_segments(c, e, atom, segs, &ns)) return false;
   if (select_pattern(c, ps, segs, ns, true, out)) return true;
-  /* nothing: suggest the closest operator name */
+  /* nothing: suggest the closest selector */
   size_t len = 0;
   for (int i = 0; i < ns; i++) len += strlen(segs[i]) + 1;
   char *text = arena_alloc(A(c), len + 1);
   for (int i = 0; i < ns; i++) { if (i) strcat(text, "."); strcat(text, segs[i]); }
-  const char **names = arena_alloc(A(c), sizeof(char *) * (size_t)(ps->g->nops + ps->d->n + 1));
-  int nn = 0;
-  for (int op = 0; op < ps->g->nops; op++) names[nn++] = ps->g->ops[op].name;
-  for (int i = 0; i < ps->d->n; i++)
-    if (ps->d->items[i].kind == DEC_STAGE) names[nn++] = ps->d->items[i].name;
-  const char *best = diag_closest(text, names, nn);
+  const char *best = closest_selector(c, ps, segs, ns);
   weft_diag *g = eval_error(c, atom->loc, "'%s' matches no operator of model %s", text, ps->g->name);
   if (best) diag_hint(g, &c->diags, "did you mean '%s'?", best);
   else diag_hint(g, &c->diags, "`weft graph` lists the operators; globs: h.*.mlp, h.**");
