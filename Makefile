@@ -20,7 +20,7 @@ endif
 
 CFLAGS   ?= -O2 -g
 CFLAGS   += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Werror=implicit-function-declaration $(SANFLAGS)
-CPPFLAGS += -Iinclude -Isrc -Ibackends/cpu -I$(BUILD)/grammar
+CPPFLAGS += -Iinclude -Isrc -Ibackends -I$(BUILD)/grammar
 LDFLAGS  += $(SANFLAGS)
 
 # OpenBLAS, linked statically when its archive is installed so that ./weft

@@ -7,9 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cpu/cpu.h"
 #include "weft/backend.h"
-
-extern const weft_backend weft_backend_cpu;
 
 /* The backends of this build, the default first. */
 static const weft_backend *const builtins[] = {&weft_backend_cpu};
@@ -24,6 +23,11 @@ enum { NBUILTIN = sizeof builtins / sizeof builtins[0], NPLUGINS = sizeof plugin
 const weft_backend *const *backend_builtin(int *n) {
   *n = NBUILTIN;
   return builtins;
+}
+
+void backend_startup(void) {
+  for (int i = 0; i < NBUILTIN; i++)
+    if (builtins[i]->startup) builtins[i]->startup();
 }
 
 /* "cpu, ..." */

@@ -1,6 +1,8 @@
 /* cpu.c - the CPU backend's entry in the registry (backend.h): every device
  * of the plan a thread, real numerics in f32, MPI between processes. */
+#include "cpu.h"
 #include "exec.h"
+#include "kernels.h"
 #include "native.h"
 #include "net.h"
 
@@ -19,4 +21,5 @@ const weft_backend weft_backend_cpu = {
   .read = xrun_read,
   .close = xrun_close,
   .reference = xrun_reference,
+  .startup = k_blas_single,
 };

@@ -110,6 +110,10 @@ typedef struct weft_backend {
    * device in graph order, the backward in reverse, then the optimizer:
    * what `weft run --check` compares with. NULL when the backend has none. */
   bool (*reference)(const weft_graph *g, weft_world *w, int steps, const backend_opts *o, char *err, size_t errlen);
+  /* Called once when weft starts, before any work (NULL: nothing to do):
+   * stops what linking the backend started, such as a thread pool that
+   * would spin beside every command. */
+  void (*startup)(void);
 } weft_backend;
 
 /* The backend called name: one of this build's, or a plugin, libweft_NAME.so
@@ -121,5 +125,7 @@ const weft_backend *backend_find(const char *name, char *err, size_t errlen);
 
 /* This build's backends, plugins aside; the first is the default. */
 const weft_backend *const *backend_builtin(int *n);
+/* Runs the startup of every built-in backend. */
+void backend_startup(void);
 
 #endif

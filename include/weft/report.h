@@ -4,8 +4,47 @@
 #ifndef WEFT_REPORT_H
 #define WEFT_REPORT_H
 
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "weft/backend.h"
 #include "weft/plan.h"
 #include "weft/workspace.h"
+
+/* What a task is asked to do: the command line's arguments, parsed. */
+typedef struct weft_opts {
+  const char **files;     /* the files (explain: the file, then operators) */
+  int nfiles;
+  const char **sets;      /* --set NAME=VALUE */
+  int nsets;
+  const char *model;      /* graph --model */
+  const char *plan;       /* --plan */
+  const char *stdlib_dir; /* --stdlib */
+  bool json, dot, write, check, roundtrip, grid;
+  int device;             /* lower --device N, or -1 */
+  const char *trace;      /* estimate --trace FILE */
+  const char *svg;        /* estimate --svg FILE */
+  bool symbolic;          /* estimate --cost symbolic */
+  int steps;              /* run --steps */
+  uint64_t seed;          /* run --seed */
+  const char *load, *inputs, *save, *resume;  /* run's files */
+  bool run_check;         /* run --check */
+  bool allow_native;      /* run --allow-native */
+  const weft_backend *backend; /* run --backend, NULL: the first of the build */
+  bool seed_given;        /* --seed given (else a checkpoint's) */
+  int color;              /* -1 auto, 0 never, 1 always */
+  int max_errors;
+} weft_opts;
+
+/* The tasks, one per command. Each returns the exit status: WEFT_OK,
+ * WEFT_REJECTED (the input, with diagnostics) or WEFT_FAILED. */
+int report_check(const weft_opts *o);
+int report_fmt(const weft_opts *o);
+int report_graph(const weft_opts *o);
+int report_explain(const weft_opts *o);
+int report_lower(const weft_opts *o);
+int report_estimate(const weft_opts *o);
+int report_run(const weft_opts *o);
 
 /* Evaluates a plan value and applies its decisions: the plan, or NULL after
  * diagnostics in c. o may be NULL. */

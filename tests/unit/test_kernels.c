@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels.h"
+#include "cpu/kernels.h"
 
 /* ---- inputs -------------------------------------------------------------- */
 

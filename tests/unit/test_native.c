@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "native.h"
+#include "cpu/native.h"
 
 /* The kernels under test, with the calling convention of native.h. */
 static const char test_source[] =

@@ -22,7 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "safetensors.h"
+#include "cpu/safetensors.h"
 
 /* ---- files and directories ----------------------------------------------- */
 

@@ -1,0 +1,37 @@
+/* common.h - what the files of src/report share (common.c): the context of
+ * a task and the reporting of its diagnostics. */
+#ifndef WEFT_REPORT_COMMON_H
+#define WEFT_REPORT_COMMON_H
+
+#include <errno.h>
+#include <stdarg.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/json.h"
+#include "base/prof.h"
+#include "weft/deps.h"
+#include "weft/lower.h"
+#include "weft/report.h"
+#include "weft/sim.h"
+#include "weft/validate.h"
+
+/* A workspace with the options' standard library, --set and error limit. */
+weft_ctx *report_ctx(const weft_opts *o);
+/* Prints c's diagnostics on stderr unless the output is JSON. */
+void report_diags(weft_ctx *c, const weft_opts *o);
+/* Loads o->files[0] and builds the plan --plan names (default: the last one
+ * the file defines). NULL with *rc set after diagnostics. */
+weft_plan *report_plan(weft_ctx *c, const weft_opts *o, int *rc, const plan_opts *po);
+/* Whether every parameter of a model, cluster or plan has a value. */
+bool report_bound(const vdecl *d);
+/* "8,388,608" */
+const char *report_grouped(char *buf, int64_t v);
+/* An error of the task, at loc. */
+weft_diag *report_error(weft_ctx *c, weft_loc loc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+#endif

@@ -1,0 +1,63 @@
+/* estimate.c - weft estimate: a plan lowered and simulated on its cluster;
+ * the figures as text or JSON, the timeline as a trace or a picture. */
+#include "common.h"
+
+/* Writes a picture or trace to path; false (and a message) when it cannot. */
+static bool write_file(const char *path, const weft_sim *s, void (*print)(const weft_sim *, FILE *)) {
+  FILE *f = fopen(path, "w");
+  if (!f) {
+    fprintf(stderr, "weft estimate: cannot write %s: %s\n", path, strerror(errno));
+    return false;
+  }
+  print(s, f);
+  bool ok = !ferror(f);
+  if (fclose(f) != 0) ok = false;
+  if (!ok) fprintf(stderr, "weft estimate: cannot write %s: %s\n", path, strerror(errno));
+  return ok;
+}
+
+int report_estimate(const weft_opts *o) {
+  weft_ctx *c = report_ctx(o);
+  int rc = WEFT_OK;
+  prof_mark("start");
+  weft_plan *p = report_plan(c, o, &rc, &(plan_opts){.reps = true});
+  /* a plan that does not fit is estimated all the same, and rejected */
+  weft_program *pr = p ? lower_plan(p, NULL, &c->arena, &c->diags) : NULL;
+  if (p && !pr) rc = WEFT_REJECTED;
+  hw_model hw;
+  if (pr && !o->symbolic && !hw_from_plan(&c->diags, p, pr, &hw)) {
+    rc = WEFT_REJECTED;
+    pr = NULL;
+  }
+  weft_sim *s = NULL;
+  if (pr) {
+    /* per-instruction times only for the pictures that draw them */
+    s = sim_run_with(pr, o->symbolic ? NULL : &hw, o->trace || o->svg ? SIM_TIMELINE : 0);
+    prof_mark("simulate");
+    if (s && !validate_memory_sim(s, &c->diags)) rc = WEFT_REJECTED;
+  }
+  report_diags(c, o);
+  if (o->json && !pr) {
+    diag_print_json(&c->diags, stdout);
+    printf("\n");
+  }
+  if (pr) {
+    if (!s) {
+      fprintf(stderr, "weft estimate: the programs of plan %s do not finish in the simulation\n", p->name);
+      rc = WEFT_FAILED;
+    } else {
+      weft_estimate e;
+      sim_estimate(s, &e);
+      if (o->json) estimate_print_json(s, &e, stdout);
+      else estimate_print_text(s, &e, stdout);
+      if (o->trace && !write_file(o->trace, s, estimate_print_trace)) rc = WEFT_FAILED;
+      if (o->svg && !write_file(o->svg, s, estimate_print_svg)) rc = WEFT_FAILED;
+      prof_mark("report");
+      sim_free(s);
+    }
+  }
+  weft_free(c);
+  prof_mark("free");
+  return rc;
+}
+
