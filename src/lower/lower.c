@@ -45,24 +45,6 @@ static void ivec_push(arena *a, ivec *x, int v) {
   x->v[x->n++] = v;
 }
 
-/* Whether x and y share an element: tregion_intersect's answer, without
- * making the intersection. */
-static bool region_overlaps(const tregion *x, const tregion *y) {
-  for (int d = 0; d < x->ndims && d < y->ndims; d++) {
-    const dregion *a = &x->dims[d], *b = &y->dims[d];
-    bool meet = false;
-    for (int i = 0, j = 0; i < a->n && j < b->n && !meet;) {
-      int64_t lo = a->iv[i].lo > b->iv[j].lo ? a->iv[i].lo : b->iv[j].lo;
-      int64_t hi = a->iv[i].hi < b->iv[j].hi ? a->iv[i].hi : b->iv[j].hi;
-      if (lo < hi) meet = true;
-      else if (a->iv[i].hi < b->iv[j].hi) i++;
-      else j++;
-    }
-    if (!meet) return false;
-  }
-  return true;
-}
-
 int64_t lower_device_memory(const weft_plan *p) {
   const value *dev = record_get(p->cluster, "device");
   if (!dev || dev->kind != V_RECORD) return 0;
@@ -810,7 +792,7 @@ static int find_task(lstate *L, int d, int op, const tmap *m, const tregion *r, 
     if (best >= 0 && (latest ? pos[s] <= best : pos[s] >= best)) continue;
     const opspace *sp = p->ops[op].space;
     const tregion *x = sub_region(L, s, m == &sp->output ? sp->ninputs : (int)(m - sp->inputs));
-    if (!region_overlaps(x, r)) continue;
+    if (!tregion_overlaps(x, r)) continue;
     best = pos[s];
   }
   return best;

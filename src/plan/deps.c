@@ -90,24 +90,6 @@ static int distinct(int *devs, int n) {
   return m;
 }
 
-/* Whether two regions share an element: tregion_intersect without building
- * the intersection, for the tests that only need to know. */
-static bool regions_meet(const tregion *x, const tregion *y) {
-  for (int d = 0; d < x->ndims && d < y->ndims; d++) {
-    const dregion *a = &x->dims[d], *b = &y->dims[d];
-    bool any = false;
-    for (int i = 0, j = 0; i < a->n && j < b->n && !any;) {
-      int64_t lo = a->iv[i].lo > b->iv[j].lo ? a->iv[i].lo : b->iv[j].lo;
-      int64_t hi = a->iv[i].hi < b->iv[j].hi ? a->iv[i].hi : b->iv[j].hi;
-      any = lo < hi;
-      if (a->iv[i].hi < b->iv[j].hi) i++;
-      else j++;
-    }
-    if (!any) return false;
-  }
-  return true;
-}
-
 /* Regions by their extent along one dimension, for the regions that overlap
  * a given one without testing them all: a need split along the sequence
  * against thousands of pieces split by batch and micro-batch. The dimension
@@ -165,7 +147,7 @@ static int sweep_find(const sweep_index *x, const tregion *r, int *out) {
     /* no dimension to sweep along: every region is a candidate */
     int n = 0;
     for (int i = 0; i < x->n; i++)
-      if (regions_meet(x->regions[x->at[i].i], r)) out[n++] = x->at[i].i;
+      if (tregion_overlaps(x->regions[x->at[i].i], r)) out[n++] = x->at[i].i;
     qsort(out, (size_t)n, sizeof(int), int_cmp);
     return n;
   }
@@ -180,7 +162,7 @@ static int sweep_find(const sweep_index *x, const tregion *r, int *out) {
   }
   int n = 0;
   for (int k = a; k < x->n && x->at[k].lo < hi; k++)
-    if (regions_meet(x->regions[x->at[k].i], r)) out[n++] = x->at[k].i;
+    if (tregion_overlaps(x->regions[x->at[k].i], r)) out[n++] = x->at[k].i;
   qsort(out, (size_t)n, sizeof(int), int_cmp);
   return n;
 }
@@ -235,7 +217,7 @@ static bool tiles(const tregion *whole, const tregion *const *parts, int n) {
     if (!tregion_contains(whole, parts[i])) return false;
     total += tregion_numel(parts[i]);
     for (int j = 0; j < i; j++)
-      if (regions_meet(parts[i], parts[j])) return false;
+      if (tregion_overlaps(parts[i], parts[j])) return false;
   }
   return total == tregion_numel(whole);
 }
