@@ -98,7 +98,7 @@ typedef struct lop {
                            * LI_COMPUTE: sub; LI_SEND, LI_RECV, LI_COLLECTIVE:
                            * comm; LI_STEP: tensor; else -1 */
   int aux;                /* LI_COMPUTE, LI_COPY, LI_STEP: its work, what it
-                           * computes and moves (cost.h, cost_work_of);
+                           * computes and moves (lwork, below);
                            * LI_SEND, LI_RECV: peer; else -1. (A compute's
                            * micro-batch is its sub-operator's.) */
   int refs;               /* where its entry is in the program's pool
@@ -168,6 +168,23 @@ typedef struct lcell {
   char kind;
 } lcell;
 
+/* What a compute, copy or step instruction computes and moves, without
+ * the hardware: instructions that do the same work (the parts of a split,
+ * every micro-batch, every layer) share one, which the cost model prices
+ * once (cost.h, cost_work). */
+typedef struct lwork {
+  uint8_t kind;           /* LI_COMPUTE, LI_COPY or LI_STEP */
+  bool bwd;               /* a backward */
+  bool grad0, grad1;      /* it writes the gradients of arguments 0, 1 */
+  int sub;                /* LI_COMPUTE: a sub-operator of its class (its
+                           * operator, the sizes of its ranges) */
+  int kernels;            /* LI_COPY: its pieces; LI_STEP: 1 */
+  double bytes;           /* read and written (accumulation reads too) */
+} lwork;
+
+/* The works of a program, one id each (lop.aux). */
+typedef struct lower_works lower_works;
+
 typedef struct weft_program {
   const weft_plan *p;
   int nprogs;             /* the cluster's devices; a device without work has an empty program */
@@ -180,7 +197,7 @@ typedef struct weft_program {
   lcell *cells;           /* the schedule as a grid, one cell per stage block */
   int ncells, ccap;
   int nslots;
-  struct cost_works *works; /* what computes, copies and steps cost, without the hardware (cost.h) */
+  lower_works *works;     /* what its computes, copies and steps do (lwork) */
   int64_t instructions;   /* over the programs held */
   int64_t instructions_all; /* over all devices, replicas included */
 } weft_program;
@@ -194,6 +211,12 @@ static inline const lprog *lower_prog(const weft_program *pr, int d) {
 /* Instruction i of a program read back from its lop: every field but the
  * refs (in, out and bucket are NULL; nin, nout and nbucket are kept). */
 lins lower_view(const weft_program *pr, const lprog *pg, int i);
+
+int lower_works_count(const lower_works *w);
+const lwork *lower_work_get(const lower_works *w, int id);
+/* The work of a compute, copy or step instruction with its refs (a full
+ * instruction), measured and not kept. */
+lwork lower_work_measure(const weft_program *pr, const lins *ins);
 
 /* What a lowering keeps. */
 typedef struct lower_opts {

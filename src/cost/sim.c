@@ -135,7 +135,7 @@ static int stream_of(const sim *S, const lop *in) {
 /* The cost of a compute, copy or step: that of its work. */
 static kcost work_cost(sim *S, int w) {
   if (!S->wcosted[w]) {
-    S->wcost[w] = cost_work(S->hw, S->pr, cost_work_get(S->pr->works, w));
+    S->wcost[w] = cost_work(S->hw, S->pr, lower_work_get(S->pr->works, w));
     S->wcosted[w] = true;
   }
   return S->wcost[w];
@@ -594,7 +594,7 @@ weft_sim *sim_run_with(const weft_program *pr, const hw_model *hw, unsigned flag
     }
   }
   S.stamp = xcalloc((size_t)n, sizeof(int));
-  int nworks = cost_works_count(pr->works);
+  int nworks = lower_works_count(pr->works);
   S.wcost = xcalloc((size_t)nworks, sizeof(kcost));
   S.wcosted = xcalloc((size_t)nworks, sizeof(bool));
   S.comm_stream = xcalloc((size_t)ncomms, 1);

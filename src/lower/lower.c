@@ -23,9 +23,8 @@
 #include <string.h>
 
 #include "weft/lower.h"
-#include "weft/cost.h"
 #include "base/prof.h"
-#include "weft/sim.h"
+#include "lower/works.h"
 
 const char *const lbuf_role_names[LB_ROLE_COUNT] = {"input", "param", "grad", "state", "act", "act_grad"};
 _Static_assert(sizeof(void *) != 8 || sizeof(lins) == 64, "an instruction is 64 bytes on 64-bit machines");
@@ -134,7 +133,7 @@ typedef struct lstate {
   arena *ra;              /* where refs go: the program's arena, or without
                            * full programs refa, emptied for each device */
   arena refa;
-  cost_works *works;      /* the works of computes, copies and steps (lop.aux) */
+  lower_works *works;     /* the works of computes, copies and steps (lop.aux) */
   int **readers;          /* per tensor: ops reading it (-1 terminated) */
   int *sreg_off;          /* per sub: where the regions of its arguments start in sreg_v */
   tregion *sreg_v;        /* per sub, per argument (its inputs, then its result): its region */
@@ -1875,7 +1874,7 @@ static void lop_of(lstate *L, lprog *pg, const lins *in, lop *o) {
       in->in[0].buf == in->out[0].buf && pr->bufs[in->out[0].buf].persistent &&
       tregion_equal(&pr->bufs[in->out[0].buf].region, &in->out[0].region))
     o->flags |= LOP_WHOLE;
-  if (in->kind == LI_COMPUTE || in->kind == LI_COPY || in->kind == LI_STEP) o->aux = cost_work_of(L->works, pr, in);
+  if (in->kind == LI_COMPUTE || in->kind == LI_COPY || in->kind == LI_STEP) o->aux = lower_work_of(L->works, pr, in);
   o->refs = -1;
   if (in->nin + in->nout + in->nbucket == 0) return;
   o->refs = pg->npool;
@@ -2152,7 +2151,7 @@ static void lstate_free(lstate *L) {
   arena_free(&L->scratch);
   arena_free(&L->refa);
   arena_free(&L->tmp);
-  cost_works_free(L->works);
+  lower_works_free(L->works);
   L->works = NULL;
 }
 
@@ -2167,7 +2166,7 @@ weft_program *lower_plan(weft_plan *p, const lower_opts *o, arena *a, weft_diags
   arena_init(&L.refa);
   arena_init(&L.tmp);
   L.ra = L.full ? L.a : &L.refa;
-  L.works = cost_works_new();
+  L.works = lower_works_new();
   int before = dg->errors;
   /* stages of the schedule */
   L.stage_of = arena_alloc(L.a, sizeof(int) * (size_t)(g->nops ? g->nops : 1));
@@ -2291,7 +2290,7 @@ weft_program *lower_plan(weft_plan *p, const lower_opts *o, arena *a, weft_diags
   free(L.ebuf);
   L.ebuf = NULL;
   store_free(&st);
-  pr->works = cost_works_keep(L.a, L.works);
+  pr->works = lower_works_keep(L.a, L.works);
   L.works = NULL;
   prof_mark("lower: emit");
   {
@@ -2299,7 +2298,7 @@ weft_program *lower_plan(weft_plan *p, const lower_opts *o, arena *a, weft_diags
     for (int d = 0; d < p->ndevices; d++) pool += pr->progs[d].npool;
     prof_note("%" PRId64 " instructions (%.1f MB of lops, %.1f MB of pool), %d buffers (%.1f MB), %d works",
               pr->instructions, (double)pr->instructions * (double)sizeof(lop) / 1e6, (double)pool * 4 / 1e6, pr->nbufs,
-              (double)pr->nbufs * (double)sizeof(lbuf) / 1e6, cost_works_count(pr->works));
+              (double)pr->nbufs * (double)sizeof(lbuf) / 1e6, lower_works_count(pr->works));
   }
   if (L.failed) goto fail;
   lower_buckets(L.a, pr);

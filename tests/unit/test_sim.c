@@ -325,7 +325,7 @@ static void same_cost(kcost a, kcost b) {
 static void check_forms(weft_ctx *full_c, weft_program *full, weft_ctx *lean_c, weft_program *lean, int *kinds) {
   hw_model hw = gpu();
   assert_int_equal(full->nprogs, lean->nprogs);
-  assert_int_equal(cost_works_count(full->works), cost_works_count(lean->works));
+  assert_int_equal(lower_works_count(full->works), lower_works_count(lean->works));
   for (int d = 0; d < full->nprogs; d++) {
     const lprog *pg = &full->progs[d], *lg = &lean->progs[d];
     assert_int_equal(pg->n, lg->n);
@@ -358,7 +358,7 @@ static void check_forms(weft_ctx *full_c, weft_program *full, weft_ctx *lean_c, 
       for (int k = 0; k < in->nout; k++) assert_int_equal(b[in->nin + k], in->out[k].buf);
       for (int k = 0; k < in->nbucket; k++) assert_int_equal(lop_bucket(pg->pool, o)[k], in->bucket[k]);
       if (in->kind == LI_COMPUTE || in->kind == LI_COPY || in->kind == LI_STEP)
-        same_cost(cost_work(&hw, full, cost_work_get(full->works, o->aux)), cost_compute(&hw, full, in));
+        same_cost(cost_work(&hw, full, lower_work_get(full->works, o->aux)), cost_compute(&hw, full, in));
       /* the lean lowering: the same lop, the same buffers */
       const lop *q = &lg->ops[i];
       assert_int_equal(q->kind, o->kind);
