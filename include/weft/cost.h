@@ -76,5 +76,8 @@ double cost_backward_factor(const char *kind, int grads, int inputs);
 /* Model FLOPs of one step: forward and backward of every operator once
  * (no recomputation), for the whole batch. */
 double cost_model_flops(const weft_graph *g);
+/* The dtype of the model's matrix products, the one MFU is measured
+ * against (f32 without any). */
+weft_dtype cost_model_dtype(const weft_graph *g);
 
 #endif

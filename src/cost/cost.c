@@ -44,8 +44,40 @@ static weft_dtype op_dtype(const weft_graph *g, int op) {
   return g->tensors[o->output].dtype;
 }
 
-static bool uses_tensor_cores(const char *kind) {
-  return kind && (strcmp(kind, "matmul") == 0 || strcmp(kind, "attention") == 0);
+/* ---- operator kinds --------------------------------------------------------
+ * What the cost model knows of an operator kind, the name a graph operator
+ * calls (stdlib/ops.plan). A kind not listed is a streaming kernel
+ * (elementwise, norms, losses): its time is the larger of its FLOPs at the
+ * vector rate and its bytes at the memory's. */
+
+/* How a kind's kernels are timed. */
+enum { OPK_MATMUL, OPK_ATTENTION, OPK_STREAM };
+
+/* kind_cost.bwd of a kind whose backward is one product per operand that
+ * gets a gradient. */
+#define BWD_PER_GRAD (-1.0)
+
+typedef struct kind_cost {
+  const char *kind;
+  int model;              /* OPK_* */
+  bool tensor_cores;      /* runs at the dtype's matrix rate, which the cluster must give */
+  double bwd;             /* backward FLOPs per forward FLOP, or BWD_PER_GRAD */
+} kind_cost;
+
+static const kind_cost kind_costs[] = {
+    {"matmul", OPK_MATMUL, true, BWD_PER_GRAD},
+    {"attention", OPK_ATTENTION, true, 2},     /* four products against the forward's two */
+    {"embedding", OPK_STREAM, false, 0},       /* a scatter-add: traffic, no arithmetic counted */
+    {"optimizer", OPK_STREAM, false, 0},
+};
+
+/* Every other kind: a backward of about twice the forward's FLOPs. */
+static const kind_cost stream_kind = {NULL, OPK_STREAM, false, 2};
+
+static const kind_cost *kind_cost_of(const char *kind) {
+  for (size_t i = 0; kind && i < sizeof kind_costs / sizeof kind_costs[0]; i++)
+    if (strcmp(kind_costs[i].kind, kind) == 0) return &kind_costs[i];
+  return &stream_kind;
 }
 
 bool hw_from_plan(weft_diags *dg, const weft_plan *p, const weft_program *pr, hw_model *hw) {
@@ -96,7 +128,7 @@ bool hw_from_plan(weft_diags *dg, const weft_plan *p, const weft_program *pr, hw
   bool seen[DT_COUNT] = {0};
   for (int op = 0; op < p->g->nops; op++) {
     weft_dtype dt = op_dtype(p->g, op);
-    if (!uses_tensor_cores(p->g->ops[op].kind) || seen[dt]) continue;
+    if (!kind_cost_of(p->g->ops[op].kind)->tensor_cores || seen[dt]) continue;
     seen[dt] = true;
     if (hw->peak[dt] <= 0) {
       ok = false;
@@ -165,16 +197,10 @@ static bool tmap_has(const tmap *m, int idim) {
 }
 
 double cost_backward_factor(const char *kind, int grads, int inputs) {
-  if (!kind) return 2;
-  if (strcmp(kind, "matmul") == 0) return grads;  /* one product per operand that gets a gradient */
-  if (strcmp(kind, "attention") == 0) return 2;   /* four products against the forward's two */
-  if (strcmp(kind, "embedding") == 0) return 0;   /* a scatter-add: traffic, no arithmetic counted */
-  if (strcmp(kind, "optimizer") == 0) return 0;
+  const kind_cost *k = kind_cost_of(kind);
   (void)inputs;
-  return 2;                                       /* elementwise, norms, losses: about twice the forward */
+  return k->bwd == BWD_PER_GRAD ? grads : k->bwd;
 }
-
-static bool is_kind(const gop *o, const char *k) { return o->kind && strcmp(o->kind, k) == 0; }
 
 /* Matrix operands of a matmul-kind operator: its first two inputs. */
 static int matmul_grads_graph(const weft_graph *g, const gop *o) {
@@ -190,20 +216,26 @@ double cost_model_flops(const weft_graph *g) {
   double total = 0;
   for (int i = 0; i < g->nops; i++) {
     const gop *o = &g->ops[i];
-    int grads = is_kind(o, "matmul") ? matmul_grads_graph(g, o) : 1;
+    int grads = kind_cost_of(o->kind)->bwd == BWD_PER_GRAD ? matmul_grads_graph(g, o) : 1;
     total += o->flops * (1 + cost_backward_factor(o->kind, grads, o->ninputs));
   }
   return total;
 }
 
+weft_dtype cost_model_dtype(const weft_graph *g) {
+  for (int i = 0; i < g->nops; i++)
+    if (kind_cost_of(g->ops[i].kind)->model == OPK_MATMUL)
+      for (int k = 0; k < g->ops[i].ninputs; k++)
+        if (dtype_is_float(g->tensors[g->ops[i].inputs[k]].dtype)) return g->tensors[g->ops[i].inputs[k]].dtype;
+  return DT_F32;
+}
+
 /* What the cost of a compute instruction takes from its sub-operator and
  * operator: the same for every instruction that runs the sub-operator
  * (each micro-batch, forward, recomputation and backward). */
-enum { OPK_MATMUL, OPK_ATTENTION, OPK_OTHER };
-
 typedef struct subgeo {
   int op;                 /* -1: not filled yet */
-  int kind;               /* OPK_* */
+  int model;              /* OPK_*, of its kind */
   weft_dtype dt;
   double frac;            /* the part of the operator's iteration space it covers */
   double a, b, c;         /* matmul: m, n, k; attention: sq, dh, batch */
@@ -219,7 +251,8 @@ static void subgeo_fill(const weft_plan *p, const psub *s, subgeo *g) {
   g->frac = frac;
   g->dt = op_dtype(p->g, s->op);
   g->a = g->b = g->c = 0;
-  if (is_kind(o, "matmul") && sp->ninputs >= 2) {
+  int model = kind_cost_of(o->kind)->model;
+  if (model == OPK_MATMUL && sp->ninputs >= 2) {
     /* m: result idims the first operand has; n: the others; k: reductions */
     double m = 1, n = 1, kk = 1;
     for (int i = 0; i < sp->nidims; i++) {
@@ -229,9 +262,9 @@ static void subgeo_fill(const weft_plan *p, const psub *s, subgeo *g) {
         else n *= span(s, i);
       }
     }
-    g->kind = OPK_MATMUL;
+    g->model = OPK_MATMUL;
     g->a = m; g->b = n; g->c = kk;
-  } else if (is_kind(o, "attention")) {
+  } else if (model == OPK_ATTENTION) {
     double sq = 0, dh = 0, batch = 1;
     for (int i = 0; i < sp->nidims; i++) {
       const char *sig = sp->idims[i].sig;
@@ -239,10 +272,10 @@ static void subgeo_fill(const weft_plan *p, const psub *s, subgeo *g) {
       else if (strcmp(sig, "dh") == 0) dh = span(s, i);
       else if (tmap_has(&sp->output, i)) batch *= span(s, i);
     }
-    g->kind = OPK_ATTENTION;
+    g->model = OPK_ATTENTION;
     g->a = sq; g->b = dh; g->c = batch;
   } else {
-    g->kind = OPK_OTHER;
+    g->model = OPK_STREAM;
   }
 }
 
@@ -254,7 +287,7 @@ static kcost compute_cost_geo(const hw_model *hw, const weft_program *pr, const 
   weft_dtype dt = g->dt;
   bool bwd = w->bwd;
   double t = 0;
-  if (g->kind == OPK_MATMUL) {
+  if (g->model == OPK_MATMUL) {
     double m = g->a, n = g->b, kk = g->c;
     if (!bwd) {
       t += gemm_time(hw, dt, 1, m, n, kk, &k.flops, &k.bytes);
@@ -266,7 +299,7 @@ static kcost compute_cost_geo(const hw_model *hw, const weft_program *pr, const 
     /* the operator's own count (bias terms and the like) is what the model says */
     double own = o->flops * frac * (bwd ? cost_backward_factor(o->kind, w->grad0 + w->grad1, 0) : 1);
     if (own > k.flops) k.flops = own;
-  } else if (g->kind == OPK_ATTENTION) {
+  } else if (g->model == OPK_ATTENTION) {
     /* softmax(q k^T) v per batch element and head: two batched products,
      * with the scores between them in memory unless the kernel is fused */
     double sq = g->a, dh = g->b, batch = g->c;

@@ -687,15 +687,6 @@ static double step_tokens(const weft_graph *g) {
   return 0;
 }
 
-/* The dtype of the model's matrix products (the one MFU is measured against). */
-static weft_dtype model_dtype(const weft_graph *g) {
-  for (int i = 0; i < g->nops; i++)
-    if (g->ops[i].kind && strcmp(g->ops[i].kind, "matmul") == 0)
-      for (int k = 0; k < g->ops[i].ninputs; k++)
-        if (dtype_is_float(g->tensors[g->ops[i].inputs[k]].dtype)) return g->tensors[g->ops[i].inputs[k]].dtype;
-  return DT_F32;
-}
-
 void sim_estimate(const weft_sim *s, weft_estimate *e) {
   memset(e, 0, sizeof *e);
   const weft_plan *p = s->pr->p;
@@ -720,7 +711,7 @@ void sim_estimate(const weft_sim *s, weft_estimate *e) {
     for (int d = 0; d < s->pr->nprogs; d++)
       if (s->index[d] >= 0 && s->dev[s->index[d]].peak > e->device_memory) e->over_devices++;
   e->fits = e->over_devices == 0;
-  weft_dtype dt = model_dtype(p->g);
+  weft_dtype dt = cost_model_dtype(p->g);
   e->peak_rate = s->hw ? s->hw->peak[dt] : 0;
   if (e->step_time > 0 && s->devices_used > 0) {
     e->tflops_per_device = e->model_flops / e->step_time / s->devices_used / 1e12;
