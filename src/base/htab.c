@@ -3,7 +3,7 @@
 #include <stdlib.h>
 
 #include "base/htab.h"
-#include "weft/arena.h"
+#include "base/vec.h"
 
 /* Entry e at the first free position of its probe. */
 static void place(htab *t, int e, uint64_t h) {
@@ -13,24 +13,14 @@ static void place(htab *t, int e, uint64_t h) {
   t->at[e] = (int)q;
 }
 
-static void grow_at(htab *t, int n) {
-  if (n <= t->atcap) return;
-  int atcap = t->atcap ? 2 * t->atcap : 16;
-  while (atcap < n) atcap *= 2;
-  int *at = realloc(t->at, sizeof(int) * (size_t)atcap);
-  if (!at) weft_oom();
-  t->at = at;
-  t->atcap = atcap;
-}
-
 void htab_reserve(htab *t, int n) {
-  grow_at(t, n);
+  vec_grow(t->a, (void **)&t->at, &t->atcap, n, sizeof(int));
   if (2 * (int64_t)n <= t->cap) return;
   int cap = 16, bits = 4;
   for (; cap < 2 * (int64_t)n; cap *= 2, bits++)
     if (cap > (1 << 29)) weft_oom();
   htab_slot *old = t->slot;
-  t->slot = malloc(sizeof(htab_slot) * (size_t)cap);
+  t->slot = t->a ? arena_alloc(t->a, sizeof(htab_slot) * (size_t)cap) : malloc(sizeof(htab_slot) * (size_t)cap);
   if (!t->slot) weft_oom();
   for (int q = 0; q < cap; q++) t->slot[q].e = -1;
   t->cap = cap;
@@ -39,12 +29,12 @@ void htab_reserve(htab *t, int n) {
    * them in order makes (htab_truncate relies on it); an entry's hash is
    * in its old position */
   for (int e = 0; e < t->n; e++) place(t, e, old[t->at[e]].hash);
-  free(old);
+  if (!t->a) free(old);
 }
 
 int htab_add(htab *t, uint64_t h) {
   if (2 * (t->n + 1) > t->cap) htab_reserve(t, t->cap ? t->cap : 8);
-  grow_at(t, t->n + 1);
+  if (t->n + 1 > t->atcap) vec_grow(t->a, (void **)&t->at, &t->atcap, t->n + 1, sizeof(int));
   place(t, t->n, h);
   return t->n++;
 }
@@ -57,7 +47,9 @@ void htab_truncate(htab *t, int n) {
 }
 
 void htab_free(htab *t) {
-  free(t->slot);
-  free(t->at);
-  *t = (htab){0};
+  if (!t->a) {
+    free(t->slot);
+    free(t->at);
+  }
+  *t = (htab){.a = t->a};
 }

@@ -20,12 +20,15 @@ typedef struct htab_slot {
 /* The table holds no keys, only where each entry is: the user's arrays,
  * indexed by entry, hold the rest (the key, the value). Entries are only
  * ever added at the end and forgotten from the end, so the table is always
- * what adding entries 0 .. n-1 in order makes. A zeroed table is empty. */
+ * what adding entries 0 .. n-1 in order makes. A zeroed table is empty,
+ * on the heap; one made with a set is in that arena (and htab_free leaves
+ * its memory to the arena). */
 typedef struct htab {
   htab_slot *slot;        /* cap positions, a power of 2 */
   int *at;                /* per entry: its position */
   int cap, n, atcap;
   int shift;              /* 64 - log2(cap) */
+  struct arena *a;        /* NULL: the heap */
 } htab;
 
 /* The position where hash h starts its probe: the top bits of a

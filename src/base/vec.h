@@ -19,11 +19,10 @@ static inline void vec_grow(arena *a, void **v, int *cap, int need, size_t elem)
     arena_grow(a, v, cap, need, elem);
     return;
   }
-  int ncap = *cap ? *cap : 16;
-  while (ncap < need) {
-    if (ncap > (1 << 29)) weft_oom();
-    ncap *= 2;
-  }
+  /* doubled, or what is asked when that is more (a reservation) */
+  if (*cap > (1 << 29) || need > (1 << 30)) weft_oom();
+  int ncap = *cap ? 2 * *cap : 16;
+  if (ncap < need) ncap = need;
   void *n = realloc(*v, (size_t)ncap * elem);
   if (!n) weft_oom();
   *v = n;

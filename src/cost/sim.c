@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/vec.h"
 #include "weft/sim.h"
 #include "weft/units.h"
 
@@ -50,10 +51,7 @@ typedef struct ivl {
   double a, b;
 } ivl;
 
-typedef struct gaps {     /* busy intervals of a device's SS_GRAD stream, sorted */
-  ivl *v;
-  int n, cap;
-} gaps;
+typedef VEC(ivl) gaps;      /* busy intervals of a device's SS_GRAD stream, sorted */
 
 /* An event of the memory timeline: a buffer becomes live (at >= 0, the
  * instruction that makes it live) or stops being live (at < 0). A buffer of
@@ -74,8 +72,7 @@ typedef struct dstate {
   double free_at[SS_COUNT];
   double clock;           /* latest start issued on the device */
   gaps grad;
-  memev *mev;
-  int nmev, mevcap;
+  VEC(memev) mev;
 } dstate;
 
 typedef struct sim {
@@ -109,13 +106,8 @@ static void *xcalloc(size_t n, size_t sz) {
 
 static void mem_push(sim *S, dstate *ds, double t, int buf, int at) {
   if (!S->events) return;
-  if (ds->nmev == ds->mevcap) {
-    ds->mevcap = ds->mevcap ? 2 * ds->mevcap : 64;
-    ds->mev = realloc(ds->mev, sizeof(memev) * (size_t)ds->mevcap);
-    if (!ds->mev) weft_oom();
-  }
   /* a buffer of no bytes changes nothing: it sorts with the frees */
-  ds->mev[ds->nmev++] = (memev){t, buf, at >= 0 && S->pr->bufs[buf].bytes > 0 ? at : -1};
+  vec_push(NULL, &ds->mev, ((memev){t, buf, at >= 0 && S->pr->bufs[buf].bytes > 0 ? at : -1}));
 }
 
 /* The stream a collective of phase ph runs on. */
@@ -213,11 +205,7 @@ static double fit(const gaps *g, double t, double dur) {
 }
 
 static void occupy(gaps *g, double a, double b) {
-  if (g->n == g->cap) {
-    g->cap = g->cap ? 2 * g->cap : 32;
-    g->v = realloc(g->v, sizeof(ivl) * (size_t)g->cap);
-    if (!g->v) weft_oom();
-  }
+  vec_reserve(NULL, g, g->n + 1);
   int i = g->n;
   while (i > 0 && g->v[i - 1].a > a) { g->v[i] = g->v[i - 1]; i--; }
   g->v[i] = (ivl){a, b};
@@ -481,11 +469,11 @@ static void memory_timeline(sim *S, int k) {
   sim_dev *D = &S->out->dev[k];
   dstate *ds = &S->ds[k];
   const lbuf *bufs = S->pr->bufs;
-  memev_sort(ds->mev, ds->nmev);
-  if (S->timeline) D->mem = xcalloc((size_t)ds->nmev, sizeof(sim_mem));
+  memev_sort(ds->mev.v, ds->mev.n);
+  if (S->timeline) D->mem = xcalloc((size_t)ds->mev.n, sizeof(sim_mem));
   int64_t live = 0, by_role[LB_ROLE_COUNT] = {0};
-  for (int i = 0; i < ds->nmev; i++) {
-    const memev *ev = &ds->mev[i];
+  for (int i = 0; i < ds->mev.n; i++) {
+    const memev *ev = &ds->mev.v[i];
     const lbuf *b = &bufs[ev->buf];
     int64_t delta = ev->at >= 0 ? b->bytes : -b->bytes;
     live += delta;
@@ -588,9 +576,7 @@ weft_sim *sim_run_with(const weft_program *pr, const hw_model *hw, unsigned flag
     walk_order(pr->p, pg, &S.ds[k]);
     /* a buffer makes at most two events: its allocation and its free */
     if (S.events && pg->buf_hi > pg->buf_lo) {
-      S.ds[k].mevcap = 2 * (pg->buf_hi - pg->buf_lo) + 2;
-      S.ds[k].mev = malloc(sizeof(memev) * (size_t)S.ds[k].mevcap);
-      if (!S.ds[k].mev) weft_oom();
+      vec_reserve(NULL, &S.ds[k].mev, 2 * (pg->buf_hi - pg->buf_lo) + 2);
     }
   }
   S.stamp = xcalloc((size_t)n, sizeof(int));
@@ -643,7 +629,7 @@ weft_sim *sim_run_with(const weft_program *pr, const hw_model *hw, unsigned flag
     if (S.ds[k].p2p) D->wait_pipeline += out->step_time - D->compute_end;
   }
   for (int i = 0; i < ncomms * 2; i++) free(S.colls[i].members);
-  for (int k = 0; k < n; k++) { free(S.ds[k].grad.v); free(S.ds[k].mev); free(S.ds[k].tail); }
+  for (int k = 0; k < n; k++) { vec_free(&S.ds[k].grad); vec_free(&S.ds[k].mev); free(S.ds[k].tail); }
   free(S.ds);
   free(S.bufs); free(S.colls); free(S.sends); free(S.stamp);
   free(S.wcost); free(S.wcosted); free(S.comm_stream); free(S.bcast); free(S.comm_cost); free(S.comm_costed);
