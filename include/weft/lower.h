@@ -241,6 +241,61 @@ void lower_print_text(const weft_program *pr, int device, FILE *out);
 void lower_print_json(const weft_program *pr, int device, FILE *out);
 void lower_print_grid(const weft_program *pr, FILE *out);
 
+/* The schedule stage of operator op: the plan's, 0 without stages. */
+static inline int lower_stage_of(const weft_program *pr, int op) {
+  int st = pr->p->ops[op].stage;
+  return st >= 0 ? st : 0;
+}
+
+/* ---- walking the programs together -----------------------------------------
+ * The deadlock check (validate.h) and the simulator (sim.h) both run every
+ * program as far as it can go: a send posts its data and goes on, a
+ * receive waits for it, a broadcast's root posts and its other members
+ * wait, and a collective waits until each of its members has arrived. An
+ * lwalk is what they share: who walks, where each one is, who meets whom
+ * at each (comm, epoch), and whom to go on with next.
+ *
+ * Walkers are the devices with a program of their own that is not empty,
+ * in device order; a data-parallel replica (plan.h, rep) walks as its
+ * representative, and a collective's members are the walkers of its
+ * devices, each once. Walkers go on from a stack, so that the members a
+ * collective or a send frees walk on together, while what they touch is
+ * in the caches; all start on it, walker 0 on top. */
+typedef struct lwalk {
+  const weft_program *pr;
+  int n;                  /* walkers */
+  int *device;            /* per walker: its device */
+  int *walker;            /* per device of the cluster: its walker, or its
+                           * representative's; -1: none */
+  int *pc;                /* per walker: how far it went (in the order the
+                           * caller walks its program), from 0 */
+  /* the rest is the walk's own (lower_walk_*) */
+  int *stack, sp;
+  bool *queued;           /* per walker: on the stack */
+  bool *parked;           /* per walker: counted at the collective it waits at */
+  int *arrived;           /* per (comm, epoch): members counted */
+  bool *posted;           /* per (comm, epoch): a send's or broadcast's data is there */
+  int *moff, *mcount;     /* per comm: its members in mpool (moff -1: not yet found) */
+  int *mpool, mn, mcap;
+  int *stamp, stampv;     /* per walker: to take each member once */
+} lwalk;
+
+void lower_walk_init(lwalk *w, const weft_program *pr);
+void lower_walk_free(lwalk *w);
+/* The walker to go on with, -1 when none can. */
+int lower_walk_next(lwalk *w);
+/* A send, or a broadcast at its root, posts its data: the receivers (the
+ * destination; every member of a broadcast) may go on. */
+void lower_walk_post(lwalk *w, int comm, int epoch);
+bool lower_walk_posted(const lwalk *w, int comm, int epoch);
+/* Walker k at collective (comm, epoch): LW_NEW when this call counted its
+ * arrival, LW_ALL when every member has arrived and k goes on, LW_LAST
+ * when this call made it so (the others may go on); 0: k waits. */
+enum { LW_NEW = 1, LW_ALL = 2, LW_LAST = 4 };
+int lower_walk_meet(lwalk *w, int k, int comm, int epoch);
+/* The members of comm, each once, in the order of its group. */
+const int *lower_walk_members(lwalk *w, int comm, int *n);
+
 /* The largest peak over devices, and its device. */
 int64_t lower_peak(const weft_program *pr, int *device);
 /* The memory of one device from the cluster, 0 if unknown. */
