@@ -258,8 +258,10 @@ static int check_one(opts *o, const char *path, json *j) {
     for (int i = 0; i < s->nplans; i++)
       if (all_params_bound(s->pitems[i].val.decl)) {
         s->plans[i] = weft_build_plan(c, s->pitems[i].val, s->pitems[i].loc);
-        /* lowered without the memory rule, which the simulation applies */
+        /* validated without the memory rule, which the simulation applies */
         if (s->plans[i]) s->progs[i] = lower_plan(s->plans[i], NULL, &c->arena, &c->diags);
+        if (s->progs[i] && !validate_program(s->progs[i], &(validate_opts){.skip_memory = true}, &c->diags))
+          s->progs[i] = NULL;
         if (s->progs[i] && !estimate_quiet(c, s->progs[i], &s->est[i], &s->est_ok[i], &peaks[i])) s->progs[i] = NULL;
       }
     if (c->diags.errors) rc = WEFT_REJECTED;
@@ -837,7 +839,7 @@ static int cmd_lower(opts *o) {
   weft_plan *p = pick_plan(c, o, &rc);
   lower_opts lo = {.full_programs = true};  /* printed */
   weft_program *pr = p ? lower_plan(p, &lo, &c->arena, &c->diags) : NULL;
-  if (pr && !validate_memory(pr, &c->diags)) pr = NULL;
+  if (pr && !validate_program(pr, NULL, &c->diags)) pr = NULL;
   if (p && !pr) rc = WEFT_REJECTED;
   if (pr && o->device >= pr->nprogs) {
     weft_loc none = {0};
@@ -887,6 +889,7 @@ static int cmd_estimate(opts *o) {
   weft_plan *p = pick_plan(c, o, &rc);
   /* a plan that does not fit is estimated all the same, and rejected */
   weft_program *pr = p ? lower_plan(p, NULL, &c->arena, &c->diags) : NULL;
+  if (pr && !validate_program(pr, &(validate_opts){.skip_memory = true}, &c->diags)) pr = NULL;
   if (p && !pr) rc = WEFT_REJECTED;
   hw_model hw;
   if (pr && !o->symbolic && !hw_from_plan(&c->diags, p, pr, &hw)) {
@@ -982,7 +985,7 @@ static int cmd_run(opts *o) {
   weft_plan *p = pick_plan(c, o, &rc);
   lower_opts lo = {.full_programs = true};  /* run */
   weft_program *pr = p ? lower_plan(p, &lo, &c->arena, &c->diags) : NULL;
-  if (pr && !validate_memory(pr, &c->diags)) pr = NULL;
+  if (pr && !validate_program(pr, NULL, &c->diags)) pr = NULL;
   if (p && !pr) rc = WEFT_REJECTED;
   if (speak) report(c, o);
   if (!pr) {

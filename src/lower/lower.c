@@ -12,12 +12,10 @@
  * 4. Each device's tasks and communications are emitted in order against a
  *    store of the buffers the device holds: a task reading a region that no
  *    earlier instruction provided breaks rule 4 (dependencies).
- * 5. Buffers are freed after their last use. The peak of live bytes in
- *    the simulated step (sim.h) is checked against device memory (rule 5):
- *    the same model as weft estimate's.
- * 6. The programs are run together abstractly: sends post, receives wait,
- *    collectives wait for all members. A member waiting at a different
- *    collective than its peers, or no device able to go on, breaks rule 3. */
+ * 5. Buffers are freed after their last use, and the gradient all-reduces
+ *    that follow each other are fused into buckets (bucket.c).
+ * Rules 3 (order, deadlock) and 5 (memory) are checked on the programs
+ * afterwards, by the validate stage (validate.h). */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -848,13 +846,6 @@ static int anchor_of(lstate *L, const pcomm *cm, int e, int d, const tregion *r,
 
 /* Whether device d has a program of its own (else its replica's, renamed). */
 static bool represents(const weft_plan *p, int d) { return !p->rep || p->rep[d] == d; }
-
-/* Members of cm that have programs: each stands for its replicas. */
-static int members_lowered(const weft_plan *p, const pcomm *cm) {
-  int n = 0;
-  for (int i = 0; i < cm->ngroup; i++) n += represents(p, cm->group[i]);
-  return n;
-}
 
 static bool comm_repeats(const weft_plan *p, const pcomm *cm) {
   if (cm->phase != PHASE_FORWARD || cm->consumer_op < 0) return false;
@@ -1842,58 +1833,6 @@ static void store_free(store *st) {
   vec_free(&st->shead);
 }
 
-/* ---- running the programs together (rule 3) -------------------------------------- */
-
-static const char *ins_str(lstate *L, int d, const lins *in) {
-  const weft_plan *p = L->p;
-  arena *s = &L->scratch;
-  switch (in->kind) {
-  case LI_COMPUTE:
-    return arena_printf(s, "%s of %s (micro-batch %d)", in->recompute ? "the recomputation" : in->dir == DIR_FORWARD ? "the forward" : "the backward",
-                        p->g->ops[p->subs[in->sub].op].name, in->mb);
-  case LI_SEND: case LI_RECV: {
-    const pcomm *cm = &p->comms[in->comm];
-    bool grad = cm->phase == PHASE_BACKWARD || cm->phase == PHASE_WEIGHTS;
-    return arena_printf(s, "the %s %s%s %s %s device %d", in->kind == LI_SEND ? "send of" : "receive of",
-                        grad ? "the gradient of " : "", p->g->tensors[cm->tensor].name, tregion_str(s, &cm->region),
-                        in->kind == LI_SEND ? "to" : "from", in->peer);
-  }
-  case LI_COLLECTIVE: {
-    const pcomm *cm = &p->comms[in->comm];
-    bool grad = cm->phase == PHASE_BACKWARD || cm->phase == PHASE_WEIGHTS;
-    return arena_printf(s, "the %s of %s%s %s", comm_kind_names[cm->kind], grad ? "the gradient of " : "",
-                        p->g->tensors[cm->tensor].name, tregion_str(s, &cm->region));
-  }
-  default: (void)d; return "an instruction";
-  }
-}
-
-/* The block device d is in at instruction i: the next compute's stage,
- * micro-batch and direction ("b0 of stage s1"); with a grid, its cell. */
-static const char *block_at(lstate *L, int d, int i, weft_loc *cell) {
-  const weft_plan *p = L->p;
-  const lprog *pg = &L->pr->progs[d];
-  for (int k = i; k < pg->n; k++) {
-    if (pg->ops[k].kind != LI_COMPUTE) continue;
-    lins view = lower_view(L->pr, pg, k);
-    const lins *in = &view;
-    int st = L->stage_of[p->subs[in->sub].op];
-    char kind = in->dir == DIR_FORWARD && !in->recompute ? 'f' : 'b';
-    if (p->grid)
-      for (int r = 0; r < p->grid->list.n; r++) {
-        const ast *row = p->grid->list.items[r];
-        if (strcmp(row->name, L->pr->stage_names[st]) != 0) continue;
-        for (int q = 0; q < row->list.n; q++) {
-          const ast *c = row->list.items[q];
-          const char *t = c->name ? c->name : c->text;
-          if (t && t[0] == kind && atoi(t + 1) == in->mb && !strchr(t, '.')) *cell = c->loc;
-        }
-      }
-    return arena_printf(&L->scratch, " (before %c%d of stage %s)", kind, in->mb, L->pr->stage_names[st]);
-  }
-  return "";
-}
-
 _Static_assert(sizeof(lop) == 16, "a lop is 16 bytes");
 
 lins lower_view(const weft_program *pr, const lprog *pg, int i) {
@@ -1914,131 +1853,6 @@ lins lower_view(const weft_program *pr, const lprog *pg, int i) {
   in.nbucket = (uint16_t)lop_nbucket(pg->pool, o);
   return in;
 }
-
-static bool simulate(lstate *L) {
-  weft_plan *p = L->p;
-  weft_program *pr = L->pr;
-  int D = p->ndevices;
-  int64_t key_n = (int64_t)p->ncomms * 2;
-  int *pc = calloc((size_t)D, sizeof(int));
-  int *arrived = calloc((size_t)(key_n ? key_n : 1), sizeof(int));
-  char *posted = calloc((size_t)(key_n ? key_n : 1), 1);
-  int *stack = malloc(sizeof(int) * (size_t)(D ? D : 1) * 2);
-  bool *queued = calloc((size_t)D, 1);
-  if (!pc || !arrived || !posted || !stack || !queued) weft_oom();
-  int sp = 0;
-  for (int d = D - 1; d >= 0; d--) { stack[sp++] = d; queued[d] = true; }
-  /* a device blocked at a collective has arrived; it moves on when all have */
-  char *waiting = calloc((size_t)D, 1);
-  /* per comm: the members that have programs, each counted once */
-  int *expect = malloc(sizeof(int) * (size_t)(p->ncomms ? p->ncomms : 1));
-  if (!waiting || !expect) weft_oom();
-  for (int i = 0; i < p->ncomms; i++) expect[i] = members_lowered(p, &p->comms[i]);
-  while (sp > 0) {
-    int d = stack[--sp];
-    queued[d] = false;
-    lprog *pg = &pr->progs[d];
-    while (pc[d] < pg->n) {
-      const lop *in = &pg->ops[pc[d]];
-      if (in->kind == LI_SEND) {
-        int64_t k = (int64_t)in->id * 2 + in->epoch;
-        posted[k] = 1;
-        int dst = in->aux;
-        if (!queued[dst]) { stack[sp++] = dst; queued[dst] = true; }
-      } else if (in->kind == LI_RECV) {
-        if (!posted[(int64_t)in->id * 2 + in->epoch]) break;
-      } else if (in->kind == LI_COLLECTIVE && p->comms[in->id].kind == COMM_BROADCAST) {
-        /* the root posts and goes on, as a send; the others wait for it */
-        int64_t k = (int64_t)in->id * 2 + in->epoch;
-        const pcomm *cm = &p->comms[in->id];
-        if (d == cm->src) {
-          posted[k] = 1;
-          for (int i = 0; i < cm->ngroup; i++) {
-            int m = cm->group[i];
-            if (m != d && represents(p, m) && !queued[m]) { stack[sp++] = m; queued[m] = true; }
-          }
-        } else if (!posted[k]) {
-          break;
-        }
-      } else if (in->kind == LI_COLLECTIVE) {
-        int64_t k = (int64_t)in->id * 2 + in->epoch;
-        const pcomm *cm = &p->comms[in->id];
-        if (!waiting[d]) {
-          waiting[d] = 1;
-          arrived[k]++;
-          if (arrived[k] == expect[in->id])
-            for (int i = 0; i < cm->ngroup; i++) {
-              int m = cm->group[i];
-              if (m != d && represents(p, m) && !queued[m]) { stack[sp++] = m; queued[m] = true; }
-            }
-        }
-        if (arrived[k] < expect[in->id]) break;
-        waiting[d] = 0;
-      }
-      pc[d]++;
-    }
-  }
-  bool ok = true;
-  for (int d = 0; d < D && ok; d++) {
-    lprog *pg = &pr->progs[d];
-    if (pc[d] >= pg->n) continue;
-    ok = false;
-    arena_reset(&L->scratch);
-    lins here = lower_view(pr, pg, pc[d]), there;
-    const lins *in = &here;
-    /* what the device waits for, and what its peer does instead */
-    int peer = -1;
-    const lins *other = NULL;
-    if (in->kind == LI_RECV) peer = in->peer;
-    else if (in->kind == LI_COLLECTIVE) {
-      const pcomm *cm = &p->comms[in->comm];
-      for (int i = 0; i < cm->ngroup && peer < 0; i++) {
-        int m = cm->group[i];
-        if (m == d || !represents(p, m)) continue;
-        lprog *mp = &pr->progs[m];
-        if (pc[m] >= mp->n || mp->ops[pc[m]].kind != LI_COLLECTIVE || mp->ops[pc[m]].id != in->comm ||
-            mp->ops[pc[m]].epoch != in->epoch)
-          peer = m;
-      }
-    }
-    if (peer >= 0 && pc[peer] < pr->progs[peer].n) {
-      there = lower_view(pr, &pr->progs[peer], pc[peer]);
-      other = &there;
-    }
-    weft_loc at = p->sched != SCHED_DEFAULT ? p->sched_loc : p->loc;
-    const char *where = block_at(L, d, pc[d], &at);
-    const char *other_where = peer >= 0 ? block_at(L, peer, pc[peer], &(weft_loc){0}) : "";
-    weft_diag *g;
-    if (in->kind == LI_COLLECTIVE && other && other->kind == LI_COLLECTIVE) {
-      g = diag_add(L->dg, DIAG_ERROR, at, "devices %d and %d enter collectives in different orders: device %d is at %s%s, device %d "
-                               "at %s%s",
-                     d, peer, d, ins_str(L, d, in), where, peer, ins_str(L, peer, other), other_where);
-      diag_hint(g, L->dg, "members of a collective must run their shared collectives in one order; "
-                                 "make their schedules agree");
-    } else if (other) {
-      g = diag_add(L->dg, DIAG_ERROR, at, "deadlock: device %d waits at %s%s while device %d waits at %s%s", d, ins_str(L, d, in),
-                     where, peer, ins_str(L, peer, other), other_where);
-      diag_hint(g, L->dg, "the schedule orders blocks so that each waits for the other; weft lower --grid "
-                                 "prints the order");
-    } else {
-      g = diag_add(L->dg, DIAG_ERROR, at, "deadlock: device %d waits forever at %s%s", d, ins_str(L, d, in), where);
-      diag_hint(g, L->dg, "weft lower --grid prints the order");
-    }
-  }
-  free(pc);
-  free(arrived);
-  free(posted);
-  free(stack);
-  free(queued);
-  free(waiting);
-  free(expect);
-  return ok;
-}
-
-/* ---- memory (rule 5) ---------------------------------------------------------------
- * The peak each device's memory reaches is that of the simulated step
- * (sim.h), the model weft estimate reports: buffers live from their first
- * use to the end of their last, in time, not in program order. */
 
 /* The working state of one lowering, freed on success and on failure. */
 static void lstate_free(lstate *L) {
@@ -2209,8 +2023,6 @@ weft_program *lower_plan(weft_plan *p, const lower_opts *o, arena *a, weft_diags
   if (L.failed) goto fail;
   lower_buckets(L.a, pr);
   prof_mark("lower: buckets");
-  if (!simulate(&L)) goto fail;
-  prof_mark("lower: deadlock check");
   for (int d = 0; d < p->ndevices; d++) pr->instructions_all += lower_prog(pr, d)->n;
   lstate_free(&L);
   return dg->errors > before ? NULL : pr;
