@@ -226,14 +226,15 @@ typedef struct lower_opts {
 } lower_opts;
 
 /* Orders every device's sub-operators by the plan's schedule, places the
- * communication, and emits each device's program; checks order and
- * deadlock freedom (rule 3) and dependencies (rule 4). Memory (rule 5) is
- * the validate stage's (validate.h). NULL after diagnostics in dg; the
- * program lives in a. */
+ * communication, and emits each device's program, checking dependencies
+ * (rule 4) as it goes. Order and deadlock freedom (rule 3) and memory
+ * (rule 5) are the validate stage's (validate.h): a program is sound once
+ * validate_program accepts it. NULL after diagnostics in dg; the program
+ * lives in a. */
 weft_program *lower_plan(weft_plan *p, const lower_opts *o, arena *a, weft_diags *dg);
 
 /* Fuses the gradient all-reduces of each group into buckets (plan.h,
- * bucket_bytes); lower_plan calls it before checking the programs. */
+ * bucket_bytes); lower_plan calls it once the programs are emitted. */
 void lower_buckets(arena *a, weft_program *pr);
 
 /* Output. `device` < 0: every device. */

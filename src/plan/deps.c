@@ -1064,7 +1064,7 @@ static void reduce_activation_grads(arena *a, arena *s, weft_plan *p, const trea
     sweep_index csweep = {0}, wsweep = {0};
     int *pdev = NULL, *hit = NULL;
     bool regrouped = false;  /* gradients sent piece by piece to another layout */
-    int *sendmb = NULL, nsendmb = 0, sendcap = 0;  /* per comm from first_t: its micro-batch */
+    VEC(int) sendmb = {0};  /* per comm from first_t: its micro-batch */
     for (int i = 0; i < pp->count; i++) {
       if (done[i]) continue;
       tregion need = wrote[i];
@@ -1142,9 +1142,8 @@ static void reduce_activation_grads(arena *a, arena *s, weft_plan *p, const trea
             cm->dst = d;
             cm->consumer_op = prod;
             cm->why = "the gradient comes back split otherwise than the producer wrote its result";
-            arena_grow(s, (void **)&sendmb, &sendcap, p->ncomms - first_t, sizeof(int));
-            while (nsendmb < p->ncomms - first_t - 1) sendmb[nsendmb++] = -1;
-            sendmb[nsendmb++] = pc->sub >= 0 ? p->subs[pc->sub].microbatch : 0;
+            while (sendmb.n < p->ncomms - first_t - 1) vec_push(s, &sendmb, -1);
+            vec_push(s, &sendmb, pc->sub >= 0 ? p->subs[pc->sub].microbatch : 0);
           }
         }
         regrouped = true;
@@ -1202,12 +1201,12 @@ static void reduce_activation_grads(arena *a, arena *s, weft_plan *p, const trea
     if (regrouped && nsend >= 2) {
       int *ids = arena_alloc(s, sizeof(int) * (size_t)nsend);
       bool *used = arena_alloc(s, (size_t)nsend);
-      for (int i = 0; i < nsend; i++) used[i] = i >= nsendmb || sendmb[i] < 0;
+      for (int i = 0; i < nsend; i++) used[i] = i >= sendmb.n || sendmb.v[i] < 0;
       for (int i = 0; i < nsend; i++) {
         if (used[i]) continue;
-        int mb = sendmb[i], ns = 0;
+        int mb = sendmb.v[i], ns = 0;
         for (int j = i; j < nsend; j++)
-          if (!used[j] && sendmb[j] == mb) used[j] = true, ids[ns++] = first_t + j;
+          if (!used[j] && sendmb.v[j] == mb) used[j] = true, ids[ns++] = first_t + j;
         layout l;
         layout_init(s, &l, p, ids, ns);
         bool *bad = arena_alloc(s, (size_t)(l.n + 1));

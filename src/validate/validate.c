@@ -18,7 +18,6 @@
 
 #include "base/prof.h"
 #include "weft/validate.h"
-#include "weft/workspace.h"
 
 /* ---- order and deadlock (rule 3) ------------------------------------------ */
 
