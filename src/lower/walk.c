@@ -106,15 +106,16 @@ const int *lower_walk_members(lwalk *w, int comm, int *n) {
 }
 
 int lower_walk_meet(lwalk *w, int k, int comm, int epoch) {
-  int n, *arrived = &w->arrived[slot(comm, epoch)];
-  const int *mem = lower_walk_members(w, comm, &n);
-  int r = 0;
+  int n = w->mcount[comm];
+  if (w->moff[comm] < 0) lower_walk_members(w, comm, &n);
+  int *arrived = &w->arrived[slot(comm, epoch)], r = 0;
   if (!w->parked[k]) {
     w->parked[k] = true;
     ++*arrived;
     r |= LW_NEW;
     if (*arrived == n) {
       r |= LW_LAST;
+      const int *mem = w->mpool + w->moff[comm];
       for (int i = 0; i < n; i++)
         if (mem[i] != k) wake(w, mem[i]);
     }
