@@ -58,7 +58,7 @@ STDLIB     := $(sort $(wildcard stdlib/*.plan))
 UNIT_SRC   := $(wildcard tests/unit/test_*.c)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all deps check unit golden diag-coverage docs-check fmt-check examples-check mutate-check editors-check \
+.PHONY: all deps check layers-check unit golden diag-coverage docs-check fmt-check examples-check mutate-check editors-check \
         fold-check calibrate run-check reference-check deps-torch demo bench install fuzz clean
 .DELETE_ON_ERROR:
 
@@ -127,8 +127,12 @@ $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libweft.a
 
 check: deps
 	@$(MAKE) --no-print-directory weft
-	@$(MAKE) --no-print-directory unit golden diag-coverage docs-check fmt-check examples-check fold-check mutate-check editors-check calibrate run-check reference-check
+	@$(MAKE) --no-print-directory layers-check unit golden diag-coverage docs-check fmt-check examples-check fold-check mutate-check editors-check calibrate run-check reference-check
 	@echo "make check: all suites passed"
+
+# the pipeline is one-way: no header of a later stage, no include cycle
+layers-check:
+	@python3 tests/layers_check.py
 
 unit: $(UNIT_BIN)
 	@sh tests/run_unit.sh $(UNIT_BIN)

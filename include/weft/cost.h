@@ -1,6 +1,6 @@
-/* cost.h - what a plan computes and moves, and what that costs on its
+/* cost.h - what a lowered program's works and communication cost on its
  * cluster: a hardware model read from the cluster record, a roofline cost
- * per sub-operator with shape-dependent efficiency, and collective costs by
+ * per work with shape-dependent efficiency, and collective costs by
  * algorithm and group placement. The assumptions are in docs/estimate.md. */
 #ifndef WEFT_COST_H
 #define WEFT_COST_H
@@ -54,29 +54,8 @@ typedef struct kcost {
   int kernels;            /* kernels launched (compute) or 0 */
 } kcost;
 
-/* What a compute, copy or step instruction computes and moves, without
- * the hardware: instructions that do the same work share one (cost.c). */
-typedef struct cwork {
-  uint8_t kind;           /* LI_COMPUTE, LI_COPY or LI_STEP */
-  bool bwd;               /* a backward */
-  bool grad0, grad1;      /* it writes the gradients of arguments 0, 1 */
-  int sub;                /* LI_COMPUTE: a sub-operator of its class (its
-                           * operator, the sizes of its ranges) */
-  int kernels;            /* LI_COPY: its pieces; LI_STEP: 1 */
-  double bytes;           /* read and written (accumulation reads too) */
-} cwork;
-
-/* Works interned: equal works get one id. */
-typedef struct cost_works cost_works;
-cost_works *cost_works_new(void);
-void cost_works_free(cost_works *w);
-/* w moved into a, where no more works can be added; w is freed. */
-cost_works *cost_works_keep(arena *a, cost_works *w);
-int cost_work_of(cost_works *w, const weft_program *pr, const lins *ins);  /* -1: not a compute, copy or step */
-int cost_works_count(const cost_works *w);
-const cwork *cost_work_get(const cost_works *w, int id);
 /* The cost of a work on hw (NULL: symbolic, no time). */
-kcost cost_work(const hw_model *hw, const weft_program *pr, const cwork *w);
+kcost cost_work(const hw_model *hw, const weft_program *pr, const lwork *w);
 /* Cost of a compute, copy or step instruction on hw. */
 kcost cost_compute(const hw_model *hw, const weft_program *pr, const lins *ins);
 
@@ -97,5 +76,8 @@ double cost_backward_factor(const char *kind, int grads, int inputs);
 /* Model FLOPs of one step: forward and backward of every operator once
  * (no recomputation), for the whole batch. */
 double cost_model_flops(const weft_graph *g);
+/* The dtype of the model's matrix products, the one MFU is measured
+ * against (f32 without any). */
+weft_dtype cost_model_dtype(const weft_graph *g);
 
 #endif

@@ -115,7 +115,7 @@ typedef struct lop {
                            * LI_COMPUTE: sub; LI_SEND, LI_RECV, LI_COLLECTIVE:
                            * comm; LI_STEP: tensor; else -1 */
   int aux;                /* LI_COMPUTE, LI_COPY, LI_STEP: its work, what it
-                           * computes and moves (cost.h, cost_work_of);
+                           * computes and moves (lwork, below);
                            * LI_SEND, LI_RECV: peer; else -1. (A compute's
                            * micro-batch is its sub-operator's.) */
   int refs;               /* where its entry is in the program's pool
@@ -185,6 +185,23 @@ typedef struct lcell {
   char kind;
 } lcell;
 
+/* What a compute, copy or step instruction computes and moves, without
+ * the hardware: instructions that do the same work (the parts of a split,
+ * every micro-batch, every layer) share one, which the cost model prices
+ * once (cost.h, cost_work). */
+typedef struct lwork {
+  uint8_t kind;           /* LI_COMPUTE, LI_COPY or LI_STEP */
+  bool bwd;               /* a backward */
+  bool grad0, grad1;      /* it writes the gradients of arguments 0, 1 */
+  int sub;                /* LI_COMPUTE: a sub-operator of its class (its
+                           * operator, the sizes of its ranges) */
+  int kernels;            /* LI_COPY: its pieces; LI_STEP: 1 */
+  double bytes;           /* read and written (accumulation reads too) */
+} lwork;
+
+/* The works of a program, one id each (lop.aux). */
+typedef struct lower_works lower_works;
+
 typedef struct weft_program {
   const weft_plan *p;
   int nprogs;             /* the cluster's devices; a device without work has an empty program */
@@ -197,7 +214,7 @@ typedef struct weft_program {
   lcell *cells;           /* the schedule as a grid, one cell per stage block */
   int ncells, ccap;
   int nslots;
-  struct cost_works *works; /* what computes, copies and steps cost, without the hardware (cost.h) */
+  lower_works *works;     /* what its computes, copies and steps do (lwork) */
   int64_t instructions;   /* over the programs held */
   int64_t instructions_all; /* over all devices, replicas included */
 } weft_program;
@@ -252,6 +269,12 @@ static inline bool lower_same_part(const weft_program *pr, const lins *a, const 
  * refs (in, out and bucket are NULL; nin, nout and nbucket are kept). */
 lins lower_view(const weft_program *pr, const lprog *pg, int i);
 
+int lower_works_count(const lower_works *w);
+const lwork *lower_work_get(const lower_works *w, int id);
+/* The work of a compute, copy or step instruction with its refs (a full
+ * instruction), measured and not kept. */
+lwork lower_work_measure(const weft_program *pr, const lins *ins);
+
 /* What a lowering keeps. */
 typedef struct lower_opts {
   bool full_programs;     /* the full instructions (lprog.ins), for the
@@ -260,20 +283,76 @@ typedef struct lower_opts {
 } lower_opts;
 
 /* Orders every device's sub-operators by the plan's schedule, places the
- * communication, and emits each device's program; checks order and
- * deadlock freedom (rule 3) and dependencies (rule 4). Memory (rule 5) is
- * the validate stage's (validate.h). NULL after diagnostics in dg; the
- * program lives in a. */
+ * communication, and emits each device's program, checking dependencies
+ * (rule 4) as it goes. Order and deadlock freedom (rule 3) and memory
+ * (rule 5) are the validate stage's (validate.h): a program is sound once
+ * validate_program accepts it. NULL after diagnostics in dg; the program
+ * lives in a. */
 weft_program *lower_plan(weft_plan *p, const lower_opts *o, arena *a, weft_diags *dg);
 
 /* Fuses the gradient all-reduces of each group into buckets (plan.h,
- * bucket_bytes); lower_plan calls it before checking the programs. */
+ * bucket_bytes); lower_plan calls it once the programs are emitted. */
 void lower_buckets(arena *a, weft_program *pr);
 
 /* Output. `device` < 0: every device. */
 void lower_print_text(const weft_program *pr, int device, FILE *out);
 void lower_print_json(const weft_program *pr, int device, FILE *out);
 void lower_print_grid(const weft_program *pr, FILE *out);
+
+/* The schedule stage of operator op: the plan's, 0 without stages. */
+static inline int lower_stage_of(const weft_program *pr, int op) {
+  int st = pr->p->ops[op].stage;
+  return st >= 0 ? st : 0;
+}
+
+/* ---- walking the programs together -----------------------------------------
+ * The deadlock check (validate.h) and the simulator (sim.h) both run every
+ * program as far as it can go: a send posts its data and goes on, a
+ * receive waits for it, a broadcast's root posts and its other members
+ * wait, and a collective waits until each of its members has arrived. An
+ * lwalk is what they share: who walks, where each one is, who meets whom
+ * at each (comm, epoch), and whom to go on with next.
+ *
+ * Walkers are the devices with a program of their own that is not empty,
+ * in device order; a data-parallel replica (plan.h, rep) walks as its
+ * representative, and a collective's members are the walkers of its
+ * devices, each once. Walkers go on from a stack, so that the members a
+ * collective or a send frees walk on together, while what they touch is
+ * in the caches; all start on it, walker 0 on top. */
+typedef struct lwalk {
+  const weft_program *pr;
+  int n;                  /* walkers */
+  int *device;            /* per walker: its device */
+  int *walker;            /* per device of the cluster: its walker, or its
+                           * representative's; -1: none */
+  int *pc;                /* per walker: how far it went (in the order the
+                           * caller walks its program), from 0 */
+  /* the rest is the walk's own (lower_walk_*) */
+  int *stack, sp;
+  bool *queued;           /* per walker: on the stack */
+  bool *parked;           /* per walker: counted at the collective it waits at */
+  int *arrived;           /* per (comm, epoch): members counted */
+  bool *posted;           /* per (comm, epoch): a send's or broadcast's data is there */
+  int *moff, *mcount;     /* per comm: its members in mpool (moff -1: not yet found) */
+  int *mpool, mn, mcap;
+  int *stamp, stampv;     /* per walker: to take each member once */
+} lwalk;
+
+void lower_walk_init(lwalk *w, const weft_program *pr);
+void lower_walk_free(lwalk *w);
+/* The walker to go on with, -1 when none can. */
+int lower_walk_next(lwalk *w);
+/* A send, or a broadcast at its root, posts its data: the receivers (the
+ * destination; every member of a broadcast) may go on. */
+void lower_walk_post(lwalk *w, int comm, int epoch);
+bool lower_walk_posted(const lwalk *w, int comm, int epoch);
+/* Walker k at collective (comm, epoch): LW_NEW when this call counted its
+ * arrival, LW_ALL when every member has arrived and k goes on, LW_LAST
+ * when this call made it so (the others may go on); 0: k waits. */
+enum { LW_NEW = 1, LW_ALL = 2, LW_LAST = 4 };
+int lower_walk_meet(lwalk *w, int k, int comm, int epoch);
+/* The members of comm, each once, in the order of its group. */
+const int *lower_walk_members(lwalk *w, int comm, int *n);
 
 /* The largest peak over devices, and its device. */
 int64_t lower_peak(const weft_program *pr, int *device);

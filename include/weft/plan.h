@@ -259,6 +259,8 @@ bool tregion_equal(const tregion *x, const tregion *y);
 bool tregion_contains(const tregion *outer, const tregion *inner);
 /* Intersection; false when empty. */
 bool tregion_intersect(arena *a, const tregion *x, const tregion *y, tregion *out);
+/* Whether the intersection would be non-empty. */
+bool tregion_overlaps(const tregion *x, const tregion *y);
 int64_t tregion_numel(const tregion *r);
 /* "[0:512, 1024:1536)" style text for messages. */
 const char *tregion_str(arena *a, const tregion *r);

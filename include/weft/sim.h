@@ -64,7 +64,8 @@ typedef struct weft_sim {
 enum { SIM_TIMELINE = 1 };
 
 /* Runs the program; NULL only when the programs cannot finish (which
- * lowering already rules out). hw NULL counts FLOPs and bytes only, and
+ * validate_program rules out, walking them the same way: lower.h, lwalk).
+ * hw NULL counts FLOPs and bytes only, and
  * the peaks are the program order's. sim_run keeps the timeline. */
 weft_sim *sim_run(const weft_program *pr, const hw_model *hw);
 weft_sim *sim_run_with(const weft_program *pr, const hw_model *hw, unsigned flags);

@@ -44,8 +44,40 @@ static weft_dtype op_dtype(const weft_graph *g, int op) {
   return g->tensors[o->output].dtype;
 }
 
-static bool uses_tensor_cores(const char *kind) {
-  return kind && (strcmp(kind, "matmul") == 0 || strcmp(kind, "attention") == 0);
+/* ---- operator kinds --------------------------------------------------------
+ * What the cost model knows of an operator kind, the name a graph operator
+ * calls (stdlib/ops.plan). A kind not listed is a streaming kernel
+ * (elementwise, norms, losses): its time is the larger of its FLOPs at the
+ * vector rate and its bytes at the memory's. */
+
+/* How a kind's kernels are timed. */
+enum { OPK_MATMUL, OPK_ATTENTION, OPK_STREAM };
+
+/* kind_cost.bwd of a kind whose backward is one product per operand that
+ * gets a gradient. */
+#define BWD_PER_GRAD (-1.0)
+
+typedef struct kind_cost {
+  const char *kind;
+  int model;              /* OPK_* */
+  bool tensor_cores;      /* runs at the dtype's matrix rate, which the cluster must give */
+  double bwd;             /* backward FLOPs per forward FLOP, or BWD_PER_GRAD */
+} kind_cost;
+
+static const kind_cost kind_costs[] = {
+    {"matmul", OPK_MATMUL, true, BWD_PER_GRAD},
+    {"attention", OPK_ATTENTION, true, 2},     /* four products against the forward's two */
+    {"embedding", OPK_STREAM, false, 0},       /* a scatter-add: traffic, no arithmetic counted */
+    {"optimizer", OPK_STREAM, false, 0},
+};
+
+/* Every other kind: a backward of about twice the forward's FLOPs. */
+static const kind_cost stream_kind = {NULL, OPK_STREAM, false, 2};
+
+static const kind_cost *kind_cost_of(const char *kind) {
+  for (size_t i = 0; kind && i < sizeof kind_costs / sizeof kind_costs[0]; i++)
+    if (strcmp(kind_costs[i].kind, kind) == 0) return &kind_costs[i];
+  return &stream_kind;
 }
 
 bool hw_from_plan(weft_diags *dg, const weft_plan *p, const weft_program *pr, hw_model *hw) {
@@ -96,7 +128,7 @@ bool hw_from_plan(weft_diags *dg, const weft_plan *p, const weft_program *pr, hw
   bool seen[DT_COUNT] = {0};
   for (int op = 0; op < p->g->nops; op++) {
     weft_dtype dt = op_dtype(p->g, op);
-    if (!uses_tensor_cores(p->g->ops[op].kind) || seen[dt]) continue;
+    if (!kind_cost_of(p->g->ops[op].kind)->tensor_cores || seen[dt]) continue;
     seen[dt] = true;
     if (hw->peak[dt] <= 0) {
       ok = false;
@@ -154,12 +186,6 @@ static double stream_time(const hw_model *hw, double flops, double bytes, int ke
   return kernels * hw->launch + (tc > tm ? tc : tm);
 }
 
-static double ref_bytes(const weft_program *pr, const lref *r) {
-  if (r->buf < 0) return 0;
-  const lbuf *b = &pr->bufs[r->buf];
-  return (double)tregion_numel(&r->region) * dtype_bytes[b->dtype] * (b->copies > 0 ? b->copies : 1);
-}
-
 /* Size of the part of idim i a sub-operator covers. */
 static double span(const psub *s, int i) { return (double)(s->range[i].hi - s->range[i].lo); }
 
@@ -171,16 +197,10 @@ static bool tmap_has(const tmap *m, int idim) {
 }
 
 double cost_backward_factor(const char *kind, int grads, int inputs) {
-  if (!kind) return 2;
-  if (strcmp(kind, "matmul") == 0) return grads;  /* one product per operand that gets a gradient */
-  if (strcmp(kind, "attention") == 0) return 2;   /* four products against the forward's two */
-  if (strcmp(kind, "embedding") == 0) return 0;   /* a scatter-add: traffic, no arithmetic counted */
-  if (strcmp(kind, "optimizer") == 0) return 0;
+  const kind_cost *k = kind_cost_of(kind);
   (void)inputs;
-  return 2;                                       /* elementwise, norms, losses: about twice the forward */
+  return k->bwd == BWD_PER_GRAD ? grads : k->bwd;
 }
-
-static bool is_kind(const gop *o, const char *k) { return o->kind && strcmp(o->kind, k) == 0; }
 
 /* Matrix operands of a matmul-kind operator: its first two inputs. */
 static int matmul_grads_graph(const weft_graph *g, const gop *o) {
@@ -196,20 +216,26 @@ double cost_model_flops(const weft_graph *g) {
   double total = 0;
   for (int i = 0; i < g->nops; i++) {
     const gop *o = &g->ops[i];
-    int grads = is_kind(o, "matmul") ? matmul_grads_graph(g, o) : 1;
+    int grads = kind_cost_of(o->kind)->bwd == BWD_PER_GRAD ? matmul_grads_graph(g, o) : 1;
     total += o->flops * (1 + cost_backward_factor(o->kind, grads, o->ninputs));
   }
   return total;
 }
 
+weft_dtype cost_model_dtype(const weft_graph *g) {
+  for (int i = 0; i < g->nops; i++)
+    if (kind_cost_of(g->ops[i].kind)->model == OPK_MATMUL)
+      for (int k = 0; k < g->ops[i].ninputs; k++)
+        if (dtype_is_float(g->tensors[g->ops[i].inputs[k]].dtype)) return g->tensors[g->ops[i].inputs[k]].dtype;
+  return DT_F32;
+}
+
 /* What the cost of a compute instruction takes from its sub-operator and
  * operator: the same for every instruction that runs the sub-operator
  * (each micro-batch, forward, recomputation and backward). */
-enum { OPK_MATMUL, OPK_ATTENTION, OPK_OTHER };
-
 typedef struct subgeo {
   int op;                 /* -1: not filled yet */
-  int kind;               /* OPK_* */
+  int model;              /* OPK_*, of its kind */
   weft_dtype dt;
   double frac;            /* the part of the operator's iteration space it covers */
   double a, b, c;         /* matmul: m, n, k; attention: sq, dh, batch */
@@ -225,7 +251,8 @@ static void subgeo_fill(const weft_plan *p, const psub *s, subgeo *g) {
   g->frac = frac;
   g->dt = op_dtype(p->g, s->op);
   g->a = g->b = g->c = 0;
-  if (is_kind(o, "matmul") && sp->ninputs >= 2) {
+  int model = kind_cost_of(o->kind)->model;
+  if (model == OPK_MATMUL && sp->ninputs >= 2) {
     /* m: result idims the first operand has; n: the others; k: reductions */
     double m = 1, n = 1, kk = 1;
     for (int i = 0; i < sp->nidims; i++) {
@@ -235,9 +262,9 @@ static void subgeo_fill(const weft_plan *p, const psub *s, subgeo *g) {
         else n *= span(s, i);
       }
     }
-    g->kind = OPK_MATMUL;
+    g->model = OPK_MATMUL;
     g->a = m; g->b = n; g->c = kk;
-  } else if (is_kind(o, "attention")) {
+  } else if (model == OPK_ATTENTION) {
     double sq = 0, dh = 0, batch = 1;
     for (int i = 0; i < sp->nidims; i++) {
       const char *sig = sp->idims[i].sig;
@@ -245,14 +272,14 @@ static void subgeo_fill(const weft_plan *p, const psub *s, subgeo *g) {
       else if (strcmp(sig, "dh") == 0) dh = span(s, i);
       else if (tmap_has(&sp->output, i)) batch *= span(s, i);
     }
-    g->kind = OPK_ATTENTION;
+    g->model = OPK_ATTENTION;
     g->a = sq; g->b = dh; g->c = batch;
   } else {
-    g->kind = OPK_OTHER;
+    g->model = OPK_STREAM;
   }
 }
 
-static kcost compute_cost_geo(const hw_model *hw, const weft_program *pr, const cwork *w, const subgeo *g) {
+static kcost compute_cost_geo(const hw_model *hw, const weft_program *pr, const lwork *w, const subgeo *g) {
   kcost k = {0};
   const weft_plan *p = pr->p;
   const gop *o = &p->g->ops[g->op];
@@ -260,7 +287,7 @@ static kcost compute_cost_geo(const hw_model *hw, const weft_program *pr, const 
   weft_dtype dt = g->dt;
   bool bwd = w->bwd;
   double t = 0;
-  if (g->kind == OPK_MATMUL) {
+  if (g->model == OPK_MATMUL) {
     double m = g->a, n = g->b, kk = g->c;
     if (!bwd) {
       t += gemm_time(hw, dt, 1, m, n, kk, &k.flops, &k.bytes);
@@ -272,7 +299,7 @@ static kcost compute_cost_geo(const hw_model *hw, const weft_program *pr, const 
     /* the operator's own count (bias terms and the like) is what the model says */
     double own = o->flops * frac * (bwd ? cost_backward_factor(o->kind, w->grad0 + w->grad1, 0) : 1);
     if (own > k.flops) k.flops = own;
-  } else if (g->kind == OPK_ATTENTION) {
+  } else if (g->model == OPK_ATTENTION) {
     /* softmax(q k^T) v per batch element and head: two batched products,
      * with the scores between them in memory unless the kernel is fused */
     double sq = g->a, dh = g->b, batch = g->c;
@@ -306,320 +333,7 @@ static kcost compute_cost_geo(const hw_model *hw, const weft_program *pr, const 
   return k;
 }
 
-/* ---- works: what an instruction computes and moves ------------------------
- * The cost of a compute is a function of its operator, the sizes of the
- * ranges its sub-operator covers (its FLOPs and shapes follow from them),
- * its direction, the gradients it writes and the bytes of the regions it
- * reads and writes; of a copy or a step, of the bytes it moves. That much,
- * without the hardware, is a work; instructions that do the same work (the
- * parts of a split, every micro-batch, every layer) share one, and the
- * simulation prices each work once. GPT-3 on 1024 devices: 1.5 million
- * computes, a few thousand works. */
-
-/* The work of ins, not yet interned. */
-static cwork work_from(const weft_program *pr, const lins *ins) {
-  cwork w = {.kind = ins->kind, .sub = -1, .bwd = ins->dir == DIR_BACKWARD};
-  double in = 0, out = 0;
-  for (int i = 0; i < ins->nin; i++) in += ref_bytes(pr, &ins->in[i]);
-  switch (ins->kind) {
-  case LI_COMPUTE:
-    w.sub = ins->sub;
-    for (int i = 0; i < ins->nout; i++) {
-      const lref *r = &ins->out[i];
-      out += ref_bytes(pr, r) * (r->buf >= 0 && ins->accumulate ? 2 : 1);
-      if (r->buf >= 0 && r->arg == 0) w.grad0 = true;
-      if (r->buf >= 0 && r->arg == 1) w.grad1 = true;
-    }
-    w.bytes = in + out;
-    break;
-  case LI_COPY:
-    /* every piece read and written once */
-    w.bytes = 2 * in;
-    w.kernels = ins->nin;
-    break;
-  case LI_STEP:
-    /* reads the gradient, reads and writes the parameter and the state */
-    for (int i = 0; i < ins->nout; i++) out += ref_bytes(pr, &ins->out[i]);
-    w.bytes = in + 2 * out;
-    w.kernels = 1;
-    break;
-  default: break;
-  }
-  return w;
-}
-
-typedef struct wpattern {
-  int cls;
-  int dir_acc;            /* backward: 2, plus accumulate: 1 */
-  int nin, nout;
-  uint64_t inmask;        /* the inputs it reads (buf >= 0), by position */
-  uint64_t outargs;       /* what it writes: the gradients of arguments (bit k), its result (bit 63) */
-} wpattern;
-
-/* An index over the entries 0..n-1 of some array: open addressing by
- * each entry's hash, the hashes kept for growing. */
-typedef struct itab {
-  int *slot;              /* per position: an entry, -1 empty */
-  uint64_t *hash;         /* per entry */
-  int cap, n, hcap;       /* positions (a power of 2), entries */
-} itab;
-
-/* The position of the entry with hash h that same(ctx, entry) accepts, or
- * of the empty slot where it goes (itab_add). */
-static int itab_find(itab *t, uint64_t h, bool (*same)(const void *ctx, int e), const void *ctx) {
-  if (2 * (t->n + 1) > t->cap) {
-    int ncap = t->cap ? 2 * t->cap : 1024;
-    free(t->slot);
-    t->slot = malloc(sizeof(int) * (size_t)ncap);
-    if (!t->slot) weft_oom();
-    for (int i = 0; i < ncap; i++) t->slot[i] = -1;
-    t->cap = ncap;
-    for (int e = 0; e < t->n; e++) {
-      int q = (int)(t->hash[e] & (uint64_t)(ncap - 1));
-      while (t->slot[q] >= 0) q = (q + 1) & (ncap - 1);
-      t->slot[q] = e;
-    }
-  }
-  int q = (int)(h & (uint64_t)(t->cap - 1));
-  while (t->slot[q] >= 0 && !(t->hash[t->slot[q]] == h && same(ctx, t->slot[q]))) q = (q + 1) & (t->cap - 1);
-  return q;
-}
-
-/* Entry n (the next) at position q, found empty by itab_find. */
-static int itab_add(itab *t, int q, uint64_t h) {
-  if (t->n == t->hcap) {
-    t->hcap = t->hcap ? 2 * t->hcap : 256;
-    t->hash = realloc(t->hash, sizeof(uint64_t) * (size_t)t->hcap);
-    if (!t->hash) weft_oom();
-  }
-  t->hash[t->n] = h;
-  t->slot[q] = t->n;
-  return t->n++;
-}
-
-static void itab_free(itab *t) {
-  free(t->slot);
-  free(t->hash);
-}
-
-/* An array grown to hold n + 1 elements. */
-static void *grow(void *v, int *cap, int n, size_t elem) {
-  if (n < *cap) return v;
-  *cap = *cap ? 2 * *cap : 256;
-  v = realloc(v, elem * (size_t)*cap);
-  if (!v) weft_oom();
-  return v;
-}
-
-struct cost_works {
-  cwork *v;
-  int n, cap;
-  itab works;
-  /* classes of sub-operators: those of one operator with equal sizes */
-  int *cls;               /* per sub */
-  int nsubs;
-  int *crep;              /* per class: its first sub */
-  int ncls, ccap;
-  itab classes;
-  /* the works of computes by pattern: class, direction, accumulation and
-   * which arguments are read and written; the regions, and so the bytes,
-   * follow from the class (docs/program.md), so an instruction whose
-   * pattern is known is not measured again */
-  wpattern *pat;
-  int *pwork;             /* per pattern: its work */
-  int npat, patcap, pwcap;
-  itab patterns;
-};
-
-static uint64_t mix64(uint64_t h) {
-  h ^= h >> 31;
-  h *= 0x7FB5D329728EA185ull;
-  h ^= h >> 27;
-  h *= 0x81DADEF4BC2DD44Dull;
-  h ^= h >> 33;
-  return h;
-}
-
-static bool same_sizes(const weft_plan *p, int x, int y) {
-  const psub *a = &p->subs[x], *b = &p->subs[y];
-  if (a->op != b->op) return false;
-  const opspace *sp = p->ops[a->op].space;
-  for (int i = 0; i < sp->nidims; i++)
-    if (a->range[i].hi - a->range[i].lo != b->range[i].hi - b->range[i].lo) return false;
-  return true;
-}
-
-static uint64_t sizes_hash(const weft_plan *p, int sub) {
-  const psub *s = &p->subs[sub];
-  uint64_t h = mix64((uint64_t)(uint32_t)s->op + 1);
-  const opspace *sp = p->ops[s->op].space;
-  for (int i = 0; i < sp->nidims; i++) h = mix64(h ^ (uint64_t)(s->range[i].hi - s->range[i].lo));
-  return h;
-}
-
-typedef struct class_key {
-  const cost_works *ws;
-  const weft_plan *p;
-  int sub;
-} class_key;
-
-static bool same_class(const void *ctx, int c) {
-  const class_key *k = ctx;
-  return same_sizes(k->p, k->ws->crep[c], k->sub);
-}
-
-static int find_class(cost_works *ws, const weft_plan *p, int sub) {
-  uint64_t h = sizes_hash(p, sub);
-  class_key k = {ws, p, sub};
-  int q = itab_find(&ws->classes, h, same_class, &k);
-  if (ws->classes.slot[q] >= 0) return ws->classes.slot[q];
-  ws->crep = grow(ws->crep, &ws->ccap, ws->ncls, sizeof(int));
-  ws->crep[ws->ncls++] = sub;
-  return itab_add(&ws->classes, q, h);
-}
-
-/* The class of sub-operator sub. Those of all are found at the first call,
- * in the order the sub-operators lie in memory. */
-static int class_of(cost_works *ws, const weft_plan *p, int sub) {
-  if (ws->nsubs != p->nsubs) {
-    free(ws->cls);
-    ws->nsubs = p->nsubs;
-    ws->cls = malloc(sizeof(int) * (size_t)(ws->nsubs ? ws->nsubs : 1));
-    if (!ws->cls) weft_oom();
-    /* neighbours are often of one class (the parts of a split) */
-    for (int i = 0; i < ws->nsubs; i++)
-      ws->cls[i] = i > 0 && same_sizes(p, i - 1, i) ? ws->cls[i - 1] : find_class(ws, p, i);
-  }
-  return ws->cls[sub];
-}
-
-/* A work's class is in w->sub while it is looked up: the sub-operator
- * that stands for the class goes in when the works are kept. */
-static uint64_t work_hash(const cwork *w) {
-  uint64_t bits;
-  memcpy(&bits, &w->bytes, sizeof bits);
-  uint64_t h = mix64(((uint64_t)w->kind << 3 | (uint64_t)w->bwd << 2 | (uint64_t)w->grad0 << 1 | (uint64_t)w->grad1) ^
-                     (uint64_t)(uint32_t)w->sub << 8 ^ (uint64_t)(uint32_t)w->kernels << 40);
-  return mix64(h ^ bits);
-}
-
-typedef struct work_key {
-  const cost_works *ws;
-  const cwork *w;
-} work_key;
-
-static bool same_work(const void *ctx, int e) {
-  const work_key *k = ctx;
-  const cwork *x = &k->ws->v[e], *y = k->w;
-  return x->kind == y->kind && x->bwd == y->bwd && x->grad0 == y->grad0 && x->grad1 == y->grad1 &&
-         x->bytes == y->bytes && x->kernels == y->kernels && x->sub == y->sub;
-}
-
-cost_works *cost_works_new(void) {
-  cost_works *w = calloc(1, sizeof *w);
-  if (!w) weft_oom();
-  return w;
-}
-
-void cost_works_free(cost_works *w) {
-  if (!w) return;
-  free(w->v);
-  itab_free(&w->works);
-  free(w->cls);
-  free(w->crep);
-  itab_free(&w->classes);
-  free(w->pat);
-  free(w->pwork);
-  itab_free(&w->patterns);
-  free(w);
-}
-
-cost_works *cost_works_keep(arena *a, cost_works *w) {
-  cost_works *k = arena_alloc(a, sizeof *k);
-  memset(k, 0, sizeof *k);
-  k->n = k->cap = w->n;
-  k->v = arena_alloc(a, sizeof(cwork) * (size_t)(w->n ? w->n : 1));
-  if (w->n) memcpy(k->v, w->v, sizeof(cwork) * (size_t)w->n);
-  /* each work names the first sub-operator of its class */
-  for (int i = 0; i < k->n; i++)
-    if (k->v[i].sub >= 0) k->v[i].sub = w->crep[k->v[i].sub];
-  cost_works_free(w);
-  return k;
-}
-
-int cost_works_count(const cost_works *w) { return w ? w->n : 0; }
-
-const cwork *cost_work_get(const cost_works *w, int id) { return &w->v[id]; }
-
-/* The pattern of a compute; false when it has none (more than 63 arguments). */
-static bool pattern_of(cost_works *ws, const weft_program *pr, const lins *ins, wpattern *k) {
-  if (ins->kind != LI_COMPUTE || ins->nin > 64 || ins->nout > 64) return false;
-  memset(k, 0, sizeof *k);
-  k->cls = class_of(ws, pr->p, ins->sub);
-  k->dir_acc = (ins->dir == DIR_BACKWARD ? 2 : 0) | (ins->accumulate ? 1 : 0);
-  k->nin = ins->nin;
-  k->nout = ins->nout;
-  for (int i = 0; i < ins->nin; i++)
-    if (ins->in[i].buf >= 0) k->inmask |= 1ull << i;
-  for (int i = 0; i < ins->nout; i++) {
-    if (ins->out[i].buf < 0) continue;
-    int a = ins->out[i].arg;   /* -1: the result */
-    if (a >= 63) return false;
-    k->outargs |= 1ull << (a < 0 ? 63 : a);
-  }
-  return true;
-}
-
-static uint64_t pattern_hash(const wpattern *k) {
-  return mix64(mix64((uint64_t)(uint32_t)k->cls << 8 ^ (uint64_t)k->dir_acc ^ (uint64_t)(uint32_t)k->nin << 40 ^
-                     (uint64_t)(uint32_t)k->nout << 52) ^
-               mix64(k->inmask) ^ k->outargs);
-}
-
-typedef struct pattern_key {
-  const cost_works *ws;
-  const wpattern *k;
-} pattern_key;
-
-static bool same_pattern(const void *ctx, int e) {
-  const pattern_key *pk = ctx;
-  const wpattern *x = &pk->ws->pat[e], *y = pk->k;
-  return x->cls == y->cls && x->dir_acc == y->dir_acc && x->nin == y->nin && x->nout == y->nout &&
-         x->inmask == y->inmask && x->outargs == y->outargs;
-}
-
-/* The work of ins, measured, among the works. */
-static int intern_work(cost_works *ws, const weft_program *pr, const lins *ins) {
-  cwork w = work_from(pr, ins);
-  if (w.sub >= 0) w.sub = class_of(ws, pr->p, w.sub);
-  uint64_t h = work_hash(&w);
-  work_key k = {ws, &w};
-  int q = itab_find(&ws->works, h, same_work, &k);
-  if (ws->works.slot[q] >= 0) return ws->works.slot[q];
-  ws->v = grow(ws->v, &ws->cap, ws->n, sizeof(cwork));
-  ws->v[ws->n++] = w;
-  return itab_add(&ws->works, q, h);
-}
-
-int cost_work_of(cost_works *ws, const weft_program *pr, const lins *ins) {
-  if (ins->kind != LI_COMPUTE && ins->kind != LI_COPY && ins->kind != LI_STEP) return -1;
-  wpattern k;
-  if (!pattern_of(ws, pr, ins, &k)) return intern_work(ws, pr, ins);
-  uint64_t h = pattern_hash(&k);
-  pattern_key pk = {ws, &k};
-  int q = itab_find(&ws->patterns, h, same_pattern, &pk);
-  if (ws->patterns.slot[q] >= 0) return ws->pwork[ws->patterns.slot[q]];
-  int work = intern_work(ws, pr, ins);
-  /* (intern_work touched other tables only: q is still the empty slot) */
-  ws->pat = grow(ws->pat, &ws->patcap, ws->npat, sizeof(wpattern));
-  ws->pwork = grow(ws->pwork, &ws->pwcap, ws->npat, sizeof(int));
-  ws->pat[ws->npat] = k;
-  ws->pwork[ws->npat++] = work;
-  itab_add(&ws->patterns, q, h);
-  return work;
-}
-
-kcost cost_work(const hw_model *hw, const weft_program *pr, const cwork *w) {
+kcost cost_work(const hw_model *hw, const weft_program *pr, const lwork *w) {
   kcost k = {0};
   switch (w->kind) {
   case LI_COMPUTE: {
@@ -645,7 +359,7 @@ kcost cost_work(const hw_model *hw, const weft_program *pr, const cwork *w) {
 
 kcost cost_compute(const hw_model *hw, const weft_program *pr, const lins *ins) {
   if (ins->kind != LI_COMPUTE && ins->kind != LI_COPY && ins->kind != LI_STEP) return (kcost){0};
-  cwork w = work_from(pr, ins);
+  lwork w = lower_work_measure(pr, ins);
   return cost_work(hw, pr, &w);
 }
 

@@ -2,26 +2,24 @@
  * issues its instructions in program order onto streams (compute, activation
  * collectives, sends, receives, parameter collectives); an instruction starts
  * when its stream is free and the buffers it reads were last written. Every
- * device is walked as far as it can go; a collective waits until all its
- * members reached it, a receive until its send was issued. The memory
- * timeline it gives is also what lowering's memory rule checks. */
+ * device is walked as far as it can go (lower.h, lwalk); a collective waits
+ * until all its members reached it, a receive until its send was issued.
+ * The memory timeline it gives is also what the memory rule checks
+ * (validate.h). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/vec.h"
 #include "weft/sim.h"
 #include "weft/units.h"
 
 const char *const sim_stream_names[SS_COUNT] = {"compute", "collective", "send", "recv", "gradients"};
 
-/* ---- representatives ----------------------------------------------------
- * Lowering may keep programs only for representative devices: a device
+/* Lowering may keep programs only for representative devices: a device
  * whose program is that of its representative with devices renamed (a
- * data-parallel replica, plan.h `rep`). Every access to a device's program
- * and to the representative map goes through these two helpers. */
+ * data-parallel replica, plan.h `rep`). */
 static int sim_rep(const weft_program *pr, int d) { return pr->p->rep ? pr->p->rep[d] : d; }
-
-static const lprog *sim_prog(const weft_program *pr, int d) { return lower_prog(pr, d); }
 
 /* ---- state --------------------------------------------------------------- */
 
@@ -34,15 +32,11 @@ typedef struct bstate {
 } bstate;
 
 typedef struct cstate {   /* one collective instance (comm, epoch) */
-  int expected, arrived;
   double arrive;          /* latest arrival */
-  bool done;
   double start, end;
-  int *members;           /* simulated members (SS_GRAD: for the joint placement) */
 } cstate;
 
-typedef struct sstate {   /* one send (comm, epoch) */
-  bool sent;
+typedef struct sstate {   /* one send (comm, epoch), once posted */
   double start, arrive;
 } sstate;
 
@@ -50,10 +44,7 @@ typedef struct ivl {
   double a, b;
 } ivl;
 
-typedef struct gaps {     /* busy intervals of a device's SS_GRAD stream, sorted */
-  ivl *v;
-  int n, cap;
-} gaps;
+typedef VEC(ivl) gaps;      /* busy intervals of a device's SS_GRAD stream, sorted */
 
 /* An event of the memory timeline: a buffer becomes live (at >= 0, the
  * instruction that makes it live) or stops being live (at < 0). A buffer of
@@ -64,35 +55,29 @@ typedef struct memev {
   int at;                 /* live from then: the instruction that makes it so; -1: a free */
 } memev;
 
-/* Per simulated device: where its walk is and what its streams hold. */
+/* Per simulated device (a walker of the lwalk): the order of its walk and
+ * what its streams hold. */
 typedef struct dstate {
-  int pc;                 /* position in its walk */
   int last;               /* walk positions 0 .. last are program indices; after, tail */
   int *tail;              /* the reordered tail of the program (walk_order) */
-  bool parked;            /* registered at the collective it waits on */
   bool p2p;               /* its program has a receive */
   double free_at[SS_COUNT];
   double clock;           /* latest start issued on the device */
   gaps grad;
-  memev *mev;
-  int nmev, mevcap;
+  VEC(memev) mev;
 } dstate;
 
 typedef struct sim {
   weft_sim *out;
   const weft_program *pr;
   const hw_model *hw;
+  lwalk walk;             /* who walks, where, and who meets whom */
   bool timeline;          /* SIM_TIMELINE: per-instruction times and the memory timeline */
   bool events;            /* memory events are recorded (with times, or for the timeline) */
   bstate *bufs;
   cstate *colls;          /* per comm * 2 + epoch */
   sstate *sends;
   dstate *ds;             /* per simulated device */
-  int *stamp;             /* scratch for deduplicating members */
-  int stampv;
-  int *stack;             /* devices to walk on */
-  bool *queued;           /* on the stack */
-  int sp;
   kcost *wcost;           /* per work (lop.aux): its cost, once computed */
   bool *wcosted;
   signed char *comm_stream; /* per comm: the stream its collective runs on */
@@ -109,13 +94,8 @@ static void *xcalloc(size_t n, size_t sz) {
 
 static void mem_push(sim *S, dstate *ds, double t, int buf, int at) {
   if (!S->events) return;
-  if (ds->nmev == ds->mevcap) {
-    ds->mevcap = ds->mevcap ? 2 * ds->mevcap : 64;
-    ds->mev = realloc(ds->mev, sizeof(memev) * (size_t)ds->mevcap);
-    if (!ds->mev) weft_oom();
-  }
   /* a buffer of no bytes changes nothing: it sorts with the frees */
-  ds->mev[ds->nmev++] = (memev){t, buf, at >= 0 && S->pr->bufs[buf].bytes > 0 ? at : -1};
+  vec_push(NULL, &ds->mev, ((memev){t, buf, at >= 0 && S->pr->bufs[buf].bytes > 0 ? at : -1}));
 }
 
 /* The stream a collective of phase ph runs on. */
@@ -135,7 +115,7 @@ static int stream_of(const sim *S, const lop *in) {
 /* The cost of a compute, copy or step: that of its work. */
 static kcost work_cost(sim *S, int w) {
   if (!S->wcosted[w]) {
-    S->wcost[w] = cost_work(S->hw, S->pr, cost_work_get(S->pr->works, w));
+    S->wcost[w] = cost_work(S->hw, S->pr, lower_work_get(S->pr->works, w));
     S->wcosted[w] = true;
   }
   return S->wcost[w];
@@ -213,52 +193,20 @@ static double fit(const gaps *g, double t, double dur) {
 }
 
 static void occupy(gaps *g, double a, double b) {
-  if (g->n == g->cap) {
-    g->cap = g->cap ? 2 * g->cap : 32;
-    g->v = realloc(g->v, sizeof(ivl) * (size_t)g->cap);
-    if (!g->v) weft_oom();
-  }
+  vec_reserve(NULL, g, g->n + 1);
   int i = g->n;
   while (i > 0 && g->v[i - 1].a > a) { g->v[i] = g->v[i - 1]; i--; }
   g->v[i] = (ivl){a, b};
   g->n++;
 }
 
-/* The simulated members of a collective: members mapped to their
- * representatives, each once. */
-static int sim_members(sim *S, const pcomm *cm, int *out) {
-  int n = 0;
-  S->stampv++;
-  for (int i = 0; i < cm->ngroup; i++) {
-    int r = sim_rep(S->pr, cm->group[i]);
-    if (r < 0 || r >= S->pr->nprogs || S->out->index[r] < 0) continue;
-    int k = S->out->index[r];
-    if (S->stamp[k] == S->stampv) continue;
-    S->stamp[k] = S->stampv;
-    out[n++] = k;
-  }
-  return n;
-}
-
-/* Simulated device k may go on. */
-static void wake(sim *S, int k) {
-  if (k < 0 || S->queued[k]) return;
-  S->queued[k] = true;
-  S->stack[S->sp++] = k;
-}
-
-/* The simulated device of device d, -1 none. */
-static int sim_index(const sim *S, int d) {
-  int r = sim_rep(S->pr, d);
-  return r >= 0 && r < S->pr->nprogs ? S->out->index[r] : -1;
-}
-
-/* Runs the instruction at walk position ds->pc of simulated device k; false
+/* Runs the instruction at walk position walk.pc[k] of simulated device k; false
  * when it must wait for another device. */
 static bool step_ins(sim *S, int k, const lprog *pg) {
   sim_dev *D = &S->out->dev[k];
   dstate *ds = &S->ds[k];
-  int pc = ds->pc <= ds->last ? ds->pc : ds->tail[ds->pc - ds->last - 1];
+  int wpc = S->walk.pc[k];
+  int pc = wpc <= ds->last ? wpc : ds->tail[wpc - ds->last - 1];
   const lop *in = &pg->ops[pc];
   const int *pool = pg->pool;
   const weft_plan *p = S->pr->p;
@@ -328,13 +276,9 @@ static bool step_ins(sim *S, int k, const lprog *pg) {
     D->sent[1] += c.net_bytes[1];
     D->sent_kind[cm->kind] += c.net_bytes[0] + c.net_bytes[1];
     sstate *ss = &S->sends[in->id * 2 + (in->epoch ? 1 : 0)];
-    ss->sent = true;
     ss->start = start;
     ss->arrive = end;
-    if (p->comms[in->id].kind == COMM_BROADCAST)
-      for (int i = 0; i < cm->ngroup; i++) wake(S, sim_index(S, cm->group[i]));
-    else
-      wake(S, sim_index(S, in->aux));
+    lower_walk_post(&S->walk, in->id, in->epoch);
     t0 = start;
     t1 = end;
     break;
@@ -347,7 +291,7 @@ static bool step_ins(sim *S, int k, const lprog *pg) {
     if (ready > posted) posted = ready;
     double arrive = posted, from = posted;
     int peer = sim_rep(S->pr, in->aux);
-    if (ss->sent) {
+    if (lower_walk_posted(&S->walk, in->id, in->epoch)) {
       arrive = ss->arrive > posted ? ss->arrive : posted;
       from = ss->start > posted ? ss->start : posted;
     } else if (peer == in->aux) {
@@ -366,38 +310,31 @@ static bool step_ins(sim *S, int k, const lprog *pg) {
     const pcomm *cm = &p->comms[in->id];
     cstate *cs = &S->colls[in->id * 2 + (in->epoch ? 1 : 0)];
     kcost c = lop_nbucket(pool, in) ? bucket_cost(S, pool, in) : comm_cost(S, in->id);
-    if (!cs->done) {
-      if (!ds->parked) {
-        if (!cs->members) {
-          cs->members = xcalloc((size_t)cm->ngroup, sizeof(int));
-          cs->expected = sim_members(S, cm, cs->members);
-        }
-        double ready = inputs_ready(S, pool, in, &cause);
-        double arrive = st == SS_GRAD ? ready : (ready > ds->free_at[st] ? ready : ds->free_at[st]);
-        if (arrive > cs->arrive) cs->arrive = arrive;
-        cs->arrived++;
-        ds->parked = true;
-      }
-      if (cs->arrived < cs->expected) return false;
+    int met = lower_walk_meet(&S->walk, k, in->id, in->epoch);
+    if (met & LW_NEW) {
+      double ready = inputs_ready(S, pool, in, &cause);
+      double arrive = st == SS_GRAD ? ready : (ready > ds->free_at[st] ? ready : ds->free_at[st]);
+      if (arrive > cs->arrive) cs->arrive = arrive;
+    }
+    if (!(met & LW_ALL)) return false;
+    if (met & LW_LAST) {
       double start = cs->arrive;
       if (st == SS_GRAD) {
         /* the earliest time free on every member's stream */
+        int nm;
+        const int *mem = lower_walk_members(&S->walk, in->id, &nm);
         for (bool moved = true; moved;) {
           moved = false;
-          for (int i = 0; i < cs->expected; i++) {
-            double t = fit(&S->ds[cs->members[i]].grad, start, c.seconds);
+          for (int i = 0; i < nm; i++) {
+            double t = fit(&S->ds[mem[i]].grad, start, c.seconds);
             if (t > start) { start = t; moved = true; }
           }
         }
-        for (int i = 0; i < cs->expected; i++) occupy(&S->ds[cs->members[i]].grad, start, start + c.seconds);
+        for (int i = 0; i < nm; i++) occupy(&S->ds[mem[i]].grad, start, start + c.seconds);
       }
       cs->start = start;
       cs->end = start + c.seconds;
-      cs->done = true;
-      for (int i = 0; i < cs->expected; i++)
-        if (cs->members[i] != k) wake(S, cs->members[i]);
     }
-    ds->parked = false;
     touch_all(S, ds, pc, pool, in, cs->start, cs->end);
     if (cs->end > ds->free_at[st]) ds->free_at[st] = cs->end;
     D->busy[st] += c.seconds;
@@ -481,11 +418,11 @@ static void memory_timeline(sim *S, int k) {
   sim_dev *D = &S->out->dev[k];
   dstate *ds = &S->ds[k];
   const lbuf *bufs = S->pr->bufs;
-  memev_sort(ds->mev, ds->nmev);
-  if (S->timeline) D->mem = xcalloc((size_t)ds->nmev, sizeof(sim_mem));
+  memev_sort(ds->mev.v, ds->mev.n);
+  if (S->timeline) D->mem = xcalloc((size_t)ds->mev.n, sizeof(sim_mem));
   int64_t live = 0, by_role[LB_ROLE_COUNT] = {0};
-  for (int i = 0; i < ds->nmev; i++) {
-    const memev *ev = &ds->mev[i];
+  for (int i = 0; i < ds->mev.n; i++) {
+    const memev *ev = &ds->mev.v[i];
     const lbuf *b = &bufs[ev->buf];
     int64_t delta = ev->at >= 0 ? b->bytes : -b->bytes;
     live += delta;
@@ -545,31 +482,25 @@ weft_sim *sim_run_with(const weft_program *pr, const hw_model *hw, unsigned flag
   hw = out->hw;
   bool timeline = (flags & SIM_TIMELINE) != 0;
   int nd = pr->nprogs;
+  sim S = {0};
+  lower_walk_init(&S.walk, pr);
+  out->ndev = S.walk.n;
   out->index = xcalloc((size_t)nd, sizeof(int));
-  for (int d = 0; d < nd; d++) out->index[d] = -1;
-  for (int d = 0; d < nd; d++)
-    if (sim_rep(pr, d) == d && sim_prog(pr, d)->n > 0) out->index[d] = out->ndev++;
+  memcpy(out->index, S.walk.walker, sizeof(int) * (size_t)nd);
   out->dev = xcalloc((size_t)out->ndev, sizeof(sim_dev));
-  for (int d = 0; d < nd; d++) {
-    int r = sim_rep(pr, d);
-    if (out->index[d] >= 0) {
-      sim_dev *D = &out->dev[out->index[d]];
-      D->device = d;
-      D->n = sim_prog(pr, d)->n;
-      D->peak_at = -1;
-      if (timeline) {
-        D->start = xcalloc((size_t)D->n, sizeof(double));
-        D->end = xcalloc((size_t)D->n, sizeof(double));
-        D->stream = xcalloc((size_t)D->n, 1);
-      }
-    } else if (r >= 0 && r < nd && r != d) {
-      out->index[d] = out->index[r];
+  for (int k = 0; k < out->ndev; k++) {
+    sim_dev *D = &out->dev[k];
+    D->device = S.walk.device[k];
+    D->n = lower_prog(pr, D->device)->n;
+    D->peak_at = -1;
+    if (timeline) {
+      D->start = xcalloc((size_t)D->n, sizeof(double));
+      D->end = xcalloc((size_t)D->n, sizeof(double));
+      D->stream = xcalloc((size_t)D->n, 1);
     }
   }
   for (int d = 0; d < nd; d++)
     if (out->index[d] >= 0) { out->dev[out->index[d]].weight++; out->devices_used++; }
-
-  sim S = {0};
   S.out = out;
   S.pr = pr;
   S.hw = hw;
@@ -584,17 +515,12 @@ weft_sim *sim_run_with(const weft_program *pr, const hw_model *hw, unsigned flag
   int n = out->ndev;
   S.ds = xcalloc((size_t)n, sizeof(dstate));
   for (int k = 0; k < n; k++) {
-    const lprog *pg = sim_prog(pr, out->dev[k].device);
+    const lprog *pg = lower_prog(pr, out->dev[k].device);
     walk_order(pr->p, pg, &S.ds[k]);
     /* a buffer makes at most two events: its allocation and its free */
-    if (S.events && pg->buf_hi > pg->buf_lo) {
-      S.ds[k].mevcap = 2 * (pg->buf_hi - pg->buf_lo) + 2;
-      S.ds[k].mev = malloc(sizeof(memev) * (size_t)S.ds[k].mevcap);
-      if (!S.ds[k].mev) weft_oom();
-    }
+    if (S.events && pg->buf_hi > pg->buf_lo) vec_reserve(NULL, &S.ds[k].mev, 2 * (pg->buf_hi - pg->buf_lo) + 2);
   }
-  S.stamp = xcalloc((size_t)n, sizeof(int));
-  int nworks = cost_works_count(pr->works);
+  int nworks = lower_works_count(pr->works);
   S.wcost = xcalloc((size_t)nworks, sizeof(kcost));
   S.wcosted = xcalloc((size_t)nworks, sizeof(bool));
   S.comm_stream = xcalloc((size_t)ncomms, 1);
@@ -606,29 +532,19 @@ weft_sim *sim_run_with(const weft_program *pr, const hw_model *hw, unsigned flag
   S.comm_cost = xcalloc((size_t)ncomms, sizeof(kcost));
   S.comm_costed = xcalloc((size_t)ncomms, sizeof(bool));
 
-  /* Devices are walked from a stack: one runs until it waits; the device
-   * that completes a collective or posts a send puts those it frees on the
-   * stack, so that a group walks on together (what it touches stays in
-   * the caches) rather than every device a few instructions at a time. */
-  S.stack = xcalloc((size_t)n, sizeof(int));
-  S.queued = xcalloc((size_t)n, sizeof(bool));
-  for (int k = n - 1; k >= 0; k--) { S.stack[S.sp++] = k; S.queued[k] = true; }
-  while (S.sp > 0) {
-    int k = S.stack[--S.sp];
-    S.queued[k] = false;
-    sim_dev *D = &out->dev[k];
-    const lprog *pg = sim_prog(pr, D->device);
-    while (S.ds[k].pc < D->n && step_ins(&S, k, pg)) S.ds[k].pc++;
+  /* each device runs until it waits; those it frees go on next */
+  for (int k; (k = lower_walk_next(&S.walk)) >= 0;) {
+    const lprog *pg = lower_prog(pr, out->dev[k].device);
+    while (S.walk.pc[k] < out->dev[k].n && step_ins(&S, k, pg)) S.walk.pc[k]++;
   }
   bool stuck = false;
-  for (int k = 0; k < n; k++) stuck |= S.ds[k].pc < out->dev[k].n;
-  free(S.stack);
-  free(S.queued);
+  for (int k = 0; k < n; k++) stuck |= S.walk.pc[k] < out->dev[k].n;
+  lower_walk_free(&S.walk);
   for (int k = 0; k < n; k++) {
     sim_dev *D = &out->dev[k];
     if (S.events) memory_timeline(&S, k);
     if (!hw) {
-      const lprog *pg = sim_prog(pr, D->device);
+      const lprog *pg = lower_prog(pr, D->device);
       D->peak = pg->peak;
       D->peak_t = 0;
       D->peak_at = pg->peak_at;
@@ -642,10 +558,9 @@ weft_sim *sim_run_with(const weft_program *pr, const hw_model *hw, unsigned flag
     /* every instruction was run, so a receive in its program set p2p */
     if (S.ds[k].p2p) D->wait_pipeline += out->step_time - D->compute_end;
   }
-  for (int i = 0; i < ncomms * 2; i++) free(S.colls[i].members);
-  for (int k = 0; k < n; k++) { free(S.ds[k].grad.v); free(S.ds[k].mev); free(S.ds[k].tail); }
+  for (int k = 0; k < n; k++) { vec_free(&S.ds[k].grad); vec_free(&S.ds[k].mev); free(S.ds[k].tail); }
   free(S.ds);
-  free(S.bufs); free(S.colls); free(S.sends); free(S.stamp);
+  free(S.bufs); free(S.colls); free(S.sends);
   free(S.wcost); free(S.wcosted); free(S.comm_stream); free(S.bcast); free(S.comm_cost); free(S.comm_costed);
   if (stuck) {
     sim_free(out);
@@ -687,15 +602,6 @@ static double step_tokens(const weft_graph *g) {
   return 0;
 }
 
-/* The dtype of the model's matrix products (the one MFU is measured against). */
-static weft_dtype model_dtype(const weft_graph *g) {
-  for (int i = 0; i < g->nops; i++)
-    if (g->ops[i].kind && strcmp(g->ops[i].kind, "matmul") == 0)
-      for (int k = 0; k < g->ops[i].ninputs; k++)
-        if (dtype_is_float(g->tensors[g->ops[i].inputs[k]].dtype)) return g->tensors[g->ops[i].inputs[k]].dtype;
-  return DT_F32;
-}
-
 void sim_estimate(const weft_sim *s, weft_estimate *e) {
   memset(e, 0, sizeof *e);
   const weft_plan *p = s->pr->p;
@@ -720,7 +626,7 @@ void sim_estimate(const weft_sim *s, weft_estimate *e) {
     for (int d = 0; d < s->pr->nprogs; d++)
       if (s->index[d] >= 0 && s->dev[s->index[d]].peak > e->device_memory) e->over_devices++;
   e->fits = e->over_devices == 0;
-  weft_dtype dt = model_dtype(p->g);
+  weft_dtype dt = cost_model_dtype(p->g);
   e->peak_rate = s->hw ? s->hw->peak[dt] : 0;
   if (e->step_time > 0 && s->devices_used > 0) {
     e->tflops_per_device = e->model_flops / e->step_time / s->devices_used / 1e12;

@@ -12,21 +12,20 @@
  * 4. Each device's tasks and communications are emitted in order against a
  *    store of the buffers the device holds: a task reading a region that no
  *    earlier instruction provided breaks rule 4 (dependencies).
- * 5. Buffers are freed after their last use. The peak of live bytes in
- *    the simulated step (sim.h) is checked against device memory (rule 5):
- *    the same model as weft estimate's.
- * 6. The programs are run together abstractly: sends post, receives wait,
- *    collectives wait for all members. A member waiting at a different
- *    collective than its peers, or no device able to go on, breaks rule 3. */
+ * 5. Buffers are freed after their last use, and the gradient all-reduces
+ *    that follow each other are fused into buckets (bucket.c).
+ * Rules 3 (order, deadlock) and 5 (memory) are checked on the programs
+ * afterwards, by the validate stage (validate.h). */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "weft/lower.h"
-#include "weft/cost.h"
+#include "base/htab.h"
 #include "weft/deps.h"
 #include "base/prof.h"
-#include "weft/sim.h"
+#include "base/vec.h"
+#include "lower/works.h"
 
 const char *const lbuf_role_names[LB_ROLE_COUNT] = {"input", "param", "grad", "state", "act", "act_grad"};
 _Static_assert(sizeof(void *) != 8 || sizeof(lins) == 64, "an instruction is 64 bytes on 64-bit machines");
@@ -37,33 +36,7 @@ const char *const lins_part_names[LP_COUNT] = {"whole", "stats", "combine"};
 
 /* ---- small helpers --------------------------------------------------------------- */
 
-typedef struct ivec {
-  int *v;
-  int n, cap;
-} ivec;
-
-static void ivec_push(arena *a, ivec *x, int v) {
-  arena_grow(a, (void **)&x->v, &x->cap, x->n + 1, sizeof(int));
-  x->v[x->n++] = v;
-}
-
-/* Whether x and y share an element: tregion_intersect's answer, without
- * making the intersection. */
-static bool region_overlaps(const tregion *x, const tregion *y) {
-  for (int d = 0; d < x->ndims && d < y->ndims; d++) {
-    const dregion *a = &x->dims[d], *b = &y->dims[d];
-    bool meet = false;
-    for (int i = 0, j = 0; i < a->n && j < b->n && !meet;) {
-      int64_t lo = a->iv[i].lo > b->iv[j].lo ? a->iv[i].lo : b->iv[j].lo;
-      int64_t hi = a->iv[i].hi < b->iv[j].hi ? a->iv[i].hi : b->iv[j].hi;
-      if (lo < hi) meet = true;
-      else if (a->iv[i].hi < b->iv[j].hi) i++;
-      else j++;
-    }
-    if (!meet) return false;
-  }
-  return true;
-}
+typedef VEC(int) ivec;
 
 int64_t lower_device_memory(const weft_plan *p) {
   const value *dev = record_get(p->cluster, "device");
@@ -92,10 +65,7 @@ typedef struct task {
   int sub;                /* forward sub-operator, or the parameter tensor for T_STEP */
 } task;
 
-typedef struct tasklist {
-  task *t;
-  int n, cap;
-} tasklist;
+typedef VEC(task) tasklist;
 
 /* An anchor: a communication placed on one device, after task `at` (pos =
  * 2 at + 1) or before it (pos = 2 at). */
@@ -105,24 +75,21 @@ typedef struct anchor {
   int epoch;
 } anchor;
 
-typedef struct anchors {
-  anchor *a;
-  int n, cap;
-} anchors;
+typedef VEC(anchor) anchors;
 
 /* Regions kept once per lowering: the sub-operators of every micro-batch,
  * operator and device name few distinct regions (GPT-3 on 1024 devices:
  * 2,235 for 2 million arguments). A region is found by what determines it:
  * per tensor dimension, the size and range of each of its idims. */
+typedef struct rkey {
+  int off, len;           /* a region's key: keys[off .. off + len) */
+} rkey;
+
 typedef struct rintern {
-  tregion *v;             /* the regions (their intervals in the program's arena) */
-  uint64_t *hash;         /* per region: the hash of its key */
-  int *koff, *klen;       /* per region: its key in keys */
-  int n, cap;
-  int64_t *keys;
-  int nkeys, kcap;
-  int *slot;              /* open addressing: index into v, -1 empty */
-  int scap;
+  VEC(tregion) v;         /* the regions (their intervals in the program's arena) */
+  VEC(rkey) key;          /* per region */
+  VEC(int64_t) keys;
+  htab index;             /* the regions by the hash of their key */
 } rintern;
 
 typedef struct lstate {
@@ -154,7 +121,7 @@ typedef struct lstate {
   arena *ra;              /* where refs go: the program's arena, or without
                            * full programs refa, emptied for each device */
   arena refa;
-  cost_works *works;      /* the works of computes, copies and steps (lop.aux) */
+  lower_works *works;     /* the works of computes, copies and steps (lop.aux) */
   int **readers;          /* per tensor: ops reading it (-1 terminated) */
   int *sreg_off;          /* per sub: where the regions of its arguments start in sreg_v */
   tregion *sreg_v;        /* per sub, per argument (its inputs, then its result): its region */
@@ -171,9 +138,8 @@ typedef struct lstate {
 
 static void task_add(lstate *L, int d, task_kind k, int sub) {
   tasklist *tl = &L->tasks[d];
-  arena_grow(&L->tmp, (void **)&tl->t, &tl->cap, tl->n + 1, sizeof(task));
-  int i = tl->n++;
-  tl->t[i] = (task){k, sub};
+  int i = tl->n;
+  vec_push(&L->tmp, tl, ((task){k, sub}));
   if (k == T_FWD) L->fpos[sub] = i;
   else if (k == T_BWD) L->bpos[sub] = i;
   else if (k == T_RECOMP) L->rpos[sub] = i;
@@ -265,12 +231,12 @@ static bool topo_order(lstate *L, int norders, int *out) {
   for (int op = 0; op < n; op++)
     for (int k = 0; k < g->ops[op].ninputs; k++) {
       int pr = g->tensors[g->ops[op].inputs[k]].producer;
-      if (pr >= 0 && pr != op) { ivec_push(s, &succ[pr], op); indeg[op]++; }
+      if (pr >= 0 && pr != op) { vec_push(s, &succ[pr], op); indeg[op]++; }
     }
   for (int i = 0; i < norders; i++) {
     const porder *o = &L->p->orders[i];
     for (int x = 0; x < o->na; x++)
-      for (int y = 0; y < o->nb; y++) { ivec_push(s, &succ[o->a[x]], o->b[y]); indeg[o->b[y]]++; }
+      for (int y = 0; y < o->nb; y++) { vec_push(s, &succ[o->a[x]], o->b[y]); indeg[o->b[y]]++; }
   }
   /* a binary heap of ready operators */
   int *heap = arena_alloc(s, sizeof(int) * (size_t)(n ? n : 1));
@@ -328,15 +294,9 @@ typedef struct block {
   char kind;              /* 'f', 'b' */
 } block;
 
-typedef struct blist {
-  block *b;
-  int n, cap;
-} blist;
+typedef VEC(block) blist;
 
-static void blist_add(arena *a, blist *l, int stage, int mb, char kind) {
-  arena_grow(a, (void **)&l->b, &l->cap, l->n + 1, sizeof(block));
-  l->b[l->n++] = (block){stage, mb, kind};
-}
+static void blist_add(arena *a, blist *l, int stage, int mb, char kind) { vec_push(a, l, ((block){stage, mb, kind})); }
 
 /* The devices of each stage, sorted and distinct. */
 static void stage_devices(lstate *L, ivec *devs) {
@@ -348,7 +308,7 @@ static void stage_devices(lstate *L, ivec *devs) {
     int d = p->subs[s].device;
     if (!seen[(size_t)st * (size_t)p->ndevices + (size_t)d]) {
       seen[(size_t)st * (size_t)p->ndevices + (size_t)d] = true;
-      ivec_push(L->a, &devs[st], d);
+      vec_push(L->a, &devs[st], d);
     }
   }
   free(seen);
@@ -573,7 +533,7 @@ static void make_cells(lstate *L, const pipeline *pl, blist *seq, int nseq) {
     bool progressed = false;
     for (int r = 0; r < nseq; r++) {
       if (next[r] >= seq[r].n) continue;
-      block b = seq[r].b[next[r]];
+      block b = seq[r].v[next[r]];
       int ready = free_at[r];
       bool ok = true;
       if (b.kind == 'f' && b.stage > 0) {
@@ -603,7 +563,7 @@ static void make_cells(lstate *L, const pipeline *pl, blist *seq, int nseq) {
        * one after another; the check of the programs reports it */
       for (int r = 0; r < nseq; r++)
         for (; next[r] < seq[r].n; next[r]++, left--) {
-          block b = seq[r].b[next[r]];
+          block b = seq[r].v[next[r]];
           arena_grow(L->a, (void **)&pr->cells, &pr->ccap, pr->ncells + 1, sizeof(lcell));
           pr->cells[pr->ncells++] = (lcell){b.stage, b.mb, free_at[r]++, b.kind};
           if (free_at[r] > pr->nslots) pr->nslots = free_at[r];
@@ -674,20 +634,20 @@ static bool schedule_blocks(lstate *L, blist **per_device) {
     for (int d = 0; d < p->ndevices; d++)
       for (int t = 0; t < maxlen; t++)
         for (int st = 0; st < L->nstages; st++)
-          if (holds[st][d] && t < seq[st].n && seq[st].b[t].kind != '.')
-            blist_add(L->a, &(*per_device)[d], st, seq[st].b[t].mb, seq[st].b[t].kind);
+          if (holds[st][d] && t < seq[st].n && seq[st].v[t].kind != '.')
+            blist_add(L->a, &(*per_device)[d], st, seq[st].v[t].mb, seq[st].v[t].kind);
     /* the grid as written */
     for (int st = 0; st < L->nstages; st++)
       for (int t = 0; t < seq[st].n; t++) {
-        if (seq[st].b[t].kind == '.') continue;
+        if (seq[st].v[t].kind == '.') continue;
         arena_grow(L->a, (void **)&L->pr->cells, &L->pr->ccap, L->pr->ncells + 1, sizeof(lcell));
-        L->pr->cells[L->pr->ncells++] = (lcell){st, seq[st].b[t].mb, t, seq[st].b[t].kind};
+        L->pr->cells[L->pr->ncells++] = (lcell){st, seq[st].v[t].mb, t, seq[st].v[t].kind};
         if (t + 1 > L->pr->nslots) L->pr->nslots = t + 1;
       }
   } else {
     for (int r = 0; r < nseq; r++)
       for (int k = 0; k < seq[r].n; k++) {
-        block b = seq[r].b[k];
+        block b = seq[r].v[k];
         for (int i = 0; i < devs[b.stage].n; i++) blist_add(L->a, &(*per_device)[devs[b.stage].v[i]], b.stage, b.mb, b.kind);
       }
     if (p->sched == SCHED_DEFAULT) {
@@ -719,18 +679,18 @@ static void make_tasks(lstate *L, blist *per_device) {
   int nops = g->nops;
   /* per stage, its operators in block order */
   ivec *ops_of = arena_alloc(L->a, sizeof(ivec) * (size_t)L->nstages);
-  for (int i = 0; i < nops; i++) ivec_push(L->a, &ops_of[L->stage_of[L->order[i]]], L->order[i]);
+  for (int i = 0; i < nops; i++) vec_push(L->a, &ops_of[L->stage_of[L->order[i]]], L->order[i]);
   /* per segment: its operators in block order, and its last one */
   ivec *seg_ops = arena_alloc(L->a, sizeof(ivec) * (size_t)(p->nsegs ? p->nsegs : 1));
   for (int i = 0; i < nops; i++) {
     int op = L->order[i];
-    if (p->ops[op].rseg >= 0) ivec_push(L->a, &seg_ops[p->ops[op].rseg], op);
+    if (p->ops[op].rseg >= 0) vec_push(L->a, &seg_ops[p->ops[op].rseg], op);
   }
   bool *redone = arena_alloc(L->a, (size_t)(p->nsegs ? p->nsegs : 1));
   for (int d = 0; d < p->ndevices; d++) {
     const blist *bl = &per_device[d];
     for (int k = 0; k < bl->n; k++) {
-      block b = bl->b[k];
+      block b = bl->v[k];
       const ivec *ops = &ops_of[b.stage];
       if (b.kind == 'f') {
         for (int i = 0; i < ops->n; i++) {
@@ -790,9 +750,7 @@ static void make_tasks(lstate *L, blist *per_device) {
 /* ---- anchoring communication ---------------------------------------------------- */
 
 static void anchor_add(lstate *L, int d, int pos, int comm, int epoch) {
-  anchors *an = &L->anch[d];
-  arena_grow(&L->tmp, (void **)&an->a, &an->cap, an->n + 1, sizeof(anchor));
-  an->a[an->n++] = (anchor){pos, comm, epoch};
+  vec_push(&L->tmp, &L->anch[d], ((anchor){pos, comm, epoch}));
 }
 
 static const tregion *member_part(const pcomm *cm, int i) { return cm->parts ? &cm->parts[i] : &cm->region; }
@@ -814,7 +772,7 @@ static int find_task(lstate *L, int d, int op, const tmap *m, const tregion *r, 
     if (best >= 0 && (latest ? pos[s] <= best : pos[s] >= best)) continue;
     const opspace *sp = p->ops[op].space;
     const tregion *x = sub_region(L, s, m == &sp->output ? sp->ninputs : (int)(m - sp->inputs));
-    if (!region_overlaps(x, r)) continue;
+    if (!tregion_overlaps(x, r)) continue;
     best = pos[s];
   }
   return best;
@@ -893,13 +851,6 @@ static int anchor_of(lstate *L, const pcomm *cm, int e, int d, const tregion *r,
 /* Whether device d has a program of its own (else its replica's, renamed). */
 static bool represents(const weft_plan *p, int d) { return !p->rep || p->rep[d] == d; }
 
-/* Members of cm that have programs: each stands for its replicas. */
-static int members_lowered(const weft_plan *p, const pcomm *cm) {
-  int n = 0;
-  for (int i = 0; i < cm->ngroup; i++) n += represents(p, cm->group[i]);
-  return n;
-}
-
 static bool comm_repeats(const weft_plan *p, const pcomm *cm) {
   if (cm->phase != PHASE_FORWARD || cm->consumer_op < 0) return false;
   int pop = p->g->tensors[cm->tensor].producer;
@@ -956,13 +907,13 @@ static void anchor_comms(lstate *L) {
         int mid = lo + w < an->n ? lo + w : an->n, hi = lo + 2 * w < an->n ? lo + 2 * w : an->n;
         int i = lo, j = mid, k = lo;
         while (i < mid || j < hi) {
-          bool left = j >= hi || (i < mid && (an->a[i].pos < an->a[j].pos ||
-                                              (an->a[i].pos == an->a[j].pos &&
-                                               (an->a[i].epoch < an->a[j].epoch ||
-                                                (an->a[i].epoch == an->a[j].epoch && an->a[i].comm <= an->a[j].comm)))));
-          tmp[k++] = left ? an->a[i++] : an->a[j++];
+          bool left = j >= hi || (i < mid && (an->v[i].pos < an->v[j].pos ||
+                                              (an->v[i].pos == an->v[j].pos &&
+                                               (an->v[i].epoch < an->v[j].epoch ||
+                                                (an->v[i].epoch == an->v[j].epoch && an->v[i].comm <= an->v[j].comm)))));
+          tmp[k++] = left ? an->v[i++] : an->v[j++];
         }
-        memcpy(an->a + lo, tmp + lo, sizeof(anchor) * (size_t)(hi - lo));
+        memcpy(an->v + lo, tmp + lo, sizeof(anchor) * (size_t)(hi - lo));
       }
     free(tmp);
   }
@@ -984,24 +935,22 @@ typedef struct held {
 } held;
 
 typedef struct store {
-  held *h;                /* malloc'd; h, key, slot and used keep their memory from device to device */
-  int n, cap;
+  VEC(held) h;            /* on the heap; h, slabs and shead keep their memory from device to device */
   int *head;              /* per tensor */
   /* tensors that move with micro-batches (plan.h, pfold): one list per
    * (tensor, micro-batch slab), so that looking up one micro-batch's
    * buffers does not pass every other's */
-  uint64_t *key;
-  int *slot;              /* list head per key; INT32_MIN marks an empty entry */
-  int *used;              /* the entries in use, to empty them for the next device */
-  int kcap, kn;
+  htab slabs;             /* by tensor << 32 | slab, a key that is its own hash */
+  VEC(int) shead;         /* per entry of slabs: its list head */
   int *grid;              /* when (micro-batches x tensors) is not too many:
                            * the list heads at [slab * ntensors + tensor],
-                           * INT32_MIN where never used; else the table below */
+                           * INT32_MIN where never used; else slabs */
   int *gused;             /* the entries of grid in use */
   int gn;
-  uint64_t lastkey;       /* the entry chain found last (lookups come in runs) */
-  int lastq;              /* -1: none */
-  const dregion *lastdims; /* ... and the region and tensor it was for */
+  int last;               /* the entry of slabs found last (lookups come in
+                           * runs), -1: none */
+  uint64_t lastkey;       /* ... its key, and the region and tensor it was for */
+  const dregion *lastdims;
   int lastt;
 } store;
 
@@ -1053,7 +1002,7 @@ static int *chain(emitter *E, int t, const tregion *r) {
   } else {
     /* regions are shared (a sub-operator's, a buffer's): the same dims,
      * the same slab, without reading them */
-    if (st->lastq >= 0 && r->dims == st->lastdims && t == st->lastt) return &st->slot[st->lastq];
+    if (st->last >= 0 && r->dims == st->lastdims && t == st->lastt) return &st->shead.v[st->last];
     slab = slab_of(L, t, r);
   }
   if (slab < 0) return &st->head[t];
@@ -1066,69 +1015,33 @@ static int *chain(emitter *E, int t, const tregion *r) {
     return &st->grid[i];
   }
   uint64_t key = ((uint64_t)(uint32_t)t << 32) | (uint64_t)(uint32_t)slab;
-  if (st->lastq >= 0 && st->lastkey == key) {
-    st->lastdims = r->dims;
-    st->lastt = t;
-    return &st->slot[st->lastq];
+  int e = st->last >= 0 && st->lastkey == key ? st->last : htab_find(&st->slabs, key, NULL, NULL);
+  if (e < 0) {
+    e = htab_add(&st->slabs, key);
+    vec_push(NULL, &st->shead, -1);
   }
-  if (2 * (st->kn + 1) > st->kcap) {
-    int ncap = st->kcap ? 2 * st->kcap : 1024;
-    uint64_t *nk = malloc(sizeof(uint64_t) * (size_t)ncap);
-    int *ns = malloc(sizeof(int) * (size_t)ncap);
-    int *nu = malloc(sizeof(int) * (size_t)ncap);
-    if (!nk || !ns || !nu) weft_oom();
-    for (int i = 0; i < ncap; i++) ns[i] = INT32_MIN;
-    for (int u = 0; u < st->kn; u++) {
-      int i = st->used[u];
-      uint64_t h = st->key[i] * 0x9E3779B97F4A7C15ull;
-      int q = (int)(h >> 40) & (ncap - 1);
-      while (ns[q] != INT32_MIN) q = (q + 1) & (ncap - 1);
-      nk[q] = st->key[i];
-      ns[q] = st->slot[i];
-      nu[u] = q;
-    }
-    free(st->key);
-    free(st->slot);
-    free(st->used);
-    st->key = nk;
-    st->slot = ns;
-    st->used = nu;
-    st->kcap = ncap;
-  }
-  uint64_t h = key * 0x9E3779B97F4A7C15ull;
-  int q = (int)(h >> 40) & (st->kcap - 1);
-  while (st->slot[q] != INT32_MIN && st->key[q] != key) q = (q + 1) & (st->kcap - 1);
-  if (st->slot[q] == INT32_MIN) {
-    st->key[q] = key;
-    st->slot[q] = -1;
-    st->used[st->kn++] = q;
-  }
+  st->last = e;
   st->lastkey = key;
-  st->lastq = q;
   st->lastdims = r->dims;
   st->lastt = t;
-  return &st->slot[q];
+  return &st->shead.v[e];
 }
 
 static void hold(emitter *E, int buf, bool grad, bool partial) {
   store *st = &E->st;
-  if (st->n == st->cap) {
-    st->cap = st->cap ? 2 * st->cap : 1024;
-    st->h = realloc(st->h, sizeof(held) * (size_t)st->cap);
-    if (!st->h) weft_oom();
-  }
   int t = E->L->pr->bufs[buf].tensor;
   int *head = chain(E, t, &E->L->pr->bufs[buf].region);
-  st->h[st->n] = (held){buf, grad, partial, true, -1, -1, *head, E->L->pr->bufs[buf].region.dims};
-  *head = st->n++;
+  held x = {buf, grad, partial, true, -1, -1, *head, E->L->pr->bufs[buf].region.dims};
+  *head = st->h.n;
+  vec_push(NULL, &st->h, x);
 }
 
 /* The newest live buffer of tensor t (value or gradient) whose region
  * contains r; -1 if none. `partial`: 0 complete only, 1 partial only. */
 static int find_held(emitter *E, int t, bool grad, const tregion *r, int partial, int *hidx) {
   const store *st = &E->st;
-  for (int i = *chain(E, t, r); i >= 0; i = st->h[i].next) {
-    const held *h = &st->h[i];
+  for (int i = *chain(E, t, r); i >= 0; i = st->h.v[i].next) {
+    const held *h = &st->h.v[i];
     if (!h->live || h->grad != grad) continue;
     if (partial >= 0 && h->partial != (partial == 1)) continue;
     if (h->dims != r->dims && !holds_region(&E->L->pr->bufs[h->buf].region, r)) continue;
@@ -1150,8 +1063,8 @@ static int assemble(emitter *E, int t, bool grad, const tregion *r) {
   const store *st = &E->st;
   int n = 0;
   int64_t covered = 0;
-  for (int i = *chain(E, t, r); i >= 0; i = st->h[i].next) {
-    const held *h = &st->h[i];
+  for (int i = *chain(E, t, r); i >= 0; i = st->h.v[i].next) {
+    const held *h = &st->h.v[i];
     tregion x;
     if (!h->live || h->grad != grad || h->partial) continue;
     if (tregion_intersect(&L->scratch, &L->pr->bufs[h->buf].region, r, &x)) { covered += tregion_numel(&x); n++; }
@@ -1159,8 +1072,8 @@ static int assemble(emitter *E, int t, bool grad, const tregion *r) {
   if (n < 2 || covered != tregion_numel(r)) return -1;
   lref *in = arena_alloc(L->ra, sizeof(lref) * (size_t)n);
   int k = 0;
-  for (int i = *chain(E, t, r); i >= 0; i = st->h[i].next) {
-    const held *h = &st->h[i];
+  for (int i = *chain(E, t, r); i >= 0; i = st->h.v[i].next) {
+    const held *h = &st->h.v[i];
     tregion x;
     if (!h->live || h->grad != grad || h->partial) continue;
     if (tregion_intersect(L->ra, &L->pr->bufs[h->buf].region, r, &x)) in[k++] = ref(E, h->buf, &x);
@@ -1179,9 +1092,9 @@ static int assemble(emitter *E, int t, bool grad, const tregion *r) {
 /* Live buffers of tensor t with exactly region r stop being found. */
 static void supersede(emitter *E, int t, bool grad, const tregion *r) {
   store *st = &E->st;
-  for (int i = *chain(E, t, r); i >= 0; i = st->h[i].next)
-    if (st->h[i].live && st->h[i].grad == grad && same_region(&E->L->pr->bufs[st->h[i].buf].region, r))
-      st->h[i].live = false;
+  for (int i = *chain(E, t, r); i >= 0; i = st->h.v[i].next)
+    if (st->h.v[i].live && st->h.v[i].grad == grad && same_region(&E->L->pr->bufs[st->h.v[i].buf].region, r))
+      st->h.v[i].live = false;
 }
 
 /* Instructions are emitted into one growing vector, reused from device to
@@ -1189,13 +1102,9 @@ static void supersede(emitter *E, int t, bool grad, const tregion *r) {
 static lins *emit(emitter *E, lins_kind k) {
   lprog *pg = E->prog;
   if (pg->n + 1 > pg->cap) {
-    int ncap = pg->cap ? 2 * pg->cap : 1024;
-    lins *n = realloc(pg->ins, sizeof(lins) * (size_t)ncap);
-    if (!n) weft_oom();
-    pg->ins = n;
-    pg->cap = ncap;
-    E->L->ebuf = n;
-    E->L->ecap = ncap;
+    vec_grow(NULL, (void **)&pg->ins, &pg->cap, pg->n + 1, sizeof(lins));
+    E->L->ebuf = pg->ins;
+    E->L->ecap = pg->cap;
   }
   lins *in = &pg->ins[pg->n++];
   memset(in, 0, sizeof *in);
@@ -1241,8 +1150,8 @@ static bool applies_arg(const popplan *pp, const psub *s, const tmap *m) {
 
 /* The persistent buffer of a parameter (its region or its ZeRO shard). */
 static int param_home(emitter *E, int t, const tregion *r) {
-  for (int i = E->st.head[t]; i >= 0; i = E->st.h[i].next) {
-    const held *h = &E->st.h[i];
+  for (int i = E->st.head[t]; i >= 0; i = E->st.h.v[i].next) {
+    const held *h = &E->st.h.v[i];
     const lbuf *b = &E->L->pr->bufs[h->buf];
     if (h->live && !h->grad && b->persistent && holds_region(&b->region, r)) return h->buf;
   }
@@ -1293,6 +1202,18 @@ static int region_key(const weft_plan *p, const psub *s, const tmap *m, int64_t 
   return n;
 }
 
+typedef struct rlookup {
+  const rintern *ri;
+  const int64_t *key;
+  int len;
+} rlookup;
+
+static bool same_key(const void *ctx, int e) {
+  const rlookup *k = ctx;
+  const rkey *x = &k->ri->key.v[e];
+  return x->len == k->len && memcmp(k->ri->keys.v + x->off, k->key, sizeof(int64_t) * (size_t)k->len) == 0;
+}
+
 /* The region of tmap m of sub-operator s, kept once (tregion_of the first
  * time its key is seen). */
 static tregion region_intern(lstate *L, const psub *s, const tmap *m) {
@@ -1310,62 +1231,29 @@ static tregion region_intern(lstate *L, const psub *s, const tmap *m) {
   h ^= h >> 33;
   h *= 0xff51afd7ed558ccdull;
   h ^= h >> 33;
-  if (2 * (ri->n + 1) > ri->scap) {
-    int ncap = ri->scap ? 2 * ri->scap : 4096;
-    int *ns = malloc(sizeof(int) * (size_t)ncap);
-    if (!ns) weft_oom();
-    for (int i = 0; i < ncap; i++) ns[i] = -1;
-    for (int i = 0; i < ri->n; i++) {
-      int q = (int)(ri->hash[i] & (uint64_t)(ncap - 1));
-      while (ns[q] >= 0) q = (q + 1) & (ncap - 1);
-      ns[q] = i;
-    }
-    free(ri->slot);
-    ri->slot = ns;
-    ri->scap = ncap;
-  }
-  int q = (int)(h & (uint64_t)(ri->scap - 1));
-  for (; ri->slot[q] >= 0; q = (q + 1) & (ri->scap - 1)) {
-    int i = ri->slot[q];
-    if (ri->hash[i] == h && ri->klen[i] == kn && memcmp(ri->keys + ri->koff[i], key, sizeof(int64_t) * (size_t)kn) == 0)
-      return ri->v[i];
-  }
-  if (ri->n == ri->cap) {
-    ri->cap = ri->cap ? 2 * ri->cap : 1024;
-    ri->v = realloc(ri->v, sizeof(tregion) * (size_t)ri->cap);
-    ri->hash = realloc(ri->hash, sizeof(uint64_t) * (size_t)ri->cap);
-    ri->koff = realloc(ri->koff, sizeof(int) * (size_t)ri->cap);
-    ri->klen = realloc(ri->klen, sizeof(int) * (size_t)ri->cap);
-    if (!ri->v || !ri->hash || !ri->koff || !ri->klen) weft_oom();
-  }
-  while (ri->nkeys + kn > ri->kcap) {
-    ri->kcap = ri->kcap ? 2 * ri->kcap : 8192;
-    ri->keys = realloc(ri->keys, sizeof(int64_t) * (size_t)ri->kcap);
-    if (!ri->keys) weft_oom();
-  }
-  memcpy(ri->keys + ri->nkeys, key, sizeof(int64_t) * (size_t)kn);
+  rlookup k = {ri, key, kn};
+  int e = htab_find(&ri->index, h, same_key, &k);
+  if (e >= 0) return ri->v.v[e];
+  vec_reserve(NULL, &ri->keys, ri->keys.n + kn);
+  memcpy(ri->keys.v + ri->keys.n, key, sizeof(int64_t) * (size_t)kn);
+  vec_push(NULL, &ri->key, ((rkey){ri->keys.n, kn}));
+  ri->keys.n += kn;
   /* computed in scratch, kept at its size (tregion_of reserves an interval
    * per combination of outer factors; most merge) */
   tregion x;
   tregion_of(&L->scratch, L->p, s, m, &x);
-  ri->v[ri->n] = tregion_copy(L->a, &x);
-  ri->hash[ri->n] = h;
-  ri->koff[ri->n] = ri->nkeys;
-  ri->klen[ri->n] = kn;
-  ri->nkeys += kn;
-  ri->slot[q] = ri->n;
-  return ri->v[ri->n++];
+  vec_push(NULL, &ri->v, tregion_copy(L->a, &x));
+  htab_add(&ri->index, h);
+  return ri->v.v[ri->v.n - 1];
 }
 
 static void store_free(struct store *st);
 
 static void rintern_free(rintern *ri) {
-  free(ri->v);
-  free(ri->hash);
-  free(ri->koff);
-  free(ri->klen);
-  free(ri->keys);
-  free(ri->slot);
+  vec_free(&ri->v);
+  vec_free(&ri->key);
+  vec_free(&ri->keys);
+  htab_free(&ri->index);
 }
 
 /* The regions of every argument of every sub-operator, found once, in the
@@ -1376,53 +1264,43 @@ static void rintern_free(rintern *ri) {
  * region. Shifting an interned region shares the copies as interning
  * would: parts that read one region at micro-batch 0 read one at every. */
 typedef struct skey {
-  const dregion *dims;    /* NULL: an empty entry */
+  const dregion *dims;
   int mb;
 } skey;
 
 typedef struct shifted {
-  skey *key;
-  tregion *v;
-  int n, cap;             /* open addressing; cap a power of 2 */
+  VEC(skey) key;
+  VEC(tregion) v;         /* per key */
+  htab index;
 } shifted;
+
+typedef struct slookup {
+  const shifted *sh;
+  skey k;
+} slookup;
+
+static bool same_shift(const void *ctx, int e) {
+  const slookup *x = ctx;
+  return x->sh->key.v[e].dims == x->k.dims && x->sh->key.v[e].mb == x->k.mb;
+}
 
 static tregion shift_region(lstate *L, shifted *sh, int t, const tregion *r0, int mb) {
   const weft_plan *p = L->p;
   int d = p->fold.mbs ? p->fold.tdim[t] : -1;
   if (mb == 0 || d < 0 || d >= r0->ndims) return *r0;
-  if (2 * (sh->n + 1) > sh->cap) {
-    int ncap = sh->cap ? 2 * sh->cap : 4096;
-    skey *nk = calloc((size_t)ncap, sizeof(skey));
-    tregion *nv = malloc(sizeof(tregion) * (size_t)ncap);
-    if (!nk || !nv) weft_oom();
-    for (int i = 0; i < sh->cap; i++) {
-      if (!sh->key[i].dims) continue;
-      uint64_t h = ((uint64_t)(uintptr_t)sh->key[i].dims ^ (uint64_t)sh->key[i].mb << 48) * 0x9E3779B97F4A7C15ull;
-      int q = (int)(h >> 40) & (ncap - 1);
-      while (nk[q].dims) q = (q + 1) & (ncap - 1);
-      nk[q] = sh->key[i];
-      nv[q] = sh->v[i];
-    }
-    free(sh->key);
-    free(sh->v);
-    sh->key = nk;
-    sh->v = nv;
-    sh->cap = ncap;
-  }
-  uint64_t h = ((uint64_t)(uintptr_t)r0->dims ^ (uint64_t)mb << 48) * 0x9E3779B97F4A7C15ull;
-  int q = (int)(h >> 40) & (sh->cap - 1);
-  for (; sh->key[q].dims; q = (q + 1) & (sh->cap - 1))
-    if (sh->key[q].dims == r0->dims && sh->key[q].mb == mb) return sh->v[q];
+  slookup k = {sh, {r0->dims, mb}};
+  uint64_t h = (uint64_t)(uintptr_t)r0->dims ^ (uint64_t)mb << 48;
+  int e = htab_find(&sh->index, h, same_shift, &k);
+  if (e >= 0) return sh->v.v[e];
   tregion x = tregion_copy(L->a, r0);
   int64_t off = p->fold.tstep[t] * mb;
   for (int i = 0; i < x.dims[d].n; i++) {
     x.dims[d].iv[i].lo += off;
     x.dims[d].iv[i].hi += off;
   }
-  sh->key[q].dims = r0->dims;
-  sh->key[q].mb = mb;
-  sh->v[q] = x;
-  sh->n++;
+  vec_push(NULL, &sh->key, k.k);
+  vec_push(NULL, &sh->v, x);
+  htab_add(&sh->index, h);
   return x;
 }
 
@@ -1458,8 +1336,9 @@ static void sub_regions(lstate *L) {
     for (int k = 0; k < sp->ninputs; k++) r[k] = region_intern(L, s, &sp->inputs[k]);
     r[sp->ninputs] = region_intern(L, s, &sp->output);
   }
-  free(sh.key);
-  free(sh.v);
+  vec_free(&sh.key);
+  vec_free(&sh.v);
+  htab_free(&sh.index);
   L->nsreg = (size_t)n;
   L->sreg_slab = malloc(sizeof(int) * (size_t)(n ? n : 1));
   if (!L->sreg_slab) weft_oom();
@@ -1619,8 +1498,8 @@ static void emit_compute(emitter *E, const task *tk) {
     /* value parts of one operator on one device (co-shard) add up in one
      * buffer before any reduction across devices */
     int maker = s->op * 4 + (int)tk->kind, b = -1;
-    for (int i = partial ? *chain(E, tout, outr) : -1; i >= 0 && b < 0; i = E->st.h[i].next) {
-      const held *h = &E->st.h[i];
+    for (int i = partial ? *chain(E, tout, outr) : -1; i >= 0 && b < 0; i = E->st.h.v[i].next) {
+      const held *h = &E->st.h.v[i];
       if (h->live && h->partial && h->maker == maker && h->maker_mb == s->microbatch &&
           same_region(&L->pr->bufs[h->buf].region, outr))
         b = h->buf;
@@ -1629,8 +1508,8 @@ static void emit_compute(emitter *E, const task *tk) {
     if (!acc) {
       supersede(E, tout, false, outr);
       b = held_buf(E, tout, LB_ACT, outr, false, false, partial);
-      E->st.h[E->st.n - 1].maker = maker;
-      E->st.h[E->st.n - 1].maker_mb = s->microbatch;
+      E->st.h.v[E->st.h.n - 1].maker = maker;
+      E->st.h.v[E->st.h.n - 1].maker_mb = s->microbatch;
     }
     lins *c = emit(E, LI_COMPUTE);
     c->accumulate = acc;
@@ -1668,8 +1547,8 @@ static void emit_compute(emitter *E, const task *tk) {
     const tregion *need = sub_region(L, tk->sub, k);
     bool param = g->tensors[t].role == TENSOR_PARAM;
     int b = -1;
-    for (int i = *chain(E, t, need); i >= 0 && b < 0; i = E->st.h[i].next) {
-      const held *h = &E->st.h[i];
+    for (int i = *chain(E, t, need); i >= 0 && b < 0; i = E->st.h.v[i].next) {
+      const held *h = &E->st.h.v[i];
       if (h->live && h->grad && same_region(&L->pr->bufs[h->buf].region, need)) b = h->buf;
     }
     if (b < 0 && param) {
@@ -1698,8 +1577,8 @@ static void emit_step(emitter *E, int t) {
   lstate *L = E->L;
   const weft_plan *p = L->p;
   /* every live gradient of t on this device, each with its parameter region */
-  for (int i = E->st.head[t]; i >= 0; i = E->st.h[i].next) {
-    const held *h = &E->st.h[i];
+  for (int i = E->st.head[t]; i >= 0; i = E->st.h.v[i].next) {
+    const held *h = &E->st.h.v[i];
     if (!h->live || !h->grad) continue;
     /* copies: new buffers move the arrays h and the region are in */
     int gb = h->buf;
@@ -1793,7 +1672,7 @@ static void emit_comm(emitter *E, int ci, int epoch) {
     int b = find_held(E, t, grad, &cm->region, grad ? -1 : 1, &hidx);
     if (b >= 0 && same_region(&L->pr->bufs[b].region, &cm->region)) {
       /* in place: the partial sums become the sum */
-      E->st.h[hidx].partial = false;
+      E->st.h.v[hidx].partial = false;
       in = out = ref(E, b, &cm->region);
       if (cm->silent && cm->silent[mi]) in = (lref){.buf = -1, .arg = -1};  /* takes the sum only */
     } else {
@@ -1810,7 +1689,7 @@ static void emit_comm(emitter *E, int ci, int epoch) {
     if (b >= 0) {
       in = ref(E, b, &cm->region);
       /* the whole gradient or partial sum is consumed: only the part stays */
-      E->st.h[hidx].live = false;
+      E->st.h.v[hidx].live = false;
     }
     /* ZeRO-2 and 3 keep only their part of the gradient; ZeRO-1 keeps the
      * whole and its part lives until the step */
@@ -1997,7 +1876,7 @@ static void lop_of(lstate *L, lprog *pg, const lins *in, lop *o) {
       in->in[0].buf == in->out[0].buf && pr->bufs[in->out[0].buf].persistent &&
       tregion_equal(&pr->bufs[in->out[0].buf].region, &in->out[0].region))
     o->flags |= LOP_WHOLE;
-  if (in->kind == LI_COMPUTE || in->kind == LI_COPY || in->kind == LI_STEP) o->aux = cost_work_of(L->works, pr, in);
+  if (in->kind == LI_COMPUTE || in->kind == LI_COPY || in->kind == LI_STEP) o->aux = lower_work_of(L->works, pr, in);
   o->refs = -1;
   if (in->nin + in->nout + in->nbucket == 0) return;
   o->refs = pg->npool;
@@ -2019,9 +1898,9 @@ static void emit_device(lstate *L, int d) {
   if (!L->full) arena_reset(&L->refa);
   /* the store of the previous device, emptied */
   E.st = *L->st;
-  E.st.n = 0;
-  for (int u = 0; u < E.st.kn; u++) E.st.slot[E.st.used[u]] = INT32_MIN;
-  E.st.kn = 0;
+  E.st.h.n = 0;
+  htab_truncate(&E.st.slabs, 0);
+  E.st.shead.n = 0;
   int64_t ngrid = (int64_t)p->fold.mbs * p->g->ntensors;
   if (!E.st.grid && ngrid > 0 && ngrid <= (1 << 24)) {
     E.st.grid = malloc(sizeof(int) * (size_t)ngrid);
@@ -2031,21 +1910,21 @@ static void emit_device(lstate *L, int d) {
   }
   for (int u = 0; u < E.st.gn; u++) E.st.grid[E.st.gused[u]] = INT32_MIN;
   E.st.gn = 0;
-  E.st.lastq = -1;
+  E.st.last = -1;
   E.st.head = arena_alloc(&L->scratch, sizeof(int) * (size_t)(p->g->ntensors ? p->g->ntensors : 1));
   for (int t = 0; t < p->g->ntensors; t++) E.st.head[t] = -1;
   const tasklist *tl = &L->tasks[d];
   const anchors *an = &L->anch[d];
   int a = 0;
   for (int i = 0; i <= tl->n && !L->failed; i++) {
-    while (a < an->n && an->a[a].pos <= 2 * i && !L->failed) { emit_comm(&E, an->a[a].comm, an->a[a].epoch); a++; }
+    while (a < an->n && an->v[a].pos <= 2 * i && !L->failed) { emit_comm(&E, an->v[a].comm, an->v[a].epoch); a++; }
     if (i == tl->n || L->failed) break;
-    const task *tk = &tl->t[i];
+    const task *tk = &tl->v[i];
     if (tk->kind == T_STEP) emit_step(&E, tk->sub);
     else emit_compute(&E, tk);
-    while (a < an->n && an->a[a].pos == 2 * i + 1 && !L->failed) { emit_comm(&E, an->a[a].comm, an->a[a].epoch); a++; }
+    while (a < an->n && an->v[a].pos == 2 * i + 1 && !L->failed) { emit_comm(&E, an->v[a].comm, an->v[a].epoch); a++; }
   }
-  while (a < an->n && !L->failed) { emit_comm(&E, an->a[a].comm, an->a[a].epoch); a++; }
+  while (a < an->n && !L->failed) { emit_comm(&E, an->v[a].comm, an->v[a].epoch); a++; }
   E.prog->buf_hi = L->pr->nbufs;
   *L->st = E.st;
 }
@@ -2053,62 +1932,9 @@ static void emit_device(lstate *L, int d) {
 static void store_free(store *st) {
   free(st->grid);
   free(st->gused);
-  free(st->h);
-  free(st->key);
-  free(st->slot);
-  free(st->used);
-}
-
-/* ---- running the programs together (rule 3) -------------------------------------- */
-
-static const char *ins_str(lstate *L, int d, const lins *in) {
-  const weft_plan *p = L->p;
-  arena *s = &L->scratch;
-  switch (in->kind) {
-  case LI_COMPUTE:
-    return arena_printf(s, "%s of %s (micro-batch %d)", in->recompute ? "the recomputation" : in->dir == DIR_FORWARD ? "the forward" : "the backward",
-                        p->g->ops[p->subs[in->sub].op].name, in->mb);
-  case LI_SEND: case LI_RECV: {
-    const pcomm *cm = &p->comms[in->comm];
-    bool grad = cm->phase == PHASE_BACKWARD || cm->phase == PHASE_WEIGHTS;
-    return arena_printf(s, "the %s %s%s %s %s device %d", in->kind == LI_SEND ? "send of" : "receive of",
-                        grad ? "the gradient of " : "", p->g->tensors[cm->tensor].name, tregion_str(s, &cm->region),
-                        in->kind == LI_SEND ? "to" : "from", in->peer);
-  }
-  case LI_COLLECTIVE: {
-    const pcomm *cm = &p->comms[in->comm];
-    bool grad = cm->phase == PHASE_BACKWARD || cm->phase == PHASE_WEIGHTS;
-    return arena_printf(s, "the %s of %s%s %s", comm_kind_names[cm->kind], grad ? "the gradient of " : "",
-                        p->g->tensors[cm->tensor].name, tregion_str(s, &cm->region));
-  }
-  default: (void)d; return "an instruction";
-  }
-}
-
-/* The block device d is in at instruction i: the next compute's stage,
- * micro-batch and direction ("b0 of stage s1"); with a grid, its cell. */
-static const char *block_at(lstate *L, int d, int i, weft_loc *cell) {
-  const weft_plan *p = L->p;
-  const lprog *pg = &L->pr->progs[d];
-  for (int k = i; k < pg->n; k++) {
-    if (pg->ops[k].kind != LI_COMPUTE) continue;
-    lins view = lower_view(L->pr, pg, k);
-    const lins *in = &view;
-    int st = L->stage_of[p->subs[in->sub].op];
-    char kind = in->dir == DIR_FORWARD && !in->recompute ? 'f' : 'b';
-    if (p->grid)
-      for (int r = 0; r < p->grid->list.n; r++) {
-        const ast *row = p->grid->list.items[r];
-        if (strcmp(row->name, L->pr->stage_names[st]) != 0) continue;
-        for (int q = 0; q < row->list.n; q++) {
-          const ast *c = row->list.items[q];
-          const char *t = c->name ? c->name : c->text;
-          if (t && t[0] == kind && atoi(t + 1) == in->mb && !strchr(t, '.')) *cell = c->loc;
-        }
-      }
-    return arena_printf(&L->scratch, " (before %c%d of stage %s)", kind, in->mb, L->pr->stage_names[st]);
-  }
-  return "";
+  vec_free(&st->h);
+  htab_free(&st->slabs);
+  vec_free(&st->shead);
 }
 
 _Static_assert(sizeof(lop) == 16, "a lop is 16 bytes");
@@ -2133,131 +1959,6 @@ lins lower_view(const weft_program *pr, const lprog *pg, int i) {
   return in;
 }
 
-static bool simulate(lstate *L) {
-  weft_plan *p = L->p;
-  weft_program *pr = L->pr;
-  int D = p->ndevices;
-  int64_t key_n = (int64_t)p->ncomms * 2;
-  int *pc = calloc((size_t)D, sizeof(int));
-  int *arrived = calloc((size_t)(key_n ? key_n : 1), sizeof(int));
-  char *posted = calloc((size_t)(key_n ? key_n : 1), 1);
-  int *stack = malloc(sizeof(int) * (size_t)(D ? D : 1) * 2);
-  bool *queued = calloc((size_t)D, 1);
-  if (!pc || !arrived || !posted || !stack || !queued) weft_oom();
-  int sp = 0;
-  for (int d = D - 1; d >= 0; d--) { stack[sp++] = d; queued[d] = true; }
-  /* a device blocked at a collective has arrived; it moves on when all have */
-  char *waiting = calloc((size_t)D, 1);
-  /* per comm: the members that have programs, each counted once */
-  int *expect = malloc(sizeof(int) * (size_t)(p->ncomms ? p->ncomms : 1));
-  if (!waiting || !expect) weft_oom();
-  for (int i = 0; i < p->ncomms; i++) expect[i] = members_lowered(p, &p->comms[i]);
-  while (sp > 0) {
-    int d = stack[--sp];
-    queued[d] = false;
-    lprog *pg = &pr->progs[d];
-    while (pc[d] < pg->n) {
-      const lop *in = &pg->ops[pc[d]];
-      if (in->kind == LI_SEND) {
-        int64_t k = (int64_t)in->id * 2 + in->epoch;
-        posted[k] = 1;
-        int dst = in->aux;
-        if (!queued[dst]) { stack[sp++] = dst; queued[dst] = true; }
-      } else if (in->kind == LI_RECV) {
-        if (!posted[(int64_t)in->id * 2 + in->epoch]) break;
-      } else if (in->kind == LI_COLLECTIVE && p->comms[in->id].kind == COMM_BROADCAST) {
-        /* the root posts and goes on, as a send; the others wait for it */
-        int64_t k = (int64_t)in->id * 2 + in->epoch;
-        const pcomm *cm = &p->comms[in->id];
-        if (d == cm->src) {
-          posted[k] = 1;
-          for (int i = 0; i < cm->ngroup; i++) {
-            int m = cm->group[i];
-            if (m != d && represents(p, m) && !queued[m]) { stack[sp++] = m; queued[m] = true; }
-          }
-        } else if (!posted[k]) {
-          break;
-        }
-      } else if (in->kind == LI_COLLECTIVE) {
-        int64_t k = (int64_t)in->id * 2 + in->epoch;
-        const pcomm *cm = &p->comms[in->id];
-        if (!waiting[d]) {
-          waiting[d] = 1;
-          arrived[k]++;
-          if (arrived[k] == expect[in->id])
-            for (int i = 0; i < cm->ngroup; i++) {
-              int m = cm->group[i];
-              if (m != d && represents(p, m) && !queued[m]) { stack[sp++] = m; queued[m] = true; }
-            }
-        }
-        if (arrived[k] < expect[in->id]) break;
-        waiting[d] = 0;
-      }
-      pc[d]++;
-    }
-  }
-  bool ok = true;
-  for (int d = 0; d < D && ok; d++) {
-    lprog *pg = &pr->progs[d];
-    if (pc[d] >= pg->n) continue;
-    ok = false;
-    arena_reset(&L->scratch);
-    lins here = lower_view(pr, pg, pc[d]), there;
-    const lins *in = &here;
-    /* what the device waits for, and what its peer does instead */
-    int peer = -1;
-    const lins *other = NULL;
-    if (in->kind == LI_RECV) peer = in->peer;
-    else if (in->kind == LI_COLLECTIVE) {
-      const pcomm *cm = &p->comms[in->comm];
-      for (int i = 0; i < cm->ngroup && peer < 0; i++) {
-        int m = cm->group[i];
-        if (m == d || !represents(p, m)) continue;
-        lprog *mp = &pr->progs[m];
-        if (pc[m] >= mp->n || mp->ops[pc[m]].kind != LI_COLLECTIVE || mp->ops[pc[m]].id != in->comm ||
-            mp->ops[pc[m]].epoch != in->epoch)
-          peer = m;
-      }
-    }
-    if (peer >= 0 && pc[peer] < pr->progs[peer].n) {
-      there = lower_view(pr, &pr->progs[peer], pc[peer]);
-      other = &there;
-    }
-    weft_loc at = p->sched != SCHED_DEFAULT ? p->sched_loc : p->loc;
-    const char *where = block_at(L, d, pc[d], &at);
-    const char *other_where = peer >= 0 ? block_at(L, peer, pc[peer], &(weft_loc){0}) : "";
-    weft_diag *g;
-    if (in->kind == LI_COLLECTIVE && other && other->kind == LI_COLLECTIVE) {
-      g = diag_add(L->dg, DIAG_ERROR, at, "devices %d and %d enter collectives in different orders: device %d is at %s%s, device %d "
-                               "at %s%s",
-                     d, peer, d, ins_str(L, d, in), where, peer, ins_str(L, peer, other), other_where);
-      diag_hint(g, L->dg, "members of a collective must run their shared collectives in one order; "
-                                 "make their schedules agree");
-    } else if (other) {
-      g = diag_add(L->dg, DIAG_ERROR, at, "deadlock: device %d waits at %s%s while device %d waits at %s%s", d, ins_str(L, d, in),
-                     where, peer, ins_str(L, peer, other), other_where);
-      diag_hint(g, L->dg, "the schedule orders blocks so that each waits for the other; weft lower --grid "
-                                 "prints the order");
-    } else {
-      g = diag_add(L->dg, DIAG_ERROR, at, "deadlock: device %d waits forever at %s%s", d, ins_str(L, d, in), where);
-      diag_hint(g, L->dg, "weft lower --grid prints the order");
-    }
-  }
-  free(pc);
-  free(arrived);
-  free(posted);
-  free(stack);
-  free(queued);
-  free(waiting);
-  free(expect);
-  return ok;
-}
-
-/* ---- memory (rule 5) ---------------------------------------------------------------
- * The peak each device's memory reaches is that of the simulated step
- * (sim.h), the model weft estimate reports: buffers live from their first
- * use to the end of their last, in time, not in program order. */
-
 /* The working state of one lowering, freed on success and on failure. */
 static void lstate_free(lstate *L) {
   free(L->ebuf);
@@ -2276,7 +1977,7 @@ static void lstate_free(lstate *L) {
   arena_free(&L->scratch);
   arena_free(&L->refa);
   arena_free(&L->tmp);
-  cost_works_free(L->works);
+  lower_works_free(L->works);
   L->works = NULL;
 }
 
@@ -2291,7 +1992,7 @@ weft_program *lower_plan(weft_plan *p, const lower_opts *o, arena *a, weft_diags
   arena_init(&L.refa);
   arena_init(&L.tmp);
   L.ra = L.full ? L.a : &L.refa;
-  L.works = cost_works_new();
+  L.works = lower_works_new();
   int before = dg->errors;
   /* stages of the schedule */
   L.stage_of = arena_alloc(L.a, sizeof(int) * (size_t)(g->nops ? g->nops : 1));
@@ -2389,9 +2090,9 @@ weft_program *lower_plan(weft_plan *p, const lower_opts *o, arena *a, weft_diags
       tasklist *tl = &L.tasks[d];
       int m = 0;
       for (int i = 0; i < tl->n; i++)
-        if (tl->t[i].kind == T_FWD) { L.fpos[tl->t[i].sub] = m; tl->t[m++] = tl->t[i]; }
-        else if (tl->t[i].kind == T_BWD) L.bpos[tl->t[i].sub] = -1;
-        else if (tl->t[i].kind == T_RECOMP) L.rpos[tl->t[i].sub] = -1;
+        if (tl->v[i].kind == T_FWD) { L.fpos[tl->v[i].sub] = m; tl->v[m++] = tl->v[i]; }
+        else if (tl->v[i].kind == T_BWD) L.bpos[tl->v[i].sub] = -1;
+        else if (tl->v[i].kind == T_RECOMP) L.rpos[tl->v[i].sub] = -1;
       tl->n = m;
     }
   anchor_comms(&L);
@@ -2416,7 +2117,7 @@ weft_program *lower_plan(weft_plan *p, const lower_opts *o, arena *a, weft_diags
   free(L.ebuf);
   L.ebuf = NULL;
   store_free(&st);
-  pr->works = cost_works_keep(L.a, L.works);
+  pr->works = lower_works_keep(L.a, L.works);
   L.works = NULL;
   prof_mark("lower: emit");
   {
@@ -2424,13 +2125,11 @@ weft_program *lower_plan(weft_plan *p, const lower_opts *o, arena *a, weft_diags
     for (int d = 0; d < p->ndevices; d++) pool += pr->progs[d].npool;
     prof_note("%" PRId64 " instructions (%.1f MB of lops, %.1f MB of pool), %d buffers (%.1f MB), %d works",
               pr->instructions, (double)pr->instructions * (double)sizeof(lop) / 1e6, (double)pool * 4 / 1e6, pr->nbufs,
-              (double)pr->nbufs * (double)sizeof(lbuf) / 1e6, cost_works_count(pr->works));
+              (double)pr->nbufs * (double)sizeof(lbuf) / 1e6, lower_works_count(pr->works));
   }
   if (L.failed) goto fail;
   lower_buckets(L.a, pr);
   prof_mark("lower: buckets");
-  if (!simulate(&L)) goto fail;
-  prof_mark("lower: deadlock check");
   for (int d = 0; d < p->ndevices; d++) pr->instructions_all += lower_prog(pr, d)->n;
   lstate_free(&L);
   return dg->errors > before ? NULL : pr;

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/htab.h"
+#include "base/vec.h"
 #include "weft/deps.h"
 #include "weft/workspace.h"
 
@@ -17,15 +19,9 @@ typedef struct piece {
   int sub;               /* the sub-operator that holds it */
 } piece;
 
-typedef struct pieces {
-  piece *items;
-  int n, cap;
-} pieces;
+typedef VEC(piece) pieces;
 
-static void pieces_add(arena *a, pieces *ps, piece p) {
-  arena_grow(a, (void **)&ps->items, &ps->cap, ps->n + 1, sizeof(piece));
-  ps->items[ps->n++] = p;
-}
+static void pieces_add(arena *a, pieces *ps, piece p) { vec_push(a, ps, p); }
 
 static int node_of(const weft_plan *p, int dev) { return p->devices_per_node ? dev / p->devices_per_node : 0; }
 
@@ -90,24 +86,6 @@ static int distinct(int *devs, int n) {
   return m;
 }
 
-/* Whether two regions share an element: tregion_intersect without building
- * the intersection, for the tests that only need to know. */
-static bool regions_meet(const tregion *x, const tregion *y) {
-  for (int d = 0; d < x->ndims && d < y->ndims; d++) {
-    const dregion *a = &x->dims[d], *b = &y->dims[d];
-    bool any = false;
-    for (int i = 0, j = 0; i < a->n && j < b->n && !any;) {
-      int64_t lo = a->iv[i].lo > b->iv[j].lo ? a->iv[i].lo : b->iv[j].lo;
-      int64_t hi = a->iv[i].hi < b->iv[j].hi ? a->iv[i].hi : b->iv[j].hi;
-      any = lo < hi;
-      if (a->iv[i].hi < b->iv[j].hi) i++;
-      else j++;
-    }
-    if (!any) return false;
-  }
-  return true;
-}
-
 /* Regions by their extent along one dimension, for the regions that overlap
  * a given one without testing them all: a need split along the sequence
  * against thousands of pieces split by batch and micro-batch. The dimension
@@ -165,7 +143,7 @@ static int sweep_find(const sweep_index *x, const tregion *r, int *out) {
     /* no dimension to sweep along: every region is a candidate */
     int n = 0;
     for (int i = 0; i < x->n; i++)
-      if (regions_meet(x->regions[x->at[i].i], r)) out[n++] = x->at[i].i;
+      if (tregion_overlaps(x->regions[x->at[i].i], r)) out[n++] = x->at[i].i;
     qsort(out, (size_t)n, sizeof(int), int_cmp);
     return n;
   }
@@ -180,7 +158,7 @@ static int sweep_find(const sweep_index *x, const tregion *r, int *out) {
   }
   int n = 0;
   for (int k = a; k < x->n && x->at[k].lo < hi; k++)
-    if (regions_meet(x->regions[x->at[k].i], r)) out[n++] = x->at[k].i;
+    if (tregion_overlaps(x->regions[x->at[k].i], r)) out[n++] = x->at[k].i;
   qsort(out, (size_t)n, sizeof(int), int_cmp);
   return n;
 }
@@ -235,7 +213,7 @@ static bool tiles(const tregion *whole, const tregion *const *parts, int n) {
     if (!tregion_contains(whole, parts[i])) return false;
     total += tregion_numel(parts[i]);
     for (int j = 0; j < i; j++)
-      if (regions_meet(parts[i], parts[j])) return false;
+      if (tregion_overlaps(parts[i], parts[j])) return false;
   }
   return total == tregion_numel(whole);
 }
@@ -284,26 +262,50 @@ static uint64_t region_hash(const tregion *r) {
   return h;
 }
 
-/* Regions by hash: a chain of indices per bucket. */
+/* Regions by value: the regions equal to a given one, in index order. */
 typedef struct region_index {
-  int *head, *next;
-  uint64_t *hash;
-  int nb;
+  const tregion *const *regions;
+  htab by;                /* one entry per value */
+  int *first;             /* per entry: the first region of that value */
+  int *next;              /* per region: the next one equal to it, -1: none */
 } region_index;
 
+typedef struct region_lookup {
+  const region_index *x;
+  const tregion *r;
+} region_lookup;
+
+static bool region_is(const void *ctx, int e) {
+  const region_lookup *k = ctx;
+  return tregion_equal(k->x->regions[k->x->first[e]], k->r);
+}
+
+/* The first region equal to r, -1 if none. */
+static int region_index_find(const region_index *x, const tregion *r) {
+  region_lookup k = {x, r};
+  int e = htab_find(&x->by, region_hash(r), region_is, &k);
+  return e < 0 ? -1 : x->first[e];
+}
+
 static void region_index_build(arena *a, region_index *x, const tregion *const *regions, int n) {
-  x->nb = 1;
-  while (x->nb < 2 * n) x->nb *= 2;
-  x->head = arena_alloc(a, sizeof(int) * (size_t)x->nb);
+  x->regions = regions;
+  x->by = (htab){.a = a};
+  htab_reserve(&x->by, n);
+  x->first = arena_alloc(a, sizeof(int) * (size_t)(n ? n : 1));
   x->next = arena_alloc(a, sizeof(int) * (size_t)(n ? n : 1));
-  x->hash = arena_alloc(a, sizeof(uint64_t) * (size_t)(n ? n : 1));
-  for (int b = 0; b < x->nb; b++) x->head[b] = -1;
-  /* inserted back to front, so that each chain lists indices in order */
-  for (int i = n - 1; i >= 0; i--) {
-    x->hash[i] = region_hash(regions[i]);
-    int b = (int)(x->hash[i] & (uint64_t)(x->nb - 1));
-    x->next[i] = x->head[b];
-    x->head[b] = i;
+  int *last = arena_alloc(a, sizeof(int) * (size_t)(n ? n : 1));  /* per entry: its last region so far */
+  for (int i = 0; i < n; i++) {
+    uint64_t h = region_hash(regions[i]);
+    region_lookup k = {x, regions[i]};
+    int e = htab_find(&x->by, h, region_is, &k);
+    x->next[i] = -1;
+    if (e < 0) {
+      e = htab_add(&x->by, h);
+      x->first[e] = i;
+    } else {
+      x->next[last[e]] = i;
+    }
+    last[e] = i;
   }
 }
 
@@ -326,51 +328,41 @@ static tregion part_copy(arena *a, const tregion *whole, const tregion *part) {
 }
 
 /* The sends made so far, by (tensor, destination, region): a tensor read by
- * two operators on one device is sent there once. */
+ * two operators on one device is sent there once. A broadcast is there
+ * once per destination. */
 typedef struct sendset {
-  int *slot;             /* comm index or -1 */
-  uint64_t *key;
-  int cap, n;
+  htab by;                /* by send_key */
+  VEC(int) comm;          /* per entry: the communication */
 } sendset;
 
 static uint64_t send_key(int tensor, int dst, const tregion *r) {
   return (region_hash(r) ^ ((uint64_t)tensor * 0x9e3779b97f4a7c15ull)) * 1099511628211ull ^ (uint64_t)dst;
 }
 
-static int sendset_find(const sendset *ss, const weft_plan *p, uint64_t key, int tensor, int dst, const tregion *r) {
-  if (!ss->cap) return -1;
-  for (int b = (int)(key & (uint64_t)(ss->cap - 1));; b = (b + 1) & (ss->cap - 1)) {
-    if (ss->slot[b] == -1) return -1;
-    if (ss->slot[b] < 0) continue;  /* -2: a send that became part of an all-to-all */
-    const pcomm *o = &p->comms[ss->slot[b]];
-    bool to = o->dst == dst;  /* a send to dst, or a broadcast dst takes part in */
-    for (int m = 0; o->kind == COMM_BROADCAST && m < o->ngroup && !to; m++) to = o->group[m] == dst && dst != o->src;
-    if (ss->key[b] == key && o->tensor == tensor && to && tregion_equal(&o->region, r)) return ss->slot[b];
-  }
+typedef struct send_lookup {
+  const sendset *ss;
+  const weft_plan *p;
+  int tensor, dst;
+  const tregion *r;
+} send_lookup;
+
+static bool send_is(const void *ctx, int e) {
+  const send_lookup *k = ctx;
+  const pcomm *o = &k->p->comms[k->ss->comm.v[e]];
+  bool to = o->dst == k->dst;  /* a send to dst, or a broadcast dst takes part in */
+  for (int m = 0; o->kind == COMM_BROADCAST && m < o->ngroup && !to; m++) to = o->group[m] == k->dst && k->dst != o->src;
+  return o->tensor == k->tensor && to && tregion_equal(&o->region, k->r);
 }
 
-static void sendset_add(arena *a, sendset *ss, uint64_t key, int comm) {
-  if (2 * (ss->n + 1) > ss->cap) {
-    int ncap = ss->cap ? ss->cap * 2 : 256;
-    int *ns = arena_alloc(a, sizeof(int) * (size_t)ncap);
-    uint64_t *nk = arena_alloc(a, sizeof(uint64_t) * (size_t)ncap);
-    for (int b = 0; b < ncap; b++) ns[b] = -1;
-    for (int b = 0; b < ss->cap; b++) {
-      if (ss->slot[b] < 0) continue;  /* empty, or forgotten (-2) */
-      int q = (int)(ss->key[b] & (uint64_t)(ncap - 1));
-      while (ns[q] >= 0) q = (q + 1) & (ncap - 1);
-      ns[q] = ss->slot[b];
-      nk[q] = ss->key[b];
-    }
-    ss->slot = ns;
-    ss->key = nk;
-    ss->cap = ncap;
-  }
-  int q = (int)(key & (uint64_t)(ss->cap - 1));
-  while (ss->slot[q] != -1) q = (q + 1) & (ss->cap - 1);
-  ss->slot[q] = comm;
-  ss->key[q] = key;
-  ss->n++;
+static int sendset_find(const sendset *ss, const weft_plan *p, uint64_t key, int tensor, int dst, const tregion *r) {
+  send_lookup k = {ss, p, tensor, dst, r};
+  int e = htab_find(&ss->by, key, send_is, &k);
+  return e < 0 ? -1 : ss->comm.v[e];
+}
+
+static void sendset_add(sendset *ss, uint64_t key, int comm) {
+  htab_add(&ss->by, key);
+  vec_push(NULL, &ss->comm, comm);
 }
 
 /* Sequence parallelism after a row-parallel layer: the producers hold partial
@@ -384,9 +376,9 @@ static bool feed_scatter(arena *a, arena *s, weft_plan *p, int tensor, const tre
                          const int *hsel, int ns, const int *hdevs, int nh, const sweep_index *nsweep,
                          const int *cdev, int *hit, bool *done) {
   if (nh < 2 || nh != ns) return false;
-  const tregion *whole = &have->items[hsel[0]].region;
+  const tregion *whole = &have->v[hsel[0]].region;
   for (int q = 0; q < ns; q++)
-    if (have->items[hsel[q]].partial < 0 || !tregion_equal(&have->items[hsel[q]].region, whole)) return false;
+    if (have->v[hsel[q]].partial < 0 || !tregion_equal(&have->v[hsel[q]].region, whole)) return false;
   if (tregion_equal(whole, need) || !tregion_contains(whole, need)) return false;
   const tregion **parts = arena_alloc(s, sizeof(tregion *) * (size_t)nh);
   int nhit;
@@ -525,19 +517,19 @@ static void regroup_sends(weft_plan *p, int first, sendset *ss) {
     if (p->comms[i].kind != COMM_NONE) p->comms[m++] = p->comms[i];
   if (m == p->ncomms) return;
   p->ncomms = m;
-  if (!ss || !ss->cap) return;
-  for (int b = 0; b < ss->cap; b++)
-    if (ss->slot[b] >= first) ss->slot[b] = -2;
+  if (!ss) return;
+  /* the sends from first on were added last: they are forgotten from the
+   * end, and those that stay added again */
+  int keep = ss->comm.n;
+  while (keep > 0 && ss->comm.v[keep - 1] >= first) keep--;
+  htab_truncate(&ss->by, keep);
+  ss->comm.n = keep;
   for (int i = first; i < p->ncomms; i++) {
     const pcomm *cm = &p->comms[i];
     for (int m = 0; m < (cm->kind == COMM_BROADCAST ? cm->ngroup : 1); m++) {
       int dst = cm->kind == COMM_BROADCAST ? cm->group[m] : cm->dst;
       if ((cm->kind != COMM_SEND && cm->kind != COMM_BROADCAST) || dst == cm->src) continue;
-      uint64_t key = send_key(cm->tensor, dst, &cm->region);
-      int q = (int)(key & (uint64_t)(ss->cap - 1));
-      while (ss->slot[q] != -1 && ss->slot[q] != -2) q = (q + 1) & (ss->cap - 1);
-      ss->slot[q] = i;
-      ss->key[q] = key;
+      sendset_add(ss, send_key(cm->tensor, dst, &cm->region), i);
     }
   }
 }
@@ -558,7 +550,7 @@ static void feed_edge(arena *a, arena *s, weft_plan *p, int op, int k, const pie
     nptr[i] = &needs[i];
   }
   const tregion **hptr = arena_alloc(s, sizeof(tregion *) * (size_t)(have->n ? have->n : 1));
-  for (int h = 0; h < have->n; h++) hptr[h] = &have->items[h].region;
+  for (int h = 0; h < have->n; h++) hptr[h] = &have->v[h].region;
   region_index nx, hx;
   region_index_build(s, &nx, nptr, nc_all);
   region_index_build(s, &hx, hptr, have->n);
@@ -568,7 +560,7 @@ static void feed_edge(arena *a, arena *s, weft_plan *p, int op, int k, const pie
   int *dnext = arena_alloc(s, sizeof(int) * (size_t)(have->n ? have->n : 1));
   for (int d = 0; d < p->ndevices; d++) dhead[d] = -1;
   for (int h = have->n - 1; h >= 0; h--) {
-    int d = have->items[h].device;
+    int d = have->v[h].device;
     if (d < 0 || d >= p->ndevices) continue;
     dnext[h] = dhead[d];
     dhead[d] = h;
@@ -589,30 +581,28 @@ static void feed_edge(arena *a, arena *s, weft_plan *p, int op, int k, const pie
     bool local = false;
     if (t->device >= 0 && t->device < p->ndevices)
       for (int h = dhead[t->device]; h >= 0 && !local; h = dnext[h])
-        local = have->items[h].partial < 0 && tregion_contains(&have->items[h].region, need);
+        local = have->v[h].partial < 0 && tregion_contains(&have->v[h].region, need);
     if (local) { done[i] = true; continue; }
     /* the consumers that need the same region */
     int nc = 0;
-    for (int j = nx.head[nx.hash[i] & (uint64_t)(nx.nb - 1)]; j >= 0; j = nx.next[j])
-      if (j >= i && !done[j] && nx.hash[j] == nx.hash[i] && tregion_equal(&needs[j], need)) {
+    for (int j = i; j >= 0; j = nx.next[j])
+      if (!done[j]) {
         cdevs[nc++] = p->subs[cp->first + j].device;
         done[j] = true;
       }
     nc = distinct(cdevs, nc);
     /* the pieces that hold it: the same region when there are such, else
      * every piece that overlaps it */
-    uint64_t nh_hash = region_hash(need);
     int ns = 0;
-    for (int h = hx.head[nh_hash & (uint64_t)(hx.nb - 1)]; h >= 0; h = hx.next[h])
-      if (hx.hash[h] == nh_hash && tregion_equal(&have->items[h].region, need)) hsel[ns++] = h;
+    for (int h = region_index_find(&hx, need); h >= 0; h = hx.next[h]) hsel[ns++] = h;
     if (ns == 0) {
       if (!hsweep.at) sweep_build(s, &hsweep, hptr, have->n);
       ns = sweep_find(&hsweep, need, hsel);
     }
     int nh = 0, npartial = 0;
     for (int q = 0; q < ns; q++) {
-      hdevs[nh++] = have->items[hsel[q]].device;
-      if (have->items[hsel[q]].partial >= 0) npartial++;
+      hdevs[nh++] = have->v[hsel[q]].device;
+      if (have->v[hsel[q]].partial >= 0) npartial++;
     }
     nh = distinct(hdevs, nh);
     bool same = nh == nc && memcmp(hdevs, cdevs, sizeof(int) * (size_t)nc) == 0;
@@ -644,7 +634,7 @@ static void feed_edge(arena *a, arena *s, weft_plan *p, int op, int k, const pie
         cm->parts[m] = (tregion){0};
         for (int q = 0; q < ns; q++) {
           tregion x;
-          if (have->items[hsel[q]].device != hdevs[m] || !tregion_intersect(s, &have->items[hsel[q]].region, need, &x))
+          if (have->v[hsel[q]].device != hdevs[m] || !tregion_intersect(s, &have->v[hsel[q]].region, need, &x))
             continue;
           cm->parts[m] = part_copy(a, &cm->region, &x);
           break;
@@ -657,7 +647,7 @@ static void feed_edge(arena *a, arena *s, weft_plan *p, int op, int k, const pie
       int dst = cdevs[cdi];
       for (int q = 0; q < ns; q++) {
         int h = hsel[q];
-        const piece *pc = &have->items[h];
+        const piece *pc = &have->v[h];
         tregion x;
         if (pc->device == dst) continue;
         if (tregion_equal(&pc->region, need)) x = *need;
@@ -665,7 +655,7 @@ static void feed_edge(arena *a, arena *s, weft_plan *p, int op, int k, const pie
         /* one holder per part: skip this piece if an earlier one holds the same part */
         bool dup = false;
         for (int q2 = 0; q2 < q && !dup; q2++) {
-          const piece *o = &have->items[hsel[q2]];
+          const piece *o = &have->v[hsel[q2]];
           dup = tregion_contains(&o->region, &x) &&
                 (o->device == dst || node_of(p, o->device) == node_of(p, dst) ||
                  node_of(p, pc->device) != node_of(p, dst));
@@ -673,7 +663,7 @@ static void feed_edge(arena *a, arena *s, weft_plan *p, int op, int k, const pie
         bool local_part = false;
         if (dst >= 0 && dst < p->ndevices)
           for (int h2 = dhead[dst]; h2 >= 0 && !local_part; h2 = dnext[h2])
-            local_part = tregion_contains(&have->items[h2].region, &x);
+            local_part = tregion_contains(&have->v[h2].region, &x);
         if (dup || local_part) continue;
         /* the same part to the same device once, whoever reads it there */
         uint64_t key = send_key(tensor, dst, &x);
@@ -681,7 +671,7 @@ static void feed_edge(arena *a, arena *s, weft_plan *p, int op, int k, const pie
         int pair[2] = {pc->device, dst};
         tregion r = tregion_copy(a, &x);
         pcomm *cm = comm_add(a, p, COMM_SEND, tensor, PHASE_FORWARD, pair, 2, &r);
-        sendset_add(a, ss, key, p->ncomms - 1);
+        sendset_add(ss, key, p->ncomms - 1);
         cm->src = pc->device;
         cm->dst = dst;
         cm->producer_sub = pc->sub;
@@ -717,7 +707,7 @@ static void feed_edge(arena *a, arena *s, weft_plan *p, int op, int k, const pie
       bool *bad = arena_alloc(s, (size_t)(l.n + 1));
       for (int m = 0; m < l.n; m++) bad[m] = false;
       for (int h = 0; h < have->n; h++) {
-        const piece *pc = &have->items[h];
+        const piece *pc = &have->v[h];
         if (pc->sub < 0 || p->subs[pc->sub].microbatch != mb) continue;
         layout_put(&l, pc->device, 0, &pc->region, bad);
         if (pc->partial >= 0)  /* partial sums: a reduction, not a move */
@@ -840,7 +830,7 @@ static bool grad_contributions(arena *s, const weft_plan *p, const treads *rd, i
   }
   if (out->n == 0) return false;
   const tregion **ptr = arena_alloc(s, sizeof(tregion *) * (size_t)out->n);
-  for (int i = 0; i < out->n; i++) ptr[i] = &out->items[i].region;
+  for (int i = 0; i < out->n; i++) ptr[i] = &out->v[i].region;
   region_index_build(s, ix, ptr, out->n);
   return true;
 }
@@ -871,7 +861,7 @@ static bool zero_comms(arena *a, arena *sc, weft_plan *p, int t, const int *g, i
   int *ops = arena_alloc(sc, sizeof(int) * (size_t)(ni ? ni : 1));
   int nops = 0;
   for (int q = 0; q < ni; q++) {
-    const piece *pc = &contrib->items[idx[q]];
+    const piece *pc = &contrib->v[idx[q]];
     int op = p->subs[pc->sub].op;
     if (member_of(g, ng, pc->device) < 0 || (nops && ops[nops - 1] == op)) continue;
     bool seen = false;
@@ -914,9 +904,8 @@ static void reduce_param_grads(arena *a, arena *sc, weft_plan *p, const treads *
     for (int i = 0; i < contrib.n; i++) {
       if (done[i]) continue;
       int ni = 0;
-      for (int j = cx.head[cx.hash[i] & (uint64_t)(cx.nb - 1)]; j >= 0; j = cx.next[j])
-        if (j >= i && !done[j] && cx.hash[j] == cx.hash[i] &&
-            tregion_equal(&contrib.items[j].region, &contrib.items[i].region)) {
+      for (int j = i; j >= 0; j = cx.next[j])
+        if (!done[j]) {
           idx[ni++] = j;
           done[j] = true;
         }
@@ -924,7 +913,7 @@ static void reduce_param_grads(arena *a, arena *sc, weft_plan *p, const treads *
       int64_t *keys = arena_alloc(sc, sizeof(int64_t) * (size_t)ni);
       int nk = 0;
       for (int q = 0; q < ni; q++) {
-        int64_t k = contrib.items[idx[q]].partial;
+        int64_t k = contrib.v[idx[q]].partial;
         bool seen = false;
         for (int r = 0; r < nk && !seen; r++) seen = keys[r] == k;
         if (!seen) keys[nk++] = k;
@@ -936,7 +925,7 @@ static void reduce_param_grads(arena *a, arena *sc, weft_plan *p, const treads *
       for (int r = 0; r < nk; r++) {
         devs[r] = arena_alloc(sc, sizeof(int) * (size_t)ni);
         for (int q = 0; q < ni; q++)
-          if (contrib.items[idx[q]].partial == keys[r]) devs[r][nd[r]++] = contrib.items[idx[q]].device;
+          if (contrib.v[idx[q]].partial == keys[r]) devs[r][nd[r]++] = contrib.v[idx[q]].device;
         nd[r] = distinct(devs[r], nd[r]);
         if (copies < 0 || nd[r] < copies) copies = nd[r];
       }
@@ -963,7 +952,7 @@ static void reduce_param_grads(arena *a, arena *sc, weft_plan *p, const treads *
           ng = distinct(g, ng + nx);
         }
         if (ng < 2) continue;  /* all parts on one device: summed in place */
-        tregion r = tregion_copy(a, &contrib.items[i].region);
+        tregion r = tregion_copy(a, &contrib.v[i].region);
         if (nadd == ng && p->zero[t].stage > 0 && zero_comms(a, sc, p, t, g, ng, &r, &contrib, idx, ni)) continue;
         pcomm *cm = comm_add(a, p, COMM_ALL_REDUCE, t, PHASE_WEIGHTS, g, ng, &r);
         cm->why = "parts of the gradient are computed on several devices: they are summed";
@@ -992,10 +981,10 @@ static bool grads_gather(arena *a, arena *s, weft_plan *p, int t, int prod, cons
                          const int *needdevs, int nn, const pieces *contrib, const int *idx, int ni, int nk) {
   if (nk != 1 || ni < 2 || nn != ni) return false;
   int *g = arena_alloc(s, sizeof(int) * (size_t)ni);
-  for (int q = 0; q < ni; q++) g[q] = contrib->items[idx[q]].device;
+  for (int q = 0; q < ni; q++) g[q] = contrib->v[idx[q]].device;
   if (distinct(g, ni) != ni || memcmp(g, needdevs, sizeof(int) * (size_t)ni) != 0) return false;
   const tregion **parts = arena_alloc(s, sizeof(tregion *) * (size_t)ni);
-  for (int q = 0; q < ni; q++) parts[member_of(g, ni, contrib->items[idx[q]].device)] = &contrib->items[idx[q]].region;
+  for (int q = 0; q < ni; q++) parts[member_of(g, ni, contrib->v[idx[q]].device)] = &contrib->v[idx[q]].region;
   if (!tiles(need, parts, ni)) return false;
   tregion r = tregion_copy(a, need);
   pcomm *cm = comm_add(a, p, COMM_ALL_GATHER, t, PHASE_BACKWARD, g, ni, &r);
@@ -1017,9 +1006,9 @@ static bool grads_scatter(arena *a, arena *s, weft_plan *p, int t, int prod, con
                           const pieces *contrib, const int *idx, int ni, int nk, int *const *devs, const int *ndev,
                           const sweep_index *wsweep, const int *pdev, int *hit, bool *done) {
   if (nk < 2) return false;
-  const tregion *whole = &contrib->items[idx[0]].region;
+  const tregion *whole = &contrib->v[idx[0]].region;
   for (int q = 0; q < ni; q++)
-    if (!tregion_equal(&contrib->items[idx[q]].region, whole)) return false;
+    if (!tregion_equal(&contrib->v[idx[q]].region, whole)) return false;
   if (!tregion_contains(whole, need)) return false;
   int *g = arena_alloc(s, sizeof(int) * (size_t)nk);
   for (int r = 0; r < nk; r++) {
@@ -1075,39 +1064,37 @@ static void reduce_activation_grads(arena *a, arena *s, weft_plan *p, const trea
     sweep_index csweep = {0}, wsweep = {0};
     int *pdev = NULL, *hit = NULL;
     bool regrouped = false;  /* gradients sent piece by piece to another layout */
-    int *sendmb = NULL, nsendmb = 0, sendcap = 0;  /* per comm from first_t: its micro-batch */
+    VEC(int) sendmb = {0};  /* per comm from first_t: its micro-batch */
     for (int i = 0; i < pp->count; i++) {
       if (done[i]) continue;
       tregion need = wrote[i];
       /* the producers that wrote the same region */
       int nn = 0;
-      for (int j = wx.head[wx.hash[i] & (uint64_t)(wx.nb - 1)]; j >= 0; j = wx.next[j]) {
-        if (j < i || done[j] || wx.hash[j] != wx.hash[i] || !tregion_equal(&wrote[j], &need)) continue;
+      for (int j = i; j >= 0; j = wx.next[j]) {
+        if (done[j]) continue;
         done[j] = true;
         needdevs[nn++] = p->subs[pp->first + j].device;
       }
       nn = distinct(needdevs, nn);
       /* the contributions for it, by key */
-      uint64_t h = region_hash(&need);
       int ni = 0;
-      for (int q = cx.head[h & (uint64_t)(cx.nb - 1)]; q >= 0; q = cx.next[q])
-        if (cx.hash[q] == h && tregion_equal(&contrib.items[q].region, &need)) idx[ni++] = q;
+      for (int q = region_index_find(&cx, &need); q >= 0; q = cx.next[q]) idx[ni++] = q;
       bool exact = ni > 0;
       if (!exact) {
         if (!csweep.at) {
           const tregion **cptr = arena_alloc(s, sizeof(tregion *) * (size_t)contrib.n);
-          for (int q = 0; q < contrib.n; q++) cptr[q] = &contrib.items[q].region;
+          for (int q = 0; q < contrib.n; q++) cptr[q] = &contrib.v[q].region;
           sweep_build(s, &csweep, cptr, contrib.n);
         }
         ni = sweep_find(&csweep, &need, idx);
       }
       int nk = 0;
       for (int q = 0; q < ni; q++) {
-        int64_t k = contrib.items[idx[q]].partial;
+        int64_t k = contrib.v[idx[q]].partial;
         int r;
         for (r = 0; r < nk && keys[r] != k; r++) {}
         if (r == nk) { keys[nk] = k; ndev[nk] = 0; devs[nk] = arena_alloc(s, sizeof(int) * (size_t)ni); nk++; }
-        devs[r][ndev[r]++] = contrib.items[idx[q]].device;
+        devs[r][ndev[r]++] = contrib.v[idx[q]].device;
       }
       int copies = -1;
       for (int r = 0; r < nk; r++) {
@@ -1134,15 +1121,15 @@ static void reduce_activation_grads(arena *a, arena *s, weft_plan *p, const trea
         for (int w = 0; w < nn; w++) {
           int d = needdevs[w];
           for (int q = 0; q < ni; q++) {
-            const piece *pc = &contrib.items[idx[q]];
+            const piece *pc = &contrib.v[idx[q]];
             bool seen = false;  /* the same region from an earlier holder (a copy) */
-            for (int e = 0; e < q && !seen; e++) seen = tregion_equal(&contrib.items[idx[e]].region, &pc->region);
+            for (int e = 0; e < q && !seen; e++) seen = tregion_equal(&contrib.v[idx[e]].region, &pc->region);
             tregion x;
             if (seen || !tregion_intersect(s, &pc->region, &need, &x)) continue;
             /* a holder on d itself, else one on d's node, else the first */
             int src = -1;
             for (int e = q; e < ni; e++) {
-              const piece *o = &contrib.items[idx[e]];
+              const piece *o = &contrib.v[idx[e]];
               if (!tregion_equal(&o->region, &pc->region)) continue;
               if (o->device == d) { src = d; break; }
               if (src < 0 || (node_of(p, o->device) == node_of(p, d) && node_of(p, src) != node_of(p, d))) src = o->device;
@@ -1155,9 +1142,8 @@ static void reduce_activation_grads(arena *a, arena *s, weft_plan *p, const trea
             cm->dst = d;
             cm->consumer_op = prod;
             cm->why = "the gradient comes back split otherwise than the producer wrote its result";
-            arena_grow(s, (void **)&sendmb, &sendcap, p->ncomms - first_t, sizeof(int));
-            while (nsendmb < p->ncomms - first_t - 1) sendmb[nsendmb++] = -1;
-            sendmb[nsendmb++] = pc->sub >= 0 ? p->subs[pc->sub].microbatch : 0;
+            while (sendmb.n < p->ncomms - first_t - 1) vec_push(s, &sendmb, -1);
+            vec_push(s, &sendmb, pc->sub >= 0 ? p->subs[pc->sub].microbatch : 0);
           }
         }
         regrouped = true;
@@ -1215,18 +1201,18 @@ static void reduce_activation_grads(arena *a, arena *s, weft_plan *p, const trea
     if (regrouped && nsend >= 2) {
       int *ids = arena_alloc(s, sizeof(int) * (size_t)nsend);
       bool *used = arena_alloc(s, (size_t)nsend);
-      for (int i = 0; i < nsend; i++) used[i] = i >= nsendmb || sendmb[i] < 0;
+      for (int i = 0; i < nsend; i++) used[i] = i >= sendmb.n || sendmb.v[i] < 0;
       for (int i = 0; i < nsend; i++) {
         if (used[i]) continue;
-        int mb = sendmb[i], ns = 0;
+        int mb = sendmb.v[i], ns = 0;
         for (int j = i; j < nsend; j++)
-          if (!used[j] && sendmb[j] == mb) used[j] = true, ids[ns++] = first_t + j;
+          if (!used[j] && sendmb.v[j] == mb) used[j] = true, ids[ns++] = first_t + j;
         layout l;
         layout_init(s, &l, p, ids, ns);
         bool *bad = arena_alloc(s, (size_t)(l.n + 1));
         for (int m = 0; m < l.n; m++) bad[m] = false;
         for (int q = 0; q < contrib.n; q++) {
-          const piece *pc = &contrib.items[q];
+          const piece *pc = &contrib.v[q];
           if (pc->sub >= 0 && p->subs[pc->sub].microbatch == mb) layout_put(&l, pc->device, 0, &pc->region, bad);
         }
         for (int q = 0; q < pp->count; q++) {
@@ -1362,6 +1348,8 @@ void deps_derive(arena *a, weft_plan *p) {
   reduce_activation_grads(a, &scratch, p, &rd);
   reduce_param_grads(a, &scratch, p, &rd);
   exchange_stats(a, &scratch, p);
+  htab_free(&ss.by);
+  vec_free(&ss.comm);
   arena_free(&reads);
   arena_free(&scratch);
 }

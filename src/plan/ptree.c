@@ -212,6 +212,26 @@ bool tregion_intersect(arena *a, const tregion *x, const tregion *y, tregion *ou
   return nonempty;
 }
 
+/* Without making the intersection: the tests that only ask whether two
+ * regions meet (which tasks touch a communication's region, whether parts
+ * tile a whole) are many more than those that need it. */
+static bool dregion_overlaps(const dregion *a, const dregion *b) {
+  for (int i = 0, j = 0; i < a->n && j < b->n;) {
+    int64_t lo = a->iv[i].lo > b->iv[j].lo ? a->iv[i].lo : b->iv[j].lo;
+    int64_t hi = a->iv[i].hi < b->iv[j].hi ? a->iv[i].hi : b->iv[j].hi;
+    if (lo < hi) return true;
+    if (a->iv[i].hi < b->iv[j].hi) i++;
+    else j++;
+  }
+  return false;
+}
+
+bool tregion_overlaps(const tregion *x, const tregion *y) {
+  for (int d = 0; d < x->ndims && d < y->ndims; d++)
+    if (!dregion_overlaps(&x->dims[d], &y->dims[d])) return false;
+  return true;
+}
+
 int64_t tregion_numel(const tregion *r) {
   int64_t n = 1;
   for (int d = 0; d < r->ndims; d++) n *= dregion_len(&r->dims[d]);

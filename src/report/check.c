@@ -69,8 +69,10 @@ static int check_one(const weft_opts *o, const char *path, json *j) {
     for (int i = 0; i < s->nplans; i++)
       if (report_bound(s->pitems[i].val.decl)) {
         s->plans[i] = weft_build_plan(c, s->pitems[i].val, s->pitems[i].loc, &check_opts);
-        /* lowered without the memory rule, which the simulation applies */
+        /* validated without the memory rule, which the simulation applies */
         if (s->plans[i]) s->progs[i] = lower_plan(s->plans[i], NULL, &c->arena, &c->diags);
+        if (s->progs[i] && !validate_program(s->progs[i], &(validate_opts){.skip_memory = true}, &c->diags))
+          s->progs[i] = NULL;
         if (s->progs[i] && !estimate_quiet(c, s->progs[i], &s->est[i], &s->est_ok[i], &peaks[i])) s->progs[i] = NULL;
       }
     if (c->diags.errors) rc = WEFT_REJECTED;

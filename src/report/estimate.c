@@ -23,6 +23,7 @@ int report_estimate(const weft_opts *o) {
   weft_plan *p = report_plan(c, o, &rc, &(plan_opts){.reps = true});
   /* a plan that does not fit is estimated all the same, and rejected */
   weft_program *pr = p ? lower_plan(p, NULL, &c->arena, &c->diags) : NULL;
+  if (pr && !validate_program(pr, &(validate_opts){.skip_memory = true}, &c->diags)) pr = NULL;
   if (p && !pr) rc = WEFT_REJECTED;
   hw_model hw;
   if (pr && !o->symbolic && !hw_from_plan(&c->diags, p, pr, &hw)) {

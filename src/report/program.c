@@ -8,7 +8,7 @@ int report_lower(const weft_opts *o) {
   weft_plan *p = report_plan(c, o, &rc, NULL);
   lower_opts lo = {.full_programs = true};  /* printed */
   weft_program *pr = p ? lower_plan(p, &lo, &c->arena, &c->diags) : NULL;
-  if (pr && !validate_memory(pr, &c->diags)) pr = NULL;
+  if (pr && !validate_program(pr, NULL, &c->diags)) pr = NULL;
   if (p && !pr) rc = WEFT_REJECTED;
   if (pr && o->device >= pr->nprogs) {
     weft_loc none = {0};

@@ -55,7 +55,7 @@ int report_run(const weft_opts *o) {
   weft_plan *p = report_plan(c, o, &rc, NULL);
   lower_opts lo = {.full_programs = true};  /* run */
   weft_program *pr = p ? lower_plan(p, &lo, &c->arena, &c->diags) : NULL;
-  if (pr && !validate_memory(pr, &c->diags)) pr = NULL;
+  if (pr && !validate_program(pr, NULL, &c->diags)) pr = NULL;
   if (p && !pr) rc = WEFT_REJECTED;
   if (speak) report_diags(c, o);
   if (!pr) {

@@ -1,6 +1,7 @@
 /* test_sim.c - unit tests of the cost model and the simulator: matrix
  * product efficiency, collective costs against their alpha-beta formulas,
- * the 1F1B bubble against (p - 1) / (m + p - 1), overlap of gradient
+ * the 1F1B bubble against (p - 1) / (m + p - 1), a deadlock found by the
+ * order rule and by the simulator alike, overlap of gradient
  * reduction with the backward, the compact form of programs against the
  * full one, and activation memory per transformer layer against
  * Korthikanti et al. 2022. */
@@ -38,7 +39,7 @@ static weft_plan *build(weft_ctx *c, const char *text, const char *plan) {
 static weft_program *lower_with(weft_ctx *c, weft_plan *p, bool full) {
   lower_opts lo = {.full_programs = full};
   weft_program *pr = lower_plan(p, &lo, &c->arena, &c->diags);
-  if (pr && !validate_memory(pr, &c->diags)) pr = NULL;
+  if (pr && !validate_program(pr, NULL, &c->diags)) pr = NULL;
   if (!pr) diag_print(&c->diags, stderr, false);
   assert_non_null(pr);
   return pr;
@@ -196,6 +197,53 @@ static void test_bubble(void **state) {
   weft_free(c);
 }
 
+/* ---- the programs walked together ------------------------------------------ */
+
+/* Stage embed needs micro-batch 0's gradient before it sends micro-batch
+ * 1; stage head waits for micro-batch 1 before it sends that gradient. */
+static const char *const crossed =
+    "use std\n"
+    "model mlp(batch = 4, dim = 8, hidden = 16) {\n"
+    "  input x : f32[batch, dim]\n  input y : f32[batch, dim]\n"
+    "  param w1 : f32[dim, hidden]\n  param w2 : f32[hidden, dim]\n"
+    "  h = matmul(x, w1)\n  a = gelu(h)\n  o = matmul(a, w2)\n  loss = mse(o, y)\n  train sgd(lr = 0.01)\n}\n"
+    "plan p for mlp on cpus(2) {\n"
+    "  split all on batch into 2 in time\n"
+    "  stage embed = {h, a}, head = {o, loss}\n"
+    "  assign embed -> 0, head -> 1\n"
+    "  schedule {\n    embed: f0 b0 f1 b1\n    head:  f1 f0 b0 b1\n  }\n}\n";
+
+/* Lowering gives the programs of a schedule that deadlocks; the order rule
+ * rejects them, and the simulator, which walks them the same way, cannot
+ * finish them either. A schedule that does not deadlock passes both. */
+static void test_walk(void **state) {
+  (void)state;
+  weft_ctx *c = weft_new();
+  weft_plan *p = build(c, crossed, "p");
+  weft_program *pr = lower_plan(p, NULL, &c->arena, &c->diags);
+  assert_non_null(pr);
+  assert_int_equal(c->diags.errors, 0);
+  assert_false(validate_program(pr, NULL, &c->diags));
+  assert_int_equal(c->diags.errors, 1);
+  assert_non_null(strstr(c->diags.items[0].msg, "deadlock: device 0 waits at the receive of the gradient of a"));
+  assert_null(sim_run(pr, NULL));
+  lwalk w;
+  lower_walk_init(&w, pr);
+  assert_int_equal(w.n, 2);
+  assert_int_equal(w.device[1], 1);
+  assert_int_equal(w.walker[1], 1);
+  lower_walk_free(&w);
+  weft_free(c);
+
+  c = weft_new();
+  p = build(c, chain, "pp");
+  pr = lower(c, p);
+  weft_sim *s = sim_run(pr, NULL);
+  assert_non_null(s);
+  sim_free(s);
+  weft_free(c);
+}
+
 /* ---- gradient reduction overlaps the backward --------------------------------- */
 
 static const char *const dp =
@@ -326,7 +374,7 @@ static void same_cost(kcost a, kcost b) {
 static void check_forms(weft_ctx *full_c, weft_program *full, weft_ctx *lean_c, weft_program *lean, int *kinds) {
   hw_model hw = gpu();
   assert_int_equal(full->nprogs, lean->nprogs);
-  assert_int_equal(cost_works_count(full->works), cost_works_count(lean->works));
+  assert_int_equal(lower_works_count(full->works), lower_works_count(lean->works));
   for (int d = 0; d < full->nprogs; d++) {
     const lprog *pg = &full->progs[d], *lg = &lean->progs[d];
     assert_int_equal(pg->n, lg->n);
@@ -359,7 +407,7 @@ static void check_forms(weft_ctx *full_c, weft_program *full, weft_ctx *lean_c, 
       for (int k = 0; k < in->nout; k++) assert_int_equal(b[in->nin + k], in->out[k].buf);
       for (int k = 0; k < in->nbucket; k++) assert_int_equal(lop_bucket(pg->pool, o)[k], in->bucket[k]);
       if (in->kind == LI_COMPUTE || in->kind == LI_COPY || in->kind == LI_STEP)
-        same_cost(cost_work(&hw, full, cost_work_get(full->works, o->aux)), cost_compute(&hw, full, in));
+        same_cost(cost_work(&hw, full, lower_work_get(full->works, o->aux)), cost_compute(&hw, full, in));
       /* the lean lowering: the same lop, the same buffers */
       const lop *q = &lg->ops[i];
       assert_int_equal(q->kind, o->kind);
@@ -485,6 +533,7 @@ int main(void) {
       cmocka_unit_test(test_matmul_efficiency),
       cmocka_unit_test(test_collectives),
       cmocka_unit_test(test_bubble),
+      cmocka_unit_test(test_walk),
       cmocka_unit_test(test_overlap),
       cmocka_unit_test(test_buckets),
       cmocka_unit_test(test_program_forms),
