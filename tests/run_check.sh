@@ -32,6 +32,8 @@ run_ok "coshard" examples/coshard.plan --set layers=2 --set hidden=64 --set head
 run_ok "grid" examples/grid.plan --steps 1
 run_ok "llama tp2" examples/llama.plan --set layers=2 --set hidden=64 --set heads=4 --set kv_heads=2 --set ffn=96 \
   --set seq=16 --set vocab=128 --set batch=2 --steps 2
+run_ok "llama megatron_tp, sequence parallel, dp2" examples/llama.plan --plan megatron_sp --set layers=2 --set hidden=64 \
+  --set heads=4 --set kv_heads=2 --set ffn=96 --set seq=16 --set vocab=128 --set batch=2 --steps 2
 run_ok "megatron tp2 pp2 dp2" examples/gpt_megatron.plan $MEG --steps 2
 run_ok "megatron interleaved, sequence parallel, full recompute, zero 1" examples/gpt_megatron.plan $MEG \
   --set interleave=2 --set sequence_parallel=true --set 'recompute="full"' --set zero=1 --steps 2

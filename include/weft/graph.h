@@ -115,6 +115,7 @@ typedef struct weft_graph {
   const char *optimizer; /* "adamw", or NULL */
   const opdecl *optimizer_decl;
   vrecord *optimizer_args;
+  int optimizer_state;    /* state tensors it keeps per parameter element (AdamW 2), from its `state` entry */
   int output;            /* tensor index of `output`, or -1 */
   /* name -> tensor index, open addressing */
   const char **hkeys;

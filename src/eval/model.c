@@ -985,7 +985,25 @@ static bool bind_train(weft_ctx *c, mstate *m) {
     diag_hint(d, &c->diags, "end the model with a loss operator such as mse or cross_entropy");
     return false;
   }
+  /* the state tensors it keeps per parameter element: its `state` entry,
+   * evaluated with the settings (sgd keeps momentum only when it has some) */
+  int state = 0;
+  env *se = env_new(A(c), op->closure);
+  for (int i = 0; i < r->n; i++) env_define(A(c), se, r->keys[i], r->vals[i], s->loc, false);
+  for (int i = 0; i < op->node->list2.n; i++) {
+    const ast *x = op->node->list2.items[i];
+    if (strcmp(x->a->name, "state") != 0) continue;
+    value v = eval_expr(c, se, x->b);
+    if (v.kind == V_ERROR) return false;
+    if (v.kind != V_INT || v.i < 0 || v.i > 8) {
+      eval_error(c, x->b->loc, "state of %s counts the state tensors per parameter (0 to 8), got %s", op->name,
+                 value_repr(A(c), v));
+      return false;
+    }
+    state = (int)v.i;
+  }
   g->loss = loss;
+  g->optimizer_state = state;
   g->optimizer = op->name;
   g->optimizer_decl = op;
   g->optimizer_args = r;

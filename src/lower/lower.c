@@ -1587,13 +1587,7 @@ static void emit_step(emitter *E, int t) {
     int pb = param_home(E, t, r);
     if (pb < 0) pb = param_buf(E, t, r, true);
     int state = -1;
-    const char *opt = p->g->optimizer;
-    int copies = 0;
-    if (opt && strcmp(opt, "adamw") == 0) copies = 2;
-    if (opt && strcmp(opt, "sgd") == 0) {
-      const value *mom = p->g->optimizer_args ? record_get(p->g->optimizer_args, "momentum") : NULL;
-      if (mom && ((mom->kind == V_FLOAT && mom->f != 0) || (mom->kind == V_INT && mom->i != 0))) copies = 1;
-    }
+    int copies = p->g->optimizer ? p->g->optimizer_state : 0;
     if (copies) {
       state = new_buf(E, t, LB_STATE, r, true);
       L->pr->bufs[state].copies = copies;

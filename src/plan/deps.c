@@ -351,12 +351,52 @@ static bool send_is(const void *ctx, int e) {
   const pcomm *o = &k->p->comms[k->ss->comm.v[e]];
   bool to = o->dst == k->dst;  /* a send to dst, or a broadcast dst takes part in */
   for (int m = 0; o->kind == COMM_BROADCAST && m < o->ngroup && !to; m++) to = o->group[m] == k->dst && k->dst != o->src;
-  return o->tensor == k->tensor && to && tregion_equal(&o->region, k->r);
+  return o->kind != COMM_ALL_REDUCE && o->kind != COMM_REDUCE_SCATTER && o->kind != COMM_ALL_GATHER &&
+         o->tensor == k->tensor && to &&
+         tregion_equal(&o->region, k->r);
 }
 
 static int sendset_find(const sendset *ss, const weft_plan *p, uint64_t key, int tensor, int dst, const tregion *r) {
   send_lookup k = {ss, p, tensor, dst, r};
   int e = htab_find(&ss->by, key, send_is, &k);
+  return e < 0 ? -1 : ss->comm.v[e];
+}
+
+/* A reduction of partial sums of tensor's region r whose group holds every
+ * device of g[0..n): its index in p->comms, or -1. */
+typedef struct reduction_lookup {
+  const sendset *ss;
+  const weft_plan *p;
+  int tensor;
+  const tregion *r;
+  const int *g;
+  int n;
+  const tregion *parts;   /* a reduce-scatter's: the part of each member of g */
+  comm_kind kind;         /* COMM_ALL_REDUCE, COMM_REDUCE_SCATTER or COMM_ALL_GATHER */
+} reduction_lookup;
+
+static bool reduction_is(const void *ctx, int e) {
+  const reduction_lookup *k = ctx;
+  const pcomm *o = &k->p->comms[k->ss->comm.v[e]];
+  if (o->kind != k->kind || o->tensor != k->tensor ||
+      !tregion_equal(&o->region, k->r))
+    return false;
+  for (int i = 0; i < k->n; i++) {
+    int m = member_of(o->group, o->ngroup, k->g[i]);
+    if (m < 0 || (k->kind == COMM_REDUCE_SCATTER && !tregion_equal(&o->parts[m], &k->parts[i]))) return false;
+  }
+  return k->kind != COMM_REDUCE_SCATTER || o->ngroup == k->n;
+}
+
+/* A collective of tensor's region r, made for another consumer, that
+ * leaves each device of g[0..n) what it needs: the sum of partial sums (an
+ * all-reduce whose group holds g), its part of the sum (the same
+ * reduce-scatter, given the parts), or the whole from parts (an all-gather
+ * whose group holds g). Its index in p->comms, or -1. */
+static int reduction_find(const sendset *ss, const weft_plan *p, uint64_t key, comm_kind kind, int tensor,
+                          const tregion *r, const int *g, int n, const tregion *parts) {
+  reduction_lookup k = {ss, p, tensor, r, g, n, parts, kind};
+  int e = htab_find(&ss->by, key, reduction_is, &k);
   return e < 0 ? -1 : ss->comm.v[e];
 }
 
@@ -374,7 +414,7 @@ static void sendset_add(sendset *ss, uint64_t key, int comm) {
  * consumer. The consumers it feeds are marked done. */
 static bool feed_scatter(arena *a, arena *s, weft_plan *p, int tensor, const tregion *need, const pieces *have,
                          const int *hsel, int ns, const int *hdevs, int nh, const sweep_index *nsweep,
-                         const int *cdev, int *hit, bool *done) {
+                         const int *cdev, int *hit, bool *done, sendset *ss) {
   if (nh < 2 || nh != ns) return false;
   const tregion *whole = &have->v[hsel[0]].region;
   for (int q = 0; q < ns; q++)
@@ -383,11 +423,18 @@ static bool feed_scatter(arena *a, arena *s, weft_plan *p, int tensor, const tre
   const tregion **parts = arena_alloc(s, sizeof(tregion *) * (size_t)nh);
   int nhit;
   if (!member_parts(nsweep, cdev, whole, hdevs, nh, parts, hit, &nhit)) return false;
+  for (int k = 0; k < nhit; k++) done[hit[k]] = true;
+  /* the same reduce-scatter, made for another consumer, already left each
+   * member its part of the sum */
+  tregion *rel = arena_alloc(s, sizeof(tregion) * (size_t)nh);
+  for (int m = 0; m < nh; m++) rel[m] = part_copy(s, whole, parts[m]);
+  uint64_t rkey = send_key(tensor, -3, whole);
+  if (reduction_find(ss, p, rkey, COMM_REDUCE_SCATTER, tensor, whole, hdevs, nh, rel) >= 0) return true;
   tregion r = tregion_copy(a, whole);
   pcomm *cm = comm_add(a, p, COMM_REDUCE_SCATTER, tensor, PHASE_FORWARD, hdevs, nh, &r);
   cm->parts = arena_alloc(a, sizeof(tregion) * (size_t)nh);
   for (int m = 0; m < nh; m++) cm->parts[m] = part_copy(a, &cm->region, parts[m]);
-  for (int k = 0; k < nhit; k++) done[hit[k]] = true;
+  sendset_add(ss, rkey, p->ncomms - 1);
   cm->why = "the producers hold partial sums; each consumer needs the sum of its own part";
   return true;
 }
@@ -613,20 +660,29 @@ static void feed_edge(arena *a, arena *s, weft_plan *p, int op, int k, const pie
         hit = arena_alloc(s, sizeof(int) * (size_t)(nc_all ? nc_all : 1));
         for (int j = 0; j < nc_all; j++) cdev[j] = p->subs[cp->first + j].device;
       }
-      if (feed_scatter(a, s, p, tensor, need, have, hsel, ns, hdevs, nh, &nsweep, cdev, hit, done)) continue;
+      if (feed_scatter(a, s, p, tensor, need, have, hsel, ns, hdevs, nh, &nsweep, cdev, hit, done, ss)) continue;
       /* partial sums of the region: reduce them where they are needed */
       memcpy(g, hdevs, sizeof(int) * (size_t)nh);
       memcpy(g + nh, cdevs, sizeof(int) * (size_t)nc);
       int ng = distinct(g, nh + nc);
+      /* another consumer's reduction of the same partial sums left the
+       * sum on every device of its group: summing again would double it */
+      uint64_t rkey = send_key(tensor, -2, need);
+      if (reduction_find(ss, p, rkey, COMM_ALL_REDUCE, tensor, need, g, ng, NULL) >= 0) continue;
       tregion r = tregion_copy(a, need);
       pcomm *cm = comm_add(a, p, COMM_ALL_REDUCE, tensor, PHASE_FORWARD, g, ng, &r);
+      sendset_add(ss, rkey, p->ncomms - 1);
       cm->why = same ? "the producers hold partial sums; every consumer needs the sum"
                      : "the producers hold partial sums; the group reduces them for consumers elsewhere";
       continue;
     }
     if (same && nh > 1) {
+      /* gathered for another consumer on the same devices already */
+      uint64_t gkey = send_key(tensor, -4, need);
+      if (reduction_find(ss, p, gkey, COMM_ALL_GATHER, tensor, need, hdevs, nh, NULL) >= 0) continue;
       tregion r = tregion_copy(a, need);
       pcomm *cm = comm_add(a, p, COMM_ALL_GATHER, tensor, PHASE_FORWARD, hdevs, nh, &r);
+      sendset_add(ss, gkey, p->ncomms - 1);
       cm->why = "each device holds a part; every consumer needs the whole";
       /* what each member brings: the part of the region its piece holds */
       cm->parts = arena_alloc(a, sizeof(tregion) * (size_t)nh);
@@ -976,20 +1032,28 @@ static void reduce_param_grads(arena *a, arena *sc, weft_plan *p, const treads *
  * sent back the gradients of their own parts of `need`, one part per device,
  * the parts tiling it, and the producers on the same devices (nn of them,
  * needdevs sorted) each wrote the whole: an all-gather gives each of them the
- * gradient of all of it. */
+ * gradient of all of it. With several consumers (nk keys) of the same
+ * layout, each device first sums theirs for its part. */
 static bool grads_gather(arena *a, arena *s, weft_plan *p, int t, int prod, const tregion *need,
                          const int *needdevs, int nn, const pieces *contrib, const int *idx, int ni, int nk) {
-  if (nk != 1 || ni < 2 || nn != ni) return false;
+  /* nk consumers (keys), each with one part on every device: a device
+   * sums what its consumers sent for its part, all of one region */
+  if (nk < 1 || ni < 2 || ni != nk * nn) return false;
   int *g = arena_alloc(s, sizeof(int) * (size_t)ni);
   for (int q = 0; q < ni; q++) g[q] = contrib->v[idx[q]].device;
-  if (distinct(g, ni) != ni || memcmp(g, needdevs, sizeof(int) * (size_t)ni) != 0) return false;
-  const tregion **parts = arena_alloc(s, sizeof(tregion *) * (size_t)ni);
-  for (int q = 0; q < ni; q++) parts[member_of(g, ni, contrib->v[idx[q]].device)] = &contrib->v[idx[q]].region;
-  if (!tiles(need, parts, ni)) return false;
+  if (distinct(g, ni) != nn || memcmp(g, needdevs, sizeof(int) * (size_t)nn) != 0) return false;
+  const tregion **parts = arena_alloc(s, sizeof(tregion *) * (size_t)nn);
+  for (int m = 0; m < nn; m++) parts[m] = NULL;
+  for (int q = 0; q < ni; q++) {
+    const tregion **at = &parts[member_of(g, nn, contrib->v[idx[q]].device)];
+    if (*at && !tregion_equal(*at, &contrib->v[idx[q]].region)) return false;
+    *at = &contrib->v[idx[q]].region;
+  }
+  if (!tiles(need, parts, nn)) return false;
   tregion r = tregion_copy(a, need);
-  pcomm *cm = comm_add(a, p, COMM_ALL_GATHER, t, PHASE_BACKWARD, g, ni, &r);
-  cm->parts = arena_alloc(a, sizeof(tregion) * (size_t)ni);
-  for (int m = 0; m < ni; m++) cm->parts[m] = part_copy(a, &cm->region, parts[m]);
+  pcomm *cm = comm_add(a, p, COMM_ALL_GATHER, t, PHASE_BACKWARD, g, nn, &r);
+  cm->parts = arena_alloc(a, sizeof(tregion) * (size_t)nn);
+  for (int m = 0; m < nn; m++) cm->parts[m] = part_copy(a, &cm->region, parts[m]);
   cm->consumer_op = prod;
   cm->why = "its consumers hold the gradients of their own parts; every producer needs the whole";
   return true;
@@ -1010,19 +1074,22 @@ static bool grads_scatter(arena *a, arena *s, weft_plan *p, int t, int prod, con
   for (int q = 0; q < ni; q++)
     if (!tregion_equal(&contrib->v[idx[q]].region, whole)) return false;
   if (!tregion_contains(whole, need)) return false;
+  /* each key on one device; a device with several (the partial sums of
+   * several consumers, q, k and v of one input) sums them in place first */
   int *g = arena_alloc(s, sizeof(int) * (size_t)nk);
   for (int r = 0; r < nk; r++) {
     if (ndev[r] != 1) return false;
     g[r] = devs[r][0];
   }
-  if (distinct(g, nk) != nk) return false;
-  const tregion **parts = arena_alloc(s, sizeof(tregion *) * (size_t)nk);
+  int ng = distinct(g, nk);
+  if (ng < 2) return false;
+  const tregion **parts = arena_alloc(s, sizeof(tregion *) * (size_t)ng);
   int nhit;
-  if (!member_parts(wsweep, pdev, whole, g, nk, parts, hit, &nhit)) return false;
+  if (!member_parts(wsweep, pdev, whole, g, ng, parts, hit, &nhit)) return false;
   tregion r = tregion_copy(a, whole);
-  pcomm *cm = comm_add(a, p, COMM_REDUCE_SCATTER, t, PHASE_BACKWARD, g, nk, &r);
-  cm->parts = arena_alloc(a, sizeof(tregion) * (size_t)nk);
-  for (int m = 0; m < nk; m++) cm->parts[m] = part_copy(a, &cm->region, parts[m]);
+  pcomm *cm = comm_add(a, p, COMM_REDUCE_SCATTER, t, PHASE_BACKWARD, g, ng, &r);
+  cm->parts = arena_alloc(a, sizeof(tregion) * (size_t)ng);
+  for (int m = 0; m < ng; m++) cm->parts[m] = part_copy(a, &cm->region, parts[m]);
   for (int k = 0; k < nhit; k++) done[hit[k]] = true;
   cm->consumer_op = prod;
   cm->why = "its consumers' gradients are partial sums of the whole; each producer needs the sum of its part";
