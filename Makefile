@@ -60,7 +60,7 @@ STDLIB     := $(sort $(wildcard stdlib/*.plan))
 UNIT_SRC   := $(wildcard tests/unit/test_*.c)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all deps check unit golden diag-coverage docs-check install-check fmt-check examples-check mutate-check editors-check \
+.PHONY: all deps check unit golden diag-coverage docs-check docs-examples install-check fmt-check examples-check mutate-check editors-check \
         fold-check calibrate run-check reference-check deps-torch demo bench install fuzz clean
 .DELETE_ON_ERROR:
 
@@ -129,7 +129,7 @@ $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libweft.a
 
 check: deps
 	@$(MAKE) --no-print-directory weft
-	@$(MAKE) --no-print-directory unit golden diag-coverage docs-check install-check fmt-check examples-check fold-check mutate-check editors-check calibrate run-check reference-check
+	@$(MAKE) --no-print-directory unit golden diag-coverage docs-check docs-examples install-check fmt-check examples-check fold-check mutate-check editors-check calibrate run-check reference-check
 	@echo "make check: all suites passed"
 
 unit: $(UNIT_BIN)
@@ -144,6 +144,10 @@ diag-coverage:
 # the ```weft examples of the docs pass `weft check`
 docs-check: weft
 	@sh tests/docs_check.sh $(BUILD)/weft README.md docs/*.md
+
+# the commands of the docs print what the docs say (tests/docs_examples.py)
+docs-examples: weft
+	@python3 tests/docs_examples.py $(BUILD)/weft README.md docs/*.md
 
 # make install puts weft where it finds its MPI plugin (tests/install_check.sh)
 install-check: weft
