@@ -132,6 +132,8 @@ def blocks(path):
                 info = None
             elif info is not None:
                 body.append(line)
+    if info is not None:
+        sys.exit("docs-examples: %s:%d: a block that is not closed" % (path, start - 1))
     return out
 
 
@@ -141,7 +143,7 @@ def join_continued(lines, i):
     text = lines[i]
     i += 1
     while text.endswith("\\") and i < len(lines):
-        text = text[:-1] + " " + lines[i].strip()
+        text = text[:-1].rstrip() + " " + lines[i].strip()
         i += 1
     return text, i
 
