@@ -42,8 +42,10 @@ endif
 LDLIBS   += $(BLAS_LIBS) $(FFI_LIBS) -ldl -lm
 
 # Debian packages the build and the tests need; `make deps` installs them.
+# python3 runs test scripts; graphviz gives `dot` for `weft graph --dot`.
 DEB_PACKAGES := build-essential flex bison pkg-config liblua5.4-dev libffi-dev \
-                libopenblas-dev libcmocka-dev time librsvg2-bin libopenmpi-dev openmpi-bin
+                libopenblas-dev libcmocka-dev time librsvg2-bin libopenmpi-dev openmpi-bin \
+                python3 graphviz
 
 # The library: one folder per stage of the pipeline under src/ (the
 # command line, src/cli, is not in it), its public headers in include/weft.
@@ -58,7 +60,7 @@ STDLIB     := $(sort $(wildcard stdlib/*.plan))
 UNIT_SRC   := $(wildcard tests/unit/test_*.c)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all deps check layers-check unit golden diag-coverage docs-check fmt-check examples-check mutate-check editors-check \
+.PHONY: all deps check layers-check unit golden diag-coverage docs-check docs-examples install-check fmt-check examples-check mutate-check editors-check \
         fold-check calibrate run-check reference-check deps-torch demo bench install fuzz clean
 .DELETE_ON_ERROR:
 
@@ -127,7 +129,7 @@ $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libweft.a
 
 check: deps
 	@$(MAKE) --no-print-directory weft
-	@$(MAKE) --no-print-directory layers-check unit golden diag-coverage docs-check fmt-check examples-check fold-check mutate-check editors-check calibrate run-check reference-check
+	@$(MAKE) --no-print-directory layers-check unit golden diag-coverage docs-check docs-examples install-check fmt-check examples-check fold-check mutate-check editors-check calibrate run-check reference-check
 	@echo "make check: all suites passed"
 
 # the pipeline is one-way: no header of a later stage, no include cycle
@@ -143,8 +145,21 @@ golden: weft
 diag-coverage:
 	@sh tests/diag_coverage.sh
 
+# the ```weft examples of the docs pass `weft check`
 docs-check: weft
-	@sh tests/docs_check.sh $(BUILD)/weft docs/language.md
+	@sh tests/docs_check.sh $(BUILD)/weft README.md docs/*.md
+
+# the commands of the docs print what the docs say (tests/docs_examples.py)
+docs-examples: weft
+	@python3 tests/docs_examples.py $(BUILD)/weft README.md docs/*.md
+
+# make install puts weft where it finds its MPI plugin (tests/install_check.sh)
+install-check: weft
+ifeq ($(SANITIZE),)
+	@sh tests/install_check.sh "$(MAKE)" $(MPI_SO)
+else
+	@echo "install-check: skipped with SANITIZE (make install installs the plain build)"
+endif
 
 fmt-check: weft
 	@sh tests/fmt_check.sh $(BUILD)/weft
@@ -189,10 +204,17 @@ bench: weft
 	@sh bench/run.sh ./weft
 	@sh bench/run_cpu.sh ./weft
 
+# weft in bin/; the MPI plugin in lib/weft/, where weft looks for it when
+# it is not beside the binary (backends/cpu/net.c); the standard library's
+# source in share/weft/stdlib/ (weft has it built in; --stdlib reads a copy).
 install: weft
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/weft/stdlib
 	install -m 755 weft $(DESTDIR)$(PREFIX)/bin/weft
 	install -m 644 $(STDLIB) $(DESTDIR)$(PREFIX)/share/weft/stdlib/
+ifneq ($(MPI_SO),)
+	install -d $(DESTDIR)$(PREFIX)/lib/weft
+	install -m 755 $(MPI_SO) $(DESTDIR)$(PREFIX)/lib/weft/libweft_mpi.so
+endif
 
 # libFuzzer over the parser and checker; FUZZ_SECONDS bounds the run.
 FUZZ_SECONDS ?= 60
