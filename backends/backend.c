@@ -37,42 +37,53 @@ static void names(char *buf, size_t n) {
   for (int i = 0; i < NBUILTIN && k < n; i++) k += (size_t)snprintf(buf + k, n - k, "%s%s", i ? ", " : "", builtins[i]->name);
 }
 
-/* The plugin's path: in WEFT_PLUGIN_DIR when set, else beside the running
- * binary. False when that is unknown. */
-static bool plugin_path(const char *name, char *path, size_t n) {
+void *backend_dlopen(const char *file, int flags, char *tried, size_t n, bool *found) {
   char exe[PATH_MAX];
-  const char *dir = getenv("WEFT_PLUGIN_DIR");
-  if (!dir || !*dir) {
-    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (len <= 0) return false;
+  const char *dirs[3];
+  int nd = 0;
+  const char *env = getenv("WEFT_PLUGIN_DIR");
+  if (env && *env) dirs[nd++] = env;
+  ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (len > 0) {
     exe[len] = 0;
     char *slash = strrchr(exe, '/');
     if (slash) *slash = 0;
-    dir = exe;
+    dirs[nd++] = exe;
+    dirs[nd++] = NULL;  /* exe/../lib/weft */
   }
-  return (size_t)snprintf(path, n, "%s/libweft_%s.so", dir, name) < n;
+  size_t k = 0;
+  if (n) tried[0] = 0;
+  *found = false;
+  for (int i = 0; i < nd; i++) {
+    char path[PATH_MAX + 64];
+    if (dirs[i]) snprintf(path, sizeof path, "%s/%s", dirs[i], file);
+    else snprintf(path, sizeof path, "%s/../lib/weft/%s", exe, file);
+    k += (size_t)snprintf(tried + k, k < n ? n - k : 0, "%s%s", i ? ", " : "", path);
+    if (access(path, F_OK) != 0) continue;
+    *found = true;
+    return dlopen(path, flags);
+  }
+  return NULL;
 }
 
 static const weft_backend *load_plugin(const char *name, char *err, size_t errlen) {
-  char list[256], path[PATH_MAX + 64], sym[128];
+  char list[256], file[128], sym[128], tried[3 * PATH_MAX + 64];
   names(list, sizeof list);
-  if (!plugin_path(name, path, sizeof path)) {
-    snprintf(err, errlen, "backend '%s' is not available; this build runs plans on: %s (%s is a plugin, and where weft "
-             "is cannot be found)", name, list, name);
-    return NULL;
-  }
-  void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  snprintf(file, sizeof file, "libweft_%s.so", name);
+  bool found;
+  void *lib = backend_dlopen(file, RTLD_NOW | RTLD_LOCAL, tried, sizeof tried, &found);
   if (!lib) {
-    if (access(path, F_OK) != 0)
-      snprintf(err, errlen, "backend '%s' is not available; this build runs plans on: %s (%s is a plugin, libweft_%s.so, "
-               "not built beside weft)", name, list, name, name);
+    if (!found)
+      snprintf(err, errlen, "backend '%s' is not available; this build runs plans on: %s (%s is a plugin, %s, "
+               "not built beside weft)", name, list, name, file);
     else snprintf(err, errlen, "backend '%s': %s", name, dlerror());
     return NULL;
   }
   snprintf(sym, sizeof sym, "weft_backend_%s", name);
   const weft_backend *b = dlsym(lib, sym);
   if (!b || b->version != WEFT_BACKEND_VERSION) {
-    snprintf(err, errlen, "backend '%s': %s has no %s of version %d", name, path, sym, WEFT_BACKEND_VERSION);
+    snprintf(err, errlen, "backend '%s': %s has no %s of version %d (looked in %s)", name, file, sym,
+             WEFT_BACKEND_VERSION, tried);
     dlclose(lib);
     return NULL;
   }

@@ -19,7 +19,7 @@ os.chdir(ROOT)
 
 # Stages in pipeline order: a file may include headers of its own stage and
 # of earlier ones.
-STAGES = ["base", "front", "ir", "eval", "plan", "lower", "cost", "validate", "backends", "report", "cli"]
+STAGES = ["base", "front", "ir", "eval", "plan", "lower", "cost", "validate", "search", "backends", "report", "cli"]
 
 # The stage of each public header: where what it declares is implemented.
 PUBLIC = {
@@ -31,6 +31,7 @@ PUBLIC = {
     "lower": "lower",
     "cost": "cost", "sim": "cost",
     "validate": "validate",
+    "search": "search",
     "backend": "backends",
     "report": "report",
 }

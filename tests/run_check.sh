@@ -34,6 +34,19 @@ run_ok "llama tp2" examples/llama.plan --set layers=2 --set hidden=64 --set head
   --set seq=16 --set vocab=128 --set batch=2 --steps 2
 run_ok "llama megatron_tp, sequence parallel, dp2" examples/llama.plan --plan megatron_sp --set layers=2 --set hidden=64 \
   --set heads=4 --set kv_heads=2 --set ffn=96 --set seq=16 --set vocab=128 --set batch=2 --steps 2
+# plans written by weft search train like written ones
+searched() {  # name, then weft search arguments
+  name=$1; shift
+  if "$WEFT" search "$@" -o "$tmp/searched.plan" 2>"$tmp/err"; then
+    run_ok "$name: $(sed -n 's/^#   [0-9]*: [^:]*: \(.*\)  <- this plan$/\1/p' "$tmp/searched.plan")" "$tmp/searched.plan" --steps 2
+  else
+    bad "$name: weft search $* (exit $?)"; cat "$tmp/err"
+  fi
+}
+searched "searched mlp" examples/mlp.plan --cluster 'cpus(4)'
+searched "searched gpt2" examples/gpt2.plan $GPT --set layers=2 --cluster 'cpus(4)'
+searched "searched llama" examples/llama.plan --set layers=2 --set hidden=64 --set heads=4 --set kv_heads=2 --set ffn=96 \
+  --set seq=16 --set vocab=128 --set batch=4 --cluster 'cpus(4)'
 run_ok "megatron tp2 pp2 dp2" examples/gpt_megatron.plan $MEG --steps 2
 run_ok "megatron interleaved, sequence parallel, full recompute, zero 1" examples/gpt_megatron.plan $MEG \
   --set interleave=2 --set sequence_parallel=true --set 'recompute="full"' --set zero=1 --steps 2

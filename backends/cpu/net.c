@@ -11,6 +11,7 @@
 
 #include "../mpi/weft_mpi.h"
 #include "net.h"
+#include "weft/backend.h"
 #include "weft/workspace.h"
 
 /* A message waiting for the main thread to hand it to MPI. */
@@ -60,23 +61,9 @@ static void *open_plugin(char *tried, size_t n) {
     snprintf(tried, n, "%s", env);
     return dlopen(env, RTLD_NOW | RTLD_GLOBAL);
   }
-  char exe[PATH_MAX];
-  ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (len <= 0) return NULL;
-  exe[len] = 0;
-  char *slash = strrchr(exe, '/');
-  if (slash) *slash = 0;
-  const char *places[] = {"%s/libweft_mpi.so", "%s/../lib/weft/libweft_mpi.so"};
-  size_t k = 0;
-  for (int i = 0; i < 2; i++) {
-    char path[PATH_MAX + 64];
-    snprintf(path, sizeof path, places[i], exe);
-    k += (size_t)snprintf(tried + k, k < n ? n - k : 0, "%s%s", i ? ", " : "", path);
-    /* RTLD_GLOBAL: Open MPI loads its own components, which need libmpi's symbols. */
-    void *h = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
-    if (h) return h;
-  }
-  return NULL;
+  bool found;
+  /* RTLD_GLOBAL: Open MPI loads its own components, which need libmpi's symbols. */
+  return backend_dlopen("libweft_mpi.so", RTLD_NOW | RTLD_GLOBAL, tried, n, &found);
 }
 
 xnet *xnet_start(char *err, size_t errlen) {

@@ -125,6 +125,10 @@ const weft_backend *backend_find(const char *name, char *err, size_t errlen);
 
 /* This build's backends, plugins aside; the first is the default. */
 const weft_backend *const *backend_builtin(int *n);
+/* Opens a plugin library: FILE in $WEFT_PLUGIN_DIR, beside the weft binary,
+ * or in ../lib/weft from it (where `make install` puts plugins). NULL when
+ * none loads; *found tells whether one existed; tried lists the places. */
+void *backend_dlopen(const char *file, int flags, char *tried, size_t n, bool *found);
 /* Runs the startup of every built-in backend. */
 void backend_startup(void);
 

@@ -44,6 +44,10 @@ typedef struct hw_model {
 /* Reads the model from the plan's cluster; false when the cluster lacks what
  * the plan's dtypes need (with a diagnostic at the plan when dg is not NULL). */
 bool hw_from_plan(weft_diags *dg, const weft_plan *p, const weft_program *pr, hw_model *hw);
+/* The same for graph g on cluster c before any plan (the search); errors
+ * name `what` at loc. */
+bool hw_from_cluster(weft_diags *dg, const weft_graph *g, const weft_cluster *c, const char *what, weft_loc loc,
+                     hw_model *hw);
 
 /* The cost of one instruction. */
 typedef struct kcost {
@@ -63,6 +67,20 @@ kcost cost_compute(const hw_model *hw, const weft_program *pr, const lins *ins);
  * The algorithm is the fastest of ring, tree and hierarchical that the
  * group allows; *algo gets its name. */
 kcost cost_comm(const hw_model *hw, const weft_plan *p, const pcomm *cm, const char **algo);
+
+/* The cost of one run of operator op over a part of its iteration space
+ * (sp: the operator's space, ext[i]: the part's extent along idim i), its
+ * forward or backward (grad0, grad1: whether the first two operands get a
+ * gradient), moving bytes of memory: what the simulator charges the
+ * instruction that runs it. For analytic costs (the search). */
+kcost cost_op(const hw_model *hw, const weft_graph *g, const opspace *sp, int op, const double *ext, bool bwd,
+              bool grad0, bool grad1, double bytes);
+
+/* A collective of kind over members devices on nodes nodes (per_node at
+ * most on one), of a region of size bytes (all-to-all: bytes, the most a
+ * member sends): the cost cost_comm gives such a communication. */
+kcost cost_collective(const hw_model *hw, comm_kind kind, double size, double bytes, int members, int nodes,
+                      int per_node);
 
 /* Shape efficiency of a (batched) matrix product of m x k times k x n,
  * `batch` times: the matmul fraction, reduced by tile padding, partial

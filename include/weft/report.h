@@ -34,6 +34,16 @@ typedef struct weft_opts {
   bool seed_given;        /* --seed given (else a checkpoint's) */
   int color;              /* -1 auto, 0 never, 1 always */
   int max_errors;
+  /* weft search */
+  const char *cluster;    /* --cluster EXPR */
+  const char *output;     /* -o FILE */
+  int objective;          /* SEARCH_TIME or SEARCH_MEMORY */
+  const char *max_memory; /* --max-memory QUANTITY, as written */
+  int top;                /* --top K */
+  int pick;               /* --pick N, -1: the objective's */
+  double time_limit;      /* --time-limit SECONDS */
+  int progress;           /* -1 on a terminal, 0 never, 1 always */
+  bool no_buckets;        /* --no-buckets */
 } weft_opts;
 
 /* The tasks, one per command. Each returns the exit status: WEFT_OK,
@@ -45,6 +55,7 @@ int report_explain(const weft_opts *o);
 int report_lower(const weft_opts *o);
 int report_estimate(const weft_opts *o);
 int report_run(const weft_opts *o);
+int report_search(const weft_opts *o);
 
 /* Evaluates a plan value and applies its decisions: the plan, or NULL after
  * diagnostics in c. o may be NULL. */

@@ -29,6 +29,10 @@ typedef struct weft_item {
   weft_loc loc;
 } weft_item;
 int weft_items(weft_ctx *c, value_kind kind, weft_item *out, int max);
+/* An expression given as text (--cluster 'a100_dgx(nodes = 8)'), evaluated
+ * in the main file's scope; V_ERROR after diagnostics located in the text,
+ * which label names. */
+value weft_eval_text(weft_ctx *c, const char *label, const char *text);
 
 /* Builds the operator graph of a model value (all parameters bound or
  * defaulted); NULL after diagnostics. */

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "weft/report.h"
+#include "weft/search.h"
 
 typedef struct command {
   const char *name;
@@ -31,12 +32,13 @@ static const command commands[] = {
     {"check", report_check, 1, -1, "no input files", "check files: syntax, names, types, units, shapes",
      "usage: weft check [options] FILE...\n\n"
      "Parses and evaluates each FILE and everything it imports, builds the\n"
-     "operator graph of every model the file defines and every cluster, and\n"
-     "reports each problem at file:line:col. Prints a summary for a valid file.\n\n"
+     "operator graph of every model the file defines and every cluster, applies,\n"
+     "lowers, validates and estimates every plan, and reports each problem at\n"
+     "file:line:col. Prints a summary for a valid file.\n\n"
      "options:\n"
      "  --json             print one JSON object: files, diagnostics, summaries\n"},
     {"fmt", report_fmt, 1, -1, "no input files (use - for stdin)", "print files in canonical form",
-     "usage: weft fmt [-w | --check] FILE...\n\n"
+     "usage: weft fmt [-w | --check | --roundtrip] FILE...\n\n"
      "Prints each FILE in canonical form (comments kept). FILE '-' reads stdin.\n\n"
      "options:\n"
      "  -w, --write        rewrite the files in place (atomically)\n"
@@ -100,6 +102,27 @@ static const command commands[] = {
      "                     the loss of every step and every parameter (relative 1e-5)\n"
      "  --allow-native     let operators with native kernels (kernel = \"lib.so:fn\") load them\n"
      "  --json             print one JSON object: steps, check, saved file\n"},
+    {"search", report_search, 1, 1, "needs one file", "search plans for a model and write the best as a .plan",
+     "usage: weft search [options] FILE\n\n"
+     "Searches plans for FILE's model on a cluster: tensor parallelism chosen per\n"
+     "operator, pipeline stages over its repeated blocks, data parallelism,\n"
+     "micro-batches, schedules, recomputation and ZeRO. The fastest candidates\n"
+     "are lowered and simulated; the best is written as a .plan that imports\n"
+     "FILE, with the frontier of step time against memory as comments. The\n"
+     "method is in docs/search.md.\n\n"
+     "options:\n"
+     "  --model NAME       the model (default: the last one the file defines)\n"
+     "  --cluster EXPR     the cluster, e.g. 'a100_dgx(nodes = 8)' (default: the file's last plan's)\n"
+     "  -o FILE            write the plan to FILE (default: stdout)\n"
+     "  --objective WHAT   time (default): the fastest that fits; memory: the smallest\n"
+     "  --max-memory Q     bytes a device may use, e.g. '40 GiB' (default: the device's)\n"
+     "  --top K            candidates to simulate at the end (default: 24, 4 above 64 devices)\n"
+     "  --pick N           write plan N of the frontier instead of the objective's\n"
+     "  --cost MODEL       model (default) or symbolic: FLOPs and bytes, no hardware figures\n"
+     "  --time-limit S     stop searching after S seconds, with what was found\n"
+     "  --no-buckets       keep the default gradient buckets instead of searching them\n"
+     "  --progress         a progress line on stderr even when it is not a terminal\n"
+     "  --json             print every plan of the frontier as JSON (with -o, write the plan too)\n"},
 };
 enum { NCOMMANDS = sizeof commands / sizeof commands[0] };
 
@@ -111,7 +134,8 @@ static void usage_main(FILE *out) {
   fprintf(out, "  %-8s %s\n  %-8s %s\n", "help", "help on a command: weft help check", "version",
           "print the version");
   fprintf(out, "\ncommon options:\n%s\nexit status: 0 accepted, 1 input rejected, 2 weft failed\n", common_help);
-  fprintf(out, "environment: WEFT_PROFILE=1 prints the time and memory of each phase on stderr (docs/cli.md)\n");
+  fprintf(out, "environment: WEFT_PROFILE (set, not 0) prints the time and memory of each phase on stderr;\n"
+               "  others in docs/cli.md\n");
 }
 
 /* ---- arguments ---------------------------------------------------------- */
@@ -124,7 +148,11 @@ static const command *find_command(const char *name) {
 
 static void help_command(const command *cmd, FILE *out) {
   fputs(cmd->usage, out);
-  fprintf(out, "%s", common_help);
+  /* fmt reads syntax only: parameters and the standard library do not matter */
+  if (cmd->run == report_fmt)
+    fputs("  --color WHEN       auto, always or never (NO_COLOR is honoured)\n"
+          "  --max-errors N     stop reporting after N errors (default 50)\n", out);
+  else fprintf(out, "%s", common_help);
 }
 
 static int unknown_command(const char *name) {
@@ -167,8 +195,19 @@ int main(int argc, char **argv) {
   }
   const char *name = argv[1];
   if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0) { usage_main(stdout); return 0; }
-  if (strcmp(name, "--version") == 0 || strcmp(name, "version") == 0) { printf("weft %s\n", WEFT_VERSION); return 0; }
+  if (strcmp(name, "--version") == 0 || strcmp(name, "version") == 0) {
+    if (argc > 2) {
+      fprintf(stderr, "weft version: takes no arguments, got '%s'\n", argv[2]);
+      return WEFT_FAILED;
+    }
+    printf("weft %s\n", WEFT_VERSION);
+    return 0;
+  }
   if (strcmp(name, "help") == 0) {
+    if (argc > 3) {
+      fprintf(stderr, "weft help: takes one command, got '%s' after '%s'\n", argv[3], argv[2]);
+      return WEFT_FAILED;
+    }
     if (argc < 3) { usage_main(stdout); return 0; }
     if (strcmp(argv[2], "help") == 0) {
       printf("usage: weft help [COMMAND]\n\nPrints the list of commands, or the usage and options of COMMAND\n"
@@ -191,6 +230,8 @@ int main(int argc, char **argv) {
   o.max_errors = 50;
   o.device = -1;
   o.steps = 1;
+  o.pick = -1;
+  o.progress = -1;
   o.files = calloc((size_t)argc, sizeof(char *));
   o.sets = calloc((size_t)argc, sizeof(char *));
   if (!o.files || !o.sets) weft_oom();
@@ -199,13 +240,13 @@ int main(int argc, char **argv) {
     const char *a = argv[i];
     const char *v;
     if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) { help_command(cmd, stdout); rc = 0; goto done; }
-    else if (strcmp(a, "--json") == 0) o.json = true;
+    else if (strcmp(a, "--json") == 0 && cmd->run != report_explain && cmd->run != report_fmt) o.json = true;
     else if (strcmp(a, "--dot") == 0 && cmd->run == report_graph) o.dot = true;
     else if ((strcmp(a, "-w") == 0 || strcmp(a, "--write") == 0) && cmd->run == report_fmt) o.write = true;
     else if (strcmp(a, "--check") == 0 && cmd->run == report_fmt) o.check = true;
     else if (strcmp(a, "--roundtrip") == 0 && cmd->run == report_fmt) o.roundtrip = true;
     else if (is_opt(a, "--set")) { if (!(v = opt_value(argc, argv, &i, "--set"))) goto done; o.sets[o.nsets++] = v; }
-    else if (is_opt(a, "--model") && cmd->run == report_graph) { if (!(v = opt_value(argc, argv, &i, "--model"))) goto done; o.model = v; }
+    else if (is_opt(a, "--model") && (cmd->run == report_graph || cmd->run == report_search)) { if (!(v = opt_value(argc, argv, &i, "--model"))) goto done; o.model = v; }
     else if (strcmp(a, "--grid") == 0 && cmd->run == report_lower) o.grid = true;
     else if (is_opt(a, "--device") && cmd->run == report_lower) {
       if (!(v = opt_value(argc, argv, &i, "--device"))) goto done;
@@ -216,12 +257,42 @@ int main(int argc, char **argv) {
     }
     else if (is_opt(a, "--trace") && cmd->run == report_estimate) { if (!(v = opt_value(argc, argv, &i, "--trace"))) goto done; o.trace = v; }
     else if (is_opt(a, "--svg") && cmd->run == report_estimate) { if (!(v = opt_value(argc, argv, &i, "--svg"))) goto done; o.svg = v; }
-    else if (is_opt(a, "--cost") && cmd->run == report_estimate) {
+    else if (is_opt(a, "--cost") && (cmd->run == report_estimate || cmd->run == report_search)) {
       if (!(v = opt_value(argc, argv, &i, "--cost"))) goto done;
       if (strcmp(v, "symbolic") == 0) o.symbolic = true;
-      else if (strcmp(v, "roofline") == 0) o.symbolic = false;
-      else { fprintf(stderr, "weft: error: --cost needs roofline or symbolic\n"); goto done; }
+      else if (strcmp(v, "roofline") == 0 || strcmp(v, "model") == 0) o.symbolic = false;
+      else { fprintf(stderr, "weft: error: --cost needs roofline (or model) or symbolic\n"); goto done; }
     }
+    else if (cmd->run == report_search && (is_opt(a, "--top") || is_opt(a, "--pick"))) {
+      bool top = is_opt(a, "--top");
+      if (!(v = opt_value(argc, argv, &i, top ? "--top" : "--pick"))) goto done;
+      char *end;
+      long n = strtol(v, &end, 10);
+      if (*end || !*v || n < (top ? 1 : 0) || n > 100000) {
+        fprintf(stderr, "weft: error: %s needs a %s number\n", top ? "--top" : "--pick", top ? "positive" : "non-negative");
+        goto done;
+      }
+      if (top) o.top = (int)n;
+      else o.pick = (int)n;
+    }
+    else if (cmd->run == report_search && is_opt(a, "--time-limit")) {
+      if (!(v = opt_value(argc, argv, &i, "--time-limit"))) goto done;
+      char *end;
+      double t = strtod(v, &end);
+      if (*end || !*v || !(t > 0) || t > 1e6) { fprintf(stderr, "weft: error: --time-limit needs seconds\n"); goto done; }
+      o.time_limit = t;
+    }
+    else if (cmd->run == report_search && is_opt(a, "--objective")) {
+      if (!(v = opt_value(argc, argv, &i, "--objective"))) goto done;
+      if (strcmp(v, "time") == 0) o.objective = SEARCH_TIME;
+      else if (strcmp(v, "memory") == 0) o.objective = SEARCH_MEMORY;
+      else { fprintf(stderr, "weft: error: --objective needs time or memory\n"); goto done; }
+    }
+    else if (cmd->run == report_search && is_opt(a, "--cluster")) { if (!(v = opt_value(argc, argv, &i, "--cluster"))) goto done; o.cluster = v; }
+    else if (cmd->run == report_search && is_opt(a, "--max-memory")) { if (!(v = opt_value(argc, argv, &i, "--max-memory"))) goto done; o.max_memory = v; }
+    else if (cmd->run == report_search && strcmp(a, "-o") == 0) { if (!(v = opt_value(argc, argv, &i, "-o"))) goto done; o.output = v; }
+    else if (cmd->run == report_search && strcmp(a, "--progress") == 0) o.progress = 1;
+    else if (cmd->run == report_search && strcmp(a, "--no-buckets") == 0) o.no_buckets = true;
     else if (cmd->run == report_run && (is_opt(a, "--steps") || is_opt(a, "--seed"))) {
       bool st = is_opt(a, "--steps");
       if (!(v = opt_value(argc, argv, &i, st ? "--steps" : "--seed"))) goto done;

@@ -3,6 +3,7 @@
  * roofline with shape-dependent efficiency (docs/estimate.md). */
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -80,12 +81,13 @@ static const kind_cost *kind_cost_of(const char *kind) {
   return &stream_kind;
 }
 
-bool hw_from_plan(weft_diags *dg, const weft_plan *p, const weft_program *pr, hw_model *hw) {
+bool hw_from_cluster(weft_diags *dg, const weft_graph *g, const weft_cluster *c, const char *what, weft_loc loc,
+                     hw_model *hw) {
   memset(hw, 0, sizeof *hw);
-  const vrecord *cl = p->cluster;
+  const vrecord *cl = c->rec;
   const value *nm = record_get(cl, "name");
   hw->cluster = nm && nm->kind == V_STRING ? nm->s : "cluster";
-  hw->devices_per_node = p->devices_per_node > 0 ? p->devices_per_node : 1;
+  hw->devices_per_node = c->devices_per_node > 0 ? c->devices_per_node : 1;
   const vrecord *dev = rec_field(cl, "device");
   const value *dn = dev ? record_get(dev, "name") : NULL;
   hw->device = dn && dn->kind == V_STRING ? dn->s : hw->cluster;
@@ -126,27 +128,35 @@ bool hw_from_plan(weft_diags *dg, const weft_plan *p, const weft_program *pr, hw
   /* every dtype the plan computes in needs a rate */
   bool ok = true;
   bool seen[DT_COUNT] = {0};
-  for (int op = 0; op < p->g->nops; op++) {
-    weft_dtype dt = op_dtype(p->g, op);
-    if (!kind_cost_of(p->g->ops[op].kind)->tensor_cores || seen[dt]) continue;
+  for (int op = 0; op < g->nops; op++) {
+    weft_dtype dt = op_dtype(g, op);
+    if (!kind_cost_of(g->ops[op].kind)->tensor_cores || seen[dt]) continue;
     seen[dt] = true;
     if (hw->peak[dt] <= 0) {
       ok = false;
       if (!dg) break;
-      weft_diag *g = diag_add(dg, DIAG_ERROR, p->loc, "cannot estimate plan %s: the device of cluster %s (%s) has no compute rate for %s, which %s computes in",
-                                p->name, hw->cluster, hw->device, dtype_names[dt], p->g->ops[op].name);
-      diag_hint(g, dg, "give the model another dtype, or add `%s = ... TFLOP/s` to the device's compute", dtype_names[dt]);
+      weft_diag *d = diag_add(dg, DIAG_ERROR, loc, "cannot estimate %s: the device of cluster %s (%s) has no compute rate for %s, which %s computes in",
+                                what, hw->cluster, hw->device, dtype_names[dt], g->ops[op].name);
+      diag_hint(d, dg, "give the model another dtype, or add `%s = ... TFLOP/s` to the device's compute", dtype_names[dt]);
     }
   }
   if (hw->vector_rate <= 0)
     for (int t = 0; t < DT_COUNT; t++)
       if (hw->peak[t] > hw->vector_rate) hw->vector_rate = hw->peak[t];
   if (hw->mem_bw <= 0 || hw->vector_rate <= 0) {
-    if (dg) diag_add(dg, DIAG_ERROR, p->loc, "cannot estimate plan %s: cluster %s gives no memory bandwidth or compute rate", p->name, hw->cluster);
+    if (dg) diag_add(dg, DIAG_ERROR, loc, "cannot estimate %s: cluster %s gives no memory bandwidth or compute rate", what, hw->cluster);
     ok = false;
   }
-  (void)pr;
   return ok;
+}
+
+bool hw_from_plan(weft_diags *dg, const weft_plan *p, const weft_program *pr, hw_model *hw) {
+  (void)pr;
+  weft_cluster cl = weft_cluster_of(p->cluster);
+  cl.devices_per_node = p->devices_per_node;
+  char what[256];
+  snprintf(what, sizeof what, "plan %s", p->name);
+  return hw_from_cluster(dg, p->g, &cl, dg ? arena_strdup(dg->arena, what) : "", p->loc, hw);
 }
 
 /* ---- kernels ------------------------------------------------------------- */
@@ -241,25 +251,26 @@ typedef struct subgeo {
   double a, b, c;         /* matmul: m, n, k; attention: sq, dh, batch */
 } subgeo;
 
-static void subgeo_fill(const weft_plan *p, const psub *s, subgeo *g) {
-  const gop *o = &p->g->ops[s->op];
-  const opspace *sp = p->ops[s->op].space;
-  g->op = s->op;
+/* The geometry of a part of an operator's iteration space, ext[i] its
+ * extent along idim i. */
+static void subgeo_of(const weft_graph *gr, const opspace *sp, int op, const double *ext, subgeo *g) {
+  const gop *o = &gr->ops[op];
+  g->op = op;
   double frac = 1;
   for (int i = 0; i < sp->nidims; i++)
-    if (sp->idims[i].size > 0) frac *= span(s, i) / (double)sp->idims[i].size;
+    if (sp->idims[i].size > 0) frac *= ext[i] / (double)sp->idims[i].size;
   g->frac = frac;
-  g->dt = op_dtype(p->g, s->op);
+  g->dt = op_dtype(gr, op);
   g->a = g->b = g->c = 0;
   int model = kind_cost_of(o->kind)->model;
   if (model == OPK_MATMUL && sp->ninputs >= 2) {
     /* m: result idims the first operand has; n: the others; k: reductions */
     double m = 1, n = 1, kk = 1;
     for (int i = 0; i < sp->nidims; i++) {
-      if (sp->idims[i].reduce) kk *= span(s, i);
+      if (sp->idims[i].reduce) kk *= ext[i];
       else if (tmap_has(&sp->output, i)) {
-        if (tmap_has(&sp->inputs[0], i)) m *= span(s, i);
-        else n *= span(s, i);
+        if (tmap_has(&sp->inputs[0], i)) m *= ext[i];
+        else n *= ext[i];
       }
     }
     g->model = OPK_MATMUL;
@@ -268,9 +279,9 @@ static void subgeo_fill(const weft_plan *p, const psub *s, subgeo *g) {
     double sq = 0, dh = 0, batch = 1;
     for (int i = 0; i < sp->nidims; i++) {
       const char *sig = sp->idims[i].sig;
-      if (strcmp(sig, "s") == 0) sq = span(s, i);
-      else if (strcmp(sig, "dh") == 0) dh = span(s, i);
-      else if (tmap_has(&sp->output, i)) batch *= span(s, i);
+      if (strcmp(sig, "s") == 0) sq = ext[i];
+      else if (strcmp(sig, "dh") == 0) dh = ext[i];
+      else if (tmap_has(&sp->output, i)) batch *= ext[i];
     }
     g->model = OPK_ATTENTION;
     g->a = sq; g->b = dh; g->c = batch;
@@ -279,10 +290,16 @@ static void subgeo_fill(const weft_plan *p, const psub *s, subgeo *g) {
   }
 }
 
-static kcost compute_cost_geo(const hw_model *hw, const weft_program *pr, const lwork *w, const subgeo *g) {
+static void subgeo_fill(const weft_plan *p, const psub *s, subgeo *g) {
+  const opspace *sp = p->ops[s->op].space;
+  double ext[64];
+  for (int i = 0; i < sp->nidims && i < 64; i++) ext[i] = span(s, i);
+  subgeo_of(p->g, sp, s->op, ext, g);
+}
+
+static kcost compute_cost_geo(const hw_model *hw, const weft_graph *gr, const lwork *w, const subgeo *g) {
   kcost k = {0};
-  const weft_plan *p = pr->p;
-  const gop *o = &p->g->ops[g->op];
+  const gop *o = &gr->ops[g->op];
   double frac = g->frac;
   weft_dtype dt = g->dt;
   bool bwd = w->bwd;
@@ -333,13 +350,21 @@ static kcost compute_cost_geo(const hw_model *hw, const weft_program *pr, const 
   return k;
 }
 
+kcost cost_op(const hw_model *hw, const weft_graph *g, const opspace *sp, int op, const double *ext, bool bwd,
+              bool grad0, bool grad1, double bytes) {
+  subgeo geo;
+  subgeo_of(g, sp, op, ext, &geo);
+  lwork w = {.kind = LI_COMPUTE, .bwd = bwd, .grad0 = grad0, .grad1 = grad1, .bytes = bytes};
+  return compute_cost_geo(hw, g, &w, &geo);
+}
+
 kcost cost_work(const hw_model *hw, const weft_program *pr, const lwork *w) {
   kcost k = {0};
   switch (w->kind) {
   case LI_COMPUTE: {
     subgeo g;
     subgeo_fill(pr->p, &pr->p->subs[w->sub], &g);
-    return compute_cost_geo(hw, pr, w, &g);
+    return compute_cost_geo(hw, pr->p->g, w, &g);
   }
   case LI_COPY:
     k.bytes = w->bytes;
@@ -390,15 +415,13 @@ static placement place(const weft_plan *p, const int *group, int n) {
 
 static double bw(const hw_link *l) { return l->bandwidth * l->efficiency; }
 
-kcost cost_comm(const hw_model *hw, const weft_plan *p, const pcomm *cm, const char **algo) {
+static kcost coll_cost(const hw_model *hw, comm_kind kind, double S, double B, placement pl, const char **algo) {
   kcost k = {0};
   const char *name = "none";
-  double S = (double)cm->size;
-  if (cm->kind == COMM_BROADCAST && cm->ngroup > 2) {
+  if (kind == COMM_BROADCAST && pl.p > 2) {
     /* a binomial tree: ceil(log2 P) rounds, each one message of S */
-    placement pl = place(p, cm->group, cm->ngroup);
     bool net = pl.nodes > 1;
-    double rounds = ceil(log2((double)cm->ngroup));
+    double rounds = ceil(log2((double)pl.p));
     k.net_bytes[net] = S;
     name = "tree";
     if (hw) {
@@ -408,9 +431,7 @@ kcost cost_comm(const hw_model *hw, const weft_plan *p, const pcomm *cm, const c
     if (algo) *algo = name;
     return k;
   }
-  if (cm->kind == COMM_SEND || cm->kind == COMM_BROADCAST) {
-    int pair[2] = {cm->src, cm->dst};
-    placement pl = place(p, pair, 2);
+  if (kind == COMM_SEND || kind == COMM_BROADCAST) {
     bool net = pl.nodes > 1;
     k.net_bytes[net] = S;
     name = "p2p";
@@ -421,17 +442,15 @@ kcost cost_comm(const hw_model *hw, const weft_plan *p, const pcomm *cm, const c
     if (algo) *algo = name;
     return k;
   }
-  placement pl = place(p, cm->group, cm->ngroup);
   int P = pl.p;
   if (P <= 1) {
     if (algo) *algo = name;
     return k;
   }
-  if (cm->kind == COMM_ALL_TO_ALL) {
+  if (kind == COMM_ALL_TO_ALL) {
     /* pairwise: each member sends its P - 1 pieces (cm->bytes in all, the
      * most any member sends), one latency each, over the slowest link used */
     bool net = pl.nodes > 1;
-    double B = (double)cm->bytes;
     k.net_bytes[net] = B;
     name = "pairwise";
     if (hw) {
@@ -441,7 +460,7 @@ kcost cost_comm(const hw_model *hw, const weft_plan *p, const pcomm *cm, const c
     if (algo) *algo = name;
     return k;
   }
-  bool reduce = cm->kind == COMM_ALL_REDUCE;
+  bool reduce = kind == COMM_ALL_REDUCE;
   double phases = reduce ? 2 : 1;   /* all-reduce: reduce-scatter then all-gather */
   if (pl.nodes <= 1) {
     k.net_bytes[0] = phases * (P - 1) / P * S;
@@ -477,4 +496,21 @@ kcost cost_comm(const hw_model *hw, const weft_plan *p, const pcomm *cm, const c
   }
   if (algo) *algo = name;
   return k;
+}
+
+kcost cost_comm(const hw_model *hw, const weft_plan *p, const pcomm *cm, const char **algo) {
+  placement pl;
+  if (cm->kind == COMM_SEND || (cm->kind == COMM_BROADCAST && cm->ngroup <= 2)) {
+    int pair[2] = {cm->src, cm->dst};
+    pl = place(p, pair, 2);
+  } else {
+    pl = place(p, cm->group, cm->ngroup);
+  }
+  return coll_cost(hw, cm->kind, (double)cm->size, (double)cm->bytes, pl, algo);
+}
+
+kcost cost_collective(const hw_model *hw, comm_kind kind, double size, double bytes, int members, int nodes,
+                      int per_node) {
+  placement pl = {members, nodes, per_node};
+  return coll_cost(hw, kind, size, bytes, pl, NULL);
 }

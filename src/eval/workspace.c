@@ -335,3 +335,11 @@ int weft_items(weft_ctx *c, value_kind kind, weft_item *out, int max) {
   }
   return n;
 }
+
+value weft_eval_text(weft_ctx *c, const char *label, const char *text) {
+  int file = src_add(&c->srcs, &c->arena, label, "", text, strlen(text));
+  weft_parse_opts po = {&c->arena, &c->srcs, &c->diags};
+  ast *x = weft_parse_expr(&po, file);
+  if (!x) return v_error();
+  return eval_expr(c, c->main ? c->main->env : eval_global_env(c), x);
+}

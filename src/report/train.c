@@ -122,13 +122,15 @@ int report_run(const weft_opts *o) {
   for (int d = 0; d < pr->nprogs; d++) active += pr->progs[d].n > 0;
   char procs[64] = "";
   if (nprocs > 1) snprintf(procs, sizeof procs, " in %d processes", nprocs);
-  if (!o->json && speak)
+  backend_opts bo = {.allow_native = o->allow_native, .on_step = run_on_step, .ctx = &log};
+  backend_run *run = bk->open(pr, w, &bo, err, sizeof err);
+  /* the header once the backend is up (under mpirun: once MPI is) */
+  if (run && !o->json && speak) {
     printf("plan %s (model %s): %d device%s%s, %d micro-batch%s, %s backend, %d step%s from step %" PRId64 "\n",
            p->name, g->name, active, active == 1 ? "" : "s", procs, pr->nmb, pr->nmb == 1 ? "" : "es", bk->name,
            o->steps, o->steps == 1 ? "" : "s", w->step + 1);
-  fflush(stdout);
-  backend_opts bo = {.allow_native = o->allow_native, .on_step = run_on_step, .ctx = &log};
-  backend_run *run = bk->open(pr, w, &bo, err, sizeof err);
+    fflush(stdout);
+  }
   ok = run && bk->run(run, o->steps, err, sizeof err) && bk->read(run, err, sizeof err);
   if (run) bk->close(run);
   if (!ok) rc = run_fail(NULL, err);

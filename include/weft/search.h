@@ -1,0 +1,96 @@
+/* search.h - plans written for a model and a cluster: tensor parallelism
+ * chosen per operator from its signature (a dynamic program over each
+ * repeated block, searched once), pipeline stages over the blocks (a
+ * dynamic program over stage boundaries), data parallelism, micro-batches,
+ * schedules, recomputation and ZeRO around them; a frontier of step time
+ * against memory kept at every step; the best candidates built as decision
+ * lists and simulated, their buckets searched with the simulator. The
+ * method, and the papers each part comes from, are in docs/search.md. */
+#ifndef WEFT_SEARCH_H
+#define WEFT_SEARCH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "weft/cost.h"
+#include "weft/decisions.h"
+
+enum { SEARCH_TIME, SEARCH_MEMORY };
+
+/* What the search reports while it works. */
+typedef struct search_progress {
+  int64_t searched, pruned;
+  double best_time;       /* seconds, the best so far (0: none yet) */
+  double elapsed;
+  const char *phase;      /* "search", "simulate", "buckets" */
+} search_progress;
+
+typedef struct search_opts {
+  int objective;          /* SEARCH_TIME: the fastest that fits; SEARCH_MEMORY: the smallest */
+  double max_memory;      /* bytes a device may need; 0: the cluster's device memory */
+  int top;                /* candidates lowered and simulated at the end (0: chosen by size) */
+  bool symbolic;          /* rank by FLOPs and bytes per device, without the cluster's rates */
+  double time_limit;      /* seconds for the search proper; 0: none */
+  bool buckets;           /* search the gradient buckets of the best (DisCo) */
+  void (*progress)(void *ctx, const search_progress *p);
+  void *ctx;
+} search_opts;
+
+/* A pipeline stage: a range of operators (in graph order) on a range of
+ * the mesh's pipeline positions. */
+typedef struct search_stage {
+  int first_op, last_op;  /* inclusive */
+  int position;           /* its place on the pipeline axis */
+  int layers;             /* repeated blocks it holds */
+} search_stage;
+
+/* One candidate: what it decides, and its figures. */
+typedef struct search_plan {
+  int tp, pp, dp, cp;
+  int micro_batches, micro_batch_size;
+  sched_kind schedule;
+  int interleave;         /* stages per pipeline position */
+  int recompute;          /* 0 none, 1 selective, 2 full */
+  int zero;               /* 0 to 3 */
+  bool sequence_parallel; /* operators between tensor-parallel ones split along the sequence */
+  int64_t bucket_bytes;
+  int nstages;
+  search_stage *stages;
+  const char **op_split;  /* per graph operator: the dimension its tensor-parallel
+                           * level splits, "" replicated, NULL not split */
+  double analytic_time;   /* seconds per step (symbolic: a weighted sum of FLOPs and bytes) */
+  int64_t analytic_memory;/* bytes, the most any device needs */
+  bool simulated;
+  double step_time;       /* the simulator's, when simulated */
+  int64_t peak_memory;
+  bool fits;
+  weft_decisions decisions;
+  const char **selectors; /* per decision: its selector as weft source */
+} search_plan;
+
+typedef struct search_result {
+  search_plan *plans;     /* the simulated ones, non-dominated in (time, memory), fastest first */
+  int nplans;
+  int best;               /* the one the objective picks, -1 none fits */
+  search_plan *simulated; /* every candidate simulated, fastest first */
+  int nsimulated;
+  int64_t searched, pruned;
+  double search_s, simulate_s;
+  int layers;             /* repeated blocks found (0: none) */
+  const char *block;      /* their name ("h", "layers") */
+} search_result;
+
+/* Searches plans of graph g on cluster cl. Everything lives in a; false
+ * after diagnostics in dg (a cluster without rates, a model without a
+ * batch dimension, ...). */
+bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *o, arena *a, weft_diags *dg,
+                search_result *out);
+
+/* The body of a plan's statements as weft source, one a line, indented by
+ * two spaces: what the plan's decisions say, with its selectors. */
+void search_print_body(const search_plan *sp, const weft_graph *g, FILE *out);
+/* "tp 2, pp 2, dp 2, 8 micro-batches of 1, one_f_one_b, ..." */
+const char *search_describe(arena *a, const search_plan *sp);
+
+#endif

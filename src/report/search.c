@@ -1,0 +1,361 @@
+/* search.c - weft search: plans searched for a file's model on a cluster,
+ * the chosen one written as a .plan that imports the file (with the
+ * frontier of step time against memory as comments), or all as JSON. */
+#include <limits.h>
+#include <sys/stat.h>
+
+#include "common.h"
+#include "weft/search.h"
+
+/* The text of a source span. */
+static const char *span_text(weft_ctx *c, weft_loc l) {
+  if (l.line == 0 || l.file < 0 || l.file >= c->srcs.n) return NULL;
+  const weft_src *s = &c->srcs.items[l.file];
+  if (l.end_line != l.line) return NULL;
+  int len;
+  const char *line = src_line(s, l.line, &len);
+  if (!line || l.col < 1 || l.end_col > len) return NULL;
+  return arena_strndup(&c->arena, line + l.col - 1, (size_t)(l.end_col - l.col + 1));
+}
+
+/* FILE as a path relative to the directory that will hold the plan. */
+static const char *relative_to(weft_ctx *c, const char *file, const char *out) {
+  char af[PATH_MAX], ad[PATH_MAX];
+  if (!realpath(file, af)) return file;
+  const char *dir = ".";
+  if (out) {
+    char *d = arena_strdup(&c->arena, out);
+    char *slash = strrchr(d, '/');
+    if (slash) *slash = 0, dir = d;
+  }
+  if (!realpath(dir, ad)) return file;
+  /* the common prefix, by whole components */
+  size_t i = 0, last = 0;
+  while (af[i] && ad[i] && af[i] == ad[i]) {
+    if (af[i] == '/') last = i;
+    i++;
+  }
+  if (ad[i] == 0 && af[i] == '/') last = i;
+  const char *rest = af + last + 1;
+  int ups = 0;
+  for (const char *p = ad + last; *p; p++) ups += *p == '/';
+  if (ad[last] == '/' && ad[last + 1] == 0) ups = 0;
+  const char *r = "";
+  for (int k = 0; k < ups; k++) r = arena_printf(&c->arena, "%s../", r);
+  return arena_printf(&c->arena, "%s%s", r, rest);
+}
+
+/* How the plan names the model: its declaration with the arguments bound
+ * to it (so that --set is kept), or the file's name for it. */
+static const char *model_expr(weft_ctx *c, const char *item, value m) {
+  const vdecl *d = m.decl;
+  if (!d->bound || d->bound->n == 0) return item;
+  const char *t = arena_printf(&c->arena, "%s(", d->node->name);
+  for (int i = 0; i < d->bound->n; i++)
+    t = arena_printf(&c->arena, "%s%s%s = %s", t, i ? ", " : "", d->bound->keys[i],
+                     value_show(&c->arena, d->bound->vals[i]));
+  return arena_printf(&c->arena, "%s)", t);
+}
+
+static const char *human_time(char *b, size_t n, double s) {
+  unit_format(s, (unit_dim){0, 1, 0}, b, n);
+  return b;
+}
+
+static void print_plan(FILE *out, const search_result *r, int pick, const weft_graph *g, const char *header,
+                       const char *use, const char *model, const char *cluster, const char *name, arena *a) {
+  char b1[64], b2[64];
+  fputs(header, out);
+  fprintf(out, "# the frontier of step time against peak memory per device (--pick N writes plan N):\n");
+  for (int i = 0; i < r->nplans; i++) {
+    const search_plan *p = &r->plans[i];
+    fprintf(out, "#   %d: %s, %s: %s%s\n", i, human_time(b1, sizeof b1, p->step_time),
+            unit_bytes_human(p->peak_memory, b2, sizeof b2), search_describe(a, p),
+            i == pick ? "  <- this plan" : "");
+  }
+  fprintf(out, "\nuse \"%s\"\n\nplan %s for %s on %s {\n", use, name, model, cluster);
+  search_print_body(&r->plans[pick], g, out);
+  fputs("}\n", out);
+}
+
+typedef struct progress_ctx {
+  bool on;
+  bool drew;
+} progress_ctx;
+
+static void on_progress(void *ctx, const search_progress *p) {
+  progress_ctx *pc = ctx;
+  if (!pc->on) return;
+  char b[64] = "-";
+  if (p->best_time > 0) human_time(b, sizeof b, p->best_time);
+  fputc('\r', stderr);
+  fprintf(stderr, "weft search: %s: %lld candidates, %lld pruned, best %s, %.1f s   ", p->phase,
+          (long long)p->searched, (long long)p->pruned, b, p->elapsed);
+  pc->drew = true;
+}
+
+/* How well the analytic cost ordered the candidates the simulator timed:
+ * the fraction of pairs it put in the same order, and its median and
+ * largest relative error. */
+typedef struct agreement {
+  double pairs, median, worst;
+} agreement;
+
+static int cmp_double(const void *x, const void *y) {
+  double a = *(const double *)x, b = *(const double *)y;
+  return a < b ? -1 : a > b;
+}
+
+static agreement agree(const search_result *r) {
+  agreement g = {1, 0, 0};
+  int n = r->nsimulated, same = 0, pairs = 0;
+  if (n == 0) return g;
+  double *err = malloc(sizeof(double) * (size_t)n);
+  if (!err) weft_oom();
+  for (int i = 0; i < n; i++) {
+    const search_plan *a = &r->simulated[i];
+    err[i] = a->step_time > 0 ? fabs(a->analytic_time / a->step_time - 1) : 0;
+    for (int k = i + 1; k < n; k++) {
+      const search_plan *b = &r->simulated[k];
+      double x = (a->analytic_time - b->analytic_time) * (a->step_time - b->step_time);
+      if (a->step_time == b->step_time) continue;
+      pairs++;
+      same += x > 0;
+    }
+  }
+  qsort(err, (size_t)n, sizeof *err, cmp_double);
+  g.pairs = pairs ? (double)same / pairs : 1;
+  g.median = err[n / 2];
+  g.worst = err[n - 1];
+  free(err);
+  return g;
+}
+
+static const char *recompute_name(int r) { return r == 2 ? "full" : r == 1 ? "selective" : "none"; }
+
+static void json_plan(json *j, const search_plan *p, const weft_graph *g, const char *source) {
+  json_obj(j);
+  json_key(j, "step_time_s"), json_num(j, p->step_time);
+  json_key(j, "peak_memory_bytes"), json_int(j, p->peak_memory);
+  json_key(j, "fits"), json_bool(j, p->fits);
+  json_key(j, "analytic_time_s"), json_num(j, p->analytic_time);
+  json_key(j, "analytic_memory_bytes"), json_int(j, p->analytic_memory);
+  json_key(j, "tp"), json_int(j, p->tp);
+  json_key(j, "pp"), json_int(j, p->pp);
+  json_key(j, "dp"), json_int(j, p->dp);
+  json_key(j, "micro_batches"), json_int(j, p->micro_batches);
+  json_key(j, "micro_batch_size"), json_int(j, p->micro_batch_size);
+  json_key(j, "schedule"), json_str(j, sched_kind_names[p->schedule]);
+  json_key(j, "interleave"), json_int(j, p->interleave);
+  json_key(j, "recompute"), json_str(j, recompute_name(p->recompute));
+  json_key(j, "zero"), json_int(j, p->zero);
+  json_key(j, "sequence_parallel"), json_bool(j, p->sequence_parallel);
+  json_key(j, "bucket_bytes"), json_int(j, p->bucket_bytes);
+  json_key(j, "stages");
+  json_arr(j);
+  for (int k = 0; k < p->nstages; k++) {
+    const search_stage *st = &p->stages[k];
+    json_obj(j);
+    json_key(j, "ops");
+    json_arr(j);
+    json_str(j, g->ops[st->first_op].name);
+    json_str(j, g->ops[st->last_op].name);
+    json_end_arr(j);
+    json_key(j, "layers"), json_int(j, st->layers);
+    json_key(j, "position"), json_int(j, st->position);
+    json_key(j, "devices"), json_int(j, p->tp * p->dp);
+    json_end_obj(j);
+  }
+  json_end_arr(j);
+  json_key(j, "source"), json_str(j, source);
+  json_end_obj(j);
+}
+
+int report_search(const weft_opts *o) {
+  weft_ctx *c = report_ctx(o);
+  int rc = c->diags.errors ? WEFT_REJECTED : weft_load(c, o->files[0]);
+  weft_loc none = {0};
+  weft_item items[256];
+  value model = v_none(), cluster = v_none();
+  const char *model_name = NULL, *cluster_text = o->cluster;
+  if (rc == WEFT_OK) {
+    /* the model: --model, else the last one the file defines */
+    int n = weft_items(c, V_MODEL, items, 256);
+    if (n > 256) n = 256;
+    for (int i = 0; i < n; i++)
+      if (!o->model || strcmp(items[i].name, o->model) == 0) model = items[i].val, model_name = items[i].name;
+    if (model.kind != V_MODEL) {
+      const char *names[256];
+      for (int i = 0; i < n; i++) names[i] = items[i].name;
+      weft_diag *d = o->model ? report_error(c, none, "%s defines no model '%s'", o->files[0], o->model)
+                              : report_error(c, none, "%s defines no model to search plans for", o->files[0]);
+      const char *best = o->model ? diag_closest(o->model, names, n) : NULL;
+      if (best) diag_hint(d, &c->diags, "did you mean '%s'?", best);
+      rc = WEFT_REJECTED;
+    }
+  }
+  if (rc == WEFT_OK && !cluster_text) {
+    /* the cluster: of the file's last plan, else its last cluster */
+    int n = weft_items(c, V_PLAN, items, 256);
+    if (n > 0) cluster_text = span_text(c, items[(n < 256 ? n : 256) - 1].val.decl->node->b->loc);
+    if (!cluster_text) {
+      n = weft_items(c, V_CLUSTER, items, 256);
+      if (n > 0) cluster_text = items[(n < 256 ? n : 256) - 1].name;
+    }
+    if (!cluster_text) {
+      weft_diag *d = report_error(c, none, "%s has no plan or cluster to take the cluster from", o->files[0]);
+      diag_hint(d, &c->diags, "name one: --cluster 'a100_dgx(nodes = 8)'");
+      rc = WEFT_REJECTED;
+    }
+  }
+  if (rc == WEFT_OK) {
+    cluster = weft_eval_text(c, "--cluster", cluster_text);
+    if (cluster.kind != V_ERROR && cluster.kind != V_CLUSTER) {
+      report_error(c, none, "--cluster needs a cluster, such as 'a100_dgx(nodes = 8)', got %s",
+                   value_kind_name(cluster.kind));
+      rc = WEFT_REJECTED;
+    } else if (cluster.kind == V_ERROR) {
+      rc = WEFT_REJECTED;
+    }
+  }
+  search_opts so = {.objective = o->objective, .top = o->top, .symbolic = o->symbolic, .time_limit = o->time_limit,
+                    .buckets = !o->no_buckets};
+  if (rc == WEFT_OK && o->max_memory) {
+    value v = weft_eval_text(c, "--max-memory", o->max_memory);
+    if (v.kind != V_QUANTITY || !unit_eq(v.q.d, UNIT_BYTES) || v.q.v <= 0) {
+      if (v.kind != V_ERROR) report_error(c, none, "--max-memory needs bytes, such as '40 GiB', got %s", o->max_memory);
+      rc = WEFT_REJECTED;
+    } else {
+      so.max_memory = v.q.v;
+    }
+  }
+  weft_graph *g = NULL;
+  value cr = v_none();
+  if (rc == WEFT_OK) {
+    g = weft_build_graph(c, model, none);
+    cr = weft_build_cluster(c, cluster, none);
+    if (!g || cr.kind != V_RECORD) rc = WEFT_REJECTED;
+  }
+  search_result r;
+  progress_ctx pc = {.on = o->progress > 0 || (o->progress < 0 && !o->json && isatty(2))};
+  so.progress = on_progress;
+  so.ctx = &pc;
+  if (rc == WEFT_OK) {
+    weft_cluster cl = weft_cluster_of(cr.rec);
+    if (!search_run(g, &cl, &so, &c->arena, &c->diags, &r)) rc = WEFT_REJECTED;
+  }
+  if (pc.drew) fputs("\n", stderr);
+  int pick = rc == WEFT_OK ? (o->pick >= 0 ? o->pick : r.best) : -1;
+  if (rc == WEFT_OK && o->pick >= r.nplans) {
+    report_error(c, none, "--pick %d: the frontier has plans 0 to %d", o->pick, r.nplans - 1);
+    report_diags(c, o);
+    weft_free(c);
+    return WEFT_REJECTED;
+  }
+  report_diags(c, o);
+  if (rc != WEFT_OK) {
+    if (o->json) {
+      diag_print_json(&c->diags, stdout);
+      printf("\n");
+    }
+    weft_free(c);
+    return rc;
+  }
+  /* the plan file */
+  const char *use = relative_to(c, o->files[0], o->output);
+  const char *mexpr = model_expr(c, model_name, model);
+  agreement ag = agree(&r);
+  const char *header = arena_printf(&c->arena,
+                                    "# searched by: weft search %s%s%s%s --cluster '%s'\n"
+                                    "# %lld candidates (%lld pruned) in %.2f s; %d simulated in %.2f s%s\n"
+                                    "# the analytic cost put %.0f%% of the simulated pairs in the simulator's order "
+                                    "(median error %.1f%%)\n",
+                                    o->files[0], o->model ? " --model " : "", o->model ? o->model : "",
+                                    o->nsets ? " (with --set)" : "", cluster_text, (long long)r.searched,
+                                    (long long)r.pruned, r.search_s, r.nsimulated, r.simulate_s,
+                                    r.layers ? arena_printf(&c->arena, "; %d repeated blocks %s.N, searched once",
+                                                            r.layers, r.block)
+                                             : "",
+                                    100 * ag.pairs, 100 * ag.median);
+  if (o->symbolic)
+    header = arena_printf(&c->arena, "%s# --cost symbolic: times are on the nominal device of docs/search.md, not the cluster's\n",
+                          header);
+  if (o->json) {
+    json j;
+    json_init(&j, stdout);
+    json_obj(&j);
+    json_key(&j, "plans");
+    json_arr(&j);
+    for (int i = 0; i < r.nplans; i++) {
+      char *buf = NULL;
+      size_t len = 0;
+      FILE *m = open_memstream(&buf, &len);
+      print_plan(m, &r, i, g, header, use, mexpr, cluster_text, "searched", &c->arena);
+      fclose(m);
+      json_plan(&j, &r.plans[i], g, buf);
+      free(buf);
+    }
+    json_end_arr(&j);
+    json_key(&j, "simulated");
+    json_arr(&j);
+    for (int i = 0; i < r.nsimulated; i++) {
+      const search_plan *p = &r.simulated[i];
+      json_obj(&j);
+      json_key(&j, "plan"), json_str(&j, search_describe(&c->arena, p));
+      json_key(&j, "step_time_s"), json_num(&j, p->step_time);
+      json_key(&j, "analytic_time_s"), json_num(&j, p->analytic_time);
+      json_key(&j, "peak_memory_bytes"), json_int(&j, p->peak_memory);
+      json_key(&j, "analytic_memory_bytes"), json_int(&j, p->analytic_memory);
+      json_key(&j, "fits"), json_bool(&j, p->fits);
+      json_end_obj(&j);
+    }
+    json_end_arr(&j);
+    json_key(&j, "analytic");
+    json_obj(&j);
+    json_key(&j, "pairs_ordered_alike"), json_num(&j, ag.pairs);
+    json_key(&j, "median_relative_error"), json_num(&j, ag.median);
+    json_key(&j, "max_relative_error"), json_num(&j, ag.worst);
+    json_end_obj(&j);
+    json_key(&j, "best"), json_int(&j, pick);
+    json_key(&j, "searched"), json_int(&j, r.searched);
+    json_key(&j, "pruned"), json_int(&j, r.pruned);
+    json_key(&j, "search_s"), json_num(&j, r.search_s);
+    json_key(&j, "simulate_s"), json_num(&j, r.simulate_s);
+    json_key(&j, "layers"), json_int(&j, r.layers);
+    json_end_obj(&j);
+    printf("\n");
+  }
+  if (o->output || !o->json) {
+    FILE *f = stdout;
+    char *tmp = NULL;
+    if (o->output) {
+      tmp = arena_printf(&c->arena, "%s.tmp", o->output);
+      f = fopen(tmp, "w");
+      if (!f) {
+        fprintf(stderr, "weft search: cannot write %s: %s\n", o->output, strerror(errno));
+        weft_free(c);
+        return WEFT_FAILED;
+      }
+    }
+    print_plan(f, &r, pick, g, header, use, mexpr, cluster_text, "searched", &c->arena);
+    if (o->output) {
+      bool ok = !ferror(f);
+      if (fclose(f) != 0) ok = false;
+      if (!ok || rename(tmp, o->output) != 0) {
+        fprintf(stderr, "weft search: cannot write %s: %s\n", o->output, strerror(errno));
+        remove(tmp);
+        weft_free(c);
+        return WEFT_FAILED;
+      }
+      if (!o->json) {
+        char b1[64], b2[64];
+        const search_plan *p = &r.plans[pick];
+        fprintf(stderr, "weft search: wrote %s: %s, %s per device: %s\n", o->output,
+                human_time(b1, sizeof b1, p->step_time), unit_bytes_human(p->peak_memory, b2, sizeof b2),
+                search_describe(&c->arena, p));
+      }
+    }
+  }
+  weft_free(c);
+  return rc;
+}

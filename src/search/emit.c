@@ -1,0 +1,277 @@
+/* emit.c - a searched candidate as a decision list, the same primitives a
+ * written plan evaluates to, and as weft source a person can read and
+ * edit: operators grouped by the selectors a person would write (h.*.mlp.c_fc
+ * for a block's operator in every layer), stages as h[0..6] ranges. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "search_int.h"
+
+/* A growing selector: "{a, b, c}", or "a" alone. */
+typedef struct selbuf {
+  char *text;
+  int n;
+} selbuf;
+
+static void sel_add(arena *a, selbuf *s, const char *item) {
+  for (const char *p = s->text; p && (p = strstr(p, item)); p++) {
+    /* the same item already there (whole, between separators) */
+    size_t len = strlen(item);
+    bool start = p == s->text || p[-1] == ' ' || p[-1] == '{';
+    bool end = p[len] == 0 || p[len] == ',' || p[len] == '}';
+    if (start && end) return;
+  }
+  s->text = s->n ? arena_printf(a, "%s, %s", s->text, item) : arena_strdup(a, item);
+  s->n++;
+}
+
+static const char *sel_text(arena *a, const selbuf *s) {
+  return s->n > 1 ? arena_printf(a, "{%s}", s->text) : s->n ? s->text : "all";
+}
+
+/* How a person selects op in every block: "h.*.attn.c_attn"; an operator
+ * outside the blocks by its name. */
+static const char *op_pattern(arena *a, const sshape *s, int op) {
+  const char *name = s->g->ops[op].name;
+  if (s->layers == 0 || op < s->head_end || op >= s->tail_start) return name;
+  size_t pl = strlen(s->block_name);
+  const char *rest = strchr(name + pl + 1, '.');
+  return rest ? arena_printf(a, "%s.*%s", s->block_name, rest) : arena_printf(a, "%s.*", s->block_name);
+}
+
+typedef struct emitter {
+  arena *a;
+  const sshape *s;
+  search_plan *sp;
+  int cap;
+} emitter;
+
+static decision *add(emitter *E, dec_kind k, const char *sel) {
+  decision *d = dec_add(E->a, &E->sp->decisions, k);
+  arena_grow(E->a, (void **)&E->sp->selectors, &E->cap, E->sp->decisions.n, sizeof(char *));
+  E->sp->selectors[E->sp->decisions.n - 1] = sel;
+  return d;
+}
+
+static dec_ops all_ops(emitter *E) {
+  dec_ops o = {E->s->g->nops, arena_alloc(E->a, sizeof(int) * (size_t)(E->s->g->nops ? E->s->g->nops : 1))};
+  for (int i = 0; i < o.n; i++) o.ops[i] = i;
+  return o;
+}
+
+/* The operators of layers [l0, l1) and, when asked, the head or the tail. */
+static void stage_ops(emitter *E, int l0, int l1, bool head, bool tail, dec_ops *ops, selbuf *sel) {
+  const sshape *s = E->s;
+  const weft_graph *g = s->g;
+  ops->ops = arena_alloc(E->a, sizeof(int) * (size_t)(g->nops ? g->nops : 1));
+  ops->n = 0;
+  if (head)
+    for (int op = 0; op < s->head_end; op++) {
+      ops->ops[ops->n++] = op;
+      sel_add(E->a, sel, g->ops[op].name);
+    }
+  if (s->layers > 0 && l1 > l0) {
+    for (int op = s->block_start[l0]; op < s->block_start[l1]; op++) ops->ops[ops->n++] = op;
+    sel_add(E->a, sel, l1 - l0 == 1 ? arena_printf(E->a, "%s.%d", s->block_name, l0)
+                                    : arena_printf(E->a, "%s[%d..%d]", s->block_name, l0, l1));
+  }
+  if (tail)
+    for (int op = s->tail_start; op < g->nops; op++) {
+      ops->ops[ops->n++] = op;
+      sel_add(E->a, sel, g->ops[op].name);
+    }
+}
+
+void emit_plan(arena *a, const sshape *s, search_plan *sp) {
+  emitter E = {a, s, sp, 0};
+  const weft_graph *g = s->g;
+  sp->decisions = (weft_decisions){0};
+  sp->selectors = NULL;
+  /* the mesh: data-parallel replicas of pipelines of tensor-parallel groups */
+  static const char *const axes[] = {"dp", "pp", "tp"};
+  int sizes[3] = {sp->dp, sp->pp, sp->tp};
+  dec_mesh(a, &sp->decisions, "m", 3, axes, sizes, 0);
+  arena_grow(a, (void **)&sp->selectors, &E.cap, 1, sizeof(char *));
+  sp->selectors[0] = NULL;
+  /* tensor parallelism: one statement per dimension, over every operator
+   * split along it (a block's in every layer) */
+  if (sp->tp > 1) {
+    const char **dims = arena_alloc(a, sizeof(char *) * (size_t)(g->nops + 1));
+    int nd = 0;
+    for (int op = 0; op < g->nops; op++) {
+      const char *d = sp->op_split[op];
+      bool seen = false;
+      for (int i = 0; i < nd && !seen; i++) seen = strcmp(dims[i], d) == 0;
+      if (!seen) dims[nd++] = d;
+    }
+    /* splits first, replication last, as people write them */
+    for (int pass = 0; pass < 2; pass++)
+      for (int i = 0; i < nd; i++) {
+        bool rep = dims[i][0] == 0;
+        if (rep != (pass == 1)) continue;
+        selbuf sel = {0};
+        dec_ops ops = {0, arena_alloc(a, sizeof(int) * (size_t)g->nops)};
+        for (int op = 0; op < g->nops; op++) {
+          if (strcmp(sp->op_split[op], dims[i]) != 0) continue;
+          ops.ops[ops.n++] = op;
+          sel_add(a, &sel, op_pattern(a, s, op));
+        }
+        decision *d = add(&E, rep ? DEC_REPLICATE : DEC_SPLIT, sel_text(a, &sel));
+        d->ops = ops;
+        d->name = rep ? NULL : dims[i];
+        d->parts = sp->tp;
+        d->axis = "tp";
+      }
+  }
+  if (sp->dp > 1) {
+    decision *d = add(&E, DEC_SPLIT, "all");
+    d->ops = all_ops(&E);
+    d->name = s->batch;
+    d->parts = sp->dp;
+    d->axis = "dp";
+  }
+  if (sp->micro_batches > 1) {
+    decision *d = add(&E, DEC_SPLIT, "all");
+    d->ops = all_ops(&E);
+    d->name = s->batch;
+    d->parts = sp->micro_batches;
+    d->axis = "mb";
+    d->in_time = true;
+  }
+  for (int z = 1; z <= sp->zero; z++) {
+    decision *d = add(&E, DEC_SHARD, "all");
+    d->ops = all_ops(&E);
+    d->state = z;
+    d->axis = "dp";
+  }
+  /* stages and their places on the mesh */
+  dec_index at[3] = {{sp->dp > 1 ? "dp" : NULL, 0}, {NULL, 0}, {sp->tp > 1 ? "tp" : NULL, 0}};
+  if (sp->nstages > 0) {
+    for (int k = 0; k < sp->nstages; k++) {
+      const search_stage *st = &sp->stages[k];
+      selbuf sel = {0};
+      dec_ops ops;
+      int l0 = 0, l1 = 0;
+      if (s->layers > 0) {
+        /* the layers of the stage: those of its operators' range */
+        for (int l = 0; l < s->layers; l++) {
+          if (s->block_start[l] < st->first_op) l0 = l + 1;
+          if (s->block_start[l] <= st->last_op) l1 = l + 1;
+        }
+        stage_ops(&E, l0, l1, st->first_op == 0, st->last_op == g->nops - 1, &ops, &sel);
+      } else {
+        ops.n = st->last_op - st->first_op + 1;
+        ops.ops = arena_alloc(a, sizeof(int) * (size_t)ops.n);
+        for (int i = 0; i < ops.n; i++) {
+          ops.ops[i] = st->first_op + i;
+          sel_add(a, &sel, g->ops[st->first_op + i].name);
+        }
+      }
+      decision *d = add(&E, DEC_STAGE, sel_text(a, &sel));
+      d->name = arena_printf(a, "s%d", k);
+      d->ops = ops;
+    }
+    int first_stage = sp->decisions.n - sp->nstages;
+    for (int k = 0; k < sp->nstages; k++) {
+      decision *d = add(&E, DEC_ASSIGN, arena_printf(a, "s%d", k));
+      d->ops = sp->decisions.items[first_stage + k].ops;
+      at[1].value = sp->stages[k].position;
+      d->mesh = 0;
+      d->nidx = 3;
+      d->idx = arena_alloc(a, sizeof at);
+      memcpy(d->idx, at, sizeof at);
+    }
+    decision *d = add(&E, DEC_SCHEDULE, NULL);
+    d->sched = sp->schedule;
+  } else {
+    decision *d = add(&E, DEC_ASSIGN, "all");
+    d->ops = all_ops(&E);
+    d->mesh = 0;
+    d->nidx = 3;
+    d->idx = arena_alloc(a, sizeof at);
+    memcpy(d->idx, at, sizeof at);
+  }
+  /* recomputation of the blocks: each layer as one segment (full), or
+   * their attention kernels (selective) */
+  if (sp->recompute > 0 && s->layers > 0) {
+    selbuf sel = {0};
+    dec_ops ops = {0, arena_alloc(a, sizeof(int) * (size_t)g->nops)};
+    const char **keys = arena_alloc(a, sizeof(char *) * (size_t)g->nops);
+    for (int l = 0; l < s->layers; l++)
+      for (int op = s->block_start[l]; op < s->block_start[l + 1]; op++) {
+        const char *kind = g->ops[op].kind;
+        bool att = kind && strcmp(kind, "attention") == 0;
+        if (sp->recompute == 1 && !att) continue;
+        ops.ops[ops.n] = op;
+        keys[ops.n++] = sp->recompute == 2 ? arena_printf(a, "%s.%d", s->block_name, l) : g->ops[op].name;
+        sel_add(a, &sel, sp->recompute == 2 ? arena_printf(a, "%s.*", s->block_name) : op_pattern(a, s, op));
+      }
+    if (ops.n) {
+      decision *d = add(&E, DEC_RECOMPUTE, sel_text(a, &sel));
+      d->ops = ops;
+      d->keys = keys;
+      d->mode = sp->recompute;
+    }
+  }
+  if (sp->bucket_bytes != PLAN_DEFAULT_BUCKET) {
+    decision *d = add(&E, DEC_BUCKETS, NULL);
+    d->bytes = sp->bucket_bytes;
+  }
+}
+
+static void print_index(const decision *d, FILE *out) {
+  fputs("m[", out);
+  for (int i = 0; i < d->nidx; i++) {
+    if (i) fputs(", ", out);
+    if (d->idx[i].axis) fputs(d->idx[i].axis, out);
+    else fprintf(out, "%d", d->idx[i].value);
+  }
+  fputs("]", out);
+}
+
+void search_print_body(const search_plan *sp, const weft_graph *g, FILE *out) {
+  (void)g;
+  for (int i = 0; i < sp->decisions.n; i++) {
+    const decision *d = &sp->decisions.items[i];
+    const char *sel = sp->selectors ? sp->selectors[i] : NULL;
+    switch (d->kind) {
+    case DEC_MESH:
+      fprintf(out, "  mesh %s = devices[0..%d] as [", d->name, d->ndevices);
+      for (int k = 0; k < d->naxes; k++) fprintf(out, "%s%s = %d", k ? ", " : "", d->axes[k], d->sizes[k]);
+      fputs("]\n", out);
+      break;
+    case DEC_SPLIT:
+      fprintf(out, "  split %s on %s into %d as %s%s\n", sel, d->name, d->parts, d->axis, d->in_time ? " in time" : "");
+      break;
+    case DEC_REPLICATE: fprintf(out, "  replicate %s into %d as %s\n", sel, d->parts, d->axis); break;
+    case DEC_SHARD: {
+      static const char *const states[] = {"", "optimizer", "gradients", "parameters"};
+      fprintf(out, "  shard %s %s over %s\n", states[d->state], sel, d->axis);
+      break;
+    }
+    case DEC_STAGE: fprintf(out, "  stage %s = %s\n", d->name, sel); break;
+    case DEC_ASSIGN:
+      fprintf(out, "  assign %s -> ", sel);
+      print_index(d, out);
+      fputs("\n", out);
+      break;
+    case DEC_SCHEDULE: fprintf(out, "  schedule %s\n", sched_kind_names[d->sched]); break;
+    case DEC_RECOMPUTE: fprintf(out, "  recompute %s %s\n", sel, d->mode == 2 ? "full" : "selective"); break;
+    case DEC_BUCKETS:
+      if (d->bytes % (1 << 20) == 0) fprintf(out, "  buckets %" PRId64 " MiB\n", d->bytes >> 20);
+      else fprintf(out, "  buckets %" PRId64 " B\n", d->bytes);
+      break;
+    default: break;
+    }
+  }
+}
+
+const char *search_describe(arena *a, const search_plan *sp) {
+  const char *rc[] = {"no recompute", "selective recompute", "full recompute"};
+  const char *sched = sp->schedule == SCHED_DEFAULT ? "" : arena_printf(a, ", %s", sched_kind_names[sp->schedule]);
+  if (sp->schedule == SCHED_INTERLEAVED) sched = arena_printf(a, "%s %d", sched, sp->interleave);
+  return arena_printf(a, "tp %d, pp %d, dp %d, %d micro-batch%s of %d%s, %s, zero %d%s", sp->tp, sp->pp, sp->dp,
+                      sp->micro_batches, sp->micro_batches == 1 ? "" : "es", sp->micro_batch_size, sched,
+                      rc[sp->recompute], sp->zero, sp->sequence_parallel ? ", sequence parallel" : "");
+}

@@ -1,0 +1,529 @@
+/* search.c - the search: every shape of the mesh (tensor, pipeline and data
+ * parallelism), micro-batch size, schedule, recomputation and ZeRO stage,
+ * each costed analytically from the blocks' best configurations
+ * (space.c) and the pipeline's stages (a balance of the blocks over the
+ * stages, uneven where the embedding or the head weighs); the frontier of
+ * step time against memory; its fastest candidates built as decision lists
+ * (emit.c), applied, lowered, validated and simulated like any plan, so
+ * that the figures reported are the simulator's. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "search_int.h"
+#include "weft/sim.h"
+#include "weft/units.h"
+#include "weft/validate.h"
+
+void emit_plan(arena *a, const sshape *s, search_plan *sp);
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* ---- the cost of the model's parts under one tensor-parallel degree -------------- */
+
+/* The head (operators before the blocks), one block, the tail, for a tp
+ * degree and a micro-batch size, with the layout of the tensor that runs
+ * from block to block chosen for the whole. */
+typedef struct parts {
+  bool ok;
+  rangecost head, block, tail;
+  layout b;
+} parts;
+
+/* The layouts the tensor between blocks may have: whole, or split along
+ * one of its dimensions other than the batch. */
+static int boundary_layouts(const sshape *s, int tp, layout *out) {
+  int n = 0;
+  out[n++] = (layout){L_R, 0, 0};
+  if (tp < 2 || s->layers == 0) return n;
+  int producer = s->block_start[0] - 1;
+  if (producer < 0) return n;
+  const gtensor *t = &s->g->tensors[s->g->ops[producer].output];
+  for (int d = 1; d < t->ndims && n < 8; d++)
+    if (t->dims[d].size % tp == 0) out[n++] = (layout){L_D, d, 1};
+  return n;
+}
+
+static double range_time(const rangecost *r) { return r->fwd + r->bwd; }
+
+static parts cost_parts_tied(arena *a, const sshape *s, const hw_model *hw, bool symbolic, int tp, int mbs) {
+  parts best = {0};
+  const weft_graph *g = s->g;
+  layout R = {L_R, 0, 0};
+  if (s->layers == 0) {
+    best.ok = range_best(a, s, hw, symbolic, 0, g->nops, tp, mbs, R, R, &best.head);
+    best.b = R;
+    return best;
+  }
+  layout bs[8];
+  int nb = boundary_layouts(s, tp, bs);
+  double besttime = 0;
+  for (int i = 0; i < nb; i++) {
+    parts p = {.b = bs[i]};
+    if (!range_best(a, s, hw, symbolic, 0, s->head_end, tp, mbs, R, bs[i], &p.head)) continue;
+    if (!range_best(a, s, hw, symbolic, s->block_start[0], s->block_start[1], tp, mbs, bs[i], bs[i], &p.block)) continue;
+    if (!range_best(a, s, hw, symbolic, s->tail_start, g->nops, tp, mbs, bs[i], R, &p.tail)) continue;
+    double t = range_time(&p.head) + s->layers * range_time(&p.block) + range_time(&p.tail);
+    if (!best.ok || t < besttime) {
+      p.ok = true;
+      best = p;
+      besttime = t;
+    }
+  }
+  return best;
+}
+
+/* The best parts over the ways tied parameters (an embedding that the head
+ * reads too) may be read: all their readers alike, whole or split along
+ * one dimension. */
+static parts cost_parts(arena *a, sshape *s, const hw_model *hw, bool symbolic, int tp, int mbs) {
+  bool any = false;
+  for (int t = 0; t < s->g->ntensors && !any; t++) any = s->tied[t];
+  static const layout ways[] = {{L_R, 0, 0}, {L_D, 0, 1}, {L_D, 1, 1}};
+  parts best = {0};
+  for (int w = 0; w < (any && tp > 1 ? 3 : 1); w++) {
+    s->tied_layout = ways[w];
+    parts p = cost_parts_tied(a, s, hw, symbolic, tp, mbs);
+    if (!p.ok) continue;
+    double t = range_time(&p.head) + s->layers * range_time(&p.block) + range_time(&p.tail);
+    double tb = range_time(&best.head) + s->layers * range_time(&best.block) + range_time(&best.tail);
+    if (!best.ok || t < tb) best = p;
+  }
+  return best;
+}
+
+/* ---- memory of the parameters ------------------------------------------------- */
+
+/* Bytes per parameter element of its gradient and its optimizer state, as
+ * lowering allocates them: the parameter's dtype, state tensors as the
+ * optimizer declares. */
+static void bytes_per_elem(const weft_graph *g, double *grad, double *state) {
+  double w = 4;
+  for (int t = 0; t < g->ntensors; t++)
+    if (g->tensors[t].role == TENSOR_PARAM) {
+      w = dtype_bytes[g->tensors[t].dtype];
+      break;
+    }
+  *grad = w;
+  *state = w * g->optimizer_state;
+}
+
+/* ---- one candidate ---------------------------------------------------------------- */
+
+typedef struct space {
+  const sshape *s;
+  const hw_model *hw;
+  bool symbolic;
+  int ndevices, per_node;
+  double max_memory;      /* 0: no limit */
+  double grad_b, state_b; /* per parameter element */
+} space;
+
+/* The time of a collective of kind over n devices spaced `stride` apart. */
+static double group_cost(const space *sp, comm_kind k, double bytes, int n, int stride) {
+  if (n < 2 || bytes <= 0) return 0;
+  int dpn = sp->per_node > 0 ? sp->per_node : 1;
+  int per_node = stride >= dpn ? 1 : dpn / stride;
+  if (per_node > n) per_node = n;
+  int nodes = (n + per_node - 1) / per_node;
+  if (sp->symbolic) return bytes * 2 / (nodes > 1 ? SYM_NET_BW : SYM_NODE_BW);
+  return cost_collective(sp->hw, k, bytes, bytes, n, nodes, per_node).seconds;
+}
+
+/* The bytes a device keeps for layers of a stage (parameters, their
+ * gradients and optimizer state, under ZeRO stage z over dp). */
+static double weights_bytes(const space *sp, double params, double elems, int z, int dp) {
+  return params / (z >= 3 ? dp : 1) + elems * sp->grad_b / (z >= 2 ? dp : 1) + elems * sp->state_b / (z >= 1 ? dp : 1);
+}
+
+/* Fills the stages, time and memory of candidate c from the parts' costs;
+ * false when it cannot fit. */
+static bool cost_candidate(const space *sp, const parts *pt, search_plan *c, arena *a) {
+  const sshape *s = sp->s;
+  int pp = c->pp, m = c->micro_batches, v = c->interleave, L = s->layers;
+  int rc = c->recompute, z = c->zero, dp = c->dp, tp = c->tp;
+  const rangecost *H = &pt->head, *B = &pt->block, *T = &pt->tail;
+  double tb = range_time(B) + B->recompute[rc], th = range_time(H) + H->recompute[rc],
+         tt = range_time(T) + T->recompute[rc];
+  double ab = B->act[rc], ah = H->act[rc], at = T->act[rc];
+  double wb = weights_bytes(sp, B->params, B->param_elems, z, dp);
+  double wh = weights_bytes(sp, H->params, H->param_elems, z, dp);
+  double wt = weights_bytes(sp, T->params, T->param_elems, z, dp);
+  /* a send between stages, each way, per micro-batch */
+  double p2p = 0;
+  if (pp > 1) {
+    bool across = tp * 2 > sp->per_node;
+    p2p = sp->symbolic ? 2 * B->out_bytes / (across ? SYM_NET_BW : SYM_NODE_BW)
+                       : 2 * cost_collective(sp->hw, COMM_SEND, B->out_bytes, B->out_bytes, 2, across ? 2 : 1, 1).seconds;
+  }
+  int chunks = pp * v;
+  int *layers = arena_alloc(a, sizeof(int) * (size_t)chunks);
+  double *time = arena_alloc(a, sizeof(double) * (size_t)chunks);
+  double mem_max = 0;
+  if (L == 0) {
+    if (chunks != 1) return false;
+    layers[0] = 0;
+    time[0] = th;
+  } else if (v > 1) {
+    if (L % chunks) return false;
+    for (int k = 0; k < chunks; k++) layers[k] = L / chunks;
+  } else {
+    /* the fewest layers per stage that keep every stage under a step time
+     * T and in memory; T found by bisection */
+    double lo = 0, hi = th + tt + L * tb + pp * p2p + 1e-12;
+    int *cap = arena_alloc(a, sizeof(int) * (size_t)pp);
+    for (int it = 0; it < 60; it++) {
+      double mid = (lo + hi) / 2;
+      int total = 0;
+      for (int k = 0; k < pp; k++) {
+        double extra = (k == 0 ? th : 0) + (k == pp - 1 ? tt : 0) + (pp > 1 ? p2p : 0);
+        double inflight = c->schedule == SCHED_GPIPE ? m : (m < pp - k ? m : pp - k);
+        int bytime = tb > 0 ? (int)floor((mid - extra) / tb) : L;
+        if (mid < extra) bytime = -1;
+        double fixed = (k == 0 ? wh + ah * inflight : 0) + (k == pp - 1 ? wt + at * inflight : 0);
+        double per = wb + ab * inflight;
+        int bymem = sp->max_memory > 0 ? (int)floor((sp->max_memory - fixed) / per) : L;
+        cap[k] = bytime < bymem ? bytime : bymem;
+        if (cap[k] > L) cap[k] = L;
+        /* a stage between the first and the last needs a block to hold */
+        if (cap[k] < 1 && k > 0 && k < pp - 1) cap[k] = -1;
+        if (cap[k] < 0) { total = -1; break; }
+        total += cap[k];
+      }
+      if (total >= L) hi = mid;
+      else lo = mid;
+    }
+    /* the layers: each stage's bound at hi, trimmed to L from the slowest */
+    int total = 0;
+    for (int k = 0; k < pp; k++) {
+      double extra = (k == 0 ? th : 0) + (k == pp - 1 ? tt : 0) + (pp > 1 ? p2p : 0);
+      double inflight = c->schedule == SCHED_GPIPE ? m : (m < pp - k ? m : pp - k);
+      int bytime = tb > 0 ? (int)floor((hi - extra) / tb + 1e-9) : L;
+      double fixed = (k == 0 ? wh + ah * inflight : 0) + (k == pp - 1 ? wt + at * inflight : 0);
+      double per = wb + ab * inflight;
+      int bymem = sp->max_memory > 0 ? (int)floor((sp->max_memory - fixed) / per) : L;
+      layers[k] = bytime < bymem ? bytime : bymem;
+      if (layers[k] < 0) return false;
+      if (layers[k] > L) layers[k] = L;
+      total += layers[k];
+    }
+    if (total < L) return false;
+    while (total > L) {
+      int w = -1;
+      double wt_ = -1;
+      for (int k = 0; k < pp; k++) {
+        if (layers[k] == 0 || (layers[k] == 1 && k > 0 && k < pp - 1)) continue;
+        double t = layers[k] * tb + (k == 0 ? th : 0) + (k == pp - 1 ? tt : 0);
+        if (t > wt_) wt_ = t, w = k;
+      }
+      if (w < 0) return false;
+      layers[w]--;
+      total--;
+    }
+    for (int k = 0; k < pp; k++)
+      if (layers[k] == 0 && !(k == 0 && pp > 1 && s->head_end > 0) && !(k == pp - 1 && pp > 1)) return false;
+  }
+  /* per chunk: its time per micro-batch; per device (position): memory */
+  double tmax = 0, per_mb_device = 0;
+  for (int k = 0; k < chunks; k++) {
+    time[k] = layers[k] * tb + (k == 0 ? th : 0) + (k == chunks - 1 ? tt : 0) + (pp > 1 ? p2p : 0);
+    if (L == 0) time[k] = th;
+    if (time[k] > tmax) tmax = time[k];
+  }
+  for (int pos = 0; pos < pp; pos++) {
+    double dev_time = 0, mem = 0;
+    for (int k = pos; k < chunks; k += pp) {
+      dev_time += time[k];
+      double inflight;
+      if (c->schedule == SCHED_GPIPE) inflight = m;
+      else if (v > 1) inflight = (double)((pp - pos - 1) * 2 + (v - 1) * pp + 1) / v;
+      else inflight = m < pp - pos ? m : pp - pos;
+      if (inflight > m) inflight = m;
+      if (pp == 1 && c->schedule == SCHED_DEFAULT) inflight = m;
+      mem += layers[k] * (wb + ab * inflight);
+      if (k == 0) mem += wh + ah * inflight;
+      if (k == chunks - 1) mem += wt + at * inflight;
+      if (L == 0) mem = wh + ah * inflight;
+    }
+    if (dev_time > per_mb_device) per_mb_device = dev_time;
+    if (mem > mem_max) mem_max = mem;
+  }
+  double pipe;
+  if (pp == 1) pipe = m * per_mb_device;
+  else pipe = m * per_mb_device + (pp - 1) * tmax;
+  /* gradients summed over the data-parallel replicas, during the last
+   * backward; ZeRO gathers the parameters after the step (1, 2) or before
+   * each use (3) */
+  double elems = (L * B->param_elems + H->param_elems + T->param_elems) / pp;
+  double grad_bytes = elems * sp->grad_b;
+  double sync = 0;
+  if (dp > 1) {
+    int stride = tp * pp;
+    double ar = z == 0 ? group_cost(sp, COMM_ALL_REDUCE, grad_bytes, dp, stride)
+                       : group_cost(sp, COMM_REDUCE_SCATTER, grad_bytes, dp, stride);
+    double overlap = range_time(B) * (L > 0 ? layers[0] : 1) / 2;
+    sync = ar > overlap ? ar - overlap : 0;
+    double wbytes = (L * B->params + H->params + T->params) / pp;
+    if (z == 1 || z == 2) sync += group_cost(sp, COMM_ALL_GATHER, wbytes, dp, stride);
+    if (z == 3) sync += 2 * m * group_cost(sp, COMM_ALL_GATHER, wbytes, dp, stride) / 2;
+  }
+  /* the optimizer step: its traffic */
+  double step_bytes = elems / (z >= 1 ? dp : 1) * (sp->grad_b + 2 * sp->state_b + 2 * 4);
+  double opt = sp->symbolic ? step_bytes / SYM_MEM_BW : step_bytes / (sp->hw->mem_bw * sp->hw->memory_eff);
+  c->analytic_time = pipe + sync + opt;
+  c->analytic_memory = (int64_t)mem_max;
+  if (sp->max_memory > 0 && mem_max > sp->max_memory) return false;
+  /* the stages as ranges of operators */
+  c->nstages = pp > 1 || c->schedule != SCHED_DEFAULT ? chunks : 0;
+  if (c->nstages) {
+    c->stages = arena_alloc(a, sizeof(search_stage) * (size_t)c->nstages);
+    int l = 0;
+    for (int k = 0; k < c->nstages; k++) {
+      search_stage *st = &c->stages[k];
+      st->layers = layers[k];
+      st->position = k % pp;
+      st->first_op = k == 0 || L == 0 ? 0 : s->block_start[l];
+      l += layers[k];
+      st->last_op = k == c->nstages - 1 || L == 0 ? s->g->nops - 1 : s->block_start[l] - 1;
+    }
+  }
+  return true;
+}
+
+/* ---- the frontier --------------------------------------------------------------- */
+
+static int by_time(const void *x, const void *y) {
+  const search_plan *a = x, *b = y;
+  double ta = a->simulated ? a->step_time : a->analytic_time, tb = b->simulated ? b->step_time : b->analytic_time;
+  return ta < tb ? -1 : ta > tb;
+}
+
+/* ---- building and simulating a candidate ------------------------------------------ */
+
+static bool simulate(const weft_graph *g, const weft_cluster *cl, const hw_model *hw, bool symbolic, double max_memory,
+                     search_plan *c, arena *tmp) {
+  arena_reset(tmp);
+  weft_srcs none = {0};
+  weft_diags sink = {.arena = tmp, .srcs = &none, .max_errors = 4};
+  plan_opts po = {.reps = true};
+  weft_plan *p = plan_apply(g, cl, &c->decisions, &po, tmp, &sink);
+  weft_program *pr = p ? lower_plan(p, NULL, tmp, &sink) : NULL;
+  if (pr && !validate_program(pr, &(validate_opts){.skip_memory = true}, &sink)) pr = NULL;
+  if (!pr) return false;
+  weft_sim *s = sim_run_with(pr, symbolic ? NULL : hw, 0);
+  if (!s) return false;
+  weft_estimate e;
+  sim_estimate(s, &e);
+  c->simulated = true;
+  c->step_time = symbolic ? c->analytic_time : e.step_time;
+  c->peak_memory = e.peak_max;
+  double cap = max_memory > 0 ? max_memory : (double)e.device_memory;
+  c->fits = cap <= 0 || (double)e.peak_max <= cap;
+  sim_free(s);
+  return true;
+}
+
+/* ---- the search ----------------------------------------------------------------- */
+
+static void report(const search_opts *o, int64_t searched, int64_t pruned, double best, double t0, const char *phase) {
+  if (!o->progress) return;
+  search_progress pg = {searched, pruned, best, now() - t0, phase};
+  o->progress(o->ctx, &pg);
+}
+
+bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *o, arena *a, weft_diags *dg,
+                search_result *out) {
+  memset(out, 0, sizeof *out);
+  out->best = -1;
+  double t0 = now();
+  weft_loc none = {0};
+  hw_model hw;
+  if (!hw_from_cluster(o->symbolic ? NULL : dg, g, cl, "the search's plans", none, &hw) && !o->symbolic) return false;
+  hw.devices_per_node = cl->devices_per_node > 0 ? cl->devices_per_node : 1;
+  sshape s;
+  const char *why = "";
+  if (!sshape_build(a, g, &s, &why)) {
+    diag_add(dg, DIAG_ERROR, none, "cannot search plans of model %s: %s", g->name, why);
+    return false;
+  }
+  out->layers = s.layers;
+  out->block = s.block_name;
+  space sp = {&s, &hw, o->symbolic, cl->ndevices, hw.devices_per_node, o->max_memory, 0, 0};
+  if (sp.max_memory <= 0) sp.max_memory = (double)cl->device_memory;
+  bytes_per_elem(g, &sp.grad_b, &sp.state_b);
+  int N = cl->ndevices, dpn = hw.devices_per_node;
+  int64_t Bsz = s.batch_size;
+  arena work;
+  arena_init(&work);
+  /* the candidates, in a's memory */
+  search_plan *cands = NULL;
+  int ncand = 0, ccap = 0;
+  int64_t searched = 0, pruned = 0;
+  bool out_of_time = false;
+  for (int tp = 1; tp <= dpn && tp <= N && !out_of_time; tp *= 2) {
+    if (N % tp) continue;
+    /* the configurations of each micro-batch size, for this tp */
+    for (int mbs = 1; mbs <= Bsz && mbs <= 64 && !out_of_time; mbs++) {
+      if (Bsz % mbs) continue;
+      arena_reset(&work);
+      parts pt = cost_parts(a, &s, &hw, o->symbolic, tp, mbs);
+      if (!pt.ok) continue;
+      for (int pp = 1; pp <= N / tp; pp++) {
+        if ((N / tp) % pp) continue;
+        if (pp > 1 && (s.layers == 0 || pp > s.layers)) break;
+        int dp = N / tp / pp;
+        if (Bsz % ((int64_t)dp * mbs)) continue;
+        int m = (int)(Bsz / ((int64_t)dp * mbs));
+        if (m > 4096) continue;
+        static const sched_kind scheds[] = {SCHED_1F1B, SCHED_GPIPE, SCHED_INTERLEAVED, SCHED_INTERLEAVED};
+        static const int vs[] = {1, 1, 2, 4};
+        for (int si = 0; si < 4; si++) {
+          sched_kind sched = pp == 1 ? (si == 0 ? (m > 1 ? SCHED_1F1B : SCHED_DEFAULT) : SCHED_DEFAULT) : scheds[si];
+          if (pp == 1 && si > 0) break;
+          int v = pp == 1 ? 1 : vs[si];
+          if (v > 1 && (s.layers % (pp * v) || m < pp)) continue;
+          for (int rc = 0; rc < 3; rc++) {
+            if (rc > 0 && s.layers == 0) break;
+            for (int z = 0; z <= 3; z++) {
+              if (z > 0 && dp == 1) break;
+              if (z == 3 && pp > 1) break;
+              searched++;
+              search_plan c = {.tp = tp, .pp = pp, .dp = dp, .cp = 1, .micro_batches = m, .micro_batch_size = mbs,
+                               .schedule = sched, .interleave = v, .recompute = rc, .zero = z,
+                               .bucket_bytes = PLAN_DEFAULT_BUCKET};
+              if (!cost_candidate(&sp, &pt, &c, a)) {
+                pruned++;
+                continue;
+              }
+              /* the operators' tensor-parallel dimensions */
+              c.op_split = arena_alloc(a, sizeof(char *) * (size_t)g->nops);
+              for (int op = 0; op < g->nops; op++) {
+                const rangecost *r;
+                int i;
+                if (s.layers == 0) r = &pt.head, i = op;
+                else if (op < s.head_end) r = &pt.head, i = op;
+                else if (op >= s.tail_start) r = &pt.tail, i = op - s.tail_start;
+                else r = &pt.block, i = (op - s.head_end) % s.block_ops;
+                const opcfg *x = &r->cfgs[i][r->cfg[i]];
+                c.op_split[op] = tp == 1 ? NULL : x->dim ? x->dim : "";
+                if (tp > 1 && x->dim && s.seq && strcmp(x->dim, s.seq) == 0) c.sequence_parallel = true;
+              }
+              arena_grow(a, (void **)&cands, &ccap, ncand + 1, sizeof(search_plan));
+              cands[ncand++] = c;
+            }
+          }
+        }
+      }
+      if (o->time_limit > 0 && now() - t0 > o->time_limit) out_of_time = true;
+      double best = 0;
+      for (int i = 0; i < ncand; i++)
+        if (best == 0 || cands[i].analytic_time < best) best = cands[i].analytic_time;
+      report(o, searched, pruned, best, t0, "search");
+    }
+  }
+  out->searched = searched;
+  out->pruned = pruned;
+  out->search_s = now() - t0;
+  if (ncand == 0) {
+    arena_free(&work);
+    diag_add(dg, DIAG_ERROR, none, "no plan of model %s fits %d devices of %s: every one of %lld candidates needs more "
+             "memory than a device has", g->name, N, cl->name, (long long)searched);
+    return false;
+  }
+  /* the frontier of (time, memory), and the fastest: simulated */
+  qsort(cands, (size_t)ncand, sizeof *cands, by_time);
+  int top = o->top > 0 ? o->top : (N <= 64 ? 24 : 4);
+  bool *pick = arena_alloc(a, (size_t)ncand);
+  int npick = 0;
+  /* ZeRO shards differ from replica to replica, so a ZeRO plan is lowered
+   * device by device: on many devices only plans without it are simulated */
+  bool big = N > 64;
+  for (int i = 0; i < ncand && npick < top; i++)
+    if (!big || cands[i].zero == 0) pick[i] = true, npick++;
+  /* the frontier's memory end: the least memory at each step of time */
+  int64_t least = -1;
+  for (int i = 0; i < ncand && npick < top + top / 2; i++) {
+    if (big && cands[i].zero > 0) continue;
+    if (least >= 0 && cands[i].analytic_memory >= least) continue;
+    least = cands[i].analytic_memory;
+    if (!pick[i]) pick[i] = true, npick++;
+  }
+  double t1 = now();
+  int nsim = 0;
+  search_plan *sims = arena_alloc(a, sizeof(search_plan) * (size_t)npick);
+  double best_time = 0;
+  for (int i = 0; i < ncand; i++) {
+    if (!pick[i]) continue;
+    search_plan c = cands[i];
+    emit_plan(a, &s, &c);
+    if (!simulate(g, cl, &hw, o->symbolic, o->max_memory, &c, &work)) continue;
+    sims[nsim++] = c;
+    if (c.fits && (best_time == 0 || c.step_time < best_time)) best_time = c.step_time;
+    report(o, searched, pruned, best_time, t0, "simulate");
+  }
+  /* gradient buckets of the best, with the simulator as the oracle (DisCo):
+   * halving and doubling from the default while it helps */
+  qsort(sims, (size_t)nsim, sizeof *sims, by_time);
+  int bi = -1;
+  for (int i = 0; i < nsim && bi < 0; i++)
+    if (sims[i].fits) bi = i;
+  if (o->buckets && bi >= 0 && sims[bi].dp > 1) {
+    for (int dir = 0; dir < 2; dir++) {
+      int64_t size = sims[bi].bucket_bytes;
+      for (int step = 0; step < 4; step++) {
+        size = dir == 0 ? size / 4 : size * 4;
+        search_plan c = sims[bi];
+        c.bucket_bytes = size;
+        emit_plan(a, &s, &c);
+        if (!simulate(g, cl, &hw, o->symbolic, o->max_memory, &c, &work) || c.step_time >= sims[bi].step_time) break;
+        sims[bi] = c;
+        report(o, searched, pruned, c.step_time, t0, "buckets");
+      }
+    }
+  }
+  out->simulate_s = now() - t1;
+  arena_free(&work);
+  /* the non-dominated ones, fastest first */
+  qsort(sims, (size_t)nsim, sizeof *sims, by_time);
+  out->simulated = sims;
+  out->nsimulated = nsim;
+  out->plans = arena_alloc(a, sizeof(search_plan) * (size_t)(nsim ? nsim : 1));
+  int64_t least_mem = -1;
+  for (int i = 0; i < nsim; i++) {
+    if (!sims[i].fits) continue;  /* the frontier of what trains */
+    if (least_mem >= 0 && sims[i].peak_memory >= least_mem) continue;
+    least_mem = sims[i].peak_memory;
+    out->plans[out->nplans++] = sims[i];
+  }
+  for (int i = 0; i < out->nplans && out->best < 0; i++)
+    if (out->plans[i].fits) out->best = i;
+  if (o->objective == SEARCH_MEMORY) {
+    out->best = -1;
+    for (int i = 0; i < out->nplans; i++)
+      if (out->plans[i].fits && (out->best < 0 || out->plans[i].peak_memory < out->plans[out->best].peak_memory))
+        out->best = i;
+  }
+  if (nsim == 0) {
+    diag_add(dg, DIAG_ERROR, none, "none of the %d best candidates of model %s could be built into a plan", npick,
+             g->name);
+    return false;
+  }
+  if (out->nplans == 0) {
+    int64_t least = sims[0].peak_memory;
+    for (int i = 1; i < nsim; i++)
+      if (sims[i].peak_memory < least) least = sims[i].peak_memory;
+    char b1[64], b2[64];
+    double cap = o->max_memory > 0 ? o->max_memory : (double)cl->device_memory;
+    weft_diag *d = diag_add(dg, DIAG_ERROR, none, "none of the %d plans of model %s simulated fits: the smallest needs %s "
+                            "per device, more than %s", nsim, g->name, unit_bytes_human(least, b1, sizeof b1),
+                            unit_bytes_human((int64_t)cap, b2, sizeof b2));
+    diag_hint(d, dg, "more devices, a larger --max-memory, or --objective memory");
+    return false;
+  }
+  return true;
+}

@@ -1,0 +1,98 @@
+/* search_int.h - what the files of src/search share: the model's shape as
+ * the search sees it (repeated blocks, the batch and sequence dimensions),
+ * the ways each operator may be split by tensor parallelism, and the cost
+ * of a block under one choice of them. */
+#ifndef WEFT_SEARCH_INT_H
+#define WEFT_SEARCH_INT_H
+
+#include "weft/plan.h"
+#include "weft/search.h"
+
+/* How a tensor lies on the devices of a tensor-parallel group: whole on
+ * each (R), partial sums (V), or split along one of its dimensions (D:
+ * dimension dim, at the factor whose inner factors multiply to inner). */
+enum { L_R, L_V, L_D };
+
+typedef struct layout {
+  int kind;
+  int dim;
+  int64_t inner;
+} layout;
+
+enum { SEARCH_MAX_INPUTS = 8 };
+
+/* The nominal machine of symbolic costs: units that weigh FLOPs against the
+ * bytes kernels move and links carry, without a cluster's figures
+ * (docs/search.md): 1 PFLOP/s, 2 TB/s of memory, 100 GB/s inside a node
+ * and 10 GB/s across. */
+#define SYM_FLOPS 1e15
+#define SYM_MEM_BW 2e12
+#define SYM_NODE_BW 1e11
+#define SYM_NET_BW 1e10
+
+/* One way to split an operator over a group of t devices. */
+typedef struct opcfg {
+  int idim;               /* the idim split, -1: replicated */
+  const char *dim;        /* how a plan names it (signature or model name), NULL replicated */
+  layout out;             /* its result */
+  layout gout;            /* the gradient of its result its backward needs */
+  layout in[SEARCH_MAX_INPUTS];  /* what it needs of each input */
+  layout gin[SEARCH_MAX_INPUTS]; /* the gradient of each input it gives */
+  double fwd, bwd;        /* seconds (symbolic: units) per micro-batch */
+  double act;             /* bytes of its result per device per micro-batch */
+  double params;          /* bytes of the parameters it is the first to read, per device */
+  double param_elems;     /* their elements per device */
+} opcfg;
+
+/* The model's shape, for one tensor-parallel degree and micro-batch size. */
+typedef struct sshape {
+  const weft_graph *g;
+  opspace **space;        /* per op */
+  const char *batch;      /* the batch dimension's name */
+  const char *seq;        /* the sequence dimension's name, or NULL */
+  int64_t batch_size;
+  int *producer_of_input; /* per op, per input: the producing op, -1 */
+  int *last_use;          /* per op: the last op reading its result */
+  bool *first_reader;     /* per op, per input: the first op to read this parameter */
+  /* repeated blocks: ops [block_start[l], block_start[l] + block_ops) */
+  int layers;
+  int block_ops;
+  int *block_start;
+  const char *block_name;
+  bool *tied;             /* per tensor: a parameter more than one operator reads */
+  layout tied_layout;     /* how every reader of a tied parameter must read it
+                           * (one layout for all of them: their gradients are
+                           * then summed like those of one reader) */
+  int head_end;           /* ops [0, head_end): before the blocks */
+  int tail_start;         /* ops [tail_start, nops): after */
+} sshape;
+
+bool sshape_build(arena *a, const weft_graph *g, sshape *s, const char **why);
+
+/* The configurations of op for tp devices and micro-batches of mbs. */
+int op_configs(arena *a, const sshape *s, const hw_model *hw, bool symbolic, int op, int tp, int mbs, opcfg **out);
+
+/* The cost of changing a layout, fwd or bwd direction alike: seconds
+ * (symbolic: units) for a tensor of bytes spread over tp devices in a node. */
+double relayout(const hw_model *hw, bool symbolic, layout from, layout to, double bytes, int tp);
+
+/* A range of operators costed under the best choice of configurations. */
+typedef struct rangecost {
+  double fwd, bwd;        /* per micro-batch, compute and tensor-parallel communication */
+  double recompute[3];    /* per micro-batch: extra forward under recompute none, selective, full */
+  double act[3];          /* bytes kept per micro-batch under recompute none, selective, full */
+  double params, param_elems; /* per device */
+  double out_bytes;       /* the range's result per device per micro-batch (what a stage sends) */
+  int *cfg;               /* per op of the range: the configuration chosen */
+  opcfg **cfgs;           /* per op of the range: its configurations */
+} rangecost;
+
+/* The best choice for ops [lo, hi) with the tensors that come from before
+ * lo in layout in, and the result leaving in layout out (L_R for none). */
+bool range_best(arena *a, const sshape *s, const hw_model *hw, bool symbolic, int lo, int hi, int tp, int mbs,
+                layout in, layout out, rangecost *rc);
+
+/* Tensor bytes per micro-batch of mbs (its batch dimension scaled). */
+double tensor_mb_bytes(const sshape *s, int t, int mbs);
+
+#endif

@@ -1,0 +1,458 @@
+/* space.c - the model as the search sees it, and the cost of a block.
+ *
+ * Repeated blocks (h.0 ... h.95) are found by their names and checked to
+ * be the same (SMSG's homomorphism: a block is searched once and its
+ * answer holds for all). Each operator may be split over a tensor-parallel
+ * group along any dimension its signature lets split, or replicated: the
+ * result is whole, partial sums or split, and so is each input it needs
+ * and each gradient it gives back. A dynamic program over a block's
+ * operators in order (PaSE) keeps, for each choice of the operators whose
+ * results are still to be read, the cheapest way there: compute, plus
+ * changing each tensor's layout to what its reader needs (the collectives
+ * of dependency preservation: D to R an all-gather, V to R an all-reduce,
+ * V to D a reduce-scatter, D to D an all-to-all), forward and backward. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "search_int.h"
+
+/* ---- the model's shape ---------------------------------------------------------- */
+
+/* The first segment of a dotted name that is a number: its position in
+ * characters, and the number; -1 when none. */
+static int numbered_segment(const char *name, long *num) {
+  const char *p = name;
+  while (*p) {
+    const char *end = strchr(p, '.');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    bool digits = len > 0;
+    for (size_t i = 0; i < len; i++) digits &= p[i] >= '0' && p[i] <= '9';
+    if (digits) {
+      *num = strtol(p, NULL, 10);
+      return (int)(p - name);
+    }
+    if (!end) break;
+    p = end + 1;
+  }
+  return -1;
+}
+
+/* The name of op without its block's prefix and number ("attn.c_attn"). */
+static const char *rel_name(const char *name, int at) {
+  const char *dot = strchr(name + at, '.');
+  return dot ? dot + 1 : "";
+}
+
+static void find_blocks(arena *a, const weft_graph *g, sshape *s) {
+  s->layers = 0;
+  s->head_end = s->tail_start = g->nops;
+  /* the prefix with the most numbered instances */
+  const char *best = NULL;
+  int bestlen = 0;
+  long bestmax = -1;
+  for (int op = 0; op < g->nops; op++) {
+    long num;
+    int at = numbered_segment(g->ops[op].name, &num);
+    if (at <= 0) continue;
+    if (num > bestmax) {
+      best = g->ops[op].name;
+      bestlen = at - 1;
+      bestmax = num;
+    }
+  }
+  if (!best || bestmax < 1) return;
+  int L = (int)bestmax + 1;
+  int *start = arena_alloc(a, sizeof(int) * (size_t)(L + 1));
+  int *count = arena_alloc(a, sizeof(int) * (size_t)L);
+  for (int l = 0; l < L; l++) start[l] = -1;
+  int last = -1;
+  for (int op = 0; op < g->nops; op++) {
+    long num;
+    const char *name = g->ops[op].name;
+    int at = numbered_segment(name, &num);
+    bool in = at == bestlen + 1 && strncmp(name, best, (size_t)bestlen) == 0 && num >= 0 && num < L;
+    if (!in) continue;
+    int l = (int)num;
+    if (start[l] < 0) start[l] = op;
+    else if (last != op - 1 || (l > 0 && start[l] < start[l - 1])) return;  /* not contiguous */
+    if (start[l] != op && last != op - 1) return;
+    count[l]++;
+    last = op;
+  }
+  for (int l = 0; l < L; l++) {
+    if (start[l] < 0 || count[l] != count[0]) return;
+    if (l > 0 && start[l] != start[l - 1] + count[0]) return;
+  }
+  /* the same block: names, operators and FLOPs */
+  for (int l = 1; l < L; l++)
+    for (int i = 0; i < count[0]; i++) {
+      const gop *x = &g->ops[start[0] + i], *y = &g->ops[start[l] + i];
+      long n0, n1;
+      int a0 = numbered_segment(x->name, &n0), a1 = numbered_segment(y->name, &n1);
+      if (strcmp(rel_name(x->name, a0), rel_name(y->name, a1)) != 0 || x->decl != y->decl || x->flops != y->flops)
+        return;
+    }
+  s->layers = L;
+  s->block_ops = count[0];
+  s->block_start = start;
+  start[L] = start[L - 1] + count[0];
+  s->block_name = arena_strndup(a, best, (size_t)bestlen);
+  s->head_end = start[0];
+  s->tail_start = start[L];
+}
+
+bool sshape_build(arena *a, const weft_graph *g, sshape *s, const char **why) {
+  memset(s, 0, sizeof *s);
+  s->g = g;
+  for (int t = 0; t < g->ntensors && !s->batch; t++) {
+    const gtensor *x = &g->tensors[t];
+    if (x->role != TENSOR_INPUT || x->ndims < 1 || !x->dims[0].name) continue;
+    s->batch = x->dims[0].name;
+    s->batch_size = x->dims[0].size;
+  }
+  /* the sequence: the second dimension of token ids (an integer input) */
+  for (int t = 0; t < g->ntensors && !s->seq; t++) {
+    const gtensor *x = &g->tensors[t];
+    if (x->role == TENSOR_INPUT && x->ndims >= 2 && !dtype_is_float(x->dtype) && x->dims[0].name &&
+        strcmp(x->dims[0].name, s->batch) == 0)
+      s->seq = x->dims[1].name;
+  }
+  if (!s->batch) {
+    *why = "its inputs have no named first dimension to split into data-parallel parts and micro-batches";
+    return false;
+  }
+  if (!g->optimizer) {
+    *why = "it has no `train` statement: the search plans training steps";
+    return false;
+  }
+  int n = g->nops ? g->nops : 1;
+  s->space = arena_alloc(a, sizeof(opspace *) * (size_t)n);
+  s->producer_of_input = arena_alloc(a, sizeof(int) * (size_t)n * SEARCH_MAX_INPUTS);
+  s->first_reader = arena_alloc(a, sizeof(bool) * (size_t)n * SEARCH_MAX_INPUTS);
+  s->last_use = arena_alloc(a, sizeof(int) * (size_t)n);
+  bool *read = arena_alloc(a, sizeof(bool) * (size_t)(g->ntensors ? g->ntensors : 1));
+  s->tied = arena_alloc(a, sizeof(bool) * (size_t)(g->ntensors ? g->ntensors : 1));
+  for (int op = 0; op < g->nops; op++) {
+    s->space[op] = opspace_build(a, g, op);
+    s->last_use[op] = -1;
+    if (g->ops[op].ninputs > SEARCH_MAX_INPUTS) {
+      *why = "an operator has more inputs than the search handles";
+      return false;
+    }
+  }
+  for (int op = 0; op < g->nops; op++)
+    for (int k = 0; k < g->ops[op].ninputs; k++) {
+      int t = g->ops[op].inputs[k];
+      int p = g->tensors[t].producer;
+      s->producer_of_input[op * SEARCH_MAX_INPUTS + k] = p;
+      if (p >= 0 && op > s->last_use[p]) s->last_use[p] = op;
+      if (g->tensors[t].role == TENSOR_PARAM && read[t]) s->tied[t] = true;
+      if (g->tensors[t].role == TENSOR_PARAM && !read[t]) {
+        read[t] = true;
+        s->first_reader[op * SEARCH_MAX_INPUTS + k] = true;
+      }
+    }
+  find_blocks(a, g, s);
+  return true;
+}
+
+double tensor_mb_bytes(const sshape *s, int t, int mbs) {
+  const gtensor *x = &s->g->tensors[t];
+  double b = (double)tensor_numel(x) * dtype_bytes[x->dtype];
+  if (x->ndims > 0 && x->dims[0].name && strcmp(x->dims[0].name, s->batch) == 0 && x->dims[0].size == s->batch_size)
+    b = b * mbs / (double)s->batch_size;
+  return b;
+}
+
+/* ---- configurations of one operator ------------------------------------------- */
+
+static bool same_layout(layout x, layout y) {
+  return x.kind == y.kind && (x.kind != L_D || (x.dim == y.dim && x.inner == y.inner));
+}
+
+
+/* Where idim i lies in a tensor's map: its dimension and the product of the
+ * sizes of the factors inside it; false when the tensor lacks it. */
+static bool place_of(const opspace *sp, const tmap *m, int i, layout *l) {
+  for (int d = 0; d < m->ndims; d++)
+    for (int f = 0; f < m->nfactors[d]; f++) {
+      if (m->factors[d][f] != i) continue;
+      int64_t inner = 1;
+      for (int q = f + 1; q < m->nfactors[d]; q++) inner *= sp->idims[m->factors[d][q]].size;
+      *l = (layout){L_D, d, inner};
+      return true;
+    }
+  return false;
+}
+
+/* Elements of a tensor's part when each idim covers ext[i]. */
+static double part_numel(const tmap *m, const double *ext) {
+  double n = 1;
+  for (int d = 0; d < m->ndims; d++)
+    for (int f = 0; f < m->nfactors[d]; f++) n *= ext[m->factors[d][f]];
+  return n;
+}
+
+static double run_cost(const hw_model *hw, bool symbolic, kcost k) {
+  return symbolic ? k.flops / SYM_FLOPS + k.bytes / SYM_MEM_BW : k.seconds;
+}
+
+/* How a plan names idim i of an operator's space: its model dimension name
+ * when no other idim has it, else its signature name when that is
+ * unambiguous; NULL when neither is. */
+static const char *idim_name(const opspace *sp, int i) {
+  const idim *d = &sp->idims[i];
+  if (d->dim_name) {
+    int same = 0;
+    for (int j = 0; j < sp->nidims; j++) same += sp->idims[j].dim_name && strcmp(sp->idims[j].dim_name, d->dim_name) == 0;
+    if (same == 1) return d->dim_name;
+  }
+  if (d->elem != 0) return NULL;
+  for (int j = 0; j < sp->nidims; j++)
+    if (j != i && strcmp(sp->idims[j].sig, d->sig) == 0) return NULL;
+  return d->sig;
+}
+
+int op_configs(arena *a, const sshape *s, const hw_model *hw, bool symbolic, int op, int tp, int mbs, opcfg **out) {
+  const weft_graph *g = s->g;
+  const gop *o = &g->ops[op];
+  const opspace *sp = s->space[op];
+  int ni = sp->nidims;
+  opcfg *cfg = arena_alloc(a, sizeof(opcfg) * (size_t)(ni + 1));
+  double *base = arena_alloc(a, sizeof(double) * (size_t)(ni ? ni : 1));
+  double *ext = arena_alloc(a, sizeof(double) * (size_t)(ni ? ni : 1));
+  for (int i = 0; i < ni; i++) {
+    base[i] = (double)sp->idims[i].size;
+    if (sp->idims[i].dim_name && strcmp(sp->idims[i].dim_name, s->batch) == 0 && sp->idims[i].size == s->batch_size)
+      base[i] = base[i] * mbs / (double)s->batch_size;
+  }
+  /* which inputs get a gradient */
+  bool grad[SEARCH_MAX_INPUTS] = {0};
+  for (int k = 0; k < o->ninputs && k < SEARCH_MAX_INPUTS; k++) {
+    const gtensor *t = &g->tensors[o->inputs[k]];
+    grad[k] = t->role != TENSOR_INPUT && dtype_is_float(t->dtype);
+  }
+  int n = 0;
+  for (int c = -1; c < ni; c++) {
+    if (c >= 0) {
+      const idim *d = &sp->idims[c];
+      if (tp < 2 || d->nosplit || strchr(d->sig, '@') || d->size % tp != 0) continue;
+      if (d->dim_name && strcmp(d->dim_name, s->batch) == 0) continue;
+      if (!idim_name(sp, c)) continue;
+    }
+    opcfg *x = &cfg[n];
+    memset(x, 0, sizeof *x);
+    x->idim = c;
+    x->dim = c >= 0 ? idim_name(sp, c) : NULL;
+    for (int i = 0; i < ni; i++) ext[i] = base[i] / (i == c ? tp : 1);
+    layout whole = {L_R, 0, 0};
+    x->out = x->gout = whole;
+    if (c >= 0 && !place_of(sp, &sp->output, c, &x->out)) x->out = (layout){L_V, 0, 0};
+    if (x->out.kind == L_D) x->gout = x->out;
+    double bytes = part_numel(&sp->output, ext) * dtype_bytes[g->tensors[sp->output.tensor].dtype];
+    x->act = bytes;
+    for (int k = 0; k < sp->ninputs && k < SEARCH_MAX_INPUTS; k++) {
+      const tmap *m = &sp->inputs[k];
+      const gtensor *t = &g->tensors[m->tensor];
+      double pb = part_numel(m, ext) * dtype_bytes[t->dtype];
+      bytes += pb;
+      x->in[k] = x->gin[k] = whole;
+      if (c >= 0) {
+        if (place_of(sp, m, c, &x->in[k])) x->gin[k] = x->in[k];
+        else x->gin[k] = (layout){L_V, 0, 0};
+      }
+      if (t->role == TENSOR_PARAM && s->first_reader[op * SEARCH_MAX_INPUTS + k]) {
+        x->params += pb;
+        x->param_elems += part_numel(m, ext);
+      }
+    }
+    bool ok = true;
+    for (int k = 0; k < sp->ninputs && k < SEARCH_MAX_INPUTS; k++)
+      if (s->tied[sp->inputs[k].tensor] && !same_layout(x->in[k], s->tied_layout)) ok = false;
+    if (!ok) continue;
+    kcost f = cost_op(symbolic ? NULL : hw, g, sp, op, ext, false, false, false, bytes);
+    kcost b = cost_op(symbolic ? NULL : hw, g, sp, op, ext, true, grad[0], grad[1], 2 * bytes);
+    x->fwd = run_cost(hw, symbolic, f);
+    x->bwd = run_cost(hw, symbolic, b);
+    n++;
+  }
+  *out = cfg;
+  return n;
+}
+
+/* ---- changing layouts ---------------------------------------------------------- */
+
+double relayout(const hw_model *hw, bool symbolic, layout from, layout to, double bytes, int tp) {
+  if (tp < 2 || same_layout(from, to) || to.kind == L_V || (from.kind == L_R)) return 0;
+  comm_kind k;
+  double moved = bytes;  /* what one member sends, for the symbolic count */
+  if (from.kind == L_D && to.kind == L_R) k = COMM_ALL_GATHER, moved = bytes * (tp - 1) / tp;
+  else if (from.kind == L_V && to.kind == L_R) k = COMM_ALL_REDUCE, moved = 2 * bytes * (tp - 1) / tp;
+  else if (from.kind == L_V && to.kind == L_D) k = COMM_REDUCE_SCATTER, moved = bytes * (tp - 1) / tp;
+  else k = COMM_ALL_TO_ALL, moved = bytes / tp * (tp - 1) / tp;
+  if (symbolic) return moved / SYM_NODE_BW;
+  return cost_collective(hw, k, bytes, k == COMM_ALL_TO_ALL ? moved : bytes, tp, 1, tp).seconds;
+}
+
+/* ---- the best configurations of a range of operators ---------------------------- */
+
+/* A way to have processed the operators so far: the configuration of each
+ * whose result is still to be read (live), and the cost to get here. */
+typedef struct dpstate {
+  int *live;              /* configurations, in the order of step.ops */
+  double cost;
+  double act[3], recompute[3], params, param_elems;
+  int parent;             /* in the previous step */
+  int choice;             /* the configuration of this step's operator */
+} dpstate;
+
+typedef struct dpstep {
+  int nlive;
+  int *ops;               /* the live operators after this step */
+  dpstate *st;
+  int n, cap;
+} dpstep;
+
+static int find_state(const dpstep *s, const int *live) {
+  for (int i = 0; i < s->n; i++)
+    if (memcmp(s->st[i].live, live, sizeof(int) * (size_t)s->nlive) == 0) return i;
+  return -1;
+}
+
+static layout grad_need(layout l) { return l.kind == L_D ? l : (layout){L_R, 0, 0}; }
+
+bool range_best(arena *a, const sshape *s, const hw_model *hw, bool symbolic, int lo, int hi, int tp, int mbs,
+                layout in, layout out, rangecost *rc) {
+  const weft_graph *g = s->g;
+  memset(rc, 0, sizeof *rc);
+  int nr = hi - lo;
+  if (nr <= 0) return true;
+  opcfg **cfgs = arena_alloc(a, sizeof(opcfg *) * (size_t)nr);
+  int *ncfg = arena_alloc(a, sizeof(int) * (size_t)nr);
+  for (int i = 0; i < nr; i++) {
+    ncfg[i] = op_configs(a, s, hw, symbolic, lo + i, tp, mbs, &cfgs[i]);
+    if (ncfg[i] == 0) return false;
+  }
+  dpstep *steps = arena_alloc(a, sizeof(dpstep) * (size_t)(nr + 1));
+  /* before the first operator: nothing live, nothing spent */
+  steps[0].st = arena_alloc(a, sizeof(dpstate));
+  steps[0].n = steps[0].cap = 1;
+  steps[0].st[0].parent = -1;
+  int *live = arena_alloc(a, sizeof(int) * (size_t)(nr + 1));
+  for (int i = 0; i < nr; i++) {
+    int op = lo + i;
+    const gop *o = &g->ops[op];
+    dpstep *prev = &steps[i], *cur = &steps[i + 1];
+    /* live after this step: earlier live ones still to be read, and this one */
+    cur->ops = arena_alloc(a, sizeof(int) * (size_t)(prev->nlive + 1));
+    cur->nlive = 0;
+    for (int q = 0; q < prev->nlive; q++)
+      if (s->last_use[prev->ops[q]] > op) cur->ops[cur->nlive++] = prev->ops[q];
+    bool keep_me = s->last_use[op] > op;
+    if (keep_me) cur->ops[cur->nlive++] = op;
+    const sshape *sh = s;
+    for (int p = 0; p < prev->n; p++) {
+      const dpstate *ps = &prev->st[p];
+      for (int c = 0; c < ncfg[i]; c++) {
+        const opcfg *x = &cfgs[i][c];
+        double cost = x->fwd + x->bwd, fwdcomm = 0;
+        for (int k = 0; k < o->ninputs; k++) {
+          int pr = sh->producer_of_input[op * SEARCH_MAX_INPUTS + k];
+          if (pr < 0) continue;  /* inputs and parameters are where they are read */
+          layout pout, pgneed;
+          if (pr < lo) {
+            pout = in;
+            pgneed = grad_need(in);
+          } else {
+            int q = 0;
+            while (q < prev->nlive && prev->ops[q] != pr) q++;
+            if (q == prev->nlive) continue;
+            const opcfg *px = &cfgs[pr - lo][ps->live[q]];
+            pout = px->out;
+            pgneed = px->gout;
+          }
+          double bytes = tensor_mb_bytes(sh, o->inputs[k], mbs);
+          double f = relayout(hw, symbolic, pout, x->in[k], bytes, tp);
+          cost += f + relayout(hw, symbolic, x->gin[k], pgneed, bytes, tp);
+          fwdcomm += f;
+        }
+        /* what leaves the range goes out in the layout asked */
+        if (i == nr - 1 || s->last_use[op] >= hi) {
+          double bytes = tensor_mb_bytes(sh, o->output, mbs);
+          if (s->last_use[op] >= hi)
+            cost += relayout(hw, symbolic, x->out, out, bytes, tp) + relayout(hw, symbolic, out, x->gout, bytes, tp);
+        }
+        for (int q = 0, w = 0; q < prev->nlive; q++)
+          if (s->last_use[prev->ops[q]] > op) live[w++] = ps->live[q];
+        if (keep_me) live[cur->nlive - 1] = c;
+        double total = ps->cost + cost;
+        int at = find_state(cur, live);
+        if (at >= 0 && cur->st[at].cost <= total) continue;
+        if (at < 0) {
+          arena_grow(a, (void **)&cur->st, &cur->cap, cur->n + 1, sizeof(dpstate));
+          at = cur->n++;
+          cur->st[at].live = arena_alloc(a, sizeof(int) * (size_t)(cur->nlive ? cur->nlive : 1));
+          memcpy(cur->st[at].live, live, sizeof(int) * (size_t)cur->nlive);
+        }
+        dpstate *ns = &cur->st[at];
+        ns->cost = total;
+        ns->parent = p;
+        ns->choice = c;
+        /* what recomputation keeps and redoes: all (none), all but the
+         * attention kernels (selective), the range's inputs only (full) */
+        bool attention = o->kind && strcmp(o->kind, "attention") == 0;
+        for (int r = 0; r < 3; r++) {
+          ns->act[r] = ps->act[r];
+          ns->recompute[r] = ps->recompute[r];
+        }
+        ns->act[0] += x->act;
+        if (!attention) ns->act[1] += x->act;
+        else ns->recompute[1] += x->fwd + fwdcomm;
+        ns->recompute[2] += x->fwd + fwdcomm;
+        ns->params = ps->params + x->params;
+        ns->param_elems = ps->param_elems + x->param_elems;
+      }
+    }
+    if (cur->n == 0) return false;
+  }
+  /* the cheapest end, and the way there */
+  dpstep *last = &steps[nr];
+  int best = 0;
+  for (int i = 1; i < last->n; i++)
+    if (last->st[i].cost < last->st[best].cost) best = i;
+  const dpstate *b = &last->st[best];
+  rc->cfg = arena_alloc(a, sizeof(int) * (size_t)nr);
+  rc->cfgs = cfgs;
+  for (int i = nr, at = best; i > 0; i--) {
+    rc->cfg[i - 1] = steps[i].st[at].choice;
+    at = steps[i].st[at].parent;
+  }
+  double fwd = 0, bwd = 0;
+  for (int i = 0; i < nr; i++) fwd += cfgs[i][rc->cfg[i]].fwd, bwd += cfgs[i][rc->cfg[i]].bwd;
+  /* communication split like the compute: half each way is close enough
+   * for the pipeline's stages, which add both */
+  double comm = b->cost - fwd - bwd;
+  rc->fwd = fwd + comm / 2;
+  rc->bwd = bwd + comm / 2;
+  for (int r = 0; r < 3; r++) rc->act[r] = b->act[r], rc->recompute[r] = b->recompute[r];
+  rc->params = b->params;
+  rc->param_elems = b->param_elems;
+  /* the range's input, kept when everything else is recomputed */
+  for (int i = 0; i < nr; i++) {
+    const gop *o = &g->ops[lo + i];
+    for (int k = 0; k < o->ninputs; k++)
+      if (s->producer_of_input[(lo + i) * SEARCH_MAX_INPUTS + k] >= 0 &&
+          s->producer_of_input[(lo + i) * SEARCH_MAX_INPUTS + k] < lo) {
+        double bytes = tensor_mb_bytes(s, o->inputs[k], mbs) / (in.kind == L_D ? tp : 1);
+        rc->act[2] += bytes;
+        i = nr;
+        break;
+      }
+  }
+  int lastop = hi - 1;
+  double ob = tensor_mb_bytes(s, g->ops[lastop].output, mbs);
+  rc->out_bytes = out.kind == L_D ? ob / tp : ob;
+  return true;
+}

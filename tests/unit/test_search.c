@@ -1,0 +1,223 @@
+/* test_search.c - the search: its frontier is non-dominated and fits, each
+ * plan it writes builds through the language to the figures it reported,
+ * and on a space small enough to enumerate its best is at least as fast as
+ * the best of every Megatron-LM configuration (the standard library's
+ * `megatron` strategy over every tp, pp, dp, micro-batch size, interleaving,
+ * recomputation, ZeRO stage and sequence parallelism). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "weft/report.h"
+#include "weft/search.h"
+#include "weft/sim.h"
+#include "weft/validate.h"
+#include "weft/workspace.h"
+
+static const char *const sizes = "layers = 4, hidden = 128, heads = 4, seq = 64, vocab = 512, batch = 16";
+
+typedef struct searched {
+  weft_ctx *c;
+  weft_graph *g;
+  weft_cluster cl;
+  search_result r;
+} searched;
+
+static void run_search(searched *s, const char *cluster, double max_memory) {
+  s->c = weft_new();
+  char *text = NULL;
+  size_t n = 0;
+  FILE *f = open_memstream(&text, &n);
+  fprintf(f, "use std\nmodel g = gpt(%s)\nlet c = %s\n", sizes, cluster);
+  fclose(f);
+  assert_int_equal(weft_load_text(s->c, "t.plan", text, n), WEFT_OK);
+  free(text);
+  weft_loc none = {0};
+  s->g = weft_build_graph(s->c, env_lookup(s->c->main->env, "g")->val, none);
+  assert_non_null(s->g);
+  value cv = weft_build_cluster(s->c, env_lookup(s->c->main->env, "c")->val, none);
+  assert_int_equal(cv.kind, V_RECORD);
+  s->cl = weft_cluster_of(cv.rec);
+  search_opts o = {.max_memory = max_memory, .buckets = true};
+  bool ok = search_run(s->g, &s->cl, &o, &s->c->arena, &s->c->diags, &s->r);
+  if (!ok) diag_print(&s->c->diags, stderr, false);
+  assert_true(ok);
+  assert_true(s->r.nplans > 0);
+}
+
+/* Estimates a plan written as text: the step time and peak. */
+static void estimate_text(const char *text, double *time, int64_t *peak) {
+  weft_ctx *c = weft_new();
+  if (weft_load_text(c, "searched.plan", text, strlen(text)) != WEFT_OK) {
+    diag_print(&c->diags, stderr, false);
+    fail_msg("the searched plan does not load:\n%s", text);
+  }
+  weft_item items[8];
+  int n = weft_items(c, V_PLAN, items, 8);
+  assert_int_equal(n, 1);
+  weft_plan *p = weft_build_plan(c, items[0].val, items[0].loc, &(plan_opts){.reps = true});
+  weft_program *pr = p ? lower_plan(p, NULL, &c->arena, &c->diags) : NULL;
+  if (pr && !validate_program(pr, NULL, &c->diags)) pr = NULL;
+  if (!pr) {
+    diag_print(&c->diags, stderr, false);
+    fail_msg("the searched plan is rejected:\n%s", text);
+  }
+  hw_model hw;
+  assert_true(hw_from_plan(&c->diags, p, pr, &hw));
+  weft_sim *s = sim_run(pr, &hw);
+  weft_estimate e;
+  sim_estimate(s, &e);
+  *time = e.step_time;
+  *peak = e.peak_max;
+  sim_free(s);
+  weft_free(c);
+}
+
+static char *plan_text(const search_plan *p, const weft_graph *g, const char *cluster) {
+  char *text = NULL;
+  size_t n = 0;
+  FILE *f = open_memstream(&text, &n);
+  fprintf(f, "use std\nplan searched for gpt(%s) on %s {\n", sizes, cluster);
+  search_print_body(p, g, f);
+  fputs("}\n", f);
+  fclose(f);
+  return text;
+}
+
+static void test_frontier(void **state) {
+  (void)state;
+  searched s;
+  run_search(&s, "a100_dgx(nodes = 1)", 0);
+  const search_result *r = &s.r;
+  printf("%lld candidates, %d simulated, frontier of %d\n", (long long)r->searched, r->nsimulated, r->nplans);
+  for (int i = 0; i < r->nplans; i++) {
+    const search_plan *p = &r->plans[i];
+    assert_true(p->simulated && p->fits);
+    if (i > 0) {
+      /* non-dominated: slower only with less memory */
+      assert_true(p->step_time > r->plans[i - 1].step_time);
+      assert_true(p->peak_memory < r->plans[i - 1].peak_memory);
+    }
+    /* nothing simulated beats it in both */
+    for (int k = 0; k < r->nsimulated; k++) {
+      const search_plan *q = &r->simulated[k];
+      assert_false(q->fits && q->step_time < p->step_time && q->peak_memory < p->peak_memory);
+    }
+    /* the plan as weft source gives the figures the search reported */
+    char *text = plan_text(p, s.g, "a100_dgx(nodes = 1)");
+    double t;
+    int64_t peak;
+    estimate_text(text, &t, &peak);
+    assert_true(t <= p->step_time * 1.01 && t >= p->step_time * 0.99);
+    assert_int_equal(peak, p->peak_memory);
+    free(text);
+  }
+  assert_true(r->best >= 0 && r->best < r->nplans);
+  weft_free(s.c);
+}
+
+static void test_max_memory(void **state) {
+  (void)state;
+  searched s;
+  run_search(&s, "a100_dgx(nodes = 1)", 0);
+  /* a cap between the frontier's ends keeps what fits under it */
+  int64_t lo = s.r.plans[s.r.nplans - 1].peak_memory, hi = s.r.plans[0].peak_memory;
+  weft_free(s.c);
+  assert_true(lo < hi);
+  double cap = (double)(lo + hi) / 2;
+  run_search(&s, "a100_dgx(nodes = 1)", cap);
+  for (int i = 0; i < s.r.nplans; i++) assert_true((double)s.r.plans[i].peak_memory <= cap);
+  weft_free(s.c);
+}
+
+/* Every Megatron-LM configuration of the model on the cluster, through the
+ * standard library's strategy; the fastest one's step time. */
+static double best_megatron(const char *cluster, int devices, char *best, size_t bestlen) {
+  char *text = NULL;
+  size_t n = 0;
+  FILE *f = open_memstream(&text, &n);
+  fprintf(f, "use std\nmodel g = gpt(%s)\n", sizes);
+  int np = 0;
+  static const char *const rcs[] = {"none", "selective", "full"};
+  for (int tp = 1; tp <= devices; tp *= 2)
+    for (int pp = 1; pp * tp <= devices; pp *= 2) {
+      if (devices % (tp * pp) || 4 % pp) continue;
+      int dp = devices / (tp * pp);
+      for (int mbs = 1; mbs <= 16; mbs *= 2) {
+        if (16 % (dp * mbs)) continue;
+        int m = 16 / (dp * mbs);
+        for (int v = 1; v <= 2; v++) {
+          if (v > 1 && (pp == 1 || 4 % (pp * v))) continue;
+          for (int rc = 0; rc < 3; rc++)
+            for (int z = 0; z <= 3; z++) {
+              if ((z > 0 && dp == 1) || (z == 3 && pp > 1)) continue;
+              for (int sp = 0; sp <= (tp > 1); sp++)
+                fprintf(f, "plan p%d for g on %s {\n  megatron(layers = 4, tp = %d, pp = %d, dp = %d, micro_batches = %d, "
+                           "recompute = \"%s\", sequence_parallel = %s, zero = %d, interleave = %d)\n}\n",
+                        np++, cluster, tp, pp, dp, m, rcs[rc], sp ? "true" : "false", z, v);
+            }
+        }
+      }
+    }
+  fclose(f);
+  weft_ctx *c = weft_new();
+  assert_int_equal(weft_load_text(c, "enumerate.plan", text, n), WEFT_OK);
+  free(text);
+  weft_item *items = calloc((size_t)np, sizeof *items);
+  assert_int_equal(weft_items(c, V_PLAN, items, np), np);
+  double best_t = 0;
+  int built = 0;
+  for (int i = 0; i < np; i++) {
+    weft_plan *p = weft_build_plan(c, items[i].val, items[i].loc, &(plan_opts){.reps = true});
+    weft_program *pr = p ? lower_plan(p, NULL, &c->arena, &c->diags) : NULL;
+    if (pr && !validate_program(pr, NULL, &c->diags)) pr = NULL;
+    if (!pr) continue;  /* a configuration the model's sizes forbid */
+    hw_model hw;
+    assert_true(hw_from_plan(&c->diags, p, pr, &hw));
+    weft_sim *s = sim_run(pr, &hw);
+    weft_estimate e;
+    sim_estimate(s, &e);
+    sim_free(s);
+    built++;
+    if (e.fits && (best_t == 0 || e.step_time < best_t)) {
+      best_t = e.step_time;
+      snprintf(best, bestlen, "%s", items[i].name);
+    }
+  }
+  printf("%d Megatron-LM configurations enumerated, %d built; the fastest %s: %.6g s\n", np, built, best, best_t);
+  free(items);
+  weft_free(c);
+  return best_t;
+}
+
+static void test_against_enumeration(void **state) {
+  (void)state;
+  static const char *const clusters[] = {"a100_dgx(nodes = 1)", "cpus(4)"};
+  static const int devices[] = {8, 4};
+  for (int k = 0; k < 2; k++) {
+    char name[64] = "";
+    double enumerated = best_megatron(clusters[k], devices[k], name, sizeof name);
+    searched s;
+    run_search(&s, clusters[k], 0);
+    const search_plan *b = &s.r.plans[s.r.best];
+    printf("%s: searched %.6g s, enumerated %.6g s (%s)\n", clusters[k], b->step_time, enumerated, name);
+    assert_true(enumerated > 0);
+    assert_true(b->step_time <= enumerated * 1.0001);
+    weft_free(s.c);
+  }
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_frontier),
+      cmocka_unit_test(test_max_memory),
+      cmocka_unit_test(test_against_enumeration),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
