@@ -59,3 +59,20 @@ runs "plan: GPT-3 175B, 1024 A100, tp8 pp16 dp8, 64 mb" 5 $G --set layers=96 --s
 # The estimate of the same plan, mixed precision (the scale target of
 # estimate: under 2 s on one core).
 runs "estimate: GPT-3 175B, 1024 A100, 64 mb, bf16" 2 $(echo "$G" | sed 's/^check/estimate/') --set layers=96 --set dp=8 --set nodes=128 --set global_batch=512 --set dtype=bf16
+# The search's scale target: GPT-3 175B (global batch 1536, bf16) on 128
+# DGX A100 nodes, the search proper under 1 s and everything, final
+# simulations included, under 10 s; and its best plan beside the estimate
+# of Megatron-LM's published configuration (tp 8, pp 16, interleaved 2).
+S="examples/gpt_megatron.plan --set hidden=12288 --set heads=96 --set seq=2048 --set vocab=51200 --set layers=96 --set global_batch=1536 --set dtype=bf16"
+runs "search: GPT-3 175B, 1024 A100, batch 1536, bf16" 10 search $S --cluster 'a100_dgx(nodes = 128)'
+$PIN "$WEFT" search $S --cluster 'a100_dgx(nodes = 128)' --json 2>/dev/null | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+p = d["plans"][d["best"]]
+print("  search proper %.2f s (target under 1 s: %s), final simulations %.2f s; best: %.3f s per step, %.1f GiB: tp %d, pp %d, dp %d, %d micro-batches of %d, %s %d, recompute %s, zero %d" % (
+    d["search_s"], "met" if d["search_s"] < 1 else "NOT met", d["simulate_s"], p["step_time_s"], p["peak_memory_bytes"] / 2**30,
+    p["tp"], p["pp"], p["dp"], p["micro_batches"], p["micro_batch_size"], p["schedule"], p["interleave"], p["recompute"], p["zero"]))'
+"$WEFT" estimate $S --set nodes=128 --set tp=8 --set pp=16 --set dp=8 --set interleave=2 --set micro_batch=1 --json 2>/dev/null | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+print("  Megatron-LM published (tp 8, pp 16, dp 8, interleaved 2, 192 micro-batches of 1): %.3f s per step, %.1f GiB" % (d["step_time_s"], d["peak_memory_bytes"]["max"] / 2**30))'

@@ -791,6 +791,7 @@ primary:
   | string { $$ = $1; }
   | TRUE { $$ = mk(P, E_BOOL, @$, NULL, NULL); $$->ival = 1; }
   | FALSE { $$ = mk(P, E_BOOL, @$, NULL, NULL); }
+  | '?' { $$ = mk(P, E_HOLE, @$, NULL, NULL); }
   | name { $$ = mkname(P, E_NAME, @$, $1, NULL, NULL); }
   | '(' expr ')' { $$ = mk(P, E_PAREN, @$, $2, NULL); }
   | '(' error ')' { $$ = mk(P, E_PAREN, @$, NULL, NULL); }
@@ -939,7 +940,7 @@ static bool sym_starts_expr(yysymbol_kind_t k) {
   default:
     /* the keywords that are names outside statement starts */
     return sym_is_soft(k) || sym_is_char(k, '(') || sym_is_char(k, '[') || sym_is_char(k, '{') ||
-           sym_is_char(k, '-');
+           sym_is_char(k, '-') || sym_is_char(k, '?');
   }
 }
 

@@ -18,6 +18,14 @@ void arena_free(arena *a);
 /* Forgets everything allocated but keeps the memory for what follows: a
  * scratch arena reused in a loop costs no page faults after the first turn. */
 void arena_reset(arena *a);
+/* A point in an arena's life, to come back to: what was allocated after it
+ * is forgotten by arena_rewind (its memory kept for what follows). */
+typedef struct arena_mark {
+  arena_block *head;
+  size_t used;
+} arena_mark;
+arena_mark arena_here(const arena *a);
+void arena_rewind(arena *a, arena_mark m);
 /* Moves every block of src into dst (src is left empty). */
 void arena_adopt(arena *dst, arena *src);
 /* Zeroed memory; aborts through weft_oom() when malloc fails. */

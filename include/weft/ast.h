@@ -26,6 +26,7 @@ typedef struct ast_list {
   X(E_STRING)   /* list: parts, each E_STRPART or an interpolated expression */ \
   X(E_STRPART)  /* text = literal characters, escapes already decoded */        \
   X(E_BOOL)     /* ival = 0 or 1 */                                             \
+  X(E_HOLE)     /* ?: an open decision, a number weft search fills */            \
   X(E_NAME)     /* name */                                                      \
   X(E_MEMBER)   /* a = base; then name (a.b) or b = E_INT segment (a.3) or      \
                    b = expression with op = '{' (a.{expr}) */                   \

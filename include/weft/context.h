@@ -38,6 +38,12 @@ typedef struct weft_built_graph {
   struct weft_graph *g;
 } weft_built_graph;
 
+/* A filling of an open decision (`?`): the number the search tries there. */
+typedef struct weft_fill {
+  weft_loc loc;           /* the `?` */
+  int64_t value;
+} weft_fill;
+
 typedef struct weft_ctx {
   arena arena;
   weft_srcs srcs;
@@ -56,6 +62,8 @@ typedef struct weft_ctx {
   const struct weft_graph *plan_graph; /* the model of the plan being evaluated, or NULL */
   weft_built_graph *built;       /* graphs built so far (weft_build_graph) */
   int nbuilt, bcap;
+  const weft_fill *fills;        /* values of the `?` of a plan under search, or NULL */
+  int nfills;
 } weft_ctx;
 
 #endif

@@ -56,6 +56,24 @@ void arena_reset(arena *a) {
   a->head = NULL;
 }
 
+arena_mark arena_here(const arena *a) { return (arena_mark){a->head, a->head ? a->head->used : 0}; }
+
+void arena_rewind(arena *a, arena_mark m) {
+  /* blocks made or taken since the mark go back to the spares */
+  while (a->head && a->head != m.head) {
+    arena_block *b = a->head;
+    a->head = b->next;
+    b->used = 0;
+    b->fresh = false;
+    b->next = a->spare;
+    a->spare = b;
+  }
+  if (a->head) {
+    a->head->used = m.used;
+    a->head->fresh = false;
+  }
+}
+
 void arena_adopt(arena *dst, arena *src) {
   for (arena_block **lists[2] = {&src->head, &src->spare}, ***l = lists; l < lists + 2; l++) {
     arena_block *b = **l;

@@ -798,6 +798,15 @@ value eval_expr(weft_ctx *c, env *e, const ast *n) {
   case E_INT: return v_int(n->ival);
   case E_FLOAT: return v_float(n->fval);
   case E_BOOL: return v_bool(n->ival != 0);
+  case E_HOLE: {
+    /* filled by the search, which evaluates the plan once per filling */
+    for (int i = 0; i < c->nfills; i++)
+      if (c->fills[i].loc.file == n->loc.file && c->fills[i].loc.line == n->loc.line && c->fills[i].loc.col == n->loc.col)
+        return v_int(c->fills[i].value);
+    weft_diag *g = eval_error(c, n->loc, "? is an open decision");
+    diag_hint(g, &c->diags, "weft search fills it (docs/search.md); or write a number here");
+    return v_error();
+  }
   case E_QUANTITY: {
     double scale;
     unit_dim d;

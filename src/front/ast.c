@@ -125,6 +125,7 @@ static void dump(const ast *n, FILE *out) {
     break;
   case E_STRPART: dump_str(n->text, out); break;
   case E_BOOL: fputs(n->ival ? "true" : "false", out); break;
+  case E_HOLE: fputs("?", out); break;
   case E_NAME: fputs(n->name, out); break;
   case E_MEMBER:
     fputs(n->op == '{' ? "(.{} " : "(. ", out);

@@ -165,6 +165,7 @@ static void pe(sbuf *b, const ast *n) {
     break;
   case E_STRPART: put_escaped(b, n->text); break;
   case E_BOOL: sb_puts(b, n->ival ? "true" : "false"); break;
+  case E_HOLE: sb_puts(b, "?"); break;
   case E_NAME: sb_puts(b, n->name); break;
   case E_MEMBER:
     pe(b, n->a);

@@ -14,6 +14,8 @@ typedef struct summary {
   weft_program *progs[256];
   weft_estimate est[256];
   bool est_ok[256];
+  int nholes[256];        /* per plan: its open decisions (`?`), not built */
+  weft_loc holes[256][16];
 } summary;
 
 /* Simulates the programs of a plan lowered without rule 5, once for two
@@ -67,7 +69,8 @@ static int check_one(const weft_opts *o, const char *path, json *j) {
     s->nplans = weft_items(c, V_PLAN, s->pitems, 256);
     if (s->nplans > 256) s->nplans = 256;
     for (int i = 0; i < s->nplans; i++)
-      if (report_bound(s->pitems[i].val.decl)) {
+      if (report_bound(s->pitems[i].val.decl) &&
+          (s->nholes[i] = report_holes(s->pitems[i].val.decl->node, s->holes[i], 16)) == 0) {
         s->plans[i] = weft_build_plan(c, s->pitems[i].val, s->pitems[i].loc, &check_opts);
         /* validated without the memory rule, which the simulation applies */
         if (s->plans[i]) s->progs[i] = lower_plan(s->plans[i], NULL, &c->arena, &c->diags);
@@ -134,6 +137,17 @@ static int check_one(const weft_opts *o, const char *path, json *j) {
         json_str(j, s->pitems[i].name);
         json_key(j, "built");
         json_bool(j, p != NULL);
+        if (s->nholes[i]) {
+          json_key(j, "open");
+          json_arr(j);
+          for (int h = 0; h < s->nholes[i] && h < 16; h++) {
+            json_obj(j);
+            json_key(j, "line"), json_int(j, s->holes[i][h].line);
+            json_key(j, "col"), json_int(j, s->holes[i][h].col);
+            json_end_obj(j);
+          }
+          json_end_arr(j);
+        }
         if (p) {
           json_key(j, "model");
           json_str(j, p->g->name);
@@ -212,6 +226,14 @@ static int check_one(const weft_opts *o, const char *path, json *j) {
       }
       for (int i = 0; i < s->nplans; i++) {
         weft_plan *p = s->plans[i];
+        if (!p && s->nholes[i]) {
+          printf("  plan %s: not built: %d open decision%s (?) at", s->pitems[i].name, s->nholes[i],
+                 s->nholes[i] == 1 ? "" : "s");
+          for (int h = 0; h < s->nholes[i] && h < 16; h++)
+            printf("%s %d:%d", h ? "," : "", s->holes[i][h].line, s->holes[i][h].col);
+          printf("%s; weft search fills them\n", s->nholes[i] > 16 ? ", ..." : "");
+          continue;
+        }
         if (!p) {
           printf("  plan %s: not built (it has parameters without defaults)\n", s->pitems[i].name);
           continue;

@@ -79,3 +79,17 @@ weft_diag *report_error(weft_ctx *c, weft_loc loc, const char *fmt, ...) {
   va_end(ap);
   return g;
 }
+
+int report_holes(const ast *n, weft_loc *out, int max) {
+  if (!n) return 0;
+  int k = 0;
+  if (n->kind == E_HOLE) {
+    if (max > 0) out[0] = n->loc;
+    return 1;
+  }
+  const ast *kids[3] = {n->a, n->b, n->c};
+  for (int i = 0; i < 3; i++) k += report_holes(kids[i], out + (k < max ? k : max), max - k > 0 ? max - k : 0);
+  for (int i = 0; i < n->list.n; i++) k += report_holes(n->list.items[i], out + (k < max ? k : max), max - k > 0 ? max - k : 0);
+  for (int i = 0; i < n->list2.n; i++) k += report_holes(n->list2.items[i], out + (k < max ? k : max), max - k > 0 ? max - k : 0);
+  return k;
+}

@@ -29,6 +29,9 @@ void report_diags(weft_ctx *c, const weft_opts *o);
 weft_plan *report_plan(weft_ctx *c, const weft_opts *o, int *rc, const plan_opts *po);
 /* Whether every parameter of a model, cluster or plan has a value. */
 bool report_bound(const vdecl *d);
+/* The open decisions (`?`) in a syntax tree: their count, the first max
+ * of their places in out. */
+int report_holes(const ast *n, weft_loc *out, int max);
 /* "8,388,608" */
 const char *report_grouped(char *buf, int64_t v);
 /* An error of the task, at loc. */

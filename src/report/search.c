@@ -4,6 +4,8 @@
 #include <limits.h>
 #include <sys/stat.h>
 
+#include <time.h>
+
 #include "common.h"
 #include "weft/search.h"
 
@@ -171,6 +173,241 @@ static void json_plan(json *j, const search_plan *p, const weft_graph *g, const 
   json_end_obj(j);
 }
 
+
+/* ---- plans with open decisions ------------------------------------------------ */
+
+/* A span of source as text (several lines). */
+static char *source_span(weft_ctx *c, weft_loc l, size_t *start) {
+  const weft_src *s = &c->srcs.items[l.file];
+  size_t a = (size_t)s->line_starts[l.line - 1] + (size_t)l.col - 1;
+  size_t b = (size_t)s->line_starts[l.end_line - 1] + (size_t)l.end_col;
+  if (b > s->len) b = s->len;
+  *start = a;
+  return arena_strndup(&c->arena, s->text + a, b - a);
+}
+
+/* The numbers an open decision may take: the divisors of the devices and
+ * of the batch, the counts plans are made of. */
+static int fill_domain(int64_t devices, int64_t batch, int64_t *out, int max) {
+  int n = 0;
+  for (int64_t v = 1; v <= (devices > batch ? devices : batch) && n < max; v++)
+    if ((devices % v == 0) || (batch % v == 0)) out[n++] = v;
+  return n;
+}
+
+typedef struct filled {
+  int64_t values[16];
+  double time;
+  int64_t peak;
+  bool fits;
+} filled;
+
+static int by_filled_time(const void *x, const void *y) {
+  const filled *a = x, *b = y;
+  return a->time < b->time ? -1 : a->time > b->time;
+}
+
+/* The plan with its holes filled by values, as source. */
+static char *fill_text(weft_ctx *c, const weft_item *plan, const weft_loc *holes, int nh, const int64_t *values) {
+  size_t start;
+  weft_loc whole = plan->val.decl->node->loc;
+  char *text = source_span(c, whole, &start);
+  const weft_src *s = &c->srcs.items[whole.file];
+  /* from the last hole back, so that earlier offsets stay */
+  for (int h = nh - 1; h >= 0; h--) {
+    size_t at = (size_t)s->line_starts[holes[h].line - 1] + (size_t)holes[h].col - 1 - start;
+    text[at] = 0;
+    text = arena_printf(&c->arena, "%s%lld%s", text, (long long)values[h], text + at + 1);
+  }
+  return text;
+}
+
+static int search_holes(weft_ctx *c, const weft_opts *o, const weft_item *plan, weft_loc *holes, int nh) {
+  weft_loc none = {0};
+  const ast *pn = plan->val.decl->node;
+  const char *mtext = span_text(c, pn->a->loc), *ctext = span_text(c, pn->b->loc);
+  value mv = mtext ? weft_eval_text(c, "the plan's model", mtext) : v_error();
+  value cv = ctext ? weft_eval_text(c, "the plan's cluster", ctext) : v_error();
+  weft_graph *g = mv.kind == V_MODEL ? weft_build_graph(c, mv, none) : NULL;
+  value cr = cv.kind == V_CLUSTER ? weft_build_cluster(c, cv, none) : v_error();
+  if (!g || cr.kind != V_RECORD) {
+    weft_diag *d = report_error(c, pn->loc, "plan %s: its model and cluster must not depend on its open decisions",
+                                plan->name);
+    diag_hint(d, &c->diags, "weft search fills the numbers of the plan's body");
+    report_diags(c, o);
+    return WEFT_REJECTED;
+  }
+  weft_cluster cl = weft_cluster_of(cr.rec);
+  int64_t batch = 1;
+  for (int t = 0; t < g->ntensors; t++)
+    if (g->tensors[t].role == TENSOR_INPUT && g->tensors[t].ndims > 0) {
+      batch = g->tensors[t].dims[0].size;
+      break;
+    }
+  int64_t dom[64];
+  int nd = fill_domain(cl.ndevices, batch, dom, 64);
+  double combos = pow(nd, nh);
+  if (nh > 16 || combos > 20000) {
+    weft_diag *d = report_error(c, pn->loc, "plan %s has %d open decisions of %d values each: %.0f fillings are too many "
+                                "to try", plan->name, nh, nd, combos);
+    diag_hint(d, &c->diags, "write some of them, or leave the plan's numbers to weft search without a plan");
+    report_diags(c, o);
+    return WEFT_REJECTED;
+  }
+  double t0 = clock() / (double)CLOCKS_PER_SEC;
+  filled *tried = calloc((size_t)combos + 1, sizeof *tried);
+  if (!tried) weft_oom();
+  int ntried = 0, total = (int)combos, built = 0;
+  int idx[16] = {0};
+  progress_ctx pc = {.on = o->progress > 0 || (o->progress < 0 && !o->json && isatty(2))};
+  for (int k = 0; k < total; k++) {
+    weft_fill fills[16];
+    for (int h = 0; h < nh; h++) fills[h] = (weft_fill){holes[h], dom[idx[h]]};
+    /* one evaluation per filling, forgotten after it: its errors are
+     * what rules the filling out, not the user's */
+    arena_mark mark = arena_here(&c->arena);
+    weft_diags saved = c->diags;
+    c->diags = (weft_diags){.arena = &c->arena, .srcs = &c->srcs, .max_errors = 1};
+    int nbuilt = c->nbuilt;
+    int64_t steps = c->steps;
+    c->fills = fills;
+    c->nfills = nh;
+    weft_plan *p = weft_build_plan(c, plan->val, plan->loc, &(plan_opts){.reps = true});
+    weft_program *pr = p ? lower_plan(p, NULL, &c->arena, &c->diags) : NULL;
+    if (pr && !validate_program(pr, &(validate_opts){.skip_memory = true}, &c->diags)) pr = NULL;
+    hw_model hw;
+    if (pr && (o->symbolic || hw_from_plan(NULL, p, pr, &hw))) {
+      weft_sim *sim = sim_run_with(pr, o->symbolic ? NULL : &hw, 0);
+      if (sim) {
+        weft_estimate e;
+        sim_estimate(sim, &e);
+        filled *f = &tried[ntried++];
+        for (int h = 0; h < nh; h++) f->values[h] = dom[idx[h]];
+        f->time = o->symbolic ? (double)e.peak_max : e.step_time;
+        f->peak = e.peak_max;
+        double cap = 0;
+        if (o->max_memory) {
+          value v = weft_eval_text(c, "--max-memory", o->max_memory);
+          if (v.kind == V_QUANTITY) cap = v.q.v;
+        }
+        if (cap <= 0) cap = (double)e.device_memory;
+        f->fits = cap <= 0 || (double)e.peak_max <= cap;
+        built++;
+        sim_free(sim);
+      }
+    }
+    c->fills = NULL;
+    c->nfills = 0;
+    c->steps = steps;
+    c->nbuilt = nbuilt;
+    c->diags = saved;
+    arena_rewind(&c->arena, mark);
+    for (int h = nh - 1; h >= 0; h--) {
+      if (++idx[h] < nd) break;
+      idx[h] = 0;
+    }
+    if (pc.on && (k % 16 == 0 || k == total - 1)) {
+      search_progress pg = {k + 1, k + 1 - built, 0, clock() / (double)CLOCKS_PER_SEC - t0, "fill"};
+      on_progress(&pc, &pg);
+    }
+  }
+  if (pc.drew) fputs("\n", stderr);
+  qsort(tried, (size_t)ntried, sizeof *tried, by_filled_time);
+  /* the frontier of what fits */
+  filled *front = calloc((size_t)ntried + 1, sizeof *front);
+  if (!front) weft_oom();
+  int nf = 0, best = -1;
+  int64_t least = -1;
+  for (int i = 0; i < ntried; i++) {
+    if (!tried[i].fits || (least >= 0 && tried[i].peak >= least)) continue;
+    least = tried[i].peak;
+    front[nf++] = tried[i];
+  }
+  best = nf ? 0 : -1;
+  if (o->objective == SEARCH_MEMORY)
+    for (int i = 0; i < nf; i++)
+      if (front[i].peak < front[best].peak) best = i;
+  if (o->pick >= 0) best = o->pick < nf ? o->pick : -2;
+  int rc = WEFT_OK;
+  if (best == -2) {
+    report_error(c, none, "--pick %d: the frontier has plans 0 to %d", o->pick, nf - 1);
+    rc = WEFT_REJECTED;
+  } else if (best < 0) {
+    weft_diag *d = report_error(c, pn->loc, "no filling of the %d open decisions of plan %s gives a plan that builds and "
+                                "fits (%d tried, %d built)", nh, plan->name, total, built);
+    diag_hint(d, &c->diags, "weft check with numbers in place of ? says why one does not");
+    rc = WEFT_REJECTED;
+  }
+  report_diags(c, o);
+  if (rc == WEFT_OK) {
+    const char *use = relative_to(c, o->files[0], o->output);
+    char b1[64], b2[64];
+    char *hdr = NULL;
+    size_t hlen = 0;
+    FILE *h = open_memstream(&hdr, &hlen);
+    fprintf(h, "# filled by: weft search %s --plan %s\n# %d fillings of %d open decisions tried, %d built\n", o->files[0],
+            plan->name, total, nh, built);
+    fprintf(h, "# the frontier of step time against peak memory per device (--pick N writes plan N):\n");
+    for (int i = 0; i < nf; i++) {
+      fprintf(h, "#   %d: %s, %s:", i, human_time(b1, sizeof b1, front[i].time),
+              unit_bytes_human(front[i].peak, b2, sizeof b2));
+      for (int k = 0; k < nh; k++) fprintf(h, "%s %d:%d = %lld", k ? "," : "", holes[k].line, holes[k].col,
+                                           (long long)front[i].values[k]);
+      fprintf(h, "%s\n", i == best ? "  <- this plan" : "");
+    }
+    fclose(h);
+    if (o->json) {
+      json j;
+      json_init(&j, stdout);
+      json_obj(&j);
+      json_key(&j, "plans");
+      json_arr(&j);
+      for (int i = 0; i < nf; i++) {
+        json_obj(&j);
+        json_key(&j, "step_time_s"), json_num(&j, front[i].time);
+        json_key(&j, "peak_memory_bytes"), json_int(&j, front[i].peak);
+        json_key(&j, "fits"), json_bool(&j, front[i].fits);
+        json_key(&j, "fills");
+        json_arr(&j);
+        for (int k = 0; k < nh; k++) {
+          json_obj(&j);
+          json_key(&j, "line"), json_int(&j, holes[k].line);
+          json_key(&j, "col"), json_int(&j, holes[k].col);
+          json_key(&j, "value"), json_int(&j, front[i].values[k]);
+          json_end_obj(&j);
+        }
+        json_end_arr(&j);
+        json_key(&j, "source"),
+            json_str(&j, arena_printf(&c->arena, "use \"%s\"\n\n%s\n", use, fill_text(c, plan, holes, nh, front[i].values)));
+        json_end_obj(&j);
+      }
+      json_end_arr(&j);
+      json_key(&j, "best"), json_int(&j, best);
+      json_key(&j, "searched"), json_int(&j, total);
+      json_key(&j, "pruned"), json_int(&j, total - built);
+      json_end_obj(&j);
+      printf("\n");
+    }
+    if (o->output || !o->json) {
+      FILE *f = o->output ? fopen(o->output, "w") : stdout;
+      if (!f) {
+        fprintf(stderr, "weft search: cannot write %s: %s\n", o->output, strerror(errno));
+        rc = WEFT_FAILED;
+      } else {
+        fprintf(f, "%s\nuse \"%s\"\n\n%s\n", hdr, use, fill_text(c, plan, holes, nh, front[best].values));
+        if (o->output && fclose(f) != 0) rc = WEFT_FAILED;
+        else if (o->output && !o->json)
+          fprintf(stderr, "weft search: wrote %s: %s, %s per device\n", o->output,
+                  human_time(b1, sizeof b1, front[best].time), unit_bytes_human(front[best].peak, b2, sizeof b2));
+      }
+    }
+    free(hdr);
+  }
+  free(tried);
+  free(front);
+  return rc;
+}
+
 int report_search(const weft_opts *o) {
   weft_ctx *c = report_ctx(o);
   int rc = c->diags.errors ? WEFT_REJECTED : weft_load(c, o->files[0]);
@@ -178,6 +415,33 @@ int report_search(const weft_opts *o) {
   weft_item items[256];
   value model = v_none(), cluster = v_none();
   const char *model_name = NULL, *cluster_text = o->cluster;
+  if (rc == WEFT_OK && !o->model) {
+    /* a plan with open decisions (--plan NAME, else the last one) is filled */
+    int n = weft_items(c, V_PLAN, items, 256);
+    if (n > 256) n = 256;
+    int pick = -1;
+    for (int i = 0; i < n; i++)
+      if (!o->plan || strcmp(items[i].name, o->plan) == 0) pick = i;
+    if (o->plan && pick < 0) {
+      report_error(c, none, "%s defines no plan '%s'", o->files[0], o->plan);
+      report_diags(c, o);
+      weft_free(c);
+      return WEFT_REJECTED;
+    }
+    weft_loc holes[17];
+    int nh = pick >= 0 ? report_holes(items[pick].val.decl->node, holes, 17) : 0;
+    if (nh > 0 || o->plan) {
+      int r = nh > 0 ? search_holes(c, o, &items[pick], holes, nh) : WEFT_OK;
+      if (nh == 0) {
+        weft_diag *d = report_error(c, items[pick].loc, "plan %s has no open decision (?) to fill", items[pick].name);
+        diag_hint(d, &c->diags, "write ? where a number is to be searched, or search without --plan");
+        report_diags(c, o);
+        r = WEFT_REJECTED;
+      }
+      weft_free(c);
+      return r;
+    }
+  }
   if (rc == WEFT_OK) {
     /* the model: --model, else the last one the file defines */
     int n = weft_items(c, V_MODEL, items, 256);
