@@ -100,8 +100,8 @@ static parts cost_parts(arena *a, sshape *s, const hw_model *hw, bool symbolic, 
 /* ---- memory of the parameters ------------------------------------------------- */
 
 /* Bytes per parameter element of its gradient and its optimizer state, as
- * lowering allocates them: the parameter's dtype, state tensors as the
- * optimizer declares. */
+ * lowering allocates them: the gradient in the parameter's dtype, the
+ * optimizer's state tensors in f32. */
 static void bytes_per_elem(const weft_graph *g, double *grad, double *state) {
   double w = 4;
   for (int t = 0; t < g->ntensors; t++)
@@ -110,7 +110,7 @@ static void bytes_per_elem(const weft_graph *g, double *grad, double *state) {
       break;
     }
   *grad = w;
-  *state = w * g->optimizer_state;
+  *state = dtype_bytes[DT_F32] * g->optimizer_state;
 }
 
 /* ---- one candidate ---------------------------------------------------------------- */
@@ -437,7 +437,9 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
   }
   /* the frontier of (time, memory), and the fastest: simulated */
   qsort(cands, (size_t)ncand, sizeof *cands, by_time);
-  int top = o->top > 0 ? o->top : (N <= 64 ? 24 : 4);
+  /* each simulation of a large plan takes seconds: few of them, the
+   * fastest (on many devices the frontier's memory end is left out) */
+  int top = o->top > 0 ? o->top : (N <= 64 ? 24 : 3);
   bool *pick = arena_alloc(a, (size_t)ncand);
   int npick = 0;
   /* ZeRO shards differ from replica to replica, so a ZeRO plan is lowered
@@ -447,8 +449,7 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
     if (!big || cands[i].zero == 0) pick[i] = true, npick++;
   /* the frontier's memory end: the least memory at each step of time */
   int64_t least = -1;
-  for (int i = 0; i < ncand && npick < top + top / 2; i++) {
-    if (big && cands[i].zero > 0) continue;
+  for (int i = 0; i < ncand && npick < top + top / 2 && !big; i++) {
     if (least >= 0 && cands[i].analytic_memory >= least) continue;
     least = cands[i].analytic_memory;
     if (!pick[i]) pick[i] = true, npick++;
