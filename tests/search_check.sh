@@ -1,0 +1,47 @@
+#!/bin/sh
+# search_check.sh - weft search is never worse than a hand-tuned plan: for
+# the Megatron-LM configurations of docs/estimate.md's calibration (and
+# GPT-3 175B as Narayanan et al. ran it: tp 8, pp 16, interleaved 2, on
+# 1024 A100s), the plan the search writes for the same model, cluster and
+# global batch simulates at least as fast as the published configuration.
+#   sh tests/search_check.sh WEFT
+WEFT=${1:-build/weft}
+here=$(cd "$(dirname "$0")" && pwd)
+PLAN="$here/../examples/gpt_megatron.plan"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0; fail=0
+
+# case NAME LAYERS HIDDEN HEADS GPUS TP PP GLOBAL_BATCH MICRO_BATCH INTERLEAVE RECOMPUTE
+case_() {
+  name=$1 l=$2 h=$3 a=$4 n=$5 tp=$6 pp=$7 B=$8 mb=$9; shift 9
+  v=$1 rc=$2
+  dp=$((n / (tp * pp))); nodes=$((n / 8))
+  M="--set layers=$l --set hidden=$h --set heads=$a --set seq=2048 --set vocab=51200 --set global_batch=$B --set dtype=bf16"
+  if ! "$WEFT" estimate "$PLAN" $M --set tp=$tp --set pp=$pp --set dp=$dp --set nodes=$nodes --set micro_batch=$mb \
+       --set interleave=$v --set "recompute=\"$rc\"" --json >"$tmp/pub.json" 2>"$tmp/err"; then
+    echo "FAIL: $name: the published configuration does not estimate"; cat "$tmp/err"; fail=$((fail + 1)); return
+  fi
+  if ! "$WEFT" search "$PLAN" $M --cluster "a100_dgx(nodes = $nodes)" --json -o "$tmp/searched.plan" >"$tmp/s.json" 2>"$tmp/err"; then
+    echo "FAIL: $name: weft search"; cat "$tmp/err"; fail=$((fail + 1)); return
+  fi
+  if python3 - "$tmp/pub.json" "$tmp/s.json" "$name" "$tp" "$pp" "$dp" "$v" "$rc" <<'PY'
+import json, sys
+pub = json.load(open(sys.argv[1])); s = json.load(open(sys.argv[2]))
+name, tp, pp, dp, v, rc = sys.argv[3:9]
+p = s["plans"][s["best"]]
+ok = p["step_time_s"] <= pub["step_time_s"] * 1.0001
+print("search: %s: %.3f s per step searched (tp %d, pp %d, dp %d, %d micro-batches of %d, %s, recompute %s, zero %d), "
+      "%.3f s published (tp %s, pp %s, dp %s, interleave %s, recompute %s): %s"
+      % (name, p["step_time_s"], p["tp"], p["pp"], p["dp"], p["micro_batches"], p["micro_batch_size"], p["schedule"],
+         p["recompute"], p["zero"], pub["step_time_s"], tp, pp, dp, v, rc, "not worse" if ok else "WORSE"))
+sys.exit(0 if ok else 1)
+PY
+  then pass=$((pass + 1)); else fail=$((fail + 1)); fi
+}
+
+case_ "GPT 1.7B on 32 A100s" 24 2304 24 32 1 1 512 4 1 full
+case_ "GPT 145.6B on 1536 A100s" 80 12288 96 1536 8 8 2304 1 2 full
+case_ "GPT-3 175B on 1024 A100s" 96 12288 96 1024 8 16 1536 1 2 none
+echo "search: $pass passed, $fail failed"
+[ $fail -eq 0 ]
