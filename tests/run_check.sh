@@ -45,6 +45,10 @@ searched() {  # name, then weft search arguments
 }
 searched "searched mlp" examples/mlp.plan --cluster 'cpus(4)'
 searched "searched gpt2" examples/gpt2.plan $GPT --set layers=2 --cluster 'cpus(4)'
+# with symbolic costs: the embedding split along hidden, its readers along
+# the sequence, their gradients summed in place before they go back
+searched "searched llama, symbolic costs" examples/llama.plan --set layers=4 --set hidden=64 --set heads=4 --set kv_heads=2 \
+  --set ffn=96 --set seq=16 --set vocab=128 --set batch=4 --cluster 'cpus(8)' --cost symbolic
 searched "searched llama" examples/llama.plan --set layers=2 --set hidden=64 --set heads=4 --set kv_heads=2 --set ffn=96 \
   --set seq=16 --set vocab=128 --set batch=4 --cluster 'cpus(4)'
 run_ok "megatron tp2 pp2 dp2" examples/gpt_megatron.plan $MEG --steps 2

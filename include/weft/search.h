@@ -76,6 +76,7 @@ typedef struct search_result {
   search_plan *simulated; /* every candidate simulated, fastest first */
   int nsimulated;
   int64_t searched, pruned;
+  int rejected;           /* candidates built that lowering or validation refused */
   double search_s, simulate_s;
   int layers;             /* repeated blocks found (0: none) */
   const char *block;      /* their name ("h", "layers") */

@@ -1181,6 +1181,31 @@ static void reduce_activation_grads(arena *a, arena *s, weft_plan *p, const trea
         if (grads_scatter(a, s, p, t, prod, &need, &contrib, idx, ni, nk, devs, ndev, &wsweep, pdev, hit, done))
           continue;
       }
+      /* several consumers whose gradients come back in one layout (the same
+       * region on the same devices for each): each device sums them in
+       * place, and what follows moves the sum as one consumer's */
+      if (!exact && nk > 1 && ni % nk == 0) {
+        bool alike = true;
+        for (int q = 0; q < ni && alike; q++) {
+          const piece *pc = &contrib.v[idx[q]];
+          if (pc->partial != keys[0]) continue;
+          for (int r = 1; r < nk && alike; r++) {
+            bool found = false;
+            for (int e = 0; e < ni && !found; e++) {
+              const piece *o = &contrib.v[idx[e]];
+              found = o->partial == keys[r] && o->device == pc->device && tregion_equal(&o->region, &pc->region);
+            }
+            alike = found;
+          }
+        }
+        if (alike) {
+          int w = 0;
+          for (int q = 0; q < ni; q++)
+            if (contrib.v[idx[q]].partial == keys[0]) idx[w++] = idx[q];
+          ni = w;
+          nk = 1;
+        }
+      }
       /* complete gradients split otherwise than the producers wrote them
        * (attention by heads after a sequence split): each producer gets the
        * pieces that meet its region, from one holder each */

@@ -7,6 +7,7 @@
  * (emit.c), applied, lowered, validated and simulated like any plan, so
  * that the figures reported are the simulator's. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -314,7 +315,13 @@ static bool simulate(const weft_graph *g, const weft_cluster *cl, const hw_model
   weft_plan *p = plan_apply(g, cl, &c->decisions, &po, tmp, &sink);
   weft_program *pr = p ? lower_plan(p, NULL, tmp, &sink) : NULL;
   if (pr && !validate_program(pr, &(validate_opts){.skip_memory = true}, &sink)) pr = NULL;
-  if (!pr) return false;
+  if (!pr) {
+    if (getenv("WEFT_SEARCH_DEBUG") && sink.n > 0) {
+      fprintf(stderr, "weft search: candidate rejected: %s\n", sink.items[0].msg);
+      search_print_body(c, g, stderr);
+    }
+    return false;
+  }
   weft_sim *s = sim_run_with(pr, symbolic ? NULL : hw, 0);
   if (!s) return false;
   weft_estimate e;
@@ -455,18 +462,29 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
     if (!pick[i]) pick[i] = true, npick++;
   }
   double t1 = now();
-  int nsim = 0;
-  search_plan *sims = arena_alloc(a, sizeof(search_plan) * (size_t)npick);
+  int nsim = 0, rejected = 0;
+  search_plan *sims = arena_alloc(a, sizeof(search_plan) * (size_t)(2 * npick + 1));
   double best_time = 0;
   for (int i = 0; i < ncand; i++) {
     if (!pick[i]) continue;
     search_plan c = cands[i];
     emit_plan(a, &s, &c);
-    if (!simulate(g, cl, &hw, o->symbolic, o->max_memory, &c, &work)) continue;
+    if (!simulate(g, cl, &hw, o->symbolic, o->max_memory, &c, &work)) {
+      /* a candidate the pipeline refuses gives its place to the next one
+       * (up to as many again as were picked) */
+      rejected++;
+      for (int k = i + 1; k < ncand && rejected <= npick; k++)
+        if (!pick[k] && (!big || cands[k].zero == 0)) {
+          pick[k] = true;
+          break;
+        }
+      continue;
+    }
     sims[nsim++] = c;
     if (c.fits && (best_time == 0 || c.step_time < best_time)) best_time = c.step_time;
     report(o, searched, pruned, best_time, t0, "simulate");
   }
+  out->rejected = rejected;
   /* gradient buckets of the best, with the simulator as the oracle (DisCo):
    * halving and doubling from the default while it helps */
   qsort(sims, (size_t)nsim, sizeof *sims, by_time);
