@@ -61,7 +61,7 @@ UNIT_SRC   := $(wildcard tests/unit/test_*.c)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
 .PHONY: all deps check layers-check search-check unit golden diag-coverage docs-check docs-examples install-check fmt-check examples-check mutate-check editors-check \
-        fold-check calibrate run-check reference-check deps-torch demo bench install fuzz clean
+        fold-check calibrate run-check reference-check deps-torch demo bench install fuzz clean cuda cuda-emu cuda-check
 .DELETE_ON_ERROR:
 
 all: weft
@@ -71,13 +71,78 @@ all: weft
 MPICC  ?= $(shell command -v mpicc 2>/dev/null)
 MPI_SO := $(if $(MPICC),$(BUILD)/libweft_mpi.so)
 
+# The CUDA plugin (backends/cuda): built with nvcc when it is found, for
+# sm_80 and sm_90 with PTX, into $(BUILD)/cuda/libweft_cuda.so and copied
+# beside ./weft, which loads it for `weft run --backend cuda`; cuBLASLt is
+# found through the run path (the toolkit's, then beside the plugin), the
+# CUDA runtime is linked in. The tests name the plugin they load
+# (WEFT_PLUGIN_DIR): build/weft has none beside it.
+NVCC      ?= $(shell command -v nvcc 2>/dev/null)
+CUDA_HOME ?= $(if $(NVCC),$(patsubst %/bin/,%,$(dir $(NVCC))))
+CUDA_SO   := $(if $(NVCC),$(BUILD)/cuda/libweft_cuda.so)
+CUDA_CU   := $(wildcard backends/cuda/*.cu)
+CUDA_C    := $(wildcard backends/cuda/*.c)
+CUDA_DEPS := $(wildcard backends/cuda/*.h backends/cuda/*.cuh) $(HEADERS)
+NVCCFLAGS ?= -O3 -std=c++17 -Werror all-warnings -gencode arch=compute_80,code=sm_80 \
+             -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+CUDA_CFLAGS := -O2 -g -std=c11 -D_GNU_SOURCE -fPIC -Wall -Wextra -Wno-unused-parameter -Werror \
+               -Iinclude -Ibackends
+
 ifeq ($(SANITIZE),)
-weft: $(BUILD)/weft $(MPI_SO)
+weft: $(BUILD)/weft $(MPI_SO) $(CUDA_SO)
 	@cp $(BUILD)/weft $@
 	@$(if $(MPI_SO),cp $(MPI_SO) libweft_mpi.so)
+	@$(if $(CUDA_SO),cp $(CUDA_SO) libweft_cuda.so)
 else
 weft: $(BUILD)/weft $(MPI_SO)
 endif
+
+cuda: $(CUDA_SO)
+
+$(BUILD)/cuda/%.o: backends/cuda/%.cu $(CUDA_DEPS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -Xcompiler -fPIC,-Wall,-Wextra,-Wno-unused-parameter -Ibackends -c -o $@ $<
+
+$(BUILD)/cuda/host/%.o: backends/cuda/%.c $(CUDA_DEPS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CUDA_CFLAGS) -c -o $@ $<
+
+$(BUILD)/cuda/libweft_cuda.so: $(CUDA_CU:backends/cuda/%.cu=$(BUILD)/cuda/%.o) $(CUDA_C:backends/cuda/%.c=$(BUILD)/cuda/host/%.o)
+	$(NVCC) -shared -o $@ $^ -lcublasLt -Xlinker --no-undefined \
+	  -Xlinker -rpath,$(CUDA_HOME)/lib64:$(CUDA_HOME)/targets/x86_64-linux/lib:/usr/local/cuda/lib64:'$$ORIGIN'
+
+# The kernels against the CPU backend's (tests/cuda/test_kernels.c), built
+# with the plugin to run where a GPU is (tests/gpu/run.sh).
+$(BUILD)/cuda/test_kernels: tests/cuda/test_kernels.c $(CUDA_SO) $(BUILD)/libweft.a
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< -L$(BUILD)/cuda -lweft_cuda -Wl,-rpath,'$$ORIGIN' $(BUILD)/libweft.a $(LDLIBS)
+
+# The same sources for the CPU emulation of a GPU (backends/cuda/emu.h): a
+# C++ compiler and no CUDA, so that make check runs the kernels and the
+# executor everywhere.
+CXX ?= g++
+EMU := $(BUILD)/cudaemu
+EMU_CXXFLAGS := -O2 -g -std=c++17 -fPIC -DWEFT_CUDA_EMU -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas \
+                -Werror -Ibackends $(SANFLAGS)
+
+cuda-emu: $(EMU)/libweft_cuda.so $(EMU)/test_kernels
+
+$(EMU)/%.o: backends/cuda/%.cu $(CUDA_DEPS)
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_CXXFLAGS) -x c++ -c -o $@ $<
+
+$(EMU)/emu.o: backends/cuda/emu.cc backends/cuda/emu.h
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_CXXFLAGS) -c -o $@ $<
+
+$(EMU)/host/%.o: backends/cuda/%.c $(CUDA_DEPS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CUDA_CFLAGS) -DWEFT_CUDA_EMU $(SANFLAGS) -c -o $@ $<
+
+$(EMU)/libweft_cuda.so: $(CUDA_CU:backends/cuda/%.cu=$(EMU)/%.o) $(EMU)/emu.o $(CUDA_C:backends/cuda/%.c=$(EMU)/host/%.o)
+	$(CXX) -shared $(SANFLAGS) -o $@ $^ -Wl,--no-undefined -lm
+
+$(EMU)/test_kernels: tests/cuda/test_kernels.c $(EMU)/libweft_cuda.so $(BUILD)/libweft.a
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< -L$(EMU) -lweft_cuda -Wl,-rpath,'$$ORIGIN' $(BUILD)/libweft.a $(LDFLAGS) $(LDLIBS)
 
 $(BUILD)/libweft_mpi.so: backends/mpi/weft_mpi.c backends/mpi/weft_mpi.h
 	@mkdir -p $(dir $@)
@@ -127,9 +192,14 @@ $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libweft.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/libweft.a $(LDFLAGS) -lcmocka $(LDLIBS)
 
+# the CUDA backend's planning, which needs no GPU (backends/cuda/cx.c, sched.c)
+$(BUILD)/tests/test_cuda_plan: tests/unit/test_cuda_plan.c backends/cuda/cx.c backends/cuda/sched.c $(CUDA_DEPS) $(BUILD)/libweft.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< backends/cuda/cx.c backends/cuda/sched.c $(BUILD)/libweft.a $(LDFLAGS) -lcmocka $(LDLIBS)
+
 check: deps
 	@$(MAKE) --no-print-directory weft
-	@$(MAKE) --no-print-directory layers-check unit golden diag-coverage docs-check docs-examples install-check fmt-check examples-check fold-check mutate-check editors-check calibrate search-check run-check reference-check
+	@$(MAKE) --no-print-directory layers-check unit golden diag-coverage docs-check docs-examples install-check fmt-check examples-check fold-check mutate-check editors-check calibrate search-check run-check reference-check cuda-check
 	@echo "make check: all suites passed"
 
 # the pipeline is one-way: no header of a later stage, no include cycle
@@ -197,6 +267,12 @@ run-check: weft
 editors-check:
 	@sh tests/editors_check.sh
 
+# the CUDA backend without a GPU: the plugin loads and lists its kernels and
+# says there is no device; the emulated GPU runs every kernel against the
+# CPU's and the example plans against one device (tests/cuda_check.sh)
+cuda-check: weft cuda-emu
+	@sh tests/cuda_check.sh $(BUILD)/weft $(EMU) $(if $(CUDA_SO),$(BUILD)/cuda)
+
 deps:
 	@sh tests/deps.sh $(DEB_PACKAGES)
 
@@ -219,6 +295,10 @@ ifneq ($(MPI_SO),)
 	install -d $(DESTDIR)$(PREFIX)/lib/weft
 	install -m 755 $(MPI_SO) $(DESTDIR)$(PREFIX)/lib/weft/libweft_mpi.so
 endif
+ifneq ($(CUDA_SO),)
+	install -d $(DESTDIR)$(PREFIX)/lib/weft
+	install -m 755 $(CUDA_SO) $(DESTDIR)$(PREFIX)/lib/weft/libweft_cuda.so
+endif
 
 # libFuzzer over the parser and checker; FUZZ_SECONDS bounds the run.
 FUZZ_SECONDS ?= 60
@@ -232,4 +312,4 @@ fuzz:
 	  build/fuzz/corpus tests/fuzz/seeds
 
 clean:
-	rm -rf build weft
+	rm -rf build weft libweft_mpi.so libweft_cuda.so

@@ -14,8 +14,7 @@
 static const weft_backend *const builtins[] = {&weft_backend_cpu};
 
 /* Backends that need libraries weft must run without live in plugins: the
- * table is the symbol weft_backend_NAME of libweft_NAME.so. None is built
- * yet; CUDA's will be the first. */
+ * table is the symbol weft_backend_NAME of libweft_NAME.so (backends/cuda). */
 static const char *const plugins[] = {"cuda"};
 
 enum { NBUILTIN = sizeof builtins / sizeof builtins[0], NPLUGINS = sizeof plugins / sizeof plugins[0] };
@@ -23,6 +22,19 @@ enum { NBUILTIN = sizeof builtins / sizeof builtins[0], NPLUGINS = sizeof plugin
 const weft_backend *const *backend_builtin(int *n) {
   *n = NBUILTIN;
   return builtins;
+}
+
+const char *const *backend_plugins(int *n) {
+  *n = NPLUGINS;
+  return plugins;
+}
+
+void backend_origin(const weft_backend *b, char *path, size_t n) {
+  Dl_info info;
+  if (n) path[0] = 0;
+  for (int i = 0; i < NBUILTIN; i++)
+    if (builtins[i] == b) return;
+  if (dladdr(b, &info) && info.dli_fname) snprintf(path, n, "%s", info.dli_fname);
 }
 
 void backend_startup(void) {

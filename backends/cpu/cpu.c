@@ -10,6 +10,13 @@ static bool cpu_load_native(const char *spec, const char *dir, char *err, size_t
   return native_load(spec, dir, err, errlen) != NULL;
 }
 
+static const char *const cpu_kernels[] = {
+    "every operator of stdlib/ops.plan, forward and backward, in f32; matrix products through OpenBLAS "
+    "(backends/cpu/kernels.c)",
+    "operators with native kernels, through libffi (weft run --allow-native)",
+    NULL,
+};
+
 const weft_backend weft_backend_cpu = {
   .version = WEFT_BACKEND_VERSION,
   .name = "cpu",
@@ -22,4 +29,5 @@ const weft_backend weft_backend_cpu = {
   .close = xrun_close,
   .reference = xrun_reference,
   .startup = k_blas_single,
+  .kernels = cpu_kernels,
 };

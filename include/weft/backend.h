@@ -68,14 +68,17 @@ int64_t world_step_items(const weft_graph *g, const char **unit);
 
 /* ---- backends ------------------------------------------------------------- */
 
-/* The version of this table: a plugin built against another is refused. */
-#define WEFT_BACKEND_VERSION 1
+/* The version of this table: a plugin built against another is refused.
+ * 2: kernels, probe, tolerance, failure, describe; backend_opts.deterministic. */
+#define WEFT_BACKEND_VERSION 2
 
 /* Called after each step with its loss and its wall time, by one thread. */
 typedef void (*backend_step_fn)(void *ctx, int64_t step, double loss, double seconds);
 
 typedef struct backend_opts {
   bool allow_native;      /* operators with native kernels may load them */
+  bool deterministic;     /* no kernel whose sums may run in another order
+                           * from run to run (`weft run --deterministic`) */
   backend_step_fn on_step;
   void *ctx;
 } backend_opts;
@@ -114,6 +117,22 @@ typedef struct weft_backend {
    * stops what linking the backend started, such as a thread pool that
    * would spin beside every command. */
   void (*startup)(void);
+  /* ---- version 2 ---- */
+  /* What it runs, one line per kernel family, NULL-terminated (`weft
+   * backends --kernels`); NULL: not listed. */
+  const char *const *kernels;
+  /* Whether it can run here: true with the machine it would use, false
+   * with why not (no device). NULL: it always can. */
+  bool (*probe)(char *msg, size_t msglen);
+  /* --check's relative tolerance for model g (losses and parameters);
+   * NULL: 1e-5. */
+  double (*tolerance)(const weft_graph *g);
+  /* The exit status the last failed open, run or read calls for: 1 when
+   * it refused the input, 2 when the machine failed (no device, out of
+   * memory, a device error). NULL: 1. */
+  int (*failure)(void);
+  /* The machine an open run uses, one line for people; NULL: none. */
+  void (*describe)(backend_run *r, char *buf, size_t n);
 } weft_backend;
 
 /* The backend called name: one of this build's, or a plugin, libweft_NAME.so
@@ -125,6 +144,10 @@ const weft_backend *backend_find(const char *name, char *err, size_t errlen);
 
 /* This build's backends, plugins aside; the first is the default. */
 const weft_backend *const *backend_builtin(int *n);
+/* The names of the plugins the registry knows ("cuda"). */
+const char *const *backend_plugins(int *n);
+/* The file a plugin's table was loaded from (empty for a built-in one). */
+void backend_origin(const weft_backend *b, char *path, size_t n);
 /* Opens a plugin library: FILE in $WEFT_PLUGIN_DIR, beside the weft binary,
  * or in ../lib/weft from it (where `make install` puts plugins). NULL when
  * none loads; *found tells whether one existed; tried lists the places. */

@@ -30,6 +30,8 @@ typedef struct weft_opts {
   const char *load, *inputs, *save, *resume;  /* run's files */
   bool run_check;         /* run --check */
   bool allow_native;      /* run --allow-native */
+  bool deterministic;     /* run --deterministic */
+  bool kernels;           /* backends --kernels */
   const weft_backend *backend; /* run --backend, NULL: the first of the build */
   bool seed_given;        /* --seed given (else a checkpoint's) */
   int color;              /* -1 auto, 0 never, 1 always */
@@ -56,6 +58,7 @@ int report_lower(const weft_opts *o);
 int report_estimate(const weft_opts *o);
 int report_run(const weft_opts *o);
 int report_search(const weft_opts *o);
+int report_backends(const weft_opts *o);
 
 /* Evaluates a plan value and applies its decisions: the plan, or NULL after
  * diagnostics in c. o may be NULL. */

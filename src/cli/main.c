@@ -91,7 +91,7 @@ static const command commands[] = {
      "compute in f32; bf16 tensors are held as f32. docs/run.md says more.\n\n"
      "options:\n"
      "  --plan NAME        the plan (default: the last one the file defines)\n"
-     "  --backend NAME     cpu (the default and, for now, the only one)\n"
+     "  --backend NAME     cpu (the default) or cuda (a plugin; weft backends lists them)\n"
      "  --steps N          training steps (default 1)\n"
      "  --seed S           seed of the initial parameters and generated inputs (default 0)\n"
      "  --load FILE        parameters from a safetensors file, by the model's names\n"
@@ -99,7 +99,8 @@ static const command commands[] = {
      "  --save FILE        write parameters and optimizer state after the last step (atomically)\n"
      "  --resume FILE      continue from a file --save wrote (parameters, state, step, seed)\n"
      "  --check            run the same steps on one device without the plan and compare\n"
-     "                     the loss of every step and every parameter (relative 1e-5)\n"
+     "                     the loss of every step and every parameter (relative 1e-5 on the CPU)\n"
+     "  --deterministic    no kernel whose sums may change order between runs (cuda)\n"
      "  --allow-native     let operators with native kernels (kernel = \"lib.so:fn\") load them\n"
      "  --json             print one JSON object: steps, check, saved file\n"},
     {"search", report_search, 1, 1, "needs one file", "search plans for a model and write the best as a .plan",
@@ -123,6 +124,15 @@ static const command commands[] = {
      "  --no-buckets       keep the default gradient buckets instead of searching them\n"
      "  --progress         a progress line on stderr even when it is not a terminal\n"
      "  --json             print every plan of the frontier as JSON (with -o, write the plan too)\n"},
+    {"backends", report_backends, 0, 0, "takes no files", "list the backends that run plans and whether each can run here",
+     "usage: weft backends [--kernels] [--json]\n\n"
+     "Lists the backends of this build and the plugins weft knows (libweft_NAME.so,\n"
+     "looked for as weft run looks for them), loading each: what it runs on, where\n"
+     "it was loaded from, and whether it can run here (the GPU it would use, or why\n"
+     "not). docs/run.md says more.\n\n"
+     "options:\n"
+     "  --kernels          list the kernels of each backend too\n"
+     "  --json             print one JSON object\n"},
 };
 enum { NCOMMANDS = sizeof commands / sizeof commands[0] };
 
@@ -313,6 +323,8 @@ int main(int argc, char **argv) {
     else if (cmd->run == report_run && is_opt(a, "--resume")) { if (!(v = opt_value(argc, argv, &i, "--resume"))) goto done; o.resume = v; }
     else if (cmd->run == report_run && strcmp(a, "--check") == 0) o.run_check = true;
     else if (cmd->run == report_run && strcmp(a, "--allow-native") == 0) o.allow_native = true;
+    else if (cmd->run == report_run && strcmp(a, "--deterministic") == 0) o.deterministic = true;
+    else if (cmd->run == report_backends && strcmp(a, "--kernels") == 0) o.kernels = true;
     else if (cmd->run == report_run && is_opt(a, "--backend")) {
       if (!(v = opt_value(argc, argv, &i, "--backend"))) goto done;
       char err[512];

@@ -122,27 +122,38 @@ int report_run(const weft_opts *o) {
   for (int d = 0; d < pr->nprogs; d++) active += pr->progs[d].n > 0;
   char procs[64] = "";
   if (nprocs > 1) snprintf(procs, sizeof procs, " in %d processes", nprocs);
-  backend_opts bo = {.allow_native = o->allow_native, .on_step = run_on_step, .ctx = &log};
+  backend_opts bo = {.allow_native = o->allow_native, .deterministic = o->deterministic, .on_step = run_on_step,
+                     .ctx = &log};
   backend_run *run = bk->open(pr, w, &bo, err, sizeof err);
+  char machine[512] = "";
+  if (run && bk->describe) bk->describe(run, machine, sizeof machine);
   /* the header once the backend is up (under mpirun: once MPI is) */
   if (run && !o->json && speak) {
     printf("plan %s (model %s): %d device%s%s, %d micro-batch%s, %s backend, %d step%s from step %" PRId64 "\n",
            p->name, g->name, active, active == 1 ? "" : "s", procs, pr->nmb, pr->nmb == 1 ? "" : "es", bk->name,
            o->steps, o->steps == 1 ? "" : "s", w->step + 1);
+    if (machine[0]) printf("on %s\n", machine);
     fflush(stdout);
   }
   ok = run && bk->run(run, o->steps, err, sizeof err) && bk->read(run, err, sizeof err);
   if (run) bk->close(run);
-  if (!ok) rc = run_fail(NULL, err);
+  if (!ok) {
+    run_fail(NULL, err);
+    rc = bk->failure ? bk->failure() : WEFT_REJECTED;
+  }
   /* --check: the same steps on one device. */
   run_log rlog = {0};
-  double loss_err = 0, param_err = 0, tensor_err = 0;
+  double loss_err = 0, param_err = 0, tensor_err = 0, tol = bk->tolerance ? bk->tolerance(g) : 1e-5;
   const char *worst = NULL;
   bool check_ok = true;
   if (ok && ref) {
-    backend_opts rbo = {.allow_native = o->allow_native, .on_step = run_on_step, .ctx = &rlog};
+    backend_opts rbo = {.allow_native = o->allow_native, .deterministic = o->deterministic, .on_step = run_on_step,
+                        .ctx = &rlog};
     ok = bk->reference(g, ref, o->steps, &rbo, err, sizeof err);
-    if (!ok) rc = run_fail("one-device reference", err);
+    if (!ok) {
+      run_fail("one-device reference", err);
+      rc = bk->failure ? bk->failure() : WEFT_REJECTED;
+    }
   }
   if (ok && ref) {
     for (int i = 0; i < log.n && i < rlog.n; i++) {
@@ -151,11 +162,17 @@ int report_run(const weft_opts *o) {
     }
     param_err = world_diff_all(w, ref);
     tensor_err = world_diff(w, ref, false, &worst);
-    check_ok = log.n == rlog.n && loss_err <= 1e-5 && param_err <= 1e-5;
+    check_ok = log.n == rlog.n && loss_err <= tol && param_err <= tol;
+    /* "1e-5", not "1e-05" */
+    char mismatch[64], t[32];
+    snprintf(t, sizeof t, "%g", tol);
+    char *z = strstr(t, "e-0");
+    if (z) memmove(z + 2, z + 3, strlen(z + 3) + 1);
+    snprintf(mismatch, sizeof mismatch, "MISMATCH (tolerance %s)", t);
     if (!o->json && speak) {
       printf("check against one device: losses within %.2g, parameters within %.2g (relative L2; worst tensor %s "
              "%.2g): %s\n",
-             loss_err, param_err, worst ? worst : "-", tensor_err, check_ok ? "match" : "MISMATCH (tolerance 1e-5)");
+             loss_err, param_err, worst ? worst : "-", tensor_err, check_ok ? "match" : mismatch);
       if (!check_ok)
         for (int i = 0; i < log.n && i < rlog.n; i++)
           printf("  step %" PRId64 ": plan %.9g, one device %.9g\n", log.step[i], log.loss[i], rlog.loss[i]);
@@ -178,6 +195,7 @@ int report_run(const weft_opts *o) {
     json_key(&j, "plan"), json_str(&j, p->name);
     json_key(&j, "model"), json_str(&j, g->name);
     json_key(&j, "backend"), json_str(&j, bk->name);
+    if (machine[0]) json_key(&j, "machine"), json_str(&j, machine);
     json_key(&j, "devices"), json_int(&j, active);
     json_key(&j, "micro_batches"), json_int(&j, pr->nmb);
     json_key(&j, "ok"), json_bool(&j, ok && check_ok && rc == WEFT_OK);
@@ -199,7 +217,7 @@ int report_run(const weft_opts *o) {
       json_key(&j, "check");
       json_obj(&j);
       json_key(&j, "match"), json_bool(&j, check_ok);
-      json_key(&j, "tolerance"), json_num(&j, 1e-5);
+      json_key(&j, "tolerance"), json_num(&j, tol);
       json_key(&j, "max_loss_rel_err"), json_num(&j, loss_err);
       json_key(&j, "max_param_rel_err"), json_num(&j, param_err);
       json_key(&j, "worst_tensor"), worst ? json_str(&j, worst) : json_null(&j);

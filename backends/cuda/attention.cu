@@ -1,0 +1,335 @@
+/* attention.cu - causal self-attention, FlashAttention's way: no s x s
+ * scores in memory. CPU reference: k_causal_attention, k_gqa_attention and
+ * their backwards in backends/cpu/kernels.c (scores as s x s matrices).
+ *
+ * Forward: a block takes 16 query rows of one head (4 warps of 4 rows);
+ * key and value tiles of 32 rows stream through shared memory; lane j
+ * scores key j against the warp's rows, the rows keep a running maximum
+ * and sum, and each lane accumulates its dimensions (lane + 32 c) of the
+ * result. Only the tiles up to the block's last row are read (causal).
+ *
+ * Backward (nothing of the forward is kept): first the same pass gives
+ * each row's log-sum-exp and D = dout . out; then, for a tile of 32 keys,
+ * the rows from the tile on give dv += p dout and dk += ds q (each warp
+ * owns 8 of the keys, so no two threads add into one element); then, for
+ * 16 query rows, dq += ds k over the key tiles. ds = p (dout . v - D).
+ * For grouped-query attention a key tile sums the query heads of its group
+ * in order. No atomics: two runs give the same bits. */
+#include "common.cuh"
+
+enum { ROWS = 4, WARPS = 4, BQ = ROWS * WARPS, BK = 32, THREADS = 32 * WARPS };
+
+/* Shared memory may go above the default 48 KiB once asked for. */
+template <typename... KArgs>
+static void allow_smem(void (*k)(KArgs...), size_t bytes) {
+#ifndef WEFT_CUDA_EMU
+  if (bytes > (48 << 10)) cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+#else
+  (void)k, (void)bytes;
+#endif
+}
+
+/* K and V rows [k0, k0 + BK) of one head into shared memory, f32, rows
+ * beyond the sequence zero; row stride dh + 1 against bank conflicts. */
+template <class T>
+DEV void load_kv(float *Ks, float *Vs, const T *kb, const T *vb, int64_t k0, const gpu_attn &a) {
+  int dh = (int)a.dh, ld = dh + 1;
+  for (int e = threadIdx.x; e < BK * dh; e += blockDim.x) {
+    int j = e / dh, d = e % dh;
+    int64_t kj = k0 + j;
+    bool in = kj < a.sq;
+    Ks[j * ld + d] = in ? to_f(kb[kj * a.kv_row + d]) : 0.0f;
+    Vs[j * ld + d] = in ? to_f(vb[kj * a.kv_row + d]) : 0.0f;
+  }
+}
+
+/* MODE 0: out. MODE 1: per row, lse = max + log(sum) and dsum = dout . out. */
+template <class T, int DC, int MODE>
+__global__ void __launch_bounds__(THREADS)
+    k_attn_fwd(T *out, const T *q, const T *k, const T *v, gpu_attn a, float scale, const T *dout, float *lse,
+               float *dsum) {
+  DYN_SMEM(float, sm);
+  const int dh = (int)a.dh, ld = dh + 1;
+  float *Ks = sm, *Vs = Ks + BK * ld, *Qs = Vs + BK * ld, *Ps = Qs + BQ * dh;
+  const int64_t bi = blockIdx.z, h = blockIdx.y, q0 = (int64_t)blockIdx.x * BQ;
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  const T *qb = q + bi * a.q_batch + h * a.dh;
+  const T *kb = k + bi * a.kv_batch + (h / a.r) * a.dh, *vb = v + bi * a.kv_batch + (h / a.r) * a.dh;
+  for (int e = threadIdx.x; e < BQ * dh; e += blockDim.x) {
+    int64_t qi = q0 + e / dh;
+    Qs[e] = qi < a.sq ? to_f(qb[qi * a.q_row + e % dh]) * scale : 0.0f;
+  }
+  float m[ROWS], l[ROWS], acc[ROWS][DC];
+  for (int r = 0; r < ROWS; r++) {
+    m[r] = -INFINITY, l[r] = 0.0f;
+    for (int c = 0; c < DC; c++) acc[r][c] = 0.0f;
+  }
+  int64_t last = (q0 + BQ < a.sq ? q0 + BQ : a.sq) - 1;
+  for (int64_t k0 = 0; k0 <= last; k0 += BK) {
+    __syncthreads();
+    load_kv(Ks, Vs, kb, vb, k0, a);
+    __syncthreads();
+    float sc[ROWS];
+    for (int r = 0; r < ROWS; r++) sc[r] = 0.0f;
+    for (int d = 0; d < dh; d++) {
+      float kd = Ks[lane * ld + d];
+      for (int r = 0; r < ROWS; r++) sc[r] += Qs[(w * ROWS + r) * dh + d] * kd;
+    }
+    int64_t kj = k0 + lane;
+    for (int r = 0; r < ROWS; r++) {
+      int64_t qi = q0 + w * ROWS + r;
+      bool ok = kj <= qi && kj < a.sq;
+      float sv = ok ? sc[r] : -INFINITY;
+      float mnew = fmaxf(m[r], warp_max(sv));
+      float p = ok ? fexp(sv - mnew) : 0.0f, corr = fexp(m[r] - mnew);
+      l[r] = l[r] * corr + warp_sum(p);
+      m[r] = mnew;
+      for (int c = 0; c < DC; c++) acc[r][c] *= corr;
+      Ps[(w * ROWS + r) * BK + lane] = p;
+    }
+    __syncwarp();
+    for (int j = 0; j < BK; j++)
+      for (int c = 0; c < DC; c++) {
+        int d = lane + 32 * c;
+        float vv = d < dh ? Vs[j * ld + d] : 0.0f;
+        for (int r = 0; r < ROWS; r++) acc[r][c] += Ps[(w * ROWS + r) * BK + j] * vv;
+      }
+  }
+  for (int r = 0; r < ROWS; r++) {
+    int64_t qi = q0 + w * ROWS + r;
+    if (qi >= a.sq) continue;  /* the same for every lane of the warp */
+    float inv = 1.0f / l[r];
+    int64_t o = bi * a.o_batch + h * a.dh + qi * a.o_row;
+    if (MODE == 0) {
+      for (int c = 0; c < DC; c++) {
+        int d = lane + 32 * c;
+        if (d < dh) out[o + d] = from_f<T>(acc[r][c] * inv);
+      }
+    } else {
+      float dot = 0.0f;
+      for (int c = 0; c < DC; c++) {
+        int d = lane + 32 * c;
+        if (d < dh) dot += acc[r][c] * inv * to_f(dout[o + d]);
+      }
+      dot = warp_sum(dot);
+      if (lane == 0) {
+        int64_t at = (bi * a.hq + h) * a.sq + qi;
+        lse[at] = m[r] + logf(l[r]);
+        dsum[at] = dot;
+      }
+    }
+  }
+}
+
+static size_t fwd_smem(int64_t dh) { return (size_t)(2 * BK * (dh + 1) + BQ * dh + BQ * BK) * sizeof(float); }
+
+/* dk, dv of the keys [k0, k0 + BK) of key/value head hk. */
+template <class T, int DC>
+__global__ void __launch_bounds__(THREADS)
+    k_attn_dkv(T *dk, T *dv, const T *dout, const T *q, const T *k, const T *v, gpu_attn a, float scale,
+               const float *lse, const float *dsum, bool acc) {
+  DYN_SMEM(float, sm);
+  const int dh = (int)a.dh, ld = dh + 1;
+  float *Ks = sm, *Vs = Ks + BK * ld, *Qs = Vs + BK * ld, *Os = Qs + WARPS * dh;
+  float *Ps = Os + WARPS * dh, *Ds = Ps + WARPS * BK, *Ls = Ds + WARPS * BK, *Dd = Ls + WARPS;
+  const int64_t bi = blockIdx.z, hk = blockIdx.y, k0 = (int64_t)blockIdx.x * BK;
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  const int64_t kvoff = bi * a.kv_batch + hk * a.dh;
+  load_kv(Ks, Vs, k + kvoff, v + kvoff, k0, a);
+  enum { KEYS = BK / WARPS };
+  float gk[KEYS][DC], gv[KEYS][DC];
+  for (int jj = 0; jj < KEYS; jj++)
+    for (int c = 0; c < DC; c++) gk[jj][c] = gv[jj][c] = 0.0f;
+  for (int64_t rr = 0; rr < a.r; rr++) {
+    const int64_t h = hk * a.r + rr;
+    const T *qb = q + bi * a.q_batch + h * a.dh, *ob = dout + bi * a.o_batch + h * a.dh;
+    for (int64_t i0 = k0; i0 < a.sq; i0 += WARPS) {
+      __syncthreads();
+      for (int e = threadIdx.x; e < WARPS * dh; e += blockDim.x) {
+        int64_t i = i0 + e / dh;
+        int d = e % dh;
+        bool in = i < a.sq;
+        Qs[e] = in ? to_f(qb[i * a.q_row + d]) : 0.0f;
+        Os[e] = in ? to_f(ob[i * a.o_row + d]) : 0.0f;
+      }
+      if (threadIdx.x < WARPS) {
+        int64_t i = i0 + threadIdx.x;
+        bool in = i < a.sq;
+        Ls[threadIdx.x] = in ? lse[(bi * a.hq + h) * a.sq + i] : 0.0f;
+        Dd[threadIdx.x] = in ? dsum[(bi * a.hq + h) * a.sq + i] : 0.0f;
+      }
+      __syncthreads();
+      {
+        /* warp w: row i0 + w against key k0 + lane */
+        int64_t i = i0 + w, kj = k0 + lane;
+        bool ok = i < a.sq && kj < a.sq && kj <= i;
+        float s = 0.0f, dp = 0.0f;
+        for (int d = 0; d < dh; d++) {
+          s += Qs[w * dh + d] * Ks[lane * ld + d];
+          dp += Os[w * dh + d] * Vs[lane * ld + d];
+        }
+        float p = ok ? fexp(s * scale - Ls[w]) : 0.0f;
+        Ps[w * BK + lane] = p;
+        Ds[w * BK + lane] = ok ? p * (dp - Dd[w]) : 0.0f;
+      }
+      __syncthreads();
+      for (int jj = 0; jj < KEYS; jj++) {
+        int j = w * KEYS + jj;
+        for (int r = 0; r < WARPS; r++) {
+          float pj = Ps[r * BK + j], dsj = Ds[r * BK + j];
+          for (int c = 0; c < DC; c++) {
+            int d = lane + 32 * c;
+            if (d < dh) {
+              gv[jj][c] += pj * Os[r * dh + d];
+              gk[jj][c] += dsj * Qs[r * dh + d];
+            }
+          }
+        }
+      }
+    }
+  }
+  for (int jj = 0; jj < KEYS; jj++) {
+    int64_t kj = k0 + w * KEYS + jj;
+    if (kj >= a.sq) continue;
+    for (int c = 0; c < DC; c++) {
+      int d = lane + 32 * c;
+      if (d >= dh) continue;
+      if (dk) put(&dk[kvoff + kj * a.kv_row + d], gk[jj][c] * scale, acc);
+      if (dv) put(&dv[kvoff + kj * a.kv_row + d], gv[jj][c], acc);
+    }
+  }
+}
+
+static size_t dkv_smem(int64_t dh) {
+  return (size_t)(2 * BK * (dh + 1) + 2 * WARPS * dh + 2 * WARPS * BK + 2 * WARPS) * sizeof(float);
+}
+
+/* dq of the query rows [q0, q0 + BQ) of head h. */
+template <class T, int DC>
+__global__ void __launch_bounds__(THREADS)
+    k_attn_dq(T *dq, const T *dout, const T *q, const T *k, const T *v, gpu_attn a, float scale, const float *lse,
+              const float *dsum, bool acc) {
+  DYN_SMEM(float, sm);
+  const int dh = (int)a.dh, ld = dh + 1;
+  float *Ks = sm, *Vs = Ks + BK * ld, *Qs = Vs + BK * ld, *Os = Qs + BQ * dh, *Ds = Os + BQ * dh;
+  float *Ls = Ds + BQ * BK, *Dd = Ls + BQ;
+  const int64_t bi = blockIdx.z, h = blockIdx.y, q0 = (int64_t)blockIdx.x * BQ;
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  const T *qb = q + bi * a.q_batch + h * a.dh, *ob = dout + bi * a.o_batch + h * a.dh;
+  const T *kb = k + bi * a.kv_batch + (h / a.r) * a.dh, *vb = v + bi * a.kv_batch + (h / a.r) * a.dh;
+  for (int e = threadIdx.x; e < BQ * dh; e += blockDim.x) {
+    int64_t qi = q0 + e / dh;
+    int d = e % dh;
+    bool in = qi < a.sq;
+    Qs[e] = in ? to_f(qb[qi * a.q_row + d]) * scale : 0.0f;
+    Os[e] = in ? to_f(ob[qi * a.o_row + d]) : 0.0f;
+  }
+  if (threadIdx.x < BQ) {
+    int64_t qi = q0 + threadIdx.x;
+    bool in = qi < a.sq;
+    Ls[threadIdx.x] = in ? lse[(bi * a.hq + h) * a.sq + qi] : 0.0f;
+    Dd[threadIdx.x] = in ? dsum[(bi * a.hq + h) * a.sq + qi] : 0.0f;
+  }
+  float g[ROWS][DC];
+  for (int r = 0; r < ROWS; r++)
+    for (int c = 0; c < DC; c++) g[r][c] = 0.0f;
+  int64_t last = (q0 + BQ < a.sq ? q0 + BQ : a.sq) - 1;
+  for (int64_t k0 = 0; k0 <= last; k0 += BK) {
+    __syncthreads();
+    load_kv(Ks, Vs, kb, vb, k0, a);
+    __syncthreads();
+    float sc[ROWS], dp[ROWS];
+    for (int r = 0; r < ROWS; r++) sc[r] = dp[r] = 0.0f;
+    for (int d = 0; d < dh; d++) {
+      float kd = Ks[lane * ld + d], vd = Vs[lane * ld + d];
+      for (int r = 0; r < ROWS; r++) {
+        sc[r] += Qs[(w * ROWS + r) * dh + d] * kd;
+        dp[r] += Os[(w * ROWS + r) * dh + d] * vd;
+      }
+    }
+    int64_t kj = k0 + lane;
+    for (int r = 0; r < ROWS; r++) {
+      int row = w * ROWS + r;
+      int64_t qi = q0 + row;
+      bool ok = qi < a.sq && kj <= qi && kj < a.sq;
+      float p = ok ? fexp(sc[r] - Ls[row]) : 0.0f;
+      Ds[row * BK + lane] = ok ? p * (dp[r] - Dd[row]) : 0.0f;
+    }
+    __syncwarp();
+    for (int j = 0; j < BK; j++)
+      for (int c = 0; c < DC; c++) {
+        int d = lane + 32 * c;
+        float kd = d < dh ? Ks[j * ld + d] : 0.0f;
+        for (int r = 0; r < ROWS; r++) g[r][c] += Ds[(w * ROWS + r) * BK + j] * kd;
+      }
+  }
+  for (int r = 0; r < ROWS; r++) {
+    int64_t qi = q0 + w * ROWS + r;
+    if (qi >= a.sq) continue;
+    for (int c = 0; c < DC; c++) {
+      int d = lane + 32 * c;
+      if (d < dh) put(&dq[bi * a.q_batch + h * a.dh + qi * a.q_row + d], g[r][c] * scale, acc);
+    }
+  }
+}
+
+static size_t dq_smem(int64_t dh) {
+  return (size_t)(2 * BK * (dh + 1) + 2 * BQ * dh + BQ * BK + 2 * BQ) * sizeof(float);
+}
+
+/* The lanes' share of a head: dimensions lane + 32 c for c < DC. */
+static int dc_for(int64_t dh) {
+  int dc = (int)((dh + 31) / 32);
+  return dc <= 4 ? dc : dc <= 6 ? 6 : 8;
+}
+
+#define WITH_DC(dh, DCV, ...)                                                                  \
+  do {                                                                                         \
+    switch (dc_for(dh)) {                                                                      \
+    case 1: { enum { DCV = 1 }; __VA_ARGS__; } break;                                          \
+    case 2: { enum { DCV = 2 }; __VA_ARGS__; } break;                                          \
+    case 3: { enum { DCV = 3 }; __VA_ARGS__; } break;                                          \
+    case 4: { enum { DCV = 4 }; __VA_ARGS__; } break;                                          \
+    case 6: { enum { DCV = 6 }; __VA_ARGS__; } break;                                          \
+    default: { enum { DCV = 8 }; __VA_ARGS__; } break;                                         \
+    }                                                                                          \
+  } while (0)
+
+void gpu_attention(gpu_stream *s, int dt, void *out, const void *q, const void *k, const void *v, const gpu_attn *a) {
+  if (a->dh <= 0 || a->dh > GPU_ATTN_MAX_DH || a->r <= 0) return;
+  dim3 grid((unsigned)((a->sq + BQ - 1) / BQ), (unsigned)a->hq, (unsigned)a->b);
+  float scale = (float)(1.0 / sqrt((double)a->dh));
+  size_t sm = fwd_smem(a->dh);
+  DISPATCH(dt, T, WITH_DC(a->dh, DC, {
+    allow_smem(k_attn_fwd<T, DC, 0>, sm);
+    launch(k_attn_fwd<T, DC, 0>, grid, THREADS, sm, s, (T *)out, (const T *)q, (const T *)k, (const T *)v, *a, scale,
+           (const T *)NULL, (float *)NULL, (float *)NULL);
+  }));
+}
+
+size_t gpu_attention_backward_ws(const gpu_attn *a) { return (size_t)(2 * a->b * a->hq * a->sq + 1) * sizeof(float); }
+
+void gpu_attention_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, const void *dout, const void *q,
+                            const void *k, const void *v, const gpu_attn *a, bool acc, void *ws) {
+  if (a->dh <= 0 || a->dh > GPU_ATTN_MAX_DH || a->r <= 0 || (!dq && !dk && !dv)) return;
+  float *lse = (float *)ws, *dsum = lse + a->b * a->hq * a->sq;
+  float scale = (float)(1.0 / sqrt((double)a->dh));
+  dim3 gq((unsigned)((a->sq + BQ - 1) / BQ), (unsigned)a->hq, (unsigned)a->b);
+  dim3 gk((unsigned)((a->sq + BK - 1) / BK), (unsigned)(a->hq / a->r), (unsigned)a->b);
+  size_t s1 = fwd_smem(a->dh), s2 = dkv_smem(a->dh), s3 = dq_smem(a->dh);
+  DISPATCH(dt, T, WITH_DC(a->dh, DC, {
+    allow_smem(k_attn_fwd<T, DC, 1>, s1);
+    launch(k_attn_fwd<T, DC, 1>, gq, THREADS, s1, s, (T *)NULL, (const T *)q, (const T *)k, (const T *)v, *a, scale,
+           (const T *)dout, lse, dsum);
+    if (dk || dv) {
+      allow_smem(k_attn_dkv<T, DC>, s2);
+      launch(k_attn_dkv<T, DC>, gk, THREADS, s2, s, (T *)dk, (T *)dv, (const T *)dout, (const T *)q, (const T *)k,
+             (const T *)v, *a, scale, (const float *)lse, (const float *)dsum, acc);
+    }
+    if (dq) {
+      allow_smem(k_attn_dq<T, DC>, s3);
+      launch(k_attn_dq<T, DC>, gq, THREADS, s3, s, (T *)dq, (const T *)dout, (const T *)q, (const T *)k,
+             (const T *)v, *a, scale, (const float *)lse, (const float *)dsum, acc);
+    }
+  }));
+}

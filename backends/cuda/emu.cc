@@ -1,0 +1,379 @@
+/* emu.cc - the CUDA execution model on the CPU (emu.h): blocks of fibers,
+ * barriers and shuffles, streams that run their queued work in a random
+ * order the events allow. Built only into the emulated backend. */
+#include "emu.h"
+
+#include <sys/mman.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <string>
+#include <vector>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define EMU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define EMU_ASAN 1
+#endif
+#endif
+#ifdef EMU_ASAN
+extern "C" void __sanitizer_start_switch_fiber(void **fake_stack_save, const void *bottom, size_t size);
+extern "C" void __sanitizer_finish_switch_fiber(void *fake_stack_save, const void **bottom_old, size_t *size_old);
+#endif
+
+#if !defined(__x86_64__)
+#include <ucontext.h>
+#endif
+
+emu_thread *emu_self;
+dim3 emu_block_idx, emu_block_dim, emu_grid_dim;
+unsigned char *emu_dyn_smem;
+
+/* The first error of the emulation (a deadlock at barriers); reported by
+ * the runtime's next check (runtime.cu). */
+std::string emu_error;
+
+/* ---- fibers ------------------------------------------------------------------------ */
+
+enum { STACK_BYTES = 256 << 10 };
+
+#if defined(__x86_64__)
+/* Saves the callee-saved registers and the floating-point control words on
+ * this stack, stores the stack pointer in *from and continues on `to`. */
+extern "C" void emu_swap(void **from, void *to);
+asm(".text\n"
+    ".globl emu_swap\n"
+    ".type emu_swap,@function\n"
+    "emu_swap:\n"
+    "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+    "  subq $8, %rsp\n  stmxcsr (%rsp)\n  fnstcw 4(%rsp)\n"
+    "  movq %rsp, (%rdi)\n  movq %rsi, %rsp\n"
+    "  ldmxcsr (%rsp)\n  fldcw 4(%rsp)\n  addq $8, %rsp\n"
+    "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
+    "  ret\n"
+    ".size emu_swap, .-emu_swap\n");
+#endif
+
+struct fiber {
+  emu_thread t;
+  char *stack;
+  bool done;
+#if defined(__x86_64__)
+  void *sp;
+#else
+  ucontext_t ctx;
+#endif
+#ifdef EMU_ASAN
+  void *fake;
+#endif
+};
+
+struct warp_state {
+  int alive, arrived;
+  unsigned gen;
+  uint64_t slot[32];
+};
+
+static struct block_state {
+  std::vector<fiber> f;
+  std::vector<warp_state> w;
+  int n, alive, arrived;
+  unsigned gen;
+  bool progress;
+  const std::function<void()> *body;
+  fiber *cur;
+#if defined(__x86_64__)
+  void *sched_sp;
+#else
+  ucontext_t sched;
+#endif
+#ifdef EMU_ASAN
+  void *sched_fake;
+  const void *sched_bottom;
+  size_t sched_size;
+#endif
+} B;
+
+static std::vector<char *> stacks;
+
+static char *stack_for(int i) {
+  while ((int)stacks.size() <= i) {
+    void *p = mmap(NULL, STACK_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+      fprintf(stderr, "weft: the CUDA emulation cannot map a stack\n");
+      abort();
+    }
+    stacks.push_back((char *)p);
+  }
+  return stacks[i];
+}
+
+/* From a fiber back to the scheduler. */
+static void to_scheduler(bool exiting) {
+  fiber *me = B.cur;
+#ifdef EMU_ASAN
+  __sanitizer_start_switch_fiber(exiting ? NULL : &me->fake, B.sched_bottom, B.sched_size);
+#else
+  (void)exiting;
+#endif
+#if defined(__x86_64__)
+  emu_swap(&me->sp, B.sched_sp);
+#else
+  swapcontext(&me->ctx, &B.sched);
+#endif
+#ifdef EMU_ASAN
+  __sanitizer_finish_switch_fiber(me->fake, &B.sched_bottom, &B.sched_size);
+#endif
+}
+
+static void fiber_exit();
+
+static void fiber_entry() {
+#ifdef EMU_ASAN
+  __sanitizer_finish_switch_fiber(NULL, &B.sched_bottom, &B.sched_size);
+#endif
+  (*B.body)();
+  fiber_exit();
+}
+
+static void release_warp(warp_state *w) {
+  if (w->arrived > 0 && w->arrived == w->alive) {
+    w->arrived = 0;
+    w->gen++;
+  }
+}
+
+static void fiber_exit() {
+  fiber *me = B.cur;
+  me->done = true;
+  B.alive--;
+  B.progress = true;
+  warp_state *w = &B.w[me->t.warp];
+  w->alive--;
+  release_warp(w);
+  if (B.arrived > 0 && B.arrived == B.alive) {
+    B.arrived = 0;
+    B.gen++;
+  }
+  to_scheduler(true);
+  abort();  /* never resumed */
+}
+
+static void fiber_start(fiber *f, int i) {
+  f->stack = stack_for(i);
+  f->done = false;
+#if defined(__x86_64__)
+  uintptr_t top = ((uintptr_t)f->stack + STACK_BYTES) & ~(uintptr_t)15;
+  uint64_t *sp = (uint64_t *)top;
+  *--sp = 0;                            /* where fiber_entry would return */
+  *--sp = (uint64_t)(uintptr_t)fiber_entry;
+  for (int r = 0; r < 6; r++) *--sp = 0; /* rbp rbx r12 r13 r14 r15 */
+  uint32_t csr[2] = {0, 0};
+  asm volatile("stmxcsr %0\n fnstcw %1" : "+m"(csr[0]), "+m"(csr[1]));
+  *--sp = (uint64_t)csr[0] | (uint64_t)csr[1] << 32;
+  f->sp = sp;
+#else
+  getcontext(&f->ctx);
+  f->ctx.uc_stack.ss_sp = f->stack;
+  f->ctx.uc_stack.ss_size = STACK_BYTES;
+  f->ctx.uc_link = NULL;
+  makecontext(&f->ctx, fiber_entry, 0);
+#endif
+}
+
+static void resume(fiber *f) {
+  B.cur = f;
+  emu_self = &f->t;
+#ifdef EMU_ASAN
+  __sanitizer_start_switch_fiber(&B.sched_fake, f->stack, STACK_BYTES);
+#endif
+#if defined(__x86_64__)
+  emu_swap(&B.sched_sp, f->sp);
+#else
+  swapcontext(&B.sched, &f->ctx);
+#endif
+#ifdef EMU_ASAN
+  __sanitizer_finish_switch_fiber(B.sched_fake, NULL, NULL);
+#endif
+}
+
+void emu_syncthreads() {
+  B.progress = true;
+  B.arrived++;
+  unsigned g = B.gen;
+  if (B.arrived == B.alive) {
+    B.arrived = 0;
+    B.gen++;
+    return;
+  }
+  while (B.gen == g) to_scheduler(false);
+}
+
+void emu_syncwarp() {
+  warp_state *w = &B.w[emu_self->warp];
+  B.progress = true;
+  w->arrived++;
+  unsigned g = w->gen;
+  if (w->arrived == w->alive) {
+    w->arrived = 0;
+    w->gen++;
+    return;
+  }
+  while (w->gen == g) to_scheduler(false);
+}
+
+uint64_t emu_exchange(uint64_t mine, int src) {
+  warp_state *w = &B.w[emu_self->warp];
+  w->slot[emu_self->lane] = mine;
+  emu_syncwarp();
+  uint64_t r = w->slot[src & 31];
+  emu_syncwarp();
+  return r;
+}
+
+/* One block: every thread a fiber, round robin until all are done. */
+static bool run_block(const std::function<void()> &body) {
+  int n = (int)(emu_block_dim.x * emu_block_dim.y * emu_block_dim.z);
+  B.f.resize((size_t)n);
+  int nw = (n + 31) / 32;
+  B.w.assign((size_t)nw, warp_state{});
+  for (int i = 0; i < nw; i++) B.w[i].alive = i < nw - 1 ? 32 : n - 32 * (nw - 1);
+  B.n = n, B.alive = n, B.arrived = 0, B.gen = 0, B.body = &body;
+  for (int i = 0; i < n; i++) {
+    fiber *f = &B.f[i];
+    f->t.tid = dim3(i % emu_block_dim.x, i / emu_block_dim.x % emu_block_dim.y, i / (emu_block_dim.x * emu_block_dim.y));
+    f->t.lane = i % 32;
+    f->t.warp = i / 32;
+    fiber_start(f, i);
+  }
+  while (B.alive > 0) {
+    B.progress = false;
+    for (int i = 0; i < n; i++)
+      if (!B.f[i].done) resume(&B.f[i]);
+    if (B.alive > 0 && !B.progress) {
+      char msg[200];
+      snprintf(msg, sizeof msg,
+               "emulated kernel: block (%u, %u, %u): threads wait at barriers the others never reach",
+               emu_block_idx.x, emu_block_idx.y, emu_block_idx.z);
+      if (emu_error.empty()) emu_error = msg;
+      return false;
+    }
+  }
+  emu_self = NULL;
+  return true;
+}
+
+static void run_grid(dim3 grid, dim3 block, size_t smem, const std::function<void()> &body) {
+  if (!emu_error.empty()) return;
+  unsigned threads = block.x * block.y * block.z;
+  if (threads == 0 || threads > 1024 || grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 ||
+      grid.z > 65535) {
+    char msg[160];
+    snprintf(msg, sizeof msg, "emulated launch: invalid configuration (grid %u x %u x %u, block of %u threads)",
+             grid.x, grid.y, grid.z, threads);
+    emu_error = msg;
+    return;
+  }
+  std::vector<unsigned char> dyn(smem + 16, 0xA5);
+  emu_dyn_smem = (unsigned char *)(((uintptr_t)dyn.data() + 15) & ~(uintptr_t)15);
+  emu_grid_dim = grid;
+  emu_block_dim = block;
+  for (unsigned z = 0; z < grid.z; z++)
+    for (unsigned y = 0; y < grid.y; y++)
+      for (unsigned x = 0; x < grid.x; x++) {
+        emu_block_idx = dim3(x, y, z);
+        if (!run_block(body)) return;
+      }
+}
+
+/* ---- streams ---------------------------------------------------------------------- */
+
+struct emu_op {
+  std::function<void()> fn;   /* empty for a wait */
+  uint64_t wait_for;          /* a wait: the record it waits for (0: none) */
+  uint64_t record;            /* a record: its number */
+};
+
+struct emu_stream {
+  std::deque<emu_op> q;
+};
+
+static emu_stream default_stream;
+static std::vector<emu_stream *> streams = {&default_stream};
+static std::vector<bool> recorded = {true};
+static uint64_t rng_state;
+
+static uint64_t rng() {
+  if (!rng_state) {
+    const char *s = getenv("WEFT_CUDA_EMU_SEED");
+    rng_state = 0x9e3779b97f4a7c15ull * (uint64_t)(s ? strtoull(s, NULL, 10) + 1 : 1);
+  }
+  rng_state ^= rng_state << 13;
+  rng_state ^= rng_state >> 7;
+  rng_state ^= rng_state << 17;
+  return rng_state;
+}
+
+static emu_stream *stream_of(emu_stream *s) { return s ? s : &default_stream; }
+
+void emu_launch(emu_stream *s, dim3 grid, dim3 block, size_t smem, std::function<void()> body) {
+  stream_of(s)->q.push_back(emu_op{[=] { run_grid(grid, block, smem, body); }, 0, 0});
+}
+
+void emu_enqueue(emu_stream *s, std::function<void()> work) { stream_of(s)->q.push_back(emu_op{work, 0, 0}); }
+
+emu_stream *emu_stream_new() {
+  emu_stream *s = new emu_stream;
+  streams.push_back(s);
+  return s;
+}
+
+void emu_drain();
+
+void emu_stream_free(emu_stream *s) {
+  emu_drain();
+  for (size_t i = 0; i < streams.size(); i++)
+    if (streams[i] == s) streams.erase(streams.begin() + (long)i);
+  delete s;
+}
+
+uint64_t emu_record(emu_stream *s) {
+  uint64_t id = recorded.size();
+  recorded.push_back(false);
+  stream_of(s)->q.push_back(emu_op{std::function<void()>(), 0, id});
+  return id;
+}
+
+void emu_wait(emu_stream *s, uint64_t id) {
+  if (id) stream_of(s)->q.push_back(emu_op{std::function<void()>(), id, 0});
+}
+
+/* Runs everything queued, one operation at a time, from a stream drawn at
+ * random among those whose next operation may run. */
+void emu_drain() {
+  std::vector<emu_stream *> ready;
+  for (;;) {
+    ready.clear();
+    bool any = false;
+    for (emu_stream *s : streams) {
+      if (s->q.empty()) continue;
+      any = true;
+      const emu_op &op = s->q.front();
+      if (op.wait_for && !recorded[op.wait_for]) continue;
+      ready.push_back(s);
+    }
+    if (!any) return;
+    if (ready.empty()) {
+      if (emu_error.empty()) emu_error = "emulated streams wait for events that nothing records";
+      for (emu_stream *s : streams) s->q.clear();
+      return;
+    }
+    emu_stream *s = ready[rng() % ready.size()];
+    emu_op op = std::move(s->q.front());
+    s->q.pop_front();
+    if (op.record) recorded[op.record] = true;
+    else if (op.fn) op.fn();
+  }
+}

@@ -1,0 +1,106 @@
+/* emu.h - the CUDA execution model on the CPU, so that the backend's kernels
+ * and executor run in tests on machines without a GPU.
+ *
+ * A kernel's source is compiled as plain C++ against this header. A launch
+ * runs its blocks one after another; the threads of a block are fibers
+ * (each with its own stack) on one OS thread, switched only at barriers
+ * (__syncthreads, __syncwarp, the shuffles), so a block's shared memory is
+ * plain static storage. Threads that wait at different barriers are
+ * reported, not left to hang. Streams keep their work queued until
+ * something waits for it, then run it in an order drawn at random among
+ * those the streams and events allow (WEFT_CUDA_EMU_SEED), so that a
+ * missing wait between two streams shows as a wrong result. */
+#ifndef WEFT_CUDA_EMU_H
+#define WEFT_CUDA_EMU_H
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+
+struct dim3 {
+  unsigned x, y, z;
+  constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+
+/* One emulated thread. */
+struct emu_thread {
+  dim3 tid;
+  int lane, warp;
+};
+
+extern emu_thread *emu_self;
+extern dim3 emu_block_idx, emu_block_dim, emu_grid_dim;
+extern unsigned char *emu_dyn_smem;
+
+#define threadIdx (emu_self->tid)
+#define blockIdx emu_block_idx
+#define blockDim emu_block_dim
+#define gridDim emu_grid_dim
+#define warpSize 32
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __shared__ static
+#define __align__(n) alignas(n)
+#define __restrict__
+
+/* Barriers: every live thread of the block (or warp) arrives, then all go on. */
+void emu_syncthreads();
+void emu_syncwarp();
+#define __syncthreads() emu_syncthreads()
+#define __syncwarp(...) emu_syncwarp()
+
+/* Lane `src` of this thread's warp gets what this thread offers. */
+uint64_t emu_exchange(uint64_t mine, int src);
+
+template <class T> static inline T emu_shfl_from(T v, int src) {
+  static_assert(sizeof(T) <= 8, "a shuffle moves at most 8 bytes");
+  uint64_t bits = 0;
+  std::memcpy(&bits, &v, sizeof(T));
+  bits = emu_exchange(bits, src);
+  T r;
+  std::memcpy(&r, &bits, sizeof(T));
+  return r;
+}
+
+template <class T> static inline T __shfl_sync(unsigned, T v, int src, int width = 32) {
+  int lane = emu_self->lane;
+  return emu_shfl_from(v, (lane & ~(width - 1)) + (src & (width - 1)));
+}
+
+template <class T> static inline T __shfl_xor_sync(unsigned, T v, int mask, int width = 32) {
+  int lane = emu_self->lane, src = lane ^ mask;
+  if ((src & ~(width - 1)) != (lane & ~(width - 1))) src = lane;
+  return emu_shfl_from(v, src);
+}
+
+template <class T> static inline T __shfl_down_sync(unsigned, T v, unsigned delta, int width = 32) {
+  int lane = emu_self->lane, src = lane + (int)delta;
+  if ((src & ~(width - 1)) != (lane & ~(width - 1))) src = lane;
+  return emu_shfl_from(v, src);
+}
+
+/* Threads switch only at barriers: a read-modify-write is atomic. */
+template <class T> static inline T atomicAdd(T *p, T v) {
+  T old = *p;
+  *p = old + v;
+  return old;
+}
+
+static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+static inline float __fdividef(float a, float b) { return a / b; }
+
+/* ---- streams and launches --------------------------------------------------------- */
+
+struct emu_stream;
+/* Queues a block-by-block run of body on s (NULL: the default stream). */
+void emu_launch(emu_stream *s, dim3 grid, dim3 block, size_t smem, std::function<void()> body);
+/* Queues host work on s. */
+void emu_enqueue(emu_stream *s, std::function<void()> work);
+
+#endif

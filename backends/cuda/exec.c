@@ -1,0 +1,1133 @@
+/* exec.c - the CUDA backend's executor (exec.h): the plan of a step
+ * (sched.h) turned into actions on device addresses once, when the program
+ * is opened; then, each step, one host thread enqueues them on the streams
+ * of the virtual devices, waits, and reads the loss.
+ *
+ * An action is a region move or sum (gpu_move, gpu_sum), a clearing, an
+ * operator's kernels (ops.h) or an optimizer step, on addresses that are a
+ * device's pool (or the model inputs) and an offset, fixed for the run. */
+#include "exec.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "gpu.h"
+#include "ops.h"
+#include "sched.h"
+#include "weft/value.h"
+
+enum { ADDR_NONE = -1, ADDR_INPUTS = -2 };
+
+typedef struct caddr {
+  int dev;                /* plan device (its pool), ADDR_INPUTS or ADDR_NONE */
+  int64_t off;
+} caddr;
+
+static const caddr NOWHERE = {ADDR_NONE, 0};
+
+typedef enum { A_MOVE, A_SUM, A_ZERO, A_CALL, A_STEP } act_kind;
+
+typedef struct cact {
+  uint8_t kind;
+  bool add;
+  caddr dst, src;
+  int dst_dt, src_dt;
+  int nsrc;               /* A_SUM: sources in srcs[first .. first + nsrc) */
+  int first;
+  cx_move mv;
+  int64_t bytes;          /* A_ZERO */
+  int idx;                /* A_CALL: calls[idx]; A_STEP: steps[idx] */
+} cact;
+
+typedef struct pcall {
+  ccall c;                /* all but its pointers */
+  caddr in[CX_MAX_INPUTS], din[CX_MAX_INPUTS], out, dy, stats, ws;
+  int slot;               /* the loss share it writes, -1 */
+  int dev;                /* its device: the gemm workspace is in its pool */
+} pcall;
+
+typedef struct pstep {
+  caddr param, master, state, grad;
+  int pdt, gdt, copies;
+  int64_t n;
+} pstep;
+
+typedef struct cvdev {
+  gpu_stream *stream;
+  char *pool;
+  int *slot;              /* per instruction: the loss share it writes, -1 */
+  bool *stepped;          /* per buffer of its program: a parameter a step wrote */
+} cvdev;
+
+struct backend_run {
+  const weft_program *pr;
+  const weft_graph *g;
+  weft_world *w;
+  backend_opts o;
+  const ckernel **kern;   /* per operator */
+  csched s;
+  int gpu;
+  gpu_props props;
+  cvdev *dev;             /* per plan device */
+  int ndev;               /* virtual devices: plan devices with a program */
+  gpu_event **ev;
+  char *inputs;           /* the model inputs, whole, one after another */
+  int64_t *input_off;     /* per tensor, -1 */
+  int64_t input_bytes;
+  double *slots;          /* device: the loss shares of a step */
+  int nslots;
+  int32_t *tables;        /* device: positions of strided dimensions */
+  cx_tables tab;
+  cact *acts;
+  int nacts, acap;
+  caddr *srcs;
+  int nsrcs, scap;
+  pcall *calls;
+  int ncalls, ccap;
+  pstep *steps;
+  int nsteps, stcap;
+  int *first, *count;     /* per stream operation of the plan: its actions */
+  int optim;              /* 0 sgd, 1 adamw */
+  gpu_optim settings;
+  bool inited, failed, sync_each;
+  int64_t need;
+  char perr[512];         /* a failure found while planning */
+  bool pfail;
+};
+
+static int last_failure = 1;
+
+int crun_failure(void) { return last_failure; }
+
+bool crun_fail(char *err, size_t errlen, int status, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+  last_failure = status;
+  return false;
+}
+
+static bool failf(char *err, size_t errlen, int status, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static bool failf(char *err, size_t errlen, int status, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+  last_failure = status;
+  return false;
+}
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+const char *crun_bytes(char *b, size_t n, double x) {
+  const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int i = 0;
+  while (x >= 1024 && i < 4) x /= 1024, i++;
+  snprintf(b, n, i ? "%.2f %s" : "%.0f %s", x, u[i]);
+  return b;
+}
+
+static int64_t align_up(int64_t n) { return (n + CX_ALIGN - 1) / CX_ALIGN * CX_ALIGN; }
+
+static void *addr(const crun *r, caddr a) {
+  if (a.dev == ADDR_NONE) return NULL;
+  if (a.dev == ADDR_INPUTS) return r->inputs + a.off;
+  return r->dev[a.dev].pool + a.off;
+}
+
+/* What an instruction is, for messages. */
+static void ins_name(const crun *r, int dev, int i, char *buf, size_t n) {
+  if (i < 0) {
+    snprintf(buf, n, "device %d", dev);
+    return;
+  }
+  const lins *in = &r->pr->progs[dev].ins[i];
+  static const char *const kinds[] = {"alloc", "free", "compute", "send", "recv", "collective", "step", "copy"};
+  const char *k = in->kind < LI_KIND_COUNT ? kinds[in->kind] : "?";
+  if (in->kind == LI_COMPUTE) {
+    const gop *o = &r->g->ops[lower_compute_op(r->pr, in)];
+    snprintf(buf, n, "device %d, instruction %d (%s %s, %s)", dev, i, in->dir == DIR_BACKWARD ? "backward" : "forward",
+             o->name, o->decl ? o->decl->name : "?");
+  } else if (in->kind == LI_STEP) {
+    snprintf(buf, n, "device %d, instruction %d (step of %s)", dev, i, r->g->tensors[in->tensor].name);
+  } else if (in->kind == LI_ALLOC || in->kind == LI_FREE) {
+    snprintf(buf, n, "device %d, instruction %d (%s of %s)", dev, i, k, r->g->tensors[r->pr->bufs[in->buf].tensor].name);
+  } else {
+    snprintf(buf, n, "device %d, instruction %d (%s of comm %d)", dev, i, k, in->comm);
+  }
+}
+
+/* ---- actions ----------------------------------------------------------------------- */
+
+static cact *new_act(crun *r, int kind) {
+  if (r->nacts == r->acap) {
+    r->acap = r->acap ? 2 * r->acap : 1024;
+    r->acts = cx_grow(r->acts, sizeof(cact) * (size_t)r->acap);
+  }
+  cact *a = &r->acts[r->nacts++];
+  memset(a, 0, sizeof *a);
+  a->kind = (uint8_t)kind;
+  return a;
+}
+
+static bool plan_fail(crun *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static bool plan_fail(crun *r, const char *fmt, ...) {
+  if (r->pfail) return false;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(r->perr, sizeof r->perr, fmt, ap);
+  va_end(ap);
+  r->pfail = true;
+  return false;
+}
+
+/* dst (+)= src over region R (src held as region sr, dst as dr). */
+static bool add_move(crun *r, caddr dst, int ddt, const tregion *dr, caddr src, int sdt, const tregion *sr,
+                     const tregion *R, bool add) {
+  char e[256];
+  cx_move mv;
+  if (!cx_move_build(&mv, &r->tab, R, sr, dr, e, sizeof e)) return plan_fail(r, "%s", e);
+  if (mv.m.total == 0) return true;
+  cact *a = new_act(r, A_MOVE);
+  a->dst = dst, a->dst_dt = ddt, a->src = src, a->src_dt = sdt, a->mv = mv, a->add = add;
+  return true;
+}
+
+static void add_zero(crun *r, caddr dst, int64_t bytes) {
+  cact *a = new_act(r, A_ZERO);
+  a->dst = dst, a->bytes = bytes;
+}
+
+/* The scratch of one instruction: temporaries one after another. */
+typedef struct scratch {
+  int dev;
+  int64_t base, used;
+} scratch;
+
+static caddr take_scratch(scratch *sc, int64_t bytes) {
+  caddr a = {sc->dev, sc->base + sc->used};
+  sc->used += align_up(bytes ? bytes : 1);
+  return a;
+}
+
+static caddr buf_addr(const crun *r, int dev, int buf) { return (caddr){dev, r->s.off[buf]}; }
+
+/* A ref as the kernel reads it: the buffer itself when the ref covers it
+ * in the type wanted, else a temporary the buffer's part is moved into. */
+static caddr ref_in(crun *r, scratch *sc, const lref *ref, int want, bool build) {
+  if (ref->buf < 0) return NOWHERE;
+  const lbuf *b = &r->pr->bufs[ref->buf];
+  if (cx_equal(&b->region, &ref->region) && b->dtype == want) return buf_addr(r, sc->dev, ref->buf);
+  caddr t = take_scratch(sc, cx_numel(&ref->region) * gpu_dtype_size(want));
+  if (build) add_move(r, t, want, &ref->region, buf_addr(r, sc->dev, ref->buf), b->dtype, &b->region, &ref->region, false);
+  return t;
+}
+
+/* ---- computes ------------------------------------------------------------------------ */
+
+static int64_t prep_compute(crun *r, int dev, int i, int64_t base, bool build) {
+  const weft_program *pr = r->pr;
+  const lins *in = &pr->progs[dev].ins[i];
+  int op = lower_compute_op(pr, in);
+  const gop *o = &r->g->ops[op];
+  const ckernel *k = r->kern[op];
+  if (o->ninputs > CX_MAX_INPUTS) return plan_fail(r, "operator %s has more than %d inputs", o->name, CX_MAX_INPUTS), -1;
+  scratch sc = {dev, base, 0};
+  pcall pc;
+  memset(&pc, 0, sizeof pc);
+  ccall *c = &pc.c;
+  c->g = r->g, c->op = op, c->k = k, c->backward = in->dir == DIR_BACKWARD, c->part = in->part;
+  c->dt = ckernel_dtype(r->g, op), c->nin = o->ninputs, c->deterministic = r->o.deterministic;
+  for (int a = 0; a < CX_MAX_INPUTS; a++) pc.in[a] = pc.din[a] = NOWHERE;
+  pc.out = pc.dy = pc.stats = pc.ws = NOWHERE;
+  int nref = in->nin;
+  if (in->part == LP_COMBINE && nref > 0) {
+    const lref *ref = &in->in[--nref];
+    pc.stats = ref_in(r, &sc, ref, GPU_F32, build);
+    c->statsr = &ref->region;
+  }
+  for (int j = 0; j < nref; j++) {
+    const lref *ref = &in->in[j];
+    if (ref->arg >= 0 && ref->arg < c->nin) {
+      pc.in[ref->arg] = ref_in(r, &sc, ref, ckernel_ids(k, ref->arg) ? GPU_I32 : c->dt, build);
+      c->inr[ref->arg] = &ref->region;
+    } else {
+      pc.dy = ref_in(r, &sc, ref, c->dt, build);
+      c->dyr = &ref->region;
+    }
+  }
+  for (int a = 0; a < c->nin; a++)
+    if (!c->inr[a]) return plan_fail(r, "%s: compute without input %d", o->name, a), -1;
+  int out_dt = in->part == LP_STATS ? GPU_F32 : c->dt;
+  bool direct = true;
+  for (int j = 0; j < in->nout; j++) {
+    const lref *ref = &in->out[j];
+    if (ref->buf < 0 || !cx_equal(&pr->bufs[ref->buf].region, &ref->region) || pr->bufs[ref->buf].dtype != out_dt)
+      direct = false;
+  }
+  int first_post = -1;
+  int npost = 0;
+  cact post[CX_MAX_INPUTS + 1];
+  for (int j = 0; j < in->nout; j++) {
+    const lref *ref = &in->out[j];
+    caddr p = NOWHERE;
+    if (ref->buf >= 0) {
+      if (direct) {
+        p = buf_addr(r, dev, ref->buf);
+      } else {
+        p = take_scratch(&sc, cx_numel(&ref->region) * gpu_dtype_size(out_dt));
+        if (build) {
+          const lbuf *b = &pr->bufs[ref->buf];
+          add_zero(r, p, cx_numel(&ref->region) * gpu_dtype_size(out_dt));
+          /* written back after the call */
+          char e[256];
+          cx_move mv;
+          if (!cx_move_build(&mv, &r->tab, &ref->region, &ref->region, &b->region, e, sizeof e))
+            return plan_fail(r, "%s", e), -1;
+          if (npost <= CX_MAX_INPUTS) {
+            cact *a = &post[npost++];
+            memset(a, 0, sizeof *a);
+            a->kind = A_MOVE, a->dst = buf_addr(r, dev, ref->buf), a->dst_dt = b->dtype, a->src = p, a->src_dt = out_dt;
+            a->mv = mv, a->add = in->accumulate;
+          }
+        }
+      }
+    }
+    if (ref->arg < 0) {
+      pc.out = p;
+      c->outr = &ref->region;
+    } else if (ref->arg < c->nin) {
+      pc.din[ref->arg] = p;
+    }
+  }
+  (void)first_post;
+  c->acc = direct ? in->accumulate : false;
+  size_t ws = ccall_ws(c);
+  if (ws) pc.ws = take_scratch(&sc, (int64_t)ws);
+  pc.slot = r->dev[dev].slot ? r->dev[dev].slot[i] : -1;
+  pc.dev = dev;
+  if (build) {
+    if (r->ncalls == r->ccap) {
+      r->ccap = r->ccap ? 2 * r->ccap : 256;
+      r->calls = cx_grow(r->calls, sizeof(pcall) * (size_t)r->ccap);
+    }
+    r->calls[r->ncalls] = pc;
+    cact *a = new_act(r, A_CALL);
+    a->idx = r->ncalls++;
+    for (int j = 0; j < npost; j++) {
+      if (post[j].mv.m.total == 0) continue;
+      *new_act(r, A_MOVE) = post[j];
+    }
+  }
+  return sc.used;
+}
+
+/* ---- copies and steps ------------------------------------------------------------------ */
+
+static int64_t prep_copy(crun *r, int dev, int i, bool build) {
+  const weft_program *pr = r->pr;
+  const lins *in = &pr->progs[dev].ins[i];
+  if (!build || in->nout < 1) return 0;
+  const lbuf *ob = &pr->bufs[in->out[0].buf];
+  for (int j = 0; j < in->nin; j++) {
+    const lref *ref = &in->in[j];
+    const lbuf *ib = &pr->bufs[ref->buf];
+    add_move(r, buf_addr(r, dev, in->out[0].buf), ob->dtype, &ob->region, buf_addr(r, dev, ref->buf), ib->dtype,
+             &ib->region, &ref->region, false);
+  }
+  return 0;
+}
+
+static int64_t prep_step(crun *r, int dev, int i, int64_t base, bool build) {
+  const weft_program *pr = r->pr;
+  const lins *in = &pr->progs[dev].ins[i];
+  if (in->nin < 1 || in->nout < 1) return plan_fail(r, "a step without its gradient or parameter"), -1;
+  const lref *gref = &in->in[0], *pref = &in->out[0], *sref = in->nout > 1 ? &in->out[1] : NULL;
+  const lbuf *gb = &pr->bufs[gref->buf], *pb = &pr->bufs[pref->buf], *sb = sref ? &pr->bufs[sref->buf] : NULL;
+  int need = r->optim == 1 ? 2 : r->settings.momentum != 0.0 ? 1 : 0;
+  if ((sb ? sb->copies : 0) < need)
+    return plan_fail(r, "step of %s: optimizer state missing", r->g->tensors[in->tensor].name), -1;
+  scratch sc = {dev, base, 0};
+  pstep st;
+  memset(&st, 0, sizeof st);
+  st.n = cx_numel(&pref->region);
+  st.pdt = pb->dtype;
+  st.gdt = gb->dtype;
+  st.grad = ref_in(r, &sc, gref, gb->dtype, build);
+  bool pdirect = cx_equal(&pb->region, &pref->region);
+  caddr pbuf = buf_addr(r, dev, pref->buf);
+  st.param = ref_in(r, &sc, pref, pb->dtype, build);
+  int64_t moff = r->s.master[pref->buf];
+  caddr mbuf = {dev, moff};
+  st.master = NOWHERE;
+  if (moff >= 0) {
+    if (pdirect) {
+      st.master = mbuf;
+    } else {
+      st.master = take_scratch(&sc, st.n * 4);
+      if (build) add_move(r, st.master, GPU_F32, &pref->region, mbuf, GPU_F32, &pb->region, &pref->region, false);
+    }
+  }
+  st.copies = need;
+  st.state = NOWHERE;
+  bool sdirect = true;
+  if (sb && need > 0) {
+    sdirect = cx_equal(&sb->region, &sref->region);
+    caddr sbuf = buf_addr(r, dev, sref->buf);
+    int64_t bn = cx_numel(&sb->region);
+    if (sdirect) {
+      st.state = sbuf;
+    } else {
+      st.state = take_scratch(&sc, st.n * need * 4);
+      for (int c = 0; c < need && build; c++)
+        add_move(r, (caddr){dev, st.state.off + c * st.n * 4}, GPU_F32, &sref->region,
+                 (caddr){dev, sbuf.off + c * bn * 4}, GPU_F32, &sb->region, &sref->region, false);
+    }
+  }
+  if (build) {
+    if (r->nsteps == r->stcap) {
+      r->stcap = r->stcap ? 2 * r->stcap : 128;
+      r->steps = cx_grow(r->steps, sizeof(pstep) * (size_t)r->stcap);
+    }
+    r->steps[r->nsteps] = st;
+    cact *a = new_act(r, A_STEP);
+    a->idx = r->nsteps++;
+    if (!pdirect) {
+      add_move(r, pbuf, pb->dtype, &pb->region, st.param, pb->dtype, &pref->region, &pref->region, false);
+      if (moff >= 0) add_move(r, mbuf, GPU_F32, &pb->region, st.master, GPU_F32, &pref->region, &pref->region, false);
+    }
+    if (!sdirect) {
+      caddr sbuf = buf_addr(r, dev, sref->buf);
+      int64_t bn = cx_numel(&sb->region);
+      for (int c = 0; c < need; c++)
+        add_move(r, (caddr){dev, sbuf.off + c * bn * 4}, GPU_F32, &sb->region,
+                 (caddr){dev, st.state.off + c * st.n * 4}, GPU_F32, &sref->region, &sref->region, false);
+    }
+    r->dev[dev].stepped[pref->buf - pr->progs[dev].buf_lo] = true;
+  }
+  return sc.used;
+}
+
+static int64_t ins_ws(void *ctx, int dev, int i) {
+  crun *r = ctx;
+  const lins *in = &r->pr->progs[dev].ins[i];
+  if (in->kind == LI_COMPUTE) return prep_compute(r, dev, i, 0, false);
+  if (in->kind == LI_STEP) return prep_step(r, dev, i, 0, false);
+  return 0;
+}
+
+/* ---- messages ------------------------------------------------------------------------------- */
+
+typedef struct entries {
+  sentry *e;
+  int n;
+  int64_t bytes;
+} entries;
+
+static entries entries_of(const crun *r, const lins *in, int rank) {
+  entries x;
+  int max = 1;
+  if (in->kind == LI_COLLECTIVE) {
+    const pcomm *cm = lower_comm(r->pr, in->comm);
+    max = in->nbucket + 1 > cm->ngroup ? in->nbucket + 1 : cm->ngroup;
+  }
+  x.e = cx_alloc(sizeof(sentry) * (size_t)max);
+  x.n = sched_entries(r->pr, in, rank, x.e, max, &x.bytes);
+  return x;
+}
+
+static void entries_free(entries *x) {
+  sched_entries_free(x->e, x->n);
+  free(x->e);
+}
+
+static caddr msg_at(const crun *r, int msg, int64_t off) {
+  const smsg *m = &r->s.msgs[msg];
+  return (caddr){m->dev, m->off + off};
+}
+
+static void prep_send(crun *r, const sop *so) {
+  const lins *in = &r->pr->progs[so->dev].ins[so->ins];
+  const lref *ref = &in->in[0];
+  const lbuf *b = &r->pr->bufs[ref->buf];
+  add_move(r, msg_at(r, so->arg, 0), b->dtype, &ref->region, buf_addr(r, so->dev, ref->buf), b->dtype, &b->region,
+           &ref->region, false);
+}
+
+/* The send whose message a receive takes: its instruction. */
+static const lins *sender_of(const crun *r, int msg, int *dev) {
+  for (int k = 0; k < r->s.nops; k++) {
+    const sop *o = &r->s.ops[k];
+    if (o->kind == SO_SEND && o->arg == msg) {
+      *dev = o->dev;
+      return &r->pr->progs[o->dev].ins[o->ins];
+    }
+  }
+  return NULL;
+}
+
+static void prep_recv(crun *r, const sop *so) {
+  const lins *in = &r->pr->progs[so->dev].ins[so->ins];
+  int sdev;
+  const lins *snd = sender_of(r, so->arg, &sdev);
+  if (!snd) {
+    plan_fail(r, "comm %d: a receive without its send", in->comm);
+    return;
+  }
+  const lref *ref = &in->out[0];
+  const lbuf *b = &r->pr->bufs[ref->buf];
+  if (cx_numel(&snd->in[0].region) != cx_numel(&ref->region)) {
+    plan_fail(r, "comm %d: %" PRId64 " elements sent, %" PRId64 " expected", in->comm, cx_numel(&snd->in[0].region),
+              cx_numel(&ref->region));
+    return;
+  }
+  add_move(r, buf_addr(r, so->dev, ref->buf), b->dtype, &b->region, msg_at(r, so->arg, 0),
+           r->pr->bufs[snd->in[0].buf].dtype, &ref->region, &ref->region, false);
+}
+
+static void prep_pack(crun *r, const sop *so) {
+  const scoll *c = &r->s.colls[so->arg];
+  const lins *in = &r->pr->progs[so->dev].ins[so->ins];
+  const pcomm *cm = lower_comm(r->pr, in->comm);
+  entries x = entries_of(r, in, so->member);
+  int msg = c->msg[so->member];
+  for (int i = 0; i < x.n; i++) {
+    const lref *src = cm->kind == COMM_BROADCAST ? &in->out[0] : cm->kind == COMM_ALL_REDUCE ? &in->in[i] : &in->in[0];
+    const lbuf *b = &r->pr->bufs[src->buf];
+    add_move(r, msg_at(r, msg, x.e[i].off), x.e[i].dt, &x.e[i].region, buf_addr(r, so->dev, src->buf), b->dtype,
+             &b->region, &x.e[i].region, false);
+  }
+  entries_free(&x);
+}
+
+/* out (+)= the sum over the members that bring data, in group order, of
+ * entry `entry` of their messages, over region R of it. */
+static void add_sum(crun *r, const scoll *c, int entry, const tregion *R, const tregion *held, int dev,
+                    const lref *out) {
+  const lbuf *ob = &r->pr->bufs[out->buf];
+  char e[256];
+  cx_move mv;
+  if (!cx_move_build(&mv, &r->tab, R, held, &ob->region, e, sizeof e)) {
+    plan_fail(r, "%s", e);
+    return;
+  }
+  cact *a = new_act(r, A_SUM);
+  a->dst = buf_addr(r, dev, out->buf), a->dst_dt = ob->dtype, a->mv = mv, a->first = r->nsrcs;
+  a->src_dt = -1;
+  for (int m = 0; m < c->n; m++) {
+    if (c->msg[m] < 0) continue;
+    const lins *min = &r->pr->progs[c->dev[m]].ins[c->ins[m]];
+    entries x = entries_of(r, min, m);
+    if (entry < x.n) {
+      if (a->src_dt >= 0 && a->src_dt != x.e[entry].dt)
+        plan_fail(r, "comm %d: its members hold it in different types", c->comm);
+      a->src_dt = x.e[entry].dt;
+      if (r->nsrcs == r->scap) {
+        r->scap = r->scap ? 2 * r->scap : 256;
+        r->srcs = cx_grow(r->srcs, sizeof(caddr) * (size_t)r->scap);
+      }
+      r->srcs[r->nsrcs++] = msg_at(r, c->msg[m], x.e[entry].off);
+      a->nsrc++;
+    }
+    entries_free(&x);
+  }
+  if (a->src_dt < 0) a->src_dt = ob->dtype;
+  if (a->nsrc > GPU_MAX_SRCS) plan_fail(r, "comm %d: more than %d members bring data", c->comm, GPU_MAX_SRCS);
+}
+
+static void prep_reduce(crun *r, const sop *so) {
+  const scoll *c = &r->s.colls[so->arg];
+  const lins *in = &r->pr->progs[so->dev].ins[so->ins];
+  const pcomm *cm = lower_comm(r->pr, in->comm);
+  int me = so->member;
+  switch (cm->kind) {
+  case COMM_ALL_REDUCE:
+    if (in->nout != in->nbucket + 1) {
+      plan_fail(r, "comm %d: a bucket of %d without a ref each", in->comm, in->nbucket + 1);
+      return;
+    }
+    for (int i = 0; i <= in->nbucket; i++) {
+      const pcomm *ci = lower_comm(r->pr, i ? in->bucket[i - 1] : in->comm);
+      add_sum(r, c, i, &ci->region, &ci->region, so->dev, &in->out[i]);
+    }
+    return;
+  case COMM_REDUCE_SCATTER:
+    add_sum(r, c, 0, &cm->parts[me], &cm->region, so->dev, &in->out[0]);
+    return;
+  case COMM_ALL_GATHER:
+  case COMM_BROADCAST:
+  case COMM_ALL_TO_ALL: {
+    const lbuf *ob = &r->pr->bufs[in->out[0].buf];
+    for (int m = 0; m < c->n; m++) {
+      if (c->msg[m] < 0) continue;
+      if (cm->kind == COMM_BROADCAST && m != c->root) continue;
+      const lins *min = &r->pr->progs[c->dev[m]].ins[c->ins[m]];
+      entries x = entries_of(r, min, m);
+      int k = cm->kind == COMM_ALL_TO_ALL ? me : 0;
+      if (k < x.n)
+        add_move(r, buf_addr(r, so->dev, in->out[0].buf), ob->dtype, &ob->region, msg_at(r, c->msg[m], x.e[k].off),
+                 x.e[k].dt, &x.e[k].region, &x.e[k].region, false);
+      entries_free(&x);
+    }
+    return;
+  }
+  default:
+    plan_fail(r, "comm %d: the CUDA backend does not run this kind of collective", in->comm);
+  }
+}
+
+/* ---- planning ------------------------------------------------------------------------------------ */
+
+typedef struct share {
+  const lins *in;
+  int device, at;
+} share;
+
+static int share_cmp(const void *x, const void *y, void *ctx) {
+  const weft_program *pr = ctx;
+  const share *a = x, *b = y;
+  int oa = lower_compute_op(pr, a->in), ob = lower_compute_op(pr, b->in);
+  if (oa != ob) return oa - ob;
+  if (a->in->mb != b->in->mb) return a->in->mb - b->in->mb;
+  const irange *ra = lower_compute_ranges(pr, a->in), *rb = lower_compute_ranges(pr, b->in);
+  for (int i = 0; i < lower_op_idims(pr, oa); i++) {
+    if (ra[i].lo != rb[i].lo) return ra[i].lo < rb[i].lo ? -1 : 1;
+    if (ra[i].hi != rb[i].hi) return ra[i].hi < rb[i].hi ? -1 : 1;
+  }
+  return a->device != b->device ? a->device - b->device : a->at - b->at;
+}
+
+/* The shares of the loss: one slot per part of a loss operator, written
+ * by the first of its copies (replicas compute the same share). */
+static void loss_slots(crun *r) {
+  const weft_program *pr = r->pr;
+  int n = 0, cap = 16;
+  share *sh = cx_alloc(sizeof(share) * (size_t)cap);
+  for (int dv = 0; dv < pr->nprogs; dv++)
+    for (int i = 0; i < pr->progs[dv].n; i++) {
+      const lins *in = &pr->progs[dv].ins[i];
+      if (in->kind != LI_COMPUTE || in->dir != DIR_FORWARD || in->recompute || in->part == LP_STATS ||
+          !ckernel_is_loss(r->kern[lower_compute_op(pr, in)]))
+        continue;
+      if (n == cap) sh = cx_grow(sh, sizeof(share) * (size_t)(cap *= 2));
+      sh[n++] = (share){in, dv, i};
+    }
+  qsort_r(sh, (size_t)n, sizeof(share), share_cmp, (void *)pr);
+  r->nslots = 0;
+  for (int k = 0; k < n; k++) {
+    bool copy = k > 0 && lower_same_part(pr, sh[k - 1].in, sh[k].in);
+    if (!copy) r->dev[sh[k].device].slot[sh[k].at] = r->nslots++;
+  }
+  free(sh);
+}
+
+bool crun_optimizer(const weft_graph *g, int *kind, gpu_optim *o, char *err, size_t errlen) {
+  if (!g->optimizer) return failf(err, errlen, 1, "model %s does not train: it has no `train` statement", g->name);
+  if (strcmp(g->optimizer, "adamw") == 0) *kind = 1;
+  else if (strcmp(g->optimizer, "sgd") == 0) *kind = 0;
+  else return failf(err, errlen, 1, "the CUDA backend has no optimizer %s", g->optimizer);
+  memset(o, 0, sizeof *o);
+  o->lr = 1e-3, o->beta1 = 0.9, o->beta2 = 0.999, o->eps = 1e-8;
+  const vrecord *a = g->optimizer_args;
+  for (int i = 0; a && i < a->n; i++) {
+    const value *v = &a->vals[i];
+    double x = v->kind == V_FLOAT ? v->f : v->kind == V_INT ? (double)v->i : 0.0;
+    const char *k = a->keys[i];
+    if (strcmp(k, "lr") == 0) o->lr = x;
+    else if (strcmp(k, "beta1") == 0) o->beta1 = x;
+    else if (strcmp(k, "beta2") == 0) o->beta2 = x;
+    else if (strcmp(k, "eps") == 0) o->eps = x;
+    else if (strcmp(k, "weight_decay") == 0) o->weight_decay = x;
+    else if (strcmp(k, "momentum") == 0) o->momentum = x;
+  }
+  return true;
+}
+
+/* The GPU of this process: WEFT_CUDA_DEVICE, or the first. */
+bool crun_gpu(int *gpu, gpu_props *p, char *err, size_t errlen) {
+  char e[400];
+  int n = gpu_count(e, sizeof e);
+  if (n < 0) return failf(err, errlen, 2, "%s", e);
+  const char *env = getenv("WEFT_CUDA_DEVICE");
+  *gpu = env && *env ? atoi(env) : 0;
+  if (*gpu < 0 || *gpu >= n)
+    return failf(err, errlen, 2, "WEFT_CUDA_DEVICE=%s, but there %s %d CUDA device%s", env, n == 1 ? "is" : "are", n,
+                 n == 1 ? "" : "s");
+  if (!gpu_properties(*gpu, p, e, sizeof e) || !gpu_use(*gpu, e, sizeof e))
+    return failf(err, errlen, 2, "device %d: %s", *gpu, e);
+  if (p->major < 8)
+    return failf(err, errlen, 2,
+                 "unsupported GPU: device %d (%s) has compute capability %d.%d; the CUDA backend is built for 8.0 and "
+                 "later",
+                 *gpu, p->name, p->major, p->minor);
+  return true;
+}
+
+bool crun_probe(char *msg, size_t n) {
+  int gpu;
+  gpu_props p;
+  char err[512];
+  if (!crun_gpu(&gpu, &p, err, sizeof err)) {
+    snprintf(msg, n, "%s", err);
+    return false;
+  }
+  char t[32], f[32];
+  snprintf(msg, n, "device %d: %s (compute capability %d.%d), %s, %s free", gpu, p.name, p.major, p.minor,
+           crun_bytes(t, sizeof t, (double)p.total), crun_bytes(f, sizeof f, (double)p.free));
+  return true;
+}
+
+void crun_close(crun *r) {
+  if (!r) return;
+  char e[256];
+  gpu_sync(e, sizeof e);
+  for (int d = 0; r->dev && d < r->pr->nprogs; d++) {
+    cvdev *v = &r->dev[d];
+    gpu_stream_free(v->stream);
+    gpu_free(v->pool);
+    free(v->slot), free(v->stepped);
+  }
+  for (int k = 0; r->ev && k < r->s.nevents; k++) gpu_event_free(r->ev[k]);
+  gpu_free(r->inputs), gpu_free(r->slots), gpu_free(r->tables);
+  sched_free(&r->s);
+  free(r->ev), free(r->dev), free(r->kern), free(r->input_off), free(r->tab.v), free(r->acts), free(r->srcs);
+  free(r->calls), free(r->steps), free(r->first), free(r->count);
+  free(r);
+}
+
+static bool prepare(crun *r) {
+  r->first = cx_alloc(sizeof(int) * (size_t)(r->s.nops + 1));
+  r->count = cx_alloc(sizeof(int) * (size_t)(r->s.nops + 1));
+  for (int k = 0; k < r->s.nops && !r->pfail; k++) {
+    const sop *so = &r->s.ops[k];
+    r->first[k] = r->nacts;
+    const lins *in = so->ins >= 0 ? &r->pr->progs[so->dev].ins[so->ins] : NULL;
+    switch (so->kind) {
+    case SO_ZERO: {
+      const lbuf *b = &r->pr->bufs[so->arg];
+      add_zero(r, buf_addr(r, so->dev, so->arg), b->bytes ? b->bytes : 1);
+      break;
+    }
+    case SO_INPUT: {
+      const lbuf *b = &r->pr->bufs[so->arg];
+      const gtensor *t = &r->g->tensors[b->tensor];
+      dregion dims[GPU_MAX_DIMS];
+      irange iv[GPU_MAX_DIMS];
+      if (t->ndims > GPU_MAX_DIMS || r->input_off[b->tensor] < 0) {
+        plan_fail(r, "input %s cannot be loaded", t->name);
+        break;
+      }
+      tregion whole = cx_whole(t, dims, iv);
+      add_move(r, buf_addr(r, so->dev, so->arg), b->dtype, &b->region, (caddr){ADDR_INPUTS, r->input_off[b->tensor]},
+               t->dtype == DT_I32 ? GPU_I32 : GPU_F32, &whole, &b->region, false);
+      break;
+    }
+    case SO_INS:
+      if (in->kind == LI_COMPUTE) prep_compute(r, so->dev, so->ins, so->ws, true);
+      else if (in->kind == LI_COPY) prep_copy(r, so->dev, so->ins, true);
+      else if (in->kind == LI_STEP) prep_step(r, so->dev, so->ins, so->ws, true);
+      break;
+    case SO_SEND: prep_send(r, so); break;
+    case SO_RECV: prep_recv(r, so); break;
+    case SO_PACK: prep_pack(r, so); break;
+    case SO_REDUCE: prep_reduce(r, so); break;
+    default: break;
+    }
+    r->count[k] = r->nacts - r->first[k];
+  }
+  return !r->pfail;
+}
+
+crun *crun_open(const weft_program *pr, weft_world *w, const backend_opts *o, char *err, size_t errlen) {
+  for (int d = 0; d < pr->nprogs; d++)
+    if (pr->progs[d].n && !pr->progs[d].ins) {
+      failf(err, errlen, 2, "the programs were lowered without their full instructions (lower_opts.full_programs)");
+      return NULL;
+    }
+  const char *np = getenv("OMPI_COMM_WORLD_SIZE");
+  if (!np) np = getenv("PMI_SIZE");
+  if (np && atoi(np) > 1) {
+    failf(err, errlen, 1, "the CUDA backend runs in one process, on one GPU (%s processes were started)", np);
+    return NULL;
+  }
+  crun *r = cx_alloc(sizeof *r);
+  r->pr = pr, r->g = lower_graph(pr), r->w = w, r->o = *o;
+  r->sync_each = getenv("WEFT_CUDA_SYNC") && strcmp(getenv("WEFT_CUDA_SYNC"), "0") != 0;
+  const weft_graph *g = r->g;
+  if (!crun_optimizer(g, &r->optim, &r->settings, err, errlen)) goto fail;
+  r->kern = cx_alloc(sizeof(const ckernel *) * (size_t)(g->nops + 1));
+  r->dev = cx_alloc(sizeof(cvdev) * (size_t)(pr->nprogs + 1));
+  for (int d = 0; d < pr->nprogs; d++) {
+    const lprog *lp = &pr->progs[d];
+    if (!lp->n) continue;
+    r->ndev++;
+    r->dev[d].slot = cx_alloc(sizeof(int) * (size_t)(lp->n + 1));
+    for (int i = 0; i < lp->n; i++) r->dev[d].slot[i] = -1;
+    r->dev[d].stepped = cx_alloc((size_t)(lp->buf_hi - lp->buf_lo + 1));
+    for (int i = 0; i < lp->n; i++) {
+      const lins *in = &lp->ins[i];
+      if (in->kind != LI_COMPUTE) continue;
+      int op = lower_compute_op(pr, in);
+      if (!r->kern[op] && !(r->kern[op] = ckernel_find(g, op, err, errlen))) {
+        last_failure = 1;
+        goto fail;
+      }
+    }
+  }
+  loss_slots(r);
+  /* the model inputs, whole, as the world holds them */
+  r->input_off = cx_alloc(sizeof(int64_t) * (size_t)(g->ntensors + 1));
+  for (int t = 0; t < g->ntensors; t++) {
+    r->input_off[t] = -1;
+    if (g->tensors[t].role != TENSOR_INPUT) continue;
+    r->input_off[t] = r->input_bytes;
+    r->input_bytes += align_up(cx_tensor_numel(&g->tensors[t]) * 4);
+  }
+  csched_cb cb = {r, ins_ws, (int64_t)gpu_gemm_ws()};
+  char e[512];
+  if (!sched_build(&r->s, pr, &cb, e, sizeof e)) {
+    failf(err, errlen, 1, "%s", r->pfail ? r->perr : e);
+    goto fail;
+  }
+  if (!prepare(r)) {
+    failf(err, errlen, 1, "%s", r->perr);
+    goto fail;
+  }
+  if (!crun_gpu(&r->gpu, &r->props, err, errlen)) goto fail;
+  /* everything at once, or nothing */
+  int64_t pools = 0, largest = 0;
+  for (int d = 0; d < pr->nprogs; d++) {
+    pools += align_up(r->s.pool[d]);
+    if (r->s.pool[d] > largest) largest = r->s.pool[d];
+  }
+  r->need = pools + r->input_bytes + align_up((r->nslots + 1) * 8) + align_up(r->tab.n * 4 + 4);
+  if (r->need > r->props.free) {
+    char a[32], b[32], c[32];
+    failf(err, errlen, 2,
+          "device %d (%s): the plan needs %s (%d virtual device%s, pools of up to %s), %s free", r->gpu, r->props.name,
+          crun_bytes(a, sizeof a, (double)r->need), r->ndev, r->ndev == 1 ? "" : "s",
+          crun_bytes(b, sizeof b, (double)largest), crun_bytes(c, sizeof c, (double)r->props.free));
+    goto fail;
+  }
+  for (int d = 0; d < pr->nprogs; d++) {
+    if (!pr->progs[d].n) continue;
+    cvdev *v = &r->dev[d];
+    if (!(v->pool = gpu_alloc((size_t)r->s.pool[d], e, sizeof e))) {
+      failf(err, errlen, 2, "device %d (%s), the pool of plan device %d: %s", r->gpu, r->props.name, d, e);
+      goto fail;
+    }
+    if (!(v->stream = gpu_stream_new(e, sizeof e))) {
+      failf(err, errlen, 2, "device %d: %s", r->gpu, e);
+      goto fail;
+    }
+  }
+  if (!(r->inputs = gpu_alloc((size_t)(r->input_bytes + 4), e, sizeof e)) ||
+      !(r->slots = gpu_alloc((size_t)((r->nslots + 1) * 8), e, sizeof e)) ||
+      !(r->tables = gpu_alloc((size_t)(r->tab.n * 4 + 4), e, sizeof e))) {
+    failf(err, errlen, 2, "device %d (%s): %s", r->gpu, r->props.name, e);
+    goto fail;
+  }
+  r->ev = cx_alloc(sizeof(gpu_event *) * (size_t)(r->s.nevents + 1));
+  for (int k = 0; k < r->s.nevents; k++)
+    if (!(r->ev[k] = gpu_event_new(e, sizeof e))) {
+      failf(err, errlen, 2, "device %d: %s", r->gpu, e);
+      goto fail;
+    }
+  if (r->tab.n && !gpu_upload(r->tables, r->tab.v, (size_t)r->tab.n * 4, NULL, e, sizeof e)) {
+    failf(err, errlen, 2, "device %d: %s", r->gpu, e);
+    goto fail;
+  }
+  return r;
+fail:
+  crun_close(r);
+  return NULL;
+}
+
+void crun_describe(crun *r, char *buf, size_t n) {
+  int64_t peak = 0;
+  for (int d = 0; d < r->pr->nprogs; d++)
+    if (r->pr->progs[d].peak > peak) peak = r->pr->progs[d].peak;
+  char a[32], b[32];
+  snprintf(buf, n, "%s (compute capability %d.%d), %d virtual device%s, %s of device memory (%s free at the start)",
+           r->props.name, r->props.major, r->props.minor, r->ndev, r->ndev == 1 ? "" : "s",
+           crun_bytes(a, sizeof a, (double)r->need), crun_bytes(b, sizeof b, (double)r->props.free));
+}
+
+/* ---- running ------------------------------------------------------------------------------------ */
+
+static bool run_act(crun *r, const cact *a, gpu_stream *s, char *err, size_t errlen) {
+  switch (a->kind) {
+  case A_MOVE: {
+    gpu_rmove m = cx_move_at(&a->mv, r->tables);
+    gpu_move(s, addr(r, a->dst), a->dst_dt, addr(r, a->src), a->src_dt, &m, a->add);
+    return true;
+  }
+  case A_SUM: {
+    gpu_rmove m = cx_move_at(&a->mv, r->tables);
+    gpu_srcs src;
+    src.n = a->nsrc;
+    for (int i = 0; i < a->nsrc && i < GPU_MAX_SRCS; i++) src.p[i] = addr(r, r->srcs[a->first + i]);
+    gpu_sum(s, addr(r, a->dst), a->dst_dt, &src, a->src_dt, &m, a->add);
+    return true;
+  }
+  case A_ZERO:
+    gpu_zero(addr(r, a->dst), (size_t)a->bytes, s);
+    return true;
+  case A_CALL: {
+    const pcall *pc = &r->calls[a->idx];
+    ccall c = pc->c;
+    for (int i = 0; i < c.nin; i++) c.in[i] = addr(r, pc->in[i]), c.din[i] = addr(r, pc->din[i]);
+    c.out = addr(r, pc->out);
+    c.dy = addr(r, pc->dy);
+    c.stats = addr(r, pc->stats);
+    c.ws = addr(r, pc->ws);
+    c.slot = pc->slot >= 0 ? r->slots + pc->slot : NULL;
+    c.gemm_ws = r->dev[pc->dev].pool + r->s.fixed[pc->dev];
+    c.s = s;
+    return ccall_run(&c, err, errlen);
+  }
+  case A_STEP: {
+    const pstep *st = &r->steps[a->idx];
+    float *state = addr(r, st->state);
+    if (r->optim == 1)
+      gpu_adamw(s, addr(r, st->param), st->pdt, addr(r, st->master), state, state + st->n, addr(r, st->grad), st->gdt,
+                st->n, r->w->step + 1, &r->settings);
+    else
+      gpu_sgd(s, addr(r, st->param), st->pdt, addr(r, st->master), st->copies ? state : NULL, addr(r, st->grad),
+              st->gdt, st->n, &r->settings);
+    return true;
+  }
+  default:
+    return true;
+  }
+}
+
+/* Parameters, masters and optimizer state from the world, once. */
+static bool init_state(crun *r, char *err, size_t errlen) {
+  const weft_program *pr = r->pr;
+  const weft_graph *g = r->g;
+  char e[512];
+  int64_t most = 1;
+  for (int b = 0; b < pr->nbufs; b++)
+    if (pr->bufs[b].persistent) {
+      int64_t n = cx_numel(&pr->bufs[b].region) * (pr->bufs[b].copies > 1 ? pr->bufs[b].copies : 1);
+      if (n > most) most = n;
+    }
+  float *host = cx_alloc(sizeof(float) * (size_t)most);
+  float *stage = gpu_alloc(sizeof(float) * (size_t)most, e, sizeof e);
+  if (!stage) {
+    free(host);
+    return failf(err, errlen, 2, "device %d (%s): %s", r->gpu, r->props.name, e);
+  }
+  bool ok = true;
+  for (int d = 0; d < pr->nprogs && ok; d++) {
+    const lprog *lp = &pr->progs[d];
+    if (!lp->n) continue;
+    gpu_stream *s = r->dev[d].stream;
+    for (int b = lp->buf_lo; b < lp->buf_hi && ok; b++) {
+      const lbuf *bf = &pr->bufs[b];
+      if (!bf->persistent) continue;
+      const gtensor *t = &g->tensors[bf->tensor];
+      dregion dims[GPU_MAX_DIMS];
+      irange iv[GPU_MAX_DIMS];
+      char *dst = r->dev[d].pool + r->s.off[b];
+      int64_t n = cx_numel(&bf->region);
+      if (t->ndims > GPU_MAX_DIMS) {
+        ok = failf(err, errlen, 1, "tensor %s has more than %d dimensions", t->name, GPU_MAX_DIMS);
+        break;
+      }
+      tregion whole = cx_whole(t, dims, iv);
+      cx_move mv;
+      cx_tables tab = {0};
+      if (!cx_move_build(&mv, &tab, &bf->region, &whole, &bf->region, e, sizeof e)) {
+        ok = failf(err, errlen, 2, "%s: %s", t->name, e);
+        break;
+      }
+      if (bf->role == LB_PARAM && r->w->param[bf->tensor]) {
+        cx_move_host(host, r->w->param[bf->tensor], &mv, &tab, false);
+        ok = gpu_upload(stage, host, (size_t)n * 4, s, e, sizeof e);
+        if (ok) gpu_convert(s, dst, bf->dtype, stage, GPU_F32, n, false);
+        if (ok && r->s.master[b] >= 0) ok = gpu_upload(r->dev[d].pool + r->s.master[b], host, (size_t)n * 4, s, e, sizeof e);
+        ok = ok && gpu_stream_sync(s, e, sizeof e);
+      } else if (bf->role == LB_STATE && r->w->state[bf->tensor]) {
+        int64_t wn = cx_tensor_numel(t);
+        for (int c = 0; c < bf->copies && ok; c++) {
+          if (c < r->w->state_copies) cx_move_host(host, r->w->state[bf->tensor] + c * wn, &mv, &tab, false);
+          else memset(host, 0, (size_t)n * 4);
+          ok = gpu_upload(dst + c * n * 4, host, (size_t)n * 4, s, e, sizeof e);
+        }
+      } else {
+        gpu_zero(dst, (size_t)(bf->bytes ? bf->bytes : 1), s);
+        ok = gpu_stream_sync(s, e, sizeof e);
+      }
+      free(tab.v);
+      if (!ok && !err[0]) failf(err, errlen, 2, "device %d (%s): %s", r->gpu, r->props.name, e);
+    }
+  }
+  gpu_free(stage);
+  free(host);
+  if (ok) r->inited = true;
+  return ok;
+}
+
+static bool upload_inputs(crun *r, char *err, size_t errlen) {
+  char e[512];
+  for (int t = 0; t < r->g->ntensors; t++) {
+    if (r->input_off[t] < 0 || !r->w->input[t]) continue;
+    if (!gpu_upload(r->inputs + r->input_off[t], r->w->input[t], (size_t)cx_tensor_numel(&r->g->tensors[t]) * 4, NULL, e,
+                    sizeof e))
+      return failf(err, errlen, 2, "device %d (%s): the model input %s: %s", r->gpu, r->props.name,
+                   r->g->tensors[t].name, e);
+  }
+  double *zero = cx_alloc(sizeof(double) * (size_t)(r->nslots + 1));
+  bool ok = gpu_upload(r->slots, zero, sizeof(double) * (size_t)(r->nslots + 1), NULL, e, sizeof e);
+  free(zero);
+  return ok || failf(err, errlen, 2, "device %d (%s): %s", r->gpu, r->props.name, e);
+}
+
+static bool run_step(crun *r, char *err, size_t errlen) {
+  char e[512], what[256];
+  if (!upload_inputs(r, err, errlen)) return false;
+  for (int k = 0; k < r->s.nops; k++) {
+    const sop *so = &r->s.ops[k];
+    gpu_stream *s = r->dev[so->dev].stream;
+    if (so->kind == SO_RECORD) gpu_record(r->ev[so->arg], s);
+    else if (so->kind == SO_WAIT) gpu_wait(s, r->ev[so->arg]);
+    for (int j = 0; j < r->count[k]; j++)
+      if (!run_act(r, &r->acts[r->first[k] + j], s, e, sizeof e)) {
+        ins_name(r, so->dev, so->ins, what, sizeof what);
+        return failf(err, errlen, 1, "%s: %s", what, e);
+      }
+    if (r->count[k] || r->sync_each) {
+      ins_name(r, so->dev, so->ins, what, sizeof what);
+      bool ok = r->sync_each ? gpu_stream_sync(s, e, sizeof e) && gpu_check(what, e, sizeof e) : gpu_check(what, e, sizeof e);
+      if (!ok)
+        return failf(err, errlen, 2, "device %d (%s), %s: %s", r->gpu, r->props.name, what, r->sync_each ? e : e);
+    }
+  }
+  if (!gpu_sync(e, sizeof e))
+    return failf(err, errlen, 2,
+                 "device %d (%s): a kernel of step %" PRId64 " failed: %s (WEFT_CUDA_SYNC=1 names its instruction)",
+                 r->gpu, r->props.name, r->w->step + 1, e);
+  return true;
+}
+
+bool crun_steps(crun *r, int steps, char *err, size_t errlen) {
+  if (r->failed) return failf(err, errlen, 1, "a step of this run failed before");
+  if (steps <= 0) return true;
+  if (!r->inited) {
+    if (!init_state(r, err, errlen)) {
+      r->failed = true;
+      return false;
+    }
+  }
+  double t0 = now();
+  double *loss = cx_alloc(sizeof(double) * (size_t)(r->nslots + 1));
+  for (int s = 0; s < steps; s++) {
+    char e[512];
+    if (!run_step(r, err, errlen) ||
+        !gpu_download(loss, r->slots, sizeof(double) * (size_t)(r->nslots + 1), NULL, e, sizeof e)) {
+      if (!err[0]) failf(err, errlen, 2, "device %d (%s): %s", r->gpu, r->props.name, e);
+      r->failed = true;
+      free(loss);
+      return false;
+    }
+    double sum = 0;
+    for (int i = 0; i < r->nslots; i++) sum += loss[i];
+    double t = now();
+    r->w->step++;
+    if (r->o.on_step) r->o.on_step(r->o.ctx, r->w->step, sum, t - t0);
+    t0 = t;
+  }
+  free(loss);
+  return true;
+}
+
+/* Parameters (their masters when 16-bit) and optimizer state back into
+ * the world, from the buffers the optimizer stepped; copies must agree. */
+bool crun_read(crun *r, char *err, size_t errlen) {
+  const weft_program *pr = r->pr;
+  const weft_graph *g = r->g;
+  if (!r->inited) return true;
+  char e[512];
+  int64_t most = 1;
+  for (int b = 0; b < pr->nbufs; b++) {
+    int64_t n = cx_numel(&pr->bufs[b].region) * (pr->bufs[b].copies > 1 ? pr->bufs[b].copies : 1);
+    if (pr->bufs[b].persistent && n > most) most = n;
+  }
+  float *host = cx_alloc(sizeof(float) * (size_t)most), *before = cx_alloc(sizeof(float) * (size_t)most);
+  float *stage = gpu_alloc(sizeof(float) * (size_t)most, e, sizeof e);
+  float **seen = cx_alloc(sizeof(float *) * (size_t)(g->ntensors + 1));
+  bool ok = stage != NULL;
+  if (!ok) failf(err, errlen, 2, "device %d (%s): %s", r->gpu, r->props.name, e);
+  for (int d = 0; d < pr->nprogs && ok; d++) {
+    const lprog *lp = &pr->progs[d];
+    if (!lp->n) continue;
+    gpu_stream *s = r->dev[d].stream;
+    for (int b = lp->buf_lo; b < lp->buf_hi && ok; b++) {
+      const lbuf *bf = &pr->bufs[b];
+      if (!bf->persistent) continue;
+      bool param = bf->role == LB_PARAM && r->dev[d].stepped[b - lp->buf_lo];
+      if (!param && bf->role != LB_STATE) continue;
+      const gtensor *t = &g->tensors[bf->tensor];
+      dregion dims[GPU_MAX_DIMS];
+      irange iv[GPU_MAX_DIMS];
+      tregion whole = cx_whole(t, dims, iv);
+      int64_t n = cx_numel(&bf->region), wn = cx_tensor_numel(t);
+      cx_move mv;
+      cx_tables tab = {0};
+      if (!cx_move_build(&mv, &tab, &bf->region, &bf->region, &whole, e, sizeof e)) {
+        ok = failf(err, errlen, 2, "%s: %s", t->name, e);
+        break;
+      }
+      char *src = r->dev[d].pool + r->s.off[b];
+      if (param) {
+        if (r->s.master[b] >= 0) src = r->dev[d].pool + r->s.master[b];
+        else gpu_convert(s, stage, GPU_F32, src, bf->dtype, n, false), src = (char *)stage;
+        ok = gpu_download(host, src, (size_t)n * 4, s, e, sizeof e);
+        if (!ok) {
+          failf(err, errlen, 2, "device %d (%s): %s", r->gpu, r->props.name, e);
+          free(tab.v);
+          break;
+        }
+        if (!seen[bf->tensor]) seen[bf->tensor] = cx_alloc(sizeof(float) * (size_t)wn);
+        /* a copy written before must hold the same bits */
+        cx_move back;
+        cx_tables btab = {0};
+        cx_move_build(&back, &btab, &bf->region, &whole, &bf->region, e, sizeof e);
+        float *was = cx_alloc(sizeof(float) * (size_t)n);
+        cx_move_host(before, r->w->param[bf->tensor], &back, &btab, false);
+        cx_move_host(was, seen[bf->tensor], &back, &btab, false);
+        for (int64_t i = 0; i < n && ok; i++)
+          if (was[i] != 0.0f && memcmp(&before[i], &host[i], 4) != 0)
+            ok = failf(err, errlen, 1, "copies of parameter %s differ after the run (%.9g and %.9g on device %d)",
+                       t->name, (double)before[i], (double)host[i], d);
+        free(was);
+        free(btab.v);
+        cx_move_host(r->w->param[bf->tensor], host, &mv, &tab, false);
+        for (int64_t i = 0; i < n; i++) host[i] = 1.0f;
+        cx_move_host(seen[bf->tensor], host, &mv, &tab, false);
+      } else {
+        ok = gpu_download(host, src, (size_t)(n * bf->copies) * 4, s, e, sizeof e);
+        if (!ok) failf(err, errlen, 2, "device %d (%s): %s", r->gpu, r->props.name, e);
+        for (int c = 0; ok && c < bf->copies && c < r->w->state_copies; c++)
+          cx_move_host(r->w->state[bf->tensor] + c * wn, host + c * n, &mv, &tab, false);
+      }
+      free(tab.v);
+    }
+  }
+  for (int t = 0; t < g->ntensors; t++) free(seen[t]);
+  free(seen), free(host), free(before);
+  gpu_free(stage);
+  return ok;
+}

@@ -1,0 +1,257 @@
+/* gpu.h - the CUDA backend's device side behind a plain C header: the
+ * runtime (devices, memory, streams, events) and one launcher per kernel.
+ *
+ * The .cu files behind it are built twice: by nvcc for the GPU
+ * (libweft_cuda.so), and by a C++ compiler against emu.h, which runs the
+ * same kernels on the CPU for the tests (build/cudaemu/libweft_cuda.so).
+ *
+ * Conventions, as the CPU kernels' (backends/cpu/kernels.h):
+ * - tensors are packed row-major in one storage type (gpu_dtype); a kernel
+ *   computes in f32 whatever it stores; ids are int32; statistics f32;
+ * - outputs first, then inputs, then sizes; `acc`: add to the output
+ *   instead of overwriting it; a NULL gradient output is not computed;
+ * - every launcher enqueues on its stream and returns at once: errors are
+ *   read afterwards with gpu_check;
+ * - a launcher that needs scratch memory takes it from `ws` (device
+ *   memory of at least the bytes its *_ws function says), so that a run
+ *   allocates nothing while it steps;
+ * - no kernel uses atomics on floats: every sum is taken in one order, so
+ *   two runs give the same bits. */
+#ifndef WEFT_CUDA_GPU_H
+#define WEFT_CUDA_GPU_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Storage types: the values of weft_dtype (weft/value.h). */
+typedef enum { GPU_F32 = 0, GPU_BF16 = 1, GPU_F16 = 2, GPU_I32 = 3 } gpu_dtype;
+
+static inline int gpu_dtype_size(int dt) { return dt == GPU_BF16 || dt == GPU_F16 ? 2 : 4; }
+
+/* ---- the runtime ------------------------------------------------------------ */
+
+typedef struct gpu_stream gpu_stream;
+typedef struct gpu_event gpu_event;
+
+typedef struct gpu_props {
+  char name[256];
+  int major, minor;        /* compute capability */
+  int sms;                 /* multiprocessors */
+  int64_t total, free;     /* bytes of device memory */
+  size_t smem_optin;       /* shared memory a block may ask for */
+} gpu_props;
+
+/* Whether this library runs kernels on a GPU (0) or emulates them on the CPU (1). */
+int gpu_emulated(void);
+/* Devices there are; -1 with a message (no driver, no device). */
+int gpu_count(char *err, size_t errlen);
+bool gpu_properties(int dev, gpu_props *p, char *err, size_t errlen);
+/* Makes dev current for this thread: every call below acts on it. */
+bool gpu_use(int dev, char *err, size_t errlen);
+/* Device memory; NULL with a message. */
+void *gpu_alloc(size_t bytes, char *err, size_t errlen);
+void gpu_free(void *p);
+gpu_stream *gpu_stream_new(char *err, size_t errlen);
+void gpu_stream_free(gpu_stream *s);
+bool gpu_stream_sync(gpu_stream *s, char *err, size_t errlen);
+gpu_event *gpu_event_new(char *err, size_t errlen);
+void gpu_event_free(gpu_event *e);
+/* Records e at this point of s; a later gpu_wait makes a stream wait for it. */
+void gpu_record(gpu_event *e, gpu_stream *s);
+void gpu_wait(gpu_stream *s, gpu_event *e);
+/* Copies that return when done (host memory need not be pinned). */
+bool gpu_upload(void *dst, const void *src, size_t bytes, gpu_stream *s, char *err, size_t errlen);
+bool gpu_download(void *dst, const void *src, size_t bytes, gpu_stream *s, char *err, size_t errlen);
+void gpu_zero(void *dst, size_t bytes, gpu_stream *s);
+/* The first error since the last call, as "what: CUDA's message"; true
+ * when there is none. Errors of kernels that ran asynchronously show at
+ * the next synchronisation. */
+bool gpu_check(const char *what, char *err, size_t errlen);
+/* Waits for all work of the current device. */
+bool gpu_sync(char *err, size_t errlen);
+
+/* ---- regions: copies and sums of strided parts ------------------------------- */
+
+enum { GPU_MAX_DIMS = 16, GPU_MAX_SRCS = 64 };
+
+/* A move of the elements of region R from one packed holder to another
+ * (docs/program.md, regions). Along dimension d, element i of R sits at
+ * position pos(d, i) of the holder, which is base[d] + i or, for a strided
+ * dimension, table[d][i]; the offset is the sum of pos(d, i) * stride[d].
+ * gpu_rmove_build (rmove.c) fills one and merges dimensions that are
+ * contiguous on both sides. The tables are device memory. */
+typedef struct gpu_side {
+  int64_t stride[GPU_MAX_DIMS];
+  int64_t base[GPU_MAX_DIMS];
+  const int32_t *table[GPU_MAX_DIMS];   /* NULL: base + i */
+} gpu_side;
+
+typedef struct gpu_rmove {
+  int nd;                 /* dimensions after merging, at least 1 */
+  int64_t total;          /* elements moved */
+  int64_t len[GPU_MAX_DIMS];
+  gpu_side src, dst;
+  bool contiguous;        /* both sides hold R whole, packed alike: a plain copy */
+} gpu_rmove;
+
+/* dst (+)= src over the move (src and dst of the given types; i32 only
+ * copies). */
+void gpu_move(gpu_stream *s, void *dst, int dst_dt, const void *src, int src_dt, const gpu_rmove *m, bool add);
+/* dst = the sum of the sources in their order (zeros when there are none),
+ * each source a holder of m.src's layout; computed in f32. */
+typedef struct gpu_srcs {
+  int n;
+  const void *p[GPU_MAX_SRCS];
+} gpu_srcs;
+void gpu_sum(gpu_stream *s, void *dst, int dst_dt, const gpu_srcs *src, int src_dt, const gpu_rmove *m, bool add);
+/* dst[i] (+)= src[i], with conversion. */
+void gpu_convert(gpu_stream *s, void *dst, int dst_dt, const void *src, int src_dt, int64_t n, bool add);
+
+/* ---- matrix products (cuBLASLt) ----------------------------------------------- */
+
+/* Row-major C[m,n] (+)= op(A) op(B) (+ bias[n]), op(A) [m,k] (A stored
+ * [k,m] when ta), op(B) [k,n] (B stored [n,k] when tb); A, B and C with
+ * their own types, accumulated in f32; bias of C's type or NULL. ws:
+ * cuBLASLt's workspace. False with a message when cuBLASLt refuses. */
+bool gpu_gemm(gpu_stream *s, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+              const void *a, int64_t lda, int adt, const void *b, int64_t ldb, int bdt,
+              void *c, int64_t ldc, int cdt, const void *bias, bool acc,
+              void *ws, size_t ws_bytes, bool deterministic, char *err, size_t errlen);
+/* The workspace a gemm is given (bytes). */
+size_t gpu_gemm_ws(void);
+/* dbias[n] (+)= column sums of dy[m,n]. */
+size_t gpu_colsum_ws(int64_t m, int64_t n);
+void gpu_colsum(gpu_stream *s, int dt, void *dbias, const void *dy, int64_t m, int64_t n, bool acc, void *ws);
+
+/* ---- embeddings ------------------------------------------------------------------ */
+
+void gpu_embedding(gpu_stream *s, int dt, void *out, const int32_t *ids, const void *table,
+                   int64_t t, int64_t h, int64_t v_lo, int64_t v_local, bool acc);
+/* Sums in f32: a 16-bit table's gradient goes through ws first. */
+size_t gpu_embedding_backward_ws(int dt, int64_t v_local, int64_t h);
+void gpu_embedding_backward(gpu_stream *s, int dt, void *dtable, const void *dout, const int32_t *ids,
+                            int64_t t, int64_t h, int64_t v_lo, int64_t v_local, bool acc, void *ws);
+void gpu_add_position(gpu_stream *s, int dt, void *y, const void *x, const void *table,
+                      int64_t b, int64_t sq, int64_t h);
+void gpu_add_position_backward(gpu_stream *s, int dt, void *dx, void *dtable, const void *dy,
+                               int64_t b, int64_t sq, int64_t h, bool acc);
+
+/* ---- normalisation ---------------------------------------------------------------- */
+
+void gpu_layernorm(gpu_stream *s, int dt, void *y, const void *x, const void *w, const void *b,
+                   int64_t rows, int64_t h, double eps);
+size_t gpu_layernorm_backward_ws(int64_t rows, int64_t h);
+void gpu_layernorm_backward(gpu_stream *s, int dt, void *dx, void *dw, void *db, const void *dy,
+                            const void *x, const void *w, int64_t rows, int64_t h, double eps, bool acc,
+                            void *ws);
+void gpu_rmsnorm(gpu_stream *s, int dt, void *y, const void *x, const void *w, int64_t rows, int64_t h,
+                 double eps);
+size_t gpu_rmsnorm_backward_ws(int64_t rows, int64_t h);
+void gpu_rmsnorm_backward(gpu_stream *s, int dt, void *dx, void *dw, const void *dy, const void *x,
+                          const void *w, int64_t rows, int64_t h, double eps, bool acc, void *ws);
+
+/* ---- activations and sums ----------------------------------------------------------- */
+
+void gpu_gelu(gpu_stream *s, int dt, void *y, const void *x, int64_t n);
+void gpu_gelu_backward(gpu_stream *s, int dt, void *dx, const void *dy, const void *x, int64_t n, bool acc);
+void gpu_silu(gpu_stream *s, int dt, void *y, const void *x, int64_t n);
+void gpu_silu_backward(gpu_stream *s, int dt, void *dx, const void *dy, const void *x, int64_t n, bool acc);
+void gpu_swiglu(gpu_stream *s, int dt, void *y, const void *gate, const void *up, int64_t n);
+void gpu_swiglu_backward(gpu_stream *s, int dt, void *dgate, void *dup, const void *dy, const void *gate,
+                         const void *up, int64_t n, bool acc);
+/* y = a + b (the residual add); in place allowed. */
+void gpu_add(gpu_stream *s, int dt, void *y, const void *a, const void *b, int64_t n);
+
+/* ---- rotary embedding --------------------------------------------------------------- */
+
+/* As k_rotary: x[b,s,heads*dh], angles in double; sign -1 is the backward. */
+void gpu_rotary(gpu_stream *s, int dt, void *y, const void *x, int64_t b, int64_t sq, int64_t heads, int64_t dh,
+                int64_t pos0, double base, double sign, bool acc);
+
+/* ---- causal attention ------------------------------------------------------------------ */
+
+/* Where the heads are: query head h of batch i at q + i * q_batch + h * dh,
+ * position p a further p * q_row; its key and value head h / r (r query
+ * heads per key/value head: 1 for causal_attention's fused q|k|v); the
+ * result of head h at o + i * o_batch + h * dh + p * o_row. */
+typedef struct gpu_attn {
+  int64_t b, sq, hq, dh, r;
+  int64_t q_row, kv_row, o_row;
+  int64_t q_batch, kv_batch, o_batch;
+} gpu_attn;
+
+/* The largest head the kernels take. */
+enum { GPU_ATTN_MAX_DH = 256 };
+/* out = softmax(q k^T / sqrt(dh), causal) v, FlashAttention's way: key
+ * tiles streamed through shared memory with a running maximum and sum, no
+ * s x s scores anywhere. */
+void gpu_attention(gpu_stream *s, int dt, void *out, const void *q, const void *k, const void *v, const gpu_attn *a);
+size_t gpu_attention_backward_ws(const gpu_attn *a);
+/* dq, dk, dv (+)= the gradients from dout: each row's log-sum-exp and
+ * dout . out recomputed first, then one pass per key tile for dk and dv
+ * and one per query tile for dq (no atomics). */
+void gpu_attention_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, const void *dout, const void *q,
+                            const void *k, const void *v, const gpu_attn *a, bool acc, void *ws);
+
+/* ---- softmax -------------------------------------------------------------------------- */
+
+void gpu_softmax(gpu_stream *s, int dt, void *y, const void *x, int64_t rows, int64_t cols);
+void gpu_softmax_backward(gpu_stream *s, int dt, void *dx, const void *dy, const void *x, int64_t rows,
+                          int64_t cols, bool acc);
+
+/* ---- losses ----------------------------------------------------------------------------- */
+
+/* A loss's share is written to *slot (double, device; NULL: not wanted)
+ * and to out (one value of dt; added when acc). */
+size_t gpu_loss_ws(int64_t rows);
+void gpu_cross_entropy(gpu_stream *s, int dt, double *slot, void *out, const void *logits, const int32_t *labels,
+                       int64_t t, int64_t v, int64_t t_total, bool acc, void *ws);
+/* dlogits (+)= (softmax(logits) - onehot(labels)) / t_total: one kernel,
+ * one read of each row for its maximum and sum, one pass that writes. */
+void gpu_cross_entropy_backward(gpu_stream *s, int dt, void *dlogits, const void *logits, const int32_t *labels,
+                                int64_t t, int64_t v, int64_t t_total, bool acc);
+/* A shard of the vocabulary, columns [v_lo, v_lo + v_local): its
+ * statistics of each row (f32 [t][3]), the loss from the gathered ones
+ * (f32 [t][nshards][3]; `first` the shard that adds it), and its part of
+ * dlogits. */
+void gpu_cross_entropy_stats(gpu_stream *s, int dt, float *stats, const void *logits, const int32_t *labels,
+                             int64_t t, int64_t v_lo, int64_t v_local);
+void gpu_cross_entropy_combine(gpu_stream *s, int dt, double *slot, void *out, const float *stats, int nshards,
+                               int64_t t, int64_t t_total, bool first, bool acc, void *ws);
+void gpu_cross_entropy_shard_backward(gpu_stream *s, int dt, void *dlogits, const void *logits,
+                                      const int32_t *labels, const float *stats, int nshards, int64_t t,
+                                      int64_t v_lo, int64_t v_local, int64_t t_total, bool acc);
+void gpu_mse(gpu_stream *s, int dt, double *slot, void *out, const void *a, const void *b, int64_t n,
+             int64_t n_total, bool acc, void *ws);
+void gpu_mse_backward(gpu_stream *s, int dt, void *da, void *db, const void *a, const void *b, int64_t n,
+                      int64_t n_total, bool acc);
+
+/* ---- optimizers --------------------------------------------------------------------------- */
+
+/* One step on n elements as k_adamw and k_sgd: param of its type; master
+ * f32 (NULL when the parameter is f32 itself: then it is the master): the
+ * step works on the master and rounds it into param; state f32; grad of
+ * its type. */
+typedef struct gpu_optim {
+  double lr, beta1, beta2, eps, weight_decay, momentum;
+} gpu_optim;
+void gpu_adamw(gpu_stream *s, void *param, int pdt, float *master, float *m, float *v, const void *grad, int gdt,
+               int64_t n, int64_t step, const gpu_optim *o);
+void gpu_sgd(gpu_stream *s, void *param, int pdt, float *master, float *buf, const void *grad, int gdt, int64_t n,
+             const gpu_optim *o);
+
+/* ---- what this library holds ---------------------------------------------------------------- */
+
+/* One line per kernel family: what `weft backends --kernels` prints. */
+extern const char *const gpu_kernel_lines[];
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,269 @@
+/* matmul.cu - matrix products through cuBLASLt (f32 with 32F compute; bf16
+ * and f16 operands with f32 accumulation; the bias as cuBLASLt's epilogue)
+ * and the column sums that give bias gradients. CPU reference: gemm,
+ * k_linear and k_linear_backward in backends/cpu/kernels.c.
+ *
+ * cuBLASLt is column-major: the row-major C[m,n] = op(A) op(B) is computed
+ * as the column-major C^T[n,m] = op(B)^T op(A)^T, each row-major matrix
+ * read as its column-major transpose. The emulation computes exactly what
+ * cuBLASLt is asked (column-major, its operands and ops), so that the
+ * tests on the CPU check this mapping. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "common.cuh"
+
+/* A row-major matrix whose k is 0 (or the product's rows): C = 0 unless
+ * acc, plus the bias. */
+template <class T>
+__global__ void k_fill_rows(T *c, int64_t m, int64_t n, int64_t ldc, const T *bias, bool acc) {
+  GRID_STRIDE(e, m * n) {
+    int64_t i = e / n, j = e % n;
+    float v = acc ? to_f(c[i * ldc + j]) : 0.0f;
+    if (bias) v += to_f(bias[j]);
+    c[i * ldc + j] = from_f<T>(v);
+  }
+}
+
+size_t gpu_gemm_ws(void) { return gpu_emulated() ? 0 : (size_t)32 << 20; }
+
+#ifdef WEFT_CUDA_EMU
+
+static float load(const void *p, int dt, int64_t i) {
+  if (dt == GPU_BF16) return to_f(((const bf16 *)p)[i]);
+  if (dt == GPU_F16) return to_f(((const f16 *)p)[i]);
+  return ((const float *)p)[i];
+}
+
+static void store(void *p, int dt, int64_t i, float v) {
+  if (dt == GPU_BF16) ((bf16 *)p)[i] = from_f<bf16>(v);
+  else if (dt == GPU_F16) ((f16 *)p)[i] = from_f<f16>(v);
+  else ((float *)p)[i] = v;
+}
+
+/* Column-major D[M,N] = op(X) op(Y) (+ D) (+ bias[M]), as cublasLtMatmul:
+ * the operands read as cuBLASLt reads them into f32 copies, then summed
+ * over p in order. */
+static void emu_lt_matmul(bool tx, bool ty, int64_t M, int64_t N, int64_t K, const void *x, int64_t ldx, int xdt,
+                          const void *y, int64_t ldy, int ydt, void *d, int64_t ldd, int ddt, const void *bias,
+                          bool beta) {
+  float *a = (float *)malloc(sizeof(float) * (size_t)(M * K + 1));   /* op(X) [M][K] */
+  float *b = (float *)malloc(sizeof(float) * (size_t)(N * K + 1));   /* op(Y)^T [N][K] */
+  float *acc = (float *)malloc(sizeof(float) * (size_t)(M + 1));
+  if (!a || !b || !acc) abort();
+  for (int64_t i = 0; i < M; i++)
+    for (int64_t p = 0; p < K; p++) a[i * K + p] = load(x, xdt, tx ? p + i * ldx : i + p * ldx);
+  for (int64_t j = 0; j < N; j++)
+    for (int64_t p = 0; p < K; p++) b[j * K + p] = load(y, ydt, ty ? j + p * ldy : p + j * ldy);
+  for (int64_t j = 0; j < N; j++) {
+    const float *bj = b + j * K;
+    for (int64_t i = 0; i < M; i++) {
+      const float *ai = a + i * K;
+      float sum = 0.0f;
+      for (int64_t p = 0; p < K; p++) sum += ai[p] * bj[p];
+      acc[i] = sum;
+    }
+    for (int64_t i = 0; i < M; i++) {
+      float v = acc[i];
+      if (beta) v += load(d, ddt, i + j * ldd);
+      if (bias) v += load(bias, ddt, i);
+      store(d, ddt, i + j * ldd, v);
+    }
+  }
+  free(a), free(b), free(acc);
+}
+
+#else
+
+#include <cublasLt.h>
+
+static cudaDataType_t lt_type(int dt) { return dt == GPU_BF16 ? CUDA_R_16BF : dt == GPU_F16 ? CUDA_R_16F : CUDA_R_32F; }
+
+/* Everything cuBLASLt's choice of algorithm depends on. */
+typedef struct gemm_key {
+  int dev;
+  int tx, ty;
+  int64_t M, N, K, ldx, ldy, ldd;
+  int xdt, ydt, ddt;
+  int bias, beta, det;
+  uint32_t align[4];
+  size_t ws;
+} gemm_key;
+
+typedef struct gemm_plan {
+  gemm_key key;
+  cublasLtMatmulDesc_t desc;
+  cublasLtMatrixLayout_t lx, ly, ld;
+  cublasLtMatmulAlgo_t algo;
+} gemm_plan;
+
+static gemm_plan *plans;
+static int nplans, capplans;
+enum { MAX_GPUS = 64 };
+static cublasLtHandle_t handles[MAX_GPUS];
+
+static uint32_t alignment(const void *p) {
+  uintptr_t a = (uintptr_t)p;
+  uint32_t al = 256;
+  while (al > 1 && a % al) al >>= 1;
+  return al;
+}
+
+static bool lt_failed(cublasStatus_t st, const char *what, char *err, size_t errlen) {
+  if (st == CUBLAS_STATUS_SUCCESS) return false;
+  snprintf(err, errlen, "cuBLASLt %s: status %d", what, (int)st);
+  return true;
+}
+
+static gemm_plan *plan_for(const gemm_key *k, char *err, size_t errlen) {
+  for (int i = 0; i < nplans; i++)
+    if (memcmp(&plans[i].key, k, sizeof *k) == 0) return &plans[i];
+  if (k->dev < 0 || k->dev >= MAX_GPUS) {
+    snprintf(err, errlen, "cuBLASLt: device %d out of range", k->dev);
+    return NULL;
+  }
+  if (!handles[k->dev] && lt_failed(cublasLtCreate(&handles[k->dev]), "create", err, errlen)) return NULL;
+  if (nplans == capplans) {
+    capplans = capplans ? 2 * capplans : 32;
+    gemm_plan *np = (gemm_plan *)realloc(plans, (size_t)capplans * sizeof *plans);
+    if (!np) {
+      snprintf(err, errlen, "cuBLASLt: out of host memory");
+      return NULL;
+    }
+    plans = np;
+  }
+  gemm_plan *p = &plans[nplans];
+  memset(p, 0, sizeof *p);
+  p->key = *k;
+  cublasOperation_t ox = k->tx ? CUBLAS_OP_T : CUBLAS_OP_N, oy = k->ty ? CUBLAS_OP_T : CUBLAS_OP_N;
+  if (lt_failed(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "descriptor", err, errlen) ||
+      lt_failed(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ox, sizeof ox), "transa", err,
+                errlen) ||
+      lt_failed(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &oy, sizeof oy), "transb", err,
+                errlen))
+    return NULL;
+  if (k->bias) {
+    cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
+    if (lt_failed(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep), "epilogue",
+                  err, errlen))
+      return NULL;
+  }
+  /* stored shapes: X is M x K (K x M when transposed), Y is K x N (N x K) */
+  if (lt_failed(cublasLtMatrixLayoutCreate(&p->lx, lt_type(k->xdt), k->tx ? k->K : k->M, k->tx ? k->M : k->K, k->ldx),
+                "layout", err, errlen) ||
+      lt_failed(cublasLtMatrixLayoutCreate(&p->ly, lt_type(k->ydt), k->ty ? k->N : k->K, k->ty ? k->K : k->N, k->ldy),
+                "layout", err, errlen) ||
+      lt_failed(cublasLtMatrixLayoutCreate(&p->ld, lt_type(k->ddt), k->M, k->N, k->ldd), "layout", err, errlen))
+    return NULL;
+  cublasLtMatmulPreference_t pref;
+  if (lt_failed(cublasLtMatmulPreferenceCreate(&pref), "preference", err, errlen)) return NULL;
+  uint64_t ws = k->ws;
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+  const cublasLtMatmulPreferenceAttributes_t al[4] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  for (int i = 0; i < 4; i++) cublasLtMatmulPreferenceSetAttribute(pref, al[i], &k->align[i], sizeof k->align[i]);
+  if (k->det) {
+    uint32_t none = CUBLASLT_REDUCTION_SCHEME_NONE;
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &none, sizeof none);
+  }
+  cublasLtMatmulHeuristicResult_t res;
+  int found = 0;
+  cublasStatus_t st =
+      cublasLtMatmulAlgoGetHeuristic(handles[k->dev], p->desc, p->lx, p->ly, p->ld, p->ld, pref, 1, &res, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
+    snprintf(err, errlen,
+             "cuBLASLt has no algorithm for a %lld x %lld x %lld product (types %d %d %d, status %d)",
+             (long long)k->N, (long long)k->M, (long long)k->K, k->xdt, k->ydt, k->ddt, (int)st);
+    return NULL;
+  }
+  p->algo = res.algo;
+  nplans++;
+  return p;
+}
+
+#endif
+
+bool gpu_gemm(gpu_stream *s, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda, int adt,
+              const void *b, int64_t ldb, int bdt, void *c, int64_t ldc, int cdt, const void *bias, bool acc,
+              void *ws, size_t ws_bytes, bool deterministic, char *err, size_t errlen) {
+  if (m == 0 || n == 0) return true;
+  if (k == 0) {
+    DISPATCH(cdt, T, launch(k_fill_rows<T>, blocks_for(m * n, 256), 256, 0, s, (T *)c, m, n, ldc, (const T *)bias, acc));
+    return true;
+  }
+  /* column-major: M = n, N = m; X = B (op tb), Y = A (op ta), D = C */
+#ifdef WEFT_CUDA_EMU
+  (void)ws, (void)ws_bytes, (void)deterministic;
+  emu_enqueue((emu_stream *)s, [=] {
+    emu_lt_matmul(tb, ta, n, m, k, b, ldb, bdt, a, lda, adt, c, ldc, cdt, bias, acc);
+  });
+  return true;
+#else
+  gemm_key key;
+  memset(&key, 0, sizeof key);
+  cudaGetDevice(&key.dev);
+  key.tx = tb, key.ty = ta, key.M = n, key.N = m, key.K = k;
+  key.ldx = ldb, key.ldy = lda, key.ldd = ldc;
+  key.xdt = bdt, key.ydt = adt, key.ddt = cdt;
+  key.bias = bias != NULL, key.beta = acc, key.det = deterministic;
+  key.align[0] = alignment(b), key.align[1] = alignment(a), key.align[2] = key.align[3] = alignment(c);
+  key.ws = ws_bytes;
+  gemm_plan *p = plan_for(&key, err, errlen);
+  if (!p) return false;
+  if (bias && lt_failed(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                       sizeof bias),
+                        "bias", err, errlen))
+    return false;
+  float alpha = 1.0f, beta = acc ? 1.0f : 0.0f;
+  return !lt_failed(cublasLtMatmul(handles[key.dev], p->desc, &alpha, b, p->lx, a, p->ly, &beta, c, p->ld, c, p->ld,
+                                   &p->algo, ws, ws_bytes, (cudaStream_t)s),
+                    "matmul", err, errlen);
+#endif
+}
+
+/* ---- column sums ------------------------------------------------------------------------ */
+
+/* Rows per chunk: at most 128 chunks, each of at least 64 rows. */
+static int64_t colsum_rows(int64_t m) {
+  int64_t r = (m + 127) / 128;
+  return r < 64 ? 64 : r;
+}
+
+size_t gpu_colsum_ws(int64_t m, int64_t n) {
+  int64_t chunks = (m + colsum_rows(m) - 1) / colsum_rows(m);
+  return (size_t)((chunks < 1 ? 1 : chunks) * n) * sizeof(float);
+}
+
+/* part[c][j] = the sum of column j over chunk c of the rows. */
+template <class T>
+__global__ void k_colsum_part(float *part, const T *dy, int64_t m, int64_t n, int64_t rows) {
+  int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, c = blockIdx.y;
+  if (j >= n) return;
+  int64_t lo = c * rows, hi = lo + rows < m ? lo + rows : m;
+  float sum = 0.0f;
+  for (int64_t i = lo; i < hi; i++) sum += to_f(dy[i * n + j]);
+  part[c * n + j] = sum;
+}
+
+template <class T>
+__global__ void k_colsum_done(T *out, const float *part, int64_t chunks, int64_t n, bool acc) {
+  GRID_STRIDE(j, n) {
+    float sum = 0.0f;
+    for (int64_t c = 0; c < chunks; c++) sum += part[c * n + j];
+    put(&out[j], sum, acc);
+  }
+}
+
+void gpu_colsum(gpu_stream *s, int dt, void *dbias, const void *dy, int64_t m, int64_t n, bool acc, void *ws) {
+  if (n == 0) return;
+  int64_t rows = colsum_rows(m), chunks = (m + rows - 1) / rows;
+  float *part = (float *)ws;
+  DISPATCH(dt, T, {
+    if (chunks > 0)
+      launch(k_colsum_part<T>, dim3((unsigned)((n + 255) / 256), (unsigned)chunks), 256, 0, s, part, (const T *)dy, m,
+             n, rows);
+    launch(k_colsum_done<T>, blocks_for(n, 256), 256, 0, s, (T *)dbias, (const float *)part, chunks, n, acc);
+  });
+}

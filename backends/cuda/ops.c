@@ -1,0 +1,534 @@
+/* ops.c - the operators of the standard library on the GPU: sizes from the
+ * regions of a part (as backends/cpu/xops.c reads them), then launches of
+ * the kernels of gpu.h; one table maps each operator kind to its forward,
+ * backward and, for a cross entropy split along its vocabulary, statistics. */
+#include "ops.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "weft/value.h"
+
+_Static_assert((int)DT_F32 == (int)GPU_F32 && (int)DT_BF16 == (int)GPU_BF16 && (int)DT_F16 == (int)GPU_F16 &&
+                   (int)DT_I32 == (int)GPU_I32,
+               "gpu_dtype and weft_dtype agree");
+
+/* ---- sizes ---------------------------------------------------------------------------- */
+
+static int64_t ext(const tregion *r, int d) { return cx_dlen(&r->dims[d]); }
+static int64_t last(const tregion *r) { return r->ndims ? ext(r, r->ndims - 1) : 1; }
+static int64_t first(const tregion *r, int d) { return r->dims[d].n ? r->dims[d].iv[0].lo : 0; }
+
+static const gtensor *tensor_of(const ccall *c, int arg) {
+  const gop *o = &c->g->ops[c->op];
+  return &c->g->tensors[arg < 0 ? o->output : o->inputs[arg]];
+}
+
+static int64_t whole_last(const ccall *c, int arg) {
+  const gtensor *t = tensor_of(c, arg);
+  return t->ndims ? t->dims[t->ndims - 1].size : 1;
+}
+
+static int64_t n0(const ccall *c) { return c->nin ? cx_numel(c->inr[0]) : 0; }
+
+/* elements to bytes of the call's type */
+static const void *at(const ccall *c, const void *p, int64_t elems) {
+  return p ? (const char *)p + elems * gpu_dtype_size(c->dt) : NULL;
+}
+
+typedef bool (*ckern)(const ccall *c, char *err, size_t errlen);
+typedef size_t (*cws)(const ccall *c);
+
+struct ckernel {
+  const char *kind;       /* the operator's name in stdlib/ops.plan */
+  ckern forward, backward, stats;
+  cws ws_forward, ws_backward;
+  bool loss;
+  int ids;                /* the argument holding ids, -1 none */
+};
+
+static bool cannot_accumulate(const ccall *c, char *err, size_t errlen) {
+  const gop *o = &c->g->ops[c->op];
+  snprintf(err, errlen, "%s: %s cannot accumulate", o->name, o->decl ? o->decl->name : "");
+  return false;
+}
+
+/* ---- matrix products ------------------------------------------------------------------ */
+
+static void mkn(const ccall *c, bool transposed, int64_t *m, int64_t *k, int64_t *n) {
+  *k = last(c->inr[0]);
+  *m = cx_numel(c->inr[0]) / (*k ? *k : 1);
+  *n = transposed ? ext(c->inr[1], 0) : ext(c->inr[1], 1);
+}
+
+static bool gemm(const ccall *c, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
+                 const void *b, int64_t ldb, void *out, int64_t ldc, const void *bias, bool acc, char *err,
+                 size_t errlen) {
+  char e2[400];
+  if (gpu_gemm(c->s, ta, tb, m, n, k, a, lda, c->dt, b, ldb, c->dt, out, ldc, c->dt, bias, acc, c->gemm_ws,
+               gpu_gemm_ws(), c->deterministic, e2, sizeof e2))
+    return true;
+  snprintf(err, errlen, "%s: %s", c->g->ops[c->op].name, e2);
+  return false;
+}
+
+static bool matmul_forward(const ccall *c, char *err, size_t errlen) {
+  int64_t m, k, n;
+  mkn(c, false, &m, &k, &n);
+  return gemm(c, false, false, m, n, k, c->in[0], k, c->in[1], n, c->out, n, NULL, c->acc, err, errlen);
+}
+
+static bool matmul_backward(const ccall *c, char *err, size_t errlen) {
+  int64_t m, k, n;
+  mkn(c, false, &m, &k, &n);
+  if (c->din[0] && !gemm(c, false, true, m, k, n, c->dy, n, c->in[1], n, c->din[0], k, NULL, c->acc, err, errlen))
+    return false;
+  return !c->din[1] || gemm(c, true, false, k, n, m, c->in[0], k, c->dy, n, c->din[1], n, NULL, c->acc, err, errlen);
+}
+
+static bool matmul_t_forward(const ccall *c, char *err, size_t errlen) {
+  int64_t m, k, n;
+  mkn(c, true, &m, &k, &n);
+  return gemm(c, false, true, m, n, k, c->in[0], k, c->in[1], k, c->out, n, NULL, c->acc, err, errlen);
+}
+
+static bool matmul_t_backward(const ccall *c, char *err, size_t errlen) {
+  int64_t m, k, n;
+  mkn(c, true, &m, &k, &n);
+  if (c->din[0] && !gemm(c, false, false, m, k, n, c->dy, n, c->in[1], k, c->din[0], k, NULL, c->acc, err, errlen))
+    return false;
+  return !c->din[1] || gemm(c, true, false, n, k, m, c->dy, n, c->in[0], k, c->din[1], k, NULL, c->acc, err, errlen);
+}
+
+static bool linear_forward(const ccall *c, char *err, size_t errlen) {
+  int64_t m, k, n;
+  mkn(c, false, &m, &k, &n);
+  return gemm(c, false, false, m, n, k, c->in[0], k, c->in[1], n, c->out, n, c->in[2], c->acc, err, errlen);
+}
+
+static bool linear_backward(const ccall *c, char *err, size_t errlen) {
+  if (!matmul_backward(c, err, errlen)) return false;
+  int64_t m, k, n;
+  mkn(c, false, &m, &k, &n);
+  if (c->din[2]) gpu_colsum(c->s, c->dt, c->din[2], c->dy, m, n, c->acc, c->ws);
+  return true;
+}
+
+static size_t linear_ws_backward(const ccall *c) {
+  int64_t m, k, n;
+  mkn(c, false, &m, &k, &n);
+  return gpu_colsum_ws(m, n);
+}
+
+/* ---- embeddings ------------------------------------------------------------------------- */
+
+static bool embedding_forward(const ccall *c, char *err, size_t errlen) {
+  const tregion *tr = c->inr[1];
+  gpu_embedding(c->s, c->dt, c->out, c->in[0], c->in[1], cx_numel(c->inr[0]), ext(tr, 1), first(tr, 0), ext(tr, 0),
+                c->acc);
+  return true;
+}
+
+static bool embedding_backward(const ccall *c, char *err, size_t errlen) {
+  const tregion *tr = c->inr[1];
+  if (c->din[1])
+    gpu_embedding_backward(c->s, c->dt, c->din[1], c->dy, c->in[0], cx_numel(c->inr[0]), ext(tr, 1), first(tr, 0),
+                           ext(tr, 0), c->acc, c->ws);
+  return true;
+}
+
+static size_t embedding_ws_backward(const ccall *c) {
+  const tregion *tr = c->inr[1];
+  return gpu_embedding_backward_ws(c->dt, ext(tr, 0), ext(tr, 1));
+}
+
+static void bsh(const tregion *xr, int64_t *b, int64_t *s, int64_t *h) {
+  int r = xr->ndims;
+  *h = ext(xr, r - 1), *s = ext(xr, r - 2);
+  *b = *s * *h != 0 ? cx_numel(xr) / (*s * *h) : 0;
+}
+
+static bool add_position_forward(const ccall *c, char *err, size_t errlen) {
+  if (c->acc) return cannot_accumulate(c, err, errlen);
+  int64_t b, s, h;
+  bsh(c->inr[0], &b, &s, &h);
+  gpu_add_position(c->s, c->dt, c->out, c->in[0], c->in[1], b, s, h);
+  return true;
+}
+
+static bool add_position_backward(const ccall *c, char *err, size_t errlen) {
+  int64_t b, s, h;
+  bsh(c->inr[0], &b, &s, &h);
+  gpu_add_position_backward(c->s, c->dt, c->din[0], c->din[1], c->dy, b, s, h, c->acc);
+  return true;
+}
+
+/* ---- normalisation ------------------------------------------------------------------------- */
+
+static void rows_h(const ccall *c, int64_t *rows, int64_t *h) {
+  *h = last(c->inr[0]);
+  *rows = cx_numel(c->inr[0]) / (*h ? *h : 1);
+}
+
+static bool layernorm_forward(const ccall *c, char *err, size_t errlen) {
+  if (c->acc) return cannot_accumulate(c, err, errlen);
+  int64_t rows, h;
+  rows_h(c, &rows, &h);
+  gpu_layernorm(c->s, c->dt, c->out, c->in[0], c->in[1], c->in[2], rows, h, cx_attr(c->g, c->op, "eps", 1e-5));
+  return true;
+}
+
+static bool layernorm_backward(const ccall *c, char *err, size_t errlen) {
+  int64_t rows, h;
+  rows_h(c, &rows, &h);
+  gpu_layernorm_backward(c->s, c->dt, c->din[0], c->din[1], c->din[2], c->dy, c->in[0], c->in[1], rows, h,
+                         cx_attr(c->g, c->op, "eps", 1e-5), c->acc, c->ws);
+  return true;
+}
+
+static size_t layernorm_ws_backward(const ccall *c) {
+  int64_t rows, h;
+  rows_h(c, &rows, &h);
+  return gpu_layernorm_backward_ws(rows, h);
+}
+
+static bool rmsnorm_forward(const ccall *c, char *err, size_t errlen) {
+  if (c->acc) return cannot_accumulate(c, err, errlen);
+  int64_t rows, h;
+  rows_h(c, &rows, &h);
+  gpu_rmsnorm(c->s, c->dt, c->out, c->in[0], c->in[1], rows, h, cx_attr(c->g, c->op, "eps", 1e-6));
+  return true;
+}
+
+static bool rmsnorm_backward(const ccall *c, char *err, size_t errlen) {
+  int64_t rows, h;
+  rows_h(c, &rows, &h);
+  gpu_rmsnorm_backward(c->s, c->dt, c->din[0], c->din[1], c->dy, c->in[0], c->in[1], rows, h,
+                       cx_attr(c->g, c->op, "eps", 1e-6), c->acc, c->ws);
+  return true;
+}
+
+static size_t rmsnorm_ws_backward(const ccall *c) {
+  int64_t rows, h;
+  rows_h(c, &rows, &h);
+  return gpu_rmsnorm_backward_ws(rows, h);
+}
+
+/* ---- elementwise ---------------------------------------------------------------------------- */
+
+static bool gelu_forward(const ccall *c, char *err, size_t errlen) {
+  if (c->acc) return cannot_accumulate(c, err, errlen);
+  gpu_gelu(c->s, c->dt, c->out, c->in[0], n0(c));
+  return true;
+}
+
+static bool gelu_backward(const ccall *c, char *err, size_t errlen) {
+  gpu_gelu_backward(c->s, c->dt, c->din[0], c->dy, c->in[0], n0(c), c->acc);
+  return true;
+}
+
+static bool silu_forward(const ccall *c, char *err, size_t errlen) {
+  if (c->acc) return cannot_accumulate(c, err, errlen);
+  gpu_silu(c->s, c->dt, c->out, c->in[0], n0(c));
+  return true;
+}
+
+static bool silu_backward(const ccall *c, char *err, size_t errlen) {
+  gpu_silu_backward(c->s, c->dt, c->din[0], c->dy, c->in[0], n0(c), c->acc);
+  return true;
+}
+
+static bool swiglu_forward(const ccall *c, char *err, size_t errlen) {
+  gpu_swiglu(c->s, c->dt, c->out, c->in[0], c->in[1], n0(c));
+  return true;
+}
+
+static bool swiglu_backward(const ccall *c, char *err, size_t errlen) {
+  gpu_swiglu_backward(c->s, c->dt, c->din[0], c->din[1], c->dy, c->in[0], c->in[1], n0(c), c->acc);
+  return true;
+}
+
+static bool add_forward(const ccall *c, char *err, size_t errlen) {
+  gpu_add(c->s, c->dt, c->out, c->in[0], c->in[1], n0(c));
+  return true;
+}
+
+static bool add_backward(const ccall *c, char *err, size_t errlen) {
+  for (int i = 0; i < 2; i++)
+    if (c->din[i]) gpu_convert(c->s, c->din[i], c->dt, c->dy, c->dt, n0(c), c->acc);
+  return true;
+}
+
+static bool softmax_forward(const ccall *c, char *err, size_t errlen) {
+  int64_t v = last(c->inr[0]);
+  gpu_softmax(c->s, c->dt, c->out, c->in[0], v ? n0(c) / v : 0, v);
+  return true;
+}
+
+static bool softmax_backward(const ccall *c, char *err, size_t errlen) {
+  int64_t v = last(c->inr[0]);
+  gpu_softmax_backward(c->s, c->dt, c->din[0], c->dy, c->in[0], v ? n0(c) / v : 0, v, c->acc);
+  return true;
+}
+
+/* ---- rotary ---------------------------------------------------------------------------------- */
+
+typedef struct rot_sizes {
+  int64_t b, s, heads, dh, pos0;
+  double base;
+} rot_sizes;
+
+static rot_sizes rotary_sizes(const ccall *c) {
+  const tregion *xr = c->inr[0];
+  int r = xr->ndims;
+  rot_sizes z;
+  int64_t heads_all = (int64_t)cx_attr(c->g, c->op, "n", 1);
+  z.dh = whole_last(c, 0) / heads_all;
+  z.heads = ext(xr, r - 1) / z.dh;
+  z.s = ext(xr, r - 2);
+  z.b = z.s * z.heads * z.dh != 0 ? cx_numel(xr) / (z.s * z.heads * z.dh) : 0;
+  z.pos0 = first(xr, r - 2);
+  z.base = cx_attr(c->g, c->op, "base", 10000.0);
+  return z;
+}
+
+static bool rotary_forward(const ccall *c, char *err, size_t errlen) {
+  rot_sizes z = rotary_sizes(c);
+  gpu_rotary(c->s, c->dt, c->out, c->in[0], z.b, z.s, z.heads, z.dh, z.pos0, z.base, 1.0, false);
+  return true;
+}
+
+static bool rotary_backward(const ccall *c, char *err, size_t errlen) {
+  rot_sizes z = rotary_sizes(c);
+  gpu_rotary(c->s, c->dt, c->din[0], c->dy, z.b, z.s, z.heads, z.dh, z.pos0, z.base, -1.0, c->acc);
+  return true;
+}
+
+/* ---- attention ------------------------------------------------------------------------------- */
+
+/* causal_attention: qkv [b, s, (3 heads dh)] with the part's heads */
+static gpu_attn causal_geometry(const ccall *c) {
+  const tregion *qr = c->inr[0];
+  int r = qr->ndims;
+  int64_t heads_all = (int64_t)cx_attr(c->g, c->op, "n", 1);
+  gpu_attn a;
+  a.dh = whole_last(c, 0) / (3 * heads_all);
+  a.hq = ext(qr, r - 1) / (3 * a.dh);
+  a.sq = ext(qr, r - 2);
+  a.b = a.sq * 3 * a.hq * a.dh != 0 ? cx_numel(qr) / (a.sq * 3 * a.hq * a.dh) : 0;
+  a.r = 1;
+  a.q_row = a.kv_row = 3 * a.hq * a.dh;
+  a.o_row = a.hq * a.dh;
+  a.q_batch = a.kv_batch = a.sq * a.q_row;
+  a.o_batch = a.sq * a.o_row;
+  return a;
+}
+
+static bool causal_attention_forward(const ccall *c, char *err, size_t errlen) {
+  gpu_attn a = causal_geometry(c);
+  if (a.dh > GPU_ATTN_MAX_DH) {
+    snprintf(err, errlen, "%s: heads of %lld (the CUDA backend's attention takes at most %d)", c->g->ops[c->op].name,
+             (long long)a.dh, GPU_ATTN_MAX_DH);
+    return false;
+  }
+  int64_t c3 = a.hq * a.dh;
+  gpu_attention(c->s, c->dt, c->out, c->in[0], at(c, c->in[0], c3), at(c, c->in[0], 2 * c3), &a);
+  return true;
+}
+
+static bool causal_attention_backward(const ccall *c, char *err, size_t errlen) {
+  if (!c->din[0]) return true;
+  gpu_attn a = causal_geometry(c);
+  int64_t c3 = a.hq * a.dh;
+  void *dq = c->din[0];
+  gpu_attention_backward(c->s, c->dt, dq, (void *)at(c, dq, c3), (void *)at(c, dq, 2 * c3), c->dy, c->in[0],
+                         at(c, c->in[0], c3), at(c, c->in[0], 2 * c3), &a, c->acc, c->ws);
+  return true;
+}
+
+static size_t causal_attention_ws_backward(const ccall *c) {
+  gpu_attn a = causal_geometry(c);
+  return gpu_attention_backward_ws(&a);
+}
+
+/* gqa_attention: k [b, s, (g dh)] with the part's groups; r query heads per group */
+static gpu_attn gqa_geometry(const ccall *c) {
+  const tregion *kr = c->inr[1];
+  int r = kr->ndims;
+  int64_t g = (int64_t)cx_attr(c->g, c->op, "g", 1);
+  gpu_attn a;
+  a.r = (int64_t)cx_attr(c->g, c->op, "r", 1);
+  a.dh = whole_last(c, 1) / g;
+  int64_t gl = ext(kr, r - 1) / a.dh;
+  a.sq = ext(kr, r - 2);
+  a.b = a.sq * gl * a.dh != 0 ? cx_numel(kr) / (a.sq * gl * a.dh) : 0;
+  a.hq = gl * a.r;
+  a.q_row = a.o_row = a.hq * a.dh;
+  a.kv_row = gl * a.dh;
+  a.q_batch = a.o_batch = a.sq * a.q_row;
+  a.kv_batch = a.sq * a.kv_row;
+  return a;
+}
+
+static bool gqa_attention_forward(const ccall *c, char *err, size_t errlen) {
+  gpu_attn a = gqa_geometry(c);
+  if (a.dh > GPU_ATTN_MAX_DH) {
+    snprintf(err, errlen, "%s: heads of %lld (the CUDA backend's attention takes at most %d)", c->g->ops[c->op].name,
+             (long long)a.dh, GPU_ATTN_MAX_DH);
+    return false;
+  }
+  gpu_attention(c->s, c->dt, c->out, c->in[0], c->in[1], c->in[2], &a);
+  return true;
+}
+
+static bool gqa_attention_backward(const ccall *c, char *err, size_t errlen) {
+  gpu_attn a = gqa_geometry(c);
+  gpu_attention_backward(c->s, c->dt, c->din[0], c->din[1], c->din[2], c->dy, c->in[0], c->in[1], c->in[2], &a,
+                         c->acc, c->ws);
+  return true;
+}
+
+static size_t gqa_attention_ws_backward(const ccall *c) {
+  gpu_attn a = gqa_geometry(c);
+  return gpu_attention_backward_ws(&a);
+}
+
+/* ---- losses ------------------------------------------------------------------------------------ */
+
+typedef struct ce_sizes {
+  int64_t t, v, v_lo, t_total;
+  bool split;
+} ce_sizes;
+
+static ce_sizes ce_sizes_of(const ccall *c) {
+  const tregion *lr = c->inr[0];
+  ce_sizes s = {cx_numel(c->inr[1]), last(lr), lr->ndims ? first(lr, lr->ndims - 1) : 0,
+                cx_tensor_numel(tensor_of(c, 1)), false};
+  s.split = s.v < whole_last(c, 0);
+  return s;
+}
+
+static bool ce_stats(const ccall *c, char *err, size_t errlen) {
+  ce_sizes s = ce_sizes_of(c);
+  gpu_cross_entropy_stats(c->s, c->dt, c->out, c->in[0], c->in[1], s.t, s.v_lo, s.v);
+  return true;
+}
+
+static bool ce_need_stats(const ccall *c, char *err, size_t errlen) {
+  if (c->part == LP_COMBINE && c->stats) return true;
+  snprintf(err, errlen, "%s: a shard of the vocabulary without the statistics of the other shards",
+           c->g->ops[c->op].name);
+  return false;
+}
+
+static bool ce_forward(const ccall *c, char *err, size_t errlen) {
+  ce_sizes s = ce_sizes_of(c);
+  if (!s.split) {
+    gpu_cross_entropy(c->s, c->dt, c->slot, c->out, c->in[0], c->in[1], s.t, s.v, s.t_total, c->acc, c->ws);
+    return true;
+  }
+  if (!ce_need_stats(c, err, errlen)) return false;
+  gpu_cross_entropy_combine(c->s, c->dt, c->slot, c->out, c->stats, (int)(last(c->statsr) / 3), s.t, s.t_total,
+                            s.v_lo == 0, c->acc, c->ws);
+  return true;
+}
+
+static bool ce_backward(const ccall *c, char *err, size_t errlen) {
+  if (!c->din[0]) return true;
+  ce_sizes s = ce_sizes_of(c);
+  if (!s.split) {
+    gpu_cross_entropy_backward(c->s, c->dt, c->din[0], c->in[0], c->in[1], s.t, s.v, s.t_total, c->acc);
+    return true;
+  }
+  if (!ce_need_stats(c, err, errlen)) return false;
+  gpu_cross_entropy_shard_backward(c->s, c->dt, c->din[0], c->in[0], c->in[1], c->stats, (int)(last(c->statsr) / 3),
+                                   s.t, s.v_lo, s.v, s.t_total, c->acc);
+  return true;
+}
+
+static size_t ce_ws_forward(const ccall *c) { return gpu_loss_ws(ce_sizes_of(c).t); }
+
+static bool mse_forward(const ccall *c, char *err, size_t errlen) {
+  gpu_mse(c->s, c->dt, c->slot, c->out, c->in[0], c->in[1], n0(c), cx_tensor_numel(tensor_of(c, 0)), c->acc, c->ws);
+  return true;
+}
+
+static bool mse_backward(const ccall *c, char *err, size_t errlen) {
+  gpu_mse_backward(c->s, c->dt, c->din[0], c->din[1], c->in[0], c->in[1], n0(c), cx_tensor_numel(tensor_of(c, 0)),
+                   c->acc);
+  return true;
+}
+
+static size_t mse_ws_forward(const ccall *c) { return gpu_loss_ws(0); }
+
+/* ---- the table ------------------------------------------------------------------------------------ */
+
+#define KERNELS(name) #name, name##_forward, name##_backward, NULL
+
+static const ckernel kernels[] = {
+    {KERNELS(matmul), NULL, NULL, false, -1},
+    {KERNELS(matmul_t), NULL, NULL, false, -1},
+    {"linear", linear_forward, linear_backward, NULL, NULL, linear_ws_backward, false, -1},
+    {"qkv_linear", linear_forward, linear_backward, NULL, NULL, linear_ws_backward, false, -1},
+    {KERNELS(embedding), NULL, embedding_ws_backward, false, 0},
+    {KERNELS(add_position), NULL, NULL, false, -1},
+    {KERNELS(layernorm), NULL, layernorm_ws_backward, false, -1},
+    {KERNELS(rmsnorm), NULL, rmsnorm_ws_backward, false, -1},
+    {KERNELS(gelu), NULL, NULL, false, -1},
+    {KERNELS(silu), NULL, NULL, false, -1},
+    {KERNELS(swiglu), NULL, NULL, false, -1},
+    {KERNELS(add), NULL, NULL, false, -1},
+    {KERNELS(softmax), NULL, NULL, false, -1},
+    {KERNELS(rotary), NULL, NULL, false, -1},
+    {KERNELS(causal_attention), NULL, causal_attention_ws_backward, false, -1},
+    {KERNELS(gqa_attention), NULL, gqa_attention_ws_backward, false, -1},
+    {"cross_entropy", ce_forward, ce_backward, ce_stats, ce_ws_forward, NULL, true, 1},
+    {KERNELS(mse), mse_ws_forward, NULL, true, -1},
+};
+
+#undef KERNELS
+
+const ckernel *ckernel_find(const weft_graph *g, int op, char *err, size_t errlen) {
+  const opdecl *d = g->ops[op].decl;
+  if (d && d->native_fwd) {
+    snprintf(err, errlen, "operator %s (%s) runs native code, which the CUDA backend does not run", g->ops[op].name,
+             d->name);
+    return NULL;
+  }
+  for (size_t i = 0; d && i < sizeof kernels / sizeof kernels[0]; i++)
+    if (strcmp(kernels[i].kind, d->name) == 0) return &kernels[i];
+  snprintf(err, errlen, "operator %s (%s) has no kernel on the CUDA backend", g->ops[op].name, d ? d->name : "?");
+  return NULL;
+}
+
+bool ckernel_is_loss(const ckernel *k) { return k && k->loss; }
+
+bool ckernel_ids(const ckernel *k, int arg) { return k->ids == arg; }
+
+int ckernel_dtype(const weft_graph *g, int op) {
+  const gop *o = &g->ops[op];
+  for (int i = 0; i < o->ninputs; i++) {
+    weft_dtype dt = g->tensors[o->inputs[i]].dtype;
+    if (dt != DT_I32) return dt;
+  }
+  weft_dtype dt = g->tensors[o->output].dtype;
+  return dt == DT_I32 ? DT_F32 : dt;
+}
+
+size_t ccall_ws(const ccall *c) {
+  if (c->part == LP_STATS) return 0;
+  cws f = c->backward ? c->k->ws_backward : c->k->ws_forward;
+  return f ? f(c) : 0;
+}
+
+bool ccall_run(const ccall *c, char *err, size_t errlen) {
+  if (c->part == LP_STATS) {
+    if (c->k->stats) return c->k->stats(c, err, errlen);
+    snprintf(err, errlen, "%s: its parts gather no statistics", c->g->ops[c->op].name);
+    return false;
+  }
+  /* a backward without the gradient of its result adds nothing */
+  if (c->backward && !c->dy && !c->k->loss) return true;
+  return (c->backward ? c->k->backward : c->k->forward)(c, err, errlen);
+}

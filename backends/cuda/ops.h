@@ -1,0 +1,57 @@
+/* ops.h - one operator of the model on packed parts in device memory: the
+ * table that maps the operators of stdlib/ops.plan to the kernels of gpu.h,
+ * with the sizes read from the parts' regions as the CPU backend reads
+ * them (backends/cpu/xops.c). */
+#ifndef WEFT_CUDA_OPS_H
+#define WEFT_CUDA_OPS_H
+
+#include "cuda/cx.h"
+
+enum { CX_MAX_INPUTS = 16 };
+
+typedef struct ckernel ckernel;
+
+/* The kernels of operator op; NULL with a message when this backend has
+ * none (a native kernel, an operator it does not know). */
+const ckernel *ckernel_find(const weft_graph *g, int op, char *err, size_t errlen);
+bool ckernel_is_loss(const ckernel *k);
+/* The type its kernels compute in and store every floating argument as:
+ * the first floating input's (ids are i32, statistics f32). */
+int ckernel_dtype(const weft_graph *g, int op);
+/* Whether input arg holds ids (int32). */
+bool ckernel_ids(const ckernel *k, int arg);
+
+/* One call, as xcall: pointers are device memory, packed row-major parts
+ * of the regions given, of type dt (ids int32, stats f32). */
+typedef struct ccall {
+  const weft_graph *g;
+  int op;
+  const ckernel *k;
+  bool backward;
+  uint8_t part;                     /* lins_part */
+  int dt;
+  int nin;
+  const void *in[CX_MAX_INPUTS];
+  const tregion *inr[CX_MAX_INPUTS];
+  void *out;                        /* forward: the result; LP_STATS: the statistics */
+  const tregion *outr;
+  const void *dy;                   /* backward: the gradient of the result, NULL: none */
+  const tregion *dyr;
+  void *din[CX_MAX_INPUTS];
+  const float *stats;               /* LP_COMBINE: the gathered statistics */
+  const tregion *statsr;
+  bool acc;
+  double *slot;                     /* a loss's share, NULL: not this copy's to count */
+  void *ws;                         /* ccall_ws bytes */
+  void *gemm_ws;                    /* gpu_gemm_ws() bytes */
+  gpu_stream *s;
+  bool deterministic;
+} ccall;
+
+/* The scratch memory the call's kernels need (the pointers may be NULL). */
+size_t ccall_ws(const ccall *c);
+/* Enqueues the call; false with a message (cuBLASLt refusing a shape, an
+ * operator that cannot accumulate asked to). */
+bool ccall_run(const ccall *c, char *err, size_t errlen);
+
+#endif
