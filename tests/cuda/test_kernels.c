@@ -1,0 +1,614 @@
+/* test_kernels.c - every kernel of the CUDA backend (backends/cuda/gpu.h)
+ * against the CPU backend's kernel it replaces (backends/cpu/kernels.h),
+ * in f32 and bf16, on random inputs of sizes that do not divide the
+ * kernels' tiles. Linked with a libweft_cuda.so: the emulated one in make
+ * check, the real one on a GPU (tests/gpu/run.sh).
+ *
+ * Each check prints its relative L2 error ||gpu - cpu|| / ||cpu|| and its
+ * tolerance: 2e-5 in f32 (the same arithmetic summed in another order),
+ * 1e-2 in bf16 (inputs rounded to bf16 for both sides, the GPU's outputs
+ * rounded once more, 2^-9 relative). Outputs are filled with NaN first, so
+ * an element a kernel does not write fails the check. Exit 1 on a failure. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/kernels.h"
+#include "cuda/cx.h"
+#include "cuda/gpu.h"
+
+static gpu_stream *S;
+static int failures, checks;
+static uint64_t rng_state = 12345;
+
+static double urand(void) {
+  rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+  return (double)(rng_state >> 11) * 0x1p-53;
+}
+
+static float *randn(int64_t n, double scale) {
+  float *x = malloc(sizeof(float) * (size_t)(n + 1));
+  for (int64_t i = 0; i < n; i++) {
+    double u1 = urand() + 1e-12, u2 = urand();
+    x[i] = (float)(scale * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+  }
+  return x;
+}
+
+static float *copy(const float *x, int64_t n) {
+  float *y = malloc(sizeof(float) * (size_t)(n + 1));
+  memcpy(y, x, sizeof(float) * (size_t)n);
+  return y;
+}
+
+/* x rounded to bf16 (to nearest, ties to even), as the GPU stores it */
+static float round_bf16(float v) {
+  uint32_t u;
+  memcpy(&u, &v, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return v;
+  u += 0x7fffu + ((u >> 16) & 1);
+  u &= 0xffff0000u;
+  memcpy(&v, &u, 4);
+  return v;
+}
+
+static void round_all(float *x, int64_t n, int dt) {
+  if (dt == GPU_BF16)
+    for (int64_t i = 0; i < n; i++) x[i] = round_bf16(x[i]);
+}
+
+static void die(const char *what, const char *err) {
+  fprintf(stderr, "test_kernels: %s: %s\n", what, err);
+  exit(2);
+}
+
+/* A device copy of x in type dt. */
+static void *up(const float *x, int64_t n, int dt) {
+  char e[400];
+  void *f = gpu_alloc((size_t)(n + 1) * 4, e, sizeof e), *d = gpu_alloc((size_t)(n + 1) * 4, e, sizeof e);
+  if (!f || !d) die("gpu_alloc", e);
+  if (!gpu_upload(f, x, (size_t)n * 4, S, e, sizeof e)) die("gpu_upload", e);
+  gpu_convert(S, d, dt, f, GPU_F32, n, false);
+  if (!gpu_stream_sync(S, e, sizeof e)) die("convert", e);
+  gpu_free(f);
+  return d;
+}
+
+static int32_t *up_ids(const int32_t *x, int64_t n) {
+  char e[400];
+  int32_t *d = gpu_alloc((size_t)(n + 1) * 4, e, sizeof e);
+  if (!d || !gpu_upload(d, x, (size_t)n * 4, S, e, sizeof e)) die("ids", e);
+  return d;
+}
+
+/* n NaNs of type dt: what a kernel leaves unwritten shows. */
+static void *poisoned(int64_t n, int dt) {
+  float *nan = malloc(sizeof(float) * (size_t)(n + 1));
+  for (int64_t i = 0; i < n; i++) nan[i] = NAN;
+  void *d = up(nan, n, dt);
+  free(nan);
+  return d;
+}
+
+static float *down(const void *d, int64_t n, int dt) {
+  char e[400];
+  float *h = malloc(sizeof(float) * (size_t)(n + 1));
+  void *f = gpu_alloc((size_t)(n + 1) * 4, e, sizeof e);
+  if (!f) die("gpu_alloc", e);
+  gpu_convert(S, f, GPU_F32, d, dt, n, false);
+  if (!gpu_check("kernel", e, sizeof e) || !gpu_download(h, f, (size_t)n * 4, S, e, sizeof e)) die("download", e);
+  gpu_free(f);
+  return h;
+}
+
+static double tol_of(int dt) { return dt == GPU_F32 ? 2e-5 : 1e-2; }
+static const char *dt_name(int dt) { return dt == GPU_F32 ? "f32" : dt == GPU_BF16 ? "bf16" : "f16"; }
+
+/* Compares; frees got. */
+static void expect(const char *what, int dt, float *got, const float *want, int64_t n) {
+  double num = 0, den = 0;
+  int64_t bad = -1;
+  for (int64_t i = 0; i < n; i++) {
+    if (!isfinite(got[i]) && bad < 0) bad = i;
+    double d = (double)got[i] - want[i];
+    num += d * d;
+    den += (double)want[i] * want[i];
+  }
+  double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+  double tol = tol_of(dt);
+  bool ok = bad < 0 && rel <= tol;
+  checks++;
+  if (!ok) failures++;
+  if (bad >= 0)
+    printf("kernel %-44s %-4s FAIL: element %lld is %g (not written, or not finite)\n", what, dt_name(dt), (long long)bad,
+           (double)got[bad]);
+  else
+    printf("kernel %-44s %-4s rel err %.2e (tolerance %.0e) %s\n", what, dt_name(dt), rel, tol, ok ? "ok" : "FAIL");
+  free(got);
+}
+
+static void expect_dev(const char *what, int dt, const void *d, const float *want, int64_t n) {
+  expect(what, dt, down(d, n, dt), want, n);
+}
+
+static void expect_loss(const char *what, int dt, const double *slot, double want) {
+  char e[400];
+  double got = 0;
+  if (!gpu_download(&got, slot, 8, S, e, sizeof e)) die("loss", e);
+  float g = (float)got, w = (float)want;
+  expect(what, dt, copy(&g, 1), &w, 1);
+}
+
+/* ---- the checks --------------------------------------------------------------------------- */
+
+static void check_gemm(int dt, int64_t m, int64_t k, int64_t n) {
+  char e[400], what[80];
+  size_t wsb = gpu_gemm_ws();
+  void *ws = wsb ? gpu_alloc(wsb, e, sizeof e) : NULL;
+  float *a = randn(m * k, 1), *b = randn(k * n, 1), *bt = randn(n * k, 1), *bias = randn(n, 1), *c0 = randn(m * n, 1);
+  round_all(a, m * k, dt), round_all(b, k * n, dt), round_all(bt, n * k, dt), round_all(bias, n, dt), round_all(c0, m * n, dt);
+  void *da = up(a, m * k, dt), *db = up(b, k * n, dt), *dbt = up(bt, n * k, dt), *dbias = up(bias, n, dt);
+  /* linear: c = c0 + a b + bias */
+  float *want = copy(c0, m * n);
+  k_linear(want, a, b, bias, m, k, n, true);
+  void *dc = up(c0, m * n, dt);
+  if (!gpu_gemm(S, false, false, m, n, k, da, k, dt, db, n, dt, dc, n, dt, dbias, true, ws, wsb, false, e, sizeof e))
+    die("gemm", e);
+  snprintf(what, sizeof what, "linear %lldx%lldx%lld, bias, acc", (long long)m, (long long)k, (long long)n);
+  expect_dev(what, dt, dc, want, m * n);
+  gpu_free(dc);
+  /* matmul_t: c = a bt^T */
+  k_matmul_t(want, a, bt, m, k, n, false);
+  dc = poisoned(m * n, dt);
+  if (!gpu_gemm(S, false, true, m, n, k, da, k, dt, dbt, k, dt, dc, n, dt, NULL, false, ws, wsb, false, e, sizeof e))
+    die("gemm", e);
+  snprintf(what, sizeof what, "matmul_t %lldx%lldx%lld", (long long)m, (long long)k, (long long)n);
+  expect_dev(what, dt, dc, want, m * n);
+  gpu_free(dc);
+  /* matmul backward: da = dc b^T, db = a^T dc */
+  float *g = randn(m * n, 1);
+  round_all(g, m * n, dt);
+  void *dg = up(g, m * n, dt);
+  float *wa = malloc(sizeof(float) * (size_t)(m * k)), *wb = malloc(sizeof(float) * (size_t)(k * n));
+  k_matmul_backward(wa, wb, g, a, b, m, k, n, false);
+  void *ga = poisoned(m * k, dt), *gb = poisoned(k * n, dt);
+  if (!gpu_gemm(S, false, true, m, k, n, dg, n, dt, db, n, dt, ga, k, dt, NULL, false, ws, wsb, false, e, sizeof e) ||
+      !gpu_gemm(S, true, false, k, n, m, da, k, dt, dg, n, dt, gb, n, dt, NULL, false, ws, wsb, false, e, sizeof e))
+    die("gemm", e);
+  expect_dev("matmul backward da", dt, ga, wa, m * k);
+  expect_dev("matmul backward db", dt, gb, wb, k * n);
+  /* matmul_t backward: da = dc bt, dbt = dc^T a */
+  float *wbt = malloc(sizeof(float) * (size_t)(n * k));
+  k_matmul_t_backward(wa, wbt, g, a, bt, m, k, n, false);
+  void *gbt = poisoned(n * k, dt);
+  gpu_free(ga);
+  ga = poisoned(m * k, dt);
+  if (!gpu_gemm(S, false, false, m, k, n, dg, n, dt, dbt, k, dt, ga, k, dt, NULL, false, ws, wsb, false, e, sizeof e) ||
+      !gpu_gemm(S, true, false, n, k, m, dg, n, dt, da, k, dt, gbt, k, dt, NULL, false, ws, wsb, false, e, sizeof e))
+    die("gemm", e);
+  expect_dev("matmul_t backward da", dt, ga, wa, m * k);
+  expect_dev("matmul_t backward db", dt, gbt, wbt, n * k);
+  /* bias gradient: column sums, added */
+  float *wbias = copy(bias, n);
+  k_linear_backward(NULL, NULL, wbias, g, a, b, m, k, n, true);
+  void *cs = gpu_alloc(gpu_colsum_ws(m, n) + 4, e, sizeof e);
+  gpu_colsum(S, dt, dbias, dg, m, n, true, cs);
+  expect_dev("linear backward dbias (column sums), acc", dt, dbias, wbias, n);
+  gpu_free(cs), gpu_free(da), gpu_free(db), gpu_free(dbt), gpu_free(dbias), gpu_free(dg), gpu_free(ga), gpu_free(gb);
+  gpu_free(gbt), gpu_free(ws);
+  free(a), free(b), free(bt), free(bias), free(c0), free(want), free(g), free(wa), free(wb), free(wbt), free(wbias);
+}
+
+static void check_embedding(int dt) {
+  int64_t t = 53, h = 40, vocab = 300, v_lo = 100, v_local = 150;
+  int32_t *ids = malloc(sizeof(int32_t) * (size_t)t);
+  for (int64_t i = 0; i < t; i++) ids[i] = (int32_t)(urand() * vocab);
+  ids[3] = ids[7] = ids[11] = 120;  /* repeated rows sum in token order */
+  float *table = randn(v_local * h, 1), *out0 = randn(t * h, 1), *dout = randn(t * h, 1), *dt0 = randn(v_local * h, 1);
+  round_all(table, v_local * h, dt), round_all(out0, t * h, dt), round_all(dout, t * h, dt), round_all(dt0, v_local * h, dt);
+  int32_t *dids = up_ids(ids, t);
+  void *dtab = up(table, v_local * h, dt), *ddout = up(dout, t * h, dt);
+  float *want = copy(out0, t * h);
+  k_embedding(want, ids, table, t, h, v_lo, v_local, false);
+  void *o = poisoned(t * h, dt);
+  gpu_embedding(S, dt, o, dids, dtab, t, h, v_lo, v_local, false);
+  expect_dev("embedding, a shard of the vocabulary", dt, o, want, t * h);
+  gpu_free(o);
+  memcpy(want, out0, sizeof(float) * (size_t)(t * h));
+  k_embedding(want, ids, table, t, h, v_lo, v_local, true);
+  o = up(out0, t * h, dt);
+  gpu_embedding(S, dt, o, dids, dtab, t, h, v_lo, v_local, true);
+  expect_dev("embedding, acc", dt, o, want, t * h);
+  char e[400];
+  void *ws = gpu_alloc(gpu_embedding_backward_ws(dt, v_local, h) + 4, e, sizeof e);
+  for (int acc = 0; acc < 2; acc++) {
+    float *wt = copy(dt0, v_local * h);
+    k_embedding_backward(wt, dout, ids, t, h, v_lo, v_local, acc);
+    void *g = acc ? up(dt0, v_local * h, dt) : poisoned(v_local * h, dt);
+    gpu_embedding_backward(S, dt, g, ddout, dids, t, h, v_lo, v_local, acc, ws);
+    expect_dev(acc ? "embedding backward, acc" : "embedding backward", dt, g, wt, v_local * h);
+    gpu_free(g), free(wt);
+  }
+  /* learned positions */
+  int64_t b = 3, s = 17;
+  float *x = randn(b * s * h, 1), *pos = randn(s * h, 1), *dy = randn(b * s * h, 1);
+  round_all(x, b * s * h, dt), round_all(pos, s * h, dt), round_all(dy, b * s * h, dt);
+  float *wy = malloc(sizeof(float) * (size_t)(b * s * h)), *wdpos = copy(pos, s * h), *wdx = copy(x, b * s * h);
+  k_add_position(wy, x, pos, b, s, h);
+  k_add_position_backward(wdx, wdpos, dy, b, s, h, true);
+  void *dx = up(x, b * s * h, dt), *dpos = up(pos, s * h, dt), *ddy = up(dy, b * s * h, dt), *y = poisoned(b * s * h, dt);
+  gpu_add_position(S, dt, y, dx, dpos, b, s, h);
+  expect_dev("add_position", dt, y, wy, b * s * h);
+  gpu_add_position_backward(S, dt, dx, dpos, ddy, b, s, h, true);
+  expect_dev("add_position backward dx, acc", dt, dx, wdx, b * s * h);
+  expect_dev("add_position backward dtable, acc", dt, dpos, wdpos, s * h);
+  gpu_free(dids), gpu_free(dtab), gpu_free(ddout), gpu_free(o), gpu_free(ws), gpu_free(dx), gpu_free(dpos), gpu_free(ddy);
+  gpu_free(y);
+  free(ids), free(table), free(out0), free(dout), free(dt0), free(want), free(x), free(pos), free(dy), free(wy);
+  free(wdpos), free(wdx);
+}
+
+static void check_norms(int dt) {
+  int64_t rows = 37, h = 100;
+  char e[400];
+  float *x = randn(rows * h, 1), *w = randn(h, 1), *b = randn(h, 1), *dy = randn(rows * h, 1);
+  float *dx0 = randn(rows * h, 1), *dw0 = randn(h, 1), *db0 = randn(h, 1);
+  for (int64_t i = 0; i < rows * h; i++) x[i] += 0.5f;
+  round_all(x, rows * h, dt), round_all(w, h, dt), round_all(b, h, dt), round_all(dy, rows * h, dt);
+  round_all(dx0, rows * h, dt), round_all(dw0, h, dt), round_all(db0, h, dt);
+  void *dX = up(x, rows * h, dt), *dW = up(w, h, dt), *dB = up(b, h, dt), *dDY = up(dy, rows * h, dt);
+  float *want = malloc(sizeof(float) * (size_t)(rows * h));
+  k_layernorm(want, x, w, b, rows, h, 1e-5);
+  void *y = poisoned(rows * h, dt);
+  gpu_layernorm(S, dt, y, dX, dW, dB, rows, h, 1e-5);
+  expect_dev("layernorm", dt, y, want, rows * h);
+  float *wdx = copy(dx0, rows * h), *wdw = copy(dw0, h), *wdb = copy(db0, h);
+  k_layernorm_backward(wdx, wdw, wdb, dy, x, w, rows, h, 1e-5, true);
+  void *gx = up(dx0, rows * h, dt), *gw = up(dw0, h, dt), *gb = up(db0, h, dt);
+  void *ws = gpu_alloc(gpu_layernorm_backward_ws(rows, h), e, sizeof e);
+  gpu_layernorm_backward(S, dt, gx, gw, gb, dDY, dX, dW, rows, h, 1e-5, true, ws);
+  expect_dev("layernorm backward dx, acc", dt, gx, wdx, rows * h);
+  expect_dev("layernorm backward dw, acc", dt, gw, wdw, h);
+  expect_dev("layernorm backward db, acc", dt, gb, wdb, h);
+  k_rmsnorm(want, x, w, rows, h, 1e-6);
+  gpu_rmsnorm(S, dt, y, dX, dW, rows, h, 1e-6);
+  expect_dev("rmsnorm", dt, y, want, rows * h);
+  free(wdx), free(wdw);
+  wdx = malloc(sizeof(float) * (size_t)(rows * h)), wdw = malloc(sizeof(float) * (size_t)h);
+  k_rmsnorm_backward(wdx, wdw, dy, x, w, rows, h, 1e-6, false);
+  gpu_free(gx), gpu_free(gw), gpu_free(ws);
+  gx = poisoned(rows * h, dt), gw = poisoned(h, dt);
+  ws = gpu_alloc(gpu_rmsnorm_backward_ws(rows, h), e, sizeof e);
+  gpu_rmsnorm_backward(S, dt, gx, gw, dDY, dX, dW, rows, h, 1e-6, false, ws);
+  expect_dev("rmsnorm backward dx", dt, gx, wdx, rows * h);
+  expect_dev("rmsnorm backward dw", dt, gw, wdw, h);
+  gpu_free(dX), gpu_free(dW), gpu_free(dB), gpu_free(dDY), gpu_free(y), gpu_free(gx), gpu_free(gw), gpu_free(gb);
+  gpu_free(ws);
+  free(x), free(w), free(b), free(dy), free(dx0), free(dw0), free(db0), free(want), free(wdx), free(wdw), free(wdb);
+}
+
+static void check_elementwise(int dt) {
+  int64_t n = 1000;
+  float *x = randn(n, 2), *u = randn(n, 1), *dy = randn(n, 1), *g0 = randn(n, 1);
+  round_all(x, n, dt), round_all(u, n, dt), round_all(dy, n, dt), round_all(g0, n, dt);
+  void *dX = up(x, n, dt), *dU = up(u, n, dt), *dDY = up(dy, n, dt);
+  float *want = malloc(sizeof(float) * (size_t)n), *want2 = malloc(sizeof(float) * (size_t)n);
+  void *y = poisoned(n, dt);
+  k_gelu(want, x, n);
+  gpu_gelu(S, dt, y, dX, n);
+  expect_dev("gelu (tanh)", dt, y, want, n);
+  memcpy(want, g0, sizeof(float) * (size_t)n);
+  k_gelu_backward(want, dy, x, n, true);
+  void *g = up(g0, n, dt);
+  gpu_gelu_backward(S, dt, g, dDY, dX, n, true);
+  expect_dev("gelu backward, acc", dt, g, want, n);
+  k_silu(want, x, n);
+  gpu_silu(S, dt, y, dX, n);
+  expect_dev("silu", dt, y, want, n);
+  k_silu_backward(want, dy, x, n, false);
+  gpu_silu_backward(S, dt, g, dDY, dX, n, false);
+  expect_dev("silu backward", dt, g, want, n);
+  k_swiglu(want, x, u, n);
+  gpu_swiglu(S, dt, y, dX, dU, n);
+  expect_dev("swiglu", dt, y, want, n);
+  memcpy(want, g0, sizeof(float) * (size_t)n), memcpy(want2, g0, sizeof(float) * (size_t)n);
+  k_swiglu_backward(want, want2, dy, x, u, n, true);
+  void *g2 = up(g0, n, dt);
+  gpu_free(g);
+  g = up(g0, n, dt);
+  gpu_swiglu_backward(S, dt, g, g2, dDY, dX, dU, n, true);
+  expect_dev("swiglu backward dgate, acc", dt, g, want, n);
+  expect_dev("swiglu backward dup, acc", dt, g2, want2, n);
+  k_add(want, x, u, n);
+  gpu_add(S, dt, y, dX, dU, n);
+  expect_dev("add", dt, y, want, n);
+  memcpy(want, g0, sizeof(float) * (size_t)n);
+  k_add_backward(want, NULL, dy, n, true);
+  gpu_free(g);
+  g = up(g0, n, dt);
+  gpu_convert(S, g, dt, dDY, dt, n, true);
+  expect_dev("add backward (gradient added)", dt, g, want, n);
+  gpu_free(dX), gpu_free(dU), gpu_free(dDY), gpu_free(y), gpu_free(g), gpu_free(g2);
+  free(x), free(u), free(dy), free(g0), free(want), free(want2);
+}
+
+static void check_rotary(int dt) {
+  int64_t b = 2, s = 19, heads = 3, dh = 16, pos0 = 5, n = b * s * heads * dh;
+  float *x = randn(n, 1), *g0 = randn(n, 1);
+  round_all(x, n, dt), round_all(g0, n, dt);
+  float *want = malloc(sizeof(float) * (size_t)n);
+  k_rotary(want, x, b, s, heads, dh, pos0, 10000.0);
+  void *dX = up(x, n, dt), *y = poisoned(n, dt);
+  gpu_rotary(S, dt, y, dX, b, s, heads, dh, pos0, 10000.0, 1.0, false);
+  expect_dev("rotary", dt, y, want, n);
+  memcpy(want, g0, sizeof(float) * (size_t)n);
+  k_rotary_backward(want, x, b, s, heads, dh, pos0, 10000.0, true);
+  void *g = up(g0, n, dt);
+  gpu_rotary(S, dt, g, dX, b, s, heads, dh, pos0, 10000.0, -1.0, true);
+  expect_dev("rotary backward, acc", dt, g, want, n);
+  gpu_free(dX), gpu_free(y), gpu_free(g);
+  free(x), free(g0), free(want);
+}
+
+static void check_attention(int dt, int64_t b, int64_t s, int64_t heads, int64_t dh) {
+  char e[400], what[96];
+  int64_t c = heads * dh, nq = b * s * 3 * c, no = b * s * c;
+  float *qkv = randn(nq, 1), *dout = randn(no, 1), *g0 = randn(nq, 1);
+  round_all(qkv, nq, dt), round_all(dout, no, dt), round_all(g0, nq, dt);
+  float *want = malloc(sizeof(float) * (size_t)no), *wg = copy(g0, nq);
+  k_causal_attention(want, qkv, b, s, heads, dh);
+  k_causal_attention_backward(wg, dout, qkv, b, s, heads, dh, true);
+  gpu_attn a = {b, s, heads, dh, 1, 3 * c, 3 * c, c, s * 3 * c, s * 3 * c, s * c};
+  void *dqkv = up(qkv, nq, dt), *dO = up(dout, no, dt), *o = poisoned(no, dt), *g = up(g0, nq, dt);
+  size_t t = gpu_dtype_size(dt);
+  gpu_attention(S, dt, o, dqkv, (char *)dqkv + c * t, (char *)dqkv + 2 * c * t, &a);
+  snprintf(what, sizeof what, "causal_attention b%lld s%lld heads%lld dh%lld", (long long)b, (long long)s,
+           (long long)heads, (long long)dh);
+  expect_dev(what, dt, o, want, no);
+  void *ws = gpu_alloc(gpu_attention_backward_ws(&a), e, sizeof e);
+  gpu_attention_backward(S, dt, g, (char *)g + c * t, (char *)g + 2 * c * t, dO, dqkv, (char *)dqkv + c * t,
+                         (char *)dqkv + 2 * c * t, &a, true, ws);
+  snprintf(what, sizeof what, "causal_attention backward dqkv, acc (dh %lld)", (long long)dh);
+  expect_dev(what, dt, g, wg, nq);
+  gpu_free(dqkv), gpu_free(dO), gpu_free(o), gpu_free(g), gpu_free(ws);
+  free(qkv), free(dout), free(g0), free(want), free(wg);
+}
+
+static void check_gqa(int dt) {
+  char e[400];
+  int64_t b = 2, s = 40, g = 2, r = 2, dh = 32, nq = b * s * g * r * dh, nk = b * s * g * dh;
+  float *q = randn(nq, 1), *k = randn(nk, 1), *v = randn(nk, 1), *dout = randn(nq, 1);
+  round_all(q, nq, dt), round_all(k, nk, dt), round_all(v, nk, dt), round_all(dout, nq, dt);
+  float *want = malloc(sizeof(float) * (size_t)nq), *wq = malloc(sizeof(float) * (size_t)nq);
+  float *wk = malloc(sizeof(float) * (size_t)nk), *wv = malloc(sizeof(float) * (size_t)nk);
+  k_gqa_attention(want, q, k, v, b, s, g, r, dh);
+  k_gqa_attention_backward(wq, wk, wv, dout, q, k, v, b, s, g, r, dh, false);
+  gpu_attn a = {b, s, g * r, dh, r, g * r * dh, g * dh, g * r * dh, s * g * r * dh, s * g * dh, s * g * r * dh};
+  void *dq = up(q, nq, dt), *dk = up(k, nk, dt), *dv = up(v, nk, dt), *dO = up(dout, nq, dt), *o = poisoned(nq, dt);
+  gpu_attention(S, dt, o, dq, dk, dv, &a);
+  expect_dev("gqa_attention g2 r2 dh32", dt, o, want, nq);
+  void *gq = poisoned(nq, dt), *gk = poisoned(nk, dt), *gv = poisoned(nk, dt);
+  void *ws = gpu_alloc(gpu_attention_backward_ws(&a), e, sizeof e);
+  gpu_attention_backward(S, dt, gq, gk, gv, dO, dq, dk, dv, &a, false, ws);
+  expect_dev("gqa_attention backward dq", dt, gq, wq, nq);
+  expect_dev("gqa_attention backward dk (query heads summed)", dt, gk, wk, nk);
+  expect_dev("gqa_attention backward dv (query heads summed)", dt, gv, wv, nk);
+  gpu_free(dq), gpu_free(dk), gpu_free(dv), gpu_free(dO), gpu_free(o), gpu_free(gq), gpu_free(gk), gpu_free(gv);
+  gpu_free(ws);
+  free(q), free(k), free(v), free(dout), free(want), free(wq), free(wk), free(wv);
+}
+
+static void check_softmax(int dt) {
+  int64_t rows = 23, cols = 300;
+  float *x = randn(rows * cols, 2), *dy = randn(rows * cols, 1);
+  round_all(x, rows * cols, dt), round_all(dy, rows * cols, dt);
+  float *want = malloc(sizeof(float) * (size_t)(rows * cols));
+  void *dX = up(x, rows * cols, dt), *dDY = up(dy, rows * cols, dt), *y = poisoned(rows * cols, dt);
+  k_softmax(want, x, rows, cols);
+  gpu_softmax(S, dt, y, dX, rows, cols);
+  expect_dev("softmax", dt, y, want, rows * cols);
+  k_softmax_backward(want, dy, x, rows, cols, false);
+  gpu_softmax_backward(S, dt, y, dDY, dX, rows, cols, false);
+  expect_dev("softmax backward", dt, y, want, rows * cols);
+  gpu_free(dX), gpu_free(dDY), gpu_free(y);
+  free(x), free(dy), free(want);
+}
+
+static void check_losses(int dt) {
+  char e[400];
+  int64_t t = 37, v = 300, t_total = 2 * t, split = 130;
+  float *logits = randn(t * v, 2), *g0 = randn(t * v, 1);
+  round_all(logits, t * v, dt), round_all(g0, t * v, dt);
+  int32_t *labels = malloc(sizeof(int32_t) * (size_t)t);
+  for (int64_t i = 0; i < t; i++) labels[i] = (int32_t)(urand() * v);
+  void *dl = up(logits, t * v, dt), *ws = gpu_alloc(gpu_loss_ws(t), e, sizeof e);
+  int32_t *dlab = up_ids(labels, t);
+  double *slot = gpu_alloc(8, e, sizeof e);
+  void *out = poisoned(1, dt);
+  double want = k_cross_entropy(logits, labels, t, v, t_total);
+  gpu_cross_entropy(S, dt, slot, out, dl, dlab, t, v, t_total, false, ws);
+  expect_loss("cross_entropy (loss share)", dt, slot, want);
+  float wantf = (float)want;
+  expect_dev("cross_entropy (its output)", dt, out, &wantf, 1);
+  float *wg = copy(g0, t * v);
+  k_cross_entropy_backward(wg, logits, labels, t, v, t_total, 1.0, true);
+  void *g = up(g0, t * v, dt);
+  gpu_cross_entropy_backward(S, dt, g, dl, dlab, t, v, t_total, true);
+  expect_dev("cross_entropy backward (fused), acc", dt, g, wg, t * v);
+  /* two shards of the vocabulary: statistics, gathered [t][2][3], loss, backward */
+  float *part[2] = {malloc(sizeof(float) * (size_t)(t * split)), malloc(sizeof(float) * (size_t)(t * (v - split)))};
+  for (int64_t i = 0; i < t; i++) {
+    memcpy(part[0] + i * split, logits + i * v, sizeof(float) * (size_t)split);
+    memcpy(part[1] + i * (v - split), logits + i * v + split, sizeof(float) * (size_t)(v - split));
+  }
+  int64_t lo[2] = {0, split}, len[2] = {split, v - split};
+  float *stats = malloc(sizeof(float) * (size_t)(t * 6)), *st = malloc(sizeof(float) * (size_t)(t * 3));
+  float *gathered = malloc(sizeof(float) * (size_t)(t * 6));
+  for (int p = 0; p < 2; p++) {
+    k_cross_entropy_stats(st, part[p], labels, t, lo[p], len[p]);
+    void *dp = up(part[p], t * len[p], dt);
+    float *ds = poisoned(t * 3, GPU_F32);
+    gpu_cross_entropy_stats(S, dt, ds, dp, dlab, t, lo[p], len[p]);
+    expect_dev(p ? "cross_entropy statistics (f32), shard 2" : "cross_entropy statistics (f32), shard 1", GPU_F32, ds,
+               st, t * 3);
+    float *got = down(ds, t * 3, GPU_F32);
+    for (int64_t i = 0; i < t; i++)
+      for (int j = 0; j < 3; j++) stats[i * 6 + p * 3 + j] = st[i * 3 + j], gathered[i * 6 + p * 3 + j] = got[i * 3 + j];
+    free(got);
+    gpu_free(dp), gpu_free(ds);
+  }
+  float *mx = malloc(sizeof(float) * (size_t)t), *sm = malloc(sizeof(float) * (size_t)t), *tg = malloc(sizeof(float) * (size_t)t);
+  k_cross_entropy_merge(mx, sm, tg, stats, 2, t);
+  want = k_cross_entropy_combine(mx, sm, tg, t, t_total);
+  float *dstats = up(gathered, t * 6, GPU_F32);
+  gpu_cross_entropy_combine(S, dt, slot, out, dstats, 2, t, t_total, true, false, ws);
+  expect_loss("cross_entropy from the shards' statistics", dt, slot, want);
+  for (int p = 0; p < 2; p++) {
+    float *wsh = malloc(sizeof(float) * (size_t)(t * len[p]));
+    k_cross_entropy_shard_backward(wsh, part[p], labels, mx, sm, t, lo[p], len[p], t_total, 1.0, false);
+    void *dp = up(part[p], t * len[p], dt), *gs = poisoned(t * len[p], dt);
+    gpu_cross_entropy_shard_backward(S, dt, gs, dp, dlab, dstats, 2, t, lo[p], len[p], t_total, false);
+    expect_dev(p ? "cross_entropy shard backward, shard 2" : "cross_entropy shard backward, shard 1", dt, gs, wsh,
+               t * len[p]);
+    gpu_free(dp), gpu_free(gs), free(wsh);
+  }
+  /* mean squared error */
+  int64_t n = 777;
+  float *a = randn(n, 1), *b = randn(n, 1);
+  round_all(a, n, dt), round_all(b, n, dt);
+  void *da = up(a, n, dt), *db = up(b, n, dt);
+  want = k_mse(a, b, n, 2 * n);
+  gpu_mse(S, dt, slot, out, da, db, n, 2 * n, false, ws);
+  expect_loss("mse (loss share)", dt, slot, want);
+  float *wa = malloc(sizeof(float) * (size_t)n), *wb = malloc(sizeof(float) * (size_t)n);
+  k_mse_backward(wa, wb, a, b, n, 2 * n, 1.0, false);
+  void *ga = poisoned(n, dt), *gb = poisoned(n, dt);
+  gpu_mse_backward(S, dt, ga, gb, da, db, n, 2 * n, false);
+  expect_dev("mse backward da", dt, ga, wa, n);
+  expect_dev("mse backward db", dt, gb, wb, n);
+  gpu_free(dl), gpu_free(ws), gpu_free(dlab), gpu_free(slot), gpu_free(out), gpu_free(g), gpu_free(dstats);
+  gpu_free(da), gpu_free(db), gpu_free(ga), gpu_free(gb);
+  free(logits), free(g0), free(labels), free(wg), free(part[0]), free(part[1]), free(stats), free(st), free(gathered);
+  free(mx), free(sm), free(tg), free(a), free(b), free(wa), free(wb);
+}
+
+static void check_optimizers(int dt) {
+  int64_t n = 1000;
+  gpu_optim o = {1e-2, 0.9, 0.999, 1e-8, 0.01, 0.0};
+  float *p = randn(n, 1), *m = calloc((size_t)n, 4), *v = calloc((size_t)n, 4);
+  round_all(p, n, dt);
+  void *dp = up(p, n, dt);
+  char e[400];
+  float *state = gpu_alloc((size_t)(2 * n) * 4, e, sizeof e);
+  gpu_zero(state, (size_t)(2 * n) * 4, S);
+  float *master = dt == GPU_F32 ? NULL : up(p, n, GPU_F32);
+  for (int step = 1; step <= 3; step++) {
+    float *g = randn(n, 1);
+    round_all(g, n, dt);
+    void *dg = up(g, n, dt);
+    k_adamw(p, m, v, g, n, step, o.lr, o.beta1, o.beta2, o.eps, o.weight_decay);
+    gpu_adamw(S, dp, dt, master, state, state + n, dg, dt, n, step, &o);
+    gpu_free(dg), free(g);
+  }
+  expect_dev("adamw, 3 steps (the master weights when 16-bit)", GPU_F32, master ? (void *)master : dp, p, n);
+  float *rounded = copy(p, n);
+  round_all(rounded, n, dt);
+  expect_dev("adamw, the parameter", dt, dp, rounded, n);
+  expect_dev("adamw, exp_avg_sq", GPU_F32, state + n, v, n);
+  /* SGD with momentum and weight decay */
+  gpu_optim so = {0.05, 0, 0, 0, 0.1, 0.9};
+  float *buf = calloc((size_t)n, 4);
+  gpu_zero(state, (size_t)n * 4, S);
+  for (int step = 1; step <= 3; step++) {
+    float *g = randn(n, 1);
+    round_all(g, n, dt);
+    void *dg = up(g, n, dt);
+    k_sgd(p, buf, g, n, so.lr, so.momentum, so.weight_decay);
+    gpu_sgd(S, dp, dt, master, state, dg, dt, n, &so);
+    gpu_free(dg), free(g);
+  }
+  expect_dev("sgd with momentum, 3 steps", GPU_F32, master ? (void *)master : dp, p, n);
+  gpu_free(dp), gpu_free(state), gpu_free(master);
+  free(p), free(m), free(v), free(rounded), free(buf);
+}
+
+/* A strided part of a 3-d tensor moved between holders, and a rank-ordered
+ * sum of three members' copies. */
+static void check_regions(int dt) {
+  char e[400];
+  irange hiv[3][3] = {{{0, 6}}, {{2, 9}}, {{0, 4}, {8, 12}, {16, 20}}};
+  irange riv[3][2] = {{{1, 5}}, {{3, 7}}, {{8, 12}, {17, 19}}};
+  dregion hd[3] = {{1, hiv[0]}, {1, hiv[1]}, {3, hiv[2]}};
+  dregion rd[3] = {{1, riv[0]}, {1, riv[1]}, {2, riv[2]}};
+  tregion holder = {3, hd}, r = {3, rd};
+  int64_t hn = cx_numel(&holder), rn = cx_numel(&r);
+  cx_tables tab = {0};
+  cx_move in, out;
+  if (!cx_move_build(&in, &tab, &r, &holder, &r, e, sizeof e) || !cx_move_build(&out, &tab, &r, &r, &holder, e, sizeof e))
+    die("cx_move_build", e);
+  int32_t *dtab = up_ids(tab.v, tab.n ? tab.n : 1);
+  float *h = randn(hn, 1), *packed = calloc((size_t)rn, 4);
+  round_all(h, hn, dt);
+  cx_move_host(packed, h, &in, &tab, false);
+  void *dh = up(h, hn, dt), *dp = poisoned(rn, dt);
+  gpu_rmove m = cx_move_at(&in, dtab);
+  gpu_move(S, dp, dt, dh, dt, &m, false);
+  expect_dev("regions: a strided part packed", dt, dp, packed, rn);
+  float *back = copy(h, hn);
+  cx_move_host(back, packed, &out, &tab, true);
+  m = cx_move_at(&out, dtab);
+  gpu_move(S, dh, dt, dp, dt, &m, true);
+  expect_dev("regions: added back into its holder", dt, dh, back, hn);
+  gpu_srcs srcs = {3, {0}};
+  float *x[3], *sum = calloc((size_t)rn, 4);
+  for (int i = 0; i < 3; i++) {
+    x[i] = randn(rn, 1);
+    round_all(x[i], rn, dt);
+    srcs.p[i] = up(x[i], rn, dt);
+    for (int64_t j = 0; j < rn; j++) sum[j] = i ? sum[j] + x[i][j] : x[i][j];
+  }
+  float *want = copy(h, hn);
+  cx_move_host(want, sum, &out, &tab, false);
+  gpu_free(dh);
+  dh = up(h, hn, dt);
+  gpu_sum(S, dh, dt, &srcs, dt, &m, false);
+  expect_dev("regions: the members' sum, in rank order", dt, dh, want, hn);
+  for (int i = 0; i < 3; i++) gpu_free((void *)srcs.p[i]), free(x[i]);
+  gpu_free(dtab), gpu_free(dh), gpu_free(dp);
+  free(tab.v), free(h), free(packed), free(back), free(sum), free(want);
+}
+
+int main(void) {
+  char e[512];
+  int n = gpu_count(e, sizeof e);
+  if (n < 0) die("gpu_count", e);
+  gpu_props p;
+  if (!gpu_properties(0, &p, e, sizeof e) || !gpu_use(0, e, sizeof e)) die("device 0", e);
+  printf("test_kernels on %s (compute capability %d.%d)%s\n", p.name, p.major, p.minor,
+         gpu_emulated() ? ", emulated on the CPU" : "");
+  if (!(S = gpu_stream_new(e, sizeof e))) die("stream", e);
+  bool big = !gpu_emulated();
+  int dts[2] = {GPU_F32, GPU_BF16};
+  for (int i = 0; i < 2; i++) {
+    int dt = dts[i];
+    check_gemm(dt, 37, 19, 23);
+    if (big) check_gemm(dt, 512, 768, 1024);
+    check_embedding(dt);
+    check_norms(dt);
+    check_elementwise(dt);
+    check_rotary(dt);
+    check_attention(dt, 2, 37, 3, 24);
+    check_attention(dt, 1, 70, 2, 64);
+    if (big) check_attention(dt, 2, 1024, 4, 64), check_attention(dt, 1, 300, 2, 128);
+    check_gqa(dt);
+    check_softmax(dt);
+    check_losses(dt);
+    check_optimizers(dt);
+    check_regions(dt);
+  }
+  if (!gpu_sync(e, sizeof e)) die("sync", e);
+  gpu_stream_free(S);
+  printf("test_kernels: %d checks, %d failed\n", checks, failures);
+  return failures ? 1 : 0;
+}
