@@ -157,9 +157,17 @@ static inline void launch(void (*k)(KArgs...), dim3 grid, dim3 block, size_t sme
  * runs few blocks, each thread taking many items: its threads are fibers,
  * and the loops are correct for any grid. */
 #ifdef WEFT_CUDA_EMU
-enum { MAX_STRIDE_BLOCKS = 16 };
+enum { MAX_STRIDE_BLOCKS = 4 };
 #else
 enum { MAX_STRIDE_BLOCKS = 8192 };
+#endif
+
+/* Threads of a block that takes one row (softmax, losses): any multiple of
+ * 32 computes the same; the emulation runs fewer fibers. */
+#ifdef WEFT_CUDA_EMU
+enum { ROW_THREADS = 64, ROW_WARPS = 2 };
+#else
+enum { ROW_THREADS = 256, ROW_WARPS = 8 };
 #endif
 static inline unsigned blocks_for(int64_t n, int threads) {
   int64_t b = (n + threads - 1) / threads;

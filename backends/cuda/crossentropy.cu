@@ -9,7 +9,7 @@
  * softmax minus the label written in the next. */
 #include "common.cuh"
 
-enum { CE_THREADS = 256, SUM_BLOCKS = 256 };
+enum { CE_THREADS = ROW_THREADS, SUM_BLOCKS = 4 * ROW_WARPS * ROW_WARPS };
 
 size_t gpu_loss_ws(int64_t rows) {
   size_t a = (size_t)rows * sizeof(float), b = SUM_BLOCKS * sizeof(double);
@@ -173,8 +173,8 @@ void gpu_mse(gpu_stream *s, int dt, double *slot, void *out, const void *a, cons
              bool acc, void *ws) {
   double *parts = (double *)ws;
   DISPATCH(dt, T, {
-    launch(k_mse_parts<T>, SUM_BLOCKS, 256, 0, s, parts, (const T *)a, (const T *)b, n);
-    launch(k_loss_sum<T, double>, 1, 256, 0, s, slot, (T *)out, (const double *)parts, (int64_t)SUM_BLOCKS,
+    launch(k_mse_parts<T>, SUM_BLOCKS, ROW_THREADS, 0, s, parts, (const T *)a, (const T *)b, n);
+    launch(k_loss_sum<T, double>, 1, ROW_THREADS, 0, s, slot, (T *)out, (const double *)parts, (int64_t)SUM_BLOCKS,
            1.0 / (double)n_total, acc);
   });
 }

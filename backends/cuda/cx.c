@@ -243,11 +243,24 @@ static int64_t host_offset(const gpu_side *sd, const gpu_rmove *m, int64_t e) {
 
 void cx_move_host(float *dst, const float *src, const cx_move *mv, const cx_tables *t, bool add) {
   gpu_rmove m = cx_move_at(mv, t->v);
-  for (int64_t e = 0; e < m.total; e++) {
+  if (m.total == 0) return;
+  /* rows of the innermost dimension: a run on both sides unless strided */
+  int in = m.nd - 1;
+  int64_t len = m.len[in];
+  bool run = !m.src.table[in] && !m.dst.table[in] && m.src.stride[in] == 1 && m.dst.stride[in] == 1;
+  for (int64_t row = 0; row < m.total / len; row++) {
+    int64_t e = row * len;
     int64_t os = m.contiguous ? e : host_offset(&m.src, &m, e);
     int64_t od = m.contiguous ? e : host_offset(&m.dst, &m, e);
-    if (add) dst[od] += src[os];
-    else memcpy(&dst[od], &src[os], 4);
+    if (run && !add) {
+      memcpy(&dst[od], &src[os], (size_t)len * 4);
+      continue;
+    }
+    for (int64_t i = 0; i < len; i++) {
+      int64_t a = run ? os + i : host_offset(&m.src, &m, e + i), b = run ? od + i : host_offset(&m.dst, &m, e + i);
+      if (add) dst[b] += src[a];
+      else memcpy(&dst[b], &src[a], 4);
+    }
   }
 }
 

@@ -40,17 +40,16 @@ std::string emu_error;
 enum { STACK_BYTES = 256 << 10 };
 
 #if defined(__x86_64__)
-/* Saves the callee-saved registers and the floating-point control words on
- * this stack, stores the stack pointer in *from and continues on `to`. */
+/* Saves the callee-saved registers on this stack, stores the stack pointer
+ * in *from and continues on `to` (the kernels leave the floating-point
+ * control words as they are). */
 extern "C" void emu_swap(void **from, void *to);
 asm(".text\n"
     ".globl emu_swap\n"
     ".type emu_swap,@function\n"
     "emu_swap:\n"
     "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
-    "  subq $8, %rsp\n  stmxcsr (%rsp)\n  fnstcw 4(%rsp)\n"
     "  movq %rsp, (%rdi)\n  movq %rsi, %rsp\n"
-    "  ldmxcsr (%rsp)\n  fldcw 4(%rsp)\n  addq $8, %rsp\n"
     "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
     "  ret\n"
     ".size emu_swap, .-emu_swap\n");
@@ -60,6 +59,8 @@ struct fiber {
   emu_thread t;
   char *stack;
   bool done;
+  int wait;               /* 0 running; 1 at the block's barrier, 2 at its warp's */
+  unsigned wgen;          /* the barrier's generation it waits to pass */
 #if defined(__x86_64__)
   void *sp;
 #else
@@ -73,7 +74,8 @@ struct fiber {
 struct warp_state {
   int alive, arrived;
   unsigned gen;
-  uint64_t slot[32];
+  uint64_t slot[2][32];   /* shuffles alternate: one barrier each */
+  int parity[32];
 };
 
 static struct block_state {
@@ -81,7 +83,6 @@ static struct block_state {
   std::vector<warp_state> w;
   int n, alive, arrived;
   unsigned gen;
-  bool progress;
   const std::function<void()> *body;
   fiber *cur;
 #if defined(__x86_64__)
@@ -149,7 +150,6 @@ static void fiber_exit() {
   fiber *me = B.cur;
   me->done = true;
   B.alive--;
-  B.progress = true;
   warp_state *w = &B.w[me->t.warp];
   w->alive--;
   release_warp(w);
@@ -164,15 +164,13 @@ static void fiber_exit() {
 static void fiber_start(fiber *f, int i) {
   f->stack = stack_for(i);
   f->done = false;
+  f->wait = 0;
 #if defined(__x86_64__)
   uintptr_t top = ((uintptr_t)f->stack + STACK_BYTES) & ~(uintptr_t)15;
   uint64_t *sp = (uint64_t *)top;
   *--sp = 0;                            /* where fiber_entry would return */
   *--sp = (uint64_t)(uintptr_t)fiber_entry;
   for (int r = 0; r < 6; r++) *--sp = 0; /* rbp rbx r12 r13 r14 r15 */
-  uint32_t csr[2] = {0, 0};
-  asm volatile("stmxcsr %0\n fnstcw %1" : "+m"(csr[0]), "+m"(csr[1]));
-  *--sp = (uint64_t)csr[0] | (uint64_t)csr[1] << 32;
   f->sp = sp;
 #else
   getcontext(&f->ctx);
@@ -199,8 +197,8 @@ static void resume(fiber *f) {
 #endif
 }
 
+/* A fiber at a barrier is resumed only once its generation has passed. */
 void emu_syncthreads() {
-  B.progress = true;
   B.arrived++;
   unsigned g = B.gen;
   if (B.arrived == B.alive) {
@@ -208,12 +206,13 @@ void emu_syncthreads() {
     B.gen++;
     return;
   }
-  while (B.gen == g) to_scheduler(false);
+  B.cur->wait = 1, B.cur->wgen = g;
+  to_scheduler(false);
+  B.cur->wait = 0;
 }
 
 void emu_syncwarp() {
   warp_state *w = &B.w[emu_self->warp];
-  B.progress = true;
   w->arrived++;
   unsigned g = w->gen;
   if (w->arrived == w->alive) {
@@ -221,16 +220,21 @@ void emu_syncwarp() {
     w->gen++;
     return;
   }
-  while (w->gen == g) to_scheduler(false);
+  B.cur->wait = 2, B.cur->wgen = g;
+  to_scheduler(false);
+  B.cur->wait = 0;
 }
 
+/* Every lane writes its slot of one of two sets, all meet, each reads; the
+ * next shuffle uses the other set, which no lane can reach before every
+ * lane has passed this one's barrier and read. */
 uint64_t emu_exchange(uint64_t mine, int src) {
   warp_state *w = &B.w[emu_self->warp];
-  w->slot[emu_self->lane] = mine;
+  int lane = emu_self->lane, p = w->parity[lane];
+  w->parity[lane] = p ^ 1;
+  w->slot[p][lane] = mine;
   emu_syncwarp();
-  uint64_t r = w->slot[src & 31];
-  emu_syncwarp();
-  return r;
+  return w->slot[p][src & 31];
 }
 
 /* One block: every thread a fiber, round robin until all are done. */
@@ -249,10 +253,16 @@ static bool run_block(const std::function<void()> &body) {
     fiber_start(f, i);
   }
   while (B.alive > 0) {
-    B.progress = false;
-    for (int i = 0; i < n; i++)
-      if (!B.f[i].done) resume(&B.f[i]);
-    if (B.alive > 0 && !B.progress) {
+    bool resumed = false;
+    for (int i = 0; i < n; i++) {
+      fiber *f = &B.f[i];
+      if (f->done) continue;
+      if (f->wait == 1 && B.gen == f->wgen) continue;
+      if (f->wait == 2 && B.w[f->t.warp].gen == f->wgen) continue;
+      resume(f);
+      resumed = true;
+    }
+    if (B.alive > 0 && !resumed) {
       char msg[200];
       snprintf(msg, sizeof msg,
                "emulated kernel: block (%u, %u, %u): threads wait at barriers the others never reach",

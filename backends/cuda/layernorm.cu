@@ -9,7 +9,7 @@
  * rows, then over the chunks in order. */
 #include "common.cuh"
 
-enum { LN_WARPS = 8 };
+enum { LN_WARPS = ROW_WARPS };
 
 template <class T>
 DEV void row_stats(const T *xr, int64_t h, float eps, float &mean, float &rstd) {

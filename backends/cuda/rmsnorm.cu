@@ -3,7 +3,7 @@
  * One warp per row, as layernorm.cu; the weight gradient in two passes. */
 #include "common.cuh"
 
-enum { RMS_WARPS = 8 };
+enum { RMS_WARPS = ROW_WARPS };
 
 template <class T>
 DEV float rms_scale(const T *xr, int64_t h, float eps) {

@@ -37,11 +37,11 @@ __global__ void k_softmax_backward(T *dx, const T *dy, const T *x, int64_t cols,
 
 void gpu_softmax(gpu_stream *s, int dt, void *y, const void *x, int64_t rows, int64_t cols) {
   if (cols == 0) return;
-  DISPATCH(dt, T, launch(k_softmax<T>, (unsigned)rows, 256, 0, s, (T *)y, (const T *)x, cols));
+  DISPATCH(dt, T, launch(k_softmax<T>, (unsigned)rows, ROW_THREADS, 0, s, (T *)y, (const T *)x, cols));
 }
 
 void gpu_softmax_backward(gpu_stream *s, int dt, void *dx, const void *dy, const void *x, int64_t rows, int64_t cols,
                           bool acc) {
   if (!dx || cols == 0) return;
-  DISPATCH(dt, T, launch(k_softmax_backward<T>, (unsigned)rows, 256, 0, s, (T *)dx, (const T *)dy, (const T *)x, cols, acc));
+  DISPATCH(dt, T, launch(k_softmax_backward<T>, (unsigned)rows, ROW_THREADS, 0, s, (T *)dx, (const T *)dy, (const T *)x, cols, acc));
 }
