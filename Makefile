@@ -97,7 +97,7 @@ else
 weft: $(BUILD)/weft $(MPI_SO)
 endif
 
-cuda: $(CUDA_SO)
+cuda: $(CUDA_SO) $(if $(CUDA_SO),$(BUILD)/cuda/test_kernels)
 
 $(BUILD)/cuda/%.o: backends/cuda/%.cu $(CUDA_DEPS)
 	@mkdir -p $(dir $@)
@@ -112,9 +112,11 @@ $(BUILD)/cuda/libweft_cuda.so: $(CUDA_CU:backends/cuda/%.cu=$(BUILD)/cuda/%.o) $
 	  -Xlinker -rpath,$(CUDA_HOME)/lib64:$(CUDA_HOME)/targets/x86_64-linux/lib:/usr/local/cuda/lib64:'$$ORIGIN'
 
 # The kernels against the CPU backend's (tests/cuda/test_kernels.c), built
-# with the plugin to run where a GPU is (tests/gpu/run.sh).
+# with the plugin to run where a GPU is (tests/gpu/run.sh); `make cuda`
+# builds both.
 $(BUILD)/cuda/test_kernels: tests/cuda/test_kernels.c $(CUDA_SO) $(BUILD)/libweft.a
-	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< -L$(BUILD)/cuda -lweft_cuda -Wl,-rpath,'$$ORIGIN' $(BUILD)/libweft.a $(LDLIBS)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< -L$(BUILD)/cuda -lweft_cuda -Wl,-rpath,'$$ORIGIN:$$ORIGIN/../..' $(BUILD)/libweft.a \
+	  $(LDLIBS)
 
 # The same sources for the CPU emulation of a GPU (backends/cuda/emu.h): a
 # C++ compiler and no CUDA, so that make check runs the kernels and the

@@ -47,73 +47,15 @@ if "$EMU/test_kernels" >"$tmp/k.out" 2>&1; then ok
   echo "cuda (emulated): $(tail -1 "$tmp/k.out" | sed 's/^test_kernels: //') against the CPU kernels, f32 and bf16"
 else bad "test_kernels"; grep -v " ok$" "$tmp/k.out"; fi
 
+if sh tests/cuda/plans.sh "$WEFT" "$EMU" "cuda (emulated)" 1e-5; then ok; else bad "the example plans on the emulated GPU"; fi
+
+# the independent PyTorch GPT-2 (tests/reference), weft on the emulated GPU
+if BACKEND=cuda WEFT_PLUGIN_DIR=$EMU sh tests/reference/run.sh "$WEFT" >"$tmp/ref.out" 2>&1; then ok
+  sed 's/^reference:/cuda (emulated): reference:/' "$tmp/ref.out"
+else bad "tests/reference with --backend cuda"; cat "$tmp/ref.out"; fi
+
 export WEFT_PLUGIN_DIR=$EMU
-# run_ok NAME ARGS...: weft run ARGS --backend cuda --check --json matches one device
-run_ok() {
-  name=$1; shift
-  if "$WEFT" run "$@" --backend cuda --check --json >"$tmp/out.json" 2>"$tmp/err"; then
-    if grep -q '"match":true' "$tmp/out.json"; then ok
-      le=$(sed -n 's/.*"max_loss_rel_err":\([^,]*\),.*/\1/p' "$tmp/out.json")
-      pe=$(sed -n 's/.*"max_param_rel_err":\([^,]*\),.*/\1/p' "$tmp/out.json")
-      printf 'cuda (emulated): %s: matches one device (losses within %.2g, parameters within %.2g)\n' "$name" "$le" "$pe"
-    else bad "$name: no match"; cat "$tmp/out.json"; fi
-  else
-    bad "$name: weft run $* --backend cuda --check (exit $?)"; cat "$tmp/err" "$tmp/out.json"
-  fi
-}
-
 GPT="--set layers=2 --set hidden=64 --set heads=4 --set seq=16 --set vocab=256 --set batch=8"
-MEG="--set layers=4 --set hidden=64 --set heads=4 --set seq=16 --set vocab=128 --set global_batch=8 --set micro_batch=2"
-LLAMA="--set layers=2 --set hidden=64 --set heads=4 --set kv_heads=2 --set ffn=96 --set seq=16 --set vocab=128 --set batch=2"
-run_ok "mlp tp2_dp2" examples/mlp.plan --steps 1
-for p in single dp dp_zero3 tp2 ulysses; do run_ok "gpt2 $p" examples/gpt2.plan --plan $p $GPT --steps 2; done
-for seed in 1 2 3; do
-  WEFT_CUDA_EMU_SEED=$seed run_ok "gpt2 tp2_pp2, stream order $seed" examples/gpt2.plan --plan tp2_pp2 $GPT \
-    --set layers=8 --steps 2
-done
-run_ok "coshard" examples/coshard.plan --set layers=2 --set hidden=64 --set heads=16 --set seq=16 --set batch=4 --steps 2
-run_ok "grid" examples/grid.plan --steps 1
-run_ok "llama tp2" examples/llama.plan $LLAMA --steps 2
-run_ok "llama megatron_tp, sequence parallel" examples/llama.plan --plan megatron_sp $LLAMA --steps 2
-run_ok "megatron tp2 pp2 dp2" examples/gpt_megatron.plan $MEG --steps 2
-run_ok "megatron interleaved, sequence parallel, full recompute, zero 1" examples/gpt_megatron.plan $MEG \
-  --set interleave=2 --set sequence_parallel=true --set 'recompute="full"' --set zero=1 --steps 2
-run_ok "megatron zero 3" examples/gpt_megatron.plan $MEG --set pp=1 --set zero=3 --steps 2
-run_ok "megatron tp4, vocabulary-parallel loss" examples/gpt_megatron.plan $MEG --set tp=4 --set pp=1 --steps 2
-run_ok "megatron bf16 (f32 masters)" examples/gpt_megatron.plan $MEG --set dtype=bf16 --steps 3
-run_ok "buckets of gradient all-reduces" tests/golden/plan/buckets.plan --plan small --steps 2
-
-# cuda against cpu: the same weights and batch, 5 steps
-compare() {  # name, tolerance, then weft run arguments
-  name=$1; tol=$2; shift 2
-  if "$WEFT" run "$@" --backend cuda --steps 5 --json >"$tmp/c.json" 2>"$tmp/err" &&
-     "$WEFT" run "$@" --backend cpu --steps 5 --json >"$tmp/p.json" 2>>"$tmp/err" &&
-     python3 - "$tmp/c.json" "$tmp/p.json" "$tol" >"$tmp/cmp" 2>&1 <<'EOF'
-import json, sys
-c, p = (json.load(open(f))["steps"] for f in sys.argv[1:3])
-tol = float(sys.argv[3])
-worst = max(abs(a["loss"] - b["loss"]) / abs(b["loss"]) for a, b in zip(c, p))
-print(f"losses of 5 steps within {worst:.2g} of the CPU backend's (tolerance {tol:g})")
-sys.exit(0 if len(c) == len(p) == 5 and worst <= tol else 1)
-EOF
-  then ok; echo "cuda (emulated): $name: $(cat "$tmp/cmp")"
-  else bad "$name: cuda against cpu"; cat "$tmp/err" "$tmp/cmp"; fi
-}
-compare "gpt2 tp2, f32" 1e-5 examples/gpt2.plan --plan tp2 $GPT
-compare "megatron bf16 against the CPU's f32" 1e-2 examples/gpt_megatron.plan $MEG --set dtype=bf16
-
-# --deterministic: two runs, the same bytes; save, resume and go on: the same as at once
-if "$WEFT" run examples/gpt2.plan --plan tp2 $GPT --backend cuda --deterministic --steps 3 --save "$tmp/a.st" >/dev/null 2>&1 &&
-   WEFT_CUDA_EMU_SEED=7 "$WEFT" run examples/gpt2.plan --plan tp2 $GPT --backend cuda --deterministic --steps 3 \
-     --save "$tmp/b.st" >/dev/null 2>&1 && cmp -s "$tmp/a.st" "$tmp/b.st"; then ok
-  echo "cuda (emulated): --deterministic: two runs give the same bytes"
-else bad "--deterministic runs differ"; fi
-if "$WEFT" run examples/gpt2.plan --plan tp2 $GPT --backend cuda --steps 2 --save "$tmp/c.st" >/dev/null 2>&1 &&
-   "$WEFT" run examples/gpt2.plan --plan tp2 $GPT --backend cuda --resume "$tmp/c.st" --steps 1 --save "$tmp/d.st" \
-     >/dev/null 2>&1 && cmp -s "$tmp/a.st" "$tmp/d.st"; then ok
-  echo "cuda (emulated): 2 steps, save, resume, 1 step: the same bytes as 3 steps"
-else bad "save and resume on cuda"; fi
-
 # the device's limits
 WEFT_CUDA_EMU_MEMORY=1000000 "$WEFT" run examples/gpt2.plan --plan tp2 $GPT --backend cuda >/dev/null 2>"$tmp/e"
 rc=$?
@@ -123,6 +65,17 @@ WEFT_CUDA_EMU_DEVICES=0 "$WEFT" run examples/gpt2.plan --plan tp2 $GPT --backend
 rc=$?
 if [ $rc -eq 2 ] && grep -q "no CUDA device" "$tmp/e"; then ok
 else bad "no device (exit $rc)"; cat "$tmp/e"; fi
+
+# a kernel that faults: found at the end of its step, or at its instruction
+WEFT_CUDA_EMU_FAIL=60 "$WEFT" run examples/gpt2.plan --plan tp2 $GPT --backend cuda >/dev/null 2>"$tmp/e"
+rc=$?
+if [ $rc -eq 2 ] && grep -q "a kernel of step 1 failed: .*WEFT_CUDA_SYNC=1 names its instruction" "$tmp/e"; then ok
+else bad "a faulting kernel (exit $rc)"; cat "$tmp/e"; fi
+WEFT_CUDA_SYNC=1 WEFT_CUDA_EMU_FAIL=60 "$WEFT" run examples/gpt2.plan --plan tp2 $GPT --backend cuda >/dev/null 2>"$tmp/e"
+rc=$?
+if [ $rc -eq 2 ] && grep -q "plan device [0-9]*, instruction [0-9]* (forward .*, .*): an illegal memory access" "$tmp/e"; then ok
+  echo "cuda (emulated): a faulting kernel, WEFT_CUDA_SYNC=1: $(cat "$tmp/e")"
+else bad "a faulting kernel under WEFT_CUDA_SYNC=1 (exit $rc)"; cat "$tmp/e"; fi
 
 echo "cuda: $pass passed, $fail failed"
 [ "$fail" = 0 ]

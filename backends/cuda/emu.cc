@@ -328,7 +328,21 @@ static uint64_t rng() {
 
 static emu_stream *stream_of(emu_stream *s) { return s ? s : &default_stream; }
 
+/* WEFT_CUDA_EMU_FAIL=N: the N-th kernel fails, as a faulting kernel would
+ * (for the tests of the backend's error messages). */
+static long launches, fail_at = -1;
+
 void emu_launch(emu_stream *s, dim3 grid, dim3 block, size_t smem, std::function<void()> body) {
+  if (fail_at < 0) {
+    const char *f = getenv("WEFT_CUDA_EMU_FAIL");
+    fail_at = f ? atol(f) : 0;
+  }
+  if (fail_at > 0 && ++launches == fail_at) {
+    stream_of(s)->q.push_back(emu_op{[] {
+      if (emu_error.empty()) emu_error = "an illegal memory access was encountered (emulated, WEFT_CUDA_EMU_FAIL)";
+    }, 0, 0});
+    return;
+  }
   stream_of(s)->q.push_back(emu_op{[=] { run_grid(grid, block, smem, body); }, 0, 0});
 }
 

@@ -148,7 +148,7 @@ static void *addr(const crun *r, caddr a) {
 /* What an instruction is, for messages. */
 static void ins_name(const crun *r, int dev, int i, char *buf, size_t n) {
   if (i < 0) {
-    snprintf(buf, n, "device %d", dev);
+    snprintf(buf, n, "plan device %d", dev);
     return;
   }
   const lins *in = &r->pr->progs[dev].ins[i];
@@ -156,14 +156,14 @@ static void ins_name(const crun *r, int dev, int i, char *buf, size_t n) {
   const char *k = in->kind < LI_KIND_COUNT ? kinds[in->kind] : "?";
   if (in->kind == LI_COMPUTE) {
     const gop *o = &r->g->ops[lower_compute_op(r->pr, in)];
-    snprintf(buf, n, "device %d, instruction %d (%s %s, %s)", dev, i, in->dir == DIR_BACKWARD ? "backward" : "forward",
+    snprintf(buf, n, "plan device %d, instruction %d (%s %s, %s)", dev, i, in->dir == DIR_BACKWARD ? "backward" : "forward",
              o->name, o->decl ? o->decl->name : "?");
   } else if (in->kind == LI_STEP) {
-    snprintf(buf, n, "device %d, instruction %d (step of %s)", dev, i, r->g->tensors[in->tensor].name);
+    snprintf(buf, n, "plan device %d, instruction %d (step of %s)", dev, i, r->g->tensors[in->tensor].name);
   } else if (in->kind == LI_ALLOC || in->kind == LI_FREE) {
-    snprintf(buf, n, "device %d, instruction %d (%s of %s)", dev, i, k, r->g->tensors[r->pr->bufs[in->buf].tensor].name);
+    snprintf(buf, n, "plan device %d, instruction %d (%s of %s)", dev, i, k, r->g->tensors[r->pr->bufs[in->buf].tensor].name);
   } else {
-    snprintf(buf, n, "device %d, instruction %d (%s of comm %d)", dev, i, k, in->comm);
+    snprintf(buf, n, "plan device %d, instruction %d (%s of comm %d)", dev, i, k, in->comm);
   }
 }
 
@@ -664,10 +664,10 @@ bool crun_gpu(int *gpu, gpu_props *p, char *err, size_t errlen) {
     return failf(err, errlen, 2, "WEFT_CUDA_DEVICE=%s, but there %s %d CUDA device%s", env, n == 1 ? "is" : "are", n,
                  n == 1 ? "" : "s");
   if (!gpu_properties(*gpu, p, e, sizeof e) || !gpu_use(*gpu, e, sizeof e))
-    return failf(err, errlen, 2, "device %d: %s", *gpu, e);
+    return failf(err, errlen, 2, "GPU %d: %s", *gpu, e);
   if (p->major < 8)
     return failf(err, errlen, 2,
-                 "unsupported GPU: device %d (%s) has compute capability %d.%d; the CUDA backend is built for 8.0 and "
+                 "unsupported GPU: GPU %d (%s) has compute capability %d.%d; the CUDA backend is built for 8.0 and "
                  "later",
                  *gpu, p->name, p->major, p->minor);
   return true;
@@ -682,7 +682,7 @@ bool crun_probe(char *msg, size_t n) {
     return false;
   }
   char t[32], f[32];
-  snprintf(msg, n, "device %d: %s (compute capability %d.%d), %s, %s free", gpu, p.name, p.major, p.minor,
+  snprintf(msg, n, "GPU %d: %s (compute capability %d.%d), %s, %s free", gpu, p.name, p.major, p.minor,
            crun_bytes(t, sizeof t, (double)p.total), crun_bytes(f, sizeof f, (double)p.free));
   return true;
 }
@@ -814,7 +814,7 @@ crun *crun_open(const weft_program *pr, weft_world *w, const backend_opts *o, ch
   if (r->need > r->props.free) {
     char a[32], b[32], c[32];
     failf(err, errlen, 2,
-          "device %d (%s): the plan needs %s (%d virtual device%s, pools of up to %s), %s free", r->gpu, r->props.name,
+          "GPU %d (%s): the plan needs %s (%d virtual device%s, pools of up to %s), %s free", r->gpu, r->props.name,
           crun_bytes(a, sizeof a, (double)r->need), r->ndev, r->ndev == 1 ? "" : "s",
           crun_bytes(b, sizeof b, (double)largest), crun_bytes(c, sizeof c, (double)r->props.free));
     goto fail;
@@ -823,28 +823,28 @@ crun *crun_open(const weft_program *pr, weft_world *w, const backend_opts *o, ch
     if (!pr->progs[d].n) continue;
     cvdev *v = &r->dev[d];
     if (!(v->pool = gpu_alloc((size_t)r->s.pool[d], e, sizeof e))) {
-      failf(err, errlen, 2, "device %d (%s), the pool of plan device %d: %s", r->gpu, r->props.name, d, e);
+      failf(err, errlen, 2, "GPU %d (%s), the pool of plan device %d: %s", r->gpu, r->props.name, d, e);
       goto fail;
     }
     if (!(v->stream = gpu_stream_new(e, sizeof e))) {
-      failf(err, errlen, 2, "device %d: %s", r->gpu, e);
+      failf(err, errlen, 2, "GPU %d: %s", r->gpu, e);
       goto fail;
     }
   }
   if (!(r->inputs = gpu_alloc((size_t)(r->input_bytes + 4), e, sizeof e)) ||
       !(r->slots = gpu_alloc((size_t)((r->nslots + 1) * 8), e, sizeof e)) ||
       !(r->tables = gpu_alloc((size_t)(r->tab.n * 4 + 4), e, sizeof e))) {
-    failf(err, errlen, 2, "device %d (%s): %s", r->gpu, r->props.name, e);
+    failf(err, errlen, 2, "GPU %d (%s): %s", r->gpu, r->props.name, e);
     goto fail;
   }
   r->ev = cx_alloc(sizeof(gpu_event *) * (size_t)(r->s.nevents + 1));
   for (int k = 0; k < r->s.nevents; k++)
     if (!(r->ev[k] = gpu_event_new(e, sizeof e))) {
-      failf(err, errlen, 2, "device %d: %s", r->gpu, e);
+      failf(err, errlen, 2, "GPU %d: %s", r->gpu, e);
       goto fail;
     }
   if (r->tab.n && !gpu_upload(r->tables, r->tab.v, (size_t)r->tab.n * 4, NULL, e, sizeof e)) {
-    failf(err, errlen, 2, "device %d: %s", r->gpu, e);
+    failf(err, errlen, 2, "GPU %d: %s", r->gpu, e);
     goto fail;
   }
   return r;
@@ -927,7 +927,7 @@ static bool init_state(crun *r, char *err, size_t errlen) {
   float *stage = gpu_alloc(sizeof(float) * (size_t)most, e, sizeof e);
   if (!stage) {
     free(host);
-    return failf(err, errlen, 2, "device %d (%s): %s", r->gpu, r->props.name, e);
+    return failf(err, errlen, 2, "GPU %d (%s): %s", r->gpu, r->props.name, e);
   }
   bool ok = true;
   for (int d = 0; d < pr->nprogs && ok; d++) {
@@ -971,7 +971,7 @@ static bool init_state(crun *r, char *err, size_t errlen) {
         ok = gpu_stream_sync(s, e, sizeof e);
       }
       free(tab.v);
-      if (!ok && !err[0]) failf(err, errlen, 2, "device %d (%s): %s", r->gpu, r->props.name, e);
+      if (!ok && !err[0]) failf(err, errlen, 2, "GPU %d (%s): %s", r->gpu, r->props.name, e);
     }
   }
   gpu_free(stage);
@@ -986,13 +986,13 @@ static bool upload_inputs(crun *r, char *err, size_t errlen) {
     if (r->input_off[t] < 0 || !r->w->input[t]) continue;
     if (!gpu_upload(r->inputs + r->input_off[t], r->w->input[t], (size_t)cx_tensor_numel(&r->g->tensors[t]) * 4, NULL, e,
                     sizeof e))
-      return failf(err, errlen, 2, "device %d (%s): the model input %s: %s", r->gpu, r->props.name,
+      return failf(err, errlen, 2, "GPU %d (%s): the model input %s: %s", r->gpu, r->props.name,
                    r->g->tensors[t].name, e);
   }
   double *zero = cx_alloc(sizeof(double) * (size_t)(r->nslots + 1));
   bool ok = gpu_upload(r->slots, zero, sizeof(double) * (size_t)(r->nslots + 1), NULL, e, sizeof e);
   free(zero);
-  return ok || failf(err, errlen, 2, "device %d (%s): %s", r->gpu, r->props.name, e);
+  return ok || failf(err, errlen, 2, "GPU %d (%s): %s", r->gpu, r->props.name, e);
 }
 
 static bool run_step(crun *r, char *err, size_t errlen) {
@@ -1010,14 +1010,13 @@ static bool run_step(crun *r, char *err, size_t errlen) {
       }
     if (r->count[k] || r->sync_each) {
       ins_name(r, so->dev, so->ins, what, sizeof what);
-      bool ok = r->sync_each ? gpu_stream_sync(s, e, sizeof e) && gpu_check(what, e, sizeof e) : gpu_check(what, e, sizeof e);
-      if (!ok)
-        return failf(err, errlen, 2, "device %d (%s), %s: %s", r->gpu, r->props.name, what, r->sync_each ? e : e);
+      bool ok = (!r->sync_each || gpu_stream_sync(s, e, sizeof e)) && gpu_check("CUDA", e, sizeof e);
+      if (!ok) return failf(err, errlen, 2, "GPU %d (%s), %s: %s", r->gpu, r->props.name, what, e);
     }
   }
   if (!gpu_sync(e, sizeof e))
     return failf(err, errlen, 2,
-                 "device %d (%s): a kernel of step %" PRId64 " failed: %s (WEFT_CUDA_SYNC=1 names its instruction)",
+                 "GPU %d (%s): a kernel of step %" PRId64 " failed: %s (WEFT_CUDA_SYNC=1 names its instruction)",
                  r->gpu, r->props.name, r->w->step + 1, e);
   return true;
 }
@@ -1037,7 +1036,7 @@ bool crun_steps(crun *r, int steps, char *err, size_t errlen) {
     char e[512];
     if (!run_step(r, err, errlen) ||
         !gpu_download(loss, r->slots, sizeof(double) * (size_t)(r->nslots + 1), NULL, e, sizeof e)) {
-      if (!err[0]) failf(err, errlen, 2, "device %d (%s): %s", r->gpu, r->props.name, e);
+      if (!err[0]) failf(err, errlen, 2, "GPU %d (%s): %s", r->gpu, r->props.name, e);
       r->failed = true;
       free(loss);
       return false;
@@ -1069,7 +1068,7 @@ bool crun_read(crun *r, char *err, size_t errlen) {
   float *stage = gpu_alloc(sizeof(float) * (size_t)most, e, sizeof e);
   float **seen = cx_alloc(sizeof(float *) * (size_t)(g->ntensors + 1));
   bool ok = stage != NULL;
-  if (!ok) failf(err, errlen, 2, "device %d (%s): %s", r->gpu, r->props.name, e);
+  if (!ok) failf(err, errlen, 2, "GPU %d (%s): %s", r->gpu, r->props.name, e);
   for (int d = 0; d < pr->nprogs && ok; d++) {
     const lprog *lp = &pr->progs[d];
     if (!lp->n) continue;
@@ -1096,7 +1095,7 @@ bool crun_read(crun *r, char *err, size_t errlen) {
         else gpu_convert(s, stage, GPU_F32, src, bf->dtype, n, false), src = (char *)stage;
         ok = gpu_download(host, src, (size_t)n * 4, s, e, sizeof e);
         if (!ok) {
-          failf(err, errlen, 2, "device %d (%s): %s", r->gpu, r->props.name, e);
+          failf(err, errlen, 2, "GPU %d (%s): %s", r->gpu, r->props.name, e);
           free(tab.v);
           break;
         }
@@ -1119,7 +1118,7 @@ bool crun_read(crun *r, char *err, size_t errlen) {
         cx_move_host(seen[bf->tensor], host, &mv, &tab, false);
       } else {
         ok = gpu_download(host, src, (size_t)(n * bf->copies) * 4, s, e, sizeof e);
-        if (!ok) failf(err, errlen, 2, "device %d (%s): %s", r->gpu, r->props.name, e);
+        if (!ok) failf(err, errlen, 2, "GPU %d (%s): %s", r->gpu, r->props.name, e);
         for (int c = 0; ok && c < bf->copies && c < r->w->state_copies; c++)
           cx_move_host(r->w->state[bf->tensor] + c * wn, host + c * n, &mv, &tab, false);
       }

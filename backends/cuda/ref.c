@@ -57,7 +57,7 @@ static void *dalloc(rref *x, int64_t bytes, bool *ok, char *err, size_t errlen) 
   if (!*ok) return NULL;
   char e[400];
   void *p = gpu_alloc((size_t)(bytes > 0 ? bytes : 4), e, sizeof e);
-  if (!p) *ok = crun_fail(err, errlen, 2, "device %d (%s), the one-device reference: %s", x->gpu, x->props.name, e);
+  if (!p) *ok = crun_fail(err, errlen, 2, "GPU %d (%s), the one-device reference: %s", x->gpu, x->props.name, e);
   return p;
 }
 
@@ -104,7 +104,7 @@ static bool setup(rref *x, weft_world *w, const backend_opts *o, char *err, size
   }
   if (!crun_gpu(&x->gpu, &x->props, err, errlen)) return false;
   char e[400];
-  if (!(x->s = gpu_stream_new(e, sizeof e))) return crun_fail(err, errlen, 2, "device %d: %s", x->gpu, e);
+  if (!(x->s = gpu_stream_new(e, sizeof e))) return crun_fail(err, errlen, 2, "GPU %d: %s", x->gpu, e);
   bool ok = true;
   size_t ws = 0;
   for (int i = 0; i < g->ntensors && ok; i++) {
@@ -145,7 +145,7 @@ static bool setup(rref *x, weft_world *w, const backend_opts *o, char *err, size
     if (ok && t->master) ok = gpu_upload(t->master, w->param[i], (size_t)t->n * 4, x->s, e, sizeof e);
     if (ok && t->state) ok = gpu_upload(t->state, w->state[i], (size_t)(t->n * w->state_copies) * 4, x->s, e, sizeof e);
     ok = ok && gpu_stream_sync(x->s, e, sizeof e);
-    if (!ok) crun_fail(err, errlen, 2, "device %d: %s", x->gpu, e);
+    if (!ok) crun_fail(err, errlen, 2, "GPU %d: %s", x->gpu, e);
   }
   gpu_free(stage);
   return ok;
@@ -160,15 +160,15 @@ static bool step(rref *x, weft_world *w, double *loss, char *err, size_t errlen)
     if (g->tensors[i].role == TENSOR_INPUT) {
       if (t->dt == DT_I32 || t->dt == DT_F32) {
         if (!gpu_upload(t->val, w->input[i], (size_t)t->n * 4, x->s, e, sizeof e))
-          return crun_fail(err, errlen, 2, "device %d: %s", x->gpu, e);
+          return crun_fail(err, errlen, 2, "GPU %d: %s", x->gpu, e);
       } else {
         void *stage = gpu_alloc((size_t)t->n * 4 + 4, e, sizeof e);
         if (!stage || !gpu_upload(stage, w->input[i], (size_t)t->n * 4, x->s, e, sizeof e))
-          return crun_fail(err, errlen, 2, "device %d: %s", x->gpu, e);
+          return crun_fail(err, errlen, 2, "GPU %d: %s", x->gpu, e);
         gpu_convert(x->s, t->val, t->dt, stage, GPU_F32, t->n, false);
         bool ok = gpu_stream_sync(x->s, e, sizeof e);
         gpu_free(stage);
-        if (!ok) return crun_fail(err, errlen, 2, "device %d: %s", x->gpu, e);
+        if (!ok) return crun_fail(err, errlen, 2, "GPU %d: %s", x->gpu, e);
       }
     } else if (g->tensors[i].role == TENSOR_ACT) {
       gpu_zero(t->val, (size_t)(t->n * gpu_dtype_size(t->dt)), x->s);
@@ -181,12 +181,12 @@ static bool step(rref *x, weft_world *w, double *loss, char *err, size_t errlen)
     ccall c = call_of(x, op, false);
     if (ckernel_is_loss(x->kern[op]) && g->ops[op].output == g->loss) c.slot = x->slots + slot++;
     if (!ccall_run(&c, e, sizeof e)) return crun_fail(err, errlen, 1, "%s", e);
-    if (!gpu_check(g->ops[op].name, e, sizeof e)) return crun_fail(err, errlen, 2, "device %d, the one-device reference, forward %s", x->gpu, e);
+    if (!gpu_check(g->ops[op].name, e, sizeof e)) return crun_fail(err, errlen, 2, "GPU %d, the one-device reference, forward %s", x->gpu, e);
   }
   for (int op = g->nops - 1; op >= 0; op--) {
     ccall c = call_of(x, op, true);
     if (!ccall_run(&c, e, sizeof e)) return crun_fail(err, errlen, 1, "%s", e);
-    if (!gpu_check(g->ops[op].name, e, sizeof e)) return crun_fail(err, errlen, 2, "device %d, the one-device reference, backward %s", x->gpu, e);
+    if (!gpu_check(g->ops[op].name, e, sizeof e)) return crun_fail(err, errlen, 2, "GPU %d, the one-device reference, backward %s", x->gpu, e);
   }
   for (int i = 0; i < g->ntensors; i++) {
     rtensor *t = &x->t[i];
@@ -202,7 +202,7 @@ static bool step(rref *x, weft_world *w, double *loss, char *err, size_t errlen)
   *loss = 0;
   for (int i = 0; i < x->nslots; i++) *loss += slots[i];
   free(slots);
-  return ok || crun_fail(err, errlen, 2, "device %d (%s), the one-device reference: %s", x->gpu, x->props.name, e);
+  return ok || crun_fail(err, errlen, 2, "GPU %d (%s), the one-device reference: %s", x->gpu, x->props.name, e);
 }
 
 /* Parameters (masters when 16-bit) and state back into the world. */
@@ -225,7 +225,7 @@ static bool read_back(rref *x, weft_world *w, char *err, size_t errlen) {
       gpu_free(stage);
     }
     if (ok && t->state) ok = gpu_download(w->state[i], t->state, (size_t)(t->n * w->state_copies) * 4, x->s, e, sizeof e);
-    if (!ok) return crun_fail(err, errlen, 2, "device %d: %s", x->gpu, e);
+    if (!ok) return crun_fail(err, errlen, 2, "GPU %d: %s", x->gpu, e);
   }
   return true;
 }

@@ -83,12 +83,14 @@ static const command commands[] = {
      "  --trace FILE       write the simulated timeline as Chrome trace JSON (Perfetto)\n"
      "  --svg FILE         write the schedule as an SVG picture, devices against time\n"
      "  --cost MODEL       roofline (default) or symbolic: FLOPs and bytes only, no hardware figures\n"},
-    {"run", report_run, 1, 1, "needs one file", "train with a plan on the CPU backend, and prove it equals one device",
+    {"run", report_run, 1, 1, "needs one file", "train with a plan on the CPU or a GPU, and prove it equals one device",
      "usage: weft run [options] FILE\n\n"
      "Lowers a plan and executes its programs: every device of the plan a thread\n"
      "with its own memory, send/recv and collectives over shared memory (under\n"
      "mpirun, over MPI between processes). Prints the loss of every step. Kernels\n"
-     "compute in f32; bf16 tensors are held as f32. docs/run.md says more.\n\n"
+     "compute in f32; bf16 tensors are held as f32. With --backend cuda, every\n"
+     "device of the plan is a virtual device of one GPU, and bf16 tensors are\n"
+     "bf16 there. docs/run.md says more.\n\n"
      "options:\n"
      "  --plan NAME        the plan (default: the last one the file defines)\n"
      "  --backend NAME     cpu (the default) or cuda (a plugin; weft backends lists them)\n"

@@ -5,8 +5,11 @@
 # parameter, both AdamW moments of every parameter and every step's loss must
 # agree (README.md: what is compared, and the tolerances).
 # Usage: sh tests/reference/run.sh ./weft     (from the repository root)
+# BACKEND=cuda runs weft on that backend (its plugin as weft finds it, or
+# in WEFT_PLUGIN_DIR); PY names another python3 with torch and numpy.
 WEFT=${1:-./weft}
-PY=/usr/bin/python3
+PY=${PY:-/usr/bin/python3}
+BACKEND=${BACKEND:-cpu}
 STEPS=3
 PYTHONDONTWRITEBYTECODE=1
 export PYTHONDONTWRITEBYTECODE
@@ -60,12 +63,12 @@ fi
 
 for plan in tp2_pp2 dp; do
   # shellcheck disable=SC2086
-  "$WEFT" run examples/gpt2.plan --plan $plan $sets \
+  "$WEFT" run examples/gpt2.plan --plan $plan $sets --backend "$BACKEND" \
     --load "$tmp/weights.safetensors" --inputs "$tmp/inputs.safetensors" --steps $STEPS \
     --save "$tmp/$plan.safetensors" --json >"$tmp/$plan.json" 2>"$tmp/$plan.err"
   rc=$?
   if [ $rc -ne 0 ]; then
-    echo "reference: $plan FAIL (weft run exited $rc)"
+    echo "reference: $plan on $BACKEND FAIL (weft run exited $rc)"
     indent "$tmp/$plan.err"
     fail=1
     continue
@@ -75,9 +78,9 @@ for plan in tp2_pp2 dp; do
        --noise "$tmp/ref64.safetensors" --noise-json "$tmp/ref64.json" \
        --rtol 1e-5 --noise-factor 10 >"$tmp/$plan.cmp" 2>&1; then
     worst=$(sed -n 's/^compare: ok: .*; max rel err \([^ ]*\) .*; worst error\/tolerance \([^ ]*\) .*/\1, at most \2 of a tolerance/p' "$tmp/$plan.cmp")
-    echo "reference: $plan ok (max rel err $worst)"
+    echo "reference: $plan on $BACKEND ok (max rel err $worst)"
   else
-    echo "reference: $plan FAIL (weft's numerics differ from PyTorch's)"
+    echo "reference: $plan on $BACKEND FAIL (weft's numerics differ from PyTorch's)"
     indent "$tmp/$plan.cmp"
     fail=1
   fi

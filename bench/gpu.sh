@@ -1,0 +1,95 @@
+#!/bin/sh
+# gpu.sh - weft's CUDA backend timed on one GPU, beside PyTorch:
+#   - GPT-2 124M and 350M (bench/gpu/gpt2.plan: seq 1024, bf16 with f32
+#     masters, AdamW) at the largest batch weft fits (a power of two): weft's
+#     tokens/s and MFU, then PyTorch eager and torch.compile on the same model
+#     and batch (bench/gpu/gpt2_torch.py);
+#   - GPT-2 124M under Megatron's tp2 on two virtual devices of the GPU
+#     against the whole model on one.
+# MFU: 3 x the model's forward FLOPs per step (weft graph --json) over the
+# step time and the GPU's dense bf16 peak (989.4 TFLOP/s for H100 and H200,
+# 312 for A100; PEAK_TFLOPS overrides). Steps: 3 warm-up, then the median of
+# the rest. Prints a table and writes it to DIR/gpu-bench-DATE-DEVICE.txt.
+#
+# Usage, from the repository root, with ./weft and ./libweft_cuda.so built
+# where nvcc is:   sh bench/gpu.sh [DIR]
+# (SEQ=16 SETS="--set seq=16 --set vocab=256" and WEFT_PLUGIN_DIR=build/cudaemu
+# try the script on the emulation, at a size it can run.)
+DIR=${1:-bench/results}
+WEFT=./weft
+PY=${PY:-$(command -v python3)}
+PLAN=bench/gpu/gpt2.plan
+STEPS=${STEPS:-10}
+tmp=$(mktemp -d) || exit 2
+trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$DIR" || exit 2
+log=$tmp/log
+say() { echo "$*" | tee -a "$log"; }
+if ldd libweft_cuda.so | grep -q "libcublasLt.*not found"; then
+  lt=$(find /usr/local /usr/lib /opt -name 'libcublasLt.so.13' 2>/dev/null | head -1)
+  [ -n "$lt" ] && export LD_LIBRARY_PATH="$(dirname "$lt")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+export WEFT_PLUGIN_DIR=${WEFT_PLUGIN_DIR:-$(pwd)}
+device=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+case "$device" in
+  *H100*|*H200*) peak=989.4 ;;
+  *A100*) peak=312 ;;
+  *) peak=989.4 ;;
+esac
+peak=${PEAK_TFLOPS:-$peak}
+say "bench/gpu.sh, $(date -u '+%Y-%m-%d %H:%M UTC'), ${device:-no nvidia-smi}, bf16 peak $peak TFLOP/s," \
+  "weft commit $(git rev-parse --short HEAD 2>/dev/null), torch $($PY -c 'import torch; print(torch.__version__)' 2>/dev/null)"
+
+# size NAME SETS...: the largest batch that fits, then weft, eager, compile
+row() {
+  printf '%-28s %6s %12s %9s %8s\n' "$1" "$2" "$3" "$4" "$5" | tee -a "$log"
+}
+row "run" "batch" "tokens/s" "step ms" "MFU"
+bench_size() {
+  name=$1; layers=$2; hidden=$3; heads=$4
+  sets="--set layers=$layers --set hidden=$hidden --set heads=$heads ${SETS:-}"
+  batch=
+  for b in 64 32 16 8 4 2 1; do
+    if $WEFT run $PLAN --plan single $sets --set batch=$b --backend cuda --steps 0 >"$tmp/fit" 2>&1; then batch=$b; break; fi
+  done
+  if [ -z "$batch" ]; then say "$name: no batch fits: $(tail -1 "$tmp/fit")"; return; fi
+  flops=$($WEFT graph $PLAN $sets --set batch=$batch --json | "$PY" -c 'import json,sys; print(3*json.load(sys.stdin)["forward_flops"])')
+  tokens=$((batch * ${SEQ:-1024}))
+  if $WEFT run $PLAN --plan single $sets --set batch=$batch --backend cuda --steps $((STEPS + 3)) --json >"$tmp/w.json" 2>"$tmp/w.err"; then
+    t=$("$PY" -c 'import json,statistics,sys; d=json.load(open(sys.argv[1])); print(statistics.median(s["time_s"] for s in d["steps"][3:]))' "$tmp/w.json")
+    row "$name weft" "$batch" "$("$PY" -c "print(f'{$tokens/$t:,.0f}')")" "$("$PY" -c "print(f'{1000*$t:.1f}')")" \
+      "$("$PY" -c "print(f'{100*$flops/$t/($peak*1e12):.1f}%')")"
+  else
+    say "$name weft: failed: $(tail -3 "$tmp/w.err")"
+  fi
+  for mode in eager compile; do
+    "$PY" bench/gpu/gpt2_torch.py --mode $mode --layers $layers --hidden $hidden --heads $heads --batch $batch \
+      --steps $STEPS >"$tmp/t.json" 2>"$tmp/t.err"
+    if grep -q '"tokens_per_s"' "$tmp/t.json" && ! grep -q '"error"' "$tmp/t.json"; then
+      t=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["step_s"])' "$tmp/t.json")
+      row "$name PyTorch $mode" "$batch" "$("$PY" -c "print(f'{$tokens/$t:,.0f}')")" "$("$PY" -c "print(f'{1000*$t:.1f}')")" \
+        "$("$PY" -c "print(f'{100*$flops/$t/($peak*1e12):.1f}%')")"
+    else
+      say "$name PyTorch $mode: $(cat "$tmp/t.json") $(tail -2 "$tmp/t.err")"
+    fi
+  done
+  [ "$name" = "GPT-2 124M" ] && TP_BATCH=$batch
+}
+bench_size "GPT-2 124M" 12 768 12
+bench_size "GPT-2 350M" 24 1024 16
+
+# tp2 on two virtual devices against one device, 124M at the same batch
+if [ -n "${TP_BATCH:-}" ]; then
+  for plan in single tp2; do
+    if $WEFT run $PLAN --plan $plan ${SETS:-} --set batch=$TP_BATCH --backend cuda --steps $((STEPS + 3)) --json >"$tmp/w.json" 2>"$tmp/w.err"; then
+      t=$("$PY" -c 'import json,statistics,sys; d=json.load(open(sys.argv[1])); print(statistics.median(s["time_s"] for s in d["steps"][3:]))' "$tmp/w.json")
+      row "GPT-2 124M weft $plan" "$TP_BATCH" "$("$PY" -c "print(f'{$TP_BATCH*${SEQ:-1024}/$t:,.0f}')")" \
+        "$("$PY" -c "print(f'{1000*$t:.1f}')")" "-"
+    else
+      say "GPT-2 124M weft $plan: failed: $(tail -3 "$tmp/w.err")"
+    fi
+  done
+fi
+slug=$(echo "${device:-gpu}" | tr -c 'A-Za-z0-9\n' '-' | tr -s '-' | sed 's/-$//')
+cp "$log" "$DIR/gpu-bench-$(date -u +%Y-%m-%d)-$slug.txt"
+echo "written: $DIR/gpu-bench-$(date -u +%Y-%m-%d)-$slug.txt"

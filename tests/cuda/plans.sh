@@ -1,0 +1,85 @@
+#!/bin/sh
+# plans.sh - the CUDA backend on every example plan: each against one device
+# (--check), with the streams' work run in several orders under the
+# emulation; cuda against cpu over 5 steps in f32 and bf16; --deterministic
+# bit for bit; save and resume. Shared by tests/cuda_check.sh (the CPU
+# emulation, in make check) and tests/gpu/run.sh (a GPU).
+# Usage: sh tests/cuda/plans.sh WEFT PLUGIN_DIR LABEL F32_TOLERANCE
+WEFT=$1
+export WEFT_PLUGIN_DIR=$2
+LABEL=$3
+F32_TOL=${4:-1e-5}
+pass=0; fail=0
+ok() { pass=$((pass+1)); }
+bad() { fail=$((fail+1)); echo "FAIL: $*"; }
+tmp=$(mktemp -d) || exit 2
+trap 'rm -rf "$tmp"' EXIT
+
+# run_ok NAME ARGS...: weft run ARGS --backend cuda --check --json matches one device
+run_ok() {
+  name=$1; shift
+  if "$WEFT" run "$@" --backend cuda --check --json >"$tmp/out.json" 2>"$tmp/err"; then
+    if grep -q '"match":true' "$tmp/out.json"; then ok
+      le=$(sed -n 's/.*"max_loss_rel_err":\([^,]*\),.*/\1/p' "$tmp/out.json")
+      pe=$(sed -n 's/.*"max_param_rel_err":\([^,]*\),.*/\1/p' "$tmp/out.json")
+      printf '%s: %s: matches one device (losses within %.2g, parameters within %.2g)\n' "$LABEL" "$name" "$le" "$pe"
+    else bad "$name: no match"; cat "$tmp/out.json"; fi
+  else
+    bad "$name: weft run $* --backend cuda --check (exit $?)"; cat "$tmp/err" "$tmp/out.json"
+  fi
+}
+
+GPT="--set layers=2 --set hidden=64 --set heads=4 --set seq=16 --set vocab=256 --set batch=8"
+MEG="--set layers=4 --set hidden=64 --set heads=4 --set seq=16 --set vocab=128 --set global_batch=8 --set micro_batch=2"
+LLAMA="--set layers=2 --set hidden=64 --set heads=4 --set kv_heads=2 --set ffn=96 --set seq=16 --set vocab=128 --set batch=2"
+run_ok "mlp tp2_dp2" examples/mlp.plan --steps 1
+for p in single dp dp_zero3 tp2 ulysses; do run_ok "gpt2 $p" examples/gpt2.plan --plan $p $GPT --steps 2; done
+for seed in 1 2 3; do
+  WEFT_CUDA_EMU_SEED=$seed run_ok "gpt2 tp2_pp2, stream order $seed" examples/gpt2.plan --plan tp2_pp2 $GPT \
+    --set layers=8 --steps 2
+done
+run_ok "coshard" examples/coshard.plan --set layers=2 --set hidden=64 --set heads=16 --set seq=16 --set batch=4 --steps 2
+run_ok "grid" examples/grid.plan --steps 1
+run_ok "llama tp2" examples/llama.plan $LLAMA --steps 2
+run_ok "llama megatron_tp, sequence parallel" examples/llama.plan --plan megatron_sp $LLAMA --steps 2
+run_ok "megatron tp2 pp2 dp2" examples/gpt_megatron.plan $MEG --steps 2
+run_ok "megatron interleaved, sequence parallel, full recompute, zero 1" examples/gpt_megatron.plan $MEG \
+  --set interleave=2 --set sequence_parallel=true --set 'recompute="full"' --set zero=1 --steps 2
+run_ok "megatron zero 3" examples/gpt_megatron.plan $MEG --set pp=1 --set zero=3 --steps 2
+run_ok "megatron tp4, vocabulary-parallel loss" examples/gpt_megatron.plan $MEG --set tp=4 --set pp=1 --steps 2
+run_ok "megatron bf16 (f32 masters)" examples/gpt_megatron.plan $MEG --set dtype=bf16 --steps 3
+run_ok "buckets of gradient all-reduces" tests/golden/plan/buckets.plan --plan small --steps 2
+
+# cuda against cpu: the same weights and batch, 5 steps
+compare() {  # name, tolerance, then weft run arguments
+  name=$1; tol=$2; shift 2
+  if "$WEFT" run "$@" --backend cuda --steps 5 --json >"$tmp/c.json" 2>"$tmp/err" &&
+     "$WEFT" run "$@" --backend cpu --steps 5 --json >"$tmp/p.json" 2>>"$tmp/err" &&
+     python3 - "$tmp/c.json" "$tmp/p.json" "$tol" >"$tmp/cmp" 2>&1 <<'EOF'
+import json, sys
+c, p = (json.load(open(f))["steps"] for f in sys.argv[1:3])
+tol = float(sys.argv[3])
+worst = max(abs(a["loss"] - b["loss"]) / abs(b["loss"]) for a, b in zip(c, p))
+print(f"losses of 5 steps within {worst:.2g} of the CPU backend's (tolerance {tol:g})")
+sys.exit(0 if len(c) == len(p) == 5 and worst <= tol else 1)
+EOF
+  then ok; echo "$LABEL: $name: $(cat "$tmp/cmp")"
+  else bad "$name: cuda against cpu"; cat "$tmp/err" "$tmp/cmp"; fi
+}
+compare "gpt2 tp2, f32" "$F32_TOL" examples/gpt2.plan --plan tp2 $GPT
+compare "megatron bf16 against the CPU's f32" 1e-2 examples/gpt_megatron.plan $MEG --set dtype=bf16
+
+# --deterministic: two runs, the same bytes; save, resume and go on: the same as at once
+if "$WEFT" run examples/gpt2.plan --plan tp2 $GPT --backend cuda --deterministic --steps 3 --save "$tmp/a.st" >/dev/null 2>&1 &&
+   WEFT_CUDA_EMU_SEED=7 "$WEFT" run examples/gpt2.plan --plan tp2 $GPT --backend cuda --deterministic --steps 3 \
+     --save "$tmp/b.st" >/dev/null 2>&1 && cmp -s "$tmp/a.st" "$tmp/b.st"; then ok
+  echo "$LABEL: --deterministic: two runs give the same bytes"
+else bad "--deterministic runs differ"; fi
+if "$WEFT" run examples/gpt2.plan --plan tp2 $GPT --backend cuda --steps 2 --save "$tmp/c.st" >/dev/null 2>&1 &&
+   "$WEFT" run examples/gpt2.plan --plan tp2 $GPT --backend cuda --resume "$tmp/c.st" --steps 1 --save "$tmp/d.st" \
+     >/dev/null 2>&1 && cmp -s "$tmp/a.st" "$tmp/d.st"; then ok
+  echo "$LABEL: 2 steps, save, resume, 1 step: the same bytes as 3 steps"
+else bad "save and resume on cuda"; fi
+
+echo "$LABEL: $pass passed, $fail failed"
+[ "$fail" = 0 ]

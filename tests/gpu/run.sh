@@ -1,0 +1,84 @@
+#!/bin/sh
+# run.sh - every check of the CUDA backend that needs a GPU, in one command:
+#   1. the plugin loads and finds the GPU (weft backends --kernels);
+#   2. every kernel against the CPU backend's, f32 and bf16, at the sizes
+#      of make check and at larger ones (build/cuda/test_kernels);
+#   3. every example plan against one device (weft run --backend cuda
+#      --check) at small sizes, cuda against cpu over 5 steps in f32 and
+#      bf16, --deterministic bit for bit, save and resume (tests/cuda/plans.sh);
+#   4. the PyTorch GPT-2 of tests/reference, weft on the GPU;
+#   5. compute-sanitizer's memcheck on a small plan.
+# It prints one line per check and a summary, and writes the same into
+# DIR/gpu-check-DATE-DEVICE.txt (default DIR: bench/results), to commit.
+#
+# Usage, from the repository root, with ./weft, ./libweft_cuda.so and
+# build/cuda/test_kernels built by `make weft build/cuda/test_kernels` on a
+# machine with nvcc (the GPU machine needs no flex, bison or Lua):
+#     sh tests/gpu/run.sh [DIR]
+# PY names a python3 with torch and numpy (default: python3 on the PATH).
+DIR=${1:-bench/results}
+WEFT=./weft
+PY=${PY:-$(command -v python3)}
+export PY
+pass=0; fail=0
+tmp=$(mktemp -d) || exit 2
+trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$DIR" || exit 2
+log=$tmp/log
+say() { echo "$*" | tee -a "$log"; }
+ok() { pass=$((pass+1)); say "ok: $*"; }
+bad() { fail=$((fail+1)); say "FAIL: $*"; }
+
+for f in "$WEFT" libweft_cuda.so build/cuda/test_kernels; do
+  [ -e "$f" ] || { echo "tests/gpu/run.sh: $f is missing: build it with make where nvcc is"; exit 2; }
+done
+# cuBLASLt where the toolkit keeps it, or where PyTorch's wheels do
+if ldd libweft_cuda.so | grep -q "libcublasLt.*not found"; then
+  lt=$(find /usr/local /usr/lib /opt -name 'libcublasLt.so.13' 2>/dev/null | head -1)
+  [ -n "$lt" ] && export LD_LIBRARY_PATH="$(dirname "$lt")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+export WEFT_PLUGIN_DIR=$(pwd)
+
+device=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+say "tests/gpu/run.sh, $(date -u '+%Y-%m-%d %H:%M UTC'), ${device:-no nvidia-smi}"
+say "driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1);" \
+  "$(nvcc --version 2>/dev/null | tail -1); weft $($WEFT version | sed 's/^weft //'), commit $(git rev-parse --short HEAD 2>/dev/null)"
+
+# 1. the plugin and the GPU
+if $WEFT backends --kernels >"$tmp/b" 2>&1 && grep -q "runs on: GPU" "$tmp/b"; then ok "$(grep 'runs on' "$tmp/b" | sed 's/^ *//')"
+else bad "weft backends: the plugin or the GPU"; cat "$tmp/b" | tee -a "$log"; fi
+
+# 2. the kernels
+if build/cuda/test_kernels >"$tmp/k" 2>&1; then ok "kernels: $(tail -1 "$tmp/k" | sed 's/^test_kernels: //') against the CPU's"
+else bad "kernels"; fi
+grep "^kernel" "$tmp/k" >>"$log"
+grep "FAIL" "$tmp/k"
+
+# 3. the plans
+if sh tests/cuda/plans.sh "$WEFT" "$(pwd)" cuda 1e-5 >"$tmp/p" 2>&1; then ok "plans: $(tail -1 "$tmp/p")"
+else bad "plans: $(tail -1 "$tmp/p")"; fi
+cat "$tmp/p" >>"$log"
+grep "FAIL" "$tmp/p"
+
+# 4. PyTorch
+if BACKEND=cuda sh tests/reference/run.sh "$WEFT" >"$tmp/r" 2>&1; then ok "PyTorch reference: $(grep -c ' ok ' "$tmp/r") plans agree"
+else bad "PyTorch reference"; fi
+cat "$tmp/r" >>"$log"
+
+# 5. memcheck
+GPT="--set layers=2 --set hidden=64 --set heads=4 --set seq=16 --set vocab=256 --set batch=4"
+if command -v compute-sanitizer >/dev/null 2>&1; then
+  compute-sanitizer --tool memcheck --error-exitcode 9 $WEFT run examples/gpt2.plan --plan tp2 $GPT --backend cuda \
+    --steps 1 >"$tmp/m" 2>&1
+  rc=$?
+  if [ $rc -eq 0 ] && grep -q "ERROR SUMMARY: 0 errors" "$tmp/m"; then ok "compute-sanitizer memcheck, gpt2 tp2: 0 errors"
+  else bad "compute-sanitizer memcheck (exit $rc)"; tail -30 "$tmp/m" | tee -a "$log"; fi
+else
+  bad "compute-sanitizer is not on the PATH"
+fi
+
+say "tests/gpu/run.sh: $pass passed, $fail failed"
+slug=$(echo "${device:-gpu}" | tr -c 'A-Za-z0-9\n' '-' | tr -s '-' | sed 's/-$//')
+cp "$log" "$DIR/gpu-check-$(date -u +%Y-%m-%d)-$slug.txt"
+echo "written: $DIR/gpu-check-$(date -u +%Y-%m-%d)-$slug.txt"
+[ "$fail" = 0 ]
