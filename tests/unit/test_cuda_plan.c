@@ -221,6 +221,7 @@ static void check_plan(const weft_program *pr) {
     next[o->dev] = o->ins + 1;
   }
   for (int d = 0; d < nd; d++) {
+    free(waited[d]);
     if (!pr->progs[d].n) continue;
     vdev++;
     /* the pool holds what lives across steps and the peak of the rest */
@@ -230,7 +231,6 @@ static void check_plan(const weft_program *pr) {
     assert_true(s.persistent[d] >= persistent + 4096);
     assert_true(s.pool[d] >= s.persistent[d]);
     assert_true(s.pool[d] - s.persistent[d] + persistent >= pr->progs[d].peak / 2);
-    free(waited[d]);
   }
   assert_true(vdev > 1);
   free(next), free(recorded), free(recorded_on), free(waited), free(send_event);
