@@ -15,9 +15,21 @@
  * 16 query rows, dq += ds k over the key tiles. ds = p (dout . v - D).
  * For grouped-query attention a key tile sums the query heads of its group
  * in order. No atomics: two runs give the same bits. */
+#include "attention.cuh"
 #include "common.cuh"
 
 enum { ROWS = 4, WARPS = 4, BQ = ROWS * WARPS, BK = 32, THREADS = 32 * WARPS };
+
+size_t attention_smem_limit(void) {
+#ifdef WEFT_CUDA_EMU
+  return 227 << 10;
+#else
+  int dev = 0, v = 0;
+  cudaGetDevice(&dev);
+  if (cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) return 48 << 10;
+  return (size_t)v;
+#endif
+}
 
 /* Shared memory may go above the default 48 KiB once asked for. */
 template <typename... KArgs>
@@ -297,6 +309,10 @@ static int dc_for(int64_t dh) {
 
 void gpu_attention(gpu_stream *s, int dt, void *out, const void *q, const void *k, const void *v, const gpu_attn *a) {
   if (a->dh <= 0 || a->dh > GPU_ATTN_MAX_DH || a->r <= 0) return;
+  if (attention_tc_takes(dt, a)) {
+    attention_tc_forward(s, dt, out, q, k, v, a);
+    return;
+  }
   dim3 grid((unsigned)((a->sq + BQ - 1) / BQ), (unsigned)a->hq, (unsigned)a->b);
   float scale = (float)(1.0 / sqrt((double)a->dh));
   size_t sm = fwd_smem(a->dh);
@@ -313,6 +329,10 @@ void gpu_attention_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv,
                             const void *k, const void *v, const gpu_attn *a, bool acc, void *ws) {
   if (a->dh <= 0 || a->dh > GPU_ATTN_MAX_DH || a->r <= 0 || (!dq && !dk && !dv)) return;
   float *lse = (float *)ws, *dsum = lse + a->b * a->hq * a->sq;
+  if (attention_tc_takes(dt, a)) {
+    attention_tc_backward(s, dt, dq, dk, dv, dout, q, k, v, a, acc, lse, dsum);
+    return;
+  }
   float scale = (float)(1.0 / sqrt((double)a->dh));
   dim3 gq((unsigned)((a->sq + BQ - 1) / BQ), (unsigned)a->hq, (unsigned)a->b);
   dim3 gk((unsigned)((a->sq + BK - 1) / BK), (unsigned)(a->hq / a->r), (unsigned)a->b);

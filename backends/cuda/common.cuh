@@ -118,6 +118,10 @@ static inline float fexp(float x) { return expf(x); }
 DEV float fexp(float x) { return __expf(x); }
 #endif
 
+#ifdef WEFT_CUDA_EMU
+#include "emu_wmma.h"
+#endif
+
 /* x (+)= v, rounded once into the storage type. */
 template <class T> DEV void put(T *x, float v, bool acc) { *x = from_f<T>(acc ? to_f(*x) + v : v); }
 
@@ -138,7 +142,7 @@ template <class T> DEV void put(T *x, float v, bool acc) { *x = from_f<T>(acc ? 
 #define DYN_SMEM(T, name) T *name = (T *)emu_dyn_smem
 #else
 #define DYN_SMEM(T, name)                                                                      \
-  extern __shared__ __align__(16) unsigned char weft_smem[];                                   \
+  extern __shared__ __align__(128) unsigned char weft_smem[];                                   \
   T *name = (T *)weft_smem
 #endif
 

@@ -47,7 +47,8 @@ run_ok "megatron interleaved, sequence parallel, full recompute, zero 1" example
   --set interleave=2 --set sequence_parallel=true --set 'recompute="full"' --set zero=1 --steps 2
 run_ok "megatron zero 3" examples/gpt_megatron.plan $MEG --set pp=1 --set zero=3 --steps 2
 run_ok "megatron tp4, vocabulary-parallel loss" examples/gpt_megatron.plan $MEG --set tp=4 --set pp=1 --steps 2
-run_ok "megatron bf16 (f32 masters)" examples/gpt_megatron.plan $MEG --set dtype=bf16 --steps 3
+run_ok "megatron bf16 (f32 masters; attention on tensor cores, heads of 32)" examples/gpt_megatron.plan $MEG \
+  --set hidden=128 --set dtype=bf16 --steps 3
 run_ok "buckets of gradient all-reduces" tests/golden/plan/buckets.plan --plan small --steps 2
 
 # cuda against cpu: the same weights and batch, 5 steps
@@ -67,7 +68,7 @@ EOF
   else bad "$name: cuda against cpu"; cat "$tmp/err" "$tmp/cmp"; fi
 }
 compare "gpt2 tp2, f32" "$F32_TOL" examples/gpt2.plan --plan tp2 $GPT
-compare "megatron bf16 against the CPU's f32" 1e-2 examples/gpt_megatron.plan $MEG --set dtype=bf16
+compare "megatron bf16 against the CPU's f32" 1e-2 examples/gpt_megatron.plan $MEG --set hidden=128 --set dtype=bf16
 
 # --deterministic: two runs, the same bytes; save, resume and go on: the same as at once
 if "$WEFT" run examples/gpt2.plan --plan tp2 $GPT --backend cuda --deterministic --steps 3 --save "$tmp/a.st" >/dev/null 2>&1 &&
