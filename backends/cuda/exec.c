@@ -705,6 +705,51 @@ void crun_close(crun *r) {
   free(r);
 }
 
+static bool refers(const lins *in, int buf, bool *as_in, bool *as_out) {
+  for (int j = 0; j < in->nin; j++)
+    if (in->in[j].buf == buf) *as_in = true;
+  for (int j = 0; j < in->nout; j++)
+    if (in->out[j].buf == buf) *as_out = true;
+  return *as_in || *as_out;
+}
+
+/* Whether the first instruction after alloc `at` that touches buf writes
+ * all of it before anything reads it: a compute whose outputs are its
+ * buffers whole, in its type, not added to (and not a backward that has
+ * no gradient to start from), or a receive of the whole buffer. Then the
+ * alloc need not clear it. */
+static bool overwritten(const crun *r, int dev, int at, int buf) {
+  const lprog *lp = &r->pr->progs[dev];
+  const lbuf *b = &r->pr->bufs[buf];
+  for (int i = at + 1; i < lp->n; i++) {
+    const lins *in = &lp->ins[i];
+    if (in->kind == LI_ALLOC || in->kind == LI_FREE) {
+      if (in->buf == buf) return false;
+      continue;
+    }
+    bool as_in = false, as_out = false;
+    if (!refers(in, buf, &as_in, &as_out)) continue;
+    if (as_in) return false;
+    if (in->kind == LI_RECV) return cx_equal(&in->out[0].region, &b->region);
+    if (in->kind != LI_COMPUTE || in->accumulate) return false;
+    int op = lower_compute_op(r->pr, in);
+    const ckernel *k = r->kern[op];
+    int dt = in->part == LP_STATS ? GPU_F32 : ckernel_dtype(r->g, op);
+    bool dy = false;
+    for (int j = 0; j < in->nin; j++) dy |= in->in[j].arg < 0 && in->in[j].buf >= 0 && in->part != LP_COMBINE;
+    if (in->part == LP_COMBINE)
+      for (int j = 0; j + 1 < in->nin; j++) dy |= in->in[j].arg < 0 && in->in[j].buf >= 0;
+    if (in->dir == DIR_BACKWARD && !dy && !ckernel_is_loss(k)) return false;
+    for (int j = 0; j < in->nout; j++) {
+      const lref *o = &in->out[j];
+      if (o->buf < 0 || !cx_equal(&r->pr->bufs[o->buf].region, &o->region) || r->pr->bufs[o->buf].dtype != dt)
+        return false;
+    }
+    return true;
+  }
+  return false;
+}
+
 static bool prepare(crun *r) {
   r->first = cx_alloc(sizeof(int) * (size_t)(r->s.nops + 1));
   r->count = cx_alloc(sizeof(int) * (size_t)(r->s.nops + 1));
@@ -715,7 +760,8 @@ static bool prepare(crun *r) {
     switch (so->kind) {
     case SO_ZERO: {
       const lbuf *b = &r->pr->bufs[so->arg];
-      add_zero(r, buf_addr(r, so->dev, so->arg), b->bytes ? b->bytes : 1);
+      if (b->persistent || !overwritten(r, so->dev, so->ins, so->arg))
+        add_zero(r, buf_addr(r, so->dev, so->arg), b->bytes ? b->bytes : 1);
       break;
     }
     case SO_INPUT: {
