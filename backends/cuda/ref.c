@@ -38,6 +38,7 @@ typedef struct rref {
   gpu_props props;
   int optim;
   gpu_optim settings;
+  bool deterministic;
 } rref;
 
 static void rref_free(rref *x) {
@@ -68,6 +69,7 @@ static ccall call_of(rref *x, int op, bool backward) {
   memset(&c, 0, sizeof c);
   c.g = x->g, c.op = op, c.k = x->kern[op], c.backward = backward, c.part = LP_WHOLE;
   c.dt = ckernel_dtype(x->g, op), c.nin = o->ninputs, c.s = x->s, c.ws = x->ws, c.gemm_ws = x->gemm_ws;
+  c.deterministic = x->deterministic;
   for (int i = 0; i < c.nin; i++) {
     rtensor *t = &x->t[o->inputs[i]];
     c.in[i] = t->val, c.inr[i] = &t->whole;
@@ -84,6 +86,7 @@ static ccall call_of(rref *x, int op, bool backward) {
 
 static bool setup(rref *x, weft_world *w, const backend_opts *o, char *err, size_t errlen) {
   const weft_graph *g = x->g;
+  x->deterministic = o->deterministic;
   if (!crun_optimizer(g, &x->optim, &x->settings, err, errlen)) return false;
   x->kern = calloc((size_t)g->nops + 1, sizeof *x->kern);
   x->t = calloc((size_t)g->ntensors + 1, sizeof *x->t);
