@@ -61,8 +61,9 @@ cat "$tmp/p" >>"$log"
 grep "FAIL" "$tmp/p"
 
 # 4. PyTorch
-if BACKEND=cuda sh tests/reference/run.sh "$WEFT" >"$tmp/r" 2>&1; then ok "PyTorch reference: $(grep -c ' ok ' "$tmp/r") plans agree"
-else bad "PyTorch reference"; fi
+if BACKEND=cuda sh tests/reference/run.sh "$WEFT" >"$tmp/r" 2>&1 && [ "$(grep -c 'on cuda ok' "$tmp/r")" = 2 ]; then
+  ok "PyTorch reference: tp2_pp2 and dp agree with PyTorch's GPT-2"
+else bad "PyTorch reference ($PY): $(tail -1 "$tmp/r")"; fi
 cat "$tmp/r" >>"$log"
 
 # 5. memcheck
