@@ -62,6 +62,12 @@ run_ok "tp2 pp2 across nodes: scatter-gather between stages" tests/golden/explai
 run_ok "tp2 pp4 across nodes" tests/golden/explain/stage_scatter_gather.plan --set nodes=4 --set pp=4 --set layers=4 --steps 2
 run_ok "tp2 pp2 dp2 across nodes" tests/golden/explain/stage_scatter_gather.plan --set nodes=4 --set dp=2 --steps 2
 run_ok "megatron pp4" examples/gpt_megatron.plan $MEG --set tp=1 --set pp=4 --steps 2
+LMEG="--set layers=4 --set hidden=64 --set heads=4 --set kv_heads=2 --set ffn=96 --set seq=16 --set vocab=128 --set global_batch=8 --set micro_batch=2"
+run_ok "llama megatron tp2 pp2 dp2" examples/llama_megatron.plan $LMEG --steps 2
+run_ok "llama megatron sequence parallel, interleaved, selective recompute, zero 1" examples/llama_megatron.plan $LMEG \
+  --set sequence_parallel=true --set interleave=2 --set 'recompute="selective"' --set zero=1 --steps 2
+run_ok "llama megatron 6 layers in 4 stages (the first and last one fewer), full recompute" examples/llama_megatron.plan $LMEG \
+  --set layers=6 --set pp=4 --set dp=1 --set 'recompute="full"' --steps 2
 
 # an operator with a native kernel, built here, through libffi
 if command -v cc >/dev/null 2>&1 && sh examples/native/build.sh "$tmp" >/dev/null; then

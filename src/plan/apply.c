@@ -714,8 +714,28 @@ static bool place(plan_builder *b, const dec_placer *pl) {
       diag_add(b->dg, DIAG_ERROR, d->loc, "an assignment given as an expression needs the front end that wrote it");
       return false;
     }
+    /* an expression reads the coordinates of a sub-operator along named
+     * axes and nothing of its operator: operators with the same levels (the
+     * same axes and parts, in order) get the same devices, evaluated once */
+    int ntmpl = 0;
+    const popplan **tmpl = arena_alloc(b->a, sizeof(popplan *) * (size_t)(d->ops.n ? d->ops.n : 1));
     for (int k = 0; k < d->ops.n; k++) {
       popplan *pp = &p->ops[d->ops.ops[k]];
+      const popplan *same = NULL;
+      for (int q = 0; q < ntmpl && !same; q++) {
+        const popplan *o = tmpl[q];
+        bool eq = o->nsplits == pp->nsplits && o->count == pp->count;
+        for (int i = 0; i < pp->nsplits && eq; i++)
+          eq = o->splits[i].parts == pp->splits[i].parts && strcmp(o->splits[i].axis, pp->splits[i].axis) == 0;
+        if (eq) same = o;
+      }
+      if (same) {
+        for (int i = 0; i < pp->count; i++) p->subs[pp->first + i].device = p->subs[same->first + i].device;
+        pp->assigned = true;
+        pp->assign_loc = d->loc;
+        continue;
+      }
+      tmpl[ntmpl++] = pp;
       /* the operator's levels, as the front end sees them */
       const char **axes = arena_alloc(b->a, sizeof(char *) * (size_t)(pp->nsplits ? pp->nsplits : 1));
       int *parts = arena_alloc(b->a, sizeof(int) * (size_t)(pp->nsplits ? pp->nsplits : 1));
