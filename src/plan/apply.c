@@ -55,6 +55,13 @@ static int find_idim(plan_builder *b, const weft_plan *p, int op, const char *di
     if (!group) return sig;
   }
   if (nmodel == 1) return model;
+  /* several, but one that splits (attention's queries s, not its keys t^) */
+  if (nmodel > 1) {
+    int free_one = -1, nfree = 0;
+    for (int i = 0; i < sp->nidims; i++)
+      if (sp->idims[i].dim_name && strcmp(sp->idims[i].dim_name, dim) == 0 && !sp->idims[i].nosplit) free_one = i, nfree++;
+    if (nfree == 1) return free_one;
+  }
   char list[512];
   size_t o = 0;
   list[0] = 0;
