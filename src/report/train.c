@@ -267,8 +267,11 @@ static const char *duration(char *b, size_t n, double s) {
   return b;
 }
 
+/* back to the start of the line, cleared */
+static const char line_clear[] = "\r\033[K";
+
 static void progress_clear(trainer *t) {
-  if (t->drew) fputs("\r\033[K", stderr), t->drew = false;
+  if (t->drew) fputs(line_clear, stderr), t->drew = false;
 }
 
 static void progress_draw(trainer *t, const record *r) {
@@ -276,8 +279,10 @@ static void progress_draw(trainer *t, const record *r) {
   double spent = now_s() - t->t_start;
   char eta[32];
   duration(eta, sizeof eta, total > done ? spent / (double)done * (double)(total - done) : 0);
-  fprintf(stderr, "\r\033[Kstep %" PRId64 "/%" PRId64 " (%d%%)  loss %.4f  ETA %s", r->step, t->last_step,
-          (int)(100 * done / total), r->loss, eta);
+  char line[256];
+  snprintf(line, sizeof line, "%sstep %" PRId64 "/%" PRId64 " (%d%%)  loss %.4f  ETA %s", line_clear, r->step,
+           t->last_step, (int)(100 * done / total), r->loss, eta);
+  fputs(line, stderr);
   fflush(stderr);
   t->drew = true;
 }
