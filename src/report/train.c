@@ -51,6 +51,7 @@ typedef struct trainer {
   bool has_lr;            /* the optimizer has an lr setting to schedule */
   lr_schedule sched;
   bool scheduled;         /* an lr is given to every step (else the model's) */
+  bool lr_other;          /* the peak is not the model's (--lr, a checkpoint's) */
   double clip;            /* 0: none */
   /* data */
   token_data *data, *val;
@@ -148,6 +149,7 @@ static bool settings(trainer *t, weft_world *w, char *err, size_t errlen) {
   if (o->decay_set) s->decay = o->decay_steps;
   if (o->clip_set) t->clip = o->clip;
   t->scheduled = t->has_lr || o->lr_set;
+  t->lr_other = s->lr != model_lr;
   if (!t->scheduled && (o->lr_schedule || o->lr_min_set || o->warmup_set || o->decay_set)) {
     snprintf(err, errlen, "the optimizer %s of model %s has no lr setting to schedule", t->g->optimizer, t->g->name);
     return false;
@@ -405,12 +407,13 @@ static void print_settings(const trainer *t) {
     printf("data %s: %d file%s, %s tokens (%s), %s sequences of %" PRId64 " tokens; from sequence %" PRId64 "\n", t->o->data,
            data_file_count(t->data), data_file_count(t->data) == 1 ? "" : "s", report_grouped(a, data_tokens(t->data)),
            data_format(t->data), report_grouped(b, data_sequences(t->data)), t->seq, t->data_pos);
-  if (t->val)
-    printf("validation %s: %s tokens, %" PRId64 " batch%s every %s\n", t->o->val_data,
-           report_grouped(a, data_tokens(t->val)), t->eval_steps, t->eval_steps == 1 ? "" : "es",
-           t->eval_every > 0 ? (snprintf(b, sizeof b, "%" PRId64 " steps", t->eval_every), b) : "run");
-  const weft_opts *o = t->o;
-  if (t->scheduled && (t->sched.kind != LR_CONSTANT || t->sched.warmup > 0 || o->lr_set)) {
+  if (t->val) {
+    printf("validation %s: %s tokens, %" PRId64 " batch%s ", t->o->val_data, report_grouped(a, data_tokens(t->val)),
+           t->eval_steps, t->eval_steps == 1 ? "" : "es");
+    if (t->eval_every > 0) printf("every %" PRId64 " step%s and ", t->eval_every, t->eval_every == 1 ? "" : "s");
+    printf("after the last\n");
+  }
+  if (t->scheduled && (t->sched.kind != LR_CONSTANT || t->sched.warmup > 0 || t->lr_other)) {
     printf("lr %g, %s", t->sched.lr, lr_kind_name(t->sched.kind));
     if (t->sched.warmup > 0) printf(" after %" PRId64 " warmup step%s", t->sched.warmup, t->sched.warmup == 1 ? "" : "s");
     if (t->sched.kind != LR_CONSTANT) printf(" to %g at step %" PRId64, t->sched.lr_min, t->sched.decay);
