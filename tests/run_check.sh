@@ -187,6 +187,13 @@ if [ ! -e "$tmp/ck-step2.st" ] && [ -e "$tmp/ck-step4.st" ] && cmp -s "$tmp/ck5.
   echo "run: --save-every 2 --keep 1 keeps step 4's checkpoint, which resumes to the bytes of 5 steps"
 else bad "--save-every and --keep"; ls "$tmp"; cat "$tmp/ck.out"; fi
 
+# an evaluation measures the parameters as they are: --steps 0 on the
+# checkpoint of step 4 gives the validation loss the run logged after step 4
+"$WEFT" run $R --val-data "$tmp/val.bin" --eval-steps 2 --steps 0 --resume "$tmp/ck-step4.st" >"$tmp/ev.out" || bad "--steps 0 --val-data"
+if grep -q "^step 4    val loss $(sed -n 's/^step 4    val loss \([0-9.]*\) .*/\1/p' "$tmp/ck.out") (2 batches)$" "$tmp/ev.out"; then ok
+  echo "run: the validation loss of step 4's checkpoint is the one measured after step 4"
+else bad "evaluating a checkpoint"; cat "$tmp/ck.out" "$tmp/ev.out"; fi
+
 # the learning rate of every step, as --log and --json report it, against
 # the documented formula; the log has one object per step and the
 # validation loss where it was measured
@@ -264,6 +271,8 @@ expect_err "hdr.bin: its llm.c header says 99 tokens of 2 bytes, but 20 bytes fo
 expect_err "big.bin: token 5 is 300; ids must lie below the model's vocabulary, 256" examples/gpt2.plan --plan tp2 $GPT \
   --set batch=2 --data "$tmp/big.bin" --steps 2
 expect_err "odd.bin: 3 bytes are not a whole number of uint16 tokens" $T --val-data "$tmp/odd.bin"
+python3 -c 'import struct,sys; open(sys.argv[1],"wb").write(struct.pack("<40H", *range(40)))' "$tmp/short.bin"
+expect_err "short.bin: 2 sequences of 16 tokens; one batch needs 8" $T --val-data "$tmp/short.bin"
 
 # bad files: each refused with a message naming the tensor
 G="examples/gpt2.plan --plan tp2 --set hidden=64 --set heads=4 --set seq=16 --set batch=8"
