@@ -273,6 +273,21 @@ expect_err "big.bin: token 5 is 300; ids must lie below the model's vocabulary, 
 expect_err "odd.bin: 3 bytes are not a whole number of uint16 tokens" $T --val-data "$tmp/odd.bin"
 python3 -c 'import struct,sys; open(sys.argv[1],"wb").write(struct.pack("<40H", *range(40)))' "$tmp/short.bin"
 expect_err "short.bin: 2 sequences of 16 tokens; one batch needs 8" $T --val-data "$tmp/short.bin"
+# a checkpoint whose recorded settings are not numbers is refused, naming them
+for kv in "train.lr=nan" "train.data_pos=-3" "train.warmup=2.5"; do
+  python3 - "$tmp/ck-step4.st" "$tmp/badmeta.st" "$kv" <<'EOF'
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+head = json.loads(b[8:8 + n])
+key, value = sys.argv[3].split("=")
+head["__metadata__"][key] = value
+text = json.dumps(head, separators=(",", ":")).encode()
+text += b" " * (-len(text) % 8)
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(text)) + text + b[8 + n:])
+EOF
+  expect_err "badmeta.st: ${kv%%=*} '${kv#*=}' in its metadata is not a" $R --data "$tmp/text.bin" --resume "$tmp/badmeta.st"
+done
 
 # bad files: each refused with a message naming the tensor
 G="examples/gpt2.plan --plan tp2 --set hidden=64 --set heads=4 --set seq=16 --set batch=8"

@@ -1163,7 +1163,12 @@ bool xrun_steps(xrun *r, const backend_step *st, backend_result *out, char *err,
     snprintf(err, errlen, "a step of this run failed before");
     return false;
   }
-  if (r->ndevs == 0) return true;
+  if (r->ndevs == 0) {
+    /* a process without devices (more processes than devices) */
+    *out = (backend_result){0, st->eval ? NAN : 0, 0};
+    if (!st->eval) r->w->step++;
+    return true;
+  }
   r->cur = *st;
   r->optim.lr = isnan(st->lr) ? r->lr0 : st->lr;
   r->coef = 1.0;

@@ -57,6 +57,7 @@ typedef struct trainer {
   token_data *data, *val;
   int tokens, labels;     /* the inputs they fill */
   int64_t batch, seq, vocab;
+  uint64_t seed;           /* the run's (--seed, else the checkpoint's) */
   uint64_t data_seed;
   int64_t data_pos;       /* sequences the run has read */
   int64_t eval_every, eval_steps;
@@ -98,24 +99,31 @@ static const char *meta_num(char *buf, size_t n, double x) {
   return buf;
 }
 
-/* A number a checkpoint records, parsed; false when absent. */
-static bool meta_double(const weft_world *w, const char *key, double *out) {
+/* A number a checkpoint records under key: *out unchanged when absent;
+ * false with a message when it is not a number at least lo (above lo when
+ * strict; a whole one when integral). */
+static bool meta_number(const trainer *t, const weft_world *w, const char *key, double lo, bool strict,
+                        bool integral, double *out, char *err, size_t errlen) {
   const char *s = world_meta(w, key);
-  if (!s) return false;
+  if (!s) return true;
   char *end;
+  errno = 0;
   double x = strtod(s, &end);
-  if (*end || end == s) return false;
+  if (*end || end == s || errno || !isfinite(x) || x < lo || (strict && x == lo) || (integral && x != floor(x)) ||
+      (integral && x > 9e15)) {
+    snprintf(err, errlen, "%s: %s '%s' in its metadata is not a %s %s", t->o->resume, key, s,
+             strict ? "positive" : "non-negative", integral ? "count" : "number");
+    return false;
+  }
   *out = x;
   return true;
 }
 
-static bool meta_int(const weft_world *w, const char *key, int64_t *out) {
-  const char *s = world_meta(w, key);
-  if (!s) return false;
-  char *end;
-  long long x = strtoll(s, &end, 10);
-  if (*end || end == s || x < 0) return false;
-  *out = x;
+static bool meta_count(const trainer *t, const weft_world *w, const char *key, int64_t *out, char *err,
+                       size_t errlen) {
+  double x = (double)*out;
+  if (!meta_number(t, w, key, 0, false, true, &x, err, errlen)) return false;
+  *out = (int64_t)x;
   return true;
 }
 
@@ -137,11 +145,12 @@ static bool settings(trainer *t, weft_world *w, char *err, size_t errlen) {
     snprintf(err, errlen, "%s: train.lr_schedule '%s' in its metadata is not a schedule", o->resume, k);
     return false;
   }
-  meta_double(w, "train.lr", &s->lr);
-  meta_double(w, "train.lr_min", &s->lr_min);
-  meta_int(w, "train.warmup", &s->warmup);
-  meta_int(w, "train.decay_steps", &s->decay);
-  meta_double(w, "train.clip", &t->clip);
+  if (!meta_number(t, w, "train.lr", 0, true, false, &s->lr, err, errlen) ||
+      !meta_number(t, w, "train.lr_min", 0, false, false, &s->lr_min, err, errlen) ||
+      !meta_count(t, w, "train.warmup", &s->warmup, err, errlen) ||
+      !meta_count(t, w, "train.decay_steps", &s->decay, err, errlen) ||
+      !meta_number(t, w, "train.clip", 0, false, false, &t->clip, err, errlen))
+    return false;
   if (o->lr_schedule) lr_kind_parse(o->lr_schedule, &s->kind);
   if (o->lr_set) s->lr = o->lr;
   if (o->lr_min_set) s->lr_min = o->lr_min;
@@ -187,6 +196,7 @@ static bool open_data(trainer *t, weft_world *w, char *err, size_t errlen) {
   t->batch = tk->dims[0].size;
   t->seq = tk->dims[1].size;
   t->vocab = world_id_bound(g, t->tokens);
+  if (world_id_bound(g, t->labels) < t->vocab) t->vocab = world_id_bound(g, t->labels);
   int bytes = o->data_bytes ? o->data_bytes : 2;
   if (o->data && !(t->data = data_open(o->data, t->seq, bytes, err, errlen))) return false;
   if (o->val_data && !(t->val = data_open(o->val_data, t->seq, bytes, err, errlen))) return false;
@@ -197,9 +207,20 @@ static bool open_data(trainer *t, weft_world *w, char *err, size_t errlen) {
   }
   if (t->val && t->eval_steps > data_sequences(t->val) / t->batch) t->eval_steps = data_sequences(t->val) / t->batch;
   /* the order of the sequences is the first run's seed's; the position where the checkpoint left it */
-  int64_t seed;
-  t->data_seed = meta_int(w, "train.data_seed", &seed) ? (uint64_t)seed : o->seed;
-  if (!meta_int(w, "train.data_pos", &t->data_pos)) t->data_pos = 0;
+  const char *ds = world_meta(w, "train.data_seed");
+  t->data_seed = t->seed;
+  if (ds) {
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(ds, &end, 10);
+    if (*end || end == ds || errno || ds[0] == '-') {
+      snprintf(err, errlen, "%s: train.data_seed '%s' in its metadata is not a seed", o->resume, ds);
+      return false;
+    }
+    t->data_seed = x;
+  }
+  t->data_pos = 0;
+  if (!meta_count(t, w, "train.data_pos", &t->data_pos, err, errlen)) return false;
   if (!t->data) {
     /* evaluations overwrite the inputs the steps train on */
     for (int k = 0; k < 2; k++) {
@@ -494,7 +515,7 @@ int report_run(const weft_opts *o) {
   else if (ok) world_init_params(w, seed);
   if (ok && o->inputs) ok = world_load_inputs(w, o->inputs, err, sizeof err);
   else if (ok) world_init_inputs(w, seed);
-  trainer t = {.o = o, .g = g, .speak = speak, .tokens = -1, .labels = -1};
+  trainer t = {.o = o, .g = g, .speak = speak, .tokens = -1, .labels = -1, .seed = seed};
   ok = ok && settings(&t, w, err, sizeof err) && open_data(&t, w, err, sizeof err);
   if (ok && o->log && speak) {
     /* a resumed run goes on with the log of the run it continues */
