@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/htab.h"
+#include "base/prof.h"
 #include "base/vec.h"
 #include "weft/deps.h"
 #include "weft/workspace.h"
@@ -1568,12 +1569,15 @@ void deps_derive(arena *a, weft_plan *p) {
     }
   }
   arena_free(&hold);
+  prof_mark("deps: forward edges");
   arena reads;
   arena_init(&reads);
   treads rd;
   treads_make(&reads, p, &rd);
   reduce_activation_grads(a, &scratch, p, &rd);
+  prof_mark("deps: activation gradients");
   reduce_param_grads(a, &scratch, p, &rd);
+  prof_mark("deps: parameter gradients");
   exchange_stats(a, &scratch, p);
   htab_free(&ss.by);
   vec_free(&ss.comm);
