@@ -74,10 +74,19 @@ int64_t world_step_items(const weft_graph *g, const char **unit);
 /* Called after each step with its loss and its wall time, by one thread. */
 typedef void (*backend_step_fn)(void *ctx, int64_t step, double loss, double seconds);
 
+/* What a device's buffers took, as the backend measured it while the steps
+ * ran: the most bytes of program buffers live at once (an element at the
+ * size of its buffer's dtype, whatever the backend stores it in) and, at
+ * that point, the bytes of each buffer role (lower.h, lbuf_role). */
+typedef void (*backend_memory_fn)(void *ctx, int device, int64_t peak, const int64_t *by_role);
+
 typedef struct backend_opts {
   bool allow_native;      /* operators with native kernels may load them */
   backend_step_fn on_step;
   void *ctx;
+  /* NULL, or called by `read` once for every device this process ran,
+   * with what it measured (a backend that does not measure never calls it) */
+  backend_memory_fn on_memory;
 } backend_opts;
 
 /* A program opened on a world. */

@@ -235,50 +235,6 @@ static bool apply_recompute(plan_builder *b, const decision *d) {
   return true;
 }
 
-/* How many parts of the gradient of parameter t are summed, as far as the
- * splits so far tell: the parts of the levels along dimensions t lacks (the
- * batch of data parallelism, the sequence of sequence parallelism), for the
- * reader with the most. Placement decides the devices of the sum; two parts
- * on one device make the group smaller, and deps_derive keeps an all-reduce
- * for a group that does not divide the parameter. */
-static int64_t grad_parts(const weft_plan *p, int t) {
-  int64_t most = 1;
-  for (int op = 0; op < p->g->nops; op++) {
-    const popplan *pp = &p->ops[op];
-    for (int k = 0; k < pp->space->ninputs; k++) {
-      const tmap *m = &pp->space->inputs[k];
-      if (m->tensor != t) continue;
-      int64_t n = 1;
-      for (int i = 0; i < pp->nsplits; i++) {
-        if (pp->splits[i].kind != SPLIT_DIM) continue;
-        bool has = false;
-        for (int d = 0; d < m->ndims && !has; d++)
-          for (int f = 0; f < m->nfactors[d] && !has; f++) has = m->factors[d][f] == pp->splits[i].idim;
-        if (!has) n *= pp->splits[i].parts;
-      }
-      if (n > most) most = n;
-    }
-  }
-  return most;
-}
-
-/* Whether the part of parameter input k of op that one sub-operator reads
- * has a dimension divisible by n; its extents go to text for messages. */
-static bool shardable(plan_builder *b, const popplan *pp, int k, int64_t n, const char **text) {
-  const tmap *m = &pp->space->inputs[k];
-  bool ok = false;
-  const char *t = "";
-  for (int d = 0; d < m->ndims; d++) {
-    int64_t len = 1;
-    for (int f = 0; f < m->nfactors[d]; f++) len *= part_size(pp, m->factors[d][f]);
-    ok |= len % n == 0;
-    t = arena_printf(b->a, "%s%s%" PRId64, t, d ? ", " : "", len);
-  }
-  *text = t;
-  return ok;
-}
-
-
 /* ZeRO (`shard STATE SEL over AXIS`): each parameter the selected operators
  * read keeps one part of its optimizer state (stage 1), and also of its
  * gradient (2) and of its values (3), on each device of the group that sums
@@ -304,20 +260,8 @@ static bool apply_shard(plan_builder *b, const decision *d) {
     for (int a = 0; a < pp->space->ninputs; a++) {
       int t = pp->space->inputs[a].tensor;
       const gtensor *gt = &p->g->tensors[t];
-      if (gt->role != TENSOR_PARAM) continue;
-      int64_t n = grad_parts(p, t);
-      /* every reader's part, a tied weight's too, is cut into n equal parts */
-      for (int op = 0; op < p->g->nops; op++)
-        for (int r = 0; r < p->ops[op].space->ninputs; r++) {
-          const char *ext;
-          if (p->ops[op].space->inputs[r].tensor != t || shardable(b, &p->ops[op], r, n, &ext)) continue;
-          weft_diag *g = diag_add(b->dg, DIAG_ERROR, d->loc, "cannot shard parameter %s %s over %" PRId64
-                             " devices: no dimension of its part [%s] is divisible by %" PRId64,
-                             gt->name, tensor_type_str(b->a, gt), n, ext, n);
-          diag_hint(g, b->dg, "ZeRO gives each device that sums a gradient an equal part of one dimension; "
-                              "leave %s out of the selector, or change the sizes", gt->name);
-          return false;
-        }
+      /* a scalar has no dimension to cut: its gradient stays all-reduced */
+      if (gt->role != TENSOR_PARAM || gt->ndims == 0) continue;
       pzero *z = &p->zero[t];
       if (d->state >= z->stage) *z = (pzero){d->state, d->axis, d->loc};
     }

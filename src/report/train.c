@@ -10,7 +10,19 @@ typedef struct run_log {
   int n, cap;
   int64_t *step;
   double *loss, *time;
+  /* what the backend measured its devices' buffers at (backend_memory_fn) */
+  int ndev;
+  bool *mem_seen;
+  int64_t *mem_peak, *mem_role;  /* per device; mem_role: LB_ROLE_COUNT each */
 } run_log;
+
+static void run_on_memory(void *ctx, int device, int64_t peak, const int64_t *by_role) {
+  run_log *l = ctx;
+  if (device < 0 || device >= l->ndev) return;
+  l->mem_seen[device] = true;
+  l->mem_peak[device] = peak;
+  memcpy(&l->mem_role[(size_t)device * LB_ROLE_COUNT], by_role, sizeof(int64_t) * LB_ROLE_COUNT);
+}
 
 static void run_on_step(void *ctx, int64_t step, double loss, double seconds) {
   run_log *l = ctx;
@@ -30,7 +42,10 @@ static void run_on_step(void *ctx, int64_t step, double loss, double seconds) {
   }
 }
 
-static void run_log_free(run_log *l) { free(l->step), free(l->loss), free(l->time); }
+static void run_log_free(run_log *l) {
+  free(l->step), free(l->loss), free(l->time);
+  free(l->mem_seen), free(l->mem_peak), free(l->mem_role);
+}
 
 static int run_fail(const char *what, const char *msg) __attribute__((unused));
 static int run_fail(const char *what, const char *msg) {
@@ -122,7 +137,12 @@ int report_run(const weft_opts *o) {
   for (int d = 0; d < pr->nprogs; d++) active += pr->progs[d].n > 0;
   char procs[64] = "";
   if (nprocs > 1) snprintf(procs, sizeof procs, " in %d processes", nprocs);
-  backend_opts bo = {.allow_native = o->allow_native, .on_step = run_on_step, .ctx = &log};
+  log.ndev = pr->nprogs;
+  log.mem_seen = calloc((size_t)pr->nprogs + 1, sizeof(bool));
+  log.mem_peak = calloc((size_t)pr->nprogs + 1, sizeof(int64_t));
+  log.mem_role = calloc(((size_t)pr->nprogs + 1) * LB_ROLE_COUNT, sizeof(int64_t));
+  if (!log.mem_seen || !log.mem_peak || !log.mem_role) weft_oom();
+  backend_opts bo = {.allow_native = o->allow_native, .on_step = run_on_step, .ctx = &log, .on_memory = run_on_memory};
   backend_run *run = bk->open(pr, w, &bo, err, sizeof err);
   /* the header once the backend is up (under mpirun: once MPI is) */
   if (run && !o->json && speak) {
@@ -192,6 +212,24 @@ int report_run(const weft_opts *o) {
       json_key(&j, log.unit[0] == 't' ? "tokens_per_s" : "samples_per_s");
       json_num(&j, log.time[i] > 0 ? (double)log.items / log.time[i] : 0);
       if (ref && i < rlog.n) json_key(&j, "reference_loss"), json_num(&j, rlog.loss[i]);
+      json_end_obj(&j);
+    }
+    json_end_arr(&j);
+    /* the buffers each device held at its peak, as the backend measured them */
+    json_key(&j, "memory");
+    json_arr(&j);
+    for (int d = 0; d < log.ndev; d++) {
+      if (!log.mem_seen[d]) continue;
+      json_obj(&j);
+      json_key(&j, "device"), json_int(&j, d);
+      json_key(&j, "peak_bytes"), json_int(&j, log.mem_peak[d]);
+      json_key(&j, "by_role");
+      json_obj(&j);
+      for (int i = 0; i < LB_ROLE_COUNT; i++) {
+        int r = lbuf_role_order[i];
+        json_key(&j, lbuf_role_names[r]), json_int(&j, log.mem_role[(size_t)d * LB_ROLE_COUNT + r]);
+      }
+      json_end_obj(&j);
       json_end_obj(&j);
     }
     json_end_arr(&j);

@@ -100,18 +100,19 @@ static parts cost_parts(arena *a, sshape *s, const hw_model *hw, bool symbolic, 
 
 /* ---- memory of the parameters ------------------------------------------------- */
 
-/* Bytes per parameter element of its gradient and its optimizer state, as
- * lowering allocates them: the gradient in the parameter's dtype, the
- * optimizer's state tensors in f32. */
-static void bytes_per_elem(const weft_graph *g, double *grad, double *state) {
-  double w = 4;
+/* Bytes per parameter element of its value, its gradient and of what the
+ * optimizer keeps (its state and master weights, in f32), as lowering
+ * allocates them (graph_train_bytes: 2 + 4 + 12 for bf16 with AdamW). */
+static void bytes_per_elem(const weft_graph *g, double *param, double *grad, double *state) {
+  *param = *grad = 4;
+  *state = dtype_bytes[DT_F32] * g->optimizer_state;
   for (int t = 0; t < g->ntensors; t++)
     if (g->tensors[t].role == TENSOR_PARAM) {
-      w = dtype_bytes[g->tensors[t].dtype];
+      *param = dtype_bytes[g->tensors[t].dtype];
+      *grad = dtype_bytes[graph_grad_dtype(g, t)];
+      *state = dtype_bytes[DT_F32] * (g->optimizer_state + graph_master_copies(g, t));
       break;
     }
-  *grad = w;
-  *state = dtype_bytes[DT_F32] * g->optimizer_state;
 }
 
 /* ---- one candidate ---------------------------------------------------------------- */
@@ -122,7 +123,7 @@ typedef struct space {
   bool symbolic;
   int ndevices, per_node;
   double max_memory;      /* 0: no limit */
-  double grad_b, state_b; /* per parameter element */
+  double param_b, grad_b, state_b; /* per parameter element; state_b: optimizer state and master weights */
 } space;
 
 /* The time of a collective of kind over n devices spaced `stride` apart. */
@@ -274,7 +275,7 @@ static bool cost_candidate(const space *sp, const parts *pt, search_plan *c, are
     if (z == 3) sync += 2 * m * group_cost(sp, COMM_ALL_GATHER, wbytes, dp, stride) / 2;
   }
   /* the optimizer step: its traffic */
-  double step_bytes = elems / (z >= 1 ? dp : 1) * (sp->grad_b + 2 * sp->state_b + 2 * 4);
+  double step_bytes = elems / (z >= 1 ? dp : 1) * (sp->grad_b + 2 * sp->state_b + 2 * sp->param_b);
   double opt = sp->symbolic ? step_bytes / SYM_MEM_BW : step_bytes / (sp->hw->mem_bw * sp->hw->memory_eff);
   c->analytic_time = pipe + sync + opt;
   c->analytic_memory = (int64_t)mem_max;
@@ -360,9 +361,9 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
   }
   out->layers = s.layers;
   out->block = s.block_name;
-  space sp = {&s, &hw, o->symbolic, cl->ndevices, hw.devices_per_node, o->max_memory, 0, 0};
+  space sp = {&s, &hw, o->symbolic, cl->ndevices, hw.devices_per_node, o->max_memory, 0, 0, 0};
   if (sp.max_memory <= 0) sp.max_memory = (double)cl->device_memory;
-  bytes_per_elem(g, &sp.grad_b, &sp.state_b);
+  bytes_per_elem(g, &sp.param_b, &sp.grad_b, &sp.state_b);
   int N = cl->ndevices, dpn = hw.devices_per_node;
   int64_t Bsz = s.batch_size;
   arena work;
