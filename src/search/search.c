@@ -237,8 +237,9 @@ static bool cost_candidate(const space *sp, const parts *pt, search_plan *c, are
     if (L == 0) time[k] = th;
     if (time[k] > tmax) tmax = time[k];
   }
+  double weights_max = 0;
   for (int pos = 0; pos < pp; pos++) {
-    double dev_time = 0, mem = 0;
+    double dev_time = 0, mem = 0, weights = 0;
     for (int k = pos; k < chunks; k += pp) {
       dev_time += time[k];
       double inflight;
@@ -248,12 +249,14 @@ static bool cost_candidate(const space *sp, const parts *pt, search_plan *c, are
       if (inflight > m) inflight = m;
       if (pp == 1 && c->schedule == SCHED_DEFAULT) inflight = m;
       mem += layers[k] * (wb + ab * inflight);
-      if (k == 0) mem += wh + ah * inflight;
-      if (k == chunks - 1) mem += wt + at * inflight;
-      if (L == 0) mem = wh + ah * inflight;
+      weights += layers[k] * wb;
+      if (k == 0) mem += wh + ah * inflight, weights += wh;
+      if (k == chunks - 1) mem += wt + at * inflight, weights += wt;
+      if (L == 0) mem = wh + ah * inflight, weights = wh;
     }
     if (dev_time > per_mb_device) per_mb_device = dev_time;
     if (mem > mem_max) mem_max = mem;
+    if (weights > weights_max) weights_max = weights;
   }
   double pipe;
   if (pp == 1) pipe = m * per_mb_device;
@@ -279,6 +282,7 @@ static bool cost_candidate(const space *sp, const parts *pt, search_plan *c, are
   double opt = sp->symbolic ? step_bytes / SYM_MEM_BW : step_bytes / (sp->hw->mem_bw * sp->hw->memory_eff);
   c->analytic_time = pipe + sync + opt;
   c->analytic_memory = (int64_t)mem_max;
+  c->analytic_weights = (int64_t)weights_max;
   if (sp->max_memory > 0 && mem_max > sp->max_memory) return false;
   /* the stages as ranges of operators */
   c->nstages = pp > 1 || c->schedule != SCHED_DEFAULT ? chunks : 0;
@@ -302,7 +306,10 @@ static bool cost_candidate(const space *sp, const parts *pt, search_plan *c, are
 static int by_time(const void *x, const void *y) {
   const search_plan *a = x, *b = y;
   double ta = a->simulated ? a->step_time : a->analytic_time, tb = b->simulated ? b->step_time : b->analytic_time;
-  return ta < tb ? -1 : ta > tb;
+  if (ta != tb) return ta < tb ? -1 : 1;
+  /* as fast: the one with less memory first, which dominates the other */
+  int64_t ma = a->simulated ? a->peak_memory : a->analytic_memory, mb = b->simulated ? b->peak_memory : b->analytic_memory;
+  return ma < mb ? -1 : ma > mb;
 }
 
 /* ---- building and simulating a candidate ------------------------------------------ */
