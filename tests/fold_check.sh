@@ -4,7 +4,8 @@
 # Every plan below is lowered with folding forced on and off, and the two
 # programs must be the same up to the order in which communications were
 # derived (tests/program_canon.py); and `weft check --json`, which lowers
-# one replica for all, must report the same with replicas off.
+# one replica for all, must report the same with replicas off (and close
+# to it with tensor-parallel peers, check_reps below).
 # Usage: sh tests/fold_check.sh ./weft
 WEFT=${1:-./weft}
 tmp=$(mktemp -d)
@@ -34,16 +35,30 @@ compare() {  # name, then weft arguments
     fail=$((fail + 1))
   fi
 }
+# Data-parallel replicas must give exactly what every device lowered
+# gives. Tensor-parallel peers (on top, the default) stand for their group
+# with the representative's program: the plan's figures agree within what
+# a part applied once (a bias under a split sum) changes, the largest peak
+# exactly, and no device is reported below its own peak
+# (tests/peers_close.py).
 check_reps() {  # name, then weft arguments
   name=$1
   shift
   WEFT_REPS=never "$WEFT" check "$@" --json >"$tmp/all.json" 2>&1
-  "$WEFT" check "$@" --json >"$tmp/reps.json" 2>&1
+  WEFT_REPS=replicas "$WEFT" check "$@" --json >"$tmp/reps.json" 2>&1
+  "$WEFT" check "$@" --json >"$tmp/peers.json" 2>&1
   if cmp -s "$tmp/all.json" "$tmp/reps.json"; then
     pass=$((pass + 1))
   else
     echo "FAIL $name: check --json differs with replicas"
     diff "$tmp/all.json" "$tmp/reps.json" | head -10 | sed 's/^/  /'
+    fail=$((fail + 1))
+  fi
+  if python3 tests/peers_close.py "$tmp/all.json" "$tmp/peers.json" >"$tmp/peers.out"; then
+    pass=$((pass + 1))
+  else
+    echo "FAIL $name: check --json with tensor-parallel peers is not close to every device lowered"
+    sed 's/^/  /' "$tmp/peers.out" | head -10
     fail=$((fail + 1))
   fi
 }

@@ -58,6 +58,9 @@ run_ok "megatron zero 2, selective recompute" examples/gpt_megatron.plan $MEG --
 run_ok "megatron zero 3" examples/gpt_megatron.plan $MEG --set pp=1 --set zero=3 --steps 2
 run_ok "megatron tp4" examples/gpt_megatron.plan $MEG --set tp=4 --set pp=1 --steps 2
 run_ok "tied parameter on uneven copies" tests/golden/plan/tied_uneven.plan --steps 3
+run_ok "tp2 pp2 across nodes: scatter-gather between stages" tests/golden/explain/stage_scatter_gather.plan --steps 2
+run_ok "tp2 pp4 across nodes" tests/golden/explain/stage_scatter_gather.plan --set nodes=4 --set pp=4 --set layers=4 --steps 2
+run_ok "tp2 pp2 dp2 across nodes" tests/golden/explain/stage_scatter_gather.plan --set nodes=4 --set dp=2 --steps 2
 run_ok "megatron pp4" examples/gpt_megatron.plan $MEG --set tp=1 --set pp=4 --steps 2
 # mixed precision: bf16 and f16 parameters stepped through f32 master
 # weights, and ZeRO over data-parallel sizes that divide no dimension
@@ -112,6 +115,12 @@ mem_ok "megatron f16 tp2 pp2 dp2" "$ALL" examples/gpt_megatron.plan $MEG --set d
 mem_ok "megatron bf16 dp 3, zero 3" "param master state" examples/gpt_megatron.plan $MEG --set dtype=bf16 --set tp=1 \
   --set pp=1 --set dp=3 --set global_batch=6 --set zero=3
 mem_ok "gpt2 tp2_pp2" "$ALL" examples/gpt2.plan --plan tp2_pp2 $GPT
+LMEG="--set layers=4 --set hidden=64 --set heads=4 --set kv_heads=2 --set ffn=96 --set seq=16 --set vocab=128 --set global_batch=8 --set micro_batch=2"
+run_ok "llama megatron tp2 pp2 dp2" examples/llama_megatron.plan $LMEG --steps 2
+run_ok "llama megatron sequence parallel, interleaved, selective recompute, zero 1" examples/llama_megatron.plan $LMEG \
+  --set sequence_parallel=true --set interleave=2 --set 'recompute="selective"' --set zero=1 --steps 2
+run_ok "llama megatron 6 layers in 4 stages (the first and last one fewer), full recompute" examples/llama_megatron.plan $LMEG \
+  --set layers=6 --set pp=4 --set dp=1 --set 'recompute="full"' --steps 2
 
 # an operator with a native kernel, built here, through libffi
 if command -v cc >/dev/null 2>&1 && sh examples/native/build.sh "$tmp" >/dev/null; then

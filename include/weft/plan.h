@@ -170,6 +170,8 @@ typedef struct pcomm {
   sub_dir dir;            /* PHASE_PARAMS: the direction of consumer_op's use it
                            * gathers for (ZeRO-3), or DIR_OPTIMIZER: after the
                            * optimizer step (ZeRO-1 and 2) */
+  bool stage_edge;        /* part of a transfer between pipeline stages
+                           * (scatter-gather's sends and gather) */
   const char *why;        /* a sentence for `weft explain` */
   int mb;                 /* the micro-batch it moves, when the plan was folded
                            * and the tensor moves with micro-batches; else -1 */

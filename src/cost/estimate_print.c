@@ -87,23 +87,31 @@ void estimate_print_text(const weft_sim *s, const weft_estimate *e, FILE *out) {
       any = true;
     }
   fprintf(out, "%s\n", any ? ")" : "");
-  /* one row per simulated device, or the first and last few */
-  if (e->symbolic)
-    fprintf(out, "\n  %6s %12s %12s %12s %12s %10s\n", "device", "FLOPs", "mem traffic", "sent (node)", "sent (net)", "peak");
-  else
-    fprintf(out, "\n  %6s %10s %10s %10s %10s %10s %10s\n", "device", "compute", "coll", "p2p", "grads", "bubble", "peak");
+  /* one row per simulated device, or the first and last few; the device
+   * column as wide as its widest label ("16 x192") */
+  int w = 6;
   for (int k = 0; k < s->ndev; k++) {
-    if (s->ndev > 12 && k == 6) fprintf(out, "  %6s (%d more; --json lists every device)\n", "...", s->ndev - 12);
+    char dev[32];
+    int n = s->dev[k].weight > 1 ? snprintf(dev, sizeof dev, "%d x%d", s->dev[k].device, s->dev[k].weight)
+                                 : snprintf(dev, sizeof dev, "%d", s->dev[k].device);
+    if (n > w) w = n;
+  }
+  if (e->symbolic)
+    fprintf(out, "\n  %*s %12s %12s %12s %12s %10s\n", w, "device", "FLOPs", "mem traffic", "sent (node)", "sent (net)", "peak");
+  else
+    fprintf(out, "\n  %*s %10s %10s %10s %10s %10s %10s\n", w, "device", "compute", "coll", "p2p", "grads", "bubble", "peak");
+  for (int k = 0; k < s->ndev; k++) {
+    if (s->ndev > 12 && k == 6) fprintf(out, "  %*s (%d more; --json lists every device)\n", w, "...", s->ndev - 12);
     if (s->ndev > 12 && k >= 6 && k < s->ndev - 6) continue;
     const sim_dev *D = &s->dev[k];
     char c[6][32], dev[32];
     if (D->weight > 1) snprintf(dev, sizeof dev, "%d x%d", D->device, D->weight);
     else snprintf(dev, sizeof dev, "%d", D->device);
     if (e->symbolic) {
-      fprintf(out, "  %6s %12s %12s %12s %12s %10s\n", dev, human(D->flops, "", c[0], 32), hbytes(D->bytes, c[1], 32),
+      fprintf(out, "  %*s %12s %12s %12s %12s %10s\n", w, dev, human(D->flops, "", c[0], 32), hbytes(D->bytes, c[1], 32),
               hbytes(D->sent[0], c[2], 32), hbytes(D->sent[1], c[3], 32), hbytes((double)D->peak, c[4], 32));
     } else {
-      fprintf(out, "  %6s %10s %10s %10s %10s %10s %10s\n", dev, seconds(D->busy[SS_COMPUTE], c[0], 32),
+      fprintf(out, "  %*s %10s %10s %10s %10s %10s %10s\n", w, dev, seconds(D->busy[SS_COMPUTE], c[0], 32),
               seconds(D->busy[SS_COLL], c[1], 32), seconds(D->busy[SS_SEND] + D->busy[SS_RECV], c[2], 32),
               seconds(D->busy[SS_GRAD], c[3], 32), seconds(D->wait_pipeline, c[4], 32), hbytes((double)D->peak, c[5], 32));
     }
@@ -112,17 +120,17 @@ void estimate_print_text(const weft_sim *s, const weft_estimate *e, FILE *out) {
   static const char *const heads[LB_ROLE_COUNT] = {
     [LB_PARAM] = "params", [LB_MASTER] = "master", [LB_GRAD] = "grads", [LB_STATE] = "opt state",
     [LB_ACT] = "acts", [LB_ACT_GRAD] = "act grads", [LB_COMM] = "comm", [LB_INPUT] = "inputs"};
-  fprintf(out, "\n  %6s", "memory");
+  fprintf(out, "\n  %*s", w, "memory");
   for (int i = 0; i < LB_ROLE_COUNT; i++) fprintf(out, " %10s", heads[lbuf_role_order[i]]);
   fprintf(out, "\n");
   for (int k = 0; k < s->ndev; k++) {
-    if (s->ndev > 12 && k == 6) fprintf(out, "  %6s\n", "...");
+    if (s->ndev > 12 && k == 6) fprintf(out, "  %*s\n", w, "...");
     if (s->ndev > 12 && k >= 6 && k < s->ndev - 6) continue;
     const sim_dev *D = &s->dev[k];
     char c[32], dev[32];
     if (D->weight > 1) snprintf(dev, sizeof dev, "%d x%d", D->device, D->weight);
     else snprintf(dev, sizeof dev, "%d", D->device);
-    fprintf(out, "  %6s", dev);
+    fprintf(out, "  %*s", w, dev);
     for (int i = 0; i < LB_ROLE_COUNT; i++) fprintf(out, " %10s", hbytes((double)D->peak_by_role[lbuf_role_order[i]], c, 32));
     fprintf(out, "\n");
   }
