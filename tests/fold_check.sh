@@ -79,6 +79,23 @@ compare "megatron selective recomputation, pp 4" $M --set 'recompute="selective"
 compare "megatron pp 2 dp 4, 8 micro-batches" $M --set tp=1 --set pp=2 --set dp=4 --set micro_batch=1 --set global_batch=32
 check_reps "megatron pp 2 dp 4 (replicas)" $M --set tp=1 --set pp=2 --set dp=4 --set micro_batch=1 --set global_batch=32
 check_reps "megatron sequence parallel, dp 2 (replicas)" $M --set sequence_parallel=true --set 'recompute="full"'
+# ZeRO: replicas keep their own parts of what is sharded; equal parts give
+# the same figures, parts of one index more or less (dp 3) figures within
+# what a row changes, the representative's the largest
+check_reps "megatron bf16 zero 1, tp 2 pp 2 dp 2 (replicas)" $M --set dtype=bf16 --set zero=1
+check_reps "megatron zero 2, tp 2 dp 4 (replicas)" $M --set zero=2 --set pp=1 --set tp=2 --set dp=4
+check_reps "megatron zero 3, tp 2 dp 4 (replicas)" $M --set zero=3 --set pp=1 --set tp=2 --set dp=4
+for z in 1 3; do
+  WEFT_REPS=never "$WEFT" check $M --set dtype=bf16 --set zero=$z --set tp=2 --set pp=1 --set dp=3 --set global_batch=12 --json >"$tmp/all.json" 2>&1
+  "$WEFT" check $M --set dtype=bf16 --set zero=$z --set tp=2 --set pp=1 --set dp=3 --set global_batch=12 --json >"$tmp/reps.json" 2>&1
+  if python3 tests/peers_close.py "$tmp/all.json" "$tmp/reps.json" >"$tmp/peers.out"; then
+    pass=$((pass + 1))
+  else
+    echo "FAIL megatron zero $z, dp 3: replicas with uneven ZeRO parts are not close to every device lowered"
+    sed 's/^/  /' "$tmp/peers.out" | head -10
+    fail=$((fail + 1))
+  fi
+done
 export WEFT_FOLD=always
 check_reps "megatron interleaved, tp 2 pp 2 dp 2, 16 micro-batches (replicas, folded)" $M --set interleave=2 --set layers=8 --set micro_batch=1 --set global_batch=32
 check_reps "gpt2 (replicas, folded)" examples/gpt2.plan

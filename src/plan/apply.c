@@ -372,8 +372,12 @@ static void fold_setup(plan_builder *b) {
  *
  * Data-parallel replicas (the first axis found): every operator splits a
  * dimension (or a sum) along it; point-to-point communication stays inside
- * a replica; a collective that leaves one reduces parameter gradients over
- * whole orbits {d, pi_1(d), ...}.
+ * a replica; a collective that leaves one reduces parameter gradients, or
+ * gathers ZeRO's parts of parameters, over whole orbits {d, pi_1(d), ...}.
+ * Under ZeRO each replica keeps its own part of what is sharded, parts
+ * that differ by at most one index along one dimension, the larger ones
+ * first in a group (deps.c, dregion_part): a representative with a lower
+ * device than its replicas (as in meshes) holds at least what they do.
  *
  * Tensor-parallel peers (a second axis, tried on top of the first): each
  * operator splits a dimension evenly along it (every part the same size),
@@ -439,7 +443,8 @@ static bool reps_along(const weft_plan *p, const char *axis, int P, bool peers, 
     bool inside = true;
     for (int k = 0; k < cm->ngroup; k++) inside &= cls[cm->group[k]] == cls[cm->group[0]];
     if (inside) continue;
-    if (cm->kind == COMM_SEND || cm->kind == COMM_BROADCAST || (!peers && cm->phase != PHASE_WEIGHTS)) {
+    if (cm->kind == COMM_SEND || cm->kind == COMM_BROADCAST ||
+        (!peers && cm->phase != PHASE_WEIGHTS && cm->phase != PHASE_PARAMS)) {
       ok = false;
       break;
     }
@@ -466,8 +471,6 @@ static void find_reps(plan_builder *b, weft_plan *p) {
   const weft_graph *g = p->g;
   const char *mode = getenv("WEFT_REPS");
   if (!b->o.reps || (mode && strcmp(mode, "never") == 0) || g->nops == 0) return;
-  for (int t = 0; t < g->ntensors; t++)
-    if (p->zero[t].stage > 0) return;  /* ZeRO parts differ per replica */
   int D = p->ndevices;
   int *cls = malloc(sizeof(int) * (size_t)D);
   int *inv = malloc(sizeof(int) * (size_t)D);
@@ -476,9 +479,14 @@ static void find_reps(plan_builder *b, weft_plan *p) {
   if (!cls || !inv || !peer) weft_oom();
   const popplan *p0 = &p->ops[0];
   const char *first = NULL;
+  /* ZeRO-3 gathers parameters as each device's own timeline reaches them:
+   * a peer that applies less (no bias under a split sum) runs ahead and
+   * holds more gathered parameters at its peak than the one kept */
+  bool zero3 = false;
+  for (int t = 0; t < g->ntensors; t++) zero3 |= p->zero[t].stage >= 3;
   for (int pass = 0; pass < 2; pass++) {
     bool peers = pass == 1;
-    if (peers && mode && strcmp(mode, "replicas") == 0) break;
+    if (peers && ((mode && strcmp(mode, "replicas") == 0) || zero3)) break;
     for (int cand = 0; cand < p0->nsplits; cand++) {
       const psplit *cs = &p0->splits[cand];
       bool kind_ok = cs->kind == SPLIT_DIM || cs->kind == SPLIT_VALUE || (peers && cs->kind == SPLIT_REPLICA);

@@ -170,13 +170,16 @@ static int sweep_find(const sweep_index *x, const tregion *r, int *out) {
 
 /* Part i of n of one tensor dimension: the i-th n-th of its elements in index
  * order (a strided dimension is cut through its intervals). */
-/* Part i of n of a dimension's region: indices [i len / n, (i + 1) len / n)
- * of its len, so that the parts differ by at most one index (some are
- * empty when len < n). */
+/* Part i of n of a dimension's region: of its len indices, the first
+ * len % n parts take len / n + 1 and the others len / n, so that the parts
+ * differ by at most one index, the larger first (some are empty when
+ * len < n): a data-parallel representative, which comes before its
+ * replicas in a group, holds at least as much as they do. */
 static void dregion_part(arena *a, const dregion *r, int64_t i, int64_t n, dregion *out) {
   int64_t len = 0;
   for (int k = 0; k < r->n; k++) len += r->iv[k].hi - r->iv[k].lo;
-  int64_t lo = len * i / n, hi = len * (i + 1) / n, at = 0;
+  int64_t q = len / n, extra = len % n;
+  int64_t lo = i * q + (i < extra ? i : extra), hi = lo + q + (i < extra ? 1 : 0), at = 0;
   out->iv = arena_alloc(a, sizeof(irange) * (size_t)(r->n ? r->n : 1));
   out->n = 0;
   for (int k = 0; k < r->n; k++) {

@@ -457,11 +457,11 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
   int top = o->top > 0 ? o->top : (N <= 64 ? 24 : 3);
   bool *pick = arena_alloc(a, (size_t)ncand);
   int npick = 0;
-  /* ZeRO shards differ from replica to replica, so a ZeRO plan is lowered
-   * device by device: on many devices only plans without it are simulated */
+  /* ZeRO-3 plans are lowered for every tensor-parallel peer (plan.h, rep):
+   * on many devices only plans without it are simulated */
   bool big = N > 64;
   for (int i = 0; i < ncand && npick < top; i++)
-    if (!big || cands[i].zero == 0) pick[i] = true, npick++;
+    if (!big || cands[i].zero < 3) pick[i] = true, npick++;
   /* the frontier's memory end: the least memory at each step of time */
   int64_t least = -1;
   for (int i = 0; i < ncand && npick < top + top / 2 && !big; i++) {
@@ -482,7 +482,7 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
        * (up to as many again as were picked) */
       rejected++;
       for (int k = i + 1; k < ncand && rejected <= npick; k++)
-        if (!pick[k] && (!big || cands[k].zero == 0)) {
+        if (!pick[k] && (!big || cands[k].zero < 3)) {
           pick[k] = true;
           break;
         }
