@@ -62,6 +62,22 @@ check_reps() {  # name, then weft arguments
     fail=$((fail + 1))
   fi
 }
+# weft lower --device N lowers N's classes only, N standing for its own:
+# its program must be the one the full lowering gives it
+device_eq() {  # name, device, then weft arguments
+  name=$1
+  dev=$2
+  shift 2
+  "$WEFT" lower "$@" --json --device "$dev" >"$tmp/one.json" 2>&1
+  WEFT_REPS=never "$WEFT" lower "$@" --json --device "$dev" >"$tmp/full.json" 2>&1
+  if python3 tests/program_device.py "$tmp/one.json" "$tmp/full.json" >"$tmp/dev.out" 2>&1; then
+    pass=$((pass + 1))
+  else
+    echo "FAIL $name: weft lower --device $dev differs from the full lowering's device $dev"
+    sed 's/^/  /' "$tmp/dev.out" | head -8
+    fail=$((fail + 1))
+  fi
+}
 for f in examples/*.plan; do
   check_reps "$f (replicas)" "$f"
   for plan in $("$WEFT" check "$f" --json 2>/dev/null |
@@ -96,6 +112,14 @@ for z in 1 3; do
     fail=$((fail + 1))
   fi
 done
+for d in 0 3 6 7; do device_eq "megatron, device $d" $d $M; done
+device_eq "megatron interleaved, sequence parallel, device 5" 5 $M --set interleave=2 --set layers=8 --set sequence_parallel=true
+device_eq "gpt2 tp2_pp2, device 3" 3 examples/gpt2.plan --plan tp2_pp2
+device_eq "megatron bf16 zero 1, dp 3 (uneven parts), device 5" 5 $M --set dtype=bf16 --set zero=1 --set tp=2 --set pp=1 \
+  --set dp=3 --set global_batch=12
+device_eq "gpt2 ulysses, device 2" 2 examples/gpt2.plan --plan ulysses
+device_eq "llama megatron 6 layers in 4 stages, device 5" 5 examples/llama_megatron.plan --set layers=6 --set pp=4 --set dp=1
+device_eq "scatter-gather across nodes, dp 2, device 6" 6 tests/golden/explain/stage_scatter_gather.plan --set nodes=4 --set dp=2
 export WEFT_FOLD=always
 check_reps "megatron interleaved, tp 2 pp 2 dp 2, 16 micro-batches (replicas, folded)" $M --set interleave=2 --set layers=8 --set micro_batch=1 --set global_batch=32
 check_reps "gpt2 (replicas, folded)" examples/gpt2.plan

@@ -124,6 +124,10 @@ run_ok "llama megatron sequence parallel, interleaved, selective recompute, zero
   --set sequence_parallel=true --set interleave=2 --set 'recompute="selective"' --set zero=1 --steps 2
 run_ok "llama megatron 6 layers in 4 stages (the first and last one fewer), full recompute" examples/llama_megatron.plan $LMEG \
   --set layers=6 --set pp=4 --set dp=1 --set 'recompute="full"' --steps 2
+run_ok "llama context parallel cp2 tp2 pp2, sequence parallel" examples/llama_megatron.plan $LMEG --set cp=2 --set dp=1 \
+  --set sequence_parallel=true --steps 2
+run_ok "llama context parallel cp4 dp2, full recompute" examples/llama_megatron.plan $LMEG --set cp=4 --set tp=1 --set pp=1 \
+  --set 'recompute="full"' --steps 2
 
 # an operator with a native kernel, built here, through libffi
 if command -v cc >/dev/null 2>&1 && sh examples/native/build.sh "$tmp" >/dev/null; then

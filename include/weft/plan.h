@@ -245,7 +245,8 @@ typedef struct weft_plan {
                            * fused up to this many bytes; 0: not fused */
   weft_loc bucket_loc;
   int *rep;               /* per device: the device whose program it runs,
-                           * renamed (data-parallel replicas); NULL when every
+                           * renamed (data-parallel replicas, tensor-parallel
+                           * peers); NULL when every
                            * device is its own */
 } weft_plan;
 
@@ -277,8 +278,13 @@ const char *tregion_str(arena *a, const tregion *r);
  * communication (deps.h) and finds data-parallel replicas. */
 
 typedef struct plan_opts {
-  bool reps;              /* find data-parallel replicas (plan.h, rep): programs
-                           * are lowered once per class of replicas */
+  bool reps;              /* find data-parallel replicas and tensor-parallel
+                           * peers (plan.h, rep): programs are lowered once
+                           * per class */
+  bool rooted;            /* with reps: device `root` represents its class, so
+                           * that its own program is lowered exactly (a rank
+                           * of a run, `weft lower --device N`) */
+  int root;
 } plan_opts;
 
 typedef struct plan_builder plan_builder;

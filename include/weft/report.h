@@ -24,6 +24,7 @@ typedef struct weft_opts {
   int device;             /* lower --device N, or -1 */
   const char *trace;      /* estimate --trace FILE */
   const char *svg;        /* estimate --svg FILE */
+  const char *devices;    /* estimate --devices LIST, or NULL */
   bool symbolic;          /* estimate --cost symbolic */
   int steps;              /* run --steps */
   uint64_t seed;          /* run --seed */

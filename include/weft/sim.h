@@ -107,9 +107,22 @@ void sim_estimate(const weft_sim *s, weft_estimate *e);
 /* Output (estimate_print.c). */
 void estimate_print_text(const weft_sim *s, const weft_estimate *e, FILE *out);
 void estimate_print_json(const weft_sim *s, const weft_estimate *e, FILE *out);
-/* Chrome trace JSON: one process per device, one thread per stream. */
-void estimate_print_trace(const weft_sim *s, FILE *out);
-/* The space-time picture: devices against time. */
-void estimate_print_svg(const weft_sim *s, FILE *out);
+/* The devices a trace or a picture shows: a device of the cluster and its
+ * entry in weft_sim.dev (its own, or its representative's: the same
+ * timeline with devices renamed). */
+typedef struct sim_row {
+  int device, sim;
+} sim_row;
+
+/* Rows for the devices want[0..n) (NULL: the simulated devices, or 64 of
+ * them spread evenly when there are more); out holds n or 64 rows. Returns
+ * the count; a device the plan does not use gives no row. */
+int sim_rows(const weft_sim *s, const int *want, int n, sim_row *out);
+enum { SIM_ROWS_DEFAULT = 64 };
+
+/* Chrome trace JSON: one process per row's device, one thread per stream. */
+void estimate_print_trace(const weft_sim *s, const sim_row *rows, int nrows, FILE *out);
+/* The space-time picture: the rows' devices against time. */
+void estimate_print_svg(const weft_sim *s, const sim_row *rows, int nrows, FILE *out);
 
 #endif

@@ -82,6 +82,8 @@ static const command commands[] = {
      "  --json             print one JSON object\n"
      "  --trace FILE       write the simulated timeline as Chrome trace JSON (Perfetto)\n"
      "  --svg FILE         write the schedule as an SVG picture, devices against time\n"
+     "  --devices LIST     the devices the trace and the picture show: 0,8,16 or 0..8 (from 0 to 7),\n"
+     "                     or all (default: 64 at most, spread over the simulated devices)\n"
      "  --cost MODEL       roofline (default) or symbolic: FLOPs and bytes only, no hardware figures\n"},
     {"run", report_run, 1, 1, "needs one file", "train with a plan on the CPU backend, and prove it equals one device",
      "usage: weft run [options] FILE\n\n"
@@ -257,6 +259,7 @@ int main(int argc, char **argv) {
     }
     else if (is_opt(a, "--trace") && cmd->run == report_estimate) { if (!(v = opt_value(argc, argv, &i, "--trace"))) goto done; o.trace = v; }
     else if (is_opt(a, "--svg") && cmd->run == report_estimate) { if (!(v = opt_value(argc, argv, &i, "--svg"))) goto done; o.svg = v; }
+    else if (is_opt(a, "--devices") && cmd->run == report_estimate) { if (!(v = opt_value(argc, argv, &i, "--devices"))) goto done; o.devices = v; }
     else if (is_opt(a, "--cost") && (cmd->run == report_estimate || cmd->run == report_search)) {
       if (!(v = opt_value(argc, argv, &i, "--cost"))) goto done;
       if (strcmp(v, "symbolic") == 0) o.symbolic = true;

@@ -278,25 +278,44 @@ static void jname(FILE *out, const char *s) {
   }
 }
 
+/* ---- rows -------------------------------------------------------------------- */
+
+int sim_rows(const weft_sim *s, const int *want, int n, sim_row *out) {
+  int m = 0;
+  if (want) {
+    for (int i = 0; i < n; i++) {
+      int d = want[i];
+      if (d < 0 || d >= s->pr->nprogs || s->index[d] < 0) continue;
+      out[m++] = (sim_row){d, s->index[d]};
+    }
+    return m;
+  }
+  int every = s->ndev > SIM_ROWS_DEFAULT ? (s->ndev + SIM_ROWS_DEFAULT - 1) / SIM_ROWS_DEFAULT : 1;
+  for (int k = 0; k < s->ndev; k += every) out[m++] = (sim_row){s->dev[k].device, k};
+  return m;
+}
+
 /* ---- Chrome trace ---------------------------------------------------------- */
 
-void estimate_print_trace(const weft_sim *s, FILE *out) {
+void estimate_print_trace(const weft_sim *s, const sim_row *rows, int nrows, FILE *out) {
   const weft_program *pr = s->pr;
   const weft_plan *p = pr->p;
   fprintf(out, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
   bool first = true;
 #define SEP() do { if (!first) fputs(",\n", out); first = false; } while (0)
-  for (int k = 0; k < s->ndev; k++) {
-    const sim_dev *D = &s->dev[k];
+  for (int r = 0; r < nrows; r++) {
+    const sim_dev *D = &s->dev[rows[r].sim];
+    int dv = rows[r].device;
     SEP();
-    fprintf(out, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"device %d", D->device, D->device);
-    if (D->weight > 1) fprintf(out, " (and %d replicas)", D->weight - 1);
+    fprintf(out, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"device %d", dv, dv);
+    if (dv != D->device) fprintf(out, " (device %d's timeline, renamed)", D->device);
+    else if (D->weight > 1) fprintf(out, " (and %d device%s it stands for)", D->weight - 1, D->weight > 2 ? "s" : "");
     fprintf(out, "\"}}");
     SEP();
-    fprintf(out, "{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"sort_index\":%d}}", D->device, D->device);
+    fprintf(out, "{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"sort_index\":%d}}", dv, dv);
     for (int st = 0; st < SS_COUNT; st++) {
       SEP();
-      fprintf(out, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}}", D->device, st,
+      fprintf(out, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}}", dv, st,
               sim_stream_names[st]);
     }
     const lprog *pg = lower_prog(pr, D->device);
@@ -325,7 +344,7 @@ void estimate_print_trace(const weft_sim *s, FILE *out) {
         jname(out, p->g->tensors[cm->tensor].name);
         if (cm->phase == PHASE_BACKWARD || cm->phase == PHASE_WEIGHTS) fprintf(out, " (gradient)");
       }
-      fprintf(out, "\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.4f,\"dur\":%.4f", cat_names[cat], D->device,
+      fprintf(out, "\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.4f,\"dur\":%.4f", cat_names[cat], dv,
               D->stream[i], D->start[i] * 1e6, dur * 1e6);
       if (in->kind == LI_COMPUTE) fprintf(out, ",\"args\":{\"mb\":%d}", in->mb);
       else if (in->kind != LI_STEP && in->kind != LI_COPY)
@@ -334,7 +353,7 @@ void estimate_print_trace(const weft_sim *s, FILE *out) {
     }
     for (int i = 0; i < D->nmem; i++) {
       SEP();
-      fprintf(out, "{\"name\":\"memory\",\"ph\":\"C\",\"pid\":%d,\"ts\":%.4f,\"args\":{\"bytes\":%" PRId64 "}}", D->device,
+      fprintf(out, "{\"name\":\"memory\",\"ph\":\"C\",\"pid\":%d,\"ts\":%.4f,\"args\":{\"bytes\":%" PRId64 "}}", dv,
               D->mem[i].t * 1e6, D->mem[i].live);
     }
   }
@@ -363,10 +382,10 @@ static void svg_flush(FILE *out, const svg_block *bl, double y, double h, bool l
   }
 }
 
-void estimate_print_svg(const weft_sim *s, FILE *out) {
+void estimate_print_svg(const weft_sim *s, const sim_row *sel, int nsel, FILE *out) {
   const weft_program *pr = s->pr;
   const weft_plan *p = pr->p;
-  int rows = s->ndev;
+  int rows = nsel;
   const double W = 1400, left = 90, right = 20, top = 58, plotw = W - left - right;
   double rh = rows > 0 ? 900.0 / rows : 20;
   if (rh > 30) rh = 30;
@@ -385,8 +404,12 @@ void estimate_print_svg(const weft_sim *s, FILE *out) {
     else if (*c == '&') fputs("&amp;", out);
     else fputc(*c, out);
   }
-  fprintf(out, ": %d devices simulated, %d micro-batch%s, step %s</text>\n", rows, pr->nmb, pr->nmb == 1 ? "" : "es",
-          seconds(s->step_time, b1, sizeof b1));
+  int used = s->devices_used;
+  bool stands = false;
+  for (int k = 0; k < rows; k++) stands |= sel[k].device == s->dev[sel[k].sim].device && s->dev[sel[k].sim].weight > 1;
+  fprintf(out, ": %d of %d device%s shown%s, %d micro-batch%s, step %s</text>\n", rows, used, used == 1 ? "" : "s",
+          stands ? " (* stands for others: its replicas and peers run its timeline renamed)" : "", pr->nmb,
+          pr->nmb == 1 ? "" : "es", seconds(s->step_time, b1, sizeof b1));
   /* legend */
   double lx = left;
   for (int c = 0; c < CAT_COUNT; c++) {
@@ -395,13 +418,14 @@ void estimate_print_svg(const weft_sim *s, FILE *out) {
     lx += 16 + 7.0 * (double)strlen(cat_names[c]) + 18;
   }
   for (int k = 0; k < rows; k++) {
-    const sim_dev *D = &s->dev[k];
+    const sim_dev *D = &s->dev[sel[k].sim];
     double y = top + k * rh;
     double ch = rh * 0.62, cy = y + rh * 0.05, gy = cy + ch + rh * 0.03, gh = rh * 0.25;
     if (k % 2) fprintf(out, "<rect x=\"%.0f\" y=\"%.2f\" width=\"%.0f\" height=\"%.2f\" fill=\"#f3f3f3\"/>\n", left, y, plotw, rh);
     if (rh >= 8 || k % 4 == 0)
-      fprintf(out, "<text x=\"%.0f\" y=\"%.2f\" font-size=\"%.1f\" text-anchor=\"end\">dev %d</text>\n", left - 6,
-              y + rh / 2 + font * 0.35, font < 9 ? 9 : font, D->device);
+      fprintf(out, "<text x=\"%.0f\" y=\"%.2f\" font-size=\"%.1f\" text-anchor=\"end\">dev %d%s</text>\n", left - 6,
+              y + rh / 2 + font * 0.35, font < 9 ? 9 : font, sel[k].device,
+              sel[k].device == D->device && D->weight > 1 ? "*" : "");
     const lprog *pg = lower_prog(pr, D->device);
     /* compute lane: runs of one kind and micro-batch merge into a block */
     svg_block cur = {-1, -1, 0, 0};

@@ -55,6 +55,13 @@ static int find_idim(plan_builder *b, const weft_plan *p, int op, const char *di
     if (!group) return sig;
   }
   if (nmodel == 1) return model;
+  /* several, but one that splits (attention's queries s, not its keys t^) */
+  if (nmodel > 1) {
+    int free_one = -1, nfree = 0;
+    for (int i = 0; i < sp->nidims; i++)
+      if (sp->idims[i].dim_name && strcmp(sp->idims[i].dim_name, dim) == 0 && !sp->idims[i].nosplit) free_one = i, nfree++;
+    if (nfree == 1) return free_one;
+  }
   char list[512];
   size_t o = 0;
   list[0] = 0;
@@ -476,7 +483,9 @@ static void find_reps(plan_builder *b, weft_plan *p) {
   int *inv = malloc(sizeof(int) * (size_t)D);
   int *rep = arena_alloc(b->a, sizeof(int) * (size_t)D);
   int *peer = malloc(sizeof(int) * (size_t)D);
-  if (!cls || !inv || !peer) weft_oom();
+  /* each device's coordinate along the replicas' axis and the peers' */
+  int *coord[2] = {calloc((size_t)D, sizeof(int)), calloc((size_t)D, sizeof(int))};
+  if (!cls || !inv || !peer || !coord[0] || !coord[1]) weft_oom();
   const popplan *p0 = &p->ops[0];
   const char *first = NULL;
   /* ZeRO-3 gathers parameters as each device's own timeline reaches them:
@@ -492,6 +501,7 @@ static void find_reps(plan_builder *b, weft_plan *p) {
       bool kind_ok = cs->kind == SPLIT_DIM || cs->kind == SPLIT_VALUE || (peers && cs->kind == SPLIT_REPLICA);
       if (!kind_ok || cs->parts < 2 || cs->kind == SPLIT_TIME || (first && strcmp(cs->axis, first) == 0)) continue;
       if (!reps_along(p, cs->axis, cs->parts, peers, cls, inv, peers ? peer : rep)) continue;
+      memcpy(coord[pass], cls, sizeof(int) * (size_t)D);
       if (!peers) {
         first = cs->axis;
         p->rep = rep;
@@ -504,9 +514,22 @@ static void find_reps(plan_builder *b, weft_plan *p) {
       break;
     }
   }
+  /* the root stands for its class, and every class is represented by its
+   * device at the root's coordinates (so that the representatives still
+   * pair as the devices they stand for: peer i sends to peer i) */
+  if (p->rep && b->o.rooted && b->o.root >= 0 && b->o.root < D) {
+    int n = b->o.root;
+    for (int d = 0; d < D; d++) inv[d] = -1;  /* per old representative: the new one */
+    for (int d = 0; d < D; d++)
+      if (coord[0][d] == coord[0][n] && coord[1][d] == coord[1][n]) inv[p->rep[d]] = d;
+    for (int d = 0; d < D; d++)
+      if (inv[p->rep[d]] >= 0) p->rep[d] = inv[p->rep[d]];
+  }
   free(cls);
   free(inv);
   free(peer);
+  free(coord[0]);
+  free(coord[1]);
 }
 
 /* ---- sub-operators and placement ------------------------------------------------ */
