@@ -100,6 +100,10 @@ typedef struct weft_estimate {
   int over_devices;       /* devices whose peak exceeds device_memory */
   double comm_kind[COMM_KIND_COUNT];  /* bytes sent per step, all devices */
   double comm_level[2];
+  /* --cost symbolic: the step on the nominal machine (cost.h, hw_nominal),
+   * a scalar that orders plans without a cluster's figures; -1 unset */
+  double symbolic_step;
+  double symbolic_bubble;
 } weft_estimate;
 
 void sim_estimate(const weft_sim *s, weft_estimate *e);

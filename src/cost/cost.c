@@ -150,6 +150,21 @@ bool hw_from_cluster(weft_diags *dg, const weft_graph *g, const weft_cluster *c,
   return ok;
 }
 
+void hw_nominal(const weft_plan *p, hw_model *hw) {
+  memset(hw, 0, sizeof *hw);
+  weft_cluster cl = weft_cluster_of(p->cluster);
+  hw->cluster = "nominal";
+  hw->device = "nominal";
+  hw->devices_per_node = p->devices_per_node;
+  hw->memory = (double)cl.device_memory;
+  hw->mem_bw = SYM_MEM_BW;
+  for (int t = 0; t < DT_COUNT; t++) hw->peak[t] = SYM_FLOPS;
+  hw->vector_rate = SYM_FLOPS;
+  hw->matmul_eff = hw->memory_eff = 1;
+  hw->node = (hw_link){true, "nominal node", SYM_NODE_BW, 0, 1};
+  hw->net = (hw_link){true, "nominal network", SYM_NET_BW, 0, 1};
+}
+
 bool hw_from_plan(weft_diags *dg, const weft_plan *p, const weft_program *pr, hw_model *hw) {
   (void)pr;
   weft_cluster cl = weft_cluster_of(p->cluster);

@@ -49,6 +49,9 @@ void estimate_print_text(const weft_sim *s, const weft_estimate *e, FILE *out) {
           pr->nmb == 1 ? "" : "es");
   if (e->symbolic) {
     fprintf(out, "  cost model: symbolic (FLOPs and bytes; no hardware figures)\n");
+    if (e->symbolic_step >= 0)
+      fprintf(out, "  symbolic step     %s on the nominal machine (1 PFLOP/s, 2 TB/s, links of 100 and 10 GB/s), bubble %.1f%%\n",
+              seconds(e->symbolic_step, b1, sizeof b1), 100 * e->symbolic_bubble);
     fprintf(out, "  model FLOPs       %s per step (forward and backward), %s as run\n", human(e->model_flops, "FLOP", b1, sizeof b1),
             human(e->hw_flops, "FLOP", b2, sizeof b2));
   } else {
@@ -167,6 +170,10 @@ void estimate_print_json(const weft_sim *s, const weft_estimate *e, FILE *out) {
   json_key(&j, "tokens_per_step"); json_num(&j, e->tokens);
   json_key(&j, "model_flops_per_step"); json_num(&j, e->model_flops);
   json_key(&j, "hardware_flops_per_step"); json_num(&j, e->hw_flops);
+  if (e->symbolic_step >= 0) {
+    json_key(&j, "symbolic_step_s"); json_num(&j, e->symbolic_step);
+    json_key(&j, "symbolic_bubble_fraction"); json_num(&j, e->symbolic_bubble);
+  }
   if (!e->symbolic) {
     json_key(&j, "cluster"); json_str(&j, s->hw->cluster);
     json_key(&j, "step_time_s"); json_num(&j, e->step_time);

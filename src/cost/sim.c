@@ -607,6 +607,7 @@ static double step_tokens(const weft_graph *g) {
 
 void sim_estimate(const weft_sim *s, weft_estimate *e) {
   memset(e, 0, sizeof *e);
+  e->symbolic_step = -1;
   const weft_plan *p = s->pr->p;
   e->symbolic = s->hw == NULL;
   e->step_time = s->step_time;

@@ -103,6 +103,19 @@ int report_estimate(const weft_opts *o) {
     } else {
       weft_estimate e;
       sim_estimate(s, &e);
+      if (o->symbolic) {
+        /* the scalar of symbolic costs: the step on the nominal machine */
+        hw_model nominal;
+        hw_nominal(p, &nominal);
+        weft_sim *ns = sim_run_with(pr, &nominal, 0);
+        if (ns) {
+          weft_estimate ne;
+          sim_estimate(ns, &ne);
+          e.symbolic_step = ne.step_time;
+          e.symbolic_bubble = ne.bubble_fraction;
+          sim_free(ns);
+        }
+      }
       if (o->json) estimate_print_json(s, &e, stdout);
       else estimate_print_text(s, &e, stdout);
       if (o->trace || o->svg) {
