@@ -66,6 +66,8 @@ run_ok "megatron pp4" examples/gpt_megatron.plan $MEG --set tp=1 --set pp=4 --st
 # weights, and ZeRO over data-parallel sizes that divide no dimension
 run_ok "megatron bf16, master weights, zero 1" examples/gpt_megatron.plan $MEG --set dtype=bf16 --set zero=1 --steps 3
 run_ok "megatron f16, zero 2" examples/gpt_megatron.plan $MEG --set dtype=f16 --set zero=2 --steps 2
+run_ok "megatron bf16, zero 1, clipped, cosine schedule" examples/gpt_megatron.plan $MEG --set dtype=bf16 --set zero=1 \
+  --clip 0.5 --lr-schedule cosine --warmup 1 --steps 3
 for z in 1 2 3; do
   run_ok "megatron bf16 dp 3, zero $z, uneven shards" examples/gpt_megatron.plan $MEG --set dtype=bf16 --set tp=1 --set pp=1 \
     --set dp=3 --set global_batch=6 --set zero=$z --steps 2
