@@ -39,7 +39,17 @@ ifeq ($(FFI_A),libffi.a)
 else
   FFI_LIBS := $(FFI_A)
 endif
-LDLIBS   += $(BLAS_LIBS) $(FFI_LIBS) -ldl -lm
+# Lua 5.4 runs the search's heuristics (src/script); static like OpenBLAS,
+# so that ./weft runs where Lua is not installed.
+LUA_CFLAGS := $(shell pkg-config --cflags lua5.4 2>/dev/null || echo -I/usr/include/lua5.4)
+LUA_A := $(shell $(CC) -print-file-name=liblua5.4.a)
+ifeq ($(LUA_A),liblua5.4.a)
+  LUA_LIBS := -llua5.4
+else
+  LUA_LIBS := $(LUA_A)
+endif
+CPPFLAGS += $(LUA_CFLAGS)
+LDLIBS   += $(LUA_LIBS) $(BLAS_LIBS) $(FFI_LIBS) -ldl -lm
 
 # Debian packages the build and the tests need; `make deps` installs them.
 # python3 runs test scripts; graphviz gives `dot` for `weft graph --dot`.
@@ -53,10 +63,11 @@ LIB_SRC    := $(filter-out src/cli/%,$(wildcard src/*/*.c))
 CPU_SRC    := $(wildcard backends/*.c backends/cpu/*.c)
 HEADERS    := $(wildcard include/weft/*.h src/*/*.h)
 LIB_OBJ    := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/grammar/parser.o \
-              $(BUILD)/grammar/lexer.o $(BUILD)/stdlib/embedded.o \
+              $(BUILD)/grammar/lexer.o $(BUILD)/stdlib/embedded.o $(BUILD)/stdlib/heuristics.o \
               $(CPU_SRC:%.c=$(BUILD)/%.o)
 MAIN_OBJ   := $(BUILD)/src/cli/main.o
 STDLIB     := $(sort $(wildcard stdlib/*.plan))
+HEURISTICS := $(sort $(wildcard stdlib/heuristics/*.lua))
 UNIT_SRC   := $(wildcard tests/unit/test_*.c)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
@@ -119,6 +130,13 @@ $(BUILD)/stdlib/embedded.c: $(BUILD)/stdlib/embed $(STDLIB)
 	$(BUILD)/stdlib/embed $(STDLIB) > $@
 
 $(BUILD)/stdlib/embedded.o: $(BUILD)/stdlib/embedded.c
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+
+# The heuristics of stdlib/heuristics (weft search --heuristic NAME) too.
+$(BUILD)/stdlib/heuristics.c: $(BUILD)/stdlib/embed $(HEURISTICS)
+	$(BUILD)/stdlib/embed -t heuristic -i script/heuristic_files.h $(HEURISTICS) > $@
+
+$(BUILD)/stdlib/heuristics.o: $(BUILD)/stdlib/heuristics.c src/script/heuristic_files.h
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
 
 # ---- tests -----------------------------------------------------------------
@@ -215,6 +233,8 @@ install: weft
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/weft/stdlib
 	install -m 755 weft $(DESTDIR)$(PREFIX)/bin/weft
 	install -m 644 $(STDLIB) $(DESTDIR)$(PREFIX)/share/weft/stdlib/
+	install -d $(DESTDIR)$(PREFIX)/share/weft/stdlib/heuristics
+	install -m 644 $(HEURISTICS) $(DESTDIR)$(PREFIX)/share/weft/stdlib/heuristics/
 ifneq ($(MPI_SO),)
 	install -d $(DESTDIR)$(PREFIX)/lib/weft
 	install -m 755 $(MPI_SO) $(DESTDIR)$(PREFIX)/lib/weft/libweft_mpi.so
