@@ -71,7 +71,7 @@ HEURISTICS := $(sort $(wildcard stdlib/heuristics/*.lua))
 UNIT_SRC   := $(wildcard tests/unit/test_*.c)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all deps check layers-check search-check unit golden diag-coverage docs-check docs-examples install-check fmt-check examples-check mutate-check editors-check \
+.PHONY: all deps check layers-check search-check lua-check unit golden diag-coverage docs-check docs-examples install-check fmt-check examples-check mutate-check editors-check \
         fold-check calibrate run-check reference-check deps-torch demo bench install fuzz clean
 .DELETE_ON_ERROR:
 
@@ -147,7 +147,7 @@ $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libweft.a
 
 check: deps
 	@$(MAKE) --no-print-directory weft
-	@$(MAKE) --no-print-directory layers-check unit golden diag-coverage docs-check docs-examples install-check fmt-check examples-check fold-check mutate-check editors-check calibrate search-check run-check reference-check
+	@$(MAKE) --no-print-directory layers-check unit golden diag-coverage docs-check docs-examples install-check fmt-check examples-check fold-check mutate-check editors-check calibrate search-check lua-check run-check reference-check
 	@echo "make check: all suites passed"
 
 # the pipeline is one-way: no header of a later stage, no include cycle
@@ -198,6 +198,11 @@ calibrate: weft
 # weft search against Megatron-LM's published configurations
 search-check: weft
 	@sh tests/search_check.sh $(BUILD)/weft
+
+# weft search --heuristic: megatron.lua against the megatron strategy,
+# weft.estimate, heuristics that steer the search, the sandbox's limits
+lua-check: weft
+	@SANITIZE=$(SANITIZE) sh tests/lua_check.sh $(BUILD)/weft
 
 # weft run against a GPT-2 written in PyTorch (skipped without PyTorch;
 # `make deps-torch` installs Debian's)

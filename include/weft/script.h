@@ -7,6 +7,7 @@
 #define WEFT_SCRIPT_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "weft/search.h"
@@ -40,6 +41,8 @@ void scripts_free(weft_scripts *s);
  * one of stdlib/heuristics, and runs its chunk, which returns its table of
  * hooks. False after diagnostics at the script's lines. */
 bool scripts_load(weft_scripts *s, const char *name);
+/* The same for a script given as text, named name in its messages. */
+bool scripts_load_text(weft_scripts *s, const char *name, const char *text, size_t len);
 
 /* The search's hooks, calling those of every script in the order loaded;
  * the fields of hooks no script has are NULL. */

@@ -159,15 +159,9 @@ static int body_load(lua_State *L) {
   return 0;
 }
 
-bool scripts_load(weft_scripts *S, const char *name) {
+/* Loads the script that is source `file` of the world. */
+static bool load_file(weft_scripts *S, int file) {
   weft_loc none = {0};
-  if (S->failed) return false;
-  if (S->n >= SCRIPT_MAX) {
-    diag_add(S->w.dg, DIAG_ERROR, none, "at most %d heuristics, got more", SCRIPT_MAX);
-    return false;
-  }
-  int file = find_script(S, name);
-  if (file < 0) return false;
   const weft_src *src = &S->w.srcs->items[file];
   script_one *one = arena_alloc(&S->keep, sizeof *one);
   one->S = S;
@@ -179,7 +173,8 @@ bool scripts_load(weft_scripts *S, const char *name) {
   for (int h = 0; h < HOOK_COUNT; h++) one->hook[h] = LUA_NOREF;
   S->items[S->n++] = one;
   if (!sandbox_open(one)) {
-    diag_add(S->w.dg, DIAG_ERROR, none, "cannot start Lua for heuristic %s (out of memory)", one->path);
+    diag_add(S->w.dg, DIAG_ERROR, none, "cannot start Lua for heuristic %s: the scripts' memory budget is spent "
+             "(--lua-memory)", one->path);
     S->failed = true;
     return false;
   }
@@ -193,6 +188,25 @@ bool scripts_load(weft_scripts *S, const char *name) {
     if (!blank) break;
   }
   return sandbox_protected(one, NULL, x.last, body_load, &x, 1) && x.ok;
+}
+
+static bool room(weft_scripts *S) {
+  weft_loc none = {0};
+  if (S->failed) return false;
+  if (S->n < SCRIPT_MAX) return true;
+  diag_add(S->w.dg, DIAG_ERROR, none, "at most %d heuristics, got more", SCRIPT_MAX);
+  return false;
+}
+
+bool scripts_load(weft_scripts *S, const char *name) {
+  if (!room(S)) return false;
+  int file = find_script(S, name);
+  return file >= 0 && load_file(S, file);
+}
+
+bool scripts_load_text(weft_scripts *S, const char *name, const char *text, size_t len) {
+  if (!room(S)) return false;
+  return load_file(S, src_add(S->w.srcs, S->w.a, name, "", text, len));
 }
 
 /* ---- the search's hooks -------------------------------------------------------- */

@@ -117,8 +117,8 @@ typedef struct conv {
   size_t nmsg;
 } conv;
 
-static bool fail(conv *cv, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static bool fail(conv *cv, const char *fmt, ...) {
+static bool lib_fail(conv *cv, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static bool lib_fail(conv *cv, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(cv->msg, cv->nmsg, fmt, ap);
@@ -134,9 +134,9 @@ static const char *field_str(conv *cv, int idx, const char *k, const char *kind,
   lua_State *L = cv->L;
   lua_getfield(L, idx, k);
   const char *s = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
-  if (!s) fail(cv, "weft.%s: %s must be a string, got %s", kind, k, type_of(L, -1));
+  if (!s) lib_fail(cv, "weft.%s: %s must be a string, got %s", kind, k, type_of(L, -1));
   else if (name && !is_name(s)) {
-    fail(cv, "weft.%s: %s '%s' is not a name a plan can use (letters, digits and _, not a keyword)", kind, k, s);
+    lib_fail(cv, "weft.%s: %s '%s' is not a name a plan can use (letters, digits and _, not a keyword)", kind, k, s);
     s = NULL;
   }
   if (s) s = arena_strdup(cv->a, s);
@@ -150,7 +150,7 @@ static bool field_int(conv *cv, int idx, const char *k, const char *kind, int64_
   int isnum;
   lua_Integer v = lua_tointegerx(L, -1, &isnum);
   bool ok = isnum && v >= lo && v <= hi;
-  if (!ok) fail(cv, "weft.%s: %s must be an integer from %lld to %lld, got %s", kind, k, (long long)lo, (long long)hi,
+  if (!ok) lib_fail(cv, "weft.%s: %s must be an integer from %lld to %lld, got %s", kind, k, (long long)lo, (long long)hi,
                 isnum ? lua_tostring(L, -1) : type_of(L, -1));
   lua_pop(L, 1);
   *out = v;
@@ -167,7 +167,7 @@ static bool field_ops(conv *cv, int idx, const char *kind, const char **text, de
   int n = t == LUA_TSTRING ? 1 : t == LUA_TTABLE ? (int)lua_rawlen(L, -1) : 0;
   if (n == 0 || n > 4096) {
     lua_pop(L, 1);
-    return fail(cv, "weft.%s: ops must be a selector (\"h.*.mlp\", \"all\", \"h[0..6]\", a stage) or a list of them, got %s",
+    return lib_fail(cv, "weft.%s: ops must be a selector (\"h.*.mlp\", \"all\", \"h[0..6]\", a stage) or a list of them, got %s",
                 kind, t == LUA_TTABLE ? "an empty list" : lua_typename(L, t));
   }
   const char **atoms = arena_alloc(cv->a, sizeof(char *) * (size_t)n);
@@ -180,7 +180,7 @@ static bool field_ops(conv *cv, int idx, const char *kind, const char **text, de
     int ns;
     long lo, hi;
     if (!s || !parse_atom(s, buf, sizeof buf, segs, &ns, &lo, &hi)) {
-      fail(cv, "weft.%s: '%s' is not a selector (\"h.*.mlp\", \"all\", \"h[0..6]\", a stage)", kind,
+      lib_fail(cv, "weft.%s: '%s' is not a selector (\"h.*.mlp\", \"all\", \"h[0..6]\", a stage)", kind,
            s ? s : lua_typename(L, lua_type(L, -1)));
       lua_pop(L, 2);
       return false;
@@ -225,7 +225,7 @@ static bool field_ops(conv *cv, int idx, const char *kind, const char **text, de
         found += select_glob(g, segs, ns + 1, &set);
       }
     } else found = select_glob(g, segs, ns, &set);
-    if (!found) return fail(cv, "weft.%s: '%s' matches no operator of model %s", kind, atoms[i], g->name);
+    if (!found) return lib_fail(cv, "weft.%s: '%s' matches no operator of model %s", kind, atoms[i], g->name);
   }
   *ops = (dec_ops){set.n, set.ops};
   return true;
@@ -283,7 +283,7 @@ static bool convert_one(conv *cv, int idx) {
   cv->line = lua_isinteger(L, -1) ? (int)lua_tointeger(L, -1) : cv->line;
   lua_pop(L, 1);
   const char *kind = field_str(cv, idx, "kind", "decision", false);
-  if (!kind) return fail(cv, "a decision is a table made by weft.mesh, weft.split, ...: it has no kind");
+  if (!kind) return lib_fail(cv, "a decision is a table made by weft.mesh, weft.split, ...: it has no kind");
   const char *text;
   dec_ops ops = {0};
   int64_t v;
@@ -294,7 +294,7 @@ static bool convert_one(conv *cv, int idx) {
     int na = t == LUA_TTABLE ? (int)lua_rawlen(L, -1) : 0;
     if (na < 1 || na > 8) {
       lua_pop(L, 1);
-      return fail(cv, "weft.mesh: axes must be a list of 1 to 8 {name, size} pairs, such as {{\"dp\", 2}, {\"tp\", 4}}");
+      return lib_fail(cv, "weft.mesh: axes must be a list of 1 to 8 {name, size} pairs, such as {{\"dp\", 2}, {\"tp\", 4}}");
     }
     const char **axes = arena_alloc(cv->a, sizeof(char *) * (size_t)na);
     int *sizes = arena_alloc(cv->a, sizeof(int) * (size_t)na);
@@ -315,17 +315,17 @@ static bool convert_one(conv *cv, int idx) {
       lua_pop(L, 1);
       if (!ok) {
         lua_pop(L, 1);
-        return fail(cv, "weft.mesh: axis %d must be a {name, size} pair such as {\"tp\", 4}", i + 1);
+        return lib_fail(cv, "weft.mesh: axis %d must be a {name, size} pair such as {\"tp\", 4}", i + 1);
       }
       for (int k = 0; k < i; k++)
         if (strcmp(axes[k], axes[i]) == 0) {
           lua_pop(L, 1);
-          return fail(cv, "weft.mesh: axis %s is named twice", axes[i]);
+          return lib_fail(cv, "weft.mesh: axis %s is named twice", axes[i]);
         }
     }
     lua_pop(L, 1);
     int nd = cv->one->S->w.cl->ndevices;
-    if (total > nd) return fail(cv, "weft.mesh: a mesh of %lld devices, but the cluster has %d", (long long)total, nd);
+    if (total > nd) return lib_fail(cv, "weft.mesh: a mesh of %lld devices, but the cluster has %d", (long long)total, nd);
     int *devs = arena_alloc(cv->a, sizeof(int) * (size_t)total);
     t = lua_getfield(L, idx, "devices");
     if (t == LUA_TNIL) {
@@ -334,7 +334,7 @@ static bool convert_one(conv *cv, int idx) {
       int n = t == LUA_TTABLE ? (int)lua_rawlen(L, -1) : -1;
       if (n != total) {
         lua_pop(L, 1);
-        return fail(cv, "weft.mesh: devices must be a list of the mesh's %lld device numbers, got %s", (long long)total,
+        return lib_fail(cv, "weft.mesh: devices must be a list of the mesh's %lld device numbers, got %s", (long long)total,
                     t == LUA_TTABLE ? arena_printf(cv->a, "%d of them", n) : lua_typename(L, t));
       }
       bool *seen = arena_alloc(cv->a, (size_t)nd);
@@ -345,11 +345,11 @@ static bool convert_one(conv *cv, int idx) {
         lua_pop(L, 1);
         if (!isnum || dv < 0 || dv >= nd) {
           lua_pop(L, 1);
-          return fail(cv, "weft.mesh: device %d of the list does not exist: the cluster has devices 0 to %d", i + 1, nd - 1);
+          return lib_fail(cv, "weft.mesh: device %d of the list does not exist: the cluster has devices 0 to %d", i + 1, nd - 1);
         }
         if (seen[dv]) {
           lua_pop(L, 1);
-          return fail(cv, "weft.mesh: device %d is in the mesh twice", (int)dv);
+          return lib_fail(cv, "weft.mesh: device %d is in the mesh twice", (int)dv);
         }
         seen[dv] = true;
         devs[i] = (int)dv;
@@ -357,8 +357,8 @@ static bool convert_one(conv *cv, int idx) {
     }
     lua_pop(L, 1);
     for (int i = 0; i < cv->nmeshes; i++)
-      if (strcmp(cv->meshes[i], name) == 0) return fail(cv, "weft.mesh: mesh %s is defined twice", name);
-    if (cv->nmeshes >= 64) return fail(cv, "weft.mesh: a plan has at most 64 meshes");
+      if (strcmp(cv->meshes[i], name) == 0) return lib_fail(cv, "weft.mesh: mesh %s is defined twice", name);
+    if (cv->nmeshes >= 64) return lib_fail(cv, "weft.mesh: a plan has at most 64 meshes");
     if (cv->out) {
       cv->meshes[cv->nmeshes] = name;
       cv->mesh_axes[cv->nmeshes++] = na;
@@ -400,7 +400,7 @@ static bool convert_one(conv *cv, int idx) {
     if (!name) return false;
     for (int k = 0; cv->out && k < cv->out->n; k++)
       if (cv->out->items[k].kind == DEC_STAGE && strcmp(cv->out->items[k].name, name) == 0)
-        return fail(cv, "weft.stage: stage %s is defined twice", name);
+        return lib_fail(cv, "weft.stage: stage %s is defined twice", name);
     if (!field_ops(cv, idx, kind, &text, &ops, NULL, NULL)) return false;
     decision *d = emit(cv, DEC_STAGE, text);
     if (d) d->name = name, d->ops = ops;
@@ -427,12 +427,12 @@ static bool convert_one(conv *cv, int idx) {
     int m = -1;
     for (int i = 0; i < cv->nmeshes; i++)
       if (strcmp(cv->meshes[i], mesh) == 0) m = i;
-    if (m < 0 && cv->out) return fail(cv, "weft.assign: no mesh %s is defined before this assignment", mesh);
+    if (m < 0 && cv->out) return lib_fail(cv, "weft.assign: no mesh %s is defined before this assignment", mesh);
     int t = lua_getfield(L, idx, "index");
     int n = t == LUA_TTABLE ? (int)lua_rawlen(L, -1) : -1;
     if (n < 1 || n > 8 || (m >= 0 && n != cv->mesh_axes[m])) {
       lua_pop(L, 1);
-      return fail(cv, "weft.assign: index must be a list of one entry per axis of mesh %s (an axis name or a number), got %s",
+      return lib_fail(cv, "weft.assign: index must be a list of one entry per axis of mesh %s (an axis name or a number), got %s",
                   mesh, t == LUA_TTABLE ? arena_printf(cv->a, "%d entries", n) : lua_typename(L, t));
     }
     dec_index *ix = arena_alloc(cv->a, sizeof(dec_index) * (size_t)n);
@@ -447,7 +447,7 @@ static bool convert_one(conv *cv, int idx) {
       lua_pop(L, 1);
       if (!ok) {
         lua_pop(L, 1);
-        return fail(cv, "weft.assign: index entry %d must be an axis name or a number from 0", i + 1);
+        return lib_fail(cv, "weft.assign: index entry %d must be an axis name or a number from 0", i + 1);
       }
     }
     lua_pop(L, 1);
@@ -467,7 +467,7 @@ static bool convert_one(conv *cv, int idx) {
     int k = -1;
     for (int i = 0; i < 3; i++)
       if (strcmp(s, sched_kind_names[kinds[i]]) == 0) k = i;
-    if (k < 0) return fail(cv, "weft.schedule: unknown schedule '%s' (gpipe, one_f_one_b or interleaved)", s);
+    if (k < 0) return lib_fail(cv, "weft.schedule: unknown schedule '%s' (gpipe, one_f_one_b or interleaved)", s);
     decision *d = emit(cv, DEC_SCHEDULE, NULL);
     if (d) d->sched = kinds[k];
     return true;
@@ -479,7 +479,7 @@ static bool convert_one(conv *cv, int idx) {
     const char *mode = field_str(cv, idx, "mode", kind, false);
     if (!mode) return false;
     if (strcmp(mode, "selective") != 0 && strcmp(mode, "full") != 0)
-      return fail(cv, "weft.recompute: mode is \"selective\" or \"full\", got \"%s\"", mode);
+      return lib_fail(cv, "weft.recompute: mode is \"selective\" or \"full\", got \"%s\"", mode);
     decision *d = emit(cv, DEC_RECOMPUTE, text);
     if (!d) return true;
     d->mode = mode[0] == 'f' ? 2 : 1;
@@ -512,7 +512,7 @@ static bool convert_one(conv *cv, int idx) {
     int st = 0;
     for (int i = 0; i < 3; i++)
       if (strcmp(state, shard_states[i]) == 0) st = i + 1;
-    if (!st) return fail(cv, "weft.shard: state is \"optimizer\", \"gradients\" or \"parameters\", got \"%s\"", state);
+    if (!st) return lib_fail(cv, "weft.shard: state is \"optimizer\", \"gradients\" or \"parameters\", got \"%s\"", state);
     if (!field_ops(cv, idx, kind, &text, &ops, NULL, NULL)) return false;
     const char *axis = field_str(cv, idx, "axis", kind, true);
     if (!axis) return false;
@@ -526,7 +526,7 @@ static bool convert_one(conv *cv, int idx) {
     if (d) d->bytes = v;
     return true;
   }
-  return fail(cv, "a decision of kind '%s': weft makes mesh, split, replicate, stage, assign, schedule, recompute, "
+  return lib_fail(cv, "a decision of kind '%s': weft makes mesh, split, replicate, stage, assign, schedule, recompute, "
                   "shard and buckets", kind);
 }
 
@@ -534,14 +534,14 @@ static bool convert_one(conv *cv, int idx) {
 static bool convert_list(conv *cv, int idx, int depth) {
   lua_State *L = cv->L;
   idx = lua_absindex(L, idx);
-  if (depth > 16) return fail(cv, "decision lists nested more than 16 deep");
+  if (depth > 16) return lib_fail(cv, "decision lists nested more than 16 deep");
   int n = (int)lua_rawlen(L, idx);
   for (int i = 1; i <= n; i++) {
-    if (cv->out && cv->out->n >= 1000000) return fail(cv, "a plan of more than 1,000,000 decisions");
+    if (cv->out && cv->out->n >= 100000) return lib_fail(cv, "a plan of more than 100,000 decisions");
     lua_rawgeti(L, idx, i);
     bool ok;
     if (lua_type(L, -1) != LUA_TTABLE)
-      ok = fail(cv, "entry %d of the decision list is a %s, not a decision (weft.split, ...) or a list of them", i,
+      ok = lib_fail(cv, "entry %d of the decision list is a %s, not a decision (weft.split, ...) or a list of them", i,
                 type_of(L, -1));
     else if (lua_getfield(L, -1, "kind") != LUA_TNIL) {
       lua_pop(L, 1);
@@ -562,8 +562,8 @@ bool weft_lib_decisions(script_one *one, lua_State *L, int idx, arena *a, weft_d
   *out = (weft_decisions){0};
   msg[0] = 0;
   bool ok = lua_type(L, idx) == LUA_TTABLE ? convert_list(&cv, idx, 0)
-                                          : fail(&cv, "a decision list is a table, got %s", type_of(L, idx));
-  if (ok && out->n == 0) ok = fail(&cv, "the decision list is empty");
+                                          : lib_fail(&cv, "a decision list is a table, got %s", type_of(L, idx));
+  if (ok && out->n == 0) ok = lib_fail(&cv, "the decision list is empty");
   *line = cv.line;
   *selectors = cv.sels;
   return ok;
@@ -594,6 +594,7 @@ static void arg_field(lua_State *L, int i, const char *k) {
 }
 
 static int w_mesh(lua_State *L) {
+  lua_settop(L, 3);  /* the arguments, nil where not given */
   lua_createtable(L, 0, 5);
   arg_field(L, 1, "name");
   arg_field(L, 2, "axes");
@@ -602,6 +603,7 @@ static int w_mesh(lua_State *L) {
 }
 
 static int w_split(lua_State *L) {
+  lua_settop(L, 5);  /* the arguments, nil where not given */
   lua_createtable(L, 0, 7);
   arg_field(L, 1, "ops");
   arg_field(L, 2, "dim");
@@ -613,6 +615,7 @@ static int w_split(lua_State *L) {
 }
 
 static int w_replicate(lua_State *L) {
+  lua_settop(L, 3);  /* the arguments, nil where not given */
   lua_createtable(L, 0, 5);
   arg_field(L, 1, "ops");
   arg_field(L, 2, "parts");
@@ -621,6 +624,7 @@ static int w_replicate(lua_State *L) {
 }
 
 static int w_stage(lua_State *L) {
+  lua_settop(L, 2);  /* the arguments, nil where not given */
   lua_createtable(L, 0, 4);
   arg_field(L, 1, "name");
   arg_field(L, 2, "ops");
@@ -628,6 +632,7 @@ static int w_stage(lua_State *L) {
 }
 
 static int w_assign(lua_State *L) {
+  lua_settop(L, 3);  /* the arguments, nil where not given */
   lua_createtable(L, 0, 5);
   arg_field(L, 1, "ops");
   if (lua_isinteger(L, 2)) arg_field(L, 2, "device");
@@ -639,12 +644,14 @@ static int w_assign(lua_State *L) {
 }
 
 static int w_schedule(lua_State *L) {
+  lua_settop(L, 1);  /* the arguments, nil where not given */
   lua_createtable(L, 0, 3);
   arg_field(L, 1, "schedule");
   return made(L, "schedule");
 }
 
 static int w_recompute(lua_State *L) {
+  lua_settop(L, 2);  /* the arguments, nil where not given */
   lua_createtable(L, 0, 4);
   arg_field(L, 1, "ops");
   if (lua_isnoneornil(L, 2)) lua_pushliteral(L, "selective");
@@ -654,6 +661,7 @@ static int w_recompute(lua_State *L) {
 }
 
 static int w_shard(lua_State *L) {
+  lua_settop(L, 3);  /* the arguments, nil where not given */
   lua_createtable(L, 0, 5);
   arg_field(L, 1, "state");
   arg_field(L, 2, "ops");
@@ -662,6 +670,7 @@ static int w_shard(lua_State *L) {
 }
 
 static int w_buckets(lua_State *L) {
+  lua_settop(L, 1);  /* the arguments, nil where not given */
   lua_createtable(L, 0, 3);
   arg_field(L, 1, "bytes");
   return made(L, "buckets");
@@ -669,6 +678,7 @@ static int w_buckets(lua_State *L) {
 
 /* weft.zero(stage [, axis [, ops]]): ZeRO as the standard library's zero(stage) writes it. */
 static int w_zero(lua_State *L) {
+  lua_settop(L, 3);  /* the arguments, nil where not given */
   lua_Integer stage = luaL_checkinteger(L, 1);
   luaL_argcheck(L, stage >= 0 && stage <= 3, 1, "ZeRO's stage is 0, 1, 2 or 3");
   if (lua_isnoneornil(L, 2)) lua_pushliteral(L, "dp");
