@@ -361,11 +361,13 @@ static bool charge(lua_State *L, charge_kind k) {
     double n = lua_isnumber(L, 2) ? lua_tonumber(L, 2) : 0;
     double total = n > 0 ? n * (double)len + (n - 1) * (double)sep : 0;
     weft_scripts *S = sandbox_one(L)->S;
-    if (total > (double)memory_budget(S)) {
-      char b1[64], b2[64];
-      luaL_error(L, "string.rep would make a string of %s, more than the scripts' memory budget of %s (--lua-memory)",
-                 unit_bytes_human((int64_t)fmin(total, 9e18), b1, sizeof b1),
-                 unit_bytes_human(memory_budget(S), b2, sizeof b2));
+    /* the buffer it builds the string in, and the string: twice its size */
+    int64_t left = (memory_budget(S) - S->mem_used) / 2;
+    if (total > (double)left) {
+      char b1[64], b2[64], b3[64];
+      luaL_error(L, "string.rep would make a string of %s, more than the %s left of the scripts' memory budget of %s "
+                    "(--lua-memory)", unit_bytes_human((int64_t)fmin(total, 9e18), b1, sizeof b1),
+                 unit_bytes_human(left > 0 ? left : 0, b2, sizeof b2), unit_bytes_human(memory_budget(S), b3, sizeof b3));
     }
     if (len + sep == 0 && lua_isinteger(L, 2)) {  /* nothing to copy however many times: no loop */
       lua_pushliteral(L, "");
@@ -808,10 +810,11 @@ bool sandbox_run_chunk(script_one *one, const char *text, size_t len) {
   if (luaL_loadbufferx(L, "", 0, one->chunk, "t") == LUA_OK && lua_getinfo(L, ">S", &ar))
     snprintf(one->short_src, sizeof one->short_src, "%s", ar.short_src);
   else lua_pop(L, 1);
+  /* an error that knows no line (a binary file, memory) is put at the first */
+  one->entry_line = 1;
   int status = luaL_loadbufferx(L, text, len, one->chunk, "t");
   if (status != LUA_OK) {
     one->nframes = 0;
-    one->entry_line = 1;  /* a binary file, or the first line of a short one */
     report(one, status);
     return false;
   }

@@ -142,7 +142,16 @@ static int body_load(lua_State *L) {
       bool known = false;
       for (int h = 0; h < HOOK_COUNT && !known; h++) known = strcmp(k, hook_names[h]) == 0;
       if (!known) {
-        weft_loc at = {one->file, x->last, 1, x->last, 1};
+        /* at the function's first line */
+        lua_Debug ar;
+        lua_pushvalue(L, -1);
+        lua_getinfo(L, ">S", &ar);
+        int line = ar.linedefined > 0 && strcmp(ar.source, one->chunk) == 0 ? ar.linedefined : x->last;
+        const weft_src *src = &S->w.srcs->items[one->file];
+        int len = 0, col = 0;
+        const char *text = src_line(src, line, &len);
+        while (text && col < len && (text[col] == ' ' || text[col] == '\t')) col++;
+        weft_loc at = {one->file, line, col < len ? col + 1 : 1, line, len > 0 ? len : 1};
         weft_diag *d = diag_add(S->w.dg, DIAG_WARNING, at, "'%s' is not a hook: weft calls space, prune, rank and policy", k);
         const char *best = diag_closest(k, hook_names, HOOK_COUNT);
         if (best) diag_hint(d, S->w.dg, "did you mean '%s'?", best);

@@ -262,12 +262,12 @@ static const char *segment_key(arena *a, const char *name, int fixed) {
 static decision *emit(conv *cv, dec_kind k, const char *sel) {
   if (!cv->out) return NULL;
   decision *d = dec_add(cv->a, cv->out, k);
-  d->loc = (weft_loc){cv->one->file, cv->line, 1, cv->line, 1};
-  /* the whole line, as script_error marks it */
+  /* the line, from its first character, as script_error marks it */
   const weft_src *src = &cv->one->S->w.srcs->items[cv->one->file];
-  int len;
-  if (cv->line > 0 && cv->line <= src->nlines && src_line(src, cv->line, &len) && len > 0) d->loc.end_col = len;
-  if (cv->line <= 0) d->loc = (weft_loc){0};
+  int len = 0, col = 0;
+  const char *text = cv->line > 0 && cv->line <= src->nlines ? src_line(src, cv->line, &len) : NULL;
+  while (text && col < len && (text[col] == ' ' || text[col] == '\t')) col++;
+  d->loc = text ? (weft_loc){cv->one->file, cv->line, col < len ? col + 1 : 1, cv->line, len > 0 ? len : 1} : (weft_loc){0};
   arena_grow(cv->a, (void **)&cv->sels, &cv->scap, cv->out->n, sizeof(char *));
   cv->sels[cv->out->n - 1] = sel;
   return d;
@@ -561,8 +561,7 @@ bool weft_lib_decisions(script_one *one, lua_State *L, int idx, arena *a, weft_d
   conv cv = {.one = one, .L = L, .g = one->S->w.g, .a = a, .out = out, .line = *line, .msg = msg, .nmsg = nmsg};
   *out = (weft_decisions){0};
   msg[0] = 0;
-  bool ok = lua_type(L, idx) == LUA_TTABLE ? convert_list(&cv, idx, 0)
-                                          : lib_fail(&cv, "a decision list is a table, got %s", type_of(L, idx));
+  bool ok = convert_list(&cv, idx, 0);
   if (ok && out->n == 0) ok = lib_fail(&cv, "the decision list is empty");
   *line = cv.line;
   *selectors = cv.sels;
