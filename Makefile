@@ -72,7 +72,7 @@ UNIT_SRC   := $(wildcard tests/unit/test_*.c)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
 .PHONY: all deps check layers-check search-check lua-check unit golden diag-coverage docs-check docs-examples install-check fmt-check examples-check mutate-check editors-check \
-        fold-check calibrate run-check reference-check deps-torch demo bench install fuzz clean
+        fold-check calibrate run-check reference-check deps-torch demo bench install fuzz fuzz-lua clean
 .DELETE_ON_ERROR:
 
 all: weft
@@ -251,10 +251,22 @@ fuzz:
 	@$(MAKE) --no-print-directory BUILD=build/fuzz CC=clang \
 	  SANFLAGS="-fsanitize=fuzzer-no-link,address,undefined" build/fuzz/libweft.a
 	clang -fsanitize=fuzzer,address,undefined -Iinclude -Isrc -o build/fuzz/fuzz_check \
-	  tests/fuzz/fuzz_check.c build/fuzz/libweft.a -lm
+	  tests/fuzz/fuzz_check.c build/fuzz/libweft.a $(LUA_LIBS) -ldl -lm
 	@mkdir -p build/fuzz/corpus
 	build/fuzz/fuzz_check -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -timeout=10 \
 	  build/fuzz/corpus tests/fuzz/seeds
+
+# libFuzzer over Lua heuristics (tests/fuzz/fuzz_lua.c): any script, in the
+# sandbox, steering the search of a small model; seeded with the standard
+# library's heuristics and tests/fuzz/lua_seeds.
+fuzz-lua:
+	@$(MAKE) --no-print-directory BUILD=build/fuzz CC=clang \
+	  SANFLAGS="-fsanitize=fuzzer-no-link,address,undefined" build/fuzz/libweft.a
+	clang -fsanitize=fuzzer,address,undefined -Iinclude -Isrc $(LUA_CFLAGS) -o build/fuzz/fuzz_lua \
+	  tests/fuzz/fuzz_lua.c build/fuzz/libweft.a $(LUA_LIBS) $(BLAS_LIBS) $(FFI_LIBS) -ldl -lm
+	@mkdir -p build/fuzz/lua_corpus
+	build/fuzz/fuzz_lua -max_total_time=$(FUZZ_SECONDS) -max_len=8192 -timeout=20 -rss_limit_mb=1024 \
+	  build/fuzz/lua_corpus stdlib/heuristics tests/fuzz/lua_seeds
 
 clean:
 	rm -rf build weft
