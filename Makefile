@@ -72,7 +72,7 @@ UNIT_SRC   := $(wildcard tests/unit/test_*.c)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
 .PHONY: all deps check layers-check search-check lua-check unit golden diag-coverage docs-check docs-examples install-check fmt-check examples-check mutate-check editors-check \
-        fold-check calibrate run-check reference-check deps-torch demo bench install fuzz fuzz-lua clean
+        fold-check calibrate run-check reference-check deps-torch demo bench install fuzz fuzz-lua fuzz-lua-check clean
 .DELETE_ON_ERROR:
 
 all: weft
@@ -147,7 +147,7 @@ $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libweft.a
 
 check: deps
 	@$(MAKE) --no-print-directory weft
-	@$(MAKE) --no-print-directory layers-check unit golden diag-coverage docs-check docs-examples install-check fmt-check examples-check fold-check mutate-check editors-check calibrate search-check lua-check run-check reference-check
+	@$(MAKE) --no-print-directory layers-check unit golden diag-coverage docs-check docs-examples install-check fmt-check examples-check fold-check mutate-check editors-check calibrate search-check lua-check fuzz-lua-check run-check reference-check
 	@echo "make check: all suites passed"
 
 # the pipeline is one-way: no header of a later stage, no include cycle
@@ -255,6 +255,24 @@ fuzz:
 	@mkdir -p build/fuzz/corpus
 	build/fuzz/fuzz_check -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -timeout=10 \
 	  build/fuzz/corpus tests/fuzz/seeds
+
+# The same, short, as make check runs it (when clang is installed): only
+# the script stage is instrumented, over the plain library, so that it
+# builds in seconds.
+LUA_FUZZ_SECONDS ?= 20
+fuzz-lua-check:
+ifeq ($(shell command -v clang 2>/dev/null),)
+	@echo "fuzz-lua-check: skipped (no clang)"
+else
+	@$(MAKE) --no-print-directory SANITIZE= build/libweft.a
+	@mkdir -p build/fuzz-check/corpus
+	@clang -O1 -g -fsanitize=fuzzer,address,undefined -Iinclude -Isrc $(LUA_CFLAGS) -o build/fuzz-check/fuzz_lua \
+	  tests/fuzz/fuzz_lua.c src/script/*.c build/libweft.a $(LUA_LIBS) $(BLAS_LIBS) $(FFI_LIBS) -ldl -lm -lpthread
+	@build/fuzz-check/fuzz_lua -max_total_time=$(LUA_FUZZ_SECONDS) -max_len=8192 -timeout=20 -rss_limit_mb=1024 \
+	  build/fuzz-check/corpus stdlib/heuristics tests/fuzz/lua_seeds >build/fuzz-check/log 2>&1 || \
+	  { tail -60 build/fuzz-check/log; exit 1; }
+	@grep -o 'Done [0-9]* runs in [0-9]* second(s)' build/fuzz-check/log | sed 's/^/fuzz-lua-check: /'
+endif
 
 # libFuzzer over Lua heuristics (tests/fuzz/fuzz_lua.c): any script, in the
 # sandbox, steering the search of a small model; seeded with the standard

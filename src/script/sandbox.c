@@ -377,8 +377,9 @@ static bool charge(lua_State *L, charge_kind k) {
   }
   case CHARGE_SHIFT: {
     if (lua_type(L, 1) != LUA_TTABLE) break;
-    int64_t n = (int64_t)lua_rawlen(L, 1), pos = lua_isinteger(L, 2) ? lua_tointeger(L, 2) : n;
-    sandbox_charge(L, n - pos > 0 ? n - pos : 0);
+    int64_t n = (int64_t)lua_rawlen(L, 1);
+    lua_Integer pos = lua_isinteger(L, 2) ? lua_tointeger(L, 2) : n;
+    sandbox_charge(L, pos >= 0 && pos < n ? n - pos : 0);
     break;
   }
   case CHARGE_SORT: {
@@ -389,7 +390,8 @@ static bool charge(lua_State *L, charge_kind k) {
   }
   case CHARGE_MOVE: {
     lua_Integer f = luaL_checkinteger(L, 2), e = luaL_checkinteger(L, 3);
-    if (e >= f) sandbox_charge(L, e - f < INT64_MAX / 2 ? (int64_t)(e - f) + 1 : INT64_MAX / 2);
+    uint64_t span = (uint64_t)e - (uint64_t)f;  /* without the overflow of e - f */
+    if (e >= f) sandbox_charge(L, span < (uint64_t)INT64_MAX / 2 ? (int64_t)span + 1 : INT64_MAX / 2);
     break;
   }
   }

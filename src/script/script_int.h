@@ -101,8 +101,9 @@ void tables_push_space(lua_State *L, const search_space *s);
 bool tables_read_space(script_one *one, int idx, search_space *s, arena *a);
 /* JSON text as Lua values, pushed; false (nothing pushed) on malformed text. */
 bool tables_push_json(lua_State *L, const char *text);
-/* The repeated blocks of g (NAME.0 ... NAME.{n-1}): their name and count, 0 none. */
-int tables_blocks(const weft_graph *g, const char **name);
+/* The repeated blocks of g (NAME.0 ... NAME.{n-1}): their count (0: none),
+ * their name in name[0..n). */
+int tables_blocks(const weft_graph *g, char *name, size_t n);
 
 /* ---- weft_lib.c ----------------------------------------------------------- */
 

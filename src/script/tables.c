@@ -71,10 +71,11 @@ static void push_tensor(lua_State *L, const gtensor *t) {
   seal(L);
 }
 
-int tables_blocks(const weft_graph *g, const char **name) {
+int tables_blocks(const weft_graph *g, char *name, size_t n) {
   /* the prefix of the most operators named PREFIX.N.REST, counted from 0 */
   const char *best = NULL;
   int best_n = 0, best_ops = 0;
+  name[0] = 0;
   for (int op = 0; op < g->nops; op++) {
     const char *nm = g->ops[op].name, *dot = strchr(nm, '.');
     if (!dot || !isdigit((unsigned char)dot[1])) continue;
@@ -90,12 +91,10 @@ int tables_blocks(const weft_graph *g, const char **name) {
     }
     if (ops > best_ops) {
       best_ops = ops, best_n = count;
-      static char buf[128];
-      snprintf(buf, sizeof buf, "%.*s", (int)pl, nm);
-      best = buf;
+      snprintf(name, n, "%.*s", (int)pl, nm);
+      best = name;
     }
   }
-  *name = best;
   return best ? best_n : 0;
 }
 
@@ -191,8 +190,8 @@ void tables_push_model(lua_State *L, const weft_graph *g, arena *a) {
       set_str(L, "batch_dim", g->tensors[t].dims[0].name);
       break;
     }
-  const char *bname;
-  int nb = tables_blocks(g, &bname);
+  char bname[128];
+  int nb = tables_blocks(g, bname, sizeof bname);
   if (nb > 0) {
     lua_createtable(L, 0, 2);
     set_str(L, "name", bname);

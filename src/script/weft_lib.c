@@ -309,7 +309,7 @@ static bool convert_one(conv *cv, int idx) {
         lua_Integer sz = lua_tointegerx(L, -1, &isnum);
         const char *an = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
         ok = an && is_name(an) && isnum && sz >= 1 && sz <= 1000000;
-        if (ok) axes[i] = arena_strdup(cv->a, an), sizes[i] = (int)sz, total *= sz;
+        if (ok) axes[i] = arena_strdup(cv->a, an), sizes[i] = (int)sz, total = total * sz > 1 << 30 ? 1 << 30 : total * sz;
         lua_pop(L, 2);
       }
       lua_pop(L, 1);
