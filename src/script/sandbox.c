@@ -43,7 +43,13 @@ static void *sb_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
   }
   if (nsize > old) {
     int64_t limit = memory_budget(S) + (S->dead ? MEMORY_RESERVE : 0);
-    if (S->mem_used + (int64_t)(nsize - old) > limit) return NULL;
+    if (S->mem_used + (int64_t)(nsize - old) > limit) {
+      /* the budget is reached: the scripts stop at their next instruction
+       * (Lua's collector would otherwise run in full at every allocation
+       * from here on, for as long as a little garbage lets one through) */
+      if (!S->dead) S->dead = DEAD_MEMORY;
+      return NULL;
+    }
     S->steps_used += (int64_t)(nsize - old) / ALLOC_BYTES;
   }
   void *p = realloc(ptr, nsize);
@@ -64,9 +70,9 @@ static void sb_hook(lua_State *L, lua_Debug *ar);
 /* Stops every script: from now on each instruction fails. */
 static void stop(script_one *one, lua_State *L, dead_kind why) {
   weft_scripts *S = one->S;
-  if (!S->dead) {
-    S->dead = why;
-    int line = why == DEAD_STEPS ? sandbox_line(one, L) : 0;
+  if (!S->dead) S->dead = why;
+  if (!one->kill_line) {
+    int line = S->dead == DEAD_STEPS ? sandbox_line(one, L) : 0;
     one->kill_line = line ? line : one->last_line ? one->last_line : sandbox_line(one, L);
   }
   lua_sethook(L, sb_hook, LUA_MASKCOUNT, 1);
@@ -107,6 +113,8 @@ static void sb_hook(lua_State *L, lua_Debug *ar) {
     if (S->steps_used <= steps_budget(S)) return;
     stop(one, L, DEAD_STEPS);
   }
+  /* stopped, by this script or another, or by the allocator */
+  if (!one->kill_line) one->kill_line = one->last_line ? one->last_line : sandbox_line(one, L);
   lua_sethook(L, sb_hook, LUA_MASKCOUNT, 1);
   char buf[160];
   lua_pushstring(L, dead_message(S, buf, sizeof buf));
@@ -696,7 +704,7 @@ static void report(script_one *one, int status) {
   int line = 0;
   if (S->dead) {
     msg = dead_message(S, dead, sizeof dead);
-    line = one->kill_line;
+    line = one->kill_line ? one->kill_line : one->last_line;
   } else if (status == LUA_ERRMEM) {
     S->dead = DEAD_MEMORY;
     msg = dead_message(S, dead, sizeof dead);

@@ -177,11 +177,11 @@ static bool load_file(weft_scripts *S, int file) {
   one->path = src->path;
   one->chunk = arena_printf(&S->keep, "@%s", src->path);
   one->file = file;
-  one->name = plan_name(&S->keep, src->path);
+  one->name = plan_name(S->w.a, src->path);  /* the plan keeps it after the scripts are gone */
   one->ref_model = one->ref_cluster = one->ref_weft = LUA_NOREF;
   for (int h = 0; h < HOOK_COUNT; h++) one->hook[h] = LUA_NOREF;
   S->items[S->n++] = one;
-  if (!sandbox_open(one)) {
+  if (!sandbox_open(one) || S->dead == DEAD_MEMORY) {
     diag_add(S->w.dg, DIAG_ERROR, none, "cannot start Lua for heuristic %s: the scripts' memory budget is spent "
              "(--lua-memory)", one->path);
     S->failed = true;

@@ -4,7 +4,7 @@ return {
     local t, i = {}, 0
     while true do
       i = i + 1
-      t[i] = {i}  --> here
+      t[i] = i  --> here
     end
   end,
 }
