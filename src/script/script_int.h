@@ -114,7 +114,7 @@ void weft_lib_push(lua_State *L, script_one *one);
  * *line, msg say where and what. */
 bool weft_lib_decisions(script_one *one, lua_State *L, int idx, arena *a, weft_decisions *out,
                         const char ***selectors, int *line, char *msg, size_t nmsg);
-/* The fields of a candidate (tp, pp, ...) read off a decision list. */
-void weft_lib_describe(const weft_graph *g, const weft_decisions *d, search_plan *sp);
+/* The fields of a candidate (tp, pp, ..., its stages in a) read off a decision list. */
+void weft_lib_describe(const weft_graph *g, const weft_decisions *d, search_plan *sp, arena *a);
 
 #endif

@@ -438,7 +438,7 @@ bool scripts_policies(weft_scripts *S, const search_opts *o, search_result *out)
     search_plan sp = x.sp;
     sp.decisions.name = one->name;
     written++;
-    weft_lib_describe(g, &sp.decisions, &sp);
+    weft_lib_describe(g, &sp.decisions, &sp, S->w.a);
     double t1 = now();
     if (!simulate_policy(S, one, &sp, o->max_memory)) return false;
     simulate_s += now() - t1;

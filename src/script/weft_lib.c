@@ -816,7 +816,49 @@ void weft_lib_push(lua_State *L, script_one *one) {
 
 /* ---- what a decision list decides, as a candidate's fields --------------------------------- */
 
-void weft_lib_describe(const weft_graph *g, const weft_decisions *d, search_plan *sp) {
+/* The stages of a decision list: each stage's operators, the repeated
+ * blocks it holds, and its place on the pipeline (the pp index of the last
+ * assignment that places its first operator; -1 when no number says). */
+static void describe_stages(const weft_graph *g, const weft_decisions *d, search_plan *sp, arena *a) {
+  int n = 0;
+  for (int i = 0; i < d->n; i++) n += d->items[i].kind == DEC_STAGE;
+  if (n == 0) return;
+  char block[128];
+  int nblocks = tables_blocks(g, block, sizeof block);
+  size_t bl = strlen(block);
+  bool *seen = arena_alloc(a, (size_t)(nblocks + 1));
+  sp->stages = arena_alloc(a, sizeof(search_stage) * (size_t)n);
+  for (int i = 0; i < d->n; i++) {
+    const decision *x = &d->items[i];
+    if (x->kind != DEC_STAGE || x->ops.n == 0) continue;
+    search_stage *st = &sp->stages[sp->nstages++];
+    *st = (search_stage){x->ops.ops[0], x->ops.ops[0], -1, 0};
+    memset(seen, 0, (size_t)(nblocks + 1));
+    for (int k = 0; k < x->ops.n; k++) {
+      int op = x->ops.ops[k];
+      if (op < st->first_op) st->first_op = op;
+      if (op > st->last_op) st->last_op = op;
+      const char *nm = g->ops[op].name;
+      if (nblocks > 0 && strncmp(nm, block, bl) == 0 && nm[bl] == '.') {
+        int b = atoi(nm + bl + 1);
+        if (b >= 0 && b < nblocks && !seen[b]) seen[b] = true, st->layers++;
+      }
+    }
+    for (int j = 0; j < d->n; j++) {
+      const decision *y = &d->items[j];
+      if (y->kind != DEC_ASSIGN || y->mesh < 0) continue;
+      bool places = false;
+      for (int k = 0; k < y->ops.n && !places; k++) places = y->ops.ops[k] == st->first_op;
+      const decision *m = NULL;
+      for (int k = 0, seen_m = 0; k < d->n && !m; k++)
+        if (d->items[k].kind == DEC_MESH && seen_m++ == y->mesh) m = &d->items[k];
+      for (int ax = 0; places && m && ax < m->naxes && ax < y->nidx; ax++)
+        if (strcmp(m->axes[ax], "pp") == 0 && !y->idx[ax].axis) st->position = y->idx[ax].value;
+    }
+  }
+}
+
+void weft_lib_describe(const weft_graph *g, const weft_decisions *d, search_plan *sp, arena *a) {
   sp->tp = sp->pp = sp->dp = sp->cp = 1;
   sp->micro_batches = 1;
   sp->interleave = 1;
@@ -858,4 +900,5 @@ void weft_lib_describe(const weft_graph *g, const weft_decisions *d, search_plan
   int64_t per = (int64_t)sp->dp * sp->micro_batches;
   sp->micro_batch_size = per > 0 && batch % per == 0 ? (int)(batch / per) : 0;
   if (sp->pp > 0 && nstages > sp->pp && nstages % sp->pp == 0) sp->interleave = nstages / sp->pp;
+  describe_stages(g, d, sp, a);
 }
