@@ -621,11 +621,14 @@ int report_search(const weft_opts *o) {
     }
     json_end_arr(&j);
     json_key(&j, "analytic");
-    json_obj(&j);
-    json_key(&j, "pairs_ordered_alike"), json_num(&j, ag.pairs);
-    json_key(&j, "median_relative_error"), json_num(&j, ag.median);
-    json_key(&j, "max_relative_error"), json_num(&j, ag.worst);
-    json_end_obj(&j);
+    if (policies) json_null(&j);  /* the policies' plans have no analytic cost */
+    else {
+      json_obj(&j);
+      json_key(&j, "pairs_ordered_alike"), json_num(&j, ag.pairs);
+      json_key(&j, "median_relative_error"), json_num(&j, ag.median);
+      json_key(&j, "max_relative_error"), json_num(&j, ag.worst);
+      json_end_obj(&j);
+    }
     json_key(&j, "best"), json_int(&j, pick);
     json_key(&j, "searched"), json_int(&j, r.searched);
     json_key(&j, "pruned"), json_int(&j, r.pruned);

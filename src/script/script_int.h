@@ -114,6 +114,9 @@ void weft_lib_push(lua_State *L, script_one *one);
  * *line, msg say where and what. */
 bool weft_lib_decisions(script_one *one, lua_State *L, int idx, arena *a, weft_decisions *out,
                         const char ***selectors, int *line, char *msg, size_t nmsg);
+/* Whether s can name a mesh, an axis, a stage or a plan: letters, digits
+ * and _, not a keyword of the language. */
+bool weft_lib_is_name(const char *s);
 /* The fields of a candidate (tp, pp, ..., its stages in a) read off a decision list. */
 void weft_lib_describe(const weft_graph *g, const weft_decisions *d, search_plan *sp, arena *a);
 

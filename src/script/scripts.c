@@ -48,7 +48,7 @@ static const char *plan_name(arena *a, const char *path) {
   char *s = arena_printf(a, "%s%.*s", n == 0 || isdigit((unsigned char)base[0]) ? "h_" : "", (int)n, base);
   for (char *p = s; *p; p++)
     if (!isalnum((unsigned char)*p) && *p != '_') *p = '_';
-  return s;
+  return weft_lib_is_name(s) ? s : arena_printf(a, "%s_plan", s);  /* "plan.lua" */
 }
 
 static const weft_embedded_file *builtin_heuristic(const char *name) {

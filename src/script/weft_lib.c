@@ -29,7 +29,7 @@ static const char *const keywords[] = {
     "on",    "into",   "as",      "time",   "before",   "selective", "full", "over",     "all",
     NULL};
 
-static bool is_name(const char *s) {
+bool weft_lib_is_name(const char *s) {
   if (!s || !(isalpha((unsigned char)*s) || *s == '_')) return false;
   for (const char *p = s; *p; p++)
     if (!isalnum((unsigned char)*p) && *p != '_') return false;
@@ -135,7 +135,7 @@ static const char *field_str(conv *cv, int idx, const char *k, const char *kind,
   lua_getfield(L, idx, k);
   const char *s = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
   if (!s) lib_fail(cv, "weft.%s: %s must be a string, got %s", kind, k, type_of(L, -1));
-  else if (name && !is_name(s)) {
+  else if (name && !weft_lib_is_name(s)) {
     lib_fail(cv, "weft.%s: %s '%s' is not a name a plan can use (letters, digits and _, not a keyword)", kind, k, s);
     s = NULL;
   }
@@ -308,7 +308,7 @@ static bool convert_one(conv *cv, int idx) {
         int isnum;
         lua_Integer sz = lua_tointegerx(L, -1, &isnum);
         const char *an = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
-        ok = an && is_name(an) && isnum && sz >= 1 && sz <= 1000000;
+        ok = an && weft_lib_is_name(an) && isnum && sz >= 1 && sz <= 1000000;
         if (ok) axes[i] = arena_strdup(cv->a, an), sizes[i] = (int)sz, total = total * sz > 1 << 30 ? 1 << 30 : total * sz;
         lua_pop(L, 2);
       }
@@ -441,7 +441,7 @@ static bool convert_one(conv *cv, int idx) {
       int isnum;
       lua_Integer x = lua_tointegerx(L, -1, &isnum);
       const char *s = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
-      bool ok = (isnum && x >= 0 && x < 1000000) || (s && is_name(s));
+      bool ok = (isnum && x >= 0 && x < 1000000) || (s && weft_lib_is_name(s));
       if (ok && s) ix[i] = (dec_index){arena_strdup(cv->a, s), 0};
       else if (ok) ix[i] = (dec_index){NULL, (int)x};
       lua_pop(L, 1);
@@ -534,7 +534,7 @@ static bool convert_one(conv *cv, int idx) {
 static bool convert_list(conv *cv, int idx, int depth) {
   lua_State *L = cv->L;
   idx = lua_absindex(L, idx);
-  if (depth > 16) return lib_fail(cv, "decision lists nested more than 16 deep");
+  if (depth > 16 || !lua_checkstack(L, 8)) return lib_fail(cv, "decision lists nested more than 16 deep");
   int n = (int)lua_rawlen(L, idx);
   for (int i = 1; i <= n; i++) {
     if (cv->out && cv->out->n >= 100000) return lib_fail(cv, "a plan of more than 100,000 decisions");
