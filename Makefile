@@ -268,7 +268,7 @@ fuzz-lua-check:
 ifeq ($(shell command -v clang 2>/dev/null),)
 	@echo "fuzz-lua-check: skipped (no clang)"
 else
-	@$(MAKE) --no-print-directory SANITIZE= build/libweft.a
+	@$(MAKE) -s --no-print-directory SANITIZE= build/libweft.a
 	@mkdir -p build/fuzz-check/corpus
 	@clang -O1 -g -fsanitize=fuzzer,address,undefined -Iinclude -Isrc $(LUA_CFLAGS) -o build/fuzz-check/fuzz_lua \
 	  tests/fuzz/fuzz_lua.c src/script/*.c build/libweft.a $(LUA_LIBS) $(BLAS_LIBS) $(FFI_LIBS) -ldl -lm -lpthread
