@@ -45,7 +45,7 @@ print("--set tp=%d --set pp=%d --set dp=%d --set micro_batch=%d --set nodes=%s"
 }
 megatron "GPT-2 124M on one node" 1 --set layers=12 --set hidden=768 --set heads=12 --set seq=1024 --set vocab=50304 \
   --set global_batch=8
-megatron "GPT-3 175B on eight nodes" 8 --set layers=96 --set hidden=12288 --set heads=96 --set seq=2048 --set vocab=51200 \
+megatron "GPT-3 175B on sixteen nodes" 16 --set layers=96 --set hidden=12288 --set heads=96 --set seq=2048 --set vocab=51200 \
   --set global_batch=8 --set dtype=bf16
 
 # ---- weft.estimate is weft estimate --json ------------------------------------------
