@@ -39,7 +39,17 @@ ifeq ($(FFI_A),libffi.a)
 else
   FFI_LIBS := $(FFI_A)
 endif
-LDLIBS   += $(BLAS_LIBS) $(FFI_LIBS) -ldl -lm
+# Lua 5.4 runs the search's heuristics (src/script); static like OpenBLAS,
+# so that ./weft runs where Lua is not installed.
+LUA_CFLAGS := $(shell pkg-config --cflags lua5.4 2>/dev/null || echo -I/usr/include/lua5.4)
+LUA_A := $(shell $(CC) -print-file-name=liblua5.4.a)
+ifeq ($(LUA_A),liblua5.4.a)
+  LUA_LIBS := -llua5.4
+else
+  LUA_LIBS := $(LUA_A)
+endif
+CPPFLAGS += $(LUA_CFLAGS)
+LDLIBS   += $(LUA_LIBS) $(BLAS_LIBS) $(FFI_LIBS) -ldl -lm
 
 # Debian packages the build and the tests need; `make deps` installs them.
 # python3 runs test scripts; graphviz gives `dot` for `weft graph --dot`.
@@ -53,15 +63,17 @@ LIB_SRC    := $(filter-out src/cli/%,$(wildcard src/*/*.c))
 CPU_SRC    := $(wildcard backends/*.c backends/cpu/*.c)
 HEADERS    := $(wildcard include/weft/*.h src/*/*.h)
 LIB_OBJ    := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/grammar/parser.o \
-              $(BUILD)/grammar/lexer.o $(BUILD)/stdlib/embedded.o \
+              $(BUILD)/grammar/lexer.o $(BUILD)/stdlib/embedded.o $(BUILD)/stdlib/heuristics.o \
               $(CPU_SRC:%.c=$(BUILD)/%.o)
 MAIN_OBJ   := $(BUILD)/src/cli/main.o
 STDLIB     := $(sort $(wildcard stdlib/*.plan))
+HEURISTICS := $(sort $(wildcard stdlib/heuristics/*.lua))
 UNIT_SRC   := $(wildcard tests/unit/test_*.c)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all deps check layers-check search-check unit golden diag-coverage docs-check docs-examples install-check fmt-check examples-check mutate-check editors-check \
-        fold-check calibrate run-check reference-check deps-torch demo bench install fuzz clean cuda cuda-emu cuda-check
+.PHONY: all deps check layers-check search-check lua-check unit golden diag-coverage docs-check docs-examples install-check fmt-check examples-check mutate-check editors-check \
+        fold-check calibrate run-check reference-check deps-torch demo bench install fuzz fuzz-lua fuzz-lua-check clean \
+        cuda cuda-emu cuda-check
 .DELETE_ON_ERROR:
 
 all: weft
@@ -81,7 +93,7 @@ NVCC      ?= $(shell command -v nvcc 2>/dev/null)
 CUDA_HOME ?= $(if $(NVCC),$(patsubst %/bin/,%,$(dir $(NVCC))))
 CUDA_SO   := $(if $(NVCC),$(BUILD)/cuda/libweft_cuda.so)
 CUDA_CU   := $(wildcard backends/cuda/*.cu)
-CUDA_C    := $(wildcard backends/cuda/*.c)
+CUDA_C    := $(wildcard backends/cuda/*.c) backends/cpu/clip.c
 CUDA_DEPS := $(wildcard backends/cuda/*.h backends/cuda/*.cuh) $(HEADERS)
 NVCCFLAGS ?= -O3 -std=c++17 -Werror all-warnings -gencode arch=compute_80,code=sm_80 \
              -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
@@ -107,7 +119,11 @@ $(BUILD)/cuda/host/%.o: backends/cuda/%.c $(CUDA_DEPS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CUDA_CFLAGS) -c -o $@ $<
 
-$(BUILD)/cuda/libweft_cuda.so: $(CUDA_CU:backends/cuda/%.cu=$(BUILD)/cuda/%.o) $(CUDA_C:backends/cuda/%.c=$(BUILD)/cuda/host/%.o)
+$(BUILD)/cuda/host/clip.o: backends/cpu/clip.c backends/cpu/clip.h $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CUDA_CFLAGS) -c -o $@ $<
+
+$(BUILD)/cuda/libweft_cuda.so: $(CUDA_CU:backends/cuda/%.cu=$(BUILD)/cuda/%.o) $(patsubst %.c,$(BUILD)/cuda/host/%.o,$(notdir $(CUDA_C)))
 	$(NVCC) -shared -o $@ $^ -lcublasLt -Xlinker --no-undefined \
 	  -Xlinker -rpath,$(CUDA_HOME)/lib64:$(CUDA_HOME)/targets/x86_64-linux/lib:/usr/local/cuda/lib64:'$$ORIGIN'
 
@@ -140,7 +156,11 @@ $(EMU)/host/%.o: backends/cuda/%.c $(CUDA_DEPS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CUDA_CFLAGS) -DWEFT_CUDA_EMU $(SANFLAGS) -c -o $@ $<
 
-$(EMU)/libweft_cuda.so: $(CUDA_CU:backends/cuda/%.cu=$(EMU)/%.o) $(EMU)/emu.o $(CUDA_C:backends/cuda/%.c=$(EMU)/host/%.o)
+$(EMU)/host/clip.o: backends/cpu/clip.c backends/cpu/clip.h $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CUDA_CFLAGS) -DWEFT_CUDA_EMU $(SANFLAGS) -c -o $@ $<
+
+$(EMU)/libweft_cuda.so: $(CUDA_CU:backends/cuda/%.cu=$(EMU)/%.o) $(EMU)/emu.o $(patsubst %.c,$(EMU)/host/%.o,$(notdir $(CUDA_C)))
 	$(CXX) -shared $(SANFLAGS) -o $@ $^ -Wl,--no-undefined -lm
 
 $(EMU)/test_kernels: tests/cuda/test_kernels.c $(EMU)/libweft_cuda.so $(BUILD)/libweft.a
@@ -188,6 +208,13 @@ $(BUILD)/stdlib/embedded.c: $(BUILD)/stdlib/embed $(STDLIB)
 $(BUILD)/stdlib/embedded.o: $(BUILD)/stdlib/embedded.c
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
 
+# The heuristics of stdlib/heuristics (weft search --heuristic NAME) too.
+$(BUILD)/stdlib/heuristics.c: $(BUILD)/stdlib/embed $(HEURISTICS)
+	$(BUILD)/stdlib/embed -t heuristic -i script/heuristic_files.h $(HEURISTICS) > $@
+
+$(BUILD)/stdlib/heuristics.o: $(BUILD)/stdlib/heuristics.c src/script/heuristic_files.h
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+
 # ---- tests -----------------------------------------------------------------
 
 $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libweft.a
@@ -201,7 +228,7 @@ $(BUILD)/tests/test_cuda_plan: tests/unit/test_cuda_plan.c backends/cuda/cx.c ba
 
 check: deps
 	@$(MAKE) --no-print-directory weft
-	@$(MAKE) --no-print-directory layers-check unit golden diag-coverage docs-check docs-examples install-check fmt-check examples-check fold-check mutate-check editors-check calibrate search-check run-check reference-check cuda-check
+	@$(MAKE) --no-print-directory layers-check unit golden diag-coverage docs-check docs-examples install-check fmt-check examples-check fold-check mutate-check editors-check calibrate symbolic-check search-check lua-check fuzz-lua-check run-check reference-check cuda-check
 	@echo "make check: all suites passed"
 
 # the pipeline is one-way: no header of a later stage, no include cycle
@@ -249,9 +276,18 @@ mutate-check: weft
 calibrate: weft
 	@CALIBRATE_NO_ULIMIT=$(SANITIZE) sh tests/estimate/calibrate.sh $(BUILD)/weft
 
+# --cost symbolic orders plans as the roofline does (docs/estimate.md)
+symbolic-check: weft
+	@sh tests/symbolic_order.sh $(BUILD)/weft
+
 # weft search against Megatron-LM's published configurations
 search-check: weft
 	@sh tests/search_check.sh $(BUILD)/weft
+
+# weft search --heuristic: megatron.lua against the megatron strategy,
+# weft.estimate, heuristics that steer the search, the sandbox's limits
+lua-check: weft
+	@SANITIZE=$(SANITIZE) sh tests/lua_check.sh $(BUILD)/weft
 
 # weft run against a GPT-2 written in PyTorch (skipped without PyTorch;
 # `make deps-torch` installs Debian's)
@@ -293,6 +329,8 @@ install: weft
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/weft/stdlib
 	install -m 755 weft $(DESTDIR)$(PREFIX)/bin/weft
 	install -m 644 $(STDLIB) $(DESTDIR)$(PREFIX)/share/weft/stdlib/
+	install -d $(DESTDIR)$(PREFIX)/share/weft/stdlib/heuristics
+	install -m 644 $(HEURISTICS) $(DESTDIR)$(PREFIX)/share/weft/stdlib/heuristics/
 ifneq ($(MPI_SO),)
 	install -d $(DESTDIR)$(PREFIX)/lib/weft
 	install -m 755 $(MPI_SO) $(DESTDIR)$(PREFIX)/lib/weft/libweft_mpi.so
@@ -308,10 +346,40 @@ fuzz:
 	@$(MAKE) --no-print-directory BUILD=build/fuzz CC=clang \
 	  SANFLAGS="-fsanitize=fuzzer-no-link,address,undefined" build/fuzz/libweft.a
 	clang -fsanitize=fuzzer,address,undefined -Iinclude -Isrc -o build/fuzz/fuzz_check \
-	  tests/fuzz/fuzz_check.c build/fuzz/libweft.a -lm
+	  tests/fuzz/fuzz_check.c build/fuzz/libweft.a $(LUA_LIBS) -ldl -lm
 	@mkdir -p build/fuzz/corpus
 	build/fuzz/fuzz_check -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -timeout=10 \
 	  build/fuzz/corpus tests/fuzz/seeds
+
+# The same, short, as make check runs it (when clang is installed): only
+# the script stage is instrumented, over the plain library, so that it
+# builds in seconds.
+LUA_FUZZ_SECONDS ?= 20
+fuzz-lua-check:
+ifeq ($(shell command -v clang 2>/dev/null),)
+	@echo "fuzz-lua-check: skipped (no clang)"
+else
+	@$(MAKE) -s --no-print-directory SANITIZE= build/libweft.a
+	@mkdir -p build/fuzz-check/corpus
+	@clang -O1 -g -fsanitize=fuzzer,address,undefined -Iinclude -Isrc $(LUA_CFLAGS) -o build/fuzz-check/fuzz_lua \
+	  tests/fuzz/fuzz_lua.c src/script/*.c build/libweft.a $(LUA_LIBS) $(BLAS_LIBS) $(FFI_LIBS) -ldl -lm -lpthread
+	@build/fuzz-check/fuzz_lua -max_total_time=$(LUA_FUZZ_SECONDS) -max_len=8192 -timeout=20 -rss_limit_mb=1024 \
+	  build/fuzz-check/corpus stdlib/heuristics tests/fuzz/lua_seeds >build/fuzz-check/log 2>&1 || \
+	  { tail -60 build/fuzz-check/log; exit 1; }
+	@grep -o 'Done [0-9]* runs in [0-9]* second(s)' build/fuzz-check/log | sed 's/^/fuzz-lua-check: /'
+endif
+
+# libFuzzer over Lua heuristics (tests/fuzz/fuzz_lua.c): any script, in the
+# sandbox, steering the search of a small model; seeded with the standard
+# library's heuristics and tests/fuzz/lua_seeds.
+fuzz-lua:
+	@$(MAKE) --no-print-directory BUILD=build/fuzz CC=clang \
+	  SANFLAGS="-fsanitize=fuzzer-no-link,address,undefined" build/fuzz/libweft.a
+	clang -fsanitize=fuzzer,address,undefined -Iinclude -Isrc $(LUA_CFLAGS) -o build/fuzz/fuzz_lua \
+	  tests/fuzz/fuzz_lua.c build/fuzz/libweft.a $(LUA_LIBS) $(BLAS_LIBS) $(FFI_LIBS) -ldl -lm
+	@mkdir -p build/fuzz/lua_corpus
+	build/fuzz/fuzz_lua -max_total_time=$(FUZZ_SECONDS) -max_len=8192 -timeout=20 -rss_limit_mb=1024 \
+	  build/fuzz/lua_corpus stdlib/heuristics tests/fuzz/lua_seeds
 
 clean:
 	rm -rf build weft libweft_mpi.so libweft_cuda.so

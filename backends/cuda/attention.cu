@@ -42,14 +42,14 @@ static void allow_smem(void (*k)(KArgs...), size_t bytes) {
 }
 
 /* K and V rows [k0, k0 + BK) of one head into shared memory, f32, rows
- * beyond the sequence zero; row stride dh + 1 against bank conflicts. */
+ * beyond the keys zero; row stride dh + 1 against bank conflicts. */
 template <class T>
 DEV void load_kv(float *Ks, float *Vs, const T *kb, const T *vb, int64_t k0, const gpu_attn &a) {
   int dh = (int)a.dh, ld = dh + 1;
   for (int e = threadIdx.x; e < BK * dh; e += blockDim.x) {
     int j = e / dh, d = e % dh;
     int64_t kj = k0 + j;
-    bool in = kj < a.sq;
+    bool in = kj < a.sk;
     Ks[j * ld + d] = in ? to_f(kb[kj * a.kv_row + d]) : 0.0f;
     Vs[j * ld + d] = in ? to_f(vb[kj * a.kv_row + d]) : 0.0f;
   }
@@ -76,7 +76,7 @@ __global__ void __launch_bounds__(THREADS)
     m[r] = -INFINITY, l[r] = 0.0f;
     for (int c = 0; c < DC; c++) acc[r][c] = 0.0f;
   }
-  int64_t last = (q0 + BQ < a.sq ? q0 + BQ : a.sq) - 1;
+  int64_t last = last_key(a, q0 + BQ);
   for (int64_t k0 = 0; k0 <= last; k0 += BK) {
     __syncthreads();
     load_kv(Ks, Vs, kb, vb, k0, a);
@@ -90,7 +90,7 @@ __global__ void __launch_bounds__(THREADS)
     int64_t kj = k0 + lane;
     for (int r = 0; r < ROWS; r++) {
       int64_t qi = q0 + w * ROWS + r;
-      bool ok = kj <= qi && kj < a.sq;
+      bool ok = kj <= a.qpos + qi && kj < a.sk;
       float sv = ok ? sc[r] : -INFINITY;
       float mnew = fmaxf(m[r], warp_max(sv));
       float p = ok ? fexp(sv - mnew) : 0.0f, corr = fexp(m[r] - mnew);
@@ -155,7 +155,7 @@ __global__ void __launch_bounds__(THREADS)
   for (int64_t rr = 0; rr < a.r; rr++) {
     const int64_t h = hk * a.r + rr;
     const T *qb = q + bi * a.q_batch + h * a.dh, *ob = dout + bi * a.o_batch + h * a.dh;
-    for (int64_t i0 = k0; i0 < a.sq; i0 += WARPS) {
+    for (int64_t i0 = k0 > a.qpos ? k0 - a.qpos : 0; i0 < a.sq; i0 += WARPS) {
       __syncthreads();
       for (int e = threadIdx.x; e < WARPS * dh; e += blockDim.x) {
         int64_t i = i0 + e / dh;
@@ -174,7 +174,7 @@ __global__ void __launch_bounds__(THREADS)
       {
         /* warp w: row i0 + w against key k0 + lane */
         int64_t i = i0 + w, kj = k0 + lane;
-        bool ok = i < a.sq && kj < a.sq && kj <= i;
+        bool ok = i < a.sq && kj < a.sk && kj <= a.qpos + i;
         float s = 0.0f, dp = 0.0f;
         for (int d = 0; d < dh; d++) {
           s += Qs[w * dh + d] * Ks[lane * ld + d];
@@ -202,7 +202,7 @@ __global__ void __launch_bounds__(THREADS)
   }
   for (int jj = 0; jj < KEYS; jj++) {
     int64_t kj = k0 + w * KEYS + jj;
-    if (kj >= a.sq) continue;
+    if (kj >= a.sk) continue;
     for (int c = 0; c < DC; c++) {
       int d = lane + 32 * c;
       if (d >= dh) continue;
@@ -245,7 +245,7 @@ __global__ void __launch_bounds__(THREADS)
   float g[ROWS][DC];
   for (int r = 0; r < ROWS; r++)
     for (int c = 0; c < DC; c++) g[r][c] = 0.0f;
-  int64_t last = (q0 + BQ < a.sq ? q0 + BQ : a.sq) - 1;
+  int64_t last = last_key(a, q0 + BQ);
   for (int64_t k0 = 0; k0 <= last; k0 += BK) {
     __syncthreads();
     load_kv(Ks, Vs, kb, vb, k0, a);
@@ -263,7 +263,7 @@ __global__ void __launch_bounds__(THREADS)
     for (int r = 0; r < ROWS; r++) {
       int row = w * ROWS + r;
       int64_t qi = q0 + row;
-      bool ok = qi < a.sq && kj <= qi && kj < a.sq;
+      bool ok = qi < a.sq && kj <= a.qpos + qi && kj < a.sk;
       float p = ok ? fexp(sc[r] - Ls[row]) : 0.0f;
       Ds[row * BK + lane] = ok ? p * (dp[r] - Dd[row]) : 0.0f;
     }
@@ -308,7 +308,7 @@ static int dc_for(int64_t dh) {
   } while (0)
 
 void gpu_attention(gpu_stream *s, int dt, void *out, const void *q, const void *k, const void *v, const gpu_attn *a) {
-  if (a->dh <= 0 || a->dh > GPU_ATTN_MAX_DH || a->r <= 0) return;
+  if (a->dh <= 0 || a->dh > GPU_ATTN_MAX_DH || a->r <= 0 || a->sk <= 0) return;
   if (attention_tc_takes(dt, a)) {
     attention_tc_forward(s, dt, out, q, k, v, a);
     return;
@@ -327,7 +327,7 @@ size_t gpu_attention_backward_ws(const gpu_attn *a) { return (size_t)(2 * a->b *
 
 void gpu_attention_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, const void *dout, const void *q,
                             const void *k, const void *v, const gpu_attn *a, bool acc, void *ws) {
-  if (a->dh <= 0 || a->dh > GPU_ATTN_MAX_DH || a->r <= 0 || (!dq && !dk && !dv)) return;
+  if (a->dh <= 0 || a->dh > GPU_ATTN_MAX_DH || a->r <= 0 || a->sk <= 0 || (!dq && !dk && !dv)) return;
   float *lse = (float *)ws, *dsum = lse + a->b * a->hq * a->sq;
   if (attention_tc_takes(dt, a)) {
     attention_tc_backward(s, dt, dq, dk, dv, dout, q, k, v, a, acc, lse, dsum);
@@ -335,7 +335,7 @@ void gpu_attention_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv,
   }
   float scale = (float)(1.0 / sqrt((double)a->dh));
   dim3 gq((unsigned)((a->sq + BQ - 1) / BQ), (unsigned)a->hq, (unsigned)a->b);
-  dim3 gk((unsigned)((a->sq + BK - 1) / BK), (unsigned)(a->hq / a->r), (unsigned)a->b);
+  dim3 gk((unsigned)((a->sk + BK - 1) / BK), (unsigned)(a->hq / a->r), (unsigned)a->b);
   size_t s1 = fwd_smem(a->dh), s2 = dkv_smem(a->dh), s3 = dq_smem(a->dh);
   DISPATCH(dt, T, WITH_DC(a->dh, DC, {
     allow_smem(k_attn_fwd<T, DC, 1>, s1);

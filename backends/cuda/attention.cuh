@@ -3,7 +3,15 @@
 #ifndef WEFT_CUDA_ATTENTION_CUH
 #define WEFT_CUDA_ATTENTION_CUH
 
+#include "common.cuh"
 #include "gpu.h"
+
+/* The last key that query rows [0, end) see: query row p sees keys 0 to
+ * qpos + p, at most the last key. */
+DEV int64_t last_key(const gpu_attn &a, int64_t end) {
+  int64_t last = a.qpos + (end < a.sq ? end : a.sq) - 1;
+  return last < a.sk - 1 ? last : a.sk - 1;
+}
 
 /* Shared memory a block may have on the current GPU. */
 size_t attention_smem_limit(void);

@@ -43,13 +43,14 @@ struct carve {
 
 static size_t piece(size_t bytes) { return (bytes + 127) / 128 * 128; }
 
-/* Rows [r0, r0 + 64) of a head into shared memory, zero beyond the sequence. */
+/* Rows [r0, r0 + 64) of a head into shared memory, zero from row n on
+ * (the query rows or the keys). */
 template <class T>
-DEV void load_rows(T *dst, const T *src, int64_t r0, int64_t row, const gpu_attn &a) {
+DEV void load_rows(T *dst, const T *src, int64_t r0, int64_t row, int64_t n, const gpu_attn &a) {
   int dh = (int)a.dh;
   for (int e = threadIdx.x; e < 64 * dh; e += blockDim.x) {
     int64_t r = r0 + e / dh;
-    dst[e] = r < a.sq ? src[r * row + e % dh] : from_f<T>(0.0f);
+    dst[e] = r < n ? src[r * row + e % dh] : from_f<T>(0.0f);
   }
 }
 
@@ -88,7 +89,7 @@ __global__ void __launch_bounds__(TT)
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
   const T *qb = q + bi * a.q_batch + h * a.dh;
   const T *kb = k + bi * a.kv_batch + (h / a.r) * a.dh, *vb = v + bi * a.kv_batch + (h / a.r) * a.dh;
-  load_rows(Qs, qb, q0, a.q_row, a);
+  load_rows(Qs, qb, q0, a.q_row, a.sq, a);
   float *S = Ss + w * 16 * 64, *O = Os + w * 16 * dh;
   T *P = Ps + w * 16 * 64;
   for (int e = lane; e < 16 * dh; e += 32) O[e] = 0.0f;
@@ -96,24 +97,24 @@ __global__ void __launch_bounds__(TT)
   /* lanes 2r and 2r + 1 take row r of the warp, half of its columns each */
   const int r = lane >> 1, half = lane & 1, row = w * 16 + r;
   const int64_t qi = q0 + row;
-  int64_t last = (q0 + TQ < a.sq ? q0 + TQ : a.sq) - 1;
+  int64_t last = last_key(a, q0 + TQ);
   for (int64_t k0 = 0; k0 <= last; k0 += TK) {
     __syncthreads();
-    load_rows(Ks, kb, k0, a.kv_row, a);
-    load_rows(Vs, vb, k0, a.kv_row, a);
+    load_rows(Ks, kb, k0, a.kv_row, a.sk, a);
+    load_rows(Vs, vb, k0, a.kv_row, a.sk, a);
     __syncthreads();
     tile_abt<T, D16>(S, Qs + w * 16 * dh, Ks, dh);
     __syncwarp();
     float mold = ms[row], mx = -INFINITY;
     for (int c = half * 32; c < half * 32 + 32; c++) {
       int64_t kj = k0 + c;
-      if (kj <= qi && kj < a.sq) mx = fmaxf(mx, S[r * 64 + c] * scale);
+      if (kj <= a.qpos + qi && kj < a.sk) mx = fmaxf(mx, S[r * 64 + c] * scale);
     }
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     float mnew = fmaxf(mold, mx), sum = 0.0f;
     for (int c = half * 32; c < half * 32 + 32; c++) {
       int64_t kj = k0 + c;
-      T pt = from_f<T>(kj <= qi && kj < a.sq ? fexp(S[r * 64 + c] * scale - mnew) : 0.0f);
+      T pt = from_f<T>(kj <= a.qpos + qi && kj < a.sk ? fexp(S[r * 64 + c] * scale - mnew) : 0.0f);
       P[r * 64 + c] = pt;
       sum += to_f(pt);
     }
@@ -176,8 +177,8 @@ __global__ void __launch_bounds__(TT)
   const int64_t bi = blockIdx.z, hk = blockIdx.y, k0 = (int64_t)blockIdx.x * TK;
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
   const int64_t kvoff = bi * a.kv_batch + hk * a.dh;
-  load_rows(Ks, k + kvoff, k0, a.kv_row, a);
-  load_rows(Vs, v + kvoff, k0, a.kv_row, a);
+  load_rows(Ks, k + kvoff, k0, a.kv_row, a.sk, a);
+  load_rows(Vs, v + kvoff, k0, a.kv_row, a.sk, a);
   float *St = Ss + w * 16 * 64;
   T *Pt = Ps + w * 16 * 64, *dSt = dSs + w * 16 * 64;
   acc_t gk[D16], gv[D16];
@@ -188,10 +189,10 @@ __global__ void __launch_bounds__(TT)
   for (int64_t rr = 0; rr < a.r; rr++) {
     const int64_t h = hk * a.r + rr;
     const T *qb = q + bi * a.q_batch + h * a.dh, *ob = dout + bi * a.o_batch + h * a.dh;
-    for (int64_t q0 = k0; q0 < a.sq; q0 += TQ) {
+    for (int64_t q0 = k0 > a.qpos ? k0 - a.qpos : 0; q0 < a.sq; q0 += TQ) {
       __syncthreads();
-      load_rows(Qs, qb, q0, a.q_row, a);
-      load_rows(Do, ob, q0, a.o_row, a);
+      load_rows(Qs, qb, q0, a.q_row, a.sq, a);
+      load_rows(Do, ob, q0, a.o_row, a.sq, a);
       if (threadIdx.x < TQ) {
         int64_t i = q0 + threadIdx.x;
         bool in = i < a.sq;
@@ -204,7 +205,7 @@ __global__ void __launch_bounds__(TT)
       __syncwarp();
       for (int c = half * 32; c < half * 32 + 32; c++) {
         int64_t qi = q0 + c;
-        bool ok = qi < a.sq && kj <= qi && kj < a.sq;
+        bool ok = qi < a.sq && kj <= a.qpos + qi && kj < a.sk;
         Pt[r * 64 + c] = from_f<T>(ok ? fexp(St[r * 64 + c] * scale - Ls[c]) : 0.0f);
       }
       __syncwarp();
@@ -239,7 +240,7 @@ __global__ void __launch_bounds__(TT)
       if (!dst) continue;
       for (int e = lane; e < 256; e += 32) {
         int64_t key = k0 + w * 16 + e / 16;
-        if (key < a.sq)
+        if (key < a.sk)
           put(&dst[kvoff + key * a.kv_row + d16 * 16 + e % 16], St[e] * (which ? 1.0f : scale), acc);
       }
     }
@@ -265,8 +266,8 @@ __global__ void __launch_bounds__(TT)
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
   const T *qb = q + bi * a.q_batch + h * a.dh, *ob = dout + bi * a.o_batch + h * a.dh;
   const T *kb = k + bi * a.kv_batch + (h / a.r) * a.dh, *vb = v + bi * a.kv_batch + (h / a.r) * a.dh;
-  load_rows(Qs, qb, q0, a.q_row, a);
-  load_rows(Os, ob, q0, a.o_row, a);
+  load_rows(Qs, qb, q0, a.q_row, a.sq, a);
+  load_rows(Os, ob, q0, a.o_row, a.sq, a);
   if (threadIdx.x < TQ) {
     int64_t i = q0 + threadIdx.x;
     bool in = i < a.sq;
@@ -280,17 +281,17 @@ __global__ void __launch_bounds__(TT)
   for (int d = 0; d < D16; d++) wmma::fill_fragment(g[d], 0.0f);
   const int r = lane >> 1, half = lane & 1, row = w * 16 + r;
   const int64_t qi = q0 + row;
-  int64_t last = (q0 + TQ < a.sq ? q0 + TQ : a.sq) - 1;
+  int64_t last = last_key(a, q0 + TQ);
   for (int64_t k0 = 0; k0 <= last; k0 += TK) {
     __syncthreads();
-    load_rows(Ks, kb, k0, a.kv_row, a);
-    load_rows(Vs, vb, k0, a.kv_row, a);
+    load_rows(Ks, kb, k0, a.kv_row, a.sk, a);
+    load_rows(Vs, vb, k0, a.kv_row, a.sk, a);
     __syncthreads();
     tile_abt<T, D16>(S, Qs + w * 16 * dh, Ks, dh);
     __syncwarp();
     for (int c = half * 32; c < half * 32 + 32; c++) {
       int64_t kj = k0 + c;
-      bool ok = qi < a.sq && kj <= qi && kj < a.sq;
+      bool ok = qi < a.sq && kj <= a.qpos + qi && kj < a.sk;
       P[r * 64 + c] = from_f<T>(ok ? fexp(S[r * 64 + c] * scale - Ls[row]) : 0.0f);
     }
     __syncwarp();
@@ -371,7 +372,7 @@ void attention_tc_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, 
                            const void *k, const void *v, const gpu_attn *a, bool acc, float *lse, float *dsum) {
   float scale = (float)(1.0 / sqrt((double)a->dh));
   dim3 gq((unsigned)((a->sq + TQ - 1) / TQ), (unsigned)a->hq, (unsigned)a->b);
-  dim3 gk((unsigned)((a->sq + TK - 1) / TK), (unsigned)(a->hq / a->r), (unsigned)a->b);
+  dim3 gk((unsigned)((a->sk + TK - 1) / TK), (unsigned)(a->hq / a->r), (unsigned)a->b);
   size_t s1 = fwd_tc_smem(a->dh), s2 = dkv_tc_smem(a->dh), s3 = dq_tc_smem(a->dh);
   DISPATCH16(dt, T, WITH_D16(a->dh, D, {
     allow_smem(k_attn_fwd_tc<T, D, 1>, s1);

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cpu/clip.h"
 #include "gpu.h"
 #include "ops.h"
 #include "sched.h"
@@ -30,7 +31,7 @@ typedef struct caddr {
 
 static const caddr NOWHERE = {ADDR_NONE, 0};
 
-typedef enum { A_MOVE, A_SUM, A_ZERO, A_CALL, A_STEP } act_kind;
+typedef enum { A_MOVE, A_SUM, A_ZERO, A_CALL, A_STEP, A_SUMSQ, A_NORM } act_kind;
 
 typedef struct cact {
   uint8_t kind;
@@ -40,8 +41,9 @@ typedef struct cact {
   int nsrc;               /* A_SUM: sources in srcs[first .. first + nsrc) */
   int first;
   cx_move mv;
-  int64_t bytes;          /* A_ZERO */
-  int idx;                /* A_CALL: calls[idx]; A_STEP: steps[idx] */
+  int64_t bytes;          /* A_ZERO; A_SUMSQ: the mask's offset in masks, -1 none */
+  int64_t n;              /* A_SUMSQ: elements */
+  int idx;                /* A_CALL: calls[idx]; A_STEP: steps[idx]; A_SUMSQ: the plan device it counts for */
 } cact;
 
 typedef struct pcall {
@@ -55,7 +57,26 @@ typedef struct pstep {
   caddr param, master, state, grad;
   int pdt, gdt, copies;
   int64_t n;
+  int dev;
 } pstep;
+
+/* One order of a step's work (sched.h) and its actions: the plain one, and
+ * the one that takes the norm before the steps, to clip by it. */
+typedef struct cplan {
+  csched s;
+  bool built;
+  cact *acts;
+  int nacts, acap;
+  caddr *srcs;
+  int nsrcs, scap;
+  pcall *calls;
+  int ncalls, ccap;
+  pstep *steps;
+  int nsteps, stcap;
+  int *first, *count;     /* per stream operation: its actions */
+  gpu_event **ev;
+  bool clip;
+} cplan;
 
 typedef struct cvdev {
   gpu_stream *stream;
@@ -70,7 +91,16 @@ struct backend_run {
   weft_world *w;
   backend_opts o;
   const ckernel **kern;   /* per operator */
-  csched s;
+  cplan plan[2];          /* plain, clipping */
+  cplan *P;               /* the one being prepared or run */
+  char clip_err[512];     /* why there is no clipping plan */
+  clip_own **own;         /* per device, per instruction: what a step counts in the norm */
+  int64_t *mask_at;       /* per device's instruction base + i: its mask's offset, -1 */
+  int64_t *ins_base;      /* per device: where its instructions start in mask_at */
+  uint8_t *masks;         /* device: the masks */
+  int64_t nmask_bytes;
+  double *norms;          /* device: per plan device its sum of squares; then the norm */
+  float *coef;            /* device: the clipping factor */
   int gpu;
   gpu_props props;
   cvdev *dev;             /* per plan device */
@@ -83,17 +113,11 @@ struct backend_run {
   int nslots;
   int32_t *tables;        /* device: positions of strided dimensions */
   cx_tables tab;
-  cact *acts;
-  int nacts, acap;
-  caddr *srcs;
-  int nsrcs, scap;
-  pcall *calls;
-  int ncalls, ccap;
-  pstep *steps;
-  int nsteps, stcap;
-  int *first, *count;     /* per stream operation of the plan: its actions */
   int optim;              /* 0 sgd, 1 adamw */
   gpu_optim settings;
+  double lr0;             /* the model's learning rate */
+  double clip;            /* this pass's bound, 0: none */
+  bool eval;              /* this pass is an evaluation */
   bool inited, failed, sync_each;
   int64_t need;
   char perr[512];         /* a failure found while planning */
@@ -170,11 +194,11 @@ static void ins_name(const crun *r, int dev, int i, char *buf, size_t n) {
 /* ---- actions ----------------------------------------------------------------------- */
 
 static cact *new_act(crun *r, int kind) {
-  if (r->nacts == r->acap) {
-    r->acap = r->acap ? 2 * r->acap : 1024;
-    r->acts = cx_grow(r->acts, sizeof(cact) * (size_t)r->acap);
+  if (r->P->nacts == r->P->acap) {
+    r->P->acap = r->P->acap ? 2 * r->P->acap : 1024;
+    r->P->acts = cx_grow(r->P->acts, sizeof(cact) * (size_t)r->P->acap);
   }
-  cact *a = &r->acts[r->nacts++];
+  cact *a = &r->P->acts[r->P->nacts++];
   memset(a, 0, sizeof *a);
   a->kind = (uint8_t)kind;
   return a;
@@ -220,7 +244,7 @@ static caddr take_scratch(scratch *sc, int64_t bytes) {
   return a;
 }
 
-static caddr buf_addr(const crun *r, int dev, int buf) { return (caddr){dev, r->s.off[buf]}; }
+static caddr buf_addr(const crun *r, int dev, int buf) { return (caddr){dev, r->P->s.off[buf]}; }
 
 /* A ref as the kernel reads it: the buffer itself when the ref covers it
  * in the type wanted, else a temporary the buffer's part is moved into. */
@@ -317,13 +341,13 @@ static int64_t prep_compute(crun *r, int dev, int i, int64_t base, bool build) {
   pc.slot = r->dev[dev].slot ? r->dev[dev].slot[i] : -1;
   pc.dev = dev;
   if (build) {
-    if (r->ncalls == r->ccap) {
-      r->ccap = r->ccap ? 2 * r->ccap : 256;
-      r->calls = cx_grow(r->calls, sizeof(pcall) * (size_t)r->ccap);
+    if (r->P->ncalls == r->P->ccap) {
+      r->P->ccap = r->P->ccap ? 2 * r->P->ccap : 256;
+      r->P->calls = cx_grow(r->P->calls, sizeof(pcall) * (size_t)r->P->ccap);
     }
-    r->calls[r->ncalls] = pc;
+    r->P->calls[r->P->ncalls] = pc;
     cact *a = new_act(r, A_CALL);
-    a->idx = r->ncalls++;
+    a->idx = r->P->ncalls++;
     for (int j = 0; j < npost; j++) {
       if (post[j].mv.m.total == 0) continue;
       *new_act(r, A_MOVE) = post[j];
@@ -348,12 +372,32 @@ static int64_t prep_copy(crun *r, int dev, int i, bool build) {
   return 0;
 }
 
+/* The sum of squares of what step i of device dev counts of its gradient
+ * (backends/cpu/clip.h), added to the device's share of the norm. */
+static void add_sumsq(crun *r, int dev, int i, caddr grad, int gdt) {
+  const clip_own *o = &r->own[dev][i];
+  if (o->count == 0) return;
+  cact *a = new_act(r, A_SUMSQ);
+  a->src = grad, a->src_dt = gdt, a->n = o->n, a->idx = dev;
+  a->bytes = o->mask ? r->mask_at[r->ins_base[dev] + i] : -1;
+}
+
+/* A step's gradient as the kernels read it: its buffer, or where its part
+ * is moved to (the step's scratch, or the fixed area's when it is counted
+ * before the steps). */
 static int64_t prep_step(crun *r, int dev, int i, int64_t base, bool build) {
   const weft_program *pr = r->pr;
   const lins *in = &pr->progs[dev].ins[i];
   if (in->nin < 1 || in->nout < 1) return plan_fail(r, "a step without its gradient or parameter"), -1;
-  const lref *gref = &in->in[0], *pref = &in->out[0], *sref = in->nout > 1 ? &in->out[1] : NULL;
-  const lbuf *gb = &pr->bufs[gref->buf], *pb = &pr->bufs[pref->buf], *sb = sref ? &pr->bufs[sref->buf] : NULL;
+  const lref *gref = &in->in[0], *pref = &in->out[0], *sref = NULL, *mref = NULL;
+  /* the state and the master weights come after the parameter, told apart by role */
+  for (int j = 1; j < in->nout; j++) {
+    int role = pr->bufs[in->out[j].buf].role;
+    if (role == LB_STATE) sref = &in->out[j];
+    else if (role == LB_MASTER) mref = &in->out[j];
+  }
+  const lbuf *gb = &pr->bufs[gref->buf], *pb = &pr->bufs[pref->buf];
+  const lbuf *sb = sref ? &pr->bufs[sref->buf] : NULL, *mb = mref ? &pr->bufs[mref->buf] : NULL;
   int need = r->optim == 1 ? 2 : r->settings.momentum != 0.0 ? 1 : 0;
   if ((sb ? sb->copies : 0) < need)
     return plan_fail(r, "step of %s: optimizer state missing", r->g->tensors[in->tensor].name), -1;
@@ -363,20 +407,18 @@ static int64_t prep_step(crun *r, int dev, int i, int64_t base, bool build) {
   st.n = cx_numel(&pref->region);
   st.pdt = pb->dtype;
   st.gdt = gb->dtype;
+  st.dev = dev;
   st.grad = ref_in(r, &sc, gref, gb->dtype, build);
   bool pdirect = cx_equal(&pb->region, &pref->region);
-  caddr pbuf = buf_addr(r, dev, pref->buf);
   st.param = ref_in(r, &sc, pref, pb->dtype, build);
-  int64_t moff = r->s.master[pref->buf];
-  caddr mbuf = {dev, moff};
+  /* the master weights: copy 0 of their buffer (an f32 copy of the
+   * gradient may follow, which these kernels need not: they read the
+   * gradient in its own type) */
   st.master = NOWHERE;
-  if (moff >= 0) {
-    if (pdirect) {
-      st.master = mbuf;
-    } else {
-      st.master = take_scratch(&sc, st.n * 4);
-      if (build) add_move(r, st.master, GPU_F32, &pref->region, mbuf, GPU_F32, &pb->region, &pref->region, false);
-    }
+  bool mdirect = true;
+  if (mref) {
+    mdirect = cx_equal(&mb->region, &mref->region);
+    st.master = ref_in(r, &sc, mref, GPU_F32, build);
   }
   st.copies = need;
   st.state = NOWHERE;
@@ -395,17 +437,21 @@ static int64_t prep_step(crun *r, int dev, int i, int64_t base, bool build) {
     }
   }
   if (build) {
-    if (r->nsteps == r->stcap) {
-      r->stcap = r->stcap ? 2 * r->stcap : 128;
-      r->steps = cx_grow(r->steps, sizeof(pstep) * (size_t)r->stcap);
+    if (r->P->nsteps == r->P->stcap) {
+      r->P->stcap = r->P->stcap ? 2 * r->P->stcap : 128;
+      r->P->steps = cx_grow(r->P->steps, sizeof(pstep) * (size_t)r->P->stcap);
     }
-    r->steps[r->nsteps] = st;
+    r->P->steps[r->P->nsteps] = st;
+    /* the norm as the steps come; with clipping it was taken before them */
+    if (!r->P->clip) add_sumsq(r, dev, i, st.grad, st.gdt);
     cact *a = new_act(r, A_STEP);
-    a->idx = r->nsteps++;
-    if (!pdirect) {
-      add_move(r, pbuf, pb->dtype, &pb->region, st.param, pb->dtype, &pref->region, &pref->region, false);
-      if (moff >= 0) add_move(r, mbuf, GPU_F32, &pb->region, st.master, GPU_F32, &pref->region, &pref->region, false);
-    }
+    a->idx = r->P->nsteps++;
+    if (!pdirect)
+      add_move(r, buf_addr(r, dev, pref->buf), pb->dtype, &pb->region, st.param, pb->dtype, &pref->region,
+               &pref->region, false);
+    if (!mdirect)
+      add_move(r, buf_addr(r, dev, mref->buf), GPU_F32, &mb->region, st.master, GPU_F32, &mref->region,
+               &mref->region, false);
     if (!sdirect) {
       caddr sbuf = buf_addr(r, dev, sref->buf);
       int64_t bn = cx_numel(&sb->region);
@@ -414,8 +460,21 @@ static int64_t prep_step(crun *r, int dev, int i, int64_t base, bool build) {
                  (caddr){dev, st.state.off + c * st.n * 4}, GPU_F32, &sref->region, &sref->region, false);
     }
     r->dev[dev].stepped[pref->buf - pr->progs[dev].buf_lo] = true;
+    if (mref) r->dev[dev].stepped[mref->buf - pr->progs[dev].buf_lo] = true;
   }
   return sc.used;
+}
+
+/* Before the steps, to clip: the gradient of a later step counted (moved
+ * into scratch at the end of the fixed area when it is a part). */
+static void prep_norm_part(crun *r, int dev, int i) {
+  const lins *in = &r->pr->progs[dev].ins[i];
+  const lref *gref = &in->in[0];
+  const lbuf *gb = &r->pr->bufs[gref->buf];
+  if (r->own[dev][i].count == 0) return;
+  scratch sc = {dev, r->P->s.fixed[dev] + (int64_t)gpu_gemm_ws() + (int64_t)gpu_sumsq_ws(), 0};
+  caddr g = ref_in(r, &sc, gref, gb->dtype, true);
+  add_sumsq(r, dev, i, g, gb->dtype);
 }
 
 static int64_t ins_ws(void *ctx, int dev, int i) {
@@ -452,7 +511,7 @@ static void entries_free(entries *x) {
 }
 
 static caddr msg_at(const crun *r, int msg, int64_t off) {
-  const smsg *m = &r->s.msgs[msg];
+  const smsg *m = &r->P->s.msgs[msg];
   return (caddr){m->dev, m->off + off};
 }
 
@@ -466,8 +525,8 @@ static void prep_send(crun *r, const sop *so) {
 
 /* The send whose message a receive takes: its instruction. */
 static const lins *sender_of(const crun *r, int msg, int *dev) {
-  for (int k = 0; k < r->s.nops; k++) {
-    const sop *o = &r->s.ops[k];
+  for (int k = 0; k < r->P->s.nops; k++) {
+    const sop *o = &r->P->s.ops[k];
     if (o->kind == SO_SEND && o->arg == msg) {
       *dev = o->dev;
       return &r->pr->progs[o->dev].ins[o->ins];
@@ -496,7 +555,7 @@ static void prep_recv(crun *r, const sop *so) {
 }
 
 static void prep_pack(crun *r, const sop *so) {
-  const scoll *c = &r->s.colls[so->arg];
+  const scoll *c = &r->P->s.colls[so->arg];
   const lins *in = &r->pr->progs[so->dev].ins[so->ins];
   const pcomm *cm = lower_comm(r->pr, in->comm);
   entries x = entries_of(r, in, so->member);
@@ -522,7 +581,7 @@ static void add_sum(crun *r, const scoll *c, int entry, const tregion *R, const 
     return;
   }
   cact *a = new_act(r, A_SUM);
-  a->dst = buf_addr(r, dev, out->buf), a->dst_dt = ob->dtype, a->mv = mv, a->first = r->nsrcs;
+  a->dst = buf_addr(r, dev, out->buf), a->dst_dt = ob->dtype, a->mv = mv, a->first = r->P->nsrcs;
   a->src_dt = -1;
   for (int m = 0; m < c->n; m++) {
     if (c->msg[m] < 0) continue;
@@ -532,11 +591,11 @@ static void add_sum(crun *r, const scoll *c, int entry, const tregion *R, const 
       if (a->src_dt >= 0 && a->src_dt != x.e[entry].dt)
         plan_fail(r, "comm %d: its members hold it in different types", c->comm);
       a->src_dt = x.e[entry].dt;
-      if (r->nsrcs == r->scap) {
-        r->scap = r->scap ? 2 * r->scap : 256;
-        r->srcs = cx_grow(r->srcs, sizeof(caddr) * (size_t)r->scap);
+      if (r->P->nsrcs == r->P->scap) {
+        r->P->scap = r->P->scap ? 2 * r->P->scap : 256;
+        r->P->srcs = cx_grow(r->P->srcs, sizeof(caddr) * (size_t)r->P->scap);
       }
-      r->srcs[r->nsrcs++] = msg_at(r, c->msg[m], x.e[entry].off);
+      r->P->srcs[r->P->nsrcs++] = msg_at(r, c->msg[m], x.e[entry].off);
       a->nsrc++;
     }
     entries_free(&x);
@@ -546,7 +605,7 @@ static void add_sum(crun *r, const scoll *c, int entry, const tregion *R, const 
 }
 
 static void prep_reduce(crun *r, const sop *so) {
-  const scoll *c = &r->s.colls[so->arg];
+  const scoll *c = &r->P->s.colls[so->arg];
   const lins *in = &r->pr->progs[so->dev].ins[so->ins];
   const pcomm *cm = lower_comm(r->pr, in->comm);
   int me = so->member;
@@ -687,6 +746,13 @@ bool crun_probe(char *msg, size_t n) {
   return true;
 }
 
+static void plan_free(cplan *P) {
+  for (int k = 0; P->ev && k < P->s.nevents; k++) gpu_event_free(P->ev[k]);
+  sched_free(&P->s);
+  free(P->ev), free(P->acts), free(P->srcs), free(P->calls), free(P->steps), free(P->first), free(P->count);
+  memset(P, 0, sizeof *P);
+}
+
 void crun_close(crun *r) {
   if (!r) return;
   char e[256];
@@ -697,11 +763,11 @@ void crun_close(crun *r) {
     gpu_free(v->pool);
     free(v->slot), free(v->stepped);
   }
-  for (int k = 0; r->ev && k < r->s.nevents; k++) gpu_event_free(r->ev[k]);
-  gpu_free(r->inputs), gpu_free(r->slots), gpu_free(r->tables);
-  sched_free(&r->s);
-  free(r->ev), free(r->dev), free(r->kern), free(r->input_off), free(r->tab.v), free(r->acts), free(r->srcs);
-  free(r->calls), free(r->steps), free(r->first), free(r->count);
+  for (int k = 0; k < 2; k++) plan_free(&r->plan[k]);
+  gpu_free(r->inputs), gpu_free(r->slots), gpu_free(r->tables), gpu_free(r->masks), gpu_free(r->norms);
+  gpu_free(r->coef);
+  if (r->own) clip_owners_free(r->pr, r->own);
+  free(r->dev), free(r->kern), free(r->input_off), free(r->tab.v), free(r->mask_at), free(r->ins_base);
   free(r);
 }
 
@@ -751,11 +817,11 @@ static bool overwritten(const crun *r, int dev, int at, int buf) {
 }
 
 static bool prepare(crun *r) {
-  r->first = cx_alloc(sizeof(int) * (size_t)(r->s.nops + 1));
-  r->count = cx_alloc(sizeof(int) * (size_t)(r->s.nops + 1));
-  for (int k = 0; k < r->s.nops && !r->pfail; k++) {
-    const sop *so = &r->s.ops[k];
-    r->first[k] = r->nacts;
+  r->P->first = cx_alloc(sizeof(int) * (size_t)(r->P->s.nops + 1));
+  r->P->count = cx_alloc(sizeof(int) * (size_t)(r->P->s.nops + 1));
+  for (int k = 0; k < r->P->s.nops && !r->pfail; k++) {
+    const sop *so = &r->P->s.ops[k];
+    r->P->first[k] = r->P->nacts;
     const lins *in = so->ins >= 0 ? &r->pr->progs[so->dev].ins[so->ins] : NULL;
     switch (so->kind) {
     case SO_ZERO: {
@@ -787,11 +853,62 @@ static bool prepare(crun *r) {
     case SO_RECV: prep_recv(r, so); break;
     case SO_PACK: prep_pack(r, so); break;
     case SO_REDUCE: prep_reduce(r, so); break;
+    case SO_NORM_PART: prep_norm_part(r, so->dev, so->ins); break;
+    case SO_NORM: new_act(r, A_NORM); break;
     default: break;
     }
-    r->count[k] = r->nacts - r->first[k];
+    r->P->count[k] = r->P->nacts - r->P->first[k];
   }
   return !r->pfail;
+}
+
+/* What a step counts in the norm (backends/cpu/clip.h), its masks as bytes
+ * for the device, and the largest part of a gradient a count before the
+ * steps moves into scratch. */
+static int64_t plan_norm(crun *r, uint8_t **bytes) {
+  const weft_program *pr = r->pr;
+  bool *want = cx_alloc((size_t)pr->nprogs + 1);
+  for (int d = 0; d < pr->nprogs; d++) want[d] = pr->progs[d].n > 0;
+  r->own = clip_owners(pr, want);
+  free(want);
+  r->ins_base = cx_alloc(sizeof(int64_t) * (size_t)(pr->nprogs + 1));
+  int64_t total = 0, part = 0;
+  for (int d = 0; d < pr->nprogs; d++) r->ins_base[d] = total, total += pr->progs[d].n;
+  r->mask_at = cx_alloc(sizeof(int64_t) * (size_t)(total + 1));
+  int64_t cap = 0;
+  *bytes = NULL;
+  for (int d = 0; d < pr->nprogs; d++)
+    for (int i = 0; i < pr->progs[d].n; i++) {
+      r->mask_at[r->ins_base[d] + i] = -1;
+      const lins *in = &pr->progs[d].ins[i];
+      if (in->kind != LI_STEP || !r->own[d]) continue;
+      const clip_own *o = &r->own[d][i];
+      const lbuf *gb = &pr->bufs[in->in[0].buf];
+      if (!cx_equal(&gb->region, &in->in[0].region)) {
+        int64_t b = cx_numel(&in->in[0].region) * gpu_dtype_size(gb->dtype);
+        if (b > part) part = b;
+      }
+      if (!o->mask) continue;
+      if (r->nmask_bytes + o->n > cap) {
+        while (r->nmask_bytes + o->n > cap) cap = cap ? 2 * cap : 4096;
+        *bytes = cx_grow(*bytes, (size_t)cap);
+      }
+      memcpy(*bytes + r->nmask_bytes, o->mask, (size_t)o->n);
+      r->mask_at[r->ins_base[d] + i] = r->nmask_bytes;
+      r->nmask_bytes += o->n;
+    }
+  return align_up(part);
+}
+
+static bool build_plan(crun *r, cplan *P, const csched_cb *cb, bool *const *tail, char *err, size_t errlen) {
+  char e[512];
+  r->P = P;
+  P->clip = tail != NULL;
+  r->pfail = false;
+  if (!sched_build(&P->s, r->pr, cb, tail, e, sizeof e)) return failf(err, errlen, 1, "%s", r->pfail ? r->perr : e);
+  if (!prepare(r)) return failf(err, errlen, 1, "%s", r->perr);
+  P->built = true;
+  return true;
 }
 
 crun *crun_open(const weft_program *pr, weft_world *w, const backend_opts *o, char *err, size_t errlen) {
@@ -808,9 +925,12 @@ crun *crun_open(const weft_program *pr, weft_world *w, const backend_opts *o, ch
   }
   crun *r = cx_alloc(sizeof *r);
   r->pr = pr, r->g = lower_graph(pr), r->w = w, r->o = *o;
+  r->P = &r->plan[0];
   r->sync_each = getenv("WEFT_CUDA_SYNC") && strcmp(getenv("WEFT_CUDA_SYNC"), "0") != 0;
   const weft_graph *g = r->g;
+  uint8_t *mask_bytes = NULL;
   if (!crun_optimizer(g, &r->optim, &r->settings, err, errlen)) goto fail;
+  r->lr0 = r->settings.lr;
   r->kern = cx_alloc(sizeof(const ckernel *) * (size_t)(g->nops + 1));
   r->dev = cx_alloc(sizeof(cvdev) * (size_t)(pr->nprogs + 1));
   for (int d = 0; d < pr->nprogs; d++) {
@@ -839,62 +959,85 @@ crun *crun_open(const weft_program *pr, weft_world *w, const backend_opts *o, ch
     r->input_off[t] = r->input_bytes;
     r->input_bytes += align_up(cx_tensor_numel(&g->tensors[t]) * 4);
   }
-  csched_cb cb = {r, ins_ws, (int64_t)gpu_gemm_ws()};
+  /* each device keeps apart cuBLASLt's workspace, the norm's, and room
+   * for a part of a gradient the norm counts before the steps */
+  int64_t part = plan_norm(r, &mask_bytes);
+  csched_cb cb = {r, ins_ws, (int64_t)gpu_gemm_ws() + (int64_t)gpu_sumsq_ws() + part};
   char e[512];
-  if (!sched_build(&r->s, pr, &cb, e, sizeof e)) {
-    failf(err, errlen, 1, "%s", r->pfail ? r->perr : e);
-    goto fail;
+  if (!build_plan(r, &r->plan[0], &cb, NULL, err, errlen)) goto fail;
+  /* the order that takes the norm before the steps, to clip by it */
+  bool **tail = clip_tail(pr, e, sizeof e);
+  if (!tail || !build_plan(r, &r->plan[1], &cb, tail, r->clip_err, sizeof r->clip_err)) {
+    if (!tail) snprintf(r->clip_err, sizeof r->clip_err, "%s", e);
+    plan_free(&r->plan[1]);
   }
-  if (!prepare(r)) {
-    failf(err, errlen, 1, "%s", r->perr);
-    goto fail;
-  }
+  if (tail) clip_tail_free(pr, tail);
+  /* build_plan marked the buffers the steps write; the plain plan's count */
+  r->P = &r->plan[0];
   if (!crun_gpu(&r->gpu, &r->props, err, errlen)) goto fail;
-  /* everything at once, or nothing */
+  /* everything at once, or nothing: each pool the larger of the two plans' */
   int64_t pools = 0, largest = 0;
+  int64_t *pool = cx_alloc(sizeof(int64_t) * (size_t)(pr->nprogs + 1));
   for (int d = 0; d < pr->nprogs; d++) {
-    pools += align_up(r->s.pool[d]);
-    if (r->s.pool[d] > largest) largest = r->s.pool[d];
+    pool[d] = r->plan[0].s.pool[d];
+    if (r->plan[1].built && r->plan[1].s.pool[d] > pool[d]) pool[d] = r->plan[1].s.pool[d];
+    pools += align_up(pool[d]);
+    if (pool[d] > largest) largest = pool[d];
   }
-  r->need = pools + r->input_bytes + align_up((r->nslots + 1) * 8) + align_up(r->tab.n * 4 + 4);
+  r->need = pools + r->input_bytes + align_up((r->nslots + 1) * 8) + align_up(r->tab.n * 4 + 4) +
+            align_up(r->nmask_bytes + 1) + align_up((pr->nprogs + 2) * 8) + CX_ALIGN;
   if (r->need > r->props.free) {
     char a[32], b[32], c[32];
     failf(err, errlen, 2,
           "GPU %d (%s): the plan needs %s (%d virtual device%s, pools of up to %s), %s free", r->gpu, r->props.name,
           crun_bytes(a, sizeof a, (double)r->need), r->ndev, r->ndev == 1 ? "" : "s",
           crun_bytes(b, sizeof b, (double)largest), crun_bytes(c, sizeof c, (double)r->props.free));
+    free(pool);
     goto fail;
   }
   for (int d = 0; d < pr->nprogs; d++) {
     if (!pr->progs[d].n) continue;
     cvdev *v = &r->dev[d];
-    if (!(v->pool = gpu_alloc((size_t)r->s.pool[d], e, sizeof e))) {
+    if (!(v->pool = gpu_alloc((size_t)pool[d], e, sizeof e))) {
       failf(err, errlen, 2, "GPU %d (%s), the pool of plan device %d: %s", r->gpu, r->props.name, d, e);
+      free(pool);
       goto fail;
     }
     if (!(v->stream = gpu_stream_new(e, sizeof e))) {
       failf(err, errlen, 2, "GPU %d: %s", r->gpu, e);
+      free(pool);
       goto fail;
     }
   }
+  free(pool);
   if (!(r->inputs = gpu_alloc((size_t)(r->input_bytes + 4), e, sizeof e)) ||
       !(r->slots = gpu_alloc((size_t)((r->nslots + 1) * 8), e, sizeof e)) ||
-      !(r->tables = gpu_alloc((size_t)(r->tab.n * 4 + 4), e, sizeof e))) {
+      !(r->tables = gpu_alloc((size_t)(r->tab.n * 4 + 4), e, sizeof e)) ||
+      !(r->masks = gpu_alloc((size_t)(r->nmask_bytes + 1), e, sizeof e)) ||
+      !(r->norms = gpu_alloc((size_t)(pr->nprogs + 2) * 8, e, sizeof e)) ||
+      !(r->coef = gpu_alloc(CX_ALIGN, e, sizeof e))) {
     failf(err, errlen, 2, "GPU %d (%s): %s", r->gpu, r->props.name, e);
     goto fail;
   }
-  r->ev = cx_alloc(sizeof(gpu_event *) * (size_t)(r->s.nevents + 1));
-  for (int k = 0; k < r->s.nevents; k++)
-    if (!(r->ev[k] = gpu_event_new(e, sizeof e))) {
-      failf(err, errlen, 2, "GPU %d: %s", r->gpu, e);
-      goto fail;
-    }
-  if (r->tab.n && !gpu_upload(r->tables, r->tab.v, (size_t)r->tab.n * 4, NULL, e, sizeof e)) {
+  for (int k = 0; k < 2; k++) {
+    cplan *P = &r->plan[k];
+    if (!P->built) continue;
+    P->ev = cx_alloc(sizeof(gpu_event *) * (size_t)(P->s.nevents + 1));
+    for (int j = 0; j < P->s.nevents; j++)
+      if (!(P->ev[j] = gpu_event_new(e, sizeof e))) {
+        failf(err, errlen, 2, "GPU %d: %s", r->gpu, e);
+        goto fail;
+      }
+  }
+  if ((r->tab.n && !gpu_upload(r->tables, r->tab.v, (size_t)r->tab.n * 4, NULL, e, sizeof e)) ||
+      (r->nmask_bytes && !gpu_upload(r->masks, mask_bytes, (size_t)r->nmask_bytes, NULL, e, sizeof e))) {
     failf(err, errlen, 2, "GPU %d: %s", r->gpu, e);
     goto fail;
   }
+  free(mask_bytes);
   return r;
 fail:
+  free(mask_bytes);
   crun_close(r);
   return NULL;
 }
@@ -922,7 +1065,7 @@ static bool run_act(crun *r, const cact *a, gpu_stream *s, char *err, size_t err
     gpu_rmove m = cx_move_at(&a->mv, r->tables);
     gpu_srcs src;
     src.n = a->nsrc;
-    for (int i = 0; i < a->nsrc && i < GPU_MAX_SRCS; i++) src.p[i] = addr(r, r->srcs[a->first + i]);
+    for (int i = 0; i < a->nsrc && i < GPU_MAX_SRCS; i++) src.p[i] = addr(r, r->P->srcs[a->first + i]);
     gpu_sum(s, addr(r, a->dst), a->dst_dt, &src, a->src_dt, &m, a->add);
     return true;
   }
@@ -930,7 +1073,7 @@ static bool run_act(crun *r, const cact *a, gpu_stream *s, char *err, size_t err
     gpu_zero(addr(r, a->dst), (size_t)a->bytes, s);
     return true;
   case A_CALL: {
-    const pcall *pc = &r->calls[a->idx];
+    const pcall *pc = &r->P->calls[a->idx];
     ccall c = pc->c;
     for (int i = 0; i < c.nin; i++) c.in[i] = addr(r, pc->in[i]), c.din[i] = addr(r, pc->din[i]);
     c.out = addr(r, pc->out);
@@ -938,21 +1081,31 @@ static bool run_act(crun *r, const cact *a, gpu_stream *s, char *err, size_t err
     c.stats = addr(r, pc->stats);
     c.ws = addr(r, pc->ws);
     c.slot = pc->slot >= 0 ? r->slots + pc->slot : NULL;
-    c.gemm_ws = r->dev[pc->dev].pool + r->s.fixed[pc->dev];
+    c.gemm_ws = r->dev[pc->dev].pool + r->P->s.fixed[pc->dev];
     c.s = s;
     return ccall_run(&c, err, errlen);
   }
   case A_STEP: {
-    const pstep *st = &r->steps[a->idx];
+    const pstep *st = &r->P->steps[a->idx];
     float *state = addr(r, st->state);
+    const float *scale = r->P->clip ? r->coef : NULL;
     if (r->optim == 1)
       gpu_adamw(s, addr(r, st->param), st->pdt, addr(r, st->master), state, state + st->n, addr(r, st->grad), st->gdt,
-                st->n, r->w->step + 1, &r->settings);
+                scale, st->n, r->w->step + 1, &r->settings);
     else
       gpu_sgd(s, addr(r, st->param), st->pdt, addr(r, st->master), st->copies ? state : NULL, addr(r, st->grad),
-              st->gdt, st->n, &r->settings);
+              st->gdt, scale, st->n, &r->settings);
     return true;
   }
+  case A_SUMSQ: {
+    int dev = a->idx;
+    void *ws = r->dev[dev].pool + r->P->s.fixed[dev] + gpu_gemm_ws();
+    gpu_sumsq(s, a->src_dt, r->norms + dev, addr(r, a->src), a->bytes >= 0 ? r->masks + a->bytes : NULL, a->n, ws);
+    return true;
+  }
+  case A_NORM:
+    gpu_clip_coef(s, r->coef, r->norms + r->pr->nprogs, r->norms, r->pr->nprogs, r->clip);
+    return true;
   default:
     return true;
   }
@@ -986,7 +1139,7 @@ static bool init_state(crun *r, char *err, size_t errlen) {
       const gtensor *t = &g->tensors[bf->tensor];
       dregion dims[GPU_MAX_DIMS];
       irange iv[GPU_MAX_DIMS];
-      char *dst = r->dev[d].pool + r->s.off[b];
+      char *dst = r->dev[d].pool + r->P->s.off[b];
       int64_t n = cx_numel(&bf->region);
       if (t->ndims > GPU_MAX_DIMS) {
         ok = failf(err, errlen, 1, "tensor %s has more than %d dimensions", t->name, GPU_MAX_DIMS);
@@ -999,11 +1152,13 @@ static bool init_state(crun *r, char *err, size_t errlen) {
         ok = failf(err, errlen, 2, "%s: %s", t->name, e);
         break;
       }
-      if (bf->role == LB_PARAM && r->w->param[bf->tensor]) {
+      if ((bf->role == LB_PARAM || bf->role == LB_MASTER) && r->w->param[bf->tensor]) {
+        /* the world holds a parameter's master value: the parameter is its
+         * rounding, the master's copy 0 the value (its copy 1 the step writes) */
         cx_move_host(host, r->w->param[bf->tensor], &mv, &tab, false);
+        if (bf->role == LB_MASTER) gpu_zero(dst, (size_t)(bf->bytes ? bf->bytes : 1), s);
         ok = gpu_upload(stage, host, (size_t)n * 4, s, e, sizeof e);
-        if (ok) gpu_convert(s, dst, bf->dtype, stage, GPU_F32, n, false);
-        if (ok && r->s.master[b] >= 0) ok = gpu_upload(r->dev[d].pool + r->s.master[b], host, (size_t)n * 4, s, e, sizeof e);
+        if (ok) gpu_convert(s, dst, bf->role == LB_MASTER ? GPU_F32 : bf->dtype, stage, GPU_F32, n, false);
         ok = ok && gpu_stream_sync(s, e, sizeof e);
       } else if (bf->role == LB_STATE && r->w->state[bf->tensor]) {
         int64_t wn = cx_tensor_numel(t);
@@ -1035,26 +1190,39 @@ static bool upload_inputs(crun *r, char *err, size_t errlen) {
       return failf(err, errlen, 2, "GPU %d (%s): the model input %s: %s", r->gpu, r->props.name,
                    r->g->tensors[t].name, e);
   }
-  double *zero = cx_alloc(sizeof(double) * (size_t)(r->nslots + 1));
-  bool ok = gpu_upload(r->slots, zero, sizeof(double) * (size_t)(r->nslots + 1), NULL, e, sizeof e);
+  size_t nz = (size_t)(r->nslots > r->pr->nprogs + 2 ? r->nslots + 1 : r->pr->nprogs + 2);
+  double *zero = cx_alloc(sizeof(double) * nz);
+  bool ok = gpu_upload(r->slots, zero, sizeof(double) * (size_t)(r->nslots + 1), NULL, e, sizeof e) &&
+            gpu_upload(r->norms, zero, sizeof(double) * (size_t)(r->pr->nprogs + 2), NULL, e, sizeof e);
   free(zero);
   return ok || failf(err, errlen, 2, "GPU %d (%s): %s", r->gpu, r->props.name, e);
 }
 
-static bool run_step(crun *r, char *err, size_t errlen) {
+/* Whether an evaluation skips this stream operation: the backward, the
+ * recomputation, the steps (communications still meet). */
+static bool eval_skips(const crun *r, const sop *so) {
+  if (so->kind == SO_NORM_PART || so->kind == SO_NORM) return true;
+  if (so->kind != SO_INS) return false;
+  const lins *in = &r->pr->progs[so->dev].ins[so->ins];
+  return in->kind == LI_STEP || (in->kind == LI_COMPUTE && (in->dir == DIR_BACKWARD || in->recompute));
+}
+
+static bool run_plan(crun *r, char *err, size_t errlen) {
   char e[512], what[256];
   if (!upload_inputs(r, err, errlen)) return false;
-  for (int k = 0; k < r->s.nops; k++) {
-    const sop *so = &r->s.ops[k];
+  const cplan *P = r->P;
+  for (int k = 0; k < P->s.nops; k++) {
+    const sop *so = &P->s.ops[k];
     gpu_stream *s = r->dev[so->dev].stream;
-    if (so->kind == SO_RECORD) gpu_record(r->ev[so->arg], s);
-    else if (so->kind == SO_WAIT) gpu_wait(s, r->ev[so->arg]);
-    for (int j = 0; j < r->count[k]; j++)
-      if (!run_act(r, &r->acts[r->first[k] + j], s, e, sizeof e)) {
+    if (so->kind == SO_RECORD) gpu_record(P->ev[so->arg], s);
+    else if (so->kind == SO_WAIT) gpu_wait(s, P->ev[so->arg]);
+    if (r->eval && eval_skips(r, so)) continue;
+    for (int j = 0; j < P->count[k]; j++)
+      if (!run_act(r, &P->acts[P->first[k] + j], s, e, sizeof e)) {
         ins_name(r, so->dev, so->ins, what, sizeof what);
         return failf(err, errlen, 1, "%s: %s", what, e);
       }
-    if (r->count[k] || r->sync_each) {
+    if (P->count[k] || r->sync_each) {
       ins_name(r, so->dev, so->ins, what, sizeof what);
       bool ok = (!r->sync_each || gpu_stream_sync(s, e, sizeof e)) && gpu_check("CUDA", e, sizeof e);
       if (!ok) return failf(err, errlen, 2, "GPU %d (%s), %s: %s", r->gpu, r->props.name, what, e);
@@ -1067,39 +1235,51 @@ static bool run_step(crun *r, char *err, size_t errlen) {
   return true;
 }
 
-bool crun_steps(crun *r, int steps, char *err, size_t errlen) {
+bool crun_pass(crun *r, const backend_step *st, backend_result *out, char *err, size_t errlen) {
   if (r->failed) return failf(err, errlen, 1, "a step of this run failed before");
-  if (steps <= 0) return true;
-  if (!r->inited) {
-    if (!init_state(r, err, errlen)) {
-      r->failed = true;
-      return false;
-    }
+  r->eval = st->eval;
+  r->clip = st->clip > 0 && !st->eval ? st->clip : 0;
+  r->settings.lr = isnan(st->lr) ? r->lr0 : st->lr;
+  if (r->clip > 0 && !r->plan[1].built)
+    return failf(err, errlen, 1, "gradients cannot be clipped under this plan: %s", r->clip_err);
+  r->P = &r->plan[r->clip > 0 ? 1 : 0];
+  if (!r->inited && !init_state(r, err, errlen)) {
+    r->failed = true;
+    return false;
   }
   double t0 = now();
-  double *loss = cx_alloc(sizeof(double) * (size_t)(r->nslots + 1));
-  for (int s = 0; s < steps; s++) {
-    char e[512];
-    if (!run_step(r, err, errlen) ||
-        !gpu_download(loss, r->slots, sizeof(double) * (size_t)(r->nslots + 1), NULL, e, sizeof e)) {
-      if (!err[0]) failf(err, errlen, 2, "GPU %d (%s): %s", r->gpu, r->props.name, e);
-      r->failed = true;
-      free(loss);
-      return false;
-    }
-    double sum = 0;
-    for (int i = 0; i < r->nslots; i++) sum += loss[i];
-    double t = now();
-    r->w->step++;
-    if (r->o.on_step) r->o.on_step(r->o.ctx, r->w->step, sum, t - t0);
-    t0 = t;
+  int nd = r->pr->nprogs;
+  double *host = cx_alloc(sizeof(double) * (size_t)(r->nslots + nd + 2));
+  char e[512];
+  bool ok = run_plan(r, err, errlen);
+  if (ok && !gpu_download(host, r->slots, sizeof(double) * (size_t)(r->nslots + 1), NULL, e, sizeof e))
+    ok = failf(err, errlen, 2, "GPU %d (%s): %s", r->gpu, r->props.name, e);
+  double loss = 0, sq = 0;
+  for (int i = 0; ok && i < r->nslots; i++) loss += host[i];
+  if (ok && !r->eval && !gpu_download(host, r->norms, sizeof(double) * (size_t)nd, NULL, e, sizeof e))
+    ok = failf(err, errlen, 2, "GPU %d (%s): %s", r->gpu, r->props.name, e);
+  /* the devices' sums of squares in device order, as the CPU backend takes them */
+  for (int d = 0; ok && !r->eval && d < nd; d++) sq += host[d];
+  free(host);
+  if (!ok) {
+    r->failed = true;
+    return false;
   }
-  free(loss);
+  if (!r->eval) r->w->step++;
+  *out = (backend_result){loss, r->eval ? NAN : sqrt(sq), now() - t0};
   return true;
 }
 
-/* Parameters (their masters when 16-bit) and optimizer state back into
- * the world, from the buffers the optimizer stepped; copies must agree. */
+/* Whether parameter t has master weights (graph_has_master): a 16-bit
+ * parameter, unless `train` says `master = false`. */
+static bool has_master(const weft_graph *g, int t) {
+  weft_dtype dt = g->tensors[t].dtype;
+  return g->master != 0 && (dt == DT_BF16 || dt == DT_F16);
+}
+
+/* Parameters (their master weights when they have them) and optimizer
+ * state back into the world, from the buffers the optimizer stepped;
+ * copies must agree. */
 bool crun_read(crun *r, char *err, size_t errlen) {
   const weft_program *pr = r->pr;
   const weft_graph *g = r->g;
@@ -1122,7 +1302,9 @@ bool crun_read(crun *r, char *err, size_t errlen) {
     for (int b = lp->buf_lo; b < lp->buf_hi && ok; b++) {
       const lbuf *bf = &pr->bufs[b];
       if (!bf->persistent) continue;
-      bool param = bf->role == LB_PARAM && r->dev[d].stepped[b - lp->buf_lo];
+      /* a parameter's value is its master's when it has master weights */
+      int home = has_master(g, bf->tensor) ? LB_MASTER : LB_PARAM;
+      bool param = bf->role == home && r->dev[d].stepped[b - lp->buf_lo];
       if (!param && bf->role != LB_STATE) continue;
       const gtensor *t = &g->tensors[bf->tensor];
       dregion dims[GPU_MAX_DIMS];
@@ -1135,10 +1317,9 @@ bool crun_read(crun *r, char *err, size_t errlen) {
         ok = failf(err, errlen, 2, "%s: %s", t->name, e);
         break;
       }
-      char *src = r->dev[d].pool + r->s.off[b];
+      char *src = r->dev[d].pool + r->P->s.off[b];
       if (param) {
-        if (r->s.master[b] >= 0) src = r->dev[d].pool + r->s.master[b];
-        else gpu_convert(s, stage, GPU_F32, src, bf->dtype, n, false), src = (char *)stage;
+        if (bf->role != LB_MASTER) gpu_convert(s, stage, GPU_F32, src, bf->dtype, n, false), src = (char *)stage;
         ok = gpu_download(host, src, (size_t)n * 4, s, e, sizeof e);
         if (!ok) {
           failf(err, errlen, 2, "GPU %d (%s): %s", r->gpu, r->props.name, e);

@@ -10,11 +10,12 @@
 typedef struct backend_run crun;
 
 crun *crun_open(const weft_program *pr, weft_world *w, const backend_opts *o, char *err, size_t errlen);
-bool crun_steps(crun *r, int steps, char *err, size_t errlen);
+bool crun_pass(crun *r, const backend_step *st, backend_result *out, char *err, size_t errlen);
 bool crun_read(crun *r, char *err, size_t errlen);
 void crun_close(crun *r);
 void crun_describe(crun *r, char *buf, size_t n);
-bool crun_reference(const weft_graph *g, weft_world *w, int steps, const backend_opts *o, char *err, size_t errlen);
+bool crun_reference(const weft_graph *g, weft_world *w, const backend_step *st, backend_result *out,
+                    const backend_opts *o, char *err, size_t errlen);
 
 /* What the last failure calls for: 1 when the input was refused, 2 when the
  * machine failed (no device, out of memory, a CUDA error). */

@@ -176,13 +176,18 @@ void gpu_rotary(gpu_stream *s, int dt, void *y, const void *x, int64_t b, int64_
 /* ---- causal attention ------------------------------------------------------------------ */
 
 /* Where the heads are: query head h of batch i at q + i * q_batch + h * dh,
- * position p a further p * q_row; its key and value head h / r (r query
+ * query row p a further p * q_row; its key and value head h / r (r query
  * heads per key/value head: 1 for causal_attention's fused q|k|v); the
- * result of head h at o + i * o_batch + h * dh + p * o_row. */
+ * result of head h at o + i * o_batch + h * dh + p * o_row. sq query rows,
+ * sk key rows; query row p is position qpos + p of the sequence and
+ * attends to keys 0 to qpos + p (qpos 0 and sk = sq for the whole
+ * sequence; a part of the queries against all the keys under context
+ * parallelism). */
 typedef struct gpu_attn {
   int64_t b, sq, hq, dh, r;
   int64_t q_row, kv_row, o_row;
   int64_t q_batch, kv_batch, o_batch;
+  int64_t sk, qpos;
 } gpu_attn;
 
 /* The largest head the kernels take. */
@@ -234,16 +239,24 @@ void gpu_mse_backward(gpu_stream *s, int dt, void *da, void *db, const void *a, 
 /* ---- optimizers --------------------------------------------------------------------------- */
 
 /* One step on n elements as k_adamw and k_sgd: param of its type; master
- * f32 (NULL when the parameter is f32 itself: then it is the master): the
- * step works on the master and rounds it into param; state f32; grad of
- * its type. */
+ * f32 or NULL: with it, the step works on the master and rounds it into
+ * param; without, on param's value, rounded back into its type; state f32;
+ * grad of its type, multiplied by *scale first when scale is not NULL (a
+ * device f32: the clipping factor). */
 typedef struct gpu_optim {
   double lr, beta1, beta2, eps, weight_decay, momentum;
 } gpu_optim;
 void gpu_adamw(gpu_stream *s, void *param, int pdt, float *master, float *m, float *v, const void *grad, int gdt,
-               int64_t n, int64_t step, const gpu_optim *o);
-void gpu_sgd(gpu_stream *s, void *param, int pdt, float *master, float *buf, const void *grad, int gdt, int64_t n,
-             const gpu_optim *o);
+               const float *scale, int64_t n, int64_t step, const gpu_optim *o);
+void gpu_sgd(gpu_stream *s, void *param, int pdt, float *master, float *buf, const void *grad, int gdt,
+             const float *scale, int64_t n, const gpu_optim *o);
+/* *acc += the sum of squares of x's n elements (those whose mask byte is
+ * not 0, when mask is not NULL), in double. */
+size_t gpu_sumsq_ws(void);
+void gpu_sumsq(gpu_stream *s, int dt, double *acc, const void *x, const uint8_t *mask, int64_t n, void *ws);
+/* *coef = min(1, clip / (sqrt(the sum of norms[0 .. n), in order) + 1e-6)),
+ * and *norm that square root: the clipping factor of a step. */
+void gpu_clip_coef(gpu_stream *s, float *coef, double *norm, const double *norms, int n, double clip);
 
 /* ---- what this library holds ---------------------------------------------------------------- */
 

@@ -322,6 +322,7 @@ static gpu_attn causal_geometry(const ccall *c) {
   a.o_row = a.hq * a.dh;
   a.q_batch = a.kv_batch = a.sq * a.q_row;
   a.o_batch = a.sq * a.o_row;
+  a.sk = a.sq, a.qpos = 0;
   return a;
 }
 
@@ -352,38 +353,55 @@ static size_t causal_attention_ws_backward(const ccall *c) {
   return gpu_attention_backward_ws(&a);
 }
 
-/* gqa_attention: k [b, s, (g dh)] with the part's groups; r query heads per group */
+/* gqa_attention: k [b, sk, (g dh)] with the part's groups, q [b, sq, (g r
+ * dh)] with the part's queries from position qpos (context parallelism:
+ * one interval of the sequence); r query heads per group */
 static gpu_attn gqa_geometry(const ccall *c) {
-  const tregion *kr = c->inr[1];
+  const tregion *kr = c->inr[1], *qr = c->inr[0];
   int r = kr->ndims;
   int64_t g = (int64_t)cx_attr(c->g, c->op, "g", 1);
   gpu_attn a;
   a.r = (int64_t)cx_attr(c->g, c->op, "r", 1);
   a.dh = whole_last(c, 1) / g;
   int64_t gl = ext(kr, r - 1) / a.dh;
-  a.sq = ext(kr, r - 2);
-  a.b = a.sq * gl * a.dh != 0 ? cx_numel(kr) / (a.sq * gl * a.dh) : 0;
+  a.sk = ext(kr, r - 2);
+  a.sq = ext(qr, r - 2);
+  a.qpos = first(qr, r - 2);
+  a.b = a.sk * gl * a.dh != 0 ? cx_numel(kr) / (a.sk * gl * a.dh) : 0;
   a.hq = gl * a.r;
   a.q_row = a.o_row = a.hq * a.dh;
   a.kv_row = gl * a.dh;
   a.q_batch = a.o_batch = a.sq * a.q_row;
-  a.kv_batch = a.sq * a.kv_row;
+  a.kv_batch = a.sk * a.kv_row;
   return a;
+}
+
+/* The kernels take the queries as one interval of the sequence. */
+static bool gqa_takes(const ccall *c, const gpu_attn *a, char *err, size_t errlen) {
+  const tregion *qr = c->inr[0];
+  if (qr->dims[qr->ndims - 2].n > 1) {
+    snprintf(err, errlen, "%s: its queries are a strided part of the sequence, which the CUDA backend's attention does "
+                          "not take (split the sequence into consecutive parts)", c->g->ops[c->op].name);
+    return false;
+  }
+  if (a->dh > GPU_ATTN_MAX_DH) {
+    snprintf(err, errlen, "%s: heads of %lld (the CUDA backend's attention takes at most %d)", c->g->ops[c->op].name,
+             (long long)a->dh, GPU_ATTN_MAX_DH);
+    return false;
+  }
+  return true;
 }
 
 static bool gqa_attention_forward(const ccall *c, char *err, size_t errlen) {
   gpu_attn a = gqa_geometry(c);
-  if (a.dh > GPU_ATTN_MAX_DH) {
-    snprintf(err, errlen, "%s: heads of %lld (the CUDA backend's attention takes at most %d)", c->g->ops[c->op].name,
-             (long long)a.dh, GPU_ATTN_MAX_DH);
-    return false;
-  }
+  if (!gqa_takes(c, &a, err, errlen)) return false;
   gpu_attention(c->s, c->dt, c->out, c->in[0], c->in[1], c->in[2], &a);
   return true;
 }
 
 static bool gqa_attention_backward(const ccall *c, char *err, size_t errlen) {
   gpu_attn a = gqa_geometry(c);
+  if (!gqa_takes(c, &a, err, errlen)) return false;
   gpu_attention_backward(c->s, c->dt, c->din[0], c->din[1], c->din[2], c->dy, c->in[0], c->in[1], c->in[2], &a,
                          c->acc, c->ws);
   return true;

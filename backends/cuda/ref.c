@@ -2,6 +2,7 @@
  * steps on one GPU without the plan, every operator on whole tensors in
  * graph order, the backward in reverse, then the optimizer, with the same
  * kernels (ops.h) as the program's. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +40,9 @@ typedef struct rref {
   int optim;
   gpu_optim settings;
   bool deterministic;
+  double *norm;           /* device: the sum of squares of the gradients */
+  float *coef;            /* device: the clipping factor */
+  void *ws2;              /* the sum of squares' scratch */
 } rref;
 
 static void rref_free(rref *x) {
@@ -49,7 +53,7 @@ static void rref_free(rref *x) {
     gpu_free(t->val), gpu_free(t->grad), gpu_free(t->master), gpu_free(t->state);
     free(t->dims), free(t->iv);
   }
-  gpu_free(x->ws), gpu_free(x->gemm_ws), gpu_free(x->slots);
+  gpu_free(x->ws), gpu_free(x->gemm_ws), gpu_free(x->slots), gpu_free(x->norm), gpu_free(x->coef), gpu_free(x->ws2);
   gpu_stream_free(x->s);
   free(x->t), free(x->kern);
 }
@@ -121,7 +125,10 @@ static bool setup(rref *x, weft_world *w, const backend_opts *o, char *err, size
     t->dt = gt->dtype;
     t->val = dalloc(x, t->n * gpu_dtype_size(t->dt), &ok, err, errlen);
     if (gt->dtype != DT_I32 && gt->role != TENSOR_INPUT) t->grad = dalloc(x, t->n * gpu_dtype_size(t->dt), &ok, err, errlen);
-    if (gt->role == TENSOR_PARAM && (t->dt == DT_BF16 || t->dt == DT_F16)) t->master = dalloc(x, t->n * 4, &ok, err, errlen);
+    /* the model reads a 16-bit parameter rounded to its dtype, from its
+     * master weights (which the world holds) when it has them */
+    if (gt->role == TENSOR_PARAM && g->master && (t->dt == DT_BF16 || t->dt == DT_F16))
+      t->master = dalloc(x, t->n * 4, &ok, err, errlen);
     if (gt->role == TENSOR_PARAM && w->state_copies) t->state = dalloc(x, t->n * 4 * w->state_copies, &ok, err, errlen);
   }
   for (int op = 0; op < g->nops && ok; op++)
@@ -134,6 +141,9 @@ static bool setup(rref *x, weft_world *w, const backend_opts *o, char *err, size
   x->gemm_ws = dalloc(x, (int64_t)gpu_gemm_ws(), &ok, err, errlen);
   for (int op = 0; op < g->nops; op++) x->nslots += ckernel_is_loss(x->kern[op]) && g->ops[op].output == g->loss;
   x->slots = dalloc(x, (x->nslots + 1) * 8, &ok, err, errlen);
+  x->norm = dalloc(x, 8, &ok, err, errlen);
+  x->coef = dalloc(x, 4, &ok, err, errlen);
+  x->ws2 = dalloc(x, (int64_t)gpu_sumsq_ws(), &ok, err, errlen);
   if (!ok) return false;
   /* parameters, masters and state from the world, through one staging copy */
   int64_t most = 1;
@@ -154,7 +164,8 @@ static bool setup(rref *x, weft_world *w, const backend_opts *o, char *err, size
   return ok;
 }
 
-static bool step(rref *x, weft_world *w, double *loss, char *err, size_t errlen) {
+static bool step(rref *x, weft_world *w, const backend_step *st, double *loss, double *norm, char *err,
+                 size_t errlen) {
   const weft_graph *g = x->g;
   char e[400];
   /* inputs as the world holds them (ids int32, the rest f32), in each tensor's type */
@@ -186,18 +197,32 @@ static bool step(rref *x, weft_world *w, double *loss, char *err, size_t errlen)
     if (!ccall_run(&c, e, sizeof e)) return crun_fail(err, errlen, 1, "%s", e);
     if (!gpu_check(g->ops[op].name, e, sizeof e)) return crun_fail(err, errlen, 2, "GPU %d, the one-device reference, forward %s", x->gpu, e);
   }
-  for (int op = g->nops - 1; op >= 0; op--) {
+  for (int op = g->nops - 1; op >= 0 && !st->eval; op--) {
     ccall c = call_of(x, op, true);
     if (!ccall_run(&c, e, sizeof e)) return crun_fail(err, errlen, 1, "%s", e);
     if (!gpu_check(g->ops[op].name, e, sizeof e)) return crun_fail(err, errlen, 2, "GPU %d, the one-device reference, backward %s", x->gpu, e);
   }
-  for (int i = 0; i < g->ntensors; i++) {
+  /* the norm of all gradients, tensor after tensor; the clipping factor */
+  *norm = NAN;
+  if (!st->eval) {
+    gpu_zero(x->norm, 8, x->s);
+    for (int i = 0; i < g->ntensors; i++)
+      if (g->tensors[i].role == TENSOR_PARAM) gpu_sumsq(x->s, x->t[i].dt, x->norm, x->t[i].grad, NULL, x->t[i].n, x->ws2);
+    double sq = 0;
+    if (!gpu_download(&sq, x->norm, 8, x->s, e, sizeof e)) return crun_fail(err, errlen, 2, "GPU %d: %s", x->gpu, e);
+    *norm = sqrt(sq);
+    double c = st->clip > 0 ? st->clip / (*norm + 1e-6) : 1.0;
+    float coef = (float)(c < 1.0 ? c : 1.0);
+    if (!gpu_upload(x->coef, &coef, 4, x->s, e, sizeof e)) return crun_fail(err, errlen, 2, "GPU %d: %s", x->gpu, e);
+  }
+  for (int i = 0; i < g->ntensors && !st->eval; i++) {
     rtensor *t = &x->t[i];
     if (g->tensors[i].role != TENSOR_PARAM) continue;
     if (x->optim == 1)
-      gpu_adamw(x->s, t->val, t->dt, t->master, t->state, t->state + t->n, t->grad, t->dt, t->n, w->step + 1, &x->settings);
+      gpu_adamw(x->s, t->val, t->dt, t->master, t->state, t->state + t->n, t->grad, t->dt, x->coef, t->n, w->step + 1,
+                &x->settings);
     else
-      gpu_sgd(x->s, t->val, t->dt, t->master, t->state, t->grad, t->dt, t->n, &x->settings);
+      gpu_sgd(x->s, t->val, t->dt, t->master, t->state, t->grad, t->dt, x->coef, t->n, &x->settings);
   }
   double *slots = calloc((size_t)x->nslots + 1, sizeof *slots);
   if (!slots) return crun_fail(err, errlen, 2, "out of host memory");
@@ -233,22 +258,20 @@ static bool read_back(rref *x, weft_world *w, char *err, size_t errlen) {
   return true;
 }
 
-bool crun_reference(const weft_graph *g, weft_world *w, int steps, const backend_opts *o, char *err, size_t errlen) {
+bool crun_reference(const weft_graph *g, weft_world *w, const backend_step *st, backend_result *out,
+                    const backend_opts *o, char *err, size_t errlen) {
   rref x;
   memset(&x, 0, sizeof x);
   x.g = g;
   bool ok = setup(&x, w, o, err, errlen);
-  double t0 = now();
-  for (int s = 0; ok && s < steps; s++) {
-    double loss = 0;
-    ok = step(&x, w, &loss, err, errlen);
-    if (!ok) break;
-    w->step++;
-    double t = now();
-    if (o->on_step) o->on_step(o->ctx, w->step, loss, t - t0);
-    t0 = t;
+  if (ok && !isnan(st->lr)) x.settings.lr = st->lr;
+  double t0 = now(), loss = 0, norm = NAN;
+  ok = ok && step(&x, w, st, &loss, &norm, err, errlen);
+  if (ok && !st->eval) {
+    ok = read_back(&x, w, err, errlen);
+    if (ok) w->step++;
   }
-  ok = ok && read_back(&x, w, err, errlen);
+  if (ok) *out = (backend_result){loss, st->eval ? NAN : norm, now() - t0};
   rref_free(&x);
   return ok;
 }

@@ -14,13 +14,13 @@ const char *const gpu_kernel_lines[] = {
     "gelu                                  tanh approximation, forward and backward",
     "silu, swiglu                          forward and backward",
     "rotary                                rotate_half pairs, angles in double; backward the inverse rotation",
-    "causal_attention, gqa_attention       FlashAttention-style: key tiles in shared memory, running max and sum, no s x s scores; backward: log-sum-exp and dout.out recomputed, then dk/dv per key tile and dq per query tile; bf16 and f16 heads of 32, 64, 96 or 128 on tensor cores (wmma), the rest on CUDA cores",
+    "causal_attention, gqa_attention       FlashAttention-style: key tiles in shared memory, running max and sum, no s x s scores; gqa_attention also a part of the queries against all the keys (context parallelism); backward: log-sum-exp and dout.out recomputed, then dk/dv per key tile and dq per query tile; bf16 and f16 heads of 32, 64, 96 or 128 on tensor cores (wmma), the rest on CUDA cores",
     "softmax                               forward and backward, one block per row",
     "cross_entropy                         loss per row summed in double; backward fused (softmax and the label in one pass); vocabulary shards: statistics, combination, shard backward",
     "mse                                   loss and backward",
     "add                                   residual add; gradients copied or added",
-    "adamw, sgd                            f32 state; f32 master weights for 16-bit parameters",
-    "regions                               strided copies, conversions and rank-ordered sums for sends and collectives",
+    "adamw, sgd                            f32 state; f32 master weights for 16-bit parameters; gradients scaled by the clipping coefficient",
+    "regions                               strided copies, conversions and rank-ordered sums for sends and collectives; sums of squares for the gradient norm",
     NULL,
 };
 

@@ -289,35 +289,56 @@ static bool step(walk *w, int dev, int i) {
   }
 }
 
-bool sched_build(csched *s, const weft_program *pr, const csched_cb *cb, char *err, size_t errlen) {
+/* Walks the programs together over the instructions of one phase (all
+ * of them when tail is NULL; else those whose tail entry is `phase`). */
+static void walk_phase(walk *w, int *pc, bool *const *tail, bool phase) {
+  const weft_program *pr = w->pr;
+  int nd = pr->nprogs;
+  for (;;) {
+    bool progress = false, left = false;
+    for (int d = 0; d < nd && !w->failed; d++) {
+      const lprog *lp = &pr->progs[d];
+      for (;;) {
+        while (pc[d] < lp->n && tail && tail[d][pc[d]] != phase) pc[d]++;
+        if (pc[d] >= lp->n || w->failed || !step(w, d, pc[d])) break;
+        pc[d]++;
+        progress = true;
+      }
+      if (pc[d] < lp->n) left = true;
+    }
+    if (!left || w->failed) return;
+    if (!progress) {
+      int d = 0;
+      while (d < nd && pc[d] >= pr->progs[d].n) d++;
+      fail(w, "the programs do not meet: device %d waits at instruction %d", d, d < nd ? pc[d] : -1);
+      return;
+    }
+  }
+}
+
+bool sched_build(csched *s, const weft_program *pr, const csched_cb *cb, bool *const *tail, char *err,
+                 size_t errlen) {
   memset(s, 0, sizeof *s);
   s->pr = pr;
   int nd = pr->nprogs, nb = pr->nbufs;
   s->off = cx_alloc(sizeof(int64_t) * (size_t)(nb + 1));
-  s->master = cx_alloc(sizeof(int64_t) * (size_t)(nb + 1));
   s->fixed = cx_alloc(sizeof(int64_t) * (size_t)(nd + 1));
   s->persistent = cx_alloc(sizeof(int64_t) * (size_t)(nd + 1));
   s->pool = cx_alloc(sizeof(int64_t) * (size_t)(nd + 1));
-  for (int b = 0; b < nb; b++) s->off[b] = s->master[b] = -1;
-  /* masters: 16-bit parameters that an optimizer step writes */
+  for (int b = 0; b < nb; b++) s->off[b] = -1;
   int ncomm = 0;
   for (int d = 0; d < nd; d++)
     for (int i = 0; i < pr->progs[d].n; i++) {
       const lins *in = &pr->progs[d].ins[i];
       if ((in->kind == LI_SEND || in->kind == LI_RECV || in->kind == LI_COLLECTIVE) && in->comm >= ncomm)
         ncomm = in->comm + 1;
-      if (in->kind != LI_STEP || in->nout < 1 || in->out[0].buf < 0) continue;
-      const lbuf *b = &pr->bufs[in->out[0].buf];
-      if (b->role == LB_PARAM && (b->dtype == DT_BF16 || b->dtype == DT_F16)) s->master[in->out[0].buf] = 0;
     }
-  /* each pool: persistent buffers, masters, the fixed area, then the rest */
+  /* each pool: persistent buffers, the fixed area, then the rest */
   for (int d = 0; d < nd; d++) {
     const lprog *lp = &pr->progs[d];
     int64_t at = 0;
     for (int b = lp->buf_lo; b < lp->buf_hi; b++)
       if (pr->bufs[b].persistent) s->off[b] = at, at += align_up(pr->bufs[b].bytes ? pr->bufs[b].bytes : 1);
-    for (int b = lp->buf_lo; b < lp->buf_hi; b++)
-      if (s->master[b] >= 0) s->master[b] = at, at += align_up(cx_numel(&pr->bufs[b].region) * 4);
     s->fixed[d] = at;
     if (lp->n) at += align_up(cb->fixed);
     s->persistent[d] = at;
@@ -331,22 +352,32 @@ bool sched_build(csched *s, const weft_program *pr, const csched_cb *cb, char *e
   w.inst_event = cx_alloc(sizeof(int) * (size_t)(2 * ncomm + 1));
   for (int k = 0; k < 2 * ncomm; k++) w.inst[k] = w.inst_event[k] = -1;
   int *pc = cx_alloc(sizeof(int) * (size_t)(nd + 1));
-  int left = 0;
-  for (int d = 0; d < nd; d++) left += pr->progs[d].n > 0;
-  while (left > 0 && !w.failed) {
-    bool progress = false;
-    for (int d = 0; d < nd && !w.failed; d++) {
+  walk_phase(&w, pc, tail, false);
+  if (tail && !w.failed) {
+    /* the norm: each device counts its later steps' gradients, the first
+     * device with a program takes the factor, every device waits for it */
+    int first = -1, *counted = cx_alloc(sizeof(int) * (size_t)(nd + 1));
+    for (int d = 0; d < nd; d++) {
       const lprog *lp = &pr->progs[d];
-      bool moved = false;
-      while (pc[d] < lp->n && !w.failed && step(&w, d, pc[d])) pc[d]++, moved = true;
-      if (moved && pc[d] == lp->n) left--;
-      progress |= moved;
+      if (!lp->n) continue;
+      if (first < 0) first = d;
+      for (int i = 0; i < lp->n; i++)
+        if (tail[d][i] && lp->ins[i].kind == LI_STEP) emit(&w, SO_NORM_PART, d, i, 0, 0, -1);
+      counted[d] = new_event(&w);
+      emit(&w, SO_RECORD, d, -1, counted[d], 0, -1);
     }
-    if (!progress && !w.failed) {
-      int d = 0;
-      while (d < nd && pc[d] >= pr->progs[d].n) d++;
-      fail(&w, "the programs do not meet: device %d waits at instruction %d", d, d < nd ? pc[d] : -1);
+    if (first >= 0) {
+      for (int d = 0; d < nd; d++)
+        if (pr->progs[d].n && d != first) emit(&w, SO_WAIT, first, -1, counted[d], 0, -1);
+      emit(&w, SO_NORM, first, -1, 0, 0, -1);
+      int ready = new_event(&w);
+      emit(&w, SO_RECORD, first, -1, ready, 0, -1);
+      for (int d = 0; d < nd; d++)
+        if (pr->progs[d].n && d != first) emit(&w, SO_WAIT, d, -1, ready, 0, -1);
     }
+    free(counted);
+    for (int d = 0; d < nd; d++) pc[d] = 0;
+    walk_phase(&w, pc, tail, true);
   }
   for (int d = 0; d < nd; d++) {
     s->pool[d] = pr->progs[d].n ? s->persistent[d] + w.pool[d].top : 0;
@@ -365,7 +396,7 @@ void sched_free(csched *s) {
     scoll *c = &s->colls[i];
     free(c->dev), free(c->ins), free(c->msg), free(c->pack_ev), free(c->done_ev), free(c->fence);
   }
-  free(s->colls), free(s->ops), free(s->msgs), free(s->off), free(s->master), free(s->fixed), free(s->persistent),
+  free(s->colls), free(s->ops), free(s->msgs), free(s->off), free(s->fixed), free(s->persistent),
       free(s->pool);
   memset(s, 0, sizeof *s);
 }

@@ -29,6 +29,8 @@ typedef enum {
   SO_REDUCE,    /* ins: member `member` of collective arg takes its result */
   SO_RECORD,    /* arg: an event, recorded on dev's stream */
   SO_WAIT,      /* arg: an event dev's stream waits for */
+  SO_NORM_PART, /* ins: a step whose gradient counts in the norm, counted before the steps run */
+  SO_NORM,      /* the clipping factor from every device's count */
   SO_KIND_COUNT
 } sop_kind;
 
@@ -80,9 +82,6 @@ typedef struct csched {
   int ncolls, ccap;
   int nevents;
   int64_t *off;           /* per buffer: offset in its device's pool, -1 none */
-  int64_t *master;        /* per buffer: the offset of its f32 master copy, -1
-                           * none (a master: a 16-bit parameter that an
-                           * optimizer step writes) */
   int64_t *fixed;         /* per device: offset of the area every device keeps (cuBLASLt's workspace) */
   int64_t *persistent;    /* per device: bytes that live across steps (and the fixed area) */
   int64_t *pool;          /* per device: its pool's bytes */
@@ -98,8 +97,15 @@ typedef struct csched_cb {
 } csched_cb;
 
 /* The plan; false with a message (programs that do not meet, a region
- * outside its buffer). */
-bool sched_build(csched *s, const weft_program *pr, const csched_cb *cb, char *err, size_t errlen);
+ * outside its buffer). tail (NULL: none) splits each device's program for
+ * clipping (backends/cpu/clip.h, clip_tail): every device runs its
+ * instructions before the norm, then counts the gradients of its steps
+ * after it (SO_NORM_PART) and records an event; the first device with a
+ * program waits for them all and takes the factor (SO_NORM); every device
+ * waits for that, then runs the rest. The offsets of persistent buffers do
+ * not depend on tail. */
+bool sched_build(csched *s, const weft_program *pr, const csched_cb *cb, bool *const *tail, char *err,
+                 size_t errlen);
 void sched_free(csched *s);
 
 /* The entries of the message member `rank` of instruction `in` packs

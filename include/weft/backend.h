@@ -15,6 +15,8 @@
  * and inputs from a world and writes parameters and state back; checkpoints
  * are worlds on disk. */
 
+enum { WORLD_MAX_META = 32 };
+
 typedef struct weft_world {
   const weft_graph *g;
   float **param;          /* per graph tensor: a parameter's numel values, else NULL */
@@ -24,7 +26,18 @@ typedef struct weft_world {
   int state_copies;       /* state tensors per element: 2 AdamW (m, then v), 1 SGD with momentum, 0 none */
   const char *const *state_names; /* each one's name in a checkpoint: optim.NAME.PARAM */
   int64_t step;           /* optimizer steps taken so far */
+  /* What a checkpoint records of a run besides its tensors (the position
+   * in the training data, the schedule): entries "train.NAME" of its
+   * metadata, written by world_save and read back by world_resume. */
+  int nmeta;
+  char *meta_key[WORLD_MAX_META], *meta_val[WORLD_MAX_META];
 } weft_world;
+
+/* A run's recorded setting (world_set_meta), or NULL. */
+const char *world_meta(const weft_world *w, const char *key);
+/* Sets one (both copied; the same key again replaces it). False when
+ * there are WORLD_MAX_META already. */
+bool world_set_meta(weft_world *w, const char *key, const char *value);
 
 /* Floating tensors are f32 whatever their dtype (bf16 and f16 are held as
  * f32); i32 inputs are int32_t. */
@@ -69,19 +82,48 @@ int64_t world_step_items(const weft_graph *g, const char **unit);
 /* ---- backends ------------------------------------------------------------- */
 
 /* The version of this table: a plugin built against another is refused.
- * 2: kernels, probe, tolerance, failure, describe; backend_opts.deterministic. */
-#define WEFT_BACKEND_VERSION 2
+ * 2: passes (backend_step, backend_result), on_memory; 3: kernels, probe,
+ * tolerance, failure, describe, backend_opts.deterministic. */
+#define WEFT_BACKEND_VERSION 3
 
-/* Called after each step with its loss and its wall time, by one thread. */
-typedef void (*backend_step_fn)(void *ctx, int64_t step, double loss, double seconds);
+/* What a device's buffers took, as the backend measured it while the steps
+ * ran: the most bytes of program buffers live at once (an element at the
+ * size of its buffer's dtype, whatever the backend stores it in) and, at
+ * that point, the bytes of each buffer role (lower.h, lbuf_role). */
+typedef void (*backend_memory_fn)(void *ctx, int device, int64_t peak, const int64_t *by_role);
 
 typedef struct backend_opts {
   bool allow_native;      /* operators with native kernels may load them */
   bool deterministic;     /* no kernel whose sums may run in another order
                            * from run to run (`weft run --deterministic`) */
-  backend_step_fn on_step;
+  /* NULL, or called by `read` once for every device this process ran,
+   * with what it measured (a backend that does not measure never calls it) */
+  backend_memory_fn on_memory;
   void *ctx;
 } backend_opts;
+
+/* One pass of a run: a training step, or an evaluation of the loss. The
+ * run layer (weft run) decides each one: the batch in the world's inputs,
+ * the learning rate of the schedule, clipping. */
+typedef struct backend_step {
+  double lr;              /* the optimizer's learning rate for this step; NaN:
+                           * the one of the model's `train` statement */
+  double clip;            /* > 0: before the update, every gradient is
+                           * multiplied by min(1, clip / (norm + 1e-6)), norm
+                           * the L2 norm of all gradients together */
+  bool eval;              /* the forward only: the loss of the world's inputs;
+                           * nothing is updated and w->step stays */
+} backend_step;
+
+/* What a pass measured. */
+typedef struct backend_result {
+  double loss;            /* the loss of the batch */
+  double grad_norm;       /* the L2 norm of all gradients together before
+                           * clipping, every element of every parameter
+                           * counted once however many devices hold a copy;
+                           * NaN for an evaluation */
+  double seconds;         /* its wall time */
+} backend_result;
 
 /* A program opened on a world. */
 typedef struct backend_run backend_run;
@@ -101,23 +143,25 @@ typedef struct weft_backend {
    * parameters, optimizer state and inputs are read from w when the first
    * step starts. NULL with a message. */
   backend_run *(*open)(const weft_program *pr, weft_world *w, const backend_opts *o, char *err, size_t errlen);
-  /* Runs `steps` training steps, reporting each through o->on_step; every
-   * step trains on w's inputs and adds one to w->step. */
-  bool (*run)(backend_run *r, int steps, char *err, size_t errlen);
+  /* Runs one pass: reads the world's inputs (they may change between
+   * passes), and for a training step updates the parameters and adds one
+   * to w->step. False with a message; a run that failed runs no more. */
+  bool (*run)(backend_run *r, const backend_step *s, backend_result *out, char *err, size_t errlen);
   /* Parameters and optimizer state back into w; under several processes
    * every one ends with the whole. False when copies of a parameter differ. */
   bool (*read)(backend_run *r, char *err, size_t errlen);
   /* Frees the run and leaves the other processes. */
   void (*close)(backend_run *r);
-  /* The same steps without a plan, every operator on whole tensors on one
+  /* The same pass without a plan, every operator on whole tensors on one
    * device in graph order, the backward in reverse, then the optimizer:
    * what `weft run --check` compares with. NULL when the backend has none. */
-  bool (*reference)(const weft_graph *g, weft_world *w, int steps, const backend_opts *o, char *err, size_t errlen);
+  bool (*reference)(const weft_graph *g, weft_world *w, const backend_step *s, backend_result *out,
+                    const backend_opts *o, char *err, size_t errlen);
   /* Called once when weft starts, before any work (NULL: nothing to do):
    * stops what linking the backend started, such as a thread pool that
    * would spin beside every command. */
   void (*startup)(void);
-  /* ---- version 2 ---- */
+  /* ---- version 3 ---- */
   /* What it runs, one line per kernel family, NULL-terminated (`weft
    * backends --kernels`); NULL: not listed. */
   const char *const *kernels;

@@ -2,18 +2,72 @@
  * the figures as text or JSON, the timeline as a trace or a picture. */
 #include "common.h"
 
-/* Writes a picture or trace to path; false (and a message) when it cannot. */
-static bool write_file(const char *path, const weft_sim *s, void (*print)(const weft_sim *, FILE *)) {
+/* Writes a picture or trace of the rows to path; false (and a message)
+ * when it cannot. */
+static bool write_file(const char *path, const weft_sim *s, const sim_row *rows, int nrows,
+                       void (*print)(const weft_sim *, const sim_row *, int, FILE *)) {
   FILE *f = fopen(path, "w");
   if (!f) {
     fprintf(stderr, "weft estimate: cannot write %s: %s\n", path, strerror(errno));
     return false;
   }
-  print(s, f);
+  print(s, rows, nrows, f);
   bool ok = !ferror(f);
   if (fclose(f) != 0) ok = false;
   if (!ok) fprintf(stderr, "weft estimate: cannot write %s: %s\n", path, strerror(errno));
   return ok;
+}
+
+/* --devices LIST: "all", or numbers and ranges A..B (A to B - 1) separated
+ * by commas, each below ndev. Sets *want (NULL for the default rows) and
+ * *n; false after a message. */
+static bool parse_devices(const char *spec, int ndev, int **want, int *n) {
+  *want = NULL;
+  *n = 0;
+  if (!spec) return true;
+  if (strcmp(spec, "all") == 0) {
+    *want = malloc(sizeof(int) * (size_t)(ndev ? ndev : 1));
+    if (!*want) weft_oom();
+    for (int d = 0; d < ndev; d++) (*want)[d] = d;
+    *n = ndev;
+    return true;
+  }
+  int cap = 16;
+  int *w = malloc(sizeof(int) * (size_t)cap);
+  if (!w) weft_oom();
+  const char *at = spec;
+  for (;;) {
+    char *end;
+    errno = 0;
+    long lo = strtol(at, &end, 10), hi;
+    bool ok = end != at && errno == 0 && lo >= 0 && lo < ndev;
+    if (ok && end[0] == '.' && end[1] == '.') {
+      const char *h = end + 2;
+      hi = strtol(h, &end, 10);
+      ok = end != h && errno == 0 && hi > lo && hi <= ndev;
+    } else {
+      hi = lo + 1;
+    }
+    if (!ok || (*end != ',' && *end != 0)) {
+      fprintf(stderr, "weft estimate: error: --devices %s: give device numbers 0 to %d, ranges such as 0..8 (devices 0 to 7) "
+                      "separated by commas, or all\n", spec, ndev - 1);
+      free(w);
+      return false;
+    }
+    for (long d = lo; d < hi; d++) {
+      if (*n == cap) {
+        cap *= 2;
+        int *nw = realloc(w, sizeof(int) * (size_t)cap);
+        if (!nw) weft_oom();
+        w = nw;
+      }
+      w[(*n)++] = (int)d;
+    }
+    if (*end == 0) break;
+    at = end + 1;
+  }
+  *want = w;
+  return true;
 }
 
 int report_estimate(const weft_opts *o) {
@@ -49,10 +103,35 @@ int report_estimate(const weft_opts *o) {
     } else {
       weft_estimate e;
       sim_estimate(s, &e);
+      if (o->symbolic) {
+        /* the scalar of symbolic costs: the step on the nominal machine */
+        hw_model nominal;
+        hw_nominal(p, &nominal);
+        weft_sim *ns = sim_run_with(pr, &nominal, 0);
+        if (ns) {
+          weft_estimate ne;
+          sim_estimate(ns, &ne);
+          e.symbolic_step = ne.step_time;
+          e.symbolic_bubble = ne.bubble_fraction;
+          sim_free(ns);
+        }
+      }
       if (o->json) estimate_print_json(s, &e, stdout);
       else estimate_print_text(s, &e, stdout);
-      if (o->trace && !write_file(o->trace, s, estimate_print_trace)) rc = WEFT_FAILED;
-      if (o->svg && !write_file(o->svg, s, estimate_print_svg)) rc = WEFT_FAILED;
+      if (o->trace || o->svg) {
+        int *want, nwant;
+        if (!parse_devices(o->devices, pr->nprogs, &want, &nwant)) {
+          rc = WEFT_REJECTED;
+        } else {
+          sim_row *rows = malloc(sizeof(sim_row) * (size_t)(want ? nwant + 1 : SIM_ROWS_DEFAULT + 1));
+          if (!rows) weft_oom();
+          int nrows = sim_rows(s, want, nwant, rows);
+          if (o->trace && !write_file(o->trace, s, rows, nrows, estimate_print_trace)) rc = WEFT_FAILED;
+          if (o->svg && !write_file(o->svg, s, rows, nrows, estimate_print_svg)) rc = WEFT_FAILED;
+          free(rows);
+          free(want);
+        }
+      }
       prof_mark("report");
       sim_free(s);
     }

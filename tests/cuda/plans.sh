@@ -49,6 +49,14 @@ run_ok "megatron zero 3" examples/gpt_megatron.plan $MEG --set pp=1 --set zero=3
 run_ok "megatron tp4, vocabulary-parallel loss" examples/gpt_megatron.plan $MEG --set tp=4 --set pp=1 --steps 2
 run_ok "megatron bf16 (f32 masters; attention on tensor cores, heads of 32)" examples/gpt_megatron.plan $MEG \
   --set hidden=128 --set dtype=bf16 --steps 3
+LMEG="--set layers=4 --set hidden=64 --set heads=4 --set kv_heads=2 --set ffn=96 --set seq=16 --set vocab=128 --set global_batch=8 --set micro_batch=2"
+run_ok "llama megatron tp2 pp2 dp2" examples/llama_megatron.plan $LMEG --steps 2
+run_ok "llama context parallel cp2 tp2 pp2, sequence parallel" examples/llama_megatron.plan $LMEG --set cp=2 --set dp=1 \
+  --set sequence_parallel=true --steps 2
+run_ok "llama context parallel cp4 dp2, full recompute" examples/llama_megatron.plan $LMEG --set cp=4 --set tp=1 --set pp=1 \
+  --set 'recompute="full"' --steps 2
+run_ok "llama bf16 cp2 (queries from the middle of the sequence on tensor cores, heads of 32)" examples/llama_megatron.plan \
+  $LMEG --set hidden=128 --set dtype=bf16 --set cp=2 --set pp=1 --set dp=1 --steps 2
 run_ok "buckets of gradient all-reduces" tests/golden/plan/buckets.plan --plan small --steps 2
 
 # cuda against cpu: the same weights and batch, 5 steps

@@ -359,7 +359,7 @@ static void check_attention(int dt, int64_t b, int64_t s, int64_t heads, int64_t
   float *want = malloc(sizeof(float) * (size_t)no), *wg = copy(g0, nq);
   k_causal_attention(want, qkv, b, s, heads, dh);
   k_causal_attention_backward(wg, dout, qkv, b, s, heads, dh, true);
-  gpu_attn a = {b, s, heads, dh, 1, 3 * c, 3 * c, c, s * 3 * c, s * 3 * c, s * c};
+  gpu_attn a = {b, s, heads, dh, 1, 3 * c, 3 * c, c, s * 3 * c, s * 3 * c, s * c, s, 0};
   void *dqkv = up(qkv, nq, dt), *dO = up(dout, no, dt), *o = poisoned(no, dt), *g = up(g0, nq, dt);
   size_t t = gpu_dtype_size(dt);
   gpu_attention(S, dt, o, dqkv, (char *)dqkv + c * t, (char *)dqkv + 2 * c * t, &a);
@@ -375,25 +375,35 @@ static void check_attention(int dt, int64_t b, int64_t s, int64_t heads, int64_t
   free(qkv), free(dout), free(g0), free(want), free(wg);
 }
 
-static void check_gqa(int dt) {
-  char e[400];
-  int64_t b = 2, s = 40, g = 2, r = 2, dh = 32, nq = b * s * g * r * dh, nk = b * s * g * dh;
+/* Queries [q0, q0 + sq) of a sequence of sk against all its keys (sq = sk,
+ * q0 = 0: the whole; else a part, as context parallelism gives). */
+static void check_gqa(int dt, int64_t sq, int64_t sk, int64_t q0, int64_t dh) {
+  char e[400], what[128];
+  int64_t b = 2, g = 2, r = 2, nq = b * sq * g * r * dh, nk = b * sk * g * dh;
   float *q = randn(nq, 1), *k = randn(nk, 1), *v = randn(nk, 1), *dout = randn(nq, 1);
   round_all(q, nq, dt), round_all(k, nk, dt), round_all(v, nk, dt), round_all(dout, nq, dt);
   float *want = malloc(sizeof(float) * (size_t)nq), *wq = malloc(sizeof(float) * (size_t)nq);
   float *wk = malloc(sizeof(float) * (size_t)nk), *wv = malloc(sizeof(float) * (size_t)nk);
-  k_gqa_attention(want, q, k, v, b, s, g, r, dh);
-  k_gqa_attention_backward(wq, wk, wv, dout, q, k, v, b, s, g, r, dh, false);
-  gpu_attn a = {b, s, g * r, dh, r, g * r * dh, g * dh, g * r * dh, s * g * r * dh, s * g * dh, s * g * r * dh};
+  k_gqa_attention(want, q, k, v, b, sq, sk, q0, g, r, dh);
+  k_gqa_attention_backward(wq, wk, wv, dout, q, k, v, b, sq, sk, q0, g, r, dh, false);
+  gpu_attn a = {b,         sq, g * r, dh, r, g * r * dh, g * dh, g * r * dh, sq * g * r * dh, sk * g * dh,
+                sq * g * r * dh, sk, q0};
   void *dq = up(q, nq, dt), *dk = up(k, nk, dt), *dv = up(v, nk, dt), *dO = up(dout, nq, dt), *o = poisoned(nq, dt);
   gpu_attention(S, dt, o, dq, dk, dv, &a);
-  expect_dev("gqa_attention g2 r2 dh32", dt, o, want, nq);
+  snprintf(what, sizeof what, "gqa_attention g2 r2 dh%lld, queries [%lld, %lld) of %lld", (long long)dh, (long long)q0,
+           (long long)(q0 + sq), (long long)sk);
+  expect_dev(what, dt, o, want, nq);
   void *gq = poisoned(nq, dt), *gk = poisoned(nk, dt), *gv = poisoned(nk, dt);
   void *ws = gpu_alloc(gpu_attention_backward_ws(&a), e, sizeof e);
   gpu_attention_backward(S, dt, gq, gk, gv, dO, dq, dk, dv, &a, false, ws);
-  expect_dev("gqa_attention backward dq", dt, gq, wq, nq);
-  expect_dev("gqa_attention backward dk (query heads summed)", dt, gk, wk, nk);
-  expect_dev("gqa_attention backward dv (query heads summed)", dt, gv, wv, nk);
+  snprintf(what, sizeof what, "gqa_attention backward dq, queries [%lld, %lld)", (long long)q0, (long long)(q0 + sq));
+  expect_dev(what, dt, gq, wq, nq);
+  snprintf(what, sizeof what, "gqa_attention backward dk (query heads summed), queries [%lld, %lld)", (long long)q0,
+           (long long)(q0 + sq));
+  expect_dev(what, dt, gk, wk, nk);
+  snprintf(what, sizeof what, "gqa_attention backward dv (query heads summed), queries [%lld, %lld)", (long long)q0,
+           (long long)(q0 + sq));
+  expect_dev(what, dt, gv, wv, nk);
   gpu_free(dq), gpu_free(dk), gpu_free(dv), gpu_free(dO), gpu_free(o), gpu_free(gq), gpu_free(gk), gpu_free(gv);
   gpu_free(ws);
   free(q), free(k), free(v), free(dout), free(want), free(wq), free(wk), free(wv);
@@ -508,7 +518,7 @@ static void check_optimizers(int dt) {
     round_all(g, n, dt);
     void *dg = up(g, n, dt);
     k_adamw(p, m, v, g, n, step, o.lr, o.beta1, o.beta2, o.eps, o.weight_decay);
-    gpu_adamw(S, dp, dt, master, state, state + n, dg, dt, n, step, &o);
+    gpu_adamw(S, dp, dt, master, state, state + n, dg, dt, NULL, n, step, &o);
     gpu_free(dg), free(g);
   }
   expect_dev("adamw, 3 steps (the master weights when 16-bit)", GPU_F32, master ? (void *)master : dp, p, n);
@@ -516,19 +526,46 @@ static void check_optimizers(int dt) {
   round_all(rounded, n, dt);
   expect_dev("adamw, the parameter", dt, dp, rounded, n);
   expect_dev("adamw, exp_avg_sq", GPU_F32, state + n, v, n);
-  /* SGD with momentum and weight decay */
+  /* SGD with momentum and weight decay, the gradients scaled (clipping) */
   gpu_optim so = {0.05, 0, 0, 0, 0.1, 0.9};
-  float *buf = calloc((size_t)n, 4);
+  float *buf = calloc((size_t)n, 4), half = 0.375f;
+  float *dhalf = up(&half, 1, GPU_F32);
   gpu_zero(state, (size_t)n * 4, S);
   for (int step = 1; step <= 3; step++) {
     float *g = randn(n, 1);
     round_all(g, n, dt);
     void *dg = up(g, n, dt);
+    for (int64_t i = 0; i < n; i++) g[i] *= half;
     k_sgd(p, buf, g, n, so.lr, so.momentum, so.weight_decay);
-    gpu_sgd(S, dp, dt, master, state, dg, dt, n, &so);
+    gpu_sgd(S, dp, dt, master, state, dg, dt, dhalf, n, &so);
     gpu_free(dg), free(g);
   }
-  expect_dev("sgd with momentum, 3 steps", GPU_F32, master ? (void *)master : dp, p, n);
+  expect_dev("sgd with momentum, 3 steps, gradients scaled", GPU_F32, master ? (void *)master : dp, p, n);
+  /* the sum of squares of a gradient, every element or those of a mask */
+  float *g = randn(n, 1);
+  round_all(g, n, dt);
+  uint8_t *mask = malloc((size_t)n);
+  double all = 0, some = 0;
+  for (int64_t i = 0; i < n; i++) {
+    mask[i] = i % 3 != 0;
+    all += (double)g[i] * g[i];
+    if (mask[i]) some += (double)g[i] * g[i];
+  }
+  void *dg = up(g, n, dt);
+  uint8_t *dmask = gpu_alloc((size_t)n, e, sizeof e);
+  double *acc = gpu_alloc(16, e, sizeof e);
+  void *sws = gpu_alloc(gpu_sumsq_ws(), e, sizeof e);
+  if (!dmask || !acc || !sws || !gpu_upload(dmask, mask, (size_t)n, S, e, sizeof e)) die("sumsq", e);
+  gpu_zero(acc, 16, S);
+  gpu_sumsq(S, dt, acc, dg, NULL, n, sws);
+  gpu_sumsq(S, dt, acc + 1, dg, dmask, n, sws);
+  gpu_sumsq(S, dt, acc + 1, dg, dmask, n, sws);
+  double got[2];
+  if (!gpu_download(got, acc, 16, S, e, sizeof e)) die("sumsq", e);
+  float fg[2] = {(float)got[0], (float)(got[1] / 2)}, fw[2] = {(float)all, (float)some};
+  expect("gradient norm: sums of squares, whole and masked", GPU_F32, copy(fg, 2), fw, 2);
+  gpu_free(dg), gpu_free(dmask), gpu_free(acc), gpu_free(sws), gpu_free(dhalf);
+  free(g), free(mask);
   gpu_free(dp), gpu_free(state), gpu_free(master);
   free(p), free(m), free(v), free(rounded), free(buf);
 }
@@ -601,7 +638,9 @@ int main(void) {
     check_attention(dt, 2, 37, 3, 24);
     check_attention(dt, 1, 70, 2, 64);
     if (big) check_attention(dt, 2, 1024, 4, 64), check_attention(dt, 1, 300, 2, 128);
-    check_gqa(dt);
+    check_gqa(dt, 40, 40, 0, 32);
+    check_gqa(dt, 24, 100, 70, 32);  /* the last part of a sequence, across two tiles */
+    check_gqa(dt, 30, 100, 8, 64);   /* a middle part: the keys after it get no gradient */
     check_softmax(dt);
     check_losses(dt);
     check_optimizers(dt);

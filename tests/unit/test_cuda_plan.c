@@ -13,6 +13,7 @@
 
 #include <cmocka.h>
 
+#include "cpu/clip.h"
 #include "cuda/sched.h"
 #include "weft/report.h"
 #include "weft/workspace.h"
@@ -178,7 +179,7 @@ static void check_plan(const weft_program *pr) {
   csched s;
   char err[512];
   csched_cb cb = {NULL, scratch, 4096};
-  if (!sched_build(&s, pr, &cb, err, sizeof err)) fail_msg("%s", err);
+  if (!sched_build(&s, pr, &cb, NULL, err, sizeof err)) fail_msg("%s", err);
   int nd = pr->nprogs, vdev = 0;
   int *next = calloc((size_t)nd, sizeof(int));
   bool *recorded = calloc((size_t)s.nevents + 1, 1);
@@ -258,26 +259,50 @@ static void test_plan_pipeline(void **state) {
   weft_free(c);
 }
 
-/* 16-bit parameters that a step writes keep an f32 master; others none. */
-static void test_masters(void **state) {
+/* The order that takes the norm before the steps (clipping): every step
+ * of every device after the factor is taken, every count of a gradient
+ * before it, and every device waits for it. */
+static void test_clip_order(void **state) {
   (void)state;
-  const char *sets[] = {"layers=2", "hidden=64", "heads=4", "seq=16", "vocab=128", "global_batch=8", "micro_batch=2",
-                        "dtype=bf16"};
+  const char *sets[] = {"layers=8", "hidden=64", "heads=4", "seq=16", "vocab=256", "batch=8"};
   weft_ctx *c = weft_new();
-  weft_program *pr = lowered(c, "examples/gpt_megatron.plan", "megatron_plan", sets, 8);
-  csched s;
+  weft_program *pr = lowered(c, "examples/gpt2.plan", "tp2_pp2", sets, 6);
   char err[512];
-  csched_cb cb = {NULL, NULL, 0};
-  assert_true(sched_build(&s, pr, &cb, err, sizeof err));
-  int masters = 0;
-  for (int b = 0; b < pr->nbufs; b++) {
-    if (s.master[b] < 0) continue;
-    masters++;
-    assert_int_equal(pr->bufs[b].role, LB_PARAM);
-    assert_int_equal(pr->bufs[b].dtype, DT_BF16);
+  bool **tail = clip_tail(pr, err, sizeof err);
+  if (!tail) fail_msg("%s", err);
+  csched s;
+  csched_cb cb = {NULL, scratch, 4096};
+  if (!sched_build(&s, pr, &cb, tail, err, sizeof err)) fail_msg("%s", err);
+  int norm_at = -1, parts = 0, nd = pr->nprogs;
+  int *ready_wait = calloc((size_t)nd, sizeof(int));
+  for (int k = 0; k < s.nops; k++) {
+    const sop *o = &s.ops[k];
+    if (o->kind == SO_NORM) {
+      assert_int_equal(norm_at, -1);
+      norm_at = k;
+    } else if (o->kind == SO_NORM_PART) {
+      assert_int_equal(norm_at, -1);
+      assert_int_equal(pr->progs[o->dev].ins[o->ins].kind, LI_STEP);
+      parts++;
+    } else if (o->kind == SO_INS && pr->progs[o->dev].ins[o->ins].kind == LI_STEP) {
+      assert_true(norm_at >= 0 && k > norm_at);
+      /* its device waited for the factor (or took it) */
+      assert_true(ready_wait[o->dev] || s.ops[norm_at].dev == o->dev);
+    } else if (o->kind == SO_WAIT && norm_at >= 0 && k <= norm_at + 1 + nd) {
+      ready_wait[o->dev] = 1;
+    }
   }
-  assert_true(masters > 0);
+  assert_true(norm_at >= 0);
+  assert_true(parts > 0);
+  /* the persistent buffers lie where the plain order puts them */
+  csched plain;
+  assert_true(sched_build(&plain, pr, &cb, NULL, err, sizeof err));
+  for (int b = 0; b < pr->nbufs; b++)
+    if (pr->bufs[b].persistent) assert_int_equal(plain.off[b], s.off[b]);
+  free(ready_wait);
   sched_free(&s);
+  sched_free(&plain);
+  clip_tail_free(pr, tail);
   weft_free(c);
 }
 
@@ -287,7 +312,7 @@ int main(void) {
       cmocka_unit_test(test_pool),
       cmocka_unit_test(test_plan_tensor_data_parallel),
       cmocka_unit_test(test_plan_pipeline),
-      cmocka_unit_test(test_masters),
+      cmocka_unit_test(test_clip_order),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
