@@ -20,6 +20,8 @@ typedef struct weft_opts {
   const char *model;      /* graph --model */
   const char *plan;       /* --plan */
   const char *stdlib_dir; /* --stdlib */
+  const char **allow_paths; /* --allow-path DIR: more directories `use` may read */
+  int nallow_paths;
   bool json, dot, write, check, roundtrip, grid;
   int device;             /* lower --device N, or -1 */
   const char *trace;      /* estimate --trace FILE */

@@ -25,6 +25,8 @@ typedef struct command {
 static const char *const common_help =
     "  --set NAME=VALUE   override a top-level `param` of the file (repeatable)\n"
     "  --stdlib DIR       read the standard library from DIR (also WEFT_STDLIB)\n"
+    "  --allow-path DIR   let `use` read files under DIR too (repeatable; default: the\n"
+    "                     plan's own directory and the standard library)\n"
     "  --color WHEN       auto, always or never (NO_COLOR is honoured)\n"
     "  --max-errors N     stop reporting after N errors (default 50)\n";
 
@@ -234,7 +236,8 @@ int main(int argc, char **argv) {
   o.progress = -1;
   o.files = calloc((size_t)argc, sizeof(char *));
   o.sets = calloc((size_t)argc, sizeof(char *));
-  if (!o.files || !o.sets) weft_oom();
+  o.allow_paths = calloc((size_t)argc, sizeof(char *));
+  if (!o.files || !o.sets || !o.allow_paths) weft_oom();
   int rc = WEFT_FAILED;
   for (int i = 2; i < argc; i++) {
     const char *a = argv[i];
@@ -323,6 +326,7 @@ int main(int argc, char **argv) {
     }
     else if (is_opt(a, "--plan") && (cmd->run == report_explain || cmd->run == report_lower || cmd->run == report_estimate || cmd->run == report_run || cmd->run == report_search)) { if (!(v = opt_value(argc, argv, &i, "--plan"))) goto done; o.plan = v; }
     else if (is_opt(a, "--stdlib")) { if (!(v = opt_value(argc, argv, &i, "--stdlib"))) goto done; o.stdlib_dir = v; }
+    else if (is_opt(a, "--allow-path")) { if (!(v = opt_value(argc, argv, &i, "--allow-path"))) goto done; o.allow_paths[o.nallow_paths++] = v; }
     else if (is_opt(a, "--max-errors")) {
       if (!(v = opt_value(argc, argv, &i, "--max-errors"))) goto done;
       char *end;
@@ -360,5 +364,6 @@ int main(int argc, char **argv) {
 done:
   free(o.files);
   free(o.sets);
+  free(o.allow_paths);
   return rc;
 }

@@ -50,9 +50,15 @@ int report_run(const weft_opts *o) {
   int rank, nprocs;
   bk->procs(&rank, &nprocs);
   bool speak = rank == 0;
+  /* where the checkpoint goes is checked before any work */
+  if (o->save && !report_output_ok(o, "--save", o->save, speak)) return WEFT_FAILED;
   weft_ctx *c = report_ctx(o);
   int rc = WEFT_OK;
   weft_plan *p = report_plan(c, o, &rc, NULL);
+  if (p && o->save && !report_output_not_source(c, "--save", o->save, speak)) {
+    weft_free(c);
+    return WEFT_FAILED;
+  }
   lower_opts lo = {.full_programs = true};  /* run */
   weft_program *pr = p ? lower_plan(p, &lo, &c->arena, &c->diags) : NULL;
   if (pr && !validate_program(pr, NULL, &c->diags)) pr = NULL;
