@@ -23,8 +23,13 @@ typedef struct weft_world {
   const char *optimizer;  /* the optimizer's name ("adamw"), NULL when the model does not train */
   int state_copies;       /* state tensors per element: 2 AdamW (m, then v), 1 SGD with momentum, 0 none */
   const char *const *state_names; /* each one's name in a checkpoint: optim.NAME.PARAM */
-  int64_t step;           /* optimizer steps taken so far */
+  int64_t step;           /* optimizer steps taken so far, at most WORLD_MAX_STEP */
+  bool allow_nonfinite;   /* loading keeps NaN and infinities (--allow-nonfinite) */
 } weft_world;
+
+/* The largest step count a checkpoint may hold: far beyond any training,
+ * and small enough that no count of steps after it overflows. */
+#define WORLD_MAX_STEP INT64_C(1000000000000000)
 
 /* Floating tensors are f32 whatever their dtype (bf16 and f16 are held as
  * f32); i32 inputs are int32_t. */
@@ -44,14 +49,18 @@ void world_init_inputs(weft_world *w, uint64_t seed);
 int64_t world_id_bound(const weft_graph *g, int t);
 
 /* Parameters from a safetensors file by their model names: every parameter
- * present with its shape, no other tensor (entries optim.* aside). False
- * with a message naming the file and tensor. */
+ * present with its shape, no other tensor (entries optim.* aside), every
+ * value finite unless w->allow_nonfinite. False with a message naming the
+ * file and tensor (and the first element that is not finite). */
 bool world_load_params(weft_world *w, const char *path, char *err, size_t errlen);
 /* Inputs by the model's input names, the same checks; ids must lie below
  * world_id_bound. */
 bool world_load_inputs(weft_world *w, const char *path, char *err, size_t errlen);
 /* A checkpoint world_save wrote: parameters, optimizer state, step count;
- * *seed gets the seed it recorded (unchanged when absent or seed NULL). */
+ * *seed gets the seed it recorded (unchanged when absent or seed NULL).
+ * Its metadata is checked as data: format, model and optimizer those of w,
+ * step and seed whole decimal numbers in range; the state in its domain
+ * (exp_avg_sq >= 0) and finite, as the parameters. */
 bool world_resume(weft_world *w, const char *path, uint64_t *seed, char *err, size_t errlen);
 /* Parameters by name, optimizer state as optim.NAME.PARAM, step and seed
  * in the metadata; written to a temporary file, synced and renamed. */
@@ -76,6 +85,11 @@ typedef void (*backend_step_fn)(void *ctx, int64_t step, double loss, double sec
 
 typedef struct backend_opts {
   bool allow_native;      /* operators with native kernels may load them */
+  bool allow_nonfinite;   /* train on through a loss or a gradient that is
+                           * NaN or infinite; else the run stops at it */
+  double timeout_s;       /* the longest a device or process waits for
+                           * another (a message, a collective, a step's
+                           * end) before the run fails; 0: no limit */
   backend_step_fn on_step;
   void *ctx;
 } backend_opts;

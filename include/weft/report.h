@@ -32,6 +32,8 @@ typedef struct weft_opts {
   const char *load, *inputs, *save, *resume;  /* run's files */
   bool run_check;         /* run --check */
   bool allow_native;      /* run --allow-native */
+  bool allow_nonfinite;   /* run --allow-nonfinite */
+  double timeout;         /* run --timeout SECONDS, 0: the default */
   const weft_backend *backend; /* run --backend, NULL: the first of the build */
   bool seed_given;        /* --seed given (else a checkpoint's) */
   int color;              /* -1 auto, 0 never, 1 always */

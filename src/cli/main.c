@@ -103,6 +103,10 @@ static const command commands[] = {
      "  --check            run the same steps on one device without the plan and compare\n"
      "                     the loss of every step and every parameter (relative 1e-5)\n"
      "  --allow-native     let operators with native kernels (kernel = \"lib.so:fn\") load them\n"
+     "  --allow-nonfinite  load NaN and infinite values, and train on through a loss or\n"
+     "                     gradient that is not finite (else the run stops there, exit 1)\n"
+     "  --timeout S        the longest a device or process waits for another (default 600);\n"
+     "                     then the run fails, and under mpirun every process ends\n"
      "  --json             print one JSON object: steps, check, saved file\n"},
     {"search", report_search, 1, 1, "needs one file", "search plans for a model and write the best as a .plan",
      "usage: weft search [options] FILE\n\n"
@@ -316,6 +320,14 @@ int main(int argc, char **argv) {
     else if (cmd->run == report_run && is_opt(a, "--resume")) { if (!(v = opt_value(argc, argv, &i, "--resume"))) goto done; o.resume = v; }
     else if (cmd->run == report_run && strcmp(a, "--check") == 0) o.run_check = true;
     else if (cmd->run == report_run && strcmp(a, "--allow-native") == 0) o.allow_native = true;
+    else if (cmd->run == report_run && strcmp(a, "--allow-nonfinite") == 0) o.allow_nonfinite = true;
+    else if (cmd->run == report_run && is_opt(a, "--timeout")) {
+      if (!(v = opt_value(argc, argv, &i, "--timeout"))) goto done;
+      char *end;
+      double t = strtod(v, &end);
+      if (*end || !*v || !(t > 0) || t > 1e7) { fprintf(stderr, "weft: error: --timeout needs seconds (above 0)\n"); goto done; }
+      o.timeout = t;
+    }
     else if (cmd->run == report_run && is_opt(a, "--backend")) {
       if (!(v = opt_value(argc, argv, &i, "--backend"))) goto done;
       char err[512];

@@ -2,6 +2,9 @@
  * --check the same steps on one device and the two compared. */
 #include "common.h"
 
+/* The longest wait of a device for another, unless --timeout says. */
+#define RUN_TIMEOUT_S 600.0
+
 /* Losses of a run, step by step. */
 typedef struct run_log {
   bool print;             /* a line per step on stdout */
@@ -106,6 +109,7 @@ int report_run(const weft_opts *o) {
     return rc;
   }
   weft_world *w = world_new(g);
+  w->allow_nonfinite = o->allow_nonfinite;
   uint64_t seed = o->seed;
   bool ok = true;
   if (!g->optimizer) ok = run_fail(NULL, "the plan's model has no `train` statement: nothing to run") == 0;
@@ -128,7 +132,8 @@ int report_run(const weft_opts *o) {
   for (int d = 0; d < pr->nprogs; d++) active += pr->progs[d].n > 0;
   char procs[64] = "";
   if (nprocs > 1) snprintf(procs, sizeof procs, " in %d processes", nprocs);
-  backend_opts bo = {.allow_native = o->allow_native, .on_step = run_on_step, .ctx = &log};
+  backend_opts bo = {.allow_native = o->allow_native, .allow_nonfinite = o->allow_nonfinite,
+                     .timeout_s = o->timeout > 0 ? o->timeout : RUN_TIMEOUT_S, .on_step = run_on_step, .ctx = &log};
   backend_run *run = bk->open(pr, w, &bo, err, sizeof err);
   /* the header once the backend is up (under mpirun: once MPI is) */
   if (run && !o->json && speak) {
@@ -146,7 +151,8 @@ int report_run(const weft_opts *o) {
   const char *worst = NULL;
   bool check_ok = true;
   if (ok && ref) {
-    backend_opts rbo = {.allow_native = o->allow_native, .on_step = run_on_step, .ctx = &rlog};
+    backend_opts rbo = {.allow_native = o->allow_native, .allow_nonfinite = o->allow_nonfinite, .on_step = run_on_step,
+                        .ctx = &rlog};
     ok = bk->reference(g, ref, o->steps, &rbo, err, sizeof err);
     if (!ok) rc = run_fail("one-device reference", err);
   }
