@@ -271,11 +271,8 @@ static bool dev_fail(xdev *d, const char *fmt, ...) {
   vsnprintf(d->err, sizeof d->err, fmt, ap);
   va_end(ap);
   d->failed = true;
-  if (d->run->net) {
-    /* The other processes would wait for this one forever: all end now. */
-    fprintf(stderr, "weft run: device %d: %s\n", d->device, d->err);
-    xnet_abort(d->run->net, WEFT_REJECTED);
-  }
+  /* under mpirun the main thread, the one that talks MPI, sees the mailbox
+   * fail and ends every process (progress) */
   mbox_fail(&d->run->box);
   return false;
 }
@@ -982,8 +979,17 @@ static void progress(xrun *r) {
   long wait_ns = 1000;
   for (;;) {
     pthread_mutex_lock(&r->box.mu);
-    bool done = r->finished == r->ndevs, sum = r->sum_wanted;
+    bool done = r->finished == r->ndevs, sum = r->sum_wanted, failed = r->box.failed;
     pthread_mutex_unlock(&r->box.mu);
+    if (failed) {
+      /* the other processes would wait for this one forever: all end now */
+      for (int i = 0; i < r->ndevs; i++)
+        if (r->devs[i].failed && r->devs[i].err[0]) {
+          fprintf(stderr, "weft run: device %d: %s\n", r->devs[i].device, r->devs[i].err);
+          break;
+        }
+      xnet_abort(net, WEFT_REJECTED);
+    }
     int got = 0;
     bool ok = xnet_flush(net, NULL) && xnet_poll(net, deliver, &r->box, &got);
     if (ok && sum) {

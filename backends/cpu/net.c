@@ -2,6 +2,7 @@
  * executor's messages (a header, then the data) for it. */
 #include <dlfcn.h>
 #include <pthread.h>
+#include <signal.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -193,6 +194,11 @@ bool xnet_expired(xnet *n, double t0, const char *what) {
 
 void xnet_abort(xnet *n, int code) {
   fflush(stdout);
+  fflush(stderr);
+  /* MPI_Abort asks mpirun to end every process; should mpirun be unable
+   * to (it is gone, or waits for a stopped process), this one still ends */
+  signal(SIGALRM, SIG_DFL);
+  alarm(5);
   n->api->abort(code);
   _exit(code);
 }
