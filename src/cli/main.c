@@ -11,6 +11,7 @@
 
 #include "weft/report.h"
 #include "weft/search.h"
+#include "weft/units.h"
 
 typedef struct command {
   const char *name;
@@ -26,7 +27,13 @@ static const char *const common_help =
     "  --set NAME=VALUE   override a top-level `param` of the file (repeatable)\n"
     "  --stdlib DIR       read the standard library from DIR (also WEFT_STDLIB)\n"
     "  --allow-path DIR   let `use` read files under DIR too (repeatable; default: the\n"
-    "                     plan's own directory and the standard library)\n"
+    "                     plan's own directory and the standard library)\n";
+/* weft search's --max-memory is the devices' memory: its own budget is
+ * WEFT_MAX_MEMORY alone */
+static const char *const budget_help =
+    "  --max-memory Q     the memory weft may use for its work, e.g. '4 GiB' (also\n"
+    "                     WEFT_MAX_MEMORY; default: half of the machine's memory)\n";
+static const char *const common_help_end =
     "  --color WHEN       auto, always or never (NO_COLOR is honoured)\n"
     "  --max-errors N     stop reporting after N errors (default 50)\n";
 
@@ -139,7 +146,8 @@ static void usage_main(FILE *out) {
   for (int i = 0; i < NCOMMANDS; i++) fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].summary);
   fprintf(out, "  %-8s %s\n  %-8s %s\n", "help", "help on a command: weft help check", "version",
           "print the version");
-  fprintf(out, "\ncommon options:\n%s\nexit status: 0 accepted, 1 input rejected, 2 weft failed\n", common_help);
+  fprintf(out, "\ncommon options:\n%s%s%s\nexit status: 0 accepted, 1 input rejected, 2 weft failed\n", common_help,
+          budget_help, common_help_end);
   fprintf(out, "environment: WEFT_PROFILE (set, not 0) prints the time and memory of each phase on stderr;\n"
                "  others in docs/cli.md\n");
 }
@@ -155,10 +163,8 @@ static const command *find_command(const char *name) {
 static void help_command(const command *cmd, FILE *out) {
   fputs(cmd->usage, out);
   /* fmt reads syntax only: parameters and the standard library do not matter */
-  if (cmd->run == report_fmt)
-    fputs("  --color WHEN       auto, always or never (NO_COLOR is honoured)\n"
-          "  --max-errors N     stop reporting after N errors (default 50)\n", out);
-  else fprintf(out, "%s", common_help);
+  if (cmd->run == report_fmt) fputs(common_help_end, out);
+  else fprintf(out, "%s%s%s", common_help, cmd->run == report_search ? "" : budget_help, common_help_end);
 }
 
 static int unknown_command(const char *name) {
@@ -187,6 +193,22 @@ static bool is_opt(const char *arg, const char *name) {
   return strncmp(arg, name, n) == 0 && (arg[n] == 0 || arg[n] == '=');
 }
 
+/* A size in bytes: "4 GiB", "512MiB", "2e9" (bytes). False when it is not
+ * a positive quantity of bytes. */
+static bool parse_bytes(const char *text, size_t *out) {
+  char *end;
+  double v = strtod(text, &end);
+  if (end == text || !(v > 0)) return false;
+  while (*end == ' ') end++;
+  double scale = 1;
+  unit_dim dim = UNIT_BYTES;
+  if (*end && (!unit_lookup(end, &scale, &dim) || !unit_eq(dim, UNIT_BYTES))) return false;
+  v *= scale;
+  if (!(v >= 1 << 20) || v > 1e18) return false;
+  *out = (size_t)v;
+  return true;
+}
+
 int main(int argc, char **argv) {
   /* Blocks of up to 32 MiB (the arenas' are 16) come from the heap, and
    * what is freed stays there for the next phase: every page a phase frees
@@ -195,6 +217,13 @@ int main(int argc, char **argv) {
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   backend_startup();
+  size_t budget = arena_default_budget();
+  const char *env_budget = getenv("WEFT_MAX_MEMORY");
+  if (env_budget && *env_budget && !parse_bytes(env_budget, &budget)) {
+    fprintf(stderr, "weft: error: WEFT_MAX_MEMORY needs bytes of at least 1 MiB, such as '4 GiB', got '%s'\n", env_budget);
+    return WEFT_FAILED;
+  }
+  arena_budget_set(budget);
   if (argc < 2) {
     usage_main(stderr);
     return WEFT_FAILED;
@@ -338,6 +367,14 @@ int main(int argc, char **argv) {
     }
     else if (is_opt(a, "--plan") && (cmd->run == report_explain || cmd->run == report_lower || cmd->run == report_estimate || cmd->run == report_run || cmd->run == report_search)) { if (!(v = opt_value(argc, argv, &i, "--plan"))) goto done; o.plan = v; }
     else if (is_opt(a, "--stdlib")) { if (!(v = opt_value(argc, argv, &i, "--stdlib"))) goto done; o.stdlib_dir = v; }
+    else if (is_opt(a, "--max-memory") && cmd->run != report_fmt) {
+      if (!(v = opt_value(argc, argv, &i, "--max-memory"))) goto done;
+      if (!parse_bytes(v, &budget)) {
+        fprintf(stderr, "weft: error: --max-memory needs bytes of at least 1 MiB, such as '4 GiB', got '%s'\n", v);
+        goto done;
+      }
+      arena_budget_set(budget);
+    }
     else if (is_opt(a, "--allow-path")) { if (!(v = opt_value(argc, argv, &i, "--allow-path"))) goto done; o.allow_paths[o.nallow_paths++] = v; }
     else if (is_opt(a, "--max-errors")) {
       if (!(v = opt_value(argc, argv, &i, "--max-errors"))) goto done;

@@ -41,6 +41,37 @@ static int run_fail(const char *what, const char *msg) {
   return WEFT_REJECTED;
 }
 
+/* Whether the run fits the memory budget, before any of it is allocated:
+ * every device's buffers at their peak, held as f32 (bf16 and f16 take
+ * twice their bytes), and the whole parameters, optimizer state and inputs
+ * (twice, and the one-device step's tensors, with --check). */
+static bool run_fits(const weft_program *pr, const weft_graph *g, const weft_opts *o, bool speak) {
+  double devices = 0, world = 0, whole = 0;
+  bool narrow = false;
+  int copies = g->optimizer && strcmp(g->optimizer, "adamw") == 0 ? 2 : 1;
+  for (int t = 0; t < g->ntensors; t++) {
+    const gtensor *x = &g->tensors[t];
+    double n = (double)tensor_numel(x) * 4;
+    narrow |= dtype_bytes[x->dtype] == 2;
+    if (x->role == TENSOR_PARAM) world += n * (1 + copies);
+    else if (x->role == TENSOR_INPUT) world += n;
+    whole += 2 * n;
+  }
+  for (int d = 0; d < pr->nprogs; d++) devices += (double)pr->progs[d].peak * (narrow ? 2 : 1);
+  double need = devices + world + (o->run_check ? world + whole : 0);
+  size_t budget = arena_budget();
+  if (!budget || need <= (double)budget) return true;
+  if (speak) {
+    char b1[32], b2[32], b3[32], b4[32];
+    fprintf(stderr, "weft run: the run needs about %s of memory (the devices' buffers at their peak %s, the model's "
+            "parameters, optimizer state and inputs %s%s), more than the budget of %s (--max-memory)\n",
+            unit_bytes_human((int64_t)fmin(need, 9e18), b1, sizeof b1), unit_bytes_human((int64_t)fmin(devices, 9e18), b2, sizeof b2),
+            unit_bytes_human((int64_t)fmin(world, 9e18), b3, sizeof b3), o->run_check ? ", twice with --check" : "",
+            unit_bytes_human((int64_t)budget, b4, sizeof b4));
+  }
+  return false;
+}
+
 int report_run(const weft_opts *o) {
   int nbuiltin;
   const weft_backend *bk = o->backend ? o->backend : backend_builtin(&nbuiltin)[0];
@@ -107,6 +138,10 @@ int report_run(const weft_opts *o) {
     if (speak) report_diags(c, o);
     weft_free(c);
     return rc;
+  }
+  if (!run_fits(pr, g, o, speak)) {
+    weft_free(c);
+    return WEFT_FAILED;
   }
   weft_world *w = world_new(g);
   w->allow_nonfinite = o->allow_nonfinite;

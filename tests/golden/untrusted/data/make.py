@@ -52,10 +52,6 @@ for i in range(4):
     put(h, d2, "w", i, 3e38)
 write("huge_weight.safetensors", h, d2)
 d2 = bytearray(d)
-for i in range(4):
-    put(h, d2, "w", i, 1e20)
-write("large_weight.safetensors", h, d2)
-d2 = bytearray(d)
 put(h, d2, "optim.exp_avg_sq.w", 2, -1.0)
 write("negative_exp_avg_sq.safetensors", h, d2)
 d2 = bytearray(d)
