@@ -165,11 +165,9 @@ bool file_check_output(const char *path, char *why, size_t whylen) {
   }
   char *dir = dir_of(path);
   bool ok = true;
-  if (stat(dir, &st) != 0) {
-    say(why, whylen, "its directory %s: %s", dir, strerror(errno));
-    ok = false;
-  } else if (!S_ISDIR(st.st_mode)) {
-    say(why, whylen, "its directory %s is %s", dir, file_kind(st.st_mode));
+  int sr = stat(dir, &st);
+  if (sr != 0 || !S_ISDIR(st.st_mode)) {
+    say(why, whylen, "its directory %s: %s", dir, strerror(sr != 0 ? errno : ENOTDIR));
     ok = false;
   } else if (access(dir, W_OK | X_OK) != 0) {
     say(why, whylen, "cannot write in its directory %s: %s", dir, strerror(errno));

@@ -367,7 +367,7 @@ int main(int argc, char **argv) {
     }
     else if (is_opt(a, "--plan") && (cmd->run == report_explain || cmd->run == report_lower || cmd->run == report_estimate || cmd->run == report_run || cmd->run == report_search)) { if (!(v = opt_value(argc, argv, &i, "--plan"))) goto done; o.plan = v; }
     else if (is_opt(a, "--stdlib")) { if (!(v = opt_value(argc, argv, &i, "--stdlib"))) goto done; o.stdlib_dir = v; }
-    else if (is_opt(a, "--max-memory") && cmd->run != report_fmt) {
+    else if (is_opt(a, "--max-memory")) {
       if (!(v = opt_value(argc, argv, &i, "--max-memory"))) goto done;
       if (!parse_bytes(v, &budget)) {
         fprintf(stderr, "weft: error: --max-memory needs bytes of at least 1 MiB, such as '4 GiB', got '%s'\n", v);

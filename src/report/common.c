@@ -59,6 +59,14 @@ bool report_output_ok(const weft_opts *o, const char *opt, const char *path, boo
     if (say) fprintf(stderr, "weft: error: %s %s: %s\n", opt, path, why);
     return false;
   }
+  /* a file can be made there: what access(2) allows root may still fail */
+  char err[PATH_MAX + 256];
+  file_out *probe = file_out_open(path, err, sizeof err);
+  if (!probe) {
+    if (say) fprintf(stderr, "weft: error: %s %s\n", opt, err);
+    return false;
+  }
+  file_out_abort(probe);
   const char *reads[] = {o->nfiles ? o->files[0] : NULL, o->inputs};
   for (size_t i = 0; i < sizeof reads / sizeof reads[0]; i++)
     if (reads[i] && file_same(path, reads[i])) {
