@@ -60,7 +60,7 @@ STDLIB     := $(sort $(wildcard stdlib/*.plan))
 UNIT_SRC   := $(wildcard tests/unit/test_*.c)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all deps check layers-check search-check unit golden diag-coverage fuzz-check docs-check docs-examples install-check fmt-check examples-check mutate-check editors-check \
+.PHONY: all deps check layers-check search-check unit golden diag-coverage fuzz-check limits-check docs-check docs-examples install-check fmt-check examples-check mutate-check editors-check \
         fold-check calibrate run-check reference-check deps-torch demo bench install fuzz clean
 .DELETE_ON_ERROR:
 
@@ -129,7 +129,7 @@ $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libweft.a
 
 check: deps
 	@$(MAKE) --no-print-directory weft
-	@$(MAKE) --no-print-directory layers-check unit golden diag-coverage fuzz-check docs-check docs-examples install-check fmt-check examples-check fold-check mutate-check editors-check calibrate search-check run-check reference-check
+	@$(MAKE) --no-print-directory layers-check unit golden diag-coverage fuzz-check limits-check docs-check docs-examples install-check fmt-check examples-check fold-check mutate-check editors-check calibrate search-check run-check reference-check
 	@echo "make check: all suites passed"
 
 # the pipeline is one-way: no header of a later stage, no include cycle
@@ -144,6 +144,11 @@ golden: weft
 
 diag-coverage:
 	@sh tests/diag_coverage.sh
+
+# huge settings and files that would block are answered at once
+# (tests/limits_check.sh: within 5 s and 1 GB)
+limits-check: weft
+	@LIMITS_NO_ULIMIT=$(SANITIZE) sh tests/limits_check.sh $(BUILD)/weft
 
 # the ```weft examples of the docs pass `weft check`
 docs-check: weft
