@@ -129,7 +129,7 @@ $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libweft.a
 
 check: deps
 	@$(MAKE) --no-print-directory weft
-	@$(MAKE) --no-print-directory layers-check unit golden diag-coverage fuzz-check limits-check docs-check docs-examples install-check fmt-check examples-check fold-check mutate-check editors-check calibrate search-check run-check reference-check
+	@$(MAKE) --no-print-directory layers-check unit golden diag-coverage fuzz-check limits-check docs-check docs-examples install-check fmt-check examples-check fold-check mutate-check editors-check calibrate symbolic-check search-check run-check reference-check
 	@echo "make check: all suites passed"
 
 # the pipeline is one-way: no header of a later stage, no include cycle
@@ -181,6 +181,10 @@ mutate-check: weft
 # weft estimate against published throughput (docs/estimate.md#accuracy)
 calibrate: weft
 	@CALIBRATE_NO_ULIMIT=$(SANITIZE) sh tests/estimate/calibrate.sh $(BUILD)/weft
+
+# --cost symbolic orders plans as the roofline does (docs/estimate.md)
+symbolic-check: weft
+	@sh tests/symbolic_order.sh $(BUILD)/weft
 
 # weft search against Megatron-LM's published configurations
 search-check: weft

@@ -41,8 +41,9 @@ Two forms of example are recognised, and both read as ordinary examples:
    exactly: the figures of wall-clock time (a number before ` s`,
    ` tokens/s` or ` samples/s`) and the differences `--check` measures (a
    number after `within`, and the worst tensor's) not at all, and losses
-   to 1e-5 relative, the tolerance of `--check`: another CPU's BLAS
-   kernels round differently.
+   and gradient norms (a number after `loss ` or `norm `) to 1e-5
+   relative, the tolerance of `--check`: another CPU's BLAS kernels round
+   differently.
 
 A command of either form whose comment contains `(not run: REASON)` is not
 run; the reason is printed. Keep it for a command that needs what a test
@@ -79,7 +80,7 @@ NUMBER = r"\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?"
 MACHINE = [re.compile(NUMBER + r"(?= (?:s|tokens/s|samples/s)\b)"),
            re.compile(r"(?<=within )" + NUMBER),
            re.compile(r"(?<=worst tensor )(\S+ )" + NUMBER)]
-LOSS = re.compile(r"(?<=\bloss )" + NUMBER)
+LOSS = re.compile(r"(?<=\bloss |\bnorm )" + NUMBER)
 
 
 class Example:

@@ -14,6 +14,11 @@ n=$(params)
 [ "$n" = 124439808 ] && ok || bad "GPT-2 small has $n parameters, not 124439808"
 n=$(params --set layers=48 --set hidden=1600 --set heads=25)
 [ "$n" = 1557611200 ] && ok || bad "GPT-2 XL has $n parameters, not 1557611200"
+lparams() { "$WEFT" graph examples/llama_megatron.plan --json "$@" | grep -o '"parameters":[0-9]*' | cut -d: -f2; }
+n=$(lparams --set layers=126 --set hidden=16384 --set heads=128 --set kv_heads=8 --set ffn=53248 --set vocab=128256)
+[ "$n" = 405853388800 ] && ok || bad "Llama 3 405B has $n parameters, not 405853388800"
+n=$(lparams --set layers=32 --set hidden=4096 --set heads=32 --set kv_heads=8 --set ffn=14336 --set vocab=128256)
+[ "$n" = 8030261248 ] && ok || bad "Llama 3 8B has $n parameters, not 8030261248"
 # the same graph twice gives the same bytes
 a=$("$WEFT" graph examples/llama.plan --json | cksum); b=$("$WEFT" graph examples/llama.plan --json | cksum)
 [ "$a" = "$b" ] && ok || bad "weft graph --json is not deterministic"

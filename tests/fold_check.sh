@@ -4,7 +4,8 @@
 # Every plan below is lowered with folding forced on and off, and the two
 # programs must be the same up to the order in which communications were
 # derived (tests/program_canon.py); and `weft check --json`, which lowers
-# one replica for all, must report the same with replicas off.
+# one replica for all, must report the same with replicas off (and close
+# to it with tensor-parallel peers, check_reps below).
 # Usage: sh tests/fold_check.sh ./weft
 WEFT=${1:-./weft}
 tmp=$(mktemp -d)
@@ -34,16 +35,46 @@ compare() {  # name, then weft arguments
     fail=$((fail + 1))
   fi
 }
+# Data-parallel replicas must give exactly what every device lowered
+# gives. Tensor-parallel peers (on top, the default) stand for their group
+# with the representative's program: the plan's figures agree within what
+# a part applied once (a bias under a split sum) changes, the largest peak
+# exactly, and no device is reported below its own peak
+# (tests/peers_close.py).
 check_reps() {  # name, then weft arguments
   name=$1
   shift
   WEFT_REPS=never "$WEFT" check "$@" --json >"$tmp/all.json" 2>&1
-  "$WEFT" check "$@" --json >"$tmp/reps.json" 2>&1
+  WEFT_REPS=replicas "$WEFT" check "$@" --json >"$tmp/reps.json" 2>&1
+  "$WEFT" check "$@" --json >"$tmp/peers.json" 2>&1
   if cmp -s "$tmp/all.json" "$tmp/reps.json"; then
     pass=$((pass + 1))
   else
     echo "FAIL $name: check --json differs with replicas"
     diff "$tmp/all.json" "$tmp/reps.json" | head -10 | sed 's/^/  /'
+    fail=$((fail + 1))
+  fi
+  if python3 tests/peers_close.py "$tmp/all.json" "$tmp/peers.json" >"$tmp/peers.out"; then
+    pass=$((pass + 1))
+  else
+    echo "FAIL $name: check --json with tensor-parallel peers is not close to every device lowered"
+    sed 's/^/  /' "$tmp/peers.out" | head -10
+    fail=$((fail + 1))
+  fi
+}
+# weft lower --device N lowers N's classes only, N standing for its own:
+# its program must be the one the full lowering gives it
+device_eq() {  # name, device, then weft arguments
+  name=$1
+  dev=$2
+  shift 2
+  "$WEFT" lower "$@" --json --device "$dev" >"$tmp/one.json" 2>&1
+  WEFT_REPS=never "$WEFT" lower "$@" --json --device "$dev" >"$tmp/full.json" 2>&1
+  if python3 tests/program_device.py "$tmp/one.json" "$tmp/full.json" >"$tmp/dev.out" 2>&1; then
+    pass=$((pass + 1))
+  else
+    echo "FAIL $name: weft lower --device $dev differs from the full lowering's device $dev"
+    sed 's/^/  /' "$tmp/dev.out" | head -8
     fail=$((fail + 1))
   fi
 }
@@ -64,6 +95,12 @@ compare "megatron selective recomputation, pp 4" $M --set 'recompute="selective"
 compare "megatron pp 2 dp 4, 8 micro-batches" $M --set tp=1 --set pp=2 --set dp=4 --set micro_batch=1 --set global_batch=32
 check_reps "megatron pp 2 dp 4 (replicas)" $M --set tp=1 --set pp=2 --set dp=4 --set micro_batch=1 --set global_batch=32
 check_reps "megatron sequence parallel, dp 2 (replicas)" $M --set sequence_parallel=true --set 'recompute="full"'
+for d in 0 3 6 7; do device_eq "megatron, device $d" $d $M; done
+device_eq "megatron interleaved, sequence parallel, device 5" 5 $M --set interleave=2 --set layers=8 --set sequence_parallel=true
+device_eq "gpt2 tp2_pp2, device 3" 3 examples/gpt2.plan --plan tp2_pp2
+device_eq "gpt2 ulysses, device 2" 2 examples/gpt2.plan --plan ulysses
+device_eq "llama megatron 6 layers in 4 stages, device 5" 5 examples/llama_megatron.plan --set layers=6 --set pp=4 --set dp=1
+device_eq "scatter-gather across nodes, dp 2, device 6" 6 tests/golden/explain/stage_scatter_gather.plan --set nodes=4 --set dp=2
 export WEFT_FOLD=always
 check_reps "megatron interleaved, tp 2 pp 2 dp 2, 16 micro-batches (replicas, folded)" $M --set interleave=2 --set layers=8 --set micro_batch=1 --set global_batch=32
 check_reps "gpt2 (replicas, folded)" examples/gpt2.plan

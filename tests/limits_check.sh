@@ -68,6 +68,7 @@ case_ "a FIFO as a module" 1 "a FIFO, not a regular file" check use_fifo.plan
 case_ "a FIFO as --load" 1 "a FIFO, not a regular file" run one.plan --load fifo.st
 case_ "a FIFO as --inputs" 1 "a FIFO, not a regular file" run one.plan --inputs fifo.st
 case_ "a FIFO as --resume" 1 "a FIFO, not a regular file" run one.plan --resume fifo.st
+case_ "a FIFO as --data" 1 "a FIFO, not a regular file" run "$root/tests/golden/run/train_data_dir.plan" --data fifo.st
 case_ "a FIFO as --save" 2 "a FIFO, not a regular file" run one.plan --save fifo.st
 case_ "/dev/null as --svg" 2 "a character device, not a regular file" estimate one.plan --svg /dev/null
 case_ "a checkpoint's step of 2^63 - 1" 1 "is not a count of steps" run "$root/tests/golden/untrusted/tiny.plan" \

@@ -60,7 +60,20 @@ run_ok "megatron zero 2, selective recompute" examples/gpt_megatron.plan $MEG --
 run_ok "megatron zero 3" examples/gpt_megatron.plan $MEG --set pp=1 --set zero=3 --steps 2
 run_ok "megatron tp4" examples/gpt_megatron.plan $MEG --set tp=4 --set pp=1 --steps 2
 run_ok "tied parameter on uneven copies" tests/golden/plan/tied_uneven.plan --steps 3
+run_ok "tp2 pp2 across nodes: scatter-gather between stages" tests/golden/explain/stage_scatter_gather.plan --steps 2
+run_ok "tp2 pp4 across nodes" tests/golden/explain/stage_scatter_gather.plan --set nodes=4 --set pp=4 --set layers=4 --steps 2
+run_ok "tp2 pp2 dp2 across nodes" tests/golden/explain/stage_scatter_gather.plan --set nodes=4 --set dp=2 --steps 2
 run_ok "megatron pp4" examples/gpt_megatron.plan $MEG --set tp=1 --set pp=4 --steps 2
+LMEG="--set layers=4 --set hidden=64 --set heads=4 --set kv_heads=2 --set ffn=96 --set seq=16 --set vocab=128 --set global_batch=8 --set micro_batch=2"
+run_ok "llama megatron tp2 pp2 dp2" examples/llama_megatron.plan $LMEG --steps 2
+run_ok "llama megatron sequence parallel, interleaved, selective recompute, zero 1" examples/llama_megatron.plan $LMEG \
+  --set sequence_parallel=true --set interleave=2 --set 'recompute="selective"' --set zero=1 --steps 2
+run_ok "llama megatron 6 layers in 4 stages (the first and last one fewer), full recompute" examples/llama_megatron.plan $LMEG \
+  --set layers=6 --set pp=4 --set dp=1 --set 'recompute="full"' --steps 2
+run_ok "llama context parallel cp2 tp2 pp2, sequence parallel" examples/llama_megatron.plan $LMEG --set cp=2 --set dp=1 \
+  --set sequence_parallel=true --steps 2
+run_ok "llama context parallel cp4 dp2, full recompute" examples/llama_megatron.plan $LMEG --set cp=4 --set tp=1 --set pp=1 \
+  --set 'recompute="full"' --steps 2
 
 # an operator with a native kernel, built here, through libffi
 if command -v cc >/dev/null 2>&1 && sh examples/native/build.sh "$tmp" >/dev/null; then
@@ -167,12 +180,182 @@ if [ $n -lt 50 ] && ! ls -A "$tmp" | grep -q '^\.k\.st\..*\.tmp$' && cmp -s "$tm
   echo "run: SIGTERM while saving removes the temporary, the checkpoint stays as it was"
 else bad "SIGTERM while saving: $(ls -A "$tmp")"; fi
 
-# bad files: each refused with a message naming the tensor
+# expect_err MESSAGE ARGS...: weft run ARGS fails, saying MESSAGE
 expect_err() {
   want=$1; shift
   if "$WEFT" run "$@" >"$tmp/out" 2>"$tmp/err"; then bad "weft run $* succeeded"; return; fi
   if grep -qF -- "$want" "$tmp/err"; then ok; else bad "weft run $*: expected '$want' in"; cat "$tmp/err"; fi
 }
+# ---- training from token files -------------------------------------------
+# A token file made from a text with a byte-level tokenizer (ids < 256):
+# the GPL's text, which every Debian system has (base-files).
+TEXT=/usr/share/common-licenses/GPL-3
+if python3 examples/tokens.py "$TEXT" "$tmp/text.bin" --val "$tmp/val.bin" >/dev/null &&
+   python3 examples/tokens.py "$TEXT" "$tmp/text_all.bin" >/dev/null &&
+   python3 examples/tokens.py "$TEXT" "$tmp/text_raw.bin" --raw >/dev/null; then ok
+else bad "examples/tokens.py $TEXT"; fi
+# the same tokens as raw uint32, and cut in two shards
+python3 - "$tmp/text_raw.bin" "$tmp" <<'EOF'
+import struct, sys
+data = open(sys.argv[1], "rb").read()
+toks = struct.unpack("<%dH" % (len(data) // 2), data)
+open(sys.argv[2] + "/text32.bin", "wb").write(struct.pack("<%dI" % len(toks), *toks))
+half = len(toks) // 2
+open(sys.argv[2] + "/shard_0.bin", "wb").write(struct.pack("<%dH" % half, *toks[:half]))
+open(sys.argv[2] + "/shard_1.bin", "wb").write(struct.pack("<%dH" % (len(toks) - half), *toks[half:]))
+EOF
+D="--data $tmp/text.bin --val-data $tmp/val.bin --eval-every 2 --eval-steps 2"
+SCHED="--lr-schedule cosine --warmup 2 --decay-steps 6 --lr-min 6e-5 --clip 0.5"
+# batches from the file, the schedule, clipping and evaluation under plans:
+# every loss, validation loss and gradient norm matches one device
+run_ok "gpt2 tp2_pp2 on a token file, cosine, clipping, evaluation" examples/gpt2.plan --plan tp2_pp2 $GPT $D $SCHED --steps 4
+run_ok "gpt2 dp_zero3 on a token file, cosine, clipping, evaluation" examples/gpt2.plan --plan dp_zero3 $GPT $D $SCHED --steps 4
+run_ok "megatron interleaved, zero 1, on a token file, clipping" examples/gpt_megatron.plan $MEG --set vocab=256 \
+  --set interleave=2 --set zero=1 --set sequence_parallel=true $D $SCHED --steps 4
+
+# llm.c's header, raw uint16, raw uint32 and two shards hold the same
+# tokens: the same training, byte for byte; two shards are counted file
+# after file, each cut into sequences of its own
+T="examples/gpt2.plan --plan tp2 $GPT --steps 3 --seed 5"
+"$WEFT" run $T --data "$tmp/text_all.bin" --save "$tmp/llmc.st" >/dev/null &&
+"$WEFT" run $T --data "$tmp/text_raw.bin" --save "$tmp/raw.st" >/dev/null &&
+"$WEFT" run $T --data "$tmp/text32.bin" --data-dtype uint32 --save "$tmp/raw32.st" >/dev/null || bad "runs on each format"
+"$WEFT" run $T --data "$tmp/shard_*.bin" --save "$tmp/shards.st" >"$tmp/shards.out" || bad "a run on shards"
+if cmp -s "$tmp/llmc.st" "$tmp/raw.st" && cmp -s "$tmp/llmc.st" "$tmp/raw32.st" &&
+   grep -q "2 files, 35,149 tokens (raw uint16), 2,196 sequences of 16 tokens" "$tmp/shards.out"; then ok
+  echo "run: llm.c's format, raw uint16 and raw uint32 train alike; shards are read file after file"
+else bad "token formats differ"; cat "$tmp/shards.out"; fi
+
+# stopping after 2 steps and resuming for 3 more gives the bytes of 5 steps
+# straight, the position in the data and the schedule included, under two
+# plans of 4 devices; the resumed run needs only --resume
+for p in tp2_pp2 ulysses; do
+  R="examples/gpt2.plan --plan $p $GPT --seed 11"
+  "$WEFT" run $R $D $SCHED --steps 2 --save "$tmp/r2.st" >/dev/null &&
+  "$WEFT" run $R --data "$tmp/text.bin" --steps 3 --resume "$tmp/r2.st" --save "$tmp/r5.st" >"$tmp/r.out" &&
+  "$WEFT" run $R $D $SCHED --steps 5 --save "$tmp/s5.st" >/dev/null || bad "$p: resumed runs"
+  if cmp -s "$tmp/r5.st" "$tmp/s5.st" && grep -q "from sequence 16" "$tmp/r.out"; then ok
+    echo "run: $p: 2 steps + resume + 3 steps == 5 steps, byte for byte, with the data position and the schedule"
+  else bad "$p: resuming a run on a token file is not bit-exact"; cat "$tmp/r.out"; fi
+done
+# (R is now ulysses's; s5.st its 5 steps)
+# the same under mpirun, and a periodic checkpoint resumes as well
+if command -v mpirun >/dev/null 2>&1; then
+  if ASAN_OPTIONS=$asan_mpi mpirun -np 2 "$WEFT" run $R $D $SCHED --steps 5 --save "$tmp/m5.st" --check \
+       >"$tmp/mpi.out" 2>&1 && grep -q "match$" "$tmp/mpi.out" && cmp -s "$tmp/m5.st" "$tmp/s5.st"; then ok
+    echo "run: mpirun -np 2 on a token file with evaluation matches one device and saves the bytes of one process"
+  else bad "mpirun -np 2 on a token file"; cat "$tmp/mpi.out"; fi
+fi
+"$WEFT" run $R $D $SCHED --steps 5 --save "$tmp/ck.st" --save-every 2 --keep 1 --print-every 5 >"$tmp/ck.out" &&
+"$WEFT" run $R --data "$tmp/text.bin" --steps 1 --resume "$tmp/ck-step4.st" --save "$tmp/ck5.st" >/dev/null || bad "periodic checkpoints"
+if [ ! -e "$tmp/ck-step2.st" ] && [ -e "$tmp/ck-step4.st" ] && cmp -s "$tmp/ck5.st" "$tmp/s5.st" && cmp -s "$tmp/ck.st" "$tmp/s5.st" &&
+   [ "$(grep -c '^step ' "$tmp/ck.out")" = 4 ]; then ok
+  echo "run: --save-every 2 --keep 1 keeps step 4's checkpoint, which resumes to the bytes of 5 steps"
+else bad "--save-every and --keep"; ls "$tmp"; cat "$tmp/ck.out"; fi
+
+# an evaluation measures the parameters as they are: --steps 0 on the
+# checkpoint of step 4 gives the validation loss the run logged after step 4
+"$WEFT" run $R --val-data "$tmp/val.bin" --eval-steps 2 --steps 0 --resume "$tmp/ck-step4.st" >"$tmp/ev.out" || bad "--steps 0 --val-data"
+if grep -q "^step 4    val loss $(sed -n 's/^step 4    val loss \([0-9.]*\) .*/\1/p' "$tmp/ck.out") (2 batches)$" "$tmp/ev.out"; then ok
+  echo "run: the validation loss of step 4's checkpoint is the one measured after step 4"
+else bad "evaluating a checkpoint"; cat "$tmp/ck.out" "$tmp/ev.out"; fi
+
+# the learning rate of every step, as --log and --json report it, against
+# the documented formula; the log has one object per step and the
+# validation loss where it was measured
+L="examples/gpt2.plan --plan tp2 $GPT --data $tmp/text.bin --steps 9"
+for s in "cosine --warmup 3 --lr-min 1e-4" "linear --warmup 2 --decay-steps 7 --lr-min 2e-5" "constant --warmup 4"; do
+  # shellcheck disable=SC2086
+  "$WEFT" run $L --lr 1e-3 --lr-schedule $s --val-data "$tmp/val.bin" --eval-every 4 --eval-steps 1 \
+    --log "$tmp/lr.jsonl" --json >"$tmp/lr.json" || bad "a run with --lr-schedule $s"
+  # shellcheck disable=SC2086
+  if python3 - "$tmp/lr.jsonl" "$tmp/lr.json" $s <<'EOF'
+import json, math, sys
+log, out, kind = sys.argv[1], sys.argv[2], sys.argv[3]
+opts = dict(zip(sys.argv[4::2], sys.argv[5::2]))
+lr, lr_min = 1e-3, float(opts.get("--lr-min", 0))
+warmup, decay = int(opts.get("--warmup", 0)), int(opts.get("--decay-steps", 9))
+def want(t):  # t: the steps taken before this one
+    if t < warmup: return lr * (t + 1) / warmup
+    if kind == "constant": return lr
+    if t >= decay: return lr_min
+    p = (t - warmup) / (decay - warmup)
+    return lr + (lr_min - lr) * p if kind == "linear" else lr_min + (lr - lr_min) * (1 + math.cos(math.pi * p)) / 2
+lines = [json.loads(l) for l in open(log)]
+steps = json.load(open(out))["steps"]
+assert [l["step"] for l in lines] == list(range(1, 10)), "one log line per step"
+for l, s in zip(lines, steps):
+    assert abs(l["lr"] - want(l["step"] - 1)) <= 1e-12 * lr, (l["step"], l["lr"], want(l["step"] - 1))
+    assert l["lr"] == s["lr"] and l["loss"] == s["loss"] and l["grad_norm"] == s["grad_norm"] > 0
+    assert ("val_loss" in l) == (l["step"] in (4, 8, 9)), l
+    assert l["tokens_per_s"] > 0 and l["time_s"] > 0
+EOF
+  then ok; echo "run: --lr-schedule $s: every step's learning rate is the formula's"
+  else bad "--lr-schedule $s: learning rates or the log"; fi
+done
+
+# clipping changes the trajectory, as one device computes it: SGD (where
+# the step scales with the gradient) under tp2 x dp2
+C="examples/mlp.plan --steps 3"
+run_ok "mlp tp2_dp2 clipped to a quarter of the gradient norm" $C --clip 0.12
+"$WEFT" run $C --save "$tmp/noclip.st" >/dev/null && "$WEFT" run $C --clip 1e9 --save "$tmp/loose.st" >/dev/null &&
+"$WEFT" run $C --clip 0.12 --save "$tmp/clip.st" >/dev/null || bad "mlp runs with --clip"
+# same_tensors A B: the same tensors, bit for bit (the metadata, which
+# records --clip, aside)
+same_tensors() {
+  python3 - "$1" "$2" <<'EOF'
+import json, struct, sys
+def tensors(path):
+    b = open(path, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    head = json.loads(b[8:8 + n])
+    head.pop("__metadata__", None)
+    return head, b[8 + n:]
+sys.exit(0 if tensors(sys.argv[1]) == tensors(sys.argv[2]) else 1)
+EOF
+}
+if same_tensors "$tmp/noclip.st" "$tmp/loose.st" && ! same_tensors "$tmp/noclip.st" "$tmp/clip.st"; then ok
+  echo "run: a bound above the norm changes no byte; one below it changes the parameters"
+else bad "clipping: a loose bound changed the run, or a tight one did not"; fi
+
+# a small GPT learns the text: seeded, 300 steps, the validation loss from
+# 5.5 (uniform over 256 bytes) to below 3.0
+if "$WEFT" run examples/gpt2.plan --plan tp2 --set layers=2 --set hidden=64 --set heads=4 --set seq=64 --set vocab=256 \
+     --set batch=8 --data "$tmp/text.bin" --val-data "$tmp/val.bin" --eval-every 100 --steps 300 --lr 3e-3 \
+     --lr-schedule cosine --warmup 20 --lr-min 3e-4 --clip 1 --print-every 100 --log "$tmp/learn.jsonl" >"$tmp/learn.out" &&
+   v=$(sed -n 's/^step 300  val loss \([0-9.]*\) .*/\1/p' "$tmp/learn.out") && [ -n "$v" ] &&
+   awk -v v="$v" 'BEGIN { exit !(v < 3.0) }' && [ "$(grep -c val_loss "$tmp/learn.jsonl")" = 3 ]; then ok
+  echo "run: a 2-layer GPT on the GPL's text: validation loss $v after 300 steps (below 3.0; 5.55 at the start)"
+else bad "a small GPT did not learn the text"; cat "$tmp/learn.out"; fi
+
+# token files that do not fit are refused with the file and the reason
+printf 'abc' >"$tmp/odd.bin"
+python3 -c 'import struct,sys; open(sys.argv[1],"wb").write(struct.pack("<256i", 20240520, 1, 99, *[0]*253) + bytes(20))' "$tmp/hdr.bin"
+python3 -c 'import struct,sys; open(sys.argv[1],"wb").write(struct.pack("<40H", *range(5), 300, *range(34)))' "$tmp/big.bin"
+expect_err "odd.bin: 3 bytes are not a whole number of uint16 tokens" $T --data "$tmp/odd.bin"
+expect_err "hdr.bin: its llm.c header says 99 tokens of 2 bytes, but 20 bytes follow the header" $T --data "$tmp/hdr.bin"
+expect_err "big.bin: token 5 is 300; ids must lie below the model's vocabulary, 256" examples/gpt2.plan --plan tp2 $GPT \
+  --set batch=2 --data "$tmp/big.bin" --steps 2
+expect_err "odd.bin: 3 bytes are not a whole number of uint16 tokens" $T --val-data "$tmp/odd.bin"
+python3 -c 'import struct,sys; open(sys.argv[1],"wb").write(struct.pack("<40H", *range(40)))' "$tmp/short.bin"
+expect_err "short.bin: 2 sequences of 16 tokens; one batch needs 8" $T --val-data "$tmp/short.bin"
+# a checkpoint whose recorded settings are not numbers is refused, naming them
+for kv in "train.lr=nan" "train.data_pos=-3" "train.warmup=2.5"; do
+  python3 - "$tmp/ck-step4.st" "$tmp/badmeta.st" "$kv" <<'EOF'
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+head = json.loads(b[8:8 + n])
+key, value = sys.argv[3].split("=")
+head["__metadata__"][key] = value
+text = json.dumps(head, separators=(",", ":")).encode()
+text += b" " * (-len(text) % 8)
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(text)) + text + b[8 + n:])
+EOF
+  expect_err "badmeta.st: ${kv%%=*} '${kv#*=}' in its metadata is not a" $R --data "$tmp/text.bin" --resume "$tmp/badmeta.st"
+done
+
+# bad files: each refused with a message naming the tensor
 G="examples/gpt2.plan --plan tp2 --set hidden=64 --set heads=4 --set seq=16 --set batch=8"
 "$WEFT" run $G --set layers=12 --set vocab=256 --steps 0 --save "$tmp/w12.st" >/dev/null &&
 "$WEFT" run $G --set layers=11 --set vocab=256 --steps 0 --save "$tmp/w11.st" >/dev/null &&

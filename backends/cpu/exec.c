@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clip.h"
 #include "exec.h"
 #include "kernels.h"
 #include "net.h"
@@ -233,6 +234,10 @@ typedef struct xdev {
   void **mem;             /* per buffer of its program (id - buf_lo) */
   int *slot;              /* per instruction: the loss slot a compute writes its share to, -1 */
   bool *stepped;          /* per buffer: a param buffer an optimizer step wrote */
+  clip_own *own;          /* per instruction: what a step counts in the norm */
+  int *order, nhead;      /* with clipping: the instructions before the norm
+                           * (nhead), then those after it, in program order */
+  double sq;              /* this pass: the sum of squares of what its steps count */
   char err[512];
   bool failed;
 } xdev;
@@ -244,7 +249,12 @@ struct backend_run {
   backend_opts o;
   xnet *net;              /* under mpirun: this process runs its share of
                            * the devices; NULL: one process runs them all */
-  int steps;              /* of the current xrun_steps */
+  backend_step cur;       /* the pass being run */
+  backend_result res;
+  double lr0;             /* the learning rate of the model's train statement */
+  double coef;            /* this pass: the factor of every gradient (clipping) */
+  bool split;             /* the devices' orders for clipping are known */
+  clip_own **owners;      /* per device of the plan: clip_owners */
   xoptim optim;
   const xop **kern;       /* per operator: its kernels (xop_find), NULL for
                            * one no program runs */
@@ -252,16 +262,19 @@ struct backend_run {
   xdev *devs;
   int ndevs;              /* devices this process runs */
   int *local;             /* per device: index in devs, -1 when elsewhere */
-  int64_t step;           /* the step being run */
+  int64_t pass;           /* passes run (steps and evaluations): names messages */
   double *loss_slot;      /* per part of a loss: its share this step */
   int nloss;
+  double *norm_slot;      /* per device of the plan: its sum of squares */
+  double *sum_vec;        /* under mpirun: what the main thread sums over
+                           * the processes when sum_wanted */
+  int sum_len;
   pthread_barrier_t bar;
   int finished;           /* device threads done (under box.mu) */
-  bool sum_wanted;        /* under mpirun: the loss slots await their sum
-                           * over processes by the main thread (box.mu) */
+  bool sum_wanted;        /* under mpirun: sum_vec awaits its sum over
+                           * processes by the main thread (box.mu) */
   double t0;
   bool failed;
-  char err[512];          /* why the run failed, when no device did */
 };
 
 static bool dev_fail(xdev *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -284,8 +297,8 @@ static xmsg *take(xdev *d, const xkey *k) {
   xmsg *m = mbox_take(&d->run->box, k, d->run->o.timeout_s, &late);
   if (late)
     dev_fail(d, "step %" PRId64 ": waited %.3g s for %s of comm %d from device %d; it did not come (--timeout)",
-             k->step + 1, d->run->o.timeout_s, k->cls == CLS_SEND ? "the message" : "its share of the collective", k->id,
-             k->src);
+             d->run->w->step + 1, d->run->o.timeout_s, k->cls == CLS_SEND ? "the message" : "its share of the collective",
+             k->id, k->src);
   return m;
 }
 
@@ -456,14 +469,14 @@ static bool do_send(xdev *d, const lins *in) {
   int64_t bytes = tregion_numel(&in->in[0].region) * 4;
   void *data = t ? t : xmalloc((size_t)bytes);
   if (!t) memcpy(data, src, (size_t)bytes);
-  xkey k = {r->step, CLS_SEND, in->comm, in->epoch, d->device, in->peer};
+  xkey k = {r->pass, CLS_SEND, in->comm, in->epoch, d->device, in->peer};
   net_post(r, &k, &in->peer, 1, data, bytes);
   return true;
 }
 
 static bool do_recv(xdev *d, const lins *in) {
   xrun *r = d->run;
-  xkey k = {r->step, CLS_SEND, in->comm, in->epoch, in->peer, d->device};
+  xkey k = {r->pass, CLS_SEND, in->comm, in->epoch, in->peer, d->device};
   xmsg *m = take(d, &k);
   if (!m) return false;
   int64_t bytes = tregion_numel(&in->out[0].region) * 4;
@@ -488,7 +501,7 @@ static bool sum_members(xdev *d, const lins *in, const pcomm *cm, int dst, const
     const float *x = mine;
     xmsg *m = NULL;
     if (cm->group[i] != d->device) {
-      xkey k = {r->step, CLS_COLL, in->comm, in->epoch, cm->group[i], dst};
+      xkey k = {r->pass, CLS_COLL, in->comm, in->epoch, cm->group[i], dst};
       if (!(m = take(d, &k))) return false;
       if (m->data && m->bytes != n * 4) {
         mbox_done(&r->box, m);
@@ -539,7 +552,7 @@ static bool do_all_reduce(xdev *d, const lins *in) {
   int *others = xmalloc((size_t)p * sizeof(int));
   for (int i = 0; i < p; i++)
     if (cm->group[i] != d->device) others[no++] = cm->group[i];
-  xkey key = {r->step, CLS_COLL, in->comm, in->epoch, d->device, -1};
+  xkey key = {r->pass, CLS_COLL, in->comm, in->epoch, d->device, -1};
   if (no) {
     float *copy = NULL;
     if (mine) {
@@ -594,7 +607,7 @@ static bool do_collective(xdev *d, const lins *in) {
         piece = xmalloc((size_t)pn * 4);
         region_move(piece, &cm->parts[i], mine, R, &cm->parts[i], false);
       }
-      xkey k = {r->step, CLS_COLL, in->comm, in->epoch, d->device, cm->group[i]};
+      xkey k = {r->pass, CLS_COLL, in->comm, in->epoch, d->device, cm->group[i]};
       net_post(r, &k, &cm->group[i], 1, piece, piece ? pn * 4 : 0);
     }
     float *mypart = NULL;
@@ -615,7 +628,7 @@ static bool do_collective(xdev *d, const lins *in) {
     float *mine = xmalloc((size_t)n * 4);
     const lbuf *ib = buf_of(r, in->in[0].buf);
     region_move(mine, mine_r, mem_of(d, in->in[0].buf), &ib->region, mine_r, false);
-    xkey k = {r->step, CLS_COLL, in->comm, in->epoch, d->device, -1};
+    xkey k = {r->pass, CLS_COLL, in->comm, in->epoch, d->device, -1};
     const lbuf *ob = buf_of(r, out->buf);
     void *om = mem_of(d, out->buf);
     region_move(om, &ob->region, mine, mine_r, mine_r, false);
@@ -623,7 +636,7 @@ static bool do_collective(xdev *d, const lins *in) {
     else free(mine);
     for (int i = 0; i < p && ok; i++) {
       if (i == me) continue;
-      xkey pk = {r->step, CLS_COLL, in->comm, in->epoch, cm->group[i], -1};
+      xkey pk = {r->pass, CLS_COLL, in->comm, in->epoch, cm->group[i], -1};
       xmsg *m = take(d, &pk);
       if (!m) { ok = false; break; }
       if (m->bytes != tregion_numel(&cm->parts[i]) * 4)
@@ -637,7 +650,7 @@ static bool do_collective(xdev *d, const lins *in) {
     const tregion *R = &cm->region;
     int64_t n = tregion_numel(R);
     const lbuf *ob = buf_of(r, out->buf);
-    xkey k = {r->step, CLS_COLL, in->comm, in->epoch, -1, -1};
+    xkey k = {r->pass, CLS_COLL, in->comm, in->epoch, -1, -1};
     if (in->nin > 0) {
       float *copy = xmalloc((size_t)n * 4);
       region_move(copy, R, mem_of(d, out->buf), &ob->region, R, false);
@@ -669,13 +682,13 @@ static bool do_collective(xdev *d, const lins *in) {
       int64_t n = tregion_numel(&x);
       float *piece = xmalloc((size_t)n * 4);
       region_move(piece, &x, im, &ib->region, &x, false);
-      xkey k = {r->step, CLS_COLL, in->comm, in->epoch, d->device, cm->group[j]};
+      xkey k = {r->pass, CLS_COLL, in->comm, in->epoch, d->device, cm->group[j]};
       net_post(r, &k, &cm->group[j], 1, piece, n * 4);
     }
     for (int j = 0; j < p && ok; j++) {
       tregion x;
       if (j == me || !tregion_intersect(&a, &cm->sources[j], to, &x)) continue;
-      xkey k = {r->step, CLS_COLL, in->comm, in->epoch, cm->group[j], d->device};
+      xkey k = {r->pass, CLS_COLL, in->comm, in->epoch, cm->group[j], d->device};
       xmsg *m = take(d, &k);
       if (!m) { ok = false; break; }
       if (m->bytes != tregion_numel(&x) * 4)
@@ -704,6 +717,16 @@ static bool do_copy(xdev *d, const lins *in) {
   return true;
 }
 
+/* The sum of squares of what step instruction i counts of its gradient. */
+static double grad_sq(const xdev *d, int i, const float *grad) {
+  const clip_own *o = &d->own[i];
+  double s = 0;
+  if (o->count == 0) return 0;
+  for (int64_t e = 0; e < o->n; e++)
+    if (!o->mask || o->mask[e]) s += (double)grad[e] * (double)grad[e];
+  return s;
+}
+
 static bool do_step(xdev *d, const lins *in) {
   xrun *r = d->run;
   const lref *gref = &in->in[0], *pref = &in->out[0];
@@ -720,6 +743,16 @@ static bool do_step(xdev *d, const lins *in) {
                       "training stops before the optimizer takes it (--allow-nonfinite trains on)",
                       r->w->step + 1, r->g->tensors[in->tensor].name, what, i);
     }
+  if (r->coef == 1.0) {
+    /* the norm as the steps come (with clipping it was taken before them) */
+    d->sq += grad_sq(d, (int)(in - d->prog->ins), grad);
+  } else {
+    float *scaled = gt ? gt : xmalloc((size_t)n * 4);
+    float c = (float)r->coef;
+    for (int64_t e = 0; e < n; e++) scaled[e] = grad[e] * c;
+    grad = scaled;
+    gt = scaled;
+  }
   const lbuf *pb = buf_of(r, pref->buf);
   bool pdirect = tregion_equal(&pb->region, &pref->region);
   void *pt = NULL;
@@ -758,6 +791,10 @@ static bool do_step(xdev *d, const lins *in) {
 }
 
 static bool run_ins(xdev *d, const lins *in) {
+  /* an evaluation runs the forward only (communications still meet) */
+  if (d->run->cur.eval &&
+      (in->kind == LI_STEP || (in->kind == LI_COMPUTE && (in->dir == DIR_BACKWARD || in->recompute))))
+    return true;
   switch (in->kind) {
   case LI_ALLOC: return do_alloc(d, in);
   case LI_FREE: return do_free(d, in);
@@ -771,52 +808,93 @@ static bool run_ins(xdev *d, const lins *in) {
   }
 }
 
-/* The end of a step, run by one thread while the others wait: the loss,
- * the time, the callback. */
+/* Under mpirun, v summed over the processes by the main thread, which
+ * talks MPI; the caller is the one thread of this process's devices that
+ * runs while the others wait. */
+static void procs_sum(xrun *r, double *v, int n) {
+  if (!r->net) return;
+  pthread_mutex_lock(&r->box.mu);
+  r->sum_vec = v;
+  r->sum_len = n;
+  r->sum_wanted = true;
+  pthread_cond_broadcast(&r->box.cv);
+  while (r->sum_wanted) pthread_cond_wait(&r->box.cv, &r->box.mu);
+  pthread_mutex_unlock(&r->box.mu);
+}
+
+/* The L2 norm of all gradients: each device's sum of squares, summed in
+ * device order, the same bits in every process. */
+static double grad_norm(xrun *r) {
+  for (int i = 0; i < r->ndevs; i++) r->norm_slot[r->devs[i].device] = r->devs[i].sq;
+  procs_sum(r, r->norm_slot, r->pr->nprogs);
+  double s = 0;
+  for (int dv = 0; dv < r->pr->nprogs; dv++) s += r->norm_slot[dv], r->norm_slot[dv] = 0;
+  return sqrt(s);
+}
+
+/* The end of a pass, run by one thread while the others wait: the loss,
+ * the norm, the time. */
 static void end_step(xrun *r) {
   double *slots = r->loss_slot;
-  if (r->net) {
-    /* The main thread talks MPI: it sums the slots over the processes. */
-    pthread_mutex_lock(&r->box.mu);
-    r->sum_wanted = true;
-    pthread_cond_broadcast(&r->box.cv);
-    while (r->sum_wanted) pthread_cond_wait(&r->box.cv, &r->box.mu);
-    pthread_mutex_unlock(&r->box.mu);
-  }
+  procs_sum(r, slots, r->nloss);
   double loss = 0;
   for (int i = 0; i < r->nloss; i++) loss += slots[i];
   for (int i = 0; i < r->nloss; i++) slots[i] = 0;
-  if (!isfinite(loss) && !r->o.allow_nonfinite) {
-    /* every process sees the same sum, and stops here */
-    snprintf(r->err, sizeof r->err, "step %" PRId64 ": the loss is %s; training stops (--allow-nonfinite trains on)",
-             r->w->step + 1, isnan(loss) ? "nan" : loss > 0 ? "inf" : "-inf");
-    r->failed = true;
-    return;
+  r->res.loss = loss;
+  if (r->cur.eval) r->res.grad_norm = NAN;
+  else if (r->coef == 1.0 && !(r->cur.clip > 0)) r->res.grad_norm = grad_norm(r);
+  r->res.seconds = now() - r->t0;
+  if (!r->cur.eval) r->w->step++;
+  r->pass++;
+}
+
+/* Every device meets the others; one of them runs `serial` (unless a
+ * device failed, which fails the pass) before any goes on. */
+static void meet(xrun *r, void (*serial)(xrun *r)) {
+  int rc = pthread_barrier_wait(&r->bar);
+  if (rc == PTHREAD_BARRIER_SERIAL_THREAD) {
+    bool any = false;
+    for (int i = 0; i < r->ndevs; i++) any |= r->devs[i].failed;
+    if (any) r->failed = true;
+    else serial(r);
   }
-  double t = now();
-  r->w->step++;
-  if (r->o.on_step) r->o.on_step(r->o.ctx, r->w->step, loss, t - r->t0);
-  r->t0 = t;
-  r->step++;
+  pthread_barrier_wait(&r->bar);
+}
+
+/* With clipping, between the instructions before the norm and those after. */
+static void take_norm(xrun *r) {
+  double norm = grad_norm(r);
+  r->res.grad_norm = norm;
+  double c = r->cur.clip / (norm + 1e-6);
+  r->coef = c < 1.0 ? c : 1.0;
 }
 
 static void *dev_main(void *arg) {
   xdev *d = arg;
   xrun *r = d->run;
-  for (int s = 0; s < r->steps; s++) {
-    bool ok = !r->box.failed;
-    for (int i = 0; ok && i < d->prog->n; i++) ok = run_ins(d, &d->prog->ins[i]);
-    if (!ok && !d->failed) d->failed = true;  /* stopped because another device failed */
-    int rc = pthread_barrier_wait(&r->bar);
-    if (rc == PTHREAD_BARRIER_SERIAL_THREAD) {
-      bool any = false;
-      for (int i = 0; i < r->ndevs; i++) any |= r->devs[i].failed;
-      if (any) r->failed = true;
-      else end_step(r);
+  const lprog *lp = d->prog;
+  bool clip = r->cur.clip > 0 && !r->cur.eval;
+  bool ok = !r->box.failed;
+  d->sq = 0;
+  if (!clip) {
+    for (int i = 0; ok && i < lp->n; i++) ok = run_ins(d, &lp->ins[i]);
+  } else {
+    for (int k = 0; ok && k < d->nhead; k++) ok = run_ins(d, &lp->ins[d->order[k]]);
+    /* the gradients the steps after the norm read are complete (clip.h) */
+    for (int k = d->nhead; ok && k < lp->n; k++) {
+      const lins *in = &lp->ins[d->order[k]];
+      if (in->kind != LI_STEP) continue;
+      void *gt;
+      const float *grad = ref_in(d, &in->in[0], &gt);
+      d->sq += grad_sq(d, d->order[k], grad);
+      free(gt);
     }
-    pthread_barrier_wait(&r->bar);
-    if (r->failed) break;
+    if (!ok && !d->failed) d->failed = true;
+    meet(r, take_norm);
+    for (int k = d->nhead; ok && !r->failed && k < lp->n; k++) ok = run_ins(d, &lp->ins[d->order[k]]);
   }
+  if (!ok && !d->failed) d->failed = true;  /* stopped because another device failed */
+  meet(r, end_step);
   pthread_mutex_lock(&r->box.mu);
   r->finished++;
   pthread_mutex_unlock(&r->box.mu);
@@ -994,7 +1072,7 @@ static void progress(xrun *r) {
     bool ok = xnet_flush(net, NULL) && xnet_poll(net, deliver, &r->box, &got);
     if (ok && sum) {
       /* every message of the step is out before the processes meet */
-      ok = xnet_drain(net, deliver, &r->box) && xnet_sum_double(net, r->loss_slot, r->nloss);
+      ok = xnet_drain(net, deliver, &r->box) && xnet_sum_double(net, r->sum_vec, r->sum_len);
       pthread_mutex_lock(&r->box.mu);
       r->sum_wanted = false;
       pthread_cond_broadcast(&r->box.cv);
@@ -1029,13 +1107,15 @@ void xrun_close(xrun *r) {
     free(d->mem);
     free(d->stepped);
     free(d->slot);
+    free(d->order);
   }
+  clip_owners_free(r->pr, r->owners);
   for (int h = 0; h < MBOX_BUCKETS; h++)
     for (xmsg *x = r->box.bucket[h], *nx; x; x = nx) nx = x->next, free(x->data), free(x);
   pthread_mutex_destroy(&r->box.mu);
   pthread_cond_destroy(&r->box.cv);
   xnet_stop(r->net);
-  free(r->devs), free(r->local), free(r->loss_slot), free(r->kern);
+  free(r->devs), free(r->local), free(r->loss_slot), free(r->norm_slot), free(r->kern);
   free(r);
 }
 
@@ -1052,7 +1132,6 @@ xrun *xrun_open(const weft_program *pr, weft_world *w, const backend_opts *o, ch
   r->g = lower_graph(pr);
   r->w = w;
   r->o = *o;
-  r->step = w->step;
   pthread_mutex_init(&r->box.mu, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
@@ -1095,17 +1174,53 @@ xrun *xrun_open(const weft_program *pr, weft_world *w, const backend_opts *o, ch
     xrun_close(r);
     return NULL;
   }
+  r->lr0 = r->optim.lr;
   loss_slots(r);
+  r->norm_slot = xcalloc((size_t)(pr->nprogs + 1) * sizeof(double));
+  bool *want = xcalloc((size_t)pr->nprogs + 1);
+  for (int dv = 0; dv < pr->nprogs; dv++) want[dv] = r->local[dv] >= 0;
+  r->owners = clip_owners(pr, want);
+  free(want);
+  for (int i = 0; i < r->ndevs; i++) r->devs[i].own = r->owners[r->devs[i].device];
   return r;
 }
 
-bool xrun_steps(xrun *r, int steps, char *err, size_t errlen) {
+/* The order of each device's instructions for clipping (clip_tail). */
+static bool split_programs(xrun *r, char *err, size_t errlen) {
+  bool **tail = clip_tail(r->pr, err, errlen);
+  if (!tail) return false;
+  for (int i = 0; i < r->ndevs; i++) {
+    xdev *d = &r->devs[i];
+    const bool *t = tail[d->device];
+    d->order = xmalloc((size_t)(d->prog->n + 1) * sizeof(int));
+    int k = 0;
+    for (int j = 0; j < d->prog->n; j++)
+      if (!t[j]) d->order[k++] = j;
+    d->nhead = k;
+    for (int j = 0; j < d->prog->n; j++)
+      if (t[j]) d->order[k++] = j;
+  }
+  clip_tail_free(r->pr, tail);
+  r->split = true;
+  return true;
+}
+
+bool xrun_steps(xrun *r, const backend_step *st, backend_result *out, char *err, size_t errlen) {
   if (r->failed) {
     snprintf(err, errlen, "a step of this run failed before");
     return false;
   }
-  if (r->ndevs == 0 || steps <= 0) return true;
-  r->steps = steps;
+  if (r->ndevs == 0) {
+    /* a process without devices (more processes than devices) */
+    *out = (backend_result){0, st->eval ? NAN : 0, 0};
+    if (!st->eval) r->w->step++;
+    return true;
+  }
+  r->cur = *st;
+  r->optim.lr = isnan(st->lr) ? r->lr0 : st->lr;
+  r->coef = 1.0;
+  r->res = (backend_result){0};
+  if (st->clip > 0 && !st->eval && !r->split && !split_programs(r, err, errlen)) return false;
   pthread_barrier_init(&r->bar, NULL, (unsigned)r->ndevs);
   pthread_t *th = xmalloc((size_t)r->ndevs * sizeof(pthread_t));
   r->t0 = now();
@@ -1114,18 +1229,21 @@ bool xrun_steps(xrun *r, int steps, char *err, size_t errlen) {
     if (pthread_create(&th[i], NULL, dev_main, &r->devs[i]) != 0) {
       /* The barrier would never fill: a thread that cannot start fails the run. */
       fprintf(stderr, "weft run: cannot start a thread for device %d: %s\n", r->devs[i].device, strerror(errno));
+      if (r->net) xnet_abort(r->net, WEFT_FAILED);
       exit(WEFT_FAILED);
     }
   if (r->net) progress(r);
   for (int i = 0; i < r->ndevs; i++) pthread_join(th[i], NULL);
   free(th);
   pthread_barrier_destroy(&r->bar);
-  if (!r->failed) return true;
+  if (!r->failed) {
+    *out = r->res;
+    return true;
+  }
   const xdev *first = NULL;
   for (int i = 0; i < r->ndevs && !first; i++)
     if (r->devs[i].failed && r->devs[i].err[0]) first = &r->devs[i];
-  if (!first && r->err[0]) snprintf(err, errlen, "%s", r->err);
-  else snprintf(err, errlen, "device %d: %s", first ? first->device : -1, first ? first->err : "stopped");
+  snprintf(err, errlen, "device %d: %s", first ? first->device : -1, first ? first->err : "stopped");
   return false;
 }
 
@@ -1133,13 +1251,15 @@ bool xrun_read(xrun *r, char *err, size_t errlen) { return gather(r, err, errlen
 
 /* ---- the reference: one device, no plan --------------------------------- */
 
-bool xrun_reference(const weft_graph *g, weft_world *w, int steps, const backend_opts *o, char *err, size_t errlen) {
+bool xrun_reference(const weft_graph *g, weft_world *w, const backend_step *st, backend_result *out,
+                    const backend_opts *o, char *err, size_t errlen) {
   k_blas_single();
   xoptim opt;
   if (!xoptim_from_graph(g, &opt)) {
     snprintf(err, errlen, "model %s does not train: it has no `train` statement", g->name);
     return false;
   }
+  if (!isnan(st->lr)) opt.lr = st->lr;
   int nt = g->ntensors;
   void **val = xcalloc((size_t)nt * sizeof(void *));
   float **grad = xcalloc((size_t)nt * sizeof(float *));
@@ -1171,7 +1291,7 @@ bool xrun_reference(const weft_graph *g, weft_world *w, int steps, const backend
     whole[t] = whole_region(&g->tensors[t], dims[t], ivs[t]);
   }
   double t0 = now();
-  for (int s = 0; ok && s < steps; s++) {
+  if (ok) {
     for (int t = 0; t < nt; t++) {
       const gtensor *x = &g->tensors[t];
       size_t n = (size_t)tensor_numel(x);
@@ -1191,7 +1311,7 @@ bool xrun_reference(const weft_graph *g, weft_world *w, int steps, const backend
       ok = xop_run(&c, err, errlen);
       if (xop_is_loss(kern[op]) && x->output == g->loss) loss += c.loss;
     }
-    for (int op = g->nops - 1; op >= 0 && ok; op--) {
+    for (int op = g->nops - 1; op >= 0 && ok && !st->eval; op--) {
       const gop *x = &g->ops[op];
       xcall c = {0};
       c.g = g, c.op = op, c.kern = kern[op], c.nin = x->ninputs, c.backward = true, c.acc = true, c.allow_native = o->allow_native;
@@ -1204,25 +1324,30 @@ bool xrun_reference(const weft_graph *g, weft_world *w, int steps, const backend
       c.ranges = ranges[op], c.nidims = nidims[op];
       ok = xop_run(&c, err, errlen);
     }
-    if (ok && !isfinite(loss) && !o->allow_nonfinite) {
-      snprintf(err, errlen, "step %" PRId64 ": the loss is %s; training stops (--allow-nonfinite trains on)", w->step + 1,
-               isnan(loss) ? "nan" : loss > 0 ? "inf" : "-inf");
-      ok = false;
-    }
-    for (int t = 0; t < nt && ok; t++) {
+    double sq = 0;
+    for (int t = 0; t < nt && ok && !st->eval; t++) {
       if (g->tensors[t].role != TENSOR_PARAM) continue;
       int64_t n = tensor_numel(&g->tensors[t]);
-      for (int64_t i = 0; i < n && ok && !o->allow_nonfinite; i++)
-        if (!isfinite(grad[t][i])) {
+      for (int64_t e = 0; e < n; e++) sq += (double)grad[t][e] * (double)grad[t][e];
+    }
+    for (int t = 0; t < nt && ok && !st->eval && !o->allow_nonfinite; t++) {
+      if (g->tensors[t].role != TENSOR_PARAM) continue;
+      int64_t n = tensor_numel(&g->tensors[t]);
+      for (int64_t e = 0; e < n && ok; e++)
+        if (!isfinite(grad[t][e])) {
           snprintf(err, errlen, "step %" PRId64 ": the gradient of %s holds %s at element %" PRId64 "; training stops "
                    "before the optimizer takes it (--allow-nonfinite trains on)", w->step + 1, g->tensors[t].name,
-                   isnan(grad[t][i]) ? "nan" : grad[t][i] > 0 ? "inf" : "-inf", i);
+                   isnan(grad[t][e]) ? "nan" : grad[t][e] > 0 ? "inf" : "-inf", e);
           ok = false;
         }
     }
-    for (int t = 0; t < nt && ok; t++) {
+    double norm = sqrt(sq), coef = st->clip > 0 ? st->clip / (norm + 1e-6) : 1.0;
+    for (int t = 0; t < nt && ok && !st->eval; t++) {
       if (g->tensors[t].role != TENSOR_PARAM) continue;
-      xoptim_step(&opt, w->param[t], w->state[t], grad[t], tensor_numel(&g->tensors[t]), w->step + 1);
+      int64_t n = tensor_numel(&g->tensors[t]);
+      if (coef < 1.0)
+        for (int64_t e = 0; e < n; e++) grad[t][e] *= (float)coef;
+      xoptim_step(&opt, w->param[t], w->state[t], grad[t], n, w->step + 1);
     }
     for (int t = 0; t < nt; t++) {
       if (g->tensors[t].role == TENSOR_ACT) free(val[t]);
@@ -1230,11 +1355,10 @@ bool xrun_reference(const weft_graph *g, weft_world *w, int steps, const backend
       free(grad[t]);
       grad[t] = NULL;
     }
-    if (!ok) break;
-    w->step++;
-    double t1 = now();
-    if (o->on_step) o->on_step(o->ctx, w->step, loss, t1 - t0);
-    t0 = t1;
+    if (ok) {
+      if (!st->eval) w->step++;
+      *out = (backend_result){loss, st->eval ? NAN : norm, now() - t0};
+    }
   }
   for (int op = 0; op < g->nops; op++) free(ranges[op]);
   free(ranges), free(nidims), free(kern);

@@ -18,10 +18,14 @@ typedef struct backend_run xrun;
  * without a kernel, MPI that cannot start). */
 xrun *xrun_open(const weft_program *pr, weft_world *w, const backend_opts *o, char *err, size_t errlen);
 
-/* Runs `steps` training steps (parameters, state and inputs read from the
- * world at the first step of the run). False with a message (a kernel that
- * fails, a native kernel not allowed); a run that failed runs no more. */
-bool xrun_steps(xrun *r, int steps, char *err, size_t errlen);
+/* Runs one pass (backend.h, backend_step): a training step, or the
+ * forward of an evaluation. Parameters and state are read from the world
+ * at the first step of the run, inputs at every pass. With clipping, each
+ * device runs the instructions that do not depend on an optimizer step
+ * first (clip.h), then all meet to take the norm, then the rest. False
+ * with a message (a kernel that fails, a native kernel not allowed); a run
+ * that failed runs no more. */
+bool xrun_steps(xrun *r, const backend_step *s, backend_result *out, char *err, size_t errlen);
 
 /* Parameters and optimizer state back into the world, from the buffers
  * the optimizer stepped; false when copies of a parameter diverged. */
@@ -29,8 +33,10 @@ bool xrun_read(xrun *r, char *err, size_t errlen);
 
 void xrun_close(xrun *r);
 
-/* The same steps on one device without the plan: every operator on whole
- * tensors in graph order, the backward in reverse, then the optimizer. */
-bool xrun_reference(const weft_graph *g, weft_world *w, int steps, const backend_opts *o, char *err, size_t errlen);
+/* The same pass on one device without the plan: every operator on whole
+ * tensors in graph order, the backward in reverse, then the norm of all
+ * gradients (in tensor order), clipping and the optimizer. */
+bool xrun_reference(const weft_graph *g, weft_world *w, const backend_step *s, backend_result *out,
+                    const backend_opts *o, char *err, size_t errlen);
 
 #endif

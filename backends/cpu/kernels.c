@@ -344,34 +344,44 @@ void k_rotary_backward(float *dx, const float *dy, int64_t b, int64_t s,
 
 /* ---- attention ----------------------------------------------------------- */
 
-/* One head: q, k, v are s rows of dh at row strides ldq, ldk, ldv (views into
- * fused or grouped layouts). */
+/* One head: q is sq rows of dh, k and v sk rows, at row strides ldq, ldk,
+ * ldv (views into fused or grouped layouts); q's row i is position q0 + i
+ * of the sequence, k's and v's row j position j. */
 typedef struct head_view {
   const float *q, *k, *v;
   int64_t ldq, ldk, ldv;
+  int64_t sq, sk, q0;
 } head_view;
 
-/* p[s,s] = causal softmax(q k^T / sqrt(dh)): row i over columns j <= i, the
- * rest zero. */
-static void head_probs(float *p, const head_view *hv, int64_t s, int64_t dh) {
+/* The last key query row i attends to (causal): position q0 + i, within
+ * the keys. */
+static int64_t last_key(const head_view *hv, int64_t i) {
+  int64_t j = hv->q0 + i;
+  return j < hv->sk ? j : hv->sk - 1;
+}
+
+/* p[sq,sk] = causal softmax(q k^T / sqrt(dh)): row i over columns j <=
+ * q0 + i, the rest zero. */
+static void head_probs(float *p, const head_view *hv, int64_t dh) {
+  int64_t sq = hv->sq, sk = hv->sk;
   float scale = (float)(1.0 / sqrt((double)dh));
-  gemm(false, true, s, s, dh, scale, hv->q, hv->ldq, hv->k, hv->ldk, 0, p, s);
-  for (int64_t i = 0; i < s; i++) {
-    float *row = p + i * s;
+  gemm(false, true, sq, sk, dh, scale, hv->q, hv->ldq, hv->k, hv->ldk, 0, p, sk);
+  for (int64_t i = 0; i < sq; i++) {
+    float *row = p + i * sk;
+    int64_t last = last_key(hv, i);
     float mx = row[0];
-    for (int64_t j = 1; j <= i; j++) mx = row[j] > mx ? row[j] : mx;
+    for (int64_t j = 1; j <= last; j++) mx = row[j] > mx ? row[j] : mx;
     double sum = 0;
-    for (int64_t j = 0; j <= i; j++) sum += exp((double)row[j] - mx);
-    for (int64_t j = 0; j <= i; j++) row[j] = (float)(exp((double)row[j] - mx) / sum);
-    for (int64_t j = i + 1; j < s; j++) row[j] = 0;
+    for (int64_t j = 0; j <= last; j++) sum += exp((double)row[j] - mx);
+    for (int64_t j = 0; j <= last; j++) row[j] = (float)(exp((double)row[j] - mx) / sum);
+    for (int64_t j = last + 1; j < sk; j++) row[j] = 0;
   }
 }
 
 /* out rows (stride ldo) = P v. */
-static void head_forward(float *out, int64_t ldo, const head_view *hv,
-                         int64_t s, int64_t dh, float *p) {
-  head_probs(p, hv, s, dh);
-  gemm(false, false, s, dh, s, 1, p, s, hv->v, hv->ldv, 0, out, ldo);
+static void head_forward(float *out, int64_t ldo, const head_view *hv, int64_t dh, float *p) {
+  head_probs(p, hv, dh);
+  gemm(false, false, hv->sq, dh, hv->sk, 1, p, hv->sk, hv->v, hv->ldv, 0, out, ldo);
 }
 
 /* Gradients of one head given dout (stride lddo); a NULL output is skipped,
@@ -379,22 +389,24 @@ static void head_forward(float *out, int64_t ldo, const head_view *hv,
 static void head_backward(float *dq, int64_t lddq, float *dk, int64_t lddk, float beta_k,
                           float *dv, int64_t lddv, float beta_v, float beta_q,
                           const float *dout, int64_t lddo, const head_view *hv,
-                          int64_t s, int64_t dh, float *p, float *ds) {
+                          int64_t dh, float *p, float *ds) {
+  int64_t sq = hv->sq, sk = hv->sk;
   float scale = (float)(1.0 / sqrt((double)dh));
-  head_probs(p, hv, s, dh);
-  if (dv) gemm(true, false, s, dh, s, 1, p, s, dout, lddo, beta_v, dv, lddv);
+  head_probs(p, hv, dh);
+  if (dv) gemm(true, false, sk, dh, sq, 1, p, sk, dout, lddo, beta_v, dv, lddv);
   if (!dq && !dk) return;
   /* dP = dout v^T, then dS = P (dP - rowsum(P dP)). */
-  gemm(false, true, s, s, dh, 1, dout, lddo, hv->v, hv->ldv, 0, ds, s);
-  for (int64_t i = 0; i < s; i++) {
-    float *pr = p + i * s, *dr = ds + i * s;
+  gemm(false, true, sq, sk, dh, 1, dout, lddo, hv->v, hv->ldv, 0, ds, sk);
+  for (int64_t i = 0; i < sq; i++) {
+    float *pr = p + i * sk, *dr = ds + i * sk;
+    int64_t last = last_key(hv, i);
     double dot = 0;
-    for (int64_t j = 0; j <= i; j++) dot += (double)pr[j] * dr[j];
-    for (int64_t j = 0; j <= i; j++) dr[j] = (float)(pr[j] * (dr[j] - dot));
-    for (int64_t j = i + 1; j < s; j++) dr[j] = 0;
+    for (int64_t j = 0; j <= last; j++) dot += (double)pr[j] * dr[j];
+    for (int64_t j = 0; j <= last; j++) dr[j] = (float)(pr[j] * (dr[j] - dot));
+    for (int64_t j = last + 1; j < sk; j++) dr[j] = 0;
   }
-  if (dq) gemm(false, false, s, dh, s, scale, ds, s, hv->k, hv->ldk, beta_q, dq, lddq);
-  if (dk) gemm(true, false, s, dh, s, scale, ds, s, hv->q, hv->ldq, beta_k, dk, lddk);
+  if (dq) gemm(false, false, sq, dh, sk, scale, ds, sk, hv->k, hv->ldk, beta_q, dq, lddq);
+  if (dk) gemm(true, false, sk, dh, sq, scale, ds, sk, hv->q, hv->ldq, beta_k, dk, lddk);
 }
 
 void k_causal_attention(float *out, const float *qkv,
@@ -404,8 +416,8 @@ void k_causal_attention(float *out, const float *qkv,
   for (int64_t bi = 0; bi < b; bi++)
     for (int64_t hd = 0; hd < heads; hd++) {
       const float *q = qkv + bi * s * 3 * c + hd * dh;
-      head_view hv = {q, q + c, q + 2 * c, 3 * c, 3 * c, 3 * c};
-      head_forward(out + bi * s * c + hd * dh, c, &hv, s, dh, p);
+      head_view hv = {q, q + c, q + 2 * c, 3 * c, 3 * c, 3 * c, s, s, 0};
+      head_forward(out + bi * s * c + hd * dh, c, &hv, dh, p);
     }
   free(p);
 }
@@ -421,45 +433,45 @@ void k_causal_attention_backward(float *dqkv, const float *dout, const float *qk
     for (int64_t hd = 0; hd < heads; hd++) {
       int64_t off = bi * s * 3 * c + hd * dh;
       const float *q = qkv + off;
-      head_view hv = {q, q + c, q + 2 * c, 3 * c, 3 * c, 3 * c};
+      head_view hv = {q, q + c, q + 2 * c, 3 * c, 3 * c, 3 * c, s, s, 0};
       float *dq = dqkv + off;
       head_backward(dq, 3 * c, dq + c, 3 * c, beta, dq + 2 * c, 3 * c, beta, beta,
-                    dout + bi * s * c + hd * dh, c, &hv, s, dh, p, p + s * s);
+                    dout + bi * s * c + hd * dh, c, &hv, dh, p, p + s * s);
     }
   free(p);
 }
 
 void k_gqa_attention(float *out, const float *q, const float *k, const float *v,
-                     int64_t b, int64_t s, int64_t g, int64_t r, int64_t dh) {
+                     int64_t b, int64_t sq, int64_t sk, int64_t q0, int64_t g, int64_t r, int64_t dh) {
   int64_t cq = g * r * dh, ckv = g * dh;
-  float *p = scratch((size_t)(s * s), sizeof *p);
+  float *p = scratch((size_t)(sq * sk), sizeof *p);
   for (int64_t bi = 0; bi < b; bi++)
     for (int64_t gi = 0; gi < g; gi++)
       for (int64_t ri = 0; ri < r; ri++) {
-        int64_t qoff = bi * s * cq + (gi * r + ri) * dh, kvoff = bi * s * ckv + gi * dh;
-        head_view hv = {q + qoff, k + kvoff, v + kvoff, cq, ckv, ckv};
-        head_forward(out + qoff, cq, &hv, s, dh, p);
+        int64_t qoff = bi * sq * cq + (gi * r + ri) * dh, kvoff = bi * sk * ckv + gi * dh;
+        head_view hv = {q + qoff, k + kvoff, v + kvoff, cq, ckv, ckv, sq, sk, q0};
+        head_forward(out + qoff, cq, &hv, dh, p);
       }
   free(p);
 }
 
 void k_gqa_attention_backward(float *dq, float *dk, float *dv, const float *dout,
                               const float *q, const float *k, const float *v,
-                              int64_t b, int64_t s, int64_t g, int64_t r,
+                              int64_t b, int64_t sq, int64_t sk, int64_t q0, int64_t g, int64_t r,
                               int64_t dh, bool acc) {
   if (!dq && !dk && !dv) return;
   int64_t cq = g * r * dh, ckv = g * dh;
   float beta = acc ? 1 : 0;
-  float *p = scratch((size_t)(2 * s * s), sizeof *p);
+  float *p = scratch((size_t)(2 * sq * sk), sizeof *p);
   for (int64_t bi = 0; bi < b; bi++)
     for (int64_t gi = 0; gi < g; gi++)
       for (int64_t ri = 0; ri < r; ri++) {
-        int64_t qoff = bi * s * cq + (gi * r + ri) * dh, kvoff = bi * s * ckv + gi * dh;
-        head_view hv = {q + qoff, k + kvoff, v + kvoff, cq, ckv, ckv};
+        int64_t qoff = bi * sq * cq + (gi * r + ri) * dh, kvoff = bi * sk * ckv + gi * dh;
+        head_view hv = {q + qoff, k + kvoff, v + kvoff, cq, ckv, ckv, sq, sk, q0};
         float beta_kv = ri == 0 ? beta : 1;   /* the first query head of a group sets */
         head_backward(dq ? dq + qoff : NULL, cq, dk ? dk + kvoff : NULL, ckv, beta_kv,
                       dv ? dv + kvoff : NULL, ckv, beta_kv, beta,
-                      dout + qoff, cq, &hv, s, dh, p, p + s * s);
+                      dout + qoff, cq, &hv, dh, p, p + sq * sk);
       }
   free(p);
 }

@@ -150,14 +150,17 @@ void k_causal_attention_backward(float *dqkv, const float *dout, const float *qk
                                  int64_t b, int64_t s, int64_t heads, int64_t dh,
                                  bool acc);
 
-/* Grouped-query attention: q[b,s,g*r*dh] laid out (g, r, dh), k and v
- * [b,s,g*dh] laid out (g, dh); query head (i, j) attends with key/value head
- * i, as Hugging Face's repeat_kv does (query head i * r + j, kv head i). */
+/* Grouped-query attention: q[b,sq,g*r*dh] laid out (g, r, dh), k and v
+ * [b,sk,g*dh] laid out (g, dh); query head (i, j) attends with key/value head
+ * i, as Hugging Face's repeat_kv does (query head i * r + j, kv head i).
+ * Query row i is position q0 + i of the sequence and attends to keys 0 to
+ * q0 + i (a part of the queries against all keys: context parallelism;
+ * sq = sk, q0 = 0 for the whole). */
 void k_gqa_attention(float *out, const float *q, const float *k, const float *v,
-                     int64_t b, int64_t s, int64_t g, int64_t r, int64_t dh);
+                     int64_t b, int64_t sq, int64_t sk, int64_t q0, int64_t g, int64_t r, int64_t dh);
 void k_gqa_attention_backward(float *dq, float *dk, float *dv, const float *dout,
                               const float *q, const float *k, const float *v,
-                              int64_t b, int64_t s, int64_t g, int64_t r,
+                              int64_t b, int64_t sq, int64_t sk, int64_t q0, int64_t g, int64_t r,
                               int64_t dh, bool acc);
 
 /* ---- softmax and elementwise sums ---------------------------------------- */

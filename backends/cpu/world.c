@@ -50,8 +50,34 @@ weft_world *world_new(const weft_graph *g) {
   return w;
 }
 
+const char *world_meta(const weft_world *w, const char *key) {
+  for (int i = 0; i < w->nmeta; i++)
+    if (strcmp(w->meta_key[i], key) == 0) return w->meta_val[i];
+  return NULL;
+}
+
+static char *xstrdup(const char *s) {
+  char *c = strdup(s);
+  if (!c) weft_oom();
+  return c;
+}
+
+bool world_set_meta(weft_world *w, const char *key, const char *value) {
+  for (int i = 0; i < w->nmeta; i++)
+    if (strcmp(w->meta_key[i], key) == 0) {
+      free(w->meta_val[i]);
+      w->meta_val[i] = xstrdup(value);
+      return true;
+    }
+  if (w->nmeta == WORLD_MAX_META) return false;
+  w->meta_key[w->nmeta] = xstrdup(key);
+  w->meta_val[w->nmeta++] = xstrdup(value);
+  return true;
+}
+
 void world_free(weft_world *w) {
   if (!w) return;
+  for (int i = 0; i < w->nmeta; i++) free(w->meta_key[i]), free(w->meta_val[i]);
   for (int t = 0; t < w->g->ntensors; t++) free(w->param[t]), free(w->state[t]), free(w->input[t]);
   free(w->param), free(w->state), free(w->input);
   free(w);
@@ -66,6 +92,7 @@ weft_world *world_clone(const weft_world *w) {
     if (w->input[t]) memcpy(c->input[t], w->input[t], n * 4);
   }
   c->step = w->step;
+  for (int i = 0; i < w->nmeta; i++) world_set_meta(c, w->meta_key[i], w->meta_val[i]);
   return c;
 }
 
@@ -291,6 +318,15 @@ bool world_resume(weft_world *w, const char *path, uint64_t *seed, char *err, si
   } else {
     w->step = (int64_t)v;
     if (sd && seed) decimal(sd, UINT64_MAX, seed);
+    /* the run's settings, "train.*" (weft run checks their values) */
+    for (int i = 0; i < st_meta_count(f); i++) {
+      const char *k = st_meta_key(f, i);
+      if (strncmp(k, "train.", 6) == 0 && !world_set_meta(w, k, st_meta(f, k))) {
+        snprintf(err, errlen, "%s: more than %d train.* entries in its metadata", path, WORLD_MAX_META);
+        ok = false;
+        break;
+      }
+    }
   }
   char name[1024];
   for (int t = 0; t < g->ntensors && ok; t++) {
@@ -340,6 +376,7 @@ bool world_save(const weft_world *w, const char *path, uint64_t seed, char *err,
   st_writer_meta(sw, "step", buf);
   snprintf(buf, sizeof buf, "%" PRIu64, seed);
   st_writer_meta(sw, "seed", buf);
+  for (int i = 0; i < w->nmeta; i++) st_writer_meta(sw, w->meta_key[i], w->meta_val[i]);
   bool ok = st_write(sw, path, err, errlen);
   st_writer_free(sw);
   for (int i = 0; i < nn; i++) free(names[i]);

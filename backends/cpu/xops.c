@@ -441,29 +441,44 @@ static bool causal_attention_backward(xcall *c, char *err, size_t errlen) {
   return true;
 }
 
-/* k [b, s, (g dh)] with the part's groups; r query heads per group */
-static void gqa_sizes(const xcall *c, int64_t *b, int64_t *s, int64_t *gl, int64_t *rr, int64_t *dh) {
-  const tregion *kr = c->inr[1];
+/* k [b, sk, (g dh)] with the part's groups, q [b, sq, (g r dh)] with the
+ * part's queries, from position q0 (context parallelism: one interval of
+ * the sequence); r query heads per group */
+typedef struct gqa_dims {
+  int64_t b, sq, sk, q0, gl, rr, dh;
+} gqa_dims;
+
+static bool gqa_sizes(const xcall *c, gqa_dims *z, char *err, size_t errlen) {
+  const tregion *kr = c->inr[1], *qr = c->inr[0];
   int r = kr->ndims;
   int64_t g = (int64_t)xop_attr(c->g, c->op, "g", 1);
-  *rr = (int64_t)xop_attr(c->g, c->op, "r", 1);
-  *dh = whole_last(c, 1) / g;
-  *gl = ext(kr, r - 1) / *dh;
-  *s = ext(kr, r - 2);
-  *b = numel(kr) / (*s * *gl * *dh);
+  z->rr = (int64_t)xop_attr(c->g, c->op, "r", 1);
+  z->dh = whole_last(c, 1) / g;
+  z->gl = ext(kr, r - 1) / z->dh;
+  z->sk = ext(kr, r - 2);
+  z->sq = ext(qr, r - 2);
+  z->q0 = first(qr, r - 2);
+  z->b = numel(kr) / (z->sk * z->gl * z->dh);
+  if (qr->dims[r - 2].n > 1) {
+    snprintf(err, errlen, "operator %s: its queries are a strided part of the sequence, which the CPU backend's attention "
+                          "does not take (split the sequence into consecutive parts)", c->g->ops[c->op].name);
+    return false;
+  }
+  return true;
 }
 
 static bool gqa_attention_forward(xcall *c, char *err, size_t errlen) {
-  int64_t b, s, gl, rr, dh;
-  gqa_sizes(c, &b, &s, &gl, &rr, &dh);
-  k_gqa_attention(c->out, IN(0), IN(1), IN(2), b, s, gl, rr, dh);
+  gqa_dims z;
+  if (!gqa_sizes(c, &z, err, errlen)) return false;
+  k_gqa_attention(c->out, IN(0), IN(1), IN(2), z.b, z.sq, z.sk, z.q0, z.gl, z.rr, z.dh);
   return true;
 }
 
 static bool gqa_attention_backward(xcall *c, char *err, size_t errlen) {
-  int64_t b, s, gl, rr, dh;
-  gqa_sizes(c, &b, &s, &gl, &rr, &dh);
-  k_gqa_attention_backward(c->din[0], c->din[1], c->din[2], c->dy, IN(0), IN(1), IN(2), b, s, gl, rr, dh, c->acc);
+  gqa_dims z;
+  if (!gqa_sizes(c, &z, err, errlen)) return false;
+  k_gqa_attention_backward(c->din[0], c->din[1], c->din[2], c->dy, IN(0), IN(1), IN(2), z.b, z.sq, z.sk, z.q0, z.gl, z.rr,
+                           z.dh, c->acc);
   return true;
 }
 

@@ -15,6 +15,8 @@
  * and inputs from a world and writes parameters and state back; checkpoints
  * are worlds on disk. */
 
+enum { WORLD_MAX_META = 32 };
+
 typedef struct weft_world {
   const weft_graph *g;
   float **param;          /* per graph tensor: a parameter's numel values, else NULL */
@@ -25,11 +27,22 @@ typedef struct weft_world {
   const char *const *state_names; /* each one's name in a checkpoint: optim.NAME.PARAM */
   int64_t step;           /* optimizer steps taken so far, at most WORLD_MAX_STEP */
   bool allow_nonfinite;   /* loading keeps NaN and infinities (--allow-nonfinite) */
+  /* What a checkpoint records of a run besides its tensors (the position
+   * in the training data, the schedule): entries "train.NAME" of its
+   * metadata, written by world_save and read back by world_resume. */
+  int nmeta;
+  char *meta_key[WORLD_MAX_META], *meta_val[WORLD_MAX_META];
 } weft_world;
 
 /* The largest step count a checkpoint may hold: far beyond any training,
  * and small enough that no count of steps after it overflows. */
 #define WORLD_MAX_STEP INT64_C(1000000000000000)
+
+/* A run's recorded setting (world_set_meta), or NULL. */
+const char *world_meta(const weft_world *w, const char *key);
+/* Sets one (both copied; the same key again replaces it). False when
+ * there are WORLD_MAX_META already. */
+bool world_set_meta(weft_world *w, const char *key, const char *value);
 
 /* Floating tensors are f32 whatever their dtype (bf16 and f16 are held as
  * f32); i32 inputs are int32_t. */
@@ -78,21 +91,39 @@ int64_t world_step_items(const weft_graph *g, const char **unit);
 /* ---- backends ------------------------------------------------------------- */
 
 /* The version of this table: a plugin built against another is refused. */
-#define WEFT_BACKEND_VERSION 1
-
-/* Called after each step with its loss and its wall time, by one thread. */
-typedef void (*backend_step_fn)(void *ctx, int64_t step, double loss, double seconds);
+#define WEFT_BACKEND_VERSION 2
 
 typedef struct backend_opts {
   bool allow_native;      /* operators with native kernels may load them */
-  bool allow_nonfinite;   /* train on through a loss or a gradient that is
-                           * NaN or infinite; else the run stops at it */
+  bool allow_nonfinite;   /* train on through a gradient that is NaN or
+                           * infinite; else the pass fails at it */
   double timeout_s;       /* the longest a device or process waits for
-                           * another (a message, a collective, a step's
+                           * another (a message, a collective, a pass's
                            * end) before the run fails; 0: no limit */
-  backend_step_fn on_step;
-  void *ctx;
 } backend_opts;
+
+/* One pass of a run: a training step, or an evaluation of the loss. The
+ * run layer (weft run) decides each one: the batch in the world's inputs,
+ * the learning rate of the schedule, clipping. */
+typedef struct backend_step {
+  double lr;              /* the optimizer's learning rate for this step; NaN:
+                           * the one of the model's `train` statement */
+  double clip;            /* > 0: before the update, every gradient is
+                           * multiplied by min(1, clip / (norm + 1e-6)), norm
+                           * the L2 norm of all gradients together */
+  bool eval;              /* the forward only: the loss of the world's inputs;
+                           * nothing is updated and w->step stays */
+} backend_step;
+
+/* What a pass measured. */
+typedef struct backend_result {
+  double loss;            /* the loss of the batch */
+  double grad_norm;       /* the L2 norm of all gradients together before
+                           * clipping, every element of every parameter
+                           * counted once however many devices hold a copy;
+                           * NaN for an evaluation */
+  double seconds;         /* its wall time */
+} backend_result;
 
 /* A program opened on a world. */
 typedef struct backend_run backend_run;
@@ -112,18 +143,20 @@ typedef struct weft_backend {
    * parameters, optimizer state and inputs are read from w when the first
    * step starts. NULL with a message. */
   backend_run *(*open)(const weft_program *pr, weft_world *w, const backend_opts *o, char *err, size_t errlen);
-  /* Runs `steps` training steps, reporting each through o->on_step; every
-   * step trains on w's inputs and adds one to w->step. */
-  bool (*run)(backend_run *r, int steps, char *err, size_t errlen);
+  /* Runs one pass: reads the world's inputs (they may change between
+   * passes), and for a training step updates the parameters and adds one
+   * to w->step. False with a message; a run that failed runs no more. */
+  bool (*run)(backend_run *r, const backend_step *s, backend_result *out, char *err, size_t errlen);
   /* Parameters and optimizer state back into w; under several processes
    * every one ends with the whole. False when copies of a parameter differ. */
   bool (*read)(backend_run *r, char *err, size_t errlen);
   /* Frees the run and leaves the other processes. */
   void (*close)(backend_run *r);
-  /* The same steps without a plan, every operator on whole tensors on one
+  /* The same pass without a plan, every operator on whole tensors on one
    * device in graph order, the backward in reverse, then the optimizer:
    * what `weft run --check` compares with. NULL when the backend has none. */
-  bool (*reference)(const weft_graph *g, weft_world *w, int steps, const backend_opts *o, char *err, size_t errlen);
+  bool (*reference)(const weft_graph *g, weft_world *w, const backend_step *s, backend_result *out,
+                    const backend_opts *o, char *err, size_t errlen);
   /* Called once when weft starts, before any work (NULL: nothing to do):
    * stops what linking the backend started, such as a thread pool that
    * would spin beside every command. */

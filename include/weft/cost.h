@@ -49,6 +49,19 @@ bool hw_from_plan(weft_diags *dg, const weft_plan *p, const weft_program *pr, hw
 bool hw_from_cluster(weft_diags *dg, const weft_graph *g, const weft_cluster *c, const char *what, weft_loc loc,
                      hw_model *hw);
 
+/* The nominal machine of symbolic costs: units that weigh FLOPs against the
+ * bytes kernels move and links carry, without a cluster's figures
+ * (docs/estimate.md, docs/search.md): 1 PFLOP/s, 2 TB/s of memory, 100 GB/s
+ * inside a node and 10 GB/s across, every rate reached, no latency. */
+#define SYM_FLOPS 1e15
+#define SYM_MEM_BW 2e12
+#define SYM_NODE_BW 1e11
+#define SYM_NET_BW 1e10
+
+/* The nominal machine with the plan's nodes (devices per node and memory
+ * of its cluster): `--cost symbolic`'s step, a scalar that orders plans. */
+void hw_nominal(const weft_plan *p, hw_model *hw);
+
 /* The cost of one instruction. */
 typedef struct kcost {
   double flops;           /* floating-point work */

@@ -170,6 +170,8 @@ typedef struct pcomm {
   sub_dir dir;            /* PHASE_PARAMS: the direction of consumer_op's use it
                            * gathers for (ZeRO-3), or DIR_OPTIMIZER: after the
                            * optimizer step (ZeRO-1 and 2) */
+  bool stage_edge;        /* part of a transfer between pipeline stages
+                           * (scatter-gather's sends and gather) */
   const char *why;        /* a sentence for `weft explain` */
   int mb;                 /* the micro-batch it moves, when the plan was folded
                            * and the tensor moves with micro-batches; else -1 */
@@ -243,7 +245,8 @@ typedef struct weft_plan {
                            * fused up to this many bytes; 0: not fused */
   weft_loc bucket_loc;
   int *rep;               /* per device: the device whose program it runs,
-                           * renamed (data-parallel replicas); NULL when every
+                           * renamed (data-parallel replicas, tensor-parallel
+                           * peers); NULL when every
                            * device is its own */
 } weft_plan;
 
@@ -275,8 +278,13 @@ const char *tregion_str(arena *a, const tregion *r);
  * communication (deps.h) and finds data-parallel replicas. */
 
 typedef struct plan_opts {
-  bool reps;              /* find data-parallel replicas (plan.h, rep): programs
-                           * are lowered once per class of replicas */
+  bool reps;              /* find data-parallel replicas and tensor-parallel
+                           * peers (plan.h, rep): programs are lowered once
+                           * per class */
+  bool rooted;            /* with reps: device `root` represents its class, so
+                           * that its own program is lowered exactly (a rank
+                           * of a run, `weft lower --device N`) */
+  int root;
 } plan_opts;
 
 typedef struct plan_builder plan_builder;

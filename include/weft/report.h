@@ -26,6 +26,7 @@ typedef struct weft_opts {
   int device;             /* lower --device N, or -1 */
   const char *trace;      /* estimate --trace FILE */
   const char *svg;        /* estimate --svg FILE */
+  const char *devices;    /* estimate --devices LIST, or NULL */
   bool symbolic;          /* estimate --cost symbolic */
   int steps;              /* run --steps */
   uint64_t seed;          /* run --seed */
@@ -36,6 +37,21 @@ typedef struct weft_opts {
   double timeout;         /* run --timeout SECONDS, 0: the default */
   const weft_backend *backend; /* run --backend, NULL: the first of the build */
   bool seed_given;        /* --seed given (else a checkpoint's) */
+  /* run: the schedule, clipping, data, evaluation, logs (docs/run.md). A
+   * setting whose _set flag is false was not given: the checkpoint's, else
+   * the default, is taken */
+  double lr, lr_min, clip;
+  int64_t warmup, decay_steps;
+  bool lr_set, lr_min_set, clip_set, warmup_set, decay_set;
+  const char *lr_schedule;  /* constant, cosine, linear; NULL: not given */
+  const char *data, *val_data; /* token files (a glob of shards) */
+  int data_bytes;         /* tokens of files without a header: 2 (0: 2) or 4 */
+  int64_t eval_every;     /* 0: evaluate after the last step only */
+  int64_t eval_steps;     /* validation batches; 0: 10 */
+  int64_t save_every;     /* 0: no checkpoint during the run */
+  int64_t keep;           /* periodic checkpoints kept; 0: all */
+  int64_t print_every;    /* 0: 1 */
+  const char *log;        /* JSON lines, one per step */
   int color;              /* -1 auto, 0 never, 1 always */
   int max_errors;
   /* weft search */
@@ -46,7 +62,7 @@ typedef struct weft_opts {
   int top;                /* --top K */
   int pick;               /* --pick N, -1: the objective's */
   double time_limit;      /* --time-limit SECONDS */
-  int progress;           /* -1 on a terminal, 0 never, 1 always */
+  int progress;           /* search, run: -1 on a terminal, 0 never, 1 always */
   bool no_buckets;        /* --no-buckets */
 } weft_opts;
 

@@ -100,6 +100,10 @@ typedef struct weft_estimate {
   int over_devices;       /* devices whose peak exceeds device_memory */
   double comm_kind[COMM_KIND_COUNT];  /* bytes sent per step, all devices */
   double comm_level[2];
+  /* --cost symbolic: the step on the nominal machine (cost.h, hw_nominal),
+   * a scalar that orders plans without a cluster's figures; -1 unset */
+  double symbolic_step;
+  double symbolic_bubble;
 } weft_estimate;
 
 void sim_estimate(const weft_sim *s, weft_estimate *e);
@@ -107,9 +111,22 @@ void sim_estimate(const weft_sim *s, weft_estimate *e);
 /* Output (estimate_print.c). */
 void estimate_print_text(const weft_sim *s, const weft_estimate *e, FILE *out);
 void estimate_print_json(const weft_sim *s, const weft_estimate *e, FILE *out);
-/* Chrome trace JSON: one process per device, one thread per stream. */
-void estimate_print_trace(const weft_sim *s, FILE *out);
-/* The space-time picture: devices against time. */
-void estimate_print_svg(const weft_sim *s, FILE *out);
+/* The devices a trace or a picture shows: a device of the cluster and its
+ * entry in weft_sim.dev (its own, or its representative's: the same
+ * timeline with devices renamed). */
+typedef struct sim_row {
+  int device, sim;
+} sim_row;
+
+/* Rows for the devices want[0..n) (NULL: the simulated devices, or 64 of
+ * them spread evenly when there are more); out holds n or 64 rows. Returns
+ * the count; a device the plan does not use gives no row. */
+int sim_rows(const weft_sim *s, const int *want, int n, sim_row *out);
+enum { SIM_ROWS_DEFAULT = 64 };
+
+/* Chrome trace JSON: one process per row's device, one thread per stream. */
+void estimate_print_trace(const weft_sim *s, const sim_row *rows, int nrows, FILE *out);
+/* The space-time picture: the rows' devices against time. */
+void estimate_print_svg(const weft_sim *s, const sim_row *rows, int nrows, FILE *out);
 
 #endif

@@ -89,8 +89,10 @@ static const command commands[] = {
      "options:\n"
      "  --plan NAME        the plan (default: the last one the file defines)\n"
      "  --json             print one JSON object\n"
-     "  --trace FILE       write the simulated timeline as Chrome trace JSON (Perfetto)\n"
-     "  --svg FILE         write the schedule as an SVG picture, devices against time\n"
+     "  --trace FILE       write the simulated timeline as Chrome trace JSON (Perfetto), - stdout\n"
+     "  --svg FILE         write the schedule as an SVG picture, devices against time, - stdout\n"
+     "  --devices LIST     the devices the trace and the picture show: 0,8,16 or 0..8 (from 0 to 7),\n"
+     "                     or all (default: 64 at most, spread over the simulated devices)\n"
      "  --cost MODEL       roofline (default) or symbolic: FLOPs and bytes only, no hardware figures\n"},
     {"run", report_run, 1, 1, "needs one file", "train with a plan on the CPU backend, and prove it equals one device",
      "usage: weft run [options] FILE\n\n"
@@ -114,7 +116,25 @@ static const command commands[] = {
      "                     gradient that is not finite (else the run stops there, exit 1)\n"
      "  --timeout S        the longest a device or process waits for another (default 600);\n"
      "                     then the run fails, and under mpirun every process ends\n"
-     "  --json             print one JSON object: steps, check, saved file\n"},
+     "  --json             print one JSON object: steps, check, saved file\n"
+     "training:\n"
+     "  --data PATH        batches from token files (a file or a glob of shards): llm.c's\n"
+     "                     .bin format, or raw uint16 (nanoGPT); a seeded order, resumable\n"
+     "  --data-dtype T     uint16 (default) or uint32: tokens of files without a header\n"
+     "  --val-data PATH    validation tokens: the loss is measured after the last step\n"
+     "  --eval-every N     ... and after every N-th step\n"
+     "  --eval-steps K     validation batches per measurement (default 10)\n"
+     "  --lr X             the peak learning rate (default: the model's)\n"
+     "  --lr-schedule S    constant (default), cosine or linear decay after the warmup\n"
+     "  --warmup N         steps of linear warmup (default 0)\n"
+     "  --lr-min X         the learning rate the decay ends at (default 0)\n"
+     "  --decay-steps N    the step the decay ends at (default: the last of this run)\n"
+     "  --clip X           clip gradients to a global L2 norm of X (default: no clipping)\n"
+     "  --save-every N     also save a checkpoint every N steps, named FILE-stepN after --save\n"
+     "  --keep K           keep the last K of those (default: all)\n"
+     "  --log FILE         one JSON object per step: loss, lr, grad norm, tokens/s, val loss\n"
+     "  --print-every N    a line every N steps (default 1)\n"
+     "  --progress         a progress line with ETA on stderr even when it is not a terminal\n"},
     {"search", report_search, 1, 1, "needs one file", "search plans for a model and write the best as a .plan",
      "usage: weft search [options] FILE\n\n"
      "Searches plans for FILE's model on a cluster: tensor parallelism chosen per\n"
@@ -209,6 +229,91 @@ static bool parse_bytes(const char *text, size_t *out) {
   return true;
 }
 
+/* A number of weft run's training options: finite, at least lo (above it
+ * when strict); false after the message. */
+static bool opt_real(const char *name, const char *v, double lo, bool strict, double *out) {
+  char *end;
+  errno = 0;
+  double x = strtod(v, &end);
+  if (*end || !*v || errno || !isfinite(x) || x < lo || (strict && x == lo)) {
+    fprintf(stderr, "weft: error: %s needs a %s number\n", name, strict ? "positive" : "non-negative");
+    return false;
+  }
+  *out = x;
+  return true;
+}
+
+/* A count of weft run's options, at least lo. */
+static bool opt_count(const char *name, const char *v, int64_t lo, int64_t *out) {
+  char *end;
+  errno = 0;
+  long long n = strtoll(v, &end, 10);
+  if (*end || !*v || errno || n < lo || n > 1000000000000LL) {
+    fprintf(stderr, "weft: error: %s needs a %s count\n", name, lo > 0 ? "positive" : "non-negative");
+    return false;
+  }
+  *out = n;
+  return true;
+}
+
+/* weft run's training options (report.h); 1: taken, 0: not one of them,
+ * -1: a bad value (reported). */
+static int run_option(int argc, char **argv, int *i, weft_opts *o) {
+  static const char *const reals[] = {"--lr", "--lr-min", "--clip"};
+  static const char *const counts[] = {"--warmup", "--decay-steps", "--eval-every", "--eval-steps",
+                                       "--save-every", "--keep", "--print-every"};
+  static const char *const paths[] = {"--data", "--val-data", "--log"};
+  const char *a = argv[*i], *v;
+  for (int k = 0; k < 3; k++)
+    if (is_opt(a, reals[k])) {
+      if (!(v = opt_value(argc, argv, i, reals[k]))) return -1;
+      double *x[] = {&o->lr, &o->lr_min, &o->clip};
+      bool *set[] = {&o->lr_set, &o->lr_min_set, &o->clip_set};
+      if (!opt_real(reals[k], v, 0, k == 0, x[k])) return -1;
+      *set[k] = true;
+      return 1;
+    }
+  for (int k = 0; k < 7; k++)
+    if (is_opt(a, counts[k])) {
+      if (!(v = opt_value(argc, argv, i, counts[k]))) return -1;
+      int64_t *x[] = {&o->warmup, &o->decay_steps, &o->eval_every, &o->eval_steps, &o->save_every, &o->keep, &o->print_every};
+      if (!opt_count(counts[k], v, k < 2 ? 0 : 1, x[k])) return -1;
+      if (k == 0) o->warmup_set = true;
+      if (k == 1) o->decay_set = true;
+      return 1;
+    }
+  for (int k = 0; k < 3; k++)
+    if (is_opt(a, paths[k])) {
+      if (!(v = opt_value(argc, argv, i, paths[k]))) return -1;
+      const char **x[] = {&o->data, &o->val_data, &o->log};
+      *x[k] = v;
+      return 1;
+    }
+  if (is_opt(a, "--lr-schedule")) {
+    if (!(v = opt_value(argc, argv, i, "--lr-schedule"))) return -1;
+    if (strcmp(v, "constant") && strcmp(v, "cosine") && strcmp(v, "linear")) {
+      fprintf(stderr, "weft: error: --lr-schedule needs constant, cosine or linear\n");
+      return -1;
+    }
+    o->lr_schedule = v;
+    return 1;
+  }
+  if (is_opt(a, "--data-dtype")) {
+    if (!(v = opt_value(argc, argv, i, "--data-dtype"))) return -1;
+    if (strcmp(v, "uint16") && strcmp(v, "uint32")) {
+      fprintf(stderr, "weft: error: --data-dtype needs uint16 or uint32\n");
+      return -1;
+    }
+    o->data_bytes = v[4] == '1' ? 2 : 4;
+    return 1;
+  }
+  if (strcmp(a, "--progress") == 0) {
+    o->progress = 1;
+    return 1;
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   /* Blocks of up to 32 MiB (the arenas' are 16) come from the heap, and
    * what is freed stays there for the next phase: every page a phase frees
@@ -275,6 +380,7 @@ int main(int argc, char **argv) {
   for (int i = 2; i < argc; i++) {
     const char *a = argv[i];
     const char *v;
+    int r;
     if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) { help_command(cmd, stdout); rc = 0; goto done; }
     else if (strcmp(a, "--json") == 0 && cmd->run != report_explain && cmd->run != report_fmt) o.json = true;
     else if (strcmp(a, "--dot") == 0 && cmd->run == report_graph) o.dot = true;
@@ -293,6 +399,7 @@ int main(int argc, char **argv) {
     }
     else if (is_opt(a, "--trace") && cmd->run == report_estimate) { if (!(v = opt_value(argc, argv, &i, "--trace"))) goto done; o.trace = v; }
     else if (is_opt(a, "--svg") && cmd->run == report_estimate) { if (!(v = opt_value(argc, argv, &i, "--svg"))) goto done; o.svg = v; }
+    else if (is_opt(a, "--devices") && cmd->run == report_estimate) { if (!(v = opt_value(argc, argv, &i, "--devices"))) goto done; o.devices = v; }
     else if (is_opt(a, "--cost") && (cmd->run == report_estimate || cmd->run == report_search)) {
       if (!(v = opt_value(argc, argv, &i, "--cost"))) goto done;
       if (strcmp(v, "symbolic") == 0) o.symbolic = true;
@@ -347,6 +454,7 @@ int main(int argc, char **argv) {
     else if (cmd->run == report_run && is_opt(a, "--inputs")) { if (!(v = opt_value(argc, argv, &i, "--inputs"))) goto done; o.inputs = v; }
     else if (cmd->run == report_run && is_opt(a, "--save")) { if (!(v = opt_value(argc, argv, &i, "--save"))) goto done; o.save = v; }
     else if (cmd->run == report_run && is_opt(a, "--resume")) { if (!(v = opt_value(argc, argv, &i, "--resume"))) goto done; o.resume = v; }
+    else if (cmd->run == report_run && (r = run_option(argc, argv, &i, &o)) != 0) { if (r < 0) goto done; }
     else if (cmd->run == report_run && strcmp(a, "--check") == 0) o.run_check = true;
     else if (cmd->run == report_run && strcmp(a, "--allow-native") == 0) o.allow_native = true;
     else if (cmd->run == report_run && strcmp(a, "--allow-nonfinite") == 0) o.allow_nonfinite = true;
@@ -403,6 +511,22 @@ int main(int argc, char **argv) {
   if (o.grid && o.json) { fprintf(stderr, "weft lower: --grid and --json exclude each other\n"); goto done; }
   if (o.load && o.resume) {
     fprintf(stderr, "weft run: --load and --resume exclude each other (a checkpoint holds the parameters)\n");
+    goto done;
+  }
+  if (o.save_every && !o.save) {
+    fprintf(stderr, "weft run: --save-every needs --save FILE (its checkpoints are named after FILE)\n");
+    goto done;
+  }
+  if (o.keep && !o.save_every) {
+    fprintf(stderr, "weft run: --keep needs --save-every\n");
+    goto done;
+  }
+  if ((o.eval_every || o.eval_steps) && !o.val_data) {
+    fprintf(stderr, "weft run: --eval-every and --eval-steps need --val-data\n");
+    goto done;
+  }
+  if (o.data && o.inputs) {
+    fprintf(stderr, "weft run: --data and --inputs exclude each other (both give the batches)\n");
     goto done;
   }
   if (o.nfiles < cmd->min_files || (cmd->max_files >= 0 && o.nfiles > cmd->max_files)) {

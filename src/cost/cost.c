@@ -150,6 +150,21 @@ bool hw_from_cluster(weft_diags *dg, const weft_graph *g, const weft_cluster *c,
   return ok;
 }
 
+void hw_nominal(const weft_plan *p, hw_model *hw) {
+  memset(hw, 0, sizeof *hw);
+  weft_cluster cl = weft_cluster_of(p->cluster);
+  hw->cluster = "nominal";
+  hw->device = "nominal";
+  hw->devices_per_node = p->devices_per_node;
+  hw->memory = (double)cl.device_memory;
+  hw->mem_bw = SYM_MEM_BW;
+  for (int t = 0; t < DT_COUNT; t++) hw->peak[t] = SYM_FLOPS;
+  hw->vector_rate = SYM_FLOPS;
+  hw->matmul_eff = hw->memory_eff = 1;
+  hw->node = (hw_link){true, "nominal node", SYM_NODE_BW, 0, 1};
+  hw->net = (hw_link){true, "nominal network", SYM_NET_BW, 0, 1};
+}
+
 bool hw_from_plan(weft_diags *dg, const weft_plan *p, const weft_program *pr, hw_model *hw) {
   (void)pr;
   weft_cluster cl = weft_cluster_of(p->cluster);
@@ -249,6 +264,7 @@ typedef struct subgeo {
   weft_dtype dt;
   double frac;            /* the part of the operator's iteration space it covers */
   double a, b, c;         /* matmul: m, n, k; attention: sq, dh, batch */
+  double d;               /* attention: sk, the keys (sq unless a part of the queries attends to all) */
 } subgeo;
 
 /* The geometry of a part of an operator's iteration space, ext[i] its
@@ -261,7 +277,7 @@ static void subgeo_of(const weft_graph *gr, const opspace *sp, int op, const dou
     if (sp->idims[i].size > 0) frac *= ext[i] / (double)sp->idims[i].size;
   g->frac = frac;
   g->dt = op_dtype(gr, op);
-  g->a = g->b = g->c = 0;
+  g->a = g->b = g->c = g->d = 0;
   int model = kind_cost_of(o->kind)->model;
   if (model == OPK_MATMUL && sp->ninputs >= 2) {
     /* m: result idims the first operand has; n: the others; k: reductions */
@@ -276,15 +292,16 @@ static void subgeo_of(const weft_graph *gr, const opspace *sp, int op, const dou
     g->model = OPK_MATMUL;
     g->a = m; g->b = n; g->c = kk;
   } else if (model == OPK_ATTENTION) {
-    double sq = 0, dh = 0, batch = 1;
+    double sq = 0, sk = -1, dh = 0, batch = 1;
     for (int i = 0; i < sp->nidims; i++) {
       const char *sig = sp->idims[i].sig;
       if (strcmp(sig, "s") == 0) sq = ext[i];
+      else if (strcmp(sig, "t") == 0) sk = ext[i];
       else if (strcmp(sig, "dh") == 0) dh = ext[i];
       else if (tmap_has(&sp->output, i)) batch *= ext[i];
     }
     g->model = OPK_ATTENTION;
-    g->a = sq; g->b = dh; g->c = batch;
+    g->a = sq; g->b = dh; g->c = batch; g->d = sk < 0 ? sq : sk;
   } else {
     g->model = OPK_STREAM;
   }
@@ -319,13 +336,14 @@ static kcost compute_cost_geo(const hw_model *hw, const weft_graph *gr, const lw
   } else if (g->model == OPK_ATTENTION) {
     /* softmax(q k^T) v per batch element and head: two batched products,
      * with the scores between them in memory unless the kernel is fused */
-    double sq = g->a, dh = g->b, batch = g->c;
+    double sq = g->a, dh = g->b, batch = g->c, sk = g->d;
     if (sq > 0 && dh > 0) {
       /* forward: scores q k^T, then the weighted values; backward: dP = dO v^T,
-       * then dV = P^T dO, dQ = dS k, dK = dS^T q */
-      t += gemm_time(hw, dt, batch, sq, sq, dh, &k.flops, &k.bytes);
-      for (int r = 0; r < (bwd ? 3 : 1); r++) t += gemm_time(hw, dt, batch, sq, dh, sq, &k.flops, &k.bytes);
-      double scores = batch * sq * sq * dtype_bytes[dt];
+       * then dV = P^T dO, dQ = dS k, dK = dS^T q (a part of the queries
+       * against all the keys: sq rows of sk scores) */
+      t += gemm_time(hw, dt, batch, sq, sk, dh, &k.flops, &k.bytes);
+      for (int r = 0; r < (bwd ? 3 : 1); r++) t += gemm_time(hw, dt, batch, sq, dh, sk, &k.flops, &k.bytes);
+      double scores = batch * sq * sk * dtype_bytes[dt];
       double passes = hw ? (bwd ? hw->score_passes_bwd : hw->score_passes) : 0;
       k.bytes += passes * scores;
       if (hw) t += stream_time(hw, 0, passes * scores, passes > 0 ? 1 : 0);

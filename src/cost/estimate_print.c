@@ -49,6 +49,9 @@ void estimate_print_text(const weft_sim *s, const weft_estimate *e, FILE *out) {
           pr->nmb == 1 ? "" : "es");
   if (e->symbolic) {
     fprintf(out, "  cost model: symbolic (FLOPs and bytes; no hardware figures)\n");
+    if (e->symbolic_step >= 0)
+      fprintf(out, "  symbolic step     %s on the nominal machine (1 PFLOP/s, 2 TB/s, links of 100 and 10 GB/s), bubble %.1f%%\n",
+              seconds(e->symbolic_step, b1, sizeof b1), 100 * e->symbolic_bubble);
     fprintf(out, "  model FLOPs       %s per step (forward and backward), %s as run\n", human(e->model_flops, "FLOP", b1, sizeof b1),
             human(e->hw_flops, "FLOP", b2, sizeof b2));
   } else {
@@ -84,23 +87,31 @@ void estimate_print_text(const weft_sim *s, const weft_estimate *e, FILE *out) {
       any = true;
     }
   fprintf(out, "%s\n", any ? ")" : "");
-  /* one row per simulated device, or the first and last few */
-  if (e->symbolic)
-    fprintf(out, "\n  %6s %12s %12s %12s %12s %10s\n", "device", "FLOPs", "mem traffic", "sent (node)", "sent (net)", "peak");
-  else
-    fprintf(out, "\n  %6s %10s %10s %10s %10s %10s %10s\n", "device", "compute", "coll", "p2p", "grads", "bubble", "peak");
+  /* one row per simulated device, or the first and last few; the device
+   * column as wide as its widest label ("16 x192") */
+  int w = 6;
   for (int k = 0; k < s->ndev; k++) {
-    if (s->ndev > 12 && k == 6) fprintf(out, "  %6s (%d more; --json lists every device)\n", "...", s->ndev - 12);
+    char dev[32];
+    int n = s->dev[k].weight > 1 ? snprintf(dev, sizeof dev, "%d x%d", s->dev[k].device, s->dev[k].weight)
+                                 : snprintf(dev, sizeof dev, "%d", s->dev[k].device);
+    if (n > w) w = n;
+  }
+  if (e->symbolic)
+    fprintf(out, "\n  %*s %12s %12s %12s %12s %10s\n", w, "device", "FLOPs", "mem traffic", "sent (node)", "sent (net)", "peak");
+  else
+    fprintf(out, "\n  %*s %10s %10s %10s %10s %10s %10s\n", w, "device", "compute", "coll", "p2p", "grads", "bubble", "peak");
+  for (int k = 0; k < s->ndev; k++) {
+    if (s->ndev > 12 && k == 6) fprintf(out, "  %*s (%d more; --json lists every device)\n", w, "...", s->ndev - 12);
     if (s->ndev > 12 && k >= 6 && k < s->ndev - 6) continue;
     const sim_dev *D = &s->dev[k];
     char c[6][32], dev[32];
     if (D->weight > 1) snprintf(dev, sizeof dev, "%d x%d", D->device, D->weight);
     else snprintf(dev, sizeof dev, "%d", D->device);
     if (e->symbolic) {
-      fprintf(out, "  %6s %12s %12s %12s %12s %10s\n", dev, human(D->flops, "", c[0], 32), hbytes(D->bytes, c[1], 32),
+      fprintf(out, "  %*s %12s %12s %12s %12s %10s\n", w, dev, human(D->flops, "", c[0], 32), hbytes(D->bytes, c[1], 32),
               hbytes(D->sent[0], c[2], 32), hbytes(D->sent[1], c[3], 32), hbytes((double)D->peak, c[4], 32));
     } else {
-      fprintf(out, "  %6s %10s %10s %10s %10s %10s %10s\n", dev, seconds(D->busy[SS_COMPUTE], c[0], 32),
+      fprintf(out, "  %*s %10s %10s %10s %10s %10s %10s\n", w, dev, seconds(D->busy[SS_COMPUTE], c[0], 32),
               seconds(D->busy[SS_COLL], c[1], 32), seconds(D->busy[SS_SEND] + D->busy[SS_RECV], c[2], 32),
               seconds(D->busy[SS_GRAD], c[3], 32), seconds(D->wait_pipeline, c[4], 32), hbytes((double)D->peak, c[5], 32));
     }
@@ -127,6 +138,10 @@ void estimate_print_json(const weft_sim *s, const weft_estimate *e, FILE *out) {
   json_key(&j, "tokens_per_step"); json_num(&j, e->tokens);
   json_key(&j, "model_flops_per_step"); json_num(&j, e->model_flops);
   json_key(&j, "hardware_flops_per_step"); json_num(&j, e->hw_flops);
+  if (e->symbolic_step >= 0) {
+    json_key(&j, "symbolic_step_s"); json_num(&j, e->symbolic_step);
+    json_key(&j, "symbolic_bubble_fraction"); json_num(&j, e->symbolic_bubble);
+  }
   if (!e->symbolic) {
     json_key(&j, "cluster"); json_str(&j, s->hw->cluster);
     json_key(&j, "step_time_s"); json_num(&j, e->step_time);
@@ -239,25 +254,44 @@ static void jname(FILE *out, const char *s) {
   }
 }
 
+/* ---- rows -------------------------------------------------------------------- */
+
+int sim_rows(const weft_sim *s, const int *want, int n, sim_row *out) {
+  int m = 0;
+  if (want) {
+    for (int i = 0; i < n; i++) {
+      int d = want[i];
+      if (d < 0 || d >= s->pr->nprogs || s->index[d] < 0) continue;
+      out[m++] = (sim_row){d, s->index[d]};
+    }
+    return m;
+  }
+  int every = s->ndev > SIM_ROWS_DEFAULT ? (s->ndev + SIM_ROWS_DEFAULT - 1) / SIM_ROWS_DEFAULT : 1;
+  for (int k = 0; k < s->ndev; k += every) out[m++] = (sim_row){s->dev[k].device, k};
+  return m;
+}
+
 /* ---- Chrome trace ---------------------------------------------------------- */
 
-void estimate_print_trace(const weft_sim *s, FILE *out) {
+void estimate_print_trace(const weft_sim *s, const sim_row *rows, int nrows, FILE *out) {
   const weft_program *pr = s->pr;
   const weft_plan *p = pr->p;
   fprintf(out, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
   bool first = true;
 #define SEP() do { if (!first) fputs(",\n", out); first = false; } while (0)
-  for (int k = 0; k < s->ndev; k++) {
-    const sim_dev *D = &s->dev[k];
+  for (int r = 0; r < nrows; r++) {
+    const sim_dev *D = &s->dev[rows[r].sim];
+    int dv = rows[r].device;
     SEP();
-    fprintf(out, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"device %d", D->device, D->device);
-    if (D->weight > 1) fprintf(out, " (and %d replicas)", D->weight - 1);
+    fprintf(out, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"device %d", dv, dv);
+    if (dv != D->device) fprintf(out, " (device %d's timeline, renamed)", D->device);
+    else if (D->weight > 1) fprintf(out, " (and %d device%s it stands for)", D->weight - 1, D->weight > 2 ? "s" : "");
     fprintf(out, "\"}}");
     SEP();
-    fprintf(out, "{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"sort_index\":%d}}", D->device, D->device);
+    fprintf(out, "{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"sort_index\":%d}}", dv, dv);
     for (int st = 0; st < SS_COUNT; st++) {
       SEP();
-      fprintf(out, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}}", D->device, st,
+      fprintf(out, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}}", dv, st,
               sim_stream_names[st]);
     }
     const lprog *pg = lower_prog(pr, D->device);
@@ -286,7 +320,7 @@ void estimate_print_trace(const weft_sim *s, FILE *out) {
         jname(out, p->g->tensors[cm->tensor].name);
         if (cm->phase == PHASE_BACKWARD || cm->phase == PHASE_WEIGHTS) fprintf(out, " (gradient)");
       }
-      fprintf(out, "\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.4f,\"dur\":%.4f", cat_names[cat], D->device,
+      fprintf(out, "\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.4f,\"dur\":%.4f", cat_names[cat], dv,
               D->stream[i], D->start[i] * 1e6, dur * 1e6);
       if (in->kind == LI_COMPUTE) fprintf(out, ",\"args\":{\"mb\":%d}", in->mb);
       else if (in->kind != LI_STEP && in->kind != LI_COPY)
@@ -295,7 +329,7 @@ void estimate_print_trace(const weft_sim *s, FILE *out) {
     }
     for (int i = 0; i < D->nmem; i++) {
       SEP();
-      fprintf(out, "{\"name\":\"memory\",\"ph\":\"C\",\"pid\":%d,\"ts\":%.4f,\"args\":{\"bytes\":%" PRId64 "}}", D->device,
+      fprintf(out, "{\"name\":\"memory\",\"ph\":\"C\",\"pid\":%d,\"ts\":%.4f,\"args\":{\"bytes\":%" PRId64 "}}", dv,
               D->mem[i].t * 1e6, D->mem[i].live);
     }
   }
@@ -324,10 +358,10 @@ static void svg_flush(FILE *out, const svg_block *bl, double y, double h, bool l
   }
 }
 
-void estimate_print_svg(const weft_sim *s, FILE *out) {
+void estimate_print_svg(const weft_sim *s, const sim_row *sel, int nsel, FILE *out) {
   const weft_program *pr = s->pr;
   const weft_plan *p = pr->p;
-  int rows = s->ndev;
+  int rows = nsel;
   const double W = 1400, left = 90, right = 20, top = 58, plotw = W - left - right;
   double rh = rows > 0 ? 900.0 / rows : 20;
   if (rh > 30) rh = 30;
@@ -346,8 +380,12 @@ void estimate_print_svg(const weft_sim *s, FILE *out) {
     else if (*c == '&') fputs("&amp;", out);
     else fputc(*c, out);
   }
-  fprintf(out, ": %d devices simulated, %d micro-batch%s, step %s</text>\n", rows, pr->nmb, pr->nmb == 1 ? "" : "es",
-          seconds(s->step_time, b1, sizeof b1));
+  int used = s->devices_used;
+  bool stands = false;
+  for (int k = 0; k < rows; k++) stands |= sel[k].device == s->dev[sel[k].sim].device && s->dev[sel[k].sim].weight > 1;
+  fprintf(out, ": %d of %d device%s shown%s, %d micro-batch%s, step %s</text>\n", rows, used, used == 1 ? "" : "s",
+          stands ? " (* stands for others: its replicas and peers run its timeline renamed)" : "", pr->nmb,
+          pr->nmb == 1 ? "" : "es", seconds(s->step_time, b1, sizeof b1));
   /* legend */
   double lx = left;
   for (int c = 0; c < CAT_COUNT; c++) {
@@ -356,13 +394,14 @@ void estimate_print_svg(const weft_sim *s, FILE *out) {
     lx += 16 + 7.0 * (double)strlen(cat_names[c]) + 18;
   }
   for (int k = 0; k < rows; k++) {
-    const sim_dev *D = &s->dev[k];
+    const sim_dev *D = &s->dev[sel[k].sim];
     double y = top + k * rh;
     double ch = rh * 0.62, cy = y + rh * 0.05, gy = cy + ch + rh * 0.03, gh = rh * 0.25;
     if (k % 2) fprintf(out, "<rect x=\"%.0f\" y=\"%.2f\" width=\"%.0f\" height=\"%.2f\" fill=\"#f3f3f3\"/>\n", left, y, plotw, rh);
     if (rh >= 8 || k % 4 == 0)
-      fprintf(out, "<text x=\"%.0f\" y=\"%.2f\" font-size=\"%.1f\" text-anchor=\"end\">dev %d</text>\n", left - 6,
-              y + rh / 2 + font * 0.35, font < 9 ? 9 : font, D->device);
+      fprintf(out, "<text x=\"%.0f\" y=\"%.2f\" font-size=\"%.1f\" text-anchor=\"end\">dev %d%s</text>\n", left - 6,
+              y + rh / 2 + font * 0.35, font < 9 ? 9 : font, sel[k].device,
+              sel[k].device == D->device && D->weight > 1 ? "*" : "");
     const lprog *pg = lower_prog(pr, D->device);
     /* compute lane: runs of one kind and micro-batch merge into a block */
     svg_block cur = {-1, -1, 0, 0};

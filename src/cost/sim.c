@@ -176,7 +176,10 @@ static void touch_all(sim *S, dstate *ds, int pc, const int *pool, const lop *in
     }
     if (out && end >= bs->ready) {
       bs->ready = end;
-      bs->writer = (signed char)in->kind;
+      /* a gather that ends a transfer between pipeline stages counts as
+       * the receive it completes */
+      bool edge = in->kind == LI_COLLECTIVE && S->pr->p->comms[in->id].stage_edge;
+      bs->writer = (signed char)(edge ? LI_RECV : in->kind);
     }
     bs->used = true;
     if (end > bs->last_use) bs->last_use = end;
@@ -604,6 +607,7 @@ static double step_tokens(const weft_graph *g) {
 
 void sim_estimate(const weft_sim *s, weft_estimate *e) {
   memset(e, 0, sizeof *e);
+  e->symbolic_step = -1;
   const weft_plan *p = s->pr->p;
   e->symbolic = s->hw == NULL;
   e->step_time = s->step_time;

@@ -28,11 +28,15 @@ struct plan_builder {
  * devices makes 61,680 sub-operators, at most 48 per operator, and 512
  * micro-batches a pipeline): the dependencies of an operator's
  * sub-operators grow with the square of their number, and lowering with
- * that of the micro-batches. */
+ * that of the micro-batches. PLAN_BUILD_BYTES bounds the records of the
+ * sub-operators really built (one micro-batch's when micro-batches are
+ * folded): about 17 million, and what is derived from them takes several
+ * times more. */
 enum {
-  PLAN_MAX_SUBS = 1 << 15, PLAN_MAX_TOTAL_SUBS = 1 << 20, PLAN_MAX_MICROBATCHES = 4096,
+  PLAN_MAX_SUBS = 1 << 15, PLAN_MAX_MICROBATCHES = 4096,
   PLAN_MAX_COSHARD = 4096,   /* sub-operators of one operator on one device */
 };
+#define PLAN_BUILD_BYTES ((int64_t)1 << 30)
 /* Bytes per unfolded sub-operator or communication, lowered (unfold_fits). */
 #define PLAN_UNIT_BYTES 800.0
 
@@ -61,6 +65,13 @@ static int find_idim(plan_builder *b, const weft_plan *p, int op, const char *di
     if (!group) return sig;
   }
   if (nmodel == 1) return model;
+  /* several, but one that splits (attention's queries s, not its keys t^) */
+  if (nmodel > 1) {
+    int free_one = -1, nfree = 0;
+    for (int i = 0; i < sp->nidims; i++)
+      if (sp->idims[i].dim_name && strcmp(sp->idims[i].dim_name, dim) == 0 && !sp->idims[i].nosplit) free_one = i, nfree++;
+    if (nfree == 1) return free_one;
+  }
   char list[512];
   size_t o = 0;
   list[0] = 0;
@@ -433,16 +444,103 @@ static void fold_setup(plan_builder *b) {
 
 /* ---- replicas ------------------------------------------------------------------ */
 
-/* Data-parallel replicas run the same program with devices renamed. Finds
- * an axis along which every operator is split the same way (P parts of a
- * dimension, or of a sum), such that the sub-operators at coordinate j of that
- * axis sit on devices that are an image of those at coordinate 0 under one
- * renaming pi_j; point-to-point communication stays inside a replica; a
- * collective that leaves a replica reduces parameter gradients over whole
- * orbits {d, pi_1(d), ...}. Then the devices at coordinate 0 represent the
- * others: deps derived the same communication for each replica (in the
- * same order), so lowering them alone decides rules 3 to 5 for all.
- * Sets p->rep, or leaves it NULL. */
+/* Devices that run the same program with devices renamed. An axis qualifies
+ * when every operator has a level on it with P parts, and the sub-operators
+ * at coordinate j of that level sit on devices that are an image of those
+ * at coordinate 0 under one renaming pi_j, the same for every operator.
+ *
+ * Data-parallel replicas (the first axis found): every operator splits a
+ * dimension (or a sum) along it; point-to-point communication stays inside
+ * a replica; a collective that leaves one reduces parameter gradients over
+ * whole orbits {d, pi_1(d), ...}.
+ *
+ * Tensor-parallel peers (a second axis, tried on top of the first): each
+ * operator splits a dimension evenly along it (every part the same size),
+ * splits a sum, or replicates; point-to-point communication stays inside a
+ * class (peer i of one stage sends to peer i of the next); a collective
+ * that leaves a class spans whole orbits (a tensor-parallel group). The
+ * peers of a group then run programs that differ only in which part of a
+ * dimension they hold, and meet at every collective together: one of them
+ * stands for the group in the lowering, the deadlock check, the memory rule
+ * and the simulation. Where a part is applied once (a bias under a split
+ * sum), coordinate 0 does the most work, so it is the one kept.
+ *
+ * deps derived the same communication for each class (in the same order),
+ * so lowering the representatives alone decides rules 3 to 5 for all. */
+static bool reps_along(const weft_plan *p, const char *axis, int P, bool peers, int *cls, int *inv, int *rep) {
+  const weft_graph *g = p->g;
+  int D = p->ndevices;
+  for (int d = 0; d < D; d++) cls[d] = inv[d] = -1;
+  for (int op = 0; op < g->nops; op++) {
+    const popplan *pp = &p->ops[op];
+    int lv = -1;
+    for (int i = 0; i < pp->nsplits; i++)
+      if (strcmp(pp->splits[i].axis, axis) == 0) lv = i;
+    if (lv < 0 || pp->splits[lv].parts != P) return false;
+    split_kind k = pp->splits[lv].kind;
+    /* a dimension split, or the batch of a loss (partial sums nobody reads) */
+    if (k != SPLIT_DIM && k != SPLIT_VALUE && !(peers && k == SPLIT_REPLICA)) return false;
+    if (peers && k == SPLIT_DIM && pp->space->idims[pp->splits[lv].idim].size % P != 0) return false;
+    int tl = p->fold.nmb ? p->fold.tlevel[op] : -1;
+    int stride = 1;
+    for (int i = lv + 1; i < pp->nsplits; i++)
+      if (i != tl) stride *= pp->splits[i].parts;
+    for (int f = 0; f < pp->count; f++) {
+      const psub *s = &p->subs[pp->first + f];
+      if (s->coord[lv] != 0) continue;
+      int r = s->device;
+      if (r < 0 || (cls[r] >= 0 && cls[r] != 0)) return false;
+      cls[r] = 0;
+      for (int j = 1; j < P; j++) {
+        int q = p->subs[pp->first + f + j * stride].device;
+        if (q < 0 || (cls[q] >= 0 && cls[q] != j) || (inv[q] >= 0 && inv[q] != r)) return false;
+        cls[q] = j;
+        inv[q] = r;
+      }
+    }
+  }
+  /* pi_j is one-to-one: every representative has one image per j */
+  int *images = calloc((size_t)D, sizeof(int));
+  if (!images) weft_oom();
+  bool ok = true;
+  for (int d = 0; d < D; d++) {
+    rep[d] = cls[d] > 0 ? inv[d] : d;
+    if (cls[d] > 0) images[inv[d]]++;
+  }
+  for (int d = 0; d < D && ok; d++)
+    if (cls[d] == 0 && images[d] != P - 1) ok = false;
+  free(images);
+  /* communication stays in a class, or (a collective) spans whole orbits */
+  char *in = calloc((size_t)D, 1);
+  if (!in) weft_oom();
+  for (int i = 0; i < p->ncomms && ok; i++) {
+    const pcomm *cm = &p->comms[i];
+    bool inside = true;
+    for (int k = 0; k < cm->ngroup; k++) inside &= cls[cm->group[k]] == cls[cm->group[0]];
+    if (inside) continue;
+    if (cm->kind == COMM_SEND || cm->kind == COMM_BROADCAST || (!peers && cm->phase != PHASE_WEIGHTS)) {
+      ok = false;
+      break;
+    }
+    for (int k = 0; k < cm->ngroup; k++) in[cm->group[k]] = 1;
+    for (int k = 0; k < cm->ngroup && ok; k++) {
+      int r = rep[cm->group[k]];
+      if (!in[r]) ok = false;
+      else if (cm->group[k] == r) {
+        int have = 0;
+        for (int m = 0; m < cm->ngroup; m++) have += rep[cm->group[m]] == r;
+        if (have != P) ok = false;
+      }
+    }
+    for (int k = 0; k < cm->ngroup; k++) in[cm->group[k]] = 0;
+  }
+  free(in);
+  return ok;
+}
+
+/* Sets p->rep (the representative of each device: data-parallel replicas,
+ * then tensor-parallel peers, above), or leaves it NULL. WEFT_REPS=never
+ * lowers every device; WEFT_REPS=replicas keeps tensor-parallel peers. */
 static void find_reps(plan_builder *b, weft_plan *p) {
   const weft_graph *g = p->g;
   const char *mode = getenv("WEFT_REPS");
@@ -453,106 +551,83 @@ static void find_reps(plan_builder *b, weft_plan *p) {
   int *cls = malloc(sizeof(int) * (size_t)D);
   int *inv = malloc(sizeof(int) * (size_t)D);
   int *rep = arena_alloc(b->a, sizeof(int) * (size_t)D);
-  if (!cls || !inv) weft_oom();
+  int *peer = malloc(sizeof(int) * (size_t)D);
+  /* each device's coordinate along the replicas' axis and the peers' */
+  int *coord[2] = {calloc((size_t)D, sizeof(int)), calloc((size_t)D, sizeof(int))};
+  if (!cls || !inv || !peer || !coord[0] || !coord[1]) weft_oom();
   const popplan *p0 = &p->ops[0];
-  for (int cand = 0; cand < p0->nsplits; cand++) {
-    const psplit *cs = &p0->splits[cand];
-    if ((cs->kind != SPLIT_DIM && cs->kind != SPLIT_VALUE) || cs->parts < 2) continue;
-    const char *axis = cs->axis;
-    int P = cs->parts;
-    bool ok = true;
-    for (int d = 0; d < D; d++) cls[d] = inv[d] = -1;
-    for (int op = 0; op < g->nops && ok; op++) {
-      const popplan *pp = &p->ops[op];
-      int lv = -1;
-      for (int i = 0; i < pp->nsplits; i++)
-        if (strcmp(pp->splits[i].axis, axis) == 0) lv = i;
-      /* a dimension split, or the batch of a loss (partial sums nobody reads) */
-      if (lv < 0 || (pp->splits[lv].kind != SPLIT_DIM && pp->splits[lv].kind != SPLIT_VALUE) ||
-          pp->splits[lv].parts != P) {
-        ok = false;
-        break;
+  const char *first = NULL;
+  for (int pass = 0; pass < 2; pass++) {
+    bool peers = pass == 1;
+    if (peers && mode && strcmp(mode, "replicas") == 0) break;
+    for (int cand = 0; cand < p0->nsplits; cand++) {
+      const psplit *cs = &p0->splits[cand];
+      bool kind_ok = cs->kind == SPLIT_DIM || cs->kind == SPLIT_VALUE || (peers && cs->kind == SPLIT_REPLICA);
+      if (!kind_ok || cs->parts < 2 || cs->kind == SPLIT_TIME || (first && strcmp(cs->axis, first) == 0)) continue;
+      if (!reps_along(p, cs->axis, cs->parts, peers, cls, inv, peers ? peer : rep)) continue;
+      memcpy(coord[pass], cls, sizeof(int) * (size_t)D);
+      if (!peers) {
+        first = cs->axis;
+        p->rep = rep;
+      } else if (p->rep) {
+        for (int d = 0; d < D; d++) rep[d] = peer[rep[d]];
+      } else {
+        memcpy(rep, peer, sizeof(int) * (size_t)D);
+        p->rep = rep;
       }
-      int tl = p->fold.nmb ? p->fold.tlevel[op] : -1;
-      int stride = 1;
-      for (int i = lv + 1; i < pp->nsplits; i++)
-        if (i != tl) stride *= pp->splits[i].parts;
-      for (int f = 0; f < pp->count && ok; f++) {
-        const psub *s = &p->subs[pp->first + f];
-        if (s->coord[lv] != 0) continue;
-        int r = s->device;
-        if (r < 0 || (cls[r] >= 0 && cls[r] != 0)) { ok = false; break; }
-        cls[r] = 0;
-        for (int j = 1; j < P && ok; j++) {
-          int q = p->subs[pp->first + f + j * stride].device;
-          if (q < 0 || (cls[q] >= 0 && cls[q] != j) || (inv[q] >= 0 && inv[q] != r)) { ok = false; break; }
-          cls[q] = j;
-          inv[q] = r;
-        }
-      }
-    }
-    if (!ok) continue;
-    /* pi_j is one-to-one: every representative has one image per j */
-    int *images = calloc((size_t)D, sizeof(int));
-    if (!images) weft_oom();
-    for (int d = 0; d < D; d++) {
-      rep[d] = cls[d] > 0 ? inv[d] : d;
-      if (cls[d] > 0) images[inv[d]]++;
-    }
-    for (int d = 0; d < D && ok; d++)
-      if (cls[d] == 0 && images[d] != P - 1) ok = false;
-    /* communication stays in a replica, or sums gradients over whole orbits */
-    char *in = calloc((size_t)D, 1);
-    if (!in) weft_oom();
-    for (int i = 0; i < p->ncomms && ok; i++) {
-      const pcomm *cm = &p->comms[i];
-      bool inside = true;
-      for (int k = 0; k < cm->ngroup; k++) inside &= cls[cm->group[k]] == cls[cm->group[0]];
-      if (inside) continue;
-      if (cm->kind == COMM_SEND || cm->phase != PHASE_WEIGHTS) { ok = false; break; }
-      for (int k = 0; k < cm->ngroup; k++) in[cm->group[k]] = 1;
-      for (int k = 0; k < cm->ngroup && ok; k++) {
-        int r = rep[cm->group[k]];
-        if (!in[r]) ok = false;
-        else if (cm->group[k] == r) {
-          int have = 0;
-          for (int m = 0; m < cm->ngroup; m++) have += rep[cm->group[m]] == r;
-          if (have != P) ok = false;
-        }
-      }
-      for (int k = 0; k < cm->ngroup; k++) in[cm->group[k]] = 0;
-    }
-    free(in);
-    free(images);
-    if (ok) {
-      p->rep = rep;
       break;
     }
   }
+  /* the root stands for its class, and every class is represented by its
+   * device at the root's coordinates (so that the representatives still
+   * pair as the devices they stand for: peer i sends to peer i) */
+  if (p->rep && b->o.rooted && b->o.root >= 0 && b->o.root < D) {
+    int n = b->o.root;
+    for (int d = 0; d < D; d++) inv[d] = -1;  /* per old representative: the new one */
+    for (int d = 0; d < D; d++)
+      if (coord[0][d] == coord[0][n] && coord[1][d] == coord[1][n]) inv[p->rep[d]] = d;
+    for (int d = 0; d < D; d++)
+      if (inv[p->rep[d]] >= 0) p->rep[d] = inv[p->rep[d]];
+  }
   free(cls);
   free(inv);
+  free(peer);
+  free(coord[0]);
+  free(coord[1]);
 }
 
 /* ---- sub-operators and placement ------------------------------------------------ */
 
 static bool make_subs(plan_builder *b, weft_plan *p) {
-  int64_t total = 0;
+  /* every sub-operator of the plan (nsubs_all), and those built: one
+   * micro-batch's when micro-batches are folded (plan.h, pfold) */
+  int64_t total = 0, built = 0, bytes = 0;
   for (int op = 0; op < p->g->nops; op++) {
-    int64_t count = 1;
-    for (int i = 0; i < p->ops[op].nsplits; i++) count *= p->ops[op].splits[i].parts;
+    const popplan *pp = &p->ops[op];
+    int tl = p->fold.nmb ? p->fold.tlevel[op] : -1;
+    int64_t count = 1, folded = 1;
+    for (int i = 0; i < pp->nsplits; i++) {
+      count *= pp->splits[i].parts;
+      if (i != tl) folded *= pp->splits[i].parts;
+    }
     total += count;
+    built += folded;
+    bytes += folded * (int64_t)(sizeof(psub) + sizeof(int) * (size_t)pp->nsplits +
+                                sizeof(irange) * (size_t)pp->space->nidims);
   }
-  p->nsubs_all = total;
-  /* the micro-batches of a folded plan share their sub-operators: the
-   * limit is on those made, here and unfolded (plan_finish) */
-  if (p->fold.nmb) total /= p->fold.nmb;
-  if (total > PLAN_MAX_TOTAL_SUBS) {
-    weft_diag *g = diag_add(b->dg, DIAG_ERROR, p->loc, "the plan has %" PRId64 " sub-operators, more than weft supports (%d)", total,
-                              PLAN_MAX_TOTAL_SUBS);
-    diag_hint(g, b->dg, "fewer parts, or fewer micro-batches");
+  if (built >= INT32_MAX || bytes > PLAN_BUILD_BYTES) {
+    char need[32], most[32];
+    weft_diag *g = diag_add(b->dg, DIAG_ERROR, p->loc,
+                            "plan %s would build %" PRId64 " sub-operators (%s; %" PRId64 " in all), more than the %s of "
+                            "sub-operators weft builds",
+                            p->name, built, unit_bytes_human(bytes, need, sizeof need), total,
+                            unit_bytes_human(PLAN_BUILD_BYTES, most, sizeof most));
+    diag_hint(g, b->dg, "fewer parts; micro-batches cost nothing when they differ only by their offset (docs/design/plans.md, section 8)");
     return false;
   }
-  arena_grow(b->a, (void **)&p->subs, &p->scap, (int)total + 1, sizeof(psub));
+  arena_grow(b->a, (void **)&p->subs, &p->scap, (int)built + 1, sizeof(psub));
+  p->nsubs_all = total;
+  total = built;
   for (int op = 0; op < p->g->nops; op++) {
     popplan *pp = &p->ops[op];
     int tl = p->fold.nmb ? p->fold.tlevel[op] : -1;
@@ -678,8 +753,28 @@ static bool place(plan_builder *b, const dec_placer *pl) {
       diag_add(b->dg, DIAG_ERROR, d->loc, "an assignment given as an expression needs the front end that wrote it");
       return false;
     }
+    /* an expression reads the coordinates of a sub-operator along named
+     * axes and nothing of its operator: operators with the same levels (the
+     * same axes and parts, in order) get the same devices, evaluated once */
+    int ntmpl = 0;
+    const popplan **tmpl = arena_alloc(b->a, sizeof(popplan *) * (size_t)(d->ops.n ? d->ops.n : 1));
     for (int k = 0; k < d->ops.n; k++) {
       popplan *pp = &p->ops[d->ops.ops[k]];
+      const popplan *same = NULL;
+      for (int q = 0; q < ntmpl && !same; q++) {
+        const popplan *o = tmpl[q];
+        bool eq = o->nsplits == pp->nsplits && o->count == pp->count;
+        for (int i = 0; i < pp->nsplits && eq; i++)
+          eq = o->splits[i].parts == pp->splits[i].parts && strcmp(o->splits[i].axis, pp->splits[i].axis) == 0;
+        if (eq) same = o;
+      }
+      if (same) {
+        for (int i = 0; i < pp->count; i++) p->subs[pp->first + i].device = p->subs[same->first + i].device;
+        pp->assigned = true;
+        pp->assign_loc = d->loc;
+        continue;
+      }
+      tmpl[ntmpl++] = pp;
       /* the operator's levels, as the front end sees them */
       const char **axes = arena_alloc(b->a, sizeof(char *) * (size_t)(pp->nsplits ? pp->nsplits : 1));
       int *parts = arena_alloc(b->a, sizeof(int) * (size_t)(pp->nsplits ? pp->nsplits : 1));

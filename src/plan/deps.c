@@ -582,6 +582,85 @@ static void regroup_sends(weft_plan *p, int first, sendset *ss) {
 }
 
 
+/* How near device src is to dst: 0 itself, 1 on its node, 2 elsewhere. */
+static int nearness(const weft_plan *p, int src, int dst) {
+  return src == dst ? 0 : node_of(p, src) == node_of(p, dst) ? 1 : 2;
+}
+
+/* The piece (an index into hsel) that sends part x to dst, the rank-th of
+ * its consumers: of the pieces holding x, the nearest to dst, and among
+ * equally near ones the rank-th (modulo their count), so that a group
+ * reading what a group holds is fed pair by pair. */
+static int pick_holder(const weft_plan *p, const pieces *have, const int *hsel, int ns, const tregion *x, int dst,
+                       int rank) {
+  int best = 3, count = 0;
+  for (int q = 0; q < ns; q++) {
+    const piece *o = &have->v[hsel[q]];
+    if (!tregion_contains(&o->region, x)) continue;
+    int n = nearness(p, o->device, dst);
+    if (n < best) best = n, count = 0;
+    if (n == best) count++;
+  }
+  if (count == 0) return -1;
+  int want = rank % count;
+  for (int q = 0; q < ns; q++) {
+    const piece *o = &have->v[hsel[q]];
+    if (tregion_contains(&o->region, x) && nearness(p, o->device, dst) == best && want-- == 0) return q;
+  }
+  return -1;
+}
+
+/* Scatter-gather between pipeline stages: the consumers cdevs[0..nc), all
+ * on one node, need the whole of `need`, which at least nc devices on other
+ * nodes hold whole. Consumer i receives part i from its peer, one nc-th of
+ * the bytes over the slow links, and the consumers all-gather the parts
+ * over their node's links. False (nothing added) when the layout is not
+ * that one. */
+static bool feed_scatter_gather(arena *a, arena *s, weft_plan *p, int tensor, const tregion *need,
+                                const pieces *have, const int *hsel, int ns, const int *cdevs, int nc,
+                                sendset *ss) {
+  if (nc < 2 || ns < nc) return false;
+  for (int i = 1; i < nc; i++)
+    if (node_of(p, cdevs[i]) != node_of(p, cdevs[0])) return false;
+  for (int q = 0; q < ns; q++) {
+    const piece *o = &have->v[hsel[q]];
+    if (o->partial >= 0 || !tregion_equal(&o->region, need) || node_of(p, o->device) == node_of(p, cdevs[0]))
+      return false;
+  }
+  /* gathered for another consumer on the same devices already */
+  uint64_t gkey = send_key(tensor, -4, need);
+  if (reduction_find(ss, p, gkey, COMM_ALL_GATHER, tensor, need, cdevs, nc, NULL) >= 0) return true;
+  tregion *parts = region_parts(s, need, nc);
+  if (!parts) return false;
+  int *src = arena_alloc(s, sizeof(int) * (size_t)nc);
+  for (int i = 0; i < nc; i++) {
+    int q = pick_holder(p, have, hsel, ns, need, cdevs[i], i);
+    if (q < 0) return false;
+    src[i] = q;
+    for (int j = 0; j < i; j++)
+      if (have->v[hsel[src[j]]].device == have->v[hsel[q]].device) return false;  /* one part per holder */
+  }
+  tregion whole = tregion_copy(a, need);
+  for (int i = 0; i < nc; i++) {
+    const piece *pc = &have->v[hsel[src[i]]];
+    int pair[2] = {pc->device, cdevs[i]};
+    tregion r = part_copy(a, &whole, &parts[i]);
+    pcomm *cm = comm_add(a, p, COMM_SEND, tensor, PHASE_FORWARD, pair, 2, &r);
+    cm->src = pc->device;
+    cm->dst = cdevs[i];
+    cm->producer_sub = pc->sub;
+    cm->stage_edge = true;
+    cm->why = "scatter-gather: each device of the next stage receives its part from its peer";
+  }
+  pcomm *cm = comm_add(a, p, COMM_ALL_GATHER, tensor, PHASE_FORWARD, cdevs, nc, &whole);
+  sendset_add(ss, gkey, p->ncomms - 1);
+  cm->parts = arena_alloc(a, sizeof(tregion) * (size_t)nc);
+  for (int i = 0; i < nc; i++) cm->parts[i] = part_copy(a, &cm->region, &parts[i]);
+  cm->stage_edge = true;
+  cm->why = "scatter-gather: the next stage's devices gather the parts their peers sent";
+  return true;
+}
+
 /* Feeds input k of operator op from the producer's pieces. Regions live in
  * the scratch arena s; what a communication keeps is copied into a. */
 static void feed_edge(arena *a, arena *s, weft_plan *p, int op, int k, const pieces *have, sendset *ss) {
@@ -698,6 +777,10 @@ static void feed_edge(arena *a, arena *s, weft_plan *p, int op, int k, const pie
       }
       continue;
     }
+    /* a group on one node reading what a group on other nodes holds whole:
+     * each holder sends its peer a part over the slow links, and the peers
+     * all-gather over the fast ones (Megatron-LM's scatter-gather) */
+    if (npartial == 0 && feed_scatter_gather(a, s, p, tensor, need, have, hsel, ns, cdevs, nc, ss)) continue;
     /* from the nearest holder of each part to each consumer */
     for (int cdi = 0; cdi < nc; cdi++) {
       int dst = cdevs[cdi];
@@ -708,14 +791,9 @@ static void feed_edge(arena *a, arena *s, weft_plan *p, int op, int k, const pie
         if (pc->device == dst) continue;
         if (tregion_equal(&pc->region, need)) x = *need;
         else if (!tregion_intersect(s, &pc->region, need, &x)) continue;
-        /* one holder per part: skip this piece if an earlier one holds the same part */
-        bool dup = false;
-        for (int q2 = 0; q2 < q && !dup; q2++) {
-          const piece *o = &have->v[hsel[q2]];
-          dup = tregion_contains(&o->region, &x) &&
-                (o->device == dst || node_of(p, o->device) == node_of(p, dst) ||
-                 node_of(p, pc->device) != node_of(p, dst));
-        }
+        /* one holder per part: the nearest, and among equally near ones the
+         * consumer's peer (rank to rank), so that no holder sends to all */
+        bool dup = pick_holder(p, have, hsel, ns, &x, dst, cdi) != q;
         bool local_part = false;
         if (dst >= 0 && dst < p->ndevices)
           for (int h2 = dhead[dst]; h2 >= 0 && !local_part; h2 = dnext[h2])
@@ -1096,6 +1174,59 @@ static bool grads_scatter(arena *a, arena *s, weft_plan *p, int t, int prod, con
   return true;
 }
 
+/* Of the devices hold[0..n), the nearest to d, and among equally near ones
+ * the rank-th (modulo their count). */
+static int nearest_peer(const weft_plan *p, const int *hold, int n, int d, int rank) {
+  int best = 3, count = 0;
+  for (int q = 0; q < n; q++) {
+    int k = nearness(p, hold[q], d);
+    if (k < best) best = k, count = 0;
+    if (k == best) count++;
+  }
+  int want = count ? rank % count : 0;
+  for (int q = 0; q < n; q++)
+    if (nearness(p, hold[q], d) == best && want-- == 0) return hold[q];
+  return hold[0];
+}
+
+/* The backward of scatter-gather between pipeline stages: the devices
+ * miss[0..nm), on one node, each need the whole gradient r, which devices
+ * hold[0..nh) on other nodes each hold summed. Device miss[i] receives part
+ * i from its peer and they all-gather the parts. */
+static bool grads_scatter_gather(arena *a, arena *s, weft_plan *p, int t, int prod, const tregion *r,
+                                 const int *hold, int nh, const int *miss, int nm) {
+  if (nm < 2 || nh < nm) return false;
+  for (int i = 0; i < nm; i++)
+    if (node_of(p, miss[i]) != node_of(p, miss[0])) return false;
+  for (int q = 0; q < nh; q++)
+    if (node_of(p, hold[q]) == node_of(p, miss[0])) return false;
+  tregion *parts = region_parts(s, r, nm);
+  if (!parts) return false;
+  int *src = arena_alloc(s, sizeof(int) * (size_t)nm);
+  for (int i = 0; i < nm; i++) {
+    src[i] = nearest_peer(p, hold, nh, miss[i], i);
+    for (int j = 0; j < i; j++)
+      if (src[j] == src[i]) return false;
+  }
+  for (int i = 0; i < nm; i++) {
+    int pair[2] = {src[i], miss[i]};
+    tregion part = part_copy(a, r, &parts[i]);
+    pcomm *cm = comm_add(a, p, COMM_SEND, t, PHASE_BACKWARD, pair, 2, &part);
+    cm->src = src[i];
+    cm->dst = miss[i];
+    cm->consumer_op = prod;
+    cm->stage_edge = true;
+    cm->why = "scatter-gather: each device of the stage before receives its part of the gradient from its peer";
+  }
+  pcomm *cm = comm_add(a, p, COMM_ALL_GATHER, t, PHASE_BACKWARD, miss, nm, r);
+  cm->parts = arena_alloc(a, sizeof(tregion) * (size_t)nm);
+  for (int i = 0; i < nm; i++) cm->parts[i] = part_copy(a, &cm->region, &parts[i]);
+  cm->consumer_op = prod;
+  cm->stage_edge = true;
+  cm->why = "scatter-gather: the stage before gathers the parts of the gradient its peers sent";
+  return true;
+}
+
 /* Every consumer of an activation sends back the gradient of what it read;
  * the producer's sub-operators need the sum over consumers (and over the
  * parts of each consumer split along dimensions the activation lacks) for
@@ -1271,14 +1402,18 @@ static void reduce_activation_grads(arena *a, arena *s, weft_plan *p, const trea
               if (needdevs[w] == grp[q]) needdevs[w] = -1;
         }
       }
-      /* producers on devices without the gradient: sent from a holder
-       * (summed where it is) */
-      for (int w = 0; w < nn; w++) {
-        int d = needdevs[w];
-        if (d < 0 || nk == 0) continue;
-        int src = devs[0][0];
-        for (int q = 0; q < ndev[0]; q++)
-          if (node_of(p, devs[0][q]) == node_of(p, d)) { src = devs[0][q]; break; }
+      /* producers on devices without the gradient: sent from a holder of
+       * the sum (every device of a reduction's group, or of the one key),
+       * the nearest, and among equally near ones the producer's peer */
+      if (nk == 0) continue;
+      int nhold = nk > 1 ? copies : ndev[0], nmiss = 0;
+      int *miss = arena_alloc(s, sizeof(int) * (size_t)nn);
+      for (int w = 0; w < nn; w++)
+        if (needdevs[w] >= 0) miss[nmiss++] = needdevs[w];
+      if (grads_scatter_gather(a, s, p, t, prod, &r, devs[0], nhold, miss, nmiss)) continue;
+      for (int w = 0; w < nmiss; w++) {
+        int d = miss[w];
+        int src = nearest_peer(p, devs[0], nhold, d, w);
         int pair[2] = {src, d};
         pcomm *cm = comm_add(a, p, COMM_SEND, t, PHASE_BACKWARD, pair, 2, &r);
         cm->src = src;

@@ -57,8 +57,15 @@ void plan_unfold(arena *a, weft_plan *p, const bool *keep) {
   if (!nmb) nmb = 1;
   const weft_graph *g = p->g;
   int nfold = p->nsubs;
-  /* index of (folded sub f, micro-batch m) among the new subs, -1 dropped */
-  int *at = arena_alloc(a, sizeof(int) * (size_t)nfold * (size_t)nmb + 1);
+  /* index of (folded sub f, micro-batch m) among the new subs: for kept
+   * folded sub f (slot[f] >= 0, else dropped) at at[slot[f] * nmb + m] */
+  int *slot = arena_alloc(a, sizeof(int) * (size_t)(nfold ? nfold : 1));
+  int nkept = 0;
+  for (int f = 0; f < nfold; f++) {
+    int dv = p->subs[f].device;
+    slot[f] = !keep || (dv >= 0 && keep[dv]) ? nkept++ : -1;
+  }
+  int *at = arena_alloc(a, sizeof(int) * (size_t)nkept * (size_t)nmb + 1);
   /* the new subs, and the coordinates and ranges they do not share with
    * their folded sub, each in one piece */
   int64_t n = 0, ncoord = 0, nrange = 0;
@@ -95,10 +102,7 @@ void plan_unfold(arena *a, weft_plan *p, const bool *keep) {
         for (int64_t j = 0; j < inner; j++) {
           int fi = pp->first + (int)(o * inner + j);
           const psub *src = &p->subs[fi];
-          if (keep && (src->device < 0 || !keep[src->device])) {
-            at[(size_t)fi * (size_t)nmb + (size_t)mb] = -1;
-            continue;
-          }
+          if (slot[fi] < 0) continue;
           psub *s = &subs[ns];
           *s = *src;
           s->coord = coords;
@@ -114,8 +118,8 @@ void plan_unfold(arena *a, weft_plan *p, const bool *keep) {
           }
           if (tl >= 0) s->microbatch = mb;
           /* micro-batch 0 of this folded sub came just before (or is this) */
-          if (twin) twin[ns] = mb ? at[(size_t)fi * (size_t)nmb] : ns;
-          at[(size_t)fi * (size_t)nmb + (size_t)mb] = ns++;
+          if (twin) twin[ns] = mb ? at[(size_t)slot[fi] * (size_t)nmb] : ns;
+          at[(size_t)slot[fi] * (size_t)nmb + (size_t)mb] = ns++;
         }
     pp->first = first;
     pp->count = ns - first;
@@ -143,8 +147,10 @@ void plan_unfold(arena *a, weft_plan *p, const bool *keep) {
           for (int m = 0; m < cm->ngroup; m++) c->parts[m] = fold_shift(a, p, cm->tensor, &cm->parts[m], mb);
         }
       }
-      if (cm->producer_sub >= 0) c->producer_sub = at[(size_t)cm->producer_sub * (size_t)nmb + (size_t)mb];
-      if (cm->consumer_sub >= 0) c->consumer_sub = at[(size_t)cm->consumer_sub * (size_t)nmb + (size_t)mb];
+      if (cm->producer_sub >= 0)
+        c->producer_sub = slot[cm->producer_sub] < 0 ? -1 : at[(size_t)slot[cm->producer_sub] * (size_t)nmb + (size_t)mb];
+      if (cm->consumer_sub >= 0)
+        c->consumer_sub = slot[cm->consumer_sub] < 0 ? -1 : at[(size_t)slot[cm->consumer_sub] * (size_t)nmb + (size_t)mb];
     }
   }
   p->subs = subs;

@@ -5,7 +5,10 @@
 int report_lower(const weft_opts *o) {
   weft_ctx *c = report_ctx(o);
   int rc = WEFT_OK;
-  weft_plan *p = report_plan(c, o, &rc, NULL);
+  /* one device: its own program exactly, the others' only as far as its
+   * classes need them (docs/design/plans.md, section 8) */
+  plan_opts one = {.reps = true, .rooted = true, .root = o->device};
+  weft_plan *p = report_plan(c, o, &rc, o->device >= 0 && !o->grid ? &one : NULL);
   lower_opts lo = {.full_programs = true};  /* printed */
   weft_program *pr = p ? lower_plan(p, &lo, &c->arena, &c->diags) : NULL;
   if (pr && !validate_program(pr, NULL, &c->diags)) pr = NULL;

@@ -1,45 +1,452 @@
-/* train.c - weft run: a plan trained on a backend, its losses reported, with
- * --check the same steps on one device and the two compared. */
+/* train.c - weft run: a plan trained on a backend. The run layer every
+ * backend shares: batches from token files, the learning-rate schedule,
+ * clipping, evaluation, logs and checkpoints during the run; with --check
+ * the same passes on one device and the two compared. */
+#include <sys/stat.h>
+#include <time.h>
+
 #include "common.h"
+#include "data.h"
+#include "schedule.h"
 
-/* The longest wait of a device for another, unless --timeout says. */
-#define RUN_TIMEOUT_S 600.0
-
-/* Losses of a run, step by step. */
-typedef struct run_log {
-  bool print;             /* a line per step on stdout */
-  int64_t items;          /* tokens (or samples) per step */
-  const char *unit;
-  int n, cap;
-  int64_t *step;
-  double *loss, *time;
-} run_log;
-
-static void run_on_step(void *ctx, int64_t step, double loss, double seconds) {
-  run_log *l = ctx;
-  if (l->n == l->cap) {
-    l->cap = l->cap ? 2 * l->cap : 16;
-    l->step = realloc(l->step, (size_t)l->cap * sizeof(int64_t));
-    l->loss = realloc(l->loss, (size_t)l->cap * sizeof(double));
-    l->time = realloc(l->time, (size_t)l->cap * sizeof(double));
-    if (!l->step || !l->loss || !l->time) weft_oom();
-  }
-  l->step[l->n] = step, l->loss[l->n] = loss, l->time[l->n] = seconds, l->n++;
-  if (l->print) {
-    char b[32];
-    printf("step %-4" PRId64 " loss %.6f  %.3f s  %s %s/s\n", step, loss, seconds,
-           report_grouped(b, (int64_t)(seconds > 0 ? (double)l->items / seconds : 0)), l->unit);
-    fflush(stdout);
-  }
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static void run_log_free(run_log *l) { free(l->step), free(l->loss), free(l->time); }
-
-static int run_fail(const char *what, const char *msg) __attribute__((unused));
 static int run_fail(const char *what, const char *msg) {
   fprintf(stderr, "weft run: %s%s%s\n", what ? what : "", what ? ": " : "", msg);
   return WEFT_REJECTED;
 }
+
+/* ---- what a run records ------------------------------------------------------ */
+
+/* One training step (or, with --steps 0, one evaluation). */
+typedef struct record {
+  int64_t step;
+  double loss, lr, norm, time, val;   /* val: NaN when not measured */
+} record;
+
+typedef struct run_log {
+  int n, cap;
+  record *r;
+} run_log;
+
+static void log_add(run_log *l, record r) {
+  if (l->n == l->cap) {
+    l->cap = l->cap ? 2 * l->cap : 16;
+    l->r = realloc(l->r, (size_t)l->cap * sizeof(record));
+    if (!l->r) weft_oom();
+  }
+  l->r[l->n++] = r;
+}
+
+/* ---- the settings of a run ---------------------------------------------------- */
+
+typedef struct trainer {
+  const weft_opts *o;
+  const weft_graph *g;
+  bool speak;             /* process 0: prints, logs and saves */
+  bool has_lr;            /* the optimizer has an lr setting to schedule */
+  lr_schedule sched;
+  bool scheduled;         /* an lr is given to every step (else the model's) */
+  bool lr_other;          /* the peak is not the model's (--lr, a checkpoint's) */
+  double clip;            /* 0: none */
+  /* data */
+  token_data *data, *val;
+  int tokens, labels;     /* the inputs they fill */
+  int64_t batch, seq, vocab;
+  uint64_t seed;           /* the run's (--seed, else the checkpoint's) */
+  uint64_t data_seed;
+  int64_t data_pos;       /* sequences the run has read */
+  int64_t eval_every, eval_steps;
+  void *kept[2];          /* the fixed inputs, put back after an evaluation */
+  /* the main run's outputs */
+  FILE *log;
+  bool progress, drew;
+  int64_t first_step, last_step;
+  double t_start;
+  int64_t items;
+  const char *unit;
+} trainer;
+
+/* A backend's plan run, or its one-device reference (run NULL). */
+typedef struct runner {
+  const weft_backend *bk;
+  backend_run *run;
+  const weft_graph *g;
+  backend_opts bo;
+} runner;
+
+static bool pass(runner *rn, weft_world *w, const backend_step *s, backend_result *out, char *err, size_t n) {
+  return rn->run ? rn->bk->run(rn->run, s, out, err, n) : rn->bk->reference(rn->g, w, s, out, &rn->bo, err, n);
+}
+
+/* The number in the optimizer's settings called key, or NaN. */
+static double optimizer_setting(const weft_graph *g, const char *key) {
+  const vrecord *r = g->optimizer_args;
+  for (int i = 0; r && i < r->n; i++)
+    if (strcmp(r->keys[i], key) == 0) {
+      const value *v = &r->vals[i];
+      return v->kind == V_FLOAT ? v->f : v->kind == V_INT ? (double)v->i : NAN;
+    }
+  return NAN;
+}
+
+static const char *meta_num(char *buf, size_t n, double x) {
+  snprintf(buf, n, "%.17g", x);
+  return buf;
+}
+
+/* A number a checkpoint records under key: *out unchanged when absent;
+ * false with a message when it is not a number at least lo (above lo when
+ * strict; a whole one when integral). */
+static bool meta_number(const trainer *t, const weft_world *w, const char *key, double lo, bool strict,
+                        bool integral, double *out, char *err, size_t errlen) {
+  const char *s = world_meta(w, key);
+  if (!s) return true;
+  char *end;
+  errno = 0;
+  double x = strtod(s, &end);
+  if (*end || end == s || errno || !isfinite(x) || x < lo || (strict && x == lo) || (integral && x != floor(x)) ||
+      (integral && x > 9e15)) {
+    snprintf(err, errlen, "%s: %s '%s' in its metadata is not a %s %s", t->o->resume, key, s,
+             strict ? "positive" : "non-negative", integral ? "count" : "number");
+    return false;
+  }
+  *out = x;
+  return true;
+}
+
+static bool meta_count(const trainer *t, const weft_world *w, const char *key, int64_t *out, char *err,
+                       size_t errlen) {
+  double x = (double)*out;
+  if (!meta_number(t, w, key, 0, false, true, &x, err, errlen)) return false;
+  *out = (int64_t)x;
+  return true;
+}
+
+/* The schedule: the command line's settings, else the checkpoint's, else
+ * the defaults (the model's lr, constant, no warmup, decay over this run). */
+static bool settings(trainer *t, weft_world *w, char *err, size_t errlen) {
+  const weft_opts *o = t->o;
+  double model_lr = optimizer_setting(t->g, "lr");
+  t->has_lr = !isnan(model_lr);
+  lr_schedule *s = &t->sched;
+  s->kind = LR_CONSTANT;
+  s->lr = model_lr;
+  s->lr_min = 0;
+  s->warmup = 0;
+  s->decay = w->step + o->steps;
+  t->clip = 0;
+  const char *k = world_meta(w, "train.lr_schedule");
+  if (k && !lr_kind_parse(k, &s->kind)) {
+    snprintf(err, errlen, "%s: train.lr_schedule '%s' in its metadata is not a schedule", o->resume, k);
+    return false;
+  }
+  if (!meta_number(t, w, "train.lr", 0, true, false, &s->lr, err, errlen) ||
+      !meta_number(t, w, "train.lr_min", 0, false, false, &s->lr_min, err, errlen) ||
+      !meta_count(t, w, "train.warmup", &s->warmup, err, errlen) ||
+      !meta_count(t, w, "train.decay_steps", &s->decay, err, errlen) ||
+      !meta_number(t, w, "train.clip", 0, false, false, &t->clip, err, errlen))
+    return false;
+  if (o->lr_schedule) lr_kind_parse(o->lr_schedule, &s->kind);
+  if (o->lr_set) s->lr = o->lr;
+  if (o->lr_min_set) s->lr_min = o->lr_min;
+  if (o->warmup_set) s->warmup = o->warmup;
+  if (o->decay_set) s->decay = o->decay_steps;
+  if (o->clip_set) t->clip = o->clip;
+  t->scheduled = t->has_lr || o->lr_set;
+  t->lr_other = s->lr != model_lr;
+  if (!t->scheduled && (o->lr_schedule || o->lr_min_set || o->warmup_set || o->decay_set)) {
+    snprintf(err, errlen, "the optimizer %s of model %s has no lr setting to schedule", t->g->optimizer, t->g->name);
+    return false;
+  }
+  if (t->scheduled && s->kind != LR_CONSTANT && s->lr_min > s->lr) {
+    snprintf(err, errlen, "--lr-min %g is above the learning rate %g", s->lr_min, s->lr);
+    return false;
+  }
+  return true;
+}
+
+/* The data of --data and --val-data, and where the run starts in it. */
+static bool open_data(trainer *t, weft_world *w, char *err, size_t errlen) {
+  const weft_opts *o = t->o;
+  const weft_graph *g = t->g;
+  t->eval_every = o->eval_every;
+  t->eval_steps = o->eval_steps > 0 ? o->eval_steps : 10;
+  if (!o->data && !o->val_data) return true;
+  t->tokens = graph_find(g, "tokens");
+  t->labels = graph_find(g, "labels");
+  for (int k = 0; k < 2; k++) {
+    int x = k ? t->labels : t->tokens;
+    const gtensor *tt = x >= 0 ? &g->tensors[x] : NULL;
+    if (!tt || tt->role != TENSOR_INPUT || tt->dtype != DT_I32 || tt->ndims != 2) {
+      snprintf(err, errlen, "%s: model %s has no input %s, i32[batch, seq], to fill with token ids",
+               o->data ? "--data" : "--val-data", g->name, k ? "labels" : "tokens");
+      return false;
+    }
+  }
+  const gtensor *tk = &g->tensors[t->tokens], *lb = &g->tensors[t->labels];
+  if (tk->dims[0].size != lb->dims[0].size || tk->dims[1].size != lb->dims[1].size) {
+    snprintf(err, errlen, "model %s: its inputs tokens and labels differ in shape", g->name);
+    return false;
+  }
+  t->batch = tk->dims[0].size;
+  t->seq = tk->dims[1].size;
+  t->vocab = world_id_bound(g, t->tokens);
+  if (world_id_bound(g, t->labels) < t->vocab) t->vocab = world_id_bound(g, t->labels);
+  int bytes = o->data_bytes ? o->data_bytes : 2;
+  if (o->data && !(t->data = data_open(o->data, t->seq, bytes, err, errlen))) return false;
+  if (o->val_data && !(t->val = data_open(o->val_data, t->seq, bytes, err, errlen))) return false;
+  if (t->val && data_sequences(t->val) < t->batch) {
+    snprintf(err, errlen, "%s: %" PRId64 " sequences of %" PRId64 " tokens; one batch needs %" PRId64, o->val_data,
+             data_sequences(t->val), t->seq, t->batch);
+    return false;
+  }
+  if (t->val && t->eval_steps > data_sequences(t->val) / t->batch) t->eval_steps = data_sequences(t->val) / t->batch;
+  /* the order of the sequences is the first run's seed's; the position where the checkpoint left it */
+  const char *ds = world_meta(w, "train.data_seed");
+  t->data_seed = t->seed;
+  if (ds) {
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(ds, &end, 10);
+    if (*end || end == ds || errno || ds[0] == '-') {
+      snprintf(err, errlen, "%s: train.data_seed '%s' in its metadata is not a seed", o->resume, ds);
+      return false;
+    }
+    t->data_seed = x;
+  }
+  t->data_pos = 0;
+  if (!meta_count(t, w, "train.data_pos", &t->data_pos, err, errlen)) return false;
+  if (!t->data) {
+    /* evaluations overwrite the inputs the steps train on */
+    for (int k = 0; k < 2; k++) {
+      int x = k ? t->labels : t->tokens;
+      size_t n = (size_t)tensor_numel(&g->tensors[x]) * 4;
+      t->kept[k] = malloc(n);
+      if (!t->kept[k]) weft_oom();
+      memcpy(t->kept[k], w->input[x], n);
+    }
+  }
+  return true;
+}
+
+/* The run's settings into the world, for a checkpoint. */
+static void record_settings(const trainer *t, weft_world *w) {
+  char b[64];
+  if (t->scheduled) {
+    world_set_meta(w, "train.lr", meta_num(b, sizeof b, t->sched.lr));
+    world_set_meta(w, "train.lr_schedule", lr_kind_name(t->sched.kind));
+    world_set_meta(w, "train.lr_min", meta_num(b, sizeof b, t->sched.lr_min));
+    snprintf(b, sizeof b, "%" PRId64, t->sched.warmup);
+    world_set_meta(w, "train.warmup", b);
+    /* (constant: the default decay, the end of each run, would differ
+     * between a run and the same run resumed) */
+    if (t->sched.kind != LR_CONSTANT) {
+      snprintf(b, sizeof b, "%" PRId64, t->sched.decay);
+      world_set_meta(w, "train.decay_steps", b);
+    }
+  }
+  world_set_meta(w, "train.clip", meta_num(b, sizeof b, t->clip));
+  if (t->data) {
+    snprintf(b, sizeof b, "%" PRIu64, t->data_seed);
+    world_set_meta(w, "train.data_seed", b);
+    snprintf(b, sizeof b, "%" PRId64, t->data_pos);
+    world_set_meta(w, "train.data_pos", b);
+  }
+}
+
+/* The validation loss: the mean over the first eval_steps batches of the
+ * validation data, in order. */
+static bool evaluate(trainer *t, runner *rn, weft_world *w, double *loss, char *err, size_t errlen) {
+  double sum = 0;
+  backend_step s = {.lr = NAN, .eval = true};
+  for (int64_t k = 0; k < t->eval_steps; k++) {
+    backend_result r;
+    if (!data_batch(t->val, k * t->batch, t->batch, false, 0, t->vocab, w->input[t->tokens], w->input[t->labels], err,
+                    errlen) ||
+        !pass(rn, w, &s, &r, err, errlen))
+      return false;
+    sum += r.loss;
+  }
+  *loss = sum / (double)t->eval_steps;
+  if (t->kept[0])
+    for (int k = 0; k < 2; k++) {
+      int x = k ? t->labels : t->tokens;
+      memcpy(w->input[x], t->kept[k], (size_t)tensor_numel(&t->g->tensors[x]) * 4);
+    }
+  return true;
+}
+
+/* "1h02m", "3m05s", "12s" */
+static const char *duration(char *b, size_t n, double s) {
+  long x = (long)(s + 0.5);
+  if (x >= 3600) snprintf(b, n, "%ldh%02ldm", x / 3600, x / 60 % 60);
+  else if (x >= 60) snprintf(b, n, "%ldm%02lds", x / 60, x % 60);
+  else snprintf(b, n, "%lds", x);
+  return b;
+}
+
+/* back to the start of the line, cleared */
+static const char line_clear[] = "\r\033[K";
+
+static void progress_clear(trainer *t) {
+  if (t->drew) fputs(line_clear, stderr), t->drew = false;
+}
+
+static void progress_draw(trainer *t, const record *r) {
+  int64_t done = r->step - t->first_step + 1, total = t->last_step - t->first_step + 1;
+  double spent = now_s() - t->t_start;
+  char eta[32];
+  duration(eta, sizeof eta, total > done ? spent / (double)done * (double)(total - done) : 0);
+  char line[256];
+  snprintf(line, sizeof line, "%sstep %" PRId64 "/%" PRId64 " (%d%%)  loss %.4f  ETA %s", line_clear, r->step,
+           t->last_step, (int)(100 * done / total), r->loss, eta);
+  fputs(line, stderr);
+  fflush(stderr);
+  t->drew = true;
+}
+
+static void print_step(trainer *t, const record *r) {
+  char b[32];
+  printf("step %-4" PRId64 " loss %.6f", r->step, r->loss);
+  if (!isnan(r->lr)) printf("  lr %.2e", r->lr);
+  printf("  norm %.4f  %.3f s  %s %s/s\n", r->norm, r->time,
+         report_grouped(b, (int64_t)(r->time > 0 ? (double)t->items / r->time : 0)), t->unit);
+}
+
+static void log_line(trainer *t, const record *r) {
+  json j;
+  json_init(&j, t->log);
+  json_obj(&j);
+  json_key(&j, "step"), json_int(&j, r->step);
+  if (!isnan(r->loss)) {
+    json_key(&j, "loss"), json_num(&j, r->loss);
+    json_key(&j, "lr"), isnan(r->lr) ? json_null(&j) : json_num(&j, r->lr);
+    json_key(&j, "grad_norm"), json_num(&j, r->norm);
+    json_key(&j, t->unit[0] == 't' ? "tokens_per_s" : "samples_per_s");
+    json_num(&j, r->time > 0 ? (double)t->items / r->time : 0);
+    json_key(&j, "time_s"), json_num(&j, r->time);
+  }
+  json_key(&j, "elapsed_s"), json_num(&j, now_s() - t->t_start);
+  if (!isnan(r->val)) json_key(&j, "val_loss"), json_num(&j, r->val);
+  json_end_obj(&j);  /* and the end of the line */
+  fflush(t->log);
+}
+
+/* PATH with "-stepN" before its extension: run.st -> run-step100.st */
+static char *periodic_name(const char *path, int64_t step) {
+  const char *slash = strrchr(path, '/'), *dot = strrchr(path, '.');
+  if (dot && (dot == path || (slash && dot < slash) || dot[-1] == '/')) dot = NULL;
+  size_t stem = dot ? (size_t)(dot - path) : strlen(path);
+  size_t n = strlen(path) + 32;
+  char *s = malloc(n);
+  if (!s) weft_oom();
+  snprintf(s, n, "%.*s-step%" PRId64 "%s", (int)stem, path, step, dot ? dot : "");
+  return s;
+}
+
+/* A checkpoint of the main run now: every process gathers, process 0 writes. */
+static bool save_now(trainer *t, runner *rn, weft_world *w, const char *path, uint64_t seed, char *err,
+                     size_t errlen) {
+  if (!rn->bk->read(rn->run, err, errlen)) return false;
+  record_settings(t, w);
+  return !t->speak || world_save(w, path, seed, err, errlen);
+}
+
+/* The training steps of a run, or of its reference: the batch, the
+ * learning rate and clipping of each step, evaluations; for the main run
+ * (main) also its lines, log, progress and periodic checkpoints. */
+static bool train_loop(trainer *t, runner *rn, weft_world *w, bool main, run_log *log, uint64_t seed, char *err,
+                       size_t errlen) {
+  const weft_opts *o = t->o;
+  int64_t print_every = o->print_every > 0 ? o->print_every : 1;
+  for (int i = 0; i < o->steps; i++) {
+    if (t->data &&
+        !data_batch(t->data, t->data_pos, t->batch, true, t->data_seed, t->vocab, w->input[t->tokens],
+                    w->input[t->labels], err, errlen))
+      return false;
+    backend_step s = {.lr = t->scheduled ? lr_at(&t->sched, w->step) : NAN, .clip = t->clip};
+    backend_result res;
+    if (!pass(rn, w, &s, &res, err, errlen)) return false;
+    if (t->data) t->data_pos += t->batch;
+    record r = {w->step, res.loss, s.lr, res.grad_norm, res.seconds, NAN};
+    if ((!isfinite(res.loss) || !isfinite(res.grad_norm)) && !o->allow_nonfinite) {
+      snprintf(err, errlen, "step %" PRId64 ": the %s is %g%s", r.step, isfinite(res.loss) ? "gradient norm" : "loss",
+               isfinite(res.loss) ? res.grad_norm : res.loss,
+               t->scheduled ? " (a learning rate too high? --lr, --warmup, --clip)" : "");
+      return false;
+    }
+    bool last = i == o->steps - 1;
+    if (t->val && ((t->eval_every > 0 && w->step % t->eval_every == 0) || last) &&
+        !evaluate(t, rn, w, &r.val, err, errlen))
+      return false;
+    log_add(log, r);
+    if (!main) continue;
+    if (t->speak && !o->json && (i % print_every == print_every - 1 || last || !isnan(r.val))) {
+      progress_clear(t);
+      if (i % print_every == print_every - 1 || last) print_step(t, &r);
+      if (!isnan(r.val)) printf("step %-4" PRId64 " val loss %.6f (%" PRId64 " batch%s)\n", r.step, r.val,
+                                t->eval_steps, t->eval_steps == 1 ? "" : "es");
+      fflush(stdout);
+    }
+    if (t->log) log_line(t, &r);
+    if (t->progress && !last) progress_draw(t, &r);
+    if (o->save && o->save_every > 0 && w->step % o->save_every == 0) {
+      char *p = periodic_name(o->save, w->step);
+      bool ok = save_now(t, rn, w, p, seed, err, errlen);
+      if (ok && t->speak && o->keep > 0 && w->step > o->keep * o->save_every) {
+        char *old = periodic_name(o->save, w->step - o->keep * o->save_every);
+        unlink(old);
+        free(old);
+      }
+      free(p);
+      if (!ok) return false;
+    }
+  }
+  if (o->steps == 0 && t->val) {
+    /* no step: the validation loss of the parameters as they are */
+    record r = {w->step, NAN, NAN, NAN, 0, NAN};
+    if (!evaluate(t, rn, w, &r.val, err, errlen)) return false;
+    log_add(log, r);
+    if (main && t->speak && !o->json)
+      printf("step %-4" PRId64 " val loss %.6f (%" PRId64 " batch%s)\n", r.step, r.val, t->eval_steps,
+             t->eval_steps == 1 ? "" : "es");
+    if (main && t->log) log_line(t, &r);
+  }
+  if (main) progress_clear(t);
+  return true;
+}
+
+/* The lines before the steps: the data and the schedule, when given. */
+static void print_settings(const trainer *t) {
+  char a[32], b[32];
+  if (t->data)
+    printf("data %s: %d file%s, %s tokens (%s), %s sequences of %" PRId64 " tokens; from sequence %" PRId64 "\n", t->o->data,
+           data_file_count(t->data), data_file_count(t->data) == 1 ? "" : "s", report_grouped(a, data_tokens(t->data)),
+           data_format(t->data), report_grouped(b, data_sequences(t->data)), t->seq, t->data_pos);
+  if (t->val) {
+    printf("validation %s: %s tokens, %" PRId64 " batch%s ", t->o->val_data, report_grouped(a, data_tokens(t->val)),
+           t->eval_steps, t->eval_steps == 1 ? "" : "es");
+    if (t->eval_every > 0) printf("every %" PRId64 " step%s and ", t->eval_every, t->eval_every == 1 ? "" : "s");
+    printf("after the last\n");
+  }
+  if (t->scheduled && (t->sched.kind != LR_CONSTANT || t->sched.warmup > 0 || t->lr_other)) {
+    printf("lr %g, %s", t->sched.lr, lr_kind_name(t->sched.kind));
+    if (t->sched.warmup > 0) printf(" after %" PRId64 " warmup step%s", t->sched.warmup, t->sched.warmup == 1 ? "" : "s");
+    if (t->sched.kind != LR_CONSTANT) printf(" to %g at step %" PRId64, t->sched.lr_min, t->sched.decay);
+    printf("\n");
+  }
+  if (t->clip > 0) printf("gradients clipped to norm %g\n", t->clip);
+}
+
+/* ---- the task -------------------------------------------------------------------- */
+
+/* The longest wait of a device for another, unless --timeout says. */
+#define RUN_TIMEOUT_S 600.0
 
 /* Whether the run fits the memory budget, before any of it is allocated:
  * every device's buffers at their peak, held as f32 (bf16 and f16 take
@@ -72,6 +479,7 @@ static bool run_fits(const weft_program *pr, const weft_graph *g, const weft_opt
   return false;
 }
 
+
 int report_run(const weft_opts *o) {
   int nbuiltin;
   const weft_backend *bk = o->backend ? o->backend : backend_builtin(&nbuiltin)[0];
@@ -84,12 +492,14 @@ int report_run(const weft_opts *o) {
   int rank, nprocs;
   bk->procs(&rank, &nprocs);
   bool speak = rank == 0;
-  /* where the checkpoint goes is checked before any work */
-  if (o->save && !report_output_ok(o, "--save", o->save, speak)) return WEFT_FAILED;
+  /* the files it writes are checked before any work */
+  if ((o->save && !report_output_ok(o, "--save", o->save, speak)) || (o->log && !report_output_ok(o, "--log", o->log, speak)))
+    return WEFT_FAILED;
   weft_ctx *c = report_ctx(o);
   int rc = WEFT_OK;
   weft_plan *p = report_plan(c, o, &rc, NULL);
-  if (p && o->save && !report_output_not_source(c, "--save", o->save, speak)) {
+  if ((p && o->save && !report_output_not_source(c, "--save", o->save, speak)) ||
+      (p && o->log && !report_output_not_source(c, "--log", o->log, speak))) {
     weft_free(c);
     return WEFT_FAILED;
   }
@@ -153,65 +563,96 @@ int report_run(const weft_opts *o) {
   else if (ok) world_init_params(w, seed);
   if (ok && o->inputs) ok = world_load_inputs(w, o->inputs, err, sizeof err);
   else if (ok) world_init_inputs(w, seed);
+  trainer t = {.o = o, .g = g, .speak = speak, .tokens = -1, .labels = -1, .seed = seed};
+  ok = ok && settings(&t, w, err, sizeof err) && open_data(&t, w, err, sizeof err);
+  if (ok && o->log && speak) {
+    /* a resumed run goes on with the log of the run it continues */
+    t.log = fopen(o->log, o->resume ? "a" : "w");
+    if (!t.log) {
+      snprintf(err, sizeof err, "--log %s: %s", o->log, strerror(errno));
+      ok = false;
+    }
+  }
   if (!ok) {
     if (err[0] && speak) run_fail(NULL, err);
+    if (t.log) fclose(t.log);
+    data_close(t.data), data_close(t.val);
+    free(t.kept[0]), free(t.kept[1]);
     world_free(w);
     weft_free(c);
     return WEFT_REJECTED;
   }
   weft_world *ref = o->run_check ? world_clone(w) : NULL;
-  run_log log = {0};
-  log.print = !o->json && speak;
-  log.items = world_step_items(g, &log.unit);
+  int64_t start_pos = t.data_pos;
+  t.items = world_step_items(g, &t.unit);
+  t.first_step = w->step + 1;
+  t.last_step = w->step + o->steps;
+  t.progress = speak && !o->json && o->steps > 1 && (o->progress > 0 || (o->progress < 0 && isatty(2)));
   int active = 0;
   for (int d = 0; d < pr->nprogs; d++) active += pr->progs[d].n > 0;
   char procs[64] = "";
   if (nprocs > 1) snprintf(procs, sizeof procs, " in %d processes", nprocs);
-  backend_opts bo = {.allow_native = o->allow_native, .allow_nonfinite = o->allow_nonfinite,
-                     .timeout_s = o->timeout > 0 ? o->timeout : RUN_TIMEOUT_S, .on_step = run_on_step, .ctx = &log};
-  backend_run *run = bk->open(pr, w, &bo, err, sizeof err);
+  runner rn = {.bk = bk, .g = g,
+               .bo = {.allow_native = o->allow_native, .allow_nonfinite = o->allow_nonfinite,
+                      .timeout_s = o->timeout > 0 ? o->timeout : RUN_TIMEOUT_S}};
+  rn.run = bk->open(pr, w, &rn.bo, err, sizeof err);
   /* the header once the backend is up (under mpirun: once MPI is) */
-  if (run && !o->json && speak) {
+  if (rn.run && !o->json && speak) {
     printf("plan %s (model %s): %d device%s%s, %d micro-batch%s, %s backend, %d step%s from step %" PRId64 "\n",
            p->name, g->name, active, active == 1 ? "" : "s", procs, pr->nmb, pr->nmb == 1 ? "" : "es", bk->name,
            o->steps, o->steps == 1 ? "" : "s", w->step + 1);
+    print_settings(&t);
     fflush(stdout);
   }
-  ok = run && bk->run(run, o->steps, err, sizeof err) && bk->read(run, err, sizeof err);
-  if (run) bk->close(run);
+  run_log log = {0};
+  t.t_start = now_s();
+  ok = rn.run && train_loop(&t, &rn, w, true, &log, seed, err, sizeof err) && bk->read(rn.run, err, sizeof err);
+  if (rn.run) bk->close(rn.run);
   if (!ok) rc = run_fail(NULL, err);
-  /* --check: the same steps on one device. */
+  /* --check: the same passes on one device. */
   run_log rlog = {0};
-  double loss_err = 0, param_err = 0, tensor_err = 0;
+  double loss_err = 0, norm_err = 0, param_err = 0, tensor_err = 0;
   const char *worst = NULL;
   bool check_ok = true;
   if (ok && ref) {
-    backend_opts rbo = {.allow_native = o->allow_native, .allow_nonfinite = o->allow_nonfinite, .on_step = run_on_step,
-                        .ctx = &rlog};
-    ok = bk->reference(g, ref, o->steps, &rbo, err, sizeof err);
+    runner rr = {.bk = bk, .g = g, .bo = rn.bo};
+    trainer rt = t;
+    rt.data_pos = start_pos;
+    rt.log = NULL;
+    rt.progress = false;
+    ok = train_loop(&rt, &rr, ref, false, &rlog, seed, err, sizeof err);
     if (!ok) rc = run_fail("one-device reference", err);
   }
   if (ok && ref) {
-    for (int i = 0; i < log.n && i < rlog.n; i++) {
-      double e = fabs(log.loss[i] - rlog.loss[i]) / (fabs(rlog.loss[i]) > 0 ? fabs(rlog.loss[i]) : 1.0);
-      if (e > loss_err) loss_err = e;
-    }
+    /* losses (and validation losses), gradient norms */
+    for (int i = 0; i < log.n && i < rlog.n; i++)
+      for (int k = 0; k < 3; k++) {
+        const record *x = &log.r[i], *y = &rlog.r[i];
+        double a = k == 0 ? x->loss : k == 1 ? x->val : x->norm, b = k == 0 ? y->loss : k == 1 ? y->val : y->norm;
+        if (isnan(a) && isnan(b)) continue;
+        double e = fabs(a - b) / (fabs(b) > 0 ? fabs(b) : 1.0), *m = k == 2 ? &norm_err : &loss_err;
+        if (!(e <= *m)) *m = e;
+      }
     param_err = world_diff_all(w, ref);
     tensor_err = world_diff(w, ref, false, &worst);
-    check_ok = log.n == rlog.n && loss_err <= 1e-5 && param_err <= 1e-5;
+    check_ok = log.n == rlog.n && loss_err <= 1e-5 && norm_err <= 1e-5 && param_err <= 1e-5;
     if (!o->json && speak) {
-      printf("check against one device: losses within %.2g, parameters within %.2g (relative L2; worst tensor %s "
-             "%.2g): %s\n",
-             loss_err, param_err, worst ? worst : "-", tensor_err, check_ok ? "match" : "MISMATCH (tolerance 1e-5)");
+      printf("check against one device: losses within %.2g, gradient norms within %.2g, parameters within %.2g "
+             "(relative L2; worst tensor %s %.2g): %s\n",
+             loss_err, norm_err, param_err, worst ? worst : "-", tensor_err,
+             check_ok ? "match" : "MISMATCH (tolerance 1e-5)");
       if (!check_ok)
         for (int i = 0; i < log.n && i < rlog.n; i++)
-          printf("  step %" PRId64 ": plan %.9g, one device %.9g\n", log.step[i], log.loss[i], rlog.loss[i]);
+          printf("  step %" PRId64 ": loss %.9g, one device %.9g; gradient norm %.9g, one device %.9g\n",
+                 log.r[i].step, log.r[i].loss, rlog.r[i].loss, log.r[i].norm, rlog.r[i].norm);
     }
     if (!check_ok) rc = WEFT_REJECTED;
   }
   bool saved = false;
-  if (ok && o->save && speak) {
-    if (world_save(w, o->save, seed, err, sizeof err)) {
+  if (ok && o->save) {
+    record_settings(&t, w);
+    if (!speak) saved = true;
+    else if (world_save(w, o->save, seed, err, sizeof err)) {
       saved = true;
       if (!o->json) printf("saved %s (step %" PRId64 ")\n", o->save, w->step);
     } else {
@@ -232,13 +673,25 @@ int report_run(const weft_opts *o) {
     json_key(&j, "steps");
     json_arr(&j);
     for (int i = 0; i < log.n; i++) {
+      const record *r = &log.r[i];
       json_obj(&j);
-      json_key(&j, "step"), json_int(&j, log.step[i]);
-      json_key(&j, "loss"), json_num(&j, log.loss[i]);
-      json_key(&j, "time_s"), json_num(&j, log.time[i]);
-      json_key(&j, log.unit[0] == 't' ? "tokens_per_s" : "samples_per_s");
-      json_num(&j, log.time[i] > 0 ? (double)log.items / log.time[i] : 0);
-      if (ref && i < rlog.n) json_key(&j, "reference_loss"), json_num(&j, rlog.loss[i]);
+      json_key(&j, "step"), json_int(&j, r->step);
+      if (!isnan(r->loss)) {
+        json_key(&j, "loss"), json_num(&j, r->loss);
+        json_key(&j, "lr"), isnan(r->lr) ? json_null(&j) : json_num(&j, r->lr);
+        json_key(&j, "grad_norm"), json_num(&j, r->norm);
+        json_key(&j, "time_s"), json_num(&j, r->time);
+        json_key(&j, t.unit[0] == 't' ? "tokens_per_s" : "samples_per_s");
+        json_num(&j, r->time > 0 ? (double)t.items / r->time : 0);
+        if (ref && i < rlog.n) {
+          json_key(&j, "reference_loss"), json_num(&j, rlog.r[i].loss);
+          json_key(&j, "reference_grad_norm"), json_num(&j, rlog.r[i].norm);
+        }
+      }
+      if (!isnan(r->val)) {
+        json_key(&j, "val_loss"), json_num(&j, r->val);
+        if (ref && i < rlog.n) json_key(&j, "reference_val_loss"), json_num(&j, rlog.r[i].val);
+      }
       json_end_obj(&j);
     }
     json_end_arr(&j);
@@ -248,6 +701,7 @@ int report_run(const weft_opts *o) {
       json_key(&j, "match"), json_bool(&j, check_ok);
       json_key(&j, "tolerance"), json_num(&j, 1e-5);
       json_key(&j, "max_loss_rel_err"), json_num(&j, loss_err);
+      json_key(&j, "max_grad_norm_rel_err"), json_num(&j, norm_err);
       json_key(&j, "max_param_rel_err"), json_num(&j, param_err);
       json_key(&j, "worst_tensor"), worst ? json_str(&j, worst) : json_null(&j);
       json_key(&j, "worst_tensor_rel_err"), json_num(&j, tensor_err);
@@ -257,11 +711,12 @@ int report_run(const weft_opts *o) {
     json_end_obj(&j);
     printf("\n");
   }
-  run_log_free(&log);
-  run_log_free(&rlog);
+  if (t.log) fclose(t.log);
+  data_close(t.data), data_close(t.val);
+  free(t.kept[0]), free(t.kept[1]);
+  free(log.r), free(rlog.r);
   world_free(ref);
   world_free(w);
   weft_free(c);
   return rc;
 }
-

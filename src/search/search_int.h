@@ -21,14 +21,7 @@ typedef struct layout {
 
 enum { SEARCH_MAX_INPUTS = 8 };
 
-/* The nominal machine of symbolic costs: units that weigh FLOPs against the
- * bytes kernels move and links carry, without a cluster's figures
- * (docs/search.md): 1 PFLOP/s, 2 TB/s of memory, 100 GB/s inside a node
- * and 10 GB/s across. */
-#define SYM_FLOPS 1e15
-#define SYM_MEM_BW 2e12
-#define SYM_NODE_BW 1e11
-#define SYM_NET_BW 1e10
+/* SYM_FLOPS and the other rates of the nominal machine: weft/cost.h */
 
 /* One way to split an operator over a group of t devices. */
 typedef struct opcfg {

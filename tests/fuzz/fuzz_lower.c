@@ -42,8 +42,13 @@ static void lower_and_estimate(weft_ctx *c, weft_plan *p, bool full, FILE *sink)
   sim_estimate(s, &e);
   estimate_print_text(s, &e, sink);
   estimate_print_json(s, &e, sink);
-  estimate_print_trace(s, sink);
-  estimate_print_svg(s, sink);
+  sim_row *rows = malloc(sizeof(sim_row) * (SIM_ROWS_DEFAULT + 1));
+  if (rows) {
+    int nrows = sim_rows(s, NULL, 0, rows);
+    estimate_print_trace(s, rows, nrows, sink);
+    estimate_print_svg(s, rows, nrows, sink);
+    free(rows);
+  }
   sim_free(s);
 }
 

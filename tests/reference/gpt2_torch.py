@@ -150,19 +150,56 @@ def import_torch():
     return torch
 
 
-def make_adamw(torch, params):
-    kw = dict(lr=LR, betas=BETAS, eps=EPS, weight_decay=WEIGHT_DECAY, amsgrad=False)
+def make_adamw(torch, params, lr=LR):
+    kw = dict(lr=lr, betas=BETAS, eps=EPS, weight_decay=WEIGHT_DECAY, amsgrad=False)
     try:  # the plain per-tensor loop: the formula as documented, nothing fused
         return torch.optim.AdamW(params, foreach=False, **kw)
     except TypeError:
         return torch.optim.AdamW(params, **kw)
 
 
-def train(cfg, weights, inputs, steps, micro_batches=1, dtype="float32"):
+class Schedule:
+    """The learning rate of each step and gradient clipping, as `weft run`
+    documents them (docs/run.md): a linear warmup over `warmup` steps, then
+    constant, or cosine or linear decay from lr to lr_min, reached at step
+    `decay`; clipping to a global L2 norm of `clip` (0: none)."""
+
+    def __init__(self, lr=LR, kind="constant", warmup=0, decay=0, lr_min=0.0, clip=0.0):
+        self.lr, self.kind, self.warmup, self.decay = lr, kind, warmup, decay
+        self.lr_min, self.clip = lr_min, clip
+
+    def factor(self, s):
+        """lr of the step after s steps, over lr: the function LambdaLR takes."""
+        if s < self.warmup:
+            return (s + 1) / self.warmup
+        if self.kind == "constant":
+            return 1.0
+        if s >= self.decay:
+            return self.lr_min / self.lr
+        p = (s - self.warmup) / (self.decay - self.warmup)
+        if self.kind == "linear":
+            return (self.lr + (self.lr_min - self.lr) * p) / self.lr
+        return (self.lr_min + (self.lr - self.lr_min) * 0.5 * (1 + math.cos(math.pi * p))) / self.lr
+
+    def scheduler(self, torch, opt):
+        """torch's own scheduler where it is one (cosine without warmup is
+        CosineAnnealingLR), else LambdaLR with factor(); None for a constant lr."""
+        if self.kind == "cosine" and self.warmup == 0:
+            return torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=self.decay, eta_min=self.lr_min)
+        if self.kind == "constant" and self.warmup == 0:
+            return None
+        return torch.optim.lr_scheduler.LambdaLR(opt, self.factor)
+
+
+def train(cfg, weights, inputs, steps, micro_batches=1, dtype="float32", schedule=None):
     """`steps` AdamW steps on one batch. The loss of a step is that of the
     forward before its update. micro_batches > 1 accumulates the gradient over
     equal slices of the batch (same mathematics, another summation order: the
-    tolerance study in README.md). Returns ({name: array}, [loss, ...])."""
+    tolerance study in README.md). With a Schedule, each step's learning rate
+    comes from torch's scheduler and the gradients are clipped by
+    torch.nn.utils.clip_grad_norm_. Returns ({name: array}, [loss, ...],
+    [(lr, grad norm), ...])."""
+    schedule = schedule or Schedule()
     torch = import_torch()
     tdtype = getattr(torch, dtype)
     names = [name for name, _, _ in param_specs(cfg)]
@@ -172,8 +209,9 @@ def train(cfg, weights, inputs, steps, micro_batches=1, dtype="float32"):
     if cfg.batch % micro_batches:
         raise SystemExit(f"gpt2_torch: batch {cfg.batch} does not split into {micro_batches} micro-batches")
     mb = cfg.batch // micro_batches
-    opt = make_adamw(torch, [P[n] for n in names])
-    losses = []
+    opt = make_adamw(torch, [P[n] for n in names], schedule.lr)
+    sched = schedule.scheduler(torch, opt)
+    losses, stats = [], []
     for _ in range(steps):
         opt.zero_grad(set_to_none=True)
         if micro_batches == 1:
@@ -188,7 +226,15 @@ def train(cfg, weights, inputs, steps, micro_batches=1, dtype="float32"):
                 loss.backward()
                 total += float(loss.detach())
             losses.append(total)
+        lr = opt.param_groups[0]["lr"]
+        if schedule.clip > 0:
+            norm = float(torch.nn.utils.clip_grad_norm_([P[n] for n in names], schedule.clip))
+        else:
+            norm = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(P[n].grad) for n in names])))
+        stats.append((lr, norm))
         opt.step()
+        if sched:
+            sched.step()
     npdtype = np.dtype(dtype)  # float64 runs keep their precision in the file
     out = {}
     for n in names:
@@ -199,7 +245,7 @@ def train(cfg, weights, inputs, steps, micro_batches=1, dtype="float32"):
             out[f"optim.{key}.{n}"] = (
                 state[key].detach().numpy().astype(npdtype) if state else np.zeros(P[n].shape, npdtype)
             )
-    return out, losses
+    return out, losses, stats
 
 
 # ---------------------------------------------------------------- compare
@@ -215,16 +261,22 @@ def rel_l2(ours, ref):
     return math.inf if math.isnan(err) else err
 
 
-def read_losses(path):
+def read_steps(path, key="loss"):
+    """{step: value of key} of a JSON {"steps": [...]}; key "loss" must be in
+    every step, others (grad_norm, lr) are taken where present."""
     with open(path) as f:
         try:
             doc = json.load(f)
         except json.JSONDecodeError as e:
             raise SystemExit(f"compare: {path}: not JSON: {e}")
     try:
-        return {int(s["step"]): float(s["loss"]) for s in doc["steps"]}
+        return {int(s["step"]): float(s[key]) for s in doc["steps"] if key == "loss" or s.get(key) is not None}
     except (KeyError, TypeError, ValueError):
         raise SystemExit(f"compare: {path}: expected {{\"steps\": [{{\"step\": N, \"loss\": X}}, ...]}}")
+
+
+def read_losses(path):
+    return read_steps(path)
 
 
 def name_list(names, most=20):
@@ -282,6 +334,13 @@ def compare(args):
                 tol = tolerance(args.loss_rtol, floor)
                 rows.append((rel_l2(ol[s], rl[s]), tol, f"loss step {s}", f"{ol[s]:.9g} vs {rl[s]:.9g}"))
                 nloss += 1
+        # the learning rate and the gradient norm of each step, where both give them
+        for key, what, rtol in (("lr", "lr", 1e-12), ("grad_norm", "gradient norm", args.loss_rtol)):
+            ov, rv = read_steps(args.ours_json, key), read_steps(args.ref_json, key)
+            for s in sorted(rv):
+                if s in ov:
+                    rows.append((rel_l2(ov[s], rv[s]), rtol, f"{what} step {s}", f"{ov[s]:.9g} vs {rv[s]:.9g}"))
+                    nloss += 1
 
     def ratio(r):
         return r[0] / r[1] if r[1] > 0 else (math.inf if r[0] > 0 else 0.0)
@@ -308,7 +367,7 @@ def compare(args):
     if noise is not None:
         tol_text += f", or {args.noise_factor:g}x the float32 reference's own error"
     print(
-        f"compare: {'FAIL' if problems else 'ok'}: {len(rows) - nloss} tensors and {nloss} losses ({tol_text}), "
+        f"compare: {'FAIL' if problems else 'ok'}: {len(rows) - nloss} tensors and {nloss} per-step figures: losses, learning rates, gradient norms ({tol_text}), "
         f"{len(problems)} problem(s); max rel err {worst[0]:.3e} ({worst[2]}); "
         f"worst error/tolerance {ratio(nearest):.2f} ({nearest[2]})"
     )
@@ -380,6 +439,12 @@ def main(argv=None):
     p.add_argument("--json", help="write the per-step losses here as well")
     p.add_argument("--micro-batches", type=int, default=1, help="accumulate gradients over this many slices")
     p.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+    p.add_argument("--lr", type=float, default=LR)
+    p.add_argument("--lr-schedule", choices=("constant", "cosine", "linear"), default="constant")
+    p.add_argument("--warmup", type=int, default=0)
+    p.add_argument("--decay-steps", type=int, help="the step the decay ends at (default: --steps)")
+    p.add_argument("--lr-min", type=float, default=0.0)
+    p.add_argument("--clip", type=float, default=0.0, help="clip_grad_norm_ to this (0: none)")
 
     p = sub.add_parser("compare", help="weft's results against the reference")
     p.add_argument("--ours", required=True)
@@ -412,17 +477,22 @@ def main(argv=None):
             raise SystemExit(f"gpt2_torch: {e}")
         cfg = config_from(args, [wmeta, imeta])
         check_weights(cfg, weights, inputs, f"{args.weights}, {args.inputs}")
-        out, losses = train(cfg, weights, inputs, args.steps, args.micro_batches, args.dtype)
+        schedule = Schedule(args.lr, args.lr_schedule, args.warmup,
+                            args.decay_steps if args.decay_steps is not None else args.steps, args.lr_min, args.clip)
+        out, losses, stats = train(cfg, weights, inputs, args.steps, args.micro_batches, args.dtype, schedule)
         import torch
 
         meta = {
             "weft.config": json.dumps(cfg.as_dict()),
             "weft.steps": str(args.steps),
-            "weft.reference": f"torch {torch.__version__} {args.dtype} AdamW(lr={LR}, betas={BETAS}, "
-            f"eps={EPS}, weight_decay={WEIGHT_DECAY}), micro_batches={args.micro_batches}",
+            "weft.reference": f"torch {torch.__version__} {args.dtype} AdamW(lr={args.lr}, betas={BETAS}, "
+            f"eps={EPS}, weight_decay={WEIGHT_DECAY}), micro_batches={args.micro_batches}, "
+            f"schedule {args.lr_schedule} warmup {args.warmup} decay {schedule.decay} lr_min {args.lr_min}, "
+            f"clip {args.clip}",
         }
         st.save(args.out, out, meta)
-        doc = {"steps": [{"step": i + 1, "loss": l} for i, l in enumerate(losses)]}
+        doc = {"steps": [{"step": i + 1, "loss": l, "lr": lr, "grad_norm": gn}
+                         for i, (l, (lr, gn)) in enumerate(zip(losses, stats))]}
         text = json.dumps(doc)
         print(text)
         if args.json:

@@ -45,41 +45,93 @@ else
 fi
 
 # Inputs, the float32 reference, and the same training in float64, which
-# measures how far float32 rounding alone moves each tensor.
+# measures how far float32 rounding alone moves each tensor, for each
+# schedule below.
 # shellcheck disable=SC2086
 if ! "$PY" "$here/gpt2_torch.py" make-inputs $sizes --seed 1 \
-       --weights "$tmp/weights.safetensors" --inputs "$tmp/inputs.safetensors" >"$tmp/ref.log" 2>&1 ||
-   ! "$PY" "$here/gpt2_torch.py" train --weights "$tmp/weights.safetensors" --inputs "$tmp/inputs.safetensors" \
-       --steps $STEPS --out "$tmp/ref.safetensors" --json "$tmp/ref.json" >>"$tmp/ref.log" 2>&1 ||
-   ! "$PY" "$here/gpt2_torch.py" train --weights "$tmp/weights.safetensors" --inputs "$tmp/inputs.safetensors" \
-       --steps $STEPS --dtype float64 --out "$tmp/ref64.safetensors" --json "$tmp/ref64.json" >>"$tmp/ref.log" 2>&1; then
+       --weights "$tmp/weights.safetensors" --inputs "$tmp/inputs.safetensors" >"$tmp/ref.log" 2>&1; then
+  echo "reference: FAIL the PyTorch reference did not run"
+  indent "$tmp/ref.log"
+  exit 1
+fi
+reference() {  # NAME OPTIONS...: ref-NAME.safetensors/json and ref64-NAME.*
+  name=$1; shift
+  "$PY" "$here/gpt2_torch.py" train --weights "$tmp/weights.safetensors" --inputs "$tmp/inputs.safetensors" \
+       --steps $STEPS "$@" --out "$tmp/ref-$name.safetensors" --json "$tmp/ref-$name.json" >>"$tmp/ref.log" 2>&1 &&
+  "$PY" "$here/gpt2_torch.py" train --weights "$tmp/weights.safetensors" --inputs "$tmp/inputs.safetensors" \
+       --steps $STEPS "$@" --dtype float64 --out "$tmp/ref64-$name.safetensors" --json "$tmp/ref64-$name.json" \
+       >>"$tmp/ref.log" 2>&1
+}
+# the options of both gpt2_torch.py train and weft run: torch's
+# CosineAnnealingLR (cosine without warmup) and LambdaLR, clip_grad_norm_
+COSINE="--lr-schedule cosine --clip 0.5"
+LINEAR="--lr-schedule linear --warmup 1 --lr-min 6e-5 --clip 0.3"
+# shellcheck disable=SC2086
+if ! reference plain || ! reference cosine $COSINE || ! reference linear $LINEAR ||
+   ! reference cosine-unclipped --lr-schedule cosine; then
   echo "reference: FAIL the PyTorch reference did not run"
   indent "$tmp/ref.log"
   exit 1
 fi
 
-for plan in tp2_pp2 dp; do
+# compare OURS REF: weft's files against the reference's, within tolerance
+compare() {
+  "$PY" "$here/gpt2_torch.py" compare --ours "$tmp/$1.safetensors" --ref "$tmp/ref-$2.safetensors" \
+       --ours-json "$tmp/$1.json" --ref-json "$tmp/ref-$2.json" \
+       --noise "$tmp/ref64-$2.safetensors" --noise-json "$tmp/ref64-$2.json" \
+       --rtol 1e-5 --noise-factor 10 >"$tmp/$1.cmp" 2>&1
+}
+
+# the plan, the schedule's name, weft run's options for it
+while read -r plan name opts; do
+  label="$plan${opts:+ ($opts)}"
   # shellcheck disable=SC2086
   "$WEFT" run examples/gpt2.plan --plan $plan $sets \
-    --load "$tmp/weights.safetensors" --inputs "$tmp/inputs.safetensors" --steps $STEPS \
-    --save "$tmp/$plan.safetensors" --json >"$tmp/$plan.json" 2>"$tmp/$plan.err"
+    --load "$tmp/weights.safetensors" --inputs "$tmp/inputs.safetensors" --steps $STEPS $opts \
+    --save "$tmp/$plan-$name.safetensors" --json >"$tmp/$plan-$name.json" 2>"$tmp/$plan.err"
   rc=$?
   if [ $rc -ne 0 ]; then
-    echo "reference: $plan FAIL (weft run exited $rc)"
+    echo "reference: $label FAIL (weft run exited $rc)"
     indent "$tmp/$plan.err"
     fail=1
     continue
   fi
-  if "$PY" "$here/gpt2_torch.py" compare --ours "$tmp/$plan.safetensors" --ref "$tmp/ref.safetensors" \
-       --ours-json "$tmp/$plan.json" --ref-json "$tmp/ref.json" \
-       --noise "$tmp/ref64.safetensors" --noise-json "$tmp/ref64.json" \
-       --rtol 1e-5 --noise-factor 10 >"$tmp/$plan.cmp" 2>&1; then
-    worst=$(sed -n 's/^compare: ok: .*; max rel err \([^ ]*\) .*; worst error\/tolerance \([^ ]*\) .*/\1, at most \2 of a tolerance/p' "$tmp/$plan.cmp")
-    echo "reference: $plan ok (max rel err $worst)"
+  if compare "$plan-$name" "$name"; then
+    worst=$(sed -n 's/^compare: ok: .*; max rel err \([^ ]*\) .*; worst error\/tolerance \([^ ]*\) .*/\1, at most \2 of a tolerance/p' "$tmp/$plan-$name.cmp")
+    echo "reference: $label ok (max rel err $worst)"
   else
-    echo "reference: $plan FAIL (weft's numerics differ from PyTorch's)"
-    indent "$tmp/$plan.cmp"
+    echo "reference: $label FAIL (weft's numerics differ from PyTorch's)"
+    indent "$tmp/$plan-$name.cmp"
     fail=1
   fi
-done
+done <<EOF
+tp2_pp2 plain
+dp plain
+tp2_pp2 cosine $COSINE
+dp linear $LINEAR
+EOF
+
+# Clipping is measured, not assumed: torch's gradient norm exceeded the
+# bound at every step of the clipped schedules, and weft's clipped cosine
+# run is out of tolerance of torch's cosine without clipping.
+if "$PY" - "$tmp/ref-cosine.json" 0.5 "$tmp/ref-linear.json" 0.3 <<'EOF'
+import json, sys
+for path, bound in zip(sys.argv[1::2], sys.argv[2::2]):
+    with open(path) as f:
+        norms = [s["grad_norm"] for s in json.load(f)["steps"]]
+    if not all(n > float(bound) for n in norms):
+        sys.exit(f"{path}: gradient norms {norms} do not all exceed {bound}")
+EOF
+then
+  if compare tp2_pp2-cosine cosine-unclipped; then
+    echo "reference: FAIL weft's clipped run matches torch's unclipped one: the comparison cannot see clipping"
+    fail=1
+  else
+    ratio=$(sed -n 's/^compare: FAIL: .*; worst error\/tolerance \([^ ]*\) .*/\1/p' "$tmp/tp2_pp2-cosine.cmp")
+    echo "reference: clipping is active at every step; without it torch is $ratio tolerances away"
+  fi
+else
+  echo "reference: FAIL the clipped schedules never clipped"
+  fail=1
+fi
 exit $fail

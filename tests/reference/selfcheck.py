@@ -167,7 +167,7 @@ def main():
     steps = 3
     weights = {n: w for n, w in W.items()}
     inputs = {"tokens": tokens.astype(np.int32), "labels": labels.astype(np.int32)}
-    out, losses = ref.train(cfg, weights, inputs, steps, dtype="float64")
+    out, losses, _ = ref.train(cfg, weights, inputs, steps, dtype="float64")
     p = {n: w.copy() for n, w in W.items()}
     m = {n: np.zeros_like(w) for n, w in W.items()}
     v = {n: np.zeros_like(w) for n, w in W.items()}
@@ -191,11 +191,52 @@ def main():
     # 4. the float32 reference against float64, on the suite's shapes
     cfg = ref.Config(layers=2, hidden=64, heads=4, seq=32, vocab=256, batch=8)
     weights, inputs = ref.make_inputs(cfg, 3)
-    r32, l32 = ref.train(cfg, weights, inputs, 3)
-    r64, l64 = ref.train(cfg, weights, inputs, 3, dtype="float64")
+    r32, l32, _ = ref.train(cfg, weights, inputs, 3)
+    r64, l64, _ = ref.train(cfg, weights, inputs, 3, dtype="float64")
     worst = max((rel(r32[n], r64[n]), n) for n in r64)
     lw = max(abs(a - b) / abs(b) for a, b in zip(l32, l64))
     check(worst[0] < 1e-4 and lw < 1e-6, f"float32 vs float64 training: worst {worst[0]:.2e} ({worst[1]}), losses {lw:.2e}")
+
+    # 5. the schedules as weft documents them (Schedule.factor) against
+    # torch's own schedulers: cosine (CosineAnnealingLR), linear decay and
+    # linear warmup (LinearLR), for every step and past the end
+    def torch_lrs(make, n):
+        t = torch.zeros(1, requires_grad=True)
+        opt = torch.optim.SGD([t], lr=6e-4)
+        sch = make(opt)
+        out = []
+        for _ in range(n):
+            out.append(opt.param_groups[0]["lr"])
+            opt.step()
+            sch.step()
+        return out
+
+    lrs = torch.optim.lr_scheduler
+    cases = [
+        ("cosine", ref.Schedule(6e-4, "cosine", 0, 10, 6e-5),
+         lambda o: lrs.CosineAnnealingLR(o, T_max=10, eta_min=6e-5), 10),
+        ("linear", ref.Schedule(6e-4, "linear", 0, 10, 6e-5),
+         lambda o: lrs.LinearLR(o, start_factor=1.0, end_factor=0.1, total_iters=10), 14),
+        ("warmup", ref.Schedule(6e-4, "constant", 5, 20),
+         lambda o: lrs.LinearLR(o, start_factor=1 / 5, end_factor=1.0, total_iters=4), 9),
+    ]
+    for name, sc, make, n in cases:
+        want = torch_lrs(make, n)
+        got = [6e-4 * sc.factor(k) for k in range(n)]
+        err = max(abs(a - b) / b for a, b in zip(got, want))
+        check(err < 1e-12, f"schedule {name}: Schedule.factor against torch's scheduler over {n} steps: {err:.1e}")
+
+    # 6. clipping: clip_grad_norm_ returns the norm of all gradients together
+    # and scales them to max_norm (numpy, float64)
+    gs = [rng.normal(size=(3, 4)), rng.normal(size=(5,))]
+    ts = [torch.tensor(g, dtype=torch.float64, requires_grad=True) for g in gs]
+    for t, g in zip(ts, gs):
+        t.grad = torch.tensor(g)
+    norm = float(torch.nn.utils.clip_grad_norm_(ts, 0.5))
+    np_norm = math.sqrt(sum(float((g * g).sum()) for g in gs))
+    scaled = max(rel(t.grad.numpy(), g * 0.5 / (np_norm + 1e-6)) for t, g in zip(ts, gs))
+    check(abs(norm - np_norm) / np_norm < 1e-12 and scaled < 1e-12,
+          f"clip_grad_norm_: norm {norm:.6g} (numpy {np_norm:.6g}), gradients scaled by 0.5 / (norm + 1e-6): {scaled:.1e}")
 
     if failures:
         print(f"selfcheck: {len(failures)} check(s) failed")

@@ -43,19 +43,6 @@ static weft_program *lowered(weft_ctx *c) {
   return pr;
 }
 
-typedef struct steps {
-  int n;
-  double loss[8];
-} steps;
-
-static void on_step(void *ctx, int64_t step, double loss, double seconds) {
-  steps *s = ctx;
-  (void)seconds;
-  assert_int_equal(step, s->n + 1);
-  if (s->n < 8) s->loss[s->n] = loss;
-  s->n++;
-}
-
 static void test_registry(void **state) {
   (void)state;
   int n;
@@ -106,8 +93,17 @@ static void test_plugin(void **state) {
   rmdir(dir);
 }
 
-/* Open, run in two calls, read back, close: the same bytes as one call of
- * both steps, and within 1e-5 of the reference. */
+static backend_result pass_ok(const weft_backend *cpu, backend_run *run, backend_step s) {
+  char err[512] = "";
+  backend_result r = {0};
+  if (!cpu->run(run, &s, &r, err, sizeof err)) fail_msg("%s", err);
+  return r;
+}
+
+/* Open, two steps, read back, close; the same steps with an evaluation
+ * between them: the evaluation changes nothing and measures the loss the
+ * next step's forward gives; the reference within 1e-5, gradient norms
+ * included. */
 static void test_cpu_through_table(void **state) {
   (void)state;
   char err[512] = "";
@@ -119,36 +115,90 @@ static void test_cpu_through_table(void **state) {
   weft_world *w = world_new(g);
   world_init_params(w, 3);
   world_init_inputs(w, 3);
-  weft_world *once = world_clone(w), *ref = world_clone(w);
+  weft_world *evald = world_clone(w), *ref = world_clone(w);
+  backend_step train = {.lr = NAN}, eval = {.lr = NAN, .eval = true};
 
-  steps a = {0}, b = {0}, r = {0};
-  backend_opts o = {.on_step = on_step, .ctx = &a};
+  backend_opts o = {0};
   backend_run *run = cpu->open(pr, w, &o, err, sizeof err);
   if (!run) fail_msg("%s", err);
-  assert_true(cpu->run(run, 1, err, sizeof err));
-  assert_true(cpu->run(run, 1, err, sizeof err));
+  backend_result a[2] = {pass_ok(cpu, run, train), pass_ok(cpu, run, train)};
   assert_true(cpu->read(run, err, sizeof err));
   cpu->close(run);
-  assert_int_equal(a.n, 2);
   assert_int_equal(w->step, 2);
+  assert_true(a[0].grad_norm > 0 && isfinite(a[0].grad_norm));
 
-  o.ctx = &b;
-  run = cpu->open(pr, once, &o, err, sizeof err);
+  run = cpu->open(pr, evald, &o, err, sizeof err);
   assert_non_null(run);
-  assert_true(cpu->run(run, 2, err, sizeof err));
+  backend_result b0 = pass_ok(cpu, run, train), e = pass_ok(cpu, run, eval), b1 = pass_ok(cpu, run, train);
   assert_true(cpu->read(run, err, sizeof err));
   cpu->close(run);
-  assert_true(world_diff_all(w, once) == 0.0);
-  assert_true(a.loss[1] == b.loss[1]);
+  assert_int_equal(evald->step, 2);
+  assert_true(world_diff_all(w, evald) == 0.0);
+  assert_true(e.loss == a[1].loss && b1.loss == a[1].loss && b0.grad_norm == a[0].grad_norm);
+  assert_true(isnan(e.grad_norm));
 
-  o.ctx = &r;
-  assert_true(cpu->reference(g, ref, 2, &o, err, sizeof err));
-  assert_int_equal(r.n, 2);
+  backend_result r[2];
+  for (int i = 0; i < 2; i++) assert_true(cpu->reference(g, ref, &train, &r[i], &o, err, sizeof err));
+  assert_int_equal(ref->step, 2);
   assert_true(world_diff_all(w, ref) < 1e-5);
-  for (int i = 0; i < 2; i++) assert_true(fabs(a.loss[i] - r.loss[i]) <= 1e-5 * fabs(r.loss[i]));
+  for (int i = 0; i < 2; i++) {
+    assert_true(fabs(a[i].loss - r[i].loss) <= 1e-5 * fabs(r[i].loss));
+    assert_true(fabs(a[i].grad_norm - r[i].grad_norm) <= 1e-5 * r[i].grad_norm);
+  }
   world_free(w);
-  world_free(once);
+  world_free(evald);
   world_free(ref);
+  weft_free(c);
+}
+
+/* The learning rate of a step is the one it is given: 0 leaves every
+ * parameter as it was (AdamW's decay and update both scale with it) while
+ * the step still counts; clipping with a bound far above the norm changes
+ * no bit, one below it scales the gradient (the first moment of AdamW is
+ * (1 - beta1) g: scaled exactly by the factor). */
+static void test_lr_and_clip(void **state) {
+  (void)state;
+  char err[512] = "";
+  const weft_backend *cpu = backend_find("cpu", err, sizeof err);
+  weft_ctx *c = weft_new();
+  weft_program *pr = lowered(c);
+  const weft_graph *g = lower_graph(pr);
+  weft_world *w = world_new(g);
+  world_init_params(w, 5);
+  world_init_inputs(w, 5);
+  weft_world *w0 = world_clone(w), *loose = world_clone(w), *tight = world_clone(w), *plain = world_clone(w);
+  backend_opts o = {0};
+  backend_run *run = cpu->open(pr, w, &o, err, sizeof err);
+  assert_non_null(run);
+  pass_ok(cpu, run, (backend_step){.lr = 0});
+  assert_true(cpu->read(run, err, sizeof err));
+  cpu->close(run);
+  assert_int_equal(w->step, 1);
+  assert_true(world_diff_all(w, w0) == 0.0);
+
+  weft_world *ws[3] = {plain, loose, tight};
+  double clip[3] = {0, 1e9, 0};
+  backend_result res[3];
+  for (int k = 0; k < 3; k++) {
+    run = cpu->open(pr, ws[k], &o, err, sizeof err);
+    assert_non_null(run);
+    if (k == 2) clip[2] = res[0].grad_norm / 4;
+    res[k] = pass_ok(cpu, run, (backend_step){.lr = NAN, .clip = clip[k]});
+    assert_true(cpu->read(run, err, sizeof err));
+    cpu->close(run);
+  }
+  assert_true(world_diff_all(loose, plain) == 0.0);
+  assert_true(world_diff(loose, plain, true, NULL) == 0.0);
+  assert_true(res[2].grad_norm == res[0].grad_norm);
+  /* the first moments: m = (1 - beta1) g, so tight's are plain's times clip / norm */
+  double f = clip[2] / (res[0].grad_norm + 1e-6);
+  for (int t = 0; t < g->ntensors; t++) {
+    if (!plain->state[t]) continue;
+    int64_t n = tensor_numel(&g->tensors[t]);
+    for (int64_t i = 0; i < n; i++)
+      assert_true(fabs(tight->state[t][i] - f * plain->state[t][i]) <= 1e-6 * fabs(plain->state[t][i]) + 1e-12);
+  }
+  world_free(w), world_free(w0), world_free(loose), world_free(tight), world_free(plain);
   weft_free(c);
 }
 
@@ -157,6 +207,7 @@ int main(void) {
       cmocka_unit_test(test_registry),
       cmocka_unit_test(test_plugin),
       cmocka_unit_test(test_cpu_through_table),
+      cmocka_unit_test(test_lr_and_clip),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -704,11 +704,11 @@ static void bw_causal_attention(const fixture *f, float *const *d, bool acc) {
   k_causal_attention_backward(d[0], f->dy, f->x[0], f->a.b, f->a.s, f->a.heads, f->a.dh, acc);
 }
 static void fw_gqa_attention(const fixture *f, float *y) {
-  k_gqa_attention(y, f->x[0], f->x[1], f->x[2], f->a.b, f->a.s, f->a.g, f->a.r, f->a.dh);
+  k_gqa_attention(y, f->x[0], f->x[1], f->x[2], f->a.b, f->a.s, f->a.s, 0, f->a.g, f->a.r, f->a.dh);
 }
 static void bw_gqa_attention(const fixture *f, float *const *d, bool acc) {
   k_gqa_attention_backward(d[0], d[1], d[2], f->dy, f->x[0], f->x[1], f->x[2], f->a.b,
-                           f->a.s, f->a.g, f->a.r, f->a.dh, acc);
+                           f->a.s, f->a.s, 0, f->a.g, f->a.r, f->a.dh, acc);
 }
 
 static void test_causal_attention(void **state) {
@@ -774,10 +774,49 @@ static void test_gqa_is_mha(void **state) {
     memcpy(qkv + row * 3 * c + 2 * c, v + row * c, (size_t)c * sizeof *q);
   }
   k_causal_attention(o1, qkv, b, s, n, dh);
-  k_gqa_attention(o2, q, k, v, b, s, n, 1, dh);
+  k_gqa_attention(o2, q, k, v, b, s, s, 0, n, 1, dh);
   double *o1d = to_double(o1, b * s * c);
   expect_close("gqa r=1 vs causal_attention", o2, o1d, b * s * c, 1e-6);
   free(q); free(k); free(v); free(qkv); free(o1); free(o2); free(o1d);
+}
+
+/* Context parallelism: the queries cut into parts, each against all keys,
+ * give the rows of the whole attention, and the parts' gradients of the
+ * keys and values sum to the whole's. */
+static void test_gqa_query_parts(void **state) {
+  (void)state;
+  int64_t b = 2, s = 6, g = 2, r = 2, dh = 4, cq = g * r * dh, ckv = g * dh;
+  float *q = randn(b * s * cq, 950, 1), *k = randn(b * s * ckv, 951, 1), *v = randn(b * s * ckv, 952, 1);
+  float *dout = randn(b * s * cq, 953, 1);
+  float *whole = alloc_f(b * s * cq), *dq = alloc_f(b * s * cq), *dk = alloc_f(b * s * ckv), *dv = alloc_f(b * s * ckv);
+  k_gqa_attention(whole, q, k, v, b, s, s, 0, g, r, dh);
+  k_gqa_attention_backward(dq, dk, dv, dout, q, k, v, b, s, s, 0, g, r, dh, false);
+  /* three parts of two positions each */
+  int64_t part = 2, np = s / part;
+  float *pq = alloc_f(b * part * cq), *po = alloc_f(b * part * cq), *pdo = alloc_f(b * part * cq), *pdq = alloc_f(b * part * cq);
+  float *sdk = alloc_f(b * s * ckv), *sdv = alloc_f(b * s * ckv);
+  double *rows = malloc(sizeof(double) * (size_t)(b * part * cq)), *rdq = malloc(sizeof(double) * (size_t)(b * part * cq));
+  for (int64_t i = 0; i < np; i++) {
+    for (int64_t bi = 0; bi < b; bi++) {
+      memcpy(pq + bi * part * cq, q + (bi * s + i * part) * cq, sizeof(float) * (size_t)(part * cq));
+      memcpy(pdo + bi * part * cq, dout + (bi * s + i * part) * cq, sizeof(float) * (size_t)(part * cq));
+      for (int64_t x = 0; x < part * cq; x++) {
+        rows[bi * part * cq + x] = whole[(bi * s + i * part) * cq + x];
+        rdq[bi * part * cq + x] = dq[(bi * s + i * part) * cq + x];
+      }
+    }
+    k_gqa_attention(po, pq, k, v, b, part, s, i * part, g, r, dh);
+    expect_close("query part against the whole's rows", po, rows, b * part * cq, 1e-6);
+    /* dq is the part's own; dk and dv add up over the parts */
+    memset(pdq, 0, sizeof(float) * (size_t)(b * part * cq));
+    k_gqa_attention_backward(pdq, sdk, sdv, pdo, pq, k, v, b, part, s, i * part, g, r, dh, i > 0);
+    expect_close("query part's dq against the whole's rows", pdq, rdq, b * part * cq, 1e-5);
+  }
+  double *wdk = to_double(dk, b * s * ckv), *wdv = to_double(dv, b * s * ckv);
+  expect_close("the parts' dk summed", sdk, wdk, b * s * ckv, 1e-5);
+  expect_close("the parts' dv summed", sdv, wdv, b * s * ckv, 1e-5);
+  free(q); free(k); free(v); free(dout); free(whole); free(dq); free(dk); free(dv);
+  free(pq); free(po); free(pdo); free(pdq); free(sdk); free(sdv); free(rows); free(rdq); free(wdk); free(wdv);
 }
 
 /* ---- softmax, add -------------------------------------------------------- */
@@ -1197,6 +1236,7 @@ int main(void) {
     cmocka_unit_test(test_attention_long),
     cmocka_unit_test(test_gqa_attention),
     cmocka_unit_test(test_gqa_is_mha),
+    cmocka_unit_test(test_gqa_query_parts),
     cmocka_unit_test(test_softmax_add),
     cmocka_unit_test(test_in_place),
     cmocka_unit_test(test_losses),
