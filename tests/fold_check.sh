@@ -95,9 +95,28 @@ compare "megatron selective recomputation, pp 4" $M --set 'recompute="selective"
 compare "megatron pp 2 dp 4, 8 micro-batches" $M --set tp=1 --set pp=2 --set dp=4 --set micro_batch=1 --set global_batch=32
 check_reps "megatron pp 2 dp 4 (replicas)" $M --set tp=1 --set pp=2 --set dp=4 --set micro_batch=1 --set global_batch=32
 check_reps "megatron sequence parallel, dp 2 (replicas)" $M --set sequence_parallel=true --set 'recompute="full"'
+# ZeRO: replicas keep their own parts of what is sharded; equal parts give
+# the same figures, parts of one index more or less (dp 3) figures within
+# what a row changes, the representative's the largest
+check_reps "megatron bf16 zero 1, tp 2 pp 2 dp 2 (replicas)" $M --set dtype=bf16 --set zero=1
+check_reps "megatron zero 2, tp 2 dp 4 (replicas)" $M --set zero=2 --set pp=1 --set tp=2 --set dp=4
+check_reps "megatron zero 3, tp 2 dp 4 (replicas)" $M --set zero=3 --set pp=1 --set tp=2 --set dp=4
+for z in 1 3; do
+  WEFT_REPS=never "$WEFT" check $M --set dtype=bf16 --set zero=$z --set tp=2 --set pp=1 --set dp=3 --set global_batch=12 --json >"$tmp/all.json" 2>&1
+  "$WEFT" check $M --set dtype=bf16 --set zero=$z --set tp=2 --set pp=1 --set dp=3 --set global_batch=12 --json >"$tmp/reps.json" 2>&1
+  if python3 tests/peers_close.py "$tmp/all.json" "$tmp/reps.json" >"$tmp/peers.out"; then
+    pass=$((pass + 1))
+  else
+    echo "FAIL megatron zero $z, dp 3: replicas with uneven ZeRO parts are not close to every device lowered"
+    sed 's/^/  /' "$tmp/peers.out" | head -10
+    fail=$((fail + 1))
+  fi
+done
 for d in 0 3 6 7; do device_eq "megatron, device $d" $d $M; done
 device_eq "megatron interleaved, sequence parallel, device 5" 5 $M --set interleave=2 --set layers=8 --set sequence_parallel=true
 device_eq "gpt2 tp2_pp2, device 3" 3 examples/gpt2.plan --plan tp2_pp2
+device_eq "megatron bf16 zero 1, dp 3 (uneven parts), device 5" 5 $M --set dtype=bf16 --set zero=1 --set tp=2 --set pp=1 \
+  --set dp=3 --set global_batch=12
 device_eq "gpt2 ulysses, device 2" 2 examples/gpt2.plan --plan ulysses
 device_eq "llama megatron 6 layers in 4 stages, device 5" 5 examples/llama_megatron.plan --set layers=6 --set pp=4 --set dp=1
 device_eq "scatter-gather across nodes, dp 2, device 6" 6 tests/golden/explain/stage_scatter_gather.plan --set nodes=4 --set dp=2

@@ -64,6 +64,64 @@ run_ok "tp2 pp2 across nodes: scatter-gather between stages" tests/golden/explai
 run_ok "tp2 pp4 across nodes" tests/golden/explain/stage_scatter_gather.plan --set nodes=4 --set pp=4 --set layers=4 --steps 2
 run_ok "tp2 pp2 dp2 across nodes" tests/golden/explain/stage_scatter_gather.plan --set nodes=4 --set dp=2 --steps 2
 run_ok "megatron pp4" examples/gpt_megatron.plan $MEG --set tp=1 --set pp=4 --steps 2
+# mixed precision: bf16 and f16 parameters stepped through f32 master
+# weights, and ZeRO over data-parallel sizes that divide no dimension
+run_ok "megatron bf16, master weights, zero 1" examples/gpt_megatron.plan $MEG --set dtype=bf16 --set zero=1 --steps 3
+run_ok "megatron f16, zero 2" examples/gpt_megatron.plan $MEG --set dtype=f16 --set zero=2 --steps 2
+run_ok "megatron bf16, zero 1, clipped, cosine schedule" examples/gpt_megatron.plan $MEG --set dtype=bf16 --set zero=1 \
+  --clip 0.5 --lr-schedule cosine --warmup 1 --steps 3
+for z in 1 2 3; do
+  run_ok "megatron bf16 dp 3, zero $z, uneven shards" examples/gpt_megatron.plan $MEG --set dtype=bf16 --set tp=1 --set pp=1 \
+    --set dp=3 --set global_batch=6 --set zero=$z --steps 2
+done
+run_ok "megatron tp 2, pp 2, dp 3, zero 1, uneven shards" examples/gpt_megatron.plan $MEG --set nodes=2 --set dp=3 \
+  --set global_batch=12 --set zero=1 --steps 2
+run_ok "ZeRO-3 parts empty on some devices" tests/golden/plan/shard_empty.plan --steps 3
+
+# the buffers the CPU backend holds, as it measures them, are what the
+# estimate counts: every device's peak in program order (the estimate with
+# --cost symbolic) and the bytes live there by role; the roles that live
+# the whole step (KEPT: parameters, master weights, optimizer state, and
+# gradients but under ZeRO-2 and 3) also at the simulated peak. Every
+# device is lowered for the estimate (WEFT_REPS=never): a tensor-parallel
+# peer's figures are otherwise its representative's, which may hold a few
+# bytes more (a row-parallel bias that only the first peer adds)
+mem_ok() {
+  name=$1; kept=$2; shift 2
+  if "$WEFT" run "$@" --steps 2 --json >"$tmp/mem_run.json" 2>"$tmp/err" &&
+     WEFT_REPS=never "$WEFT" estimate "$@" --cost symbolic --json >"$tmp/mem_sym.json" 2>>"$tmp/err" &&
+     WEFT_REPS=never "$WEFT" estimate "$@" --json >"$tmp/mem_est.json" 2>>"$tmp/err" &&
+     python3 - "$tmp/mem_run.json" "$tmp/mem_sym.json" "$tmp/mem_est.json" "$name" "$kept" <<'PY'
+import json, sys
+run, sym, est = (json.load(open(f)) for f in sys.argv[1:4])
+sdev = {d["device"]: d for d in sym["per_device"]}
+edev = {d["device"]: d for d in est["per_device"]}
+kept = tuple(sys.argv[5].split())
+bad = []
+for m in run["memory"]:
+    d = m["device"]
+    if m["peak_bytes"] != sym["peak_memory_bytes"]["per_device"][d]:
+        bad.append("device %d: measured peak %d, estimated %d" % (d, m["peak_bytes"], sym["peak_memory_bytes"]["per_device"][d]))
+    if d in sdev and m["by_role"] != sdev[d]["peak_by_role"]:
+        bad.append("device %d: measured %s, estimated %s" % (d, m["by_role"], sdev[d]["peak_by_role"]))
+    if d in edev and any(m["by_role"][r] != edev[d]["peak_by_role"][r] for r in kept):
+        bad.append("device %d: measured %s, at the simulated peak %s" % (d, m["by_role"], edev[d]["peak_by_role"]))
+if bad or not run["memory"]:
+    print("\n".join(bad) or "no memory measured")
+    sys.exit(1)
+peak = max(run["memory"], key=lambda m: m["peak_bytes"])
+print("run: %s: the CPU backend's buffers are the estimate's on %d devices (device %d: peak %d bytes, %s)" % (
+    sys.argv[4], len(run["memory"]), peak["device"], peak["peak_bytes"],
+    ", ".join("%s %d" % (r, peak["by_role"][r]) for r in ("param", "master", "grad", "state", "comm"))))
+PY
+  then ok; else bad "$name: measured memory differs from the estimate"; cat "$tmp/err"; fi
+}
+ALL="param master grad state"
+mem_ok "megatron bf16 tp2 pp2 dp2, zero 1" "$ALL" examples/gpt_megatron.plan $MEG --set dtype=bf16 --set zero=1
+mem_ok "megatron f16 tp2 pp2 dp2" "$ALL" examples/gpt_megatron.plan $MEG --set dtype=f16
+mem_ok "megatron bf16 dp 3, zero 3" "param master state" examples/gpt_megatron.plan $MEG --set dtype=bf16 --set tp=1 \
+  --set pp=1 --set dp=3 --set global_batch=6 --set zero=3
+mem_ok "gpt2 tp2_pp2" "$ALL" examples/gpt2.plan --plan tp2_pp2 $GPT
 LMEG="--set layers=4 --set hidden=64 --set heads=4 --set kv_heads=2 --set ffn=96 --set seq=16 --set vocab=128 --set global_batch=8 --set micro_batch=2"
 run_ok "llama megatron tp2 pp2 dp2" examples/llama_megatron.plan $LMEG --steps 2
 run_ok "llama megatron sequence parallel, interleaved, selective recompute, zero 1" examples/llama_megatron.plan $LMEG \

@@ -234,6 +234,8 @@ typedef struct xdev {
   void **mem;             /* per buffer of its program (id - buf_lo) */
   int *slot;              /* per instruction: the loss slot a compute writes its share to, -1 */
   bool *stepped;          /* per buffer: a param buffer an optimizer step wrote */
+  int64_t live, peak;     /* bytes of its buffers, at their dtypes' sizes: now, at most */
+  int64_t live_role[LB_ROLE_COUNT], peak_role[LB_ROLE_COUNT];
   clip_own *own;          /* per instruction: what a step counts in the norm */
   int *order, nhead;      /* with clipping: the instructions before the norm
                            * (nhead), then those after it, in program order */
@@ -359,6 +361,14 @@ static bool do_alloc(xdev *d, const lins *in) {
     return true;
   }
   *slot = xcalloc((size_t)n * 4);
+  /* what it holds, measured as the program's dtypes count it */
+  int64_t bytes = n * dtype_bytes[b->dtype];
+  d->live += bytes;
+  d->live_role[b->role] += bytes;
+  if (d->live > d->peak) {
+    d->peak = d->live;
+    memcpy(d->peak_role, d->live_role, sizeof d->peak_role);
+  }
   const gtensor *t = &r->g->tensors[b->tensor];
   dregion dims[16];
   irange iv[16];
@@ -367,6 +377,11 @@ static bool do_alloc(xdev *d, const lins *in) {
   if (b->role == LB_INPUT) {
     region_move(*slot, &b->region, r->w->input[b->tensor], &whole, &b->region, false);
   } else if (b->role == LB_PARAM) {
+    /* the world holds a parameter's master value: the parameter is its rounding */
+    region_move(*slot, &b->region, r->w->param[b->tensor], &whole, &b->region, false);
+    xoptim_round(*slot, n, t->dtype);
+  } else if (b->role == LB_MASTER) {
+    /* copy 0, the master weights; copy 1 (an f32 gradient) is written by the step */
     region_move(*slot, &b->region, r->w->param[b->tensor], &whole, &b->region, false);
   } else if (b->role == LB_STATE) {
     int64_t whole_n = tensor_numel(t), part_n = tregion_numel(&b->region);
@@ -379,6 +394,12 @@ static bool do_alloc(xdev *d, const lins *in) {
 
 static bool do_free(xdev *d, const lins *in) {
   void **slot = &d->mem[in->buf - d->prog->buf_lo];
+  if (*slot) {
+    const lbuf *b = buf_of(d->run, in->buf);
+    int64_t bytes = tregion_numel(&b->region) * b->copies * dtype_bytes[b->dtype];
+    d->live -= bytes;
+    d->live_role[b->role] -= bytes;
+  }
   free(*slot);
   *slot = NULL;
   return true;
@@ -727,13 +748,45 @@ static double grad_sq(const xdev *d, int i, const float *grad) {
   return s;
 }
 
+
+/* Copy `copy` of a ref's region as packed values: the buffer's own memory
+ * when the ref covers the buffer, else a copy (*tmp set; the caller writes
+ * it back with ref_back if it changed, and frees it). */
+static float *ref_view(const xdev *d, const lref *ref, int copy, float **tmp) {
+  const lbuf *b = buf_of(d->run, ref->buf);
+  int64_t bn = tregion_numel(&b->region);
+  float *m = (float *)mem_of(d, ref->buf) + copy * bn;
+  *tmp = NULL;
+  if (tregion_equal(&b->region, &ref->region)) return m;
+  *tmp = xmalloc((size_t)tregion_numel(&ref->region) * 4);
+  region_move(*tmp, &ref->region, m, &b->region, &ref->region, false);
+  return *tmp;
+}
+
+static void ref_back(const xdev *d, const lref *ref, int copy, const float *v) {
+  const lbuf *b = buf_of(d->run, ref->buf);
+  int64_t bn = tregion_numel(&b->region);
+  region_move((float *)mem_of(d, ref->buf) + copy * bn, &b->region, v, &ref->region, &ref->region, false);
+}
+
+/* The optimizer on a parameter region: on its master weights when it has
+ * them (reading an f32 copy of the gradient kept beside them when the
+ * master buffer has room for one), the parameter then rounded from them;
+ * else on the parameter, rounded to its dtype after. The state and master
+ * buffers are the outs after the parameter, told apart by role. */
 static bool do_step(xdev *d, const lins *in) {
   xrun *r = d->run;
-  const lref *gref = &in->in[0], *pref = &in->out[0];
-  const lref *sref = in->nout > 1 ? &in->out[1] : NULL;
+  const lref *gref = &in->in[0], *pref = &in->out[0], *sref = NULL, *mref = NULL;
+  for (int i = 1; i < in->nout; i++) {
+    int role = buf_of(r, in->out[i].buf)->role;
+    if (role == LB_STATE) sref = &in->out[i];
+    else if (role == LB_MASTER) mref = &in->out[i];
+  }
+  const gtensor *t = &r->g->tensors[in->tensor];
   int64_t n = tregion_numel(&pref->region);
-  void *gt;
-  const float *grad = ref_in(d, gref, &gt);
+  int copies = sref ? buf_of(r, sref->buf)->copies : 0;
+  if (copies < xoptim_state(&r->optim)) return dev_fail(d, "step of %s: optimizer state missing", t->name);
+  float *gt, *grad = ref_view(d, gref, 0, &gt);
   /* a gradient that is not finite would spoil the parameter for good */
   for (int64_t i = 0; i < n && !r->o.allow_nonfinite; i++)
     if (!isfinite(grad[i])) {
@@ -741,7 +794,7 @@ static bool do_step(xdev *d, const lins *in) {
       free(gt);
       return dev_fail(d, "step %" PRId64 ": the gradient of %s holds %s (element %" PRId64 " of this device's part); "
                       "training stops before the optimizer takes it (--allow-nonfinite trains on)",
-                      r->w->step + 1, r->g->tensors[in->tensor].name, what, i);
+                      r->w->step + 1, t->name, what, i);
     }
   if (r->coef == 1.0) {
     /* the norm as the steps come (with clipping it was taken before them) */
@@ -753,40 +806,46 @@ static bool do_step(xdev *d, const lins *in) {
     grad = scaled;
     gt = scaled;
   }
-  const lbuf *pb = buf_of(r, pref->buf);
-  bool pdirect = tregion_equal(&pb->region, &pref->region);
-  void *pt = NULL;
-  float *param = pdirect ? mem_of(d, pref->buf) : ref_in(d, pref, &pt);
-  float *state = NULL;
-  bool sdirect = true;
-  const lbuf *sb = sref ? buf_of(r, sref->buf) : NULL;
-  if (sb) {
-    sdirect = tregion_equal(&sb->region, &sref->region);
-    if (sdirect) {
-      state = mem_of(d, sref->buf);
-    } else {
-      int64_t bn = tregion_numel(&sb->region);
-      state = xmalloc((size_t)(n * sb->copies) * 4);
-      for (int c = 0; c < sb->copies; c++)
-        region_move(state + c * n, &sref->region, (float *)mem_of(d, sref->buf) + c * bn, &sb->region,
-                    &sref->region, false);
+  /* the state: its copies one after the other, as the buffer keeps them */
+  float *state = NULL, *st = NULL;
+  if (sref) {
+    state = ref_view(d, sref, 0, &st);
+    if (st) {
+      state = st = realloc(st, (size_t)(n * copies) * 4);
+      if (!st) weft_oom();
+      for (int c = 1; c < copies; c++) {
+        float *x, *v = ref_view(d, sref, c, &x);
+        memcpy(st + c * n, v, (size_t)n * 4);
+        free(x);
+      }
     }
   }
-  int copies = sb ? sb->copies : 0;
-  if (copies < xoptim_state(&r->optim))
-    return dev_fail(d, "step of %s: optimizer state missing", r->g->tensors[in->tensor].name);
-  xoptim_step(&r->optim, param, state, grad, n, r->w->step + 1);
-  if (!pdirect) ref_out(d, pref, param, false);
-  free(pt);
-  if (sb && !sdirect) {
-    int64_t bn = tregion_numel(&sb->region);
-    for (int c = 0; c < sb->copies; c++)
-      region_move((float *)mem_of(d, sref->buf) + c * bn, &sb->region, state + c * n, &sref->region,
-                  &sref->region, false);
-    free(state);
+  float *wt, *weights = ref_view(d, mref ? mref : pref, 0, &wt);
+  if (mref && buf_of(r, mref->buf)->copies > 1) {
+    ref_back(d, mref, 1, grad);  /* the f32 gradient the step reads */
+    float *x;
+    grad = ref_view(d, mref, 1, &x);
+    free(gt);
+    gt = x;
   }
-  free(gt);
+  xoptim_step(&r->optim, weights, state, grad, n, r->w->step + 1);
+  if (wt) ref_back(d, mref ? mref : pref, 0, wt);
+  if (mref) {
+    float *pt, *param = ref_view(d, pref, 0, &pt);
+    memcpy(param, weights, (size_t)n * 4);
+    xoptim_round(param, n, t->dtype);
+    if (pt) ref_back(d, pref, 0, pt);
+    free(pt);
+  } else if (t->dtype != DT_F32) {
+    float *pt, *param = ref_view(d, pref, 0, &pt);
+    xoptim_round(param, n, t->dtype);
+    if (pt) ref_back(d, pref, 0, pt);
+    free(pt);
+  }
+  for (int c = 0; st && c < copies; c++) ref_back(d, sref, c, st + c * n);
+  free(gt), free(st), free(wt);
   d->stepped[pref->buf - d->prog->buf_lo] = true;
+  if (mref) d->stepped[mref->buf - d->prog->buf_lo] = true;
   return true;
 }
 
@@ -982,10 +1041,10 @@ static bool merge(xrun *r, float *vals, const float *seen, int64_t n) {
   return ok;
 }
 
-/* Parameters and optimizer state back into the world, from the buffers
- * that were stepped (a copy that was not stepped holds an old value, and is
- * never read). Copies must agree; a difference is a fault of the plan's
- * execution and is reported. */
+/* Parameters (their master weights, when they have them) and optimizer
+ * state back into the world, from the buffers that were stepped (a copy
+ * that was not stepped holds an old value, and is never read). Copies must
+ * agree; a difference is a fault of the plan's execution and is reported. */
 static bool gather(xrun *r, char *err, size_t errlen) {
   const weft_graph *g = r->g;
   bool ok = true;
@@ -1005,7 +1064,9 @@ static bool gather(xrun *r, char *err, size_t errlen) {
       int64_t n = tensor_numel(t), part = tregion_numel(&b->region);
       float *mask = xmalloc((size_t)part * 4);
       for (int64_t e = 0; e < part; e++) mask[e] = 1.0f;
-      if (b->role == LB_PARAM && d->stepped[id - d->prog->buf_lo]) {
+      /* a parameter's value is its master's when it has master weights */
+      int home = graph_has_master(g, b->tensor) ? LB_MASTER : LB_PARAM;
+      if (b->role == home && d->stepped[id - d->prog->buf_lo]) {
         if (!seen[b->tensor]) seen[b->tensor] = xcalloc((size_t)n * 4);
         float *before = xmalloc((size_t)part * 4), *was = xmalloc((size_t)part * 4);
         const float *mine = m;
@@ -1247,7 +1308,11 @@ bool xrun_steps(xrun *r, const backend_step *st, backend_result *out, char *err,
   return false;
 }
 
-bool xrun_read(xrun *r, char *err, size_t errlen) { return gather(r, err, errlen); }
+bool xrun_read(xrun *r, char *err, size_t errlen) {
+  for (int i = 0; r->o.on_memory && i < r->ndevs; i++)
+    r->o.on_memory(r->o.ctx, r->devs[i].device, r->devs[i].peak, r->devs[i].peak_role);
+  return gather(r, err, errlen);
+}
 
 /* ---- the reference: one device, no plan --------------------------------- */
 
@@ -1295,8 +1360,15 @@ bool xrun_reference(const weft_graph *g, weft_world *w, const backend_step *st, 
     for (int t = 0; t < nt; t++) {
       const gtensor *x = &g->tensors[t];
       size_t n = (size_t)tensor_numel(x);
-      if (x->role == TENSOR_PARAM) val[t] = w->param[t];
-      else if (x->role == TENSOR_INPUT) val[t] = w->input[t];
+      if (x->role == TENSOR_PARAM && x->dtype != DT_F32 && dtype_is_float(x->dtype)) {
+        /* the model reads a 16-bit parameter rounded to its dtype (from its
+         * master weights, which the world holds, when it has them) */
+        val[t] = xmalloc(n * 4);
+        memcpy(val[t], w->param[t], n * 4);
+        xoptim_round(val[t], (int64_t)n, x->dtype);
+      } else if (x->role == TENSOR_PARAM) {
+        val[t] = w->param[t];
+      } else if (x->role == TENSOR_INPUT) val[t] = w->input[t];
       else val[t] = xcalloc(n * 4);
       if (x->dtype != DT_I32 && x->role != TENSOR_INPUT) grad[t] = xcalloc(n * 4);
     }
@@ -1347,10 +1419,14 @@ bool xrun_reference(const weft_graph *g, weft_world *w, const backend_step *st, 
       int64_t n = tensor_numel(&g->tensors[t]);
       if (coef < 1.0)
         for (int64_t e = 0; e < n; e++) grad[t][e] *= (float)coef;
+      /* a 16-bit parameter without master weights steps from its rounding */
+      bool master = graph_has_master(g, t);
+      if (!master) xoptim_round(w->param[t], n, g->tensors[t].dtype);
       xoptim_step(&opt, w->param[t], w->state[t], grad[t], n, w->step + 1);
+      if (!master) xoptim_round(w->param[t], n, g->tensors[t].dtype);
     }
     for (int t = 0; t < nt; t++) {
-      if (g->tensors[t].role == TENSOR_ACT) free(val[t]);
+      if (g->tensors[t].role == TENSOR_ACT || (g->tensors[t].role == TENSOR_PARAM && val[t] != w->param[t])) free(val[t]);
       val[t] = NULL;
       free(grad[t]);
       grad[t] = NULL;

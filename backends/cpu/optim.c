@@ -1,5 +1,7 @@
 /* optim.c - SGD and AdamW as the model's `train` statement sets them: the
  * table of optimizers, their settings, their steps (kernels.h). */
+#include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "kernels.h"
@@ -50,4 +52,37 @@ int xoptim_state(const xoptim *o) { return o->kind->state(o); }
 
 void xoptim_step(const xoptim *o, float *param, float *state, const float *grad, int64_t n, int64_t step) {
   o->kind->step(o, param, state, grad, n, step);
+}
+
+/* x to the nearest bf16, ties to even: the upper 16 bits of its f32. */
+static float round_bf16(float x) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  if ((u & 0x7f800000u) == 0x7f800000u) return x;  /* inf and NaN stay */
+  u += 0x7fffu + ((u >> 16) & 1u);
+  u &= 0xffff0000u;
+  memcpy(&x, &u, 4);
+  return x;
+}
+
+/* x to the nearest f16, ties to even: 10 bits of mantissa for normal
+ * numbers, multiples of 2^-24 below 2^-14, infinity from 65520 on. */
+static float round_f16(float x) {
+  if (isnan(x) || isinf(x)) return x;
+  float a = fabsf(x);
+  if (a >= 65520.0f) return copysignf(INFINITY, x);
+  if (a < 0x1p-14f) return copysignf(rintf(a * 0x1p24f) * 0x1p-24f, x);  /* exact scaling; rintf ties to even */
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  u += 0xfffu + ((u >> 13) & 1u);
+  u &= ~0x1fffu;
+  memcpy(&x, &u, 4);
+  return x;
+}
+
+void xoptim_round(float *v, int64_t n, weft_dtype dt) {
+  if (dt == DT_BF16)
+    for (int64_t i = 0; i < n; i++) v[i] = round_bf16(v[i]);
+  else if (dt == DT_F16)
+    for (int64_t i = 0; i < n; i++) v[i] = round_f16(v[i]);
 }

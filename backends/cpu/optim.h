@@ -36,4 +36,11 @@ int xoptim_state(const xoptim *o);
 /* One step on n elements in place; step counts from 1. */
 void xoptim_step(const xoptim *o, float *param, float *state, const float *grad, int64_t n, int64_t step);
 
+/* Mixed precision: the CPU backend holds every float in f32, and a 16-bit
+ * parameter's values are rounded to its dtype (to nearest, ties to even)
+ * when they are loaded and after each step; with master weights the step
+ * updates the f32 master and the parameter is rounded from it. n values
+ * in place; nothing for f32. */
+void xoptim_round(float *v, int64_t n, weft_dtype dt);
+
 #endif

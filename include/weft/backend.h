@@ -93,6 +93,12 @@ int64_t world_step_items(const weft_graph *g, const char **unit);
 /* The version of this table: a plugin built against another is refused. */
 #define WEFT_BACKEND_VERSION 2
 
+/* What a device's buffers took, as the backend measured it while the steps
+ * ran: the most bytes of program buffers live at once (an element at the
+ * size of its buffer's dtype, whatever the backend stores it in) and, at
+ * that point, the bytes of each buffer role (lower.h, lbuf_role). */
+typedef void (*backend_memory_fn)(void *ctx, int device, int64_t peak, const int64_t *by_role);
+
 typedef struct backend_opts {
   bool allow_native;      /* operators with native kernels may load them */
   bool allow_nonfinite;   /* train on through a gradient that is NaN or
@@ -100,6 +106,10 @@ typedef struct backend_opts {
   double timeout_s;       /* the longest a device or process waits for
                            * another (a message, a collective, a pass's
                            * end) before the run fails; 0: no limit */
+  /* NULL, or called by `read` once for every device this process ran,
+   * with what it measured (a backend that does not measure never calls it) */
+  backend_memory_fn on_memory;
+  void *ctx;
 } backend_opts;
 
 /* One pass of a run: a training step, or an evaluation of the loss. The

@@ -116,6 +116,11 @@ typedef struct weft_graph {
   const opdecl *optimizer_decl;
   vrecord *optimizer_args;
   int optimizer_state;    /* state tensors it keeps per parameter element (AdamW 2), from its `state` entry */
+  int grad_dtype;         /* `train`'s `grads`: the dtype parameter gradients are
+                           * accumulated and reduced in; -1: the default
+                           * (graph_grad_dtype) */
+  int master;             /* `train`'s `master`: 1 master weights in f32 for
+                           * 16-bit parameters, 0 none, -1 the default (1) */
   int output;            /* tensor index of `output`, or -1 */
   /* name -> tensor index, open addressing */
   const char **hkeys;
@@ -133,6 +138,23 @@ int graph_find(const weft_graph *g, const char *name);
 int gop_add(arena *a, weft_graph *g);
 
 int64_t tensor_numel(const gtensor *t);
+
+/* Mixed precision, as Megatron-LM keeps it by default: a bf16 parameter's
+ * gradient is accumulated and reduced in f32, any other's in its own dtype,
+ * unless `train` says `grads = DTYPE`. */
+weft_dtype graph_grad_dtype(const weft_graph *g, int t);
+/* Whether parameter t has master weights: an f32 copy that the optimizer
+ * steps, from which the 16-bit parameter is rounded (16-bit parameters
+ * have them unless `train` says `master = false`; f32 ones are their own). */
+bool graph_has_master(const weft_graph *g, int t);
+/* Elements per element of its master buffer: the f32 weight, and an f32
+ * copy of the gradient when the gradient is narrower (Megatron-LM's fp16
+ * runs: 20 bytes per parameter); 0 without master weights. */
+int graph_master_copies(const weft_graph *g, int t);
+/* Bytes per element that training keeps for parameter t: the parameter,
+ * its gradient, its master weights and its optimizer state (f32): 18 for
+ * bf16 with AdamW (2 + 4 + 4 + 8), 16 for f32, 20 for f16. */
+int graph_train_bytes(const weft_graph *g, int t);
 int64_t graph_param_count(const weft_graph *g);
 int64_t graph_param_bytes(const weft_graph *g);
 double graph_forward_flops(const weft_graph *g);

@@ -14,10 +14,20 @@ typedef enum {
   LB_STATE,               /* optimizer state for a parameter region (AdamW: m and v) */
   LB_ACT,                 /* an activation (or partial sums of one) */
   LB_ACT_GRAD,            /* the gradient of an activation */
+  LB_MASTER,              /* master weights of a 16-bit parameter region, in f32
+                           * (copies 2: and an f32 copy of its 16-bit gradient) */
+  LB_COMM,                /* a parameter or its gradient in transit: gathered from
+                           * ZeRO shards before use, a reduce-scattered part
+                           * before the step, a sum not taken in place */
   LB_ROLE_COUNT
 } lbuf_role;
 
 extern const char *const lbuf_role_names[LB_ROLE_COUNT];
+/* The roles in the order memory is reported (parameters, master weights,
+ * gradients, optimizer state, activations, their gradients, communication
+ * buffers, inputs), and each one's name for people ("master weights"). */
+extern const int lbuf_role_order[LB_ROLE_COUNT];
+extern const char *const lbuf_role_titles[LB_ROLE_COUNT];
 
 /* A buffer on one device: the packed elements of a region of a tensor. */
 typedef struct lbuf {
@@ -28,7 +38,8 @@ typedef struct lbuf {
   bool persistent;        /* lives across steps: parameters, their gradients, optimizer state */
   bool stats;             /* LB_ACT: the statistics of a gather (pcomm.stats), in
                            * its index space, not the tensor's values */
-  int copies;             /* LB_STATE: state tensors per element (AdamW 2), else 1 */
+  int copies;             /* LB_STATE: state tensors per element (AdamW 2);
+                           * LB_MASTER: graph_master_copies; else 1 */
   tregion region;         /* the region of the tensor it holds */
   int64_t bytes;
 } lbuf;

@@ -61,6 +61,8 @@ typedef struct search_plan {
                            * level splits, "" replicated, NULL not split */
   double analytic_time;   /* seconds per step (symbolic: a weighted sum of FLOPs and bytes) */
   int64_t analytic_memory;/* bytes, the most any device needs */
+  int64_t analytic_weights;/* of which parameters, gradients, master weights and
+                           * optimizer state, on the device that keeps the most */
   bool simulated;
   double step_time;       /* the simulator's, when simulated */
   int64_t peak_memory;

@@ -70,12 +70,15 @@ void estimate_print_text(const weft_sim *s, const weft_estimate *e, FILE *out) {
           e->fits ? "fits" : "DOES NOT FIT");
   const sim_dev *pd = peak_dev(s, e);
   if (!e->fits && pd) {
-    /* what does not fit, where, and what is live there */
-    char where[600], roles[400];
+    /* what does not fit, where */
+    char where[600];
     sim_peak_where(s, pd, where, sizeof where);
     fprintf(out, "  over memory       device %d by %s, %d of %d devices over%s%s\n", pd->device,
             hbytes((double)(e->peak_max - e->device_memory), b1, sizeof b1), e->over_devices, s->devices_used,
             where[0] ? "; its peak at " : "", where);
+  }
+  if (pd) {
+    char roles[600];
     fprintf(out, "  at the peak       %s\n", sim_roles_text(pd->peak_by_role, roles, sizeof roles));
   }
   fprintf(out, "  communication     %s inside nodes, %s across nodes per step", hbytes(e->comm_level[0], b1, sizeof b1),
@@ -116,6 +119,35 @@ void estimate_print_text(const weft_sim *s, const weft_estimate *e, FILE *out) {
               seconds(D->busy[SS_GRAD], c[3], 32), seconds(D->wait_pipeline, c[4], 32), hbytes((double)D->peak, c[5], 32));
     }
   }
+  /* what each device holds at its peak, by role */
+  static const char *const heads[LB_ROLE_COUNT] = {
+    [LB_PARAM] = "params", [LB_MASTER] = "master", [LB_GRAD] = "grads", [LB_STATE] = "opt state",
+    [LB_ACT] = "acts", [LB_ACT_GRAD] = "act grads", [LB_COMM] = "comm", [LB_INPUT] = "inputs"};
+  fprintf(out, "\n  %*s", w, "memory");
+  for (int i = 0; i < LB_ROLE_COUNT; i++) fprintf(out, " %10s", heads[lbuf_role_order[i]]);
+  fprintf(out, "\n");
+  for (int k = 0; k < s->ndev; k++) {
+    if (s->ndev > 12 && k == 6) fprintf(out, "  %*s\n", w, "...");
+    if (s->ndev > 12 && k >= 6 && k < s->ndev - 6) continue;
+    const sim_dev *D = &s->dev[k];
+    char c[32], dev[32];
+    if (D->weight > 1) snprintf(dev, sizeof dev, "%d x%d", D->device, D->weight);
+    else snprintf(dev, sizeof dev, "%d", D->device);
+    fprintf(out, "  %*s", w, dev);
+    for (int i = 0; i < LB_ROLE_COUNT; i++) fprintf(out, " %10s", hbytes((double)D->peak_by_role[lbuf_role_order[i]], c, 32));
+    fprintf(out, "\n");
+  }
+}
+
+/* Bytes live at a device's peak, by role, as a JSON object. */
+static void json_roles(json *j, const int64_t *by_role) {
+  json_obj(j);
+  for (int i = 0; i < LB_ROLE_COUNT; i++) {
+    int r = lbuf_role_order[i];
+    json_key(j, lbuf_role_names[r]);
+    json_int(j, by_role[r]);
+  }
+  json_end_obj(j);
 }
 
 /* ---- JSON ------------------------------------------------------------------ */
@@ -151,10 +183,12 @@ void estimate_print_json(const weft_sim *s, const weft_estimate *e, FILE *out) {
     json_key(&j, "mfu"); json_num(&j, e->mfu);
     json_key(&j, "bubble_fraction"); json_num(&j, e->bubble_fraction);
   }
+  const sim_dev *pd = peak_dev(s, e);
   json_key(&j, "peak_memory_bytes");
   json_obj(&j);
   json_key(&j, "max"); json_int(&j, e->peak_max);
   json_key(&j, "device"); json_int(&j, e->peak_device);
+  if (pd) { json_key(&j, "by_role"); json_roles(&j, pd->peak_by_role); }
   json_key(&j, "per_device");
   json_arr(&j);
   for (int d = 0; d < pr->nprogs; d++) json_int(&j, s->index[d] >= 0 ? s->dev[s->index[d]].peak : 0);
@@ -164,7 +198,6 @@ void estimate_print_json(const weft_sim *s, const weft_estimate *e, FILE *out) {
   json_key(&j, "fits"); json_bool(&j, e->fits);
   /* null when it fits; else the device with the highest peak, and where */
   json_key(&j, "over_memory");
-  const sim_dev *pd = peak_dev(s, e);
   if (e->fits || !pd) json_null(&j);
   else {
     json_obj(&j);
@@ -173,10 +206,7 @@ void estimate_print_json(const weft_sim *s, const weft_estimate *e, FILE *out) {
     json_key(&j, "devices"); json_int(&j, e->over_devices);
     json_key(&j, "instruction"); json_int(&j, pd->peak_at);
     if (!e->symbolic) { json_key(&j, "time_s"); json_num(&j, pd->peak_t); }
-    json_key(&j, "by_role");
-    json_obj(&j);
-    for (int r = 0; r < LB_ROLE_COUNT; r++) { json_key(&j, lbuf_role_names[r]); json_int(&j, pd->peak_by_role[r]); }
-    json_end_obj(&j);
+    json_key(&j, "by_role"); json_roles(&j, pd->peak_by_role);
     json_end_obj(&j);
   }
   json_key(&j, "comm_bytes");
@@ -217,6 +247,7 @@ void estimate_print_json(const weft_sim *s, const weft_estimate *e, FILE *out) {
       json_key(&j, "peak_time_s"); json_num(&j, D->peak_t);
     }
     json_key(&j, "peak_memory_bytes"); json_int(&j, D->peak);
+    json_key(&j, "peak_by_role"); json_roles(&j, D->peak_by_role);
     json_end_obj(&j);
   }
   json_end_arr(&j);

@@ -667,8 +667,10 @@ const char *sim_ins_what(const weft_program *pr, const lprog *pg, int i, char *b
     break;
   }
   case LI_ALLOC: case LI_FREE: {
-    static const char *const what[LB_ROLE_COUNT] = {"an input", "a parameter", "a gradient", "optimizer state",
-                                                    "an activation", "the gradient of an activation"};
+    static const char *const what[LB_ROLE_COUNT] = {
+      [LB_INPUT] = "an input", [LB_PARAM] = "a parameter", [LB_GRAD] = "a gradient",
+      [LB_STATE] = "optimizer state", [LB_ACT] = "an activation", [LB_ACT_GRAD] = "the gradient of an activation",
+      [LB_MASTER] = "master weights", [LB_COMM] = "a communication buffer"};
     const lbuf *b = &pr->bufs[in->buf];
     snprintf(buf, n, "the allocation of %s, %s", g->tensors[b->tensor].name, what[b->role]);
     break;
@@ -693,11 +695,16 @@ const char *sim_peak_where(const weft_sim *s, const sim_dev *D, char *buf, size_
 }
 
 const char *sim_roles_text(const int64_t *by_role, char *buf, size_t n) {
-  char b[6][64];
-  snprintf(buf, n, "parameters %s, gradients %s, optimizer state %s, activations %s, gradients of activations %s, inputs %s",
-           unit_bytes_human(by_role[LB_PARAM], b[0], sizeof b[0]), unit_bytes_human(by_role[LB_GRAD], b[1], sizeof b[1]),
-           unit_bytes_human(by_role[LB_STATE], b[2], sizeof b[2]), unit_bytes_human(by_role[LB_ACT], b[3], sizeof b[3]),
-           unit_bytes_human(by_role[LB_ACT_GRAD], b[4], sizeof b[4]),
-           unit_bytes_human(by_role[LB_INPUT], b[5], sizeof b[5]));
+  size_t at = 0;
+  buf[0] = 0;
+  for (int i = 0; i < LB_ROLE_COUNT && at < n; i++) {
+    int r = lbuf_role_order[i];
+    /* the roles a plan without mixed precision or ZeRO never has are left out when empty */
+    if (!by_role[r] && (r == LB_MASTER || r == LB_COMM)) continue;
+    char b[64];
+    int k = snprintf(buf + at, n - at, "%s%s %s", at ? ", " : "", lbuf_role_titles[r], unit_bytes_human(by_role[r], b, sizeof b));
+    if (k < 0) break;
+    at += (size_t)k;
+  }
   return buf;
 }

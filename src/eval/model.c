@@ -916,6 +916,39 @@ bool model_check_decl(weft_ctx *c, const ast *n) { return check_kinds(c, &n->lis
 
 /* ---- building a graph --------------------------------------------------------- */
 
+/* The settings of mixed precision that every optimizer takes beside its
+ * own: `grads = DTYPE` (the dtype parameter gradients are accumulated and
+ * reduced in) and `master = true | false | f32` (f32 master weights for
+ * 16-bit parameters). */
+static bool train_precision(weft_ctx *c, mstate *m, const ast *a, int *grad_dtype, int *master) {
+  bool grads = strcmp(a->name, "grads") == 0;
+  if ((grads ? *grad_dtype : *master) >= 0) {
+    eval_error(c, a->loc, "setting '%s' is given twice", a->name);
+    return false;
+  }
+  value v = eval_expr(c, m->train_env, a->a);
+  if (v.kind == V_ERROR) return false;
+  if (grads) {
+    if (v.kind != V_DTYPE || !dtype_is_float(v.dt)) {
+      weft_diag *d = eval_error(c, a->a->loc, "`grads` is the dtype gradients of parameters are kept in, got %s",
+                                value_show(A(c), v));
+      diag_hint(d, &c->diags, "f32, bf16 or f16; without it, bf16 parameters have f32 gradients and others their own dtype");
+      return false;
+    }
+    *grad_dtype = (int)v.dt;
+    return true;
+  }
+  if (v.kind == V_BOOL) *master = v.i ? 1 : 0;
+  else if (v.kind == V_DTYPE && v.dt == DT_F32) *master = 1;
+  else {
+    weft_diag *d = eval_error(c, a->a->loc, "`master` says whether 16-bit parameters have master weights in f32, got %s",
+                              value_show(A(c), v));
+    diag_hint(d, &c->diags, "master = true (or f32), or master = false");
+    return false;
+  }
+  return true;
+}
+
 static bool bind_train(weft_ctx *c, mstate *m) {
   const ast *s = m->train;
   weft_graph *g = m->sc.g;
@@ -935,8 +968,13 @@ static bool bind_train(weft_ctx *c, mstate *m) {
   vrecord *r = arena_alloc(A(c), sizeof *r);
   r->keys = arena_alloc(A(c), sizeof(char *) * (size_t)(op->nargs ? op->nargs : 1));
   r->vals = arena_alloc(A(c), sizeof(value) * (size_t)(op->nargs ? op->nargs : 1));
+  int grad_dtype = -1, master = -1;
   for (int k = 0; k < s->a->list.n; k++) {
     const ast *a = s->a->list.items[k];
+    if (a->name && (strcmp(a->name, "grads") == 0 || strcmp(a->name, "master") == 0)) {
+      if (!train_precision(c, m, a, &grad_dtype, &master)) return false;
+      continue;
+    }
     const oparg *pa = NULL;
     for (int i = 0; i < op->nargs; i++)
       if (!op->args[i].tensor && a->name && strcmp(op->args[i].name, a->name) == 0) pa = &op->args[i];
@@ -1005,6 +1043,8 @@ static bool bind_train(weft_ctx *c, mstate *m) {
   }
   g->loss = loss;
   g->optimizer_state = state;
+  g->grad_dtype = grad_dtype;
+  g->master = master;
   g->optimizer = op->name;
   g->optimizer_decl = op;
   g->optimizer_args = r;

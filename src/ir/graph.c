@@ -12,6 +12,8 @@ weft_graph *graph_new(arena *a, const char *name) {
   g->name = name;
   g->loss = -1;
   g->output = -1;
+  g->grad_dtype = -1;
+  g->master = -1;
   return g;
 }
 
@@ -102,6 +104,27 @@ int64_t graph_param_bytes(const weft_graph *g) {
   for (int i = 0; i < g->ntensors; i++)
     if (g->tensors[i].role == TENSOR_PARAM) n += tensor_numel(&g->tensors[i]) * dtype_bytes[g->tensors[i].dtype];
   return n;
+}
+
+weft_dtype graph_grad_dtype(const weft_graph *g, int t) {
+  if (g->grad_dtype >= 0) return (weft_dtype)g->grad_dtype;
+  weft_dtype d = g->tensors[t].dtype;
+  return d == DT_BF16 ? DT_F32 : d;
+}
+
+bool graph_has_master(const weft_graph *g, int t) {
+  return g->master != 0 && dtype_is_float(g->tensors[t].dtype) && dtype_bytes[g->tensors[t].dtype] < 4;
+}
+
+int graph_master_copies(const weft_graph *g, int t) {
+  if (!graph_has_master(g, t)) return 0;
+  return dtype_bytes[graph_grad_dtype(g, t)] < dtype_bytes[DT_F32] ? 2 : 1;
+}
+
+int graph_train_bytes(const weft_graph *g, int t) {
+  int b = dtype_bytes[g->tensors[t].dtype];
+  if (!g->optimizer) return b;
+  return b + dtype_bytes[graph_grad_dtype(g, t)] + dtype_bytes[DT_F32] * (graph_master_copies(g, t) + g->optimizer_state);
 }
 
 double graph_forward_flops(const weft_graph *g) {

@@ -27,7 +27,12 @@
 #include "base/vec.h"
 #include "lower/works.h"
 
-const char *const lbuf_role_names[LB_ROLE_COUNT] = {"input", "param", "grad", "state", "act", "act_grad"};
+const char *const lbuf_role_names[LB_ROLE_COUNT] = {"input", "param", "grad", "state", "act", "act_grad", "master", "comm"};
+const int lbuf_role_order[LB_ROLE_COUNT] = {LB_PARAM, LB_MASTER, LB_GRAD, LB_STATE, LB_ACT, LB_ACT_GRAD, LB_COMM, LB_INPUT};
+const char *const lbuf_role_titles[LB_ROLE_COUNT] = {
+  [LB_INPUT] = "inputs", [LB_PARAM] = "parameters", [LB_GRAD] = "gradients", [LB_STATE] = "optimizer state",
+  [LB_ACT] = "activations", [LB_ACT_GRAD] = "gradients of activations", [LB_MASTER] = "master weights",
+  [LB_COMM] = "communication buffers"};
 _Static_assert(sizeof(void *) != 8 || sizeof(lins) == 64, "an instruction is 64 bytes on 64-bit machines");
 
 const char *const lins_kind_names[LI_KIND_COUNT] = {"alloc", "free", "compute", "send", "recv", "collective", "step", "copy"};
@@ -881,12 +886,13 @@ static void anchor_comms(lstate *L) {
         int d = cm->group[i];
         pos[i] = -1;
         if (!represents(p, d)) continue;
-        /* a gather's member holds its part and needs the whole */
-        pos[i] = anchor_of(L, cm, e, d,
-                           cm->kind == COMM_ALL_GATHER ? member_part(cm, i)
+        /* a gather's member holds its part and needs the whole (a ZeRO
+         * member whose part is empty only needs it) */
+        const tregion *r = cm->kind == COMM_ALL_GATHER ? member_part(cm, i)
                            : cm->kind == COMM_ALL_TO_ALL ? &cm->sources[i]
-                                                         : &cm->region,
-                           true, true);
+                                                         : &cm->region;
+        if (cm->kind == COMM_ALL_GATHER && tregion_numel(r) == 0) r = &cm->region;
+        pos[i] = anchor_of(L, cm, e, d, r, true, true);
         if (pos[i] >= 0) any = true;
       }
       if (e == 1 && !any) continue;
@@ -970,7 +976,8 @@ static int new_buf(emitter *E, int tensor, lbuf_role role, const tregion *r, boo
   b->tensor = tensor;
   b->role = role;
   b->region = *r;         /* lives as long as the program: see ref_region */
-  b->dtype = role == LB_STATE ? DT_F32 : t->dtype;
+  b->dtype = role == LB_STATE || role == LB_MASTER ? DT_F32
+             : role == LB_GRAD ? graph_grad_dtype(E->L->p->g, tensor) : t->dtype;
   b->copies = 1;
   b->persistent = persistent;
   b->stats = false;
@@ -1586,7 +1593,7 @@ static void emit_step(emitter *E, int t) {
     const tregion *r = &rv;
     int pb = param_home(E, t, r);
     if (pb < 0) pb = param_buf(E, t, r, true);
-    int state = -1;
+    int state = -1, master = -1;
     int copies = p->g->optimizer ? p->g->optimizer_state : 0;
     if (copies) {
       state = new_buf(E, t, LB_STATE, r, true);
@@ -1594,15 +1601,23 @@ static void emit_step(emitter *E, int t) {
       L->pr->bufs[state].bytes *= copies;
       emit_alloc(E, state);
     }
+    int mcopies = graph_master_copies(p->g, t);
+    if (mcopies) {
+      master = new_buf(E, t, LB_MASTER, r, true);
+      L->pr->bufs[master].copies = mcopies;
+      L->pr->bufs[master].bytes *= mcopies;
+      emit_alloc(E, master);
+    }
     lins *c = emit(E, LI_STEP);
     c->tensor = t;
     c->nin = 1;
-    c->in = refs(E, 3);
+    c->in = refs(E, 4);
     c->in[0] = ref(E, gb, r);
-    c->nout = state >= 0 ? 2 : 1;
+    c->nout = 1;
     c->out = c->in + 1;
     c->out[0] = ref(E, pb, r);
-    if (state >= 0) c->out[1] = ref(E, state, r);
+    if (state >= 0) c->out[c->nout++] = ref(E, state, r);
+    if (master >= 0) c->out[c->nout++] = ref(E, master, r);
   }
 }
 
@@ -1621,6 +1636,15 @@ static int member_index(const pcomm *cm, int d) {
   for (int i = 0; i < cm->ngroup; i++)
     if (cm->group[i] == d) return i;
   return -1;
+}
+
+/* A buffer a communication writes: a parameter or gradient that only
+ * passes through (not the persistent home of one) is a communication
+ * buffer, in the dtype of what it holds. */
+static int comm_buf(emitter *E, int t, lbuf_role role, const tregion *r, bool persistent, bool grad, bool partial) {
+  int b = held_buf(E, t, role, r, persistent, grad, partial);
+  if (!persistent && (role == LB_PARAM || role == LB_GRAD)) E->L->pr->bufs[b].role = LB_COMM;
+  return b;
 }
 
 static void emit_comm(emitter *E, int ci, int epoch) {
@@ -1646,7 +1670,7 @@ static void emit_comm(emitter *E, int ci, int epoch) {
       c->in[0] = ref(E, b, &cm->region);
     } else {
       if (!grad) supersede(E, t, false, &cm->region);
-      int b = held_buf(E, t, role, &cm->region, false, grad, false);
+      int b = comm_buf(E, t, role, &cm->region, false, grad, false);
       lins *c = emit(E, LI_RECV);
       c->comm = ci;
       c->epoch = epoch;
@@ -1671,7 +1695,7 @@ static void emit_comm(emitter *E, int ci, int epoch) {
       if (cm->silent && cm->silent[mi]) in = (lref){.buf = -1, .arg = -1};  /* takes the sum only */
     } else {
       if (b >= 0) in = ref(E, b, &cm->region);
-      int nb = held_buf(E, t, role, &cm->region, false, grad, false);
+      int nb = comm_buf(E, t, role, &cm->region, false, grad, false);
       out = ref(E, nb, &cm->region);
     }
     break;
@@ -1688,7 +1712,7 @@ static void emit_comm(emitter *E, int ci, int epoch) {
     /* ZeRO-2 and 3 keep only their part of the gradient; ZeRO-1 keeps the
      * whole and its part lives until the step */
     bool persistent = cm->phase == PHASE_WEIGHTS && p->zero[t].stage >= 2;
-    int nb = held_buf(E, t, role, part, persistent, grad, false);
+    int nb = comm_buf(E, t, role, part, persistent, grad, false);
     out = ref(E, nb, part);
     break;
   }
@@ -1708,7 +1732,7 @@ static void emit_comm(emitter *E, int ci, int epoch) {
     if (cm->phase == PHASE_PARAMS && cm->dir == DIR_OPTIMIZER && holds_region(&L->pr->bufs[b].region, &cm->region)) {
       out = ref(E, b, &cm->region);  /* the updated parts into the whole parameter, in place */
     } else {
-      int nb = held_buf(E, t, role, &cm->region, false, grad, false);
+      int nb = comm_buf(E, t, role, &cm->region, false, grad, false);
       out = ref(E, nb, &cm->region);
     }
     break;
@@ -1722,7 +1746,7 @@ static void emit_comm(emitter *E, int ci, int epoch) {
       in = out = ref(E, b, &cm->region);
     } else {
       if (!grad) supersede(E, t, false, &cm->region);
-      int nb = held_buf(E, t, role, &cm->region, false, grad, false);
+      int nb = comm_buf(E, t, role, &cm->region, false, grad, false);
       out = ref(E, nb, &cm->region);
     }
     break;
@@ -1735,14 +1759,14 @@ static void emit_comm(emitter *E, int ci, int epoch) {
     if (b < 0) { comm_missing(E, cm, from); return; }
     in = ref(E, b, from);
     if (!grad) supersede(E, t, false, to);
-    int nb = held_buf(E, t, role, to, false, grad, false);
+    int nb = comm_buf(E, t, role, to, false, grad, false);
     out = ref(E, nb, to);
     break;
   }
   default: {
     int b = find_held(E, t, grad, &cm->region, -1, NULL);
     if (b >= 0) in = ref(E, b, &cm->region);
-    int nb = held_buf(E, t, role, &cm->region, false, grad, false);
+    int nb = comm_buf(E, t, role, &cm->region, false, grad, false);
     out = ref(E, nb, &cm->region);
   }
   }

@@ -263,50 +263,6 @@ static bool apply_recompute(plan_builder *b, const decision *d) {
   return true;
 }
 
-/* How many parts of the gradient of parameter t are summed, as far as the
- * splits so far tell: the parts of the levels along dimensions t lacks (the
- * batch of data parallelism, the sequence of sequence parallelism), for the
- * reader with the most. Placement decides the devices of the sum; two parts
- * on one device make the group smaller, and deps_derive keeps an all-reduce
- * for a group that does not divide the parameter. */
-static int64_t grad_parts(const weft_plan *p, int t) {
-  int64_t most = 1;
-  for (int op = 0; op < p->g->nops; op++) {
-    const popplan *pp = &p->ops[op];
-    for (int k = 0; k < pp->space->ninputs; k++) {
-      const tmap *m = &pp->space->inputs[k];
-      if (m->tensor != t) continue;
-      int64_t n = 1;
-      for (int i = 0; i < pp->nsplits; i++) {
-        if (pp->splits[i].kind != SPLIT_DIM) continue;
-        bool has = false;
-        for (int d = 0; d < m->ndims && !has; d++)
-          for (int f = 0; f < m->nfactors[d] && !has; f++) has = m->factors[d][f] == pp->splits[i].idim;
-        if (!has) n *= pp->splits[i].parts;
-      }
-      if (n > most) most = n;
-    }
-  }
-  return most;
-}
-
-/* Whether the part of parameter input k of op that one sub-operator reads
- * has a dimension divisible by n; its extents go to text for messages. */
-static bool shardable(plan_builder *b, const popplan *pp, int k, int64_t n, const char **text) {
-  const tmap *m = &pp->space->inputs[k];
-  bool ok = false;
-  const char *t = "";
-  for (int d = 0; d < m->ndims; d++) {
-    int64_t len = 1;
-    for (int f = 0; f < m->nfactors[d]; f++) len *= part_size(pp, m->factors[d][f]);
-    ok |= len % n == 0;
-    t = arena_printf(b->a, "%s%s%" PRId64, t, d ? ", " : "", len);
-  }
-  *text = t;
-  return ok;
-}
-
-
 /* ZeRO (`shard STATE SEL over AXIS`): each parameter the selected operators
  * read keeps one part of its optimizer state (stage 1), and also of its
  * gradient (2) and of its values (3), on each device of the group that sums
@@ -332,20 +288,8 @@ static bool apply_shard(plan_builder *b, const decision *d) {
     for (int a = 0; a < pp->space->ninputs; a++) {
       int t = pp->space->inputs[a].tensor;
       const gtensor *gt = &p->g->tensors[t];
-      if (gt->role != TENSOR_PARAM) continue;
-      int64_t n = grad_parts(p, t);
-      /* every reader's part, a tied weight's too, is cut into n equal parts */
-      for (int op = 0; op < p->g->nops; op++)
-        for (int r = 0; r < p->ops[op].space->ninputs; r++) {
-          const char *ext;
-          if (p->ops[op].space->inputs[r].tensor != t || shardable(b, &p->ops[op], r, n, &ext)) continue;
-          weft_diag *g = diag_add(b->dg, DIAG_ERROR, d->loc, "cannot shard parameter %s %s over %" PRId64
-                             " devices: no dimension of its part [%s] is divisible by %" PRId64,
-                             gt->name, tensor_type_str(b->a, gt), n, ext, n);
-          diag_hint(g, b->dg, "ZeRO gives each device that sums a gradient an equal part of one dimension; "
-                              "leave %s out of the selector, or change the sizes", gt->name);
-          return false;
-        }
+      /* a scalar has no dimension to cut: its gradient stays all-reduced */
+      if (gt->role != TENSOR_PARAM || gt->ndims == 0) continue;
       pzero *z = &p->zero[t];
       if (d->state >= z->stage) *z = (pzero){d->state, d->axis, d->loc};
     }
@@ -451,8 +395,12 @@ static void fold_setup(plan_builder *b) {
  *
  * Data-parallel replicas (the first axis found): every operator splits a
  * dimension (or a sum) along it; point-to-point communication stays inside
- * a replica; a collective that leaves one reduces parameter gradients over
- * whole orbits {d, pi_1(d), ...}.
+ * a replica; a collective that leaves one reduces parameter gradients, or
+ * gathers ZeRO's parts of parameters, over whole orbits {d, pi_1(d), ...}.
+ * Under ZeRO each replica keeps its own part of what is sharded, parts
+ * that differ by at most one index along one dimension, the larger ones
+ * first in a group (deps.c, dregion_part): a representative with a lower
+ * device than its replicas (as in meshes) holds at least what they do.
  *
  * Tensor-parallel peers (a second axis, tried on top of the first): each
  * operator splits a dimension evenly along it (every part the same size),
@@ -518,7 +466,8 @@ static bool reps_along(const weft_plan *p, const char *axis, int P, bool peers, 
     bool inside = true;
     for (int k = 0; k < cm->ngroup; k++) inside &= cls[cm->group[k]] == cls[cm->group[0]];
     if (inside) continue;
-    if (cm->kind == COMM_SEND || cm->kind == COMM_BROADCAST || (!peers && cm->phase != PHASE_WEIGHTS)) {
+    if (cm->kind == COMM_SEND || cm->kind == COMM_BROADCAST ||
+        (!peers && cm->phase != PHASE_WEIGHTS && cm->phase != PHASE_PARAMS)) {
       ok = false;
       break;
     }
@@ -545,8 +494,6 @@ static void find_reps(plan_builder *b, weft_plan *p) {
   const weft_graph *g = p->g;
   const char *mode = getenv("WEFT_REPS");
   if (!b->o.reps || (mode && strcmp(mode, "never") == 0) || g->nops == 0) return;
-  for (int t = 0; t < g->ntensors; t++)
-    if (p->zero[t].stage > 0) return;  /* ZeRO parts differ per replica */
   int D = p->ndevices;
   int *cls = malloc(sizeof(int) * (size_t)D);
   int *inv = malloc(sizeof(int) * (size_t)D);
@@ -557,9 +504,14 @@ static void find_reps(plan_builder *b, weft_plan *p) {
   if (!cls || !inv || !peer || !coord[0] || !coord[1]) weft_oom();
   const popplan *p0 = &p->ops[0];
   const char *first = NULL;
+  /* ZeRO-3 gathers parameters as each device's own timeline reaches them:
+   * a peer that applies less (no bias under a split sum) runs ahead and
+   * holds more gathered parameters at its peak than the one kept */
+  bool zero3 = false;
+  for (int t = 0; t < g->ntensors; t++) zero3 |= p->zero[t].stage >= 3;
   for (int pass = 0; pass < 2; pass++) {
     bool peers = pass == 1;
-    if (peers && mode && strcmp(mode, "replicas") == 0) break;
+    if (peers && ((mode && strcmp(mode, "replicas") == 0) || zero3)) break;
     for (int cand = 0; cand < p0->nsplits; cand++) {
       const psplit *cs = &p0->splits[cand];
       bool kind_ok = cs->kind == SPLIT_DIM || cs->kind == SPLIT_VALUE || (peers && cs->kind == SPLIT_REPLICA);

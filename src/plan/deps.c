@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/htab.h"
+#include "base/prof.h"
 #include "base/vec.h"
 #include "weft/deps.h"
 #include "weft/workspace.h"
@@ -31,8 +32,11 @@ static int group_level(const weft_plan *p, const int *devs, int n) {
   return 0;
 }
 
-static int64_t region_bytes(const weft_plan *p, int tensor, const tregion *r) {
-  return tregion_numel(r) * dtype_bytes[p->g->tensors[tensor].dtype];
+/* Bytes of region r of a tensor as phase moves it: a parameter's gradient
+ * in the dtype it is accumulated in (graph_grad_dtype). */
+static int64_t region_bytes(const weft_plan *p, int tensor, comm_phase phase, const tregion *r) {
+  weft_dtype dt = phase == PHASE_WEIGHTS ? graph_grad_dtype(p->g, tensor) : p->g->tensors[tensor].dtype;
+  return tregion_numel(r) * dtype_bytes[dt];
 }
 
 static pcomm *comm_add(arena *a, weft_plan *p, comm_kind kind, int tensor, comm_phase phase, const int *devs, int n,
@@ -54,7 +58,7 @@ static pcomm *comm_add(arena *a, weft_plan *p, comm_kind kind, int tensor, comm_
   cm->parts = NULL;
   cm->dir = DIR_FORWARD;
   cm->mb = -1;
-  int64_t b = region_bytes(p, tensor, r);
+  int64_t b = region_bytes(p, tensor, phase, r);
   cm->size = b;
   switch (kind) {
   case COMM_ALL_REDUCE: cm->bytes = n > 1 ? 2 * b * (n - 1) / n : 0; break;
@@ -167,10 +171,16 @@ static int sweep_find(const sweep_index *x, const tregion *r, int *out) {
 
 /* Part i of n of one tensor dimension: the i-th n-th of its elements in index
  * order (a strided dimension is cut through its intervals). */
+/* Part i of n of a dimension's region: of its len indices, the first
+ * len % n parts take len / n + 1 and the others len / n, so that the parts
+ * differ by at most one index, the larger first (some are empty when
+ * len < n): a data-parallel representative, which comes before its
+ * replicas in a group, holds at least as much as they do. */
 static void dregion_part(arena *a, const dregion *r, int64_t i, int64_t n, dregion *out) {
   int64_t len = 0;
   for (int k = 0; k < r->n; k++) len += r->iv[k].hi - r->iv[k].lo;
-  int64_t lo = len / n * i, hi = lo + len / n, at = 0;
+  int64_t q = len / n, extra = len % n;
+  int64_t lo = i * q + (i < extra ? i : extra), hi = lo + q + (i < extra ? 1 : 0), at = 0;
   out->iv = arena_alloc(a, sizeof(irange) * (size_t)(r->n ? r->n : 1));
   out->n = 0;
   for (int k = 0; k < r->n; k++) {
@@ -181,16 +191,21 @@ static void dregion_part(arena *a, const dregion *r, int64_t i, int64_t n, dregi
   }
 }
 
-/* Cuts r into n equal parts along one tensor dimension: the first whose
- * length n divides (the outermost when it does, so that each part is one
- * contiguous block of a row-major tensor). Part i is member i's. NULL when
- * no dimension divides. */
+/* Cuts r into n parts along one tensor dimension, the one whose largest
+ * part is smallest: one whose length n divides when there is one (the
+ * outermost, so that each part is one contiguous block of a row-major
+ * tensor), else one cut into parts that differ by an index, as FSDP
+ * shards a parameter that does not divide. Part i is member i's. NULL for
+ * a region without dimensions. */
 static tregion *region_parts(arena *a, const tregion *r, int n) {
   int cut = -1;
-  for (int d = 0; d < r->ndims && cut < 0; d++) {
+  int64_t numel = tregion_numel(r), best = 0;
+  for (int d = 0; d < r->ndims; d++) {
     int64_t len = 0;
     for (int k = 0; k < r->dims[d].n; k++) len += r->dims[d].iv[k].hi - r->dims[d].iv[k].lo;
-    if (len % n == 0) cut = d;
+    if (len == 0) continue;
+    int64_t most = (len + n - 1) / n * (numel / len);
+    if (cut < 0 || most < best) cut = d, best = most;
   }
   if (cut < 0) return NULL;
   tregion *parts = arena_alloc(a, sizeof(tregion) * (size_t)n);
@@ -975,8 +990,8 @@ static bool grad_contributions(arena *s, const weft_plan *p, const treads *rd, i
  * the updated parts back into the whole parameter on every member; stage 3
  * keeps only the parts and gathers the whole before each use, forward and
  * again backward. The readers are the operators of the contributions
- * idx[0..ni) on the group's devices. False when no dimension of r divides
- * among the group: the gradient is then all-reduced as without ZeRO. */
+ * idx[0..ni) on the group's devices. False for a scalar, which has no
+ * dimension to cut: its gradient is then all-reduced as without ZeRO. */
 static bool zero_comms(arena *a, arena *sc, weft_plan *p, int t, const int *g, int ng, const tregion *r,
                        const pieces *contrib, const int *idx, int ni) {
   tregion *parts = region_parts(a, r, ng);
@@ -1568,12 +1583,15 @@ void deps_derive(arena *a, weft_plan *p) {
     }
   }
   arena_free(&hold);
+  prof_mark("deps: forward edges");
   arena reads;
   arena_init(&reads);
   treads rd;
   treads_make(&reads, p, &rd);
   reduce_activation_grads(a, &scratch, p, &rd);
+  prof_mark("deps: activation gradients");
   reduce_param_grads(a, &scratch, p, &rd);
+  prof_mark("deps: parameter gradients");
   exchange_stats(a, &scratch, p);
   htab_free(&ss.by);
   vec_free(&ss.comm);

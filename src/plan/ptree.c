@@ -265,6 +265,7 @@ const char *tregion_str(arena *a, const tregion *r) {
   for (int d = 0; d < r->ndims && o < sizeof buf - 64; d++) {
     if (d) o += (size_t)snprintf(buf + o, sizeof buf - o, ", ");
     const dregion *dr = &r->dims[d];
+    if (dr->n == 0) o += (size_t)snprintf(buf + o, sizeof buf - o, "0:0");  /* empty: a ZeRO part of nothing */
     for (int i = 0; i < dr->n && o < sizeof buf - 64; i++) {
       if (i == 3 && dr->n > 4) {
         o += (size_t)snprintf(buf + o, sizeof buf - o, " ... (%d intervals)", dr->n);

@@ -42,6 +42,21 @@ static void log_add(run_log *l, record r) {
   l->r[l->n++] = r;
 }
 
+/* What the backend measured its devices' buffers at (backend_memory_fn). */
+typedef struct mem_log {
+  int ndev;
+  bool *seen;             /* per device */
+  int64_t *peak, *role;   /* per device; role: LB_ROLE_COUNT each */
+} mem_log;
+
+static void mem_on_memory(void *ctx, int device, int64_t peak, const int64_t *by_role) {
+  mem_log *m = ctx;
+  if (device < 0 || device >= m->ndev) return;
+  m->seen[device] = true;
+  m->peak[device] = peak;
+  memcpy(&m->role[(size_t)device * LB_ROLE_COUNT], by_role, sizeof(int64_t) * LB_ROLE_COUNT);
+}
+
 /* ---- the settings of a run ---------------------------------------------------- */
 
 typedef struct trainer {
@@ -592,9 +607,14 @@ int report_run(const weft_opts *o) {
   for (int d = 0; d < pr->nprogs; d++) active += pr->progs[d].n > 0;
   char procs[64] = "";
   if (nprocs > 1) snprintf(procs, sizeof procs, " in %d processes", nprocs);
+  mem_log mem = {.ndev = pr->nprogs};
+  mem.seen = calloc((size_t)pr->nprogs + 1, sizeof(bool));
+  mem.peak = calloc((size_t)pr->nprogs + 1, sizeof(int64_t));
+  mem.role = calloc(((size_t)pr->nprogs + 1) * LB_ROLE_COUNT, sizeof(int64_t));
+  if (!mem.seen || !mem.peak || !mem.role) weft_oom();
   runner rn = {.bk = bk, .g = g,
                .bo = {.allow_native = o->allow_native, .allow_nonfinite = o->allow_nonfinite,
-                      .timeout_s = o->timeout > 0 ? o->timeout : RUN_TIMEOUT_S}};
+                      .timeout_s = o->timeout > 0 ? o->timeout : RUN_TIMEOUT_S, .on_memory = mem_on_memory, .ctx = &mem}};
   rn.run = bk->open(pr, w, &rn.bo, err, sizeof err);
   /* the header once the backend is up (under mpirun: once MPI is) */
   if (rn.run && !o->json && speak) {
@@ -695,6 +715,24 @@ int report_run(const weft_opts *o) {
       json_end_obj(&j);
     }
     json_end_arr(&j);
+    /* the buffers each device held at their peak, as the backend measured them */
+    json_key(&j, "memory");
+    json_arr(&j);
+    for (int d = 0; d < mem.ndev; d++) {
+      if (!mem.seen[d]) continue;
+      json_obj(&j);
+      json_key(&j, "device"), json_int(&j, d);
+      json_key(&j, "peak_bytes"), json_int(&j, mem.peak[d]);
+      json_key(&j, "by_role");
+      json_obj(&j);
+      for (int i = 0; i < LB_ROLE_COUNT; i++) {
+        int r = lbuf_role_order[i];
+        json_key(&j, lbuf_role_names[r]), json_int(&j, mem.role[(size_t)d * LB_ROLE_COUNT + r]);
+      }
+      json_end_obj(&j);
+      json_end_obj(&j);
+    }
+    json_end_arr(&j);
     if (ref && ok) {
       json_key(&j, "check");
       json_obj(&j);
@@ -715,6 +753,7 @@ int report_run(const weft_opts *o) {
   data_close(t.data), data_close(t.val);
   free(t.kept[0]), free(t.kept[1]);
   free(log.r), free(rlog.r);
+  free(mem.seen), free(mem.peak), free(mem.role);
   world_free(ref);
   world_free(w);
   weft_free(c);

@@ -100,18 +100,19 @@ static parts cost_parts(arena *a, sshape *s, const hw_model *hw, bool symbolic, 
 
 /* ---- memory of the parameters ------------------------------------------------- */
 
-/* Bytes per parameter element of its gradient and its optimizer state, as
- * lowering allocates them: the gradient in the parameter's dtype, the
- * optimizer's state tensors in f32. */
-static void bytes_per_elem(const weft_graph *g, double *grad, double *state) {
-  double w = 4;
+/* Bytes per parameter element of its value, its gradient and of what the
+ * optimizer keeps (its state and master weights, in f32), as lowering
+ * allocates them (graph_train_bytes: 2 + 4 + 12 for bf16 with AdamW). */
+static void bytes_per_elem(const weft_graph *g, double *param, double *grad, double *state) {
+  *param = *grad = 4;
+  *state = dtype_bytes[DT_F32] * g->optimizer_state;
   for (int t = 0; t < g->ntensors; t++)
     if (g->tensors[t].role == TENSOR_PARAM) {
-      w = dtype_bytes[g->tensors[t].dtype];
+      *param = dtype_bytes[g->tensors[t].dtype];
+      *grad = dtype_bytes[graph_grad_dtype(g, t)];
+      *state = dtype_bytes[DT_F32] * (g->optimizer_state + graph_master_copies(g, t));
       break;
     }
-  *grad = w;
-  *state = dtype_bytes[DT_F32] * g->optimizer_state;
 }
 
 /* ---- one candidate ---------------------------------------------------------------- */
@@ -122,7 +123,7 @@ typedef struct space {
   bool symbolic;
   int ndevices, per_node;
   double max_memory;      /* 0: no limit */
-  double grad_b, state_b; /* per parameter element */
+  double param_b, grad_b, state_b; /* per parameter element; state_b: optimizer state and master weights */
 } space;
 
 /* The time of a collective of kind over n devices spaced `stride` apart. */
@@ -236,8 +237,9 @@ static bool cost_candidate(const space *sp, const parts *pt, search_plan *c, are
     if (L == 0) time[k] = th;
     if (time[k] > tmax) tmax = time[k];
   }
+  double weights_max = 0;
   for (int pos = 0; pos < pp; pos++) {
-    double dev_time = 0, mem = 0;
+    double dev_time = 0, mem = 0, weights = 0;
     for (int k = pos; k < chunks; k += pp) {
       dev_time += time[k];
       double inflight;
@@ -247,12 +249,14 @@ static bool cost_candidate(const space *sp, const parts *pt, search_plan *c, are
       if (inflight > m) inflight = m;
       if (pp == 1 && c->schedule == SCHED_DEFAULT) inflight = m;
       mem += layers[k] * (wb + ab * inflight);
-      if (k == 0) mem += wh + ah * inflight;
-      if (k == chunks - 1) mem += wt + at * inflight;
-      if (L == 0) mem = wh + ah * inflight;
+      weights += layers[k] * wb;
+      if (k == 0) mem += wh + ah * inflight, weights += wh;
+      if (k == chunks - 1) mem += wt + at * inflight, weights += wt;
+      if (L == 0) mem = wh + ah * inflight, weights = wh;
     }
     if (dev_time > per_mb_device) per_mb_device = dev_time;
     if (mem > mem_max) mem_max = mem;
+    if (weights > weights_max) weights_max = weights;
   }
   double pipe;
   if (pp == 1) pipe = m * per_mb_device;
@@ -274,10 +278,11 @@ static bool cost_candidate(const space *sp, const parts *pt, search_plan *c, are
     if (z == 3) sync += 2 * m * group_cost(sp, COMM_ALL_GATHER, wbytes, dp, stride) / 2;
   }
   /* the optimizer step: its traffic */
-  double step_bytes = elems / (z >= 1 ? dp : 1) * (sp->grad_b + 2 * sp->state_b + 2 * 4);
+  double step_bytes = elems / (z >= 1 ? dp : 1) * (sp->grad_b + 2 * sp->state_b + 2 * sp->param_b);
   double opt = sp->symbolic ? step_bytes / SYM_MEM_BW : step_bytes / (sp->hw->mem_bw * sp->hw->memory_eff);
   c->analytic_time = pipe + sync + opt;
   c->analytic_memory = (int64_t)mem_max;
+  c->analytic_weights = (int64_t)weights_max;
   if (sp->max_memory > 0 && mem_max > sp->max_memory) return false;
   /* the stages as ranges of operators */
   c->nstages = pp > 1 || c->schedule != SCHED_DEFAULT ? chunks : 0;
@@ -301,7 +306,10 @@ static bool cost_candidate(const space *sp, const parts *pt, search_plan *c, are
 static int by_time(const void *x, const void *y) {
   const search_plan *a = x, *b = y;
   double ta = a->simulated ? a->step_time : a->analytic_time, tb = b->simulated ? b->step_time : b->analytic_time;
-  return ta < tb ? -1 : ta > tb;
+  if (ta != tb) return ta < tb ? -1 : 1;
+  /* as fast: the one with less memory first, which dominates the other */
+  int64_t ma = a->simulated ? a->peak_memory : a->analytic_memory, mb = b->simulated ? b->peak_memory : b->analytic_memory;
+  return ma < mb ? -1 : ma > mb;
 }
 
 /* ---- building and simulating a candidate ------------------------------------------ */
@@ -360,9 +368,9 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
   }
   out->layers = s.layers;
   out->block = s.block_name;
-  space sp = {&s, &hw, o->symbolic, cl->ndevices, hw.devices_per_node, o->max_memory, 0, 0};
+  space sp = {&s, &hw, o->symbolic, cl->ndevices, hw.devices_per_node, o->max_memory, 0, 0, 0};
   if (sp.max_memory <= 0) sp.max_memory = (double)cl->device_memory;
-  bytes_per_elem(g, &sp.grad_b, &sp.state_b);
+  bytes_per_elem(g, &sp.param_b, &sp.grad_b, &sp.state_b);
   int N = cl->ndevices, dpn = hw.devices_per_node;
   int64_t Bsz = s.batch_size;
   arena work;
@@ -449,11 +457,11 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
   int top = o->top > 0 ? o->top : (N <= 64 ? 24 : 3);
   bool *pick = arena_alloc(a, (size_t)ncand);
   int npick = 0;
-  /* ZeRO shards differ from replica to replica, so a ZeRO plan is lowered
-   * device by device: on many devices only plans without it are simulated */
+  /* ZeRO-3 plans are lowered for every tensor-parallel peer (plan.h, rep):
+   * on many devices only plans without it are simulated */
   bool big = N > 64;
   for (int i = 0; i < ncand && npick < top; i++)
-    if (!big || cands[i].zero == 0) pick[i] = true, npick++;
+    if (!big || cands[i].zero < 3) pick[i] = true, npick++;
   /* the frontier's memory end: the least memory at each step of time */
   int64_t least = -1;
   for (int i = 0; i < ncand && npick < top + top / 2 && !big; i++) {
@@ -474,7 +482,7 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
        * (up to as many again as were picked) */
       rejected++;
       for (int k = i + 1; k < ncand && rejected <= npick; k++)
-        if (!pick[k] && (!big || cands[k].zero == 0)) {
+        if (!pick[k] && (!big || cands[k].zero < 3)) {
           pick[k] = true;
           break;
         }
