@@ -71,7 +71,7 @@ HEURISTICS := $(sort $(wildcard stdlib/heuristics/*.lua))
 UNIT_SRC   := $(wildcard tests/unit/test_*.c)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all deps check layers-check search-check lua-check unit golden diag-coverage docs-check docs-examples install-check fmt-check examples-check mutate-check editors-check \
+.PHONY: all deps check layers-check search-check lua-check unit golden diag-coverage fuzz-check limits-check docs-check docs-examples install-check fmt-check examples-check mutate-check editors-check \
         fold-check calibrate run-check reference-check deps-torch demo bench install fuzz fuzz-lua fuzz-lua-check clean \
         cuda cuda-emu cuda-check
 .DELETE_ON_ERROR:
@@ -228,7 +228,7 @@ $(BUILD)/tests/test_cuda_plan: tests/unit/test_cuda_plan.c backends/cuda/cx.c ba
 
 check: deps
 	@$(MAKE) --no-print-directory weft
-	@$(MAKE) --no-print-directory layers-check unit golden diag-coverage docs-check docs-examples install-check fmt-check examples-check fold-check mutate-check editors-check calibrate symbolic-check search-check lua-check fuzz-lua-check run-check reference-check cuda-check
+	@$(MAKE) --no-print-directory layers-check unit golden diag-coverage fuzz-check limits-check docs-check docs-examples install-check fmt-check examples-check fold-check mutate-check editors-check calibrate symbolic-check search-check lua-check fuzz-lua-check run-check reference-check cuda-check
 	@echo "make check: all suites passed"
 
 # the pipeline is one-way: no header of a later stage, no include cycle
@@ -243,6 +243,11 @@ golden: weft
 
 diag-coverage:
 	@sh tests/diag_coverage.sh
+
+# huge settings and files that would block are answered at once
+# (tests/limits_check.sh: within 5 s and 1 GB)
+limits-check: weft
+	@LIMITS_NO_ULIMIT=$(SANITIZE) sh tests/limits_check.sh $(BUILD)/weft
 
 # the ```weft examples of the docs pass `weft check`
 docs-check: weft
@@ -340,16 +345,37 @@ ifneq ($(CUDA_SO),)
 	install -m 755 $(CUDA_SO) $(DESTDIR)$(PREFIX)/lib/weft/libweft_cuda.so
 endif
 
-# libFuzzer over the parser and checker; FUZZ_SECONDS bounds the run.
+# libFuzzer targets (tests/fuzz/fuzz_NAME.c, seeds in tests/fuzz/seeds/NAME):
+# check (parser, evaluator, plans, fmt), lower (lowering, validation, the
+# simulator and every printer), safetensors (the reader and what weft run
+# checks of checkpoints and inputs), set (--set values through plans).
+# FUZZ_SECONDS bounds each target's run; FUZZ_TARGETS picks some.
 FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?= check lower safetensors set
 fuzz:
 	@$(MAKE) --no-print-directory BUILD=build/fuzz CC=clang \
 	  SANFLAGS="-fsanitize=fuzzer-no-link,address,undefined" build/fuzz/libweft.a
-	clang -fsanitize=fuzzer,address,undefined -Iinclude -Isrc -o build/fuzz/fuzz_check \
-	  tests/fuzz/fuzz_check.c build/fuzz/libweft.a $(LUA_LIBS) -ldl -lm
-	@mkdir -p build/fuzz/corpus
-	build/fuzz/fuzz_check -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -timeout=10 \
-	  build/fuzz/corpus tests/fuzz/seeds
+	@for t in $(FUZZ_TARGETS); do \
+	  clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc -Ibackends \
+	    -o build/fuzz/fuzz_$$t \
+	    tests/fuzz/fuzz_$$t.c build/fuzz/libweft.a $(LDLIBS) || exit 1; \
+	  mkdir -p build/fuzz/corpus/$$t; \
+	  echo "fuzz: $$t for $(FUZZ_SECONDS) s"; \
+	  build/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
+	    build/fuzz/corpus/$$t tests/fuzz/seeds/$$t || exit 1; \
+	done
+
+# the fuzz targets without libFuzzer: each replays its seeds and fixed
+# variants of them (tests/fuzz/replay.c); a crash fails make check
+FUZZ_BIN := $(FUZZ_TARGETS:%=$(BUILD)/tests/fuzz_%)
+fuzz-check: $(FUZZ_BIN)
+	@for t in $(FUZZ_TARGETS); do \
+	  printf 'fuzz-check: %s: ' $$t; $(BUILD)/tests/fuzz_$$t tests/fuzz/seeds/$$t || exit 1; \
+	done
+
+$(BUILD)/tests/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(BUILD)/libweft.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< tests/fuzz/replay.c $(BUILD)/libweft.a $(LDFLAGS) $(LDLIBS)
 
 # The same, short, as make check runs it (when clang is installed): only
 # the script stage is instrumented, over the plain library, so that it

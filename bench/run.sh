@@ -82,10 +82,11 @@ print("  Megatron-LM published (tp 8, pp 16, dp 8, interleaved 2, 192 micro-batc
 # pp 16, dp 128, sequence 8192, 126 layers: the first and last stage one
 # layer fewer). Each device's program is its pipeline stage's
 # representative's (docs/design/plans.md, section 8).
-B="estimate examples/gpt_megatron.plan --set dtype=bf16 --set recompute=\"full\" --set seq=2048 --set vocab=51200 --set micro_batch=1"
+# (and each within a memory budget of 2 GiB, --max-memory)
+B="estimate examples/gpt_megatron.plan --max-memory 2GiB --set dtype=bf16 --set recompute=\"full\" --set seq=2048 --set vocab=51200 --set micro_batch=1"
 runs "estimate: GPT 530B, 2520 A100, tp8 pp35 dp9" 2 $B --set layers=105 --set hidden=20480 --set heads=128 --set tp=8 --set pp=35 --set dp=9 --set nodes=315 --set global_batch=2520
 runs "estimate: GPT 1T, 3072 A100, tp8 pp64 dp6" 2 $B --set layers=128 --set hidden=25600 --set heads=160 --set tp=8 --set pp=64 --set dp=6 --set nodes=384 --set global_batch=3072
-L="estimate examples/llama_megatron.plan --set layers=126 --set hidden=16384 --set heads=128 --set kv_heads=8 --set ffn=53248 --set vocab=128256 --set dtype=bf16 --set cluster=\"h100\" --set micro_batch=1"
+L="estimate examples/llama_megatron.plan --max-memory 2GiB --set layers=126 --set hidden=16384 --set heads=128 --set kv_heads=8 --set ffn=53248 --set vocab=128256 --set dtype=bf16 --set cluster=\"h100\" --set micro_batch=1"
 runs "estimate: Llama 3 405B, 16384 H100, tp8 pp16 dp128" 2 $L --set seq=8192 --set global_batch=2048 --set tp=8 --set pp=16 --set dp=128 --set nodes=2048 --set sequence_parallel=true --set recompute=\"full\"
 runs "estimate: Llama 3 405B, seq 131072, tp8 cp16 pp16 dp8" 2 $L --set seq=131072 --set global_batch=128 --set tp=8 --set cp=16 --set pp=16 --set dp=8 --set nodes=2048 --set sequence_parallel=true --set recompute=\"full\"
 # One rank's program of GPT-3 175B on 1024 A100s (issue target: under 1 s

@@ -50,7 +50,7 @@ run; the reason is printed. Keep it for a command that needs what a test
 machine may lack (a GPU, PyTorch), and say what.
 
 Commands run with bash, in a scratch directory per document holding `weft`
-(the binary under test, also first on PATH) and links to the checkout's
+(the binary under test, also first on PATH) and copies of the checkout's
 `examples/`, `tests/`, `stdlib/` and `docs/`, and a copy of
 tests/golden/check/shape_mismatch.plan, which docs/cli.md names without
 its folder. The commands of one document run in order in the same directory, so a
@@ -73,7 +73,7 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = ["tests/golden/check/shape_mismatch.plan"]
-LINKS = ["examples", "tests", "stdlib", "docs"]
+LINKS = ["examples", "tests", "stdlib", "docs"]  # copied into the scratch folder
 TIMEOUT = 300
 NOT_RUN = re.compile(r"\(not run: ([^)]*)\)")
 NUMBER = r"\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?"
@@ -189,8 +189,10 @@ def examples_of(doc):
 def scratch_dir(weft):
     d = tempfile.mkdtemp(prefix="weft-docs.")
     os.symlink(os.path.abspath(weft), os.path.join(d, "weft"))
+    # copies, not links: a plan that weft search writes here imports
+    # examples/..., and a `use` reads nothing a link takes out of the tree
     for name in LINKS:
-        os.symlink(os.path.join(ROOT, name), os.path.join(d, name))
+        shutil.copytree(os.path.join(ROOT, name), os.path.join(d, name), symlinks=True)
     for f in FIXTURES:
         shutil.copy(os.path.join(ROOT, f), d)
     return d

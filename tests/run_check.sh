@@ -38,7 +38,9 @@ run_ok "llama megatron_tp, sequence parallel, dp2" examples/llama.plan --plan me
 searched() {  # name, then weft search arguments
   name=$1; shift
   if "$WEFT" search "$@" -o "$tmp/searched.plan" 2>"$tmp/err"; then
-    run_ok "$name: $(sed -n 's/^#   [0-9]*: [^:]*: \(.*\)  <- this plan$/\1/p' "$tmp/searched.plan")" "$tmp/searched.plan" --steps 2
+    # the plan imports the example from outside its directory
+    run_ok "$name: $(sed -n 's/^#   [0-9]*: [^:]*: \(.*\)  <- this plan$/\1/p' "$tmp/searched.plan")" "$tmp/searched.plan" \
+      --allow-path examples --steps 2
   else
     bad "$name: weft search $* (exit $?)"; cat "$tmp/err"
   fi
@@ -170,6 +172,42 @@ if command -v mpirun >/dev/null 2>&1; then
   if ASAN_OPTIONS=$asan_mpi mpirun -np 2 "$WEFT" run examples/gpt_megatron.plan $MEG --steps 2 --check >"$tmp/mpi.out" 2>&1 &&
      grep -q "match$" "$tmp/mpi.out"; then ok; echo "run: mpirun -np 2 megatron tp2 pp2 dp2 matches one device"
   else bad "mpirun -np 2 megatron --check"; cat "$tmp/mpi.out"; fi
+  # a stopped process: the other gives up after --timeout, and MPI_Abort
+  # ends the run; no process is left behind
+  (ASAN_OPTIONS=$asan_mpi mpirun -np 2 "$WEFT" run $A --steps 100000 --timeout 2 >"$tmp/stop.out" 2>&1; echo "$?" >"$tmp/stop.rc") &
+  runner=$!
+  ranks=""; n=0
+  while [ $n -lt 100 ] && ! grep -q "^step 2 " "$tmp/stop.out" 2>/dev/null; do sleep 0.1; n=$((n+1)); done
+  mp=$(pgrep -P $runner mpirun | head -1)
+  [ -n "$mp" ] && ranks=$(pgrep -P "$mp")
+  victim=$(echo "$ranks" | tail -1)
+  if [ -n "$victim" ] && kill -STOP "$victim"; then
+    n=0; while [ $n -lt 150 ] && [ ! -f "$tmp/stop.rc" ]; do sleep 0.1; n=$((n+1)); done
+    # the stopped one ends once it may run again
+    kill -CONT "$victim" 2>/dev/null
+    n=0; left=x
+    while [ $n -lt 80 ] && [ -n "$left" ]; do
+      left=$(for r in $ranks; do kill -0 "$r" 2>/dev/null && echo "$r"; done); sleep 0.1; n=$((n+1))
+    done
+    if [ -f "$tmp/stop.rc" ] && [ "$(cat "$tmp/stop.rc")" != 0 ] && grep -q "it did not come (--timeout)" "$tmp/stop.out" && [ -z "$left" ]; then
+      ok; echo "run: mpirun -np 2 with a process stopped: the other gives up after --timeout 2, every process ends"
+    else bad "a stopped process under mpirun: $(cat "$tmp/stop.rc" 2>/dev/null), left: $left"; grep -v "^step" "$tmp/stop.out"; fi
+    for r in $ranks; do kill -CONT "$r" 2>/dev/null; kill -9 "$r" 2>/dev/null; done
+  else bad "mpirun -np 2: no process to stop"; cat "$tmp/stop.out"; fi
+  wait $runner 2>/dev/null
+  # mpirun killed: its processes see it gone and end
+  ASAN_OPTIONS=$asan_mpi mpirun -np 2 "$WEFT" run $A --steps 100000 >"$tmp/orphan.out" 2>&1 &
+  runner=$!
+  n=0; while [ $n -lt 100 ] && ! grep -q "^step 2 " "$tmp/orphan.out" 2>/dev/null; do sleep 0.1; n=$((n+1)); done
+  ranks=$(pgrep -P $runner)
+  kill -9 $runner
+  wait $runner 2>/dev/null
+  n=0; left=x
+  while [ $n -lt 100 ] && [ -n "$left" ]; do
+    left=$(for r in $ranks; do kill -0 "$r" 2>/dev/null && echo "$r"; done); sleep 0.1; n=$((n+1))
+  done
+  if [ -n "$ranks" ] && [ -z "$left" ]; then ok; echo "run: mpirun killed: its processes end within $((n / 10)) s"
+  else bad "mpirun killed: processes left ($left of $ranks)"; for r in $left; do kill -9 "$r"; done; fi
 else
   echo "run: mpirun not installed, the 2-process case is skipped (make deps installs openmpi-bin)"
 fi
@@ -184,6 +222,21 @@ wait $pid 2>/dev/null
 if cmp -s "$tmp/k.st" "$tmp/a2.st" && "$WEFT" run $A --steps 0 --resume "$tmp/k.st" >/dev/null 2>&1; then ok
   echo "run: killed while saving, the previous checkpoint is intact and loads"
 else bad "a run killed while saving damaged the checkpoint"; fi
+
+# the temporary of a save killed with SIGKILL is removed by the next save
+# to the same name; a SIGTERM during a save removes its own
+ls -A "$tmp" | grep -q '^\.k\.st\..*\.tmp$' || bad "the killed save left no temporary to clean"
+"$WEFT" run $A --steps 0 --resume "$tmp/k.st" --save "$tmp/k.st" >/dev/null 2>&1
+if ls -A "$tmp" | grep -q '^\.k\.st\..*\.tmp$'; then bad "the next save left the stale temporary"; ls -A "$tmp"
+else ok; echo "run: the next save to the name removes a killed save's temporary"; fi
+WEFT_TEST_SAVE_PAUSE=5000 "$WEFT" run $A --steps 0 --resume "$tmp/k.st" --save "$tmp/k.st" >/dev/null 2>&1 &
+pid=$!
+n=0; while [ $n -lt 50 ] && ! ls -A "$tmp" | grep -q '^\.k\.st\..*\.tmp$'; do sleep 0.1; n=$((n+1)); done
+kill -TERM $pid 2>/dev/null
+wait $pid 2>/dev/null
+if [ $n -lt 50 ] && ! ls -A "$tmp" | grep -q '^\.k\.st\..*\.tmp$' && cmp -s "$tmp/k.st" "$tmp/a2.st"; then ok
+  echo "run: SIGTERM while saving removes the temporary, the checkpoint stays as it was"
+else bad "SIGTERM while saving: $(ls -A "$tmp")"; fi
 
 # expect_err MESSAGE ARGS...: weft run ARGS fails, saying MESSAGE
 expect_err() {

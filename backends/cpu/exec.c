@@ -1,6 +1,7 @@
 /* exec.c - the CPU executor: one thread per device runs its lowered program
  * (docs/program.md); messages and collectives go through a mailbox. */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdint.h>
 #include <math.h>
 #include <pthread.h>
@@ -173,9 +174,18 @@ static void mbox_put(xmbox *m, const xkey *k, int consumers, void *data, int64_t
   pthread_mutex_unlock(&m->mu);
 }
 
-/* Waits for the message; NULL when the run failed meanwhile. The message
- * stays valid until mbox_done. */
-static xmsg *mbox_take(xmbox *m, const xkey *k) {
+/* Waits for the message, at most timeout_s seconds (0: no limit); NULL
+ * when the run failed meanwhile, or (*late set) when the time ran out. The
+ * message stays valid until mbox_done. The condition variable waits on
+ * CLOCK_MONOTONIC (xrun_open). */
+static xmsg *mbox_take(xmbox *m, const xkey *k, double timeout_s, bool *late) {
+  struct timespec end;
+  clock_gettime(CLOCK_MONOTONIC, &end);
+  double whole = floor(timeout_s);
+  end.tv_sec += (time_t)whole;
+  end.tv_nsec += (long)((timeout_s - whole) * 1e9);
+  if (end.tv_nsec >= 1000000000L) end.tv_sec++, end.tv_nsec -= 1000000000L;
+  *late = false;
   pthread_mutex_lock(&m->mu);
   unsigned h = key_hash(k);
   for (;;) {
@@ -185,7 +195,11 @@ static xmsg *mbox_take(xmbox *m, const xkey *k) {
         return x;
       }
     if (m->failed) break;
-    pthread_cond_wait(&m->cv, &m->mu);
+    if (timeout_s <= 0) pthread_cond_wait(&m->cv, &m->mu);
+    else if (pthread_cond_timedwait(&m->cv, &m->mu, &end) == ETIMEDOUT) {
+      *late = true;
+      break;
+    }
   }
   pthread_mutex_unlock(&m->mu);
   return NULL;
@@ -272,13 +286,22 @@ static bool dev_fail(xdev *d, const char *fmt, ...) {
   vsnprintf(d->err, sizeof d->err, fmt, ap);
   va_end(ap);
   d->failed = true;
-  if (d->run->net) {
-    /* The other processes would wait for this one forever. */
-    fprintf(stderr, "weft run: device %d: %s\n", d->device, d->err);
-    exit(WEFT_REJECTED);
-  }
+  /* under mpirun the main thread, the one that talks MPI, sees the mailbox
+   * fail and ends every process (progress) */
   mbox_fail(&d->run->box);
   return false;
+}
+
+/* The message k for device d; NULL (and the run failed) when it does not
+ * come within the run's timeout. */
+static xmsg *take(xdev *d, const xkey *k) {
+  bool late;
+  xmsg *m = mbox_take(&d->run->box, k, d->run->o.timeout_s, &late);
+  if (late)
+    dev_fail(d, "step %" PRId64 ": waited %.3g s for %s of comm %d from device %d; it did not come (--timeout)",
+             d->run->w->step + 1, d->run->o.timeout_s, k->cls == CLS_SEND ? "the message" : "its share of the collective",
+             k->id, k->src);
+  return m;
 }
 
 static const lbuf *buf_of(const xrun *r, int id) { return &r->pr->bufs[id]; }
@@ -319,7 +342,7 @@ static void net_post(xrun *r, const xkey *k, const int *consumers, int n, void *
     for (int i = 0; i < n; i++) there += xnet_proc(net, consumers[i]) == q;
     if (there && !xnet_post(net, q, k, there, data, bytes)) {
       fprintf(stderr, "weft run: process %d: %s\n", me, xnet_error(net));
-      exit(WEFT_FAILED);
+      xnet_abort(net, WEFT_FAILED);
     }
   }
   if (here) mbox_put(&r->box, k, here, data, bytes);
@@ -475,7 +498,7 @@ static bool do_send(xdev *d, const lins *in) {
 static bool do_recv(xdev *d, const lins *in) {
   xrun *r = d->run;
   xkey k = {r->pass, CLS_SEND, in->comm, in->epoch, in->peer, d->device};
-  xmsg *m = mbox_take(&r->box, &k);
+  xmsg *m = take(d, &k);
   if (!m) return false;
   int64_t bytes = tregion_numel(&in->out[0].region) * 4;
   if (m->bytes != bytes) {
@@ -500,7 +523,7 @@ static bool sum_members(xdev *d, const lins *in, const pcomm *cm, int dst, const
     xmsg *m = NULL;
     if (cm->group[i] != d->device) {
       xkey k = {r->pass, CLS_COLL, in->comm, in->epoch, cm->group[i], dst};
-      if (!(m = mbox_take(&r->box, &k))) return false;
+      if (!(m = take(d, &k))) return false;
       if (m->data && m->bytes != n * 4) {
         mbox_done(&r->box, m);
         return dev_fail(d, "comm %d: a member sent %lld bytes, expected %lld", in->comm, (long long)m->bytes,
@@ -635,7 +658,7 @@ static bool do_collective(xdev *d, const lins *in) {
     for (int i = 0; i < p && ok; i++) {
       if (i == me) continue;
       xkey pk = {r->pass, CLS_COLL, in->comm, in->epoch, cm->group[i], -1};
-      xmsg *m = mbox_take(&r->box, &pk);
+      xmsg *m = take(d, &pk);
       if (!m) { ok = false; break; }
       if (m->bytes != tregion_numel(&cm->parts[i]) * 4)
         ok = dev_fail(d, "comm %d: a member sent %lld bytes", in->comm, (long long)m->bytes);
@@ -655,7 +678,7 @@ static bool do_collective(xdev *d, const lins *in) {
       if (no) net_post(r, &k, others, no, copy, n * 4);
       else free(copy);
     } else {
-      xmsg *m = mbox_take(&r->box, &k);
+      xmsg *m = take(d, &k);
       if (!m) ok = false;
       else {
         if (m->bytes != n * 4) ok = dev_fail(d, "comm %d: the root sent %lld bytes", in->comm, (long long)m->bytes);
@@ -687,7 +710,7 @@ static bool do_collective(xdev *d, const lins *in) {
       tregion x;
       if (j == me || !tregion_intersect(&a, &cm->sources[j], to, &x)) continue;
       xkey k = {r->pass, CLS_COLL, in->comm, in->epoch, cm->group[j], d->device};
-      xmsg *m = mbox_take(&r->box, &k);
+      xmsg *m = take(d, &k);
       if (!m) { ok = false; break; }
       if (m->bytes != tregion_numel(&x) * 4)
         ok = dev_fail(d, "comm %d: a member sent %lld bytes, expected %lld", in->comm, (long long)m->bytes,
@@ -764,6 +787,15 @@ static bool do_step(xdev *d, const lins *in) {
   int copies = sref ? buf_of(r, sref->buf)->copies : 0;
   if (copies < xoptim_state(&r->optim)) return dev_fail(d, "step of %s: optimizer state missing", t->name);
   float *gt, *grad = ref_view(d, gref, 0, &gt);
+  /* a gradient that is not finite would spoil the parameter for good */
+  for (int64_t i = 0; i < n && !r->o.allow_nonfinite; i++)
+    if (!isfinite(grad[i])) {
+      const char *what = isnan(grad[i]) ? "nan" : grad[i] > 0 ? "inf" : "-inf";
+      free(gt);
+      return dev_fail(d, "step %" PRId64 ": the gradient of %s holds %s (element %" PRId64 " of this device's part); "
+                      "training stops before the optimizer takes it (--allow-nonfinite trains on)",
+                      r->w->step + 1, t->name, what, i);
+    }
   if (r->coef == 1.0) {
     /* the norm as the steps come (with clipping it was taken before them) */
     d->sq += grad_sq(d, (int)(in - d->prog->ins), grad);
@@ -1067,7 +1099,7 @@ static bool gather(xrun *r, char *err, size_t errlen) {
     for (int c = 0; m && c < r->w->state_copies; c++) m = merge(r, r->w->state[t] + c * n, sseen[t], n);
     if (!m) {
       fprintf(stderr, "weft run: %s\n", xnet_error(r->net));
-      exit(WEFT_FAILED);
+      xnet_abort(r->net, WEFT_FAILED);
     }
   }
   for (int t = 0; t < g->ntensors; t++) free(seen[t]), free(sseen[t]);
@@ -1086,8 +1118,17 @@ static void progress(xrun *r) {
   long wait_ns = 1000;
   for (;;) {
     pthread_mutex_lock(&r->box.mu);
-    bool done = r->finished == r->ndevs, sum = r->sum_wanted;
+    bool done = r->finished == r->ndevs, sum = r->sum_wanted, failed = r->box.failed;
     pthread_mutex_unlock(&r->box.mu);
+    if (failed) {
+      /* the other processes would wait for this one forever: all end now */
+      for (int i = 0; i < r->ndevs; i++)
+        if (r->devs[i].failed && r->devs[i].err[0]) {
+          fprintf(stderr, "weft run: device %d: %s\n", r->devs[i].device, r->devs[i].err);
+          break;
+        }
+      xnet_abort(net, WEFT_REJECTED);
+    }
     int got = 0;
     bool ok = xnet_flush(net, NULL) && xnet_poll(net, deliver, &r->box, &got);
     if (ok && sum) {
@@ -1098,9 +1139,11 @@ static void progress(xrun *r) {
       pthread_cond_broadcast(&r->box.cv);
       pthread_mutex_unlock(&r->box.mu);
     }
+    /* a wait that no device makes: mpirun going away */
+    if (ok && xnet_expired(net, now(), "the devices of this process")) ok = false;
     if (!ok) {
       fprintf(stderr, "weft run: %s\n", xnet_error(net));
-      exit(WEFT_FAILED);
+      xnet_abort(net, WEFT_FAILED);
     }
     if (done) break;
     if (got || sum) {
@@ -1113,7 +1156,7 @@ static void progress(xrun *r) {
   }
   if (!xnet_drain(net, deliver, &r->box)) {
     fprintf(stderr, "weft run: %s\n", xnet_error(net));
-    exit(WEFT_FAILED);
+    xnet_abort(net, WEFT_FAILED);
   }
 }
 
@@ -1151,7 +1194,11 @@ xrun *xrun_open(const weft_program *pr, weft_world *w, const backend_opts *o, ch
   r->w = w;
   r->o = *o;
   pthread_mutex_init(&r->box.mu, NULL);
-  pthread_cond_init(&r->box.cv, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&r->box.cv, &ca);
+  pthread_condattr_destroy(&ca);
   r->local = xmalloc((size_t)pr->nprogs * sizeof(int));
   r->devs = xcalloc((size_t)pr->nprogs * sizeof(xdev));
   bool ok = xoptim_from_graph(r->g, &r->optim);
@@ -1159,7 +1206,7 @@ xrun *xrun_open(const weft_program *pr, weft_world *w, const backend_opts *o, ch
   ok = ok && find_kernels(r, err, errlen);
   err[0] = ok ? 0 : err[0];
   if (ok) {
-    r->net = xnet_start(err, errlen);
+    r->net = xnet_start(o->timeout_s, err, errlen);
     ok = r->net || !err[0];
   }
   if (r->net) {
@@ -1243,6 +1290,7 @@ bool xrun_steps(xrun *r, const backend_step *st, backend_result *out, char *err,
     if (pthread_create(&th[i], NULL, dev_main, &r->devs[i]) != 0) {
       /* The barrier would never fill: a thread that cannot start fails the run. */
       fprintf(stderr, "weft run: cannot start a thread for device %d: %s\n", r->devs[i].device, strerror(errno));
+      if (r->net) xnet_abort(r->net, WEFT_FAILED);
       exit(WEFT_FAILED);
     }
   if (r->net) progress(r);
@@ -1353,6 +1401,17 @@ bool xrun_reference(const weft_graph *g, weft_world *w, const backend_step *st, 
       if (g->tensors[t].role != TENSOR_PARAM) continue;
       int64_t n = tensor_numel(&g->tensors[t]);
       for (int64_t e = 0; e < n; e++) sq += (double)grad[t][e] * (double)grad[t][e];
+    }
+    for (int t = 0; t < nt && ok && !st->eval && !o->allow_nonfinite; t++) {
+      if (g->tensors[t].role != TENSOR_PARAM) continue;
+      int64_t n = tensor_numel(&g->tensors[t]);
+      for (int64_t e = 0; e < n && ok; e++)
+        if (!isfinite(grad[t][e])) {
+          snprintf(err, errlen, "step %" PRId64 ": the gradient of %s holds %s at element %" PRId64 "; training stops "
+                   "before the optimizer takes it (--allow-nonfinite trains on)", w->step + 1, g->tensors[t].name,
+                   isnan(grad[t][e]) ? "nan" : grad[t][e] > 0 ? "inf" : "-inf", e);
+          ok = false;
+        }
     }
     double norm = sqrt(sq), coef = st->clip > 0 ? st->clip / (norm + 1e-6) : 1.0;
     for (int t = 0; t < nt && ok && !st->eval; t++) {

@@ -2,6 +2,7 @@
  * executor's messages (a header, then the data) for it. */
 #include <dlfcn.h>
 #include <pthread.h>
+#include <signal.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +31,8 @@ struct xnet {
   int rank, size;
   int *proc;              /* per device */
   int ndevices;
+  double timeout_s;       /* the longest wait for another process; 0: none */
+  pid_t parent;           /* the process that started this one */
   char err[512];
 };
 
@@ -66,7 +69,7 @@ static void *open_plugin(char *tried, size_t n) {
   return backend_dlopen("libweft_mpi.so", RTLD_NOW | RTLD_GLOBAL, tried, n, &found);
 }
 
-xnet *xnet_start(char *err, size_t errlen) {
+xnet *xnet_start(double timeout_s, char *err, size_t errlen) {
   err[0] = 0;
   if (env_size() <= 1) return NULL;
   char tried[2 * PATH_MAX + 128] = "";
@@ -91,7 +94,9 @@ xnet *xnet_start(char *err, size_t errlen) {
   n->lib = lib;
   pthread_mutex_init(&n->mu, NULL);
   n->tail = &n->head;
-  if (api->init(&n->rank, &n->size, n->err, sizeof n->err) != 0) {
+  n->timeout_s = timeout_s;
+  n->parent = getppid();
+  if (api->init(&n->rank, &n->size, timeout_s, n->err, sizeof n->err) != 0) {
     snprintf(err, errlen, "%s", n->err);
     free(n);
     return NULL;
@@ -105,8 +110,11 @@ const char *xnet_error(const xnet *n) { return n->err; }
 
 void xnet_stop(xnet *n) {
   if (!n) return;
-  xnet_drain(n, NULL, NULL);
-  n->api->barrier();
+  if (!xnet_drain(n, NULL, NULL) || n->api->barrier() != 0) {
+    /* MPI_Finalize would wait for the missing process too */
+    fprintf(stderr, "weft run: %s\n", n->err);
+    xnet_abort(n, WEFT_FAILED);
+  }
   n->api->finalize();
   free(n->proc);
   pthread_mutex_destroy(&n->mu);
@@ -164,12 +172,45 @@ bool xnet_flush(xnet *n, int *pending) {
   return ok;
 }
 
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+bool xnet_expired(xnet *n, double t0, const char *what) {
+  if (n->parent > 1 && getppid() != n->parent) {
+    snprintf(n->err, sizeof n->err, "the process that started this one (%ld, mpirun or srun) is gone, while waiting "
+             "for %s", (long)n->parent, what);
+    return true;
+  }
+  if (n->timeout_s > 0 && now_s() - t0 > n->timeout_s) {
+    snprintf(n->err, sizeof n->err, "waited %.3g s for %s (--timeout): a process is stopped or too slow", n->timeout_s,
+             what);
+    return true;
+  }
+  return false;
+}
+
+void xnet_abort(xnet *n, int code) {
+  fflush(stdout);
+  fflush(stderr);
+  /* MPI_Abort asks mpirun to end every process; should mpirun be unable
+   * to (it is gone, or waits for a stopped process), this one still ends */
+  signal(SIGALRM, SIG_DFL);
+  alarm(5);
+  n->api->abort(code);
+  _exit(code);
+}
+
 bool xnet_drain(xnet *n, void (*deliver)(void *ctx, const xkey *k, int consumers, void *data, int64_t bytes),
                 void *ctx) {
   int pending = 1;
+  double t0 = now_s();
   while (pending) {
     if (!xnet_flush(n, &pending)) return false;
     if (!pending) break;
+    if (xnet_expired(n, t0, "other processes to take this one's messages")) return false;
     /* a send may wait for its receiver, which may wait for one of ours */
     int got = 0;
     if (deliver && !xnet_poll(n, deliver, ctx, &got)) return false;

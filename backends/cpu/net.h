@@ -23,8 +23,10 @@ void xnet_procs(int *rank, int *size);
 /* Under mpirun with more than one process (OMPI_COMM_WORLD_SIZE, PMI_SIZE
  * or PMIX_SIZE), loads the plugin and starts MPI. NULL with err empty when
  * this process runs alone; NULL with a message when it should not. The
- * plugin is found through WEFT_MPI_PLUGIN, else beside the weft binary. */
-xnet *xnet_start(char *err, size_t errlen);
+ * plugin is found through WEFT_MPI_PLUGIN, else beside the weft binary.
+ * Every wait for another process gives up after timeout_s seconds (0:
+ * never), or once the process that started this one is gone. */
+xnet *xnet_start(double timeout_s, char *err, size_t errlen);
 int xnet_rank(const xnet *n);
 int xnet_size(const xnet *n);
 /* Waits for every process, then ends MPI. */
@@ -54,5 +56,11 @@ bool xnet_sum_double(xnet *n, double *v, int64_t len);
 bool xnet_sum_float(xnet *n, float *v, int64_t len);
 bool xnet_min_int(xnet *n, int *v, int64_t len);
 const char *xnet_error(const xnet *n);
+/* Whether a wait for what, begun at t0 (CLOCK_MONOTONIC seconds), must
+ * end: the timeout passed, or mpirun is gone; the reason in xnet_error. */
+bool xnet_expired(xnet *n, double t0, const char *what);
+/* Ends every process of the run (MPI_Abort) with status code, so that no
+ * process is left waiting for this one. */
+_Noreturn void xnet_abort(xnet *n, int code);
 
 #endif

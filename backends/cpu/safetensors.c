@@ -25,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/files.h"
 #include "weft/arena.h"
 
 enum {
@@ -755,19 +756,17 @@ static bool st_load(st_file *f, int fd, char *err, size_t errlen) {
 
 st_file *st_open(const char *path, char *err, size_t errlen) {
   if (err && errlen) err[0] = '\0';
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  /* a FIFO or a device is refused without blocking */
+  char why[256];
+  int64_t fsize = 0;
+  int fd = file_open_read(path, 0, &fsize, why, sizeof why);
   if (fd < 0) {
-    st_fail(err, errlen, path, "cannot open: %s", strerror(errno));
+    st_fail(err, errlen, path, "cannot open: %s", why);
     return NULL;
   }
   struct stat sb;
   if (fstat(fd, &sb) != 0) {
     st_fail(err, errlen, path, "cannot stat: %s", strerror(errno));
-    close(fd);
-    return NULL;
-  }
-  if (!S_ISREG(sb.st_mode)) {
-    st_fail(err, errlen, path, "not a regular file");
     close(fd);
     return NULL;
   }
@@ -1256,9 +1255,7 @@ bool st_write(st_writer *w, const char *path, char *err, size_t errlen) {
   uint64_t total;
   if (!st_check(w, path, &total, err, errlen)) return false;
   const char *slash = strrchr(path, '/');
-  const char *base = slash ? slash + 1 : path;
-  size_t dirlen = (size_t)(base - path);
-  if (!*base) {
+  if (!*(slash ? slash + 1 : path)) {
     st_fail(err, errlen, path, "not a file name");
     return false;
   }
@@ -1270,55 +1267,20 @@ bool st_write(st_writer *w, const char *path, char *err, size_t errlen) {
     return false;
   }
 
-  /* The temporary: ".NAME.PID.N.tmp" beside the target, so that rename(2)
-   * stays within one file system; O_EXCL makes it ours alone. */
-  size_t tmplen = strlen(path) + 64;
-  char *tmp = st_alloc(tmplen);
-  struct timespec now;
-  clock_gettime(CLOCK_MONOTONIC, &now);
-  unsigned seq = (unsigned)(now.tv_nsec % 1000000);
-  int fd = -1;
-  for (int tries = 0; tries < 100 && fd < 0; tries++, seq++) {
-    snprintf(tmp, tmplen, "%.*s.%s.%ld.%u.tmp", (int)dirlen, path, base, (long)getpid(), seq);
-    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd < 0 && errno != EEXIST) break;
-  }
-  if (fd < 0) {
-    st_fail(err, errlen, path, "cannot create the temporary file %s: %s", tmp, strerror(errno));
-    free(tmp);
+  /* The temporary beside the target, removed on failure and by a signal;
+   * the target is refused first when it is not a regular file or a new name */
+  file_out *out = file_out_open(path, err, errlen);
+  if (!out) {
     free(hdr.p);
     return false;
   }
-  const char *step = NULL;
-  if (!st_write_contents(w, fd, &hdr, total)) step = "cannot write";
-  else if (fsync(fd) != 0) step = "cannot fsync";
-  int saved = errno;
-  if (close(fd) != 0 && !step) { step = "cannot close"; saved = errno; }
-  if (!step && rename(tmp, path) != 0) { step = "cannot rename"; saved = errno; }
-  free(hdr.p);
-  if (step) {
-    st_fail(err, errlen, path, "%s the temporary file %s: %s", step, tmp, strerror(saved));
-    unlink(tmp);
-    free(tmp);
+  if (!st_write_contents(w, file_out_fd(out), &hdr, total)) {
+    int e = errno;
+    st_fail(err, errlen, path, "cannot write the temporary file %s: %s", file_out_tmp(out), strerror(e));
+    file_out_abort(out);
+    free(hdr.p);
     return false;
   }
-  free(tmp);
-
-  /* The rename is durable once the directory is: some file systems cannot
-   * fsync a directory (EINVAL), and have nothing to flush then. */
-  char *dir = dirlen ? st_alloc(dirlen + 1) : NULL;
-  if (dir) {
-    memcpy(dir, path, dirlen);
-    dir[dirlen] = '\0';
-  }
-  bool ok = true;
-  int dfd = open(dir ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0 || (fsync(dfd) != 0 && errno != EINVAL && errno != ENOTSUP)) {
-    st_fail(err, errlen, path, "the new file is in place, but its directory cannot be "
-            "fsynced: %s", strerror(errno));
-    ok = false;
-  }
-  if (dfd >= 0) close(dfd);
-  free(dir);
-  return ok;
+  free(hdr.p);
+  return file_out_commit(out, err, errlen);
 }

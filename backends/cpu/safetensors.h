@@ -52,7 +52,8 @@ const char *st_dtype_name(st_dtype dt);
 /* Bytes per element (BOOL: 1). */
 int st_dtype_size(st_dtype dt);
 
-/* Opens and checks a file. NULL and "PATH: reason" in err on failure. */
+/* Opens and checks a file: a regular file only (a FIFO or a device is
+ * refused without blocking). NULL and "PATH: reason" in err on failure. */
 st_file *st_open(const char *path, char *err, size_t errlen);
 /* Number of tensors, and tensor i (0 <= i < st_count) in header order. */
 int st_count(const st_file *f);
@@ -97,8 +98,12 @@ void st_writer_add(st_writer *w, const char *name, st_dtype dt, int ndims,
 /* Sets a "__metadata__" entry (both copied); a second call with the same key
  * replaces the value. */
 void st_writer_meta(st_writer *w, const char *key, const char *value);
-/* Writes the file atomically: a temporary file in the same directory
- * (".NAME.PID.N.tmp"), fsync, rename over path, fsync of the directory.
+/* Writes the file atomically (base/files.h): a temporary file in the same
+ * directory (".NAME.PID.N.tmp", removed on failure and by SIGINT, SIGTERM
+ * or SIGHUP; those of killed runs are removed by the next save to path),
+ * fsync, rename over path, fsync of the directory. A path that is neither
+ * a regular file nor a new name (a device, a FIFO, a directory, a link to
+ * one) is refused before anything is written.
  * Tensor names are sorted (byte order) in the header and their data laid out
  * in that order, the header padded with spaces to a multiple of 8, so that
  * the same content gives byte-identical files whatever the order of the

@@ -186,6 +186,28 @@ static bool read_tensor(const st_file *f, const char *path, const st_tensor *x, 
   return ok;
 }
 
+/* A value of a tensor that training cannot start from: NaN or an infinity
+ * anywhere, and below zero in a state that is a mean of squares. */
+static bool check_values(const weft_world *w, const char *path, const char *name, const float *v, int64_t n,
+                         bool nonneg, char *err, size_t errlen) {
+  for (int64_t i = 0; i < n; i++) {
+    if (!isfinite(v[i]) && !w->allow_nonfinite) {
+      int64_t more = 0;
+      for (int64_t k = i + 1; k < n; k++) more += !isfinite(v[k]);
+      snprintf(err, errlen, "%s: tensor %s holds %s at element %" PRId64 " (%" PRId64 " of its %" PRId64 " values are not "
+               "finite); --allow-nonfinite loads it all the same", path, name, isnan(v[i]) ? "nan" : v[i] > 0 ? "inf" : "-inf",
+               i, more + 1, n);
+      return false;
+    }
+    if (nonneg && v[i] < 0) {
+      snprintf(err, errlen, "%s: tensor %s holds %.9g at element %" PRId64 "; an optimizer's mean of squares is never negative",
+               path, name, (double)v[i], i);
+      return false;
+    }
+  }
+  return true;
+}
+
 static bool is_optim_name(const char *n) { return strncmp(n, "optim.", 6) == 0; }
 
 /* Every tensor of `role` in the file, and nothing else (optim.* aside). */
@@ -204,8 +226,10 @@ static bool load_role(weft_world *w, const char *path, tensor_role role, char *e
       ok = false;
       break;
     }
-    ok = read_tensor(f, path, s, x, x->name, role == TENSOR_PARAM ? (void *)w->param[t] : w->input[t],
-                     role == TENSOR_INPUT && x->dtype == DT_I32, err, errlen);
+    bool ints = role == TENSOR_INPUT && x->dtype == DT_I32;
+    void *out = role == TENSOR_PARAM ? (void *)w->param[t] : w->input[t];
+    ok = read_tensor(f, path, s, x, x->name, out, ints, err, errlen) &&
+         (ints || check_values(w, path, x->name, out, tensor_numel(x), false, err, errlen));
   }
   for (int i = 0; ok && i < st_count(f); i++) {
     const st_tensor *s = st_at(f, i);
@@ -243,6 +267,21 @@ bool world_load_inputs(weft_world *w, const char *path, char *err, size_t errlen
   return true;
 }
 
+/* Whether s is a whole decimal number from 0 to max, digits only (no
+ * sign, no space, not empty); its value in *out. */
+static bool decimal(const char *s, uint64_t max, uint64_t *out) {
+  uint64_t v = 0;
+  if (!*s) return false;
+  for (; *s; s++) {
+    if (*s < '0' || *s > '9') return false;
+    unsigned d = (unsigned)(*s - '0');
+    if (v > (max - d) / 10) return false;
+    v = v * 10 + d;
+  }
+  if (out) *out = v;
+  return true;
+}
+
 /* The name of state tensor c of parameter `param` in a checkpoint. */
 static const char *state_name(char *buf, size_t n, const weft_world *w, int c, const char *param) {
   snprintf(buf, n, "optim.%s.%s", w->state_names[c], param);
@@ -255,22 +294,31 @@ bool world_resume(weft_world *w, const char *path, uint64_t *seed, char *err, si
   if (!f) return false;
   const weft_graph *g = w->g;
   bool ok = true;
-  const char *fmt = st_meta(f, "format"), *step = st_meta(f, "step");
+  const char *fmt = st_meta(f, "format"), *step = st_meta(f, "step"), *model = st_meta(f, "model");
+  const char *opt = st_meta(f, "optimizer"), *sd = st_meta(f, "seed");
+  uint64_t v;
   if (!fmt || strcmp(fmt, "weft-checkpoint") != 0 || !step) {
     snprintf(err, errlen, "%s: not a checkpoint of weft run (its metadata lacks format and step)", path);
     ok = false;
-  }
-  if (ok) {
-    char *end;
-    long long s = strtoll(step, &end, 10);
-    if (*end || s < 0) {
-      snprintf(err, errlen, "%s: step '%s' in its metadata is not a count", path, step);
-      ok = false;
-    }
-    w->step = s;
-    const char *sd = st_meta(f, "seed");
-    if (sd && seed) *seed = strtoull(sd, NULL, 10);
-    /* the run's settings, "train.*" */
+  } else if (!decimal(step, WORLD_MAX_STEP, &v)) {
+    snprintf(err, errlen, "%s: step \"%.40s\" in its metadata is not a count of steps (a decimal number from 0 to %" PRId64 ")",
+             path, step, WORLD_MAX_STEP);
+    ok = false;
+  } else if (sd && !decimal(sd, UINT64_MAX, NULL)) {
+    snprintf(err, errlen, "%s: seed \"%.40s\" in its metadata is not a seed (a decimal number from 0 to %" PRIu64 ")", path,
+             sd, UINT64_MAX);
+    ok = false;
+  } else if (!model || strcmp(model, g->name) != 0) {
+    snprintf(err, errlen, "%s: a checkpoint of model %.80s, not of model %s", path, model ? model : "(none named)", g->name);
+    ok = false;
+  } else if (!opt || strcmp(opt, w->optimizer ? w->optimizer : "none") != 0) {
+    snprintf(err, errlen, "%s: a checkpoint of %.80s, but model %s trains with %s", path, opt ? opt : "no named optimizer",
+             g->name, g->optimizer ? g->optimizer : "nothing");
+    ok = false;
+  } else {
+    w->step = (int64_t)v;
+    if (sd && seed) decimal(sd, UINT64_MAX, seed);
+    /* the run's settings, "train.*" (weft run checks their values) */
     for (int i = 0; i < st_meta_count(f); i++) {
       const char *k = st_meta_key(f, i);
       if (strncmp(k, "train.", 6) == 0 && !world_set_meta(w, k, st_meta(f, k))) {
@@ -278,12 +326,6 @@ bool world_resume(weft_world *w, const char *path, uint64_t *seed, char *err, si
         ok = false;
         break;
       }
-    }
-    const char *opt = st_meta(f, "optimizer");
-    if (ok && opt && w->optimizer && strcmp(opt, w->optimizer) != 0) {
-      snprintf(err, errlen, "%s: a checkpoint of %s, but model %s trains with %s", path, opt, g->name,
-               g->optimizer ? g->optimizer : "nothing");
-      ok = false;
     }
   }
   char name[1024];
@@ -298,7 +340,8 @@ bool world_resume(weft_world *w, const char *path, uint64_t *seed, char *err, si
         ok = false;
         break;
       }
-      ok = read_tensor(f, path, s, &g->tensors[t], name, w->state[t] + c * n, false, err, errlen);
+      ok = read_tensor(f, path, s, &g->tensors[t], name, w->state[t] + c * n, false, err, errlen) &&
+           check_values(w, path, name, w->state[t] + c * n, n, strcmp(w->state_names[c], "exp_avg_sq") == 0, err, errlen);
     }
   }
   st_close(f);

@@ -80,6 +80,7 @@ typedef struct cplan {
 
 typedef struct cvdev {
   gpu_stream *stream;
+  gpu_event *done;        /* recorded at the end of a pass */
   char *pool;
   int *slot;              /* per instruction: the loss share it writes, -1 */
   bool *stepped;          /* per buffer of its program: a parameter a step wrote */
@@ -760,6 +761,7 @@ void crun_close(crun *r) {
   for (int d = 0; r->dev && d < r->pr->nprogs; d++) {
     cvdev *v = &r->dev[d];
     gpu_stream_free(v->stream);
+    gpu_event_free(v->done);
     gpu_free(v->pool);
     free(v->slot), free(v->stepped);
   }
@@ -1003,7 +1005,7 @@ crun *crun_open(const weft_program *pr, weft_world *w, const backend_opts *o, ch
       free(pool);
       goto fail;
     }
-    if (!(v->stream = gpu_stream_new(e, sizeof e))) {
+    if (!(v->stream = gpu_stream_new(e, sizeof e)) || !(v->done = gpu_event_new(e, sizeof e))) {
       failf(err, errlen, 2, "GPU %d: %s", r->gpu, e);
       free(pool);
       goto fail;
@@ -1207,6 +1209,35 @@ static bool eval_skips(const crun *r, const sop *so) {
   return in->kind == LI_STEP || (in->kind == LI_COMPUTE && (in->dir == DIR_BACKWARD || in->recompute));
 }
 
+/* Waits for every stream to finish the pass, at most the run's timeout
+ * (--timeout): a kernel that hangs fails the run instead of holding it. */
+static bool pass_end(crun *r, char *err, size_t errlen) {
+  char e[512];
+  int nd = r->pr->nprogs;
+  for (int d = 0; d < nd; d++)
+    if (r->dev[d].stream) gpu_record(r->dev[d].done, r->dev[d].stream);
+  double t0 = now();
+  long nap_us = 20;
+  for (int d = 0; d < nd;) {
+    int k = r->dev[d].stream ? gpu_event_done(r->dev[d].done, e, sizeof e) : 1;
+    if (k < 0) break;
+    if (k > 0) { d++; continue; }
+    if (r->o.timeout_s > 0 && now() - t0 > r->o.timeout_s)
+      return failf(err, errlen, 2,
+                   "GPU %d (%s), plan device %d: step %" PRId64 " did not finish within %g s (--timeout); a kernel "
+                   "may hang (WEFT_CUDA_SYNC=1 names the instruction)",
+                   r->gpu, r->props.name, d, r->w->step + 1, r->o.timeout_s);
+    struct timespec ts = {0, nap_us * 1000};
+    nanosleep(&ts, NULL);
+    if (nap_us < 1000) nap_us *= 2;
+  }
+  if (!gpu_sync(e, sizeof e))
+    return failf(err, errlen, 2,
+                 "GPU %d (%s): a kernel of step %" PRId64 " failed: %s (WEFT_CUDA_SYNC=1 names its instruction)",
+                 r->gpu, r->props.name, r->w->step + 1, e);
+  return true;
+}
+
 static bool run_plan(crun *r, char *err, size_t errlen) {
   char e[512], what[256];
   if (!upload_inputs(r, err, errlen)) return false;
@@ -1228,11 +1259,7 @@ static bool run_plan(crun *r, char *err, size_t errlen) {
       if (!ok) return failf(err, errlen, 2, "GPU %d (%s), %s: %s", r->gpu, r->props.name, what, e);
     }
   }
-  if (!gpu_sync(e, sizeof e))
-    return failf(err, errlen, 2,
-                 "GPU %d (%s): a kernel of step %" PRId64 " failed: %s (WEFT_CUDA_SYNC=1 names its instruction)",
-                 r->gpu, r->props.name, r->w->step + 1, e);
-  return true;
+  return pass_end(r, err, errlen);
 }
 
 bool crun_pass(crun *r, const backend_step *st, backend_result *out, char *err, size_t errlen) {

@@ -64,6 +64,9 @@ void gpu_event_free(gpu_event *e);
 /* Records e at this point of s; a later gpu_wait makes a stream wait for it. */
 void gpu_record(gpu_event *e, gpu_stream *s);
 void gpu_wait(gpu_stream *s, gpu_event *e);
+/* Whether the work before e's record has finished: 1 yes, 0 not yet, -1
+ * with a message when it failed. */
+int gpu_event_done(gpu_event *e, char *err, size_t errlen);
 /* Copies that return when done (host memory need not be pinned). */
 bool gpu_upload(void *dst, const void *src, size_t bytes, gpu_stream *s, char *err, size_t errlen);
 bool gpu_download(void *dst, const void *src, size_t bytes, gpu_stream *s, char *err, size_t errlen);

@@ -122,6 +122,10 @@ gpu_event *gpu_event_new(char *err, size_t errlen) { return new gpu_event{0}; }
 void gpu_event_free(gpu_event *e) { delete e; }
 void gpu_record(gpu_event *e, gpu_stream *s) { e->last = emu_record((emu_stream *)s); }
 void gpu_wait(gpu_stream *s, gpu_event *e) { emu_wait((emu_stream *)s, e->last); }
+int gpu_event_done(gpu_event *e, char *err, size_t errlen) {
+  emu_drain();
+  return emu_ok(err, errlen) ? 1 : -1;
+}
 
 bool gpu_upload(void *dst, const void *src, size_t bytes, gpu_stream *s, char *err, size_t errlen) {
   std::vector<unsigned char> copy((const unsigned char *)src, (const unsigned char *)src + bytes);
@@ -237,6 +241,12 @@ void gpu_event_free(gpu_event *e) {
 }
 
 void gpu_record(gpu_event *e, gpu_stream *s) { cudaEventRecord((cudaEvent_t)e, (cudaStream_t)s); }
+
+int gpu_event_done(gpu_event *e, char *err, size_t errlen) {
+  cudaError_t c = cudaEventQuery((cudaEvent_t)e);
+  if (c == cudaErrorNotReady) return 0;
+  return failed(c, "cudaEventQuery", err, errlen) ? -1 : 1;
+}
 void gpu_wait(gpu_stream *s, gpu_event *e) { cudaStreamWaitEvent((cudaStream_t)s, (cudaEvent_t)e, 0); }
 
 bool gpu_upload(void *dst, const void *src, size_t bytes, gpu_stream *s, char *err, size_t errlen) {

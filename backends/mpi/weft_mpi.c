@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "weft_mpi.h"
 
@@ -14,6 +16,45 @@ static const int64_t PIECE = (int64_t)1 << 30;
 
 static char *errbuf;
 static size_t errcap;
+static double timeout_s;  /* 0: wait without limit */
+static pid_t parent;      /* mpirun or srun's process; 0 when unknown */
+
+static int fail(int rc, const char *what);
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Whether a wait that began at t0 must end: the time is up, or the
+ * process that started this one is gone (this one would be orphaned). */
+static int expired(double t0, const char *what) {
+  if (parent > 1 && getppid() != parent) {
+    snprintf(errbuf, errcap, "MPI: the process that started this one (%ld) is gone, while waiting for %s", (long)parent,
+             what);
+    return 1;
+  }
+  if (timeout_s > 0 && now_s() - t0 > timeout_s) {
+    snprintf(errbuf, errcap, "MPI: waited %.3g s for %s (--timeout): a process is stopped or too slow", timeout_s, what);
+    return 1;
+  }
+  return 0;
+}
+
+/* Completes req, polling, unless the wait expires. */
+static int wait_req(MPI_Request *req, const char *what) {
+  double t0 = now_s();
+  for (;;) {
+    int done = 0;
+    int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) return fail(rc, what);
+    if (done) return 0;
+    if (expired(t0, what)) return 1;
+    struct timespec ts = {0, 100000};
+    nanosleep(&ts, NULL);
+  }
+}
 
 static int fail(int rc, const char *what) {
   char msg[MPI_MAX_ERROR_STRING] = "";
@@ -23,8 +64,10 @@ static int fail(int rc, const char *what) {
   return 1;
 }
 
-static int init(int *rank, int *size, char *err, size_t errlen) {
+static int init(int *rank, int *size, double timeout, char *err, size_t errlen) {
   errbuf = err, errcap = errlen;
+  timeout_s = timeout;
+  parent = getppid();
   int provided = 0;
   int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
   if (rc != MPI_SUCCESS) return fail(rc, "MPI_Init_thread");
@@ -120,10 +163,11 @@ static int poll(void **buf, int64_t *bytes) {
   }
   for (int64_t off = 0; off < n; off += PIECE) {
     int64_t k = n - off < PIECE ? n - off : PIECE;
-    rc = MPI_Recv(b + off, (int)k, MPI_BYTE, st.MPI_SOURCE, TAG_MORE, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS) {
+    MPI_Request req;
+    rc = MPI_Irecv(b + off, (int)k, MPI_BYTE, st.MPI_SOURCE, TAG_MORE, MPI_COMM_WORLD, &req);
+    if (rc != MPI_SUCCESS || wait_req(&req, "the rest of a message")) {
       free(b);
-      return -fail(rc, "MPI_Recv");
+      return rc != MPI_SUCCESS ? -fail(rc, "MPI_Irecv") : -1;
     }
   }
   *buf = b;
@@ -134,8 +178,10 @@ static int poll(void **buf, int64_t *bytes) {
 static int reduce(void *v, int64_t n, MPI_Datatype t, MPI_Op op, size_t size) {
   for (int64_t off = 0; off < n; off += PIECE / 8) {
     int64_t k = n - off < PIECE / 8 ? n - off : PIECE / 8;
-    int rc = MPI_Allreduce(MPI_IN_PLACE, (char *)v + (size_t)off * size, (int)k, t, op, MPI_COMM_WORLD);
-    if (rc != MPI_SUCCESS) return fail(rc, "MPI_Allreduce");
+    MPI_Request req;
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, (char *)v + (size_t)off * size, (int)k, t, op, MPI_COMM_WORLD, &req);
+    if (rc != MPI_SUCCESS) return fail(rc, "MPI_Iallreduce");
+    if (wait_req(&req, "the other processes in an all-reduce")) return 1;
   }
   return 0;
 }
@@ -145,8 +191,15 @@ static int sum_float(float *v, int64_t n) { return reduce(v, n, MPI_FLOAT, MPI_S
 static int min_int(int *v, int64_t n) { return reduce(v, n, MPI_INT, MPI_MIN, sizeof *v); }
 
 static int barrier(void) {
-  int rc = MPI_Barrier(MPI_COMM_WORLD);
-  return rc == MPI_SUCCESS ? 0 : fail(rc, "MPI_Barrier");
+  MPI_Request req;
+  int rc = MPI_Ibarrier(MPI_COMM_WORLD, &req);
+  if (rc != MPI_SUCCESS) return fail(rc, "MPI_Ibarrier");
+  return wait_req(&req, "the other processes at the end of the run");
+}
+
+static void abort_all(int code) {
+  MPI_Abort(MPI_COMM_WORLD, code);
+  _exit(code);
 }
 
 static int finalize(void) {
@@ -154,7 +207,7 @@ static int finalize(void) {
   return rc == MPI_SUCCESS ? 0 : fail(rc, "MPI_Finalize");
 }
 
-static const weft_mpi_api api = {WEFT_MPI_VERSION, init,    isend,   test_sends, poll,   sum_double,
-                                 sum_float,        min_int, barrier, finalize};
+static const weft_mpi_api api = {WEFT_MPI_VERSION, init,    isend,   test_sends, poll,     sum_double,
+                                 sum_float,        min_int, barrier, finalize,   abort_all};
 
 const weft_mpi_api *weft_mpi_plugin(void) { return &api; }

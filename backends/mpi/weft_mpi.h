@@ -6,15 +6,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define WEFT_MPI_VERSION 2
+#define WEFT_MPI_VERSION 3
 
 /* Every function returns 0 on success, else nonzero with a message in the
  * err buffer given to init (kept by the plugin). Only the thread that
  * called init calls the others (MPI_THREAD_FUNNELED). */
 typedef struct weft_mpi_api {
   int version;                                   /* WEFT_MPI_VERSION */
-  /* MPI_Init_thread; this process's rank and the number of processes. */
-  int (*init)(int *rank, int *size, char *err, size_t errlen);
+  /* MPI_Init_thread; this process's rank and the number of processes.
+   * Every wait of the functions below (a collective, a send that needs its
+   * receiver) gives up after timeout_s seconds (0: never) with a message,
+   * and when the process that started this one (mpirun, srun) is gone. */
+  int (*init)(int *rank, int *size, double timeout_s, char *err, size_t errlen);
   /* Starts sending bytes to process dest (any size; sent in pieces) and
    * takes buf, which must come from malloc: it is freed once sent. */
   int (*isend)(int dest, void *buf, int64_t bytes);
@@ -31,6 +34,9 @@ typedef struct weft_mpi_api {
   int (*min_int)(int *v, int64_t n);
   int (*barrier)(void);
   int (*finalize)(void);
+  /* MPI_Abort: ends every process of the run with status code; does not
+   * return. */
+  void (*abort)(int code);
 } weft_mpi_api;
 
 /* The one symbol weft looks up with dlsym. */

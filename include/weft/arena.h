@@ -37,6 +37,18 @@ char *arena_printf(arena *a, const char *fmt, ...)
 /* Grows *items (of *cap elements of size elem) to hold at least need. */
 void arena_grow(arena *a, void **items, int *cap, int need, size_t elem);
 
+/* The memory budget of the process: all arenas together hold at most
+ * bytes (0: no limit). Past it weft stops with a message naming the budget,
+ * exit 2; the stages estimate what they build and refuse it earlier, with
+ * its figures (arena_budget tells them the limit). */
+void arena_budget_set(size_t bytes);
+size_t arena_budget(void);
+/* Bytes all arenas hold now, and the most they held. */
+size_t arena_held(void);
+size_t arena_held_peak(void);
+/* Half of the machine's physical memory: the default budget. */
+size_t arena_default_budget(void);
+
 /* Called when memory runs out: prints a message and exits with status 2. */
 _Noreturn void weft_oom(void);
 

@@ -25,13 +25,18 @@ typedef struct weft_world {
   const char *optimizer;  /* the optimizer's name ("adamw"), NULL when the model does not train */
   int state_copies;       /* state tensors per element: 2 AdamW (m, then v), 1 SGD with momentum, 0 none */
   const char *const *state_names; /* each one's name in a checkpoint: optim.NAME.PARAM */
-  int64_t step;           /* optimizer steps taken so far */
+  int64_t step;           /* optimizer steps taken so far, at most WORLD_MAX_STEP */
+  bool allow_nonfinite;   /* loading keeps NaN and infinities (--allow-nonfinite) */
   /* What a checkpoint records of a run besides its tensors (the position
    * in the training data, the schedule): entries "train.NAME" of its
    * metadata, written by world_save and read back by world_resume. */
   int nmeta;
   char *meta_key[WORLD_MAX_META], *meta_val[WORLD_MAX_META];
 } weft_world;
+
+/* The largest step count a checkpoint may hold: far beyond any training,
+ * and small enough that no count of steps after it overflows. */
+#define WORLD_MAX_STEP INT64_C(1000000000000000)
 
 /* A run's recorded setting (world_set_meta), or NULL. */
 const char *world_meta(const weft_world *w, const char *key);
@@ -57,14 +62,18 @@ void world_init_inputs(weft_world *w, uint64_t seed);
 int64_t world_id_bound(const weft_graph *g, int t);
 
 /* Parameters from a safetensors file by their model names: every parameter
- * present with its shape, no other tensor (entries optim.* aside). False
- * with a message naming the file and tensor. */
+ * present with its shape, no other tensor (entries optim.* aside), every
+ * value finite unless w->allow_nonfinite. False with a message naming the
+ * file and tensor (and the first element that is not finite). */
 bool world_load_params(weft_world *w, const char *path, char *err, size_t errlen);
 /* Inputs by the model's input names, the same checks; ids must lie below
  * world_id_bound. */
 bool world_load_inputs(weft_world *w, const char *path, char *err, size_t errlen);
 /* A checkpoint world_save wrote: parameters, optimizer state, step count;
- * *seed gets the seed it recorded (unchanged when absent or seed NULL). */
+ * *seed gets the seed it recorded (unchanged when absent or seed NULL).
+ * Its metadata is checked as data: format, model and optimizer those of w,
+ * step and seed whole decimal numbers in range; the state in its domain
+ * (exp_avg_sq >= 0) and finite, as the parameters. */
 bool world_resume(weft_world *w, const char *path, uint64_t *seed, char *err, size_t errlen);
 /* Parameters by name, optimizer state as optim.NAME.PARAM, step and seed
  * in the metadata; written to a temporary file, synced and renamed. */
@@ -83,7 +92,8 @@ int64_t world_step_items(const weft_graph *g, const char **unit);
 
 /* The version of this table: a plugin built against another is refused.
  * 2: passes (backend_step, backend_result), on_memory; 3: kernels, probe,
- * tolerance, failure, describe, backend_opts.deterministic. */
+ * tolerance, failure, describe, and backend_opts' deterministic,
+ * allow_nonfinite and timeout_s. */
 #define WEFT_BACKEND_VERSION 3
 
 /* What a device's buffers took, as the backend measured it while the steps
@@ -96,6 +106,11 @@ typedef struct backend_opts {
   bool allow_native;      /* operators with native kernels may load them */
   bool deterministic;     /* no kernel whose sums may run in another order
                            * from run to run (`weft run --deterministic`) */
+  bool allow_nonfinite;   /* train on through a gradient that is NaN or
+                           * infinite; else the pass fails at it */
+  double timeout_s;       /* the longest a device or process waits for
+                           * another (a message, a collective, a pass's
+                           * end) before the run fails; 0: no limit */
   /* NULL, or called by `read` once for every device this process ran,
    * with what it measured (a backend that does not measure never calls it) */
   backend_memory_fn on_memory;

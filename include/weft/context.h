@@ -49,6 +49,11 @@ typedef struct weft_ctx {
   weft_srcs srcs;
   weft_diags diags;
   const char *stdlib_dir;        /* NULL: the embedded standard library */
+  const char *tree;              /* the main file's directory, a real path: `use`
+                                  * reads under it (NULL until a file is loaded) */
+  const char **allowed;          /* more directories `use` may read under
+                                  * (--allow-path), real paths */
+  int nallowed, acap;
   weft_override *overrides;
   int noverrides, ocap;
   weft_module *modules;

@@ -5,6 +5,7 @@
 
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "weft/arena.h"
@@ -53,8 +54,12 @@ typedef struct weft_diags {
 /* Adds a file; text is copied into the arena. Returns its index. */
 int src_add(weft_srcs *s, arena *a, const char *path, const char *dir,
             const char *text, size_t len);
-/* Reads a file into the table; -1 (and errno) when it cannot be read. */
-int src_read(weft_srcs *s, arena *a, const char *path);
+/* The largest source file weft reads (16 MiB): a plan is text written by
+ * people or by weft search, a few kilobytes. */
+#define SRC_MAX_BYTES ((int64_t)16 << 20)
+/* Reads a regular file into the table (a FIFO or a device is refused
+ * without blocking); -1 and the reason in why when it cannot be read. */
+int src_read(weft_srcs *s, arena *a, const char *path, char *why, size_t whylen);
 /* One line of a file without its newline, and its length. */
 const char *src_line(const weft_src *s, int line, int *len);
 

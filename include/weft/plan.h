@@ -309,6 +309,8 @@ const char *plan_sub_where(arena *a, const weft_plan *p, const psub *s);
  * those of micro-batch 0 (a folded plan; nothing otherwise). keep: per
  * device, whether its sub-operators are kept (NULL: all). */
 void plan_unfold(arena *a, weft_plan *p, const bool *keep);
+/* What plan_unfold would make: sub-operators and communications. */
+void plan_unfold_size(const weft_plan *p, const bool *keep, int64_t *nsubs, int64_t *ncomms);
 /* Region r of tensor t moved to micro-batch mb of a folded plan. */
 tregion fold_shift(arena *a, const weft_plan *p, int t, const tregion *r, int mb);
 

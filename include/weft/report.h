@@ -20,6 +20,8 @@ typedef struct weft_opts {
   const char *model;      /* graph --model */
   const char *plan;       /* --plan */
   const char *stdlib_dir; /* --stdlib */
+  const char **allow_paths; /* --allow-path DIR: more directories `use` may read */
+  int nallow_paths;
   bool json, dot, write, check, roundtrip, grid;
   int device;             /* lower --device N, or -1 */
   const char *trace;      /* estimate --trace FILE */
@@ -33,6 +35,8 @@ typedef struct weft_opts {
   bool allow_native;      /* run --allow-native */
   bool deterministic;     /* run --deterministic */
   bool kernels;           /* backends --kernels */
+  bool allow_nonfinite;   /* run --allow-nonfinite */
+  double timeout;         /* run --timeout SECONDS, 0: the default */
   const weft_backend *backend; /* run --backend, NULL: the first of the build */
   bool seed_given;        /* --seed given (else a checkpoint's) */
   /* run: the schedule, clipping, data, evaluation, logs (docs/run.md). A

@@ -16,10 +16,18 @@ weft_ctx *weft_new(void);
 void weft_free(weft_ctx *c);
 /* Records --set NAME=VALUE; false (and a diagnostic) when malformed. */
 bool weft_set(weft_ctx *c, const char *assignment);
-/* Parses and evaluates a file and everything it imports. Returns WEFT_OK,
- * WEFT_REJECTED (diagnostics in c->diags) or WEFT_FAILED (file unreadable). */
+/* Lets `use` read files under dir too (--allow-path); false (and a
+ * diagnostic) when dir is not a directory. */
+bool weft_allow_path(weft_ctx *c, const char *dir);
+/* Parses and evaluates a file and everything it imports. A `use` reads
+ * only under the file's own directory, the standard library's and those
+ * weft_allow_path gave: an absolute path, a `..` or a symbolic link that
+ * leaves them is an error at the `use`, and the file is not opened.
+ * Returns WEFT_OK, WEFT_REJECTED (diagnostics in c->diags) or WEFT_FAILED
+ * (file unreadable). */
 int weft_load(weft_ctx *c, const char *path);
-/* Same, for text in memory (fuzzing, tests). */
+/* Same, for text in memory (fuzzing, tests); its `use` reads under the
+ * current directory. */
 int weft_load_text(weft_ctx *c, const char *name, const char *text, size_t len);
 
 /* Top-level definitions of the main file, in source order. */

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 struct arena_block {
   arena_block *next;
@@ -26,11 +27,66 @@ void weft_oom(void) {
   exit(2);
 }
 
+/* ---- the budget ---------------------------------------------------------------
+ * What all arenas of the process hold, and the most they may: a process's
+ * figures, shared by every arena and thread (atomic), like malloc's own. */
+
+static size_t held, held_peak, budget;
+
+void arena_budget_set(size_t bytes) { budget = bytes; }
+size_t arena_budget(void) { return budget; }
+size_t arena_held(void) { return __atomic_load_n(&held, __ATOMIC_RELAXED); }
+size_t arena_held_peak(void) { return __atomic_load_n(&held_peak, __ATOMIC_RELAXED); }
+
+size_t arena_default_budget(void) {
+  long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || size <= 0) return 0;
+  return (size_t)pages / 2 * (size_t)size;
+}
+
+/* "1.5 GiB" */
+static const char *gib(char *buf, size_t n, size_t bytes) {
+  if (bytes >= ((size_t)1 << 30)) snprintf(buf, n, "%.1f GiB", (double)bytes / (double)((size_t)1 << 30));
+  else snprintf(buf, n, "%.0f MiB", (double)bytes / (double)(1 << 20));
+  return buf;
+}
+
+/* The process's resident memory, or 0 when the system does not say. */
+static size_t resident(void) {
+  FILE *f = fopen("/proc/self/statm", "r");
+  if (!f) return 0;
+  unsigned long size = 0, res = 0;
+  int got = fscanf(f, "%lu %lu", &size, &res);
+  fclose(f);
+  long page = sysconf(_SC_PAGESIZE);
+  return got == 2 && page > 0 ? (size_t)res * (size_t)page : 0;
+}
+
+/* Blocks are counted when they are made; the pages of a large one are
+ * not all touched (a table a stage fills sparsely), so once the blocks
+ * pass the budget the memory really in use decides. */
+static void take(size_t n) {
+  size_t now = __atomic_add_fetch(&held, n, __ATOMIC_RELAXED);
+  size_t peak = __atomic_load_n(&held_peak, __ATOMIC_RELAXED);
+  while (now > peak && !__atomic_compare_exchange_n(&held_peak, &peak, now, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {}
+  if (!budget || now <= budget) return;
+  size_t used = resident();
+  if (!used) used = now - n;
+  if (used + n <= budget) return;
+  char a[32], b[32];
+  fprintf(stderr, "weft: error: this work needs more than %s of memory, the budget (--max-memory or WEFT_MAX_MEMORY; "
+          "the default is half of the machine's memory); %s were in use\n", gib(a, sizeof a, budget), gib(b, sizeof b, used));
+  exit(2);
+}
+
+static void give(size_t n) { __atomic_sub_fetch(&held, n, __ATOMIC_RELAXED); }
+
 void arena_init(arena *a) { a->head = NULL; a->spare = NULL; a->total = 0; }
 
 static void free_blocks(arena_block *b) {
   while (b) {
     arena_block *next = b->next;
+    give(b->size + sizeof *b);
     free(b);
     b = next;
   }
@@ -111,6 +167,7 @@ void *arena_alloc(arena *a, size_t n) {
     if (size > ARENA_MAX_BLOCK) size = ARENA_MAX_BLOCK;
     if (size < n) size = n;
     if (size > SIZE_MAX - sizeof(arena_block)) weft_oom();
+    take(sizeof(arena_block) + size);
     b = calloc(1, sizeof(arena_block) + size);
     if (!b) weft_oom();
     b->size = size;

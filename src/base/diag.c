@@ -7,6 +7,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "base/files.h"
+
 int src_add(weft_srcs *s, arena *a, const char *path, const char *dir,
             const char *text, size_t len) {
   arena_grow(a, (void **)&s->items, &s->cap, s->n + 1, sizeof(weft_src));
@@ -30,33 +32,10 @@ int src_add(weft_srcs *s, arena *a, const char *path, const char *dir,
   return s->n++;
 }
 
-int src_read(weft_srcs *s, arena *a, const char *path) {
-  FILE *fp = fopen(path, "rb");
-  if (!fp) return -1;
-  struct stat st;
-  if (fstat(fileno(fp), &st) == 0 && S_ISDIR(st.st_mode)) {
-    fclose(fp);
-    errno = EISDIR;
-    return -1;
-  }
-  size_t cap = 1 << 16, len = 0;
-  char *buf = malloc(cap);
-  if (!buf) weft_oom();
-  for (;;) {
-    if (len == cap) {
-      if (cap > ((size_t)1 << 30)) { free(buf); fclose(fp); errno = EFBIG; return -1; }
-      cap *= 2;
-      char *nb = realloc(buf, cap);
-      if (!nb) { free(buf); weft_oom(); }
-      buf = nb;
-    }
-    size_t got = fread(buf + len, 1, cap - len, fp);
-    len += got;
-    if (got == 0) break;
-  }
-  int err = ferror(fp);
-  fclose(fp);
-  if (err) { free(buf); errno = EIO; return -1; }
+int src_read(weft_srcs *s, arena *a, const char *path, char *why, size_t whylen) {
+  size_t len = 0;
+  char *buf = file_read_all(path, SRC_MAX_BYTES, &len, why, whylen);
+  if (!buf) return -1;
   char *dir = arena_strdup(a, path);
   char *slash = strrchr(dir, '/');
   if (slash) slash[1] = 0; else dir[0] = 0;

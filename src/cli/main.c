@@ -11,6 +11,7 @@
 
 #include "weft/report.h"
 #include "weft/search.h"
+#include "weft/units.h"
 
 typedef struct command {
   const char *name;
@@ -25,6 +26,14 @@ typedef struct command {
 static const char *const common_help =
     "  --set NAME=VALUE   override a top-level `param` of the file (repeatable)\n"
     "  --stdlib DIR       read the standard library from DIR (also WEFT_STDLIB)\n"
+    "  --allow-path DIR   let `use` read files under DIR too (repeatable; default: the\n"
+    "                     plan's own directory and the standard library)\n";
+/* weft search's --max-memory is the devices' memory: its own budget is
+ * WEFT_MAX_MEMORY alone */
+static const char *const budget_help =
+    "  --max-memory Q     the memory weft may use for its work, e.g. '4 GiB' (also\n"
+    "                     WEFT_MAX_MEMORY; default: half of the machine's memory)\n";
+static const char *const common_help_end =
     "  --color WHEN       auto, always or never (NO_COLOR is honoured)\n"
     "  --max-errors N     stop reporting after N errors (default 50)\n";
 
@@ -80,8 +89,8 @@ static const command commands[] = {
      "options:\n"
      "  --plan NAME        the plan (default: the last one the file defines)\n"
      "  --json             print one JSON object\n"
-     "  --trace FILE       write the simulated timeline as Chrome trace JSON (Perfetto)\n"
-     "  --svg FILE         write the schedule as an SVG picture, devices against time\n"
+     "  --trace FILE       write the simulated timeline as Chrome trace JSON (Perfetto), - stdout\n"
+     "  --svg FILE         write the schedule as an SVG picture, devices against time, - stdout\n"
      "  --devices LIST     the devices the trace and the picture show: 0,8,16 or 0..8 (from 0 to 7),\n"
      "                     or all (default: 64 at most, spread over the simulated devices)\n"
      "  --cost MODEL       roofline (default) or symbolic: FLOPs and bytes only, no hardware figures\n"},
@@ -106,6 +115,10 @@ static const command commands[] = {
      "                     the loss of every step and every parameter (relative 1e-5 on the CPU)\n"
      "  --deterministic    no kernel whose sums may change order between runs (cuda)\n"
      "  --allow-native     let operators with native kernels (kernel = \"lib.so:fn\") load them\n"
+     "  --allow-nonfinite  load NaN and infinite values, and train on through a loss or\n"
+     "                     gradient that is not finite (else the run stops there, exit 1)\n"
+     "  --timeout S        the longest a device or process waits for another (default 600);\n"
+     "                     then the run fails, and under mpirun every process ends\n"
      "  --json             print one JSON object: steps, check, saved file\n"
      "training:\n"
      "  --data PATH        batches from token files (a file or a glob of shards): llm.c's\n"
@@ -169,7 +182,8 @@ static void usage_main(FILE *out) {
   for (int i = 0; i < NCOMMANDS; i++) fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].summary);
   fprintf(out, "  %-8s %s\n  %-8s %s\n", "help", "help on a command: weft help check", "version",
           "print the version");
-  fprintf(out, "\ncommon options:\n%s\nexit status: 0 accepted, 1 input rejected, 2 weft failed\n", common_help);
+  fprintf(out, "\ncommon options:\n%s%s%s\nexit status: 0 accepted, 1 input rejected, 2 weft failed\n", common_help,
+          budget_help, common_help_end);
   fprintf(out, "environment: WEFT_PROFILE (set, not 0) prints the time and memory of each phase on stderr;\n"
                "  others in docs/cli.md\n");
 }
@@ -185,10 +199,8 @@ static const command *find_command(const char *name) {
 static void help_command(const command *cmd, FILE *out) {
   fputs(cmd->usage, out);
   /* fmt reads syntax only: parameters and the standard library do not matter */
-  if (cmd->run == report_fmt)
-    fputs("  --color WHEN       auto, always or never (NO_COLOR is honoured)\n"
-          "  --max-errors N     stop reporting after N errors (default 50)\n", out);
-  else fprintf(out, "%s", common_help);
+  if (cmd->run == report_fmt) fputs(common_help_end, out);
+  else fprintf(out, "%s%s%s", common_help, cmd->run == report_search ? "" : budget_help, common_help_end);
 }
 
 static int unknown_command(const char *name) {
@@ -215,6 +227,22 @@ static const char *opt_value(int argc, char **argv, int *i, const char *name) {
 static bool is_opt(const char *arg, const char *name) {
   size_t n = strlen(name);
   return strncmp(arg, name, n) == 0 && (arg[n] == 0 || arg[n] == '=');
+}
+
+/* A size in bytes: "4 GiB", "512MiB", "2e9" (bytes). False when it is not
+ * a positive quantity of bytes. */
+static bool parse_bytes(const char *text, size_t *out) {
+  char *end;
+  double v = strtod(text, &end);
+  if (end == text || !(v > 0)) return false;
+  while (*end == ' ') end++;
+  double scale = 1;
+  unit_dim dim = UNIT_BYTES;
+  if (*end && (!unit_lookup(end, &scale, &dim) || !unit_eq(dim, UNIT_BYTES))) return false;
+  v *= scale;
+  if (!(v >= 1 << 20) || v > 1e18) return false;
+  *out = (size_t)v;
+  return true;
 }
 
 /* A number of weft run's training options: finite, at least lo (above it
@@ -310,6 +338,13 @@ int main(int argc, char **argv) {
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   backend_startup();
+  size_t budget = arena_default_budget();
+  const char *env_budget = getenv("WEFT_MAX_MEMORY");
+  if (env_budget && *env_budget && !parse_bytes(env_budget, &budget)) {
+    fprintf(stderr, "weft: error: WEFT_MAX_MEMORY needs bytes of at least 1 MiB, such as '4 GiB', got '%s'\n", env_budget);
+    return WEFT_FAILED;
+  }
+  arena_budget_set(budget);
   if (argc < 2) {
     usage_main(stderr);
     return WEFT_FAILED;
@@ -356,7 +391,8 @@ int main(int argc, char **argv) {
   o.files = calloc((size_t)argc, sizeof(char *));
   o.sets = calloc((size_t)argc, sizeof(char *));
   o.heuristics = calloc((size_t)argc, sizeof(char *));
-  if (!o.files || !o.sets || !o.heuristics) weft_oom();
+  o.allow_paths = calloc((size_t)argc, sizeof(char *));
+  if (!o.files || !o.sets || !o.heuristics || !o.allow_paths) weft_oom();
   int rc = WEFT_FAILED;
   for (int i = 2; i < argc; i++) {
     const char *a = argv[i];
@@ -453,6 +489,14 @@ int main(int argc, char **argv) {
     else if (cmd->run == report_run && strcmp(a, "--allow-native") == 0) o.allow_native = true;
     else if (cmd->run == report_run && strcmp(a, "--deterministic") == 0) o.deterministic = true;
     else if (cmd->run == report_backends && strcmp(a, "--kernels") == 0) o.kernels = true;
+    else if (cmd->run == report_run && strcmp(a, "--allow-nonfinite") == 0) o.allow_nonfinite = true;
+    else if (cmd->run == report_run && is_opt(a, "--timeout")) {
+      if (!(v = opt_value(argc, argv, &i, "--timeout"))) goto done;
+      char *end;
+      double t = strtod(v, &end);
+      if (*end || !*v || !(t > 0) || t > 1e7) { fprintf(stderr, "weft: error: --timeout needs seconds (above 0)\n"); goto done; }
+      o.timeout = t;
+    }
     else if (cmd->run == report_run && is_opt(a, "--backend")) {
       if (!(v = opt_value(argc, argv, &i, "--backend"))) goto done;
       char err[512];
@@ -463,6 +507,15 @@ int main(int argc, char **argv) {
     }
     else if (is_opt(a, "--plan") && (cmd->run == report_explain || cmd->run == report_lower || cmd->run == report_estimate || cmd->run == report_run || cmd->run == report_search)) { if (!(v = opt_value(argc, argv, &i, "--plan"))) goto done; o.plan = v; }
     else if (is_opt(a, "--stdlib")) { if (!(v = opt_value(argc, argv, &i, "--stdlib"))) goto done; o.stdlib_dir = v; }
+    else if (is_opt(a, "--max-memory")) {
+      if (!(v = opt_value(argc, argv, &i, "--max-memory"))) goto done;
+      if (!parse_bytes(v, &budget)) {
+        fprintf(stderr, "weft: error: --max-memory needs bytes of at least 1 MiB, such as '4 GiB', got '%s'\n", v);
+        goto done;
+      }
+      arena_budget_set(budget);
+    }
+    else if (is_opt(a, "--allow-path")) { if (!(v = opt_value(argc, argv, &i, "--allow-path"))) goto done; o.allow_paths[o.nallow_paths++] = v; }
     else if (is_opt(a, "--max-errors")) {
       if (!(v = opt_value(argc, argv, &i, "--max-errors"))) goto done;
       char *end;
@@ -517,5 +570,6 @@ done:
   free(o.files);
   free(o.sets);
   free(o.heuristics);
+  free(o.allow_paths);
   return rc;
 }

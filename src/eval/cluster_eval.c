@@ -3,6 +3,10 @@
 #include <string.h>
 
 #include "eval.h"
+
+/* A work limit: ten times the devices of the largest published runs
+ * (Megatron-LM's 1T model on 3072 GPUs). */
+enum { CLUSTER_MAX_DEVICES = 32768 };
 #include "weft/workspace.h"
 
 /* A record being built, with where each field was written (for errors)
@@ -301,8 +305,11 @@ value weft_build_cluster(weft_ctx *c, value cl, weft_loc use) {
     diag_hint(g, &c->diags, "add link NAME { level = \"cluster\", bandwidth = ..., latency = ... }");
     return v_error();
   }
-  if (nodes->i * dpn->i > 1000000) {
-    eval_error(c, loc, "%s has more than 1000000 devices", where);
+  if (nodes->i * dpn->i > CLUSTER_MAX_DEVICES) {
+    weft_diag *g = eval_error(c, loc, "%s has %lld devices, more than weft supports (%d)", where,
+                              (long long)(nodes->i * dpn->i), CLUSTER_MAX_DEVICES);
+    diag_hint(g, &c->diags, "the communication of a plan and its simulation grow with the square of its devices; "
+              "published runs use a few thousand");
     return v_error();
   }
   field_set(c, &f, "devices", v_int(nodes->i * dpn->i));

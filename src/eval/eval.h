@@ -30,6 +30,10 @@ enum {
   EVAL_MAX_STEPS = 50 * 1000 * 1000, /* bounds every loop and recursion */
   EVAL_MAX_DEPTH = 200,              /* function and sub-model calls */
   EVAL_MAX_LIST = 10 * 1000 * 1000,  /* elements of one list or range use */
+  /* operators of a model: GPT-3 has about 1,000, Megatron-LM's 1T model
+   * 1,700; what follows a model (plans, lowering) grows faster than it */
+  MODEL_MAX_OPS = 100 * 1000,
+  EVAL_LOOP_PROBE = 16,              /* iterations of a `for` before its end is projected */
 };
 
 /* A body of statements (a model's, a plan's, a cluster's): stmt runs one

@@ -8,7 +8,7 @@
 #include "weft/workspace.h"
 #include "model.h"
 
-enum { MODEL_MAX_OPS = 4 * 1000 * 1000, MODEL_MAX_DIMS = 16 };
+enum { MODEL_MAX_DIMS = 16 };
 
 /* The model (or sub-model) whose body is being evaluated. */
 typedef struct mstate {
@@ -628,7 +628,8 @@ static int op_call(weft_ctx *c, env *e, const opdecl *op, const ast *call, const
   }
   const char *name = full_name(c, rel);
   if (m->sc.g->nops >= MODEL_MAX_OPS) {
-    eval_error(c, call->loc, "the model has more than %d operators", MODEL_MAX_OPS);
+    weft_diag *g = eval_error(c, call->loc, "the model has more than %d operators", MODEL_MAX_OPS);
+    diag_hint(g, &c->diags, "GPT-3 has about a thousand; a loop that makes many layers may count too many");
     return -1;
   }
   int t = graph_add_tensor(A(c), m->sc.g, name, TENSOR_ACT, dt, rn, rd, call->loc);

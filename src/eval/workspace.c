@@ -5,6 +5,8 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "eval.h"
 #include "weft/workspace.h"
@@ -47,6 +49,84 @@ bool weft_set(weft_ctx *c, const char *assignment) {
   for (int i = 0; i < c->noverrides - 1; i++)
     if (strcmp(c->overrides[i].name, o->name) == 0) c->overrides[i].used = true;  /* last wins */
   return true;
+}
+
+/* ---- where a plan may read ------------------------------------------------ */
+
+/* path made absolute and rid of "." and ".." by its text alone: where a
+ * file that does not exist would be. */
+static const char *lexical_path(weft_ctx *c, const char *path) {
+  char cwd[PATH_MAX];
+  const char *full = path;
+  if (path[0] != '/') full = arena_printf(&c->arena, "%s/%s", getcwd(cwd, sizeof cwd) ? cwd : "", path);
+  char *out = arena_alloc(&c->arena, strlen(full) + 2);
+  size_t n = 0;
+  for (const char *p = full; *p;) {
+    while (*p == '/') p++;
+    const char *e = p;
+    while (*e && *e != '/') e++;
+    size_t len = (size_t)(e - p);
+    if (len == 0 || (len == 1 && p[0] == '.')) {
+    } else if (len == 2 && p[0] == '.' && p[1] == '.') {
+      while (n > 0 && out[n - 1] != '/') n--;
+      if (n > 0) n--;
+    } else {
+      out[n++] = '/';
+      memcpy(out + n, p, len);
+      n += len;
+    }
+    p = e;
+  }
+  if (n == 0) out[n++] = '/';
+  out[n] = 0;
+  return out;
+}
+
+static bool under(const char *path, const char *dir) {
+  size_t n = strlen(dir);
+  if (n == 1 && dir[0] == '/') return path[0] == '/';
+  return strncmp(path, dir, n) == 0 && (path[n] == '/' || path[n] == 0);
+}
+
+/* Whether a `use` may read the file at path (a real path, or one made
+ * by lexical_path): under the plan's directory, the standard library's,
+ * or a directory --allow-path gave. */
+static bool readable_place(weft_ctx *c, const char *path) {
+  if (c->tree && under(path, c->tree)) return true;
+  for (int i = 0; i < c->nallowed; i++)
+    if (under(path, c->allowed[i])) return true;
+  if (c->stdlib_dir) {
+    char *std = realpath(c->stdlib_dir, NULL);
+    bool ok = std && under(path, std);
+    free(std);
+    if (ok) return true;
+  }
+  return false;
+}
+
+bool weft_allow_path(weft_ctx *c, const char *dir) {
+  char *real = realpath(dir, NULL);
+  struct stat st;
+  weft_loc none = {0};
+  if (!real || stat(real, &st) != 0 || !S_ISDIR(st.st_mode)) {
+    eval_error(c, none, "--allow-path %s: %s", dir, real ? "not a directory" : strerror(errno));
+    free(real);
+    return false;
+  }
+  arena_grow(&c->arena, (void **)&c->allowed, &c->acap, c->nallowed + 1, sizeof(char *));
+  c->allowed[c->nallowed++] = arena_strdup(&c->arena, real);
+  free(real);
+  return true;
+}
+
+/* The real path of the directory of path, the tree its `use` reads in. */
+static void set_tree(weft_ctx *c, const char *path) {
+  char *d = arena_strdup(&c->arena, path);
+  char *slash = strrchr(d, '/');
+  if (slash) slash[slash == d ? 1 : 0] = 0;
+  char *real = realpath(slash ? d : ".", NULL);
+  c->tree = real ? arena_strdup(&c->arena, real) : NULL;
+  free(real);
 }
 
 /* ---- modules and top-level items ------------------------------------------ */
@@ -93,17 +173,29 @@ static env *use_module(weft_ctx *c, const char *from_dir, const ast *n) {
     char *path = rel[0] == '/' ? arena_strdup(&c->arena, rel)
                  : arena_printf(&c->arena, "%s%s%s", dir, (*dir && dir[strlen(dir) - 1] != '/') ? "/" : "", rel);
     char *real = realpath(path, NULL);
+    int err = errno;
+    /* where the file is, or would be: nothing outside the allowed
+     * directories is opened, or said to exist */
+    if (!readable_place(c, real ? real : lexical_path(c, path))) {
+      free(real);
+      c->import_failed = true;
+      weft_diag *g = eval_error(c, n->loc, "`use \"%s\"` reads outside the plan's directory", rel);
+      diag_hint(g, &c->diags, "a plan imports files under its own directory and the standard library; "
+                "--allow-path DIR allows another");
+      return NULL;
+    }
     if (!real) {
-      weft_diag *g = eval_error(c, n->loc, "cannot open module '%s': %s", path, strerror(errno));
+      weft_diag *g = eval_error(c, n->loc, "cannot open module '%s': %s", path, strerror(err));
       if (in_std) diag_hint(g, &c->diags, "the standard library is read from %s (--stdlib or WEFT_STDLIB)", c->stdlib_dir);
       return NULL;
     }
     key = arena_strdup(&c->arena, real);
     free(real);
     if (!find_module(c, key)) {
-      file = src_read(&c->srcs, &c->arena, path);
+      char why[256];
+      file = src_read(&c->srcs, &c->arena, path, why, sizeof why);
       if (file < 0) {
-        eval_error(c, n->loc, "cannot read module '%s': %s", path, strerror(errno));
+        eval_error(c, n->loc, "cannot read module '%s': %s", path, why);
         return NULL;
       }
       if (in_std) c->srcs.items[file].dir = "<std>/";
@@ -306,12 +398,14 @@ static int finish_load(weft_ctx *c, int file, const char *key) {
 }
 
 int weft_load(weft_ctx *c, const char *path) {
-  int file = src_read(&c->srcs, &c->arena, path);
+  char why[256];
+  int file = src_read(&c->srcs, &c->arena, path, why, sizeof why);
   if (file < 0) {
     weft_loc none = {0};
-    eval_error(c, none, "cannot read '%s': %s", path, strerror(errno));
+    eval_error(c, none, "cannot read '%s': %s", path, why);
     return WEFT_FAILED;
   }
+  set_tree(c, path);
   char *real = realpath(path, NULL);
   const char *key = arena_strdup(&c->arena, real ? real : path);
   free(real);
@@ -320,6 +414,7 @@ int weft_load(weft_ctx *c, const char *path) {
 
 int weft_load_text(weft_ctx *c, const char *name, const char *text, size_t len) {
   int file = src_add(&c->srcs, &c->arena, name, "", text, len);
+  set_tree(c, ".");
   return finish_load(c, file, name);
 }
 

@@ -829,9 +829,10 @@ static int first_diff_line(const char *a, const char *b) {
 
 int weft_fmt_roundtrip(const char *path, weft_srcs *srcs, arena *ar, weft_diags *diags,
                        FILE *err) {
-  int f = src_read(srcs, ar, path);
+  char why[256];
+  int f = src_read(srcs, ar, path, why, sizeof why);
   if (f < 0) {
-    fprintf(err, "%s: cannot read the file\n", path);
+    fprintf(err, "%s: cannot read the file: %s\n", path, why);
     return 2;
   }
   weft_parse_opts o = { ar, srcs, diags };

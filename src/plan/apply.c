@@ -3,6 +3,7 @@
  * stages, meshes, sub-operators and their devices; then the communication
  * (deps.c), micro-batch folding (fold.c) and data-parallel replicas. */
 #include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,12 +24,21 @@ struct plan_builder {
   bool failed;
 };
 
-/* PLAN_MAX_SUBS bounds one operator's sub-operators; PLAN_BUILD_BYTES the records of
- * the sub-operators really built (one micro-batch's when micro-batches are
+/* Work limits, far above published plans (Megatron-LM's 1T model on 3072
+ * devices makes 61,680 sub-operators, at most 48 per operator, and 512
+ * micro-batches a pipeline): the dependencies of an operator's
+ * sub-operators grow with the square of their number, and lowering with
+ * that of the micro-batches. PLAN_BUILD_BYTES bounds the records of the
+ * sub-operators really built (one micro-batch's when micro-batches are
  * folded): about 17 million, and what is derived from them takes several
- * times more */
-enum { PLAN_MAX_SUBS = 1 << 20 };
+ * times more. */
+enum {
+  PLAN_MAX_SUBS = 1 << 15, PLAN_MAX_MICROBATCHES = 4096,
+  PLAN_MAX_COSHARD = 4096,   /* sub-operators of one operator on one device */
+};
 #define PLAN_BUILD_BYTES ((int64_t)1 << 30)
+/* Bytes per unfolded sub-operator or communication, lowered (unfold_fits). */
+#define PLAN_UNIT_BYTES 800.0
 
 /* ---- splits ---------------------------------------------------------------------- */
 
@@ -94,6 +104,12 @@ static bool apply_split(plan_builder *b, const decision *d) {
   int parts = d->parts;
   if (parts < 1 || parts > 1000000) {
     diag_add(b->dg, DIAG_ERROR, d->loc, "a count must be a positive integer, got %d", parts);
+    return false;
+  }
+  if (d->in_time && parts > PLAN_MAX_MICROBATCHES) {
+    weft_diag *g = diag_add(b->dg, DIAG_ERROR, d->loc, "%d micro-batches, more than weft supports (%d)", parts,
+                            PLAN_MAX_MICROBATCHES);
+    diag_hint(g, b->dg, "published pipelines run a few hundred (Megatron-LM's 1T model: 512); larger micro-batches make fewer");
     return false;
   }
   for (int k = 0; k < d->ops.n; k++) {
@@ -810,14 +826,68 @@ bool plan_add(plan_builder *b, const decision *d) {
   return ok;
 }
 
+/* Whether no device holds more sub-operators of one operator than
+ * PLAN_MAX_COSHARD: what they exchange among themselves grows with the
+ * square of their number (a split into 10,000 parts on one device takes
+ * seconds to lower, into 32,768 more than a minute). */
+static bool coshard_fits(plan_builder *b, weft_plan *p) {
+  int *on = calloc((size_t)p->ndevices + 1, sizeof(int));
+  if (!on) weft_oom();
+  bool ok = true;
+  for (int op = 0; op < p->g->nops && ok; op++) {
+    const popplan *pp = &p->ops[op];
+    if (pp->count <= PLAN_MAX_COSHARD) continue;
+    for (int f = 0; f < pp->count && ok; f++) {
+      int dv = p->subs[pp->first + f].device;
+      if (dv < 0 || dv >= p->ndevices || ++on[dv] <= PLAN_MAX_COSHARD) continue;
+      int n = 0;
+      for (int k = 0; k < pp->count; k++) n += p->subs[pp->first + k].device == dv;
+      weft_diag *g = diag_add(b->dg, DIAG_ERROR, pp->assign_loc.line ? pp->assign_loc : p->loc,
+                              "%d sub-operators of %s on device %d, more than weft supports on one device (%d)", n,
+                              p->g->ops[op].name, dv, PLAN_MAX_COSHARD);
+      diag_hint(g, b->dg, "fewer parts per device (co-shard), or more devices");
+      ok = false;
+    }
+    for (int f = 0; f < pp->count; f++) {
+      int dv = p->subs[pp->first + f].device;
+      if (dv >= 0 && dv < p->ndevices) on[dv] = 0;
+    }
+  }
+  free(on);
+  return ok;
+}
+
+/* Whether the unfolded plan, and the program lowered from it, fit what is
+ * left of the memory budget: about PLAN_UNIT_BYTES per sub-operator and
+ * communication (their instructions and buffers included: 740 bytes each
+ * for Megatron-LM's 1T model on 3072 devices), and int indexes. */
+static bool unfold_fits(plan_builder *b, weft_plan *p, const bool *keep) {
+  int64_t nsubs, ncomms;
+  plan_unfold_size(p, keep, &nsubs, &ncomms);
+  double need = (double)(nsubs + ncomms) * PLAN_UNIT_BYTES;
+  size_t budget = arena_budget(), held = arena_held();
+  double left = budget ? (double)(budget > held ? budget - held : 0) : 1e300;
+  if (need <= left && nsubs < INT32_MAX / 2 && ncomms < INT32_MAX / 2) return true;
+  char b1[32], b2[32], b3[32];
+  weft_diag *g = diag_add(b->dg, DIAG_ERROR, p->loc, "the plan unfolds into %" PRId64 " sub-operators and %" PRId64
+                          " communications (%d micro-batches, %d devices); lowering them needs about %s, more than the %s "
+                          "left of the memory budget of %s", nsubs, ncomms, p->fold.nmb ? p->fold.nmb : 1, p->ndevices,
+                          unit_bytes_human((int64_t)fmin(need, 9e18), b1, sizeof b1),
+                          unit_bytes_human((int64_t)fmin(left, 9e18), b2, sizeof b2),
+                          unit_bytes_human((int64_t)budget, b3, sizeof b3));
+  diag_hint(g, b->dg, "fewer micro-batches or devices, or a larger budget (--max-memory)");
+  return false;
+}
+
 weft_plan *plan_finish(plan_builder *b, const dec_placer *pl) {
   weft_plan *p = b->p;
   if (b->failed) return NULL;
   fold_setup(b);
   if (!make_subs(b, p)) return NULL;
   if (!place(b, pl)) return NULL;
-  if (b->dg->errors > b->before) return NULL;
+  if (b->dg->errors > b->before || !coshard_fits(b, p)) return NULL;
   prof_mark("sub-operators");
+  prof_note("%d sub-operators made, %" PRId64 " with every micro-batch, on %d devices", p->nsubs, p->nsubs_all, p->ndevices);
   deps_derive(b->a, p);
   prof_mark("communication");
   p->used_devices = plan_devices_used(p);
@@ -827,6 +897,7 @@ weft_plan *plan_finish(plan_builder *b, const dec_placer *pl) {
     keep = arena_alloc(b->a, (size_t)p->ndevices);
     for (int dv = 0; dv < p->ndevices; dv++) keep[dv] = p->rep[dv] == dv;
   }
+  if (!unfold_fits(b, p, keep)) return NULL;
   plan_unfold(b->a, p, keep);
   prof_mark("unfold");
   prof_note("%d sub-operators and %d communications kept, of %d devices", p->nsubs, p->ncomms, p->ndevices);

@@ -29,6 +29,21 @@ static bool comm_kept(const pcomm *cm, const bool *keep) {
   return false;
 }
 
+void plan_unfold_size(const weft_plan *p, const bool *keep, int64_t *nsubs, int64_t *ncomms) {
+  int64_t nmb = p->fold.nmb ? p->fold.nmb : 1, n = 0, nc = 0;
+  for (int op = 0; op < p->g->nops; op++) {
+    const popplan *pp = &p->ops[op];
+    for (int f = 0; f < pp->count; f++) {
+      const psub *src = &p->subs[pp->first + f];
+      n += !keep || (src->device >= 0 && keep[src->device]);
+    }
+  }
+  for (int i = 0; i < p->ncomms; i++)
+    if (comm_kept(&p->comms[i], keep)) nc += per_microbatch(&p->comms[i]) ? nmb : 1;
+  *nsubs = n * nmb;
+  *ncomms = nc;
+}
+
 void plan_unfold(arena *a, weft_plan *p, const bool *keep) {
   /* what moves in one step, before any device's communication is dropped */
   for (int i = 0; i < p->ncomms; i++) {

@@ -14,6 +14,7 @@ weft_ctx *report_ctx(const weft_opts *o) {
   if (o->stdlib_dir) c->stdlib_dir = o->stdlib_dir;
   c->diags.max_errors = o->max_errors;
   for (int i = 0; i < o->nsets; i++) weft_set(c, o->sets[i]);
+  for (int i = 0; i < o->nallow_paths; i++) weft_allow_path(c, o->allow_paths[i]);
   return c;
 }
 
@@ -50,6 +51,40 @@ weft_plan *report_plan(weft_ctx *c, const weft_opts *o, int *rc, const plan_opts
   p = weft_build_plan(c, items[pick].val, items[pick].loc, po);
   if (!p) *rc = WEFT_REJECTED;
   return p;
+}
+
+bool report_output_ok(const weft_opts *o, const char *opt, const char *path, bool say) {
+  char why[PATH_MAX + 128];
+  if (!file_check_output(path, why, sizeof why)) {
+    if (say) fprintf(stderr, "weft: error: %s %s: %s\n", opt, path, why);
+    return false;
+  }
+  /* a file can be made there: what access(2) allows root may still fail */
+  char err[PATH_MAX + 256];
+  file_out *probe = file_out_open(path, err, sizeof err);
+  if (!probe) {
+    if (say) fprintf(stderr, "weft: error: %s %s\n", opt, err);
+    return false;
+  }
+  file_out_abort(probe);
+  const char *reads[] = {o->nfiles ? o->files[0] : NULL, o->inputs};
+  for (size_t i = 0; i < sizeof reads / sizeof reads[0]; i++)
+    if (reads[i] && file_same(path, reads[i])) {
+      if (say) fprintf(stderr, "weft: error: %s %s: the command reads that file (%s); weft never writes over its inputs\n",
+                       opt, path, reads[i]);
+      return false;
+    }
+  return true;
+}
+
+bool report_output_not_source(weft_ctx *c, const char *opt, const char *path, bool say) {
+  for (int i = 0; i < c->nmodules; i++)
+    if (file_same(path, c->modules[i].key)) {
+      if (say) fprintf(stderr, "weft: error: %s %s: the plan imports that file (%s); weft never writes over its inputs\n",
+                       opt, path, c->srcs.items[c->modules[i].file].path);
+      return false;
+    }
+  return true;
 }
 
 bool report_bound(const vdecl *d) {

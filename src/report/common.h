@@ -12,6 +12,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <limits.h>
+
+#include "base/files.h"
 #include "base/json.h"
 #include "base/prof.h"
 #include "weft/deps.h"
@@ -34,6 +37,13 @@ bool report_bound(const vdecl *d);
 int report_holes(const ast *n, weft_loc *out, int max);
 /* "8,388,608" */
 const char *report_grouped(char *buf, int64_t v);
+/* Whether the task may write path, the value of option opt (--save,
+ * --trace, --svg, -o), checked before any work: a regular file or a new
+ * name (file_check_output), and not a file the task reads (the plan,
+ * --inputs). Prints why not on stderr when say. */
+bool report_output_ok(const weft_opts *o, const char *opt, const char *path, bool say);
+/* The same once the plan is loaded: not a file it imports. */
+bool report_output_not_source(weft_ctx *c, const char *opt, const char *path, bool say);
 /* An error of the task, at loc. */
 weft_diag *report_error(weft_ctx *c, weft_loc loc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/files.h"
 #include "data.h"
 #include "weft/workspace.h"
 
@@ -58,21 +59,14 @@ static bool read_at(int fd, void *buf, size_t n, int64_t off) {
 static bool open_file(tfile *f, const char *path, int raw_bytes, char *err, size_t errlen) {
   f->path = strdup(path);
   if (!f->path) weft_oom();
-  f->fd = open(path, O_RDONLY | O_CLOEXEC);
+  /* a regular file only, opened without blocking (base/files.h) */
+  char why[256];
+  int64_t size = 0;
+  f->fd = file_open_read(path, 0, &size, why, sizeof why);
   if (f->fd < 0) {
-    snprintf(err, errlen, "%s: %s", path, strerror(errno));
+    snprintf(err, errlen, "%s: %s", path, why);
     return false;
   }
-  struct stat st;
-  if (fstat(f->fd, &st) != 0) {
-    snprintf(err, errlen, "%s: %s", path, strerror(errno));
-    return false;
-  }
-  if (!S_ISREG(st.st_mode)) {
-    snprintf(err, errlen, "%s: not a regular file", path);
-    return false;
-  }
-  int64_t size = (int64_t)st.st_size;
   uint8_t h[LLMC_HEADER];
   uint32_t magic = size >= LLMC_HEADER && read_at(f->fd, h, sizeof h, 0) ? le32(h) : 0;
   if (magic == LLMC_MAGIC_U16 || magic == LLMC_MAGIC_U32) {

@@ -2,20 +2,22 @@
  * the figures as text or JSON, the timeline as a trace or a picture. */
 #include "common.h"
 
-/* Writes a picture or trace of the rows to path; false (and a message)
- * when it cannot. */
+/* Writes a picture or trace of the rows to path, atomically; false (and
+ * a message) when it cannot. */
 static bool write_file(const char *path, const weft_sim *s, const sim_row *rows, int nrows,
                        void (*print)(const weft_sim *, const sim_row *, int, FILE *)) {
-  FILE *f = fopen(path, "w");
-  if (!f) {
-    fprintf(stderr, "weft estimate: cannot write %s: %s\n", path, strerror(errno));
-    return false;
+  if (strcmp(path, "-") == 0) {
+    print(s, rows, nrows, stdout);
+    return fflush(stdout) == 0;
   }
-  print(s, rows, nrows, f);
-  bool ok = !ferror(f);
-  if (fclose(f) != 0) ok = false;
-  if (!ok) fprintf(stderr, "weft estimate: cannot write %s: %s\n", path, strerror(errno));
-  return ok;
+  char err[PATH_MAX + 256];
+  file_out *out = file_out_open(path, err, sizeof err);
+  if (out) {
+    print(s, rows, nrows, file_out_stream(out));
+    if (file_out_commit(out, err, sizeof err)) return true;
+  }
+  fprintf(stderr, "weft estimate: %s\n", err);
+  return false;
 }
 
 /* --devices LIST: "all", or numbers and ranges A..B (A to B - 1) separated
@@ -71,10 +73,19 @@ static bool parse_devices(const char *spec, int ndev, int **want, int *n) {
 }
 
 int report_estimate(const weft_opts *o) {
+  /* the files it writes are checked before any work */
+  bool trace = o->trace && strcmp(o->trace, "-") != 0, svg = o->svg && strcmp(o->svg, "-") != 0;
+  if ((trace && !report_output_ok(o, "--trace", o->trace, true)) || (svg && !report_output_ok(o, "--svg", o->svg, true)))
+    return WEFT_FAILED;
   weft_ctx *c = report_ctx(o);
   int rc = WEFT_OK;
   prof_mark("start");
   weft_plan *p = report_plan(c, o, &rc, &(plan_opts){.reps = true});
+  if ((p && trace && !report_output_not_source(c, "--trace", o->trace, true)) ||
+      (p && svg && !report_output_not_source(c, "--svg", o->svg, true))) {
+    weft_free(c);
+    return WEFT_FAILED;
+  }
   /* a plan that does not fit is estimated all the same, and rejected */
   weft_program *pr = p ? lower_plan(p, NULL, &c->arena, &c->diags) : NULL;
   if (pr && !validate_program(pr, &(validate_opts){.skip_memory = true}, &c->diags)) pr = NULL;

@@ -36,23 +36,10 @@ static char *fmt_text(weft_ctx *c, int file, ast **root_out) {
 }
 
 static int write_atomically(const char *path, const char *text) {
-  char *tmp = malloc(strlen(path) + 16);
-  if (!tmp) weft_oom();
-  sprintf(tmp, "%s.weft-tmp", path);
-  FILE *f = fopen(tmp, "wb");
-  if (!f) { fprintf(stderr, "weft: error: cannot write '%s': %s\n", tmp, strerror(errno)); free(tmp); return WEFT_FAILED; }
-  size_t len = strlen(text);
-  bool ok = fwrite(text, 1, len, f) == len;
-  ok &= fflush(f) == 0 && fsync(fileno(f)) == 0;
-  ok &= fclose(f) == 0;
-  if (!ok || rename(tmp, path) != 0) {
-    fprintf(stderr, "weft: error: cannot write '%s': %s\n", path, strerror(errno));
-    remove(tmp);
-    free(tmp);
-    return WEFT_FAILED;
-  }
-  free(tmp);
-  return WEFT_OK;
+  char err[PATH_MAX + 256];
+  if (file_write_text(path, text, strlen(text), err, sizeof err)) return WEFT_OK;
+  fprintf(stderr, "weft: error: %s\n", err);
+  return WEFT_FAILED;
 }
 
 static int fmt_one(const weft_opts *o, const char *path) {
@@ -64,9 +51,10 @@ static int fmt_one(const weft_opts *o, const char *path) {
     file = src_add(&c->srcs, &c->arena, "<stdin>", "", buf, len);
     free(buf);
   } else {
-    file = src_read(&c->srcs, &c->arena, path);
+    char why[256];
+    file = src_read(&c->srcs, &c->arena, path, why, sizeof why);
     if (file < 0) {
-      fprintf(stderr, "weft: error: cannot read '%s': %s\n", path, strerror(errno));
+      fprintf(stderr, "weft: error: cannot read '%s': %s\n", path, why);
       weft_free(c);
       return WEFT_FAILED;
     }

@@ -48,6 +48,19 @@ static const char *relative_to(weft_ctx *c, const char *file, const char *out) {
   return arena_printf(&c->arena, "%s%s", r, rest);
 }
 
+/* A plan written to -o imports FILE through `use`: when FILE is not under
+ * the plan's directory, `weft check` of the plan needs --allow-path, and
+ * says so here rather than later. */
+static void note_outside(const weft_opts *o, const char *use) {
+  if (strncmp(use, "../", 3) != 0 && use[0] != '/') return;
+  char *dir = realpath(o->files[0], NULL);
+  char *slash = dir ? strrchr(dir, '/') : NULL;
+  if (slash) *slash = 0;
+  fprintf(stderr, "weft search: note: %s imports %s from outside its directory: weft reads it with --allow-path %s\n",
+          o->output, use, dir && *dir ? dir : "/");
+  free(dir);
+}
+
 /* How the plan names the model: its declaration with the arguments bound
  * to it (so that --set is kept), or the file's name for it. */
 static const char *model_expr(weft_ctx *c, const char *item, value m) {
@@ -394,16 +407,22 @@ static int search_holes(weft_ctx *c, const weft_opts *o, const weft_item *plan, 
       printf("\n");
     }
     if (o->output || !o->json) {
-      FILE *f = o->output ? fopen(o->output, "w") : stdout;
-      if (!f) {
-        fprintf(stderr, "weft search: cannot write %s: %s\n", o->output, strerror(errno));
+      char err[PATH_MAX + 256];
+      file_out *out = o->output ? file_out_open(o->output, err, sizeof err) : NULL;
+      FILE *f = out ? file_out_stream(out) : stdout;
+      if (o->output && !out) {
+        fprintf(stderr, "weft search: %s\n", err);
         rc = WEFT_FAILED;
       } else {
         fprintf(f, "%s\nuse \"%s\"\n\n%s\n", hdr, use, fill_text(c, plan, holes, nh, front[best].values));
-        if (o->output && fclose(f) != 0) rc = WEFT_FAILED;
-        else if (o->output && !o->json)
+        if (out && !file_out_commit(out, err, sizeof err)) {
+          fprintf(stderr, "weft search: %s\n", err);
+          rc = WEFT_FAILED;
+        } else if (o->output && !o->json) {
           fprintf(stderr, "weft search: wrote %s: %s, %s per device\n", o->output,
                   human_time(b1, sizeof b1, front[best].time), unit_bytes_human(front[best].peak, b2, sizeof b2));
+        }
+        if (out) note_outside(o, use);
       }
     }
     free(hdr);
@@ -414,8 +433,13 @@ static int search_holes(weft_ctx *c, const weft_opts *o, const weft_item *plan, 
 }
 
 int report_search(const weft_opts *o) {
+  if (o->output && !report_output_ok(o, "-o", o->output, true)) return WEFT_FAILED;
   weft_ctx *c = report_ctx(o);
   int rc = c->diags.errors ? WEFT_REJECTED : weft_load(c, o->files[0]);
+  if (rc == WEFT_OK && o->output && !report_output_not_source(c, "-o", o->output, true)) {
+    weft_free(c);
+    return WEFT_FAILED;
+  }
   weft_loc none = {0};
   weft_item items[256];
   value model = v_none(), cluster = v_none();
@@ -646,26 +670,25 @@ int report_search(const weft_opts *o) {
   }
   if (o->output || !o->json) {
     FILE *f = stdout;
-    char *tmp = NULL;
+    file_out *out = NULL;
+    char err[PATH_MAX + 256];
     if (o->output) {
-      tmp = arena_printf(&c->arena, "%s.tmp", o->output);
-      f = fopen(tmp, "w");
-      if (!f) {
-        fprintf(stderr, "weft search: cannot write %s: %s\n", o->output, strerror(errno));
+      out = file_out_open(o->output, err, sizeof err);
+      if (!out) {
+        fprintf(stderr, "weft search: %s\n", err);
         weft_free(c);
         return WEFT_FAILED;
       }
+      f = file_out_stream(out);
     }
     print_plan(f, &r, pick, g, header, use, mexpr, cluster_text, "searched", &c->arena);
     if (o->output) {
-      bool ok = !ferror(f);
-      if (fclose(f) != 0) ok = false;
-      if (!ok || rename(tmp, o->output) != 0) {
-        fprintf(stderr, "weft search: cannot write %s: %s\n", o->output, strerror(errno));
-        remove(tmp);
+      if (!file_out_commit(out, err, sizeof err)) {
+        fprintf(stderr, "weft search: %s\n", err);
         weft_free(c);
         return WEFT_FAILED;
       }
+      note_outside(o, use);
       if (!o->json) {
         char b1[64], b2[64];
         const search_plan *p = &r.plans[pick];

@@ -389,7 +389,7 @@ static bool train_loop(trainer *t, runner *rn, weft_world *w, bool main, run_log
     if (!pass(rn, w, &s, &res, err, errlen)) return false;
     if (t->data) t->data_pos += t->batch;
     record r = {w->step, res.loss, s.lr, res.grad_norm, res.seconds, NAN};
-    if (!isfinite(res.loss) || !isfinite(res.grad_norm)) {
+    if ((!isfinite(res.loss) || !isfinite(res.grad_norm)) && !o->allow_nonfinite) {
       snprintf(err, errlen, "step %" PRId64 ": the %s is %g%s", r.step, isfinite(res.loss) ? "gradient norm" : "loss",
                isfinite(res.loss) ? res.grad_norm : res.loss,
                t->scheduled ? " (a learning rate too high? --lr, --warmup, --clip)" : "");
@@ -460,6 +460,41 @@ static void print_settings(const trainer *t) {
 
 /* ---- the task -------------------------------------------------------------------- */
 
+/* The longest wait of a device for another, unless --timeout says. */
+#define RUN_TIMEOUT_S 600.0
+
+/* Whether the run fits the memory budget, before any of it is allocated:
+ * every device's buffers at their peak, held as f32 (bf16 and f16 take
+ * twice their bytes), and the whole parameters, optimizer state and inputs
+ * (twice, and the one-device step's tensors, with --check). */
+static bool run_fits(const weft_program *pr, const weft_graph *g, const weft_opts *o, bool speak) {
+  double devices = 0, world = 0, whole = 0;
+  bool narrow = false;
+  int copies = g->optimizer && strcmp(g->optimizer, "adamw") == 0 ? 2 : 1;
+  for (int t = 0; t < g->ntensors; t++) {
+    const gtensor *x = &g->tensors[t];
+    double n = (double)tensor_numel(x) * 4;
+    narrow |= dtype_bytes[x->dtype] == 2;
+    if (x->role == TENSOR_PARAM) world += n * (1 + copies);
+    else if (x->role == TENSOR_INPUT) world += n;
+    whole += 2 * n;
+  }
+  for (int d = 0; d < pr->nprogs; d++) devices += (double)pr->progs[d].peak * (narrow ? 2 : 1);
+  double need = devices + world + (o->run_check ? world + whole : 0);
+  size_t budget = arena_budget();
+  if (!budget || need <= (double)budget) return true;
+  if (speak) {
+    char b1[32], b2[32], b3[32], b4[32];
+    fprintf(stderr, "weft run: the run needs about %s of memory (the devices' buffers at their peak %s, the model's "
+            "parameters, optimizer state and inputs %s%s), more than the budget of %s (--max-memory)\n",
+            unit_bytes_human((int64_t)fmin(need, 9e18), b1, sizeof b1), unit_bytes_human((int64_t)fmin(devices, 9e18), b2, sizeof b2),
+            unit_bytes_human((int64_t)fmin(world, 9e18), b3, sizeof b3), o->run_check ? ", twice with --check" : "",
+            unit_bytes_human((int64_t)budget, b4, sizeof b4));
+  }
+  return false;
+}
+
+
 int report_run(const weft_opts *o) {
   int nbuiltin;
   const weft_backend *bk = o->backend ? o->backend : backend_builtin(&nbuiltin)[0];
@@ -472,9 +507,17 @@ int report_run(const weft_opts *o) {
   int rank, nprocs;
   bk->procs(&rank, &nprocs);
   bool speak = rank == 0;
+  /* the files it writes are checked before any work */
+  if ((o->save && !report_output_ok(o, "--save", o->save, speak)) || (o->log && !report_output_ok(o, "--log", o->log, speak)))
+    return WEFT_FAILED;
   weft_ctx *c = report_ctx(o);
   int rc = WEFT_OK;
   weft_plan *p = report_plan(c, o, &rc, NULL);
+  if ((p && o->save && !report_output_not_source(c, "--save", o->save, speak)) ||
+      (p && o->log && !report_output_not_source(c, "--log", o->log, speak))) {
+    weft_free(c);
+    return WEFT_FAILED;
+  }
   lower_opts lo = {.full_programs = true};  /* run */
   weft_program *pr = p ? lower_plan(p, &lo, &c->arena, &c->diags) : NULL;
   if (pr && !validate_program(pr, NULL, &c->diags)) pr = NULL;
@@ -521,7 +564,12 @@ int report_run(const weft_opts *o) {
     weft_free(c);
     return rc;
   }
+  if (!run_fits(pr, g, o, speak)) {
+    weft_free(c);
+    return WEFT_FAILED;
+  }
   weft_world *w = world_new(g);
+  w->allow_nonfinite = o->allow_nonfinite;
   uint64_t seed = o->seed;
   bool ok = true;
   if (!g->optimizer) ok = run_fail(NULL, "the plan's model has no `train` statement: nothing to run") == 0;
@@ -564,10 +612,10 @@ int report_run(const weft_opts *o) {
   mem.peak = calloc((size_t)pr->nprogs + 1, sizeof(int64_t));
   mem.role = calloc(((size_t)pr->nprogs + 1) * LB_ROLE_COUNT, sizeof(int64_t));
   if (!mem.seen || !mem.peak || !mem.role) weft_oom();
-  runner rn = {.bk = bk,
-               .g = g,
-               .bo = {.allow_native = o->allow_native, .deterministic = o->deterministic, .on_memory = mem_on_memory,
-                      .ctx = &mem}};
+  runner rn = {.bk = bk, .g = g,
+               .bo = {.allow_native = o->allow_native, .deterministic = o->deterministic,
+                      .allow_nonfinite = o->allow_nonfinite, .timeout_s = o->timeout > 0 ? o->timeout : RUN_TIMEOUT_S,
+                      .on_memory = mem_on_memory, .ctx = &mem}};
   rn.run = bk->open(pr, w, &rn.bo, err, sizeof err);
   char machine[512] = "";
   if (rn.run && bk->describe) bk->describe(rn.run, machine, sizeof machine);

@@ -66,15 +66,17 @@ static int find_script(weft_scripts *S, const char *name) {
   size_t n = strlen(name);
   bool path = strchr(name, '/') || (n > 4 && strcmp(name + n - 4, ".lua") == 0);
   if (path) {
-    int f = src_read(S->w.srcs, S->w.a, name);
-    if (f < 0) diag_add(S->w.dg, DIAG_ERROR, none, "cannot read heuristic %s: %s", name, strerror(errno));
+    char why[256];
+    int f = src_read(S->w.srcs, S->w.a, name, why, sizeof why);
+    if (f < 0) diag_add(S->w.dg, DIAG_ERROR, none, "cannot read heuristic %s: %s", name, why);
     return f;
   }
   if (S->w.stdlib_dir) {
     const char *p = arena_printf(S->w.a, "%s/heuristics/%s.lua", S->w.stdlib_dir, name);
-    int f = src_read(S->w.srcs, S->w.a, p);
+    char why[256];
+    int f = src_read(S->w.srcs, S->w.a, p, why, sizeof why);
     if (f < 0) {
-      weft_diag *d = diag_add(S->w.dg, DIAG_ERROR, none, "cannot read heuristic %s: %s", p, strerror(errno));
+      weft_diag *d = diag_add(S->w.dg, DIAG_ERROR, none, "cannot read heuristic %s: %s", p, why);
       diag_hint(d, S->w.dg, "the standard library is read from %s (--stdlib or WEFT_STDLIB)", S->w.stdlib_dir);
     }
     return f;

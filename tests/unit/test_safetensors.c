@@ -942,15 +942,16 @@ static void test_failed_save_leaves_target(void **state) {
   char *nodir = join(dir, "no/such/dir/t.safetensors");
   assert_false(st_write(w, nodir, err, sizeof err));
   expect_has(err, nodir);
-  expect_has(err, "cannot create the temporary file");
+  expect_has(err, "its directory");
+  expect_has(err, "No such file or directory");
   free(nodir);
   assert_int_equal(count_entries(dir), 0);
 
-  /* the target is a directory: the rename fails, the temporary goes */
+  /* the target is a directory: refused before a temporary is made */
   char *sub = join(dir, "sub");
   assert_int_equal(mkdir(sub, 0755), 0);
   assert_false(st_write(w, sub, err, sizeof err));
-  expect_has(err, "cannot rename");
+  expect_has(err, "a directory, not a regular file");
   assert_int_equal(count_entries(dir), 1);
   struct stat sb;
   assert_int_equal(stat(sub, &sb), 0);
@@ -992,7 +993,7 @@ static void test_failed_save_leaves_target(void **state) {
   if (geteuid() != 0) {
     assert_int_equal(chmod(dir, 0555), 0);
     assert_false(st_write(w, path, err, sizeof err));
-    expect_has(err, "cannot create the temporary file");
+    expect_has(err, "cannot write in its directory");
     assert_int_equal(chmod(dir, 0755), 0);
     now = get_file(path, &len);
     assert_int_equal(len, old_len);
@@ -1002,6 +1003,68 @@ static void test_failed_save_leaves_target(void **state) {
   }
   expect_old(path);
   free(old_bytes);
+  st_writer_free(w);
+  free(path);
+  rm_dir(dir);
+}
+
+/* Targets that are not files are refused and left as they are; a link to
+ * a regular file is written through; a killed save's temporary goes with
+ * the next save to the same name. */
+static void test_save_targets(void **state) {
+  (void)state;
+  char *dir = make_dir(), *path = join(dir, "t.safetensors");
+  char err[ERRLEN];
+  float x[2] = {5, 6};
+  st_writer *w = st_writer_new();
+  st_writer_add(w, "w", ST_F32, 1, (int64_t[]){2}, x);
+
+  char *fifo = join(dir, "fifo");
+  assert_int_equal(mkfifo(fifo, 0600), 0);
+  assert_false(st_write(w, fifo, err, sizeof err));
+  expect_has(err, "a FIFO, not a regular file");
+  struct stat sb;
+  assert_int_equal(lstat(fifo, &sb), 0);
+  assert_true(S_ISFIFO(sb.st_mode));
+  assert_null(st_open(fifo, err, sizeof err));      /* and not read: no blocking open */
+  expect_has(err, "a FIFO, not a regular file");
+
+  assert_false(st_write(w, "/dev/null", err, sizeof err));
+  expect_has(err, "a character device, not a regular file");
+  assert_int_equal(stat("/dev/null", &sb), 0);
+  assert_true(S_ISCHR(sb.st_mode));
+
+  char *dlink = join(dir, "dlink");
+  assert_int_equal(symlink("/dev/null", dlink), 0);
+  assert_false(st_write(w, dlink, err, sizeof err));
+  expect_has(err, "a symbolic link to a character device");
+
+  /* a link to a regular file: the file is replaced, the link stays */
+  write_old(path);
+  char *flink = join(dir, "flink");
+  assert_int_equal(symlink("t.safetensors", flink), 0);
+  write_ok(w, flink);
+  assert_int_equal(lstat(flink, &sb), 0);
+  assert_true(S_ISLNK(sb.st_mode));
+  st_file *f = open_ok(path);
+  assert_non_null(st_find(f, "w"));
+  assert_null(st_meta(f, "step"));
+  st_close(f);
+
+  /* a temporary of a process that is gone is removed by the next save;
+   * one of a live process (this one's parent) is kept */
+  char *stale = join(dir, ".t.safetensors.999999999.1.tmp");
+  char live_name[64];
+  snprintf(live_name, sizeof live_name, ".t.safetensors.%ld.2.tmp", (long)getppid());
+  char *live = join(dir, live_name);
+  put_file(stale, "x", 1);
+  put_file(live, "y", 1);
+  write_ok(w, path);
+  assert_int_equal(access(stale, F_OK), -1);
+  assert_int_equal(access(live, F_OK), 0);
+  unlink(live);
+  unlink(flink), unlink(dlink), unlink(fifo);
+  free(stale), free(live), free(flink), free(dlink), free(fifo);
   st_writer_free(w);
   free(path);
   rm_dir(dir);
@@ -1025,6 +1088,7 @@ int main(void) {
     cmocka_unit_test(test_kill_during_save),
     cmocka_unit_test(test_open_file_survives_save),
     cmocka_unit_test(test_failed_save_leaves_target),
+    cmocka_unit_test(test_save_targets),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
