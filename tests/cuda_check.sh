@@ -76,6 +76,11 @@ rc=$?
 if [ $rc -eq 2 ] && grep -q "plan device [0-9]*, instruction [0-9]* (forward .*, .*): an illegal memory access" "$tmp/e"; then ok
   echo "cuda (emulated): a faulting kernel, WEFT_CUDA_SYNC=1: $(cat "$tmp/e")"
 else bad "a faulting kernel under WEFT_CUDA_SYNC=1 (exit $rc)"; cat "$tmp/e"; fi
+WEFT_CUDA_EMU_HANG=1 "$WEFT" run examples/gpt2.plan --plan tp2 $GPT --backend cuda --timeout 0.5 >/dev/null 2>"$tmp/e"
+rc=$?
+if [ $rc -eq 2 ] && grep -q "plan device [0-9]*: step 1 did not finish within 0.5 s (--timeout)" "$tmp/e"; then ok
+  echo "cuda (emulated): a kernel that hangs, --timeout 0.5: $(cat "$tmp/e")"
+else bad "a kernel that hangs (exit $rc)"; cat "$tmp/e"; fi
 
 echo "cuda: $pass passed, $fail failed"
 [ "$fail" = 0 ]

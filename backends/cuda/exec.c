@@ -95,6 +95,7 @@ struct backend_run {
   cplan plan[2];          /* plain, clipping */
   cplan *P;               /* the one being prepared or run */
   char clip_err[512];     /* why there is no clipping plan */
+  bool hung;              /* a pass passed --timeout: the GPU may still be busy */
   clip_own **own;         /* per device, per instruction: what a step counts in the norm */
   int64_t *mask_at;       /* per device's instruction base + i: its mask's offset, -1 */
   int64_t *ins_base;      /* per device: where its instructions start in mask_at */
@@ -756,6 +757,9 @@ static void plan_free(cplan *P) {
 
 void crun_close(crun *r) {
   if (!r) return;
+  /* a GPU still running a kernel that hangs would hold every free and
+   * synchronization: the process ends with it */
+  if (r->hung) return;
   char e[256];
   gpu_sync(e, sizeof e);
   for (int d = 0; r->dev && d < r->pr->nprogs; d++) {
@@ -1209,6 +1213,12 @@ static bool eval_skips(const crun *r, const sop *so) {
   return in->kind == LI_STEP || (in->kind == LI_COMPUTE && (in->dir == DIR_BACKWARD || in->recompute));
 }
 
+static bool kernel_failed(crun *r, const char *e, char *err, size_t errlen) {
+  return failf(err, errlen, 2,
+               "GPU %d (%s): a kernel of step %" PRId64 " failed: %s (WEFT_CUDA_SYNC=1 names its instruction)", r->gpu,
+               r->props.name, r->w->step + 1, e);
+}
+
 /* Waits for every stream to finish the pass, at most the run's timeout
  * (--timeout): a kernel that hangs fails the run instead of holding it. */
 static bool pass_end(crun *r, char *err, size_t errlen) {
@@ -1220,22 +1230,20 @@ static bool pass_end(crun *r, char *err, size_t errlen) {
   long nap_us = 20;
   for (int d = 0; d < nd;) {
     int k = r->dev[d].stream ? gpu_event_done(r->dev[d].done, e, sizeof e) : 1;
-    if (k < 0) break;
+    if (k < 0) return kernel_failed(r, e, err, errlen);
     if (k > 0) { d++; continue; }
-    if (r->o.timeout_s > 0 && now() - t0 > r->o.timeout_s)
+    if (r->o.timeout_s > 0 && now() - t0 > r->o.timeout_s) {
+      r->hung = true;
       return failf(err, errlen, 2,
                    "GPU %d (%s), plan device %d: step %" PRId64 " did not finish within %g s (--timeout); a kernel "
                    "may hang (WEFT_CUDA_SYNC=1 names the instruction)",
                    r->gpu, r->props.name, d, r->w->step + 1, r->o.timeout_s);
+    }
     struct timespec ts = {0, nap_us * 1000};
     nanosleep(&ts, NULL);
     if (nap_us < 1000) nap_us *= 2;
   }
-  if (!gpu_sync(e, sizeof e))
-    return failf(err, errlen, 2,
-                 "GPU %d (%s): a kernel of step %" PRId64 " failed: %s (WEFT_CUDA_SYNC=1 names its instruction)",
-                 r->gpu, r->props.name, r->w->step + 1, e);
-  return true;
+  return gpu_sync(e, sizeof e) || kernel_failed(r, e, err, errlen);
 }
 
 static bool run_plan(crun *r, char *err, size_t errlen) {
@@ -1311,6 +1319,7 @@ bool crun_read(crun *r, char *err, size_t errlen) {
   const weft_program *pr = r->pr;
   const weft_graph *g = r->g;
   if (!r->inited) return true;
+  if (r->hung) return failf(err, errlen, 2, "GPU %d (%s): a step did not finish (--timeout)", r->gpu, r->props.name);
   char e[512];
   int64_t most = 1;
   for (int b = 0; b < pr->nbufs; b++) {
