@@ -90,7 +90,9 @@ MPI_SO := $(if $(MPICC),$(BUILD)/libweft_mpi.so)
 # CUDA runtime is linked in. The tests name the plugin they load
 # (WEFT_PLUGIN_DIR): build/weft has none beside it.
 NVCC      ?= $(shell command -v nvcc 2>/dev/null)
-CUDA_HOME ?= $(if $(NVCC),$(patsubst %/bin/,%,$(dir $(NVCC))))
+# the toolkit nvcc runs from (it may be a wrapper elsewhere on the PATH)
+CUDA_HOME ?= $(if $(NVCC),$(realpath $(or $(shell $(NVCC) -dryrun -c -x cu /dev/null -o /dev/null 2>&1 | \
+               sed -n 's/^\#\$$ TOP=//p'),$(dir $(NVCC))/..)))
 CUDA_SO   := $(if $(NVCC),$(BUILD)/cuda/libweft_cuda.so)
 CUDA_CU   := $(wildcard backends/cuda/*.cu)
 CUDA_C    := $(wildcard backends/cuda/*.c) backends/cpu/clip.c

@@ -748,8 +748,9 @@ bool crun_probe(char *msg, size_t n) {
   return true;
 }
 
-static void plan_free(cplan *P) {
-  for (int k = 0; P->ev && k < P->s.nevents; k++) gpu_event_free(P->ev[k]);
+/* gpu: whether the GPU's streams, events and memory are freed too */
+static void plan_free(cplan *P, bool gpu) {
+  for (int k = 0; gpu && P->ev && k < P->s.nevents; k++) gpu_event_free(P->ev[k]);
   sched_free(&P->s);
   free(P->ev), free(P->acts), free(P->srcs), free(P->calls), free(P->steps), free(P->first), free(P->count);
   memset(P, 0, sizeof *P);
@@ -758,20 +759,21 @@ static void plan_free(cplan *P) {
 void crun_close(crun *r) {
   if (!r) return;
   /* a GPU still running a kernel that hangs would hold every free and
-   * synchronization: the process ends with it */
-  if (r->hung) return;
+   * synchronization: its resources go with the process (the emulation's
+   * never hang) */
+  bool gpu = !r->hung || gpu_emulated();
   char e[256];
-  gpu_sync(e, sizeof e);
+  if (gpu) gpu_sync(e, sizeof e);
   for (int d = 0; r->dev && d < r->pr->nprogs; d++) {
     cvdev *v = &r->dev[d];
-    gpu_stream_free(v->stream);
-    gpu_event_free(v->done);
-    gpu_free(v->pool);
+    if (gpu) gpu_stream_free(v->stream), gpu_event_free(v->done), gpu_free(v->pool);
     free(v->slot), free(v->stepped);
   }
-  for (int k = 0; k < 2; k++) plan_free(&r->plan[k]);
-  gpu_free(r->inputs), gpu_free(r->slots), gpu_free(r->tables), gpu_free(r->masks), gpu_free(r->norms);
-  gpu_free(r->coef);
+  for (int k = 0; k < 2; k++) plan_free(&r->plan[k], gpu);
+  if (gpu) {
+    gpu_free(r->inputs), gpu_free(r->slots), gpu_free(r->tables), gpu_free(r->masks), gpu_free(r->norms);
+    gpu_free(r->coef);
+  }
   if (r->own) clip_owners_free(r->pr, r->own);
   free(r->dev), free(r->kern), free(r->input_off), free(r->tab.v), free(r->mask_at), free(r->ins_base);
   free(r);
@@ -975,7 +977,7 @@ crun *crun_open(const weft_program *pr, weft_world *w, const backend_opts *o, ch
   bool **tail = clip_tail(pr, e, sizeof e);
   if (!tail || !build_plan(r, &r->plan[1], &cb, tail, r->clip_err, sizeof r->clip_err)) {
     if (!tail) snprintf(r->clip_err, sizeof r->clip_err, "%s", e);
-    plan_free(&r->plan[1]);
+    plan_free(&r->plan[1], true);
   }
   if (tail) clip_tail_free(pr, tail);
   /* build_plan marked the buffers the steps write; the plain plan's count */
