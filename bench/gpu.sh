@@ -23,7 +23,6 @@ STEPS=${STEPS:-10}
 tmp=$(mktemp -d) || exit 2
 trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$DIR" || exit 2
-log=$tmp/log
 say() { echo "$*" | tee -a "$log"; }
 if ldd libweft_cuda.so | grep -q "libcublasLt.*not found"; then
   lt=$(find /usr/local /usr/lib /opt -name 'libcublasLt.so.13' 2>/dev/null | head -1)
@@ -37,8 +36,12 @@ case "$device" in
   *) peak=989.4 ;;
 esac
 peak=${PEAK_TFLOPS:-$peak}
+# the table is written as it grows, so that an interrupted run keeps its rows
+slug=$(echo "${device:-gpu}" | tr -c 'A-Za-z0-9\n' '-' | tr -s '-' | sed 's/-$//')
+log=$DIR/gpu-bench-$(date -u +%Y-%m-%d)-$slug.txt
+: >"$log" || exit 2
 say "bench/gpu.sh, $(date -u '+%Y-%m-%d %H:%M UTC'), ${device:-no nvidia-smi}, bf16 peak $peak TFLOP/s," \
-  "weft commit $(git rev-parse --short HEAD 2>/dev/null), torch $($PY -c 'import torch; print(torch.__version__)' 2>/dev/null)"
+  "weft commit ${WEFT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}, torch $($PY -c 'import torch; print(torch.__version__)' 2>/dev/null)"
 
 # size NAME SETS...: the largest batch that fits, then weft, eager, compile
 row() {
@@ -90,6 +93,4 @@ if [ -n "${TP_BATCH:-}" ]; then
     fi
   done
 fi
-slug=$(echo "${device:-gpu}" | tr -c 'A-Za-z0-9\n' '-' | tr -s '-' | sed 's/-$//')
-cp "$log" "$DIR/gpu-bench-$(date -u +%Y-%m-%d)-$slug.txt"
-echo "written: $DIR/gpu-bench-$(date -u +%Y-%m-%d)-$slug.txt"
+echo "written: $log"

@@ -24,7 +24,6 @@ pass=0; fail=0
 tmp=$(mktemp -d) || exit 2
 trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$DIR" || exit 2
-log=$tmp/log
 say() { echo "$*" | tee -a "$log"; }
 ok() { pass=$((pass+1)); say "ok: $*"; }
 bad() { fail=$((fail+1)); say "FAIL: $*"; }
@@ -38,38 +37,44 @@ if ldd libweft_cuda.so | grep -q "libcublasLt.*not found"; then
   [ -n "$lt" ] && export LD_LIBRARY_PATH="$(dirname "$lt")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
 export WEFT_PLUGIN_DIR=$(pwd)
+# each check stops after LIMIT seconds (a hang is a failure, not a lost log)
+LIMIT=${LIMIT:-240}
+limit() { if command -v timeout >/dev/null 2>&1; then timeout "$LIMIT" "$@"; else "$@"; fi; }
 
 device=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+# the log is written as the checks go, so that it survives an interrupted run
+slug=$(echo "${device:-gpu}" | tr -c 'A-Za-z0-9\n' '-' | tr -s '-' | sed 's/-$//')
+log=$DIR/gpu-check-$(date -u +%Y-%m-%d)-$slug.txt
+: >"$log" || exit 2
 say "tests/gpu/run.sh, $(date -u '+%Y-%m-%d %H:%M UTC'), ${device:-no nvidia-smi}"
 say "driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1);" \
-  "$(nvcc --version 2>/dev/null | tail -1); weft $($WEFT version | sed 's/^weft //'), commit $(git rev-parse --short HEAD 2>/dev/null)"
+  "$(nvcc --version 2>/dev/null | tail -1); weft $($WEFT version | sed 's/^weft //'), commit ${WEFT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}"
 
 # 1. the plugin and the GPU
 if $WEFT backends --kernels >"$tmp/b" 2>&1 && grep -q "runs on: GPU" "$tmp/b"; then ok "$(grep 'runs on' "$tmp/b" | sed 's/^ *//')"
 else bad "weft backends: the plugin or the GPU"; cat "$tmp/b" | tee -a "$log"; fi
 
 # 2. the kernels
-if build/cuda/test_kernels >"$tmp/k" 2>&1; then ok "kernels: $(tail -1 "$tmp/k" | sed 's/^test_kernels: //') against the CPU's"
+if limit build/cuda/test_kernels >"$tmp/k" 2>&1; then ok "kernels: $(tail -1 "$tmp/k" | sed 's/^test_kernels: //') against the CPU's"
 else bad "kernels"; fi
 grep "^kernel" "$tmp/k" >>"$log"
 grep "FAIL" "$tmp/k"
 
 # 3. the plans
-if sh tests/cuda/plans.sh "$WEFT" "$(pwd)" cuda 1e-5 >"$tmp/p" 2>&1; then ok "plans: $(tail -1 "$tmp/p")"
-else bad "plans: $(tail -1 "$tmp/p")"; fi
-cat "$tmp/p" >>"$log"
-grep "FAIL" "$tmp/p"
+{ limit sh tests/cuda/plans.sh "$WEFT" "$(pwd)" cuda 1e-5 2>&1; echo $? >"$tmp/prc"; } | tee -a "$log" >"$tmp/p"
+if [ "$(cat "$tmp/prc")" = 0 ]; then ok "plans: $(tail -1 "$tmp/p")"
+else bad "plans (exit $(cat "$tmp/prc")): $(tail -1 "$tmp/p")"; grep "FAIL" "$tmp/p"; fi
 
 # 4. PyTorch
-if BACKEND=cuda sh tests/reference/run.sh "$WEFT" >"$tmp/r" 2>&1 && [ "$(grep -c 'on cuda ok' "$tmp/r")" = 2 ]; then
-  ok "PyTorch reference: tp2_pp2 and dp agree with PyTorch's GPT-2"
+if limit env BACKEND=cuda sh tests/reference/run.sh "$WEFT" >"$tmp/r" 2>&1 && [ "$(grep -c 'on cuda ok' "$tmp/r")" -ge 4 ]; then
+  ok "PyTorch reference: tp2_pp2 and dp, plain, cosine and linear schedules with clipping, agree with PyTorch's GPT-2"
 else bad "PyTorch reference ($PY): $(tail -1 "$tmp/r")"; fi
 cat "$tmp/r" >>"$log"
 
 # 5. memcheck
 GPT="--set layers=2 --set hidden=64 --set heads=4 --set seq=16 --set vocab=256 --set batch=4"
 if command -v compute-sanitizer >/dev/null 2>&1; then
-  compute-sanitizer --tool memcheck --error-exitcode 9 $WEFT run examples/gpt2.plan --plan tp2 $GPT --backend cuda \
+  limit compute-sanitizer --tool memcheck --error-exitcode 9 $WEFT run examples/gpt2.plan --plan tp2 $GPT --backend cuda \
     --steps 1 >"$tmp/m" 2>&1
   rc=$?
   if [ $rc -eq 0 ] && grep -q "ERROR SUMMARY: 0 errors" "$tmp/m"; then ok "compute-sanitizer memcheck, gpt2 tp2: 0 errors"
@@ -79,7 +84,5 @@ else
 fi
 
 say "tests/gpu/run.sh: $pass passed, $fail failed"
-slug=$(echo "${device:-gpu}" | tr -c 'A-Za-z0-9\n' '-' | tr -s '-' | sed 's/-$//')
-cp "$log" "$DIR/gpu-check-$(date -u +%Y-%m-%d)-$slug.txt"
-echo "written: $DIR/gpu-check-$(date -u +%Y-%m-%d)-$slug.txt"
+echo "written: $log"
 [ "$fail" = 0 ]
