@@ -13,6 +13,8 @@
 #
 # Usage, from the repository root, with ./weft and ./libweft_cuda.so built
 # where nvcc is:   sh bench/gpu.sh [DIR]
+# PARTS picks among "124m 350m tp2" (default all; tp2 also finds 124M's
+# batch) and TORCH_MODES among "eager compile" (default both; empty: none).
 # (SEQ=16 SETS="--set seq=16 --set vocab=256" and WEFT_PLUGIN_DIR=build/cudaemu
 # try the script on the emulation, at a size it can run.)
 DIR=${1:-bench/results}
@@ -65,7 +67,7 @@ bench_size() {
   else
     say "$name weft: failed: $(tail -3 "$tmp/w.err")"
   fi
-  for mode in eager compile; do
+  for mode in ${TORCH_MODES-eager compile}; do
     "$PY" bench/gpu/gpt2_torch.py --mode $mode --layers $layers --hidden $hidden --heads $heads --batch $batch \
       --steps $STEPS >"$tmp/t.json" 2>"$tmp/t.err"
     if grep -q '"tokens_per_s"' "$tmp/t.json" && ! grep -q '"error"' "$tmp/t.json"; then
@@ -78,8 +80,10 @@ bench_size() {
   done
   [ "$name" = "GPT-2 124M" ] && TP_BATCH=$batch
 }
-bench_size "GPT-2 124M" 12 768 12
-bench_size "GPT-2 350M" 24 1024 16
+PARTS=${PARTS:-124m 350m tp2}
+case " $PARTS " in *" 124m "*|*" tp2 "*) bench_size "GPT-2 124M" 12 768 12 ;; esac
+case " $PARTS " in *" 350m "*) bench_size "GPT-2 350M" 24 1024 16 ;; esac
+case " $PARTS " in *" tp2 "*) ;; *) TP_BATCH= ;; esac
 
 # tp2 on two virtual devices against one device, 124M at the same batch
 if [ -n "${TP_BATCH:-}" ]; then
