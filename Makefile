@@ -39,7 +39,17 @@ ifeq ($(FFI_A),libffi.a)
 else
   FFI_LIBS := $(FFI_A)
 endif
-LDLIBS   += $(BLAS_LIBS) $(FFI_LIBS) -ldl -lm
+# Lua 5.4 runs the search's heuristics (src/script); static like OpenBLAS,
+# so that ./weft runs where Lua is not installed.
+LUA_CFLAGS := $(shell pkg-config --cflags lua5.4 2>/dev/null || echo -I/usr/include/lua5.4)
+LUA_A := $(shell $(CC) -print-file-name=liblua5.4.a)
+ifeq ($(LUA_A),liblua5.4.a)
+  LUA_LIBS := -llua5.4
+else
+  LUA_LIBS := $(LUA_A)
+endif
+CPPFLAGS += $(LUA_CFLAGS)
+LDLIBS   += $(LUA_LIBS) $(BLAS_LIBS) $(FFI_LIBS) -ldl -lm
 
 # Debian packages the build and the tests need; `make deps` installs them.
 # python3 runs test scripts; graphviz gives `dot` for `weft graph --dot`.
@@ -53,15 +63,16 @@ LIB_SRC    := $(filter-out src/cli/%,$(wildcard src/*/*.c))
 CPU_SRC    := $(wildcard backends/*.c backends/cpu/*.c)
 HEADERS    := $(wildcard include/weft/*.h src/*/*.h)
 LIB_OBJ    := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/grammar/parser.o \
-              $(BUILD)/grammar/lexer.o $(BUILD)/stdlib/embedded.o \
+              $(BUILD)/grammar/lexer.o $(BUILD)/stdlib/embedded.o $(BUILD)/stdlib/heuristics.o \
               $(CPU_SRC:%.c=$(BUILD)/%.o)
 MAIN_OBJ   := $(BUILD)/src/cli/main.o
 STDLIB     := $(sort $(wildcard stdlib/*.plan))
+HEURISTICS := $(sort $(wildcard stdlib/heuristics/*.lua))
 UNIT_SRC   := $(wildcard tests/unit/test_*.c)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all deps check layers-check search-check unit golden diag-coverage fuzz-check limits-check docs-check docs-examples install-check fmt-check examples-check mutate-check editors-check \
-        fold-check calibrate run-check reference-check deps-torch demo bench install fuzz clean
+.PHONY: all deps check layers-check search-check lua-check unit golden diag-coverage fuzz-check limits-check docs-check docs-examples install-check fmt-check examples-check mutate-check editors-check \
+        fold-check calibrate run-check reference-check deps-torch demo bench install fuzz fuzz-lua fuzz-lua-check clean
 .DELETE_ON_ERROR:
 
 all: weft
@@ -121,6 +132,13 @@ $(BUILD)/stdlib/embedded.c: $(BUILD)/stdlib/embed $(STDLIB)
 $(BUILD)/stdlib/embedded.o: $(BUILD)/stdlib/embedded.c
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
 
+# The heuristics of stdlib/heuristics (weft search --heuristic NAME) too.
+$(BUILD)/stdlib/heuristics.c: $(BUILD)/stdlib/embed $(HEURISTICS)
+	$(BUILD)/stdlib/embed -t heuristic -i script/heuristic_files.h $(HEURISTICS) > $@
+
+$(BUILD)/stdlib/heuristics.o: $(BUILD)/stdlib/heuristics.c src/script/heuristic_files.h
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+
 # ---- tests -----------------------------------------------------------------
 
 $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libweft.a
@@ -129,7 +147,7 @@ $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libweft.a
 
 check: deps
 	@$(MAKE) --no-print-directory weft
-	@$(MAKE) --no-print-directory layers-check unit golden diag-coverage fuzz-check limits-check docs-check docs-examples install-check fmt-check examples-check fold-check mutate-check editors-check calibrate symbolic-check search-check run-check reference-check
+	@$(MAKE) --no-print-directory layers-check unit golden diag-coverage fuzz-check limits-check docs-check docs-examples install-check fmt-check examples-check fold-check mutate-check editors-check calibrate symbolic-check search-check lua-check fuzz-lua-check run-check reference-check
 	@echo "make check: all suites passed"
 
 # the pipeline is one-way: no header of a later stage, no include cycle
@@ -190,6 +208,11 @@ symbolic-check: weft
 search-check: weft
 	@sh tests/search_check.sh $(BUILD)/weft
 
+# weft search --heuristic: megatron.lua against the megatron strategy,
+# weft.estimate, heuristics that steer the search, the sandbox's limits
+lua-check: weft
+	@SANITIZE=$(SANITIZE) sh tests/lua_check.sh $(BUILD)/weft
+
 # weft run against a GPT-2 written in PyTorch (skipped without PyTorch;
 # `make deps-torch` installs Debian's)
 reference-check: weft
@@ -224,6 +247,8 @@ install: weft
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/weft/stdlib
 	install -m 755 weft $(DESTDIR)$(PREFIX)/bin/weft
 	install -m 644 $(STDLIB) $(DESTDIR)$(PREFIX)/share/weft/stdlib/
+	install -d $(DESTDIR)$(PREFIX)/share/weft/stdlib/heuristics
+	install -m 644 $(HEURISTICS) $(DESTDIR)$(PREFIX)/share/weft/stdlib/heuristics/
 ifneq ($(MPI_SO),)
 	install -d $(DESTDIR)$(PREFIX)/lib/weft
 	install -m 755 $(MPI_SO) $(DESTDIR)$(PREFIX)/lib/weft/libweft_mpi.so
@@ -262,6 +287,36 @@ fuzz-check: $(FUZZ_BIN)
 $(BUILD)/tests/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/replay.c $(BUILD)/libweft.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< tests/fuzz/replay.c $(BUILD)/libweft.a $(LDFLAGS) $(LDLIBS)
+
+# The same, short, as make check runs it (when clang is installed): only
+# the script stage is instrumented, over the plain library, so that it
+# builds in seconds.
+LUA_FUZZ_SECONDS ?= 20
+fuzz-lua-check:
+ifeq ($(shell command -v clang 2>/dev/null),)
+	@echo "fuzz-lua-check: skipped (no clang)"
+else
+	@$(MAKE) -s --no-print-directory SANITIZE= build/libweft.a
+	@mkdir -p build/fuzz-check/corpus
+	@clang -O1 -g -fsanitize=fuzzer,address,undefined -Iinclude -Isrc $(LUA_CFLAGS) -o build/fuzz-check/fuzz_lua \
+	  tests/fuzz/fuzz_lua.c src/script/*.c build/libweft.a $(LUA_LIBS) $(BLAS_LIBS) $(FFI_LIBS) -ldl -lm -lpthread
+	@build/fuzz-check/fuzz_lua -max_total_time=$(LUA_FUZZ_SECONDS) -max_len=8192 -timeout=20 -rss_limit_mb=1024 \
+	  build/fuzz-check/corpus stdlib/heuristics tests/fuzz/lua_seeds >build/fuzz-check/log 2>&1 || \
+	  { tail -60 build/fuzz-check/log; exit 1; }
+	@grep -o 'Done [0-9]* runs in [0-9]* second(s)' build/fuzz-check/log | sed 's/^/fuzz-lua-check: /'
+endif
+
+# libFuzzer over Lua heuristics (tests/fuzz/fuzz_lua.c): any script, in the
+# sandbox, steering the search of a small model; seeded with the standard
+# library's heuristics and tests/fuzz/lua_seeds.
+fuzz-lua:
+	@$(MAKE) --no-print-directory BUILD=build/fuzz CC=clang \
+	  SANFLAGS="-fsanitize=fuzzer-no-link,address,undefined" build/fuzz/libweft.a
+	clang -fsanitize=fuzzer,address,undefined -Iinclude -Isrc $(LUA_CFLAGS) -o build/fuzz/fuzz_lua \
+	  tests/fuzz/fuzz_lua.c build/fuzz/libweft.a $(LUA_LIBS) $(BLAS_LIBS) $(FFI_LIBS) -ldl -lm
+	@mkdir -p build/fuzz/lua_corpus
+	build/fuzz/fuzz_lua -max_total_time=$(FUZZ_SECONDS) -max_len=8192 -timeout=20 -rss_limit_mb=1024 \
+	  build/fuzz/lua_corpus stdlib/heuristics tests/fuzz/lua_seeds
 
 clean:
 	rm -rf build weft

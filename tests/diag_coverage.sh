@@ -3,7 +3,8 @@
 # at least one golden test (tests/golden/*/*.expected).
 #
 # The message format of every call to eval_error, report_error, diag_add, diag_hint and
-# lex_error, and of every fprintf/fputs to stderr, is taken from the sources
+# lex_error, of the Lua scripts' errors (script_error, lib_fail, luaL_error),
+# and of every fprintf/fputs to stderr, is taken from the sources
 # (src/*/*.c grammar/*.l grammar/*.y): the first string literal of the call
 # (adjacent literals and PRId64-style macros joined; both branches of
 # `cond ? "a" : "b"`). printf conversions (%s %d %lld %.3g %" PRId64 " ...)
@@ -55,7 +56,7 @@ for f in src/*/*.c grammar/*.l grammar/*.y; do
       if (ch == "\n") line++
     }
     off = 0; rest = code
-    while (match(rest, /(eval_error|report_error|diag_add|diag_hint|lex_error|fprintf|fputs)[ \t\n]*\(/)) {
+    while (match(rest, /(eval_error|report_error|diag_add|diag_hint|lex_error|script_error|lib_fail|luaL_error|fprintf|fputs)[ \t\n]*\(/)) {
       start = off + RSTART; name = substr(rest, RSTART, RLENGTH)
       sub(/[ \t\n]*\($/, "", name)
       at = off + RSTART + RLENGTH            # the byte after "("

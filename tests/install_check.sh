@@ -1,6 +1,6 @@
 #!/bin/sh
 # install_check.sh - `make install` into a scratch DESTDIR puts weft, the
-# standard library and, when mpicc built it, the MPI plugin where README.md
+# standard library (its heuristics too) and, when mpicc built it, the MPI plugin where README.md
 # says, and the installed weft finds the plugin under mpirun.
 #   sh tests/install_check.sh MAKE [PLUGIN]
 MAKE=$1; plugin=$2
@@ -17,6 +17,11 @@ bin=$tmp/usr/bin/weft
 if "$bin" check --stdlib "$tmp/usr/share/weft/stdlib" examples/mlp.plan >"$tmp/a" 2>&1 &&
    "$bin" check examples/mlp.plan >"$tmp/b" 2>&1 && cmp -s "$tmp/a" "$tmp/b"; then ok
 else bad "the installed weft with --stdlib usr/share/weft/stdlib differs from its built-in one"; cat "$tmp/a"; fi
+# and so are its heuristics: the same plan searched with either
+if "$bin" search --stdlib "$tmp/usr/share/weft/stdlib" examples/mlp.plan --cluster 'cpus(4)' --heuristic memory_first \
+     >"$tmp/a" 2>&1 && "$bin" search examples/mlp.plan --cluster 'cpus(4)' --heuristic memory_first >"$tmp/b" 2>&1 &&
+   [ "$(sed 1,2d "$tmp/a")" = "$(sed 1,2d "$tmp/b")" ]; then ok
+else bad "the installed heuristics (usr/share/weft/stdlib/heuristics) differ from the built-in ones"; cat "$tmp/a"; fi
 if [ -n "$plugin" ]; then
   [ -f "$tmp/usr/lib/weft/libweft_mpi.so" ] && ok || bad "no usr/lib/weft/libweft_mpi.so"
   if command -v mpirun >/dev/null 2>&1; then

@@ -19,7 +19,8 @@ os.chdir(ROOT)
 
 # Stages in pipeline order: a file may include headers of its own stage and
 # of earlier ones.
-STAGES = ["base", "front", "ir", "eval", "plan", "lower", "cost", "validate", "search", "backends", "report", "cli"]
+STAGES = ["base", "front", "ir", "eval", "plan", "lower", "cost", "validate", "search", "script", "backends", "report",
+          "cli"]
 
 # The stage of each public header: where what it declares is implemented.
 PUBLIC = {
@@ -32,6 +33,7 @@ PUBLIC = {
     "cost": "cost", "sim": "cost",
     "validate": "validate",
     "search": "search",
+    "script": "script",
     "backend": "backends",
     "report": "report",
 }

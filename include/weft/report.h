@@ -64,6 +64,10 @@ typedef struct weft_opts {
   double time_limit;      /* --time-limit SECONDS */
   int progress;           /* search, run: -1 on a terminal, 0 never, 1 always */
   bool no_buckets;        /* --no-buckets */
+  const char **heuristics; /* --heuristic FILE.lua or NAME, in order */
+  int nheuristics;
+  int64_t lua_steps;      /* --lua-steps N, 0: the default */
+  const char *lua_memory; /* --lua-memory QUANTITY, as written */
 } weft_opts;
 
 /* The tasks, one per command. Each returns the exit status: WEFT_OK,

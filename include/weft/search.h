@@ -26,6 +26,45 @@ typedef struct search_progress {
   const char *phase;      /* "search", "simulate", "buckets" */
 } search_progress;
 
+/* A list of the values one decision may take. */
+typedef struct search_values {
+  int n;
+  int *v;
+} search_values;
+
+/* The space the search covers: the values each decision may take, every
+ * combination tried that the model and the cluster allow. The search
+ * starts from its own (tp: powers of two up to a node; pp: up to the
+ * repeated blocks; micro-batch sizes up to 64; every schedule,
+ * recomputation and ZeRO stage; uneven stages) and a hook may narrow or
+ * widen it. */
+typedef struct search_space {
+  search_values tp, pp;
+  search_values mbs;       /* micro-batch sizes */
+  bool schedule[SCHED_INTERLEAVED + 1];  /* SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED: of pipelines (pp > 1) */
+  search_values interleave; /* stages per device of the interleaved schedule (2 or more) */
+  bool recompute[3];       /* none, selective, full */
+  bool zero[4];
+  bool uneven;             /* a pipeline's stages may hold different numbers of blocks */
+} search_space;
+
+struct search_plan;
+
+/* Heuristics the search calls (weft search --heuristic: src/script), each
+ * may be NULL. A hook that fails has put its diagnostics in the search's
+ * and stops the search. */
+typedef struct search_hooks {
+  /* narrows or widens the space (new lists in a); false: failed */
+  bool (*space)(void *ctx, search_space *s, arena *a);
+  /* 1 keeps candidate c, 0 drops it, -1 failed; called for every candidate
+   * costed, and again with the simulator's figures */
+  int (*prune)(void *ctx, const struct search_plan *c);
+  /* c's place in the order, lowest first, in place of its step time
+   * (c->rank holds the order so far); false: failed */
+  bool (*rank)(void *ctx, const struct search_plan *c, double *rank);
+  void *ctx;
+} search_hooks;
+
 typedef struct search_opts {
   int objective;          /* SEARCH_TIME: the fastest that fits; SEARCH_MEMORY: the smallest */
   double max_memory;      /* bytes a device may need; 0: the cluster's device memory */
@@ -35,6 +74,7 @@ typedef struct search_opts {
   bool buckets;           /* search the gradient buckets of the best (DisCo) */
   void (*progress)(void *ctx, const search_progress *p);
   void *ctx;
+  const search_hooks *hooks; /* NULL: none */
 } search_opts;
 
 /* A pipeline stage: a range of operators (in graph order) on a range of
@@ -67,6 +107,7 @@ typedef struct search_plan {
   double step_time;       /* the simulator's, when simulated */
   int64_t peak_memory;
   bool fits;
+  double rank;            /* its place in the hooks' order (search_hooks.rank), else its step time */
   weft_decisions decisions;
   const char **selectors; /* per decision: its selector as weft source */
 } search_plan;
@@ -82,6 +123,8 @@ typedef struct search_result {
   double search_s, simulate_s;
   int layers;             /* repeated blocks found (0: none) */
   const char *block;      /* their name ("h", "layers") */
+  bool ranked;            /* plans are in the order of search_hooks.rank, the frontier
+                           * is of rank against memory */
 } search_result;
 
 /* Searches plans of graph g on cluster cl. Everything lives in a; false

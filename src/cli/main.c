@@ -155,7 +155,11 @@ static const command commands[] = {
      "  --time-limit S     stop searching after S seconds, with what was found\n"
      "  --no-buckets       keep the default gradient buckets instead of searching them\n"
      "  --progress         a progress line on stderr even when it is not a terminal\n"
-     "  --json             print every plan of the frontier as JSON (with -o, write the plan too)\n"},
+     "  --json             print every plan of the frontier as JSON (with -o, write the plan too)\n"
+     "  --heuristic H      a Lua heuristic: FILE.lua, or a name of stdlib/heuristics such as megatron\n"
+     "                     (repeatable: they apply in order; docs/lua.md)\n"
+     "  --lua-steps N      instructions the heuristics may run (default 100000000)\n"
+     "  --lua-memory Q     memory the heuristics may hold, e.g. '64 MiB' (default 256 MiB)\n"},
 };
 enum { NCOMMANDS = sizeof commands / sizeof commands[0] };
 
@@ -374,8 +378,9 @@ int main(int argc, char **argv) {
   o.progress = -1;
   o.files = calloc((size_t)argc, sizeof(char *));
   o.sets = calloc((size_t)argc, sizeof(char *));
+  o.heuristics = calloc((size_t)argc, sizeof(char *));
   o.allow_paths = calloc((size_t)argc, sizeof(char *));
-  if (!o.files || !o.sets || !o.allow_paths) weft_oom();
+  if (!o.files || !o.sets || !o.heuristics || !o.allow_paths) weft_oom();
   int rc = WEFT_FAILED;
   for (int i = 2; i < argc; i++) {
     const char *a = argv[i];
@@ -436,6 +441,19 @@ int main(int argc, char **argv) {
     else if (cmd->run == report_search && strcmp(a, "-o") == 0) { if (!(v = opt_value(argc, argv, &i, "-o"))) goto done; o.output = v; }
     else if (cmd->run == report_search && strcmp(a, "--progress") == 0) o.progress = 1;
     else if (cmd->run == report_search && strcmp(a, "--no-buckets") == 0) o.no_buckets = true;
+    else if (cmd->run == report_search && is_opt(a, "--heuristic")) { if (!(v = opt_value(argc, argv, &i, "--heuristic"))) goto done; o.heuristics[o.nheuristics++] = v; }
+    else if (cmd->run == report_search && is_opt(a, "--lua-memory")) { if (!(v = opt_value(argc, argv, &i, "--lua-memory"))) goto done; o.lua_memory = v; }
+    else if (cmd->run == report_search && is_opt(a, "--lua-steps")) {
+      if (!(v = opt_value(argc, argv, &i, "--lua-steps"))) goto done;
+      char *end;
+      errno = 0;
+      long long n = strtoll(v, &end, 10);
+      if (*end || !*v || errno || n < 1 || n > 1000000000000000LL) {
+        fprintf(stderr, "weft: error: --lua-steps needs a number of instructions (1 to 10^15)\n");
+        goto done;
+      }
+      o.lua_steps = n;
+    }
     else if (cmd->run == report_run && (is_opt(a, "--steps") || is_opt(a, "--seed"))) {
       bool st = is_opt(a, "--steps");
       if (!(v = opt_value(argc, argv, &i, st ? "--steps" : "--seed"))) goto done;
@@ -537,6 +555,7 @@ int main(int argc, char **argv) {
 done:
   free(o.files);
   free(o.sets);
+  free(o.heuristics);
   free(o.allow_paths);
   return rc;
 }

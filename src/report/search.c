@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "common.h"
+#include "weft/script.h"
 #include "weft/search.h"
 
 /* The text of a source span. */
@@ -81,13 +82,16 @@ static void print_plan(FILE *out, const search_result *r, int pick, const weft_g
                        const char *use, const char *model, const char *cluster, const char *name, arena *a) {
   char b1[64], b2[64];
   fputs(header, out);
-  fprintf(out, "# the frontier of step time against peak memory per device (--pick N writes plan N):\n");
+  fprintf(out, "# the frontier of %s against peak memory per device (--pick N writes plan N):\n",
+          r->ranked ? "the heuristics' rank" : "step time");
   for (int i = 0; i < r->nplans; i++) {
     const search_plan *p = &r->plans[i];
     fprintf(out, "#   %d: %s, %s: %s%s\n", i, human_time(b1, sizeof b1, p->step_time),
             unit_bytes_human(p->peak_memory, b2, sizeof b2), search_describe(a, p),
             i == pick ? "  <- this plan" : "");
   }
+  /* a policy's plan is named after its script */
+  if (r->plans[pick].decisions.name) name = r->plans[pick].decisions.name;
   fprintf(out, "\nuse \"%s\"\n\nplan %s for %s on %s {\n", use, name, model, cluster);
   search_print_body(&r->plans[pick], g, out);
   fputs("}\n", out);
@@ -166,6 +170,7 @@ static void json_plan(json *j, const search_plan *p, const weft_graph *g, const 
   json_key(j, "zero"), json_int(j, p->zero);
   json_key(j, "sequence_parallel"), json_bool(j, p->sequence_parallel);
   json_key(j, "bucket_bytes"), json_int(j, p->bucket_bytes);
+  json_key(j, "rank"), json_num(j, p->rank);
   json_key(j, "stages");
   json_arr(j);
   for (int k = 0; k < p->nstages; k++) {
@@ -454,6 +459,14 @@ int report_search(const weft_opts *o) {
     }
     weft_loc holes[17];
     int nh = pick >= 0 ? report_holes(items[pick].val.decl->node, holes, 17) : 0;
+    if ((nh > 0 || o->plan) && o->nheuristics) {
+      weft_diag *d = report_error(c, items[pick].loc, "--heuristic applies to the search of whole plans, not to filling the "
+                                  "open decisions of plan %s", items[pick].name);
+      diag_hint(d, &c->diags, "search without the plan's holes (--model), or fill them without --heuristic");
+      report_diags(c, o);
+      weft_free(c);
+      return WEFT_REJECTED;
+    }
     if (nh > 0 || o->plan) {
       int r = nh > 0 ? search_holes(c, o, &items[pick], holes, nh) : WEFT_OK;
       if (nh == 0) {
@@ -517,30 +530,57 @@ int report_search(const weft_opts *o) {
       so.max_memory = v.q.v;
     }
   }
+  int64_t lua_memory = 0;
+  if (rc == WEFT_OK && o->lua_memory) {
+    value v = weft_eval_text(c, "--lua-memory", o->lua_memory);
+    if (v.kind != V_QUANTITY || !unit_eq(v.q.d, UNIT_BYTES) || v.q.v < (1 << 20) || v.q.v > 1e12) {
+      if (v.kind != V_ERROR)
+        report_error(c, none, "--lua-memory needs bytes from 1 MiB to 1 TB, such as '64 MiB', got %s", o->lua_memory);
+      rc = WEFT_REJECTED;
+    } else {
+      lua_memory = (int64_t)v.q.v;
+    }
+  }
   weft_graph *g = NULL;
   value cr = v_none();
+  weft_cluster cl = {0};
   if (rc == WEFT_OK) {
     g = weft_build_graph(c, model, none);
     cr = weft_build_cluster(c, cluster, none);
     if (!g || cr.kind != V_RECORD) rc = WEFT_REJECTED;
+    else cl = weft_cluster_of(cr.rec);
   }
   search_result r;
   progress_ctx pc = {.on = o->progress > 0 || (o->progress < 0 && !o->json && isatty(2))};
   so.progress = on_progress;
   so.ctx = &pc;
-  if (rc == WEFT_OK) {
-    weft_cluster cl = weft_cluster_of(cr.rec);
-    if (!search_run(g, &cl, &so, &c->arena, &c->diags, &r)) rc = WEFT_REJECTED;
+  /* the heuristics: policies write the plans, or hooks steer the search */
+  weft_scripts *scripts = NULL;
+  search_hooks hooks;
+  bool policies = false;
+  if (rc == WEFT_OK && o->nheuristics) {
+    script_world w = {g, &cl, o->symbolic, so.max_memory, c->stdlib_dir, &c->srcs, &c->diags, &c->arena, o->lua_steps,
+                      lua_memory};
+    scripts = scripts_new(&w);
+    for (int i = 0; i < o->nheuristics && rc == WEFT_OK; i++)
+      if (!scripts_load(scripts, o->heuristics[i])) rc = WEFT_REJECTED;
+    if (rc == WEFT_OK && !scripts_policies(scripts, &so, &r)) rc = WEFT_REJECTED;
+    policies = rc == WEFT_OK && r.nsimulated > 0;
+    hooks = scripts_hooks(scripts);
+    so.hooks = &hooks;
   }
+  if (rc == WEFT_OK && !policies && !search_run(g, &cl, &so, &c->arena, &c->diags, &r)) rc = WEFT_REJECTED;
   if (pc.drew) fputs("\n", stderr);
   int pick = rc == WEFT_OK ? (o->pick >= 0 ? o->pick : r.best) : -1;
   if (rc == WEFT_OK && o->pick >= r.nplans) {
     report_error(c, none, "--pick %d: the frontier has plans 0 to %d", o->pick, r.nplans - 1);
     report_diags(c, o);
+    scripts_free(scripts);
     weft_free(c);
     return WEFT_REJECTED;
   }
   report_diags(c, o);
+  scripts_free(scripts);
   if (rc != WEFT_OK) {
     if (o->json) {
       diag_print_json(&c->diags, stdout);
@@ -553,18 +593,24 @@ int report_search(const weft_opts *o) {
   const char *use = relative_to(c, o->files[0], o->output);
   const char *mexpr = model_expr(c, model_name, model);
   agreement ag = agree(&r);
-  const char *header = arena_printf(&c->arena,
-                                    "# searched by: weft search %s%s%s%s --cluster '%s'\n"
-                                    "# %lld candidates (%lld pruned) in %.2f s; %d simulated in %.2f s%s\n"
-                                    "# the analytic cost put %.0f%% of the simulated pairs in the simulator's order "
-                                    "(median error %.1f%%)\n",
-                                    o->files[0], o->model ? " --model " : "", o->model ? o->model : "",
-                                    o->nsets ? " (with --set)" : "", cluster_text, (long long)r.searched,
-                                    (long long)r.pruned, r.search_s, r.nsimulated, r.simulate_s,
-                                    r.layers ? arena_printf(&c->arena, "; %d repeated blocks %s.N, searched once",
-                                                            r.layers, r.block)
-                                             : "",
-                                    100 * ag.pairs, 100 * ag.median);
+  const char *heur = "";
+  for (int i = 0; i < o->nheuristics; i++) heur = arena_printf(&c->arena, "%s --heuristic %s", heur, o->heuristics[i]);
+  const char *header = arena_printf(&c->arena, "# searched by: weft search %s%s%s%s%s --cluster '%s'\n", o->files[0],
+                                    o->model ? " --model " : "", o->model ? o->model : "", o->nsets ? " (with --set)" : "",
+                                    heur, cluster_text);
+  if (policies)
+    header = arena_printf(&c->arena, "%s# %lld plan%s written by the heuristics' policies (%lld pruned), simulated in %.2f s\n",
+                          header, (long long)r.searched, r.searched == 1 ? "" : "s", (long long)r.pruned, r.simulate_s);
+  else
+    header = arena_printf(&c->arena,
+                          "%s# %lld candidates (%lld pruned) in %.2f s; %d simulated in %.2f s%s\n"
+                          "# the analytic cost put %.0f%% of the simulated pairs in the simulator's order "
+                          "(median error %.1f%%)\n",
+                          header, (long long)r.searched, (long long)r.pruned, r.search_s, r.nsimulated, r.simulate_s,
+                          r.layers ? arena_printf(&c->arena, "; %d repeated blocks %s.N, searched once", r.layers, r.block)
+                                   : "",
+                          100 * ag.pairs, 100 * ag.median);
+
   if (o->symbolic)
     header = arena_printf(&c->arena, "%s# --cost symbolic: times are on the nominal device of docs/search.md, not the cluster's\n",
                           header);
@@ -599,17 +645,26 @@ int report_search(const weft_opts *o) {
     }
     json_end_arr(&j);
     json_key(&j, "analytic");
-    json_obj(&j);
-    json_key(&j, "pairs_ordered_alike"), json_num(&j, ag.pairs);
-    json_key(&j, "median_relative_error"), json_num(&j, ag.median);
-    json_key(&j, "max_relative_error"), json_num(&j, ag.worst);
-    json_end_obj(&j);
+    if (policies) json_null(&j);  /* the policies' plans have no analytic cost */
+    else {
+      json_obj(&j);
+      json_key(&j, "pairs_ordered_alike"), json_num(&j, ag.pairs);
+      json_key(&j, "median_relative_error"), json_num(&j, ag.median);
+      json_key(&j, "max_relative_error"), json_num(&j, ag.worst);
+      json_end_obj(&j);
+    }
     json_key(&j, "best"), json_int(&j, pick);
     json_key(&j, "searched"), json_int(&j, r.searched);
     json_key(&j, "pruned"), json_int(&j, r.pruned);
     json_key(&j, "search_s"), json_num(&j, r.search_s);
     json_key(&j, "simulate_s"), json_num(&j, r.simulate_s);
     json_key(&j, "layers"), json_int(&j, r.layers);
+    json_key(&j, "heuristics");
+    json_arr(&j);
+    for (int i = 0; i < o->nheuristics; i++) json_str(&j, o->heuristics[i]);
+    json_end_arr(&j);
+    json_key(&j, "ranked"), json_bool(&j, r.ranked);
+    json_key(&j, "policies"), json_bool(&j, policies);
     json_end_obj(&j);
     printf("\n");
   }

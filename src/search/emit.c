@@ -220,8 +220,8 @@ void emit_plan(arena *a, const sshape *s, search_plan *sp) {
   }
 }
 
-static void print_index(const decision *d, FILE *out) {
-  fputs("m[", out);
+static void print_index(const decision *d, const char *mesh, FILE *out) {
+  fprintf(out, "%s[", mesh);
   for (int i = 0; i < d->nidx; i++) {
     if (i) fputs(", ", out);
     if (d->idx[i].axis) fputs(d->idx[i].axis, out);
@@ -232,15 +232,28 @@ static void print_index(const decision *d, FILE *out) {
 
 void search_print_body(const search_plan *sp, const weft_graph *g, FILE *out) {
   (void)g;
+  const char *meshes[64];
+  int nmeshes = 0;
   for (int i = 0; i < sp->decisions.n; i++) {
     const decision *d = &sp->decisions.items[i];
     const char *sel = sp->selectors ? sp->selectors[i] : NULL;
     switch (d->kind) {
-    case DEC_MESH:
-      fprintf(out, "  mesh %s = devices[0..%d] as [", d->name, d->ndevices);
+    case DEC_MESH: {
+      if (nmeshes < 64) meshes[nmeshes++] = d->name;
+      /* devices[a..b] when they follow each other, else their list */
+      bool run = true;
+      for (int k = 1; k < d->ndevices && run; k++) run = d->devices[k] == d->devices[0] + k;
+      int first = d->ndevices ? d->devices[0] : 0;
+      if (run) fprintf(out, "  mesh %s = devices[%d..%d] as [", d->name, first, first + d->ndevices);
+      else {
+        fprintf(out, "  mesh %s = [", d->name);
+        for (int k = 0; k < d->ndevices; k++) fprintf(out, "%s%d", k ? ", " : "", d->devices[k]);
+        fputs("] as [", out);
+      }
       for (int k = 0; k < d->naxes; k++) fprintf(out, "%s%s = %d", k ? ", " : "", d->axes[k], d->sizes[k]);
       fputs("]\n", out);
       break;
+    }
     case DEC_SPLIT:
       fprintf(out, "  split %s on %s into %d as %s%s\n", sel, d->name, d->parts, d->axis, d->in_time ? " in time" : "");
       break;
@@ -253,7 +266,8 @@ void search_print_body(const search_plan *sp, const weft_graph *g, FILE *out) {
     case DEC_STAGE: fprintf(out, "  stage %s = %s\n", d->name, sel); break;
     case DEC_ASSIGN:
       fprintf(out, "  assign %s -> ", sel);
-      print_index(d, out);
+      if (d->mesh < 0 && d->nidx == 1) fprintf(out, "%d", d->idx[0].value);
+      else print_index(d, d->mesh >= 0 && d->mesh < nmeshes ? meshes[d->mesh] : "m", out);
       fputs("\n", out);
       break;
     case DEC_SCHEDULE: fprintf(out, "  schedule %s\n", sched_kind_names[d->sched]); break;

@@ -124,6 +124,7 @@ typedef struct space {
   int ndevices, per_node;
   double max_memory;      /* 0: no limit */
   double param_b, grad_b, state_b; /* per parameter element; state_b: optimizer state and master weights */
+  bool uneven;            /* stages may hold different numbers of blocks */
 } space;
 
 /* The time of a collective of kind over n devices spaced `stride` apart. */
@@ -171,7 +172,7 @@ static bool cost_candidate(const space *sp, const parts *pt, search_plan *c, are
     if (chunks != 1) return false;
     layers[0] = 0;
     time[0] = th;
-  } else if (v > 1) {
+  } else if (v > 1 || !sp->uneven) {
     if (L % chunks) return false;
     for (int k = 0; k < chunks; k++) layers[k] = L / chunks;
   } else {
@@ -312,6 +313,13 @@ static int by_time(const void *x, const void *y) {
   return ma < mb ? -1 : ma > mb;
 }
 
+/* The hooks' order; ties by time. */
+static int by_rank(const void *x, const void *y) {
+  const search_plan *a = x, *b = y;
+  if (a->rank != b->rank) return a->rank < b->rank ? -1 : 1;
+  return by_time(x, y);
+}
+
 /* ---- building and simulating a candidate ------------------------------------------ */
 
 static bool simulate(const weft_graph *g, const weft_cluster *cl, const hw_model *hw, bool symbolic, double max_memory,
@@ -343,6 +351,35 @@ static bool simulate(const weft_graph *g, const weft_cluster *cl, const hw_model
   return true;
 }
 
+/* ---- the space ------------------------------------------------------------------ */
+
+static search_values values_new(arena *a, int cap) {
+  return (search_values){0, arena_alloc(a, sizeof(int) * (size_t)(cap > 0 ? cap : 1))};
+}
+
+/* What the search tries unless a hook says otherwise: tensor parallelism
+ * over powers of two inside a node, pipelines as deep as the blocks allow,
+ * micro-batches of up to 64, every schedule, recomputation and ZeRO stage. */
+static void default_space(const sshape *s, int N, int dpn, arena *a, search_space *out) {
+  memset(out, 0, sizeof *out);
+  out->tp = values_new(a, 32);
+  for (int tp = 1; tp <= dpn && tp <= N; tp *= 2)
+    if (N % tp == 0) out->tp.v[out->tp.n++] = tp;
+  out->pp = values_new(a, N);
+  for (int pp = 1; pp <= N; pp++)
+    if (N % pp == 0 && (pp == 1 || (s->layers > 0 && pp <= s->layers))) out->pp.v[out->pp.n++] = pp;
+  out->mbs = values_new(a, 64);
+  for (int64_t mbs = 1; mbs <= s->batch_size && mbs <= 64; mbs++)
+    if (s->batch_size % mbs == 0) out->mbs.v[out->mbs.n++] = (int)mbs;
+  out->schedule[SCHED_1F1B] = out->schedule[SCHED_GPIPE] = out->schedule[SCHED_INTERLEAVED] = true;
+  out->interleave = values_new(a, 2);
+  out->interleave.v[out->interleave.n++] = 2;
+  out->interleave.v[out->interleave.n++] = 4;
+  for (int i = 0; i < 3; i++) out->recompute[i] = true;
+  for (int i = 0; i < 4; i++) out->zero[i] = true;
+  out->uneven = true;
+}
+
 /* ---- the search ----------------------------------------------------------------- */
 
 static void report(const search_opts *o, int64_t searched, int64_t pruned, double best, double t0, const char *phase) {
@@ -368,45 +405,60 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
   }
   out->layers = s.layers;
   out->block = s.block_name;
-  space sp = {&s, &hw, o->symbolic, cl->ndevices, hw.devices_per_node, o->max_memory, 0, 0, 0};
+  space sp = {&s, &hw, o->symbolic, cl->ndevices, hw.devices_per_node, o->max_memory, 0, 0, 0, true};
   if (sp.max_memory <= 0) sp.max_memory = (double)cl->device_memory;
   bytes_per_elem(g, &sp.param_b, &sp.grad_b, &sp.state_b);
   int N = cl->ndevices, dpn = hw.devices_per_node;
   int64_t Bsz = s.batch_size;
+  const search_hooks *hk = o->hooks;
+  search_space spc;
+  default_space(&s, N, dpn, a, &spc);
+  if (hk && hk->space && !hk->space(hk->ctx, &spc, a)) return false;
+  sp.uneven = spc.uneven;
+  /* the schedules of pipelines, with their stages per device */
+  sched_kind scheds[2 + 64];
+  int vs[2 + 64], nsched = 0;
+  if (spc.schedule[SCHED_1F1B]) scheds[nsched] = SCHED_1F1B, vs[nsched++] = 1;
+  if (spc.schedule[SCHED_GPIPE]) scheds[nsched] = SCHED_GPIPE, vs[nsched++] = 1;
+  for (int i = 0; i < spc.interleave.n && spc.schedule[SCHED_INTERLEAVED] && nsched < 2 + 64; i++)
+    if (spc.interleave.v[i] > 1) scheds[nsched] = SCHED_INTERLEAVED, vs[nsched++] = spc.interleave.v[i];
   arena work;
   arena_init(&work);
   /* the candidates, in a's memory */
   search_plan *cands = NULL;
   int ncand = 0, ccap = 0;
-  int64_t searched = 0, pruned = 0;
-  bool out_of_time = false;
-  for (int tp = 1; tp <= dpn && tp <= N && !out_of_time; tp *= 2) {
-    if (N % tp) continue;
+  int64_t searched = 0, pruned = 0, dropped = 0;  /* dropped: by the prune hook */
+  bool out_of_time = false, failed = false;
+  for (int ti = 0; ti < spc.tp.n && !out_of_time && !failed; ti++) {
+    int tp = spc.tp.v[ti];
+    if (tp < 1 || N % tp) continue;
     /* the configurations of each micro-batch size, for this tp */
-    for (int mbs = 1; mbs <= Bsz && mbs <= 64 && !out_of_time; mbs++) {
-      if (Bsz % mbs) continue;
+    for (int mi = 0; mi < spc.mbs.n && !out_of_time && !failed; mi++) {
+      int mbs = spc.mbs.v[mi];
+      if (mbs < 1 || Bsz % mbs) continue;
       arena_reset(&work);
       parts pt = cost_parts(a, &s, &hw, o->symbolic, tp, mbs);
       if (!pt.ok) continue;
-      for (int pp = 1; pp <= N / tp; pp++) {
-        if ((N / tp) % pp) continue;
-        if (pp > 1 && (s.layers == 0 || pp > s.layers)) break;
+      for (int pi = 0; pi < spc.pp.n && !failed; pi++) {
+        int pp = spc.pp.v[pi];
+        if (pp < 1 || (N / tp) % pp) continue;
+        if (pp > 1 && (s.layers == 0 || pp > s.layers)) continue;
         int dp = N / tp / pp;
         if (Bsz % ((int64_t)dp * mbs)) continue;
         int m = (int)(Bsz / ((int64_t)dp * mbs));
         if (m > 4096) continue;
-        static const sched_kind scheds[] = {SCHED_1F1B, SCHED_GPIPE, SCHED_INTERLEAVED, SCHED_INTERLEAVED};
-        static const int vs[] = {1, 1, 2, 4};
-        for (int si = 0; si < 4; si++) {
-          sched_kind sched = pp == 1 ? (si == 0 ? (m > 1 ? SCHED_1F1B : SCHED_DEFAULT) : SCHED_DEFAULT) : scheds[si];
-          if (pp == 1 && si > 0) break;
+        /* one stage: gradient accumulation over the micro-batches, whatever the schedules */
+        for (int si = 0; si < (pp == 1 ? 1 : nsched) && !failed; si++) {
+          sched_kind sched = pp == 1 ? (m > 1 ? SCHED_1F1B : SCHED_DEFAULT) : scheds[si];
           int v = pp == 1 ? 1 : vs[si];
           if (v > 1 && (s.layers % (pp * v) || m < pp)) continue;
-          for (int rc = 0; rc < 3; rc++) {
+          for (int rc = 0; rc < 3 && !failed; rc++) {
             if (rc > 0 && s.layers == 0) break;
-            for (int z = 0; z <= 3; z++) {
+            if (!spc.recompute[rc]) continue;
+            for (int z = 0; z <= 3 && !failed; z++) {
               if (z > 0 && dp == 1) break;
               if (z == 3 && pp > 1) break;
+              if (!spc.zero[z]) continue;
               searched++;
               search_plan c = {.tp = tp, .pp = pp, .dp = dp, .cp = 1, .micro_batches = m, .micro_batch_size = mbs,
                                .schedule = sched, .interleave = v, .recompute = rc, .zero = z,
@@ -428,6 +480,15 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
                 c.op_split[op] = tp == 1 ? NULL : x->dim ? x->dim : "";
                 if (tp > 1 && x->dim && s.seq && strcmp(x->dim, s.seq) == 0) c.sequence_parallel = true;
               }
+              c.rank = c.analytic_time;
+              if (hk && hk->prune) {
+                int keep = hk->prune(hk->ctx, &c);
+                if (keep < 0) failed = true;
+                if (keep <= 0) {
+                  pruned++, dropped++;
+                  continue;
+                }
+              }
               arena_grow(a, (void **)&cands, &ccap, ncand + 1, sizeof(search_plan));
               cands[ncand++] = c;
             }
@@ -444,6 +505,24 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
   out->searched = searched;
   out->pruned = pruned;
   out->search_s = now() - t0;
+  if (failed) {
+    arena_free(&work);
+    return false;
+  }
+  /* the hooks' order in place of the analytic step time */
+  out->ranked = hk && hk->rank;
+  for (int i = 0; i < ncand && out->ranked; i++)
+    if (!hk->rank(hk->ctx, &cands[i], &cands[i].rank)) {
+      arena_free(&work);
+      return false;
+    }
+  if (ncand == 0 && dropped > 0) {
+    arena_free(&work);
+    weft_diag *d = diag_add(dg, DIAG_ERROR, none, "the heuristics pruned every candidate of model %s on %d devices of %s "
+                            "that fits (%lld of %lld)", g->name, N, cl->name, (long long)dropped, (long long)searched);
+    diag_hint(d, dg, "a prune hook returns false for the candidates to drop, nothing or true for the others");
+    return false;
+  }
   if (ncand == 0) {
     arena_free(&work);
     diag_add(dg, DIAG_ERROR, none, "no plan of model %s fits %d devices of %s: every one of %lld candidates needs more "
@@ -451,7 +530,7 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
     return false;
   }
   /* the frontier of (time, memory), and the fastest: simulated */
-  qsort(cands, (size_t)ncand, sizeof *cands, by_time);
+  qsort(cands, (size_t)ncand, sizeof *cands, out->ranked ? by_rank : by_time);
   /* each simulation of a large plan takes seconds: few of them, the
    * fastest (on many devices the frontier's memory end is left out) */
   int top = o->top > 0 ? o->top : (N <= 64 ? 24 : 3);
@@ -470,7 +549,7 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
     if (!pick[i]) pick[i] = true, npick++;
   }
   double t1 = now();
-  int nsim = 0, rejected = 0;
+  int nsim = 0, rejected = 0, dropped_sim = 0;
   search_plan *sims = arena_alloc(a, sizeof(search_plan) * (size_t)(2 * npick + 1));
   double best_time = 0;
   for (int i = 0; i < ncand; i++) {
@@ -488,6 +567,19 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
         }
       continue;
     }
+    /* the hooks again, with the simulator's figures */
+    c.rank = c.step_time;
+    int keep = hk && hk->prune ? hk->prune(hk->ctx, &c) : 1;
+    if (keep > 0 && out->ranked && !hk->rank(hk->ctx, &c, &c.rank)) keep = -1;
+    if (keep < 0) {
+      arena_free(&work);
+      return false;
+    }
+    if (keep == 0) {
+      out->pruned = ++pruned;
+      dropped_sim++;
+      continue;
+    }
     sims[nsim++] = c;
     if (c.fits && (best_time == 0 || c.step_time < best_time)) best_time = c.step_time;
     report(o, searched, pruned, best_time, t0, "simulate");
@@ -495,7 +587,8 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
   out->rejected = rejected;
   /* gradient buckets of the best, with the simulator as the oracle (DisCo):
    * halving and doubling from the default while it helps */
-  qsort(sims, (size_t)nsim, sizeof *sims, by_time);
+  int (*order)(const void *, const void *) = out->ranked ? by_rank : by_time;
+  qsort(sims, (size_t)nsim, sizeof *sims, order);
   int bi = -1;
   for (int i = 0; i < nsim && bi < 0; i++)
     if (sims[i].fits) bi = i;
@@ -508,6 +601,11 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
         c.bucket_bytes = size;
         emit_plan(a, &s, &c);
         if (!simulate(g, cl, &hw, o->symbolic, o->max_memory, &c, &work) || c.step_time >= sims[bi].step_time) break;
+        c.rank = c.step_time;
+        if (out->ranked && !hk->rank(hk->ctx, &c, &c.rank)) {
+          arena_free(&work);
+          return false;
+        }
         sims[bi] = c;
         report(o, searched, pruned, c.step_time, t0, "buckets");
       }
@@ -515,8 +613,8 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
   }
   out->simulate_s = now() - t1;
   arena_free(&work);
-  /* the non-dominated ones, fastest first */
-  qsort(sims, (size_t)nsim, sizeof *sims, by_time);
+  /* the non-dominated ones, fastest (or first in the hooks' order) first */
+  qsort(sims, (size_t)nsim, sizeof *sims, order);
   out->simulated = sims;
   out->nsimulated = nsim;
   out->plans = arena_alloc(a, sizeof(search_plan) * (size_t)(nsim ? nsim : 1));
@@ -534,6 +632,11 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
     for (int i = 0; i < out->nplans; i++)
       if (out->plans[i].fits && (out->best < 0 || out->plans[i].peak_memory < out->plans[out->best].peak_memory))
         out->best = i;
+  }
+  if (nsim == 0 && dropped_sim > 0) {
+    diag_add(dg, DIAG_ERROR, none, "the heuristics pruned every one of the %d candidates of model %s simulated",
+             dropped_sim, g->name);
+    return false;
   }
   if (nsim == 0) {
     diag_add(dg, DIAG_ERROR, none, "none of the %d best candidates of model %s could be built into a plan", npick,

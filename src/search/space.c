@@ -292,8 +292,11 @@ double relayout(const hw_model *hw, bool symbolic, layout from, layout to, doubl
   else if (from.kind == L_V && to.kind == L_R) k = COMM_ALL_REDUCE, moved = 2 * bytes * (tp - 1) / tp;
   else if (from.kind == L_V && to.kind == L_D) k = COMM_REDUCE_SCATTER, moved = bytes * (tp - 1) / tp;
   else k = COMM_ALL_TO_ALL, moved = bytes / tp * (tp - 1) / tp;
-  if (symbolic) return moved / SYM_NODE_BW;
-  return cost_collective(hw, k, bytes, k == COMM_ALL_TO_ALL ? moved : bytes, tp, 1, tp).seconds;
+  /* a group wider than a node (a heuristic's space may ask for one) spans nodes */
+  int dpn = hw && hw->devices_per_node > 0 ? hw->devices_per_node : tp;
+  int nodes = tp > dpn ? (tp + dpn - 1) / dpn : 1;
+  if (symbolic) return moved / (nodes > 1 ? SYM_NET_BW : SYM_NODE_BW);
+  return cost_collective(hw, k, bytes, k == COMM_ALL_TO_ALL ? moved : bytes, tp, nodes, nodes > 1 ? dpn : tp).seconds;
 }
 
 /* ---- the best configurations of a range of operators ---------------------------- */

@@ -1,0 +1,2 @@
+-- prune is a number here
+return { prune = 5 }

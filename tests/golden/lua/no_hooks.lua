@@ -1,0 +1,2 @@
+-- a table, but no hook in it
+return { name = "nothing" }

@@ -1,0 +1,4 @@
+-- no candidate is good enough
+return {
+  prune = function(c) return false end,
+}

@@ -1,0 +1,6 @@
+-- while true do end
+return {
+  prune = function(c)
+    while true do end  --> here
+  end,
+}

@@ -1,0 +1,3 @@
+-- the hooks are made, but not returned
+local hooks = {}
+hooks.prune = function(c) return c.tp <= 4 end  --> here

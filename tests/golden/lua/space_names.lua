@@ -1,0 +1,4 @@
+-- no schedule is called fastest
+return {
+  space = function(s) s.schedule = {"fastest"} end,
+}

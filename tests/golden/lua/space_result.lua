@@ -1,0 +1,4 @@
+-- space returns a number
+return {
+  space = function(s) return 5 end,
+}
