@@ -24,7 +24,9 @@ bad() { fail=$((fail + 1)); echo "FAIL: lua: $1"; [ -f "$tmp/err" ] && head -20 
 
 # ---- megatron.lua against the megatron strategy --------------------------------
 # program without the names of the plan and the model, as a digest
-program() { "$WEFT" lower --json "$@" 2>"$tmp/err" | sed '1s/"plan":"[^"]*","model":"[^"]*"//' | cksum; }
+# (a plan weft search writes in $tmp imports the example from outside its
+# directory: --allow-path lets it read there)
+program() { "$WEFT" lower --json --allow-path "$here/../examples" "$@" 2>"$tmp/err" | sed '1s/"plan":"[^"]*","model":"[^"]*"//' | cksum; }
 
 megatron() {
   name=$1 nodes=$2; shift 2
@@ -50,7 +52,7 @@ megatron "GPT-3 175B on sixteen nodes" 16 --set layers=96 --set hidden=12288 --s
 
 # ---- weft.estimate is weft estimate --json ------------------------------------------
 if "$WEFT" search "$here/../examples/mlp.plan" --cluster 'cpus(4)' --heuristic "$here/lua/estimate_same.lua" \
-     -o "$tmp/e.plan" 2>"$tmp/e.err" >/dev/null && "$WEFT" estimate --json "$tmp/e.plan" >"$tmp/e.json" 2>"$tmp/err" &&
+     -o "$tmp/e.plan" 2>"$tmp/e.err" >/dev/null && "$WEFT" estimate --json --allow-path "$here/../examples" "$tmp/e.plan" >"$tmp/e.json" 2>"$tmp/err" &&
    python3 - "$tmp/e.err" "$tmp/e.json" <<'PY'
 import json, sys
 lua = [l for l in open(sys.argv[1]) if l.startswith("ESTIMATE ")]
