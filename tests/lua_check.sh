@@ -2,7 +2,7 @@
 # lua_check.sh - weft search --heuristic (docs/lua.md):
 #   - megatron.lua's policy writes the plan of the standard library's
 #     megatron strategy: the same lowered program (weft lower --json) for a
-#     GPT-2 on one DGX A100 node and for GPT-3 175B on eight;
+#     GPT-2 on one DGX A100 node and for GPT-3 175B on sixteen;
 #   - weft.estimate gives what weft estimate --json prints for the plan;
 #   - heuristics change what the search returns: a prune that forbids
 #     tp > 4 where the search alone picks tp 8, memory_first where it picks
@@ -24,8 +24,7 @@ bad() { fail=$((fail + 1)); echo "FAIL: lua: $1"; [ -f "$tmp/err" ] && head -20 
 
 # ---- megatron.lua against the megatron strategy --------------------------------
 # program without the names of the plan and the model, as a digest
-# (a plan weft search writes in $tmp imports the example from outside its
-# directory: --allow-path lets it read there)
+# (the plans weft search writes import their model from examples/)
 program() { "$WEFT" lower --json --allow-path "$here/../examples" "$@" 2>"$tmp/err" | sed '1s/"plan":"[^"]*","model":"[^"]*"//' | cksum; }
 
 megatron() {
@@ -52,7 +51,8 @@ megatron "GPT-3 175B on sixteen nodes" 16 --set layers=96 --set hidden=12288 --s
 
 # ---- weft.estimate is weft estimate --json ------------------------------------------
 if "$WEFT" search "$here/../examples/mlp.plan" --cluster 'cpus(4)' --heuristic "$here/lua/estimate_same.lua" \
-     -o "$tmp/e.plan" 2>"$tmp/e.err" >/dev/null && "$WEFT" estimate --json --allow-path "$here/../examples" "$tmp/e.plan" >"$tmp/e.json" 2>"$tmp/err" &&
+     -o "$tmp/e.plan" 2>"$tmp/e.err" >/dev/null &&
+   "$WEFT" estimate --json --allow-path "$here/../examples" "$tmp/e.plan" >"$tmp/e.json" 2>"$tmp/err" &&
    python3 - "$tmp/e.err" "$tmp/e.json" <<'PY'
 import json, sys
 lua = [l for l in open(sys.argv[1]) if l.startswith("ESTIMATE ")]
