@@ -351,7 +351,9 @@ endif
 # check (parser, evaluator, plans, fmt), lower (lowering, validation, the
 # simulator and every printer), safetensors (the reader and what weft run
 # checks of checkpoints and inputs), set (--set values through plans).
-# FUZZ_SECONDS bounds each target's run; FUZZ_TARGETS picks some.
+# FUZZ_SECONDS bounds each target's run; FUZZ_TARGETS picks some. An input
+# that runs for more than 30 s under the sanitizers (about 3 s without
+# them) is reported: legal plans of a few thousand layers take seconds.
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS ?= check lower safetensors set
 fuzz:
@@ -363,7 +365,7 @@ fuzz:
 	    tests/fuzz/fuzz_$$t.c build/fuzz/libweft.a $(LDLIBS) || exit 1; \
 	  mkdir -p build/fuzz/corpus/$$t; \
 	  echo "fuzz: $$t for $(FUZZ_SECONDS) s"; \
-	  build/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
+	  build/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -timeout=30 -rss_limit_mb=2048 \
 	    build/fuzz/corpus/$$t tests/fuzz/seeds/$$t || exit 1; \
 	done
 

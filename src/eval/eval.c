@@ -22,9 +22,13 @@ weft_diag *eval_error(weft_ctx *c, weft_loc loc, const char *fmt, ...) {
   return g;
 }
 
-bool eval_step(weft_ctx *c, weft_loc loc) {
-  if (++c->steps <= EVAL_MAX_STEPS) return true;
-  if (c->steps == EVAL_MAX_STEPS + 1) {
+bool eval_step(weft_ctx *c, weft_loc loc) { return eval_steps(c, loc, 1); }
+
+bool eval_steps(weft_ctx *c, weft_loc loc, int64_t n) {
+  int64_t before = c->steps;
+  c->steps += n;
+  if (c->steps <= EVAL_MAX_STEPS) return true;
+  if (before <= EVAL_MAX_STEPS) {
     weft_diag *g = eval_error(c, loc, "evaluation takes more than %d steps", EVAL_MAX_STEPS);
     diag_hint(g, &c->diags, "a loop or a recursion is too long, or does not end");
   }

@@ -12,6 +12,9 @@ value eval_expr(weft_ctx *c, env *e, const ast *n);
 value eval_call_value(weft_ctx *c, value f, int nargs, const ast *const *args,
                       weft_loc loc, env *e);
 bool eval_step(weft_ctx *c, weft_loc loc);
+/* n steps at once: work that C does for the evaluator (a scan of every
+ * operator), counted so that a loop that repeats it is projected whole. */
+bool eval_steps(weft_ctx *c, weft_loc loc, int64_t n);
 /* A boolean condition (`if`): false after a diagnostic. */
 bool eval_condition(weft_ctx *c, env *e, const ast *x, bool *out);
 /* `assert COND, MESSAGE`: false (and a diagnostic) when it fails. */

@@ -30,6 +30,7 @@ typedef struct pstate {
   int unnamed;            /* counter for "#1", "#2" axes */
   int depth;              /* strategy call depth */
   arena scratch;          /* device expressions, evaluated once per sub-operator */
+  int *by_name;           /* the operators in the byte order of their names */
 } pstate;
 
 static void decide(weft_ctx *c, pstate *ps, const decision *d) { *dec_add(A(c), ps->d, d->kind) = *d; }
@@ -43,6 +44,11 @@ static const decision *stage_named(const pstate *ps, const char *name) {
 
 
 /* ---- selectors ---------------------------------------------------------------- */
+
+static int by_name_cmp(const void *a, const void *b, void *graph) {
+  const weft_graph *g = graph;
+  return strcmp(g->ops[*(const int *)a].name, g->ops[*(const int *)b].name);
+}
 
 typedef struct opset {
   int n, cap;
@@ -87,7 +93,58 @@ static bool path_segments(weft_ctx *c, env *e, const ast *n, const char **segs, 
   return true;
 }
 
-static int select_pattern(weft_ctx *c, const pstate *ps, const char **segs, int ns, bool prefix, opset *out) {
+/* The first operator of by_name whose name is not below key (the first
+ * n bytes of key, when n >= 0). */
+static int name_bound(const pstate *ps, const char *key, int n) {
+  int lo = 0, hi = ps->g->nops;
+  while (lo < hi) {
+    int mid = lo + (hi - lo) / 2;
+    const char *name = ps->g->ops[ps->by_name[mid]].name;
+    if ((n < 0 ? strcmp(name, key) : strncmp(name, key, (size_t)n)) < 0) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+static int int_cmp(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
+
+/* A selector of plain segments (h.3.attn, no '*'): the operator of that
+ * name and, with prefix, those under it, found in by_name without a scan
+ * of every operator (megatron's `assign h.{i}` for each of a thousand
+ * layers would take seconds). -1 when the selector is not plain. */
+static int select_plain(weft_ctx *c, const pstate *ps, const char **segs, int ns, bool prefix, opset *out) {
+  size_t len = 0;
+  for (int i = 0; i < ns; i++) {
+    if (!*segs[i] || strpbrk(segs[i], "*.")) return -1;
+    len += strlen(segs[i]) + 1;
+  }
+  if (ns == 0) return -1;
+  char *key = arena_alloc(A(c), len + 1);
+  for (int i = 0; i < ns; i++) { if (i) strcat(key, "."); strcat(key, segs[i]); }
+  int n = (int)strlen(key), at = 0, cap = 16;
+  int *ops = arena_alloc(A(c), sizeof(int) * (size_t)cap);
+  int i = name_bound(ps, key, -1);
+  if (i < ps->g->nops && strcmp(ps->g->ops[ps->by_name[i]].name, key) == 0) ops[at++] = ps->by_name[i];
+  if (prefix) {
+    key[n] = '.', key[n + 1] = 0;
+    for (i = name_bound(ps, key, n + 1); i < ps->g->nops && strncmp(ps->g->ops[ps->by_name[i]].name, key, (size_t)n + 1) == 0; i++) {
+      arena_grow(A(c), (void **)&ops, &cap, at + 1, sizeof(int));
+      ops[at++] = ps->by_name[i];
+    }
+  }
+  /* in the order of the operators, as a scan would add them */
+  qsort(ops, (size_t)at, sizeof(int), int_cmp);
+  for (int k = 0; k < at; k++) opset_add(c, out, ops[k]);
+  return at;
+}
+
+/* The operators a selector matches, added to out: their count, -1 when
+ * the evaluation reached its step limit (a glob's scan of every operator
+ * counts a step per operator). */
+static int select_pattern(weft_ctx *c, const pstate *ps, const char **segs, int ns, bool prefix, opset *out, weft_loc loc) {
+  int plain = select_plain(c, ps, segs, ns, prefix, out);
+  if (plain >= 0) return plain;
+  if (!eval_steps(c, loc, ps->g->nops)) return -1;
   int found = 0;
   const char *pat[66];
   for (int i = 0; i < ns; i++) pat[i] = segs[i];
@@ -186,7 +243,9 @@ static bool select_atom(weft_ctx *c, env *e, const pstate *ps, const ast *atom, 
     if (hi > lo + ps->g->nops) hi = lo + ps->g->nops;
     for (int64_t i = lo; i < hi && ns < 64; i++) {
       segs[ns] = arena_printf(A(c), "%" PRId64, i);
-      found += select_pattern(c, ps, segs, ns + 1, true, out);
+      int k = select_pattern(c, ps, segs, ns + 1, true, out, atom->loc);
+      if (k < 0) return false;
+      found += k;
     }
     if (!found) {
       weft_diag *g = eval_error(c, atom->loc, "selector matches no operator");
@@ -223,7 +282,9 @@ static bool select_atom(weft_ctx *c, env *e, const pstate *ps, const ast *atom, 
     return true;
   }
   if (!path_segments(c, e, atom, segs, &ns)) return false;
-  if (select_pattern(c, ps, segs, ns, true, out)) return true;
+  int k = select_pattern(c, ps, segs, ns, true, out, atom->loc);
+  if (k < 0) return false;
+  if (k) return true;
   /* nothing: suggest the closest selector */
   size_t len = 0;
   for (int i = 0; i < ns; i++) len += strlen(segs[i]) + 1;
@@ -705,6 +766,9 @@ bool weft_eval_plan(weft_ctx *c, value plan, weft_loc use, weft_plan_src *out) {
   pstate *ps = arena_alloc(A(c), sizeof *ps);
   *ps = (pstate){.c = c, .g = g, .ndevices = out->cluster.ndevices, .d = &out->decisions};
   arena_init(&ps->scratch);
+  ps->by_name = arena_alloc(A(c), sizeof(int) * (size_t)(g->nops ? g->nops : 1));
+  for (int i = 0; i < g->nops; i++) ps->by_name[i] = i;
+  qsort_r(ps->by_name, (size_t)g->nops, sizeof(int), by_name_cmp, g);
   out->decisions.placer = (dec_placer){place_expr, place_done, ps};
   /* the plan body sees `devices`: the cluster's device numbers */
   vlist *dl = arena_alloc(A(c), sizeof *dl);
