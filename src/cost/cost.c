@@ -417,7 +417,21 @@ typedef struct placement {
 static placement place(const weft_plan *p, const int *group, int n) {
   placement pl = {n, 0, 0};
   int dpn = p->devices_per_node > 0 ? p->devices_per_node : 1;
-  /* groups are short lists in rank order: count nodes by scanning */
+  /* groups in rank order (as the planner makes them): a node's members
+   * are one run, counted in one pass */
+  bool sorted = true;
+  for (int i = 1; i < n && sorted; i++) sorted = group[i - 1] <= group[i];
+  if (sorted) {
+    for (int i = 0; i < n;) {
+      int node = group[i] / dpn, j = i;
+      while (j < n && group[j] / dpn == node) j++;
+      pl.nodes++;
+      if (j - i > pl.per_node) pl.per_node = j - i;
+      i = j;
+    }
+    return pl;
+  }
+  /* otherwise by scanning, for each member, the members of its node */
   for (int i = 0; i < n; i++) {
     int node = group[i] / dpn, seen = 0, here = 0;
     for (int j = 0; j < n; j++) {
