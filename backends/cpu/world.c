@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/files.h"
@@ -941,6 +942,14 @@ bool world_save_sharded(const weft_world *w, const weft_program *pr, int rank, i
     ok = st_index_write(&ix, file, err, errlen);
     for (int i = 0; i < ns; i++) free(strs[i]);
     free(strs), free(pieces), free(ix.tensors), free(ix.files);
+    /* the test hook of st_write (safetensors.h) pauses here too: the set
+     * complete beside the previous one, not yet in its place */
+    const char *pause = getenv("WEFT_TEST_SAVE_PAUSE");
+    long ms = pause ? strtol(pause, NULL, 10) : 0;
+    if (ok && ms > 0) {
+      struct timespec ts = {ms / 1000, ms % 1000 * 1000000L};
+      while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+    }
     /* into place: exchanged with the previous set in one step where the
      * file system can, else the previous set moved aside first */
     char why[512];
