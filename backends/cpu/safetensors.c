@@ -208,6 +208,8 @@ typedef struct jp {
   jv_member *ms;         /* member stack */
   size_t mtop, mcap;
   bool failed;
+  bool plain;            /* a JSON document, not a header: its top-level
+                          * keys are keys, not tensor names */
   size_t fail_at;        /* offset of the first error */
   char msg[200];         /* the first error */
 } jp;
@@ -398,7 +400,7 @@ static bool jp_unique_keys(jp *j, const jv_member *m, size_t n, bool top) {
     free(s);
   }
   if (!dup) return true;
-  if (top && strcmp(dup->key, "__metadata__") != 0)
+  if (top && !j->plain && strcmp(dup->key, "__metadata__") != 0)
     jp_fail(j, j->base + dup->at, "duplicate tensor name '%.*s'", ST_Q(dup->key));
   else
     jp_fail(j, j->base + dup->at, "duplicate key \"%.*s\"", ST_Q(dup->key));
@@ -1493,7 +1495,7 @@ st_index *st_index_read(const char *path, char *err, size_t errlen) {
   arena nodes;
   arena_init(&nodes);
   jp j = {.base = (const unsigned char *)text, .p = (const unsigned char *)text, .end = (const unsigned char *)text + len,
-          .strs = &ix->mem->mem, .nodes = &nodes};
+          .strs = &ix->mem->mem, .nodes = &nodes, .plain = true};
   jv *root = jp_header(&j);
   free(j.vs);
   free(j.ms);
