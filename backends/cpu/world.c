@@ -821,6 +821,7 @@ bool world_save_sharded(const weft_world *w, const weft_program *pr, int rank, i
     }
   }
   if (agree) ok = agree(ctx, ok);
+  if (!ok && !err[0]) snprintf(err, errlen, "%s: process 0 could not make the directory of the shards", path);
   char shard[64], name[1024], ename[1200], meta[512], file[PATH_MAX];
   /* every process writes its own shard */
   if (ok) {
