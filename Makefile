@@ -72,7 +72,7 @@ UNIT_SRC   := $(wildcard tests/unit/test_*.c)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
 .PHONY: all deps check layers-check search-check lua-check unit golden diag-coverage fuzz-check limits-check docs-check docs-examples install-check fmt-check examples-check mutate-check editors-check \
-        fold-check calibrate run-check reference-check deps-torch demo bench install fuzz fuzz-lua fuzz-lua-check clean \
+        fold-check calibrate run-check shards-check reference-check deps-torch demo bench install fuzz fuzz-lua fuzz-lua-check clean \
         cuda cuda-emu cuda-check
 .DELETE_ON_ERROR:
 
@@ -230,7 +230,7 @@ $(BUILD)/tests/test_cuda_plan: tests/unit/test_cuda_plan.c backends/cuda/cx.c ba
 
 check: deps
 	@$(MAKE) --no-print-directory weft
-	@$(MAKE) --no-print-directory layers-check unit golden diag-coverage fuzz-check limits-check docs-check docs-examples install-check fmt-check examples-check fold-check mutate-check editors-check calibrate symbolic-check search-check lua-check fuzz-lua-check run-check reference-check cuda-check
+	@$(MAKE) --no-print-directory layers-check unit golden diag-coverage fuzz-check limits-check docs-check docs-examples install-check fmt-check examples-check fold-check mutate-check editors-check calibrate symbolic-check search-check lua-check fuzz-lua-check run-check shards-check reference-check cuda-check
 	@echo "make check: all suites passed"
 
 # the pipeline is one-way: no header of a later stage, no include cycle
@@ -308,6 +308,11 @@ deps-torch:
 # weft run: every example matches one device, resume, mpirun, checkpoints
 run-check: weft
 	@sh tests/run_check.sh $(BUILD)/weft
+
+# sharded checkpoints: saved by 4 processes, resumed under other plans by
+# 2 and by 1; killed while saving, the previous set stays whole
+shards-check: weft
+	@sh tests/shards_check.sh $(BUILD)/weft
 
 editors-check:
 	@sh tests/editors_check.sh

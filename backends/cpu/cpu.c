@@ -30,4 +30,5 @@ const weft_backend weft_backend_cpu = {
   .reference = xrun_reference,
   .startup = k_blas_single,
   .kernels = cpu_kernels,
+  .agree = xrun_agree,
 };

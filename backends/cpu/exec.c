@@ -1308,6 +1308,16 @@ bool xrun_steps(xrun *r, const backend_step *st, backend_result *out, char *err,
   return false;
 }
 
+bool xrun_agree(xrun *r, bool ok) {
+  if (!r->net) return ok;
+  int v = ok;
+  if (!xnet_min_int(r->net, &v, 1)) {
+    fprintf(stderr, "weft run: %s\n", xnet_error(r->net));
+    xnet_abort(r->net, WEFT_FAILED);
+  }
+  return v != 0;
+}
+
 bool xrun_read(xrun *r, char *err, size_t errlen) {
   for (int i = 0; r->o.on_memory && i < r->ndevs; i++)
     r->o.on_memory(r->o.ctx, r->devs[i].device, r->devs[i].peak, r->devs[i].peak_role);

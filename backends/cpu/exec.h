@@ -30,6 +30,8 @@ bool xrun_steps(xrun *r, const backend_step *s, backend_result *out, char *err, 
 /* Parameters and optimizer state back into the world, from the buffers
  * the optimizer stepped; false when copies of a parameter diverged. */
 bool xrun_read(xrun *r, char *err, size_t errlen);
+/* Meets every process of the run (backend.h, agree). */
+bool xrun_agree(xrun *r, bool ok);
 
 void xrun_close(xrun *r);
 

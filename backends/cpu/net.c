@@ -43,19 +43,54 @@ typedef struct wire {
   int32_t has_data;
 } wire;
 
-static int env_int(const char *const vars[3], int dflt) {
-  for (int i = 0; i < 3; i++) {
-    const char *v = getenv(vars[i]);
-    if (v && *v) return atoi(v);
+/* A count or rank from the environment: digits only, below INT_MAX; -1 when
+ * the variable is unset, empty or anything else. */
+static int env_count(const char *name) {
+  const char *v = getenv(name);
+  if (!v || !*v) return -1;
+  long long x = 0;
+  for (const char *p = v; *p; p++) {
+    if (*p < '0' || *p > '9') return -1;
+    x = x * 10 + (*p - '0');
+    if (x >= INT_MAX) return -1;
   }
-  return dflt;
+  return (int)x;
 }
 
-static int env_size(void) { return env_int((const char *const[]){"OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE"}, 1); }
+/* The first of vars that is set as a count, else -1. */
+static int env_first(const char *const *vars, int n) {
+  for (int i = 0; i < n; i++) {
+    int v = env_count(vars[i]);
+    if (v >= 0) return v;
+  }
+  return -1;
+}
+
+xprocs xnet_env(void) {
+  static const char *const mpi_size[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE"};
+  static const char *const mpi_rank[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"};
+  static const char *const mpi_local[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "PMIX_LOCAL_RANK", "MPI_LOCALRANKID"};
+  xprocs p = {0, 1, 0, XPROCS_ALONE};
+  int size = env_first(mpi_size, 3), rank = env_first(mpi_rank, 3);
+  if (size > 1 && rank >= 0 && rank < size) {
+    int local = env_first(mpi_local, 3);
+    return (xprocs){rank, size, local >= 0 ? local : 0, XPROCS_MPI};
+  }
+  /* srun without MPI: its variables, inside a job step only (a batch
+   * script has SLURM_NTASKS and SLURM_PROCID too, but it is one process) */
+  if (env_count("SLURM_STEP_ID") < 0 && env_count("SLURM_STEPID") < 0) return p;
+  size = env_count("SLURM_NTASKS"), rank = env_count("SLURM_PROCID");
+  if (size > 1 && rank >= 0 && rank < size) {
+    int local = env_count("SLURM_LOCALID");
+    return (xprocs){rank, size, local >= 0 ? local : 0, XPROCS_SLURM};
+  }
+  return p;
+}
 
 void xnet_procs(int *rank, int *size) {
-  *size = env_size();
-  *rank = *size > 1 ? env_int((const char *const[]){"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"}, 0) : 0;
+  xprocs p = xnet_env();
+  *rank = p.rank;
+  *size = p.size;
 }
 
 static void *open_plugin(char *tried, size_t n) {
@@ -71,7 +106,15 @@ static void *open_plugin(char *tried, size_t n) {
 
 xnet *xnet_start(double timeout_s, char *err, size_t errlen) {
   err[0] = 0;
-  if (env_size() <= 1) return NULL;
+  xprocs env = xnet_env();
+  if (env.from == XPROCS_ALONE) return NULL;
+  if (env.from == XPROCS_SLURM) {
+    snprintf(err, errlen,
+             "started by srun as task %d of %d without MPI (SLURM_PROCID, SLURM_NTASKS): the processes of a run talk "
+             "through MPI, which srun starts with --mpi=pmix (or run under mpirun); weft has no transport without it",
+             env.rank, env.size);
+    return NULL;
+  }
   char tried[2 * PATH_MAX + 128] = "";
   void *lib = open_plugin(tried, sizeof tried);
   if (!lib) {

@@ -16,13 +16,26 @@ typedef struct xkey {
   int cls, id, epoch, src, dst;
 } xkey;
 
-/* This process's rank and the number of processes, from the environment
- * mpirun or srun sets (0 of 1 without), before MPI starts. */
+/* Where this process stands among those its launcher started, from the
+ * environment, before MPI starts: MPI's variables (Open MPI's
+ * OMPI_COMM_WORLD_*, PMIx's PMIX_*, PMI's PMI_*) when they name more than
+ * one process, else Slurm's (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID)
+ * inside a job step of srun (SLURM_STEP_ID set), else 0 of 1. A value that
+ * is not a count, or a rank not below the size, counts as unset. */
+typedef enum { XPROCS_ALONE, XPROCS_MPI, XPROCS_SLURM } xprocs_from;
+typedef struct xprocs {
+  int rank, size;
+  int local;          /* the rank among the processes of this node */
+  xprocs_from from;
+} xprocs;
+xprocs xnet_env(void);
+/* Its rank and size (the backend's procs). */
 void xnet_procs(int *rank, int *size);
 
-/* Under mpirun with more than one process (OMPI_COMM_WORLD_SIZE, PMI_SIZE
- * or PMIX_SIZE), loads the plugin and starts MPI. NULL with err empty when
- * this process runs alone; NULL with a message when it should not. The
+/* Under mpirun (or srun with MPI) with more than one process (xnet_env),
+ * loads the plugin and starts MPI. NULL with err empty when this process
+ * runs alone; NULL with a message when it should not (several processes
+ * that srun started without MPI included: there is no other transport). The
  * plugin is found through WEFT_MPI_PLUGIN, else beside the weft binary.
  * Every wait for another process gives up after timeout_s seconds (0:
  * never), or once the process that started this one is gone. */

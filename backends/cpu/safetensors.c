@@ -208,6 +208,8 @@ typedef struct jp {
   jv_member *ms;         /* member stack */
   size_t mtop, mcap;
   bool failed;
+  bool plain;            /* a JSON document, not a header: its top-level
+                          * keys are keys, not tensor names */
   size_t fail_at;        /* offset of the first error */
   char msg[200];         /* the first error */
 } jp;
@@ -398,7 +400,7 @@ static bool jp_unique_keys(jp *j, const jv_member *m, size_t n, bool top) {
     free(s);
   }
   if (!dup) return true;
-  if (top && strcmp(dup->key, "__metadata__") != 0)
+  if (top && !j->plain && strcmp(dup->key, "__metadata__") != 0)
     jp_fail(j, j->base + dup->at, "duplicate tensor name '%.*s'", ST_Q(dup->key));
   else
     jp_fail(j, j->base + dup->at, "duplicate key \"%.*s\"", ST_Q(dup->key));
@@ -1283,4 +1285,296 @@ bool st_write(st_writer *w, const char *path, char *err, size_t errlen) {
   }
   free(hdr.p);
   return file_out_commit(out, err, errlen);
+}
+
+/* ---- the index of a sharded checkpoint ---------------------------------- */
+
+struct st_index_mem {
+  arena mem;
+};
+
+/* "PATH: WHERE: reason" */
+static void ix_fail(char *err, size_t errlen, const char *path, const char *where, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static void ix_fail(char *err, size_t errlen, const char *path, const char *where, const char *fmt, ...) {
+  char msg[400];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  st_fail(err, errlen, path, "%s: %s", where, msg);
+}
+
+bool st_shard_name_ok(const char *name, int *shard, int *of) {
+  int r = 0, n = 0, used = 0;
+  if (strlen(name) != strlen("model-00000-of-00000.safetensors")) return false;
+  if (sscanf(name, "model-%5d-of-%5d.safetensors%n", &r, &n, &used) != 2 || used != (int)strlen(name)) return false;
+  for (int i = 6; i < 11; i++)
+    if (name[i] < '0' || name[i] > '9' || name[i + 9] < '0' || name[i + 9] > '9') return false;
+  if (r < 1 || n < 1 || r > n) return false;
+  if (shard) *shard = r;
+  if (of) *of = n;
+  return true;
+}
+
+/* Non-negative integers of an array of n (n == -1: any length up to
+ * ST_MAX_DIMS; its length in *len). */
+static bool ix_ints(const jv *a, int64_t *out, int *len) {
+  if (a->kind != JV_ARR || a->u.arr.n > ST_MAX_DIMS) return false;
+  for (size_t i = 0; i < a->u.arr.n; i++) {
+    uint64_t v;
+    if (!st_uint(a->u.arr.v[i], &v)) return false;
+    out[i] = (int64_t)v;
+  }
+  *len = (int)a->u.arr.n;
+  return true;
+}
+
+static bool ix_keys_only(const jv *obj, const char *const *keys, int n, const char **bad) {
+  for (size_t i = 0; i < obj->u.obj.n; i++) {
+    bool known = false;
+    for (int k = 0; k < n && !known; k++) known = strcmp(obj->u.obj.m[i].key, keys[k]) == 0;
+    if (!known) {
+      *bad = obj->u.obj.m[i].key;
+      return false;
+    }
+  }
+  return true;
+}
+
+static bool ix_build(st_index *ix, const jv *root, const char *path, char *err, size_t errlen) {
+  arena *mem = &ix->mem->mem;
+  const char *bad = NULL;
+  static const char *const top[] = {"metadata", "weight_map", "tensors"};
+  if (!ix_keys_only(root, top, 3, &bad)) {
+    ix_fail(err, errlen, path, "the index", "unknown member \"%.*s\"", ST_Q(bad));
+    return false;
+  }
+  const jv *meta = st_field(root, "metadata"), *wmap = st_field(root, "weight_map"), *ts = st_field(root, "tensors");
+  const char *missing = !meta ? "metadata" : !wmap ? "weight_map" : !ts ? "tensors" : NULL;
+  if (missing) {
+    ix_fail(err, errlen, path, "the index", "no \"%s\"", missing);
+    return false;
+  }
+  if (meta->kind != JV_OBJ || wmap->kind != JV_OBJ || ts->kind != JV_OBJ) {
+    ix_fail(err, errlen, path, "the index", "%s is not an object",
+            meta->kind != JV_OBJ ? "metadata" : wmap->kind != JV_OBJ ? "weight_map" : "tensors");
+    return false;
+  }
+  if (meta->u.obj.n > 4096 || ts->u.obj.n > 1000000) {
+    ix_fail(err, errlen, path, "the index", "too many entries");
+    return false;
+  }
+  ix->nmeta = 0;
+  ix->meta_key = arena_alloc(mem, (meta->u.obj.n + 1) * sizeof(char *));
+  ix->meta_val = arena_alloc(mem, (meta->u.obj.n + 1) * sizeof(char *));
+  for (size_t i = 0; i < meta->u.obj.n; i++) {
+    const jv_member *m = &meta->u.obj.m[i];
+    if (strcmp(m->key, "total_size") == 0) {
+      uint64_t v;
+      if (!st_uint(m->val, &v)) {
+        ix_fail(err, errlen, path, "metadata.total_size", "not a count of bytes");
+        return false;
+      }
+      ix->total_size = (int64_t)v;
+      continue;
+    }
+    if (m->val->kind != JV_STR) {
+      ix_fail(err, errlen, path, "metadata", "the value of \"%.*s\" is not a string", ST_Q(m->key));
+      return false;
+    }
+    ix->meta_key[ix->nmeta] = m->key;
+    ix->meta_val[ix->nmeta++] = m->val->u.str.s;
+  }
+  ix->ntensors = (int)ts->u.obj.n;
+  ix->tensors = arena_alloc(mem, (ts->u.obj.n + 1) * sizeof *ix->tensors);
+  ix->files = arena_alloc(mem, sizeof(char *));
+  int fcap = 1;
+  for (size_t i = 0; i < ts->u.obj.n; i++) {
+    const jv_member *m = &ts->u.obj.m[i];
+    st_itensor *t = &ix->tensors[i];
+    memset(t, 0, sizeof *t);
+    t->name = m->key;
+    char where[200];
+    snprintf(where, sizeof where, "tensors.%.*s", ST_Q(m->key));
+    static const char *const tkeys[] = {"shape", "pieces"};
+    const jv *shape = m->val->kind == JV_OBJ ? st_field(m->val, "shape") : NULL;
+    const jv *pieces = m->val->kind == JV_OBJ ? st_field(m->val, "pieces") : NULL;
+    if (!shape || !pieces || !ix_keys_only(m->val, tkeys, 2, &bad)) {
+      ix_fail(err, errlen, path, where, "not an object of \"shape\" and \"pieces\"");
+      return false;
+    }
+    if (!ix_ints(shape, t->shape, &t->ndims)) {
+      ix_fail(err, errlen, path, where, "shape is not an array of at most %d counts", ST_MAX_DIMS);
+      return false;
+    }
+    if (pieces->kind != JV_ARR || pieces->u.arr.n == 0 || pieces->u.arr.n > 1000000) {
+      ix_fail(err, errlen, path, where, "pieces is not an array of pieces");
+      return false;
+    }
+    t->npieces = (int)pieces->u.arr.n;
+    t->pieces = arena_alloc(mem, pieces->u.arr.n * sizeof *t->pieces);
+    for (size_t k = 0; k < pieces->u.arr.n; k++) {
+      const jv *p = pieces->u.arr.v[k];
+      st_piece *q = &t->pieces[k];
+      snprintf(where, sizeof where, "tensors.%.*s.pieces[%zu]", ST_Q(m->key), k);
+      static const char *const pkeys[] = {"file", "entry", "start", "stop"};
+      const jv *file = p->kind == JV_OBJ ? st_field(p, "file") : NULL, *entry = p->kind == JV_OBJ ? st_field(p, "entry") : NULL;
+      const jv *start = p->kind == JV_OBJ ? st_field(p, "start") : NULL, *stop = p->kind == JV_OBJ ? st_field(p, "stop") : NULL;
+      if (!file || !entry || !start || !stop || !ix_keys_only(p, pkeys, 4, &bad) || file->kind != JV_STR ||
+          entry->kind != JV_STR) {
+        ix_fail(err, errlen, path, where, "not an object of \"file\", \"entry\" (strings), \"start\" and \"stop\"");
+        return false;
+      }
+      if (!st_shard_name_ok(file->u.str.s, NULL, NULL)) {
+        ix_fail(err, errlen, path, where, "file \"%.*s\" is not a shard's name (model-NNNNN-of-NNNNN.safetensors)",
+                ST_Q(file->u.str.s));
+        return false;
+      }
+      int ns = 0, ne = 0;
+      if (!ix_ints(start, q->start, &ns) || !ix_ints(stop, q->stop, &ne) || ns != t->ndims || ne != t->ndims) {
+        ix_fail(err, errlen, path, where, "start and stop are not arrays of %d counts (the tensor's dims)", t->ndims);
+        return false;
+      }
+      for (int d = 0; d < t->ndims; d++)
+        if (q->start[d] > q->stop[d] || q->stop[d] > t->shape[d]) {
+          ix_fail(err, errlen, path, where, "dim %d: [%" PRId64 ", %" PRId64 ") does not lie in the shape's [0, %" PRId64 ")",
+                  d, q->start[d], q->stop[d], t->shape[d]);
+          return false;
+        }
+      q->entry = entry->u.str.s;
+      q->file = -1;
+      for (int f = 0; f < ix->nfiles && q->file < 0; f++)
+        if (strcmp(ix->files[f], file->u.str.s) == 0) q->file = f;
+      if (q->file < 0) {
+        if (ix->nfiles == fcap) {
+          const char **nf = arena_alloc(mem, (size_t)fcap * 2 * sizeof(char *));
+          memcpy(nf, ix->files, (size_t)fcap * sizeof(char *));
+          ix->files = nf;
+          fcap *= 2;
+        }
+        q->file = ix->nfiles;
+        ix->files[ix->nfiles++] = file->u.str.s;
+      }
+    }
+  }
+  /* the weight map: the tensors, each to a file of one of its pieces */
+  if (wmap->u.obj.n != ts->u.obj.n) {
+    ix_fail(err, errlen, path, "weight_map", "%zu tensors, but \"tensors\" has %zu", wmap->u.obj.n, ts->u.obj.n);
+    return false;
+  }
+  for (size_t i = 0; i < wmap->u.obj.n; i++) {
+    const jv_member *m = &wmap->u.obj.m[i];
+    const st_itensor *t = NULL;
+    for (int k = 0; k < ix->ntensors && !t; k++)
+      if (strcmp(ix->tensors[k].name, m->key) == 0) t = &ix->tensors[k];
+    bool held = false;
+    for (int k = 0; t && m->val->kind == JV_STR && k < t->npieces && !held; k++)
+      held = strcmp(ix->files[t->pieces[k].file], m->val->u.str.s) == 0;
+    if (!held) {
+      ix_fail(err, errlen, path, "weight_map", "\"%.*s\" is not mapped to a file that holds a piece of it", ST_Q(m->key));
+      return false;
+    }
+  }
+  return true;
+}
+
+st_index *st_index_read(const char *path, char *err, size_t errlen) {
+  if (err && errlen) err[0] = '\0';
+  char why[256];
+  size_t len = 0;
+  char *text = file_read_all(path, (int64_t)ST_MAX_HEADER, &len, why, sizeof why);
+  if (!text) {
+    st_fail(err, errlen, path, "cannot read: %s", why);
+    return NULL;
+  }
+  st_index *ix = st_alloc(sizeof *ix);
+  memset(ix, 0, sizeof *ix);
+  ix->mem = st_alloc(sizeof *ix->mem);
+  arena_init(&ix->mem->mem);
+  arena nodes;
+  arena_init(&nodes);
+  jp j = {.base = (const unsigned char *)text, .p = (const unsigned char *)text, .end = (const unsigned char *)text + len,
+          .strs = &ix->mem->mem, .nodes = &nodes, .plain = true};
+  jv *root = jp_header(&j);
+  free(j.vs);
+  free(j.ms);
+  bool ok = root != NULL;
+  if (!ok) st_fail(err, errlen, path, "invalid JSON at byte %zu: %s", j.fail_at, j.msg);
+  else ok = ix_build(ix, root, path, err, errlen);
+  arena_free(&nodes);
+  free(text);
+  if (!ok) {
+    st_index_free(ix);
+    return NULL;
+  }
+  return ix;
+}
+
+const char *st_index_meta(const st_index *ix, const char *key) {
+  for (int i = 0; i < ix->nmeta; i++)
+    if (strcmp(ix->meta_key[i], key) == 0) return ix->meta_val[i];
+  return NULL;
+}
+
+void st_index_free(st_index *ix) {
+  if (!ix) return;
+  if (ix->mem) arena_free(&ix->mem->mem);
+  free(ix->mem);
+  free(ix);
+}
+
+static void sb_ints(st_buf *b, const int64_t *v, int n) {
+  sb_str(b, "[");
+  for (int d = 0; d < n; d++) {
+    if (d) sb_str(b, ", ");
+    sb_u64(b, (uint64_t)v[d]);
+  }
+  sb_str(b, "]");
+}
+
+bool st_index_write(const st_index *ix, const char *path, char *err, size_t errlen) {
+  st_buf b = {0};
+  sb_str(&b, "{\n  \"metadata\": {\n    \"total_size\": ");
+  sb_u64(&b, (uint64_t)ix->total_size);
+  for (int i = 0; i < ix->nmeta; i++) {
+    sb_str(&b, ",\n    ");
+    sb_json(&b, ix->meta_key[i]);
+    sb_str(&b, ": ");
+    sb_json(&b, ix->meta_val[i]);
+  }
+  sb_str(&b, "\n  },\n  \"weight_map\": {");
+  for (int i = 0; i < ix->ntensors; i++) {
+    sb_str(&b, i ? ",\n    " : "\n    ");
+    sb_json(&b, ix->tensors[i].name);
+    sb_str(&b, ": ");
+    sb_json(&b, ix->files[ix->tensors[i].pieces[0].file]);
+  }
+  sb_str(&b, "\n  },\n  \"tensors\": {");
+  for (int i = 0; i < ix->ntensors; i++) {
+    const st_itensor *t = &ix->tensors[i];
+    sb_str(&b, i ? ",\n    " : "\n    ");
+    sb_json(&b, t->name);
+    sb_str(&b, ": {\"shape\": ");
+    sb_ints(&b, t->shape, t->ndims);
+    sb_str(&b, ", \"pieces\": [");
+    for (int k = 0; k < t->npieces; k++) {
+      const st_piece *q = &t->pieces[k];
+      sb_str(&b, k ? ",\n      " : "\n      ");
+      sb_str(&b, "{\"file\": ");
+      sb_json(&b, ix->files[q->file]);
+      sb_str(&b, ", \"entry\": ");
+      sb_json(&b, q->entry);
+      sb_str(&b, ", \"start\": ");
+      sb_ints(&b, q->start, t->ndims);
+      sb_str(&b, ", \"stop\": ");
+      sb_ints(&b, q->stop, t->ndims);
+      sb_str(&b, "}");
+    }
+    sb_str(&b, "]}");
+  }
+  sb_str(&b, "\n  }\n}\n");
+  bool ok = file_write_text(path, b.p, b.len, err, errlen);
+  free(b.p);
+  return ok;
 }

@@ -116,4 +116,51 @@ bool st_write(st_writer *w, const char *path, char *err, size_t errlen);
 /* Frees the writer (not the borrowed data). NULL is allowed. */
 void st_writer_free(st_writer *w);
 
+/* ---- the index of a sharded checkpoint ---------------------------------------
+ * model.safetensors.index.json, in the manner of Hugging Face's:
+ *   {"metadata": {"total_size": BYTES, KEY: "VALUE", ...},
+ *    "weight_map": {TENSOR: FILE, ...},
+ *    "tensors": {TENSOR: {"shape": [..], "pieces": [{"file": FILE,
+ *        "entry": NAME, "start": [..], "stop": [..]}, ...]}, ...}}
+ * A tensor is held in pieces, each the box [start, stop) of its whole
+ * shape, stored as tensor `entry` of shard FILE; weight_map names the file
+ * of its first piece. Files are model-NNNNN-of-NNNNN.safetensors beside
+ * the index, never a path. Read with the strict parser of headers; every
+ * piece is checked to lie inside its tensor's shape. */
+typedef struct st_piece {
+  int file;                  /* into st_index.files */
+  const char *entry;
+  int64_t start[ST_MAX_DIMS], stop[ST_MAX_DIMS];
+} st_piece;
+
+typedef struct st_itensor {
+  const char *name;
+  int ndims;
+  int64_t shape[ST_MAX_DIMS];
+  int npieces;
+  st_piece *pieces;
+} st_itensor;
+
+typedef struct st_index {
+  int nmeta;
+  const char **meta_key, **meta_val;   /* the metadata's strings */
+  int64_t total_size;                  /* bytes of tensor data in all shards */
+  int nfiles;
+  const char **files;
+  int ntensors;
+  st_itensor *tensors;
+  struct st_index_mem *mem;            /* what the strings above live in (read) */
+} st_index;
+
+/* Whether name is model-RRRRR-of-NNNNN.safetensors with 1 <= R <= N (both
+ * out when not NULL). */
+bool st_shard_name_ok(const char *name, int *shard, int *of);
+/* Reads and checks an index (a regular file of at most 100 MB). NULL and
+ * "PATH: reason" on failure. */
+st_index *st_index_read(const char *path, char *err, size_t errlen);
+const char *st_index_meta(const st_index *ix, const char *key);
+void st_index_free(st_index *ix);
+/* Writes ix (filled by the caller; mem unused) atomically (base/files.h). */
+bool st_index_write(const st_index *ix, const char *path, char *err, size_t errlen);
+
 #endif

@@ -79,6 +79,45 @@ bool world_resume(weft_world *w, const char *path, uint64_t *seed, char *err, si
  * in the metadata; written to a temporary file, synced and renamed. */
 bool world_save(const weft_world *w, const char *path, uint64_t seed, char *err, size_t errlen);
 
+/* ---- sharded checkpoints ------------------------------------------------------
+ * A directory of shards, model-RRRRR-of-NNNNN.safetensors, one per process
+ * of the run that saved it, each with the pieces of parameters and
+ * optimizer state the devices of its process hold (boxes of the whole
+ * tensors, the box recorded in its metadata), and the index
+ * model.safetensors.index.json (safetensors.h): the run's metadata and the
+ * box and shard of every piece. The devices of a program are spread over
+ * the processes in blocks of consecutive devices, as the CPU backend runs
+ * them; an element no device holds is saved by process 0. */
+
+/* Whether a --save or --resume path names a set: it ends in '/'. */
+bool world_sharded_path(const char *path);
+/* Whether a set may be written at path: a new name in a directory weft may
+ * write in, or a directory (not a link to one) that holds only a set's
+ * files. False with "PATH: reason". */
+bool world_sharded_target(const char *path, char *err, size_t errlen);
+/* Meets every process of the run: true when every one passed ok. */
+typedef bool (*world_agree_fn)(void *ctx, bool ok);
+/* Writes the set of w as process rank of nprocs, which all call it with
+ * the same w, pr and path: process 0 makes the directory .BASE.partial
+ * beside path (removing one a killed save left), every process writes its
+ * shard there, then process 0 the index, and puts the directory in place
+ * of path in one rename (exchanged with the previous set, which is then
+ * removed; where the file system cannot exchange, the previous set is
+ * moved to .BASE.old first). Until that rename path holds the previous
+ * set, whole. agree (NULL for one process) lets them meet between the
+ * steps, so that all fail when one does. */
+bool world_save_sharded(const weft_world *w, const weft_program *pr, int rank, int nprocs, const char *path,
+                        uint64_t seed, world_agree_fn agree, void *ctx, char *err, size_t errlen);
+/* Reads a set into w for process rank of nprocs running pr (another plan
+ * and another count of processes than the run that saved it, as may be):
+ * the pieces that meet what its devices hold, or all of them with `whole`;
+ * the index and every piece read are checked as world_resume checks a
+ * file (and every element of every tensor must lie in some piece). */
+bool world_resume_sharded(weft_world *w, const weft_program *pr, int rank, int nprocs, bool whole, const char *path,
+                          uint64_t *seed, char *err, size_t errlen);
+/* Removes a set (a directory of a set's files only); absent is no error. */
+bool world_remove_sharded(const char *path, char *err, size_t errlen);
+
 /* The largest per-tensor relative L2 difference of parameters (and state
  * when `state`), ||a - b|| / ||b||; *worst names the tensor. */
 double world_diff(const weft_world *a, const weft_world *b, bool state, const char **worst);
@@ -93,8 +132,8 @@ int64_t world_step_items(const weft_graph *g, const char **unit);
 /* The version of this table: a plugin built against another is refused.
  * 2: passes (backend_step, backend_result), on_memory; 3: kernels, probe,
  * tolerance, failure, describe, and backend_opts' deterministic,
- * allow_nonfinite and timeout_s. */
-#define WEFT_BACKEND_VERSION 3
+ * allow_nonfinite and timeout_s; 4: agree. */
+#define WEFT_BACKEND_VERSION 4
 
 /* What a device's buffers took, as the backend measured it while the steps
  * ran: the most bytes of program buffers live at once (an element at the
@@ -192,6 +231,11 @@ typedef struct weft_backend {
   int (*failure)(void);
   /* The machine an open run uses, one line for people; NULL: none. */
   void (*describe)(backend_run *r, char *buf, size_t n);
+  /* ---- version 4 ---- */
+  /* Meets every process of an open run, between passes: true when every
+   * one passed ok (a process that cannot meet the others ends the run).
+   * NULL: the run has one process. */
+  bool (*agree)(backend_run *r, bool ok);
 } weft_backend;
 
 /* The backend called name: one of this build's, or a plugin, libweft_NAME.so

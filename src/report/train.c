@@ -84,6 +84,9 @@ typedef struct trainer {
   double t_start;
   int64_t items;
   const char *unit;
+  /* sharded checkpoints: the program and where this process stands */
+  const weft_program *pr;
+  int rank, nprocs;
 } trainer;
 
 /* A backend's plan run, or its one-device reference (run NULL). */
@@ -352,8 +355,17 @@ static void log_line(trainer *t, const record *r) {
   fflush(t->log);
 }
 
-/* PATH with "-stepN" before its extension: run.st -> run-step100.st */
+/* PATH with "-stepN" before its extension: run.st -> run-step100.st; a
+ * sharded set's directory gets it at its end: run/ -> run-step100/ */
 static char *periodic_name(const char *path, int64_t step) {
+  if (world_sharded_path(path)) {
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/') n--;
+    char *s = malloc(n + 32);
+    if (!s) weft_oom();
+    snprintf(s, n + 32, "%.*s-step%" PRId64 "/", (int)n, path, step);
+    return s;
+  }
   const char *slash = strrchr(path, '/'), *dot = strrchr(path, '.');
   if (dot && (dot == path || (slash && dot < slash) || dot[-1] == '/')) dot = NULL;
   size_t stem = dot ? (size_t)(dot - path) : strlen(path);
@@ -364,11 +376,19 @@ static char *periodic_name(const char *path, int64_t step) {
   return s;
 }
 
-/* A checkpoint of the main run now: every process gathers, process 0 writes. */
+static bool agree(void *ctx, bool ok) {
+  runner *rn = ctx;
+  return rn->bk->agree && rn->run ? rn->bk->agree(rn->run, ok) : ok;
+}
+
+/* A checkpoint of the main run now: every process gathers; process 0
+ * writes a file, or every process its shard of a set. */
 static bool save_now(trainer *t, runner *rn, weft_world *w, const char *path, uint64_t seed, char *err,
                      size_t errlen) {
   if (!rn->bk->read(rn->run, err, errlen)) return false;
   record_settings(t, w);
+  if (world_sharded_path(path))
+    return world_save_sharded(w, t->pr, t->rank, t->nprocs, path, seed, agree, rn, err, errlen);
   return !t->speak || world_save(w, path, seed, err, errlen);
 }
 
@@ -415,7 +435,9 @@ static bool train_loop(trainer *t, runner *rn, weft_world *w, bool main, run_log
       bool ok = save_now(t, rn, w, p, seed, err, errlen);
       if (ok && t->speak && o->keep > 0 && w->step > o->keep * o->save_every) {
         char *old = periodic_name(o->save, w->step - o->keep * o->save_every);
-        unlink(old);
+        char e2[256];
+        if (world_sharded_path(old)) world_remove_sharded(old, e2, sizeof e2);
+        else unlink(old);
         free(old);
       }
       free(p);
@@ -508,12 +530,18 @@ int report_run(const weft_opts *o) {
   bk->procs(&rank, &nprocs);
   bool speak = rank == 0;
   /* the files it writes are checked before any work */
-  if ((o->save && !report_output_ok(o, "--save", o->save, speak)) || (o->log && !report_output_ok(o, "--log", o->log, speak)))
+  bool sharded = o->save && world_sharded_path(o->save);
+  if (sharded && !world_sharded_target(o->save, err, sizeof err)) {
+    if (speak) fprintf(stderr, "weft: error: --save %s\n", err);
+    return WEFT_FAILED;
+  }
+  if ((o->save && !sharded && !report_output_ok(o, "--save", o->save, speak)) ||
+      (o->log && !report_output_ok(o, "--log", o->log, speak)))
     return WEFT_FAILED;
   weft_ctx *c = report_ctx(o);
   int rc = WEFT_OK;
   weft_plan *p = report_plan(c, o, &rc, NULL);
-  if ((p && o->save && !report_output_not_source(c, "--save", o->save, speak)) ||
+  if ((p && o->save && !sharded && !report_output_not_source(c, "--save", o->save, speak)) ||
       (p && o->log && !report_output_not_source(c, "--log", o->log, speak))) {
     weft_free(c);
     return WEFT_FAILED;
@@ -573,12 +601,20 @@ int report_run(const weft_opts *o) {
   uint64_t seed = o->seed;
   bool ok = true;
   if (!g->optimizer) ok = run_fail(NULL, "the plan's model has no `train` statement: nothing to run") == 0;
-  if (ok && o->resume) ok = world_resume(w, o->resume, o->seed_given ? NULL : &seed, err, sizeof err);
+  struct stat rs;
+  bool resume_set = o->resume && (world_sharded_path(o->resume) || (stat(o->resume, &rs) == 0 && S_ISDIR(rs.st_mode)));
+  /* a set: this process reads what its devices hold, unless the run needs
+   * the whole (one process, or the one-device reference of --check) */
+  if (ok && resume_set)
+    ok = world_resume_sharded(w, pr, rank, nprocs, nprocs == 1 || o->run_check, o->resume,
+                              o->seed_given ? NULL : &seed, err, sizeof err);
+  else if (ok && o->resume) ok = world_resume(w, o->resume, o->seed_given ? NULL : &seed, err, sizeof err);
   else if (ok && o->load) ok = world_load_params(w, o->load, err, sizeof err);
   else if (ok) world_init_params(w, seed);
   if (ok && o->inputs) ok = world_load_inputs(w, o->inputs, err, sizeof err);
   else if (ok) world_init_inputs(w, seed);
-  trainer t = {.o = o, .g = g, .speak = speak, .tokens = -1, .labels = -1, .seed = seed};
+  trainer t = {.o = o, .g = g, .speak = speak, .tokens = -1, .labels = -1, .seed = seed,
+               .pr = pr, .rank = rank, .nprocs = nprocs};
   ok = ok && settings(&t, w, err, sizeof err) && open_data(&t, w, err, sizeof err);
   if (ok && o->log && speak) {
     /* a resumed run goes on with the log of the run it continues */
@@ -631,6 +667,13 @@ int report_run(const weft_opts *o) {
   run_log log = {0};
   t.t_start = now_s();
   ok = rn.run && train_loop(&t, &rn, w, true, &log, seed, err, sizeof err) && bk->read(rn.run, err, sizeof err);
+  /* a set is written while the processes can still meet */
+  bool saved = false;
+  char save_err[1024] = "";
+  if (ok && sharded) {
+    record_settings(&t, w);
+    saved = world_save_sharded(w, pr, rank, nprocs, o->save, seed, agree, &rn, save_err, sizeof save_err);
+  }
   if (rn.run) bk->close(rn.run);
   if (!ok) {
     run_fail(NULL, err);
@@ -683,8 +726,10 @@ int report_run(const weft_opts *o) {
     }
     if (!check_ok) rc = WEFT_REJECTED;
   }
-  bool saved = false;
-  if (ok && o->save) {
+  if (ok && sharded) {
+    if (!saved) rc = speak ? run_fail("--save", save_err) : WEFT_REJECTED;
+    else if (!o->json && speak) printf("saved %s (step %" PRId64 ")\n", o->save, w->step);
+  } else if (ok && o->save) {
     record_settings(&t, w);
     if (!speak) saved = true;
     else if (world_save(w, o->save, seed, err, sizeof err)) {

@@ -1070,6 +1070,85 @@ static void test_save_targets(void **state) {
   rm_dir(dir);
 }
 
+/* ---- the index of a sharded checkpoint ------------------------------------- */
+
+static void test_shard_names(void **state) {
+  (void)state;
+  int r = 0, n = 0;
+  assert_true(st_shard_name_ok("model-00002-of-00004.safetensors", &r, &n));
+  assert_int_equal(r, 2);
+  assert_int_equal(n, 4);
+  const char *bad[] = {"model-00005-of-00004.safetensors", "model-00000-of-00004.safetensors",
+                       "model-0002-of-00004.safetensors",  "model- 0002-of-00004.safetensors",
+                       "model-+0002-of-00004.safetensors", "model-00002-of-00004.safetensorsx",
+                       "../model-00001-of-00001.safetensors", "model-00001-of-00001.safetensor", ""};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) assert_false(st_shard_name_ok(bad[i], NULL, NULL));
+}
+
+static void test_index_round_trip(void **state) {
+  (void)state;
+  char *dir = make_dir(), *path = join(dir, "model.safetensors.index.json"), err[ERRLEN];
+  const char *files[] = {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"};
+  st_piece pw[2] = {{0, "w[0:2, 0:1]", {0, 0}, {2, 1}}, {1, "w[0:2, 1:2]", {0, 1}, {2, 2}}};
+  st_piece pb[1] = {{1, "b \"q\"", {0}, {3}}};
+  st_itensor ts[2] = {{"w", 2, {2, 2}, 2, pw}, {"b \"q\"", 1, {3}, 1, pb}};
+  const char *keys[] = {"format", "step"}, *vals[] = {"weft-checkpoint", "12"};
+  st_index ix = {2, keys, vals, 28, 2, files, 2, ts, NULL};
+  assert_true(st_index_write(&ix, path, err, sizeof err));
+  st_index *r = st_index_read(path, err, sizeof err);
+  assert_non_null(r);
+  assert_int_equal(r->total_size, 28);
+  assert_string_equal(st_index_meta(r, "step"), "12");
+  assert_null(st_index_meta(r, "seed"));
+  assert_int_equal(r->nfiles, 2);
+  assert_int_equal(r->ntensors, 2);
+  assert_string_equal(r->tensors[1].name, "b \"q\"");
+  assert_int_equal(r->tensors[0].npieces, 2);
+  const st_piece *q = &r->tensors[0].pieces[1];
+  assert_string_equal(r->files[q->file], files[1]);
+  assert_string_equal(q->entry, "w[0:2, 1:2]");
+  assert_int_equal(q->start[1], 1);
+  assert_int_equal(q->stop[0], 2);
+  st_index_free(r);
+  unlink(path);
+  free(path);
+  rm_dir(dir);
+}
+
+static void test_index_rejects(void **state) {
+  (void)state;
+  char *dir = make_dir(), *path = join(dir, "i.json"), err[ERRLEN];
+  const char *head = "{\"metadata\": {\"step\": \"1\"}, \"weight_map\": {\"w\": \"model-00001-of-00001.safetensors\"}, ";
+  struct { const char *tensors, *says; } cases[] = {
+      {"\"tensors\": {\"w\": {\"shape\": [2], \"pieces\": [{\"file\": \"model-00001-of-00001.safetensors\", "
+       "\"entry\": \"w\", \"start\": [0], \"stop\": [3]}]}}}",
+       "tensors.w.pieces[0]: dim 0: [0, 3) does not lie in the shape's [0, 2)"},
+      {"\"tensors\": {\"w\": {\"shape\": [2], \"pieces\": [{\"file\": \"/etc/passwd\", "
+       "\"entry\": \"w\", \"start\": [0], \"stop\": [2]}]}}}",
+       "is not a shard's name"},
+      {"\"tensors\": {\"w\": {\"shape\": [2], \"pieces\": []}}}", "tensors.w: pieces is not an array of pieces"},
+      {"\"tensors\": {\"w\": {\"shape\": [-2], \"pieces\": []}}}", "shape is not an array of at most 8 counts"},
+      {"\"tensors\": {\"w\": {\"shape\": [2], \"pieces\": [{\"file\": \"model-00001-of-00001.safetensors\", "
+       "\"entry\": \"w\", \"start\": [0, 0], \"stop\": [2, 2]}]}}}",
+       "start and stop are not arrays of 1 counts"},
+      {"\"tensors\": {\"v\": {\"shape\": [2], \"pieces\": [{\"file\": \"model-00001-of-00001.safetensors\", "
+       "\"entry\": \"v\", \"start\": [0], \"stop\": [2]}]}}}",
+       "weight_map: \"w\" is not mapped to a file that holds a piece of it"},
+      {"\"tensors\": {}, \"extra\": 1}", "the index: unknown member \"extra\""},
+      {"\"tensors\": {}, \"tensors\": {}}", "duplicate key \"tensors\""},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    char text[1024];
+    snprintf(text, sizeof text, "%s%s", head, cases[i].tensors);
+    put_file(path, text, strlen(text));
+    assert_null(st_index_read(path, err, sizeof err));
+    if (!strstr(err, cases[i].says)) fail_msg("case %zu: \"%s\" does not say \"%s\"", i, err, cases[i].says);
+  }
+  unlink(path);
+  free(path);
+  rm_dir(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_round_trip),
@@ -1089,6 +1168,9 @@ int main(void) {
     cmocka_unit_test(test_open_file_survives_save),
     cmocka_unit_test(test_failed_save_leaves_target),
     cmocka_unit_test(test_save_targets),
+    cmocka_unit_test(test_shard_names),
+    cmocka_unit_test(test_index_round_trip),
+    cmocka_unit_test(test_index_rejects),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
