@@ -47,7 +47,7 @@ template <class T> using b_row = wmma::fragment<wmma::matrix_b, 16, 16, 16, T, w
 template <class T> using b_col = wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major>;
 
 /* Shared memory carved in pieces aligned for wmma (32 bytes; 128 here). */
-static size_t piece(size_t bytes) { return (bytes + 127) / 128 * 128; }
+HD size_t piece(size_t bytes) { return (bytes + 127) / 128 * 128; }
 struct carve {
   unsigned char *p;
   size_t off;
@@ -167,9 +167,9 @@ DEV void scale_rows(acc_t &c, const int *rw, const float *by) {
 
 /* 16 x 64 f32 scores of a warp: x = A B^T, A 16 rows of dh in fragments,
  * B 64 rows of dh in shared memory (row stride ld). */
-template <class T, int D16>
+template <class T, int D16, int U = (D16 > 4 ? 1 : 4)>
 DEV void scores(float *x, const a_row<T> *fa, const T *B, int ld) {
-#pragma unroll
+#pragma unroll(U)
   for (int j = 0; j < 4; j++) {
     acc_t c;
     wmma::fill_fragment(c, 0.0f);
@@ -183,11 +183,31 @@ DEV void scores(float *x, const a_row<T> *fa, const T *B, int ld) {
   }
 }
 
+/* The same with A's 16 rows in shared memory (row stride ld too), for the
+ * widest heads, whose registers go to the sums. */
+template <class T, int D16, int U = (D16 > 4 ? 1 : 4)>
+DEV void scores_sm(float *x, const T *A, const T *B, int ld) {
+#pragma unroll(U)
+  for (int j = 0; j < 4; j++) {
+    acc_t c;
+    wmma::fill_fragment(c, 0.0f);
+#pragma unroll
+    for (int kk = 0; kk < D16; kk++) {
+      a_row<T> fa;
+      b_col<T> fb;
+      wmma::load_matrix_sync(fa, A + kk * 16, ld);
+      wmma::load_matrix_sync(fb, B + j * 16 * ld + kk * 16, ld);
+      wmma::mma_sync(c, fa, fb, c);
+    }
+    wmma::store_matrix_sync(x + j * 16, c, LDS, wmma::mem_row_major);
+  }
+}
+
 /* g[d16] += X B: X the warp's 16 x 64 16-bit scores, B 64 rows of dh in
  * shared memory (row stride ld). */
-template <class T, int D16>
+template <class T, int D16, int U = (D16 > 4 ? 1 : 4)>
 DEV void accumulate(acc_t *g, const T *X, const T *B, int ld) {
-#pragma unroll
+#pragma unroll(U)
   for (int j = 0; j < 4; j++) {
     a_row<T> fx;
     wmma::load_matrix_sync(fx, X + j * 16, LDP);
@@ -225,7 +245,7 @@ static size_t fwd_tc_smem(int64_t dh) {
 /* MODE 0: out. MODE 1: lse and dsum per row. Blocks in reverse order of
  * their queries: the longest first. */
 template <class T, int D16, int MODE>
-__global__ void __launch_bounds__(NT)
+__global__ void __launch_bounds__(NT, D16 <= 4 ? 2 : 1)
     k_attn_fwd_tc(T *out, const T *q, const T *k, const T *v, gpu_attn a, float scale, bool vec, const T *dout,
                   float *lse, float *dsum) {
   enum { LD = D16 * 16 + 8, PF = pipe<D16>::PF };
@@ -336,22 +356,32 @@ __global__ void __launch_bounds__(NT)
 }
 
 /* Shared memory of dq: K and V tiles, then the query and dout tiles, which
- * the warps' scores take over. */
+ * the warps' scores take over (heads up to 64; above, the dout tile stays,
+ * its rows not held in fragments). */
 static size_t dq_tc_smem(int64_t dh) {
-  return 2 * piece(TK * (dh + 8) * 2) + stage_bytes(2 * piece(TQ * (dh + 8) * 2));
+  size_t rows = piece(TQ * (dh + 8) * 2);
+  return 2 * piece(TK * (dh + 8) * 2) + (dh <= 64 ? stage_bytes(2 * rows) : rows + stage_bytes(rows));
 }
 
 /* dq of query rows [q0, q0 + 128) of head h; warp w owns 16. */
 template <class T, int D16>
-__global__ void __launch_bounds__(NT)
+__global__ void __launch_bounds__(NT, D16 <= 4 ? 2 : 1)
     k_attn_dq_tc(T *dq, const T *dout, const T *q, const T *k, const T *v, gpu_attn a, float scale, bool vec,
                  const float *lse, const float *dsum, bool acc) {
   enum { LD = D16 * 16 + 8, PF = pipe<D16>::PF };
+  constexpr bool HOLD = D16 <= 4;
   DYN_SMEM(unsigned char, raw);
   carve cv = {raw, 0};
-  T *Ks = cv.take<T>(TK * LD), *Vs = cv.take<T>(TK * LD);
-  unsigned char *stage = raw + cv.off;
-  T *Qs = (T *)stage, *Os = (T *)(stage + piece(TQ * LD * 2));
+  T *Ks = cv.take<T>(TK * LD), *Vs = cv.take<T>(TK * LD), *Os;
+  unsigned char *stage;
+  if constexpr (HOLD) {
+    stage = raw + cv.off;
+    Os = (T *)(stage + piece(TQ * LD * 2));
+  } else {
+    Os = cv.take<T>(TQ * LD);
+    stage = raw + cv.off;
+  }
+  T *Qs = (T *)stage;
   const int64_t bi = blockIdx.z, h = blockIdx.y, q0 = (int64_t)(gridDim.x - 1 - blockIdx.x) * TQ;
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, r = lane >> 1, half = lane & 1, row = w * 16 + r;
   const int64_t qi = q0 + row;
@@ -367,9 +397,9 @@ __global__ void __launch_bounds__(NT)
     t.store(Os);
   }
   __syncthreads();
-  a_row<T> qf[D16], of[D16];
+  a_row<T> qf[D16], of[HOLD ? D16 : 1];
   rows_in<T, D16>(qf, Qs + w * 16 * LD, LD);
-  rows_in<T, D16>(of, Os + w * 16 * LD, LD);
+  if constexpr (HOLD) rows_in<T, D16>(of, Os + w * 16 * LD, LD);
   __syncthreads();
   const bool in = qi < a.sq;
   const float sl2 = scale * LOG2E;
@@ -396,7 +426,10 @@ __global__ void __launch_bounds__(NT)
       P[r * LDP + c] = from_f<T>(c <= lim ? exp2f(S[r * LDS + c] * sl2 - L2) : 0.0f);
     }
     __syncwarp();
-    scores<T, D16>(S, of, Vs, LD);
+    if constexpr (HOLD)
+      scores<T, D16>(S, of, Vs, LD);
+    else
+      scores_sm<T, D16>(S, Os + w * 16 * LD, Vs, LD);
     __syncwarp();
 #pragma unroll 8
     for (int t = 0; t < 32; t++) {
@@ -404,7 +437,7 @@ __global__ void __launch_bounds__(NT)
       P[r * LDP + c] = from_f<T>(to_f(P[r * LDP + c]) * (S[r * LDS + c] - Dr));
     }
     __syncwarp();
-    accumulate<T, D16>(g, P, Ks, LD);
+    accumulate<T, D16, 1>(g, P, Ks, LD);
   }
   __syncwarp();
   T *dst = dq + bi * a.q_batch + h * a.dh + qi * a.q_row + half * 8;
@@ -500,12 +533,9 @@ __global__ void __launch_bounds__(NT)
     /* S^T = K_w Q^T, then P^T: query q0 + c sees key kj when c >= lo; rows
      * from the queries' end on, and keys from sk on, none */
     if constexpr (HOLD)
-      scores<T, D16>(S, kf, Qs, LD);
-    else {
-      a_row<T> f[D16];
-      rows_in<T, D16>(f, Ks + w * 16 * LD, LD);
-      scores<T, D16>(S, f, Qs, LD);
-    }
+      scores<T, D16, 1>(S, kf, Qs, LD);
+    else
+      scores_sm<T, D16, 1>(S, Ks + w * 16 * LD, Qs, LD);
     __syncwarp();
     const int lo = clampi(kj - a.qpos - q0, 0, TK), hi = kj < a.sk ? clampi(a.sq - 1 - q0, -1, TK - 1) : -1;
 #pragma unroll 8
@@ -514,15 +544,12 @@ __global__ void __launch_bounds__(NT)
       P[r * LDP + c] = from_f<T>(c >= lo && c <= hi ? exp2f(S[r * LDS + c] * sl2 - Ls[c]) : 0.0f);
     }
     __syncwarp();
-    accumulate<T, D16>(gv, P, Do, LD);
+    accumulate<T, D16, 1>(gv, P, Do, LD);
     /* dP^T = V_w dout^T, then dS^T = P^T (dP^T - D) in place of P^T */
     if constexpr (HOLD)
-      scores<T, D16>(S, vf, Do, LD);
-    else {
-      a_row<T> f[D16];
-      rows_in<T, D16>(f, Vs + w * 16 * LD, LD);
-      scores<T, D16>(S, f, Do, LD);
-    }
+      scores<T, D16, 1>(S, vf, Do, LD);
+    else
+      scores_sm<T, D16, 1>(S, Vs + w * 16 * LD, Do, LD);
     __syncwarp();
 #pragma unroll 8
     for (int t = 0; t < 32; t++) {
@@ -530,7 +557,7 @@ __global__ void __launch_bounds__(NT)
       P[r * LDP + c] = from_f<T>(to_f(P[r * LDP + c]) * (S[r * LDS + c] - Dd[c]));
     }
     __syncwarp();
-    accumulate<T, D16>(gk, P, Qs, LD);
+    accumulate<T, D16, 1>(gk, P, Qs, LD);
   }
   /* out through the warp's scores, 16 x 16 at a time */
   __syncwarp();
