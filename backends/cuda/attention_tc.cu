@@ -456,7 +456,7 @@ __global__ void __launch_bounds__(NT, D16 <= 4 ? 2 : 1)
  * where the warps hold their rows in fragments (heads up to 64). */
 static size_t dkv_tc_smem(int64_t dh) {
   size_t kv = 2 * piece(TQ * (dh + 8) * 2), sp = stage_bytes(0);
-  return 2 * piece(TK * (dh + 8) * 2) + 2 * piece(TK * 4) + (dh <= 64 ? stage_bytes(kv) : kv + sp);
+  return 2 * piece(TK * (dh + 8) * 2) + 2 * piece(TK * 4) + (dh <= 32 ? stage_bytes(kv) : kv + sp);
 }
 
 /* The query tile `step` of a dk/dv block (query head hk r + step / nqt,
@@ -478,11 +478,11 @@ DEV void fetch_q(tile<T, TK, D16> &qt, tile<T, TK, D16> &ot, float &pl, float &p
 
 /* dk and dv of keys [k0, k0 + 128) of key/value head hk; warp w owns 16. */
 template <class T, int D16>
-__global__ void __launch_bounds__(NT)
+__global__ void __launch_bounds__(NT, D16 <= 4 ? 2 : 1)
     k_attn_dkv_tc(T *dk, T *dv, const T *dout, const T *q, const T *k, const T *v, gpu_attn a, float scale, bool vec,
                   const float *lse, const float *dsum, bool acc) {
   enum { LD = D16 * 16 + 8, PF = pipe<D16>::PF };
-  constexpr bool HOLD = D16 <= 4;
+  constexpr bool HOLD = D16 <= 2;
   DYN_SMEM(unsigned char, raw);
   carve cv = {raw, 0};
   T *Qs = cv.take<T>(TK * LD), *Do = cv.take<T>(TK * LD);
