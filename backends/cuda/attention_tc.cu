@@ -21,7 +21,7 @@
  *
  * Backward: the forward again for each row's log-sum-exp and D = dout .
  * out; then per 128 keys (each warp 16, with its K and V rows in
- * fragments up to heads of 64) over the query tiles from them on: S^T = K
+ * fragments for heads of 32) over the query tiles from them on: S^T = K
  * Q^T, P^T, dv += P^T dout, dP^T = V dout^T, dS^T = P^T (dP^T - D), dk +=
  * dS^T q, sums in registers; then per 128 queries over the key tiles: S,
  * P, dP = dout V^T, dS, dq += dS k. No atomics: two runs give the same
@@ -453,7 +453,9 @@ __global__ void __launch_bounds__(NT, D16 <= 4 ? 2 : 1)
 
 /* Shared memory of dk/dv: the query and dout tiles, lse and D of their
  * rows, then the block's K and V rows, which the warps' scores take over
- * where the warps hold their rows in fragments (heads up to 64). */
+ * where the warps hold their rows in fragments (heads of 32; above, the
+ * sums take the registers, and two blocks of heads of 64 fit one
+ * multiprocessor of 228 KiB). */
 static size_t dkv_tc_smem(int64_t dh) {
   size_t kv = 2 * piece(TQ * (dh + 8) * 2), sp = stage_bytes(0);
   return 2 * piece(TK * (dh + 8) * 2) + 2 * piece(TK * 4) + (dh <= 32 ? stage_bytes(kv) : kv + sp);

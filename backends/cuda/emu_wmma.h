@@ -1,10 +1,11 @@
 /* emu_wmma.h - the warp matrix products of CUDA (nvcuda::wmma) for the CPU
  * emulation (emu.h): common.cuh includes it after the storage types. A
  * fragment holds, in every lane, the whole tile it stands for (in f32; a/b
- * tiles rounded as their type is), its elements x[0, num_elements) row by
- * row, where on the GPU a lane holds a few in an order of its own; loads, products and stores are what the
- * warp computes together, done by each lane alike. As on the GPU, the
- * lanes load together: none goes on to a store before all have read. */
+ * tiles rounded as their type is) as its elements x[0, num_elements), row
+ * by row, where on the GPU a lane holds a few in an order of its own;
+ * loads, products and stores are what the warp computes together, done by
+ * each lane alike. As on the GPU, the lanes load together: none goes on to
+ * a store before all have read. */
 #ifndef WEFT_CUDA_EMU_WMMA_H
 #define WEFT_CUDA_EMU_WMMA_H
 
