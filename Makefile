@@ -111,7 +111,7 @@ else
 weft: $(BUILD)/weft $(MPI_SO)
 endif
 
-cuda: $(CUDA_SO) $(if $(CUDA_SO),$(BUILD)/cuda/test_kernels)
+cuda: $(CUDA_SO) $(if $(CUDA_SO),$(BUILD)/cuda/test_kernels $(BUILD)/cuda/bench_kernels)
 
 $(BUILD)/cuda/%.o: backends/cuda/%.cu $(CUDA_DEPS)
 	@mkdir -p $(dir $@)
@@ -136,6 +136,11 @@ $(BUILD)/cuda/test_kernels: tests/cuda/test_kernels.c $(CUDA_SO) $(BUILD)/libwef
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< -L$(BUILD)/cuda -lweft_cuda -Wl,-rpath,'$$ORIGIN:$$ORIGIN/../..' $(BUILD)/libweft.a \
 	  $(LDLIBS)
 
+# The attention kernels and a cuBLASLt linear timed with CUDA events
+# (tests/cuda/bench_kernels.c; bench/gpu.sh runs it first).
+$(BUILD)/cuda/bench_kernels: tests/cuda/bench_kernels.c $(CUDA_SO)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< -L$(BUILD)/cuda -lweft_cuda -Wl,-rpath,'$$ORIGIN:$$ORIGIN/../..' $(LDLIBS)
+
 # The same sources for the CPU emulation of a GPU (backends/cuda/emu.h): a
 # C++ compiler and no CUDA, so that make check runs the kernels and the
 # executor everywhere.
@@ -144,7 +149,7 @@ EMU := $(BUILD)/cudaemu
 EMU_CXXFLAGS := -O2 -g -std=c++17 -fPIC -DWEFT_CUDA_EMU -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas \
                 -Werror -Ibackends $(SANFLAGS)
 
-cuda-emu: $(EMU)/libweft_cuda.so $(EMU)/test_kernels
+cuda-emu: $(EMU)/libweft_cuda.so $(EMU)/test_kernels $(EMU)/bench_kernels
 
 $(EMU)/%.o: backends/cuda/%.cu $(CUDA_DEPS)
 	@mkdir -p $(dir $@)
@@ -167,6 +172,9 @@ $(EMU)/libweft_cuda.so: $(CUDA_CU:backends/cuda/%.cu=$(EMU)/%.o) $(EMU)/emu.o $(
 
 $(EMU)/test_kernels: tests/cuda/test_kernels.c $(EMU)/libweft_cuda.so $(BUILD)/libweft.a
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< -L$(EMU) -lweft_cuda -Wl,-rpath,'$$ORIGIN' $(BUILD)/libweft.a $(LDFLAGS) $(LDLIBS)
+
+$(EMU)/bench_kernels: tests/cuda/bench_kernels.c $(EMU)/libweft_cuda.so
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< -L$(EMU) -lweft_cuda -Wl,-rpath,'$$ORIGIN' $(LDFLAGS) $(LDLIBS)
 
 $(BUILD)/libweft_mpi.so: backends/mpi/weft_mpi.c backends/mpi/weft_mpi.h
 	@mkdir -p $(dir $@)

@@ -16,7 +16,9 @@
 # PARTS picks among "124m 350m tp2" (default all; tp2 also finds 124M's
 # batch) and TORCH_MODES among "eager compile" (default both; empty: none).
 # (SEQ=16 SETS="--set seq=16 --set vocab=256" and WEFT_PLUGIN_DIR=build/cudaemu
-# try the script on the emulation, at a size it can run.)
+# KERNELS=build/cudaemu/bench_kernels KERNELS_ARGS=--small try the script on
+# the emulation, at a size it can run.) It starts with the attention kernels
+# and a cuBLASLt linear alone: ms per call and TFLOP/s (bench_kernels).
 DIR=${1:-bench/results}
 WEFT=./weft
 PY=${PY:-$(command -v python3)}
@@ -44,6 +46,16 @@ log=$DIR/gpu-bench-$(date -u +%Y-%m-%d)-$slug.txt
 : >"$log" || exit 2
 say "bench/gpu.sh, $(date -u '+%Y-%m-%d %H:%M UTC'), ${device:-no nvidia-smi}, bf16 peak $peak TFLOP/s," \
   "weft commit ${WEFT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}, torch $($PY -c 'import torch; print(torch.__version__)' 2>/dev/null)"
+
+# first the attention kernels and a cuBLASLt linear alone, timed with CUDA
+# events (tests/cuda/bench_kernels.c, built by make cuda; KERNELS names
+# another build, KERNELS_ARGS=--small for the emulation)
+KERNELS=${KERNELS:-build/cuda/bench_kernels}
+if [ -x "$KERNELS" ]; then
+  "$KERNELS" $KERNELS_ARGS 2>&1 | tee -a "$log"
+else
+  say "bench_kernels: $KERNELS not built (make cuda)"
+fi
 
 # size NAME SETS...: the largest batch that fits, then weft, eager, compile
 row() {

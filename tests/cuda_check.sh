@@ -44,8 +44,13 @@ else bad "weft run --backend cuda without the plugin (exit $rc)"; cat "$tmp/n.er
 
 # ---- the emulation ---------------------------------------------------------------------
 if "$EMU/test_kernels" >"$tmp/k.out" 2>&1; then ok
-  echo "cuda (emulated): $(tail -1 "$tmp/k.out" | sed 's/^test_kernels: //') against the CPU kernels, f32 and bf16"
+  echo "cuda (emulated): $(tail -1 "$tmp/k.out" | sed 's/^test_kernels: //') against the CPU kernels, f32 and bf16 (attention in f16 too)"
 else bad "test_kernels"; grep -v " ok$" "$tmp/k.out"; fi
+
+# the kernel timer of bench/gpu.sh runs (its figures mean nothing here)
+if "$EMU/bench_kernels" --small >"$tmp/bk.out" 2>&1 && [ "$(grep -c ' ms ' "$tmp/bk.out")" -eq 5 ]; then ok
+  echo "cuda (emulated): bench_kernels --small times $(grep -c ' ms ' "$tmp/bk.out") calls"
+else bad "bench_kernels --small"; cat "$tmp/bk.out"; fi
 
 if sh tests/cuda/plans.sh "$WEFT" "$EMU" "cuda (emulated)" 1e-5; then ok; else bad "the example plans on the emulated GPU"; fi
 

@@ -1,9 +1,11 @@
 /* emu_wmma.h - the warp matrix products of CUDA (nvcuda::wmma) for the CPU
  * emulation (emu.h): common.cuh includes it after the storage types. A
  * fragment holds, in every lane, the whole tile it stands for (in f32; a/b
- * tiles rounded as their type is); loads, products and stores are what the
- * warp computes together, done by each lane alike. As on the GPU, the
- * lanes load together: none goes on to a store before all have read. */
+ * tiles rounded as their type is) as its elements x[0, num_elements), row
+ * by row, where on the GPU a lane holds a few in an order of its own;
+ * loads, products and stores are what the warp computes together, done by
+ * each lane alike. As on the GPU, the lanes load together: none goes on to
+ * a store before all have read. */
 #ifndef WEFT_CUDA_EMU_WMMA_H
 #define WEFT_CUDA_EMU_WMMA_H
 
@@ -21,12 +23,13 @@ enum layout_t { mem_row_major, mem_col_major };
 template <class Use, int M, int N, int K, class T, class Layout = void> struct fragment {
   static constexpr int rows = std::is_same<Use, matrix_b>::value ? K : M;
   static constexpr int cols = std::is_same<Use, matrix_a>::value ? K : N;
-  float v[rows * cols];   /* element (i, j) at v[i * cols + j] */
+  static constexpr int num_elements = rows * cols;
+  float x[rows * cols];   /* element (i, j) at x[i * cols + j] */
 };
 
 template <class Use, int M, int N, int K, class T, class L>
 static inline void fill_fragment(fragment<Use, M, N, K, T, L> &f, float x) {
-  for (float &e : f.v) e = x;
+  for (float &e : f.x) e = x;
 }
 
 template <class Use, int M, int N, int K, class T, class L, class P>
@@ -35,7 +38,7 @@ static inline void load_matrix_sync(fragment<Use, M, N, K, T, L> &f, const P *p,
   emu_syncwarp();
   for (int i = 0; i < F::rows; i++)
     for (int j = 0; j < F::cols; j++)
-      f.v[i * F::cols + j] = to_f(std::is_same<L, col_major>::value ? p[i + (size_t)j * ldm] : p[(size_t)i * ldm + j]);
+      f.x[i * F::cols + j] = to_f(std::is_same<L, col_major>::value ? p[i + (size_t)j * ldm] : p[(size_t)i * ldm + j]);
   emu_syncwarp();
 }
 
@@ -43,14 +46,14 @@ template <int M, int N, int K>
 static inline void load_matrix_sync(fragment<accumulator, M, N, K, float> &f, const float *p, unsigned ldm, layout_t l) {
   emu_syncwarp();
   for (int i = 0; i < M; i++)
-    for (int j = 0; j < N; j++) f.v[i * N + j] = l == mem_col_major ? p[i + (size_t)j * ldm] : p[(size_t)i * ldm + j];
+    for (int j = 0; j < N; j++) f.x[i * N + j] = l == mem_col_major ? p[i + (size_t)j * ldm] : p[(size_t)i * ldm + j];
   emu_syncwarp();
 }
 
 template <int M, int N, int K>
 static inline void store_matrix_sync(float *p, const fragment<accumulator, M, N, K, float> &f, unsigned ldm, layout_t l) {
   for (int i = 0; i < M; i++)
-    for (int j = 0; j < N; j++) (l == mem_col_major ? p[i + (size_t)j * ldm] : p[(size_t)i * ldm + j]) = f.v[i * N + j];
+    for (int j = 0; j < N; j++) (l == mem_col_major ? p[i + (size_t)j * ldm] : p[(size_t)i * ldm + j]) = f.x[i * N + j];
   emu_syncwarp();
 }
 
@@ -60,11 +63,11 @@ static inline void mma_sync(fragment<accumulator, M, N, K, float> &d, const frag
   float out[M * N];
   for (int i = 0; i < M; i++)
     for (int j = 0; j < N; j++) {
-      float acc = c.v[i * N + j];
-      for (int k = 0; k < K; k++) acc += a.v[i * K + k] * b.v[k * N + j];
+      float acc = c.x[i * N + j];
+      for (int k = 0; k < K; k++) acc += a.x[i * K + k] * b.x[k * N + j];
       out[i * N + j] = acc;
     }
-  for (int e = 0; e < M * N; e++) d.v[e] = out[e];
+  for (int e = 0; e < M * N; e++) d.x[e] = out[e];
 }
 }  // namespace wmma
 }  // namespace nvcuda

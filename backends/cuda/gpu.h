@@ -67,6 +67,12 @@ void gpu_wait(gpu_stream *s, gpu_event *e);
 /* Whether the work before e's record has finished: 1 yes, 0 not yet, -1
  * with a message when it failed. */
 int gpu_event_done(gpu_event *e, char *err, size_t errlen);
+/* An event that also takes the time it is reached, for gpu_elapsed_ms. */
+gpu_event *gpu_event_timed(char *err, size_t errlen);
+/* Milliseconds from timed event a's record to b's, once b is reached (it
+ * waits); -1 with a message. Emulated: the host's time between the two
+ * points of the queue running. */
+double gpu_elapsed_ms(gpu_event *a, gpu_event *b, char *err, size_t errlen);
 /* Copies that return when done (host memory need not be pinned). */
 bool gpu_upload(void *dst, const void *src, size_t bytes, gpu_stream *s, char *err, size_t errlen);
 bool gpu_download(void *dst, const void *src, size_t bytes, gpu_stream *s, char *err, size_t errlen);

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common.cuh"
 
@@ -40,6 +41,8 @@ void emu_drain();
 
 struct gpu_event {
   uint64_t last;
+  bool timed;
+  double t;   /* seconds, when a timed event's point of the queue ran */
 };
 
 static std::map<void *, size_t> allocations;
@@ -119,9 +122,27 @@ bool gpu_stream_sync(gpu_stream *s, char *err, size_t errlen) {
   return emu_ok(err, errlen);
 }
 
-gpu_event *gpu_event_new(char *err, size_t errlen) { return new gpu_event{0}; }
+gpu_event *gpu_event_new(char *err, size_t errlen) { return new gpu_event{0, false, 0.0}; }
+gpu_event *gpu_event_timed(char *err, size_t errlen) { return new gpu_event{0, true, 0.0}; }
 void gpu_event_free(gpu_event *e) { delete e; }
-void gpu_record(gpu_event *e, gpu_stream *s) { e->last = emu_record((emu_stream *)s); }
+void gpu_record(gpu_event *e, gpu_stream *s) {
+  if (e->timed)
+    emu_enqueue((emu_stream *)s, [e]() {
+      struct timespec ts;
+      clock_gettime(CLOCK_MONOTONIC, &ts);
+      e->t = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    });
+  e->last = emu_record((emu_stream *)s);
+}
+double gpu_elapsed_ms(gpu_event *a, gpu_event *b, char *err, size_t errlen) {
+  emu_drain();
+  if (!emu_ok(err, errlen)) return -1.0;
+  if (!a->timed || !b->timed) {
+    snprintf(err, errlen, "gpu_elapsed_ms: an event without times");
+    return -1.0;
+  }
+  return 1e3 * (b->t - a->t);
+}
 void gpu_wait(gpu_stream *s, gpu_event *e) { emu_wait((emu_stream *)s, e->last); }
 /* WEFT_CUDA_EMU_HANG: the work never finishes, as with a kernel that hangs. */
 int gpu_event_done(gpu_event *e, char *err, size_t errlen) {
@@ -238,6 +259,20 @@ gpu_event *gpu_event_new(char *err, size_t errlen) {
   cudaEvent_t e;
   if (failed(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate", err, errlen)) return NULL;
   return (gpu_event *)e;
+}
+
+gpu_event *gpu_event_timed(char *err, size_t errlen) {
+  cudaEvent_t e;
+  if (failed(cudaEventCreate(&e), "cudaEventCreate", err, errlen)) return NULL;
+  return (gpu_event *)e;
+}
+
+double gpu_elapsed_ms(gpu_event *a, gpu_event *b, char *err, size_t errlen) {
+  float ms = 0.0f;
+  if (failed(cudaEventSynchronize((cudaEvent_t)b), "cudaEventSynchronize", err, errlen) ||
+      failed(cudaEventElapsedTime(&ms, (cudaEvent_t)a, (cudaEvent_t)b), "cudaEventElapsedTime", err, errlen))
+    return -1.0;
+  return ms;
 }
 
 void gpu_event_free(gpu_event *e) {

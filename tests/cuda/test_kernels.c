@@ -1,8 +1,9 @@
 /* test_kernels.c - every kernel of the CUDA backend (backends/cuda/gpu.h)
  * against the CPU backend's kernel it replaces (backends/cpu/kernels.h),
- * in f32 and bf16, on random inputs of sizes that do not divide the
- * kernels' tiles. Linked with a libweft_cuda.so: the emulated one in make
- * check, the real one on a GPU (tests/gpu/run.sh).
+ * in f32 and bf16 (attention in f16 too), on random inputs of sizes that
+ * do not divide the kernels' tiles. Linked with a libweft_cuda.so: the
+ * emulated one in make check, the real one on a GPU (tests/gpu/run.sh);
+ * WEFT_TEST_BIG=1 adds the large attention cases to the emulated run.
  *
  * Each check prints its relative L2 error ||gpu - cpu|| / ||cpu|| and its
  * tolerance: 2e-5 in f32 (the same arithmetic summed in another order),
@@ -56,6 +57,8 @@ static float round_bf16(float v) {
 static void round_all(float *x, int64_t n, int dt) {
   if (dt == GPU_BF16)
     for (int64_t i = 0; i < n; i++) x[i] = round_bf16(x[i]);
+  if (dt == GPU_F16)
+    for (int64_t i = 0; i < n; i++) x[i] = (float)(_Float16)x[i];
 }
 
 static void die(const char *what, const char *err) {
@@ -375,10 +378,27 @@ static void check_attention(int dt, int64_t b, int64_t s, int64_t heads, int64_t
   free(qkv), free(dout), free(g0), free(want), free(wg);
 }
 
+static void check_gqa_at(int dt, int64_t sq, int64_t sk, int64_t q0, int64_t dh, int64_t shift);
+
 /* Queries [q0, q0 + sq) of a sequence of sk against all its keys (sq = sk,
  * q0 = 0: the whole; else a part, as context parallelism gives). */
 static void check_gqa(int dt, int64_t sq, int64_t sk, int64_t q0, int64_t dh) {
-  char e[400], what[128];
+  check_gqa_at(dt, sq, sk, q0, dh, 0);
+}
+
+/* A device copy of x with `shift` elements before it (so that its rows
+ * need not start on 16 bytes); *base: what to free. */
+static void *up_shifted(const float *x, int64_t n, int dt, int64_t shift, void **base) {
+  float *y = calloc((size_t)(n + shift), sizeof(float));
+  memcpy(y + shift, x, sizeof(float) * (size_t)n);
+  *base = up(y, n + shift, dt);
+  free(y);
+  return (char *)*base + shift * gpu_dtype_size(dt);
+}
+
+/* check_gqa with every tensor `shift` elements off the allocation's start. */
+static void check_gqa_at(int dt, int64_t sq, int64_t sk, int64_t q0, int64_t dh, int64_t shift) {
+  char e[400], what[160];
   int64_t b = 2, g = 2, r = 2, nq = b * sq * g * r * dh, nk = b * sk * g * dh;
   float *q = randn(nq, 1), *k = randn(nk, 1), *v = randn(nk, 1), *dout = randn(nq, 1);
   round_all(q, nq, dt), round_all(k, nk, dt), round_all(v, nk, dt), round_all(dout, nq, dt);
@@ -388,15 +408,23 @@ static void check_gqa(int dt, int64_t sq, int64_t sk, int64_t q0, int64_t dh) {
   k_gqa_attention_backward(wq, wk, wv, dout, q, k, v, b, sq, sk, q0, g, r, dh, false);
   gpu_attn a = {b,         sq, g * r, dh, r, g * r * dh, g * dh, g * r * dh, sq * g * r * dh, sk * g * dh,
                 sq * g * r * dh, sk, q0};
-  void *dq = up(q, nq, dt), *dk = up(k, nk, dt), *dv = up(v, nk, dt), *dO = up(dout, nq, dt), *o = poisoned(nq, dt);
+  void *bq, *bk, *bv, *bo, *bO, *bgq, *bgk, *bgv;
+  void *dq = up_shifted(q, nq, dt, shift, &bq), *dk = up_shifted(k, nk, dt, shift, &bk);
+  void *dv = up_shifted(v, nk, dt, shift, &bv), *dO = up_shifted(dout, nq, dt, shift, &bO);
+  float *nan = malloc(sizeof(float) * (size_t)(nq > nk ? nq : nk));
+  for (int64_t i = 0; i < (nq > nk ? nq : nk); i++) nan[i] = NAN;
+  void *o = up_shifted(nan, nq, dt, shift, &bo);
   gpu_attention(S, dt, o, dq, dk, dv, &a);
-  snprintf(what, sizeof what, "gqa_attention g2 r2 dh%lld, queries [%lld, %lld) of %lld", (long long)dh, (long long)q0,
-           (long long)(q0 + sq), (long long)sk);
+  snprintf(what, sizeof what, "gqa_attention g2 r2 dh%lld, queries [%lld, %lld) of %lld%s", (long long)dh, (long long)q0,
+           (long long)(q0 + sq), (long long)sk, shift ? ", rows off 16 bytes" : "");
   expect_dev(what, dt, o, want, nq);
-  void *gq = poisoned(nq, dt), *gk = poisoned(nk, dt), *gv = poisoned(nk, dt);
+  void *gq = up_shifted(nan, nq, dt, shift, &bgq), *gk = up_shifted(nan, nk, dt, shift, &bgk);
+  void *gv = up_shifted(nan, nk, dt, shift, &bgv);
+  free(nan);
   void *ws = gpu_alloc(gpu_attention_backward_ws(&a), e, sizeof e);
   gpu_attention_backward(S, dt, gq, gk, gv, dO, dq, dk, dv, &a, false, ws);
-  snprintf(what, sizeof what, "gqa_attention backward dq, queries [%lld, %lld)", (long long)q0, (long long)(q0 + sq));
+  snprintf(what, sizeof what, "gqa_attention backward dq, queries [%lld, %lld) dh%lld", (long long)q0, (long long)(q0 + sq),
+           (long long)dh);
   expect_dev(what, dt, gq, wq, nq);
   snprintf(what, sizeof what, "gqa_attention backward dk (query heads summed), queries [%lld, %lld)", (long long)q0,
            (long long)(q0 + sq));
@@ -404,9 +432,27 @@ static void check_gqa(int dt, int64_t sq, int64_t sk, int64_t q0, int64_t dh) {
   snprintf(what, sizeof what, "gqa_attention backward dv (query heads summed), queries [%lld, %lld)", (long long)q0,
            (long long)(q0 + sq));
   expect_dev(what, dt, gv, wv, nk);
-  gpu_free(dq), gpu_free(dk), gpu_free(dv), gpu_free(dO), gpu_free(o), gpu_free(gq), gpu_free(gk), gpu_free(gv);
+  gpu_free(bq), gpu_free(bk), gpu_free(bv), gpu_free(bO), gpu_free(bo), gpu_free(bgq), gpu_free(bgk), gpu_free(bgv);
   gpu_free(ws);
   free(q), free(k), free(v), free(dout), free(want), free(wq), free(wk), free(wv);
+}
+
+/* The tensor-core kernels (16-bit heads of 32 to 128) at sizes that cut
+ * their tiles (128 queries or keys a block, tiles of 64): sequences not a
+ * multiple of them, grouped queries, parts of a sequence (context
+ * parallelism), rows that do not start on 16 bytes. big: sequences of 1024
+ * too. */
+static void check_attention_tc(int dt, bool big) {
+  for (int64_t dh = dt == GPU_F16 ? 64 : 32; dh <= 128; dh += dt == GPU_F16 ? 64 : 32) check_attention(dt, 1, 150, 2, dh);
+  check_gqa(dt, 100, 260, 130, 96);  /* a middle part: 130 is not on a tile */
+  check_gqa_at(dt, 65, 65, 0, 128, 3);
+  if (dt == GPU_BF16 || big) { /* f16 runs the same code as bf16: a few */
+    check_gqa(dt, 150, 150, 0, 128);
+    check_gqa(dt, 70, 200, 130, 64); /* the last part */
+    check_gqa(dt, 129, 129, 0, 32);  /* one row past a block */
+    check_gqa_at(dt, 90, 150, 40, 64, 1);
+  }
+  if (big) check_attention(dt, 1, 1024, 2, 64), check_attention(dt, 1, 1024, 1, 128), check_gqa(dt, 512, 1024, 512, 64);
 }
 
 static void check_softmax(int dt) {
@@ -646,6 +692,12 @@ int main(void) {
     check_optimizers(dt);
     check_regions(dt);
   }
+  /* WEFT_TEST_BIG=1: the large attention cases in the emulation too (minutes) */
+  const char *bigenv = getenv("WEFT_TEST_BIG");
+  bool tcbig = big || (bigenv && strcmp(bigenv, "1") == 0);
+  check_attention(GPU_F16, 1, 70, 2, 64);
+  check_attention_tc(GPU_BF16, tcbig);
+  check_attention_tc(GPU_F16, tcbig);
   if (!gpu_sync(e, sizeof e)) die("sync", e);
   gpu_stream_free(S);
   printf("test_kernels: %d checks, %d failed\n", checks, failures);

@@ -1,0 +1,155 @@
+/* bench_kernels.c - the CUDA backend's tensor-core attention timed with
+ * CUDA events through the plugin (backends/cuda/gpu.h): forward and
+ * backward at GPT-2 124M's heads (batch 8, 12 heads of 64, sequence 1024,
+ * causal, bf16, q|k|v fused as causal_attention has them) and at heads of
+ * 128 (batch 4, 16 heads, sequence 2048), and a cuBLASLt linear of
+ * 8192 x 768 -> 2304 (bf16, bias) for the GPU's ceiling. Prints ms per
+ * call (the mean of the timed calls after two untimed) and TFLOP/s:
+ * causal forward 2 b h s^2 dh (half of 4 b h s^2 dh), backward 2.5 times
+ * that, linear 2 m k n.
+ *
+ * Usage: bench_kernels [--small]   (--small: tiny shapes, for the CPU
+ * emulation, whose figures mean nothing). Exit 1 when a call fails. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/gpu.h"
+
+static gpu_stream *S;
+
+static void die(const char *what, const char *err) {
+  fprintf(stderr, "bench_kernels: %s: %s\n", what, err);
+  exit(1);
+}
+
+/* n values of type dt, uniform in [-1, 1) (a fixed sequence). */
+static void *filled(int64_t n, int dt) {
+  char e[400];
+  float *h = malloc(sizeof(float) * (size_t)n);
+  uint64_t x = 88172645463325252ull;
+  for (int64_t i = 0; i < n; i++) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    h[i] = (float)((double)(x >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+  }
+  void *f = gpu_alloc((size_t)n * 4, e, sizeof e), *d = gpu_alloc((size_t)n * gpu_dtype_size(dt), e, sizeof e);
+  if (!f || !d) die("gpu_alloc", e);
+  if (!gpu_upload(f, h, (size_t)n * 4, S, e, sizeof e)) die("gpu_upload", e);
+  gpu_convert(S, d, dt, f, GPU_F32, n, false);
+  if (!gpu_stream_sync(S, e, sizeof e)) die("convert", e);
+  gpu_free(f), free(h);
+  return d;
+}
+
+static void *zeros(size_t bytes) {
+  char e[400];
+  void *d = gpu_alloc(bytes ? bytes : 1, e, sizeof e);
+  if (!d) die("gpu_alloc", e);
+  gpu_zero(d, bytes, S);
+  return d;
+}
+
+/* What one timed call runs. */
+typedef struct job {
+  int kind;   /* 0 attention forward, 1 attention backward, 2 linear */
+  gpu_attn a;
+  void *qkv, *out, *dout, *g, *ws;
+  int64_t m, k, n;
+  void *x, *w, *bias, *y, *gws;
+} job;
+
+static void run(job *j) {
+  char e[400];
+  size_t t = 2, c = (size_t)(j->a.hq * j->a.dh);
+  if (j->kind == 0)
+    gpu_attention(S, GPU_BF16, j->out, j->qkv, (char *)j->qkv + c * t, (char *)j->qkv + 2 * c * t, &j->a);
+  else if (j->kind == 1)
+    gpu_attention_backward(S, GPU_BF16, j->g, (char *)j->g + c * t, (char *)j->g + 2 * c * t, j->dout, j->qkv,
+                           (char *)j->qkv + c * t, (char *)j->qkv + 2 * c * t, &j->a, false, j->ws);
+  else if (!gpu_gemm(S, false, true, j->m, j->n, j->k, j->x, j->k, GPU_BF16, j->w, j->k, GPU_BF16, j->y, j->n, GPU_BF16,
+                     j->bias, false, j->gws, gpu_gemm_ws(), false, e, sizeof e))
+    die("gpu_gemm", e);
+}
+
+/* ms per call of j over `reps` calls after two untimed. */
+static double timed(job *j, int reps) {
+  char e[400];
+  gpu_event *a = gpu_event_timed(e, sizeof e), *b = gpu_event_timed(e, sizeof e);
+  if (!a || !b) die("gpu_event_timed", e);
+  run(j), run(j);
+  gpu_record(a, S);
+  for (int i = 0; i < reps; i++) run(j);
+  gpu_record(b, S);
+  double ms = gpu_elapsed_ms(a, b, e, sizeof e);
+  if (ms < 0 || !gpu_check("bench", e, sizeof e)) die("timing", e);
+  gpu_event_free(a), gpu_event_free(b);
+  return ms / reps;
+}
+
+static void attention(int64_t b, int64_t heads, int64_t dh, int64_t s, int reps) {
+  int64_t c = heads * dh;
+  job j;
+  memset(&j, 0, sizeof j);
+  j.a = (gpu_attn){b, s, heads, dh, 1, 3 * c, 3 * c, c, s * 3 * c, s * 3 * c, s * c, s, 0};
+  j.qkv = filled(b * s * 3 * c, GPU_BF16);
+  j.dout = filled(b * s * c, GPU_BF16);
+  j.out = zeros((size_t)(b * s * c) * 2);
+  j.g = zeros((size_t)(b * s * 3 * c) * 2);
+  j.ws = zeros(gpu_attention_backward_ws(&j.a));
+  double flop = 2.0 * (double)b * heads * (double)s * s * dh;
+  char shape[96];
+  snprintf(shape, sizeof shape, "b%lld h%lld s%lld dh%lld bf16 causal", (long long)b, (long long)heads, (long long)s,
+           (long long)dh);
+  j.kind = 0;
+  double f = timed(&j, reps);
+  printf("attention forward   %-36s %9.3f ms %8.1f TFLOP/s\n", shape, f, flop / (f * 1e-3) / 1e12);
+  j.kind = 1;
+  double g = timed(&j, reps);
+  printf("attention backward  %-36s %9.3f ms %8.1f TFLOP/s\n", shape, g, 2.5 * flop / (g * 1e-3) / 1e12);
+  fflush(stdout);
+  gpu_free(j.qkv), gpu_free(j.dout), gpu_free(j.out), gpu_free(j.g), gpu_free(j.ws);
+}
+
+static void linear(int64_t m, int64_t k, int64_t n, int reps) {
+  job j;
+  memset(&j, 0, sizeof j);
+  j.kind = 2, j.m = m, j.k = k, j.n = n;
+  j.x = filled(m * k, GPU_BF16), j.w = filled(n * k, GPU_BF16), j.bias = filled(n, GPU_BF16);
+  j.y = zeros((size_t)(m * n) * 2), j.gws = zeros(gpu_gemm_ws());
+  char shape[96];
+  snprintf(shape, sizeof shape, "%lldx%lld -> %lld bf16 +bias", (long long)m, (long long)k, (long long)n);
+  double t = timed(&j, reps);
+  printf("linear (cuBLASLt)   %-36s %9.3f ms %8.1f TFLOP/s\n", shape, t, 2.0 * m * k * n / (t * 1e-3) / 1e12);
+  gpu_free(j.x), gpu_free(j.w), gpu_free(j.bias), gpu_free(j.y), gpu_free(j.gws);
+}
+
+int main(int argc, char **argv) {
+  char e[512];
+  bool small = false;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--small") == 0)
+      small = true;
+    else {
+      fprintf(stderr, "usage: bench_kernels [--small]\n");
+      return 2;
+    }
+  }
+  if (gpu_count(e, sizeof e) < 0) die("gpu_count", e);
+  gpu_props p;
+  if (!gpu_properties(0, &p, e, sizeof e) || !gpu_use(0, e, sizeof e)) die("device 0", e);
+  if (!(S = gpu_stream_new(e, sizeof e))) die("stream", e);
+  printf("bench_kernels on %s (compute capability %d.%d, %d SMs)%s\n", p.name, p.major, p.minor, p.sms,
+         gpu_emulated() ? ", emulated on the CPU: the figures mean nothing" : "");
+  if (small) {
+    attention(1, 2, 64, 160, 1);
+    attention(1, 1, 128, 130, 1);
+    linear(64, 96, 80, 1);
+  } else {
+    attention(8, 12, 64, 1024, 20);
+    attention(4, 16, 128, 2048, 10);
+    linear(8192, 768, 2304, 50);
+  }
+  if (!gpu_sync(e, sizeof e)) die("sync", e);
+  gpu_stream_free(S);
+  return 0;
+}
