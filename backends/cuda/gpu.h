@@ -131,8 +131,12 @@ bool gpu_gemm(gpu_stream *s, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
               const void *a, int64_t lda, int adt, const void *b, int64_t ldb, int bdt,
               void *c, int64_t ldc, int cdt, const void *bias, bool acc,
               void *ws, size_t ws_bytes, bool deterministic, char *err, size_t errlen);
-/* The workspace a gemm is given (bytes). */
+/* The workspace a gemm is given (bytes): cuBLASLt's, then the area where
+ * a large product whose rows (or pointers) are not 16-byte aligned is
+ * staged in chunks with padded rows. */
 size_t gpu_gemm_ws(void);
+/* How many products went through the staging area (since the start). */
+int64_t gpu_gemm_staged(void);
 /* dbias[n] (+)= column sums of dy[m,n]. */
 size_t gpu_colsum_ws(int64_t m, int64_t n);
 void gpu_colsum(gpu_stream *s, int dt, void *dbias, const void *dy, int64_t m, int64_t n, bool acc, void *ws);

@@ -25,7 +25,31 @@ __global__ void k_fill_rows(T *c, int64_t m, int64_t n, int64_t ldc, const T *bi
   }
 }
 
-size_t gpu_gemm_ws(void) { return gpu_emulated() ? 0 : (size_t)32 << 20; }
+/* The workspace is cuBLASLt's (32 MiB on a GPU) followed by the staging
+ * area for operands whose rows are not 16-byte aligned (see gpu_gemm). */
+static size_t lt_ws(void) { return gpu_emulated() ? 0 : (size_t)32 << 20; }
+static size_t stage_ws(void) { return gpu_emulated() ? (size_t)4 << 20 : (size_t)64 << 20; }
+size_t gpu_gemm_ws(void) { return lt_ws() + stage_ws(); }
+
+/* dst[r][c] = src[r][c], rows x cols of 2- or 4-byte elements, as bits. */
+template <class T>
+__global__ void k_copy2d(T *dst, int64_t ldd, const T *src, int64_t lds, int64_t rows, int64_t cols) {
+  GRID_STRIDE(e, rows * cols) {
+    int64_t i = e / cols, j = e % cols;
+    dst[i * ldd + j] = src[i * lds + j];
+  }
+}
+
+static void copy2d(gpu_stream *s, int dt, void *dst, int64_t ldd, const void *src, int64_t lds, int64_t rows,
+                   int64_t cols) {
+  if (rows == 0 || cols == 0) return;
+  if (gpu_dtype_size(dt) == 2)
+    launch(k_copy2d<uint16_t>, blocks_for(rows * cols, 256), 256, 0, s, (uint16_t *)dst, ldd, (const uint16_t *)src,
+           lds, rows, cols);
+  else
+    launch(k_copy2d<uint32_t>, blocks_for(rows * cols, 256), 256, 0, s, (uint32_t *)dst, ldd, (const uint32_t *)src,
+           lds, rows, cols);
+}
 
 #ifdef WEFT_CUDA_EMU
 
@@ -185,14 +209,10 @@ static gemm_plan *plan_for(const gemm_key *k, char *err, size_t errlen) {
 
 #endif
 
-bool gpu_gemm(gpu_stream *s, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda, int adt,
-              const void *b, int64_t ldb, int bdt, void *c, int64_t ldc, int cdt, const void *bias, bool acc,
-              void *ws, size_t ws_bytes, bool deterministic, char *err, size_t errlen) {
-  if (m == 0 || n == 0) return true;
-  if (k == 0) {
-    DISPATCH(cdt, T, launch(k_fill_rows<T>, blocks_for(m * n, 256), 256, 0, s, (T *)c, m, n, ldc, (const T *)bias, acc));
-    return true;
-  }
+/* One product as one cublasLtMatmul (k > 0). */
+static bool direct_gemm(gpu_stream *s, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
+                        int adt, const void *b, int64_t ldb, int bdt, void *c, int64_t ldc, int cdt, const void *bias,
+                        bool acc, void *ws, size_t ws_bytes, bool deterministic, char *err, size_t errlen) {
   /* column-major: M = n, N = m; X = B (op tb), Y = A (op ta), D = C */
 #ifdef WEFT_CUDA_EMU
   (void)ws, (void)ws_bytes, (void)deterministic;
@@ -221,6 +241,152 @@ bool gpu_gemm(gpu_stream *s, bool ta, bool tb, int64_t m, int64_t n, int64_t k, 
                                    &p->algo, ws, ws_bytes, (cudaStream_t)s),
                     "matmul", err, errlen);
 #endif
+}
+
+/* ---- staging misaligned rows ---------------------------------------------------------- */
+
+/* cuBLASLt runs its fast kernels only on pointers and leading dimensions
+ * that are multiples of 16 bytes; a row of an odd number of 16-bit
+ * elements (logits over a vocabulary of 50257) gets a generic kernel
+ * several times slower. A large product with such an operand or result
+ * goes through the staging area of the workspace instead, in chunks of
+ * the rows (or columns) of C: each chunk of a misaligned operand is
+ * copied there with its rows padded to 16 bytes, a misaligned result is
+ * computed there and copied out. Every element of C is still one product
+ * over the whole of k, in one call, so the sums and --deterministic keep
+ * their meaning. */
+
+static int64_t env_i64(const char *name, int64_t dflt) {
+  const char *v = getenv(name);
+  if (!v || !*v) return dflt;
+  char *end;
+  long long x = strtoll(v, &end, 10);
+  return *end || x < 0 ? dflt : (int64_t)x;
+}
+
+static bool misaligned(const void *p, int64_t ld, int dt) {
+  return (uintptr_t)p % 16 != 0 || (ld * gpu_dtype_size(dt)) % 16 != 0;
+}
+
+/* cols rounded up to 16 bytes of elements of dt */
+static int64_t pad(int64_t cols, int dt) {
+  int64_t q = 16 / gpu_dtype_size(dt);
+  return (cols + q - 1) / q * q;
+}
+
+static int64_t up256(int64_t x) { return (x + 255) / 256 * 256; }
+
+/* The chunk (a multiple of 8, or the whole of dim) that fits `room` with
+ * `whole` bytes staged once and `per` bytes a unit of the chunk; 0 when
+ * none does. */
+static int64_t chunk_of(int64_t dim, int64_t room, int64_t whole, int64_t per) {
+  int64_t left = room - up256(whole) - 2 * 256;
+  if (left <= 0) return 0;
+  if (per == 0) return dim;
+  /* padded chunks take at most a multiple of 8 units */
+  int64_t r = left / per / 8 * 8;
+  return r >= (dim + 7) / 8 * 8 ? dim : r;
+}
+
+static const void *at(const void *p, int dt, int64_t ld, int64_t i, int64_t j) {
+  return (const char *)p + (i * ld + j) * gpu_dtype_size(dt);
+}
+
+static int64_t nstaged;
+int64_t gpu_gemm_staged(void) { return nstaged; }
+
+bool gpu_gemm(gpu_stream *s, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda, int adt,
+              const void *b, int64_t ldb, int bdt, void *c, int64_t ldc, int cdt, const void *bias, bool acc,
+              void *ws, size_t ws_bytes, bool deterministic, char *err, size_t errlen) {
+  if (m == 0 || n == 0) return true;
+  if (k == 0) {
+    DISPATCH(cdt, T, launch(k_fill_rows<T>, blocks_for(m * n, 256), 256, 0, s, (T *)c, m, n, ldc, (const T *)bias, acc));
+    return true;
+  }
+  size_t lt = ws_bytes < lt_ws() ? ws_bytes : lt_ws();
+  bool am = misaligned(a, lda, adt), bm = misaligned(b, ldb, bdt), cm = misaligned(c, ldc, cdt);
+  /* WEFT_GEMM_STAGE_FLOPS and WEFT_GEMM_STAGE_BYTES lower the size from
+   * which a product is staged and the room it takes (for tests) */
+  double flops = 2.0 * (double)m * (double)n * (double)k;
+  int64_t room = 0;
+  char *area = NULL;
+  if (ws && ws_bytes > lt) {
+    area = (char *)ws + lt;
+    area = (char *)(((uintptr_t)area + 255) / 256 * 256);
+    room = (int64_t)((char *)ws + ws_bytes - area);
+    int64_t cap = env_i64("WEFT_GEMM_STAGE_BYTES", room);
+    if (cap < room) room = cap;
+  }
+  if (!(am || bm || cm) || flops < (double)env_i64("WEFT_GEMM_STAGE_FLOPS", (int64_t)1 << 30) || room <= 0)
+    return direct_gemm(s, ta, tb, m, n, k, a, lda, adt, b, ldb, bdt, c, ldc, cdt, bias, acc, ws, lt, deterministic,
+                       err, errlen);
+  int64_t as = gpu_dtype_size(adt), bs = gpu_dtype_size(bdt), cs = gpu_dtype_size(cdt);
+  /* over the rows of C: B whole; a row of C's chunk takes a row of C and
+   * one of op(A) (a row of A, or a column of A stored [k,m]) */
+  int64_t wb = bm ? (tb ? n * pad(k, bdt) : k * pad(n, bdt)) * bs : 0;
+  int64_t rm = chunk_of(m, room, wb, (cm ? pad(n, cdt) * cs : 0) + (am ? (ta ? k : pad(k, adt)) * as : 0));
+  /* over the columns of C: A whole */
+  int64_t wa = am ? (ta ? k * pad(m, adt) : m * pad(k, adt)) * as : 0;
+  int64_t rn = chunk_of(n, room, wa, (cm ? m * cs : 0) + (bm ? (tb ? pad(k, bdt) : k) * bs : 0));
+  if (rm == 0 && rn == 0)
+    return direct_gemm(s, ta, tb, m, n, k, a, lda, adt, b, ldb, bdt, c, ldc, cdt, bias, acc, ws, lt, deterministic,
+                       err, errlen);
+  nstaged++;
+  /* fewer chunks is larger products */
+  bool rows = rm > 0 && (rn == 0 || (m + rm - 1) / rm <= (n + rn - 1) / rn);
+  int64_t step = rows ? rm : rn, dim = rows ? m : n;
+  /* the areas: the whole operand, then the chunk's operand, then C's */
+  char *whole = area, *part = whole + up256(rows ? wb : wa);
+  if (rows && bm) {
+    int64_t r = tb ? n : k, cols = tb ? k : n;
+    copy2d(s, bdt, whole, pad(cols, bdt), b, ldb, r, cols);
+    b = whole, ldb = pad(cols, bdt);
+  }
+  if (!rows && am) {
+    int64_t r = ta ? k : m, cols = ta ? m : k;
+    copy2d(s, adt, whole, pad(cols, adt), a, lda, r, cols);
+    a = whole, lda = pad(cols, adt);
+  }
+  for (int64_t i0 = 0; i0 < dim; i0 += step) {
+    int64_t r = dim - i0 < step ? dim - i0 : step;
+    const void *ca = a, *cb = b, *cbias = bias;
+    int64_t clda = lda, cldb = ldb, cldc = ldc;
+    void *cc;
+    char *next = part;
+    if (rows) {
+      /* op(A)'s rows i0.. : A's rows, or the columns of A stored [k,m] */
+      int64_t ar = ta ? k : r, acols = ta ? r : k;
+      ca = ta ? at(a, adt, lda, 0, i0) : at(a, adt, lda, i0, 0);
+      if (am) {
+        copy2d(s, adt, next, pad(acols, adt), ca, lda, ar, acols);
+        ca = next, clda = pad(acols, adt);
+        next += up256(ar * clda * as);
+      }
+      cc = (void *)at(c, cdt, ldc, i0, 0);
+    } else {
+      int64_t br = tb ? r : k, bcols = tb ? k : r;
+      cb = tb ? at(b, bdt, ldb, i0, 0) : at(b, bdt, ldb, 0, i0);
+      if (bm) {
+        copy2d(s, bdt, next, pad(bcols, bdt), cb, ldb, br, bcols);
+        cb = next, cldb = pad(bcols, bdt);
+        next += up256(br * cldb * bs);
+      }
+      cc = (void *)at(c, cdt, ldc, 0, i0);
+      if (bias) cbias = at(bias, cdt, 0, 0, i0);
+    }
+    int64_t cr = rows ? r : m, ccols = rows ? n : r;
+    void *dst = cc;
+    if (cm) {
+      cldc = pad(ccols, cdt);
+      if (acc) copy2d(s, cdt, next, cldc, dst, ldc, cr, ccols);
+      cc = next;
+    }
+    if (!direct_gemm(s, ta, tb, cr, ccols, k, ca, clda, adt, cb, cldb, bdt, cc, cldc, cdt, cbias, acc, ws, lt,
+                     deterministic, err, errlen))
+      return false;
+    if (cm) copy2d(s, cdt, dst, ldc, cc, cldc, cr, ccols);
+  }
+  return true;
 }
 
 /* ---- column sums ------------------------------------------------------------------------ */

@@ -662,6 +662,79 @@ static void check_regions(int dt) {
   free(tab.v), free(h), free(packed), free(back), free(sum), free(want);
 }
 
+/* x after one element of padding, in type dt: a device pointer 2 or 4
+ * bytes past a 16-byte boundary (*base is the allocation). */
+static void *up_off(const float *x, int64_t n, int dt, void **base) {
+  float *y = malloc(sizeof(float) * (size_t)(n + 1));
+  y[0] = 0;
+  memcpy(y + 1, x, sizeof(float) * (size_t)n);
+  *base = up(y, n + 1, dt);
+  free(y);
+  return (char *)*base + (dt == GPU_F32 ? 4 : 2);
+}
+
+/* Products with rows or pointers off 16 bytes, staged in chunks: the size
+ * from which products are staged lowered to 0 and the room to 64 KiB, so
+ * that a 300 x 40 x 257 product takes many chunks. */
+static void check_gemm_staged(int dt) {
+  char e[400];
+  setenv("WEFT_GEMM_STAGE_FLOPS", "0", 1);
+  setenv("WEFT_GEMM_STAGE_BYTES", "65536", 1);
+  int64_t before = gpu_gemm_staged();
+  check_gemm(dt, 300, 40, 257);  /* rows of 257: the six products of check_gemm */
+  checks++;
+  int64_t staged = gpu_gemm_staged() - before;
+  if (staged != 6) failures++;
+  printf("kernel %-44s %-4s %lld of 6 products staged %s\n", "gemm, rows of 257 elements", dt_name(dt),
+         (long long)staged, staged == 6 ? "ok" : "FAIL");
+  /* aligned rows (264), pointers one element off: c = a b + bias, then
+   * c += a b; db = a^T g with g off */
+  int64_t m = 300, k = 40, n = 264;
+  size_t wsb = gpu_gemm_ws();
+  void *ws = gpu_alloc(wsb, e, sizeof e);
+  float *a = randn(m * k, 1), *b = randn(k * n, 1), *bias = randn(n, 1), *g = randn(m * n, 1);
+  round_all(a, m * k, dt), round_all(b, k * n, dt), round_all(bias, n, dt), round_all(g, m * n, dt);
+  void *ba, *bb, *bg, *bc, *bc2;
+  void *da = up_off(a, m * k, dt, &ba), *db = up_off(b, k * n, dt, &bb), *dg = up_off(g, m * n, dt, &bg);
+  void *dbias = up(bias, n, dt);
+  float *want = malloc(sizeof(float) * (size_t)(m * n)), *zero = calloc((size_t)(m * n), sizeof(float));
+  void *dc = up_off(zero, m * n, dt, &bc), *dc2 = up_off(zero, m * n, dt, &bc2);
+  k_linear(want, a, b, bias, m, k, n, false);
+  before = gpu_gemm_staged();
+  if (!gpu_gemm(S, false, false, m, n, k, da, k, dt, db, n, dt, dc, n, dt, dbias, false, ws, wsb, false, e, sizeof e))
+    die("gemm", e);
+  expect_dev("linear, pointers off 16 bytes, bias", dt, dc, want, m * n);
+  /* the same again: the same bytes */
+  if (!gpu_gemm(S, false, false, m, n, k, da, k, dt, db, n, dt, dc2, n, dt, dbias, false, ws, wsb, true, e, sizeof e))
+    die("gemm", e);
+  size_t bytes = (size_t)(m * n) * (dt == GPU_F32 ? 4 : 2);
+  char *h1 = malloc(bytes), *h2 = malloc(bytes);
+  if (!gpu_download(h1, dc, bytes, S, e, sizeof e) || !gpu_download(h2, dc2, bytes, S, e, sizeof e)) die("download", e);
+  checks++;
+  bool same = memcmp(h1, h2, bytes) == 0;
+  if (!same) failures++;
+  printf("kernel %-44s %-4s %s\n", "linear staged twice: the same bytes", dt_name(dt), same ? "ok" : "FAIL");
+  k_matmul(want, a, b, m, k, n, true);
+  if (!gpu_gemm(S, false, false, m, n, k, da, k, dt, db, n, dt, dc, n, dt, NULL, true, ws, wsb, false, e, sizeof e))
+    die("gemm", e);
+  expect_dev("linear, pointers off 16 bytes, acc", dt, dc, want, m * n);
+  float *wa = malloc(sizeof(float) * (size_t)(m * k)), *wb = malloc(sizeof(float) * (size_t)(k * n));
+  k_matmul_backward(wa, wb, g, a, b, m, k, n, false);
+  void *gb = poisoned(k * n, dt);
+  if (!gpu_gemm(S, true, false, k, n, m, da, k, dt, dg, n, dt, gb, n, dt, NULL, false, ws, wsb, false, e, sizeof e))
+    die("gemm", e);
+  expect_dev("matmul backward db, pointers off 16 bytes", dt, gb, wb, k * n);
+  checks++;
+  staged = gpu_gemm_staged() - before;
+  if (staged != 4) failures++;
+  printf("kernel %-44s %-4s %lld of 4 products staged %s\n", "gemm, pointers off 16 bytes", dt_name(dt),
+         (long long)staged, staged == 4 ? "ok" : "FAIL");
+  free(h1), free(h2), free(a), free(b), free(bias), free(g), free(want), free(zero), free(wa), free(wb);
+  gpu_free(ba), gpu_free(bb), gpu_free(bg), gpu_free(bc), gpu_free(bc2), gpu_free(dbias), gpu_free(gb), gpu_free(ws);
+  unsetenv("WEFT_GEMM_STAGE_FLOPS");
+  unsetenv("WEFT_GEMM_STAGE_BYTES");
+}
+
 int main(void) {
   char e[512];
   int n = gpu_count(e, sizeof e);
@@ -676,6 +749,7 @@ int main(void) {
   for (int i = 0; i < 2; i++) {
     int dt = dts[i];
     check_gemm(dt, 37, 19, 23);
+    check_gemm_staged(dt);
     if (big) check_gemm(dt, 512, 768, 1024);
     check_embedding(dt);
     check_norms(dt);
