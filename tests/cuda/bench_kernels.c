@@ -3,7 +3,11 @@
  * backward at GPT-2 124M's heads (batch 8, 12 heads of 64, sequence 1024,
  * causal, bf16, q|k|v fused as causal_attention has them) and at heads of
  * 128 (batch 4, 16 heads, sequence 2048), and a cuBLASLt linear of
- * 8192 x 768 -> 2304 (bf16, bias) for the GPU's ceiling. Prints ms per
+ * 8192 x 768 -> 2304 (bf16, bias) for the GPU's ceiling, and GPT-2's LM
+ * head (8192 tokens x 768 -> a vocabulary of 50257, bf16: the logits,
+ * their gradient's two products), whose rows of 50257 elements are off 16
+ * bytes: staged through the padded area, then each as one direct call
+ * (WEFT_GEMM_STAGE_FLOPS above its size). Prints ms per
  * call (the mean of the timed calls after two untimed) and TFLOP/s:
  * causal forward 2 b h s^2 dh (half of 4 b h s^2 dh), backward 2.5 times
  * that, linear 2 m k n.
@@ -51,11 +55,13 @@ static void *zeros(size_t bytes) {
 
 /* What one timed call runs. */
 typedef struct job {
-  int kind;   /* 0 attention forward, 1 attention backward, 2 linear */
+  int kind;   /* 0 attention forward, 1 attention backward, 2 linear, 3 product */
   gpu_attn a;
   void *qkv, *out, *dout, *g, *ws;
   int64_t m, k, n;
   void *x, *w, *bias, *y, *gws;
+  bool ta, tb;  /* 3: y[m,n] = op(x) op(w), leading dimensions lx, lw, ly */
+  int64_t lx, lw, ly;
 } job;
 
 static void run(job *j) {
@@ -66,7 +72,11 @@ static void run(job *j) {
   else if (j->kind == 1)
     gpu_attention_backward(S, GPU_BF16, j->g, (char *)j->g + c * t, (char *)j->g + 2 * c * t, j->dout, j->qkv,
                            (char *)j->qkv + c * t, (char *)j->qkv + 2 * c * t, &j->a, false, j->ws);
-  else if (!gpu_gemm(S, false, true, j->m, j->n, j->k, j->x, j->k, GPU_BF16, j->w, j->k, GPU_BF16, j->y, j->n, GPU_BF16,
+  else if (j->kind == 3) {
+    if (!gpu_gemm(S, j->ta, j->tb, j->m, j->n, j->k, j->x, j->lx, GPU_BF16, j->w, j->lw, GPU_BF16, j->y, j->ly,
+                  GPU_BF16, NULL, false, j->gws, gpu_gemm_ws(), false, e, sizeof e))
+      die("gpu_gemm", e);
+  } else if (!gpu_gemm(S, false, true, j->m, j->n, j->k, j->x, j->k, GPU_BF16, j->w, j->k, GPU_BF16, j->y, j->n, GPU_BF16,
                      j->bias, false, j->gws, gpu_gemm_ws(), false, e, sizeof e))
     die("gpu_gemm", e);
 }
@@ -123,6 +133,41 @@ static void linear(int64_t m, int64_t k, int64_t n, int reps) {
   gpu_free(j.x), gpu_free(j.w), gpu_free(j.bias), gpu_free(j.y), gpu_free(j.gws);
 }
 
+/* The LM head's products: x [t,h], W [v,h], logits and their gradient
+ * [t,v]: logits = x W^T, dx = dlogits W, dW = dlogits^T x. */
+static void lm_head(int64_t t, int64_t h, int64_t v, int reps) {
+  job j;
+  memset(&j, 0, sizeof j);
+  j.kind = 3;
+  void *x = filled(t * h, GPU_BF16), *w = filled(v * h, GPU_BF16), *dl = filled(t * v, GPU_BF16);
+  void *logits = zeros((size_t)(t * v) * 2), *dx = zeros((size_t)(t * h) * 2), *dw = zeros((size_t)(v * h) * 2);
+  j.gws = zeros(gpu_gemm_ws());
+  struct {
+    const char *name;
+    bool ta, tb;
+    int64_t m, n, k;
+    void *x, *w, *y;
+    int64_t lx, lw, ly;
+  } p[3] = {{"logits = x W^T", false, true, t, v, h, x, w, logits, h, h, v},
+            {"dx = dlogits W", false, false, t, h, v, dl, w, dx, v, h, h},
+            {"dW = dlogits^T x", true, false, v, h, t, dl, x, dw, v, h, h}};
+  char shape[96];
+  for (int staged = 1; staged >= 0; staged--) {
+    if (!staged) setenv("WEFT_GEMM_STAGE_FLOPS", "9223372036854775807", 1);
+    for (int i = 0; i < 3; i++) {
+      j.ta = p[i].ta, j.tb = p[i].tb, j.m = p[i].m, j.n = p[i].n, j.k = p[i].k;
+      j.x = p[i].x, j.w = p[i].w, j.y = p[i].y, j.lx = p[i].lx, j.lw = p[i].lw, j.ly = p[i].ly;
+      snprintf(shape, sizeof shape, "%s %lldx%lldx%lld %s", p[i].name, (long long)t, (long long)h, (long long)v,
+               staged ? "staged" : "direct");
+      double ms = timed(&j, reps);
+      printf("lm head (cuBLASLt)  %-36s %9.3f ms %8.1f TFLOP/s\n", shape, ms, 2.0 * t * h * v / (ms * 1e-3) / 1e12);
+      fflush(stdout);
+    }
+  }
+  unsetenv("WEFT_GEMM_STAGE_FLOPS");
+  gpu_free(x), gpu_free(w), gpu_free(dl), gpu_free(logits), gpu_free(dx), gpu_free(dw), gpu_free(j.gws);
+}
+
 int main(int argc, char **argv) {
   char e[512];
   bool small = false;
@@ -144,10 +189,13 @@ int main(int argc, char **argv) {
     attention(1, 2, 64, 160, 1);
     attention(1, 1, 128, 130, 1);
     linear(64, 96, 80, 1);
+    setenv("WEFT_GEMM_STAGE_FLOPS", "0", 1);
+    lm_head(64, 48, 257, 1);
   } else {
     attention(8, 12, 64, 1024, 20);
     attention(4, 16, 128, 2048, 10);
     linear(8192, 768, 2304, 50);
+    lm_head(8192, 768, 50257, 20);
   }
   if (!gpu_sync(e, sizeof e)) die("sync", e);
   gpu_stream_free(S);

@@ -76,6 +76,16 @@ EOF
   else bad "$name: cuda against cpu"; cat "$tmp/err" "$tmp/cmp"; fi
 }
 compare "gpt2 tp2, f32" "$F32_TOL" examples/gpt2.plan --plan tp2 $GPT
+# a vocabulary of 257: the logits' rows are off 16 bytes, and their products
+# are staged through the padded area, here from any size and in chunks of
+# a few rows
+ODD="--set layers=2 --set hidden=64 --set heads=4 --set seq=16 --set vocab=257 --set batch=8"
+export WEFT_GEMM_STAGE_FLOPS=0 WEFT_GEMM_STAGE_BYTES=16384
+run_ok "gpt2 dp, vocabulary of 257 (staged products)" examples/gpt2.plan --plan dp $ODD --steps 2
+compare "gpt2 single, vocabulary of 257 (staged products), f32" "$F32_TOL" examples/gpt2.plan --plan single $ODD
+compare "megatron bf16, vocabulary of 257 (staged products)" 1e-2 examples/gpt_megatron.plan $MEG --set hidden=128 \
+  --set dtype=bf16 --set vocab=257 --set tp=1 --set pp=1
+unset WEFT_GEMM_STAGE_FLOPS WEFT_GEMM_STAGE_BYTES
 compare "megatron bf16 against the CPU's f32" 1e-2 examples/gpt_megatron.plan $MEG --set hidden=128 --set dtype=bf16
 
 # --deterministic: two runs, the same bytes; save, resume and go on: the same as at once
