@@ -17,8 +17,9 @@
 # batch) and TORCH_MODES among "eager compile" (default both; empty: none).
 # (SEQ=16 SETS="--set seq=16 --set vocab=256" and WEFT_PLUGIN_DIR=build/cudaemu
 # KERNELS=build/cudaemu/bench_kernels KERNELS_ARGS=--small try the script on
-# the emulation, at a size it can run.) It starts with the attention kernels
-# and a cuBLASLt linear alone: ms per call and TFLOP/s (bench_kernels).
+# the emulation, at a size it can run.) It starts with the attention kernels,
+# a cuBLASLt linear and GPT-2's LM head (staged and direct) alone: ms per
+# call and TFLOP/s (bench_kernels).
 DIR=${1:-bench/results}
 WEFT=./weft
 PY=${PY:-$(command -v python3)}
@@ -47,7 +48,8 @@ log=$DIR/gpu-bench-$(date -u +%Y-%m-%d)-$slug.txt
 say "bench/gpu.sh, $(date -u '+%Y-%m-%d %H:%M UTC'), ${device:-no nvidia-smi}, bf16 peak $peak TFLOP/s," \
   "weft commit ${WEFT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}, torch $($PY -c 'import torch; print(torch.__version__)' 2>/dev/null)"
 
-# first the attention kernels and a cuBLASLt linear alone, timed with CUDA
+# first the attention kernels, a cuBLASLt linear and the LM head's products
+# alone, timed with CUDA
 # events (tests/cuda/bench_kernels.c, built by make cuda; KERNELS names
 # another build, KERNELS_ARGS=--small for the emulation)
 KERNELS=${KERNELS:-build/cuda/bench_kernels}
