@@ -30,21 +30,9 @@ bool xoptim_from_graph(const weft_graph *g, xoptim *o) {
   for (size_t i = 0; g->optimizer && i < sizeof optimizers / sizeof optimizers[0]; i++)
     if (strcmp(optimizers[i].name, g->optimizer) == 0) o->kind = &optimizers[i];
   if (!o->kind) return false;
-  /* the settings come with their defaults (docs/program.md, optimizer);
-   * these stand in only for a graph made without them */
-  o->lr = 1e-3, o->beta1 = 0.9, o->beta2 = 0.999, o->eps = 1e-8;
-  const vrecord *r = g->optimizer_args;
-  for (int i = 0; r && i < r->n; i++) {
-    const value *v = &r->vals[i];
-    double x = v->kind == V_FLOAT ? v->f : v->kind == V_INT ? (double)v->i : 0.0;
-    const char *k = r->keys[i];
-    if (strcmp(k, "lr") == 0) o->lr = x;
-    else if (strcmp(k, "beta1") == 0) o->beta1 = x;
-    else if (strcmp(k, "beta2") == 0) o->beta2 = x;
-    else if (strcmp(k, "eps") == 0) o->eps = x;
-    else if (strcmp(k, "weight_decay") == 0) o->weight_decay = x;
-    else if (strcmp(k, "momentum") == 0) o->momentum = x;
-  }
+  weft_optim_settings st = graph_optimizer_settings(g);
+  o->lr = st.lr, o->beta1 = st.beta1, o->beta2 = st.beta2, o->eps = st.eps;
+  o->weight_decay = st.weight_decay, o->momentum = st.momentum;
   return true;
 }
 

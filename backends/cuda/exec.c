@@ -697,20 +697,8 @@ bool crun_optimizer(const weft_graph *g, int *kind, gpu_optim *o, char *err, siz
   if (strcmp(g->optimizer, "adamw") == 0) *kind = 1;
   else if (strcmp(g->optimizer, "sgd") == 0) *kind = 0;
   else return failf(err, errlen, 1, "the CUDA backend has no optimizer %s", g->optimizer);
-  memset(o, 0, sizeof *o);
-  o->lr = 1e-3, o->beta1 = 0.9, o->beta2 = 0.999, o->eps = 1e-8;
-  const vrecord *a = g->optimizer_args;
-  for (int i = 0; a && i < a->n; i++) {
-    const value *v = &a->vals[i];
-    double x = v->kind == V_FLOAT ? v->f : v->kind == V_INT ? (double)v->i : 0.0;
-    const char *k = a->keys[i];
-    if (strcmp(k, "lr") == 0) o->lr = x;
-    else if (strcmp(k, "beta1") == 0) o->beta1 = x;
-    else if (strcmp(k, "beta2") == 0) o->beta2 = x;
-    else if (strcmp(k, "eps") == 0) o->eps = x;
-    else if (strcmp(k, "weight_decay") == 0) o->weight_decay = x;
-    else if (strcmp(k, "momentum") == 0) o->momentum = x;
-  }
+  weft_optim_settings st = graph_optimizer_settings(g);
+  *o = (gpu_optim){st.lr, st.beta1, st.beta2, st.eps, st.weight_decay, st.momentum};
   return true;
 }
 

@@ -4,6 +4,7 @@
 #define WEFT_GRAPH_H
 
 #include <stdio.h>
+#include <string.h>
 
 #include "weft/value.h"
 
@@ -143,6 +144,31 @@ int64_t tensor_numel(const gtensor *t);
  * gradient is accumulated and reduced in f32, any other's in its own dtype,
  * unless `train` says `grads = DTYPE`. */
 weft_dtype graph_grad_dtype(const weft_graph *g, int t);
+
+/* The settings of a model's optimizer (its `train` statement's arguments),
+ * with the defaults that stand in for a graph made without them
+ * (docs/program.md, optimizer). Inline: the backend plugins, which link
+ * nothing of weft, read them too. */
+typedef struct weft_optim_settings {
+  double lr, beta1, beta2, eps, weight_decay, momentum;
+} weft_optim_settings;
+
+static inline weft_optim_settings graph_optimizer_settings(const weft_graph *g) {
+  weft_optim_settings o = {1e-3, 0.9, 0.999, 1e-8, 0.0, 0.0};
+  const vrecord *r = g->optimizer_args;
+  for (int i = 0; r && i < r->n; i++) {
+    const value *v = &r->vals[i];
+    double x = v->kind == V_FLOAT ? v->f : v->kind == V_INT ? (double)v->i : 0.0;
+    const char *k = r->keys[i];
+    if (strcmp(k, "lr") == 0) o.lr = x;
+    else if (strcmp(k, "beta1") == 0) o.beta1 = x;
+    else if (strcmp(k, "beta2") == 0) o.beta2 = x;
+    else if (strcmp(k, "eps") == 0) o.eps = x;
+    else if (strcmp(k, "weight_decay") == 0) o.weight_decay = x;
+    else if (strcmp(k, "momentum") == 0) o.momentum = x;
+  }
+  return o;
+}
 /* Whether parameter t has master weights: an f32 copy that the optimizer
  * steps, from which the 16-bit parameter is rounded (16-bit parameters
  * have them unless `train` says `master = false`; f32 ones are their own). */
