@@ -72,7 +72,7 @@ UNIT_SRC   := $(wildcard tests/unit/test_*.c)
 UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
 .PHONY: all deps check layers-check search-check lua-check unit golden diag-coverage fuzz-check limits-check docs-check docs-examples install-check fmt-check examples-check mutate-check editors-check \
-        fold-check calibrate run-check shards-check reference-check deps-torch demo bench install fuzz fuzz-lua fuzz-lua-check clean \
+        fold-check calibrate run-check shards-check rendezvous-check reference-check deps-torch demo bench install fuzz fuzz-lua fuzz-lua-check clean \
         cuda cuda-emu cuda-check
 .DELETE_ON_ERROR:
 
@@ -125,9 +125,19 @@ $(BUILD)/cuda/host/clip.o: backends/cpu/clip.c backends/cpu/clip.h $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CUDA_CFLAGS) -c -o $@ $<
 
+# NCCL (backends/cuda/ccl.cu) where nccl.h is, in the toolkit or the
+# system's; found at run time like cuBLASLt, through the run path. Without
+# it the plugin builds with no NCCL path (WEFT_NO_NCCL).
+NCCL_H      := $(firstword $(wildcard $(if $(CUDA_HOME),$(CUDA_HOME)/include/nccl.h) /usr/include/nccl.h))
+NCCL_LIBDIR := $(if $(NCCL_H),$(patsubst %/,%,$(dir $(firstword $(wildcard $(if $(CUDA_HOME),$(CUDA_HOME)/lib/libnccl.so \
+                 $(CUDA_HOME)/lib64/libnccl.so $(CUDA_HOME)/targets/x86_64-linux/lib/libnccl.so) \
+                 /usr/lib/x86_64-linux-gnu/libnccl.so)))))
+NCCL_LIBS   := $(if $(NCCL_LIBDIR),-L$(NCCL_LIBDIR) -lnccl)
+$(BUILD)/cuda/ccl.o: NVCCFLAGS += $(if $(NCCL_LIBDIR),-I$(dir $(NCCL_H)),-DWEFT_NO_NCCL)
+
 $(BUILD)/cuda/libweft_cuda.so: $(CUDA_CU:backends/cuda/%.cu=$(BUILD)/cuda/%.o) $(patsubst %.c,$(BUILD)/cuda/host/%.o,$(notdir $(CUDA_C)))
-	$(NVCC) -shared -o $@ $^ -lcublasLt -Xlinker --no-undefined \
-	  -Xlinker -rpath,$(CUDA_HOME)/lib64:$(CUDA_HOME)/targets/x86_64-linux/lib:/usr/local/cuda/lib64:'$$ORIGIN'
+	$(NVCC) -shared -o $@ $^ -lcublasLt $(NCCL_LIBS) -Xlinker --no-undefined \
+	  -Xlinker -rpath,$(CUDA_HOME)/lib64:$(CUDA_HOME)/targets/x86_64-linux/lib:/usr/local/cuda/lib64$(if $(NCCL_LIBDIR),:$(NCCL_LIBDIR)):'$$ORIGIN'
 
 # The kernels against the CPU backend's (tests/cuda/test_kernels.c), built
 # with the plugin to run where a GPU is (tests/gpu/run.sh); `make cuda`
@@ -191,7 +201,7 @@ $(BUILD)/src/%.o: src/%.c $(BUILD)/grammar/parser.h $(HEADERS) $(wildcard backen
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
 
-$(BUILD)/backends/%.o: backends/%.c $(wildcard backends/cpu/*.h) $(HEADERS)
+$(BUILD)/backends/%.o: backends/%.c $(wildcard backends/cpu/*.h) backends/mpi/weft_mpi.h $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
 
@@ -236,9 +246,15 @@ $(BUILD)/tests/test_cuda_plan: tests/unit/test_cuda_plan.c backends/cuda/cx.c ba
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< backends/cuda/cx.c backends/cuda/sched.c $(BUILD)/libweft.a $(LDFLAGS) -lcmocka $(LDLIBS)
 
+# one process of the NCCL rendezvous (backends/cuda/rendezvous.c), host C
+$(BUILD)/tests/test_rendezvous: tests/cuda/test_rendezvous.c backends/cuda/rendezvous.c backends/cuda/rendezvous.h \
+                                backends/mpi/weft_mpi.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< backends/cuda/rendezvous.c $(LDFLAGS) -ldl
+
 check: deps
 	@$(MAKE) --no-print-directory weft
-	@$(MAKE) --no-print-directory layers-check unit golden diag-coverage fuzz-check limits-check docs-check docs-examples install-check fmt-check examples-check fold-check mutate-check editors-check calibrate symbolic-check search-check lua-check fuzz-lua-check run-check shards-check reference-check cuda-check
+	@$(MAKE) --no-print-directory layers-check unit golden diag-coverage fuzz-check limits-check docs-check docs-examples install-check fmt-check examples-check fold-check mutate-check editors-check calibrate symbolic-check search-check lua-check fuzz-lua-check run-check shards-check reference-check rendezvous-check cuda-check
 	@echo "make check: all suites passed"
 
 # the pipeline is one-way: no header of a later stage, no include cycle
@@ -324,6 +340,11 @@ shards-check: weft
 
 editors-check:
 	@sh tests/editors_check.sh
+
+# the rendezvous of NCCL communicators, without a GPU: through a file
+# (writer and readers agree; readers time out cleanly) and through MPI
+rendezvous-check: $(BUILD)/tests/test_rendezvous $(MPI_SO)
+	@sh tests/rendezvous_check.sh $(BUILD)/tests/test_rendezvous $(if $(MPI_SO),$(BUILD))
 
 # the CUDA backend without a GPU: the plugin loads and lists its kernels and
 # says there is no device; the emulated GPU runs every kernel against the

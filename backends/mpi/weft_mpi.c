@@ -197,6 +197,17 @@ static int barrier(void) {
   return wait_req(&req, "the other processes at the end of the run");
 }
 
+static int bcast(void *buf, int64_t bytes, int root) {
+  if (bytes > PIECE) {
+    snprintf(errbuf, errcap, "MPI: a broadcast of %lld bytes is too large", (long long)bytes);
+    return 1;
+  }
+  MPI_Request req;
+  int rc = MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, MPI_COMM_WORLD, &req);
+  if (rc != MPI_SUCCESS) return fail(rc, "MPI_Ibcast");
+  return wait_req(&req, "process 0's broadcast");
+}
+
 static void abort_all(int code) {
   MPI_Abort(MPI_COMM_WORLD, code);
   _exit(code);
@@ -207,7 +218,7 @@ static int finalize(void) {
   return rc == MPI_SUCCESS ? 0 : fail(rc, "MPI_Finalize");
 }
 
-static const weft_mpi_api api = {WEFT_MPI_VERSION, init,    isend,   test_sends, poll,     sum_double,
-                                 sum_float,        min_int, barrier, finalize,   abort_all};
+static const weft_mpi_api api = {WEFT_MPI_VERSION, init,    isend,   test_sends, poll,      sum_double,
+                                 sum_float,        min_int, barrier, finalize,   abort_all, bcast};
 
 const weft_mpi_api *weft_mpi_plugin(void) { return &api; }

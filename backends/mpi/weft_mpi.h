@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define WEFT_MPI_VERSION 3
+#define WEFT_MPI_VERSION 4
 
 /* Every function returns 0 on success, else nonzero with a message in the
  * err buffer given to init (kept by the plugin). Only the thread that
@@ -37,6 +37,10 @@ typedef struct weft_mpi_api {
   /* MPI_Abort: ends every process of the run with status code; does not
    * return. */
   void (*abort)(int code);
+  /* ---- version 4 ---- */
+  /* Process root's bytes into every process's buf (MPI_Ibcast, polled
+   * with the same limit). */
+  int (*bcast)(void *buf, int64_t bytes, int root);
 } weft_mpi_api;
 
 /* The one symbol weft looks up with dlsym. */
