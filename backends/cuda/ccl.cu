@@ -14,6 +14,9 @@
 
 /* ---- the emulation's stand-in: one rank, every operation a copy -------------------------- */
 
+#include <memory>
+#include <vector>
+
 struct ccl_comm {
   int color;
 };
@@ -50,9 +53,19 @@ int ccl_size(const ccl_comm *c) { return 1; }
 void ccl_group_start(void) {}
 bool ccl_group_end(ccl_comm *c, double timeout_s, char *err, size_t errlen) { return true; }
 
+/* An operation of one rank is a copy, in two pieces of the stream's work
+ * as NCCL's kernels read the input, then write the output: the first takes
+ * the input and spoils the output (NaN), the second writes it. Work of
+ * other streams may run between them, so a stream that does not wait for
+ * the input's writer, or a reader that does not wait for the second, gets
+ * a wrong result. */
 static void copy_on(gpu_stream *s, void *dst, const void *src, size_t bytes) {
-  if (dst == src) return;
-  emu_enqueue((emu_stream *)s, [dst, src, bytes] { memmove(dst, src, bytes); });
+  auto held = std::make_shared<std::vector<unsigned char>>(bytes);
+  emu_enqueue((emu_stream *)s, [held, dst, src, bytes] {
+    memcpy(held->data(), src, bytes);
+    memset(dst, 0xff, bytes);
+  });
+  emu_enqueue((emu_stream *)s, [held, dst, bytes] { memcpy(dst, held->data(), bytes); });
 }
 
 bool ccl_all_reduce(ccl_comm *c, const void *src, void *dst, int64_t count, int dt, gpu_stream *s, char *err,

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "ccl.h"
 #include "cpu/clip.h"
 #include "gpu.h"
 #include "ops.h"
@@ -31,7 +32,7 @@ typedef struct caddr {
 
 static const caddr NOWHERE = {ADDR_NONE, 0};
 
-typedef enum { A_MOVE, A_SUM, A_ZERO, A_CALL, A_STEP, A_SUMSQ, A_NORM } act_kind;
+typedef enum { A_MOVE, A_SUM, A_ZERO, A_CALL, A_STEP, A_SUMSQ, A_NORM, A_CCL } act_kind;
 
 typedef struct cact {
   uint8_t kind;
@@ -43,7 +44,8 @@ typedef struct cact {
   cx_move mv;
   int64_t bytes;          /* A_ZERO; A_SUMSQ: the mask's offset in masks, -1 none */
   int64_t n;              /* A_SUMSQ: elements */
-  int idx;                /* A_CALL: calls[idx]; A_STEP: steps[idx]; A_SUMSQ: the plan device it counts for */
+  int idx;                /* A_CALL: calls[idx]; A_STEP: steps[idx]; A_SUMSQ: the plan device it counts for;
+                           * A_CCL: cops[idx] */
 } cact;
 
 typedef struct pcall {
@@ -59,6 +61,26 @@ typedef struct pstep {
   int64_t n;
   int dev;
 } pstep;
+
+/* A collective through NCCL: a member's message reduced, scattered,
+ * gathered or broadcast in place by its group's communicator on that
+ * communicator's stream, which waits for the packing (event in) and is
+ * waited for by the unpacking (event out). A message whose entries are of
+ * one type is one call (a bucket too); else one call per entry, posted
+ * together. */
+typedef struct cclpart {
+  int64_t off, count;     /* in the message: bytes from its start, elements */
+  int dt;
+} cclpart;
+
+typedef struct cclop {
+  int comm;               /* its communicator (crun.comms) */
+  int kind;               /* comm_kind */
+  int dev, ins;           /* the member's instruction, for messages */
+  caddr at;               /* the message */
+  int first, nparts;      /* its calls in parts[first ..] */
+  gpu_event *in, *out;
+} cclop;
 
 /* One order of a step's work (sched.h) and its actions: the plain one, and
  * the one that takes the norm before the steps, to clip by it. */
@@ -76,6 +98,10 @@ typedef struct cplan {
   int *first, *count;     /* per stream operation: its actions */
   gpu_event **ev;
   bool clip;
+  cclop *cops;            /* collectives through NCCL, in the order they are enqueued */
+  int ncops, cocap;
+  cclpart *parts;
+  int nparts, pcap;
 } cplan;
 
 typedef struct cvdev {
@@ -124,6 +150,16 @@ struct backend_run {
   int64_t need;
   char perr[512];         /* a failure found while planning */
   bool pfail;
+  /* the NCCL path (WEFT_CUDA_COMM=nccl): one communicator per distinct
+   * group of the collectives it takes, split from one of every rank */
+  bool nccl;
+  int *comm_of;           /* per plan comm: its communicator, -1 the virtual-device path */
+  int ncomms;
+  int *comm_dev;          /* per communicator: its group (one device) */
+  ccl_comm *world;
+  ccl_comm **comms;
+  gpu_stream **cstream;   /* per communicator: NCCL's stream */
+  char ccl_what[96];      /* what communicates, for crun_describe */
 };
 
 static int last_failure = 1;
@@ -606,11 +642,44 @@ static void add_sum(crun *r, const scoll *c, int entry, const tregion *R, const 
   if (a->nsrc > GPU_MAX_SRCS) plan_fail(r, "comm %d: more than %d members bring data", c->comm, GPU_MAX_SRCS);
 }
 
+/* The member's message through NCCL, in place, before it is unpacked. */
+static void add_ccl(crun *r, const sop *so, const scoll *c, const lins *in, const pcomm *cm) {
+  cplan *P = r->P;
+  int msg = c->msg[so->member];
+  if (msg < 0) return;
+  entries x = entries_of(r, in, so->member);
+  bool one = x.n > 0;
+  for (int i = 1; i < x.n; i++) one &= x.e[i].dt == x.e[0].dt;
+  int need = one ? 1 : x.n;
+  if (P->ncops == P->cocap) {
+    P->cocap = P->cocap ? 2 * P->cocap : 64;
+    P->cops = cx_grow(P->cops, sizeof(cclop) * (size_t)P->cocap);
+  }
+  while (P->nparts + need > P->pcap) {
+    P->pcap = P->pcap ? 2 * P->pcap : 64;
+    P->parts = cx_grow(P->parts, sizeof(cclpart) * (size_t)P->pcap);
+  }
+  cclop *op = &P->cops[P->ncops];
+  memset(op, 0, sizeof *op);
+  op->comm = r->comm_of[in->comm], op->kind = cm->kind, op->dev = so->dev, op->ins = so->ins;
+  op->at = msg_at(r, msg, 0), op->first = P->nparts, op->nparts = need;
+  if (one) {
+    int64_t sz = gpu_dtype_size(x.e[0].dt);
+    P->parts[P->nparts++] = (cclpart){0, P->s.msgs[msg].bytes / sz, x.e[0].dt};
+  } else {
+    for (int i = 0; i < x.n; i++) P->parts[P->nparts++] = (cclpart){x.e[i].off, cx_numel(&x.e[i].region), x.e[i].dt};
+  }
+  entries_free(&x);
+  cact *a = new_act(r, A_CCL);
+  a->idx = P->ncops++;
+}
+
 static void prep_reduce(crun *r, const sop *so) {
   const scoll *c = &r->P->s.colls[so->arg];
   const lins *in = &r->pr->progs[so->dev].ins[so->ins];
   const pcomm *cm = lower_comm(r->pr, in->comm);
   int me = so->member;
+  if (r->comm_of && r->comm_of[in->comm] >= 0) add_ccl(r, so, c, in, cm);
   switch (cm->kind) {
   case COMM_ALL_REDUCE:
     if (in->nout != in->nbucket + 1) {
@@ -645,6 +714,156 @@ static void prep_reduce(crun *r, const sop *so) {
   default:
     plan_fail(r, "comm %d: the CUDA backend does not run this kind of collective", in->comm);
   }
+}
+
+/* ---- NCCL --------------------------------------------------------------------------------------- */
+
+static const char *ccl_kind(int kind) {
+  switch (kind) {
+  case COMM_ALL_REDUCE: return "all-reduce";
+  case COMM_REDUCE_SCATTER: return "reduce-scatter";
+  case COMM_ALL_GATHER: return "all-gather";
+  case COMM_BROADCAST: return "broadcast";
+  default: return "collective";
+  }
+}
+
+/* WEFT_CUDA_COMM=nccl: the collectives whose group is one device go
+ * through NCCL, each group with its communicator (a process with one GPU
+ * is one NCCL rank, and NCCL takes no two ranks on one GPU: larger groups
+ * of one process stay on the virtual-device path). Unset or `virtual`:
+ * every collective on the virtual-device path. */
+static bool comm_choose(crun *r, char *err, size_t errlen) {
+  const char *v = getenv("WEFT_CUDA_COMM");
+  if (!v || !*v || strcmp(v, "virtual") == 0) return true;
+  if (strcmp(v, "nccl") != 0) return failf(err, errlen, 1, "WEFT_CUDA_COMM=%s: expected `nccl` or `virtual`", v);
+  const weft_plan *p = r->pr->p;
+  int nd = r->pr->nprogs;
+  r->nccl = true;
+  r->comm_of = cx_alloc(sizeof(int) * (size_t)(p->ncomms + 1));
+  r->comm_dev = cx_alloc(sizeof(int) * (size_t)(nd + 1));
+  int *of_dev = cx_alloc(sizeof(int) * (size_t)(nd + 1));
+  for (int d = 0; d < nd; d++) of_dev[d] = -1;
+  for (int c = 0; c < p->ncomms; c++) {
+    const pcomm *cm = &p->comms[c];
+    r->comm_of[c] = -1;
+    bool kind = cm->kind == COMM_ALL_REDUCE || cm->kind == COMM_REDUCE_SCATTER || cm->kind == COMM_ALL_GATHER ||
+                cm->kind == COMM_BROADCAST;
+    if (!kind || cm->ngroup != 1 || cm->group[0] < 0 || cm->group[0] >= nd) continue;
+    int d = cm->group[0];
+    if (of_dev[d] < 0) of_dev[d] = r->ncomms, r->comm_dev[r->ncomms++] = d;
+    r->comm_of[c] = of_dev[d];
+  }
+  free(of_dev);
+  return true;
+}
+
+/* The communicators, their streams and the collectives' events, once the
+ * GPU is chosen: one communicator of every rank (here one), then one per
+ * group split from it (every rank takes part in every split, a member
+ * with its color). */
+static bool comm_open(crun *r, char *err, size_t errlen) {
+  if (!r->nccl) return true;
+  char e[512];
+  double t = r->o.timeout_s;
+  if (!ccl_available(r->ccl_what, sizeof r->ccl_what))
+    return failf(err, errlen, 2, "WEFT_CUDA_COMM=nccl: %s", r->ccl_what);
+  unsigned char id[CCL_ID_BYTES];
+  if (!ccl_unique_id(id, e, sizeof e) || !(r->world = ccl_init(id, 1, 0, t, e, sizeof e)))
+    return failf(err, errlen, 2, "GPU %d (%s): %s", r->gpu, r->props.name, e);
+  r->comms = cx_alloc(sizeof(ccl_comm *) * (size_t)(r->ncomms + 1));
+  r->cstream = cx_alloc(sizeof(gpu_stream *) * (size_t)(r->ncomms + 1));
+  for (int k = 0; k < r->ncomms; k++)
+    if (!ccl_split(r->world, 0, 0, t, &r->comms[k], e, sizeof e) || !(r->cstream[k] = gpu_stream_new(e, sizeof e)))
+      return failf(err, errlen, 2, "GPU %d (%s), the communicator of group [%d]: %s", r->gpu, r->props.name,
+                   r->comm_dev[k], e);
+  for (int k = 0; k < 2; k++)
+    for (int j = 0; r->plan[k].built && j < r->plan[k].ncops; j++) {
+      cclop *op = &r->plan[k].cops[j];
+      if (!(op->in = gpu_event_new(e, sizeof e)) || !(op->out = gpu_event_new(e, sizeof e)))
+        return failf(err, errlen, 2, "GPU %d: %s", r->gpu, e);
+    }
+  return true;
+}
+
+/* Ends every communicator at once (ncclCommAbort). */
+static void comm_abort(crun *r) {
+  for (int k = 0; r->comms && k < r->ncomms; k++) ccl_abort(r->comms[k]), r->comms[k] = NULL;
+  ccl_abort(r->world);
+  r->world = NULL;
+}
+
+static void comm_close(crun *r, bool gpu) {
+  if (r->hung) comm_abort(r);
+  for (int k = 0; r->comms && k < r->ncomms; k++) {
+    ccl_free(r->comms[k], r->o.timeout_s);
+    if (gpu) gpu_stream_free(r->cstream[k]);
+  }
+  ccl_free(r->world, r->o.timeout_s);
+  free(r->comms), free(r->cstream), free(r->comm_of), free(r->comm_dev);
+}
+
+/* Enqueues a collective on its communicator's stream, between the
+ * packing and the unpacking on s. In place: with a group of one rank the
+ * reduce-scatter's and all-gather's part of the rank is the message. */
+static bool run_ccl(crun *r, const cclop *op, gpu_stream *s, char *err, size_t errlen) {
+  ccl_comm *c = r->comms[op->comm];
+  gpu_stream *cs = r->cstream[op->comm];
+  gpu_record(op->in, s);
+  gpu_wait(cs, op->in);
+  char *base = addr(r, op->at);
+  int n = ccl_size(c);
+  bool ok = true;
+  ccl_group_start();
+  for (int i = 0; i < op->nparts && ok; i++) {
+    const cclpart *pt = &r->P->parts[op->first + i];
+    void *p = base + pt->off;
+    if (op->kind == COMM_ALL_REDUCE) ok = ccl_all_reduce(c, p, p, pt->count, pt->dt, cs, err, errlen);
+    else if (op->kind == COMM_REDUCE_SCATTER) ok = ccl_reduce_scatter(c, p, p, pt->count / n, pt->dt, cs, err, errlen);
+    else if (op->kind == COMM_ALL_GATHER) ok = ccl_all_gather(c, p, p, pt->count / n, pt->dt, cs, err, errlen);
+    else ok = ccl_broadcast(c, p, p, pt->count, pt->dt, 0, cs, err, errlen);
+  }
+  char e[512];
+  if (!ccl_group_end(c, r->o.timeout_s, e, sizeof e) && ok) ok = false, snprintf(err, errlen, "%s", e);
+  gpu_record(op->out, cs);
+  gpu_wait(s, op->out);
+  return ok;
+}
+
+/* The watchdog's message when a step passed --timeout on the NCCL path:
+ * the first collective not done, its group and ranks; the communicators
+ * are aborted. */
+static bool ccl_timeout(crun *r, int dev, char *err, size_t errlen) {
+  char e[512], what[256];
+  const cclop *late = NULL;
+  for (int j = 0; j < r->P->ncops && !late; j++)
+    if (gpu_event_done(r->P->cops[j].out, e, sizeof e) <= 0) late = &r->P->cops[j];
+  comm_abort(r);
+  r->hung = true;
+  if (!late)
+    return failf(err, errlen, 2,
+                 "GPU %d (%s), plan device %d: step %" PRId64 " did not finish within %g s (--timeout), its "
+                 "collectives done; the communicators were aborted (ncclCommAbort)",
+                 r->gpu, r->props.name, dev, r->w->step + 1, r->o.timeout_s);
+  ins_name(r, late->dev, late->ins, what, sizeof what);
+  return failf(err, errlen, 2,
+               "GPU %d (%s), %s: the NCCL %s of group [%d] did not finish within %g s (--timeout) in step %" PRId64
+               "; its ranks: 0 of 1, this process; the communicators were aborted (ncclCommAbort)",
+               r->gpu, r->props.name, what, ccl_kind(late->kind), r->comm_dev[late->comm], r->o.timeout_s,
+               r->w->step + 1);
+}
+
+/* A communicator that failed (ncclCommGetAsyncError) ends the run. */
+static bool ccl_healthy(crun *r, char *err, size_t errlen) {
+  char e[512];
+  for (int k = 0; k < r->ncomms; k++)
+    if (r->comms[k] && ccl_status(r->comms[k], e, sizeof e) < 0) {
+      comm_abort(r);
+      r->hung = true;
+      return failf(err, errlen, 2, "GPU %d (%s), the communicator of group [%d]: %s; the communicators were aborted",
+                   r->gpu, r->props.name, r->comm_dev[k], e);
+    }
+  return true;
 }
 
 /* ---- planning ------------------------------------------------------------------------------------ */
@@ -739,6 +958,8 @@ bool crun_probe(char *msg, size_t n) {
 /* gpu: whether the GPU's streams, events and memory are freed too */
 static void plan_free(cplan *P, bool gpu) {
   for (int k = 0; gpu && P->ev && k < P->s.nevents; k++) gpu_event_free(P->ev[k]);
+  for (int k = 0; gpu && k < P->ncops; k++) gpu_event_free(P->cops[k].in), gpu_event_free(P->cops[k].out);
+  free(P->cops), free(P->parts);
   sched_free(&P->s);
   free(P->ev), free(P->acts), free(P->srcs), free(P->calls), free(P->steps), free(P->first), free(P->count);
   memset(P, 0, sizeof *P);
@@ -757,6 +978,7 @@ void crun_close(crun *r) {
     if (gpu) gpu_stream_free(v->stream), gpu_event_free(v->done), gpu_free(v->pool);
     free(v->slot), free(v->stepped);
   }
+  comm_close(r, gpu);
   for (int k = 0; k < 2; k++) plan_free(&r->plan[k], gpu);
   if (gpu) {
     gpu_free(r->inputs), gpu_free(r->slots), gpu_free(r->tables), gpu_free(r->masks), gpu_free(r->norms);
@@ -947,6 +1169,7 @@ crun *crun_open(const weft_program *pr, weft_world *w, const backend_opts *o, ch
     }
   }
   loss_slots(r);
+  if (!comm_choose(r, err, errlen)) goto fail;
   /* the model inputs, whole, as the world holds them */
   r->input_off = cx_alloc(sizeof(int64_t) * (size_t)(g->ntensors + 1));
   for (int t = 0; t < g->ntensors; t++) {
@@ -1025,6 +1248,7 @@ crun *crun_open(const weft_program *pr, weft_world *w, const backend_opts *o, ch
         goto fail;
       }
   }
+  if (!comm_open(r, err, errlen)) goto fail;
   if ((r->tab.n && !gpu_upload(r->tables, r->tab.v, (size_t)r->tab.n * 4, NULL, e, sizeof e)) ||
       (r->nmask_bytes && !gpu_upload(r->masks, mask_bytes, (size_t)r->nmask_bytes, NULL, e, sizeof e))) {
     failf(err, errlen, 2, "GPU %d: %s", r->gpu, e);
@@ -1043,9 +1267,12 @@ void crun_describe(crun *r, char *buf, size_t n) {
   for (int d = 0; d < r->pr->nprogs; d++)
     if (r->pr->progs[d].peak > peak) peak = r->pr->progs[d].peak;
   char a[32], b[32];
-  snprintf(buf, n, "%s (compute capability %d.%d), %d virtual device%s, %s of device memory (%s free at the start)",
-           r->props.name, r->props.major, r->props.minor, r->ndev, r->ndev == 1 ? "" : "s",
-           crun_bytes(a, sizeof a, (double)r->need), crun_bytes(b, sizeof b, (double)r->props.free));
+  int k = snprintf(buf, n, "%s (compute capability %d.%d), %d virtual device%s, %s of device memory (%s free at the start)",
+                   r->props.name, r->props.major, r->props.minor, r->ndev, r->ndev == 1 ? "" : "s",
+                   crun_bytes(a, sizeof a, (double)r->need), crun_bytes(b, sizeof b, (double)r->props.free));
+  if (r->nccl && k > 0 && (size_t)k < n)
+    snprintf(buf + k, n - (size_t)k, "; collectives of groups of one through %s, %d communicator%s", r->ccl_what,
+             r->ncomms, r->ncomms == 1 ? "" : "s");
 }
 
 /* ---- running ------------------------------------------------------------------------------------ */
@@ -1102,6 +1329,8 @@ static bool run_act(crun *r, const cact *a, gpu_stream *s, char *err, size_t err
   case A_NORM:
     gpu_clip_coef(s, r->coef, r->norms + r->pr->nprogs, r->norms, r->pr->nprogs, r->clip);
     return true;
+  case A_CCL:
+    return run_ccl(r, &r->P->cops[a->idx], s, err, errlen);
   default:
     return true;
   }
@@ -1222,7 +1451,9 @@ static bool pass_end(crun *r, char *err, size_t errlen) {
     int k = r->dev[d].stream ? gpu_event_done(r->dev[d].done, e, sizeof e) : 1;
     if (k < 0) return kernel_failed(r, e, err, errlen);
     if (k > 0) { d++; continue; }
+    if (r->ncomms && !ccl_healthy(r, err, errlen)) return false;
     if (r->o.timeout_s > 0 && now() - t0 > r->o.timeout_s) {
+      if (r->ncomms) return ccl_timeout(r, d, err, errlen);
       r->hung = true;
       return failf(err, errlen, 2,
                    "GPU %d (%s), plan device %d: step %" PRId64 " did not finish within %g s (--timeout); a kernel "
