@@ -7,7 +7,11 @@
 #      --check) at small sizes, cuda against cpu over 5 steps in f32 and
 #      bf16, --deterministic bit for bit, save and resume (tests/cuda/plans.sh);
 #   4. the PyTorch GPT-2 of tests/reference, weft on the GPU;
-#   5. compute-sanitizer's memcheck on a small plan.
+#   5. compute-sanitizer's memcheck on a small plan;
+#   6. the NCCL path (WEFT_CUDA_COMM=nccl), one rank on the GPU: a plan whose
+#      collectives have groups of one saves the bytes of the virtual-device
+#      path, in f32 and bf16, and matches one device (--check); skipped,
+#      with a line that says why, when the plugin has no NCCL.
 # It prints one line per check and a summary, and writes the same into
 # DIR/gpu-check-DATE-DEVICE.txt (default DIR: bench/results), to commit.
 #
@@ -81,6 +85,27 @@ if command -v compute-sanitizer >/dev/null 2>&1; then
   else bad "compute-sanitizer memcheck (exit $rc)"; tail -30 "$tmp/m" | tee -a "$log"; fi
 else
   bad "compute-sanitizer is not on the PATH"
+fi
+
+# 6. NCCL, one rank
+ONE="--set tp=1 --set pp=1 --set dp=1 --set layers=2 --set hidden=64 --set heads=4 --set seq=16 --set vocab=256"
+ONE="$ONE --set global_batch=4 --set micro_batch=2"
+if ! ldd libweft_cuda.so | grep -q "libnccl"; then
+  say "skipped: NCCL path: libweft_cuda.so was built without NCCL (no nccl.h where nvcc is)"
+elif ldd libweft_cuda.so | grep -q "libnccl.*not found"; then
+  say "skipped: NCCL path: libnccl.so.2 is not found (put its directory in LD_LIBRARY_PATH)"
+else
+  for dt in f32 bf16; do
+    limit $WEFT run examples/gpt_megatron.plan $ONE --set dtype=$dt --backend cuda --steps 3 --save "$tmp/v.st" >"$tmp/v" 2>&1
+    limit env WEFT_CUDA_COMM=nccl $WEFT run examples/gpt_megatron.plan $ONE --set dtype=$dt --backend cuda --steps 3 \
+      --check --save "$tmp/n.st" >"$tmp/n" 2>&1
+    rc=$?
+    if [ $rc -eq 0 ] && grep -q "collectives of groups of one through NCCL [0-9.]*, 1 communicator" "$tmp/n" &&
+       grep -q ": match$" "$tmp/n" && cmp -s "$tmp/v.st" "$tmp/n.st"; then
+      ok "NCCL path, gpt_megatron tp=pp=dp=1 $dt: $(sed -n 's/.*through \(NCCL [0-9.]*\).*/\1/p' "$tmp/n"), one rank: the bytes of the virtual-device path, --check: match"
+    else bad "NCCL path, $dt (exit $rc)"; cat "$tmp/v" "$tmp/n" | tee -a "$log"; fi
+    rm -f "$tmp/v.st" "$tmp/n.st"
+  done
 fi
 
 say "tests/gpu/run.sh: $pass passed, $fail failed"
