@@ -119,6 +119,11 @@ WEFT_CUDA_COMM=mpi "$WEFT" run examples/gpt_megatron.plan $ONE --backend cuda >/
 rc=$?
 if [ $rc -eq 1 ] && grep -q "WEFT_CUDA_COMM=mpi: expected \`nccl\` or \`virtual\`" "$tmp/e"; then ok
 else bad "WEFT_CUDA_COMM=mpi (exit $rc)"; cat "$tmp/e"; fi
+# several processes are refused, as MPI or as srun without MPI starts them
+SLURM_STEP_ID=0 SLURM_NTASKS=2 SLURM_PROCID=1 "$WEFT" run examples/mlp.plan --backend cuda >/dev/null 2>"$tmp/e"
+rc=$?
+if [ $rc -eq 1 ] && grep -q "the CUDA backend runs in one process, on one GPU (2 processes were started)" "$tmp/e"; then ok
+else bad "srun without MPI, 2 tasks (exit $rc)"; cat "$tmp/e"; fi
 
 echo "cuda: $pass passed, $fail failed"
 [ "$fail" = 0 ]

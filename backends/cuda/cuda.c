@@ -6,15 +6,6 @@
 #include "exec.h"
 #include "gpu.h"
 
-/* Where this process stands among those mpirun or srun started: the CUDA
- * backend runs in one process, and refuses more when it opens. */
-static void cuda_procs(int *rank, int *size) {
-  const char *r = getenv("OMPI_COMM_WORLD_RANK"), *n = getenv("OMPI_COMM_WORLD_SIZE");
-  if (!r || !n) r = getenv("PMI_RANK"), n = getenv("PMI_SIZE");
-  *rank = r && n ? atoi(r) : 0;
-  *size = r && n ? atoi(n) : 1;
-}
-
 /* --check against the same kernels on whole tensors: f32 differs only in
  * the order of sums; 16-bit storage rounds every activation. */
 static double cuda_tolerance(const weft_graph *g) {
@@ -33,7 +24,7 @@ const weft_backend weft_backend_cuda = {
     .summary = "every plan device a virtual device of one GPU, each with its stream and pool; kernels of its own "
                "and cuBLASLt",
 #endif
-    .procs = cuda_procs,
+    .procs = crun_procs,
     .load_native = NULL,
     .open = crun_open,
     .run = crun_pass,

@@ -1129,16 +1129,41 @@ static bool build_plan(crun *r, cplan *P, const csched_cb *cb, bool *const *tail
   return true;
 }
 
+/* A count in the environment, -1 when unset or not one. */
+static int env_count(const char *name) {
+  const char *v = getenv(name);
+  if (!v || !*v) return -1;
+  char *end;
+  long n = strtol(v, &end, 10);
+  return *end || n < 0 || n > 1 << 24 ? -1 : (int)n;
+}
+
+void crun_procs(int *rank, int *size) {
+  static const char *const sizes[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE"};
+  static const char *const ranks[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"};
+  *rank = 0, *size = 1;
+  for (int i = 0; i < 3; i++) {
+    int n = env_count(sizes[i]), k = env_count(ranks[i]);
+    if (n < 0 && k < 0) continue;
+    if (n > 1 && k >= 0 && k < n) *rank = k, *size = n;
+    return;
+  }
+  /* srun without MPI, inside a job step (a batch script is one process) */
+  if (env_count("SLURM_STEP_ID") < 0 && env_count("SLURM_STEPID") < 0) return;
+  int n = env_count("SLURM_NTASKS"), k = env_count("SLURM_PROCID");
+  if (n > 1 && k >= 0 && k < n) *rank = k, *size = n;
+}
+
 crun *crun_open(const weft_program *pr, weft_world *w, const backend_opts *o, char *err, size_t errlen) {
   for (int d = 0; d < pr->nprogs; d++)
     if (pr->progs[d].n && !pr->progs[d].ins) {
       failf(err, errlen, 2, "the programs were lowered without their full instructions (lower_opts.full_programs)");
       return NULL;
     }
-  const char *np = getenv("OMPI_COMM_WORLD_SIZE");
-  if (!np) np = getenv("PMI_SIZE");
-  if (np && atoi(np) > 1) {
-    failf(err, errlen, 1, "the CUDA backend runs in one process, on one GPU (%s processes were started)", np);
+  int me, np;
+  crun_procs(&me, &np);
+  if (np > 1) {
+    failf(err, errlen, 1, "the CUDA backend runs in one process, on one GPU (%d processes were started)", np);
     return NULL;
   }
   crun *r = cx_alloc(sizeof *r);

@@ -17,6 +17,12 @@ void crun_describe(crun *r, char *buf, size_t n);
 bool crun_reference(const weft_graph *g, weft_world *w, const backend_step *st, backend_result *out,
                     const backend_opts *o, char *err, size_t errlen);
 
+/* Where this process stands among those mpirun or srun started, as the
+ * CPU backend reads it: MPI's variables (Open MPI's, PMIx's, PMI's), else
+ * Slurm's inside a job step (SLURM_PROCID, SLURM_NTASKS). The backend runs
+ * in one process, and refuses more when it opens. */
+void crun_procs(int *rank, int *size);
+
 /* What the last failure calls for: 1 when the input was refused, 2 when the
  * machine failed (no device, out of memory, a CUDA error). */
 int crun_failure(void);
