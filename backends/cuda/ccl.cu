@@ -177,6 +177,7 @@ static void ccl_nap(long *us) {
 struct ccl_comm {
   ncclComm_t comm;
   int rank, size;
+  double timeout_s;       /* the longest a call that answered ncclInProgress is polled */
 };
 
 static ncclDataType_t nccl_type(int dt) {
@@ -254,7 +255,7 @@ ccl_comm *ccl_init(const unsigned char id[CCL_ID_BYTES], int nranks, int rank, d
     return NULL;
   }
   ccl_comm *c = (ccl_comm *)calloc(1, sizeof *c);
-  c->comm = comm, c->rank = rank, c->size = nranks;
+  c->comm = comm, c->rank = rank, c->size = nranks, c->timeout_s = timeout_s;
   return c;
 }
 
@@ -271,7 +272,7 @@ bool ccl_split(ccl_comm *parent, int color, int key, double timeout_s, ccl_comm 
   }
   if (!comm) return true;
   ccl_comm *c = (ccl_comm *)calloc(1, sizeof *c);
-  c->comm = comm;
+  c->comm = comm, c->timeout_s = timeout_s;
   if (nccl_failed(ncclCommUserRank(comm, &c->rank), comm, "ncclCommUserRank", err, errlen) ||
       nccl_failed(ncclCommCount(comm, &c->size), comm, "ncclCommCount", err, errlen)) {
     ncclCommAbort(comm);
@@ -297,7 +298,7 @@ bool ccl_group_end(ccl_comm *c, double timeout_s, char *err, size_t errlen) {
  * call, as NCCL asks of non-blocking communicators). */
 static bool posted(ccl_comm *c, ncclResult_t rc, const char *what, char *err, size_t errlen) {
   if (nccl_failed(rc, c->comm, what, err, errlen)) return false;
-  return rc == ncclSuccess || settle(c->comm, what, 0, err, errlen);
+  return rc == ncclSuccess || settle(c->comm, what, c->timeout_s, err, errlen);
 }
 
 bool ccl_all_reduce(ccl_comm *c, const void *src, void *dst, int64_t count, int dt, gpu_stream *s, char *err,
