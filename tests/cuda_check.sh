@@ -8,7 +8,9 @@
 #     example plan against one device (--check) with the streams run in
 #     several random orders, the losses of cuda and cpu over 5 steps, f32
 #     and bf16, --deterministic bit for bit, save and resume, a plan too big
-#     for the device refused.
+#     for the device refused; the NCCL path (WEFT_CUDA_COMM=nccl) on the
+#     emulation's stand-in of one rank against the virtual-device path, and
+#     its watchdog; several processes refused.
 # Usage: sh tests/cuda_check.sh WEFT EMU_DIR [REAL_DIR]
 WEFT=$1
 EMU=$2
