@@ -40,6 +40,11 @@ if ldd libweft_cuda.so | grep -q "libcublasLt.*not found"; then
   lt=$(find /usr/local /usr/lib /opt -name 'libcublasLt.so.13' 2>/dev/null | head -1)
   [ -n "$lt" ] && export LD_LIBRARY_PATH="$(dirname "$lt")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
+# NCCL likewise (the plugin loads only where it is found)
+if ldd libweft_cuda.so | grep -q "libnccl.*not found"; then
+  nc=$(find /usr/local /usr/lib /opt -name 'libnccl.so.2' 2>/dev/null | head -1)
+  [ -n "$nc" ] && export LD_LIBRARY_PATH="$(dirname "$nc")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
 export WEFT_PLUGIN_DIR=$(pwd)
 # each check stops after LIMIT seconds (a hang is a failure, not a lost log)
 LIMIT=${LIMIT:-240}
