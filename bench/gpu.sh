@@ -33,6 +33,10 @@ if ldd libweft_cuda.so | grep -q "libcublasLt.*not found"; then
   lt=$(find /usr/local /usr/lib /opt -name 'libcublasLt.so.13' 2>/dev/null | head -1)
   [ -n "$lt" ] && export LD_LIBRARY_PATH="$(dirname "$lt")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
+if ldd libweft_cuda.so | grep -q "libnccl.*not found"; then
+  nc=$(find /usr/local /usr/lib /opt -name 'libnccl.so.2' 2>/dev/null | head -1)
+  [ -n "$nc" ] && export LD_LIBRARY_PATH="$(dirname "$nc")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
 export WEFT_PLUGIN_DIR=${WEFT_PLUGIN_DIR:-$(pwd)}
 device=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 case "$device" in
