@@ -31,6 +31,7 @@ typedef struct opcfg {
   layout gout;            /* the gradient of its result its backward needs */
   layout in[SEARCH_MAX_INPUTS];  /* what it needs of each input */
   layout gin[SEARCH_MAX_INPUTS]; /* the gradient of each input it gives */
+  unsigned cp_gather;     /* bit k: input k is gathered whole along the sequence over the cp group */
   double fwd, bwd;        /* seconds (symbolic: units) per micro-batch */
   double act;             /* bytes of its result per device per micro-batch */
   double params;          /* bytes of the parameters it is the first to read, per device */

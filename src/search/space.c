@@ -351,6 +351,7 @@ int op_configs(arena *a, const sshape *s, const hw_model *hw, bool symbolic, int
       x->fwd += cp_collective(hw, symbolic, COMM_ALL_GATHER, whole, s->cp, tp);
       if (grad[k]) x->bwd += cp_collective(hw, symbolic, COMM_REDUCE_SCATTER, whole, s->cp, tp);
       x->act += whole;
+      x->cp_gather |= 1u << k;
     }
     n++;
   }
@@ -452,11 +453,21 @@ bool range_best(arena *a, const sshape *s, const hw_model *hw, bool symbolic, in
             pout = px->out;
             pgneed = px->gout;
           }
+          /* a tensor gathered over the cp group keeps its layout in the
+           * tensor-parallel group, or is gathered whole there too: the
+           * plans lowering builds (a change of parts or a sum in the same
+           * step as the gather is refused by validation) */
+          if ((x->cp_gather >> k & 1) && !same_layout(pout, x->in[k]) &&
+              !(pout.kind == L_D && x->in[k].kind == L_R)) {
+            cost = -1;
+            break;
+          }
           double bytes = tensor_mb_bytes(sh, o->inputs[k], mbs);
           double f = relayout(hw, symbolic, pout, x->in[k], bytes, tp);
           cost += f + relayout(hw, symbolic, x->gin[k], pgneed, bytes, tp);
           fwdcomm += f;
         }
+        if (cost < 0) continue;
         /* what leaves the range goes out in the layout asked */
         if (i == nr - 1 || s->last_use[op] >= hi) {
           double bytes = tensor_mb_bytes(sh, o->output, mbs);
