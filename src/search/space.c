@@ -224,8 +224,10 @@ static bool place_of(const opspace *sp, const tmap *m, int i, layout *l) {
   for (int d = 0; d < m->ndims; d++)
     for (int f = 0; f < m->nfactors[d]; f++) {
       if (m->factors[d][f] != i) continue;
+      /* the outermost factor cut into parts cuts the dimension into the
+       * same contiguous parts as a cut of the whole: the same layout */
       int64_t inner = 1;
-      for (int q = f + 1; q < m->nfactors[d]; q++) inner *= sp->idims[m->factors[d][q]].size;
+      for (int q = f + 1; q < m->nfactors[d] && f > 0; q++) inner *= sp->idims[m->factors[d][q]].size;
       *l = (layout){L_D, d, inner};
       return true;
     }
