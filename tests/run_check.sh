@@ -53,6 +53,14 @@ searched "searched llama, symbolic costs" examples/llama.plan --set layers=4 --s
   --set ffn=96 --set seq=16 --set vocab=128 --set batch=4 --cluster 'cpus(8)' --cost symbolic
 searched "searched llama" examples/llama.plan --set layers=2 --set hidden=64 --set heads=4 --set kv_heads=2 --set ffn=96 \
   --set seq=16 --set vocab=128 --set batch=4 --cluster 'cpus(4)'
+# context parallelism with tensor parallelism and a pipeline: a space
+# narrowed to cp 2 and tp 2 on eight devices
+printf 'return {\n  space = function(s, model, cluster)\n    s.cp = {2}\n    s.tp = {2}\n  end,\n}\n' >"$tmp/cp2.lua"
+searched "searched llama, context parallel" examples/llama.plan --set layers=2 --set hidden=64 --set heads=4 --set kv_heads=2 \
+  --set ffn=96 --set seq=16 --set vocab=128 --set batch=4 --cluster 'cpus(8)' --heuristic "$tmp/cp2.lua"
+if ! grep -q 'as \[dp = 1, pp = 2, cp = 2, tp = 2\]' "$tmp/searched.plan"; then
+  bad "searched llama, context parallel: not a cp 2 plan"; grep mesh "$tmp/searched.plan"
+fi
 run_ok "megatron tp2 pp2 dp2" examples/gpt_megatron.plan $MEG --steps 2
 run_ok "megatron interleaved, sequence parallel, full recompute, zero 1" examples/gpt_megatron.plan $MEG \
   --set interleave=2 --set sequence_parallel=true --set 'recompute="full"' --set zero=1 --steps 2

@@ -43,5 +43,39 @@ PY
 case_ "GPT 1.7B on 32 A100s" 24 2304 24 32 1 1 512 4 1 full
 case_ "GPT 145.6B on 1536 A100s" 80 12288 96 1536 8 8 2304 1 2 full
 case_ "GPT-3 175B on 1024 A100s" 96 12288 96 1024 8 16 1536 1 2 none
+# A sequence that fits only split: a Llama of 2 layers at sequence 32768,
+# batch 2, on two DGX A100 nodes under 1 GiB a device. Tensor parallelism
+# stops at a node and the batch gives two replicas at most: without context
+# parallelism no plan fits (a space narrowed to cp 1 finds none); with it
+# the search writes a cp plan that weft check accepts and weft estimate
+# puts at the search's figure.
+LL="$here/../examples/llama.plan"
+LM="--set layers=2 --set hidden=512 --set heads=8 --set kv_heads=2 --set ffn=1376 --set seq=32768 --set vocab=32000 --set batch=2"
+printf 'return {\n  space = function(s, model, cluster)\n    s.cp = {1}\n  end,\n}\n' >"$tmp/no_cp.lua"
+if "$WEFT" search "$LL" $LM --cluster 'a100_dgx(nodes = 2)' --max-memory '1 GiB' --heuristic "$tmp/no_cp.lua" \
+     -o "$tmp/no_cp.plan" >/dev/null 2>"$tmp/err"; then
+  echo "FAIL: long sequence: a plan without context parallelism fits 1 GiB"; fail=$((fail + 1))
+elif ! grep -q "fits" "$tmp/err"; then
+  echo "FAIL: long sequence without context parallelism:"; cat "$tmp/err"; fail=$((fail + 1))
+elif ! "$WEFT" search "$LL" $LM --cluster 'a100_dgx(nodes = 2)' --max-memory '1 GiB' --json -o "$tmp/cp.plan" \
+     >"$tmp/cp.json" 2>"$tmp/err"; then
+  echo "FAIL: long sequence: weft search"; cat "$tmp/err"; fail=$((fail + 1))
+elif ! "$WEFT" check "$tmp/cp.plan" --allow-path "$here/../examples" >/dev/null 2>"$tmp/err"; then
+  echo "FAIL: long sequence: weft check of the searched plan"; cat "$tmp/err"; fail=$((fail + 1))
+elif ! "$WEFT" estimate "$tmp/cp.plan" --allow-path "$here/../examples" --json >"$tmp/est.json" 2>"$tmp/err"; then
+  echo "FAIL: long sequence: weft estimate of the searched plan"; cat "$tmp/err"; fail=$((fail + 1))
+elif python3 - "$tmp/cp.json" "$tmp/est.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1])); e = json.load(open(sys.argv[2]))
+p = s["plans"][s["best"]]
+close = abs(e["step_time_s"] - p["step_time_s"]) <= 0.01 * p["step_time_s"]
+ok = p["cp"] > 1 and p["fits"] and p["peak_memory_bytes"] <= 2**30 and close
+print("search: long sequence: tp %d, cp %d, dp %d, %s recompute: %.1f ms, %.0f MiB per device searched, %.1f ms estimated: %s"
+      % (p["tp"], p["cp"], p["dp"], p["recompute"], p["step_time_s"] * 1e3, p["peak_memory_bytes"] / 2**20,
+         e["step_time_s"] * 1e3, "ok" if ok else "WRONG"))
+sys.exit(0 if ok else 1)
+PY
+then pass=$((pass + 1)); else fail=$((fail + 1)); fi
+
 echo "search: $pass passed, $fail failed"
 [ $fail -eq 0 ]

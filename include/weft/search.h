@@ -35,11 +35,13 @@ typedef struct search_values {
 /* The space the search covers: the values each decision may take, every
  * combination tried that the model and the cluster allow. The search
  * starts from its own (tp: powers of two up to a node; pp: up to the
- * repeated blocks; micro-batch sizes up to 64; every schedule,
+ * repeated blocks; cp: powers of two up to 64 where the model takes
+ * context parallelism; micro-batch sizes up to 64; every schedule,
  * recomputation and ZeRO stage; uneven stages) and a hook may narrow or
  * widen it. */
 typedef struct search_space {
   search_values tp, pp;
+  search_values cp;        /* context parallelism (models whose every operator splits along the sequence) */
   search_values mbs;       /* micro-batch sizes */
   bool schedule[SCHED_INTERLEAVED + 1];  /* SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED: of pipelines (pp > 1) */
   search_values interleave; /* stages per device of the interleaved schedule (2 or more) */

@@ -142,8 +142,8 @@ static const command commands[] = {
     {"search", report_search, 1, 1, "needs one file", "search plans for a model and write the best as a .plan",
      "usage: weft search [options] FILE\n\n"
      "Searches plans for FILE's model on a cluster: tensor parallelism chosen per\n"
-     "operator, pipeline stages over its repeated blocks, data parallelism,\n"
-     "micro-batches, schedules, recomputation and ZeRO. The fastest candidates\n"
+     "operator, pipeline stages over its repeated blocks, data and context\n"
+     "parallelism, micro-batches, schedules, recomputation and ZeRO. The fastest candidates\n"
      "are lowered and simulated; the best is written as a .plan that imports\n"
      "FILE, with the frontier of step time against memory as comments. The\n"
      "method is in docs/search.md.\n\n"

@@ -881,12 +881,14 @@ void weft_lib_describe(const weft_graph *g, const weft_decisions *d, search_plan
           if (strcmp(x->axes[k], "tp") == 0) sp->tp = x->sizes[k];
           if (strcmp(x->axes[k], "pp") == 0) sp->pp = x->sizes[k];
           if (strcmp(x->axes[k], "dp") == 0) sp->dp = x->sizes[k];
+          if (strcmp(x->axes[k], "cp") == 0) sp->cp = x->sizes[k];
         }
       }
       break;
     case DEC_SPLIT:
       if (x->in_time) sp->micro_batches *= x->parts;
-      if (x->name && (strcmp(x->name, "seq") == 0 || strcmp(x->name, "sequence") == 0) && x->parts > 1)
+      if (x->name && (strcmp(x->name, "seq") == 0 || strcmp(x->name, "sequence") == 0) && x->parts > 1 &&
+          !(x->axis && strcmp(x->axis, "cp") == 0))
         sp->sequence_parallel = true;
       break;
     case DEC_STAGE: nstages++; break;

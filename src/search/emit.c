@@ -88,12 +88,23 @@ void emit_plan(arena *a, const sshape *s, search_plan *sp) {
   const weft_graph *g = s->g;
   sp->decisions = (weft_decisions){0};
   sp->selectors = NULL;
-  /* the mesh: data-parallel replicas of pipelines of tensor-parallel groups */
-  static const char *const axes[] = {"dp", "pp", "tp"};
-  int sizes[3] = {sp->dp, sp->pp, sp->tp};
-  dec_mesh(a, &sp->decisions, "m", 3, axes, sizes, 0);
+  /* the mesh: data-parallel replicas of pipelines of tensor-parallel
+   * groups (with context parallelism, cp of them per stage) */
+  bool cp = sp->cp > 1;
+  static const char *const axes3[] = {"dp", "pp", "tp"}, *const axes4[] = {"dp", "pp", "cp", "tp"};
+  int sizes3[3] = {sp->dp, sp->pp, sp->tp}, sizes4[4] = {sp->dp, sp->pp, sp->cp, sp->tp};
+  dec_mesh(a, &sp->decisions, "m", cp ? 4 : 3, cp ? axes4 : axes3, cp ? sizes4 : sizes3, 0);
   arena_grow(a, (void **)&sp->selectors, &E.cap, 1, sizeof(char *));
   sp->selectors[0] = NULL;
+  /* the sequence into cp parts first, so that tensor parallelism splits
+   * each part further */
+  if (cp) {
+    decision *d = add(&E, DEC_SPLIT, "all");
+    d->ops = all_ops(&E);
+    d->name = s->seq;
+    d->parts = sp->cp;
+    d->axis = "cp";
+  }
   /* tensor parallelism: one statement per dimension, over every operator
    * split along it (a block's in every layer) */
   if (sp->tp > 1) {
@@ -146,7 +157,9 @@ void emit_plan(arena *a, const sshape *s, search_plan *sp) {
     d->axis = "dp";
   }
   /* stages and their places on the mesh */
-  dec_index at[3] = {{sp->dp > 1 ? "dp" : NULL, 0}, {NULL, 0}, {sp->tp > 1 ? "tp" : NULL, 0}};
+  dec_index at[4] = {{sp->dp > 1 ? "dp" : NULL, 0}, {NULL, 0}, {sp->tp > 1 ? "tp" : NULL, 0}, {NULL, 0}};
+  int nidx = 3;
+  if (cp) at[3] = at[2], at[2] = (dec_index){"cp", 0}, nidx = 4;
   if (sp->nstages > 0) {
     for (int k = 0; k < sp->nstages; k++) {
       const search_stage *st = &sp->stages[k];
@@ -178,7 +191,7 @@ void emit_plan(arena *a, const sshape *s, search_plan *sp) {
       d->ops = sp->decisions.items[first_stage + k].ops;
       at[1].value = sp->stages[k].position;
       d->mesh = 0;
-      d->nidx = 3;
+      d->nidx = nidx;
       d->idx = arena_alloc(a, sizeof at);
       memcpy(d->idx, at, sizeof at);
     }
@@ -188,7 +201,7 @@ void emit_plan(arena *a, const sshape *s, search_plan *sp) {
     decision *d = add(&E, DEC_ASSIGN, "all");
     d->ops = all_ops(&E);
     d->mesh = 0;
-    d->nidx = 3;
+    d->nidx = nidx;
     d->idx = arena_alloc(a, sizeof at);
     memcpy(d->idx, at, sizeof at);
   }
@@ -285,6 +298,10 @@ const char *search_describe(arena *a, const search_plan *sp) {
   const char *rc[] = {"no recompute", "selective recompute", "full recompute"};
   const char *sched = sp->schedule == SCHED_DEFAULT ? "" : arena_printf(a, ", %s", sched_kind_names[sp->schedule]);
   if (sp->schedule == SCHED_INTERLEAVED) sched = arena_printf(a, "%s %d", sched, sp->interleave);
+  if (sp->cp > 1)
+    return arena_printf(a, "tp %d, pp %d, cp %d, dp %d, %d micro-batch%s of %d%s, %s, zero %d%s", sp->tp, sp->pp,
+                        sp->cp, sp->dp, sp->micro_batches, sp->micro_batches == 1 ? "" : "es", sp->micro_batch_size,
+                        sched, rc[sp->recompute], sp->zero, sp->sequence_parallel ? ", sequence parallel" : "");
   return arena_printf(a, "tp %d, pp %d, dp %d, %d micro-batch%s of %d%s, %s, zero %d%s", sp->tp, sp->pp, sp->dp,
                       sp->micro_batches, sp->micro_batches == 1 ? "" : "es", sp->micro_batch_size, sched,
                       rc[sp->recompute], sp->zero, sp->sequence_parallel ? ", sequence parallel" : "");

@@ -82,7 +82,8 @@ static parts cost_parts_tied(arena *a, const sshape *s, const hw_model *hw, bool
 /* The best parts over the ways tied parameters (an embedding that the head
  * reads too) may be read: all their readers alike, whole or split along
  * one dimension. */
-static parts cost_parts(arena *a, sshape *s, const hw_model *hw, bool symbolic, int tp, int mbs) {
+static parts cost_parts(arena *a, sshape *s, const hw_model *hw, bool symbolic, int tp, int cp, int mbs) {
+  s->cp = cp;
   bool any = false;
   for (int t = 0; t < s->g->ntensors && !any; t++) any = s->tied[t];
   static const layout ways[] = {{L_R, 0, 0}, {L_D, 0, 1}, {L_D, 1, 1}};
@@ -138,6 +139,23 @@ static double group_cost(const space *sp, comm_kind k, double bytes, int n, int 
   return cost_collective(sp->hw, k, bytes, bytes, n, nodes, per_node).seconds;
 }
 
+/* The time of a collective of kind over the replicas of a parameter: cp
+ * devices tp apart in each of dp groups tp * pp * cp apart. */
+static double replica_cost(const space *sp, comm_kind k, double bytes, int dp, int cp, int tp, int pp) {
+  int n = dp * cp;
+  if (n < 2 || bytes <= 0) return 0;
+  if (cp == 1) return group_cost(sp, k, bytes, dp, tp * pp);
+  int dpn = sp->per_node > 0 ? sp->per_node : 1;
+  int per_node = tp >= dpn ? 1 : dpn / tp;
+  if (per_node > cp) per_node = cp;
+  /* dp groups that share a node, when a cp group fills less than one */
+  int span = tp * pp * cp;
+  if (per_node == cp && span < dpn) per_node *= dpn / span < dp ? dpn / span : dp;
+  int nodes = (n + per_node - 1) / per_node;
+  if (sp->symbolic) return bytes * 2 / (nodes > 1 ? SYM_NET_BW : SYM_NODE_BW);
+  return cost_collective(sp->hw, k, bytes, bytes, n, nodes, per_node).seconds;
+}
+
 /* The bytes a device keeps for layers of a stage (parameters, their
  * gradients and optimizer state, under ZeRO stage z over dp). */
 static double weights_bytes(const space *sp, double params, double elems, int z, int dp) {
@@ -160,7 +178,7 @@ static bool cost_candidate(const space *sp, const parts *pt, search_plan *c, are
   /* a send between stages, each way, per micro-batch */
   double p2p = 0;
   if (pp > 1) {
-    bool across = tp * 2 > sp->per_node;
+    bool across = tp * c->cp * 2 > sp->per_node;
     p2p = sp->symbolic ? 2 * B->out_bytes / (across ? SYM_NET_BW : SYM_NODE_BW)
                        : 2 * cost_collective(sp->hw, COMM_SEND, B->out_bytes, B->out_bytes, 2, across ? 2 : 1, 1).seconds;
   }
@@ -268,10 +286,14 @@ static bool cost_candidate(const space *sp, const parts *pt, search_plan *c, are
   double elems = (L * B->param_elems + H->param_elems + T->param_elems) / pp;
   double grad_bytes = elems * sp->grad_b;
   double sync = 0;
-  if (dp > 1) {
-    int stride = tp * pp;
-    double ar = z == 0 ? group_cost(sp, COMM_ALL_REDUCE, grad_bytes, dp, stride)
-                       : group_cost(sp, COMM_REDUCE_SCATTER, grad_bytes, dp, stride);
+  int cp = c->cp;
+  if (dp * cp > 1) {
+    /* the replicas of a parameter: dp of them tp * pp * cp apart, each
+     * with cp tp apart (context parallelism sums gradients over its group
+     * too) */
+    int stride = tp * pp * cp;
+    double ar = z == 0 ? replica_cost(sp, COMM_ALL_REDUCE, grad_bytes, dp, cp, tp, pp)
+                       : replica_cost(sp, COMM_REDUCE_SCATTER, grad_bytes, dp, cp, tp, pp);
     double overlap = range_time(B) * (L > 0 ? layers[0] : 1) / 2;
     sync = ar > overlap ? ar - overlap : 0;
     double wbytes = (L * B->params + H->params + T->params) / pp;
@@ -360,7 +382,7 @@ static search_values values_new(arena *a, int cap) {
 /* What the search tries unless a hook says otherwise: tensor parallelism
  * over powers of two inside a node, pipelines as deep as the blocks allow,
  * micro-batches of up to 64, every schedule, recomputation and ZeRO stage. */
-static void default_space(const sshape *s, int N, int dpn, arena *a, search_space *out) {
+static void default_space(sshape *s, int N, int dpn, arena *a, search_space *out) {
   memset(out, 0, sizeof *out);
   out->tp = values_new(a, 32);
   for (int tp = 1; tp <= dpn && tp <= N; tp *= 2)
@@ -368,6 +390,10 @@ static void default_space(const sshape *s, int N, int dpn, arena *a, search_spac
   out->pp = values_new(a, N);
   for (int pp = 1; pp <= N; pp++)
     if (N % pp == 0 && (pp == 1 || (s->layers > 0 && pp <= s->layers))) out->pp.v[out->pp.n++] = pp;
+  out->cp = values_new(a, 8);
+  out->cp.v[out->cp.n++] = 1;
+  for (int cp = 2; cp <= 64 && cp <= N && s->cp_ok; cp *= 2)
+    if (N % cp == 0 && cp_divides(s, cp)) out->cp.v[out->cp.n++] = cp;
   out->mbs = values_new(a, 64);
   for (int64_t mbs = 1; mbs <= s->batch_size && mbs <= 64; mbs++)
     if (s->batch_size % mbs == 0) out->mbs.v[out->mbs.n++] = (int)mbs;
@@ -432,76 +458,81 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
   for (int ti = 0; ti < spc.tp.n && !out_of_time && !failed; ti++) {
     int tp = spc.tp.v[ti];
     if (tp < 1 || N % tp) continue;
-    /* the configurations of each micro-batch size, for this tp */
-    for (int mi = 0; mi < spc.mbs.n && !out_of_time && !failed; mi++) {
-      int mbs = spc.mbs.v[mi];
-      if (mbs < 1 || Bsz % mbs) continue;
-      arena_reset(&work);
-      parts pt = cost_parts(a, &s, &hw, o->symbolic, tp, mbs);
-      if (!pt.ok) continue;
-      for (int pi = 0; pi < spc.pp.n && !failed; pi++) {
-        int pp = spc.pp.v[pi];
-        if (pp < 1 || (N / tp) % pp) continue;
-        if (pp > 1 && (s.layers == 0 || pp > s.layers)) continue;
-        int dp = N / tp / pp;
-        if (Bsz % ((int64_t)dp * mbs)) continue;
-        int m = (int)(Bsz / ((int64_t)dp * mbs));
-        if (m > 4096) continue;
-        /* one stage: gradient accumulation over the micro-batches, whatever the schedules */
-        for (int si = 0; si < (pp == 1 ? 1 : nsched) && !failed; si++) {
-          sched_kind sched = pp == 1 ? (m > 1 ? SCHED_1F1B : SCHED_DEFAULT) : scheds[si];
-          int v = pp == 1 ? 1 : vs[si];
-          if (v > 1 && (s.layers % (pp * v) || m < pp)) continue;
-          for (int rc = 0; rc < 3 && !failed; rc++) {
-            if (rc > 0 && s.layers == 0) break;
-            if (!spc.recompute[rc]) continue;
-            for (int z = 0; z <= 3 && !failed; z++) {
-              if (z > 0 && dp == 1) break;
-              if (z == 3 && pp > 1) break;
-              if (!spc.zero[z]) continue;
-              searched++;
-              search_plan c = {.tp = tp, .pp = pp, .dp = dp, .cp = 1, .micro_batches = m, .micro_batch_size = mbs,
-                               .schedule = sched, .interleave = v, .recompute = rc, .zero = z,
-                               .bucket_bytes = PLAN_DEFAULT_BUCKET};
-              if (!cost_candidate(&sp, &pt, &c, a)) {
-                pruned++;
-                continue;
-              }
-              /* the operators' tensor-parallel dimensions */
-              c.op_split = arena_alloc(a, sizeof(char *) * (size_t)g->nops);
-              for (int op = 0; op < g->nops; op++) {
-                const rangecost *r;
-                int i;
-                if (s.layers == 0) r = &pt.head, i = op;
-                else if (op < s.head_end) r = &pt.head, i = op;
-                else if (op >= s.tail_start) r = &pt.tail, i = op - s.tail_start;
-                else r = &pt.block, i = (op - s.head_end) % s.block_ops;
-                const opcfg *x = &r->cfgs[i][r->cfg[i]];
-                c.op_split[op] = tp == 1 ? NULL : x->dim ? x->dim : "";
-                if (tp > 1 && x->dim && s.seq && strcmp(x->dim, s.seq) == 0) c.sequence_parallel = true;
-              }
-              c.rank = c.analytic_time;
-              if (hk && hk->prune) {
-                int keep = hk->prune(hk->ctx, &c);
-                if (keep < 0) failed = true;
-                if (keep <= 0) {
-                  pruned++, dropped++;
+    for (int ci = 0; ci < spc.cp.n && !out_of_time && !failed; ci++) {
+      int cp = spc.cp.v[ci];
+      if (cp < 1 || (N / tp) % cp || !cp_divides(&s, cp)) continue;
+      /* the configurations of each micro-batch size, for this tp and cp */
+      for (int mi = 0; mi < spc.mbs.n && !out_of_time && !failed; mi++) {
+        int mbs = spc.mbs.v[mi];
+        if (mbs < 1 || Bsz % mbs) continue;
+        arena_reset(&work);
+        parts pt = cost_parts(a, &s, &hw, o->symbolic, tp, cp, mbs);
+        if (!pt.ok) continue;
+        for (int pi = 0; pi < spc.pp.n && !failed; pi++) {
+          int pp = spc.pp.v[pi];
+          if (pp < 1 || (N / tp / cp) % pp) continue;
+          if (pp > 1 && (s.layers == 0 || pp > s.layers)) continue;
+          int dp = N / tp / cp / pp;
+          if (Bsz % ((int64_t)dp * mbs)) continue;
+          int m = (int)(Bsz / ((int64_t)dp * mbs));
+          if (m > 4096) continue;
+          /* one stage: gradient accumulation over the micro-batches, whatever the schedules */
+          for (int si = 0; si < (pp == 1 ? 1 : nsched) && !failed; si++) {
+            sched_kind sched = pp == 1 ? (m > 1 ? SCHED_1F1B : SCHED_DEFAULT) : scheds[si];
+            int v = pp == 1 ? 1 : vs[si];
+            if (v > 1 && (s.layers % (pp * v) || m < pp)) continue;
+            for (int rc = 0; rc < 3 && !failed; rc++) {
+              if (rc > 0 && s.layers == 0) break;
+              if (!spc.recompute[rc]) continue;
+              for (int z = 0; z <= 3 && !failed; z++) {
+                if (z > 0 && dp == 1) break;
+                if (z == 3 && pp > 1) break;
+                if (!spc.zero[z]) continue;
+                searched++;
+                search_plan c = {.tp = tp, .pp = pp, .dp = dp, .cp = cp, .micro_batches = m, .micro_batch_size = mbs,
+                                 .schedule = sched, .interleave = v, .recompute = rc, .zero = z,
+                                 .bucket_bytes = PLAN_DEFAULT_BUCKET};
+                if (!cost_candidate(&sp, &pt, &c, a)) {
+                  pruned++;
                   continue;
                 }
+                /* the operators' tensor-parallel dimensions */
+                c.op_split = arena_alloc(a, sizeof(char *) * (size_t)g->nops);
+                for (int op = 0; op < g->nops; op++) {
+                  const rangecost *r;
+                  int i;
+                  if (s.layers == 0) r = &pt.head, i = op;
+                  else if (op < s.head_end) r = &pt.head, i = op;
+                  else if (op >= s.tail_start) r = &pt.tail, i = op - s.tail_start;
+                  else r = &pt.block, i = (op - s.head_end) % s.block_ops;
+                  const opcfg *x = &r->cfgs[i][r->cfg[i]];
+                  c.op_split[op] = tp == 1 ? NULL : x->dim ? x->dim : "";
+                  if (tp > 1 && x->dim && s.seq && strcmp(x->dim, s.seq) == 0) c.sequence_parallel = true;
+                }
+                c.rank = c.analytic_time;
+                if (hk && hk->prune) {
+                  int keep = hk->prune(hk->ctx, &c);
+                  if (keep < 0) failed = true;
+                  if (keep <= 0) {
+                    pruned++, dropped++;
+                    continue;
+                  }
+                }
+                arena_grow(a, (void **)&cands, &ccap, ncand + 1, sizeof(search_plan));
+                cands[ncand++] = c;
               }
-              arena_grow(a, (void **)&cands, &ccap, ncand + 1, sizeof(search_plan));
-              cands[ncand++] = c;
             }
           }
         }
+        if (o->time_limit > 0 && now() - t0 > o->time_limit) out_of_time = true;
+        double best = 0;
+        for (int i = 0; i < ncand; i++)
+          if (best == 0 || cands[i].analytic_time < best) best = cands[i].analytic_time;
+        report(o, searched, pruned, best, t0, "search");
       }
-      if (o->time_limit > 0 && now() - t0 > o->time_limit) out_of_time = true;
-      double best = 0;
-      for (int i = 0; i < ncand; i++)
-        if (best == 0 || cands[i].analytic_time < best) best = cands[i].analytic_time;
-      report(o, searched, pruned, best, t0, "search");
     }
   }
+  s.cp = 1;
   out->searched = searched;
   out->pruned = pruned;
   out->search_s = now() - t0;

@@ -31,6 +31,7 @@ typedef struct opcfg {
   layout gout;            /* the gradient of its result its backward needs */
   layout in[SEARCH_MAX_INPUTS];  /* what it needs of each input */
   layout gin[SEARCH_MAX_INPUTS]; /* the gradient of each input it gives */
+  unsigned cp_gather;     /* bit k: input k is gathered whole along the sequence over the cp group */
   double fwd, bwd;        /* seconds (symbolic: units) per micro-batch */
   double act;             /* bytes of its result per device per micro-batch */
   double params;          /* bytes of the parameters it is the first to read, per device */
@@ -56,6 +57,12 @@ typedef struct sshape {
   layout tied_layout;     /* how every reader of a tied parameter must read it
                            * (one layout for all of them: their gradients are
                            * then summed like those of one reader) */
+  /* context parallelism: every operator split along the sequence into
+   * cp parts (its queries, for attention), what an operator needs whole
+   * along the sequence gathered over the cp group */
+  int *cp_idim;           /* per op: the idim a split on the sequence takes, -1 none */
+  bool cp_ok;             /* every operator has one: the model takes context parallelism */
+  int cp;                 /* the degree the costs are for (1: none) */
   int head_end;           /* ops [0, head_end): before the blocks */
   int tail_start;         /* ops [tail_start, nops): after */
 } sshape;
@@ -85,7 +92,11 @@ typedef struct rangecost {
 bool range_best(arena *a, const sshape *s, const hw_model *hw, bool symbolic, int lo, int hi, int tp, int mbs,
                 layout in, layout out, rangecost *rc);
 
-/* Tensor bytes per micro-batch of mbs (its batch dimension scaled). */
+/* Whether every operator's sequence splits into cp equal parts. */
+bool cp_divides(const sshape *s, int cp);
+
+/* Tensor bytes per micro-batch of mbs (its batch dimension scaled), on
+ * one device of a cp group when it has the sequence. */
 double tensor_mb_bytes(const sshape *s, int t, int mbs);
 
 #endif

@@ -103,6 +103,30 @@ static void find_blocks(arena *a, const weft_graph *g, sshape *s) {
   s->tail_start = start[L];
 }
 
+/* The idim of an operator that `split all on SEQ` splits, as the plan
+ * resolves the name (its signature name, else the one model dimension of
+ * that name, else the one of them that may split: attention's queries, not
+ * its keys); -1 when none may split along the sequence, or splitting it
+ * would leave partial sums anywhere but in a loss. */
+static int seq_idim(const opspace *sp, const char *seq) {
+  int sig = -1, model = -1, nmodel = 0, free_one = -1, nfree = 0;
+  for (int i = 0; i < sp->nidims; i++) {
+    const idim *d = &sp->idims[i];
+    if (strcmp(d->sig, seq) == 0 && d->elem == 0 && sig < 0) sig = i;
+    if (d->dim_name && strcmp(d->dim_name, seq) == 0) {
+      if (model < 0) model = i;
+      nmodel++;
+      if (!d->nosplit) free_one = i, nfree++;
+    }
+  }
+  int i = sig >= 0 ? sig : nmodel == 1 ? model : nfree == 1 ? free_one : -1;
+  if (i < 0) return -1;
+  const idim *d = &sp->idims[i];
+  if (d->nosplit || strchr(d->sig, '@')) return -1;
+  if (d->reduce && sp->output.ndims > 0) return -1;
+  return i;
+}
+
 bool sshape_build(arena *a, const weft_graph *g, sshape *s, const char **why) {
   memset(s, 0, sizeof *s);
   s->g = g;
@@ -155,6 +179,21 @@ bool sshape_build(arena *a, const weft_graph *g, sshape *s, const char **why) {
       }
     }
   find_blocks(a, g, s);
+  s->cp = 1;
+  s->cp_idim = arena_alloc(a, sizeof(int) * (size_t)n);
+  s->cp_ok = s->seq != NULL && g->nops > 0;
+  for (int op = 0; op < g->nops; op++) {
+    s->cp_idim[op] = s->seq ? seq_idim(s->space[op], s->seq) : -1;
+    if (s->cp_idim[op] < 0) s->cp_ok = false;
+  }
+  return true;
+}
+
+bool cp_divides(const sshape *s, int cp) {
+  if (cp <= 1) return true;
+  if (!s->cp_ok) return false;
+  for (int op = 0; op < s->g->nops; op++)
+    if (s->space[op]->idims[s->cp_idim[op]].size % cp) return false;
   return true;
 }
 
@@ -163,6 +202,12 @@ double tensor_mb_bytes(const sshape *s, int t, int mbs) {
   double b = (double)tensor_numel(x) * dtype_bytes[x->dtype];
   if (x->ndims > 0 && x->dims[0].name && strcmp(x->dims[0].name, s->batch) == 0 && x->dims[0].size == s->batch_size)
     b = b * mbs / (double)s->batch_size;
+  if (s->cp > 1 && x->role != TENSOR_PARAM)
+    for (int d = 0; d < x->ndims; d++)
+      if (x->dims[d].name && strcmp(x->dims[d].name, s->seq) == 0) {
+        b /= s->cp;
+        break;
+      }
   return b;
 }
 
@@ -179,8 +224,10 @@ static bool place_of(const opspace *sp, const tmap *m, int i, layout *l) {
   for (int d = 0; d < m->ndims; d++)
     for (int f = 0; f < m->nfactors[d]; f++) {
       if (m->factors[d][f] != i) continue;
+      /* the outermost factor cut into parts cuts the dimension into the
+       * same contiguous parts as a cut of the whole: the same layout */
       int64_t inner = 1;
-      for (int q = f + 1; q < m->nfactors[d]; q++) inner *= sp->idims[m->factors[d][q]].size;
+      for (int q = f + 1; q < m->nfactors[d] && f > 0; q++) inner *= sp->idims[m->factors[d][q]].size;
       *l = (layout){L_D, d, inner};
       return true;
     }
@@ -215,6 +262,18 @@ static const char *idim_name(const opspace *sp, int i) {
   return d->sig;
 }
 
+/* A collective over the cp group of a tensor-parallel group of tp: cp
+ * devices tp apart, as many in a node as fit. */
+static double cp_collective(const hw_model *hw, bool symbolic, comm_kind k, double bytes, int cp, int tp) {
+  if (cp < 2 || bytes <= 0) return 0;
+  int dpn = hw && hw->devices_per_node > 0 ? hw->devices_per_node : 1;
+  int per_node = tp >= dpn ? 1 : dpn / tp;
+  if (per_node > cp) per_node = cp;
+  int nodes = (cp + per_node - 1) / per_node;
+  if (symbolic) return bytes * (cp - 1) / cp / (nodes > 1 ? SYM_NET_BW : SYM_NODE_BW);
+  return cost_collective(hw, k, bytes, bytes, cp, nodes, per_node).seconds;
+}
+
 int op_configs(arena *a, const sshape *s, const hw_model *hw, bool symbolic, int op, int tp, int mbs, opcfg **out) {
   const weft_graph *g = s->g;
   const gop *o = &g->ops[op];
@@ -223,10 +282,12 @@ int op_configs(arena *a, const sshape *s, const hw_model *hw, bool symbolic, int
   opcfg *cfg = arena_alloc(a, sizeof(opcfg) * (size_t)(ni + 1));
   double *base = arena_alloc(a, sizeof(double) * (size_t)(ni ? ni : 1));
   double *ext = arena_alloc(a, sizeof(double) * (size_t)(ni ? ni : 1));
+  int cpi = s->cp > 1 ? s->cp_idim[op] : -1;
   for (int i = 0; i < ni; i++) {
     base[i] = (double)sp->idims[i].size;
     if (sp->idims[i].dim_name && strcmp(sp->idims[i].dim_name, s->batch) == 0 && sp->idims[i].size == s->batch_size)
       base[i] = base[i] * mbs / (double)s->batch_size;
+    if (i == cpi) base[i] /= s->cp;
   }
   /* which inputs get a gradient */
   bool grad[SEARCH_MAX_INPUTS] = {0};
@@ -238,7 +299,7 @@ int op_configs(arena *a, const sshape *s, const hw_model *hw, bool symbolic, int
   for (int c = -1; c < ni; c++) {
     if (c >= 0) {
       const idim *d = &sp->idims[c];
-      if (tp < 2 || d->nosplit || strchr(d->sig, '@') || d->size % tp != 0) continue;
+      if (tp < 2 || d->nosplit || strchr(d->sig, '@') || (d->size / (c == cpi ? s->cp : 1)) % tp != 0) continue;
       if (d->dim_name && strcmp(d->dim_name, s->batch) == 0) continue;
       if (!idim_name(sp, c)) continue;
     }
@@ -276,6 +337,24 @@ int op_configs(arena *a, const sshape *s, const hw_model *hw, bool symbolic, int
     kcost b = cost_op(symbolic ? NULL : hw, g, sp, op, ext, true, grad[0], grad[1], 2 * bytes);
     x->fwd = run_cost(hw, symbolic, f);
     x->bwd = run_cost(hw, symbolic, b);
+    /* context parallelism: an input this operator reads whole along the
+     * sequence (attention's keys and values) is gathered over the cp group
+     * and kept for the backward, its gradient reduce-scattered back */
+    for (int k = 0; cpi >= 0 && k < sp->ninputs && k < SEARCH_MAX_INPUTS; k++) {
+      const tmap *m = &sp->inputs[k];
+      if (s->producer_of_input[op * SEARCH_MAX_INPUTS + k] < 0) continue;
+      bool has_seq = false, split = false;
+      const gtensor *t = &g->tensors[m->tensor];
+      for (int d = 0; d < t->ndims; d++) has_seq |= t->dims[d].name && strcmp(t->dims[d].name, s->seq) == 0;
+      for (int d = 0; d < m->ndims; d++)
+        for (int q = 0; q < m->nfactors[d]; q++) split |= m->factors[d][q] == cpi;
+      if (!has_seq || split) continue;
+      double whole = part_numel(m, ext) * dtype_bytes[t->dtype];
+      x->fwd += cp_collective(hw, symbolic, COMM_ALL_GATHER, whole, s->cp, tp);
+      if (grad[k]) x->bwd += cp_collective(hw, symbolic, COMM_REDUCE_SCATTER, whole, s->cp, tp);
+      x->act += whole;
+      x->cp_gather |= 1u << k;
+    }
     n++;
   }
   *out = cfg;
@@ -376,11 +455,21 @@ bool range_best(arena *a, const sshape *s, const hw_model *hw, bool symbolic, in
             pout = px->out;
             pgneed = px->gout;
           }
+          /* a tensor gathered over the cp group keeps its layout in the
+           * tensor-parallel group, or is gathered whole there too: the
+           * plans lowering builds (a change of parts or a sum in the same
+           * step as the gather is refused by validation) */
+          if ((x->cp_gather >> k & 1) && !same_layout(pout, x->in[k]) &&
+              !(pout.kind == L_D && x->in[k].kind == L_R)) {
+            cost = -1;
+            break;
+          }
           double bytes = tensor_mb_bytes(sh, o->inputs[k], mbs);
           double f = relayout(hw, symbolic, pout, x->in[k], bytes, tp);
           cost += f + relayout(hw, symbolic, x->gin[k], pgneed, bytes, tp);
           fwdcomm += f;
         }
+        if (cost < 0) continue;
         /* what leaves the range goes out in the layout asked */
         if (i == nr - 1 || s->last_use[op] >= hi) {
           double bytes = tensor_mb_bytes(sh, o->output, mbs);
