@@ -45,10 +45,12 @@ void plan_unfold_size(const weft_plan *p, const bool *keep, int64_t *nsubs, int6
 }
 
 void plan_unfold(arena *a, weft_plan *p, const bool *keep) {
-  /* what moves in one step, before any device's communication is dropped */
+  /* what moves in one step, before any device's communication is dropped
+   * (one replica's standing for every replica's: deps.h, deps_view) */
   for (int i = 0; i < p->ncomms; i++) {
     const pcomm *cm = &p->comms[i];
     int copies = p->fold.nmb && per_microbatch(cm) ? p->fold.nmb : 1;
+    if (p->comm_copies && per_microbatch(cm)) copies *= p->comm_copies;
     p->comm_bytes[cm->phase][cm->kind] += cm->size * copies;
     p->comm_count[cm->phase][cm->kind] += copies;
   }
