@@ -6,15 +6,17 @@
 
 #include "weft/plan.h"
 
+/* The dimensions that do not move share r's intervals (regions are not
+ * changed once made): a region split along the sequence holds thousands. */
 tregion fold_shift(arena *a, const weft_plan *p, int t, const tregion *r, int mb) {
-  tregion c = tregion_copy(a, r);
   int d = p->fold.nmb ? p->fold.tdim[t] : -1;
-  if (d < 0 || mb == 0 || d >= c.ndims) return c;
+  if (d < 0 || mb == 0 || d >= r->ndims) return *r;
+  tregion c = {r->ndims, arena_alloc(a, sizeof(dregion) * (size_t)r->ndims)};
+  memcpy(c.dims, r->dims, sizeof(dregion) * (size_t)r->ndims);
+  const dregion *x = &r->dims[d];
+  c.dims[d].iv = arena_alloc(a, sizeof(irange) * (size_t)(x->n ? x->n : 1));
   int64_t off = p->fold.tstep[t] * mb;
-  for (int i = 0; i < c.dims[d].n; i++) {
-    c.dims[d].iv[i].lo += off;
-    c.dims[d].iv[i].hi += off;
-  }
+  for (int i = 0; i < x->n; i++) c.dims[d].iv[i] = (irange){x->iv[i].lo + off, x->iv[i].hi + off};
   return c;
 }
 
