@@ -436,10 +436,13 @@ static bool reps_place(const weft_plan *p, const char *axis, int P, bool peers, 
     int stride = 1;
     for (int i = lv + 1; i < pp->nsplits; i++)
       if (i != tl) stride *= pp->splits[i].parts;
+    /* the subs at coordinate 0 of the level: runs of stride, P strides apart */
     for (int f = 0; f < pp->count; f++) {
-      const psub *s = &p->subs[pp->first + f];
-      if (s->coord[lv] != 0) continue;
-      int r = s->device;
+      if ((f / stride) % P != 0) {
+        f += stride * (P - 1) - 1;
+        continue;
+      }
+      int r = p->subs[pp->first + f].device;
       if (r < 0 || (cls[r] >= 0 && cls[r] != 0)) return false;
       cls[r] = 0;
       for (int j = 1; j < P; j++) {
@@ -469,7 +472,8 @@ static bool reps_along(const weft_plan *p, const char *axis, int P, bool peers, 
   free(images);
   /* communication stays in a class, or (a collective) spans whole orbits */
   char *in = calloc((size_t)D, 1);
-  if (!in) weft_oom();
+  int *have = calloc((size_t)D, sizeof(int));  /* per representative: its members in the group */
+  if (!in || !have) weft_oom();
   for (int i = 0; i < p->ncomms && ok; i++) {
     const pcomm *cm = &p->comms[i];
     bool inside = true;
@@ -480,19 +484,16 @@ static bool reps_along(const weft_plan *p, const char *axis, int P, bool peers, 
       ok = false;
       break;
     }
-    for (int k = 0; k < cm->ngroup; k++) in[cm->group[k]] = 1;
+    for (int k = 0; k < cm->ngroup; k++) in[cm->group[k]] = 1, have[rep[cm->group[k]]]++;
     for (int k = 0; k < cm->ngroup && ok; k++) {
       int r = rep[cm->group[k]];
       if (!in[r]) ok = false;
-      else if (cm->group[k] == r) {
-        int have = 0;
-        for (int m = 0; m < cm->ngroup; m++) have += rep[cm->group[m]] == r;
-        if (have != P) ok = false;
-      }
+      else if (cm->group[k] == r && have[r] != P) ok = false;
     }
-    for (int k = 0; k < cm->ngroup; k++) in[cm->group[k]] = 0;
+    for (int k = 0; k < cm->ngroup; k++) in[cm->group[k]] = 0, have[rep[cm->group[k]]] = 0;
   }
   free(in);
+  free(have);
   return ok;
 }
 
