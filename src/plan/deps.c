@@ -1618,6 +1618,7 @@ void deps_derive(arena *a, weft_plan *p, const deps_view *view) {
   deps_view v = {0};
   psub *all = p->subs, *vsubs = NULL;
   int nall = p->nsubs, *first = NULL, *count = NULL, *full = NULL;
+  int64_t *ints = NULL;   /* the replica's coordinates and ranges */
   if (view) {
     v = *view;
     vsubs = malloc(sizeof(psub) * (size_t)(nall ? nall : 1));
@@ -1626,6 +1627,7 @@ void deps_derive(arena *a, weft_plan *p, const deps_view *view) {
     count = malloc(sizeof(int) * (size_t)(g->nops ? g->nops : 1));
     if (!vsubs || !full || !first || !count) weft_oom();
     int n = 0;
+    int64_t nint = 0;
     for (int op = 0; op < g->nops; op++) {
       popplan *pp = &p->ops[op];
       first[op] = pp->first;
@@ -1635,9 +1637,26 @@ void deps_derive(arena *a, weft_plan *p, const deps_view *view) {
         if (all[pp->first + f].coord[v.level[op]] == v.c) {
           vsubs[n] = all[pp->first + f];
           full[n++] = pp->first + f;
+          nint += pp->nsplits + 2 * pp->space->nidims;
         }
       pp->first = at;
       pp->count = n - at;
+    }
+    /* their coordinates and ranges side by side (they are read several
+     * times each, and among every replica's they lie far apart) */
+    ints = malloc(sizeof(int64_t) * (size_t)(nint ? nint : 1));
+    if (!ints) weft_oom();
+    int64_t *at = ints;
+    for (int i = 0; i < n; i++) {
+      const popplan *pp = &p->ops[vsubs[i].op];
+      irange *r = (irange *)at;
+      memcpy(r, vsubs[i].range, sizeof(irange) * (size_t)pp->space->nidims);
+      vsubs[i].range = r;
+      at += 2 * pp->space->nidims;
+      int *c = (int *)at;
+      memcpy(c, vsubs[i].coord, sizeof(int) * (size_t)pp->nsplits);
+      vsubs[i].coord = c;
+      at += pp->nsplits;
     }
     v.full = full;
     v.subs = all;
@@ -1698,6 +1717,7 @@ void deps_derive(arena *a, weft_plan *p, const deps_view *view) {
       if (cm->consumer_sub >= 0) cm->consumer_sub = full[cm->consumer_sub];
     }
     free(vsubs);
+    free(ints);
     free(full);
     free(first);
     free(count);
