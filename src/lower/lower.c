@@ -186,6 +186,7 @@ static void subs_of_mb(const lstate *L, int d, int op, int mb, int *lo, int *hi)
 
 static bool index_subs(lstate *L) {
   weft_plan *p = L->p;
+  if ((size_t)p->ndevices * (size_t)p->g->nops + 1 > (size_t)1 << 30) return false;
   /* the devices that hold sub-operators (the representatives, when the
    * plan keeps only theirs), each its slot of cells */
   L->dslot = malloc(sizeof(int) * (size_t)(p->ndevices ? p->ndevices : 1));
@@ -195,7 +196,6 @@ static bool index_subs(lstate *L) {
   for (int s = 0; s < p->nsubs; s++)
     if (L->dslot[p->subs[s].device] < 0) L->dslot[p->subs[s].device] = nslots++;
   size_t cells = (size_t)nslots * (size_t)p->g->nops + 1;
-  if (cells > (size_t)1 << 30) return false;
   L->byd_start = calloc(cells, sizeof(int));
   L->byd = malloc(sizeof(int) * (size_t)(p->nsubs ? p->nsubs : 1));
   if (!L->byd_start || !L->byd) weft_oom();
