@@ -722,6 +722,9 @@ static bool make_subs(plan_builder *b, weft_plan *p) {
     pp->first = p->nsubs;
     pp->count = (int)count;
     int *coord = arena_alloc(b->a, sizeof(int) * (size_t)(pp->nsplits ? pp->nsplits : 1));
+    /* the coordinates and ranges of the operator's subs, each in one piece */
+    int *coords = arena_alloc(b->a, sizeof(int) * (size_t)(count * pp->nsplits + 1));
+    irange *ranges = arena_alloc(b->a, sizeof(irange) * (size_t)(count * pp->space->nidims + 1));
     for (int64_t k = 0; k < count; k++) {
       arena_grow(b->a, (void **)&p->subs, &p->scap, p->nsubs + 1, sizeof(psub));
       psub *s = &p->subs[p->nsubs++];
@@ -730,9 +733,9 @@ static bool make_subs(plan_builder *b, weft_plan *p) {
       s->dir = DIR_FORWARD;
       s->device = -1;
       s->order = -1;
-      s->coord = arena_alloc(b->a, sizeof(int) * (size_t)(pp->nsplits ? pp->nsplits : 1));
+      s->coord = coords + k * pp->nsplits;
       memcpy(s->coord, coord, sizeof(int) * (size_t)pp->nsplits);
-      s->range = arena_alloc(b->a, sizeof(irange) * (size_t)(pp->space->nidims ? pp->space->nidims : 1));
+      s->range = ranges + k * pp->space->nidims;
       for (int d = 0; d < pp->space->nidims; d++) s->range[d] = (irange){0, pp->space->idims[d].size};
       int mb = 0;
       for (int i = 0; i < pp->nsplits; i++) {
