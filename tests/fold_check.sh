@@ -40,13 +40,23 @@ compare() {  # name, then weft arguments
 # with the representative's program: the plan's figures agree within what
 # a part applied once (a bias under a split sum) changes, the largest peak
 # exactly, and no device is reported below its own peak
-# (tests/peers_close.py).
+# (tests/peers_close.py). Deriving one replica's communication for all
+# (deps.h, deps_view) must give what every replica's gives (WEFT_DEPS=all).
 check_reps() {  # name, then weft arguments
   name=$1
   shift
   WEFT_REPS=never "$WEFT" check "$@" --json >"$tmp/all.json" 2>&1
   WEFT_REPS=replicas "$WEFT" check "$@" --json >"$tmp/reps.json" 2>&1
   "$WEFT" check "$@" --json >"$tmp/peers.json" 2>&1
+  # the communication derived for one replica stands for every replica's
+  WEFT_DEPS=all "$WEFT" check "$@" --json >"$tmp/deps.json" 2>&1
+  if cmp -s "$tmp/deps.json" "$tmp/peers.json"; then
+    pass=$((pass + 1))
+  else
+    echo "FAIL $name: check --json differs when every replica's communication is derived (WEFT_DEPS=all)"
+    diff "$tmp/deps.json" "$tmp/peers.json" | head -10 | sed 's/^/  /'
+    fail=$((fail + 1))
+  fi
   if cmp -s "$tmp/all.json" "$tmp/reps.json"; then
     pass=$((pass + 1))
   else

@@ -239,6 +239,9 @@ typedef struct weft_plan {
   int64_t nsubs_all;      /* forward sub-operators of the whole plan (subs
                            * may hold only some devices' after plan_unfold) */
   int used_devices;       /* devices holding a sub-operator */
+  int comm_copies;        /* > 0: the forward and backward communication is
+                           * one data-parallel replica's, which stands for
+                           * comm_copies replicas (deps.h, deps_view) */
   int64_t comm_bytes[PHASE_COUNT][COMM_KIND_COUNT];  /* per step, all devices */
   int comm_count[PHASE_COUNT][COMM_KIND_COUNT];
   int64_t bucket_bytes;   /* `buckets SIZE`: gradient all-reduces of one group

@@ -111,6 +111,7 @@ typedef struct lstate {
   int *rank;              /* position of each op in order */
   int nmb;
   /* sub-operators by (device, op): devop[d * nops + op] .. devop[.. + 1) index byd */
+  int *dslot;             /* per device: its slot in byd_start, -1: no sub-operators */
   int *byd_start;
   int *byd;
   int *byd_per_mb;        /* per (device, op): subs of each micro-batch when every one has
@@ -152,7 +153,8 @@ static void task_add(lstate *L, int d, task_kind k, int sub) {
 
 /* The subs of op on device d: [*lo, *hi) in L->byd. */
 static void subs_on(const lstate *L, int d, int op, int *lo, int *hi) {
-  size_t k = (size_t)d * (size_t)L->p->g->nops + (size_t)op;
+  if (L->dslot[d] < 0) { *lo = *hi = 0; return; }
+  size_t k = (size_t)L->dslot[d] * (size_t)L->p->g->nops + (size_t)op;
   *lo = L->byd_start[k];
   *hi = L->byd_start[k + 1];
 }
@@ -162,7 +164,7 @@ static void subs_of_mb(const lstate *L, int d, int op, int mb, int *lo, int *hi)
   const psub *subs = L->p->subs;
   int x, end;
   subs_on(L, d, op, &x, &end);
-  int c = L->byd_per_mb[(size_t)d * (size_t)L->p->g->nops + (size_t)op];
+  int c = x < end ? L->byd_per_mb[(size_t)L->dslot[d] * (size_t)L->p->g->nops + (size_t)op] : 0;
   if (c > 0) {
     *lo = x + mb * c < end ? x + mb * c : end;
     *hi = *lo + c < end ? *lo + c : end;
@@ -184,14 +186,22 @@ static void subs_of_mb(const lstate *L, int d, int op, int mb, int *lo, int *hi)
 
 static bool index_subs(lstate *L) {
   weft_plan *p = L->p;
-  size_t cells = (size_t)p->ndevices * (size_t)p->g->nops + 1;
-  if (cells > (size_t)1 << 30) return false;
+  if ((size_t)p->ndevices * (size_t)p->g->nops + 1 > (size_t)1 << 30) return false;
+  /* the devices that hold sub-operators (the representatives, when the
+   * plan keeps only theirs), each its slot of cells */
+  L->dslot = malloc(sizeof(int) * (size_t)(p->ndevices ? p->ndevices : 1));
+  if (!L->dslot) weft_oom();
+  for (int d = 0; d < p->ndevices; d++) L->dslot[d] = -1;
+  int nslots = 0;
+  for (int s = 0; s < p->nsubs; s++)
+    if (L->dslot[p->subs[s].device] < 0) L->dslot[p->subs[s].device] = nslots++;
+  size_t cells = (size_t)nslots * (size_t)p->g->nops + 1;
   L->byd_start = calloc(cells, sizeof(int));
   L->byd = malloc(sizeof(int) * (size_t)(p->nsubs ? p->nsubs : 1));
   if (!L->byd_start || !L->byd) weft_oom();
   for (int s = 0; s < p->nsubs; s++) {
     const psub *sb = &p->subs[s];
-    L->byd_start[(size_t)sb->device * (size_t)p->g->nops + (size_t)sb->op + 1]++;
+    L->byd_start[(size_t)L->dslot[sb->device] * (size_t)p->g->nops + (size_t)sb->op + 1]++;
   }
   for (size_t k = 1; k < cells; k++) L->byd_start[k] += L->byd_start[k - 1];
   int *fill = malloc(sizeof(int) * cells);
@@ -202,7 +212,7 @@ static bool index_subs(lstate *L) {
    * micro-batch (stably; most lists already are) for subs_of_mb */
   for (int s = 0; s < p->nsubs; s++) {
     const psub *sb = &p->subs[s];
-    L->byd[fill[(size_t)sb->device * (size_t)p->g->nops + (size_t)sb->op]++] = s;
+    L->byd[fill[(size_t)L->dslot[sb->device] * (size_t)p->g->nops + (size_t)sb->op]++] = s;
   }
   free(fill);
   L->byd_per_mb = calloc(cells, sizeof(int));
@@ -1981,6 +1991,7 @@ lins lower_view(const weft_program *pr, const lprog *pg, int i) {
 static void lstate_free(lstate *L) {
   free(L->ebuf);
   L->ebuf = NULL;
+  free(L->dslot);
   free(L->byd_start);
   free(L->byd);
   free(L->byd_per_mb);

@@ -415,7 +415,10 @@ static void fold_setup(plan_builder *b) {
  *
  * deps derived the same communication for each class (in the same order),
  * so lowering the representatives alone decides rules 3 to 5 for all. */
-static bool reps_along(const weft_plan *p, const char *axis, int P, bool peers, int *cls, int *inv, int *rep) {
+/* The placement half: cls[d] gets device d's coordinate along the axis
+ * and inv[d] the device at coordinate 0 that d is an image of (-1 for the
+ * devices at 0 and those unused). */
+static bool reps_place(const weft_plan *p, const char *axis, int P, bool peers, int *cls, int *inv) {
   const weft_graph *g = p->g;
   int D = p->ndevices;
   for (int d = 0; d < D; d++) cls[d] = inv[d] = -1;
@@ -433,10 +436,13 @@ static bool reps_along(const weft_plan *p, const char *axis, int P, bool peers, 
     int stride = 1;
     for (int i = lv + 1; i < pp->nsplits; i++)
       if (i != tl) stride *= pp->splits[i].parts;
+    /* the subs at coordinate 0 of the level: runs of stride, P strides apart */
     for (int f = 0; f < pp->count; f++) {
-      const psub *s = &p->subs[pp->first + f];
-      if (s->coord[lv] != 0) continue;
-      int r = s->device;
+      if ((f / stride) % P != 0) {
+        f += stride * (P - 1) - 1;
+        continue;
+      }
+      int r = p->subs[pp->first + f].device;
       if (r < 0 || (cls[r] >= 0 && cls[r] != 0)) return false;
       cls[r] = 0;
       for (int j = 1; j < P; j++) {
@@ -447,6 +453,12 @@ static bool reps_along(const weft_plan *p, const char *axis, int P, bool peers, 
       }
     }
   }
+  return true;
+}
+
+static bool reps_along(const weft_plan *p, const char *axis, int P, bool peers, int *cls, int *inv, int *rep) {
+  int D = p->ndevices;
+  if (!reps_place(p, axis, P, peers, cls, inv)) return false;
   /* pi_j is one-to-one: every representative has one image per j */
   int *images = calloc((size_t)D, sizeof(int));
   if (!images) weft_oom();
@@ -460,7 +472,8 @@ static bool reps_along(const weft_plan *p, const char *axis, int P, bool peers, 
   free(images);
   /* communication stays in a class, or (a collective) spans whole orbits */
   char *in = calloc((size_t)D, 1);
-  if (!in) weft_oom();
+  int *have = calloc((size_t)D, sizeof(int));  /* per representative: its members in the group */
+  if (!in || !have) weft_oom();
   for (int i = 0; i < p->ncomms && ok; i++) {
     const pcomm *cm = &p->comms[i];
     bool inside = true;
@@ -471,29 +484,27 @@ static bool reps_along(const weft_plan *p, const char *axis, int P, bool peers, 
       ok = false;
       break;
     }
-    for (int k = 0; k < cm->ngroup; k++) in[cm->group[k]] = 1;
+    for (int k = 0; k < cm->ngroup; k++) in[cm->group[k]] = 1, have[rep[cm->group[k]]]++;
     for (int k = 0; k < cm->ngroup && ok; k++) {
       int r = rep[cm->group[k]];
       if (!in[r]) ok = false;
-      else if (cm->group[k] == r) {
-        int have = 0;
-        for (int m = 0; m < cm->ngroup; m++) have += rep[cm->group[m]] == r;
-        if (have != P) ok = false;
-      }
+      else if (cm->group[k] == r && have[r] != P) ok = false;
     }
-    for (int k = 0; k < cm->ngroup; k++) in[cm->group[k]] = 0;
+    for (int k = 0; k < cm->ngroup; k++) in[cm->group[k]] = 0, have[rep[cm->group[k]]] = 0;
   }
   free(in);
+  free(have);
   return ok;
 }
 
 /* Sets p->rep (the representative of each device: data-parallel replicas,
- * then tensor-parallel peers, above), or leaves it NULL. WEFT_REPS=never
- * lowers every device; WEFT_REPS=replicas keeps tensor-parallel peers. */
-static void find_reps(plan_builder *b, weft_plan *p) {
+ * then tensor-parallel peers, above), or leaves it NULL; returns the axis of
+ * the replicas (NULL: none). WEFT_REPS=never lowers every device;
+ * WEFT_REPS=replicas keeps tensor-parallel peers. */
+static const char *find_reps(plan_builder *b, weft_plan *p) {
   const weft_graph *g = p->g;
   const char *mode = getenv("WEFT_REPS");
-  if (!b->o.reps || (mode && strcmp(mode, "never") == 0) || g->nops == 0) return;
+  if (!b->o.reps || (mode && strcmp(mode, "never") == 0) || g->nops == 0) return NULL;
   int D = p->ndevices;
   int *cls = malloc(sizeof(int) * (size_t)D);
   int *inv = malloc(sizeof(int) * (size_t)D);
@@ -546,6 +557,129 @@ static void find_reps(plan_builder *b, weft_plan *p) {
   free(peer);
   free(coord[0]);
   free(coord[1]);
+  return first;
+}
+
+/* Whether the communication of the replicas along axis (cls and inv from
+ * reps_place) can be derived for one replica (deps.h, deps_view), which v
+ * then describes: each pi_j keeps the order of devices and maps the nodes
+ * of replica 0 one to one onto nodes (so what deps decides by comparing
+ * devices or nodes is decided alike), and every tensor that is
+ * communicated moves with the replica along one dimension by one offset
+ * for every operator that touches it, while parameters do not move (the
+ * analysis of micro-batch folding, fold_setup, for this level). */
+static bool view_fits(plan_builder *b, weft_plan *p, const char *axis, int P, const int *cls, const int *inv,
+                      deps_view *v) {
+  const weft_graph *g = p->g;
+  int D = p->ndevices, dpn = p->devices_per_node, nnodes = dpn ? (D + dpn - 1) / dpn : 1;
+  /* per replica-0 device (in increasing order), its image in replica j */
+  int *at = malloc(sizeof(int) * (size_t)D), *img = malloc(sizeof(int) * (size_t)D);
+  int *fwd = malloc(sizeof(int) * (size_t)nnodes), *back = malloc(sizeof(int) * (size_t)nnodes);
+  if (!at || !img || !fwd || !back) weft_oom();
+  int n0 = 0;
+  for (int d = 0; d < D; d++) at[d] = cls[d] == 0 ? n0++ : -1;
+  bool ok = n0 > 0 && (int64_t)n0 * P <= D;
+  for (int i = 0; ok && i < n0 * P; i++) img[i] = -1;
+  for (int d = 0; d < D && ok; d++) {
+    if (cls[d] == 0) img[at[d]] = d;
+    else if (cls[d] > 0) img[cls[d] * n0 + at[inv[d]]] = d;
+  }
+  for (int j = 1; j < P && ok; j++) {
+    for (int k = 0; k < nnodes; k++) fwd[k] = back[k] = -1;
+    for (int k = 0; k < n0 && ok; k++) {
+      int d = img[k], q = img[j * n0 + k];
+      if (q < 0 || (k && q <= img[j * n0 + k - 1])) { ok = false; break; }
+      int x = dpn ? d / dpn : 0, y = dpn ? q / dpn : 0;
+      if ((fwd[x] >= 0 && fwd[x] != y) || (back[y] >= 0 && back[y] != x)) ok = false;
+      fwd[x] = y;
+      back[y] = x;
+    }
+  }
+  free(at);
+  free(img);
+  free(fwd);
+  free(back);
+  if (!ok) return false;
+  int *level = arena_alloc(b->a, sizeof(int) * (size_t)(g->nops ? g->nops : 1));
+  int *stride = arena_alloc(b->a, sizeof(int) * (size_t)(g->nops ? g->nops : 1));
+  int *tdim = malloc(sizeof(int) * (size_t)(g->ntensors ? g->ntensors : 1));
+  int64_t *tstep = malloc(sizeof(int64_t) * (size_t)(g->ntensors ? g->ntensors : 1));
+  bool *seen = calloc((size_t)(g->ntensors ? g->ntensors : 1), 1), *read = calloc((size_t)(g->ntensors ? g->ntensors : 1), 1);
+  if (!tdim || !tstep || !seen || !read) weft_oom();
+  for (int op = 0; op < g->nops && ok; op++) {
+    const popplan *pp = &p->ops[op];
+    int lv = -1;
+    for (int i = 0; i < pp->nsplits; i++)
+      if (strcmp(pp->splits[i].axis, axis) == 0) lv = i;
+    if (lv < 0 || pp->splits[lv].idim < 0) { ok = false; break; }
+    int tl = p->fold.nmb ? p->fold.tlevel[op] : -1, id = pp->splits[lv].idim;
+    level[op] = lv;
+    stride[op] = 1;
+    for (int i = lv + 1; i < pp->nsplits; i++)
+      if (i != tl) stride[op] *= pp->splits[i].parts;
+    /* coordinate j of the level is coordinate 0 moved by j parts of the idim */
+    int64_t step = pp->space->idims[id].size;
+    for (int i = 0; i <= lv; i++)
+      if (pp->splits[i].idim == id) step /= pp->splits[i].parts;
+    for (int k = -1; k < pp->space->ninputs && ok; k++) {
+      const tmap *m = k < 0 ? &pp->space->output : &pp->space->inputs[k];
+      int dim = -1;
+      int64_t st = 0;
+      for (int d = 0; d < m->ndims; d++)
+        for (int f = 0; f < m->nfactors[d]; f++) {
+          if (m->factors[d][f] != id) continue;
+          if (dim >= 0) ok = false;
+          dim = d;
+          st = step;
+          for (int q = f + 1; q < m->nfactors[d]; q++) st *= pp->space->idims[m->factors[d][q]].size;
+        }
+      if (k >= 0) read[m->tensor] = true;
+      if (g->tensors[m->tensor].role == TENSOR_PARAM) {
+        if (dim >= 0) ok = false;
+        continue;
+      }
+      if (seen[m->tensor] && (tdim[m->tensor] != dim || tstep[m->tensor] != st)) ok = false;
+      seen[m->tensor] = true;
+      tdim[m->tensor] = dim;
+      tstep[m->tensor] = st;
+    }
+  }
+  /* an activation read by another operator moves (partial sums of the
+   * replicas' batch, read, would be summed across them) */
+  for (int t = 0; t < g->ntensors && ok; t++)
+    if (g->tensors[t].producer >= 0 && read[t] && tdim[t] < 0) ok = false;
+  free(tdim);
+  free(tstep);
+  free(seen);
+  free(read);
+  if (!ok) return false;
+  int c = 0;
+  if (b->o.rooted && b->o.root >= 0 && b->o.root < D && cls[b->o.root] > 0) c = cls[b->o.root];
+  *v = (deps_view){.P = P, .c = c, .level = level, .stride = stride};
+  return true;
+}
+
+/* The axis of data-parallel replicas whose communication deps_derive can
+ * derive for one replica (view_fits), or NULL. WEFT_DEPS=all derives every
+ * device's (the tests compare). */
+static const char *find_view(plan_builder *b, weft_plan *p, deps_view *v) {
+  const char *mode = getenv("WEFT_REPS"), *dm = getenv("WEFT_DEPS");
+  if (!b->o.reps || (mode && strcmp(mode, "never") == 0) || (dm && strcmp(dm, "all") == 0) || p->g->nops == 0)
+    return NULL;
+  int D = p->ndevices;
+  int *cls = malloc(sizeof(int) * (size_t)(D ? D : 1)), *inv = malloc(sizeof(int) * (size_t)(D ? D : 1));
+  if (!cls || !inv) weft_oom();
+  const popplan *p0 = &p->ops[0];
+  const char *axis = NULL;
+  for (int cand = 0; cand < p0->nsplits && !axis; cand++) {
+    const psplit *cs = &p0->splits[cand];
+    if ((cs->kind != SPLIT_DIM && cs->kind != SPLIT_VALUE) || cs->parts < 2) continue;
+    if (reps_place(p, cs->axis, cs->parts, false, cls, inv) && view_fits(b, p, cs->axis, cs->parts, cls, inv, v))
+      axis = cs->axis;
+  }
+  free(cls);
+  free(inv);
+  return axis;
 }
 
 /* ---- sub-operators and placement ------------------------------------------------ */
@@ -588,6 +722,9 @@ static bool make_subs(plan_builder *b, weft_plan *p) {
     pp->first = p->nsubs;
     pp->count = (int)count;
     int *coord = arena_alloc(b->a, sizeof(int) * (size_t)(pp->nsplits ? pp->nsplits : 1));
+    /* the coordinates and ranges of the operator's subs, each in one piece */
+    int *coords = arena_alloc(b->a, sizeof(int) * (size_t)(count * pp->nsplits + 1));
+    irange *ranges = arena_alloc(b->a, sizeof(irange) * (size_t)(count * pp->space->nidims + 1));
     for (int64_t k = 0; k < count; k++) {
       arena_grow(b->a, (void **)&p->subs, &p->scap, p->nsubs + 1, sizeof(psub));
       psub *s = &p->subs[p->nsubs++];
@@ -596,9 +733,9 @@ static bool make_subs(plan_builder *b, weft_plan *p) {
       s->dir = DIR_FORWARD;
       s->device = -1;
       s->order = -1;
-      s->coord = arena_alloc(b->a, sizeof(int) * (size_t)(pp->nsplits ? pp->nsplits : 1));
+      s->coord = coords + k * pp->nsplits;
       memcpy(s->coord, coord, sizeof(int) * (size_t)pp->nsplits);
-      s->range = arena_alloc(b->a, sizeof(irange) * (size_t)(pp->space->nidims ? pp->space->nidims : 1));
+      s->range = ranges + k * pp->space->nidims;
       for (int d = 0; d < pp->space->nidims; d++) s->range[d] = (irange){0, pp->space->idims[d].size};
       int mb = 0;
       for (int i = 0; i < pp->nsplits; i++) {
@@ -888,10 +1025,22 @@ weft_plan *plan_finish(plan_builder *b, const dec_placer *pl) {
   if (b->dg->errors > b->before || !coshard_fits(b, p)) return NULL;
   prof_mark("sub-operators");
   prof_note("%d sub-operators made, %" PRId64 " with every micro-batch, on %d devices", p->nsubs, p->nsubs_all, p->ndevices);
-  deps_derive(b->a, p);
+  /* one replica's communication when the replicas' are its images; if
+   * the replicas found after it are not those, every device's */
+  deps_view v;
+  const char *view = find_view(b, p, &v);
+  deps_derive(b->a, p, view ? &v : NULL);
   prof_mark("communication");
   p->used_devices = plan_devices_used(p);
-  find_reps(b, p);
+  const char *axis = find_reps(b, p);
+  if (view && (!axis || strcmp(axis, view) != 0)) {
+    p->ncomms = 0;
+    p->comm_copies = 0;
+    p->rep = NULL;
+    deps_derive(b->a, p, NULL);
+    prof_mark("communication, every replica");
+    find_reps(b, p);
+  }
   bool *keep = NULL;
   if (p->rep) {
     keep = arena_alloc(b->a, (size_t)p->ndevices);

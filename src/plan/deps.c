@@ -18,6 +18,7 @@ typedef struct piece {
   int device;
   int64_t partial;       /* -1 for complete values, else a key of the V coordinates */
   int sub;               /* the sub-operator that holds it */
+  int read;              /* gradient contributions: the read (treads) */
 } piece;
 
 typedef VEC(piece) pieces;
@@ -867,8 +868,9 @@ static void feed_edge(arena *a, arena *s, weft_plan *p, int op, int k, const pie
         if (t->microbatch == mb) layout_put(&l, t->device, 1, &needs[q], bad);
       }
       layout_finish(&l, bad);
-      make_all_to_all(a, s, p, ids, ns, l.dev, l.from, l.to, l.n,
-                      "the group holds the tensor split one way; its consumers read it split another");
+      if (!p->comm_copies)
+        make_all_to_all(a, s, p, ids, ns, l.dev, l.from, l.to, l.n,
+                        "the group holds the tensor split one way; its consumers read it split another");
     }
     /* one holder sending the same region to several devices: a broadcast */
     for (int i = 0; i < nsend; i++) {
@@ -911,12 +913,14 @@ static bool tensor_has_idim(const tmap *m, int idim) {
 /* Whether sub-operator s contributes to the gradient of tensor m. Under a
  * value split (k+), an argument without k (a bias) is applied once, by the
  * first part, so only that part contributes. */
-static bool contributes(const popplan *pp, const psub *s, const tmap *m) {
+static bool contributes_but(const popplan *pp, const psub *s, const tmap *m, int skip) {
   for (int i = 0; i < pp->nsplits; i++)
-    if (pp->splits[i].kind == SPLIT_VALUE && s->coord[i] != 0 && !tensor_has_idim(m, pp->splits[i].idim))
+    if (i != skip && pp->splits[i].kind == SPLIT_VALUE && s->coord[i] != 0 && !tensor_has_idim(m, pp->splits[i].idim))
       return false;
   return true;
 }
+
+static bool contributes(const popplan *pp, const psub *s, const tmap *m) { return contributes_but(pp, s, m, -1); }
 
 /* Which part of a sum a sub-operator's gradient of tensor m is: its
  * coordinates on levels along idims that m does not contain (the same key:
@@ -962,7 +966,11 @@ static void treads_make(arena *a, const weft_plan *p, treads *rd) {
     }
 }
 
-static bool grad_contributions(arena *s, const weft_plan *p, const treads *rd, int t, pieces *out, region_index *ix) {
+/* With a view, the replica's sub-operators whose images contribute: the
+ * level of the replicas is left out of the test, as each image has its
+ * own coordinate there. */
+static bool grad_contributions(arena *s, const weft_plan *p, const treads *rd, int t, pieces *out, region_index *ix,
+                               const deps_view *v) {
   memset(out, 0, sizeof *out);
   for (int r = rd->start[t]; r < rd->start[t + 1]; r++) {
     int op = rd->op[r];
@@ -970,9 +978,9 @@ static bool grad_contributions(arena *s, const weft_plan *p, const treads *rd, i
     const tmap *m = &pp->space->inputs[rd->input[r]];
     for (int i = 0; i < pp->count; i++) {
       const psub *sb = &p->subs[pp->first + i];
-      if (!contributes(pp, sb, m)) continue;
+      if (!contributes_but(pp, sb, m, v ? v->level[op] : -1)) continue;
       int64_t key = ((int64_t)op << 32) | (grad_key(pp, sb, m) + 1);
-      piece pc = {.device = sb->device, .partial = key, .sub = pp->first + i};
+      piece pc = {.device = sb->device, .partial = key, .sub = pp->first + i, .read = r};
       tregion_of(s, p, sb, m, &pc.region);
       pieces_add(s, out, pc);
     }
@@ -984,16 +992,31 @@ static bool grad_contributions(arena *s, const weft_plan *p, const treads *rd, i
   return true;
 }
 
+/* One contribution to a parameter's gradient over one region: which part of
+ * the sum it is (grad_key, with its operator), on which device. */
+typedef struct gpart {
+  int64_t key;
+  int device;
+  int op;
+} gpart;
+
+static int gpart_cmp(const void *x, const void *y) {
+  const gpart *a = x, *b = y;
+  if (a->key != b->key) return a->key < b->key ? -1 : 1;
+  return (a->device > b->device) - (a->device < b->device);
+}
+
 /* ZeRO for the gradient of parameter t summed over the group g (sorted) in
  * region r: a reduce-scatter leaves each member the sum of its part, the
  * part whose optimizer state it keeps. After the step, stages 1 and 2 gather
  * the updated parts back into the whole parameter on every member; stage 3
  * keeps only the parts and gathers the whole before each use, forward and
  * again backward. The readers are the operators of the contributions
- * idx[0..ni) on the group's devices. False for a scalar, which has no
- * dimension to cut: its gradient is then all-reduced as without ZeRO. */
+ * gp[0..n) (in operator order) on the group's devices. False for a scalar,
+ * which has no dimension to cut: its gradient is then all-reduced as
+ * without ZeRO. */
 static bool zero_comms(arena *a, arena *sc, weft_plan *p, int t, const int *g, int ng, const tregion *r,
-                       const pieces *contrib, const int *idx, int ni) {
+                       const gpart *gp, int n) {
   tregion *parts = region_parts(a, r, ng);
   if (!parts) return false;
   pcomm *cm = comm_add(a, p, COMM_REDUCE_SCATTER, t, PHASE_WEIGHTS, g, ng, r);
@@ -1007,12 +1030,11 @@ static bool zero_comms(arena *a, arena *sc, weft_plan *p, int t, const int *g, i
     return true;
   }
   /* the readers, each once, in operator order (contributions are) */
-  int *ops = arena_alloc(sc, sizeof(int) * (size_t)(ni ? ni : 1));
+  int *ops = arena_alloc(sc, sizeof(int) * (size_t)(n ? n : 1));
   int nops = 0;
-  for (int q = 0; q < ni; q++) {
-    const piece *pc = &contrib->v[idx[q]];
-    int op = p->subs[pc->sub].op;
-    if (member_of(g, ng, pc->device) < 0 || (nops && ops[nops - 1] == op)) continue;
+  for (int q = 0; q < n; q++) {
+    int op = gp[q].op;
+    if (member_of(g, ng, gp[q].device) < 0 || (nops && ops[nops - 1] == op)) continue;
     bool seen = false;
     for (int o = 0; o < nops && !seen; o++) seen = ops[o] == op;
     if (!seen) ops[nops++] = op;
@@ -1036,20 +1058,89 @@ static bool zero_comms(arena *a, arena *sc, weft_plan *p, int t, const int *g, i
   return true;
 }
 
-static void reduce_param_grads(arena *a, arena *sc, weft_plan *p, const treads *rd) {
+/* The reductions of one region r of parameter t's gradient from its
+ * contributions gp[0..n) (in operator order): contributions with the same
+ * key are copies (replicas compute the same gradient) and those with
+ * different keys are parts of a sum: each set of copies takes part in its
+ * own reduction, one device per key. mark is a scratch flag per device,
+ * all false, left so. */
+static void reduce_region(arena *a, arena *sc, weft_plan *p, int t, const tregion *region, const gpart *gp, int n,
+                          bool *mark) {
+  /* distinct (key, device), sorted: each key's devices in increasing order */
+  gpart *o = arena_alloc(sc, sizeof(gpart) * (size_t)(n ? n : 1));
+  memcpy(o, gp, sizeof(gpart) * (size_t)n);
+  qsort(o, (size_t)n, sizeof(gpart), gpart_cmp);
+  int m = 0;
+  for (int q = 0; q < n; q++)
+    if (m == 0 || o[m - 1].key != o[q].key || o[m - 1].device != o[q].device) o[m++] = o[q];
+  /* each key's run: start[r], nd[r] devices */
+  int *start = arena_alloc(sc, sizeof(int) * (size_t)(m + 1)), *nd = arena_alloc(sc, sizeof(int) * (size_t)(m + 1));
+  int nk = 0, copies = -1;
+  for (int q = 0; q < m; q++) {
+    if (q == 0 || o[q].key != o[q - 1].key) start[nk] = q, nd[nk++] = 0;
+    nd[nk - 1]++;
+  }
+  if (nk < 2) return;  /* copies only: every device computed the whole gradient */
+  for (int r = 0; r < nk; r++)
+    if (copies < 0 || nd[r] < copies) copies = nd[r];
+  /* copies beyond the fewest (a part computed on more devices than
+   * another): those devices take the first group's sum without adding */
+  for (int r = 0; r < nk; r++)
+    for (int j = 0; j < copies; j++) mark[o[start[r] + j].device] = true;
+  int *extra = arena_alloc(sc, sizeof(int) * (size_t)(m + 1));
+  int nx = 0;
+  for (int r = 0; r < nk; r++)
+    for (int j = copies; j < nd[r]; j++)
+      if (!mark[o[start[r] + j].device]) extra[nx++] = o[start[r] + j].device;
+  for (int r = 0; r < nk; r++)
+    for (int j = 0; j < copies; j++) mark[o[start[r] + j].device] = false;
+  nx = distinct(extra, nx);
+  int *g = arena_alloc(sc, sizeof(int) * (size_t)(nk + nx));
+  for (int j = 0; j < copies; j++) {
+    for (int r = 0; r < nk; r++) g[r] = o[start[r] + j].device;
+    int ng = distinct(g, nk);
+    int nadd = ng;
+    if (j == 0) {
+      memcpy(g + ng, extra, sizeof(int) * (size_t)nx);
+      ng = distinct(g, ng + nx);
+    }
+    if (ng < 2) continue;  /* all parts on one device: summed in place */
+    tregion r = tregion_copy(a, region);
+    if (nadd == ng && p->zero[t].stage > 0 && zero_comms(a, sc, p, t, g, ng, &r, gp, n)) continue;
+    pcomm *cm = comm_add(a, p, COMM_ALL_REDUCE, t, PHASE_WEIGHTS, g, ng, &r);
+    cm->why = "parts of the gradient are computed on several devices: they are summed";
+    if (nadd < ng) {
+      cm->silent = arena_alloc(a, sizeof(bool) * (size_t)ng);
+      for (int q = 0; q < ng; q++) {
+        cm->silent[q] = false;
+        for (int x = 0; x < nx; x++) cm->silent[q] |= g[q] == extra[x];
+      }
+      cm->why = "parts of the gradient are computed on several devices: they are summed, and the further "
+                "copies of a part take the sum without adding theirs";
+    }
+  }
+}
+
+/* Sums the gradients of parameters over the devices that compute parts of
+ * them. With a view (deps_view: the sub-operators of one data-parallel
+ * replica), each contribution of the replica stands for its images in
+ * every replica: the sub-operators at the other coordinates of the
+ * replicas' level, whose region of the parameter is the same (parameters
+ * do not move with the replica), on their own devices. */
+static void reduce_param_grads(arena *a, arena *sc, weft_plan *p, const treads *rd, const deps_view *v) {
   const weft_graph *g = p->g;
+  bool *mark = calloc((size_t)(p->ndevices ? p->ndevices : 1), 1);
+  if (!mark) weft_oom();
   for (int t = 0; t < g->ntensors; t++) {
     if (g->tensors[t].role != TENSOR_PARAM) continue;
     arena_reset(sc);
     pieces contrib;
     region_index cx;
-    if (!grad_contributions(sc, p, rd, t, &contrib, &cx)) continue;
-    /* group the contributions by region; inside a region, contributions with
-     * the same key are copies (replicas compute the same gradient) and those
-     * with different keys are parts of a sum: each set of copies takes part
-     * in its own reduction, one device per key */
+    if (!grad_contributions(sc, p, rd, t, &contrib, &cx, v)) continue;
+    /* group the contributions by region */
     bool *done = arena_alloc(sc, sizeof(bool) * (size_t)contrib.n);
     int *idx = arena_alloc(sc, sizeof(int) * (size_t)contrib.n);
+    VEC(gpart) gp = {0};
     for (int i = 0; i < contrib.n; i++) {
       if (done[i]) continue;
       int ni = 0;
@@ -1058,65 +1149,28 @@ static void reduce_param_grads(arena *a, arena *sc, weft_plan *p, const treads *
           idx[ni++] = j;
           done[j] = true;
         }
-      /* distinct keys, and per key its distinct devices */
-      int64_t *keys = arena_alloc(sc, sizeof(int64_t) * (size_t)ni);
-      int nk = 0;
+      gp.n = 0;
       for (int q = 0; q < ni; q++) {
-        int64_t k = contrib.v[idx[q]].partial;
-        bool seen = false;
-        for (int r = 0; r < nk && !seen; r++) seen = keys[r] == k;
-        if (!seen) keys[nk++] = k;
-      }
-      if (nk < 2) continue;  /* copies only: every device computed the whole gradient */
-      int **devs = arena_alloc(sc, sizeof(int *) * (size_t)nk);
-      int *nd = arena_alloc(sc, sizeof(int) * (size_t)nk);
-      int copies = -1;
-      for (int r = 0; r < nk; r++) {
-        devs[r] = arena_alloc(sc, sizeof(int) * (size_t)ni);
-        for (int q = 0; q < ni; q++)
-          if (contrib.v[idx[q]].partial == keys[r]) devs[r][nd[r]++] = contrib.v[idx[q]].device;
-        nd[r] = distinct(devs[r], nd[r]);
-        if (copies < 0 || nd[r] < copies) copies = nd[r];
-      }
-      /* copies beyond the fewest (a part computed on more devices than
-       * another): those devices take the first group's sum without adding */
-      int *extra = arena_alloc(sc, sizeof(int) * (size_t)(ni + 1));
-      int nx = 0;
-      for (int r = 0; r < nk; r++)
-        for (int j = copies; j < nd[r]; j++) {
-          int d = devs[r][j];
-          bool grouped = false;
-          for (int r2 = 0; r2 < nk && !grouped; r2++)
-            for (int j2 = 0; j2 < copies && !grouped; j2++) grouped = devs[r2][j2] == d;
-          if (!grouped) extra[nx++] = d;
+        const piece *pc = &contrib.v[idx[q]];
+        int op = p->subs[pc->sub].op;
+        if (!v) {
+          vec_push(sc, &gp, ((gpart){pc->partial, pc->device, op}));
+          continue;
         }
-      nx = distinct(extra, nx);
-      for (int j = 0; j < copies; j++) {
-        int *g = arena_alloc(sc, sizeof(int) * (size_t)(nk + nx));
-        for (int r = 0; r < nk; r++) g[r] = devs[r][j];
-        int ng = distinct(g, nk);
-        int nadd = ng;
-        if (j == 0) {
-          memcpy(g + ng, extra, sizeof(int) * (size_t)nx);
-          ng = distinct(g, ng + nx);
-        }
-        if (ng < 2) continue;  /* all parts on one device: summed in place */
-        tregion r = tregion_copy(a, &contrib.v[i].region);
-        if (nadd == ng && p->zero[t].stage > 0 && zero_comms(a, sc, p, t, g, ng, &r, &contrib, idx, ni)) continue;
-        pcomm *cm = comm_add(a, p, COMM_ALL_REDUCE, t, PHASE_WEIGHTS, g, ng, &r);
-        cm->why = "parts of the gradient are computed on several devices: they are summed";
-        if (nadd < ng) {
-          cm->silent = arena_alloc(a, sizeof(bool) * (size_t)ng);
-          for (int m = 0; m < ng; m++) {
-            cm->silent[m] = false;
-            for (int x = 0; x < nx; x++) cm->silent[m] |= g[m] == extra[x];
-          }
-          cm->why = "parts of the gradient are computed on several devices: they are summed, and the further "
-                    "copies of a part take the sum without adding theirs";
+        /* the images of the replica's sub-operator, in every replica */
+        const popplan *pp = &p->ops[op];
+        const tmap *m = &pp->space->inputs[rd->input[pc->read]];
+        int f0 = v->full[pc->sub];
+        for (int j = 0; j < v->P; j++) {
+          const psub *img = &v->subs[f0 + (j - v->c) * v->stride[op]];
+          if (!contributes(pp, img, m)) continue;
+          vec_push(sc, &gp, ((gpart){((int64_t)op << 32) | (grad_key(pp, img, m) + 1), img->device, op}));
         }
       }
+      reduce_region(a, sc, p, t, &contrib.v[i].region, gp.v, gp.n, mark);
     }
   }
+  free(mark);
 }
 
 /* ---- gradients of activations ------------------------------------------------------ */
@@ -1255,7 +1309,7 @@ static void reduce_activation_grads(arena *a, arena *s, weft_plan *p, const trea
     int first_t = p->ncomms;
     pieces contrib;
     region_index cx;
-    if (!grad_contributions(s, p, rd, t, &contrib, &cx)) continue;
+    if (!grad_contributions(s, p, rd, t, &contrib, &cx, NULL)) continue;
     const popplan *pp = &p->ops[prod];
     /* what each producer sub-operator wrote, indexed by region */
     tregion *wrote = arena_alloc(s, sizeof(tregion) * (size_t)(pp->count ? pp->count : 1));
@@ -1462,8 +1516,9 @@ static void reduce_activation_grads(arena *a, arena *s, weft_plan *p, const trea
           if (w->microbatch == mb) layout_put(&l, w->device, 1, &wrote[q], bad);
         }
         layout_finish(&l, bad);
-        make_all_to_all(a, s, p, ids, ns, l.dev, l.from, l.to, l.n,
-                        "the gradient comes back split otherwise than the producer wrote its result");
+        if (!p->comm_copies)
+          make_all_to_all(a, s, p, ids, ns, l.dev, l.from, l.to, l.n,
+                          "the gradient comes back split otherwise than the producer wrote its result");
       }
       regroup_sends(p, first_t, NULL);
     }
@@ -1556,8 +1611,59 @@ static void exchange_stats(arena *a, arena *sc, weft_plan *p) {
 
 /* ---- the whole plan ---------------------------------------------------------------- */
 
-void deps_derive(arena *a, weft_plan *p) {
+void deps_derive(arena *a, weft_plan *p, const deps_view *view) {
   const weft_graph *g = p->g;
+  /* a view: the replica's sub-operators stand in p->subs (each operator's
+   * in their order) while the communication is derived */
+  deps_view v = {0};
+  psub *all = p->subs, *vsubs = NULL;
+  int nall = p->nsubs, *first = NULL, *count = NULL, *full = NULL;
+  int64_t *ints = NULL;   /* the replica's coordinates and ranges */
+  if (view) {
+    v = *view;
+    vsubs = malloc(sizeof(psub) * (size_t)(nall ? nall : 1));
+    full = malloc(sizeof(int) * (size_t)(nall ? nall : 1));
+    first = malloc(sizeof(int) * (size_t)(g->nops ? g->nops : 1));
+    count = malloc(sizeof(int) * (size_t)(g->nops ? g->nops : 1));
+    if (!vsubs || !full || !first || !count) weft_oom();
+    int n = 0;
+    int64_t nint = 0;
+    for (int op = 0; op < g->nops; op++) {
+      popplan *pp = &p->ops[op];
+      first[op] = pp->first;
+      count[op] = pp->count;
+      int at = n;
+      for (int f = 0; f < pp->count; f++)
+        if (all[pp->first + f].coord[v.level[op]] == v.c) {
+          vsubs[n] = all[pp->first + f];
+          full[n++] = pp->first + f;
+          nint += pp->nsplits + 2 * pp->space->nidims;
+        }
+      pp->first = at;
+      pp->count = n - at;
+    }
+    /* their coordinates and ranges side by side (they are read several
+     * times each, and among every replica's they lie far apart) */
+    ints = malloc(sizeof(int64_t) * (size_t)(nint ? nint : 1));
+    if (!ints) weft_oom();
+    int64_t *at = ints;
+    for (int i = 0; i < n; i++) {
+      const popplan *pp = &p->ops[vsubs[i].op];
+      irange *r = (irange *)at;
+      memcpy(r, vsubs[i].range, sizeof(irange) * (size_t)pp->space->nidims);
+      vsubs[i].range = r;
+      at += 2 * pp->space->nidims;
+      int *c = (int *)at;
+      memcpy(c, vsubs[i].coord, sizeof(int) * (size_t)pp->nsplits);
+      vsubs[i].coord = c;
+      at += pp->nsplits;
+    }
+    v.full = full;
+    v.subs = all;
+    p->subs = vsubs;
+    p->nsubs = n;
+    p->comm_copies = v.P;
+  }
   /* what each tensor's producer holds */
   arena hold;  /* what producers hold: needed until every edge is fed */
   arena_init(&hold);
@@ -1590,13 +1696,32 @@ void deps_derive(arena *a, weft_plan *p) {
   treads_make(&reads, p, &rd);
   reduce_activation_grads(a, &scratch, p, &rd);
   prof_mark("deps: activation gradients");
-  reduce_param_grads(a, &scratch, p, &rd);
+  reduce_param_grads(a, &scratch, p, &rd, view ? &v : NULL);
   prof_mark("deps: parameter gradients");
   exchange_stats(a, &scratch, p);
   htab_free(&ss.by);
   vec_free(&ss.comm);
   arena_free(&reads);
   arena_free(&scratch);
+  if (view) {
+    /* every sub-operator again, and the communication's by their index there */
+    for (int op = 0; op < g->nops; op++) {
+      p->ops[op].first = first[op];
+      p->ops[op].count = count[op];
+    }
+    p->subs = all;
+    p->nsubs = nall;
+    for (int i = 0; i < p->ncomms; i++) {
+      pcomm *cm = &p->comms[i];
+      if (cm->producer_sub >= 0) cm->producer_sub = full[cm->producer_sub];
+      if (cm->consumer_sub >= 0) cm->consumer_sub = full[cm->consumer_sub];
+    }
+    free(vsubs);
+    free(ints);
+    free(full);
+    free(first);
+    free(count);
+  }
 }
 
 void deps_totals(const weft_plan *p, int64_t bytes[COMM_KIND_COUNT], int counts[COMM_KIND_COUNT], comm_phase phase) {

@@ -2,19 +2,22 @@
  * sub-operators and the communication of micro-batch 0 only; the others are
  * the same shifted along each tensor's moving dimension. plan_unfold makes
  * them, in the order an unfolded plan would have made its sub-operators. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "weft/plan.h"
 
+/* The dimensions that do not move share r's intervals (regions are not
+ * changed once made): a region split along the sequence holds thousands. */
 tregion fold_shift(arena *a, const weft_plan *p, int t, const tregion *r, int mb) {
-  tregion c = tregion_copy(a, r);
   int d = p->fold.nmb ? p->fold.tdim[t] : -1;
-  if (d < 0 || mb == 0 || d >= c.ndims) return c;
+  if (d < 0 || mb == 0 || d >= r->ndims) return *r;
+  tregion c = {r->ndims, arena_alloc(a, sizeof(dregion) * (size_t)r->ndims)};
+  memcpy(c.dims, r->dims, sizeof(dregion) * (size_t)r->ndims);
+  const dregion *x = &r->dims[d];
+  c.dims[d].iv = arena_alloc(a, sizeof(irange) * (size_t)(x->n ? x->n : 1));
   int64_t off = p->fold.tstep[t] * mb;
-  for (int i = 0; i < c.dims[d].n; i++) {
-    c.dims[d].iv[i].lo += off;
-    c.dims[d].iv[i].hi += off;
-  }
+  for (int i = 0; i < x->n; i++) c.dims[d].iv[i] = (irange){x->iv[i].lo + off, x->iv[i].hi + off};
   return c;
 }
 
@@ -45,10 +48,12 @@ void plan_unfold_size(const weft_plan *p, const bool *keep, int64_t *nsubs, int6
 }
 
 void plan_unfold(arena *a, weft_plan *p, const bool *keep) {
-  /* what moves in one step, before any device's communication is dropped */
+  /* what moves in one step, before any device's communication is dropped
+   * (one replica's standing for every replica's: deps.h, deps_view) */
   for (int i = 0; i < p->ncomms; i++) {
     const pcomm *cm = &p->comms[i];
     int copies = p->fold.nmb && per_microbatch(cm) ? p->fold.nmb : 1;
+    if (p->comm_copies && per_microbatch(cm)) copies *= p->comm_copies;
     p->comm_bytes[cm->phase][cm->kind] += cm->size * copies;
     p->comm_count[cm->phase][cm->kind] += copies;
   }
@@ -81,6 +86,15 @@ void plan_unfold(arena *a, weft_plan *p, const bool *keep) {
     nrange += (int64_t)kept * (nmb - 1) * pp->space->nidims;
   }
   psub *subs = arena_alloc(a, sizeof(psub) * (size_t)(n ? n : 1));
+  int most = 1;  /* the longest row of an operator's levels after the time level */
+  for (int op = 0; op < g->nops; op++) {
+    const popplan *pp = &p->ops[op];
+    int tl = p->fold.nmb ? p->fold.tlevel[op] : -1, inner = 1;
+    for (int i = tl + 1; tl >= 0 && i < pp->nsplits; i++) inner *= pp->splits[i].parts;
+    if (inner > most) most = inner;
+  }
+  int *row = malloc(sizeof(int) * (size_t)most);
+  if (!row) weft_oom();
   int *twin = p->fold.nmb ? arena_alloc(a, sizeof(int) * (size_t)(n ? n : 1)) : NULL;
   int *coords = arena_alloc(a, sizeof(int) * (size_t)(ncoord ? ncoord : 1));
   irange *ranges = arena_alloc(a, sizeof(irange) * (size_t)(nrange ? nrange : 1));
@@ -97,12 +111,15 @@ void plan_unfold(arena *a, weft_plan *p, const bool *keep) {
     int64_t inner = 1;
     for (int i = tl + 1; tl >= 0 && i < nsp; i++) inner *= pp->splits[i].parts;
     int64_t outer = pp->count / (inner ? inner : 1);
-    for (int64_t o = 0; o < outer; o++)
-      for (int mb = 0; mb < nmb; mb++)
-        for (int64_t j = 0; j < inner; j++) {
-          int fi = pp->first + (int)(o * inner + j);
+    for (int64_t o = 0; o < outer; o++) {
+      /* the kept ones of this row (most rows keep none) */
+      int nrow = 0;
+      for (int64_t j = 0; j < inner; j++)
+        if (slot[pp->first + (int)(o * inner + j)] >= 0) row[nrow++] = pp->first + (int)(o * inner + j);
+      for (int mb = 0; nrow && mb < nmb; mb++)
+        for (int q = 0; q < nrow; q++) {
+          int fi = row[q];
           const psub *src = &p->subs[fi];
-          if (slot[fi] < 0) continue;
           psub *s = &subs[ns];
           *s = *src;
           s->coord = coords;
@@ -121,18 +138,21 @@ void plan_unfold(arena *a, weft_plan *p, const bool *keep) {
           if (twin) twin[ns] = mb ? at[(size_t)slot[fi] * (size_t)nmb] : ns;
           at[(size_t)slot[fi] * (size_t)nmb + (size_t)mb] = ns++;
         }
+    }
     pp->first = first;
     pp->count = ns - first;
   }
+  free(row);
   /* communication: each per-micro-batch one again for every micro-batch */
   int nc = 0, cap = 0;
-  pcomm *comms = NULL;
+  for (int i = 0; i < p->ncomms; i++)
+    if (comm_kept(&p->comms[i], keep)) cap += per_microbatch(&p->comms[i]) ? nmb : 1;
+  pcomm *comms = arena_alloc(a, sizeof(pcomm) * (size_t)(cap ? cap : 1));
   for (int i = 0; i < p->ncomms; i++) {
     const pcomm *cm = &p->comms[i];
     int copies = per_microbatch(cm) ? nmb : 1;
     if (!comm_kept(cm, keep)) continue;
     for (int mb = 0; mb < copies; mb++) {
-      arena_grow(a, (void **)&comms, &cap, nc + 1, sizeof(pcomm));
       pcomm *c = &comms[nc++];
       *c = *cm;
       if (copies > 1 && p->fold.tdim[cm->tensor] >= 0) c->mb = mb;
