@@ -1391,7 +1391,7 @@ bool xrun_reference(const weft_graph *g, weft_world *w, const backend_step *st, 
       c.out = val[x->output], c.outr = &whole[x->output];
       c.ranges = ranges[op], c.nidims = nidims[op];
       ok = xop_run(&c, err, errlen);
-      if (xop_is_loss(kern[op]) && x->output == g->loss) loss += c.loss;
+      if (xop_is_loss(kern[op])) loss += c.loss;  /* every loss operator adds its share */
     }
     for (int op = g->nops - 1; op >= 0 && ok && !st->eval; op--) {
       const gop *x = &g->ops[op];

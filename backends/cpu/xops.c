@@ -47,6 +47,15 @@ double xop_attr(const weft_graph *g, int op, const char *name, double dflt) {
   return dflt;
 }
 
+static void put_grad(float *d, double v, bool acc) {
+  if (acc) *d += (float)v;
+  else *d = (float)v;
+}
+
+/* The gradient of a loss's result: 1 where it is the step's loss, else
+ * what the operators after it send back. */
+static double dloss_of(const xcall *c) { return c->dy ? c->dy[0] : 1.0; }
+
 /* ---- native kernels ------------------------------------------------------ */
 
 /* An operator whose declaration names a kernel in a shared library: the
@@ -170,14 +179,14 @@ static bool ce_backward(xcall *c, char *err, size_t errlen) {
   if (!c->din[0]) return true;
   ce_sizes s = ce_sizes_of(c);
   if (!s.split) {
-    k_cross_entropy_backward(c->din[0], c->in[0], c->in[1], s.t, s.v, s.t_total, 1.0, c->acc);
+    k_cross_entropy_backward(c->din[0], c->in[0], c->in[1], s.t, s.v, s.t_total, dloss_of(c), c->acc);
     return true;
   }
   float *g = malloc((size_t)(3 * s.t + 1) * sizeof(float));
   if (!g) weft_oom();
   bool ok = ce_merge(c, &s, g, err, errlen);
   if (ok)
-    k_cross_entropy_shard_backward(c->din[0], c->in[0], c->in[1], g, g + s.t, s.t, s.v_lo, s.v, s.t_total, 1.0, c->acc);
+    k_cross_entropy_shard_backward(c->din[0], c->in[0], c->in[1], g, g + s.t, s.t, s.v_lo, s.v, s.t_total, dloss_of(c), c->acc);
   free(g);
   return ok;
 }
@@ -198,7 +207,7 @@ static bool mse_forward(xcall *c, char *err, size_t errlen) {
 }
 
 static bool mse_backward(xcall *c, char *err, size_t errlen) {
-  k_mse_backward(c->din[0], c->din[1], IN(0), IN(1), numel(c->inr[0]), tensor_numel(tensor_of(c, 0)), 1.0, c->acc);
+  k_mse_backward(c->din[0], c->din[1], IN(0), IN(1), numel(c->inr[0]), tensor_numel(tensor_of(c, 0)), dloss_of(c), c->acc);
   return true;
 }
 
@@ -482,6 +491,97 @@ static bool gqa_attention_backward(xcall *c, char *err, size_t errlen) {
   return true;
 }
 
+/* ---- mixture of experts ---------------------------------------------------- */
+
+/* The parts of a routed layer: g groups of s tokens of h features, e
+ * experts (always whole), k choices per token, c slots per expert. */
+typedef struct moe_sizes {
+  int64_t g, s, h, e, k, c;
+} moe_sizes;
+
+/* probs [g, s, e] is input `pa`; the tokens' rows are x [g, s, h] (dispatch)
+ * or the experts' rows ye [e, g, c, h] (combine). */
+static moe_sizes moe_sizes_of(const xcall *c, int pa, const tregion *rows, bool expert_rows) {
+  const tregion *pr = c->inr[pa];
+  moe_sizes z = {ext(pr, 0), ext(pr, 1), 0, ext(pr, 2), (int64_t)xop_attr(c->g, c->op, "k", 1), 0};
+  z.h = ext(rows, 3 - !expert_rows);
+  z.c = expert_rows ? ext(rows, 2) : 0;
+  return z;
+}
+
+static bool moe_dispatch_forward(xcall *c, char *err, size_t errlen) {
+  if (c->acc) return cannot_accumulate(c, err, errlen);
+  moe_sizes z = moe_sizes_of(c, 1, c->outr, true);
+  k_moe_dispatch(c->out, IN(0), IN(1), z.g, z.s, z.h, z.e, z.k, z.c);
+  return true;
+}
+
+static bool moe_dispatch_backward(xcall *c, char *err, size_t errlen) {
+  moe_sizes z = moe_sizes_of(c, 1, c->dyr, true);
+  k_moe_dispatch_backward(c->din[0], c->dy, IN(1), z.g, z.s, z.h, z.e, z.k, z.c, c->acc);
+  /* the routing is piecewise constant: its probabilities get no gradient */
+  if (c->din[1] && !c->acc) memset(c->din[1], 0, (size_t)numel(c->inr[1]) * sizeof(float));
+  return true;
+}
+
+static bool moe_combine_forward(xcall *c, char *err, size_t errlen) {
+  if (c->acc) return cannot_accumulate(c, err, errlen);
+  moe_sizes z = moe_sizes_of(c, 1, c->inr[0], true);
+  k_moe_combine(c->out, IN(0), IN(1), z.g, z.s, z.h, z.e, z.k, z.c, xop_attr(c->g, c->op, "normalize", 1) != 0);
+  return true;
+}
+
+static bool moe_combine_backward(xcall *c, char *err, size_t errlen) {
+  moe_sizes z = moe_sizes_of(c, 1, c->inr[0], true);
+  k_moe_combine_backward(c->din[0], c->din[1], c->dy, IN(0), IN(1), z.g, z.s, z.h, z.e, z.k, z.c,
+                         xop_attr(c->g, c->op, "normalize", 1) != 0, c->acc);
+  return true;
+}
+
+/* x [e, g, c, k] (the rows of an expert flattened), w [e, k, n] */
+static void emkn(const xcall *c, int64_t *e, int64_t *m, int64_t *k, int64_t *n) {
+  *e = ext(c->inr[1], 0), *k = ext(c->inr[1], 1), *n = ext(c->inr[1], 2);
+  *m = *e && *k ? numel(c->inr[0]) / (*e * *k) : 0;
+}
+
+static bool expert_matmul_forward(xcall *c, char *err, size_t errlen) {
+  int64_t e, m, k, n;
+  emkn(c, &e, &m, &k, &n);
+  k_expert_matmul(c->out, IN(0), IN(1), e, m, k, n, c->acc);
+  return true;
+}
+
+static bool expert_matmul_backward(xcall *c, char *err, size_t errlen) {
+  int64_t e, m, k, n;
+  emkn(c, &e, &m, &k, &n);
+  k_expert_matmul_backward(c->din[0], c->din[1], c->dy, IN(0), IN(1), e, m, k, n, c->acc);
+  return true;
+}
+
+/* The loss so far (a scalar, NULL for the parts after the first of a split
+ * of the groups: it is added once) plus this part's share of the
+ * load-balancing loss; the share is what the part adds to the step's loss. */
+static bool moe_aux_loss_forward(xcall *c, char *err, size_t errlen) {
+  const tregion *pr = c->inr[1];
+  moe_sizes z = moe_sizes_of(c, 1, pr, false);
+  double share = k_moe_aux_loss(IN(1), z.g, z.s, z.e, z.k, tensor_of(c, 1)->dims[0].size,
+                                xop_attr(c->g, c->op, "alpha", 0.01));
+  double before = c->in[0] ? IN(0)[0] : 0;
+  c->loss = share;
+  if (c->acc) *c->out += (float)(before + share);
+  else *c->out = (float)(before + share);
+  return true;
+}
+
+static bool moe_aux_loss_backward(xcall *c, char *err, size_t errlen) {
+  moe_sizes z = moe_sizes_of(c, 1, c->inr[1], false);
+  double dloss = c->dy ? c->dy[0] : 1.0;
+  if (c->din[0]) put_grad(c->din[0], dloss, c->acc);
+  k_moe_aux_loss_backward(c->din[1], IN(1), z.g, z.s, z.e, z.k, tensor_of(c, 1)->dims[0].size,
+                          xop_attr(c->g, c->op, "alpha", 0.01), dloss, c->acc);
+  return true;
+}
+
 #undef IN
 
 /* ---- the table ------------------------------------------------------------ */
@@ -521,6 +621,10 @@ static const xop xops[] = {
   {KERNELS(gqa_attention), false, NULL, -1, 0, 0},
   {"cross_entropy", ce_forward, ce_backward, ce_stats, true, NULL, 1, 0, -1},
   {KERNELS(mse), true, NULL, -1, 0, 0},
+  {KERNELS(moe_dispatch), false, NULL, -1, 0, 0},
+  {KERNELS(moe_combine), false, NULL, -1, 0, 0},
+  {KERNELS(expert_matmul), false, NULL, -1, 0, 0},
+  {KERNELS(moe_aux_loss), true, NULL, -1, 0, 0},
 };
 
 #undef KERNELS
