@@ -420,6 +420,76 @@ static void sendset_add(sendset *ss, uint64_t key, int comm) {
   vec_push(NULL, &ss->comm, comm);
 }
 
+/* Partial sums held split otherwise than the consumers read them (the
+ * experts' row-parallel product under tensor parallelism, read by combine
+ * through expert parallelism's all-to-all): the pieces hsel[0..ns) that meet
+ * need hold several regions, each one device per key. The holders of each
+ * region all-reduce it (once: another consumer's reduction is found), and
+ * each consumer on cdevs[0..nc) that holds no piece of a region receives
+ * its part of the sum from a holder, one on its node when there is one.
+ * False, adding nothing, when the pieces are all one region or a region's
+ * holders are not one device per key. */
+static bool feed_reduce_regions(arena *a, arena *s, weft_plan *p, int tensor, const tregion *need,
+                                const pieces *have, const int *hsel, int ns, const int *cdevs, int nc, sendset *ss) {
+  bool mixed = false;
+  for (int q = 0; q < ns && !mixed; q++) mixed = !tregion_equal(&have->v[hsel[q]].region, &have->v[hsel[0]].region);
+  if (!mixed) return false;
+  int nk = -1;
+  int *grp = arena_alloc(s, sizeof(int) * (size_t)ns);
+  int64_t *keys = arena_alloc(s, sizeof(int64_t) * (size_t)ns);
+  for (int pass = 0; pass < 2; pass++)
+    for (int q = 0; q < ns; q++) {
+      const piece *pc = &have->v[hsel[q]];
+      bool first = pc->partial >= 0;
+      for (int e = 0; e < q && first; e++) first = !tregion_equal(&have->v[hsel[e]].region, &pc->region);
+      if (pc->partial < 0) return false;
+      if (!first) continue;
+      int ng = 0;
+      for (int e = q; e < ns; e++) {
+        const piece *o = &have->v[hsel[e]];
+        if (!tregion_equal(&o->region, &pc->region)) continue;
+        for (int r = 0; r < ng; r++)
+          if (keys[r] == o->partial || grp[r] == o->device) return false;
+        keys[ng] = o->partial;
+        grp[ng++] = o->device;
+      }
+      if (nk < 0) nk = ng;
+      if (ng != nk || ng < 2) return false;
+      if (pass == 0) continue;
+      int *hold = arena_alloc(s, sizeof(int) * (size_t)ng);
+      memcpy(hold, grp, sizeof(int) * (size_t)ng);
+      ng = distinct(grp, ng);
+      uint64_t rkey = send_key(tensor, -2, &pc->region);
+      if (reduction_find(ss, p, rkey, COMM_ALL_REDUCE, tensor, &pc->region, grp, ng, NULL) < 0) {
+        tregion r = tregion_copy(a, &pc->region);
+        pcomm *cm = comm_add(a, p, COMM_ALL_REDUCE, tensor, PHASE_FORWARD, grp, ng, &r);
+        sendset_add(ss, rkey, p->ncomms - 1);
+        cm->why = "the producers hold partial sums split otherwise than the consumers read them; each part's holders reduce it";
+      }
+      tregion x;
+      if (!tregion_intersect(s, &pc->region, need, &x)) continue;
+      for (int c = 0; c < nc; c++) {
+        int dst = cdevs[c], src = -1;
+        bool held = false;
+        for (int r = 0; r < ng && !held; r++) held = hold[r] == dst;
+        if (held) continue;
+        for (int r = 0; r < ng; r++)
+          if (src < 0 || (node_of(p, hold[r]) == node_of(p, dst) && node_of(p, src) != node_of(p, dst))) src = hold[r];
+        uint64_t key = send_key(tensor, dst, &x);
+        if (sendset_find(ss, p, key, tensor, dst, &x) >= 0) continue;
+        int pair[2] = {src, dst};
+        tregion r = tregion_copy(a, &x);
+        pcomm *cm = comm_add(a, p, COMM_SEND, tensor, PHASE_FORWARD, pair, 2, &r);
+        sendset_add(ss, key, p->ncomms - 1);
+        cm->src = src;
+        cm->dst = dst;
+        cm->producer_sub = pc->sub;
+        cm->why = "the consumer runs on another device than the producer";
+      }
+    }
+  return true;
+}
+
 /* Sequence parallelism after a row-parallel layer: the producers hold partial
  * sums of one region, one piece on each device of a group, and the consumers
  * on the group each need their own part of it, the parts tiling it. One
@@ -755,6 +825,7 @@ static void feed_edge(arena *a, arena *s, weft_plan *p, int op, int k, const pie
         for (int j = 0; j < nc_all; j++) cdev[j] = p->subs[cp->first + j].device;
       }
       if (feed_scatter(a, s, p, tensor, need, have, hsel, ns, hdevs, nh, &nsweep, cdev, hit, done, ss)) continue;
+      if (feed_reduce_regions(a, s, p, tensor, need, have, hsel, ns, cdevs, nc, ss)) continue;
       /* partial sums of the region: reduce them where they are needed */
       memcpy(g, hdevs, sizeof(int) * (size_t)nh);
       memcpy(g + nh, cdevs, sizeof(int) * (size_t)nc);
@@ -1242,6 +1313,47 @@ static bool grads_scatter_gather(arena *a, arena *s, weft_plan *p, int t, int pr
   return true;
 }
 
+/* Partial sums that come back split otherwise than the producers wrote
+ * them (a tensor-parallel product of expert parallelism's experts, read
+ * through an all-to-all): each region the contributions idx[0..ni) hold is
+ * held by one device per key; those devices all-reduce it (once per tensor:
+ * reduced marks the contributions done), after which every holder has the
+ * sum and the gradient moves as complete values do. False, adding nothing,
+ * when a region's holders are not one device per key. */
+static bool grads_reduce_regions(arena *a, arena *s, weft_plan *p, int t, int prod, const pieces *contrib,
+                                 const int *idx, int ni, int nk, bool *reduced) {
+  int *grp = arena_alloc(s, sizeof(int) * (size_t)(ni ? ni : 1));
+  for (int pass = 0; pass < 2; pass++)
+    for (int q = 0; q < ni; q++) {
+      const piece *pc = &contrib->v[idx[q]];
+      bool first = true;
+      for (int e = 0; e < q && first; e++) first = !tregion_equal(&contrib->v[idx[e]].region, &pc->region);
+      if (!first) continue;
+      int ng = 0;
+      bool done = false;
+      int64_t *seen = arena_alloc(s, sizeof(int64_t) * (size_t)ni);
+      for (int e = q; e < ni; e++) {
+        const piece *o = &contrib->v[idx[e]];
+        if (!tregion_equal(&o->region, &pc->region)) continue;
+        for (int r = 0; r < ng; r++)
+          if (seen[r] == o->partial || grp[r] == o->device) return false;
+        seen[ng] = o->partial;
+        grp[ng++] = o->device;
+        done |= reduced[idx[e]];
+      }
+      if (ng != nk) return false;
+      if (pass == 0 || done) continue;
+      for (int e = q; e < ni; e++)
+        if (tregion_equal(&contrib->v[idx[e]].region, &pc->region)) reduced[idx[e]] = true;
+      ng = distinct(grp, ng);
+      tregion r = tregion_copy(a, &pc->region);
+      pcomm *cm = comm_add(a, p, COMM_ALL_REDUCE, t, PHASE_BACKWARD, grp, ng, &r);
+      cm->why = "its consumers' gradients are parts of a sum on several devices, split otherwise than the producer wrote its result";
+      cm->consumer_op = prod;
+    }
+  return true;
+}
+
 /* Every consumer of an activation sends back the gradient of what it read;
  * the producer's sub-operators need the sum over consumers (and over the
  * parts of each consumer split along dimensions the activation lacks) for
@@ -1277,6 +1389,7 @@ static void reduce_activation_grads(arena *a, arena *s, weft_plan *p, const trea
     sweep_index csweep = {0}, wsweep = {0};
     int *pdev = NULL, *hit = NULL;
     bool regrouped = false;  /* gradients sent piece by piece to another layout */
+    bool *reduced = NULL;    /* contributions summed by grads_reduce_regions */
     VEC(int) sendmb = {0};  /* per comm from first_t: its micro-batch */
     for (int i = 0; i < pp->count; i++) {
       if (done[i]) continue;
@@ -1351,6 +1464,10 @@ static void reduce_activation_grads(arena *a, arena *s, weft_plan *p, const trea
           ni = w;
           nk = 1;
         }
+      }
+      if (!exact && nk > 1) {
+        if (!reduced) reduced = arena_alloc(s, (size_t)contrib.n);
+        if (grads_reduce_regions(a, s, p, t, prod, &contrib, idx, ni, nk, reduced)) nk = 1;
       }
       /* complete gradients split otherwise than the producers wrote them
        * (attention by heads after a sequence split): each producer gets the
