@@ -47,11 +47,6 @@ double xop_attr(const weft_graph *g, int op, const char *name, double dflt) {
   return dflt;
 }
 
-static void put_grad(float *d, double v, bool acc) {
-  if (acc) *d += (float)v;
-  else *d = (float)v;
-}
-
 /* The gradient of a loss's result: 1 where it is the step's loss, else
  * what the operators after it send back. */
 static double dloss_of(const xcall *c) { return c->dy ? c->dy[0] : 1.0; }
@@ -558,27 +553,18 @@ static bool expert_matmul_backward(xcall *c, char *err, size_t errlen) {
   return true;
 }
 
-/* The loss so far (a scalar, NULL for the parts after the first of a split
- * of the groups: it is added once) plus this part's share of the
- * load-balancing loss; the share is what the part adds to the step's loss. */
+/* An auxiliary loss: this part's share, which the step's loss adds. */
 static bool moe_aux_loss_forward(xcall *c, char *err, size_t errlen) {
-  const tregion *pr = c->inr[1];
-  moe_sizes z = moe_sizes_of(c, 1, pr, false);
-  double share = k_moe_aux_loss(IN(1), z.g, z.s, z.e, z.k, tensor_of(c, 1)->dims[0].size,
-                                xop_attr(c->g, c->op, "alpha", 0.01));
-  double before = c->in[0] ? IN(0)[0] : 0;
-  c->loss = share;
-  if (c->acc) *c->out += (float)(before + share);
-  else *c->out = (float)(before + share);
+  moe_sizes z = moe_sizes_of(c, 0, c->inr[0], false);
+  put_loss(c, k_moe_aux_loss(IN(0), z.g, z.s, z.e, z.k, tensor_of(c, 0)->dims[0].size,
+                             xop_attr(c->g, c->op, "alpha", 0.01)));
   return true;
 }
 
 static bool moe_aux_loss_backward(xcall *c, char *err, size_t errlen) {
-  moe_sizes z = moe_sizes_of(c, 1, c->inr[1], false);
-  double dloss = c->dy ? c->dy[0] : 1.0;
-  if (c->din[0]) put_grad(c->din[0], dloss, c->acc);
-  k_moe_aux_loss_backward(c->din[1], IN(1), z.g, z.s, z.e, z.k, tensor_of(c, 1)->dims[0].size,
-                          xop_attr(c->g, c->op, "alpha", 0.01), dloss, c->acc);
+  moe_sizes z = moe_sizes_of(c, 0, c->inr[0], false);
+  k_moe_aux_loss_backward(c->din[0], IN(0), z.g, z.s, z.e, z.k, tensor_of(c, 0)->dims[0].size,
+                          xop_attr(c->g, c->op, "alpha", 0.01), dloss_of(c), c->acc);
   return true;
 }
 
