@@ -1315,37 +1315,40 @@ static bool grads_scatter_gather(arena *a, arena *s, weft_plan *p, int t, int pr
 
 /* Partial sums that come back split otherwise than the producers wrote
  * them (a tensor-parallel product of expert parallelism's experts, read
- * through an all-to-all): each region the contributions idx[0..ni) hold is
- * held by one device per key; those devices all-reduce it (once per tensor:
- * reduced marks the contributions done), after which every holder has the
- * sum and the gradient moves as complete values do. False, adding nothing,
- * when a region's holders are not one device per key. */
+ * through an all-to-all): each region the contributions idx[0..ni) hold
+ * has every key of the nk on one device (a device may hold several, which
+ * it sums in place); those devices all-reduce it (once per tensor: reduced
+ * marks the contributions done), after which every holder has the sum and
+ * the gradient moves as complete values do. False, adding nothing, when a
+ * region lacks a key or holds one on two devices. */
 static bool grads_reduce_regions(arena *a, arena *s, weft_plan *p, int t, int prod, const pieces *contrib,
                                  const int *idx, int ni, int nk, bool *reduced) {
   int *grp = arena_alloc(s, sizeof(int) * (size_t)(ni ? ni : 1));
+  int64_t *keys = arena_alloc(s, sizeof(int64_t) * (size_t)(ni ? ni : 1));
+  int *kdev = arena_alloc(s, sizeof(int) * (size_t)(ni ? ni : 1));
   for (int pass = 0; pass < 2; pass++)
     for (int q = 0; q < ni; q++) {
       const piece *pc = &contrib->v[idx[q]];
       bool first = true;
       for (int e = 0; e < q && first; e++) first = !tregion_equal(&contrib->v[idx[e]].region, &pc->region);
       if (!first) continue;
-      int ng = 0;
+      int ng = 0, nkeys = 0;
       bool done = false;
-      int64_t *seen = arena_alloc(s, sizeof(int64_t) * (size_t)ni);
       for (int e = q; e < ni; e++) {
         const piece *o = &contrib->v[idx[e]];
         if (!tregion_equal(&o->region, &pc->region)) continue;
-        for (int r = 0; r < ng; r++)
-          if (seen[r] == o->partial || grp[r] == o->device) return false;
-        seen[ng] = o->partial;
-        grp[ng++] = o->device;
         done |= reduced[idx[e]];
+        int r;
+        for (r = 0; r < nkeys && keys[r] != o->partial; r++) {}
+        if (r < nkeys && kdev[r] != o->device) return false;
+        if (r == nkeys) keys[nkeys] = o->partial, kdev[nkeys++] = o->device;
+        grp[ng++] = o->device;
       }
-      if (ng != nk) return false;
+      ng = distinct(grp, ng);
+      if (nkeys != nk || ng < 2) return false;
       if (pass == 0 || done) continue;
       for (int e = q; e < ni; e++)
         if (tregion_equal(&contrib->v[idx[e]].region, &pc->region)) reduced[idx[e]] = true;
-      ng = distinct(grp, ng);
       tregion r = tregion_copy(a, &pc->region);
       pcomm *cm = comm_add(a, p, COMM_ALL_REDUCE, t, PHASE_BACKWARD, grp, ng, &r);
       cm->why = "its consumers' gradients are parts of a sum on several devices, split otherwise than the producer wrote its result";
