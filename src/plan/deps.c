@@ -426,9 +426,12 @@ static void sendset_add(sendset *ss, uint64_t key, int comm) {
  * need hold several regions, each one device per key. The holders of each
  * region all-reduce it (once: another consumer's reduction is found), and
  * each consumer on cdevs[0..nc) that holds no piece of a region receives
- * its part of the sum from a holder, one on its node when there is one.
+ * its part of the sum from the nearest holder, among equally near ones its
+ * peer (rank to rank).
  * False, adding nothing, when the pieces are all one region or a region's
  * holders are not one device per key. */
+static int nearest_peer(const weft_plan *p, const int *hold, int n, int d, int rank);
+
 static bool feed_reduce_regions(arena *a, arena *s, weft_plan *p, int tensor, const tregion *need,
                                 const pieces *have, const int *hsel, int ns, const int *cdevs, int nc, sendset *ss) {
   bool mixed = false;
@@ -469,12 +472,11 @@ static bool feed_reduce_regions(arena *a, arena *s, weft_plan *p, int tensor, co
       tregion x;
       if (!tregion_intersect(s, &pc->region, need, &x)) continue;
       for (int c = 0; c < nc; c++) {
-        int dst = cdevs[c], src = -1;
+        int dst = cdevs[c], src;
         bool held = false;
         for (int r = 0; r < ng && !held; r++) held = hold[r] == dst;
         if (held) continue;
-        for (int r = 0; r < ng; r++)
-          if (src < 0 || (node_of(p, hold[r]) == node_of(p, dst) && node_of(p, src) != node_of(p, dst))) src = hold[r];
+        src = nearest_peer(p, grp, ng, dst, c);
         uint64_t key = send_key(tensor, dst, &x);
         if (sendset_find(ss, p, key, tensor, dst, &x) >= 0) continue;
         int pair[2] = {src, dst};
@@ -605,6 +607,45 @@ static void make_all_to_all(arena *a, arena *s, weft_plan *p, const int *ids, in
   cm->input = keep.input;
   cm->dir = keep.dir;
   cm->why = why;
+}
+
+/* The representative of x's group in the union-find forest up. */
+static int group_root(int *up, int x) {
+  while (up[x] != x) x = up[x] = up[up[x]];
+  return x;
+}
+
+/* Orders the sends ids[0..ns) by the groups of devices they connect (sends
+ * that share a device are in one group), group after group in the order of
+ * their first send; starts[0..n] bounds each group, n returned. Disjoint
+ * groups (the expert groups of tensor-parallel peers) exchange separately:
+ * one all-to-all each. */
+static int send_groups(arena *s, const weft_plan *p, int *ids, int ns, int *starts) {
+  int nd = p->ndevices > 0 ? p->ndevices : 1;
+  int *up = arena_alloc(s, sizeof(int) * (size_t)nd);
+  for (int d = 0; d < nd; d++) up[d] = d;
+  for (int q = 0; q < ns; q++) {
+    int a = p->comms[ids[q]].src, b = p->comms[ids[q]].dst;
+    if (a < 0 || b < 0 || a >= nd || b >= nd) continue;
+    a = group_root(up, a), b = group_root(up, b);
+    if (a != b) up[a] = b;
+  }
+  int *root = arena_alloc(s, sizeof(int) * (size_t)(ns ? ns : 1)), *out = arena_alloc(s, sizeof(int) * (size_t)(ns ? ns : 1));
+  bool *took = arena_alloc(s, (size_t)(ns ? ns : 1));
+  for (int q = 0; q < ns; q++) {
+    int d = p->comms[ids[q]].src;
+    root[q] = d >= 0 && d < nd ? group_root(up, d) : -1 - q;
+  }
+  int n = 0, m = 0;
+  for (int q = 0; q < ns; q++) {
+    if (took[q]) continue;
+    starts[n++] = m;
+    for (int r = q; r < ns; r++)
+      if (!took[r] && root[r] == root[q]) took[r] = true, out[m++] = ids[r];
+  }
+  starts[n] = m;
+  memcpy(ids, out, sizeof(int) * (size_t)ns);
+  return n;
 }
 
 /* Regions by device for make_all_to_all: what each device starts with or
@@ -922,24 +963,29 @@ static void feed_edge(arena *a, arena *s, weft_plan *p, int op, int k, const pie
           ids[ns++] = first_comm + j;
         }
       }
-      layout l;
-      layout_init(s, &l, p, ids, ns);
-      bool *bad = arena_alloc(s, (size_t)(l.n + 1));
-      for (int m = 0; m < l.n; m++) bad[m] = false;
-      for (int h = 0; h < have->n; h++) {
-        const piece *pc = &have->v[h];
-        if (pc->sub < 0 || p->subs[pc->sub].microbatch != mb) continue;
-        layout_put(&l, pc->device, 0, &pc->region, bad);
-        if (pc->partial >= 0)  /* partial sums: a reduction, not a move */
-          for (int m = 0; m < l.n; m++) bad[m] |= l.dev[m] == pc->device;
+      int *starts = arena_alloc(s, sizeof(int) * (size_t)(ns + 1));
+      int ngroups = send_groups(s, p, ids, ns, starts);
+      for (int gi = 0; gi < ngroups; gi++) {
+        int *gids = ids + starts[gi], gn = starts[gi + 1] - starts[gi];
+        layout l;
+        layout_init(s, &l, p, gids, gn);
+        bool *bad = arena_alloc(s, (size_t)(l.n + 1));
+        for (int m = 0; m < l.n; m++) bad[m] = false;
+        for (int h = 0; h < have->n; h++) {
+          const piece *pc = &have->v[h];
+          if (pc->sub < 0 || p->subs[pc->sub].microbatch != mb) continue;
+          layout_put(&l, pc->device, 0, &pc->region, bad);
+          if (pc->partial >= 0)  /* partial sums: a reduction, not a move */
+            for (int m = 0; m < l.n; m++) bad[m] |= l.dev[m] == pc->device;
+        }
+        for (int q = 0; q < nc_all; q++) {
+          const psub *t = &p->subs[cp->first + q];
+          if (t->microbatch == mb) layout_put(&l, t->device, 1, &needs[q], bad);
+        }
+        layout_finish(&l, bad);
+        make_all_to_all(a, s, p, gids, gn, l.dev, l.from, l.to, l.n,
+                        "the group holds the tensor split one way; its consumers read it split another");
       }
-      for (int q = 0; q < nc_all; q++) {
-        const psub *t = &p->subs[cp->first + q];
-        if (t->microbatch == mb) layout_put(&l, t->device, 1, &needs[q], bad);
-      }
-      layout_finish(&l, bad);
-      make_all_to_all(a, s, p, ids, ns, l.dev, l.from, l.to, l.n,
-                      "the group holds the tensor split one way; its consumers read it split another");
     }
     /* one holder sending the same region to several devices: a broadcast */
     for (int i = 0; i < nsend; i++) {
@@ -1484,14 +1530,18 @@ static void reduce_activation_grads(arena *a, arena *s, weft_plan *p, const trea
             for (int e = 0; e < q && !seen; e++) seen = tregion_equal(&contrib.v[idx[e]].region, &pc->region);
             tregion x;
             if (seen || !tregion_intersect(s, &pc->region, &need, &x)) continue;
-            /* a holder on d itself, else one on d's node, else the first */
-            int src = -1;
+            /* a holder on d itself, else the nearest, and among equally
+             * near ones d's peer (rank to rank, as when a tensor-parallel
+             * group's summed parts go back) */
+            int src = -1, nhold = 0;
+            int *hold = arena_alloc(s, sizeof(int) * (size_t)ni);
             for (int e = q; e < ni; e++) {
               const piece *o = &contrib.v[idx[e]];
               if (!tregion_equal(&o->region, &pc->region)) continue;
               if (o->device == d) { src = d; break; }
-              if (src < 0 || (node_of(p, o->device) == node_of(p, d) && node_of(p, src) != node_of(p, d))) src = o->device;
+              hold[nhold++] = o->device;
             }
+            if (src < 0) src = nearest_peer(p, hold, distinct(hold, nhold), d, w);
             if (src == d) continue;
             int pair[2] = {src, d};
             tregion r = tregion_copy(a, &x);
@@ -1569,21 +1619,26 @@ static void reduce_activation_grads(arena *a, arena *s, weft_plan *p, const trea
         int mb = sendmb.v[i], ns = 0;
         for (int j = i; j < nsend; j++)
           if (!used[j] && sendmb.v[j] == mb) used[j] = true, ids[ns++] = first_t + j;
-        layout l;
-        layout_init(s, &l, p, ids, ns);
-        bool *bad = arena_alloc(s, (size_t)(l.n + 1));
-        for (int m = 0; m < l.n; m++) bad[m] = false;
-        for (int q = 0; q < contrib.n; q++) {
-          const piece *pc = &contrib.v[q];
-          if (pc->sub >= 0 && p->subs[pc->sub].microbatch == mb) layout_put(&l, pc->device, 0, &pc->region, bad);
+        int *starts = arena_alloc(s, sizeof(int) * (size_t)(ns + 1));
+        int ngroups = send_groups(s, p, ids, ns, starts);
+        for (int gi = 0; gi < ngroups; gi++) {
+          int *gids = ids + starts[gi], gn = starts[gi + 1] - starts[gi];
+          layout l;
+          layout_init(s, &l, p, gids, gn);
+          bool *bad = arena_alloc(s, (size_t)(l.n + 1));
+          for (int m = 0; m < l.n; m++) bad[m] = false;
+          for (int q = 0; q < contrib.n; q++) {
+            const piece *pc = &contrib.v[q];
+            if (pc->sub >= 0 && p->subs[pc->sub].microbatch == mb) layout_put(&l, pc->device, 0, &pc->region, bad);
+          }
+          for (int q = 0; q < pp->count; q++) {
+            const psub *w = &p->subs[pp->first + q];
+            if (w->microbatch == mb) layout_put(&l, w->device, 1, &wrote[q], bad);
+          }
+          layout_finish(&l, bad);
+          make_all_to_all(a, s, p, gids, gn, l.dev, l.from, l.to, l.n,
+                          "the gradient comes back split otherwise than the producer wrote its result");
         }
-        for (int q = 0; q < pp->count; q++) {
-          const psub *w = &p->subs[pp->first + q];
-          if (w->microbatch == mb) layout_put(&l, w->device, 1, &wrote[q], bad);
-        }
-        layout_finish(&l, bad);
-        make_all_to_all(a, s, p, ids, ns, l.dev, l.from, l.to, l.n,
-                        "the gradient comes back split otherwise than the producer wrote its result");
       }
       regroup_sends(p, first_t, NULL);
     }
