@@ -504,15 +504,26 @@ static moe_sizes moe_sizes_of(const xcall *c, int pa, const tregion *rows, bool 
   return z;
 }
 
+/* A token chooses k distinct experts of the e: an operator declared with
+ * another k is refused before a kernel reads past its probabilities. */
+static bool moe_k_ok(const xcall *c, const moe_sizes *z, char *err, size_t errlen) {
+  if (z->k >= 1 && z->k <= z->e) return true;
+  snprintf(err, errlen, "operator %s: k (%lld) must be between 1 and the number of experts (%lld)",
+           c->g->ops[c->op].name, (long long)z->k, (long long)z->e);
+  return false;
+}
+
 static bool moe_dispatch_forward(xcall *c, char *err, size_t errlen) {
   if (c->acc) return cannot_accumulate(c, err, errlen);
   moe_sizes z = moe_sizes_of(c, 1, c->outr, true);
+  if (!moe_k_ok(c, &z, err, errlen)) return false;
   k_moe_dispatch(c->out, IN(0), IN(1), z.g, z.s, z.h, z.e, z.k, z.c);
   return true;
 }
 
 static bool moe_dispatch_backward(xcall *c, char *err, size_t errlen) {
   moe_sizes z = moe_sizes_of(c, 1, c->dyr, true);
+  if (!moe_k_ok(c, &z, err, errlen)) return false;
   k_moe_dispatch_backward(c->din[0], c->dy, IN(1), z.g, z.s, z.h, z.e, z.k, z.c, c->acc);
   /* the routing is piecewise constant: its probabilities get no gradient */
   if (c->din[1] && !c->acc) memset(c->din[1], 0, (size_t)numel(c->inr[1]) * sizeof(float));
@@ -522,12 +533,14 @@ static bool moe_dispatch_backward(xcall *c, char *err, size_t errlen) {
 static bool moe_combine_forward(xcall *c, char *err, size_t errlen) {
   if (c->acc) return cannot_accumulate(c, err, errlen);
   moe_sizes z = moe_sizes_of(c, 1, c->inr[0], true);
+  if (!moe_k_ok(c, &z, err, errlen)) return false;
   k_moe_combine(c->out, IN(0), IN(1), z.g, z.s, z.h, z.e, z.k, z.c, xop_attr(c->g, c->op, "normalize", 1) != 0);
   return true;
 }
 
 static bool moe_combine_backward(xcall *c, char *err, size_t errlen) {
   moe_sizes z = moe_sizes_of(c, 1, c->inr[0], true);
+  if (!moe_k_ok(c, &z, err, errlen)) return false;
   k_moe_combine_backward(c->din[0], c->din[1], c->dy, IN(0), IN(1), z.g, z.s, z.h, z.e, z.k, z.c,
                          xop_attr(c->g, c->op, "normalize", 1) != 0, c->acc);
   return true;
@@ -556,6 +569,7 @@ static bool expert_matmul_backward(xcall *c, char *err, size_t errlen) {
 /* An auxiliary loss: this part's share, which the step's loss adds. */
 static bool moe_aux_loss_forward(xcall *c, char *err, size_t errlen) {
   moe_sizes z = moe_sizes_of(c, 0, c->inr[0], false);
+  if (!moe_k_ok(c, &z, err, errlen)) return false;
   put_loss(c, k_moe_aux_loss(IN(0), z.g, z.s, z.e, z.k, tensor_of(c, 0)->dims[0].size,
                              xop_attr(c->g, c->op, "alpha", 0.01)));
   return true;
@@ -563,6 +577,7 @@ static bool moe_aux_loss_forward(xcall *c, char *err, size_t errlen) {
 
 static bool moe_aux_loss_backward(xcall *c, char *err, size_t errlen) {
   moe_sizes z = moe_sizes_of(c, 0, c->inr[0], false);
+  if (!moe_k_ok(c, &z, err, errlen)) return false;
   k_moe_aux_loss_backward(c->din[0], IN(0), z.g, z.s, z.e, z.k, tensor_of(c, 0)->dims[0].size,
                           xop_attr(c->g, c->op, "alpha", 0.01), dloss_of(c), c->acc);
   return true;
