@@ -94,3 +94,7 @@ runs "estimate: Llama 3 405B, seq 131072, tp8 cp16 pp16 dp8" 2 $L --set seq=1310
 T="examples/gpt_megatron.plan --set dtype=bf16 --set hidden=12288 --set heads=96 --set seq=2048 --set vocab=51200 --set layers=96 --set tp=8 --set pp=16 --set dp=8 --set nodes=128 --set global_batch=512 --set micro_batch=1"
 runs "lower --device 0 --json: GPT-3 175B, 1024 A100" 1 lower $T --device 0 --json
 run "lower --json (every device): GPT-3 175B, 1024 A100" lower $T --json
+# A mixture of experts (docs/moe.md): Mixtral-8x7B's shape on eight DGX
+# H100 nodes, ep 8 x tp 2 per stage, pp 4, 8 micro-batches; the all-to-alls
+# of dispatch and combine cross nodes (target: under 2 s on one core).
+runs "estimate: Mixtral 8x7B, 64 H100, ep8 tp2 pp4" 2 estimate examples/mixtral.plan --max-memory 2GiB

@@ -85,6 +85,20 @@ done
 run_ok "megatron tp 2, pp 2, dp 3, zero 1, uneven shards" examples/gpt_megatron.plan $MEG --set nodes=2 --set dp=3 \
   --set global_batch=12 --set zero=1 --steps 2
 run_ok "ZeRO-3 parts empty on some devices" tests/golden/plan/shard_empty.plan --steps 3
+# mixtures of experts: expert parallelism alone and with tp, dp, pp and
+# ZeRO; a capacity factor of 0.5 (2 slots per expert and sequence for 32
+# choices) drops at least half of the choices, 4 (the whole sequence) none
+for cf in 0.5 4; do
+  for p in single ep2 ep4 ep2_tp2_dp2 ep2_pp2 ep2_dp2_zero2; do
+    run_ok "moe $p, capacity factor $cf" examples/moe.plan --plan $p --set capacity_factor=$cf --steps 2
+  done
+done
+run_ok "moe with a shared expert and a dense layer, ep2" examples/moe.plan --plan ep2 --set shared_experts=1 --set layers=2 \
+  --set moe_every=2 --steps 2
+run_ok "moe top 1 (Switch), ep4" examples/moe.plan --plan ep4 --set top_k=1 --steps 2
+run_ok "mixtral-shaped moe_llama, ep2 tp2 pp2" examples/mixtral.plan --set layers=2 --set hidden=64 --set heads=4 --set kv_heads=2 \
+  --set ffn=96 --set seq=16 --set vocab=128 --set global_batch=8 --set micro_batches=2 --set ep=2 --set tp=2 --set pp=2 \
+  --set nodes=1 --set dtype=f32 --steps 2
 
 # the buffers the CPU backend holds, as it measures them, are what the
 # estimate counts: every device's peak in program order (the estimate with

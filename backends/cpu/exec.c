@@ -1349,6 +1349,11 @@ bool xrun_reference(const weft_graph *g, weft_world *w, const backend_step *st, 
   int *nidims = xcalloc((size_t)(g->nops + 1) * sizeof(int));
   const xop **kern = xcalloc((size_t)(g->nops + 1) * sizeof(const xop *));
   for (int op = 0; op < g->nops && ok; op++) ok = (kern[op] = xop_find(g, op, err, errlen)) != NULL;
+  /* the tensors some operator reads: a loss that none reads (the model's,
+   * an auxiliary one) seeds its own backward */
+  bool *read = xcalloc((size_t)(nt + 1) * sizeof(bool));
+  for (int op = 0; op < g->nops; op++)
+    for (int i = 0; i < g->ops[op].ninputs; i++) read[g->ops[op].inputs[i]] = true;
   for (int op = 0; op < g->nops; op++) {
     const opdecl *d = g->ops[op].decl;
     if (!d || !d->native_fwd) continue;
@@ -1391,7 +1396,7 @@ bool xrun_reference(const weft_graph *g, weft_world *w, const backend_step *st, 
       c.out = val[x->output], c.outr = &whole[x->output];
       c.ranges = ranges[op], c.nidims = nidims[op];
       ok = xop_run(&c, err, errlen);
-      if (xop_is_loss(kern[op]) && x->output == g->loss) loss += c.loss;
+      if (xop_is_loss(kern[op])) loss += c.loss;  /* every loss operator adds its share */
     }
     for (int op = g->nops - 1; op >= 0 && ok && !st->eval; op--) {
       const gop *x = &g->ops[op];
@@ -1401,7 +1406,7 @@ bool xrun_reference(const weft_graph *g, weft_world *w, const backend_step *st, 
         c.in[i] = val[x->inputs[i]], c.inr[i] = &whole[x->inputs[i]];
         c.din[i] = grad[x->inputs[i]];
       }
-      c.dy = x->output == g->loss ? NULL : grad[x->output];
+      c.dy = x->output == g->loss || (xop_is_loss(kern[op]) && !read[x->output]) ? NULL : grad[x->output];
       c.dyr = &whole[x->output];
       c.ranges = ranges[op], c.nidims = nidims[op];
       ok = xop_run(&c, err, errlen);
@@ -1447,7 +1452,7 @@ bool xrun_reference(const weft_graph *g, weft_world *w, const backend_step *st, 
     }
   }
   for (int op = 0; op < g->nops; op++) free(ranges[op]);
-  free(ranges), free(nidims), free(kern);
+  free(ranges), free(nidims), free(kern), free(read);
   arena_free(&a);
   free(val), free(grad), free(dims), free(ivs), free(whole);
   return ok;

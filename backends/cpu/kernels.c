@@ -650,6 +650,215 @@ void k_mse_backward(float *da, float *db, const float *a, const float *b,
   }
 }
 
+/* ---- mixture of experts -------------------------------------------------- */
+
+/* The k largest of p[0..e), ties to the lower index, largest first. */
+static void top_k(int32_t *pick, const float *p, int64_t e, int64_t k) {
+  for (int64_t j = 0; j < k; j++) {
+    int64_t best = -1;
+    for (int64_t x = 0; x < e; x++) {
+      bool taken = false;
+      for (int64_t q = 0; q < j && !taken; q++) taken = pick[q] == x;
+      if (!taken && (best < 0 || p[x] > p[best])) best = x;
+    }
+    pick[j] = (int32_t)best;
+  }
+}
+
+void k_moe_route(int32_t *expert, int32_t *slot, const float *probs,
+                 int64_t g, int64_t s, int64_t e, int64_t k, int64_t c) {
+  int64_t *used = scratch((size_t)e, sizeof *used);
+  for (int64_t gi = 0; gi < g; gi++) {
+    for (int64_t t = 0; t < s; t++)
+      top_k(expert + (gi * s + t) * k, probs + (gi * s + t) * e, e, k);
+    memset(used, 0, (size_t)e * sizeof *used);
+    for (int64_t j = 0; j < k; j++)
+      for (int64_t t = 0; t < s; t++) {
+        int64_t at = (gi * s + t) * k + j, x = expert[at];
+        slot[at] = used[x] < c ? (int32_t)used[x]++ : -1;
+      }
+  }
+  free(used);
+}
+
+typedef struct moe_routes {
+  int32_t *expert, *slot;
+} moe_routes;
+
+static moe_routes routes(const float *probs, int64_t g, int64_t s, int64_t e, int64_t k, int64_t c) {
+  moe_routes r = {scratch((size_t)(g * s * k), sizeof(int32_t)), scratch((size_t)(g * s * k), sizeof(int32_t))};
+  k_moe_route(r.expert, r.slot, probs, g, s, e, k, c);
+  return r;
+}
+
+static void free_routes(moe_routes *r) {
+  free(r->expert);
+  free(r->slot);
+}
+
+/* The row of slot (x, gi, sl) in an [e][g][c][h] tensor. */
+static inline int64_t slot_row(int64_t x, int64_t gi, int64_t sl, int64_t g, int64_t c) {
+  return (x * g + gi) * c + sl;
+}
+
+void k_moe_dispatch(float *out, const float *x, const float *probs,
+                    int64_t g, int64_t s, int64_t h, int64_t e, int64_t k, int64_t c) {
+  moe_routes r = routes(probs, g, s, e, k, c);
+  memset(out, 0, (size_t)(e * g * c * h) * sizeof *out);
+  for (int64_t gi = 0; gi < g; gi++)
+    for (int64_t t = 0; t < s; t++)
+      for (int64_t j = 0; j < k; j++) {
+        int64_t at = (gi * s + t) * k + j;
+        if (r.slot[at] < 0) continue;
+        memcpy(out + slot_row(r.expert[at], gi, r.slot[at], g, c) * h, x + (gi * s + t) * h, (size_t)h * sizeof *out);
+      }
+  free_routes(&r);
+}
+
+void k_moe_dispatch_backward(float *dx, const float *dout, const float *probs,
+                             int64_t g, int64_t s, int64_t h, int64_t e, int64_t k,
+                             int64_t c, bool acc) {
+  if (!dx) return;
+  moe_routes r = routes(probs, g, s, e, k, c);
+  for (int64_t gi = 0; gi < g; gi++)
+    for (int64_t t = 0; t < s; t++) {
+      float *d = dx + (gi * s + t) * h;
+      for (int64_t q = 0; q < h; q++) {
+        double sum = 0;
+        for (int64_t j = 0; j < k; j++) {
+          int64_t at = (gi * s + t) * k + j;
+          if (r.slot[at] >= 0) sum += dout[slot_row(r.expert[at], gi, r.slot[at], g, c) * h + q];
+        }
+        put(&d[q], sum, acc);
+      }
+    }
+  free_routes(&r);
+}
+
+/* The weight of each of a token's k choices (w[k]) and the divisor it was
+ * normalised by (1 without normalize). */
+static double choice_weights(double *w, const float *p, const int32_t *pick, int64_t k, bool normalize) {
+  double sum = 0;
+  for (int64_t j = 0; j < k; j++) sum += p[pick[j]];
+  double div = normalize && sum > 0 ? sum : 1;
+  for (int64_t j = 0; j < k; j++) w[j] = p[pick[j]] / div;
+  return div;
+}
+
+void k_moe_combine(float *y, const float *ye, const float *probs,
+                   int64_t g, int64_t s, int64_t h, int64_t e, int64_t k, int64_t c,
+                   bool normalize) {
+  moe_routes r = routes(probs, g, s, e, k, c);
+  double *w = scratch((size_t)k, sizeof *w);
+  for (int64_t gi = 0; gi < g; gi++)
+    for (int64_t t = 0; t < s; t++) {
+      int64_t base = (gi * s + t) * k;
+      choice_weights(w, probs + (gi * s + t) * e, r.expert + base, k, normalize);
+      float *o = y + (gi * s + t) * h;
+      for (int64_t q = 0; q < h; q++) {
+        double sum = 0;
+        for (int64_t j = 0; j < k; j++)
+          if (r.slot[base + j] >= 0) sum += w[j] * ye[slot_row(r.expert[base + j], gi, r.slot[base + j], g, c) * h + q];
+        o[q] = (float)sum;
+      }
+    }
+  free(w);
+  free_routes(&r);
+}
+
+void k_moe_combine_backward(float *dye, float *dprobs, const float *dy,
+                            const float *ye, const float *probs,
+                            int64_t g, int64_t s, int64_t h, int64_t e, int64_t k,
+                            int64_t c, bool normalize, bool acc) {
+  moe_routes r = routes(probs, g, s, e, k, c);
+  double *w = scratch((size_t)k, sizeof *w), *a = scratch((size_t)k, sizeof *a);
+  if (dye && !acc) memset(dye, 0, (size_t)(e * g * c * h) * sizeof *dye);
+  for (int64_t gi = 0; gi < g; gi++)
+    for (int64_t t = 0; t < s; t++) {
+      int64_t base = (gi * s + t) * k;
+      const float *p = probs + (gi * s + t) * e, *d = dy + (gi * s + t) * h;
+      double div = choice_weights(w, p, r.expert + base, k, normalize);
+      for (int64_t j = 0; j < k; j++) {
+        a[j] = 0;
+        if (r.slot[base + j] < 0) continue;
+        int64_t row = slot_row(r.expert[base + j], gi, r.slot[base + j], g, c) * h;
+        for (int64_t q = 0; q < h; q++) {
+          a[j] += (double)d[q] * ye[row + q];
+          if (dye) dye[row + q] += (float)(w[j] * d[q]);
+        }
+      }
+      if (!dprobs) continue;
+      float *dp = dprobs + (gi * s + t) * e;
+      if (!acc) memset(dp, 0, (size_t)e * sizeof *dp);
+      /* y = sum_j p_j a_j / div: with normalize, div is the sum of the p_j */
+      double mix = 0;
+      for (int64_t j = 0; j < k; j++) mix += w[j] * a[j];
+      for (int64_t j = 0; j < k; j++) {
+        double g_j = a[j] / div;
+        if (normalize) g_j -= mix / div;
+        dp[r.expert[base + j]] += (float)g_j;
+      }
+    }
+  free(w);
+  free(a);
+  free_routes(&r);
+}
+
+void k_expert_matmul(float *out, const float *x, const float *w,
+                     int64_t e, int64_t m, int64_t k, int64_t n, bool acc) {
+  for (int64_t x0 = 0; x0 < e; x0++) k_matmul(out + x0 * m * n, x + x0 * m * k, w + x0 * k * n, m, k, n, acc);
+}
+
+void k_expert_matmul_backward(float *dx, float *dw, const float *dout,
+                              const float *x, const float *w,
+                              int64_t e, int64_t m, int64_t k, int64_t n, bool acc) {
+  for (int64_t x0 = 0; x0 < e; x0++)
+    k_matmul_backward(dx ? dx + x0 * m * k : NULL, dw ? dw + x0 * k * n : NULL, dout + x0 * m * n,
+                      x + x0 * m * k, w + x0 * k * n, m, k, n, acc);
+}
+
+/* Per group: the share of its k s choices that picked each expert (f) and
+ * the mean probability of each expert (pm), both [e]. */
+static void aux_stats(double *f, double *pm, const float *probs, const int32_t *expert,
+                      int64_t s, int64_t e, int64_t k) {
+  for (int64_t x = 0; x < e; x++) f[x] = pm[x] = 0;
+  for (int64_t t = 0; t < s; t++) {
+    for (int64_t j = 0; j < k; j++) f[expert[t * k + j]] += 1.0 / (double)(s * k);
+    for (int64_t x = 0; x < e; x++) pm[x] += probs[t * e + x] / (double)s;
+  }
+}
+
+double k_moe_aux_loss(const float *probs, int64_t g, int64_t s, int64_t e, int64_t k,
+                      int64_t g_total, double alpha) {
+  moe_routes r = routes(probs, g, s, e, k, s * k);
+  double *f = scratch((size_t)e, sizeof *f), *pm = scratch((size_t)e, sizeof *pm), loss = 0;
+  for (int64_t gi = 0; gi < g; gi++) {
+    aux_stats(f, pm, probs + gi * s * e, r.expert + gi * s * k, s, e, k);
+    for (int64_t x = 0; x < e; x++) loss += f[x] * pm[x];
+  }
+  free(f);
+  free(pm);
+  free_routes(&r);
+  return alpha * (double)e * loss / (double)g_total;
+}
+
+void k_moe_aux_loss_backward(float *dprobs, const float *probs, int64_t g, int64_t s,
+                             int64_t e, int64_t k, int64_t g_total, double alpha,
+                             double dloss, bool acc) {
+  if (!dprobs) return;
+  moe_routes r = routes(probs, g, s, e, k, s * k);
+  double *f = scratch((size_t)e, sizeof *f), *pm = scratch((size_t)e, sizeof *pm);
+  for (int64_t gi = 0; gi < g; gi++) {
+    aux_stats(f, pm, probs + gi * s * e, r.expert + gi * s * k, s, e, k);
+    for (int64_t t = 0; t < s; t++)
+      for (int64_t x = 0; x < e; x++)
+        put(&dprobs[(gi * s + t) * e + x], dloss * alpha * (double)e * f[x] / ((double)s * (double)g_total), acc);
+  }
+  free(f);
+  free(pm);
+  free_routes(&r);
+}
+
 /* ---- optimizers ---------------------------------------------------------- */
 
 /* The arithmetic follows PyTorch's single-tensor implementations in f32,

@@ -223,6 +223,55 @@ double k_mse(const float *a, const float *b, int64_t n, int64_t n_total);
 void k_mse_backward(float *da, float *db, const float *a, const float *b,
                     int64_t n, int64_t n_total, double dloss, bool acc);
 
+/* ---- mixture of experts -------------------------------------------------- */
+
+/* Routing of a mixture of experts (GShard, Switch Transformer): in each of
+ * g groups of s tokens, a token's k choices are the k largest of its
+ * probs[g][s][e] (ties to the lower expert), expert[g][s][k] in that
+ * order. Slots are handed out choice by choice (every token's first
+ * choice, in token order, then every token's second, ...), each expert
+ * taking at most c tokens per group; slot[g][s][k] is the token's slot in
+ * its expert, or -1 when the expert was full (the choice is dropped). */
+void k_moe_route(int32_t *expert, int32_t *slot, const float *probs,
+                 int64_t g, int64_t s, int64_t e, int64_t k, int64_t c);
+/* out[e][g][c][h]: token (g, s)'s row x[g][s] in its experts' slots, zeros
+ * in the slots no token took. */
+void k_moe_dispatch(float *out, const float *x, const float *probs,
+                    int64_t g, int64_t s, int64_t h, int64_t e, int64_t k, int64_t c);
+/* dx[g][s] = sum of dout over the slots the token took (the routing has no
+ * gradient). */
+void k_moe_dispatch_backward(float *dx, const float *dout, const float *probs,
+                             int64_t g, int64_t s, int64_t h, int64_t e, int64_t k,
+                             int64_t c, bool acc);
+/* y[g][s] = sum over the token's kept choices j of w_j ye[e_j][g][slot_j],
+ * w_j = probs[g][s][e_j], divided by the sum of the k chosen probabilities
+ * when normalize (dropped choices count in that sum). */
+void k_moe_combine(float *y, const float *ye, const float *probs,
+                   int64_t g, int64_t s, int64_t h, int64_t e, int64_t k, int64_t c,
+                   bool normalize);
+void k_moe_combine_backward(float *dye, float *dprobs, const float *dy,
+                            const float *ye, const float *probs,
+                            int64_t g, int64_t s, int64_t h, int64_t e, int64_t k,
+                            int64_t c, bool normalize, bool acc);
+/* out[e] = x[e] w[e] for each of e experts: x[e] is [m, k], w[e] [k, n]. */
+void k_expert_matmul(float *out, const float *x, const float *w,
+                     int64_t e, int64_t m, int64_t k, int64_t n, bool acc);
+void k_expert_matmul_backward(float *dx, float *dw, const float *dout,
+                              const float *x, const float *w,
+                              int64_t e, int64_t m, int64_t k, int64_t n, bool acc);
+/* Switch Transformer's load-balancing loss over g groups of s tokens:
+ * alpha * e * sum_e f_e P_e per group, f_e the share of the group's k s
+ * choices that picked expert e (before dropping), P_e the mean of
+ * probs[.][.][e] over its tokens; summed over the groups and divided by
+ * g_total (the mean over groups when the call sees all of them). */
+double k_moe_aux_loss(const float *probs, int64_t g, int64_t s, int64_t e, int64_t k,
+                      int64_t g_total, double alpha);
+/* dprobs = dloss * alpha * e * f_e / (s g_total): f_e is piecewise
+ * constant in the probabilities. */
+void k_moe_aux_loss_backward(float *dprobs, const float *probs, int64_t g, int64_t s,
+                             int64_t e, int64_t k, int64_t g_total, double alpha,
+                             double dloss, bool acc);
+
 /* ---- optimizers (one step on n elements, in place) ------------------------ */
 
 /* torch.optim.SGD (dampening 0, no Nesterov): d = g + weight_decay * p;

@@ -47,6 +47,10 @@ double xop_attr(const weft_graph *g, int op, const char *name, double dflt) {
   return dflt;
 }
 
+/* The gradient of a loss's result: 1 where it is the step's loss, else
+ * what the operators after it send back. */
+static double dloss_of(const xcall *c) { return c->dy ? c->dy[0] : 1.0; }
+
 /* ---- native kernels ------------------------------------------------------ */
 
 /* An operator whose declaration names a kernel in a shared library: the
@@ -170,14 +174,14 @@ static bool ce_backward(xcall *c, char *err, size_t errlen) {
   if (!c->din[0]) return true;
   ce_sizes s = ce_sizes_of(c);
   if (!s.split) {
-    k_cross_entropy_backward(c->din[0], c->in[0], c->in[1], s.t, s.v, s.t_total, 1.0, c->acc);
+    k_cross_entropy_backward(c->din[0], c->in[0], c->in[1], s.t, s.v, s.t_total, dloss_of(c), c->acc);
     return true;
   }
   float *g = malloc((size_t)(3 * s.t + 1) * sizeof(float));
   if (!g) weft_oom();
   bool ok = ce_merge(c, &s, g, err, errlen);
   if (ok)
-    k_cross_entropy_shard_backward(c->din[0], c->in[0], c->in[1], g, g + s.t, s.t, s.v_lo, s.v, s.t_total, 1.0, c->acc);
+    k_cross_entropy_shard_backward(c->din[0], c->in[0], c->in[1], g, g + s.t, s.t, s.v_lo, s.v, s.t_total, dloss_of(c), c->acc);
   free(g);
   return ok;
 }
@@ -198,7 +202,7 @@ static bool mse_forward(xcall *c, char *err, size_t errlen) {
 }
 
 static bool mse_backward(xcall *c, char *err, size_t errlen) {
-  k_mse_backward(c->din[0], c->din[1], IN(0), IN(1), numel(c->inr[0]), tensor_numel(tensor_of(c, 0)), 1.0, c->acc);
+  k_mse_backward(c->din[0], c->din[1], IN(0), IN(1), numel(c->inr[0]), tensor_numel(tensor_of(c, 0)), dloss_of(c), c->acc);
   return true;
 }
 
@@ -482,6 +486,103 @@ static bool gqa_attention_backward(xcall *c, char *err, size_t errlen) {
   return true;
 }
 
+/* ---- mixture of experts ---------------------------------------------------- */
+
+/* The parts of a routed layer: g groups of s tokens of h features, e
+ * experts (always whole), k choices per token, c slots per expert. */
+typedef struct moe_sizes {
+  int64_t g, s, h, e, k, c;
+} moe_sizes;
+
+/* probs [g, s, e] is input `pa`; the tokens' rows are x [g, s, h] (dispatch)
+ * or the experts' rows ye [e, g, c, h] (combine). */
+static moe_sizes moe_sizes_of(const xcall *c, int pa, const tregion *rows, bool expert_rows) {
+  const tregion *pr = c->inr[pa];
+  moe_sizes z = {ext(pr, 0), ext(pr, 1), 0, ext(pr, 2), (int64_t)xop_attr(c->g, c->op, "k", 1), 0};
+  z.h = ext(rows, 3 - !expert_rows);
+  z.c = expert_rows ? ext(rows, 2) : 0;
+  return z;
+}
+
+/* A token chooses k distinct experts of the e: an operator declared with
+ * another k is refused before a kernel reads past its probabilities. */
+static bool moe_k_ok(const xcall *c, const moe_sizes *z, char *err, size_t errlen) {
+  if (z->k >= 1 && z->k <= z->e) return true;
+  snprintf(err, errlen, "operator %s: k (%lld) must be between 1 and the number of experts (%lld)",
+           c->g->ops[c->op].name, (long long)z->k, (long long)z->e);
+  return false;
+}
+
+static bool moe_dispatch_forward(xcall *c, char *err, size_t errlen) {
+  if (c->acc) return cannot_accumulate(c, err, errlen);
+  moe_sizes z = moe_sizes_of(c, 1, c->outr, true);
+  if (!moe_k_ok(c, &z, err, errlen)) return false;
+  k_moe_dispatch(c->out, IN(0), IN(1), z.g, z.s, z.h, z.e, z.k, z.c);
+  return true;
+}
+
+static bool moe_dispatch_backward(xcall *c, char *err, size_t errlen) {
+  moe_sizes z = moe_sizes_of(c, 1, c->dyr, true);
+  if (!moe_k_ok(c, &z, err, errlen)) return false;
+  k_moe_dispatch_backward(c->din[0], c->dy, IN(1), z.g, z.s, z.h, z.e, z.k, z.c, c->acc);
+  /* the routing is piecewise constant: its probabilities get no gradient */
+  if (c->din[1] && !c->acc) memset(c->din[1], 0, (size_t)numel(c->inr[1]) * sizeof(float));
+  return true;
+}
+
+static bool moe_combine_forward(xcall *c, char *err, size_t errlen) {
+  if (c->acc) return cannot_accumulate(c, err, errlen);
+  moe_sizes z = moe_sizes_of(c, 1, c->inr[0], true);
+  if (!moe_k_ok(c, &z, err, errlen)) return false;
+  k_moe_combine(c->out, IN(0), IN(1), z.g, z.s, z.h, z.e, z.k, z.c, xop_attr(c->g, c->op, "normalize", 1) != 0);
+  return true;
+}
+
+static bool moe_combine_backward(xcall *c, char *err, size_t errlen) {
+  moe_sizes z = moe_sizes_of(c, 1, c->inr[0], true);
+  if (!moe_k_ok(c, &z, err, errlen)) return false;
+  k_moe_combine_backward(c->din[0], c->din[1], c->dy, IN(0), IN(1), z.g, z.s, z.h, z.e, z.k, z.c,
+                         xop_attr(c->g, c->op, "normalize", 1) != 0, c->acc);
+  return true;
+}
+
+/* x [e, g, c, k] (the rows of an expert flattened), w [e, k, n] */
+static void emkn(const xcall *c, int64_t *e, int64_t *m, int64_t *k, int64_t *n) {
+  *e = ext(c->inr[1], 0), *k = ext(c->inr[1], 1), *n = ext(c->inr[1], 2);
+  *m = *e && *k ? numel(c->inr[0]) / (*e * *k) : 0;
+}
+
+static bool expert_matmul_forward(xcall *c, char *err, size_t errlen) {
+  int64_t e, m, k, n;
+  emkn(c, &e, &m, &k, &n);
+  k_expert_matmul(c->out, IN(0), IN(1), e, m, k, n, c->acc);
+  return true;
+}
+
+static bool expert_matmul_backward(xcall *c, char *err, size_t errlen) {
+  int64_t e, m, k, n;
+  emkn(c, &e, &m, &k, &n);
+  k_expert_matmul_backward(c->din[0], c->din[1], c->dy, IN(0), IN(1), e, m, k, n, c->acc);
+  return true;
+}
+
+/* An auxiliary loss: this part's share, which the step's loss adds. */
+static bool moe_aux_loss_forward(xcall *c, char *err, size_t errlen) {
+  moe_sizes z = moe_sizes_of(c, 0, c->inr[0], false);
+  if (!moe_k_ok(c, &z, err, errlen)) return false;
+  put_loss(c, k_moe_aux_loss(IN(0), z.g, z.s, z.e, z.k, tensor_of(c, 0)->dims[0].size,
+                             xop_attr(c->g, c->op, "alpha", 0.01)));
+  return true;
+}
+
+static bool moe_aux_loss_backward(xcall *c, char *err, size_t errlen) {
+  moe_sizes z = moe_sizes_of(c, 0, c->inr[0], false);
+  if (!moe_k_ok(c, &z, err, errlen)) return false;
+  k_moe_aux_loss_backward(c->din[0], IN(0), z.g, z.s, z.e, z.k, tensor_of(c, 0)->dims[0].size,
+                          xop_attr(c->g, c->op, "alpha", 0.01), dloss_of(c), c->acc);
+  return true;
+}
+
 #undef IN
 
 /* ---- the table ------------------------------------------------------------ */
@@ -521,6 +622,10 @@ static const xop xops[] = {
   {KERNELS(gqa_attention), false, NULL, -1, 0, 0},
   {"cross_entropy", ce_forward, ce_backward, ce_stats, true, NULL, 1, 0, -1},
   {KERNELS(mse), true, NULL, -1, 0, 0},
+  {KERNELS(moe_dispatch), false, NULL, -1, 0, 0},
+  {KERNELS(moe_combine), false, NULL, -1, 0, 0},
+  {KERNELS(expert_matmul), false, NULL, -1, 0, 0},
+  {KERNELS(moe_aux_loss), true, NULL, -1, 0, 0},
 };
 
 #undef KERNELS

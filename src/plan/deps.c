@@ -421,6 +421,78 @@ static void sendset_add(sendset *ss, uint64_t key, int comm) {
   vec_push(NULL, &ss->comm, comm);
 }
 
+/* Partial sums held split otherwise than the consumers read them (the
+ * experts' row-parallel product under tensor parallelism, read by combine
+ * through expert parallelism's all-to-all): the pieces hsel[0..ns) that meet
+ * need hold several regions, each one device per key. The holders of each
+ * region all-reduce it (once: another consumer's reduction is found), and
+ * each consumer on cdevs[0..nc) that holds no piece of a region receives
+ * its part of the sum from the nearest holder, among equally near ones its
+ * peer (rank to rank).
+ * False, adding nothing, when the pieces are all one region or a region's
+ * holders are not one device per key. */
+static int nearest_peer(const weft_plan *p, const int *hold, int n, int d, int rank);
+
+static bool feed_reduce_regions(arena *a, arena *s, weft_plan *p, int tensor, const tregion *need,
+                                const pieces *have, const int *hsel, int ns, const int *cdevs, int nc, sendset *ss) {
+  bool mixed = false;
+  for (int q = 0; q < ns && !mixed; q++) mixed = !tregion_equal(&have->v[hsel[q]].region, &have->v[hsel[0]].region);
+  if (!mixed) return false;
+  int nk = -1;
+  int *grp = arena_alloc(s, sizeof(int) * (size_t)ns);
+  int64_t *keys = arena_alloc(s, sizeof(int64_t) * (size_t)ns);
+  for (int pass = 0; pass < 2; pass++)
+    for (int q = 0; q < ns; q++) {
+      const piece *pc = &have->v[hsel[q]];
+      bool first = pc->partial >= 0;
+      for (int e = 0; e < q && first; e++) first = !tregion_equal(&have->v[hsel[e]].region, &pc->region);
+      if (pc->partial < 0) return false;
+      if (!first) continue;
+      int ng = 0;
+      for (int e = q; e < ns; e++) {
+        const piece *o = &have->v[hsel[e]];
+        if (!tregion_equal(&o->region, &pc->region)) continue;
+        for (int r = 0; r < ng; r++)
+          if (keys[r] == o->partial || grp[r] == o->device) return false;
+        keys[ng] = o->partial;
+        grp[ng++] = o->device;
+      }
+      if (nk < 0) nk = ng;
+      if (ng != nk || ng < 2) return false;
+      if (pass == 0) continue;
+      int *hold = arena_alloc(s, sizeof(int) * (size_t)ng);
+      memcpy(hold, grp, sizeof(int) * (size_t)ng);
+      ng = distinct(grp, ng);
+      uint64_t rkey = send_key(tensor, -2, &pc->region);
+      if (reduction_find(ss, p, rkey, COMM_ALL_REDUCE, tensor, &pc->region, grp, ng, NULL) < 0) {
+        tregion r = tregion_copy(a, &pc->region);
+        pcomm *cm = comm_add(a, p, COMM_ALL_REDUCE, tensor, PHASE_FORWARD, grp, ng, &r);
+        sendset_add(ss, rkey, p->ncomms - 1);
+        cm->why = "the producers hold partial sums split otherwise than the consumers read them; each part's holders reduce it";
+      }
+      tregion x;
+      if (!tregion_intersect(s, &pc->region, need, &x)) continue;
+      for (int c = 0; c < nc; c++) {
+        int dst = cdevs[c], src;
+        bool held = false;
+        for (int r = 0; r < ng && !held; r++) held = hold[r] == dst;
+        if (held) continue;
+        src = nearest_peer(p, grp, ng, dst, c);
+        uint64_t key = send_key(tensor, dst, &x);
+        if (sendset_find(ss, p, key, tensor, dst, &x) >= 0) continue;
+        int pair[2] = {src, dst};
+        tregion r = tregion_copy(a, &x);
+        pcomm *cm = comm_add(a, p, COMM_SEND, tensor, PHASE_FORWARD, pair, 2, &r);
+        sendset_add(ss, key, p->ncomms - 1);
+        cm->src = src;
+        cm->dst = dst;
+        cm->producer_sub = pc->sub;
+        cm->why = "the consumer runs on another device than the producer";
+      }
+    }
+  return true;
+}
+
 /* Sequence parallelism after a row-parallel layer: the producers hold partial
  * sums of one region, one piece on each device of a group, and the consumers
  * on the group each need their own part of it, the parts tiling it. One
@@ -536,6 +608,45 @@ static void make_all_to_all(arena *a, arena *s, weft_plan *p, const int *ids, in
   cm->input = keep.input;
   cm->dir = keep.dir;
   cm->why = why;
+}
+
+/* The representative of x's group in the union-find forest up. */
+static int group_root(int *up, int x) {
+  while (up[x] != x) x = up[x] = up[up[x]];
+  return x;
+}
+
+/* Orders the sends ids[0..ns) by the groups of devices they connect (sends
+ * that share a device are in one group), group after group in the order of
+ * their first send; starts[0..n] bounds each group, n returned. Disjoint
+ * groups (the expert groups of tensor-parallel peers) exchange separately:
+ * one all-to-all each. */
+static int send_groups(arena *s, const weft_plan *p, int *ids, int ns, int *starts) {
+  int nd = p->ndevices > 0 ? p->ndevices : 1;
+  int *up = arena_alloc(s, sizeof(int) * (size_t)nd);
+  for (int d = 0; d < nd; d++) up[d] = d;
+  for (int q = 0; q < ns; q++) {
+    int a = p->comms[ids[q]].src, b = p->comms[ids[q]].dst;
+    if (a < 0 || b < 0 || a >= nd || b >= nd) continue;
+    a = group_root(up, a), b = group_root(up, b);
+    if (a != b) up[a] = b;
+  }
+  int *root = arena_alloc(s, sizeof(int) * (size_t)(ns ? ns : 1)), *out = arena_alloc(s, sizeof(int) * (size_t)(ns ? ns : 1));
+  bool *took = arena_alloc(s, (size_t)(ns ? ns : 1));
+  for (int q = 0; q < ns; q++) {
+    int d = p->comms[ids[q]].src;
+    root[q] = d >= 0 && d < nd ? group_root(up, d) : -1 - q;
+  }
+  int n = 0, m = 0;
+  for (int q = 0; q < ns; q++) {
+    if (took[q]) continue;
+    starts[n++] = m;
+    for (int r = q; r < ns; r++)
+      if (!took[r] && root[r] == root[q]) took[r] = true, out[m++] = ids[r];
+  }
+  starts[n] = m;
+  memcpy(ids, out, sizeof(int) * (size_t)ns);
+  return n;
 }
 
 /* Regions by device for make_all_to_all: what each device starts with or
@@ -756,6 +867,7 @@ static void feed_edge(arena *a, arena *s, weft_plan *p, int op, int k, const pie
         for (int j = 0; j < nc_all; j++) cdev[j] = p->subs[cp->first + j].device;
       }
       if (feed_scatter(a, s, p, tensor, need, have, hsel, ns, hdevs, nh, &nsweep, cdev, hit, done, ss)) continue;
+      if (feed_reduce_regions(a, s, p, tensor, need, have, hsel, ns, cdevs, nc, ss)) continue;
       /* partial sums of the region: reduce them where they are needed */
       memcpy(g, hdevs, sizeof(int) * (size_t)nh);
       memcpy(g + nh, cdevs, sizeof(int) * (size_t)nc);
@@ -852,25 +964,29 @@ static void feed_edge(arena *a, arena *s, weft_plan *p, int op, int k, const pie
           ids[ns++] = first_comm + j;
         }
       }
-      layout l;
-      layout_init(s, &l, p, ids, ns);
-      bool *bad = arena_alloc(s, (size_t)(l.n + 1));
-      for (int m = 0; m < l.n; m++) bad[m] = false;
-      for (int h = 0; h < have->n; h++) {
-        const piece *pc = &have->v[h];
-        if (pc->sub < 0 || p->subs[pc->sub].microbatch != mb) continue;
-        layout_put(&l, pc->device, 0, &pc->region, bad);
-        if (pc->partial >= 0)  /* partial sums: a reduction, not a move */
-          for (int m = 0; m < l.n; m++) bad[m] |= l.dev[m] == pc->device;
-      }
-      for (int q = 0; q < nc_all; q++) {
-        const psub *t = &p->subs[cp->first + q];
-        if (t->microbatch == mb) layout_put(&l, t->device, 1, &needs[q], bad);
-      }
-      layout_finish(&l, bad);
-      if (!p->comm_copies)
-        make_all_to_all(a, s, p, ids, ns, l.dev, l.from, l.to, l.n,
+      int *starts = arena_alloc(s, sizeof(int) * (size_t)(ns + 1));
+      int ngroups = send_groups(s, p, ids, ns, starts);
+      for (int gi = 0; gi < ngroups; gi++) {
+        int *gids = ids + starts[gi], gn = starts[gi + 1] - starts[gi];
+        layout l;
+        layout_init(s, &l, p, gids, gn);
+        bool *bad = arena_alloc(s, (size_t)(l.n + 1));
+        for (int m = 0; m < l.n; m++) bad[m] = false;
+        for (int h = 0; h < have->n; h++) {
+          const piece *pc = &have->v[h];
+          if (pc->sub < 0 || p->subs[pc->sub].microbatch != mb) continue;
+          layout_put(&l, pc->device, 0, &pc->region, bad);
+          if (pc->partial >= 0)  /* partial sums: a reduction, not a move */
+            for (int m = 0; m < l.n; m++) bad[m] |= l.dev[m] == pc->device;
+        }
+        for (int q = 0; q < nc_all; q++) {
+          const psub *t = &p->subs[cp->first + q];
+          if (t->microbatch == mb) layout_put(&l, t->device, 1, &needs[q], bad);
+        }
+        layout_finish(&l, bad);
+        make_all_to_all(a, s, p, gids, gn, l.dev, l.from, l.to, l.n,
                         "the group holds the tensor split one way; its consumers read it split another");
+      }
     }
     /* one holder sending the same region to several devices: a broadcast */
     for (int i = 0; i < nsend; i++) {
@@ -1296,6 +1412,50 @@ static bool grads_scatter_gather(arena *a, arena *s, weft_plan *p, int t, int pr
   return true;
 }
 
+/* Partial sums that come back split otherwise than the producers wrote
+ * them (a tensor-parallel product of expert parallelism's experts, read
+ * through an all-to-all): each region the contributions idx[0..ni) hold
+ * has every key of the nk on one device (a device may hold several, which
+ * it sums in place); those devices all-reduce it (once per tensor: reduced
+ * marks the contributions done), after which every holder has the sum and
+ * the gradient moves as complete values do. False, adding nothing, when a
+ * region lacks a key or holds one on two devices. */
+static bool grads_reduce_regions(arena *a, arena *s, weft_plan *p, int t, int prod, const pieces *contrib,
+                                 const int *idx, int ni, int nk, bool *reduced) {
+  int *grp = arena_alloc(s, sizeof(int) * (size_t)(ni ? ni : 1));
+  int64_t *keys = arena_alloc(s, sizeof(int64_t) * (size_t)(ni ? ni : 1));
+  int *kdev = arena_alloc(s, sizeof(int) * (size_t)(ni ? ni : 1));
+  for (int pass = 0; pass < 2; pass++)
+    for (int q = 0; q < ni; q++) {
+      const piece *pc = &contrib->v[idx[q]];
+      bool first = true;
+      for (int e = 0; e < q && first; e++) first = !tregion_equal(&contrib->v[idx[e]].region, &pc->region);
+      if (!first) continue;
+      int ng = 0, nkeys = 0;
+      bool done = false;
+      for (int e = q; e < ni; e++) {
+        const piece *o = &contrib->v[idx[e]];
+        if (!tregion_equal(&o->region, &pc->region)) continue;
+        done |= reduced[idx[e]];
+        int r;
+        for (r = 0; r < nkeys && keys[r] != o->partial; r++) {}
+        if (r < nkeys && kdev[r] != o->device) return false;
+        if (r == nkeys) keys[nkeys] = o->partial, kdev[nkeys++] = o->device;
+        grp[ng++] = o->device;
+      }
+      ng = distinct(grp, ng);
+      if (nkeys != nk || ng < 2) return false;
+      if (pass == 0 || done) continue;
+      for (int e = q; e < ni; e++)
+        if (tregion_equal(&contrib->v[idx[e]].region, &pc->region)) reduced[idx[e]] = true;
+      tregion r = tregion_copy(a, &pc->region);
+      pcomm *cm = comm_add(a, p, COMM_ALL_REDUCE, t, PHASE_BACKWARD, grp, ng, &r);
+      cm->why = "its consumers' gradients are parts of a sum on several devices, split otherwise than the producer wrote its result";
+      cm->consumer_op = prod;
+    }
+  return true;
+}
+
 /* Every consumer of an activation sends back the gradient of what it read;
  * the producer's sub-operators need the sum over consumers (and over the
  * parts of each consumer split along dimensions the activation lacks) for
@@ -1331,6 +1491,7 @@ static void reduce_activation_grads(arena *a, arena *s, weft_plan *p, const trea
     sweep_index csweep = {0}, wsweep = {0};
     int *pdev = NULL, *hit = NULL;
     bool regrouped = false;  /* gradients sent piece by piece to another layout */
+    bool *reduced = NULL;    /* contributions summed by grads_reduce_regions */
     VEC(int) sendmb = {0};  /* per comm from first_t: its micro-batch */
     for (int i = 0; i < pp->count; i++) {
       if (done[i]) continue;
@@ -1406,6 +1567,10 @@ static void reduce_activation_grads(arena *a, arena *s, weft_plan *p, const trea
           nk = 1;
         }
       }
+      if (!exact && nk > 1) {
+        if (!reduced) reduced = arena_alloc(s, (size_t)contrib.n);
+        if (grads_reduce_regions(a, s, p, t, prod, &contrib, idx, ni, nk, reduced)) nk = 1;
+      }
       /* complete gradients split otherwise than the producers wrote them
        * (attention by heads after a sequence split): each producer gets the
        * pieces that meet its region, from one holder each */
@@ -1418,14 +1583,18 @@ static void reduce_activation_grads(arena *a, arena *s, weft_plan *p, const trea
             for (int e = 0; e < q && !seen; e++) seen = tregion_equal(&contrib.v[idx[e]].region, &pc->region);
             tregion x;
             if (seen || !tregion_intersect(s, &pc->region, &need, &x)) continue;
-            /* a holder on d itself, else one on d's node, else the first */
-            int src = -1;
+            /* a holder on d itself, else the nearest, and among equally
+             * near ones d's peer (rank to rank, as when a tensor-parallel
+             * group's summed parts go back) */
+            int src = -1, nhold = 0;
+            int *hold = arena_alloc(s, sizeof(int) * (size_t)ni);
             for (int e = q; e < ni; e++) {
               const piece *o = &contrib.v[idx[e]];
               if (!tregion_equal(&o->region, &pc->region)) continue;
               if (o->device == d) { src = d; break; }
-              if (src < 0 || (node_of(p, o->device) == node_of(p, d) && node_of(p, src) != node_of(p, d))) src = o->device;
+              hold[nhold++] = o->device;
             }
+            if (src < 0) src = nearest_peer(p, hold, distinct(hold, nhold), d, w);
             if (src == d) continue;
             int pair[2] = {src, d};
             tregion r = tregion_copy(a, &x);
@@ -1503,22 +1672,26 @@ static void reduce_activation_grads(arena *a, arena *s, weft_plan *p, const trea
         int mb = sendmb.v[i], ns = 0;
         for (int j = i; j < nsend; j++)
           if (!used[j] && sendmb.v[j] == mb) used[j] = true, ids[ns++] = first_t + j;
-        layout l;
-        layout_init(s, &l, p, ids, ns);
-        bool *bad = arena_alloc(s, (size_t)(l.n + 1));
-        for (int m = 0; m < l.n; m++) bad[m] = false;
-        for (int q = 0; q < contrib.n; q++) {
-          const piece *pc = &contrib.v[q];
-          if (pc->sub >= 0 && p->subs[pc->sub].microbatch == mb) layout_put(&l, pc->device, 0, &pc->region, bad);
-        }
-        for (int q = 0; q < pp->count; q++) {
-          const psub *w = &p->subs[pp->first + q];
-          if (w->microbatch == mb) layout_put(&l, w->device, 1, &wrote[q], bad);
-        }
-        layout_finish(&l, bad);
-        if (!p->comm_copies)
-          make_all_to_all(a, s, p, ids, ns, l.dev, l.from, l.to, l.n,
+        int *starts = arena_alloc(s, sizeof(int) * (size_t)(ns + 1));
+        int ngroups = send_groups(s, p, ids, ns, starts);
+        for (int gi = 0; gi < ngroups; gi++) {
+          int *gids = ids + starts[gi], gn = starts[gi + 1] - starts[gi];
+          layout l;
+          layout_init(s, &l, p, gids, gn);
+          bool *bad = arena_alloc(s, (size_t)(l.n + 1));
+          for (int m = 0; m < l.n; m++) bad[m] = false;
+          for (int q = 0; q < contrib.n; q++) {
+            const piece *pc = &contrib.v[q];
+            if (pc->sub >= 0 && p->subs[pc->sub].microbatch == mb) layout_put(&l, pc->device, 0, &pc->region, bad);
+          }
+          for (int q = 0; q < pp->count; q++) {
+            const psub *w = &p->subs[pp->first + q];
+            if (w->microbatch == mb) layout_put(&l, w->device, 1, &wrote[q], bad);
+          }
+          layout_finish(&l, bad);
+          make_all_to_all(a, s, p, gids, gn, l.dev, l.from, l.to, l.n,
                           "the gradient comes back split otherwise than the producer wrote its result");
+        }
       }
       regroup_sends(p, first_t, NULL);
     }

@@ -137,4 +137,68 @@ else
   echo "reference: FAIL the clipped schedules never clipped"
   fail=1
 fi
+
+# The mixture of experts (moe_torch.py): examples/moe.plan's moe_gpt trained
+# 3 AdamW steps by PyTorch and by weft under three plans, with a capacity
+# factor that drops most choices and one that drops none; the loss includes
+# the load-balancing losses. The comparison sees both: weft's run is out of
+# tolerance of torch's without the auxiliary loss, and of torch's with the
+# other capacity.
+MOE="--layers 2 --hidden 64 --heads 4 --seq 16 --vocab 128 --batch 8 --experts 8 --top-k 2 --ffn 128 --aux-loss 0.01"
+if [ "$BACKEND" != cpu ]; then
+  echo "reference: moe skipped on $BACKEND (only the CPU backend has the MoE operators' kernels)"
+  exit $fail
+fi
+for cf in 0.5 4; do
+  m="$tmp/moe$cf"
+  # shellcheck disable=SC2086
+  if ! "$PY" "$here/moe_torch.py" make-inputs $MOE --capacity-factor $cf --seed 2 --weights "$m-w.safetensors" \
+         --inputs "$m-i.safetensors" >"$tmp/moe.log" 2>&1 ||
+     ! "$PY" "$here/moe_torch.py" train --weights "$m-w.safetensors" --inputs "$m-i.safetensors" --steps $STEPS \
+         --out "$tmp/ref-moe$cf.safetensors" --json "$tmp/ref-moe$cf.json" >>"$tmp/moe.log" 2>&1 ||
+     ! "$PY" "$here/moe_torch.py" train --weights "$m-w.safetensors" --inputs "$m-i.safetensors" --steps $STEPS \
+         --dtype float64 --out "$tmp/ref64-moe$cf.safetensors" --json "$tmp/ref64-moe$cf.json" >>"$tmp/moe.log" 2>&1 ||
+     ! "$PY" "$here/moe_torch.py" train --weights "$m-w.safetensors" --inputs "$m-i.safetensors" --steps $STEPS \
+         --aux-loss 0 --out "$tmp/ref-moe$cf-noaux.safetensors" --json "$tmp/ref-moe$cf-noaux.json" >>"$tmp/moe.log" 2>&1 ||
+     ! share=$("$PY" "$here/moe_torch.py" dropped --weights "$m-w.safetensors" --inputs "$m-i.safetensors" 2>>"$tmp/moe.log")
+  then
+    echo "reference: FAIL the PyTorch MoE reference did not run"
+    indent "$tmp/moe.log"
+    exit 1
+  fi
+  for plan in single ep2 ep2_tp2_dp2; do
+    label="moe $plan, capacity factor $cf ($share of the first layer's choices dropped)"
+    "$WEFT" run examples/moe.plan --plan $plan --set capacity_factor=$cf --backend "$BACKEND" \
+      --load "$m-w.safetensors" --inputs "$m-i.safetensors" --steps $STEPS \
+      --save "$tmp/moe$cf-$plan.safetensors" --json >"$tmp/moe$cf-$plan.json" 2>"$tmp/moe.err"
+    rc=$?
+    if [ $rc -ne 0 ]; then
+      echo "reference: $label on $BACKEND FAIL (weft run exited $rc)"
+      indent "$tmp/moe.err"
+      fail=1
+    elif compare "moe$cf-$plan" "moe$cf"; then
+      worst=$(sed -n 's/^compare: ok: .*; max rel err \([^ ]*\) .*; worst error\/tolerance \([^ ]*\) .*/\1, at most \2 of a tolerance/p' "$tmp/moe$cf-$plan.cmp")
+      echo "reference: $label on $BACKEND ok (max rel err $worst)"
+    else
+      echo "reference: $label on $BACKEND FAIL (weft's numerics differ from PyTorch's)"
+      indent "$tmp/moe$cf-$plan.cmp"
+      fail=1
+    fi
+  done
+done
+# the comparison can tell: without the auxiliary loss, or with the other
+# capacity, torch's training is out of tolerance of weft's
+cp "$tmp/ref64-moe0.5.safetensors" "$tmp/ref64-moe0.5-noaux.safetensors"
+cp "$tmp/ref64-moe0.5.json" "$tmp/ref64-moe0.5-noaux.json"
+for other in "moe0.5-noaux without the load-balancing loss" "moe4 with a capacity that drops nothing"; do
+  set -- $other
+  name=$1; shift
+  if compare moe0.5-single "$name"; then
+    echo "reference: FAIL weft's MoE run matches torch's $*: the comparison cannot see it"
+    fail=1
+  else
+    ratio=$(sed -n 's/^compare: FAIL: .*; worst error\/tolerance \([^ ]*\) .*/\1/p' "$tmp/moe0.5-single.cmp")
+    echo "reference: $*, torch is $ratio tolerances away from weft's run"
+  fi
+done
 exit $fail

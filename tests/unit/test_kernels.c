@@ -94,6 +94,9 @@ typedef struct op_args {
   int64_t pos0;
   double eps, base;
   const int32_t *ids;               /* token ids or labels */
+  int64_t e, topk, cap;             /* mixture of experts: experts, choices, capacity */
+  bool normalize;
+  double alpha;
 } op_args;
 
 typedef struct fixture fixture;
@@ -1061,6 +1064,221 @@ static void run_adamw(double lr, double b1, double b2, double eps, double wd, ui
   free(p); free(m); free(v); free(pd); free(md); free(vd);
 }
 
+/* ---- mixture of experts -------------------------------------------------- */
+
+/* The routing in double, written out plainly: k largest (ties to the lower
+ * expert), then slots choice by choice in token order. */
+static void ref_route(const op_args *a, const double *probs, int64_t *expert, int64_t *slot) {
+  int64_t g = a->g, s = a->s, e = a->e, k = a->topk;
+  for (int64_t t = 0; t < g * s; t++) {
+    const double *p = probs + t * e;
+    bool used[64] = {0};
+    for (int64_t j = 0; j < k; j++) {
+      int64_t best = -1;
+      for (int64_t x = 0; x < e; x++)
+        if (!used[x] && (best < 0 || p[x] > p[best])) best = x;
+      used[best] = true;
+      expert[t * k + j] = best;
+    }
+  }
+  for (int64_t gi = 0; gi < g; gi++) {
+    int64_t count[64] = {0};
+    for (int64_t j = 0; j < k; j++)
+      for (int64_t t = 0; t < s; t++) {
+        int64_t at = (gi * s + t) * k + j;
+        slot[at] = count[expert[at]] < a->cap ? count[expert[at]]++ : -1;
+      }
+  }
+}
+
+/* in[0] x [g, s, h], in[1] probs [g, s, e] -> out [e, g, c, h] */
+static void ref_dispatch(const op_args *a, double *const *in, double *out) {
+  int64_t g = a->g, s = a->s, h = a->n, k = a->topk, c = a->cap;
+  int64_t expert[512], slot[512];
+  ref_route(a, in[1], expert, slot);
+  memset(out, 0, (size_t)(a->e * g * c * h) * sizeof *out);
+  for (int64_t gi = 0; gi < g; gi++)
+    for (int64_t t = 0; t < s; t++)
+      for (int64_t j = 0; j < k; j++) {
+        int64_t at = (gi * s + t) * k + j;
+        if (slot[at] < 0) continue;
+        for (int64_t q = 0; q < h; q++)
+          out[((expert[at] * g + gi) * c + slot[at]) * h + q] = in[0][(gi * s + t) * h + q];
+      }
+}
+
+/* in[0] ye [e, g, c, h], in[1] probs [g, s, e] -> out [g, s, h] */
+static void ref_combine(const op_args *a, double *const *in, double *out) {
+  int64_t g = a->g, s = a->s, h = a->n, k = a->topk, c = a->cap, e = a->e;
+  int64_t expert[512], slot[512];
+  ref_route(a, in[1], expert, slot);
+  for (int64_t t = 0; t < g * s; t++) {
+    int64_t gi = t / s;
+    double sum = 0;
+    for (int64_t j = 0; j < k; j++) sum += in[1][t * e + expert[t * k + j]];
+    for (int64_t q = 0; q < h; q++) {
+      double y = 0;
+      for (int64_t j = 0; j < k; j++) {
+        int64_t at = t * k + j;
+        if (slot[at] < 0) continue;
+        double w = in[1][t * e + expert[at]] / (a->normalize ? sum : 1.0);
+        y += w * in[0][((expert[at] * g + gi) * c + slot[at]) * h + q];
+      }
+      out[t * h + q] = y;
+    }
+  }
+}
+
+/* in[0] x [e, m, k], in[1] w [e, k, n] -> out [e, m, n] */
+static void ref_expert_matmul(const op_args *a, double *const *in, double *out) {
+  op_args one = *a;
+  for (int64_t x = 0; x < a->e; x++) {
+    double *part[2] = {in[0] + x * a->m * a->k, in[1] + x * a->k * a->n};
+    ref_matmul(&one, part, out + x * a->m * a->n);
+  }
+}
+
+/* alpha e sum_e f_e P_e per group, the mean over g_total groups */
+static void ref_aux(const op_args *a, double *const *in, double *out) {
+  int64_t g = a->g, s = a->s, e = a->e, k = a->topk;
+  int64_t expert[512], slot[512];
+  ref_route(a, in[0], expert, slot);
+  double loss = 0;
+  for (int64_t gi = 0; gi < g; gi++)
+    for (int64_t x = 0; x < e; x++) {
+      double f = 0, p = 0;
+      for (int64_t t = 0; t < s; t++) {
+        for (int64_t j = 0; j < k; j++) f += expert[(gi * s + t) * k + j] == x;
+        p += in[0][(gi * s + t) * e + x];
+      }
+      loss += (f / (double)(s * k)) * (p / (double)s);
+    }
+  out[0] = a->alpha * (double)e * loss / (double)a->total;
+}
+
+static void fw_dispatch(const fixture *f, float *y) {
+  const op_args *a = &f->a;
+  k_moe_dispatch(y, f->x[0], f->x[1], a->g, a->s, a->n, a->e, a->topk, a->cap);
+}
+static void fw_combine(const fixture *f, float *y) {
+  const op_args *a = &f->a;
+  k_moe_combine(y, f->x[0], f->x[1], a->g, a->s, a->n, a->e, a->topk, a->cap, a->normalize);
+}
+static void bw_combine(const fixture *f, float *const *d, bool acc) {
+  const op_args *a = &f->a;
+  k_moe_combine_backward(d[0], d[1], f->dy, f->x[0], f->x[1], a->g, a->s, a->n, a->e, a->topk, a->cap,
+                         a->normalize, acc);
+}
+static void fw_expert_matmul(const fixture *f, float *y) {
+  k_expert_matmul(y, f->x[0], f->x[1], f->a.e, f->a.m, f->a.k, f->a.n, false);
+}
+static void bw_expert_matmul(const fixture *f, float *const *d, bool acc) {
+  k_expert_matmul_backward(d[0], d[1], f->dy, f->x[0], f->x[1], f->a.e, f->a.m, f->a.k, f->a.n, acc);
+}
+static void fw_aux(const fixture *f, float *y) {
+  const op_args *a = &f->a;
+  y[0] = (float)k_moe_aux_loss(f->x[0], a->g, a->s, a->e, a->topk, a->total, a->alpha);
+}
+static void bw_aux(const fixture *f, float *const *d, bool acc) {
+  const op_args *a = &f->a;
+  k_moe_aux_loss_backward(d[0], f->x[0], a->g, a->s, a->e, a->topk, a->total, a->alpha, f->dyd[0], acc);
+}
+
+/* Input `which` ([rows, e]) replaced by softmax rows of scaled normal
+ * values: router probabilities, with gaps between them far above the
+ * finite-difference step. */
+static void make_probs(fixture *f, int which, int64_t rows, int64_t e) {
+  for (int64_t r = 0; r < rows; r++) {
+    float *p = f->x[which] + r * f->a.e;
+    for (int64_t x = 0; x < e; x++) p[x] *= 2.0f;
+    k_softmax(p, p, 1, e);
+    for (int64_t x = 0; x < e; x++) f->xd[which][r * e + x] = p[x];
+  }
+}
+
+static int64_t dropped(const op_args *a, const float *probs) {
+  int64_t n = a->g * a->s * a->topk, count = 0;
+  int32_t *expert = malloc((size_t)n * sizeof *expert), *slot = malloc((size_t)n * sizeof *slot);
+  assert_non_null(expert);
+  assert_non_null(slot);
+  k_moe_route(expert, slot, probs, a->g, a->s, a->e, a->topk, a->cap);
+  for (int64_t i = 0; i < n; i++) count += slot[i] < 0;
+  free(expert);
+  free(slot);
+  return count;
+}
+
+static void test_moe_route(void **state) {
+  (void)state;
+  /* 2 groups of 3 tokens, 3 experts, 2 choices, capacity 2 */
+  const float probs[] = {0.5f, 0.3f, 0.2f,  0.6f, 0.1f, 0.3f,  0.45f, 0.1f, 0.45f,
+                         0.1f, 0.2f, 0.7f,  0.2f, 0.2f, 0.6f,  0.1f, 0.6f, 0.3f};
+  int32_t expert[12], slot[12];
+  k_moe_route(expert, slot, probs, 2, 3, 3, 2, 2);
+  /* group 0: first choices 0, 0, 0 (a tie goes to the lower expert); the
+   * third token's is dropped; second choices 1, 2, 2 */
+  const int32_t want_e[] = {0, 1, 0, 2, 0, 2, 2, 1, 2, 0, 1, 2};
+  const int32_t want_s[] = {0, 0, 1, 0, -1, 1, 0, 1, 1, 0, 0, -1};
+  for (int i = 0; i < 12; i++) {
+    if (expert[i] != want_e[i]) fail_msg("expert[%d] = %d, want %d", i, expert[i], want_e[i]);
+    if (slot[i] != want_s[i]) fail_msg("slot[%d] = %d, want %d", i, slot[i], want_s[i]);
+  }
+}
+
+static void test_moe(void **state) {
+  (void)state;
+  /* capacity 2 drops tokens, 8 keeps all of them */
+  int64_t caps[] = {2, 8};
+  for (int ci = 0; ci < 2; ci++)
+    for (int norm = 0; norm < 2; norm++) {
+      op_args a = {.g = 2, .s = 6, .n = 5, .e = 4, .topk = 2, .cap = caps[ci], .normalize = norm};
+      int64_t nx = a.g * a.s * a.n, np = a.g * a.s * a.e, ny = a.e * a.g * a.cap * a.n;
+      fixture f = make("moe_combine", a, nx, ref_combine, fw_combine, bw_combine, (int64_t[]){ny, np, 0});
+      make_probs(&f, 1, a.g * a.s, a.e);
+      if (ci == 0) assert_true(dropped(&a, f.x[1]) > 0);
+      else assert_int_equal(dropped(&a, f.x[1]), 0);
+      check_op(&f, 1e-6, 1e-3);
+      release(&f);
+
+      /* dispatch: dx against finite differences, no gradient for probs */
+      f = make("moe_dispatch", a, ny, ref_dispatch, fw_dispatch, NULL, (int64_t[]){nx, np, 0});
+      make_probs(&f, 1, a.g * a.s, a.e);
+      float *y = filled(ny, NAN);
+      fw_dispatch(&f, y);
+      double *want = alloc_d(ny);
+      ref_dispatch(&f.a, f.xd, want);
+      expect_close("moe_dispatch", y, want, ny, 1e-7);
+      float *dx = filled(nx, NAN);
+      k_moe_dispatch_backward(dx, f.dy, f.x[1], a.g, a.s, a.n, a.e, a.topk, a.cap, false);
+      check_grad(&f, 0, dx, 1e-4);
+      float *dx2 = copy_f(dx, nx);
+      k_moe_dispatch_backward(dx2, f.dy, f.x[1], a.g, a.s, a.n, a.e, a.topk, a.cap, true);
+      for (int64_t i = 0; i < nx; i++) assert_true(fabsf(dx2[i] - 2 * dx[i]) <= 1e-6f * (1 + fabsf(dx[i])));
+      free(y), free(want), free(dx), free(dx2);
+      release(&f);
+    }
+
+  op_args a = {.g = 3, .s = 5, .e = 4, .topk = 2};
+  a.m = a.s * 2, a.k = 6, a.n = 7;
+  fixture f = make("expert_matmul", a, a.e * a.m * a.n, ref_expert_matmul, fw_expert_matmul, bw_expert_matmul,
+                   (int64_t[]){a.e * a.m * a.k, a.e * a.k * a.n, 0});
+  check_op(&f, 1e-6, 1e-3);
+  release(&f);
+
+  for (int64_t k = 1; k <= 2; k++) {
+    a = (op_args){.g = 3, .s = 5, .e = 4, .topk = k, .total = 3, .alpha = 0.01};
+    f = make("moe_aux_loss", a, 1, ref_aux, fw_aux, bw_aux, (int64_t[]){a.g * a.s * a.e, 0});
+    make_probs(&f, 0, a.g * a.s, a.e);
+    check_op(&f, 1e-6, 1e-4);
+    release(&f);
+    a.total = 12;   /* a share of more groups */
+    f = make("moe_aux_loss share", a, 1, ref_aux, fw_aux, bw_aux, (int64_t[]){a.g * a.s * a.e, 0});
+    make_probs(&f, 0, a.g * a.s, a.e);
+    check_op(&f, 1e-6, 1e-4);
+    release(&f);
+  }
+}
+
 static void test_adamw(void **state) {
   (void)state;
   /* step 1 without decay moves each element by lr against its gradient's sign */
@@ -1242,6 +1460,8 @@ int main(void) {
     cmocka_unit_test(test_losses),
     cmocka_unit_test(test_loss_values),
     cmocka_unit_test(test_cross_entropy_vocab_parallel),
+    cmocka_unit_test(test_moe_route),
+    cmocka_unit_test(test_moe),
     cmocka_unit_test(test_adamw),
     cmocka_unit_test(test_sgd),
     cmocka_unit_test(test_init_shards),
