@@ -179,6 +179,8 @@ void gpu_swiglu_backward(gpu_stream *s, int dt, void *dgate, void *dup, const vo
                          const void *up, int64_t n, bool acc);
 /* y = a + b (the residual add); in place allowed. */
 void gpu_add(gpu_stream *s, int dt, void *y, const void *a, const void *b, int64_t n);
+/* da, db (+)= dy, either NULL: not wanted; one launch. */
+void gpu_add_backward(gpu_stream *s, int dt, void *da, void *db, const void *dy, int64_t n, bool acc);
 
 /* ---- rotary embedding --------------------------------------------------------------- */
 

@@ -256,8 +256,7 @@ static bool add_forward(const ccall *c, char *err, size_t errlen) {
 }
 
 static bool add_backward(const ccall *c, char *err, size_t errlen) {
-  for (int i = 0; i < 2; i++)
-    if (c->din[i]) gpu_convert(c->s, c->din[i], c->dt, c->dy, c->dt, n0(c), c->acc);
+  gpu_add_backward(c->s, c->dt, c->din[0], c->din[1], c->dy, n0(c), c->acc);
   return true;
 }
 

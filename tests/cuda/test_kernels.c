@@ -326,12 +326,16 @@ static void check_elementwise(int dt) {
   k_add(want, x, u, n);
   gpu_add(S, dt, y, dX, dU, n);
   expect_dev("add", dt, y, want, n);
-  memcpy(want, g0, sizeof(float) * (size_t)n);
-  k_add_backward(want, NULL, dy, n, true);
-  gpu_free(g);
-  g = up(g0, n, dt);
-  gpu_convert(S, g, dt, dDY, dt, n, true);
-  expect_dev("add backward (gradient added)", dt, g, want, n);
+  memcpy(want, g0, sizeof(float) * (size_t)n), memcpy(want2, g0, sizeof(float) * (size_t)n);
+  k_add_backward(want, want2, dy, n, true);
+  gpu_free(g), gpu_free(g2);
+  g = up(g0, n, dt), g2 = up(g0, n, dt);
+  gpu_add_backward(S, dt, g, g2, dDY, n, true);
+  expect_dev("add backward da (gradient added)", dt, g, want, n);
+  expect_dev("add backward db (gradient added)", dt, g2, want2, n);
+  k_add_backward(want, NULL, dy, n, false);
+  gpu_add_backward(S, dt, g, NULL, dDY, n, false);
+  expect_dev("add backward da alone", dt, g, want, n);
   gpu_free(dX), gpu_free(dU), gpu_free(dDY), gpu_free(y), gpu_free(g), gpu_free(g2);
   free(x), free(u), free(dy), free(g0), free(want), free(want2);
 }
