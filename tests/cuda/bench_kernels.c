@@ -122,7 +122,7 @@ static void attention(int64_t b, int64_t heads, int64_t dh, int64_t s, int reps)
   printf("attention backward  %-36s %9.3f ms %8.1f TFLOP/s\n", shape, g, 2.5 * flop / (g * 1e-3) / 1e12);
   j.kind = 4;
   double gr = timed(&j, reps);
-  printf("  with the forward again (nothing kept)  %17s %9.3f ms %8.1f TFLOP/s\n", "", gr,
+  printf("%-56s %9.3f ms %8.1f TFLOP/s\n", "  the same with the forward again (nothing kept)", gr,
          2.5 * flop / (gr * 1e-3) / 1e12);
   fflush(stdout);
   gpu_free(j.qkv), gpu_free(j.dout), gpu_free(j.out), gpu_free(j.g), gpu_free(j.ws), gpu_free(j.lse);
