@@ -50,7 +50,7 @@ if "$EMU/test_kernels" >"$tmp/k.out" 2>&1; then ok
 else bad "test_kernels"; grep -v " ok$" "$tmp/k.out"; fi
 
 # the kernel timer of bench/gpu.sh runs (its figures mean nothing here)
-if "$EMU/bench_kernels" --small >"$tmp/bk.out" 2>&1 && [ "$(grep -c ' ms ' "$tmp/bk.out")" -eq 11 ]; then ok
+if "$EMU/bench_kernels" --small >"$tmp/bk.out" 2>&1 && [ "$(grep -c ' ms ' "$tmp/bk.out")" -eq 13 ]; then ok
   echo "cuda (emulated): bench_kernels --small times $(grep -c ' ms ' "$tmp/bk.out") calls"
 else bad "bench_kernels --small"; cat "$tmp/bk.out"; fi
 
@@ -63,6 +63,32 @@ else bad "tests/reference with --backend cuda"; cat "$tmp/ref.out"; fi
 
 export WEFT_PLUGIN_DIR=$EMU
 GPT="--set layers=2 --set hidden=64 --set heads=4 --set seq=16 --set vocab=256 --set batch=8"
+MEG="--set layers=4 --set hidden=64 --set heads=4 --set seq=16 --set vocab=128 --set global_batch=8 --set micro_batch=2"
+# The attention's backward reads the log-sum-exp its forward kept and the
+# forward's result: it launches no pass of the forward (MODE 1 of
+# k_attn_fwd, k_attn_fwd_tc), one k_attn_dsum per k_attn_dq. Kernels as
+# the emulation counts them (WEFT_CUDA_EMU_LAUNCHES), without --check (whose
+# plan-free reference keeps nothing).
+attn_launches() {
+  name=$1; shift
+  rm -f "$tmp/l.txt"
+  if WEFT_CUDA_EMU_LAUNCHES=$tmp/l.txt "$WEFT" run "$@" --backend cuda >/dev/null 2>"$tmp/e"; then
+    fwd=$(awk '$2 ~ /^k_attn_fwd/ && /, 0>$/ {n += $1} END {print n + 0}' "$tmp/l.txt")
+    again=$(awk '$2 ~ /^k_attn_fwd/ && /, 1>$/ {n += $1} END {print n + 0}' "$tmp/l.txt")
+    dsum=$(awk '$2 ~ /^k_attn_dsum/ {n += $1} END {print n + 0}' "$tmp/l.txt")
+    dq=$(awk '$2 ~ /^k_attn_dq/ {n += $1} END {print n + 0}' "$tmp/l.txt")
+    if [ "$again" -eq 0 ] && [ "$dsum" -gt 0 ] && [ "$dsum" -eq "$dq" ]; then ok
+      echo "cuda (emulated): $name: attention launches: forward $fwd, backward $dq (k_attn_dsum, dk/dv, dq), the forward in the backward $again"
+    else bad "$name: attention launches: forward $fwd, the forward in the backward $again, dsum $dsum, dq $dq"; cat "$tmp/l.txt"; fi
+  else bad "$name: weft run $* --backend cuda"; cat "$tmp/e"; fi
+}
+attn_launches "gpt2 single, f32" examples/gpt2.plan $GPT --steps 2
+attn_launches "megatron bf16 tp2 pp2 dp2 (tensor cores)" examples/gpt_megatron.plan $MEG --set hidden=128 --set dtype=bf16 --steps 2
+attn_launches "megatron interleaved, full recompute" examples/gpt_megatron.plan $MEG --set interleave=2 \
+  --set 'recompute="full"' --steps 2
+attn_launches "llama cp2 tp2 pp2 (grouped queries, parts of the sequence)" examples/llama_megatron.plan \
+  --set layers=4 --set hidden=64 --set heads=4 --set kv_heads=2 --set ffn=96 --set seq=16 --set vocab=128 \
+  --set global_batch=8 --set micro_batch=2 --set cp=2 --set dp=1 --steps 2
 # the device's limits
 WEFT_CUDA_EMU_MEMORY=1000000 "$WEFT" run examples/gpt2.plan --plan tp2 $GPT --backend cuda >/dev/null 2>"$tmp/e"
 rc=$?

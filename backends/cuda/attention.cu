@@ -8,8 +8,11 @@
  * and sum, and each lane accumulates its dimensions (lane + 32 c) of the
  * result. Only the tiles up to the block's last row are read (causal).
  *
- * Backward (nothing of the forward is kept): first the same pass gives
- * each row's log-sum-exp and D = dout . out; then, for a tile of 32 keys,
+ * The forward may keep each row's log-sum-exp (lse, f32 [b, hq, sq]) for
+ * the backward. Backward: each row's D = dout . out from the forward's
+ * result (k_attn_dsum), with the kept log-sum-exp; where the forward kept
+ * nothing, the same pass as the forward gives both instead. Then, for a
+ * tile of 32 keys,
  * the rows from the tile on give dv += p dout and dk += ds q (each warp
  * owns 8 of the keys, so no two threads add into one element); then, for
  * 16 query rows, dq += ds k over the key tiles. ds = p (dout . v - D).
@@ -55,7 +58,8 @@ DEV void load_kv(float *Ks, float *Vs, const T *kb, const T *vb, int64_t k0, con
   }
 }
 
-/* MODE 0: out. MODE 1: per row, lse = max + log(sum) and dsum = dout . out. */
+/* MODE 0: out, and lse = max + log(sum) per row when lse is not NULL.
+ * MODE 1: per row, lse and dsum = dout . out (the backward's recompute). */
 template <class T, int DC, int MODE>
 __global__ void __launch_bounds__(THREADS)
     k_attn_fwd(T *out, const T *q, const T *k, const T *v, gpu_attn a, float scale, const T *dout, float *lse,
@@ -117,6 +121,7 @@ __global__ void __launch_bounds__(THREADS)
         int d = lane + 32 * c;
         if (d < dh) out[o + d] = from_f<T>(acc[r][c] * inv);
       }
+      if (lse && lane == 0) lse[(bi * a.hq + h) * a.sq + qi] = m[r] + logf(l[r]);
     } else {
       float dot = 0.0f;
       for (int c = 0; c < DC; c++) {
@@ -134,6 +139,24 @@ __global__ void __launch_bounds__(THREADS)
 }
 
 static size_t fwd_smem(int64_t dh) { return (size_t)(2 * BK * (dh + 1) + BQ * dh + BQ * BK) * sizeof(float); }
+
+/* dsum = dout . out of every row (b, h, row in [b, hq, sq] order), one warp
+ * a row, from the result the forward wrote (dout's layout); the lanes' sums
+ * add in a fixed order. */
+template <class T>
+__global__ void __launch_bounds__(THREADS) k_attn_dsum(float *dsum, const T *dout, const T *out, gpu_attn a) {
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  const int64_t row = (int64_t)blockIdx.x * WARPS + w;
+  const bool in = row < a.b * a.hq * a.sq;
+  float dot = 0.0f;
+  if (in) {
+    const int64_t qi = row % a.sq, h = row / a.sq % a.hq, bi = row / (a.sq * a.hq);
+    const int64_t o = bi * a.o_batch + h * a.dh + qi * a.o_row;
+    for (int64_t d = lane; d < a.dh; d += 32) dot += to_f(dout[o + d]) * to_f(out[o + d]);
+  }
+  dot = warp_sum(dot);
+  if (in && lane == 0) dsum[row] = dot;
+}
 
 /* dk, dv of the keys [k0, k0 + BK) of key/value head hk. */
 template <class T, int DC>
@@ -307,10 +330,11 @@ static int dc_for(int64_t dh) {
     }                                                                                          \
   } while (0)
 
-void gpu_attention(gpu_stream *s, int dt, void *out, const void *q, const void *k, const void *v, const gpu_attn *a) {
+void gpu_attention(gpu_stream *s, int dt, void *out, const void *q, const void *k, const void *v, const gpu_attn *a,
+                   float *lse) {
   if (a->dh <= 0 || a->dh > GPU_ATTN_MAX_DH || a->r <= 0 || a->sk <= 0) return;
   if (attention_tc_takes(dt, a)) {
-    attention_tc_forward(s, dt, out, q, k, v, a);
+    attention_tc_forward(s, dt, out, q, k, v, a, lse);
     return;
   }
   dim3 grid((unsigned)((a->sq + BQ - 1) / BQ), (unsigned)a->hq, (unsigned)a->b);
@@ -319,18 +343,27 @@ void gpu_attention(gpu_stream *s, int dt, void *out, const void *q, const void *
   DISPATCH(dt, T, WITH_DC(a->dh, DC, {
     allow_smem(k_attn_fwd<T, DC, 0>, sm);
     launch(k_attn_fwd<T, DC, 0>, grid, THREADS, sm, s, (T *)out, (const T *)q, (const T *)k, (const T *)v, *a, scale,
-           (const T *)NULL, (float *)NULL, (float *)NULL);
+           (const T *)NULL, lse, (float *)NULL);
   }));
 }
+
+size_t gpu_attention_stats_bytes(const gpu_attn *a) { return (size_t)(a->b * a->hq * a->sq) * sizeof(float); }
 
 size_t gpu_attention_backward_ws(const gpu_attn *a) { return (size_t)(2 * a->b * a->hq * a->sq + 1) * sizeof(float); }
 
 void gpu_attention_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, const void *dout, const void *q,
-                            const void *k, const void *v, const gpu_attn *a, bool acc, void *ws) {
+                            const void *k, const void *v, const gpu_attn *a, bool acc, const float *lse_kept,
+                            const void *out, void *ws) {
   if (a->dh <= 0 || a->dh > GPU_ATTN_MAX_DH || a->r <= 0 || a->sk <= 0 || (!dq && !dk && !dv)) return;
   float *lse = (float *)ws, *dsum = lse + a->b * a->hq * a->sq;
+  const bool kept = lse_kept && out;
+  if (kept) {
+    lse = (float *)lse_kept;
+    dim3 grid((unsigned)((a->b * a->hq * a->sq + WARPS - 1) / WARPS));
+    DISPATCH(dt, T, launch(k_attn_dsum<T>, grid, THREADS, 0, s, dsum, (const T *)dout, (const T *)out, *a));
+  }
   if (attention_tc_takes(dt, a)) {
-    attention_tc_backward(s, dt, dq, dk, dv, dout, q, k, v, a, acc, lse, dsum);
+    attention_tc_backward(s, dt, dq, dk, dv, dout, q, k, v, a, acc, lse, dsum, kept);
     return;
   }
   float scale = (float)(1.0 / sqrt((double)a->dh));
@@ -338,9 +371,11 @@ void gpu_attention_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv,
   dim3 gk((unsigned)((a->sk + BK - 1) / BK), (unsigned)(a->hq / a->r), (unsigned)a->b);
   size_t s1 = fwd_smem(a->dh), s2 = dkv_smem(a->dh), s3 = dq_smem(a->dh);
   DISPATCH(dt, T, WITH_DC(a->dh, DC, {
-    allow_smem(k_attn_fwd<T, DC, 1>, s1);
-    launch(k_attn_fwd<T, DC, 1>, gq, THREADS, s1, s, (T *)NULL, (const T *)q, (const T *)k, (const T *)v, *a, scale,
-           (const T *)dout, lse, dsum);
+    if (!kept) {
+      allow_smem(k_attn_fwd<T, DC, 1>, s1);
+      launch(k_attn_fwd<T, DC, 1>, gq, THREADS, s1, s, (T *)NULL, (const T *)q, (const T *)k, (const T *)v, *a, scale,
+             (const T *)dout, lse, dsum);
+    }
     if (dk || dv) {
       allow_smem(k_attn_dkv<T, DC>, s2);
       launch(k_attn_dkv<T, DC>, gk, THREADS, s2, s, (T *)dk, (T *)dv, (const T *)dout, (const T *)q, (const T *)k,

@@ -18,9 +18,12 @@ size_t attention_smem_limit(void);
 /* Whether the tensor-core kernels take these heads in this type. */
 bool attention_tc_takes(int dt, const gpu_attn *a);
 void attention_tc_forward(gpu_stream *s, int dt, void *out, const void *q, const void *k, const void *v,
-                          const gpu_attn *a);
-/* lse, dsum: the workspace of gpu_attention_backward. */
+                          const gpu_attn *a, float *lse);
+/* lse, dsum: each row's log-sum-exp and dout . out; kept: they are there
+ * (the forward's log-sum-exp, D from its result), else the forward runs
+ * again into them (the workspace of gpu_attention_backward). */
 void attention_tc_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, const void *dout, const void *q,
-                           const void *k, const void *v, const gpu_attn *a, bool acc, float *lse, float *dsum);
+                           const void *k, const void *v, const gpu_attn *a, bool acc, float *lse, float *dsum,
+                           bool kept);
 
 #endif

@@ -19,8 +19,10 @@
  * fragment is, the lanes learn once by loading a tile of row numbers into
  * a fragment of the same kind. Then O += P V.
  *
- * Backward: the forward again for each row's log-sum-exp and D = dout .
- * out; then per 128 keys (each warp 16, with its K and V rows in
+ * The forward may keep each row's log-sum-exp for the backward.
+ * Backward: with it, D = dout . out from the forward's result (attention.cu
+ * launches that); else the forward again for each row's log-sum-exp and D;
+ * then per 128 keys (each warp 16, with its K and V rows in
  * fragments for heads of 32) over the query tiles from them on: S^T = K
  * Q^T, P^T, dv += P^T dout, dP^T = V dout^T, dS^T = P^T (dP^T - D), dk +=
  * dS^T q, sums in registers; then per 128 queries over the key tiles: S,
@@ -242,8 +244,8 @@ static size_t fwd_tc_smem(int64_t dh) {
   return 2 * piece(TK * (dh + 8) * 2) + piece(256 * 4) + piece(TQ * 4) + stage_bytes(piece(TQ * (dh + 8) * 2));
 }
 
-/* MODE 0: out. MODE 1: lse and dsum per row. Blocks in reverse order of
- * their queries: the longest first. */
+/* MODE 0: out, and lse per row when lse is not NULL. MODE 1: lse and dsum
+ * per row. Blocks in reverse order of their queries: the longest first. */
 template <class T, int D16, int MODE>
 __global__ void __launch_bounds__(NT, D16 <= 4 ? 2 : 1)
     k_attn_fwd_tc(T *out, const T *q, const T *k, const T *v, gpu_attn a, float scale, bool vec, const T *dout,
@@ -352,6 +354,8 @@ __global__ void __launch_bounds__(NT, D16 <= 4 ? 2 : 1)
       lse[e] = m * LN2 + logf(l);
       dsum[e] = dot;
     }
+  } else if (lse && !half && qi < a.sq) {
+    lse[(bi * a.hq + h) * a.sq + qi] = m * LN2 + logf(l);
   }
 }
 
@@ -617,7 +621,7 @@ static bool rows16(const gpu_attn *a, const void *p1, const void *p2, const void
   } while (0)
 
 void attention_tc_forward(gpu_stream *s, int dt, void *out, const void *q, const void *k, const void *v,
-                          const gpu_attn *a) {
+                          const gpu_attn *a, float *lse) {
   dim3 grid((unsigned)((a->sq + TQ - 1) / TQ), (unsigned)a->hq, (unsigned)a->b);
   float scale = (float)(1.0 / sqrt((double)a->dh));
   size_t sm = fwd_tc_smem(a->dh);
@@ -625,21 +629,24 @@ void attention_tc_forward(gpu_stream *s, int dt, void *out, const void *q, const
   DISPATCH16(dt, T, WITH_D16(a->dh, D, {
     allow_smem(k_attn_fwd_tc<T, D, 0>, sm);
     launch(k_attn_fwd_tc<T, D, 0>, grid, NT, sm, s, (T *)out, (const T *)q, (const T *)k, (const T *)v, *a, scale,
-           vec, (const T *)NULL, (float *)NULL, (float *)NULL);
+           vec, (const T *)NULL, lse, (float *)NULL);
   }));
 }
 
 void attention_tc_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, const void *dout, const void *q,
-                           const void *k, const void *v, const gpu_attn *a, bool acc, float *lse, float *dsum) {
+                           const void *k, const void *v, const gpu_attn *a, bool acc, float *lse, float *dsum,
+                           bool kept) {
   float scale = (float)(1.0 / sqrt((double)a->dh));
   dim3 gq((unsigned)((a->sq + TQ - 1) / TQ), (unsigned)a->hq, (unsigned)a->b);
   dim3 gk((unsigned)((a->sk + TQ - 1) / TQ), (unsigned)(a->hq / a->r), (unsigned)a->b);
   size_t s1 = fwd_tc_smem(a->dh), s2 = dkv_tc_smem(a->dh), s3 = dq_tc_smem(a->dh);
   bool vec = rows16(a, dout, q, k, v);
   DISPATCH16(dt, T, WITH_D16(a->dh, D, {
-    allow_smem(k_attn_fwd_tc<T, D, 1>, s1);
-    launch(k_attn_fwd_tc<T, D, 1>, gq, NT, s1, s, (T *)NULL, (const T *)q, (const T *)k, (const T *)v, *a, scale,
-           vec, (const T *)dout, lse, dsum);
+    if (!kept) {
+      allow_smem(k_attn_fwd_tc<T, D, 1>, s1);
+      launch(k_attn_fwd_tc<T, D, 1>, gq, NT, s1, s, (T *)NULL, (const T *)q, (const T *)k, (const T *)v, *a, scale,
+             vec, (const T *)dout, lse, dsum);
+    }
     if (dk || dv) {
       allow_smem(k_attn_dkv_tc<T, D>, s2);
       launch(k_attn_dkv_tc<T, D>, gk, NT, s2, s, (T *)dk, (T *)dv, (const T *)dout, (const T *)q, (const T *)k,

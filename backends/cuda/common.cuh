@@ -151,7 +151,7 @@ template <typename... KArgs, typename... Args>
 static inline void launch(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, gpu_stream *s, Args... args) {
   if (grid.x == 0 || grid.y == 0 || grid.z == 0) return;
 #ifdef WEFT_CUDA_EMU
-  emu_launch((emu_stream *)s, grid, block, smem, [=]() { k(args...); });
+  emu_launch((emu_stream *)s, grid, block, smem, [=]() { k(args...); }, (const void *)k);
 #else
   k<<<grid, block, smem, (cudaStream_t)s>>>(args...);
 #endif

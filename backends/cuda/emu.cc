@@ -3,9 +3,12 @@
  * order the events allow. Built only into the emulated backend. */
 #include "emu.h"
 
+#include <cxxabi.h>
+#include <dlfcn.h>
 #include <sys/mman.h>
 
 #include <cstdio>
+#include <map>
 #include <cstdlib>
 #include <deque>
 #include <string>
@@ -332,7 +335,53 @@ static emu_stream *stream_of(emu_stream *s) { return s ? s : &default_stream; }
  * (for the tests of the backend's error messages). */
 static long launches, fail_at = -1;
 
-void emu_launch(emu_stream *s, dim3 grid, dim3 block, size_t smem, std::function<void()> body) {
+/* WEFT_CUDA_EMU_LAUNCHES=FILE: at exit, FILE gets each kernel's launches,
+ * a line "count kernel<template arguments>", for the tests that count what
+ * a step launches. */
+static std::map<const void *, long> *tally;
+static std::string tally_file;
+
+static void write_tally() {
+  FILE *f = fopen(tally_file.c_str(), "w");
+  if (!f) return;
+  for (const auto &t : *tally) {
+    Dl_info di;
+    std::string name = "?";
+    if (dladdr(t.first, &di) && di.dli_sname) {
+      int st = 0;
+      char *dm = abi::__cxa_demangle(di.dli_sname, nullptr, nullptr, &st);
+      name = st == 0 && dm ? dm : di.dli_sname;
+      free(dm);
+      size_t depth = 0, cut = std::string::npos;
+      for (size_t i = 0; i < name.size() && cut == std::string::npos; i++) {
+        if (name[i] == '<') depth++;
+        else if (name[i] == '>') depth--;
+        else if (name[i] == '(' && depth == 0) cut = i;
+      }
+      if (cut != std::string::npos) name.resize(cut);
+      if (name.compare(0, 5, "void ") == 0) name.erase(0, 5);
+    }
+    fprintf(f, "%ld %s\n", t.second, name.c_str());
+  }
+  fclose(f);
+}
+
+static void count_launch(const void *kernel) {
+  static int on = -1;
+  if (on < 0) {
+    const char *f = getenv("WEFT_CUDA_EMU_LAUNCHES");
+    on = f && *f;
+    if (on) {
+      tally_file = f;
+      tally = new std::map<const void *, long>;
+      atexit(write_tally);
+    }
+  }
+  if (on && kernel) (*tally)[kernel]++;
+}
+
+void emu_launch(emu_stream *s, dim3 grid, dim3 block, size_t smem, std::function<void()> body, const void *kernel) {
+  count_launch(kernel);
   if (fail_at < 0) {
     const char *f = getenv("WEFT_CUDA_EMU_FAIL");
     fail_at = f ? atol(f) : 0;

@@ -99,8 +99,10 @@ static inline float __fdividef(float a, float b) { return a / b; }
 /* ---- streams and launches --------------------------------------------------------- */
 
 struct emu_stream;
-/* Queues a block-by-block run of body on s (NULL: the default stream). */
-void emu_launch(emu_stream *s, dim3 grid, dim3 block, size_t smem, std::function<void()> body);
+/* Queues a block-by-block run of body on s (NULL: the default stream);
+ * kernel: the kernel's function, counted under WEFT_CUDA_EMU_LAUNCHES. */
+void emu_launch(emu_stream *s, dim3 grid, dim3 block, size_t smem, std::function<void()> body,
+                const void *kernel = nullptr);
 /* Queues host work on s. */
 void emu_enqueue(emu_stream *s, std::function<void()> work);
 

@@ -51,6 +51,7 @@ typedef struct cact {
 typedef struct pcall {
   ccall c;                /* all but its pointers */
   caddr in[CX_MAX_INPUTS], din[CX_MAX_INPUTS], out, dy, stats, ws;
+  caddr keep, fwd_out;    /* what the forward keeps for its backward (ccall.keep, fwd_out) */
   int slot;               /* the loss share it writes, -1 */
   int dev;                /* its device: the gemm workspace is in its pool */
 } pcall;
@@ -118,6 +119,7 @@ struct backend_run {
   weft_world *w;
   backend_opts o;
   const ckernel **kern;   /* per operator */
+  ckeep **keep;           /* per device, per instruction: what a forward keeps for its backward */
   cplan plan[2];          /* plain, clipping */
   cplan *P;               /* the one being prepared or run */
   char clip_err[512];     /* why there is no clipping plan */
@@ -311,7 +313,7 @@ static int64_t prep_compute(crun *r, int dev, int i, int64_t base, bool build) {
   c->g = r->g, c->op = op, c->k = k, c->backward = in->dir == DIR_BACKWARD, c->part = in->part;
   c->dt = ckernel_dtype(r->g, op), c->nin = o->ninputs, c->deterministic = r->o.deterministic;
   for (int a = 0; a < CX_MAX_INPUTS; a++) pc.in[a] = pc.din[a] = NOWHERE;
-  pc.out = pc.dy = pc.stats = pc.ws = NOWHERE;
+  pc.out = pc.dy = pc.stats = pc.ws = pc.keep = pc.fwd_out = NOWHERE;
   int nref = in->nin;
   if (in->part == LP_COMBINE && nref > 0) {
     const lref *ref = &in->in[--nref];
@@ -378,6 +380,11 @@ static int64_t prep_compute(crun *r, int dev, int i, int64_t base, bool build) {
   if (ws) pc.ws = take_scratch(&sc, (int64_t)ws);
   pc.slot = r->dev[dev].slot ? r->dev[dev].slot[i] : -1;
   pc.dev = dev;
+  const ckeep *kp = r->keep && r->keep[dev] ? &r->keep[dev][i] : NULL;
+  if (build && kp && kp->pair >= 0 && r->P->s.keep_off && r->P->s.keep_off[dev][i] >= 0) {
+    pc.keep = (caddr){dev, r->P->s.keep_off[dev][i]};
+    if (kp->bytes == 0) pc.fwd_out = buf_addr(r, dev, r->keep[dev][kp->pair].hold);
+  }
   if (build) {
     if (r->P->ncalls == r->P->ccap) {
       r->P->ccap = r->P->ccap ? 2 * r->P->ccap : 256;
@@ -985,8 +992,72 @@ void crun_close(crun *r) {
     gpu_free(r->coef);
   }
   if (r->own) clip_owners_free(r->pr, r->own);
+  if (r->keep)
+    for (int d = 0; d < r->pr->nprogs; d++) free(r->keep[d]);
+  free(r->keep);
   free(r->dev), free(r->kern), free(r->input_off), free(r->tab.v), free(r->mask_at), free(r->ins_base);
   free(r);
+}
+
+/* ---- what a forward keeps for its backward --------------------------------------------- */
+
+static bool writes(const lins *in, int buf) {
+  if ((in->kind == LI_ALLOC || in->kind == LI_FREE) && in->buf == buf) return in->kind == LI_ALLOC;
+  for (int j = 0; j < in->nout; j++)
+    if (in->out[j].buf == buf) return true;
+  return false;
+}
+
+/* Pairs each backward compute whose kernels take what a forward keeps
+ * (ccall_keep: the attention's per-row log-sum-exp) with the last forward
+ * of the same part before it, the recomputation where there is one. The
+ * forward's result must be its buffer whole, in the kernels' type, the
+ * region of the backward's gradient of it, and written by nothing between
+ * the two: the backward reads it there (sched.c holds it past its free). */
+static void plan_keep(crun *r) {
+  const weft_program *pr = r->pr;
+  r->keep = cx_alloc(sizeof(ckeep *) * (size_t)(pr->nprogs + 1));
+  for (int d = 0; d < pr->nprogs; d++) {
+    const lprog *lp = &pr->progs[d];
+    if (!lp->n) continue;
+    ckeep *kp = r->keep[d] = cx_alloc(sizeof(ckeep) * (size_t)(lp->n + 1));
+    for (int i = 0; i < lp->n; i++) kp[i] = (ckeep){0, -1, -1};
+    for (int i = 0; i < lp->n; i++) {
+      const lins *bw = &lp->ins[i];
+      if (bw->kind != LI_COMPUTE || bw->dir != DIR_BACKWARD || bw->part != LP_WHOLE) continue;
+      int op = lower_compute_op(pr, bw);
+      const ckernel *k = r->kern[op];
+      if (!ckernel_keeps(k)) continue;
+      int j = i - 1;
+      while (j >= 0 && !(lp->ins[j].kind == LI_COMPUTE && lp->ins[j].dir == DIR_FORWARD &&
+                         lower_same_part(pr, &lp->ins[j], bw)))
+        j--;
+      if (j < 0 || kp[j].pair >= 0) continue;
+      const lins *fw = &lp->ins[j];
+      const gop *o = &r->g->ops[op];
+      int dt = ckernel_dtype(r->g, op), ob = fw->nout == 1 ? fw->out[0].buf : -1;
+      if (fw->part != LP_WHOLE || ob < 0 || o->ninputs > CX_MAX_INPUTS) continue;
+      if (!cx_equal(&pr->bufs[ob].region, &fw->out[0].region) || pr->bufs[ob].dtype != dt) continue;
+      const lref *dy = NULL;
+      for (int a = 0; a < bw->nin; a++)
+        if (bw->in[a].arg < 0 && bw->in[a].buf >= 0) dy = &bw->in[a];
+      if (!dy || !cx_equal(&dy->region, &fw->out[0].region)) continue;
+      bool clean = true;
+      for (int m = j + 1; m < i && clean; m++) clean = !writes(&lp->ins[m], ob);
+      if (!clean) continue;
+      ccall c;
+      memset(&c, 0, sizeof c);
+      c.g = r->g, c.op = op, c.k = k, c.part = LP_WHOLE, c.dt = dt, c.nin = o->ninputs;
+      for (int a = 0; a < fw->nin; a++)
+        if (fw->in[a].arg >= 0 && fw->in[a].arg < c.nin) c.inr[fw->in[a].arg] = &fw->in[a].region;
+      bool all = true;
+      for (int a = 0; a < c.nin; a++) all &= c.inr[a] != NULL;
+      size_t bytes = all ? ccall_keep(&c) : 0;
+      if (!bytes) continue;
+      kp[j] = (ckeep){(int64_t)bytes, i, ob};
+      kp[i] = (ckeep){0, j, -1};
+    }
+  }
 }
 
 static bool refers(const lins *in, int buf, bool *as_in, bool *as_out) {
@@ -1206,7 +1277,8 @@ crun *crun_open(const weft_program *pr, weft_world *w, const backend_opts *o, ch
   /* each device keeps apart cuBLASLt's workspace, the norm's, and room
    * for a part of a gradient the norm counts before the steps */
   int64_t part = plan_norm(r, &mask_bytes);
-  csched_cb cb = {r, ins_ws, (int64_t)gpu_gemm_ws() + (int64_t)gpu_sumsq_ws() + part};
+  plan_keep(r);
+  csched_cb cb = {r, ins_ws, (int64_t)gpu_gemm_ws() + (int64_t)gpu_sumsq_ws() + part, (const ckeep *const *)r->keep};
   char e[512];
   if (!build_plan(r, &r->plan[0], &cb, NULL, err, errlen)) goto fail;
   /* the order that takes the norm before the steps, to clip by it */
@@ -1328,6 +1400,8 @@ static bool run_act(crun *r, const cact *a, gpu_stream *s, char *err, size_t err
     c.dy = addr(r, pc->dy);
     c.stats = addr(r, pc->stats);
     c.ws = addr(r, pc->ws);
+    c.keep = addr(r, pc->keep);
+    c.fwd_out = addr(r, pc->fwd_out);
     c.slot = pc->slot >= 0 ? r->slots + pc->slot : NULL;
     c.gemm_ws = r->dev[pc->dev].pool + r->P->s.fixed[pc->dev];
     c.s = s;

@@ -179,6 +179,8 @@ void gpu_swiglu_backward(gpu_stream *s, int dt, void *dgate, void *dup, const vo
                          const void *up, int64_t n, bool acc);
 /* y = a + b (the residual add); in place allowed. */
 void gpu_add(gpu_stream *s, int dt, void *y, const void *a, const void *b, int64_t n);
+/* da, db (+)= dy, either NULL: not wanted; one launch. */
+void gpu_add_backward(gpu_stream *s, int dt, void *da, void *db, const void *dy, int64_t n, bool acc);
 
 /* ---- rotary embedding --------------------------------------------------------------- */
 
@@ -207,14 +209,21 @@ typedef struct gpu_attn {
 enum { GPU_ATTN_MAX_DH = 256 };
 /* out = softmax(q k^T / sqrt(dh), causal) v, FlashAttention's way: key
  * tiles streamed through shared memory with a running maximum and sum, no
- * s x s scores anywhere. */
-void gpu_attention(gpu_stream *s, int dt, void *out, const void *q, const void *k, const void *v, const gpu_attn *a);
+ * s x s scores anywhere. lse (NULL: none) gets each row's log-sum-exp of
+ * its scaled scores, f32 [b, hq, sq] (gpu_attention_stats_bytes), which
+ * the backward takes instead of running the forward again. */
+void gpu_attention(gpu_stream *s, int dt, void *out, const void *q, const void *k, const void *v, const gpu_attn *a,
+                   float *lse);
+size_t gpu_attention_stats_bytes(const gpu_attn *a);
 size_t gpu_attention_backward_ws(const gpu_attn *a);
-/* dq, dk, dv (+)= the gradients from dout: each row's log-sum-exp and
- * dout . out recomputed first, then one pass per key tile for dk and dv
- * and one per query tile for dq (no atomics). */
+/* dq, dk, dv (+)= the gradients from dout: each row's log-sum-exp (lse,
+ * from the forward) and D = dout . out (out: the result the forward wrote,
+ * laid out as dout), or, when lse or out is NULL, both from a pass of the
+ * forward first; then one pass per key tile for dk and dv and one per
+ * query tile for dq (no atomics). */
 void gpu_attention_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, const void *dout, const void *q,
-                            const void *k, const void *v, const gpu_attn *a, bool acc, void *ws);
+                            const void *k, const void *v, const gpu_attn *a, bool acc, const float *lse,
+                            const void *out, void *ws);
 
 /* ---- softmax -------------------------------------------------------------------------- */
 

@@ -96,12 +96,19 @@ __global__ void k_layernorm_parts(float *pw, float *pb, const float *stats, cons
   if (pb) pb[c * h + j] = sb;
 }
 
+/* dw[j], db[j] (+)= the chunks' sums of column j in chunk order, both in
+ * one launch (either NULL: not wanted). */
 template <class T>
-__global__ void k_parts_done(T *out, const float *part, int64_t chunks, int64_t h, bool acc) {
+__global__ void k_parts_done(T *dw, T *db, const float *pw, const float *pb, int64_t chunks, int64_t h, bool acc) {
   GRID_STRIDE(j, h) {
-    float sum = 0.0f;
-    for (int64_t c = 0; c < chunks; c++) sum += part[c * h + j];
-    put(&out[j], sum, acc);
+    for (int o = 0; o < 2; o++) {
+      T *out = o ? db : dw;
+      const float *part = o ? pb : pw;
+      if (!out) continue;
+      float sum = 0.0f;
+      for (int64_t c = 0; c < chunks; c++) sum += part[c * h + j];
+      put(&out[j], sum, acc);
+    }
   }
 }
 
@@ -116,8 +123,8 @@ void gpu_layernorm_backward(gpu_stream *s, int dt, void *dx, void *dw, void *db,
     if (dw || db) {
       launch(k_layernorm_parts<T>, dim3((unsigned)((h + 255) / 256), (unsigned)chunks), 256, 0, s, pw, pb,
              (const float *)stats, (const T *)dy, (const T *)x, rows, h, per);
-      if (dw) launch(k_parts_done<T>, blocks_for(h, 256), 256, 0, s, (T *)dw, (const float *)pw, chunks, h, acc);
-      if (db) launch(k_parts_done<T>, blocks_for(h, 256), 256, 0, s, (T *)db, (const float *)pb, chunks, h, acc);
+      launch(k_parts_done<T>, blocks_for(h, 256), 256, 0, s, (T *)dw, (T *)db, (const float *)pw, (const float *)pb,
+             chunks, h, acc);
     }
   });
 }

@@ -44,6 +44,7 @@ struct ckernel {
   const char *kind;       /* the operator's name in stdlib/ops.plan */
   ckern forward, backward, stats;
   cws ws_forward, ws_backward;
+  cws keep;               /* what a forward keeps for its backward, NULL: nothing */
   bool loss;
   int ids;                /* the argument holding ids, -1 none */
 };
@@ -255,8 +256,7 @@ static bool add_forward(const ccall *c, char *err, size_t errlen) {
 }
 
 static bool add_backward(const ccall *c, char *err, size_t errlen) {
-  for (int i = 0; i < 2; i++)
-    if (c->din[i]) gpu_convert(c->s, c->din[i], c->dt, c->dy, c->dt, n0(c), c->acc);
+  gpu_add_backward(c->s, c->dt, c->din[0], c->din[1], c->dy, n0(c), c->acc);
   return true;
 }
 
@@ -334,7 +334,7 @@ static bool causal_attention_forward(const ccall *c, char *err, size_t errlen) {
     return false;
   }
   int64_t c3 = a.hq * a.dh;
-  gpu_attention(c->s, c->dt, c->out, c->in[0], at(c, c->in[0], c3), at(c, c->in[0], 2 * c3), &a);
+  gpu_attention(c->s, c->dt, c->out, c->in[0], at(c, c->in[0], c3), at(c, c->in[0], 2 * c3), &a, (float *)c->keep);
   return true;
 }
 
@@ -344,13 +344,19 @@ static bool causal_attention_backward(const ccall *c, char *err, size_t errlen) 
   int64_t c3 = a.hq * a.dh;
   void *dq = c->din[0];
   gpu_attention_backward(c->s, c->dt, dq, (void *)at(c, dq, c3), (void *)at(c, dq, 2 * c3), c->dy, c->in[0],
-                         at(c, c->in[0], c3), at(c, c->in[0], 2 * c3), &a, c->acc, c->ws);
+                         at(c, c->in[0], c3), at(c, c->in[0], 2 * c3), &a, c->acc, (const float *)c->keep, c->fwd_out,
+                         c->ws);
   return true;
 }
 
 static size_t causal_attention_ws_backward(const ccall *c) {
   gpu_attn a = causal_geometry(c);
   return gpu_attention_backward_ws(&a);
+}
+
+static size_t causal_attention_keep(const ccall *c) {
+  gpu_attn a = causal_geometry(c);
+  return gpu_attention_stats_bytes(&a);
 }
 
 /* gqa_attention: k [b, sk, (g dh)] with the part's groups, q [b, sq, (g r
@@ -395,7 +401,7 @@ static bool gqa_takes(const ccall *c, const gpu_attn *a, char *err, size_t errle
 static bool gqa_attention_forward(const ccall *c, char *err, size_t errlen) {
   gpu_attn a = gqa_geometry(c);
   if (!gqa_takes(c, &a, err, errlen)) return false;
-  gpu_attention(c->s, c->dt, c->out, c->in[0], c->in[1], c->in[2], &a);
+  gpu_attention(c->s, c->dt, c->out, c->in[0], c->in[1], c->in[2], &a, (float *)c->keep);
   return true;
 }
 
@@ -403,13 +409,18 @@ static bool gqa_attention_backward(const ccall *c, char *err, size_t errlen) {
   gpu_attn a = gqa_geometry(c);
   if (!gqa_takes(c, &a, err, errlen)) return false;
   gpu_attention_backward(c->s, c->dt, c->din[0], c->din[1], c->din[2], c->dy, c->in[0], c->in[1], c->in[2], &a,
-                         c->acc, c->ws);
+                         c->acc, (const float *)c->keep, c->fwd_out, c->ws);
   return true;
 }
 
 static size_t gqa_attention_ws_backward(const ccall *c) {
   gpu_attn a = gqa_geometry(c);
   return gpu_attention_backward_ws(&a);
+}
+
+static size_t gqa_attention_keep(const ccall *c) {
+  gpu_attn a = gqa_geometry(c);
+  return gpu_attention_stats_bytes(&a);
 }
 
 /* ---- losses ------------------------------------------------------------------------------------ */
@@ -485,24 +496,24 @@ static size_t mse_ws_forward(const ccall *c) { return gpu_loss_ws(0); }
 #define KERNELS(name) #name, name##_forward, name##_backward, NULL
 
 static const ckernel kernels[] = {
-    {KERNELS(matmul), NULL, NULL, false, -1},
-    {KERNELS(matmul_t), NULL, NULL, false, -1},
-    {"linear", linear_forward, linear_backward, NULL, NULL, linear_ws_backward, false, -1},
-    {"qkv_linear", linear_forward, linear_backward, NULL, NULL, linear_ws_backward, false, -1},
-    {KERNELS(embedding), NULL, embedding_ws_backward, false, 0},
-    {KERNELS(add_position), NULL, NULL, false, -1},
-    {KERNELS(layernorm), NULL, layernorm_ws_backward, false, -1},
-    {KERNELS(rmsnorm), NULL, rmsnorm_ws_backward, false, -1},
-    {KERNELS(gelu), NULL, NULL, false, -1},
-    {KERNELS(silu), NULL, NULL, false, -1},
-    {KERNELS(swiglu), NULL, NULL, false, -1},
-    {KERNELS(add), NULL, NULL, false, -1},
-    {KERNELS(softmax), NULL, NULL, false, -1},
-    {KERNELS(rotary), NULL, NULL, false, -1},
-    {KERNELS(causal_attention), NULL, causal_attention_ws_backward, false, -1},
-    {KERNELS(gqa_attention), NULL, gqa_attention_ws_backward, false, -1},
-    {"cross_entropy", ce_forward, ce_backward, ce_stats, ce_ws_forward, NULL, true, 1},
-    {KERNELS(mse), mse_ws_forward, NULL, true, -1},
+    {KERNELS(matmul), NULL, NULL, NULL, false, -1},
+    {KERNELS(matmul_t), NULL, NULL, NULL, false, -1},
+    {"linear", linear_forward, linear_backward, NULL, NULL, linear_ws_backward, NULL, false, -1},
+    {"qkv_linear", linear_forward, linear_backward, NULL, NULL, linear_ws_backward, NULL, false, -1},
+    {KERNELS(embedding), NULL, embedding_ws_backward, NULL, false, 0},
+    {KERNELS(add_position), NULL, NULL, NULL, false, -1},
+    {KERNELS(layernorm), NULL, layernorm_ws_backward, NULL, false, -1},
+    {KERNELS(rmsnorm), NULL, rmsnorm_ws_backward, NULL, false, -1},
+    {KERNELS(gelu), NULL, NULL, NULL, false, -1},
+    {KERNELS(silu), NULL, NULL, NULL, false, -1},
+    {KERNELS(swiglu), NULL, NULL, NULL, false, -1},
+    {KERNELS(add), NULL, NULL, NULL, false, -1},
+    {KERNELS(softmax), NULL, NULL, NULL, false, -1},
+    {KERNELS(rotary), NULL, NULL, NULL, false, -1},
+    {KERNELS(causal_attention), NULL, causal_attention_ws_backward, causal_attention_keep, false, -1},
+    {KERNELS(gqa_attention), NULL, gqa_attention_ws_backward, gqa_attention_keep, false, -1},
+    {"cross_entropy", ce_forward, ce_backward, ce_stats, ce_ws_forward, NULL, NULL, true, 1},
+    {KERNELS(mse), mse_ws_forward, NULL, NULL, true, -1},
 };
 
 #undef KERNELS
@@ -538,6 +549,13 @@ size_t ccall_ws(const ccall *c) {
   if (c->part == LP_STATS) return 0;
   cws f = c->backward ? c->k->ws_backward : c->k->ws_forward;
   return f ? f(c) : 0;
+}
+
+bool ckernel_keeps(const ckernel *k) { return k && k->keep; }
+
+size_t ccall_keep(const ccall *c) {
+  if (c->part != LP_WHOLE || !c->k->keep) return 0;
+  return c->k->keep(c);
 }
 
 bool ccall_run(const ccall *c, char *err, size_t errlen) {

@@ -39,6 +39,10 @@ typedef struct ccall {
   const tregion *dyr;
   void *din[CX_MAX_INPUTS];
   const float *stats;               /* LP_COMBINE: the gathered statistics */
+  void *keep;                       /* ccall_keep bytes the forward writes and its backward reads
+                                     * (attention: each row's log-sum-exp), NULL: none kept */
+  const void *fwd_out;              /* backward with keep: the result its forward wrote, packed
+                                     * as dy */
   const tregion *statsr;
   bool acc;
   double *slot;                     /* a loss's share, NULL: not this copy's to count */
@@ -50,6 +54,12 @@ typedef struct ccall {
 
 /* The scratch memory the call's kernels need (the pointers may be NULL). */
 size_t ccall_ws(const ccall *c);
+/* Bytes the forward call can keep for the backward of the same part (its
+ * keep), 0: it keeps nothing; the backward then also wants the forward's
+ * result (fwd_out). */
+size_t ccall_keep(const ccall *c);
+/* Whether the forward of k's operator can keep anything (ccall_keep). */
+bool ckernel_keeps(const ckernel *k);
 /* Enqueues the call; false with a message (cuBLASLt refusing a shape, an
  * operator that cannot accumulate asked to). */
 bool ccall_run(const ccall *c, char *err, size_t errlen);

@@ -83,6 +83,8 @@ typedef struct walk {
   int *inst;              /* per (comm, epoch): a send's message or a collective's meeting, -1 */
   int *inst_event;        /* per (comm, epoch) of a send: the packing's event */
   int ncomm;
+  int *held;              /* per buffer: forwards that hold it for their backward */
+  bool *deferred;         /* per buffer: freed while held, released when the last holder's backward ran */
   int *ev;                /* scratch: events an allocation waits for */
   int nev, evcap;
   char *err;
@@ -191,17 +193,38 @@ static bool step(walk *w, int dev, int i) {
   }
   case LI_FREE: {
     const lbuf *b = &pr->bufs[in->buf];
+    if (w->held && w->held[in->buf] > 0) {
+      w->deferred[in->buf] = true;
+      return true;
+    }
     if (!b->persistent && s->off[in->buf] >= 0) cx_pool_release(&w->pool[dev], s->off[in->buf], b->bytes ? b->bytes : 1, NULL, 0);
     return true;
   }
   case LI_COMPUTE:
   case LI_COPY:
   case LI_STEP: {
+    const ckeep *kp = w->cb->keep && w->cb->keep[dev] ? &w->cb->keep[dev][i] : NULL;
+    if (kp && kp->pair >= 0 && kp->bytes > 0) {
+      /* a forward: the area it keeps, and its result held, until its backward */
+      s->keep_off[dev][i] = alloc_in(w, dev, kp->bytes);
+      if (kp->hold >= 0) w->held[kp->hold]++;
+    }
     int64_t ws = w->cb->ins_ws ? w->cb->ins_ws(w->cb->ctx, dev, i) : 0;
     if (ws < 0) return fail(w, "device %d, instruction %d: its scratch cannot be sized", dev, i);
     int64_t off = ws > 0 ? alloc_in(w, dev, ws) : -1;
     emit(w, SO_INS, dev, i, 0, 0, off);
     if (ws > 0) cx_pool_release(&w->pool[dev], off, ws, NULL, 0);
+    if (kp && kp->pair >= 0 && kp->bytes == 0 && s->keep_off[dev][kp->pair] >= 0) {
+      /* the backward of a forward that kept: both released */
+      const ckeep *fk = &w->cb->keep[dev][kp->pair];
+      s->keep_off[dev][i] = s->keep_off[dev][kp->pair];
+      cx_pool_release(&w->pool[dev], s->keep_off[dev][i], fk->bytes, NULL, 0);
+      int hb = fk->hold;
+      if (hb >= 0 && --w->held[hb] == 0 && w->deferred[hb]) {
+        w->deferred[hb] = false;
+        cx_pool_release(&w->pool[dev], s->off[hb], pr->bufs[hb].bytes ? pr->bufs[hb].bytes : 1, NULL, 0);
+      }
+    }
     return true;
   }
   case LI_SEND: {
@@ -346,6 +369,15 @@ bool sched_build(csched *s, const weft_program *pr, const csched_cb *cb, bool *c
   walk w;
   memset(&w, 0, sizeof w);
   w.s = s, w.pr = pr, w.cb = cb, w.err = err, w.errlen = errlen, w.ncomm = ncomm;
+  if (cb->keep) {
+    s->keep_off = cx_alloc(sizeof(int64_t *) * (size_t)(nd + 1));
+    for (int d = 0; d < nd; d++) {
+      s->keep_off[d] = cx_alloc(sizeof(int64_t) * (size_t)(pr->progs[d].n + 1));
+      for (int i = 0; i < pr->progs[d].n; i++) s->keep_off[d][i] = -1;
+    }
+    w.held = cx_alloc(sizeof(int) * (size_t)(nb + 1));
+    w.deferred = cx_alloc((size_t)nb + 1);
+  }
   w.pool = cx_alloc(sizeof(cx_pool) * (size_t)(nd + 1));
   for (int d = 0; d < nd; d++) cx_pool_init(&w.pool[d], s->persistent[d]);
   w.inst = cx_alloc(sizeof(int) * (size_t)(2 * ncomm + 1));
@@ -383,7 +415,7 @@ bool sched_build(csched *s, const weft_program *pr, const csched_cb *cb, bool *c
     s->pool[d] = pr->progs[d].n ? s->persistent[d] + w.pool[d].top : 0;
     cx_pool_free_all(&w.pool[d]);
   }
-  free(w.pool), free(w.inst), free(w.inst_event), free(w.ev), free(pc);
+  free(w.pool), free(w.inst), free(w.inst_event), free(w.ev), free(w.held), free(w.deferred), free(pc);
   if (w.failed) {
     sched_free(s);
     return false;
@@ -396,7 +428,9 @@ void sched_free(csched *s) {
     scoll *c = &s->colls[i];
     free(c->dev), free(c->ins), free(c->msg), free(c->pack_ev), free(c->done_ev), free(c->fence);
   }
+  if (s->keep_off)
+    for (int d = 0; d < s->pr->nprogs; d++) free(s->keep_off[d]);
   free(s->colls), free(s->ops), free(s->msgs), free(s->off), free(s->fixed), free(s->persistent),
-      free(s->pool);
+      free(s->pool), free(s->keep_off);
   memset(s, 0, sizeof *s);
 }

@@ -85,7 +85,19 @@ typedef struct csched {
   int64_t *fixed;         /* per device: offset of the area every device keeps (cuBLASLt's workspace) */
   int64_t *persistent;    /* per device: bytes that live across steps (and the fixed area) */
   int64_t *pool;          /* per device: its pool's bytes */
+  int64_t **keep_off;     /* per device, per instruction: the offset of the area a
+                           * forward keeps for its backward (ckeep), on both; -1 none */
 } csched;
+
+/* What a forward compute keeps for the backward of the same part (the
+ * attention's per-row statistics): `bytes` of the pool from the forward
+ * until its backward `pair` has run, and the buffer of the forward's result
+ * (`hold`, -1 none) held until then too, past its free. On the backward:
+ * bytes 0 and `pair` its forward. pair -1: nothing kept. */
+typedef struct ckeep {
+  int64_t bytes;
+  int pair, hold;
+} ckeep;
 
 /* What the plan asks of its caller. */
 typedef struct csched_cb {
@@ -94,6 +106,7 @@ typedef struct csched_cb {
    * step): the temporaries of its parts and its kernels' workspace. */
   int64_t (*ins_ws)(void *ctx, int dev, int ins);
   int64_t fixed;          /* bytes every device keeps apart */
+  const ckeep *const *keep; /* per device, per instruction; NULL: nothing kept */
 } csched_cb;
 
 /* The plan; false with a message (programs that do not meet, a region

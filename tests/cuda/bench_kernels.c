@@ -1,6 +1,8 @@
 /* bench_kernels.c - the CUDA backend's tensor-core attention timed with
- * CUDA events through the plugin (backends/cuda/gpu.h): forward and
- * backward at GPT-2 124M's heads (batch 8, 12 heads of 64, sequence 1024,
+ * CUDA events through the plugin (backends/cuda/gpu.h): forward (keeping
+ * each row's log-sum-exp) and backward (from the kept log-sum-exp and the
+ * forward's result, and, for comparison, with the forward run again, as
+ * when nothing is kept) at GPT-2 124M's heads (batch 8, 12 heads of 64, sequence 1024,
  * causal, bf16, q|k|v fused as causal_attention has them) and at heads of
  * 128 (batch 4, 16 heads, sequence 2048), and a cuBLASLt linear of
  * 8192 x 768 -> 2304 (bf16, bias) for the GPU's ceiling, and GPT-2's LM
@@ -55,9 +57,9 @@ static void *zeros(size_t bytes) {
 
 /* What one timed call runs. */
 typedef struct job {
-  int kind;   /* 0 attention forward, 1 attention backward, 2 linear, 3 product */
+  int kind;   /* 0 attention forward, 1 attention backward, 2 linear, 3 product, 4 backward that recomputes */
   gpu_attn a;
-  void *qkv, *out, *dout, *g, *ws;
+  void *qkv, *out, *dout, *g, *ws, *lse;
   int64_t m, k, n;
   void *x, *w, *bias, *y, *gws;
   bool ta, tb;  /* 3: y[m,n] = op(x) op(w), leading dimensions lx, lw, ly */
@@ -68,10 +70,11 @@ static void run(job *j) {
   char e[400];
   size_t t = 2, c = (size_t)(j->a.hq * j->a.dh);
   if (j->kind == 0)
-    gpu_attention(S, GPU_BF16, j->out, j->qkv, (char *)j->qkv + c * t, (char *)j->qkv + 2 * c * t, &j->a);
-  else if (j->kind == 1)
+    gpu_attention(S, GPU_BF16, j->out, j->qkv, (char *)j->qkv + c * t, (char *)j->qkv + 2 * c * t, &j->a, j->lse);
+  else if (j->kind == 1 || j->kind == 4)
     gpu_attention_backward(S, GPU_BF16, j->g, (char *)j->g + c * t, (char *)j->g + 2 * c * t, j->dout, j->qkv,
-                           (char *)j->qkv + c * t, (char *)j->qkv + 2 * c * t, &j->a, false, j->ws);
+                           (char *)j->qkv + c * t, (char *)j->qkv + 2 * c * t, &j->a, false,
+                           j->kind == 1 ? j->lse : NULL, j->kind == 1 ? j->out : NULL, j->ws);
   else if (j->kind == 3) {
     if (!gpu_gemm(S, j->ta, j->tb, j->m, j->n, j->k, j->x, j->lx, GPU_BF16, j->w, j->lw, GPU_BF16, j->y, j->ly,
                   GPU_BF16, NULL, false, j->gws, gpu_gemm_ws(), false, e, sizeof e))
@@ -106,6 +109,7 @@ static void attention(int64_t b, int64_t heads, int64_t dh, int64_t s, int reps)
   j.out = zeros((size_t)(b * s * c) * 2);
   j.g = zeros((size_t)(b * s * 3 * c) * 2);
   j.ws = zeros(gpu_attention_backward_ws(&j.a));
+  j.lse = zeros(gpu_attention_stats_bytes(&j.a));
   double flop = 2.0 * (double)b * heads * (double)s * s * dh;
   char shape[96];
   snprintf(shape, sizeof shape, "b%lld h%lld s%lld dh%lld bf16 causal", (long long)b, (long long)heads, (long long)s,
@@ -116,8 +120,12 @@ static void attention(int64_t b, int64_t heads, int64_t dh, int64_t s, int reps)
   j.kind = 1;
   double g = timed(&j, reps);
   printf("attention backward  %-36s %9.3f ms %8.1f TFLOP/s\n", shape, g, 2.5 * flop / (g * 1e-3) / 1e12);
+  j.kind = 4;
+  double gr = timed(&j, reps);
+  printf("%-56s %9.3f ms %8.1f TFLOP/s\n", "  the same with the forward again (nothing kept)", gr,
+         2.5 * flop / (gr * 1e-3) / 1e12);
   fflush(stdout);
-  gpu_free(j.qkv), gpu_free(j.dout), gpu_free(j.out), gpu_free(j.g), gpu_free(j.ws);
+  gpu_free(j.qkv), gpu_free(j.dout), gpu_free(j.out), gpu_free(j.g), gpu_free(j.ws), gpu_free(j.lse);
 }
 
 static void linear(int64_t m, int64_t k, int64_t n, int reps) {

@@ -326,12 +326,16 @@ static void check_elementwise(int dt) {
   k_add(want, x, u, n);
   gpu_add(S, dt, y, dX, dU, n);
   expect_dev("add", dt, y, want, n);
-  memcpy(want, g0, sizeof(float) * (size_t)n);
-  k_add_backward(want, NULL, dy, n, true);
-  gpu_free(g);
-  g = up(g0, n, dt);
-  gpu_convert(S, g, dt, dDY, dt, n, true);
-  expect_dev("add backward (gradient added)", dt, g, want, n);
+  memcpy(want, g0, sizeof(float) * (size_t)n), memcpy(want2, g0, sizeof(float) * (size_t)n);
+  k_add_backward(want, want2, dy, n, true);
+  gpu_free(g), gpu_free(g2);
+  g = up(g0, n, dt), g2 = up(g0, n, dt);
+  gpu_add_backward(S, dt, g, g2, dDY, n, true);
+  expect_dev("add backward da (gradient added)", dt, g, want, n);
+  expect_dev("add backward db (gradient added)", dt, g2, want2, n);
+  k_add_backward(want, NULL, dy, n, false);
+  gpu_add_backward(S, dt, g, NULL, dDY, n, false);
+  expect_dev("add backward da alone", dt, g, want, n);
   gpu_free(dX), gpu_free(dU), gpu_free(dDY), gpu_free(y), gpu_free(g), gpu_free(g2);
   free(x), free(u), free(dy), free(g0), free(want), free(want2);
 }
@@ -363,18 +367,25 @@ static void check_attention(int dt, int64_t b, int64_t s, int64_t heads, int64_t
   k_causal_attention(want, qkv, b, s, heads, dh);
   k_causal_attention_backward(wg, dout, qkv, b, s, heads, dh, true);
   gpu_attn a = {b, s, heads, dh, 1, 3 * c, 3 * c, c, s * 3 * c, s * 3 * c, s * c, s, 0};
-  void *dqkv = up(qkv, nq, dt), *dO = up(dout, no, dt), *o = poisoned(no, dt), *g = up(g0, nq, dt);
+  void *dqkv = up(qkv, nq, dt), *dO = up(dout, no, dt), *o = poisoned(no, dt);
   size_t t = gpu_dtype_size(dt);
-  gpu_attention(S, dt, o, dqkv, (char *)dqkv + c * t, (char *)dqkv + 2 * c * t, &a);
+  float *lse = gpu_alloc(gpu_attention_stats_bytes(&a), e, sizeof e);
+  gpu_attention(S, dt, o, dqkv, (char *)dqkv + c * t, (char *)dqkv + 2 * c * t, &a, lse);
   snprintf(what, sizeof what, "causal_attention b%lld s%lld heads%lld dh%lld", (long long)b, (long long)s,
            (long long)heads, (long long)dh);
   expect_dev(what, dt, o, want, no);
   void *ws = gpu_alloc(gpu_attention_backward_ws(&a), e, sizeof e);
-  gpu_attention_backward(S, dt, g, (char *)g + c * t, (char *)g + 2 * c * t, dO, dqkv, (char *)dqkv + c * t,
-                         (char *)dqkv + 2 * c * t, &a, true, ws);
-  snprintf(what, sizeof what, "causal_attention backward dqkv, acc (dh %lld)", (long long)dh);
-  expect_dev(what, dt, g, wg, nq);
-  gpu_free(dqkv), gpu_free(dO), gpu_free(o), gpu_free(g), gpu_free(ws);
+  /* from the forward's log-sum-exp and result, then with the forward again */
+  for (int kept = 1; kept >= 0; kept--) {
+    void *g = up(g0, nq, dt);
+    gpu_attention_backward(S, dt, g, (char *)g + c * t, (char *)g + 2 * c * t, dO, dqkv, (char *)dqkv + c * t,
+                           (char *)dqkv + 2 * c * t, &a, true, kept ? lse : NULL, kept ? o : NULL, ws);
+    snprintf(what, sizeof what, "causal_attention backward dqkv, acc (dh %lld)%s", (long long)dh,
+             kept ? ", the forward's log-sum-exp" : ", the forward again");
+    expect_dev(what, dt, g, wg, nq);
+    gpu_free(g);
+  }
+  gpu_free(dqkv), gpu_free(dO), gpu_free(o), gpu_free(ws), gpu_free(lse);
   free(qkv), free(dout), free(g0), free(want), free(wg);
 }
 
@@ -414,26 +425,31 @@ static void check_gqa_at(int dt, int64_t sq, int64_t sk, int64_t q0, int64_t dh,
   float *nan = malloc(sizeof(float) * (size_t)(nq > nk ? nq : nk));
   for (int64_t i = 0; i < (nq > nk ? nq : nk); i++) nan[i] = NAN;
   void *o = up_shifted(nan, nq, dt, shift, &bo);
-  gpu_attention(S, dt, o, dq, dk, dv, &a);
+  float *lse = gpu_alloc(gpu_attention_stats_bytes(&a), e, sizeof e);
+  gpu_attention(S, dt, o, dq, dk, dv, &a, lse);
   snprintf(what, sizeof what, "gqa_attention g2 r2 dh%lld, queries [%lld, %lld) of %lld%s", (long long)dh, (long long)q0,
            (long long)(q0 + sq), (long long)sk, shift ? ", rows off 16 bytes" : "");
   expect_dev(what, dt, o, want, nq);
-  void *gq = up_shifted(nan, nq, dt, shift, &bgq), *gk = up_shifted(nan, nk, dt, shift, &bgk);
-  void *gv = up_shifted(nan, nk, dt, shift, &bgv);
-  free(nan);
   void *ws = gpu_alloc(gpu_attention_backward_ws(&a), e, sizeof e);
-  gpu_attention_backward(S, dt, gq, gk, gv, dO, dq, dk, dv, &a, false, ws);
-  snprintf(what, sizeof what, "gqa_attention backward dq, queries [%lld, %lld) dh%lld", (long long)q0, (long long)(q0 + sq),
-           (long long)dh);
-  expect_dev(what, dt, gq, wq, nq);
-  snprintf(what, sizeof what, "gqa_attention backward dk (query heads summed), queries [%lld, %lld)", (long long)q0,
-           (long long)(q0 + sq));
-  expect_dev(what, dt, gk, wk, nk);
-  snprintf(what, sizeof what, "gqa_attention backward dv (query heads summed), queries [%lld, %lld)", (long long)q0,
-           (long long)(q0 + sq));
-  expect_dev(what, dt, gv, wv, nk);
-  gpu_free(bq), gpu_free(bk), gpu_free(bv), gpu_free(bO), gpu_free(bo), gpu_free(bgq), gpu_free(bgk), gpu_free(bgv);
-  gpu_free(ws);
+  /* from the forward's log-sum-exp and result, then with the forward again */
+  for (int kept = 1; kept >= 0; kept--) {
+    const char *how = kept ? ", the forward's log-sum-exp" : ", the forward again";
+    void *gq = up_shifted(nan, nq, dt, shift, &bgq), *gk = up_shifted(nan, nk, dt, shift, &bgk);
+    void *gv = up_shifted(nan, nk, dt, shift, &bgv);
+    gpu_attention_backward(S, dt, gq, gk, gv, dO, dq, dk, dv, &a, false, kept ? lse : NULL, kept ? o : NULL, ws);
+    snprintf(what, sizeof what, "gqa_attention backward dq, queries [%lld, %lld) dh%lld%s", (long long)q0,
+             (long long)(q0 + sq), (long long)dh, how);
+    expect_dev(what, dt, gq, wq, nq);
+    snprintf(what, sizeof what, "gqa_attention backward dk (query heads summed), queries [%lld, %lld)%s", (long long)q0,
+             (long long)(q0 + sq), how);
+    expect_dev(what, dt, gk, wk, nk);
+    snprintf(what, sizeof what, "gqa_attention backward dv (query heads summed), queries [%lld, %lld)%s", (long long)q0,
+             (long long)(q0 + sq), how);
+    expect_dev(what, dt, gv, wv, nk);
+    gpu_free(bgq), gpu_free(bgk), gpu_free(bgv);
+  }
+  free(nan);
+  gpu_free(bq), gpu_free(bk), gpu_free(bv), gpu_free(bO), gpu_free(bo), gpu_free(ws), gpu_free(lse);
   free(q), free(k), free(v), free(dout), free(want), free(wq), free(wk), free(wv);
 }
 
