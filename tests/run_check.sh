@@ -98,6 +98,8 @@ for p in pipeline interlaced; do
 done
 run_ok "t5 interlaced, three encoder layers on the first stage" examples/t5.plan --plan interlaced --set layers=4 \
   --set enc_split=3 --steps 2
+run_ok "t5 interlaced, 8 micro-batches" examples/t5.plan --plan interlaced --set micro_batches=8 --steps 2
+run_ok "t5 interlaced, 1 micro-batch" examples/t5.plan --plan interlaced --set micro_batches=1 --steps 2
 
 # the buffers the CPU backend holds, as it measures them, are what the
 # estimate counts: every device's peak in program order (the estimate with
