@@ -99,6 +99,15 @@ run_ok "moe top 1 (Switch), ep4" examples/moe.plan --plan ep4 --set top_k=1 --st
 run_ok "mixtral-shaped moe_llama, ep2 tp2 pp2" examples/mixtral.plan --set layers=2 --set hidden=64 --set heads=4 --set kv_heads=2 \
   --set ffn=96 --set seq=16 --set vocab=128 --set global_batch=8 --set micro_batches=2 --set ep=2 --set tp=2 --set pp=2 \
   --set nodes=1 --set dtype=f32 --steps 2
+# T5 (encoder-decoder): a plain four-stage pipeline, and the interlaced one
+# whose shared embedding is split by vocabulary over the four devices
+for p in pipeline interlaced; do
+  run_ok "t5 $p" examples/t5.plan --plan $p --steps 2
+done
+run_ok "t5 interlaced, three encoder layers on the first stage" examples/t5.plan --plan interlaced --set layers=4 \
+  --set enc_split=3 --steps 2
+run_ok "t5 interlaced, 8 micro-batches" examples/t5.plan --plan interlaced --set micro_batches=8 --steps 2
+run_ok "t5 interlaced, 1 micro-batch" examples/t5.plan --plan interlaced --set micro_batches=1 --steps 2
 
 # the buffers the CPU backend holds, as it measures them, are what the
 # estimate counts: every device's peak in program order (the estimate with

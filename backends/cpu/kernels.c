@@ -351,11 +351,13 @@ typedef struct head_view {
   const float *q, *k, *v;
   int64_t ldq, ldk, ldv;
   int64_t sq, sk, q0;
+  bool full;          /* every query attends to every key (no causal mask) */
 } head_view;
 
-/* The last key query row i attends to (causal): position q0 + i, within
- * the keys. */
+/* The last key query row i attends to: causal, position q0 + i within
+ * the keys; every key when the view is full. */
 static int64_t last_key(const head_view *hv, int64_t i) {
+  if (hv->full) return hv->sk - 1;
   int64_t j = hv->q0 + i;
   return j < hv->sk ? j : hv->sk - 1;
 }
@@ -950,4 +952,36 @@ void k_init_normal_box(float *out, int rank, const int64_t *shape,
     }
     k_init_normal(out + r * len, flat, len, seed, stream, mean, std);
   }
+}
+
+/* ---- attention without a mask (encoder self-attention, cross-attention) -- */
+
+void k_attention(float *out, const float *q, const float *k, const float *v,
+                 int64_t b, int64_t sq, int64_t sk, int64_t n, int64_t dh) {
+  int64_t c = n * dh;
+  float *p = scratch((size_t)(sq * sk), sizeof *p);
+  for (int64_t bi = 0; bi < b; bi++)
+    for (int64_t hd = 0; hd < n; hd++) {
+      int64_t qoff = bi * sq * c + hd * dh, kvoff = bi * sk * c + hd * dh;
+      head_view hv = {q + qoff, k + kvoff, v + kvoff, c, c, c, sq, sk, 0, true};
+      head_forward(out + qoff, c, &hv, dh, p);
+    }
+  free(p);
+}
+
+void k_attention_backward(float *dq, float *dk, float *dv, const float *dout,
+                          const float *q, const float *k, const float *v,
+                          int64_t b, int64_t sq, int64_t sk, int64_t n, int64_t dh, bool acc) {
+  if (!dq && !dk && !dv) return;
+  int64_t c = n * dh;
+  float beta = acc ? 1 : 0;
+  float *p = scratch((size_t)(2 * sq * sk), sizeof *p);
+  for (int64_t bi = 0; bi < b; bi++)
+    for (int64_t hd = 0; hd < n; hd++) {
+      int64_t qoff = bi * sq * c + hd * dh, kvoff = bi * sk * c + hd * dh;
+      head_view hv = {q + qoff, k + kvoff, v + kvoff, c, c, c, sq, sk, 0, true};
+      head_backward(dq ? dq + qoff : NULL, c, dk ? dk + kvoff : NULL, c, beta,
+                    dv ? dv + kvoff : NULL, c, beta, beta, dout + qoff, c, &hv, dh, p, p + sq * sk);
+    }
+  free(p);
 }

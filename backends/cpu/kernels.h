@@ -308,4 +308,16 @@ void k_init_normal_box(float *out, int rank, const int64_t *shape,
                        const int64_t *lo, const int64_t *hi, uint64_t seed,
                        uint64_t stream, double mean, double std);
 
+/* ---- attention without a mask ------------------------------------------- */
+
+/* softmax(q k^T / sqrt(dh)) v for n heads of dh, every query to every key:
+ * q [b, sq, n dh], k and v [b, sk, n dh] (T5's encoder self-attention with
+ * sk = sq, its cross-attention from sq decoder positions to sk encoder
+ * positions). */
+void k_attention(float *out, const float *q, const float *k, const float *v,
+                 int64_t b, int64_t sq, int64_t sk, int64_t n, int64_t dh);
+void k_attention_backward(float *dq, float *dk, float *dv, const float *dout,
+                          const float *q, const float *k, const float *v,
+                          int64_t b, int64_t sq, int64_t sk, int64_t n, int64_t dh, bool acc);
+
 #endif

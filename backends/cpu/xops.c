@@ -583,6 +583,38 @@ static bool moe_aux_loss_backward(xcall *c, char *err, size_t errlen) {
   return true;
 }
 
+/* ---- attention without a mask (T5) ---------------------------------------- */
+
+/* q [b.., sq, (n dh)] and k, v [b.., sk, (n dh)] with the part's heads; any
+ * rows of the queries (no mask: each query attends to all the keys). */
+static void attention_dims(const xcall *c, int64_t *b, int64_t *sq, int64_t *sk, int64_t *nl, int64_t *dh) {
+  const tregion *kr = c->inr[1], *qr = c->inr[0];
+  int r = kr->ndims;
+  int64_t n = (int64_t)xop_attr(c->g, c->op, "n", 1);
+  *dh = whole_last(c, 1) / n;
+  *nl = ext(kr, r - 1) / *dh;
+  *sk = ext(kr, r - 2);
+  *sq = ext(qr, r - 2);
+  int64_t per = *sk * *nl * *dh;
+  *b = per ? numel(kr) / per : 0;
+}
+
+static bool attention_forward(xcall *c, char *err, size_t errlen) {
+  (void)err, (void)errlen;
+  int64_t b, sq, sk, nl, dh;
+  attention_dims(c, &b, &sq, &sk, &nl, &dh);
+  k_attention(c->out, IN(0), IN(1), IN(2), b, sq, sk, nl, dh);
+  return true;
+}
+
+static bool attention_backward(xcall *c, char *err, size_t errlen) {
+  (void)err, (void)errlen;
+  int64_t b, sq, sk, nl, dh;
+  attention_dims(c, &b, &sq, &sk, &nl, &dh);
+  k_attention_backward(c->din[0], c->din[1], c->din[2], c->dy, IN(0), IN(1), IN(2), b, sq, sk, nl, dh, c->acc);
+  return true;
+}
+
 #undef IN
 
 /* ---- the table ------------------------------------------------------------ */
@@ -626,6 +658,7 @@ static const xop xops[] = {
   {KERNELS(moe_combine), false, NULL, -1, 0, 0},
   {KERNELS(expert_matmul), false, NULL, -1, 0, 0},
   {KERNELS(moe_aux_loss), true, NULL, -1, 0, 0},
+  {KERNELS(attention), false, NULL, -1, 0, 0},
 };
 
 #undef KERNELS

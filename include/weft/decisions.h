@@ -36,6 +36,7 @@ typedef enum {
   SCHED_1F1B,
   SCHED_INTERLEAVED,      /* 1F1B over several stages per device */
   SCHED_GRID,             /* a hand-written grid */
+  SCHED_INTERLACED,       /* 1F1B over stages of their own devices, stages on all of them interleaved */
 } sched_kind;
 
 extern const char *const sched_kind_names[];

@@ -587,18 +587,18 @@ static bool exec_plan_stmt(weft_ctx *c, pstate *ps, env *e, const ast *s) {
   return true;
   }
   case S_SCHEDULE: {
-    static const sched_kind kinds[] = {SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED};
+    static const sched_kind kinds[] = {SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED, SCHED_INTERLACED};
     sched_kind k = SCHED_GRID;
     if (s->name) {
       int found = -1;
-      for (int i = 0; i < 3; i++)
+      for (int i = 0; i < 4; i++)
         if (strcmp(s->name, sched_kind_names[kinds[i]]) == 0) found = i;
       if (found < 0) {
         weft_diag *g = eval_error(c, s->loc, "unknown schedule '%s'", s->name);
-        const char *names[] = {"gpipe", "one_f_one_b", "interleaved"};
-        const char *best = diag_closest(s->name, names, 3);
+        const char *names[] = {"gpipe", "one_f_one_b", "interleaved", "interlaced"};
+        const char *best = diag_closest(s->name, names, 4);
         if (best) diag_hint(g, &c->diags, "did you mean '%s'?", best);
-        else diag_hint(g, &c->diags, "the schedules are gpipe, one_f_one_b and interleaved, or a grid: schedule { s0: f0 f1 b0 b1 }");
+        else diag_hint(g, &c->diags, "the schedules are gpipe, one_f_one_b, interleaved and interlaced, or a grid: schedule { s0: f0 f1 b0 b1 }");
         return false;
       }
       k = kinds[found];

@@ -5,7 +5,7 @@
 
 #include "weft/decisions.h"
 
-const char *const sched_kind_names[] = {"default", "gpipe", "one_f_one_b", "interleaved", "grid"};
+const char *const sched_kind_names[] = {"default", "gpipe", "one_f_one_b", "interleaved", "grid", "interlaced"};
 
 const char *const dec_kind_names[DEC_KIND_COUNT] = {"mesh",     "split",    "replicate", "stage",  "assign",
                                                     "order",    "schedule", "recompute", "shard",  "buckets"};

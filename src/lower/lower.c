@@ -588,6 +588,142 @@ static void make_cells(lstate *L, const pipeline *pl, blist *seq, int nseq) {
   (void)pl;
 }
 
+/* The interlaced pipeline (SuperScaler, Lin et al. 2023): stages of devices
+ * of their own (narrow) run 1F1B, and stages on every device of the
+ * pipeline (wide: a shared embedding split over all of them) are
+ * interleaved with them. Wide stages declared before the first narrow one
+ * run their forwards first, one micro-batch per time slot, and their
+ * backward of a micro-batch once every narrow stage has run its backward
+ * of it; those declared after the last narrow one run as one more
+ * position of the 1F1B pipeline, after the last narrow stage. Gives each
+ * stage's row of cells in time order, as a grid does. */
+static bool interlaced_rows(lstate *L, const ivec *devs, blist *rows) {
+  weft_plan *p = L->p;
+  int S = L->nstages, M = L->nmb;
+  bool *wide = arena_alloc(L->a, (size_t)S);
+  bool *used = arena_alloc(L->a, (size_t)p->ndevices + 1);
+  int nnarrow = 0, first = -1, last = -1, all = 0;
+  /* narrow stages: those that hold no other stage's devices and more */
+  for (int st = 0; st < S; st++) {
+    for (int o = 0; o < S && !wide[st]; o++) {
+      if (o == st || devs[o].n >= devs[st].n) continue;
+      bool inside = true;
+      for (int i = 0; i < devs[o].n && inside; i++) {
+        bool has = false;
+        for (int j = 0; j < devs[st].n && !has; j++) has = devs[st].v[j] == devs[o].v[i];
+        inside = has;
+      }
+      wide[st] = inside;
+    }
+    if (wide[st]) continue;
+    for (int i = 0; i < devs[st].n; i++) {
+      if (used[devs[st].v[i]]) {
+        weft_diag *g = diag_add(L->dg, DIAG_ERROR, p->sched_loc, "an interlaced schedule runs one pipeline stage per device "
+                                                    "group, but stage %s shares device %d with an earlier stage",
+                                  L->pr->stage_names[st], devs[st].v[i]);
+        diag_hint(g, L->dg, "place the stages on devices of their own, and the stages split over all of them on every one");
+        return false;
+      }
+      used[devs[st].v[i]] = true;
+      all++;
+    }
+    if (first < 0) first = st;
+    last = st;
+    nnarrow++;
+  }
+  for (int st = 0; st < S; st++) {
+    if (!wide[st]) continue;
+    bool every = devs[st].n == all;
+    for (int i = 0; i < devs[st].n && every; i++) every = used[devs[st].v[i]];
+    if (!every) {
+      weft_diag *g = diag_add(L->dg, DIAG_ERROR, p->sched_loc, "stage %s runs on devices of other stages but not on every "
+                                                    "device of the pipeline", L->pr->stage_names[st]);
+      diag_hint(g, L->dg, "an interlaced schedule takes stages of their own devices, and stages on all of those devices");
+      return false;
+    }
+    if (st > first && st < last) {
+      weft_diag *g = diag_add(L->dg, DIAG_ERROR, p->sched_loc, "stage %s runs on every device of the pipeline but comes "
+                                                    "between its stages %s and %s",
+                                L->pr->stage_names[st], L->pr->stage_names[first], L->pr->stage_names[last]);
+      diag_hint(g, L->dg, "declare the stages on every device before the pipeline's first stage or after its last");
+      return false;
+    }
+  }
+  /* 1F1B over the narrow stages, plus one position for the wide stages
+   * after them; cells placed at the first slot their inputs allow */
+  int P = nnarrow + (last < S - 1 ? 1 : 0);
+  int *pos_stage = arena_alloc(L->a, sizeof(int) * (size_t)(P + 1));
+  int np = 0;
+  for (int st = 0; st < S; st++)
+    if (!wide[st]) pos_stage[np++] = st;
+  size_t cells = (size_t)(P + 1) * (size_t)M + 1;
+  int *fend = arena_alloc(L->a, sizeof(int) * cells), *bend = arena_alloc(L->a, sizeof(int) * cells);
+  for (size_t i = 0; i < cells; i++) fend[i] = bend[i] = -1;
+  blist *seq = arena_alloc(L->a, sizeof(blist) * (size_t)P);
+  for (int r = 0; r < P; r++) {
+    int warm = P - r - 1 < M ? P - r - 1 : M, nf = 0, nb = 0;
+    for (; nf < warm; nf++) blist_add(L->a, &seq[r], r, nf, 'f');
+    while (nf < M) {
+      blist_add(L->a, &seq[r], r, nf++, 'f');
+      blist_add(L->a, &seq[r], r, nb++, 'b');
+    }
+    for (; nb < M; nb++) blist_add(L->a, &seq[r], r, nb, 'b');
+  }
+  /* slot[r][t]: the cell of position r at time t */
+  int cap = 4 * (P + 1) * (M + 1) + 2 * M;
+  block *slot = arena_alloc(L->a, sizeof(block) * (size_t)(P + 1) * (size_t)cap);
+  for (int i = 0; i < (P + 1) * cap; i++) slot[i] = (block){-1, -1, '.'};
+  int *next = arena_alloc(L->a, sizeof(int) * (size_t)P), *free_at = arena_alloc(L->a, sizeof(int) * (size_t)P);
+  int left = 2 * M * P, horizon = 0;
+  while (left > 0) {
+    for (int r = 0; r < P; r++) {
+      if (next[r] >= seq[r].n) continue;
+      block b = seq[r].v[next[r]];
+      int ready = free_at[r];
+      bool ok = true;
+      if (b.kind == 'f' && r > 0) {
+        int e = fend[(r - 1) * M + b.mb];
+        if (e < 0) ok = false; else if (e > ready) ready = e;
+      }
+      if (b.kind == 'b') {
+        int e = fend[r * M + b.mb];
+        if (e < 0) ok = false; else if (e > ready) ready = e;
+        if (r + 1 < P) {
+          e = bend[(r + 1) * M + b.mb];
+          if (e < 0) ok = false; else if (e > ready) ready = e;
+        }
+      }
+      if (!ok) continue;
+      slot[r * cap + ready] = (block){r, b.mb, b.kind};
+      (b.kind == 'f' ? fend : bend)[r * M + b.mb] = ready + 1;
+      free_at[r] = ready + 1;
+      if (ready + 1 > horizon) horizon = ready + 1;
+      next[r]++;
+      left--;
+    }
+  }
+  /* the wide stages before the pipeline: forwards first, each backward
+   * after every position's backward of its micro-batch */
+  block *pre = slot + P * cap;
+  for (int m = 0; m < M; m++) pre[m] = (block){P, m, 'f'};
+  for (int m = 0; m < M; m++) {
+    int t = M;
+    for (int r = 0; r < P; r++)
+      if (bend[r * M + m] > t) t = bend[r * M + m];
+    while (t < cap && pre[t].kind != '.') t++;
+    pre[t] = (block){P, m, 'b'};
+    if (t + 1 > horizon) horizon = t + 1;
+  }
+  for (int st = 0; st < S; st++) {
+    const block *row = wide[st] ? (st < first ? pre : slot + (P - 1) * cap) : NULL;
+    if (!row)
+      for (int r = 0; r < nnarrow; r++)
+        if (pos_stage[r] == st) row = slot + r * cap;
+    for (int t = 0; t < horizon; t++) blist_add(L->a, &rows[st], row[t].kind == '.' ? -1 : st, row[t].mb, row[t].kind);
+  }
+  return true;
+}
+
 /* Each device's block order, from the schedule. */
 static bool schedule_blocks(lstate *L, blist **per_device) {
   weft_plan *p = L->p;
@@ -608,10 +744,10 @@ static bool schedule_blocks(lstate *L, blist **per_device) {
     seq = arena_alloc(L->a, sizeof(blist));
     nseq = 1;
     all_forward_then_backward(L, pl.stages[0], L->nstages, &seq[0]);
-  } else if (p->sched == SCHED_GRID) {
+  } else if (p->sched == SCHED_GRID || p->sched == SCHED_INTERLACED) {
     seq = arena_alloc(L->a, sizeof(blist) * (size_t)L->nstages);
     nseq = L->nstages;
-    if (!read_grid(L, seq)) return false;
+    if (!(p->sched == SCHED_GRID ? read_grid(L, seq) : interlaced_rows(L, devs, seq))) return false;
   } else {
     if (!make_pipeline(L, devs, &pl)) return false;
     if (p->sched == SCHED_INTERLEAVED && pl.chunks < 2) {
@@ -642,7 +778,7 @@ static bool schedule_blocks(lstate *L, blist **per_device) {
     for (int i = 0; i < devs[st].n; i++) holds[st][devs[st].v[i]] = true;
   }
   *per_device = arena_alloc(L->a, sizeof(blist) * (size_t)p->ndevices);
-  if (p->sched == SCHED_GRID) {
+  if (p->sched == SCHED_GRID || p->sched == SCHED_INTERLACED) {
     int maxlen = 0;
     for (int st = 0; st < L->nstages; st++)
       if (seq[st].n > maxlen) maxlen = seq[st].n;

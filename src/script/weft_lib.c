@@ -463,11 +463,11 @@ static bool convert_one(conv *cv, int idx) {
   if (strcmp(kind, "schedule") == 0) {
     const char *s = field_str(cv, idx, "schedule", kind, false);
     if (!s) return false;
-    static const sched_kind kinds[] = {SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED};
+    static const sched_kind kinds[] = {SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED, SCHED_INTERLACED};
     int k = -1;
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
       if (strcmp(s, sched_kind_names[kinds[i]]) == 0) k = i;
-    if (k < 0) return lib_fail(cv, "weft.schedule: unknown schedule '%s' (gpipe, one_f_one_b or interleaved)", s);
+    if (k < 0) return lib_fail(cv, "weft.schedule: unknown schedule '%s' (gpipe, one_f_one_b, interleaved or interlaced)", s);
     decision *d = emit(cv, DEC_SCHEDULE, NULL);
     if (d) d->sched = kinds[k];
     return true;

@@ -97,6 +97,7 @@ typedef struct op_args {
   int64_t e, topk, cap;             /* mixture of experts: experts, choices, capacity */
   bool normalize;
   double alpha;
+  int64_t t;                        /* attention without a mask: keys */
 } op_args;
 
 typedef struct fixture fixture;
@@ -1436,6 +1437,93 @@ static void test_threads(void **state) {
   free(c0); free(o0); free(d0);
 }
 
+/* ---- attention without a mask (T5) ----------------------------------------- */
+
+/* softmax over all t keys of q_i . k_j / sqrt(dh), times v, by plain loops:
+ * q [b, s, heads dh], k and v [b, t, heads dh]. */
+static void ref_attention(const op_args *a, double *const *in, double *out) {
+  int64_t c = a->heads * a->dh;
+  double *w = alloc_d(a->t);
+  for (int64_t b = 0; b < a->b; b++)
+    for (int64_t hd = 0; hd < a->heads; hd++)
+      for (int64_t i = 0; i < a->s; i++) {
+        const double *q = in[0] + (b * a->s + i) * c + hd * a->dh;
+        double mx = -INFINITY, sum = 0;
+        for (int64_t j = 0; j < a->t; j++) {
+          const double *k = in[1] + (b * a->t + j) * c + hd * a->dh;
+          double dot = 0;
+          for (int64_t d = 0; d < a->dh; d++) dot += q[d] * k[d];
+          w[j] = dot / sqrt((double)a->dh);
+          mx = fmax(mx, w[j]);
+        }
+        for (int64_t j = 0; j < a->t; j++) sum += w[j] = exp(w[j] - mx);
+        for (int64_t d = 0; d < a->dh; d++) {
+          double o = 0;
+          for (int64_t j = 0; j < a->t; j++) o += w[j] / sum * in[2][(b * a->t + j) * c + hd * a->dh + d];
+          out[(b * a->s + i) * c + hd * a->dh + d] = o;
+        }
+      }
+  free(w);
+}
+static void fw_attention(const fixture *f, float *y) {
+  k_attention(y, f->x[0], f->x[1], f->x[2], f->a.b, f->a.s, f->a.t, f->a.heads, f->a.dh);
+}
+static void bw_attention(const fixture *f, float *const *d, bool acc) {
+  k_attention_backward(d[0], d[1], d[2], f->dy, f->x[0], f->x[1], f->x[2], f->a.b, f->a.s, f->a.t,
+                       f->a.heads, f->a.dh, acc);
+}
+
+/* Forward against the reference and backward against finite differences:
+ * self-attention (t = s), cross-attention with fewer and with more keys than
+ * queries; then the last query sees the last key (no mask), and parts of the
+ * queries give the rows and the summed key and value gradients of the whole. */
+static void test_attention_unmasked(void **state) {
+  (void)state;
+  const op_args cases[] = {
+      {.b = 2, .s = 5, .t = 5, .heads = 2, .dh = 4},
+      {.b = 2, .s = 6, .t = 3, .heads = 3, .dh = 2},
+      {.b = 1, .s = 3, .t = 7, .heads = 1, .dh = 5},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    op_args a = cases[i];
+    int64_t c = a.heads * a.dh;
+    fixture f = make("attention", a, a.b * a.s * c, ref_attention, fw_attention, bw_attention,
+                     (int64_t[]){a.b * a.s * c, a.b * a.t * c, a.b * a.t * c, 0});
+    check_op(&f, 1e-5, 1e-3);
+    release(&f);
+  }
+
+  /* The first query of a causal attention sees only the first key; here it
+   * sees them all, so its row differs from v's first row. */
+  int64_t b = 1, s = 4, heads = 2, dh = 3, c = heads * dh;
+  float *q = randn(b * s * c, 941, 1), *k = randn(b * s * c, 942, 1), *v = randn(b * s * c, 943, 1);
+  float *out = filled(b * s * c, NAN), *causal = filled(b * s * c, NAN);
+  k_attention(out, q, k, v, b, s, s, heads, dh);
+  k_gqa_attention(causal, q, k, v, b, s, s, 0, heads, 1, dh);
+  assert_true(fabs(out[0] - causal[0]) > 1e-4);
+  for (int64_t j = 0; j < c; j++) assert_true(fabs(out[(s - 1) * c + j] - causal[(s - 1) * c + j]) <= 1e-6);
+
+  /* Queries in two parts: each part's rows as in the whole, key and value
+   * gradients summed over the parts. */
+  float *dout = randn(b * s * c, 944, 1);
+  float *dq = filled(b * s * c, NAN), *dk = filled(b * s * c, NAN), *dv = filled(b * s * c, NAN);
+  k_attention_backward(dq, dk, dv, dout, q, k, v, b, s, s, heads, dh, false);
+  float *po = filled(b * s * c, NAN), *pdq = filled(b * s * c, 0);  /* the second part accumulates */
+  float *sdk = filled(b * s * c, NAN), *sdv = filled(b * s * c, NAN);
+  for (int p = 0; p < 2; p++) {
+    int64_t off = p * 2 * c;
+    k_attention(po + off, q + off, k, v, b, 2, s, heads, dh);
+    k_attention_backward(pdq + off, sdk, sdv, dout + off, q + off, k, v, b, 2, s, heads, dh, p > 0);
+  }
+  expect_same("attention by query parts", po, out, b * s * c);
+  expect_same("attention by query parts, dq", pdq, dq, b * s * c);
+  double *dkd = to_double(dk, b * s * c), *dvd = to_double(dv, b * s * c);
+  expect_close("attention by query parts, dk", sdk, dkd, b * s * c, 1e-5);
+  expect_close("attention by query parts, dv", sdv, dvd, b * s * c, 1e-5);
+  free(q); free(k); free(v); free(out); free(causal); free(dout); free(dq); free(dk); free(dv);
+  free(po); free(pdq); free(sdk); free(sdv); free(dkd); free(dvd);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_matmul),
@@ -1468,6 +1556,7 @@ int main(void) {
     cmocka_unit_test(test_init_distribution),
     cmocka_unit_test(test_init_stable),
     cmocka_unit_test(test_threads),
+    cmocka_unit_test(test_attention_unmasked),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
