@@ -92,11 +92,14 @@ run_ok "mixtral-shaped moe_llama, ep2 tp2 pp2" examples/mixtral.plan --set layer
   --set ffn=96 --set seq=16 --set vocab=128 --set global_batch=8 --set micro_batches=2 --set ep=2 --set tp=2 --set pp=2 \
   --set nodes=1 --set dtype=f32 --steps 2
 
-# Swin Transformer: tensor parallelism, co-shard (two parts per device) and
-# window attention split by rows of windows (shifted windows' masks)
+# Swin Transformer: tensor parallelism, co-shard (two parts per device, and
+# four on one device: the parts of the recomputed attention and MLP run as
+# chains, each recomputed right before its backward) and window attention
+# split by rows of windows (shifted windows' masks)
 for p in megatron coshard windows; do run_ok "swin $p" examples/swin.plan --plan $p --steps 2; done
 run_ok "swin coshard, 4 devices of 2 parts" examples/swin.plan --plan coshard --set tp=4 --set parts=8 --set 'heads=[8, 16]' \
   --set batch=2 --steps 2
+run_ok "swin coshard, 4 parts on one device" examples/swin.plan --plan coshard --set tp=1 --set parts=4 --steps 2
 
 # the buffers the CPU backend holds, as it measures them, are what the
 # estimate counts: every device's peak in program order (the estimate with
