@@ -695,6 +695,12 @@ static int coshard_chains(lstate *L, int d, int mb, const ivec *seg, int stage, 
   weft_plan *p = L->p;
   const weft_graph *g = p->g;
   int k = 0, n = 0, first = -1, cnt = 0;
+  if (seg->n == 0) return 0;
+  {
+    int lo, hi;   /* the usual case at once: the last operator is one part here */
+    subs_of_mb(L, d, seg->v[seg->n - 1], mb, &lo, &hi);
+    if (hi - lo < 2) return 0;
+  }
   for (int q = 0; q < seg->n; q++) {
     int op = seg->v[q];
     if (L->stage_of[op] != stage) continue;
