@@ -109,6 +109,15 @@ run_ok "t5 interlaced, three encoder layers on the first stage" examples/t5.plan
 run_ok "t5 interlaced, 8 micro-batches" examples/t5.plan --plan interlaced --set micro_batches=8 --steps 2
 run_ok "t5 interlaced, 1 micro-batch" examples/t5.plan --plan interlaced --set micro_batches=1 --steps 2
 
+# Swin Transformer: tensor parallelism, co-shard (two parts per device, and
+# four on one device: the parts of the recomputed attention and MLP run as
+# chains, each recomputed right before its backward) and window attention
+# split by rows of windows (shifted windows' masks)
+for p in megatron coshard windows; do run_ok "swin $p" examples/swin.plan --plan $p --steps 2; done
+run_ok "swin coshard, 4 devices of 2 parts" examples/swin.plan --plan coshard --set tp=4 --set parts=8 --set 'heads=[8, 16]' \
+  --set batch=2 --steps 2
+run_ok "swin coshard, 4 parts on one device" examples/swin.plan --plan coshard --set tp=1 --set parts=4 --steps 2
+
 # the buffers the CPU backend holds, as it measures them, are what the
 # estimate counts: every device's peak in program order (the estimate with
 # --cost symbolic) and the bytes live there by role; the roles that live

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "kernels.h"
+#include "kernels_swin.h"
 #include "native.h"
 #include "weft/workspace.h"
 #include "xops.h"
@@ -615,6 +616,158 @@ static bool attention_backward(xcall *c, char *err, size_t errlen) {
   return true;
 }
 
+/* ---- Swin Transformer -------------------------------------------------------- */
+
+/* x [b, c, hn p, wn p] -> [b, hn, wn, c p p]; p whole */
+static bool patchify_sizes(const xcall *c, int64_t z[5], char *err, size_t errlen) {
+  const tregion *xr = c->inr[0];
+  int64_t p = (int64_t)xop_attr(c->g, c->op, "p", 1);
+  z[0] = ext(xr, 0), z[1] = ext(xr, 1), z[2] = ext(xr, 2) / p, z[3] = ext(xr, 3) / p, z[4] = p;
+  return true;
+}
+
+static bool patchify_forward(xcall *c, char *err, size_t errlen) {
+  if (c->acc) return cannot_accumulate(c, err, errlen);
+  int64_t z[5];
+  if (!patchify_sizes(c, z, err, errlen)) return false;
+  k_patchify(c->out, IN(0), z[0], z[1], z[2], z[3], z[4]);
+  return true;
+}
+
+static bool patchify_backward(xcall *c, char *err, size_t errlen) {
+  int64_t z[5];
+  if (!patchify_sizes(c, z, err, errlen)) return false;
+  k_patchify_backward(c->din[0], c->dy, z[0], z[1], z[2], z[3], z[4], c->acc);
+  return true;
+}
+
+/* The grid of windows: x [b, hn ws, wn ws, c] (partition) or [b, hn, wn,
+ * ws ws, c] (reverse); the grid is never split. */
+typedef struct win_sizes {
+  int64_t b, hn, wn, ws, c, shift;
+} win_sizes;
+
+static win_sizes win_sizes_of(const xcall *c, bool windows) {
+  const tregion *xr = c->inr[0];
+  win_sizes z = {ext(xr, 0), 0, 0, (int64_t)xop_attr(c->g, c->op, "ws", 1), last(xr),
+                 (int64_t)xop_attr(c->g, c->op, "shift", 0)};
+  z.hn = windows ? ext(xr, 1) : ext(xr, 1) / z.ws;
+  z.wn = windows ? ext(xr, 2) : ext(xr, 2) / z.ws;
+  return z;
+}
+
+static bool window_partition_forward(xcall *c, char *err, size_t errlen) {
+  if (c->acc) return cannot_accumulate(c, err, errlen);
+  win_sizes z = win_sizes_of(c, false);
+  k_window_partition(c->out, IN(0), z.b, z.hn, z.wn, z.ws, z.c, z.shift);
+  return true;
+}
+
+static bool window_partition_backward(xcall *c, char *err, size_t errlen) {
+  win_sizes z = win_sizes_of(c, false);
+  k_window_partition_backward(c->din[0], c->dy, z.b, z.hn, z.wn, z.ws, z.c, z.shift, c->acc);
+  return true;
+}
+
+static bool window_reverse_forward(xcall *c, char *err, size_t errlen) {
+  if (c->acc) return cannot_accumulate(c, err, errlen);
+  win_sizes z = win_sizes_of(c, true);
+  k_window_reverse(c->out, IN(0), z.b, z.hn, z.wn, z.ws, z.c, z.shift);
+  return true;
+}
+
+static bool window_reverse_backward(xcall *c, char *err, size_t errlen) {
+  win_sizes z = win_sizes_of(c, true);
+  k_window_reverse_backward(c->din[0], c->dy, z.b, z.hn, z.wn, z.ws, z.c, z.shift, c->acc);
+  return true;
+}
+
+/* qkv [b, hn, wn, s, (3 heads dh)] with the part's windows and heads, table
+ * [(2 ws - 1)^2, heads]: s must be a square and the table's rows match it. */
+static bool window_attention_sizes(const xcall *c, swin_attn_dims *z, char *err, size_t errlen) {
+  const tregion *qr = c->inr[0], *tr = c->inr[1];
+  const gtensor *qt = tensor_of(c, 0);
+  int64_t heads_all = (int64_t)xop_attr(c->g, c->op, "n", 1), s = ext(qr, 3);
+  int64_t ws = (int64_t)llround(sqrt((double)s));
+  *z = (swin_attn_dims){ext(qr, 0), ext(qr, 1), ext(qr, 2), ws, ext(tr, 1), whole_last(c, 0) / (3 * heads_all),
+                        first(qr, 1), first(qr, 2), qt->dims[1].size, qt->dims[2].size,
+                        (int64_t)xop_attr(c->g, c->op, "shift", 0)};
+  const char *name = c->g->ops[c->op].name;
+  if (ws * ws != s) {
+    snprintf(err, errlen, "operator %s: a window of %lld tokens is not a square", name, (long long)s);
+    return false;
+  }
+  if (ext(tr, 0) != (2 * ws - 1) * (2 * ws - 1)) {
+    snprintf(err, errlen, "operator %s: its relative position table has %lld rows, a window of %lld x %lld needs %lld",
+             name, (long long)ext(tr, 0), (long long)ws, (long long)ws, (long long)((2 * ws - 1) * (2 * ws - 1)));
+    return false;
+  }
+  if (z->shift < 0 || z->shift >= ws) {
+    snprintf(err, errlen, "operator %s: shift %lld must be at least 0 and less than the window (%lld)", name,
+             (long long)z->shift, (long long)ws);
+    return false;
+  }
+  return true;
+}
+
+static bool window_attention_forward(xcall *c, char *err, size_t errlen) {
+  if (c->acc) return cannot_accumulate(c, err, errlen);
+  swin_attn_dims z;
+  if (!window_attention_sizes(c, &z, err, errlen)) return false;
+  k_window_attention(c->out, IN(0), IN(1), &z);
+  return true;
+}
+
+static bool window_attention_backward(xcall *c, char *err, size_t errlen) {
+  swin_attn_dims z;
+  if (!window_attention_sizes(c, &z, err, errlen)) return false;
+  k_window_attention_backward(c->din[0], c->din[1], c->dy, IN(0), IN(1), &z, c->acc);
+  return true;
+}
+
+/* x [b, 2 hn, 2 wn, c] */
+static void merge_sizes(const xcall *c, int64_t *b, int64_t *hn, int64_t *wn, int64_t *ch) {
+  const tregion *xr = c->inr[0];
+  *b = ext(xr, 0), *hn = ext(xr, 1) / 2, *wn = ext(xr, 2) / 2, *ch = ext(xr, 3);
+}
+
+static bool patch_merge_forward(xcall *c, char *err, size_t errlen) {
+  if (c->acc) return cannot_accumulate(c, err, errlen);
+  int64_t b, hn, wn, ch;
+  merge_sizes(c, &b, &hn, &wn, &ch);
+  k_patch_merge(c->out, IN(0), b, hn, wn, ch);
+  return true;
+}
+
+static bool patch_merge_backward(xcall *c, char *err, size_t errlen) {
+  int64_t b, hn, wn, ch;
+  merge_sizes(c, &b, &hn, &wn, &ch);
+  k_patch_merge_backward(c->din[0], c->dy, b, hn, wn, ch, c->acc);
+  return true;
+}
+
+/* x [b, h, w, c]: the part's tokens, divided by the whole grid's count */
+static void pool_sizes(const xcall *c, int64_t *b, int64_t *hw, int64_t *ch, int64_t *count) {
+  const tregion *xr = c->inr[0];
+  const gtensor *t = tensor_of(c, 0);
+  *b = ext(xr, 0), *hw = ext(xr, 1) * ext(xr, 2), *ch = ext(xr, 3);
+  *count = t->dims[1].size * t->dims[2].size;
+}
+
+static bool mean_pool_forward(xcall *c, char *err, size_t errlen) {
+  int64_t b, hw, ch, count;
+  pool_sizes(c, &b, &hw, &ch, &count);
+  k_mean_pool(c->out, IN(0), b, hw, ch, count, c->acc);
+  return true;
+}
+
+static bool mean_pool_backward(xcall *c, char *err, size_t errlen) {
+  int64_t b, hw, ch, count;
+  pool_sizes(c, &b, &hw, &ch, &count);
+  k_mean_pool_backward(c->din[0], c->dy, b, hw, ch, count, c->acc);
+  return true;
+}
+
 #undef IN
 
 /* ---- the table ------------------------------------------------------------ */
@@ -659,6 +812,13 @@ static const xop xops[] = {
   {KERNELS(expert_matmul), false, NULL, -1, 0, 0},
   {KERNELS(moe_aux_loss), true, NULL, -1, 0, 0},
   {KERNELS(attention), false, NULL, -1, 0, 0},
+  /* Swin Transformer */
+  {KERNELS(patchify), false, NULL, -1, 0, 0},
+  {KERNELS(window_partition), false, NULL, -1, 0, 0},
+  {KERNELS(window_reverse), false, NULL, -1, 0, 0},
+  {KERNELS(window_attention), false, NULL, -1, 0, 0},
+  {KERNELS(patch_merge), false, NULL, -1, 0, 0},
+  {KERNELS(mean_pool), false, NULL, -1, 0, 0},
 };
 
 #undef KERNELS

@@ -824,6 +824,72 @@ static bool op_reads_param(const weft_graph *g, int op) {
   return false;
 }
 
+/* Co-shard: a recomputed segment, consecutive in the block (`ops`), whose
+ * last operators (positions at..at+len of `ops`) each have k > 1
+ * sub-operators on device d for micro-batch mb, and whose others have at
+ * most one there, where sub-operator j of each of the last reads of the
+ * others of them only what their sub-operator j writes (parts of a split,
+ * never partial sums), runs these as k chains: chain j is sub j of every
+ * one of them, forward, and in the backward its recomputation right before
+ * its backward, so that one chain's activations are live at a time. *pre
+ * is the position of the segment's first operator. Returns k, or 0 when
+ * the segment does not run so. */
+static const tregion *sub_region(lstate *L, int sub, int k);
+
+static int coshard_chains(lstate *L, int d, int mb, const ivec *seg, int stage, const ivec *ops, int *pre, int *at,
+                          int *len) {
+  weft_plan *p = L->p;
+  const weft_graph *g = p->g;
+  int k = 0, n = 0, first = -1, cnt = 0;
+  if (seg->n == 0) return 0;
+  {
+    int lo, hi;   /* the usual case at once: the last operator is one part here */
+    subs_of_mb(L, d, seg->v[seg->n - 1], mb, &lo, &hi);
+    if (hi - lo < 2) return 0;
+  }
+  for (int q = 0; q < seg->n; q++) {
+    int op = seg->v[q];
+    if (L->stage_of[op] != stage) continue;
+    int lo, hi;
+    subs_of_mb(L, d, op, mb, &lo, &hi);
+    int pos = -1;
+    for (int i = 0; i < ops->n && pos < 0; i++)
+      if (ops->v[i] == op) pos = i;
+    if (pos < 0 || (first >= 0 && pos != first + cnt)) return 0;
+    if (first < 0) first = pos;
+    cnt++;
+    if (hi - lo < 2) {
+      if (n > 0) return 0;   /* a single part after the chains */
+      continue;
+    }
+    if (k && hi - lo != k) return 0;
+    k = hi - lo;
+    n++;
+  }
+  if (n < 1) return 0;
+  int start = first + cnt - n;
+  for (int q = 0; q < n; q++) {
+    int b = ops->v[start + q], blo, bhi;
+    subs_of_mb(L, d, b, mb, &blo, &bhi);
+    for (int in = 0; in < g->ops[b].ninputs; in++) {
+      int a = g->tensors[g->ops[b].inputs[in]].producer;
+      int alo, ahi;
+      if (a < 0) continue;
+      subs_of_mb(L, d, a, mb, &alo, &ahi);
+      if (p->ops[a].rseg != p->ops[b].rseg || L->stage_of[a] != stage || ahi - alo != k) continue;
+      int na = p->ops[a].space->ninputs;
+      for (int j = 0; j < k; j++) {
+        const tregion *out = sub_region(L, L->byd[alo + j], na);
+        if (!holds_region(out, sub_region(L, L->byd[blo + j], in))) return 0;
+        for (int j2 = 0; j2 < k; j2++)
+          if (j2 != j && tregion_overlaps(out, sub_region(L, L->byd[alo + j2], na))) return 0;
+      }
+    }
+  }
+  *pre = first, *at = start, *len = n;
+  return k;
+}
+
 static void make_tasks(lstate *L, blist *per_device) {
   weft_plan *p = L->p;
   const weft_graph *g = p->g;
@@ -845,6 +911,18 @@ static void make_tasks(lstate *L, blist *per_device) {
       const ivec *ops = &ops_of[b.stage];
       if (b.kind == 'f') {
         for (int i = 0; i < ops->n; i++) {
+          int seg = p->ops[ops->v[i]].rseg, pre, at, n, k;
+          if (seg >= 0 && (k = coshard_chains(L, d, b.mb, &seg_ops[seg], b.stage, ops, &pre, &at, &n)) > 0 && at == i) {
+            /* the segment's operators in this stage, chain by chain */
+            for (int j = 0; j < k; j++)
+              for (int q = 0; q < n; q++) {
+                int lo, hi;
+                subs_of_mb(L, d, ops->v[i + q], b.mb, &lo, &hi);
+                task_add(L, d, T_FWD, L->byd[lo + j]);
+              }
+            i += n - 1;
+            continue;
+          }
           int lo, hi;
           subs_of_mb(L, d, ops->v[i], b.mb, &lo, &hi);
           for (int j = lo; j < hi; j++) task_add(L, d, T_FWD, L->byd[j]);
@@ -854,7 +932,32 @@ static void make_tasks(lstate *L, blist *per_device) {
       memset(redone, 0, (size_t)(p->nsegs ? p->nsegs : 1));
       for (int i = ops->n - 1; i >= 0; i--) {
         int op = ops->v[i];
-        int seg = p->ops[op].rseg;
+        int seg = p->ops[op].rseg, pre, at, n, k;
+        if (seg >= 0 && !redone[seg] && (k = coshard_chains(L, d, b.mb, &seg_ops[seg], b.stage, ops, &pre, &at, &n)) > 0 &&
+            at + n - 1 == i) {
+          /* co-shard: the segment's single parts recomputed, then each
+           * chain recomputed and its backward */
+          redone[seg] = true;
+          for (int q = pre; q < at; q++) {
+            int lo, hi;
+            subs_of_mb(L, d, ops->v[q], b.mb, &lo, &hi);
+            for (int j = lo; j < hi; j++) task_add(L, d, T_RECOMP, L->byd[j]);
+          }
+          for (int j = 0; j < k; j++) {
+            for (int q = 0; q < n; q++) {
+              int lo, hi;
+              subs_of_mb(L, d, ops->v[at + q], b.mb, &lo, &hi);
+              task_add(L, d, T_RECOMP, L->byd[lo + j]);
+            }
+            for (int q = n - 1; q >= 0; q--) {
+              int lo, hi;
+              subs_of_mb(L, d, ops->v[at + q], b.mb, &lo, &hi);
+              task_add(L, d, T_BWD, L->byd[lo + j]);
+            }
+          }
+          i = at;   /* the single parts' backward follows, as usual */
+          continue;
+        }
         if (seg >= 0 && !redone[seg]) {
           redone[seg] = true;
           for (int q = 0; q < seg_ops[seg].n; q++) {
@@ -905,8 +1008,6 @@ static void anchor_add(lstate *L, int d, int pos, int comm, int epoch) {
 }
 
 static const tregion *member_part(const pcomm *cm, int i) { return cm->parts ? &cm->parts[i] : &cm->region; }
-
-static const tregion *sub_region(lstate *L, int sub, int k);
 
 /* The latest task on device d among the subs of op whose region of tmap m
  * overlaps r, of the given kind; -1 if none. `latest` false: the earliest. */

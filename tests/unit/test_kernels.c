@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "cpu/kernels.h"
+#include "cpu/kernels_swin.h"
 
 /* ---- inputs -------------------------------------------------------------- */
 
@@ -98,6 +99,7 @@ typedef struct op_args {
   bool normalize;
   double alpha;
   int64_t t;                        /* attention without a mask: keys */
+  const swin_attn_dims *swin;       /* Swin Transformer: window attention */
 } op_args;
 
 typedef struct fixture fixture;
@@ -1280,6 +1282,233 @@ static void test_moe(void **state) {
   }
 }
 
+/* ---- Swin Transformer ----------------------------------------------------- */
+
+/* in[0] x [b][c][hn p][wn p] (m = b, k = c, heads = hn, g = wn, n = p) ->
+ * [b][hn][wn][c p p] */
+static void ref_patchify(const op_args *a, double *const *in, double *out) {
+  int64_t b = a->m, c = a->k, hn = a->heads, wn = a->g, p = a->n, t = 0;
+  for (int64_t bi = 0; bi < b; bi++)
+    for (int64_t i = 0; i < hn; i++)
+      for (int64_t j = 0; j < wn; j++)
+        for (int64_t ch = 0; ch < c; ch++)
+          for (int64_t u = 0; u < p; u++)
+            for (int64_t v = 0; v < p; v++)
+              out[t++] = in[0][((bi * c + ch) * hn * p + i * p + u) * wn * p + j * p + v];
+}
+static void fw_patchify(const fixture *f, float *y) {
+  k_patchify(y, f->x[0], f->a.m, f->a.k, f->a.heads, f->a.g, f->a.n);
+}
+static void bw_patchify(const fixture *f, float *const *d, bool acc) {
+  k_patchify_backward(d[0], f->dy, f->a.m, f->a.k, f->a.heads, f->a.g, f->a.n, acc);
+}
+
+/* torch.roll(x, -shift) then the windows, written as the original does it:
+ * the image rolled first, then cut (b = m, hn = heads, wn = g, ws = n,
+ * c = k, shift = r). */
+static void ref_roll(const op_args *a, const double *x, double *y, int64_t sign) {
+  int64_t h = a->heads * a->n, w = a->g * a->n, c = a->k;
+  for (int64_t bi = 0; bi < a->m; bi++)
+    for (int64_t i = 0; i < h; i++)
+      for (int64_t j = 0; j < w; j++)
+        for (int64_t e = 0; e < c; e++) {
+          int64_t si = ((i + sign * a->r) % h + h) % h, sj = ((j + sign * a->r) % w + w) % w;
+          y[((bi * h + i) * w + j) * c + e] = x[((bi * h + si) * w + sj) * c + e];
+        }
+}
+static void ref_window_partition(const op_args *a, double *const *in, double *out) {
+  int64_t h = a->heads * a->n, w = a->g * a->n, c = a->k, ws = a->n, t = 0;
+  double *rolled = alloc_d(a->m * h * w * c);
+  ref_roll(a, in[0], rolled, 1);
+  for (int64_t bi = 0; bi < a->m; bi++)
+    for (int64_t i = 0; i < a->heads; i++)
+      for (int64_t j = 0; j < a->g; j++)
+        for (int64_t u = 0; u < ws; u++)
+          for (int64_t v = 0; v < ws; v++)
+            for (int64_t e = 0; e < c; e++) out[t++] = rolled[((bi * h + i * ws + u) * w + j * ws + v) * c + e];
+  free(rolled);
+}
+static void ref_window_reverse(const op_args *a, double *const *in, double *out) {
+  int64_t h = a->heads * a->n, w = a->g * a->n, c = a->k, ws = a->n, t = 0;
+  double *grid = alloc_d(a->m * h * w * c);
+  for (int64_t bi = 0; bi < a->m; bi++)
+    for (int64_t i = 0; i < a->heads; i++)
+      for (int64_t j = 0; j < a->g; j++)
+        for (int64_t u = 0; u < ws; u++)
+          for (int64_t v = 0; v < ws; v++)
+            for (int64_t e = 0; e < c; e++) grid[((bi * h + i * ws + u) * w + j * ws + v) * c + e] = in[0][t++];
+  ref_roll(a, grid, out, -1);
+  free(grid);
+}
+static void fw_window_partition(const fixture *f, float *y) {
+  k_window_partition(y, f->x[0], f->a.m, f->a.heads, f->a.g, f->a.n, f->a.k, f->a.r);
+}
+static void bw_window_partition(const fixture *f, float *const *d, bool acc) {
+  k_window_partition_backward(d[0], f->dy, f->a.m, f->a.heads, f->a.g, f->a.n, f->a.k, f->a.r, acc);
+}
+static void fw_window_reverse(const fixture *f, float *y) {
+  k_window_reverse(y, f->x[0], f->a.m, f->a.heads, f->a.g, f->a.n, f->a.k, f->a.r);
+}
+static void bw_window_reverse(const fixture *f, float *const *d, bool acc) {
+  k_window_reverse_backward(d[0], f->dy, f->a.m, f->a.heads, f->a.g, f->a.n, f->a.k, f->a.r, acc);
+}
+
+/* Window attention as the original computes it: the mask of a shifted
+ * grid from slices of an image of region labels, -100 added to the scores
+ * of pairs of different regions, the bias gathered from the table. */
+static void ref_window_attention(const op_args *a, double *const *in, double *out) {
+  const swin_attn_dims *z = a->swin;
+  int64_t ws = z->ws, s = ws * ws, nh = z->heads, dh = z->dh, c = nh * dh;
+  int64_t h = z->hn_all * ws, w = z->wn_all * ws;
+  int *img = calloc((size_t)(h * w), sizeof *img);
+  assert_non_null(img);
+  if (z->shift > 0) {
+    int64_t lo[3] = {0, h - ws, h - z->shift}, hi[3] = {h - ws, h - z->shift, h};
+    int64_t wlo[3] = {0, w - ws, w - z->shift}, whi[3] = {w - ws, w - z->shift, w};
+    int cnt = 0;
+    for (int x = 0; x < 3; x++)
+      for (int y = 0; y < 3; y++, cnt++)
+        for (int64_t i = lo[x]; i < hi[x]; i++)
+          for (int64_t j = wlo[y]; j < whi[y]; j++) img[i * w + j] = cnt;
+  }
+  double *sc = alloc_d(s);
+  for (int64_t bi = 0; bi < z->b; bi++)
+    for (int64_t i = 0; i < z->hn; i++)
+      for (int64_t j = 0; j < z->wn; j++) {
+        int64_t win = (bi * z->hn + i) * z->wn + j;
+        for (int64_t hd = 0; hd < nh; hd++)
+          for (int64_t x = 0; x < s; x++) {
+            int64_t ux = x / ws, vx = x % ws;
+            int lx = img[((z->hn0 + i) * ws + ux) * w + (z->wn0 + j) * ws + vx];
+            double mx = -1e300, sum = 0;
+            for (int64_t y = 0; y < s; y++) {
+              int64_t uy = y / ws, vy = y % ws;
+              int ly = img[((z->hn0 + i) * ws + uy) * w + (z->wn0 + j) * ws + vy];
+              double dot = 0;
+              for (int64_t e = 0; e < dh; e++)
+                dot += in[0][(win * s + x) * 3 * c + hd * dh + e] * in[0][(win * s + y) * 3 * c + c + hd * dh + e];
+              int64_t row = (ux - uy + ws - 1) * (2 * ws - 1) + (vx - vy + ws - 1);
+              sc[y] = dot / sqrt((double)dh) + in[1][row * nh + hd] + (lx != ly ? -100.0 : 0.0);
+              mx = fmax(mx, sc[y]);
+            }
+            for (int64_t y = 0; y < s; y++) sum += exp(sc[y] - mx);
+            for (int64_t e = 0; e < dh; e++) {
+              double acc = 0;
+              for (int64_t y = 0; y < s; y++)
+                acc += exp(sc[y] - mx) / sum * in[0][(win * s + y) * 3 * c + 2 * c + hd * dh + e];
+              out[(win * s + x) * c + hd * dh + e] = acc;
+            }
+          }
+      }
+  free(sc);
+  free(img);
+}
+static void fw_window_attention(const fixture *f, float *y) { k_window_attention(y, f->x[0], f->x[1], f->a.swin); }
+static void bw_window_attention(const fixture *f, float *const *d, bool acc) {
+  k_window_attention_backward(d[0], d[1], f->dy, f->x[0], f->x[1], f->a.swin, acc);
+}
+
+/* in[0] x [b][2 hn][2 wn][c] (m = b, heads = hn, g = wn, k = c) */
+static void ref_patch_merge(const op_args *a, double *const *in, double *out) {
+  int64_t c = a->k, t = 0;
+  const int64_t di[4] = {0, 1, 0, 1}, dj[4] = {0, 0, 1, 1};
+  for (int64_t bi = 0; bi < a->m; bi++)
+    for (int64_t i = 0; i < a->heads; i++)
+      for (int64_t j = 0; j < a->g; j++)
+        for (int q = 0; q < 4; q++)
+          for (int64_t e = 0; e < c; e++)
+            out[t++] = in[0][((bi * 2 * a->heads + 2 * i + di[q]) * 2 * a->g + 2 * j + dj[q]) * c + e];
+}
+static void fw_patch_merge(const fixture *f, float *y) { k_patch_merge(y, f->x[0], f->a.m, f->a.heads, f->a.g, f->a.k); }
+static void bw_patch_merge(const fixture *f, float *const *d, bool acc) {
+  k_patch_merge_backward(d[0], f->dy, f->a.m, f->a.heads, f->a.g, f->a.k, acc);
+}
+
+/* in[0] x [b][s][n] -> [b][n], divided by total */
+static void ref_mean_pool(const op_args *a, double *const *in, double *out) {
+  for (int64_t bi = 0; bi < a->b; bi++)
+    for (int64_t e = 0; e < a->n; e++) {
+      double sum = 0;
+      for (int64_t t = 0; t < a->s; t++) sum += in[0][(bi * a->s + t) * a->n + e];
+      out[bi * a->n + e] = sum / (double)a->total;
+    }
+}
+static void fw_mean_pool(const fixture *f, float *y) { k_mean_pool(y, f->x[0], f->a.b, f->a.s, f->a.n, f->a.total, false); }
+static void bw_mean_pool(const fixture *f, float *const *d, bool acc) {
+  k_mean_pool_backward(d[0], f->dy, f->a.b, f->a.s, f->a.n, f->a.total, acc);
+}
+
+static void test_swin_layout(void **state) {
+  (void)state;
+  op_args a = {.m = 2, .k = 3, .heads = 2, .g = 3, .n = 2};
+  fixture f = make("patchify", a, 2 * 3 * 2 * 3 * 2 * 2, ref_patchify, fw_patchify, bw_patchify,
+                   (int64_t[]){2 * 3 * 4 * 6, 0});
+  check_op(&f, 1e-7, 1e-4);
+  release(&f);
+
+  /* windows of 3 x 3 on a grid of 2 x 3 windows, shifted by 0 and 1 */
+  for (int64_t shift = 0; shift <= 1; shift++) {
+    a = (op_args){.m = 2, .heads = 2, .g = 3, .n = 3, .k = 2, .r = shift};
+    int64_t n = a.m * 6 * 9 * a.k;
+    f = make("window_partition", a, n, ref_window_partition, fw_window_partition, bw_window_partition,
+             (int64_t[]){n, 0});
+    check_op(&f, 1e-7, 1e-4);
+    /* the reverse undoes the partition exactly */
+    float *win = filled(n, NAN), *back = filled(n, NAN);
+    fw_window_partition(&f, win);
+    k_window_reverse(back, win, a.m, a.heads, a.g, a.n, a.k, a.r);
+    expect_same("window_reverse(window_partition(x))", back, f.x[0], n);
+    free(win), free(back);
+    release(&f);
+    f = make("window_reverse", a, n, ref_window_reverse, fw_window_reverse, bw_window_reverse, (int64_t[]){n, 0});
+    check_op(&f, 1e-7, 1e-4);
+    release(&f);
+  }
+
+  a = (op_args){.m = 2, .heads = 2, .g = 3, .k = 3};
+  f = make("patch_merge", a, 2 * 2 * 3 * 4 * 3, ref_patch_merge, fw_patch_merge, bw_patch_merge,
+           (int64_t[]){2 * 4 * 6 * 3, 0});
+  check_op(&f, 1e-7, 1e-4);
+  release(&f);
+
+  /* the mean over 6 tokens, and a part of 6 of 12 */
+  for (int64_t total = 6; total <= 12; total += 6) {
+    a = (op_args){.b = 2, .s = 6, .n = 3, .total = total};
+    f = make("mean_pool", a, 2 * 3, ref_mean_pool, fw_mean_pool, bw_mean_pool, (int64_t[]){2 * 6 * 3, 0});
+    check_op(&f, 1e-6, 1e-4);
+    release(&f);
+  }
+}
+
+static void test_window_attention(void **state) {
+  (void)state;
+  /* windows of 3 x 3 on a grid of 2 x 2 windows, 2 heads of 4; shifted by
+   * 0 and 1 (every window but the first then holds several regions) */
+  for (int64_t shift = 0; shift <= 1; shift++) {
+    swin_attn_dims z = {.b = 2, .hn = 2, .wn = 2, .ws = 3, .heads = 2, .dh = 4, .hn_all = 2, .wn_all = 2,
+                        .shift = shift};
+    op_args a = {.swin = &z};
+    int64_t s = 9, nq = z.b * 4 * s * 3 * z.heads * z.dh, ny = z.b * 4 * s * z.heads * z.dh;
+    fixture f = make("window_attention", a, ny, ref_window_attention, fw_window_attention, bw_window_attention,
+                     (int64_t[]){nq, 25 * z.heads, 0});
+    check_op(&f, 1e-5, 1e-3);
+
+    /* a part of the windows (the second row of windows) computes what the
+     * whole computes there: it places itself on the grid */
+    float *whole = filled(ny, NAN);
+    fw_window_attention(&f, whole);
+    swin_attn_dims part = z;
+    part.b = 1, part.hn = 1, part.hn0 = 1;
+    int64_t win_q = s * 3 * z.heads * z.dh, win_y = s * z.heads * z.dh;
+    float *q = alloc_f(2 * win_q), *y = filled(2 * win_y, NAN);
+    memcpy(q, f.x[0] + 2 * win_q, (size_t)(2 * win_q) * sizeof *q);   /* batch 0, windows (1, 0) and (1, 1) */
+    k_window_attention(y, q, f.x[1], &part);
+    expect_same("window_attention part", y, whole + 2 * win_y, 2 * win_y);
+    free(whole), free(q), free(y);
+    release(&f);
+  }
+}
+
 static void test_adamw(void **state) {
   (void)state;
   /* step 1 without decay moves each element by lr against its gradient's sign */
@@ -1550,6 +1779,8 @@ int main(void) {
     cmocka_unit_test(test_cross_entropy_vocab_parallel),
     cmocka_unit_test(test_moe_route),
     cmocka_unit_test(test_moe),
+    cmocka_unit_test(test_swin_layout),
+    cmocka_unit_test(test_window_attention),
     cmocka_unit_test(test_adamw),
     cmocka_unit_test(test_sgd),
     cmocka_unit_test(test_init_shards),
