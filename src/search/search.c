@@ -158,9 +158,13 @@ static double replica_cost(const space *sp, comm_kind k, double bytes, int dp, i
 }
 
 /* The bytes a device keeps for layers of a stage (parameters, their
- * gradients and optimizer state, under ZeRO stage z over dp). */
-static double weights_bytes(const space *sp, double params, double elems, int z, int dp) {
-  return params / (z >= 3 ? dp : 1) + elems * sp->grad_b / (z >= 2 ? dp : 1) + elems * sp->state_b / (z >= 1 ? dp : 1);
+ * gradients and optimizer state, under ZeRO stage z over their replicas:
+ * dp x ep of them but for the experts', dp). */
+static double weights_bytes(const space *sp, double params, double elems, double xelems, int z, int dp, int ep) {
+  double xparams = xelems * sp->param_b, n = dp * ep;
+  return (params - xparams) / (z >= 3 ? n : 1) + xparams / (z >= 3 ? dp : 1) +
+         (elems - xelems) * (sp->grad_b / (z >= 2 ? n : 1) + sp->state_b / (z >= 1 ? n : 1)) +
+         xelems * (sp->grad_b / (z >= 2 ? dp : 1) + sp->state_b / (z >= 1 ? dp : 1));
 }
 
 /* Fills the stages, time and memory of candidate c from the parts' costs;
@@ -173,9 +177,9 @@ static bool cost_candidate(const space *sp, const parts *pt, search_plan *c, are
   double tb = range_time(B) + B->recompute[rc], th = range_time(H) + H->recompute[rc],
          tt = range_time(T) + T->recompute[rc];
   double ab = B->act[rc], ah = H->act[rc], at = T->act[rc];
-  double wb = weights_bytes(sp, B->params, B->param_elems, z, dp);
-  double wh = weights_bytes(sp, H->params, H->param_elems, z, dp);
-  double wt = weights_bytes(sp, T->params, T->param_elems, z, dp);
+  double wb = weights_bytes(sp, B->params, B->param_elems, B->xparam_elems, z, dp, ep);
+  double wh = weights_bytes(sp, H->params, H->param_elems, H->xparam_elems, z, dp, ep);
+  double wt = weights_bytes(sp, T->params, T->param_elems, T->xparam_elems, z, dp, ep);
   /* a send between stages, each way, per micro-batch */
   double p2p = 0;
   if (pp > 1) {
@@ -299,12 +303,15 @@ static bool cost_candidate(const space *sp, const parts *pt, search_plan *c, are
     double ar = replica_cost(sp, k, grad_bytes, dp, cp * ep, tp, pp) + group_cost(sp, k, xgrad_bytes, dp, stride);
     double overlap = range_time(B) * (L > 0 ? layers[0] : 1) / 2;
     sync = ar > overlap ? ar - overlap : 0;
-    double wbytes = (L * B->params + H->params + T->params) / pp;
-    if (z == 1 || z == 2) sync += group_cost(sp, COMM_ALL_GATHER, wbytes, dp, stride);
-    if (z == 3) sync += 2 * m * group_cost(sp, COMM_ALL_GATHER, wbytes, dp, stride) / 2;
+    double xbytes = xelems * sp->param_b, wbytes = (L * B->params + H->params + T->params) / pp - xbytes;
+    double gather = replica_cost(sp, COMM_ALL_GATHER, wbytes, dp, cp * ep, tp, pp) +
+                    group_cost(sp, COMM_ALL_GATHER, xbytes, dp, stride);
+    if (z == 1 || z == 2) sync += gather;
+    if (z == 3) sync += m * gather;
   }
   /* the optimizer step: its traffic */
-  double step_bytes = elems / (z >= 1 ? dp : 1) * (sp->grad_b + 2 * sp->state_b + 2 * sp->param_b);
+  double step_bytes = ((elems - xelems) / (z >= 1 ? dp * ep : 1) + xelems / (z >= 1 ? dp : 1)) *
+                      (sp->grad_b + 2 * sp->state_b + 2 * sp->param_b);
   double opt = sp->symbolic ? step_bytes / SYM_MEM_BW : step_bytes / (sp->hw->mem_bw * sp->hw->memory_eff);
   c->analytic_time = pipe + sync + opt;
   c->analytic_memory = (int64_t)mem_max;
