@@ -104,5 +104,20 @@ sys.exit(0 if ok else 1)
 PY
 then pass=$((pass + 1)); else fail=$((fail + 1)); fi
 
+# A small mixture of experts on four CPU devices, the space narrowed to
+# ep 2 by a heuristic: the searched plan trains as one device does.
+printf 'return {\n  space = function(s, model, cluster)\n    s.ep = {2}\n  end,\n}\n' >"$tmp/ep2.lua"
+MO="$here/../examples/moe.plan"
+if ! "$WEFT" search "$MO" --cluster 'cpus(4)' --heuristic "$tmp/ep2.lua" --json -o "$tmp/moe.plan" >"$tmp/moe.json" 2>"$tmp/err"; then
+  echo "FAIL: small MoE: weft search"; cat "$tmp/err"; fail=$((fail + 1))
+elif ! python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); sys.exit(0 if d["plans"][d["best"]]["ep"] == 2 else 1)' "$tmp/moe.json"; then
+  echo "FAIL: small MoE: the searched plan has no ep 2"; fail=$((fail + 1))
+elif ! "$WEFT" run "$tmp/moe.plan" --allow-path "$here/../examples" --steps 2 --check >"$tmp/moe.out" 2>&1 || \
+     ! grep -q "match$" "$tmp/moe.out"; then
+  echo "FAIL: small MoE: weft run --check of the searched plan"; cat "$tmp/moe.out"; fail=$((fail + 1))
+else
+  echo "search: small MoE on cpus(4), ep 2: $(tail -1 "$tmp/moe.out")"; pass=$((pass + 1))
+fi
+
 echo "search: $pass passed, $fail failed"
 [ $fail -eq 0 ]
