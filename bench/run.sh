@@ -98,3 +98,18 @@ run "lower --json (every device): GPT-3 175B, 1024 A100" lower $T --json
 # H100 nodes, ep 8 x tp 2 per stage, pp 4, 8 micro-batches; the all-to-alls
 # of dispatch and combine cross nodes (target: under 2 s on one core).
 runs "estimate: Mixtral 8x7B, 64 H100, ep8 tp2 pp4" 2 estimate examples/mixtral.plan --max-memory 2GiB
+# Its search (docs/moe.md): expert parallelism beside the other dimensions,
+# the search and its final simulations under 10 s; its best plan beside
+# the hand-written ep 8 x tp 2 x pp 4.
+runs "search: Mixtral 8x7B, 64 H100" 10 search examples/mixtral.plan --cluster 'h100_dgx(nodes = 8)'
+$PIN "$WEFT" search examples/mixtral.plan --cluster 'h100_dgx(nodes = 8)' --json 2>/dev/null | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+p = d["plans"][d["best"]]
+print("  search proper %.2f s, final simulations %.2f s; best: %.3f s per step, %.1f GiB: tp %d, pp %d, ep %d, dp %d, %d micro-batches of %d, %s %d, recompute %s, zero %d" % (
+    d["search_s"], d["simulate_s"], p["step_time_s"], p["peak_memory_bytes"] / 2**30, p["tp"], p["pp"], p["ep"], p["dp"],
+    p["micro_batches"], p["micro_batch_size"], p["schedule"], p["interleave"], p["recompute"], p["zero"]))'
+"$WEFT" estimate examples/mixtral.plan --json 2>/dev/null | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+print("  hand-written (ep 8, tp 2, pp 4, 8 micro-batches, one_f_one_b): %.3f s per step, %.1f GiB" % (d["step_time_s"], d["peak_memory_bytes"]["max"] / 2**30))'

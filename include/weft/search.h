@@ -36,12 +36,14 @@ typedef struct search_values {
  * combination tried that the model and the cluster allow. The search
  * starts from its own (tp: powers of two up to a node; pp: up to the
  * repeated blocks; cp: powers of two up to 64 where the model takes
- * context parallelism; micro-batch sizes up to 64; every schedule,
+ * context parallelism; ep: the divisors of the experts' count where the
+ * model has experts; micro-batch sizes up to 64; every schedule,
  * recomputation and ZeRO stage; uneven stages) and a hook may narrow or
  * widen it. */
 typedef struct search_space {
   search_values tp, pp;
   search_values cp;        /* context parallelism (models whose every operator splits along the sequence) */
+  search_values ep;        /* expert parallelism (models with experts), inside the data-parallel devices */
   search_values mbs;       /* micro-batch sizes */
   bool schedule[SCHED_INTERLEAVED + 1];  /* SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED: of pipelines (pp > 1) */
   search_values interleave; /* stages per device of the interleaved schedule (2 or more) */
@@ -90,6 +92,8 @@ typedef struct search_stage {
 /* One candidate: what it decides, and its figures. */
 typedef struct search_plan {
   int tp, pp, dp, cp;
+  int ep;                 /* expert groups: the experts split over ep, every other operator's
+                           * batch over dp x ep (dp: the replicas of an expert group) */
   int micro_batches, micro_batch_size;
   sched_kind schedule;
   int interleave;         /* stages per pipeline position */

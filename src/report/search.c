@@ -163,6 +163,7 @@ static void json_plan(json *j, const search_plan *p, const weft_graph *g, const 
   json_key(j, "pp"), json_int(j, p->pp);
   json_key(j, "dp"), json_int(j, p->dp);
   json_key(j, "cp"), json_int(j, p->cp);
+  json_key(j, "ep"), json_int(j, p->ep > 1 ? p->ep : 1);
   json_key(j, "micro_batches"), json_int(j, p->micro_batches);
   json_key(j, "micro_batch_size"), json_int(j, p->micro_batch_size);
   json_key(j, "schedule"), json_str(j, sched_kind_names[p->schedule]);
@@ -184,7 +185,7 @@ static void json_plan(json *j, const search_plan *p, const weft_graph *g, const 
     json_end_arr(j);
     json_key(j, "layers"), json_int(j, st->layers);
     json_key(j, "position"), json_int(j, st->position);
-    json_key(j, "devices"), json_int(j, p->tp * p->cp * p->dp);
+    json_key(j, "devices"), json_int(j, p->tp * p->cp * (p->ep > 1 ? p->ep : 1) * p->dp);
     json_end_obj(j);
   }
   json_end_arr(j);

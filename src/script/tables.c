@@ -267,6 +267,7 @@ void tables_push_candidate(lua_State *L, const weft_graph *g, const search_plan 
   set_int(L, "pp", c->pp);
   set_int(L, "dp", c->dp);
   set_int(L, "cp", c->cp);
+  set_int(L, "ep", c->ep > 1 ? c->ep : 1);
   set_int(L, "micro_batches", c->micro_batches);
   set_int(L, "micro_batch_size", c->micro_batch_size);
   set_str(L, "schedule", sched_kind_names[c->schedule]);
@@ -275,7 +276,7 @@ void tables_push_candidate(lua_State *L, const weft_graph *g, const search_plan 
   set_int(L, "zero", c->zero);
   set_bool(L, "sequence_parallel", c->sequence_parallel);
   set_int(L, "bucket_bytes", c->bucket_bytes);
-  set_int(L, "devices", (int64_t)c->tp * c->pp * c->cp * c->dp);
+  set_int(L, "devices", (int64_t)c->tp * c->pp * c->cp * (c->ep > 1 ? c->ep : 1) * c->dp);
   lua_createtable(L, c->nstages, 0);
   for (int k = 0; k < c->nstages; k++) {
     const search_stage *st = &c->stages[k];
@@ -290,7 +291,7 @@ void tables_push_candidate(lua_State *L, const weft_graph *g, const search_plan 
     lua_setfield(L, -2, "ops");
     set_int(L, "layers", st->layers);
     set_int(L, "position", st->position);
-    set_int(L, "devices", (int64_t)c->tp * c->cp * c->dp);
+    set_int(L, "devices", (int64_t)c->tp * c->cp * (c->ep > 1 ? c->ep : 1) * c->dp);
     lua_rawseti(L, -2, k + 1);
   }
   lua_setfield(L, -2, "stages");
@@ -328,6 +329,8 @@ void tables_push_space(lua_State *L, const search_space *s) {
   lua_setfield(L, -2, "pp");
   push_values(L, &s->cp);
   lua_setfield(L, -2, "cp");
+  push_values(L, &s->ep);
+  lua_setfield(L, -2, "ep");
   push_values(L, &s->mbs);
   lua_setfield(L, -2, "micro_batch_size");
   lua_newtable(L);
@@ -431,7 +434,7 @@ bool tables_read_space(script_one *one, int idx, search_space *s, arena *a) {
   idx = lua_absindex(L, idx);
   int nd = one->S->w.cl->ndevices;
   if (!read_ints(one, idx, "tp", 1, nd, &s->tp, a) || !read_ints(one, idx, "pp", 1, nd, &s->pp, a) ||
-      !read_ints(one, idx, "cp", 1, nd, &s->cp, a) ||
+      !read_ints(one, idx, "cp", 1, nd, &s->cp, a) || !read_ints(one, idx, "ep", 1, nd, &s->ep, a) ||
       !read_ints(one, idx, "micro_batch_size", 1, 1 << 20, &s->mbs, a) ||
       !read_ints(one, idx, "interleave", 2, 64, &s->interleave, a))
     return false;

@@ -859,7 +859,7 @@ static void describe_stages(const weft_graph *g, const weft_decisions *d, search
 }
 
 void weft_lib_describe(const weft_graph *g, const weft_decisions *d, search_plan *sp, arena *a) {
-  sp->tp = sp->pp = sp->dp = sp->cp = 1;
+  sp->tp = sp->pp = sp->dp = sp->cp = sp->ep = 1;
   sp->micro_batches = 1;
   sp->interleave = 1;
   sp->bucket_bytes = PLAN_DEFAULT_BUCKET;
@@ -882,6 +882,7 @@ void weft_lib_describe(const weft_graph *g, const weft_decisions *d, search_plan
           if (strcmp(x->axes[k], "pp") == 0) sp->pp = x->sizes[k];
           if (strcmp(x->axes[k], "dp") == 0) sp->dp = x->sizes[k];
           if (strcmp(x->axes[k], "cp") == 0) sp->cp = x->sizes[k];
+          if (strcmp(x->axes[k], "ep") == 0) sp->ep = x->sizes[k];
         }
       }
       break;
@@ -899,7 +900,7 @@ void weft_lib_describe(const weft_graph *g, const weft_decisions *d, search_plan
     default: break;
     }
   }
-  int64_t per = (int64_t)sp->dp * sp->micro_batches;
+  int64_t per = (int64_t)sp->dp * sp->ep * sp->micro_batches;
   sp->micro_batch_size = per > 0 && batch % per == 0 ? (int)(batch / per) : 0;
   if (sp->pp > 0 && nstages > sp->pp && nstages % sp->pp == 0) sp->interleave = nstages / sp->pp;
   describe_stages(g, d, sp, a);

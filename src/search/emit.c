@@ -83,17 +83,39 @@ static void stage_ops(emitter *E, int l0, int l1, bool head, bool tail, dec_ops 
     }
 }
 
+/* The batch over the data-parallel replicas and into micro-batches. */
+static void batch_splits(emitter *E) {
+  search_plan *sp = E->sp;
+  if (sp->dp > 1) {
+    decision *d = add(E, DEC_SPLIT, "all");
+    d->ops = all_ops(E);
+    d->name = E->s->batch;
+    d->parts = sp->dp;
+    d->axis = "dp";
+  }
+  if (sp->micro_batches > 1) {
+    decision *d = add(E, DEC_SPLIT, "all");
+    d->ops = all_ops(E);
+    d->name = E->s->batch;
+    d->parts = sp->micro_batches;
+    d->axis = "mb";
+    d->in_time = true;
+  }
+}
+
 void emit_plan(arena *a, const sshape *s, search_plan *sp) {
   emitter E = {a, s, sp, 0};
   const weft_graph *g = s->g;
   sp->decisions = (weft_decisions){0};
   sp->selectors = NULL;
   /* the mesh: data-parallel replicas of pipelines of tensor-parallel
-   * groups (with context parallelism, cp of them per stage) */
-  bool cp = sp->cp > 1;
-  static const char *const axes3[] = {"dp", "pp", "tp"}, *const axes4[] = {"dp", "pp", "cp", "tp"};
-  int sizes3[3] = {sp->dp, sp->pp, sp->tp}, sizes4[4] = {sp->dp, sp->pp, sp->cp, sp->tp};
-  dec_mesh(a, &sp->decisions, "m", cp ? 4 : 3, cp ? axes4 : axes3, cp ? sizes4 : sizes3, 0);
+   * groups (with context parallelism, cp of them per stage; with expert
+   * parallelism, ep) */
+  bool cp = sp->cp > 1, ep = sp->ep > 1;
+  static const char *const axes3[] = {"dp", "pp", "tp"}, *const axes4[] = {"dp", "pp", "cp", "tp"},
+                           *const axes4e[] = {"dp", "pp", "ep", "tp"};
+  int sizes3[3] = {sp->dp, sp->pp, sp->tp}, sizes4[4] = {sp->dp, sp->pp, cp ? sp->cp : sp->ep, sp->tp};
+  dec_mesh(a, &sp->decisions, "m", cp || ep ? 4 : 3, cp ? axes4 : ep ? axes4e : axes3, cp || ep ? sizes4 : sizes3, 0);
   arena_grow(a, (void **)&sp->selectors, &E.cap, 1, sizeof(char *));
   sp->selectors[0] = NULL;
   /* the sequence into cp parts first, so that tensor parallelism splits
@@ -104,6 +126,29 @@ void emit_plan(arena *a, const sshape *s, search_plan *sp) {
     d->name = s->seq;
     d->parts = sp->cp;
     d->axis = "cp";
+  }
+  /* expert parallelism: the batch over the replicas and into micro-batches
+   * first (so that the experts' micro-batch k holds the rows every member
+   * dispatches in its micro-batch k), then the experts' operators along the
+   * experts and every other one along the batch, as expert_parallel(ep)
+   * writes them; tensor parallelism splits each part further */
+  if (ep) {
+    batch_splits(&E);
+    for (int pass = 0; pass < 2; pass++) {
+      selbuf sel = {0};
+      dec_ops ops = {0, arena_alloc(a, sizeof(int) * (size_t)g->nops)};
+      for (int op = 0; op < g->nops; op++) {
+        if (s->expert[op] != (pass == 0)) continue;
+        ops.ops[ops.n++] = op;
+        sel_add(a, &sel, op_pattern(a, s, op));
+      }
+      if (!ops.n) continue;
+      decision *d = add(&E, DEC_SPLIT, sel_text(a, &sel));
+      d->ops = ops;
+      d->name = pass == 0 ? "experts" : s->batch;
+      d->parts = sp->ep;
+      d->axis = "ep";
+    }
   }
   /* tensor parallelism: one statement per dimension, over every operator
    * split along it (a block's in every layer) */
@@ -135,21 +180,7 @@ void emit_plan(arena *a, const sshape *s, search_plan *sp) {
         d->axis = "tp";
       }
   }
-  if (sp->dp > 1) {
-    decision *d = add(&E, DEC_SPLIT, "all");
-    d->ops = all_ops(&E);
-    d->name = s->batch;
-    d->parts = sp->dp;
-    d->axis = "dp";
-  }
-  if (sp->micro_batches > 1) {
-    decision *d = add(&E, DEC_SPLIT, "all");
-    d->ops = all_ops(&E);
-    d->name = s->batch;
-    d->parts = sp->micro_batches;
-    d->axis = "mb";
-    d->in_time = true;
-  }
+  if (!ep) batch_splits(&E);
   for (int z = 1; z <= sp->zero; z++) {
     decision *d = add(&E, DEC_SHARD, "all");
     d->ops = all_ops(&E);
@@ -159,7 +190,7 @@ void emit_plan(arena *a, const sshape *s, search_plan *sp) {
   /* stages and their places on the mesh */
   dec_index at[4] = {{sp->dp > 1 ? "dp" : NULL, 0}, {NULL, 0}, {sp->tp > 1 ? "tp" : NULL, 0}, {NULL, 0}};
   int nidx = 3;
-  if (cp) at[3] = at[2], at[2] = (dec_index){"cp", 0}, nidx = 4;
+  if (cp || ep) at[3] = at[2], at[2] = (dec_index){cp ? "cp" : "ep", 0}, nidx = 4;
   if (sp->nstages > 0) {
     for (int k = 0; k < sp->nstages; k++) {
       const search_stage *st = &sp->stages[k];
@@ -298,6 +329,10 @@ const char *search_describe(arena *a, const search_plan *sp) {
   const char *rc[] = {"no recompute", "selective recompute", "full recompute"};
   const char *sched = sp->schedule == SCHED_DEFAULT ? "" : arena_printf(a, ", %s", sched_kind_names[sp->schedule]);
   if (sp->schedule == SCHED_INTERLEAVED) sched = arena_printf(a, "%s %d", sched, sp->interleave);
+  if (sp->ep > 1)
+    return arena_printf(a, "tp %d, pp %d, ep %d, dp %d, %d micro-batch%s of %d%s, %s, zero %d%s", sp->tp, sp->pp,
+                        sp->ep, sp->dp, sp->micro_batches, sp->micro_batches == 1 ? "" : "es", sp->micro_batch_size,
+                        sched, rc[sp->recompute], sp->zero, sp->sequence_parallel ? ", sequence parallel" : "");
   if (sp->cp > 1)
     return arena_printf(a, "tp %d, pp %d, cp %d, dp %d, %d micro-batch%s of %d%s, %s, zero %d%s", sp->tp, sp->pp,
                         sp->cp, sp->dp, sp->micro_batches, sp->micro_batches == 1 ? "" : "es", sp->micro_batch_size,

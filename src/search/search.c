@@ -82,8 +82,9 @@ static parts cost_parts_tied(arena *a, const sshape *s, const hw_model *hw, bool
 /* The best parts over the ways tied parameters (an embedding that the head
  * reads too) may be read: all their readers alike, whole or split along
  * one dimension. */
-static parts cost_parts(arena *a, sshape *s, const hw_model *hw, bool symbolic, int tp, int cp, int mbs) {
+static parts cost_parts(arena *a, sshape *s, const hw_model *hw, bool symbolic, int tp, int cp, int ep, int mbs) {
   s->cp = cp;
+  s->ep = ep;
   bool any = false;
   for (int t = 0; t < s->g->ntensors && !any; t++) any = s->tied[t];
   static const layout ways[] = {{L_R, 0, 0}, {L_D, 0, 1}, {L_D, 1, 1}};
@@ -157,9 +158,13 @@ static double replica_cost(const space *sp, comm_kind k, double bytes, int dp, i
 }
 
 /* The bytes a device keeps for layers of a stage (parameters, their
- * gradients and optimizer state, under ZeRO stage z over dp). */
-static double weights_bytes(const space *sp, double params, double elems, int z, int dp) {
-  return params / (z >= 3 ? dp : 1) + elems * sp->grad_b / (z >= 2 ? dp : 1) + elems * sp->state_b / (z >= 1 ? dp : 1);
+ * gradients and optimizer state, under ZeRO stage z over their replicas:
+ * dp x ep of them but for the experts', dp). */
+static double weights_bytes(const space *sp, double params, double elems, double xelems, int z, int dp, int ep) {
+  double xparams = xelems * sp->param_b, n = dp * ep;
+  return (params - xparams) / (z >= 3 ? n : 1) + xparams / (z >= 3 ? dp : 1) +
+         (elems - xelems) * (sp->grad_b / (z >= 2 ? n : 1) + sp->state_b / (z >= 1 ? n : 1)) +
+         xelems * (sp->grad_b / (z >= 2 ? dp : 1) + sp->state_b / (z >= 1 ? dp : 1));
 }
 
 /* Fills the stages, time and memory of candidate c from the parts' costs;
@@ -167,18 +172,18 @@ static double weights_bytes(const space *sp, double params, double elems, int z,
 static bool cost_candidate(const space *sp, const parts *pt, search_plan *c, arena *a) {
   const sshape *s = sp->s;
   int pp = c->pp, m = c->micro_batches, v = c->interleave, L = s->layers;
-  int rc = c->recompute, z = c->zero, dp = c->dp, tp = c->tp;
+  int rc = c->recompute, z = c->zero, dp = c->dp, tp = c->tp, ep = c->ep > 1 ? c->ep : 1;
   const rangecost *H = &pt->head, *B = &pt->block, *T = &pt->tail;
   double tb = range_time(B) + B->recompute[rc], th = range_time(H) + H->recompute[rc],
          tt = range_time(T) + T->recompute[rc];
   double ab = B->act[rc], ah = H->act[rc], at = T->act[rc];
-  double wb = weights_bytes(sp, B->params, B->param_elems, z, dp);
-  double wh = weights_bytes(sp, H->params, H->param_elems, z, dp);
-  double wt = weights_bytes(sp, T->params, T->param_elems, z, dp);
+  double wb = weights_bytes(sp, B->params, B->param_elems, B->xparam_elems, z, dp, ep);
+  double wh = weights_bytes(sp, H->params, H->param_elems, H->xparam_elems, z, dp, ep);
+  double wt = weights_bytes(sp, T->params, T->param_elems, T->xparam_elems, z, dp, ep);
   /* a send between stages, each way, per micro-batch */
   double p2p = 0;
   if (pp > 1) {
-    bool across = tp * c->cp * 2 > sp->per_node;
+    bool across = tp * c->cp * ep * 2 > sp->per_node;
     p2p = sp->symbolic ? 2 * B->out_bytes / (across ? SYM_NET_BW : SYM_NODE_BW)
                        : 2 * cost_collective(sp->hw, COMM_SEND, B->out_bytes, B->out_bytes, 2, across ? 2 : 1, 1).seconds;
   }
@@ -284,24 +289,29 @@ static bool cost_candidate(const space *sp, const parts *pt, search_plan *c, are
    * backward; ZeRO gathers the parameters after the step (1, 2) or before
    * each use (3) */
   double elems = (L * B->param_elems + H->param_elems + T->param_elems) / pp;
-  double grad_bytes = elems * sp->grad_b;
+  double xelems = (L * B->xparam_elems + H->xparam_elems + T->xparam_elems) / pp;
+  double grad_bytes = (elems - xelems) * sp->grad_b, xgrad_bytes = xelems * sp->grad_b;
   double sync = 0;
   int cp = c->cp;
-  if (dp * cp > 1) {
-    /* the replicas of a parameter: dp of them tp * pp * cp apart, each
-     * with cp tp apart (context parallelism sums gradients over its group
-     * too) */
-    int stride = tp * pp * cp;
-    double ar = z == 0 ? replica_cost(sp, COMM_ALL_REDUCE, grad_bytes, dp, cp, tp, pp)
-                       : replica_cost(sp, COMM_REDUCE_SCATTER, grad_bytes, dp, cp, tp, pp);
+  if (dp * cp * ep > 1) {
+    /* the replicas of a parameter: dp of them tp * pp * cp * ep apart,
+     * each with cp (or ep) tp apart (context parallelism sums gradients
+     * over its group too, and so does expert parallelism but for the
+     * experts' own, which have dp replicas only) */
+    int stride = tp * pp * cp * ep;
+    comm_kind k = z == 0 ? COMM_ALL_REDUCE : COMM_REDUCE_SCATTER;
+    double ar = replica_cost(sp, k, grad_bytes, dp, cp * ep, tp, pp) + group_cost(sp, k, xgrad_bytes, dp, stride);
     double overlap = range_time(B) * (L > 0 ? layers[0] : 1) / 2;
     sync = ar > overlap ? ar - overlap : 0;
-    double wbytes = (L * B->params + H->params + T->params) / pp;
-    if (z == 1 || z == 2) sync += group_cost(sp, COMM_ALL_GATHER, wbytes, dp, stride);
-    if (z == 3) sync += 2 * m * group_cost(sp, COMM_ALL_GATHER, wbytes, dp, stride) / 2;
+    double xbytes = xelems * sp->param_b, wbytes = (L * B->params + H->params + T->params) / pp - xbytes;
+    double gather = replica_cost(sp, COMM_ALL_GATHER, wbytes, dp, cp * ep, tp, pp) +
+                    group_cost(sp, COMM_ALL_GATHER, xbytes, dp, stride);
+    if (z == 1 || z == 2) sync += gather;
+    if (z == 3) sync += m * gather;
   }
   /* the optimizer step: its traffic */
-  double step_bytes = elems / (z >= 1 ? dp : 1) * (sp->grad_b + 2 * sp->state_b + 2 * sp->param_b);
+  double step_bytes = ((elems - xelems) / (z >= 1 ? dp * ep : 1) + xelems / (z >= 1 ? dp : 1)) *
+                      (sp->grad_b + 2 * sp->state_b + 2 * sp->param_b);
   double opt = sp->symbolic ? step_bytes / SYM_MEM_BW : step_bytes / (sp->hw->mem_bw * sp->hw->memory_eff);
   c->analytic_time = pipe + sync + opt;
   c->analytic_memory = (int64_t)mem_max;
@@ -394,6 +404,10 @@ static void default_space(sshape *s, int N, int dpn, arena *a, search_space *out
   out->cp.v[out->cp.n++] = 1;
   for (int cp = 2; cp <= 64 && cp <= N && s->cp_ok; cp *= 2)
     if (N % cp == 0 && cp_divides(s, cp)) out->cp.v[out->cp.n++] = cp;
+  out->ep = values_new(a, 64);
+  out->ep.v[out->ep.n++] = 1;
+  for (int ep = 2; ep <= s->experts && ep <= N && ep <= 64; ep++)
+    if (N % ep == 0 && ep_divides(s, ep)) out->ep.v[out->ep.n++] = ep;
   out->mbs = values_new(a, 64);
   for (int64_t mbs = 1; mbs <= s->batch_size && mbs <= 64; mbs++)
     if (s->batch_size % mbs == 0) out->mbs.v[out->mbs.n++] = (int)mbs;
@@ -458,23 +472,25 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
   for (int ti = 0; ti < spc.tp.n && !out_of_time && !failed; ti++) {
     int tp = spc.tp.v[ti];
     if (tp < 1 || N % tp) continue;
-    for (int ci = 0; ci < spc.cp.n && !out_of_time && !failed; ci++) {
-      int cp = spc.cp.v[ci];
+    for (int ci = 0; ci < spc.cp.n * spc.ep.n && !out_of_time && !failed; ci++) {
+      int cp = spc.cp.v[ci / spc.ep.n], ep = spc.ep.v[ci % spc.ep.n];
       if (cp < 1 || (N / tp) % cp || !cp_divides(&s, cp)) continue;
+      /* expert parallelism: not with context parallelism */
+      if (ep < 1 || (N / tp / cp) % ep || !ep_divides(&s, ep) || (ep > 1 && cp > 1)) continue;
       /* the configurations of each micro-batch size, for this tp and cp */
       for (int mi = 0; mi < spc.mbs.n && !out_of_time && !failed; mi++) {
         int mbs = spc.mbs.v[mi];
         if (mbs < 1 || Bsz % mbs) continue;
         arena_reset(&work);
-        parts pt = cost_parts(a, &s, &hw, o->symbolic, tp, cp, mbs);
+        parts pt = cost_parts(a, &s, &hw, o->symbolic, tp, cp, ep, mbs);
         if (!pt.ok) continue;
         for (int pi = 0; pi < spc.pp.n && !failed; pi++) {
           int pp = spc.pp.v[pi];
-          if (pp < 1 || (N / tp / cp) % pp) continue;
+          if (pp < 1 || (N / tp / cp / ep) % pp) continue;
           if (pp > 1 && (s.layers == 0 || pp > s.layers)) continue;
-          int dp = N / tp / cp / pp;
-          if (Bsz % ((int64_t)dp * mbs)) continue;
-          int m = (int)(Bsz / ((int64_t)dp * mbs));
+          int dp = N / tp / cp / ep / pp;
+          if (Bsz % ((int64_t)dp * ep * mbs)) continue;
+          int m = (int)(Bsz / ((int64_t)dp * ep * mbs));
           if (m > 4096) continue;
           /* one stage: gradient accumulation over the micro-batches, whatever the schedules */
           for (int si = 0; si < (pp == 1 ? 1 : nsched) && !failed; si++) {
@@ -489,7 +505,7 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
                 if (z == 3 && pp > 1) break;
                 if (!spc.zero[z]) continue;
                 searched++;
-                search_plan c = {.tp = tp, .pp = pp, .dp = dp, .cp = cp, .micro_batches = m, .micro_batch_size = mbs,
+                search_plan c = {.tp = tp, .pp = pp, .dp = dp, .cp = cp, .ep = ep, .micro_batches = m, .micro_batch_size = mbs,
                                  .schedule = sched, .interleave = v, .recompute = rc, .zero = z,
                                  .bucket_bytes = PLAN_DEFAULT_BUCKET};
                 if (!cost_candidate(&sp, &pt, &c, a)) {
@@ -533,6 +549,7 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
     }
   }
   s.cp = 1;
+  s.ep = 1;
   out->searched = searched;
   out->pruned = pruned;
   out->search_s = now() - t0;

@@ -32,10 +32,12 @@ typedef struct opcfg {
   layout in[SEARCH_MAX_INPUTS];  /* what it needs of each input */
   layout gin[SEARCH_MAX_INPUTS]; /* the gradient of each input it gives */
   unsigned cp_gather;     /* bit k: input k is gathered whole along the sequence over the cp group */
+  bool expert;            /* split along the experts over the ep group */
   double fwd, bwd;        /* seconds (symbolic: units) per micro-batch */
   double act;             /* bytes of its result per device per micro-batch */
   double params;          /* bytes of the parameters it is the first to read, per device */
   double param_elems;     /* their elements per device */
+  double xparam_elems;    /* of which experts' (split over ep, summed over dp only) */
 } opcfg;
 
 /* The model's shape, for one tensor-parallel degree and micro-batch size. */
@@ -63,6 +65,14 @@ typedef struct sshape {
   int *cp_idim;           /* per op: the idim a split on the sequence takes, -1 none */
   bool cp_ok;             /* every operator has one: the model takes context parallelism */
   int cp;                 /* the degree the costs are for (1: none) */
+  /* expert parallelism: the experts' operators (those that read and give
+   * tensors whose first dimension is `experts`) split along it into ep
+   * parts, every other operator along the batch, so that the ep group is
+   * data-parallel for them; all-to-alls where the two meet */
+  bool *expert;           /* per op: an expert's operator */
+  bool *expert_exit;      /* per op: an expert's operator that a non-expert one reads */
+  int experts;            /* the experts' count (0: the model has none) */
+  int ep;                 /* the degree the costs are for (1: none) */
   int head_end;           /* ops [0, head_end): before the blocks */
   int tail_start;         /* ops [tail_start, nops): after */
 } sshape;
@@ -82,6 +92,7 @@ typedef struct rangecost {
   double recompute[3];    /* per micro-batch: extra forward under recompute none, selective, full */
   double act[3];          /* bytes kept per micro-batch under recompute none, selective, full */
   double params, param_elems; /* per device */
+  double xparam_elems;    /* of which experts' */
   double out_bytes;       /* the range's result per device per micro-batch (what a stage sends) */
   int *cfg;               /* per op of the range: the configuration chosen */
   opcfg **cfgs;           /* per op of the range: its configurations */
@@ -91,6 +102,9 @@ typedef struct rangecost {
  * lo in layout in, and the result leaving in layout out (L_R for none). */
 bool range_best(arena *a, const sshape *s, const hw_model *hw, bool symbolic, int lo, int hi, int tp, int mbs,
                 layout in, layout out, rangecost *rc);
+
+/* Whether the experts split into ep equal parts (ep 1: always). */
+bool ep_divides(const sshape *s, int ep);
 
 /* Whether every operator's sequence splits into cp equal parts. */
 bool cp_divides(const sshape *s, int cp);

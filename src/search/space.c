@@ -186,7 +186,45 @@ bool sshape_build(arena *a, const weft_graph *g, sshape *s, const char **why) {
     s->cp_idim[op] = s->seq ? seq_idim(s->space[op], s->seq) : -1;
     if (s->cp_idim[op] < 0) s->cp_ok = false;
   }
+  /* experts: operators whose result and some input lead with a dimension
+   * named `experts` (the experts' MLPs, not dispatch, which makes that
+   * tensor from tokens) */
+  s->ep = 1;
+  s->expert = arena_alloc(a, sizeof(bool) * (size_t)n);
+  s->expert_exit = arena_alloc(a, sizeof(bool) * (size_t)n);
+  for (int op = 0; op < g->nops; op++) {
+    const gtensor *y = &g->tensors[g->ops[op].output];
+    if (y->ndims < 1 || !y->dims[0].name || strcmp(y->dims[0].name, "experts") != 0) continue;
+    for (int k = 0; k < g->ops[op].ninputs && !s->expert[op]; k++) {
+      const gtensor *x = &g->tensors[g->ops[op].inputs[k]];
+      if (x->ndims > 0 && x->dims[0].name && strcmp(x->dims[0].name, "experts") == 0 &&
+          x->dims[0].size == y->dims[0].size)
+        s->expert[op] = true;
+    }
+    if (s->expert[op]) {
+      if (s->experts && s->experts != y->dims[0].size) s->experts = -1;  /* two counts: not searched */
+      else if (!s->experts) s->experts = (int)y->dims[0].size;
+    }
+  }
+  for (int op = 0; op < g->nops; op++)
+    for (int k = 0; k < g->ops[op].ninputs; k++) {
+      int p = s->producer_of_input[op * SEARCH_MAX_INPUTS + k];
+      if (p >= 0 && s->expert[p] && !s->expert[op]) s->expert_exit[p] = true;
+    }
+  /* an expert's operator needs its batch dimension to take the ep group's rows */
+  for (int op = 0; op < g->nops && s->experts > 0; op++) {
+    if (!s->expert[op]) continue;
+    bool batch = false;
+    for (int i = 0; i < s->space[op]->nidims; i++)
+      batch |= s->space[op]->idims[i].dim_name && strcmp(s->space[op]->idims[i].dim_name, s->batch) == 0;
+    if (!batch) s->experts = -1;
+  }
+  if (s->experts < 0) s->experts = 0;
   return true;
+}
+
+bool ep_divides(const sshape *s, int ep) {
+  return ep <= 1 || (s->experts > 0 && s->experts % ep == 0);
 }
 
 bool cp_divides(const sshape *s, int cp) {
@@ -274,6 +312,20 @@ static double cp_collective(const hw_model *hw, bool symbolic, comm_kind k, doub
   return cost_collective(hw, k, bytes, bytes, cp, nodes, per_node).seconds;
 }
 
+/* An all-to-all over the ep group of a tensor-parallel group of tp: ep
+ * devices tp apart, as many in a node as fit; each sends bytes, all but
+ * its own share to the others. */
+static double ep_all_to_all(const hw_model *hw, bool symbolic, double bytes, int ep, int tp) {
+  if (ep < 2 || bytes <= 0) return 0;
+  int dpn = hw && hw->devices_per_node > 0 ? hw->devices_per_node : 1;
+  int per_node = tp >= dpn ? 1 : dpn / tp;
+  if (per_node > ep) per_node = ep;
+  int nodes = (ep + per_node - 1) / per_node;
+  double moved = bytes * (ep - 1) / ep;
+  if (symbolic) return moved / (nodes > 1 ? SYM_NET_BW : SYM_NODE_BW);
+  return cost_collective(hw, COMM_ALL_TO_ALL, bytes, moved, ep, nodes, per_node).seconds;
+}
+
 int op_configs(arena *a, const sshape *s, const hw_model *hw, bool symbolic, int op, int tp, int mbs, opcfg **out) {
   const weft_graph *g = s->g;
   const gop *o = &g->ops[op];
@@ -288,7 +340,14 @@ int op_configs(arena *a, const sshape *s, const hw_model *hw, bool symbolic, int
     if (sp->idims[i].dim_name && strcmp(sp->idims[i].dim_name, s->batch) == 0 && sp->idims[i].size == s->batch_size)
       base[i] = base[i] * mbs / (double)s->batch_size;
     if (i == cpi) base[i] /= s->cp;
+    /* an expert's operator under ep: its experts' share, of the rows of
+     * the whole ep group */
+    if (s->ep > 1 && s->expert[op] && sp->idims[i].dim_name) {
+      if (strcmp(sp->idims[i].dim_name, "experts") == 0) base[i] /= s->ep;
+      else if (strcmp(sp->idims[i].dim_name, s->batch) == 0) base[i] *= s->ep;
+    }
   }
+  bool xop = s->ep > 1 && s->expert[op];
   /* which inputs get a gradient */
   bool grad[SEARCH_MAX_INPUTS] = {0};
   for (int k = 0; k < o->ninputs && k < SEARCH_MAX_INPUTS; k++) {
@@ -299,7 +358,9 @@ int op_configs(arena *a, const sshape *s, const hw_model *hw, bool symbolic, int
   for (int c = -1; c < ni; c++) {
     if (c >= 0) {
       const idim *d = &sp->idims[c];
-      if (tp < 2 || d->nosplit || strchr(d->sig, '@') || (d->size / (c == cpi ? s->cp : 1)) % tp != 0) continue;
+      int64_t size = (int64_t)(d->size / (c == cpi ? s->cp : 1));
+      if (xop && d->dim_name && strcmp(d->dim_name, "experts") == 0) size = d->size / s->ep;
+      if (tp < 2 || d->nosplit || strchr(d->sig, '@') || size % tp != 0) continue;
       if (d->dim_name && strcmp(d->dim_name, s->batch) == 0) continue;
       if (!idim_name(sp, c)) continue;
     }
@@ -327,6 +388,7 @@ int op_configs(arena *a, const sshape *s, const hw_model *hw, bool symbolic, int
       if (t->role == TENSOR_PARAM && s->first_reader[op * SEARCH_MAX_INPUTS + k]) {
         x->params += pb;
         x->param_elems += part_numel(m, ext);
+        if (s->expert[op]) x->xparam_elems += part_numel(m, ext);
       }
     }
     bool ok = true;
@@ -354,6 +416,24 @@ int op_configs(arena *a, const sshape *s, const hw_model *hw, bool symbolic, int
       if (grad[k]) x->bwd += cp_collective(hw, symbolic, COMM_REDUCE_SCATTER, whole, s->cp, tp);
       x->act += whole;
       x->cp_gather |= 1u << k;
+    }
+    /* expert parallelism: the rows an expert's operator reads from a
+     * non-expert one (dispatch) come from every member of the ep group, and
+     * the rows a non-expert one reads of it (combine) go back: an
+     * all-to-all each way, forward, and another for each gradient */
+    x->expert = xop;
+    for (int k = 0; xop && k < sp->ninputs && k < SEARCH_MAX_INPUTS; k++) {
+      int p = s->producer_of_input[op * SEARCH_MAX_INPUTS + k];
+      if (p < 0 || s->expert[p]) continue;
+      const gtensor *t = &g->tensors[sp->inputs[k].tensor];
+      double pb = part_numel(&sp->inputs[k], ext) * dtype_bytes[t->dtype];
+      x->fwd += ep_all_to_all(hw, symbolic, pb, s->ep, tp);
+      if (grad[k]) x->bwd += ep_all_to_all(hw, symbolic, pb, s->ep, tp);
+    }
+    if (xop && s->expert_exit[op]) {
+      double ob = part_numel(&sp->output, ext) * dtype_bytes[g->tensors[sp->output.tensor].dtype];
+      x->fwd += ep_all_to_all(hw, symbolic, ob, s->ep, tp);
+      x->bwd += ep_all_to_all(hw, symbolic, ob, s->ep, tp);
     }
     n++;
   }
@@ -385,7 +465,7 @@ double relayout(const hw_model *hw, bool symbolic, layout from, layout to, doubl
 typedef struct dpstate {
   int *live;              /* configurations, in the order of step.ops */
   double cost;
-  double act[3], recompute[3], params, param_elems;
+  double act[3], recompute[3], params, param_elems, xparam_elems;
   int parent;             /* in the previous step */
   int choice;             /* the configuration of this step's operator */
 } dpstate;
@@ -505,6 +585,7 @@ bool range_best(arena *a, const sshape *s, const hw_model *hw, bool symbolic, in
         ns->recompute[2] += x->fwd + fwdcomm;
         ns->params = ps->params + x->params;
         ns->param_elems = ps->param_elems + x->param_elems;
+        ns->xparam_elems = ps->xparam_elems + x->xparam_elems;
       }
     }
     if (cur->n == 0) return false;
@@ -531,6 +612,7 @@ bool range_best(arena *a, const sshape *s, const hw_model *hw, bool symbolic, in
   for (int r = 0; r < 3; r++) rc->act[r] = b->act[r], rc->recompute[r] = b->recompute[r];
   rc->params = b->params;
   rc->param_elems = b->param_elems;
+  rc->xparam_elems = b->xparam_elems;
   /* the range's input, kept when everything else is recomputed */
   for (int i = 0; i < nr; i++) {
     const gop *o = &g->ops[lo + i];

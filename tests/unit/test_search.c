@@ -105,13 +105,13 @@ static char *plan_text(const search_plan *p, const weft_graph *g, const char *cl
   return text;
 }
 
-/* Every plan of context parallelism the search simulated, as weft source,
- * estimates at the figures the search reported; their count. */
+/* Every plan of context or expert parallelism the search simulated, as
+ * weft source, estimates at the figures the search reported; their count. */
 static int cp_plans_build(const searched *s, const char *cluster) {
   int n = 0;
   for (int i = 0; i < s->r.nsimulated; i++) {
     const search_plan *p = &s->r.simulated[i];
-    if (p->cp < 2) continue;
+    if (p->cp < 2 && p->ep < 2) continue;
     char *text = plan_text(p, s->g, cluster);
     double t;
     int64_t peak;
@@ -202,6 +202,22 @@ static void test_frontier_cp(void **state) {
   run_search(&s, "a100_dgx(nodes = 2)", 1 << 30);
   assert_true(s.r.plans[s.r.best].cp > 1);
   weft_free(s.c);
+}
+
+/* Expert parallelism: a small mixture of experts on a DGX node; every plan
+ * of the frontier, and every plan with ep the search simulated, builds
+ * through the language to the figures it reported (the experts' weights
+ * counted as lowering keeps them, a share of them per member of the ep
+ * group). */
+static void test_frontier_ep(void **state) {
+  (void)state;
+  model = "moe_gpt";
+  sizes = "layers = 2, hidden = 256, heads = 4, seq = 128, vocab = 512, batch = 32, experts = 8, top_k = 2, "
+          "capacity_factor = 1.0, ffn = 1024";
+  int n = 0;
+  frontier_on("h100_dgx(nodes = 1)", 0, &n);
+  printf("%d plans with context or expert parallelism simulated, each estimated again\n", n);
+  assert_true(n > 0);
 }
 
 static int gpt_again(void **state) {
@@ -333,6 +349,7 @@ int main(void) {
       cmocka_unit_test(test_frontier),
       cmocka_unit_test_teardown(test_frontier_bf16, f32_again),
       cmocka_unit_test_teardown(test_frontier_cp, gpt_again),
+      cmocka_unit_test_teardown(test_frontier_ep, gpt_again),
       cmocka_unit_test(test_max_memory),
       cmocka_unit_test(test_against_enumeration),
       cmocka_unit_test_teardown(test_against_enumeration_cp, gpt_again),
