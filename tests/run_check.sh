@@ -68,6 +68,10 @@ run_ok "megatron zero 2, selective recompute" examples/gpt_megatron.plan $MEG --
 run_ok "megatron zero 3" examples/gpt_megatron.plan $MEG --set pp=1 --set zero=3 --steps 2
 run_ok "megatron tp4" examples/gpt_megatron.plan $MEG --set tp=4 --set pp=1 --steps 2
 run_ok "tied parameter on uneven copies" tests/golden/plan/tied_uneven.plan --steps 3
+# one consumer split along the sequence, another replicated: the producer
+# sums the pieces of its gradient
+for p in norm_seq gate_seq; do run_ok "llama $p: gradients in different layouts" tests/golden/explain/grads_mixed_layouts.plan \
+  --plan $p --steps 2; done
 run_ok "tp2 pp2 across nodes: scatter-gather between stages" tests/golden/explain/stage_scatter_gather.plan --steps 2
 run_ok "tp2 pp4 across nodes" tests/golden/explain/stage_scatter_gather.plan --set nodes=4 --set pp=4 --set layers=4 --steps 2
 run_ok "tp2 pp2 dp2 across nodes" tests/golden/explain/stage_scatter_gather.plan --set nodes=4 --set dp=2 --steps 2

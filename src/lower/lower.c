@@ -1106,6 +1106,62 @@ static int assemble(emitter *E, int t, bool grad, const tregion *r) {
   return b;
 }
 
+/* The gradient of region r of tensor t as the sum of the pieces this
+ * device holds of it, which its consumers gave in different layouts
+ * (deps.c, grads_sum_pieces): the pieces that tile r are copied into one
+ * buffer and the others added to it; the pieces inside r are used up.
+ * -1 when there is one piece or none, or the pieces do not cover r. */
+static int sum_pieces(emitter *E, int t, const tregion *r) {
+  lstate *L = E->L;
+  store *st = &E->st;
+  int n = 0, nfirst = 0;
+  int64_t covered = 0;
+  for (int i = *chain(E, t, r); i >= 0; i = st->h.v[i].next) {
+    const held *h = &st->h.v[i];
+    if (h->live && h->grad && !h->partial && tregion_overlaps(&L->pr->bufs[h->buf].region, r)) n++;
+  }
+  if (n < 2) return -1;
+  int *ids = arena_alloc(L->ra, sizeof(int) * (size_t)n);
+  bool *first = arena_alloc(L->ra, (size_t)n);
+  tregion *x = arena_alloc(L->ra, sizeof(tregion) * (size_t)n);
+  n = 0;
+  for (int i = *chain(E, t, r); i >= 0; i = st->h.v[i].next) {
+    const held *h = &st->h.v[i];
+    if (!h->live || !h->grad || h->partial) continue;
+    if (!tregion_intersect(L->ra, &L->pr->bufs[h->buf].region, r, &x[n])) continue;
+    /* the first of the pieces that tile r, in order, that meets none before it */
+    bool meets = false;
+    for (int j = 0; j < n && !meets; j++) meets = first[j] && tregion_overlaps(&x[j], &x[n]);
+    first[n] = !meets;
+    if (first[n]) covered += tregion_numel(&x[n]), nfirst++;
+    ids[n++] = i;
+  }
+  if (covered != tregion_numel(r) || nfirst == n) return -1;
+  lref *in = arena_alloc(L->ra, sizeof(lref) * (size_t)n);
+  int k = 0;
+  for (int j = 0; j < n; j++)
+    if (first[j]) in[k++] = ref(E, st->h.v[ids[j]].buf, &x[j]);
+  for (int j = 0; j < n; j++)
+    if (!first[j]) in[k++] = ref(E, st->h.v[ids[j]].buf, &x[j]);
+  for (int j = 0; j < n; j++)
+    if (holds_region(r, &L->pr->bufs[st->h.v[ids[j]].buf].region)) st->h.v[ids[j]].live = false;
+  int b = held_buf(E, t, LB_ACT_GRAD, r, false, true, false);
+  lins *c = emit(E, LI_COPY);
+  c->nin = nfirst;
+  c->in = in;
+  c->nout = 1;
+  c->out = arena_alloc(L->ra, sizeof(lref));
+  c->out[0] = ref(E, b, r);
+  c = emit(E, LI_COPY);
+  c->accumulate = true;
+  c->nin = n - nfirst;
+  c->in = in + nfirst;
+  c->nout = 1;
+  c->out = arena_alloc(L->ra, sizeof(lref));
+  c->out[0] = ref(E, b, r);
+  return b;
+}
+
 /* Live buffers of tensor t with exactly region r stop being found. */
 static void supersede(emitter *E, int t, bool grad, const tregion *r) {
   store *st = &E->st;
@@ -1544,7 +1600,8 @@ static void emit_compute(emitter *E, const task *tk) {
   }
   /* backward: the gradient of the output (the loss seeds itself) */
   if (tout != g->loss) {
-    int b = find_held(E, tout, true, outr, -1, NULL);
+    int b = p->sum_grads && p->sum_grads[tout] ? sum_pieces(E, tout, outr) : -1;
+    if (b < 0) b = find_held(E, tout, true, outr, -1, NULL);
     if (b < 0) b = assemble(E, tout, true, outr);
     bool consumed = L->readers[tout][0] >= 0;
     if (b < 0 && consumed) {

@@ -1456,6 +1456,51 @@ static bool grads_reduce_regions(arena *a, arena *s, weft_plan *p, int t, int pr
   return true;
 }
 
+/* Consumers whose gradients meet the region a producer wrote in different
+ * layouts (one split along the sequence, another replicated): every
+ * producer device gets, of each consumer's pieces that meet the region,
+ * those it lacks, from the nearest holder, and sums what it holds of the
+ * region (p->sum_grads marks the tensor for lowering). */
+static void grads_sum_pieces(arena *a, arena *s, weft_plan *p, int t, int prod, const tregion *need,
+                             const int *needdevs, int nn, const pieces *contrib, const int *idx, int ni) {
+  if (!p->sum_grads) {
+    p->sum_grads = arena_alloc(a, sizeof(bool) * (size_t)(p->g->ntensors ? p->g->ntensors : 1));
+    memset(p->sum_grads, 0, sizeof(bool) * (size_t)(p->g->ntensors ? p->g->ntensors : 1));
+  }
+  p->sum_grads[t] = true;
+  int *hold = arena_alloc(s, sizeof(int) * (size_t)(ni ? ni : 1));
+  for (int w = 0; w < nn; w++) {
+    int d = needdevs[w];
+    for (int q = 0; q < ni; q++) {
+      const piece *pc = &contrib->v[idx[q]];
+      bool seen = false;  /* the same piece of the same consumer from an earlier holder (a copy) */
+      for (int e = 0; e < q && !seen; e++) {
+        const piece *o = &contrib->v[idx[e]];
+        seen = o->partial == pc->partial && tregion_equal(&o->region, &pc->region);
+      }
+      tregion x;
+      if (seen || !tregion_intersect(s, &pc->region, need, &x)) continue;
+      int nh = 0;
+      bool local = false;
+      for (int e = q; e < ni && !local; e++) {
+        const piece *o = &contrib->v[idx[e]];
+        if (o->partial != pc->partial || !tregion_equal(&o->region, &pc->region)) continue;
+        local = o->device == d;
+        hold[nh++] = o->device;
+      }
+      if (local) continue;
+      int src = nearest_peer(p, hold, distinct(hold, nh), d, w);
+      int pair[2] = {src, d};
+      tregion r = tregion_copy(a, &x);
+      pcomm *cm = comm_add(a, p, COMM_SEND, t, PHASE_BACKWARD, pair, 2, &r);
+      cm->src = src;
+      cm->dst = d;
+      cm->consumer_op = prod;
+      cm->why = "its consumers' gradients come back in different layouts; the producer sums the pieces";
+    }
+  }
+}
+
 /* Every consumer of an activation sends back the gradient of what it read;
  * the producer's sub-operators need the sum over consumers (and over the
  * parts of each consumer split along dimensions the activation lacks) for
@@ -1490,6 +1535,7 @@ static void reduce_activation_grads(arena *a, arena *s, weft_plan *p, const trea
      * regions that meet a given one: made when first needed */
     sweep_index csweep = {0}, wsweep = {0};
     int *pdev = NULL, *hit = NULL;
+    int mixed = -1;          /* some contribution's region is no producer's: unknown yet */
     bool regrouped = false;  /* gradients sent piece by piece to another layout */
     bool *reduced = NULL;    /* contributions summed by grads_reduce_regions */
     VEC(int) sendmb = {0};  /* per comm from first_t: its micro-batch */
@@ -1508,6 +1554,27 @@ static void reduce_activation_grads(arena *a, arena *s, weft_plan *p, const trea
       int ni = 0;
       for (int q = region_index_find(&cx, &need); q >= 0; q = cx.next[q]) idx[ni++] = q;
       bool exact = ni > 0;
+      /* other consumers' gradients that meet the region without being it
+       * (one consumer split along the sequence, another replicated) */
+      if (exact && mixed < 0) {
+        mixed = 0;
+        for (int q = 0; q < contrib.n && !mixed; q++) mixed = region_index_find(&wx, &contrib.v[q].region) < 0;
+      }
+      if (exact && mixed) {
+        if (!csweep.at) {
+          const tregion **cptr = arena_alloc(s, sizeof(tregion *) * (size_t)contrib.n);
+          for (int q = 0; q < contrib.n; q++) cptr[q] = &contrib.v[q].region;
+          sweep_build(s, &csweep, cptr, contrib.n);
+        }
+        int nm = sweep_find(&csweep, &need, idx);
+        bool other = false;
+        for (int q = 0; q < nm && !other; q++) other = !tregion_equal(&contrib.v[idx[q]].region, &need);
+        if (other) {
+          grads_sum_pieces(a, s, p, t, prod, &need, needdevs, nn, &contrib, idx, nm);
+          continue;
+        }
+        for (int q = region_index_find(&cx, &need), w = 0; q >= 0; q = cx.next[q]) idx[w++] = q;
+      }
       if (!exact) {
         if (!csweep.at) {
           const tregion **cptr = arena_alloc(s, sizeof(tregion *) * (size_t)contrib.n);
