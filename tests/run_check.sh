@@ -53,6 +53,9 @@ searched "searched llama, symbolic costs" examples/llama.plan --set layers=4 --s
   --set ffn=96 --set seq=16 --set vocab=128 --set batch=4 --cluster 'cpus(8)' --cost symbolic
 searched "searched llama" examples/llama.plan --set layers=2 --set hidden=64 --set heads=4 --set kv_heads=2 --set ffn=96 \
   --set seq=16 --set vocab=128 --set batch=4 --cluster 'cpus(4)'
+# the router split along the sequence and its probabilities replicated:
+# the producer sums their gradients, given back in different layouts
+searched "searched moe" examples/moe.plan --cluster 'cpus(4)'
 # context parallelism with tensor parallelism and a pipeline: a space
 # narrowed to cp 2 and tp 2 on eight devices
 printf 'return {\n  space = function(s, model, cluster)\n    s.cp = {2}\n    s.tp = {2}\n  end,\n}\n' >"$tmp/cp2.lua"
