@@ -53,6 +53,9 @@ searched "searched llama, symbolic costs" examples/llama.plan --set layers=4 --s
   --set ffn=96 --set seq=16 --set vocab=128 --set batch=4 --cluster 'cpus(8)' --cost symbolic
 searched "searched llama" examples/llama.plan --set layers=2 --set hidden=64 --set heads=4 --set kv_heads=2 --set ffn=96 \
   --set seq=16 --set vocab=128 --set batch=4 --cluster 'cpus(4)'
+# the router split along the sequence and its probabilities replicated:
+# the producer sums their gradients, given back in different layouts
+searched "searched moe" examples/moe.plan --cluster 'cpus(4)'
 # context parallelism with tensor parallelism and a pipeline: a space
 # narrowed to cp 2 and tp 2 on eight devices
 printf 'return {\n  space = function(s, model, cluster)\n    s.cp = {2}\n    s.tp = {2}\n  end,\n}\n' >"$tmp/cp2.lua"
@@ -68,6 +71,10 @@ run_ok "megatron zero 2, selective recompute" examples/gpt_megatron.plan $MEG --
 run_ok "megatron zero 3" examples/gpt_megatron.plan $MEG --set pp=1 --set zero=3 --steps 2
 run_ok "megatron tp4" examples/gpt_megatron.plan $MEG --set tp=4 --set pp=1 --steps 2
 run_ok "tied parameter on uneven copies" tests/golden/plan/tied_uneven.plan --steps 3
+# one consumer split along the sequence, another replicated: the producer
+# sums the pieces of its gradient
+for p in norm_seq gate_seq; do run_ok "llama $p: gradients in different layouts" tests/golden/explain/grads_mixed_layouts.plan \
+  --plan $p --steps 2; done
 run_ok "tp2 pp2 across nodes: scatter-gather between stages" tests/golden/explain/stage_scatter_gather.plan --steps 2
 run_ok "tp2 pp4 across nodes" tests/golden/explain/stage_scatter_gather.plan --set nodes=4 --set pp=4 --set layers=4 --steps 2
 run_ok "tp2 pp2 dp2 across nodes" tests/golden/explain/stage_scatter_gather.plan --set nodes=4 --set dp=2 --steps 2

@@ -733,7 +733,7 @@ static bool do_copy(xdev *d, const lins *in) {
   for (int i = 0; i < in->nin; i++) {
     const lref *ref = &in->in[i];
     const lbuf *ib = buf_of(d->run, ref->buf);
-    region_move(mem_of(d, out->buf), &ob->region, mem_of(d, ref->buf), &ib->region, &ref->region, false);
+    region_move(mem_of(d, out->buf), &ob->region, mem_of(d, ref->buf), &ib->region, &ref->region, in->accumulate);
   }
   return true;
 }

@@ -412,7 +412,7 @@ static int64_t prep_copy(crun *r, int dev, int i, bool build) {
     const lref *ref = &in->in[j];
     const lbuf *ib = &pr->bufs[ref->buf];
     add_move(r, buf_addr(r, dev, in->out[0].buf), ob->dtype, &ob->region, buf_addr(r, dev, ref->buf), ib->dtype,
-             &ib->region, &ref->region, false);
+             &ib->region, &ref->region, in->accumulate);
   }
   return 0;
 }

@@ -247,6 +247,9 @@ typedef struct weft_plan {
   int64_t bucket_bytes;   /* `buckets SIZE`: gradient all-reduces of one group
                            * fused up to this many bytes; 0: not fused */
   weft_loc bucket_loc;
+  bool *sum_grads;        /* per tensor: a producer sums the pieces of its
+                           * gradient it holds, which its consumers gave in
+                           * different layouts (deps.c); NULL: none */
   int *rep;               /* per device: the device whose program it runs,
                            * renamed (data-parallel replicas, tensor-parallel
                            * peers); NULL when every

@@ -1343,6 +1343,87 @@ static int assemble(emitter *E, int t, bool grad, const tregion *r) {
   return b;
 }
 
+/* Order of the pieces sum_pieces adds: by the device each came from (a
+ * received one's sender), then by where its region starts, so that the
+ * copies of a replicated producer add the same terms in the same order and
+ * stay equal to the bit. */
+typedef struct spiece {
+  int origin, hidx;
+  const tregion *x;
+} spiece;
+
+static int spiece_cmp(const spiece *a, const spiece *b) {
+  if (a->origin != b->origin) return a->origin < b->origin ? -1 : 1;
+  for (int k = 0; k < a->x->ndims && k < b->x->ndims; k++) {
+    int64_t la = a->x->dims[k].n ? a->x->dims[k].iv[0].lo : 0, lb = b->x->dims[k].n ? b->x->dims[k].iv[0].lo : 0;
+    if (la != lb) return la < lb ? -1 : 1;
+  }
+  int64_t na = tregion_numel(a->x), nb = tregion_numel(b->x);
+  return (na < nb) - (na > nb);
+}
+
+/* The gradient of region r of tensor t as the sum of the pieces this
+ * device holds of it, which its consumers gave in different layouts
+ * (deps.c, grads_sum_pieces): in spiece order, the pieces that tile r are
+ * copied into one buffer and the others added to it; the pieces inside r
+ * are used up. -1 when there is one piece or none, or the pieces do not
+ * cover r. */
+static int sum_pieces(emitter *E, int t, const tregion *r) {
+  lstate *L = E->L;
+  store *st = &E->st;
+  int n = 0, nfirst = 0;
+  int64_t covered = 0;
+  for (int i = *chain(E, t, r); i >= 0; i = st->h.v[i].next) {
+    const held *h = &st->h.v[i];
+    if (h->live && h->grad && !h->partial && tregion_overlaps(&L->pr->bufs[h->buf].region, r)) n++;
+  }
+  if (n < 2) return -1;
+  spiece *sp = arena_alloc(L->ra, sizeof(spiece) * (size_t)n);
+  bool *first = arena_alloc(L->ra, (size_t)n);
+  n = 0;
+  for (int i = *chain(E, t, r); i >= 0; i = st->h.v[i].next) {
+    const held *h = &st->h.v[i];
+    if (!h->live || !h->grad || h->partial) continue;
+    tregion *x = arena_alloc(L->ra, sizeof(tregion));
+    if (!tregion_intersect(L->ra, &L->pr->bufs[h->buf].region, r, x)) continue;
+    spiece e = {h->maker <= -2 ? -2 - h->maker : E->d, i, x};
+    int j = n++;
+    for (; j > 0 && spiece_cmp(&e, &sp[j - 1]) < 0; j--) sp[j] = sp[j - 1];
+    sp[j] = e;
+  }
+  for (int j = 0; j < n; j++) {
+    /* the first of the pieces that tile r, in order, that meets none before it */
+    bool meets = false;
+    for (int k = 0; k < j && !meets; k++) meets = first[k] && tregion_overlaps(sp[k].x, sp[j].x);
+    first[j] = !meets;
+    if (first[j]) covered += tregion_numel(sp[j].x), nfirst++;
+  }
+  if (covered != tregion_numel(r) || nfirst == n) return -1;
+  lref *in = arena_alloc(L->ra, sizeof(lref) * (size_t)n);
+  int k = 0;
+  for (int j = 0; j < n; j++)
+    if (first[j]) in[k++] = ref(E, st->h.v[sp[j].hidx].buf, sp[j].x);
+  for (int j = 0; j < n; j++)
+    if (!first[j]) in[k++] = ref(E, st->h.v[sp[j].hidx].buf, sp[j].x);
+  for (int j = 0; j < n; j++)
+    if (holds_region(r, &L->pr->bufs[st->h.v[sp[j].hidx].buf].region)) st->h.v[sp[j].hidx].live = false;
+  int b = held_buf(E, t, LB_ACT_GRAD, r, false, true, false);
+  lins *c = emit(E, LI_COPY);
+  c->nin = nfirst;
+  c->in = in;
+  c->nout = 1;
+  c->out = arena_alloc(L->ra, sizeof(lref));
+  c->out[0] = ref(E, b, r);
+  c = emit(E, LI_COPY);
+  c->accumulate = true;
+  c->nin = n - nfirst;
+  c->in = in + nfirst;
+  c->nout = 1;
+  c->out = arena_alloc(L->ra, sizeof(lref));
+  c->out[0] = ref(E, b, r);
+  return b;
+}
+
 /* Live buffers of tensor t with exactly region r stop being found. */
 static void supersede(emitter *E, int t, bool grad, const tregion *r) {
   store *st = &E->st;
@@ -1781,7 +1862,8 @@ static void emit_compute(emitter *E, const task *tk) {
   }
   /* backward: the gradient of the output (the loss seeds itself) */
   if (tout != g->loss) {
-    int b = find_held(E, tout, true, outr, -1, NULL);
+    int b = p->sum_grads && p->sum_grads[tout] ? sum_pieces(E, tout, outr) : -1;
+    if (b < 0) b = find_held(E, tout, true, outr, -1, NULL);
     if (b < 0) b = assemble(E, tout, true, outr);
     bool consumed = L->readers[tout][0] >= 0;
     if (b < 0 && consumed) {
@@ -1918,6 +2000,7 @@ static void emit_comm(emitter *E, int ci, int epoch) {
     } else {
       if (!grad) supersede(E, t, false, &cm->region);
       int b = comm_buf(E, t, role, &cm->region, false, grad, false);
+      if (grad) E->st.h.v[E->st.h.n - 1].maker = -2 - cm->src;  /* where it came from (sum_pieces) */
       lins *c = emit(E, LI_RECV);
       c->comm = ci;
       c->epoch = epoch;

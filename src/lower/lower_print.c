@@ -117,7 +117,7 @@ static void json_ins(FILE *out, const weft_program *pr, const lins *in) {
     return;
   }
   case LI_COPY:
-    fprintf(out, "{\"i\":\"copy\"");
+    fprintf(out, "{\"i\":\"copy\",\"accumulate\":%s", in->accumulate ? "true" : "false");
     jrefs(out, "in", in->in, in->nin);
     jrefs(out, "out", in->out, in->nout);
     fputc('}', out);
@@ -309,7 +309,7 @@ void lower_print_text(const weft_program *pr, int device, FILE *out) {
         break;
       }
       case LI_COPY:
-        fprintf(out, "copy      ");
+        fprintf(out, "%s", in->accumulate ? "add       " : "copy      ");
         text_refs(out, &a, in->in, in->nin);
         fprintf(out, " ->");
         text_refs(out, &a, in->out, in->nout);

@@ -1456,6 +1456,87 @@ static bool grads_reduce_regions(arena *a, arena *s, weft_plan *p, int t, int pr
   return true;
 }
 
+/* Whether key k has a piece of region r on device d among pieces idx[0..ni). */
+static bool holds_key(const pieces *contrib, const int *idx, int ni, int64_t k, const tregion *r, int d) {
+  for (int q = 0; q < ni; q++) {
+    const piece *o = &contrib->v[idx[q]];
+    if (o->device == d && o->partial == k && tregion_equal(&o->region, r)) return true;
+  }
+  return false;
+}
+
+/* Consumers whose gradients meet the region a producer wrote in different
+ * layouts (one split along the sequence, another replicated): every
+ * producer device gets, for each region of the pieces that meet its own,
+ * what it lacks of that region's sum. A device holds one buffer per region,
+ * the sum of the consumers it runs there, so the senders are chosen, the
+ * nearest first, so that no consumer counts twice. The producer then sums
+ * what it holds of its region (p->sum_grads marks the tensor for lowering).
+ * False, adding nothing, when some device cannot be served so. */
+static bool grads_sum_pieces(arena *a, arena *s, weft_plan *p, int t, int prod, const tregion *need,
+                             const int *needdevs, int nn, const pieces *contrib, const int *idx, int ni) {
+  int64_t *keys = arena_alloc(s, sizeof(int64_t) * (size_t)(ni ? ni : 1));
+  bool *got = arena_alloc(s, (size_t)(ni ? ni : 1));
+  int *cand = arena_alloc(s, sizeof(int) * (size_t)(ni ? ni : 1));
+  for (int pass = 0; pass < 2; pass++)
+    for (int w = 0; w < nn; w++) {
+      int d = needdevs[w];
+      for (int q = 0; q < ni; q++) {
+        const tregion *rq = &contrib->v[idx[q]].region;
+        bool seen = false;  /* the region of an earlier piece */
+        for (int e = 0; e < q && !seen; e++) seen = tregion_equal(&contrib->v[idx[e]].region, rq);
+        tregion x;
+        if (seen || !tregion_intersect(s, rq, need, &x)) continue;
+        /* the consumers (keys) with a piece of this region, and its holders */
+        int nk = 0, nc = 0;
+        for (int e = q; e < ni; e++) {
+          const piece *o = &contrib->v[idx[e]];
+          if (!tregion_equal(&o->region, rq)) continue;
+          int r;
+          for (r = 0; r < nk && keys[r] != o->partial; r++) {}
+          if (r == nk) keys[nk++] = o->partial;
+          if (o->device != d) cand[nc++] = o->device;
+        }
+        nc = distinct(cand, nc);
+        int left = 0;
+        for (int r = 0; r < nk; r++) {
+          got[r] = holds_key(contrib, idx, ni, keys[r], rq, d);
+          left += !got[r];
+        }
+        /* senders by nearness, each adding only keys not yet had */
+        for (int near = 0; near < 3 && left; near++)
+          for (int c = 0; c < nc && left; c++) {
+            int src = cand[c];
+            if (nearness(p, src, d) != near) continue;
+            bool clash = false, adds = false;
+            for (int r = 0; r < nk; r++)
+              if (holds_key(contrib, idx, ni, keys[r], rq, src)) {
+                clash |= got[r];
+                adds = true;
+              }
+            if (clash || !adds) continue;
+            for (int r = 0; r < nk; r++)
+              if (holds_key(contrib, idx, ni, keys[r], rq, src)) got[r] = true, left--;
+            if (pass == 0) continue;
+            int pair[2] = {src, d};
+            tregion rr = tregion_copy(a, &x);
+            pcomm *cm = comm_add(a, p, COMM_SEND, t, PHASE_BACKWARD, pair, 2, &rr);
+            cm->src = src;
+            cm->dst = d;
+            cm->consumer_op = prod;
+            cm->why = "its consumers' gradients come back in different layouts; the producer sums the pieces";
+          }
+        if (left) return false;
+      }
+    }
+  if (!p->sum_grads) {
+    p->sum_grads = arena_alloc(a, sizeof(bool) * (size_t)(p->g->ntensors ? p->g->ntensors : 1));
+    memset(p->sum_grads, 0, sizeof(bool) * (size_t)(p->g->ntensors ? p->g->ntensors : 1));
+  }
+  p->sum_grads[t] = true;
+  return true;
+}
+
 /* Every consumer of an activation sends back the gradient of what it read;
  * the producer's sub-operators need the sum over consumers (and over the
  * parts of each consumer split along dimensions the activation lacks) for
@@ -1490,6 +1571,7 @@ static void reduce_activation_grads(arena *a, arena *s, weft_plan *p, const trea
      * regions that meet a given one: made when first needed */
     sweep_index csweep = {0}, wsweep = {0};
     int *pdev = NULL, *hit = NULL;
+    int mixed = -1;          /* some contribution's region is no producer's: unknown yet */
     bool regrouped = false;  /* gradients sent piece by piece to another layout */
     bool *reduced = NULL;    /* contributions summed by grads_reduce_regions */
     VEC(int) sendmb = {0};  /* per comm from first_t: its micro-batch */
@@ -1508,6 +1590,25 @@ static void reduce_activation_grads(arena *a, arena *s, weft_plan *p, const trea
       int ni = 0;
       for (int q = region_index_find(&cx, &need); q >= 0; q = cx.next[q]) idx[ni++] = q;
       bool exact = ni > 0;
+      /* other consumers' gradients that meet the region without being it
+       * (one consumer split along the sequence, another replicated) */
+      if (exact && mixed < 0) {
+        mixed = 0;
+        for (int q = 0; q < contrib.n && !mixed; q++) mixed = region_index_find(&wx, &contrib.v[q].region) < 0;
+      }
+      if (exact && mixed) {
+        if (!csweep.at) {
+          const tregion **cptr = arena_alloc(s, sizeof(tregion *) * (size_t)contrib.n);
+          for (int q = 0; q < contrib.n; q++) cptr[q] = &contrib.v[q].region;
+          sweep_build(s, &csweep, cptr, contrib.n);
+        }
+        int nm = sweep_find(&csweep, &need, idx);
+        bool other = false;
+        for (int q = 0; q < nm && !other; q++) other = !tregion_equal(&contrib.v[idx[q]].region, &need);
+        if (other && grads_sum_pieces(a, s, p, t, prod, &need, needdevs, nn, &contrib, idx, nm)) continue;
+        /* else as before: the consumers whose gradient is the region */
+        for (int q = region_index_find(&cx, &need), w = 0; q >= 0; q = cx.next[q]) idx[w++] = q;
+      }
       if (!exact) {
         if (!csweep.at) {
           const tregion **cptr = arena_alloc(s, sizeof(tregion *) * (size_t)contrib.n);
