@@ -333,20 +333,31 @@ static int64_t prep_compute(crun *r, int dev, int i, int64_t base, bool build) {
   for (int a = 0; a < c->nin; a++)
     if (!c->inr[a]) return plan_fail(r, "%s: compute without input %d", o->name, a), -1;
   int out_dt = in->part == LP_STATS ? GPU_F32 : c->dt;
-  bool direct = true;
+  /* An output is written in place when its buffer is exactly its region in
+   * the call's type, or in f32 where the kernel writes that gradient in f32
+   * (a weight's gradient kept in f32); any other goes through zeroed
+   * scratch and is moved (added) into its buffer after the call. */
+  bool direct[CX_MAX_INPUTS + 1], any = false;
   for (int j = 0; j < in->nout; j++) {
     const lref *ref = &in->out[j];
-    if (ref->buf < 0 || !cx_equal(&pr->bufs[ref->buf].region, &ref->region) || pr->bufs[ref->buf].dtype != out_dt)
-      direct = false;
+    direct[j] = false;
+    if (j > CX_MAX_INPUTS || ref->buf < 0 || !cx_equal(&pr->bufs[ref->buf].region, &ref->region)) continue;
+    int bdt = pr->bufs[ref->buf].dtype;
+    if (bdt == out_dt) {
+      direct[j] = true;
+    } else if (c->backward && bdt == GPU_F32 && ref->arg >= 0 && ref->arg < c->nin && ckernel_f32_grad(k, ref->arg)) {
+      direct[j] = true;
+      c->f32din |= 1u << ref->arg;
+    }
+    any |= direct[j];
   }
-  int first_post = -1;
   int npost = 0;
   cact post[CX_MAX_INPUTS + 1];
   for (int j = 0; j < in->nout; j++) {
     const lref *ref = &in->out[j];
     caddr p = NOWHERE;
     if (ref->buf >= 0) {
-      if (direct) {
+      if (j <= CX_MAX_INPUTS && direct[j]) {
         p = buf_addr(r, dev, ref->buf);
       } else {
         p = take_scratch(&sc, cx_numel(&ref->region) * gpu_dtype_size(out_dt));
@@ -374,8 +385,9 @@ static int64_t prep_compute(crun *r, int dev, int i, int64_t base, bool build) {
       pc.din[ref->arg] = p;
     }
   }
-  (void)first_post;
-  c->acc = direct ? in->accumulate : false;
+  /* the kernel accumulates into what it writes in place; scratch starts at
+   * zero, so it holds the call's own result either way */
+  c->acc = any ? in->accumulate : false;
   size_t ws = ccall_ws(c);
   if (ws) pc.ws = take_scratch(&sc, (int64_t)ws);
   pc.slot = r->dev[dev].slot ? r->dev[dev].slot[i] : -1;

@@ -139,7 +139,8 @@ size_t gpu_gemm_ws(void);
 int64_t gpu_gemm_staged(void);
 /* dbias[n] (+)= column sums of dy[m,n]. */
 size_t gpu_colsum_ws(int64_t m, int64_t n);
-void gpu_colsum(gpu_stream *s, int dt, void *dbias, const void *dy, int64_t m, int64_t n, bool acc, void *ws);
+void gpu_colsum(gpu_stream *s, int dt, void *dbias, int bias_dt, const void *dy, int64_t m, int64_t n, bool acc,
+                void *ws);
 
 /* ---- embeddings ------------------------------------------------------------------ */
 

@@ -32,23 +32,23 @@ static size_t stage_ws(void) { return gpu_emulated() ? (size_t)4 << 20 : (size_t
 size_t gpu_gemm_ws(void) { return lt_ws() + stage_ws(); }
 
 /* dst[r][c] = src[r][c], rows x cols of 2- or 4-byte elements, as bits. */
+/* Rows over the grid's y, columns over its x (no division per element). */
 template <class T>
 __global__ void k_copy2d(T *dst, int64_t ldd, const T *src, int64_t lds, int64_t rows, int64_t cols) {
-  GRID_STRIDE(e, rows * cols) {
-    int64_t i = e / cols, j = e % cols;
-    dst[i * ldd + j] = src[i * lds + j];
-  }
+  for (int64_t i = blockIdx.y; i < rows; i += gridDim.y)
+    for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < cols; j += (int64_t)gridDim.x * blockDim.x)
+      dst[i * ldd + j] = src[i * lds + j];
 }
 
 static void copy2d(gpu_stream *s, int dt, void *dst, int64_t ldd, const void *src, int64_t lds, int64_t rows,
                    int64_t cols) {
   if (rows == 0 || cols == 0) return;
+  dim3 grid(blocks_for(cols, 256), (unsigned)(rows < 4096 ? rows : 4096));
+  if (gpu_emulated()) grid.y = grid.y < 4 ? grid.y : 4;
   if (gpu_dtype_size(dt) == 2)
-    launch(k_copy2d<uint16_t>, blocks_for(rows * cols, 256), 256, 0, s, (uint16_t *)dst, ldd, (const uint16_t *)src,
-           lds, rows, cols);
+    launch(k_copy2d<uint16_t>, grid, 256, 0, s, (uint16_t *)dst, ldd, (const uint16_t *)src, lds, rows, cols);
   else
-    launch(k_copy2d<uint32_t>, blocks_for(rows * cols, 256), 256, 0, s, (uint32_t *)dst, ldd, (const uint32_t *)src,
-           lds, rows, cols);
+    launch(k_copy2d<uint32_t>, grid, 256, 0, s, (uint32_t *)dst, ldd, (const uint32_t *)src, lds, rows, cols);
 }
 
 #ifdef WEFT_CUDA_EMU
@@ -114,11 +114,17 @@ typedef struct gemm_key {
   size_t ws;
 } gemm_key;
 
+enum { MAX_CANDIDATES = 8 };
+
 typedef struct gemm_plan {
   gemm_key key;
   cublasLtMatmulDesc_t desc;
   cublasLtMatrixLayout_t lx, ly, ld;
   cublasLtMatmulAlgo_t algo;
+  /* the heuristic's candidates, timed once at the first call (see tune) */
+  cublasLtMatmulAlgo_t cand[MAX_CANDIDATES];
+  int ncand;
+  bool tuned;
 } gemm_plan;
 
 static gemm_plan *plans;
@@ -191,20 +197,85 @@ static gemm_plan *plan_for(const gemm_key *k, char *err, size_t errlen) {
     uint32_t none = CUBLASLT_REDUCTION_SCHEME_NONE;
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &none, sizeof none);
   }
-  cublasLtMatmulHeuristicResult_t res;
+  cublasLtMatmulHeuristicResult_t res[MAX_CANDIDATES];
   int found = 0;
-  cublasStatus_t st =
-      cublasLtMatmulAlgoGetHeuristic(handles[k->dev], p->desc, p->lx, p->ly, p->ld, p->ld, pref, 1, &res, &found);
+  cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handles[k->dev], p->desc, p->lx, p->ly, p->ld, p->ld, pref,
+                                                     MAX_CANDIDATES, res, &found);
   cublasLtMatmulPreferenceDestroy(pref);
-  if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
+  for (int i = 0; i < found; i++)
+    if (res[i].state == CUBLAS_STATUS_SUCCESS && res[i].workspaceSize <= k->ws) p->cand[p->ncand++] = res[i].algo;
+  if (st != CUBLAS_STATUS_SUCCESS || p->ncand == 0) {
     snprintf(err, errlen,
              "cuBLASLt has no algorithm for a %lld x %lld x %lld product (types %d %d %d, status %d)",
              (long long)k->N, (long long)k->M, (long long)k->K, k->xdt, k->ydt, k->ddt, (int)st);
     return NULL;
   }
-  p->algo = res.algo;
+  p->algo = p->cand[0];
+  p->tuned = p->ncand == 1;
   nplans++;
   return p;
+}
+
+/* WEFT_GEMM_TUNE: 0 takes the heuristic's first algorithm, 1 (the
+ * default) times its candidates, 2 also prints their times on stderr. */
+static int tune_level(void) {
+  const char *v = getenv("WEFT_GEMM_TUNE");
+  return v && *v ? atoi(v) : 1;
+}
+
+static void describe(const cublasLtMatmulAlgo_t *a, char *out, size_t n) {
+  int id = 0, tile = 0, stages = 0, splitk = 0;
+  size_t w;
+  cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id, &w);
+  cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile, &w);
+  cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof stages, &w);
+  cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof splitk, &w);
+  snprintf(out, n, "algo %d tile %d stages %d split-k %d", id, tile, stages, splitk);
+}
+
+/* The heuristic's first choice is often not the fastest for shapes off
+ * its beaten track (a vocabulary of 50257 columns); a large product that
+ * overwrites its result (no accumulation, so running it again changes
+ * nothing) times each candidate the first time it runs, two calls after
+ * one untimed, and keeps the fastest for the run. Not under
+ * --deterministic, whose bits must not depend on a timing. */
+static void tune(gemm_plan *p, cublasLtHandle_t h, const void *b, const void *a, void *c, void *ws,
+                 size_t ws_bytes, cudaStream_t s) {
+  p->tuned = true;
+  int level = tune_level();
+  if (level <= 0 || p->key.det || p->key.beta) return;
+  cudaEvent_t e0, e1;
+  if (cudaEventCreate(&e0) != cudaSuccess) return;
+  if (cudaEventCreate(&e1) != cudaSuccess) {
+    cudaEventDestroy(e0);
+    return;
+  }
+  float alpha = 1.0f, beta = 0.0f, best = -1.0f;
+  int besti = 0;
+  for (int i = 0; i < p->ncand; i++) {
+    cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+    for (int r = 0; r < 3 && st == CUBLAS_STATUS_SUCCESS; r++) {
+      if (r == 1) cudaEventRecord(e0, s);
+      st = cublasLtMatmul(h, p->desc, &alpha, b, p->lx, a, p->ly, &beta, c, p->ld, c, p->ld, &p->cand[i], ws,
+                          ws_bytes, s);
+    }
+    cudaEventRecord(e1, s);
+    float ms = -1.0f;
+    if (st != CUBLAS_STATUS_SUCCESS || cudaEventSynchronize(e1) != cudaSuccess ||
+        cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess)
+      ms = -1.0f;
+    cudaGetLastError();
+    if (level >= 2) {
+      char d[96];
+      describe(&p->cand[i], d, sizeof d);
+      fprintf(stderr, "weft gemm tune: %lld x %lld x %lld (ld %lld %lld %lld): candidate %d, %s: %.4f ms\n",
+              (long long)p->key.M, (long long)p->key.N, (long long)p->key.K, (long long)p->key.ldx,
+              (long long)p->key.ldy, (long long)p->key.ldd, i, d, ms >= 0 ? ms / 2 : -1.0);
+    }
+    if (ms >= 0 && (best < 0 || ms < best)) best = ms, besti = i;
+  }
+  p->algo = p->cand[besti];
+  cudaEventDestroy(e0), cudaEventDestroy(e1);
 }
 
 #endif
@@ -236,6 +307,8 @@ static bool direct_gemm(gpu_stream *s, bool ta, bool tb, int64_t m, int64_t n, i
                                                        sizeof bias),
                         "bias", err, errlen))
     return false;
+  if (!p->tuned && 2.0 * (double)m * (double)n * (double)k >= (double)((int64_t)1 << 30))
+    tune(p, handles[key.dev], b, a, c, ws, ws_bytes, (cudaStream_t)s);
   float alpha = 1.0f, beta = acc ? 1.0f : 0.0f;
   return !lt_failed(cublasLtMatmul(handles[key.dev], p->desc, &alpha, b, p->lx, a, p->ly, &beta, c, p->ld, c, p->ld,
                                    &p->algo, ws, ws_bytes, (cudaStream_t)s),
@@ -290,6 +363,37 @@ static int64_t chunk_of(int64_t dim, int64_t room, int64_t whole, int64_t per) {
 
 static const void *at(const void *p, int dt, int64_t ld, int64_t i, int64_t j) {
   return (const char *)p + (i * ld + j) * gpu_dtype_size(dt);
+}
+
+/* A staged product (every operand's rows aligned) whose n or k is not a
+ * multiple of 8 (the vocabulary's 50257) is split in two: the bulk, of a
+ * multiple of 8, which cuBLASLt runs on its tiled kernels, and the few
+ * columns (of C, or of the sum over k, then accumulated) left over.
+ * WEFT_GEMM_EVEN=0 runs it whole. */
+static bool even_gemm(gpu_stream *s, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
+                      int adt, const void *b, int64_t ldb, int bdt, void *c, int64_t ldc, int cdt, const void *bias,
+                      bool acc, void *ws, size_t ws_bytes, bool deterministic, char *err, size_t errlen) {
+  bool even = env_i64("WEFT_GEMM_EVEN", 1) != 0;
+  int64_t n8 = n / 8 * 8, k8 = k / 8 * 8;
+  if (even && n % 8 && n8 >= 64) {
+    /* C's columns [0, n8) and [n8, n): op(B)'s columns, the bias's entries */
+    const void *b2 = tb ? at(b, bdt, ldb, n8, 0) : at(b, bdt, ldb, 0, n8);
+    return even_gemm(s, ta, tb, m, n8, k, a, lda, adt, b, ldb, bdt, c, ldc, cdt, bias, acc, ws, ws_bytes,
+                     deterministic, err, errlen) &&
+           even_gemm(s, ta, tb, m, n - n8, k, a, lda, adt, b2, ldb, bdt, (void *)at(c, cdt, ldc, 0, n8), ldc, cdt,
+                     bias ? at(bias, cdt, 0, 0, n8) : NULL, acc, ws, ws_bytes, deterministic, err, errlen);
+  }
+  if (even && k % 8 && k8 >= 64) {
+    /* the sum over [0, k8), then [k8, k) added: op(A)'s columns, op(B)'s rows */
+    const void *a2 = ta ? at(a, adt, lda, k8, 0) : at(a, adt, lda, 0, k8);
+    const void *b2 = tb ? at(b, bdt, ldb, 0, k8) : at(b, bdt, ldb, k8, 0);
+    return direct_gemm(s, ta, tb, m, n, k8, a, lda, adt, b, ldb, bdt, c, ldc, cdt, bias, acc, ws, ws_bytes,
+                       deterministic, err, errlen) &&
+           direct_gemm(s, ta, tb, m, n, k - k8, a2, lda, adt, b2, ldb, bdt, c, ldc, cdt, NULL, true, ws, ws_bytes,
+                       deterministic, err, errlen);
+  }
+  return direct_gemm(s, ta, tb, m, n, k, a, lda, adt, b, ldb, bdt, c, ldc, cdt, bias, acc, ws, ws_bytes,
+                     deterministic, err, errlen);
 }
 
 static int64_t nstaged;
@@ -381,8 +485,8 @@ bool gpu_gemm(gpu_stream *s, bool ta, bool tb, int64_t m, int64_t n, int64_t k, 
       if (acc) copy2d(s, cdt, next, cldc, dst, ldc, cr, ccols);
       cc = next;
     }
-    if (!direct_gemm(s, ta, tb, cr, ccols, k, ca, clda, adt, cb, cldb, bdt, cc, cldc, cdt, cbias, acc, ws, lt,
-                     deterministic, err, errlen))
+    if (!even_gemm(s, ta, tb, cr, ccols, k, ca, clda, adt, cb, cldb, bdt, cc, cldc, cdt, cbias, acc, ws, lt,
+                   deterministic, err, errlen))
       return false;
     if (cm) copy2d(s, cdt, dst, ldc, cc, cldc, cr, ccols);
   }
@@ -422,7 +526,8 @@ __global__ void k_colsum_done(T *out, const float *part, int64_t chunks, int64_t
   }
 }
 
-void gpu_colsum(gpu_stream *s, int dt, void *dbias, const void *dy, int64_t m, int64_t n, bool acc, void *ws) {
+void gpu_colsum(gpu_stream *s, int dt, void *dbias, int bias_dt, const void *dy, int64_t m, int64_t n, bool acc,
+                void *ws) {
   if (n == 0) return;
   int64_t rows = colsum_rows(m), chunks = (m + rows - 1) / rows;
   float *part = (float *)ws;
@@ -430,6 +535,7 @@ void gpu_colsum(gpu_stream *s, int dt, void *dbias, const void *dy, int64_t m, i
     if (chunks > 0)
       launch(k_colsum_part<T>, dim3((unsigned)((n + 255) / 256), (unsigned)chunks), 256, 0, s, part, (const T *)dy, m,
              n, rows);
-    launch(k_colsum_done<T>, blocks_for(n, 256), 256, 0, s, (T *)dbias, (const float *)part, chunks, n, acc);
   });
+  DISPATCH(bias_dt, T, launch(k_colsum_done<T>, blocks_for(n, 256), 256, 0, s, (T *)dbias, (const float *)part, chunks,
+                              n, acc));
 }

@@ -47,6 +47,7 @@ struct ckernel {
   cws keep;               /* what a forward keeps for its backward, NULL: nothing */
   bool loss;
   int ids;                /* the argument holding ids, -1 none */
+  unsigned f32_grads;     /* bit a: the backward writes din[a] in f32 if asked (ccall.f32din) */
 };
 
 static bool cannot_accumulate(const ccall *c, char *err, size_t errlen) {
@@ -63,15 +64,25 @@ static void mkn(const ccall *c, bool transposed, int64_t *m, int64_t *k, int64_t
   *n = transposed ? ext(c->inr[1], 0) : ext(c->inr[1], 1);
 }
 
-static bool gemm(const ccall *c, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
-                 const void *b, int64_t ldb, void *out, int64_t ldc, const void *bias, bool acc, char *err,
-                 size_t errlen) {
+/* The type of din[a]. */
+static int din_dt(const ccall *c, int a) { return c->f32din >> a & 1u ? GPU_F32 : c->dt; }
+
+/* out = op(a) op(b) (+ bias) (+ out); out of type odt. */
+static bool gemm_to(const ccall *c, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
+                    const void *b, int64_t ldb, void *out, int64_t ldc, int odt, const void *bias, bool acc, char *err,
+                    size_t errlen) {
   char e2[400];
-  if (gpu_gemm(c->s, ta, tb, m, n, k, a, lda, c->dt, b, ldb, c->dt, out, ldc, c->dt, bias, acc, c->gemm_ws,
+  if (gpu_gemm(c->s, ta, tb, m, n, k, a, lda, c->dt, b, ldb, c->dt, out, ldc, odt, bias, acc, c->gemm_ws,
                gpu_gemm_ws(), c->deterministic, e2, sizeof e2))
     return true;
   snprintf(err, errlen, "%s: %s", c->g->ops[c->op].name, e2);
   return false;
+}
+
+static bool gemm(const ccall *c, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
+                 const void *b, int64_t ldb, void *out, int64_t ldc, const void *bias, bool acc, char *err,
+                 size_t errlen) {
+  return gemm_to(c, ta, tb, m, n, k, a, lda, b, ldb, out, ldc, c->dt, bias, acc, err, errlen);
 }
 
 static bool matmul_forward(const ccall *c, char *err, size_t errlen) {
@@ -85,7 +96,8 @@ static bool matmul_backward(const ccall *c, char *err, size_t errlen) {
   mkn(c, false, &m, &k, &n);
   if (c->din[0] && !gemm(c, false, true, m, k, n, c->dy, n, c->in[1], n, c->din[0], k, NULL, c->acc, err, errlen))
     return false;
-  return !c->din[1] || gemm(c, true, false, k, n, m, c->in[0], k, c->dy, n, c->din[1], n, NULL, c->acc, err, errlen);
+  return !c->din[1] ||
+         gemm_to(c, true, false, k, n, m, c->in[0], k, c->dy, n, c->din[1], n, din_dt(c, 1), NULL, c->acc, err, errlen);
 }
 
 static bool matmul_t_forward(const ccall *c, char *err, size_t errlen) {
@@ -99,7 +111,8 @@ static bool matmul_t_backward(const ccall *c, char *err, size_t errlen) {
   mkn(c, true, &m, &k, &n);
   if (c->din[0] && !gemm(c, false, false, m, k, n, c->dy, n, c->in[1], k, c->din[0], k, NULL, c->acc, err, errlen))
     return false;
-  return !c->din[1] || gemm(c, true, false, n, k, m, c->dy, n, c->in[0], k, c->din[1], k, NULL, c->acc, err, errlen);
+  return !c->din[1] ||
+         gemm_to(c, true, false, n, k, m, c->dy, n, c->in[0], k, c->din[1], k, din_dt(c, 1), NULL, c->acc, err, errlen);
 }
 
 static bool linear_forward(const ccall *c, char *err, size_t errlen) {
@@ -112,7 +125,7 @@ static bool linear_backward(const ccall *c, char *err, size_t errlen) {
   if (!matmul_backward(c, err, errlen)) return false;
   int64_t m, k, n;
   mkn(c, false, &m, &k, &n);
-  if (c->din[2]) gpu_colsum(c->s, c->dt, c->din[2], c->dy, m, n, c->acc, c->ws);
+  if (c->din[2]) gpu_colsum(c->s, c->dt, c->din[2], din_dt(c, 2), c->dy, m, n, c->acc, c->ws);
   return true;
 }
 
@@ -496,24 +509,24 @@ static size_t mse_ws_forward(const ccall *c) { return gpu_loss_ws(0); }
 #define KERNELS(name) #name, name##_forward, name##_backward, NULL
 
 static const ckernel kernels[] = {
-    {KERNELS(matmul), NULL, NULL, NULL, false, -1},
-    {KERNELS(matmul_t), NULL, NULL, NULL, false, -1},
-    {"linear", linear_forward, linear_backward, NULL, NULL, linear_ws_backward, NULL, false, -1},
-    {"qkv_linear", linear_forward, linear_backward, NULL, NULL, linear_ws_backward, NULL, false, -1},
-    {KERNELS(embedding), NULL, embedding_ws_backward, NULL, false, 0},
-    {KERNELS(add_position), NULL, NULL, NULL, false, -1},
-    {KERNELS(layernorm), NULL, layernorm_ws_backward, NULL, false, -1},
-    {KERNELS(rmsnorm), NULL, rmsnorm_ws_backward, NULL, false, -1},
-    {KERNELS(gelu), NULL, NULL, NULL, false, -1},
-    {KERNELS(silu), NULL, NULL, NULL, false, -1},
-    {KERNELS(swiglu), NULL, NULL, NULL, false, -1},
-    {KERNELS(add), NULL, NULL, NULL, false, -1},
-    {KERNELS(softmax), NULL, NULL, NULL, false, -1},
-    {KERNELS(rotary), NULL, NULL, NULL, false, -1},
-    {KERNELS(causal_attention), NULL, causal_attention_ws_backward, causal_attention_keep, false, -1},
-    {KERNELS(gqa_attention), NULL, gqa_attention_ws_backward, gqa_attention_keep, false, -1},
-    {"cross_entropy", ce_forward, ce_backward, ce_stats, ce_ws_forward, NULL, NULL, true, 1},
-    {KERNELS(mse), mse_ws_forward, NULL, NULL, true, -1},
+    {KERNELS(matmul), NULL, NULL, NULL, false, -1, 1u << 1},
+    {KERNELS(matmul_t), NULL, NULL, NULL, false, -1, 1u << 1},
+    {"linear", linear_forward, linear_backward, NULL, NULL, linear_ws_backward, NULL, false, -1, 1u << 1 | 1u << 2},
+    {"qkv_linear", linear_forward, linear_backward, NULL, NULL, linear_ws_backward, NULL, false, -1, 1u << 1 | 1u << 2},
+    {KERNELS(embedding), NULL, embedding_ws_backward, NULL, false, 0, 0},
+    {KERNELS(add_position), NULL, NULL, NULL, false, -1, 0},
+    {KERNELS(layernorm), NULL, layernorm_ws_backward, NULL, false, -1, 0},
+    {KERNELS(rmsnorm), NULL, rmsnorm_ws_backward, NULL, false, -1, 0},
+    {KERNELS(gelu), NULL, NULL, NULL, false, -1, 0},
+    {KERNELS(silu), NULL, NULL, NULL, false, -1, 0},
+    {KERNELS(swiglu), NULL, NULL, NULL, false, -1, 0},
+    {KERNELS(add), NULL, NULL, NULL, false, -1, 0},
+    {KERNELS(softmax), NULL, NULL, NULL, false, -1, 0},
+    {KERNELS(rotary), NULL, NULL, NULL, false, -1, 0},
+    {KERNELS(causal_attention), NULL, causal_attention_ws_backward, causal_attention_keep, false, -1, 0},
+    {KERNELS(gqa_attention), NULL, gqa_attention_ws_backward, gqa_attention_keep, false, -1, 0},
+    {"cross_entropy", ce_forward, ce_backward, ce_stats, ce_ws_forward, NULL, NULL, true, 1, 0},
+    {KERNELS(mse), mse_ws_forward, NULL, NULL, true, -1, 0},
 };
 
 #undef KERNELS
@@ -534,6 +547,8 @@ const ckernel *ckernel_find(const weft_graph *g, int op, char *err, size_t errle
 bool ckernel_is_loss(const ckernel *k) { return k && k->loss; }
 
 bool ckernel_ids(const ckernel *k, int arg) { return k->ids == arg; }
+
+bool ckernel_f32_grad(const ckernel *k, int arg) { return arg >= 0 && arg < 32 && (k->f32_grads >> arg & 1u); }
 
 int ckernel_dtype(const weft_graph *g, int op) {
   const gop *o = &g->ops[op];

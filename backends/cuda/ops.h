@@ -20,6 +20,9 @@ bool ckernel_is_loss(const ckernel *k);
 int ckernel_dtype(const weft_graph *g, int op);
 /* Whether input arg holds ids (int32). */
 bool ckernel_ids(const ckernel *k, int arg);
+/* Whether the backward can write the gradient of input arg in f32 when it
+ * computes in 16 bits (ccall.f32din), with no copy in between. */
+bool ckernel_f32_grad(const ckernel *k, int arg);
 
 /* One call, as xcall: pointers are device memory, packed row-major parts
  * of the regions given, of type dt (ids int32, stats f32). */
@@ -38,6 +41,8 @@ typedef struct ccall {
   const void *dy;                   /* backward: the gradient of the result, NULL: none */
   const tregion *dyr;
   void *din[CX_MAX_INPUTS];
+  unsigned f32din;                  /* bit a: din[a] holds f32 (a weight's gradient kept in f32
+                                     * while the operator computes in 16 bits), else dt */
   const float *stats;               /* LP_COMBINE: the gathered statistics */
   void *keep;                       /* ccall_keep bytes the forward writes and its backward reads
                                      * (attention: each row's log-sum-exp), NULL: none kept */
