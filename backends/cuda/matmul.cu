@@ -32,23 +32,23 @@ static size_t stage_ws(void) { return gpu_emulated() ? (size_t)4 << 20 : (size_t
 size_t gpu_gemm_ws(void) { return lt_ws() + stage_ws(); }
 
 /* dst[r][c] = src[r][c], rows x cols of 2- or 4-byte elements, as bits. */
-/* Rows over the grid's y, columns over its x (no division per element). */
 template <class T>
 __global__ void k_copy2d(T *dst, int64_t ldd, const T *src, int64_t lds, int64_t rows, int64_t cols) {
-  for (int64_t i = blockIdx.y; i < rows; i += gridDim.y)
-    for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < cols; j += (int64_t)gridDim.x * blockDim.x)
-      dst[i * ldd + j] = src[i * lds + j];
+  GRID_STRIDE(e, rows * cols) {
+    int64_t i = e / cols, j = e % cols;
+    dst[i * ldd + j] = src[i * lds + j];
+  }
 }
 
 static void copy2d(gpu_stream *s, int dt, void *dst, int64_t ldd, const void *src, int64_t lds, int64_t rows,
                    int64_t cols) {
   if (rows == 0 || cols == 0) return;
-  dim3 grid(blocks_for(cols, 256), (unsigned)(rows < 4096 ? rows : 4096));
-  if (gpu_emulated()) grid.y = grid.y < 4 ? grid.y : 4;
   if (gpu_dtype_size(dt) == 2)
-    launch(k_copy2d<uint16_t>, grid, 256, 0, s, (uint16_t *)dst, ldd, (const uint16_t *)src, lds, rows, cols);
+    launch(k_copy2d<uint16_t>, blocks_for(rows * cols, 256), 256, 0, s, (uint16_t *)dst, ldd, (const uint16_t *)src,
+           lds, rows, cols);
   else
-    launch(k_copy2d<uint32_t>, grid, 256, 0, s, (uint32_t *)dst, ldd, (const uint32_t *)src, lds, rows, cols);
+    launch(k_copy2d<uint32_t>, blocks_for(rows * cols, 256), 256, 0, s, (uint32_t *)dst, ldd, (const uint32_t *)src,
+           lds, rows, cols);
 }
 
 #ifdef WEFT_CUDA_EMU
