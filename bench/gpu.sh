@@ -18,8 +18,9 @@
 # (SEQ=16 SETS="--set seq=16 --set vocab=256" and WEFT_PLUGIN_DIR=build/cudaemu
 # KERNELS=build/cudaemu/bench_kernels KERNELS_ARGS=--small try the script on
 # the emulation, at a size it can run.) It starts with the attention kernels,
-# a cuBLASLt linear and GPT-2's LM head (staged and direct) alone: ms per
-# call and TFLOP/s (bench_kernels).
+# a cuBLASLt linear and GPT-2's LM head (staged and direct; then again with
+# WEFT_GEMM_TUNE=0 WEFT_GEMM_EVEN=0) alone: ms per call and TFLOP/s
+# (bench_kernels).
 DIR=${1:-bench/results}
 WEFT=./weft
 PY=${PY:-$(command -v python3)}
@@ -59,6 +60,10 @@ say "bench/gpu.sh, $(date -u '+%Y-%m-%d %H:%M UTC'), ${device:-no nvidia-smi}, b
 KERNELS=${KERNELS:-build/cuda/bench_kernels}
 if [ -x "$KERNELS" ]; then
   "$KERNELS" $KERNELS_ARGS 2>&1 | tee -a "$log"
+  # the LM head again with cuBLASLt's first algorithm and its odd columns
+  # unsplit (what WEFT_GEMM_TUNE and WEFT_GEMM_EVEN gain)
+  say "the same LM head products, WEFT_GEMM_TUNE=0 WEFT_GEMM_EVEN=0 (the heuristic's first algorithm, unsplit):"
+  WEFT_GEMM_TUNE=0 WEFT_GEMM_EVEN=0 "$KERNELS" $KERNELS_ARGS --lm-head 2>&1 | grep "^lm head" | tee -a "$log"
 else
   say "bench_kernels: $KERNELS not built (make cuda)"
 fi

@@ -178,12 +178,14 @@ static void lm_head(int64_t t, int64_t h, int64_t v, int reps) {
 
 int main(int argc, char **argv) {
   char e[512];
-  bool small = false;
+  bool small = false, head_only = false;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--small") == 0)
       small = true;
+    else if (strcmp(argv[i], "--lm-head") == 0)
+      head_only = true;
     else {
-      fprintf(stderr, "usage: bench_kernels [--small]\n");
+      fprintf(stderr, "usage: bench_kernels [--small] [--lm-head]\n");
       return 2;
     }
   }
@@ -194,15 +196,19 @@ int main(int argc, char **argv) {
   printf("bench_kernels on %s (compute capability %d.%d, %d SMs)%s\n", p.name, p.major, p.minor, p.sms,
          gpu_emulated() ? ", emulated on the CPU: the figures mean nothing" : "");
   if (small) {
-    attention(1, 2, 64, 160, 1);
-    attention(1, 1, 128, 130, 1);
-    linear(64, 96, 80, 1);
+    if (!head_only) {
+      attention(1, 2, 64, 160, 1);
+      attention(1, 1, 128, 130, 1);
+      linear(64, 96, 80, 1);
+    }
     setenv("WEFT_GEMM_STAGE_FLOPS", "0", 1);
     lm_head(64, 48, 257, 1);
   } else {
-    attention(8, 12, 64, 1024, 20);
-    attention(4, 16, 128, 2048, 10);
-    linear(8192, 768, 2304, 50);
+    if (!head_only) {
+      attention(8, 12, 64, 1024, 20);
+      attention(4, 16, 128, 2048, 10);
+      linear(8192, 768, 2304, 50);
+    }
     lm_head(8192, 768, 50257, 20);
   }
   if (!gpu_sync(e, sizeof e)) die("sync", e);
