@@ -592,13 +592,28 @@ static void arg_field(lua_State *L, int i, const char *k) {
   lua_setfield(L, -2, k);
 }
 
-static int w_mesh(lua_State *L) {
-  lua_settop(L, 3);  /* the arguments, nil where not given */
-  lua_createtable(L, 0, 5);
-  arg_field(L, 1, "name");
-  arg_field(L, 2, "axes");
-  arg_field(L, 3, "devices");
-  return made(L, "mesh");
+/* The constructors that only name their arguments: weft.KIND(a, b, ...)
+ * is the decision {kind = KIND, FIELD1 = a, FIELD2 = b, ...}, nil where not
+ * given. */
+typedef struct plain_ctor {
+  const char *kind;
+  const char *fields[4];
+} plain_ctor;
+
+static const plain_ctor plain_ctors[] = {
+    {"mesh", {"name", "axes", "devices"}},    {"replicate", {"ops", "parts", "axis"}},
+    {"stage", {"name", "ops"}},               {"schedule", {"schedule"}},
+    {"shard", {"state", "ops", "axis"}},      {"buckets", {"bytes"}},
+};
+
+static int w_plain(lua_State *L) {
+  const plain_ctor *c = (const plain_ctor *)lua_touserdata(L, lua_upvalueindex(1));
+  int n = 0;
+  while (n < 4 && c->fields[n]) n++;
+  lua_settop(L, n);
+  lua_createtable(L, 0, n + 2);
+  for (int i = 0; i < n; i++) arg_field(L, i + 1, c->fields[i]);
+  return made(L, c->kind);
 }
 
 static int w_split(lua_State *L) {
@@ -613,23 +628,6 @@ static int w_split(lua_State *L) {
   return made(L, "split");
 }
 
-static int w_replicate(lua_State *L) {
-  lua_settop(L, 3);  /* the arguments, nil where not given */
-  lua_createtable(L, 0, 5);
-  arg_field(L, 1, "ops");
-  arg_field(L, 2, "parts");
-  arg_field(L, 3, "axis");
-  return made(L, "replicate");
-}
-
-static int w_stage(lua_State *L) {
-  lua_settop(L, 2);  /* the arguments, nil where not given */
-  lua_createtable(L, 0, 4);
-  arg_field(L, 1, "name");
-  arg_field(L, 2, "ops");
-  return made(L, "stage");
-}
-
 static int w_assign(lua_State *L) {
   lua_settop(L, 3);  /* the arguments, nil where not given */
   lua_createtable(L, 0, 5);
@@ -642,13 +640,6 @@ static int w_assign(lua_State *L) {
   return made(L, "assign");
 }
 
-static int w_schedule(lua_State *L) {
-  lua_settop(L, 1);  /* the arguments, nil where not given */
-  lua_createtable(L, 0, 3);
-  arg_field(L, 1, "schedule");
-  return made(L, "schedule");
-}
-
 static int w_recompute(lua_State *L) {
   lua_settop(L, 2);  /* the arguments, nil where not given */
   lua_createtable(L, 0, 4);
@@ -657,22 +648,6 @@ static int w_recompute(lua_State *L) {
   else lua_pushvalue(L, 2);
   lua_setfield(L, -2, "mode");
   return made(L, "recompute");
-}
-
-static int w_shard(lua_State *L) {
-  lua_settop(L, 3);  /* the arguments, nil where not given */
-  lua_createtable(L, 0, 5);
-  arg_field(L, 1, "state");
-  arg_field(L, 2, "ops");
-  arg_field(L, 3, "axis");
-  return made(L, "shard");
-}
-
-static int w_buckets(lua_State *L) {
-  lua_settop(L, 1);  /* the arguments, nil where not given */
-  lua_createtable(L, 0, 3);
-  arg_field(L, 1, "bytes");
-  return made(L, "buckets");
 }
 
 /* weft.zero(stage [, axis [, ops]]): ZeRO as the standard library's zero(stage) writes it. */
@@ -796,12 +771,15 @@ static int w_source(lua_State *L) {
 }
 
 void weft_lib_push(lua_State *L, script_one *one) {
-  static const luaL_Reg fns[] = {{"mesh", w_mesh},         {"split", w_split},       {"replicate", w_replicate},
-                                 {"stage", w_stage},       {"assign", w_assign},     {"schedule", w_schedule},
-                                 {"recompute", w_recompute}, {"shard", w_shard},     {"zero", w_zero},
-                                 {"buckets", w_buckets},   {"estimate", w_estimate}, {"source", w_source},
+  static const luaL_Reg fns[] = {{"split", w_split},         {"assign", w_assign}, {"recompute", w_recompute},
+                                 {"zero", w_zero},           {"estimate", w_estimate}, {"source", w_source},
                                  {NULL, NULL}};
   luaL_newlib(L, fns);
+  for (size_t i = 0; i < sizeof plain_ctors / sizeof plain_ctors[0]; i++) {
+    lua_pushlightuserdata(L, (void *)&plain_ctors[i]);
+    lua_pushcclosure(L, w_plain, 1);
+    lua_setfield(L, -2, plain_ctors[i].kind);
+  }
   tables_push_model(L, one->S->w.g, &one->S->tmp);
   lua_pushvalue(L, -1);
   one->ref_model = luaL_ref(L, LUA_REGISTRYINDEX);
