@@ -77,34 +77,33 @@ static void permute_rows(float *out, const float *x, const int64_t *rows, int64_
   }
 }
 
+/* The rows of x gathered into windows (scatter false) or scattered back
+ * from them (scatter true). */
+static void window_move(float *out, const float *x, int64_t b, int64_t hn, int64_t wn, int64_t ws, int64_t c,
+                        int64_t shift, bool scatter, bool acc) {
+  int64_t *rows = window_rows(b, hn, wn, ws, shift);
+  permute_rows(out, x, rows, b * hn * wn * ws * ws, c, scatter, acc);
+  free(rows);
+}
+
 void k_window_partition(float *out, const float *x, int64_t b, int64_t hn, int64_t wn, int64_t ws,
                         int64_t c, int64_t shift) {
-  int64_t *rows = window_rows(b, hn, wn, ws, shift);
-  permute_rows(out, x, rows, b * hn * wn * ws * ws, c, false, false);
-  free(rows);
+  window_move(out, x, b, hn, wn, ws, c, shift, false, false);
 }
 
 void k_window_partition_backward(float *dx, const float *dout, int64_t b, int64_t hn, int64_t wn,
                                  int64_t ws, int64_t c, int64_t shift, bool acc) {
-  if (!dx) return;
-  int64_t *rows = window_rows(b, hn, wn, ws, shift);
-  permute_rows(dx, dout, rows, b * hn * wn * ws * ws, c, true, acc);
-  free(rows);
+  if (dx) window_move(dx, dout, b, hn, wn, ws, c, shift, true, acc);
 }
 
 void k_window_reverse(float *out, const float *x, int64_t b, int64_t hn, int64_t wn, int64_t ws,
                       int64_t c, int64_t shift) {
-  int64_t *rows = window_rows(b, hn, wn, ws, shift);
-  permute_rows(out, x, rows, b * hn * wn * ws * ws, c, true, false);
-  free(rows);
+  window_move(out, x, b, hn, wn, ws, c, shift, true, false);
 }
 
 void k_window_reverse_backward(float *dx, const float *dout, int64_t b, int64_t hn, int64_t wn,
                                int64_t ws, int64_t c, int64_t shift, bool acc) {
-  if (!dx) return;
-  int64_t *rows = window_rows(b, hn, wn, ws, shift);
-  permute_rows(dx, dout, rows, b * hn * wn * ws * ws, c, false, acc);
-  free(rows);
+  if (dx) window_move(dx, dout, b, hn, wn, ws, c, shift, false, acc);
 }
 
 /* ---- window attention ------------------------------------------------------- */
