@@ -7,12 +7,6 @@
 #include "clip.h"
 #include "weft/workspace.h"
 
-static void *xcalloc(size_t n) {
-  void *p = calloc(n ? n : 1, 1);
-  if (!p) weft_oom();
-  return p;
-}
-
 /* The flat index in the whole tensor of each element of region r, in the
  * packed (row-major) order of r. out has tregion_numel(r) entries. */
 static void flat_indices(const gtensor *t, const tregion *r, int64_t *out) {
@@ -50,11 +44,11 @@ static void flat_indices(const gtensor *t, const tregion *r, int64_t *out) {
 
 clip_own **clip_owners(const weft_program *pr, const bool *want) {
   const weft_graph *g = lower_graph(pr);
-  uint8_t **taken = xcalloc((size_t)g->ntensors * sizeof(uint8_t *));
-  clip_own **own = xcalloc((size_t)pr->nprogs * sizeof(clip_own *));
+  uint8_t **taken = weft_xcalloc((size_t)g->ntensors * sizeof(uint8_t *));
+  clip_own **own = weft_xcalloc((size_t)pr->nprogs * sizeof(clip_own *));
   for (int dv = 0; dv < pr->nprogs; dv++) {
     const lprog *lp = &pr->progs[dv];
-    if (want[dv]) own[dv] = xcalloc((size_t)(lp->n + 1) * sizeof(clip_own));
+    if (want[dv]) own[dv] = weft_xcalloc((size_t)(lp->n + 1) * sizeof(clip_own));
     for (int i = 0; i < lp->n; i++) {
       const lins *in = &lp->ins[i];
       if (in->kind != LI_STEP || in->nin < 1) continue;
@@ -62,11 +56,11 @@ clip_own **clip_owners(const weft_program *pr, const bool *want) {
       if (t->ndims > 16) continue;
       const tregion *r = &in->in[0].region;
       int64_t n = tregion_numel(r);
-      if (!taken[in->tensor]) taken[in->tensor] = xcalloc((size_t)tensor_numel(t));
+      if (!taken[in->tensor]) taken[in->tensor] = weft_xcalloc((size_t)tensor_numel(t));
       uint8_t *tk = taken[in->tensor];
-      int64_t *idx = xcalloc((size_t)n * sizeof(int64_t));
+      int64_t *idx = weft_xcalloc((size_t)n * sizeof(int64_t));
       flat_indices(t, r, idx);
-      uint8_t *mask = xcalloc((size_t)n);
+      uint8_t *mask = weft_xcalloc((size_t)n);
       int64_t count = 0;
       for (int64_t e = 0; e < n; e++)
         if (!tk[idx[e]]) tk[idx[e]] = 1, mask[e] = 1, count++;
@@ -127,10 +121,10 @@ bool **clip_tail(const weft_program *pr, char *err, size_t errlen) {
       if (is_comm(in) && in->comm >= ncomm) ncomm = in->comm + 1;
     }
   /* per communication and epoch: after the norm on every member */
-  bool *late = xcalloc((size_t)ncomm * 256);
-  bool **tail = xcalloc((size_t)pr->nprogs * sizeof(bool *));
-  for (int dv = 0; dv < pr->nprogs; dv++) tail[dv] = xcalloc((size_t)pr->progs[dv].n + 1);
-  bool *taint = xcalloc((size_t)pr->nbufs + 1);
+  bool *late = weft_xcalloc((size_t)ncomm * 256);
+  bool **tail = weft_xcalloc((size_t)pr->nprogs * sizeof(bool *));
+  for (int dv = 0; dv < pr->nprogs; dv++) tail[dv] = weft_xcalloc((size_t)pr->progs[dv].n + 1);
+  bool *taint = weft_xcalloc((size_t)pr->nbufs + 1);
   /* until no communication is newly found late: each pass over a program
    * only adds to its tail */
   for (bool changed = true; changed;) {

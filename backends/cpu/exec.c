@@ -113,18 +113,6 @@ static double now(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static void *xmalloc(size_t n) {
-  void *p = malloc(n ? n : 1);
-  if (!p) weft_oom();
-  return p;
-}
-
-static void *xcalloc(size_t n) {
-  void *p = calloc(n ? n : 1, 1);
-  if (!p) weft_oom();
-  return p;
-}
-
 /* ---- the mailbox ---------------------------------------------------------- */
 
 enum { CLS_SEND, CLS_COLL };
@@ -161,7 +149,7 @@ static unsigned key_hash(const xkey *k) {
 
 /* Leaves a message for `consumers` takers; data is owned by the mailbox. */
 static void mbox_put(xmbox *m, const xkey *k, int consumers, void *data, int64_t bytes) {
-  xmsg *x = xmalloc(sizeof *x);
+  xmsg *x = weft_xmalloc(sizeof *x);
   x->key = *k;
   x->remaining = consumers;
   x->bytes = bytes;
@@ -316,7 +304,7 @@ static void *ref_in(const xdev *d, const lref *ref, void **tmp) {
   const lbuf *b = buf_of(d->run, ref->buf);
   void *m = mem_of(d, ref->buf);
   if (tregion_equal(&b->region, &ref->region)) return m;
-  *tmp = xmalloc((size_t)tregion_numel(&ref->region) * 4);
+  *tmp = weft_xmalloc((size_t)tregion_numel(&ref->region) * 4);
   region_move(*tmp, &ref->region, m, &b->region, &ref->region, false);
   return *tmp;
 }
@@ -360,7 +348,7 @@ static bool do_alloc(xdev *d, const lins *in) {
     if (b->role == LB_GRAD) memset(*slot, 0, (size_t)n * 4);
     return true;
   }
-  *slot = xcalloc((size_t)n * 4);
+  *slot = weft_xcalloc((size_t)n * 4);
   /* what it holds, measured as the program's dtypes count it */
   int64_t bytes = n * dtype_bytes[b->dtype];
   d->live += bytes;
@@ -452,7 +440,7 @@ static bool do_compute(xdev *d, const lins *in) {
   float *parts[XOP_MAX_INPUTS + 1] = {0};
   for (int i = 0; i < in->nout; i++) {
     const lref *ref = &in->out[i];
-    float *p = direct ? mem_of(d, ref->buf) : xcalloc((size_t)tregion_numel(&ref->region) * 4);
+    float *p = direct ? mem_of(d, ref->buf) : weft_xcalloc((size_t)tregion_numel(&ref->region) * 4);
     parts[i] = direct ? NULL : p;
     if (ref->arg < 0) {
       c.out = p;
@@ -488,7 +476,7 @@ static bool do_send(xdev *d, const lins *in) {
   void *t;
   void *src = ref_in(d, &in->in[0], &t);
   int64_t bytes = tregion_numel(&in->in[0].region) * 4;
-  void *data = t ? t : xmalloc((size_t)bytes);
+  void *data = t ? t : weft_xmalloc((size_t)bytes);
   if (!t) memcpy(data, src, (size_t)bytes);
   xkey k = {r->pass, CLS_SEND, in->comm, in->epoch, d->device, in->peer};
   net_post(r, &k, &in->peer, 1, data, bytes);
@@ -552,7 +540,7 @@ static bool do_all_reduce(xdev *d, const lins *in) {
   const pcomm *cm = lower_comm(r->pr, in->comm);
   if (in->nout != k || (in->nin != k && in->nin > 0 && k > 1))
     return dev_fail(d, "comm %d: a bucket of %d without a ref each", in->comm, k);
-  const tregion **R = xmalloc(sizeof(tregion *) * (size_t)k);
+  const tregion **R = weft_xmalloc(sizeof(tregion *) * (size_t)k);
   int64_t n = 0;
   for (int i = 0; i < k; i++) {
     R[i] = &lower_comm(r->pr, i ? in->bucket[i - 1] : in->comm)->region;
@@ -560,7 +548,7 @@ static bool do_all_reduce(xdev *d, const lins *in) {
   }
   float *mine = NULL;
   if (in->nin > 0 && in->in[0].buf >= 0) {
-    mine = xmalloc((size_t)n * 4);
+    mine = weft_xmalloc((size_t)n * 4);
     int64_t off = 0;
     for (int i = 0; i < k; i++) {
       const lref *ref = &in->in[i];
@@ -570,19 +558,19 @@ static bool do_all_reduce(xdev *d, const lins *in) {
     }
   }
   int p = cm->ngroup, no = 0;
-  int *others = xmalloc((size_t)p * sizeof(int));
+  int *others = weft_xmalloc((size_t)p * sizeof(int));
   for (int i = 0; i < p; i++)
     if (cm->group[i] != d->device) others[no++] = cm->group[i];
   xkey key = {r->pass, CLS_COLL, in->comm, in->epoch, d->device, -1};
   if (no) {
     float *copy = NULL;
     if (mine) {
-      copy = xmalloc((size_t)n * 4);
+      copy = weft_xmalloc((size_t)n * 4);
       memcpy(copy, mine, (size_t)n * 4);
     }
     net_post(r, &key, others, no, copy, copy ? n * 4 : 0);
   }
-  float *sum = xcalloc((size_t)n * 4);
+  float *sum = weft_xcalloc((size_t)n * 4);
   bool ok = sum_members(d, in, cm, -1, mine, n, sum);
   int64_t off = 0;
   for (int i = 0; ok && i < k; i++) {
@@ -603,7 +591,7 @@ static bool do_collective(xdev *d, const lins *in) {
   for (int i = 0; i < p; i++)
     if (cm->group[i] == d->device) me = i;
   if (me < 0) return dev_fail(d, "comm %d: device %d is not in its group", in->comm, d->device);
-  int *others = xmalloc((size_t)p * sizeof(int));
+  int *others = weft_xmalloc((size_t)p * sizeof(int));
   int no = 0;
   for (int i = 0; i < p; i++)
     if (i != me) others[no++] = cm->group[i];
@@ -616,7 +604,7 @@ static bool do_collective(xdev *d, const lins *in) {
     int64_t wn = tregion_numel(want);
     float *mine = NULL;
     if (in->nin > 0 && in->in[0].buf >= 0) {
-      mine = xmalloc((size_t)tregion_numel(R) * 4);
+      mine = weft_xmalloc((size_t)tregion_numel(R) * 4);
       const lbuf *b = buf_of(r, in->in[0].buf);
       region_move(mine, R, mem_of(d, in->in[0].buf), &b->region, R, false);
     }
@@ -625,7 +613,7 @@ static bool do_collective(xdev *d, const lins *in) {
       int64_t pn = tregion_numel(&cm->parts[i]);
       float *piece = NULL;
       if (mine) {
-        piece = xmalloc((size_t)pn * 4);
+        piece = weft_xmalloc((size_t)pn * 4);
         region_move(piece, &cm->parts[i], mine, R, &cm->parts[i], false);
       }
       xkey k = {r->pass, CLS_COLL, in->comm, in->epoch, d->device, cm->group[i]};
@@ -633,10 +621,10 @@ static bool do_collective(xdev *d, const lins *in) {
     }
     float *mypart = NULL;
     if (mine) {
-      mypart = xmalloc((size_t)wn * 4);
+      mypart = weft_xmalloc((size_t)wn * 4);
       region_move(mypart, want, mine, R, want, false);
     }
-    float *sum = xcalloc((size_t)wn * 4);
+    float *sum = weft_xcalloc((size_t)wn * 4);
     ok = sum_members(d, in, cm, d->device, mypart, wn, sum);
     if (ok) {
       const lbuf *ob = buf_of(r, out->buf);
@@ -646,7 +634,7 @@ static bool do_collective(xdev *d, const lins *in) {
   } else if (cm->kind == COMM_ALL_GATHER) {
     const tregion *mine_r = &cm->parts[me];
     int64_t n = tregion_numel(mine_r);
-    float *mine = xmalloc((size_t)n * 4);
+    float *mine = weft_xmalloc((size_t)n * 4);
     const lbuf *ib = buf_of(r, in->in[0].buf);
     region_move(mine, mine_r, mem_of(d, in->in[0].buf), &ib->region, mine_r, false);
     xkey k = {r->pass, CLS_COLL, in->comm, in->epoch, d->device, -1};
@@ -673,7 +661,7 @@ static bool do_collective(xdev *d, const lins *in) {
     const lbuf *ob = buf_of(r, out->buf);
     xkey k = {r->pass, CLS_COLL, in->comm, in->epoch, -1, -1};
     if (in->nin > 0) {
-      float *copy = xmalloc((size_t)n * 4);
+      float *copy = weft_xmalloc((size_t)n * 4);
       region_move(copy, R, mem_of(d, out->buf), &ob->region, R, false);
       if (no) net_post(r, &k, others, no, copy, n * 4);
       else free(copy);
@@ -701,7 +689,7 @@ static bool do_collective(xdev *d, const lins *in) {
         continue;
       }
       int64_t n = tregion_numel(&x);
-      float *piece = xmalloc((size_t)n * 4);
+      float *piece = weft_xmalloc((size_t)n * 4);
       region_move(piece, &x, im, &ib->region, &x, false);
       xkey k = {r->pass, CLS_COLL, in->comm, in->epoch, d->device, cm->group[j]};
       net_post(r, &k, &cm->group[j], 1, piece, n * 4);
@@ -758,7 +746,7 @@ static float *ref_view(const xdev *d, const lref *ref, int copy, float **tmp) {
   float *m = (float *)mem_of(d, ref->buf) + copy * bn;
   *tmp = NULL;
   if (tregion_equal(&b->region, &ref->region)) return m;
-  *tmp = xmalloc((size_t)tregion_numel(&ref->region) * 4);
+  *tmp = weft_xmalloc((size_t)tregion_numel(&ref->region) * 4);
   region_move(*tmp, &ref->region, m, &b->region, &ref->region, false);
   return *tmp;
 }
@@ -800,7 +788,7 @@ static bool do_step(xdev *d, const lins *in) {
     /* the norm as the steps come (with clipping it was taken before them) */
     d->sq += grad_sq(d, (int)(in - d->prog->ins), grad);
   } else {
-    float *scaled = gt ? gt : xmalloc((size_t)n * 4);
+    float *scaled = gt ? gt : weft_xmalloc((size_t)n * 4);
     float c = (float)r->coef;
     for (int64_t e = 0; e < n; e++) scaled[e] = grad[e] * c;
     grad = scaled;
@@ -963,7 +951,7 @@ static void *dev_main(void *arg) {
 /* The kernels of every operator a compute runs, found once. */
 static bool find_kernels(xrun *r, char *err, size_t errlen) {
   const weft_program *pr = r->pr;
-  r->kern = xcalloc((size_t)(r->g->nops + 1) * sizeof(const xop *));
+  r->kern = weft_xcalloc((size_t)(r->g->nops + 1) * sizeof(const xop *));
   for (int dv = 0; dv < pr->nprogs; dv++)
     for (int i = 0; i < pr->progs[dv].n; i++) {
       const lins *in = &pr->progs[dv].ins[i];
@@ -1000,7 +988,7 @@ static int share_cmp(const void *x, const void *y, void *ctx) {
 static void loss_slots(xrun *r) {
   const weft_program *pr = r->pr;
   int n = 0, cap = 16;
-  share *sh = xmalloc((size_t)cap * sizeof(share));
+  share *sh = weft_xmalloc((size_t)cap * sizeof(share));
   for (int dv = 0; dv < pr->nprogs; dv++)
     for (int i = 0; i < pr->progs[dv].n; i++) {
       const lins *in = &pr->progs[dv].ins[i];
@@ -1020,7 +1008,7 @@ static void loss_slots(xrun *r) {
     if (!copy && at >= 0) r->devs[at].slot[sh[k].at] = r->nloss - 1;
   }
   free(sh);
-  r->loss_slot = xcalloc((size_t)(r->nloss + 1) * sizeof(double));
+  r->loss_slot = weft_xcalloc((size_t)(r->nloss + 1) * sizeof(double));
 }
 
 /* Under mpirun, every process ends with the whole world: each element is
@@ -1029,7 +1017,7 @@ static void loss_slots(xrun *r) {
 static bool merge(xrun *r, float *vals, const float *seen, int64_t n) {
   xnet *net = r->net;
   int me = xnet_rank(net);
-  int *owner = xmalloc((size_t)n * sizeof(int));
+  int *owner = weft_xmalloc((size_t)n * sizeof(int));
   for (int64_t e = 0; e < n; e++) owner[e] = seen && seen[e] != 0.0f ? me : INT32_MAX;
   bool ok = xnet_min_int(net, owner, n);
   for (int64_t e = 0; e < n; e++) {
@@ -1049,8 +1037,8 @@ static bool gather(xrun *r, char *err, size_t errlen) {
   const weft_graph *g = r->g;
   bool ok = true;
   /* 1 where a copy was written: parameters, state */
-  float **seen = xcalloc((size_t)g->ntensors * sizeof(float *));
-  float **sseen = xcalloc((size_t)g->ntensors * sizeof(float *));
+  float **seen = weft_xcalloc((size_t)g->ntensors * sizeof(float *));
+  float **sseen = weft_xcalloc((size_t)g->ntensors * sizeof(float *));
   for (int i = 0; i < r->ndevs; i++) {
     xdev *d = &r->devs[i];
     for (int id = d->prog->buf_lo; id < d->prog->buf_hi; id++) {
@@ -1062,13 +1050,13 @@ static bool gather(xrun *r, char *err, size_t errlen) {
       irange iv[16];
       tregion whole = whole_region(t, dims, iv);
       int64_t n = tensor_numel(t), part = tregion_numel(&b->region);
-      float *mask = xmalloc((size_t)part * 4);
+      float *mask = weft_xmalloc((size_t)part * 4);
       for (int64_t e = 0; e < part; e++) mask[e] = 1.0f;
       /* a parameter's value is its master's when it has master weights */
       int home = graph_has_master(g, b->tensor) ? LB_MASTER : LB_PARAM;
       if (b->role == home && d->stepped[id - d->prog->buf_lo]) {
-        if (!seen[b->tensor]) seen[b->tensor] = xcalloc((size_t)n * 4);
-        float *before = xmalloc((size_t)part * 4), *was = xmalloc((size_t)part * 4);
+        if (!seen[b->tensor]) seen[b->tensor] = weft_xcalloc((size_t)n * 4);
+        float *before = weft_xmalloc((size_t)part * 4), *was = weft_xmalloc((size_t)part * 4);
         const float *mine = m;
         region_move(before, &b->region, r->w->param[b->tensor], &whole, &b->region, false);
         region_move(was, &b->region, seen[b->tensor], &whole, &b->region, false);
@@ -1082,7 +1070,7 @@ static bool gather(xrun *r, char *err, size_t errlen) {
         region_move(seen[b->tensor], &whole, mask, &b->region, &b->region, false);
         free(before), free(was);
       } else if (b->role == LB_STATE) {
-        if (!sseen[b->tensor]) sseen[b->tensor] = xcalloc((size_t)n * 4);
+        if (!sseen[b->tensor]) sseen[b->tensor] = weft_xcalloc((size_t)n * 4);
         for (int c = 0; c < b->copies && c < r->w->state_copies; c++)
           region_move(r->w->state[b->tensor] + c * n, &whole, (float *)m + c * part, &b->region, &b->region,
                       false);
@@ -1188,7 +1176,7 @@ xrun *xrun_open(const weft_program *pr, weft_world *w, const backend_opts *o, ch
       return NULL;
     }
   k_blas_single();
-  xrun *r = xcalloc(sizeof *r);
+  xrun *r = weft_xcalloc(sizeof *r);
   r->pr = pr;
   r->g = lower_graph(pr);
   r->w = w;
@@ -1199,8 +1187,8 @@ xrun *xrun_open(const weft_program *pr, weft_world *w, const backend_opts *o, ch
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
   pthread_cond_init(&r->box.cv, &ca);
   pthread_condattr_destroy(&ca);
-  r->local = xmalloc((size_t)pr->nprogs * sizeof(int));
-  r->devs = xcalloc((size_t)pr->nprogs * sizeof(xdev));
+  r->local = weft_xmalloc((size_t)pr->nprogs * sizeof(int));
+  r->devs = weft_xcalloc((size_t)pr->nprogs * sizeof(xdev));
   bool ok = xoptim_from_graph(r->g, &r->optim);
   if (!ok) snprintf(err, errlen, "model %s does not train: it has no `train` statement", r->g->name);
   ok = ok && find_kernels(r, err, errlen);
@@ -1210,7 +1198,7 @@ xrun *xrun_open(const weft_program *pr, weft_world *w, const backend_opts *o, ch
     ok = r->net || !err[0];
   }
   if (r->net) {
-    bool *active = xcalloc((size_t)pr->nprogs);
+    bool *active = weft_xcalloc((size_t)pr->nprogs);
     for (int dv = 0; dv < pr->nprogs; dv++) active[dv] = pr->progs[dv].n > 0;
     xnet_assign(r->net, active, pr->nprogs);
     free(active);
@@ -1226,9 +1214,9 @@ xrun *xrun_open(const weft_program *pr, weft_world *w, const backend_opts *o, ch
     d->device = dv;
     d->prog = lp;
     int nb = lp->buf_hi - lp->buf_lo;
-    d->mem = xcalloc((size_t)(nb + 1) * sizeof(void *));
-    d->stepped = xcalloc((size_t)(nb + 1));
-    d->slot = xmalloc((size_t)(lp->n + 1) * sizeof(int));
+    d->mem = weft_xcalloc((size_t)(nb + 1) * sizeof(void *));
+    d->stepped = weft_xcalloc((size_t)(nb + 1));
+    d->slot = weft_xmalloc((size_t)(lp->n + 1) * sizeof(int));
     for (int i = 0; i < lp->n; i++) d->slot[i] = -1;
   }
   if (!ok) {
@@ -1237,8 +1225,8 @@ xrun *xrun_open(const weft_program *pr, weft_world *w, const backend_opts *o, ch
   }
   r->lr0 = r->optim.lr;
   loss_slots(r);
-  r->norm_slot = xcalloc((size_t)(pr->nprogs + 1) * sizeof(double));
-  bool *want = xcalloc((size_t)pr->nprogs + 1);
+  r->norm_slot = weft_xcalloc((size_t)(pr->nprogs + 1) * sizeof(double));
+  bool *want = weft_xcalloc((size_t)pr->nprogs + 1);
   for (int dv = 0; dv < pr->nprogs; dv++) want[dv] = r->local[dv] >= 0;
   r->owners = clip_owners(pr, want);
   free(want);
@@ -1253,7 +1241,7 @@ static bool split_programs(xrun *r, char *err, size_t errlen) {
   for (int i = 0; i < r->ndevs; i++) {
     xdev *d = &r->devs[i];
     const bool *t = tail[d->device];
-    d->order = xmalloc((size_t)(d->prog->n + 1) * sizeof(int));
+    d->order = weft_xmalloc((size_t)(d->prog->n + 1) * sizeof(int));
     int k = 0;
     for (int j = 0; j < d->prog->n; j++)
       if (!t[j]) d->order[k++] = j;
@@ -1283,7 +1271,7 @@ bool xrun_steps(xrun *r, const backend_step *st, backend_result *out, char *err,
   r->res = (backend_result){0};
   if (st->clip > 0 && !st->eval && !r->split && !split_programs(r, err, errlen)) return false;
   pthread_barrier_init(&r->bar, NULL, (unsigned)r->ndevs);
-  pthread_t *th = xmalloc((size_t)r->ndevs * sizeof(pthread_t));
+  pthread_t *th = weft_xmalloc((size_t)r->ndevs * sizeof(pthread_t));
   r->t0 = now();
   r->finished = 0;
   for (int i = 0; i < r->ndevs; i++)
@@ -1336,22 +1324,22 @@ bool xrun_reference(const weft_graph *g, weft_world *w, const backend_step *st, 
   }
   if (!isnan(st->lr)) opt.lr = st->lr;
   int nt = g->ntensors;
-  void **val = xcalloc((size_t)nt * sizeof(void *));
-  float **grad = xcalloc((size_t)nt * sizeof(float *));
-  dregion(*dims)[16] = xcalloc((size_t)nt * sizeof *dims);
-  irange(*ivs)[16] = xcalloc((size_t)nt * sizeof *ivs);
-  tregion *whole = xcalloc((size_t)nt * sizeof(tregion));
+  void **val = weft_xcalloc((size_t)nt * sizeof(void *));
+  float **grad = weft_xcalloc((size_t)nt * sizeof(float *));
+  dregion(*dims)[16] = weft_xcalloc((size_t)nt * sizeof *dims);
+  irange(*ivs)[16] = weft_xcalloc((size_t)nt * sizeof *ivs);
+  tregion *whole = weft_xcalloc((size_t)nt * sizeof(tregion));
   bool ok = true;
   /* Whole iteration ranges per operator, for native kernels. */
   arena a;
   arena_init(&a);
-  int64_t **ranges = xcalloc((size_t)(g->nops + 1) * sizeof(int64_t *));
-  int *nidims = xcalloc((size_t)(g->nops + 1) * sizeof(int));
-  const xop **kern = xcalloc((size_t)(g->nops + 1) * sizeof(const xop *));
+  int64_t **ranges = weft_xcalloc((size_t)(g->nops + 1) * sizeof(int64_t *));
+  int *nidims = weft_xcalloc((size_t)(g->nops + 1) * sizeof(int));
+  const xop **kern = weft_xcalloc((size_t)(g->nops + 1) * sizeof(const xop *));
   for (int op = 0; op < g->nops && ok; op++) ok = (kern[op] = xop_find(g, op, err, errlen)) != NULL;
   /* the tensors some operator reads: a loss that none reads (the model's,
    * an auxiliary one) seeds its own backward */
-  bool *read = xcalloc((size_t)(nt + 1) * sizeof(bool));
+  bool *read = weft_xcalloc((size_t)(nt + 1) * sizeof(bool));
   for (int op = 0; op < g->nops; op++)
     for (int i = 0; i < g->ops[op].ninputs; i++) read[g->ops[op].inputs[i]] = true;
   for (int op = 0; op < g->nops; op++) {
@@ -1359,7 +1347,7 @@ bool xrun_reference(const weft_graph *g, weft_world *w, const backend_step *st, 
     if (!d || !d->native_fwd) continue;
     opspace *sp = opspace_build(&a, g, op);
     nidims[op] = sp->nidims;
-    ranges[op] = xcalloc((size_t)(2 * sp->nidims + 1) * sizeof(int64_t));
+    ranges[op] = weft_xcalloc((size_t)(2 * sp->nidims + 1) * sizeof(int64_t));
     for (int i = 0; i < sp->nidims; i++) ranges[op][2 * i + 1] = sp->idims[i].size;
   }
   for (int t = 0; t < nt; t++) {
@@ -1378,14 +1366,14 @@ bool xrun_reference(const weft_graph *g, weft_world *w, const backend_step *st, 
       if (x->role == TENSOR_PARAM && x->dtype != DT_F32 && dtype_is_float(x->dtype)) {
         /* the model reads a 16-bit parameter rounded to its dtype (from its
          * master weights, which the world holds, when it has them) */
-        val[t] = xmalloc(n * 4);
+        val[t] = weft_xmalloc(n * 4);
         memcpy(val[t], w->param[t], n * 4);
         xoptim_round(val[t], (int64_t)n, x->dtype);
       } else if (x->role == TENSOR_PARAM) {
         val[t] = w->param[t];
       } else if (x->role == TENSOR_INPUT) val[t] = w->input[t];
-      else val[t] = xcalloc(n * 4);
-      if (x->dtype != DT_I32 && x->role != TENSOR_INPUT) grad[t] = xcalloc(n * 4);
+      else val[t] = weft_xcalloc(n * 4);
+      if (x->dtype != DT_I32 && x->role != TENSOR_INPUT) grad[t] = weft_xcalloc(n * 4);
     }
     double loss = 0;
     for (int op = 0; op < g->nops && ok; op++) {

@@ -418,7 +418,7 @@ void k_causal_attention(float *out, const float *qkv,
   for (int64_t bi = 0; bi < b; bi++)
     for (int64_t hd = 0; hd < heads; hd++) {
       const float *q = qkv + bi * s * 3 * c + hd * dh;
-      head_view hv = {q, q + c, q + 2 * c, 3 * c, 3 * c, 3 * c, s, s, 0};
+      head_view hv = {q, q + c, q + 2 * c, 3 * c, 3 * c, 3 * c, s, s, 0, false};
       head_forward(out + bi * s * c + hd * dh, c, &hv, dh, p);
     }
   free(p);
@@ -435,7 +435,7 @@ void k_causal_attention_backward(float *dqkv, const float *dout, const float *qk
     for (int64_t hd = 0; hd < heads; hd++) {
       int64_t off = bi * s * 3 * c + hd * dh;
       const float *q = qkv + off;
-      head_view hv = {q, q + c, q + 2 * c, 3 * c, 3 * c, 3 * c, s, s, 0};
+      head_view hv = {q, q + c, q + 2 * c, 3 * c, 3 * c, 3 * c, s, s, 0, false};
       float *dq = dqkv + off;
       head_backward(dq, 3 * c, dq + c, 3 * c, beta, dq + 2 * c, 3 * c, beta, beta,
                     dout + bi * s * c + hd * dh, c, &hv, dh, p, p + s * s);
@@ -451,7 +451,7 @@ void k_gqa_attention(float *out, const float *q, const float *k, const float *v,
     for (int64_t gi = 0; gi < g; gi++)
       for (int64_t ri = 0; ri < r; ri++) {
         int64_t qoff = bi * sq * cq + (gi * r + ri) * dh, kvoff = bi * sk * ckv + gi * dh;
-        head_view hv = {q + qoff, k + kvoff, v + kvoff, cq, ckv, ckv, sq, sk, q0};
+        head_view hv = {q + qoff, k + kvoff, v + kvoff, cq, ckv, ckv, sq, sk, q0, false};
         head_forward(out + qoff, cq, &hv, dh, p);
       }
   free(p);
@@ -469,7 +469,7 @@ void k_gqa_attention_backward(float *dq, float *dk, float *dv, const float *dout
     for (int64_t gi = 0; gi < g; gi++)
       for (int64_t ri = 0; ri < r; ri++) {
         int64_t qoff = bi * sq * cq + (gi * r + ri) * dh, kvoff = bi * sk * ckv + gi * dh;
-        head_view hv = {q + qoff, k + kvoff, v + kvoff, cq, ckv, ckv, sq, sk, q0};
+        head_view hv = {q + qoff, k + kvoff, v + kvoff, cq, ckv, ckv, sq, sk, q0, false};
         float beta_kv = ri == 0 ? beta : 1;   /* the first query head of a group sets */
         head_backward(dq ? dq + qoff : NULL, cq, dk ? dk + kvoff : NULL, ckv, beta_kv,
                       dv ? dv + kvoff : NULL, ckv, beta_kv, beta,

@@ -22,24 +22,12 @@
 #include "weft/workspace.h"
 #include "xops.h"
 
-static void *xmalloc(size_t n) {
-  void *p = malloc(n ? n : 1);
-  if (!p) weft_oom();
-  return p;
-}
-
-static void *xcalloc(size_t n) {
-  void *p = calloc(n ? n : 1, 1);
-  if (!p) weft_oom();
-  return p;
-}
-
 weft_world *world_new(const weft_graph *g) {
-  weft_world *w = xcalloc(sizeof *w);
+  weft_world *w = weft_xcalloc(sizeof *w);
   w->g = g;
-  w->param = xcalloc((size_t)g->ntensors * sizeof(float *));
-  w->state = xcalloc((size_t)g->ntensors * sizeof(float *));
-  w->input = xcalloc((size_t)g->ntensors * sizeof(void *));
+  w->param = weft_xcalloc((size_t)g->ntensors * sizeof(float *));
+  w->state = weft_xcalloc((size_t)g->ntensors * sizeof(float *));
+  w->input = weft_xcalloc((size_t)g->ntensors * sizeof(void *));
   xoptim o;
   if (xoptim_from_graph(g, &o)) {
     w->optimizer = o.kind->name;
@@ -50,10 +38,10 @@ weft_world *world_new(const weft_graph *g) {
     const gtensor *x = &g->tensors[t];
     size_t n = (size_t)tensor_numel(x);
     if (x->role == TENSOR_PARAM) {
-      w->param[t] = xcalloc(n * sizeof(float));
-      if (w->state_copies) w->state[t] = xcalloc(n * (size_t)w->state_copies * sizeof(float));
+      w->param[t] = weft_xcalloc(n * sizeof(float));
+      if (w->state_copies) w->state[t] = weft_xcalloc(n * (size_t)w->state_copies * sizeof(float));
     } else if (x->role == TENSOR_INPUT) {
-      w->input[t] = xcalloc(n * 4);
+      w->input[t] = weft_xcalloc(n * 4);
     }
   }
   return w;
@@ -382,7 +370,7 @@ bool world_resume(weft_world *w, const char *path, uint64_t *seed, char *err, si
 bool world_save(const weft_world *w, const char *path, uint64_t seed, char *err, size_t errlen) {
   const weft_graph *g = w->g;
   st_writer *sw = st_writer_new();
-  char **names = xmalloc((size_t)(g->ntensors * 2 + 1) * sizeof(char *));
+  char **names = weft_xmalloc((size_t)(g->ntensors * 2 + 1) * sizeof(char *));
   int nn = 0;
   int64_t shape[16];
   for (int t = 0; t < g->ntensors; t++) {
@@ -393,7 +381,7 @@ bool world_save(const weft_world *w, const char *path, uint64_t seed, char *err,
     int64_t n = tensor_numel(x);
     for (int c = 0; c < w->state_copies && w->state[t]; c++) {
       size_t len = strlen(w->state_names[c]) + strlen(x->name) + 8;
-      char *nm = xmalloc(len);
+      char *nm = weft_xmalloc(len);
       state_name(nm, len, w, c, x->name);
       names[nn++] = nm;
       st_writer_add(sw, nm, ST_F32, x->ndims, shape, w->state[t] + c * n);
@@ -595,7 +583,7 @@ static bool holdings_of(const weft_world *w, const weft_program *pr, int nprocs,
                         size_t errlen) {
   const weft_graph *g = w->g;
   h->ntensors = g->ntensors;
-  h->of = xcalloc((size_t)(2 * g->ntensors + 1) * sizeof(sboxes));
+  h->of = weft_xcalloc((size_t)(2 * g->ntensors + 1) * sizeof(sboxes));
   for (int t = 0; t < g->ntensors; t++)
     if (w->param[t] && g->tensors[t].ndims > ST_MAX_DIMS) {
       snprintf(err, errlen, "tensor %s has %d dimensions; a checkpoint holds at most %d", g->tensors[t].name,
@@ -638,7 +626,7 @@ static bool holdings_of(const weft_world *w, const weft_program *pr, int nprocs,
       if (!w->param[t] || (kind && !w->state[t])) continue;
       const gtensor *x = &g->tensors[t];
       int64_t n = tensor_numel(x);
-      unsigned char *mask = xcalloc((size_t)n);
+      unsigned char *mask = weft_xcalloc((size_t)n);
       sboxes *l = &h->of[2 * t + kind];
       for (int i = 0; i < l->n; i++) box_move(NULL, x, l->v[i].lo, l->v[i].hi, NULL, false, mask);
       bool all = true;
@@ -670,7 +658,7 @@ static char *beside(const char *dir, const char *suffix) {
   const char *slash = strrchr(dir, '/');
   size_t head = slash ? (size_t)(slash - dir) + 1 : 0;
   size_t n = strlen(dir) + strlen(suffix) + 4;
-  char *s = xmalloc(n);
+  char *s = weft_xmalloc(n);
   snprintf(s, n, "%.*s.%s.%s", (int)head, dir, dir + head, suffix);
   return s;
 }
@@ -841,7 +829,7 @@ bool world_save_sharded(const weft_world *w, const weft_program *pr, int rank, i
           for (int c = kind ? 0 : -1; c < (kind ? w->state_copies : 0); c++) {
             piece_tensor_name(name, sizeof name, w, t, c);
             piece_entry(ename, sizeof ename, name, x, b);
-            float *v = xmalloc((size_t)box_numel(b->lo, b->hi, x->ndims) * sizeof(float));
+            float *v = weft_xmalloc((size_t)box_numel(b->lo, b->hi, x->ndims) * sizeof(float));
             box_move(c < 0 ? w->param[t] : w->state[t] + c * n, x, b->lo, b->hi, v, true, NULL);
             if (nbufs == bcap) bcap = bcap ? 2 * bcap : 16, bufs = realloc(bufs, (size_t)bcap * sizeof *bufs);
             if (nkeep == cap) cap = cap ? 2 * cap : 16, keep = realloc(keep, (size_t)cap * sizeof *keep);
@@ -886,12 +874,12 @@ bool world_save_sharded(const weft_world *w, const weft_program *pr, int rank, i
         nt += copies;
         np += copies * h.of[2 * t + kind].n;
       }
-    ix.tensors = xcalloc((size_t)(nt + 1) * sizeof *ix.tensors);
-    st_piece *pieces = xcalloc((size_t)(np + 1) * sizeof *pieces);
-    char **strs = xcalloc((size_t)(nt + np + 1) * sizeof(char *));
+    ix.tensors = weft_xcalloc((size_t)(nt + 1) * sizeof *ix.tensors);
+    st_piece *pieces = weft_xcalloc((size_t)(np + 1) * sizeof *pieces);
+    char **strs = weft_xcalloc((size_t)(nt + np + 1) * sizeof(char *));
     int ns = 0;
     ix.nfiles = nprocs;
-    ix.files = xcalloc((size_t)nprocs * sizeof(char *));
+    ix.files = weft_xcalloc((size_t)nprocs * sizeof(char *));
     for (int r = 0; r < nprocs; r++) {
       snprintf(shard, sizeof shard, "model-%05d-of-%05d.safetensors", r + 1, nprocs);
       ix.files[r] = strs[ns++] = xstrdup(shard);
@@ -1033,7 +1021,7 @@ bool world_resume_sharded(weft_world *w, const weft_program *pr, int rank, int n
              SHARD_MAX_PROCS);
     ok = false;
   }
-  int *file_no = ok ? xcalloc((size_t)ix->nfiles * sizeof(int) + 1) : NULL;
+  int *file_no = ok ? weft_xcalloc((size_t)ix->nfiles * sizeof(int) + 1) : NULL;
   for (int f = 0; ok && f < ix->nfiles; f++) {
     int r, of;
     st_shard_name_ok(ix->files[f], &r, &of);
@@ -1045,7 +1033,7 @@ bool world_resume_sharded(weft_world *w, const weft_program *pr, int rank, int n
   }
   /* every tensor the model's, of its shape; every parameter and state
    * there, each element in some piece */
-  int *tk = ok ? xcalloc((size_t)(ix->ntensors + 1) * sizeof(int) * 2) : NULL;
+  int *tk = ok ? weft_xcalloc((size_t)(ix->ntensors + 1) * sizeof(int) * 2) : NULL;
   for (int i = 0; ok && i < ix->ntensors; i++) {
     const st_itensor *it = &ix->tensors[i];
     int t, c;
@@ -1067,7 +1055,7 @@ bool world_resume_sharded(weft_world *w, const weft_program *pr, int rank, int n
       break;
     }
     int64_t n = tensor_numel(x);
-    unsigned char *mask = xcalloc((size_t)n);
+    unsigned char *mask = weft_xcalloc((size_t)n);
     for (int k = 0; k < it->npieces; k++) box_move(NULL, x, it->pieces[k].start, it->pieces[k].stop, NULL, false, mask);
     int64_t e = 0;
     while (e < n && mask[e]) e++;
@@ -1094,7 +1082,7 @@ bool world_resume_sharded(weft_world *w, const weft_program *pr, int rank, int n
   if (ok && !whole) ok = holdings_of(w, pr, nprocs, false, &h, err, errlen);
   int total = 0;
   for (int i = 0; ok && i < ix->ntensors; i++) total += ix->tensors[i].npieces;
-  bool *need = ok ? xcalloc((size_t)total + 1) : NULL;
+  bool *need = ok ? weft_xcalloc((size_t)total + 1) : NULL;
   for (int i = 0, at = 0; ok && i < ix->ntensors; i++) {
     const st_itensor *it = &ix->tensors[i];
     const sboxes *l = whole ? NULL : &h.of[2 * tk[2 * i] + (tk[2 * i + 1] >= 0)];
@@ -1158,7 +1146,7 @@ bool world_resume_sharded(weft_world *w, const weft_program *pr, int rank, int n
           ok = false;
           break;
         }
-        float *v = xmalloc((size_t)box_numel(q->start, q->stop, it->ndims) * sizeof(float));
+        float *v = weft_xmalloc((size_t)box_numel(q->start, q->stop, it->ndims) * sizeof(float));
         char e2[256];
         ok = st_read_f32(sf, s, v, e2, sizeof e2);
         if (!ok) snprintf(err, errlen, "%s: tensor %s: %s", fpath, q->entry, e2);

@@ -4,6 +4,7 @@
 #define WEFT_ARENA_H
 
 #include <stddef.h>
+#include <stdlib.h>
 
 typedef struct arena_block arena_block;
 
@@ -51,5 +52,17 @@ size_t arena_default_budget(void);
 
 /* Called when memory runs out: prints a message and exits with status 2. */
 _Noreturn void weft_oom(void);
+
+/* malloc and calloc (zeroed bytes) of at least one byte, or weft_oom. */
+static inline void *weft_xmalloc(size_t n) {
+  void *p = malloc(n ? n : 1);
+  if (!p) weft_oom();
+  return p;
+}
+static inline void *weft_xcalloc(size_t n) {
+  void *p = calloc(n ? n : 1, 1);
+  if (!p) weft_oom();
+  return p;
+}
 
 #endif

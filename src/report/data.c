@@ -38,12 +38,6 @@ static uint32_t le32(const uint8_t *b) {
   return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
 }
 
-static void *xmalloc(size_t n) {
-  void *p = malloc(n ? n : 1);
-  if (!p) weft_oom();
-  return p;
-}
-
 /* Reads exactly n bytes at off; false at the end of the file or an error. */
 static bool read_at(int fd, void *buf, size_t n, int64_t off) {
   size_t got = 0;
@@ -134,7 +128,7 @@ token_data *data_open(const char *pattern, int64_t seq, int raw_bytes, char *err
     data_close(d);
     return NULL;
   }
-  d->buf = xmalloc((size_t)(seq + 1) * 4);
+  d->buf = weft_xmalloc((size_t)(seq + 1) * 4);
   return d;
 }
 
@@ -172,7 +166,7 @@ static uint64_t mix(uint64_t z) {
 /* The permutation of epoch e: Fisher-Yates, each draw uniform by rejection. */
 static void shuffle_epoch(token_data *d, uint64_t seed, int64_t e) {
   int64_t n = d->nseq;
-  if (!d->perm) d->perm = xmalloc((size_t)n * sizeof(int64_t));
+  if (!d->perm) d->perm = weft_xmalloc((size_t)n * sizeof(int64_t));
   for (int64_t i = 0; i < n; i++) d->perm[i] = i;
   uint64_t base = mix(mix(seed ^ 0x7765667464617461ull) ^ (uint64_t)e), k = 0;
   for (int64_t i = n - 1; i > 0; i--) {
