@@ -38,14 +38,7 @@ static int64_t whole_last(const xcall *c, int arg) {
 }
 
 double xop_attr(const weft_graph *g, int op, const char *name, double dflt) {
-  const vrecord *r = g->ops[op].attrs;
-  for (int i = 0; r && i < r->n; i++) {
-    if (strcmp(r->keys[i], name) != 0) continue;
-    const value *v = &r->vals[i];
-    if (v->kind == V_INT || v->kind == V_BOOL) return (double)v->i;
-    if (v->kind == V_FLOAT) return v->f;
-  }
-  return dflt;
+  return graph_op_attr(g, op, name, dflt);
 }
 
 /* The gradient of a loss's result: 1 where it is the step's loss, else

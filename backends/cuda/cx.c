@@ -95,14 +95,7 @@ void cx_region_free(tregion *r) {
 }
 
 double cx_attr(const weft_graph *g, int op, const char *name, double dflt) {
-  const vrecord *r = g->ops[op].attrs;
-  for (int i = 0; r && i < r->n; i++) {
-    if (strcmp(r->keys[i], name) != 0) continue;
-    const value *v = &r->vals[i];
-    if (v->kind == V_INT || v->kind == V_BOOL) return (double)v->i;
-    if (v->kind == V_FLOAT) return v->f;
-  }
-  return dflt;
+  return graph_op_attr(g, op, name, dflt);
 }
 
 /* ---- region moves ------------------------------------------------------------------- */

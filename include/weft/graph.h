@@ -153,6 +153,20 @@ typedef struct weft_optim_settings {
   double lr, beta1, beta2, eps, weight_decay, momentum;
 } weft_optim_settings;
 
+/* Attribute `name` of operator op as a number (an int, bool or float
+ * argument of its declaration), dflt when it has none: read here by the
+ * CPU backend and the CUDA plugin alike. */
+static inline double graph_op_attr(const weft_graph *g, int op, const char *name, double dflt) {
+  const vrecord *r = g->ops[op].attrs;
+  for (int i = 0; r && i < r->n; i++) {
+    if (strcmp(r->keys[i], name) != 0) continue;
+    const value *v = &r->vals[i];
+    if (v->kind == V_INT || v->kind == V_BOOL) return (double)v->i;
+    if (v->kind == V_FLOAT) return v->f;
+  }
+  return dflt;
+}
+
 static inline weft_optim_settings graph_optimizer_settings(const weft_graph *g) {
   weft_optim_settings o = {1e-3, 0.9, 0.999, 1e-8, 0.0, 0.0};
   const vrecord *r = g->optimizer_args;
