@@ -425,25 +425,30 @@ ifeq ($(shell command -v clang 2>/dev/null),)
 else
 	@$(MAKE) -s --no-print-directory SANITIZE= build/libweft.a
 	@mkdir -p build/fuzz-check/corpus
+	@rm -rf build/fuzz-check/seeds && mkdir -p build/fuzz-check/seeds && \
+	  cp tests/golden/lua/*.lua tests/lua/*.lua tests/fuzz/lua_seeds/*.lua build/fuzz-check/seeds/
 	@clang -O1 -g -fsanitize=fuzzer,address,undefined -Iinclude -Isrc $(LUA_CFLAGS) -o build/fuzz-check/fuzz_lua \
 	  tests/fuzz/fuzz_lua.c src/script/*.c build/libweft.a $(LUA_LIBS) $(BLAS_LIBS) $(FFI_LIBS) -ldl -lm -lpthread
 	@build/fuzz-check/fuzz_lua -max_total_time=$(LUA_FUZZ_SECONDS) -max_len=8192 -timeout=20 -rss_limit_mb=1024 \
-	  build/fuzz-check/corpus stdlib/heuristics tests/fuzz/lua_seeds >build/fuzz-check/log 2>&1 || \
+	  build/fuzz-check/corpus stdlib/heuristics build/fuzz-check/seeds >build/fuzz-check/log 2>&1 || \
 	  { tail -60 build/fuzz-check/log; exit 1; }
 	@grep -o 'Done [0-9]* runs in [0-9]* second(s)' build/fuzz-check/log | sed 's/^/fuzz-lua-check: /'
 endif
 
 # libFuzzer over Lua heuristics (tests/fuzz/fuzz_lua.c): any script, in the
 # sandbox, steering the search of a small model; seeded with the standard
-# library's heuristics and tests/fuzz/lua_seeds.
+# library's heuristics, the Lua scripts of the tests (tests/golden/lua,
+# tests/lua) and tests/fuzz/lua_seeds.
 fuzz-lua:
 	@$(MAKE) --no-print-directory BUILD=build/fuzz CC=clang \
 	  SANFLAGS="-fsanitize=fuzzer-no-link,address,undefined" build/fuzz/libweft.a
 	clang -fsanitize=fuzzer,address,undefined -Iinclude -Isrc $(LUA_CFLAGS) -o build/fuzz/fuzz_lua \
 	  tests/fuzz/fuzz_lua.c build/fuzz/libweft.a $(LUA_LIBS) $(BLAS_LIBS) $(FFI_LIBS) -ldl -lm
 	@mkdir -p build/fuzz/lua_corpus
+	@rm -rf build/fuzz/lua_seeds && mkdir -p build/fuzz/lua_seeds && \
+	  cp tests/golden/lua/*.lua tests/lua/*.lua tests/fuzz/lua_seeds/*.lua build/fuzz/lua_seeds/
 	build/fuzz/fuzz_lua -max_total_time=$(FUZZ_SECONDS) -max_len=8192 -timeout=20 -rss_limit_mb=1024 \
-	  build/fuzz/lua_corpus stdlib/heuristics tests/fuzz/lua_seeds
+	  build/fuzz/lua_corpus stdlib/heuristics build/fuzz/lua_seeds
 
 clean:
 	rm -rf build weft libweft_mpi.so libweft_cuda.so

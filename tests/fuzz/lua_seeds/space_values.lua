@@ -1,4 +1,0 @@
--- tp must be a list of integers
-return {
-  space = function(s) s.tp = "wide" end,
-}
