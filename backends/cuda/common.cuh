@@ -197,35 +197,22 @@ DEV float warp_max(float v) {
   return v;
 }
 
-/* The sum over the block, on every thread; sh holds 32 values. Every
- * thread of the block calls it. */
-DEV float block_sum(float v, float *sh) {
-  v = warp_sum(v);
+/* The warp reduction WARP over the block, on every thread; sh holds 32
+ * values, none is the reduction's identity. Every thread of the block
+ * calls it. */
+template <class V, V (*WARP)(V)>
+DEV V block_reduce(V v, V *sh, V none) {
+  v = WARP(v);
   int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
   __syncthreads();
   if (lane == 0) sh[w] = v;
   __syncthreads();
-  float r = lane < nw ? sh[lane] : 0.0f;
-  return warp_sum(r);
+  V r = lane < nw ? sh[lane] : none;
+  return WARP(r);
 }
-DEV double block_sum_d(double v, double *sh) {
-  v = warp_sum_d(v);
-  int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
-  __syncthreads();
-  if (lane == 0) sh[w] = v;
-  __syncthreads();
-  double r = lane < nw ? sh[lane] : 0.0;
-  return warp_sum_d(r);
-}
-DEV float block_max(float v, float *sh) {
-  v = warp_max(v);
-  int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
-  __syncthreads();
-  if (lane == 0) sh[w] = v;
-  __syncthreads();
-  float r = lane < nw ? sh[lane] : -INFINITY;
-  return warp_max(r);
-}
+DEV float block_sum(float v, float *sh) { return block_reduce<float, warp_sum>(v, sh, 0.0f); }
+DEV double block_sum_d(double v, double *sh) { return block_reduce<double, warp_sum_d>(v, sh, 0.0); }
+DEV float block_max(float v, float *sh) { return block_reduce<float, warp_max>(v, sh, -INFINITY); }
 
 /* A running maximum m and sum s of exp(x - m), merged with another. */
 DEV void softmax_merge(float &m, float &s, float m2, float s2) {
