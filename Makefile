@@ -237,7 +237,7 @@ $(BUILD)/stdlib/heuristics.o: $(BUILD)/stdlib/heuristics.c src/script/heuristic_
 
 # ---- tests -----------------------------------------------------------------
 
-$(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libweft.a
+$(BUILD)/tests/%: tests/unit/%.c tests/unit/unit.h $(BUILD)/libweft.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< $(BUILD)/libweft.a $(LDFLAGS) -lcmocka $(LDLIBS)
 

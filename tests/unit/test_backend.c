@@ -13,6 +13,8 @@
 
 #include <cmocka.h>
 
+#include "unit.h"
+
 #include "weft/backend.h"
 #include "weft/lower.h"
 #include "weft/report.h"
@@ -31,11 +33,7 @@ static const char *const text =
     "  split all on batch into dp\n  assign all -> m[dp, tp]\n}\n";
 
 static weft_program *lowered(weft_ctx *c) {
-  if (weft_load_text(c, "t.plan", text, strlen(text)) != WEFT_OK) fail_msg("the text is rejected");
-  binding *b = env_lookup(c->main->env, "tp_dp");
-  assert_non_null(b);
-  weft_loc none = {0};
-  weft_plan *p = weft_build_plan(c, b->val, none, NULL);
+  weft_plan *p = unit_plan(c, text, "tp_dp");
   assert_non_null(p);
   lower_opts lo = {.full_programs = true};
   weft_program *pr = lower_plan(p, &lo, &c->arena, &c->diags);

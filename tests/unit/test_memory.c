@@ -15,6 +15,8 @@
 
 #include <cmocka.h>
 
+#include "unit.h"
+
 #include "weft/lower.h"
 #include "weft/report.h"
 #include "weft/validate.h"
@@ -31,14 +33,7 @@ static weft_program *lower_gpt(weft_ctx *c, const char *dtype, int tp, int pp, i
            "  megatron(layers = 4, tp = %d, pp = %d, dp = %d, micro_batches = 1, zero = %d)\n"
            "}\n",
            dtype, tp, pp, dp, zero);
-  if (weft_load_text(c, "t.plan", text, strlen(text)) != WEFT_OK) {
-    diag_print(&c->diags, stderr, false);
-    fail_msg("the text is rejected");
-  }
-  binding *b = env_lookup(c->main->env, "p");
-  assert_non_null(b);
-  weft_loc none = {0};
-  weft_plan *p = weft_build_plan(c, b->val, none, NULL);
+  weft_plan *p = unit_plan(c, text, "p");
   weft_program *pr = p ? lower_plan(p, NULL, &c->arena, &c->diags) : NULL;
   if (pr && !validate_program(pr, NULL, &c->diags)) pr = NULL;
   if (!pr) diag_print(&c->diags, stderr, false);

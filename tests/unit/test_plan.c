@@ -8,23 +8,14 @@
 
 #include <cmocka.h>
 
+#include "unit.h"
+
 #include "weft/deps.h"
 #include "weft/plan.h"
 #include "weft/report.h"
 #include "weft/workspace.h"
 
-static weft_plan *build(weft_ctx *c, const char *text, const char *plan) {
-  if (weft_load_text(c, "t.plan", text, strlen(text)) != WEFT_OK) {
-    diag_print(&c->diags, stderr, false);
-    fail_msg("the text is rejected");
-  }
-  binding *b = env_lookup(c->main->env, plan);
-  assert_non_null(b);
-  weft_loc none = {0};
-  weft_plan *p = weft_build_plan(c, b->val, none, NULL);
-  if (!p) diag_print(&c->diags, stderr, false);
-  return p;
-}
+static weft_plan *build(weft_ctx *c, const char *text, const char *plan) { return unit_plan(c, text, plan); }
 
 static int count(const weft_plan *p, comm_kind k, comm_phase ph) {
   int n = 0;

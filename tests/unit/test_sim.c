@@ -16,6 +16,8 @@
 
 #include <cmocka.h>
 
+#include "unit.h"
+
 #include "weft/cost.h"
 #include "weft/sim.h"
 #include "weft/validate.h"
@@ -23,15 +25,7 @@
 #include "weft/workspace.h"
 
 static weft_plan *build(weft_ctx *c, const char *text, const char *plan) {
-  if (weft_load_text(c, "t.plan", text, strlen(text)) != WEFT_OK) {
-    diag_print(&c->diags, stderr, false);
-    fail_msg("the text is rejected");
-  }
-  binding *b = env_lookup(c->main->env, plan);
-  assert_non_null(b);
-  weft_loc none = {0};
-  weft_plan *p = weft_build_plan(c, b->val, none, NULL);
-  if (!p) diag_print(&c->diags, stderr, false);
+  weft_plan *p = unit_plan(c, text, plan);
   assert_non_null(p);
   return p;
 }
