@@ -52,6 +52,13 @@ static int boundary_layouts(const sshape *s, int tp, layout *out) {
 
 static double range_time(const rangecost *r) { return r->fwd + r->bwd; }
 
+/* The parts' time for one micro-batch and the gradient sums over the
+ * tensor-parallel group they add once a step: how layouts compare. */
+static double parts_time(const sshape *s, const parts *p) {
+  return range_time(&p->head) + s->layers * range_time(&p->block) + range_time(&p->tail) + p->head.tpsum +
+         s->layers * p->block.tpsum + p->tail.tpsum;
+}
+
 static parts cost_parts_tied(arena *a, const sshape *s, const hw_model *hw, bool symbolic, int tp, int mbs) {
   parts best = {0};
   const weft_graph *g = s->g;
@@ -69,7 +76,7 @@ static parts cost_parts_tied(arena *a, const sshape *s, const hw_model *hw, bool
     if (!range_best(a, s, hw, symbolic, 0, s->head_end, tp, mbs, R, bs[i], &p.head)) continue;
     if (!range_best(a, s, hw, symbolic, s->block_start[0], s->block_start[1], tp, mbs, bs[i], bs[i], &p.block)) continue;
     if (!range_best(a, s, hw, symbolic, s->tail_start, g->nops, tp, mbs, bs[i], R, &p.tail)) continue;
-    double t = range_time(&p.head) + s->layers * range_time(&p.block) + range_time(&p.tail);
+    double t = parts_time(s, &p);
     if (!best.ok || t < besttime) {
       p.ok = true;
       best = p;
@@ -93,11 +100,39 @@ static parts cost_parts(arena *a, sshape *s, const hw_model *hw, bool symbolic, 
     s->tied_layout = ways[w];
     parts p = cost_parts_tied(a, s, hw, symbolic, tp, mbs);
     if (!p.ok) continue;
-    double t = range_time(&p.head) + s->layers * range_time(&p.block) + range_time(&p.tail);
-    double tb = range_time(&best.head) + s->layers * range_time(&best.block) + range_time(&best.tail);
-    if (!best.ok || t < tb) best = p;
+    if (!best.ok || parts_time(s, &p) < parts_time(s, &best)) best = p;
   }
   return best;
+}
+
+/* The dimension op's tensor-parallel level splits in parts p ("" replicated). */
+static const char *parts_dim(const sshape *s, const parts *p, int op) {
+  const rangecost *r;
+  int i;
+  if (s->layers == 0 || op < s->head_end) r = &p->head, i = op;
+  else if (op >= s->tail_start) r = &p->tail, i = op - s->tail_start;
+  else r = &p->block, i = (op - s->head_end) % s->block_ops;
+  const opcfg *x = &r->cfgs[i][r->cfg[i]];
+  return x->dim ? x->dim : "";
+}
+
+/* The layouts of tp > 1 worth simulating: the dynamic program's best, and
+ * its best when the gradients' sums over the tensor-parallel group of the
+ * weights that split operators read whole weigh double (their cost is per
+ * step, the program's per micro-batch: where the two come close, which
+ * is faster is the simulator's to say), when that differs. */
+static int cost_parts_all(arena *a, sshape *s, const hw_model *hw, bool symbolic, int tp, int cp, int ep, int mbs,
+                          parts out[2]) {
+  out[0] = cost_parts(a, s, hw, symbolic, tp, cp, ep, mbs);
+  if (!out[0].ok) return 0;
+  if (tp < 2) return 1;
+  s->tpsum_weight = 2;
+  out[1] = cost_parts(a, s, hw, symbolic, tp, cp, ep, mbs);
+  s->tpsum_weight = 1;
+  if (!out[1].ok) return 1;
+  for (int op = 0; op < s->g->nops; op++)
+    if (strcmp(parts_dim(s, &out[0], op), parts_dim(s, &out[1], op)) != 0) return 2;
+  return 1;
 }
 
 /* ---- memory of the parameters ------------------------------------------------- */
@@ -290,10 +325,12 @@ static bool cost_candidate(const space *sp, const parts *pt, search_plan *c, are
    * each use (3) */
   double elems = (L * B->param_elems + H->param_elems + T->param_elems) / pp;
   double xelems = (L * B->xparam_elems + H->xparam_elems + T->xparam_elems) / pp;
-  double grad_bytes = (elems - xelems) * sp->grad_b, xgrad_bytes = xelems * sp->grad_b;
+  double telems = tp > 1 ? (L * B->tpsum_elems + H->tpsum_elems + T->tpsum_elems) / pp : 0;
+  double grad_bytes = (elems - xelems - telems) * sp->grad_b, xgrad_bytes = xelems * sp->grad_b;
+  double tgrad_bytes = telems * sp->grad_b;
   double sync = 0;
   int cp = c->cp;
-  if (dp * cp * ep > 1) {
+  if (dp * cp * ep > 1 || tgrad_bytes > 0) {
     /* the replicas of a parameter: dp of them tp * pp * cp * ep apart,
      * each with cp (or ep) tp apart (context parallelism sums gradients
      * over its group too, and so does expert parallelism but for the
@@ -301,6 +338,9 @@ static bool cost_candidate(const space *sp, const parts *pt, search_plan *c, are
     int stride = tp * pp * cp * ep;
     comm_kind k = z == 0 ? COMM_ALL_REDUCE : COMM_REDUCE_SCATTER;
     double ar = replica_cost(sp, k, grad_bytes, dp, cp * ep, tp, pp) + group_cost(sp, k, xgrad_bytes, dp, stride);
+    /* the gradients of weights read whole by a split operator: summed
+     * over the tensor-parallel group as well */
+    if (tgrad_bytes > 0) ar += replica_cost(sp, k, tgrad_bytes, dp, cp * ep * tp, 1, pp);
     double overlap = range_time(B) * (L > 0 ? layers[0] : 1) / 2;
     sync = ar > overlap ? ar - overlap : 0;
     double xbytes = xelems * sp->param_b, wbytes = (L * B->params + H->params + T->params) / pp - xbytes;
@@ -482,8 +522,10 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
         int mbs = spc.mbs.v[mi];
         if (mbs < 1 || Bsz % mbs) continue;
         arena_reset(&work);
-        parts pt = cost_parts(a, &s, &hw, o->symbolic, tp, cp, ep, mbs);
-        if (!pt.ok) continue;
+        parts pts[2];
+        int npt = cost_parts_all(a, &s, &hw, o->symbolic, tp, cp, ep, mbs, pts);
+        for (int vi = 0; vi < npt && !failed; vi++) {
+        const parts pt = pts[vi];
         for (int pi = 0; pi < spc.pp.n && !failed; pi++) {
           int pp = spc.pp.v[pi];
           if (pp < 1 || (N / tp / cp / ep) % pp) continue;
@@ -515,15 +557,9 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
                 /* the operators' tensor-parallel dimensions */
                 c.op_split = arena_alloc(a, sizeof(char *) * (size_t)g->nops);
                 for (int op = 0; op < g->nops; op++) {
-                  const rangecost *r;
-                  int i;
-                  if (s.layers == 0) r = &pt.head, i = op;
-                  else if (op < s.head_end) r = &pt.head, i = op;
-                  else if (op >= s.tail_start) r = &pt.tail, i = op - s.tail_start;
-                  else r = &pt.block, i = (op - s.head_end) % s.block_ops;
-                  const opcfg *x = &r->cfgs[i][r->cfg[i]];
-                  c.op_split[op] = tp == 1 ? NULL : x->dim ? x->dim : "";
-                  if (tp > 1 && x->dim && s.seq && strcmp(x->dim, s.seq) == 0) c.sequence_parallel = true;
+                  const char *dim = parts_dim(&s, &pt, op);
+                  c.op_split[op] = tp == 1 ? NULL : dim;
+                  if (tp > 1 && s.seq && strcmp(dim, s.seq) == 0) c.sequence_parallel = true;
                 }
                 c.rank = c.analytic_time;
                 if (hk && hk->prune) {
@@ -539,6 +575,7 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
               }
             }
           }
+        }
         }
         if (o->time_limit > 0 && now() - t0 > o->time_limit) out_of_time = true;
         double best = 0;
