@@ -275,6 +275,7 @@ void tables_push_candidate(lua_State *L, const weft_graph *g, const search_plan 
   set_str(L, "recompute", recompute_names[c->recompute >= 0 && c->recompute < 3 ? c->recompute : 0]);
   set_int(L, "zero", c->zero);
   set_bool(L, "sequence_parallel", c->sequence_parallel);
+  set_bool(L, "uniform", !c->nonuniform);
   set_int(L, "bucket_bytes", c->bucket_bytes);
   set_int(L, "devices", (int64_t)c->tp * c->pp * c->cp * (c->ep > 1 ? c->ep : 1) * c->dp);
   lua_createtable(L, c->nstages, 0);
@@ -291,7 +292,10 @@ void tables_push_candidate(lua_State *L, const weft_graph *g, const search_plan 
     lua_setfield(L, -2, "ops");
     set_int(L, "layers", st->layers);
     set_int(L, "position", st->position);
-    set_int(L, "devices", (int64_t)c->tp * c->cp * (c->ep > 1 ? c->ep : 1) * c->dp);
+    int tp = c->nonuniform ? st->tp : c->tp, dp = c->nonuniform ? st->dp : c->dp;
+    set_int(L, "devices", (int64_t)tp * c->cp * (c->ep > 1 ? c->ep : 1) * dp);
+    set_int(L, "tp", tp);
+    set_int(L, "dp", dp);
     lua_rawseti(L, -2, k + 1);
   }
   lua_setfield(L, -2, "stages");

@@ -96,7 +96,7 @@ static parts cost_parts(arena *a, sshape *s, const hw_model *hw, bool symbolic, 
   for (int t = 0; t < s->g->ntensors && !any; t++) any = s->tied[t];
   static const layout ways[] = {{L_R, 0, 0}, {L_D, 0, 1}, {L_D, 1, 1}};
   parts best = {0};
-  for (int w = 0; w < (any && tp > 1 ? 3 : 1); w++) {
+  for (int w = 0; w < (any && tp > 1 && !s->tied_whole ? 3 : 1); w++) {
     s->tied_layout = ways[w];
     parts p = cost_parts_tied(a, s, hw, symbolic, tp, mbs);
     if (!p.ok) continue;
@@ -810,7 +810,13 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
                 while (mi < nmb && spc.mbs.v[mi] != mbs) mi++;
                 if (mi == nmb) continue;
                 if (!have[ti * nmb + mi]) {
+                  /* a parameter that stages of different meshes read (an
+                   * embedding tied to the head) is read whole by each: its
+                   * gradients, summed across the stages, then have one
+                   * layout */
+                  s.tied_whole = true;
                   tab[ti * nmb + mi] = cost_parts(a, &s, &hw, o->symbolic, tp, 1, 1, mbs);
+                  s.tied_whole = false;
                   have[ti * nmb + mi] = true;
                 }
                 if (!tab[ti * nmb + mi].ok) continue;

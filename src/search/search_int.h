@@ -62,6 +62,7 @@ typedef struct sshape {
   int *block_start;
   const char *block_name;
   bool *tied;             /* per tensor: a parameter more than one operator reads */
+  bool tied_whole;        /* tied parameters are read whole (tied_layout R only) */
   layout tied_layout;     /* how every reader of a tied parameter must read it
                            * (one layout for all of them: their gradients are
                            * then summed like those of one reader) */
