@@ -444,10 +444,10 @@ static bool cost_nonuniform(const space *sp, const nuopt *opt, int nopt, search_
   }
   hi += 1e-12;
   int *layers = arena_alloc(a, sizeof(int) * (size_t)pp), *way = arena_alloc(a, sizeof(int) * (size_t)pp);
-  for (int it = 0; it < 60; it++) {
+  for (int it = 0; it < 40; it++) {
     double mid = (lo + hi) / 2;
     int total = 0;
-    for (int k = 0; k < pp && total >= 0; k++) {
+    for (int k = 0; k < pp && total >= 0 && total < L; k++) {
       int best = -1;
       for (int j = 0; j < nopt; j++) {
         int n = nu_cap(sp, &st[k * nopt + j], mid, L);
