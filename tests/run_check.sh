@@ -64,6 +64,15 @@ searched "searched llama, context parallel" examples/llama.plan --set layers=2 -
 if ! grep -q 'as \[dp = 1, pp = 2, cp = 2, tp = 2\]' "$tmp/searched.plan"; then
   bad "searched llama, context parallel: not a cp 2 plan"; grep mesh "$tmp/searched.plan"
 fi
+# a pipeline whose stages have meshes of different shapes (each its own
+# tp and dp): a space narrowed to two stages, candidates kept only when
+# their stages differ
+printf 'return {\n  space = function(s, model, cluster)\n    s.pp = {2}\n  end,\n  prune = function(c)\n    return not c.uniform\n  end,\n}\n' >"$tmp/nonuniform.lua"
+searched "searched llama, stages of different meshes" examples/llama.plan --set layers=4 --set hidden=64 --set heads=4 \
+  --set kv_heads=2 --set ffn=96 --set seq=16 --set vocab=4096 --set batch=8 --cluster 'cpus(8)' --heuristic "$tmp/nonuniform.lua"
+if [ "$(grep -c '^  mesh m[01] = devices' "$tmp/searched.plan")" != 2 ]; then
+  bad "searched llama, stages of different meshes: not a mesh per stage"; grep mesh "$tmp/searched.plan"
+fi
 run_ok "megatron tp2 pp2 dp2" examples/gpt_megatron.plan $MEG --steps 2
 run_ok "megatron interleaved, sequence parallel, full recompute, zero 1" examples/gpt_megatron.plan $MEG \
   --set interleave=2 --set sequence_parallel=true --set 'recompute="full"' --set zero=1 --steps 2

@@ -119,5 +119,41 @@ else
   echo "search: small MoE on cpus(4), ep 2: $(tail -1 "$tmp/moe.out")"; pass=$((pass + 1))
 fi
 
+# A pipeline whose stages have meshes of different shapes: a Llama with a
+# large vocabulary on two DGX A100 nodes, the space narrowed to two stages
+# without ZeRO. The stage of blocks takes tp 2 x dp 4, the one with the
+# head tp 8 on its own node; weft check accepts the plan, weft estimate
+# puts it at the search's figure, and it is faster than the best plan of
+# the same space with every stage on one shape (nonuniform = false).
+cat >"$tmp/nu.plan" <<'EOF2'
+use std
+model g = llama(layers = 4, hidden = 1024, heads = 16, kv_heads = 8, ffn = 2816, seq = 512, vocab = 65536, batch = 16)
+EOF2
+printf 'return {\n  space = function(s, model, cluster)\n    s.pp = {2}\n    s.zero = {0}\n  end,\n}\n' >"$tmp/pp2.lua"
+printf 'return {\n  space = function(s, model, cluster)\n    s.nonuniform = false\n  end,\n}\n' >"$tmp/uniform.lua"
+if ! "$WEFT" search "$tmp/nu.plan" --cluster 'a100_dgx(nodes = 2)' --heuristic "$tmp/pp2.lua" --json -o "$tmp/nu_s.plan" \
+     >"$tmp/nu.json" 2>"$tmp/err"; then
+  echo "FAIL: stages of different meshes: weft search"; cat "$tmp/err"; fail=$((fail + 1))
+elif ! "$WEFT" search "$tmp/nu.plan" --cluster 'a100_dgx(nodes = 2)' --heuristic "$tmp/pp2.lua" --heuristic "$tmp/uniform.lua" \
+     --json >"$tmp/u.json" 2>"$tmp/err"; then
+  echo "FAIL: stages of one mesh: weft search"; cat "$tmp/err"; fail=$((fail + 1))
+elif ! "$WEFT" check "$tmp/nu_s.plan" >/dev/null 2>"$tmp/err"; then
+  echo "FAIL: stages of different meshes: weft check of the searched plan"; cat "$tmp/err"; fail=$((fail + 1))
+elif ! "$WEFT" estimate "$tmp/nu_s.plan" --json >"$tmp/nu_est.json" 2>"$tmp/err"; then
+  echo "FAIL: stages of different meshes: weft estimate of the searched plan"; cat "$tmp/err"; fail=$((fail + 1))
+elif python3 - "$tmp/nu.json" "$tmp/u.json" "$tmp/nu_est.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1])); u = json.load(open(sys.argv[2])); e = json.load(open(sys.argv[3]))
+p = s["plans"][s["best"]]; q = u["plans"][u["best"]]
+close = abs(e["step_time_s"] - p["step_time_s"]) <= 0.01 * p["step_time_s"]
+shapes = sorted(set((st["tp"], st["dp"]) for st in p["stages"]))
+ok = not p["uniform"] and len(shapes) > 1 and q["uniform"] and p["step_time_s"] < q["step_time_s"] and close
+print("search: stages of different meshes: %.2f ms (stages %s), %.2f ms estimated again; one mesh for all: %.2f ms "
+      "(tp %d, dp %d): %s" % (p["step_time_s"] * 1e3, ", ".join("tp %d x dp %d" % (st["tp"], st["dp"]) for st in p["stages"]),
+      e["step_time_s"] * 1e3, q["step_time_s"] * 1e3, q["tp"], q["dp"], "faster" if ok else "WRONG"))
+sys.exit(0 if ok else 1)
+PY
+then pass=$((pass + 1)); else fail=$((fail + 1)); fi
+
 echo "search: $pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -50,6 +50,8 @@ typedef struct search_space {
   bool recompute[3];       /* none, selective, full */
   bool zero[4];
   bool uneven;             /* a pipeline's stages may hold different numbers of blocks */
+  bool nonuniform;         /* a pipeline's stages may have meshes of different shapes: each
+                            * stage its own tp and dp on its own devices */
 } search_space;
 
 struct search_plan;
@@ -87,6 +89,9 @@ typedef struct search_stage {
   int first_op, last_op;  /* inclusive */
   int position;           /* its place on the pipeline axis */
   int layers;             /* repeated blocks it holds */
+  int tp, dp;             /* a non-uniform plan's: the stage's own mesh [dp, tp]
+                           * (0: the plan's) */
+  int micro_batch_size;   /* a non-uniform plan's: rows per device per micro-batch */
 } search_stage;
 
 /* One candidate: what it decides, and its figures. */
@@ -100,6 +105,8 @@ typedef struct search_plan {
   int recompute;          /* 0 none, 1 selective, 2 full */
   int zero;               /* 0 to 3 */
   bool sequence_parallel; /* operators between tensor-parallel ones split along the sequence */
+  bool nonuniform;        /* each stage on a mesh of its own shape (stages[k].tp, .dp): tp,
+                           * dp and micro_batch_size then give the most common stage's */
   int64_t bucket_bytes;
   int nstages;
   search_stage *stages;

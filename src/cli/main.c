@@ -142,8 +142,9 @@ static const command commands[] = {
     {"search", report_search, 1, 1, "needs one file", "search plans for a model and write the best as a .plan",
      "usage: weft search [options] FILE\n\n"
      "Searches plans for FILE's model on a cluster: tensor parallelism chosen per\n"
-     "operator, pipeline stages over its repeated blocks, data, context and\n"
-     "expert parallelism, micro-batches, schedules, recomputation and ZeRO. The\n"
+     "operator, pipeline stages over its repeated blocks (each on a mesh of its\n"
+     "own shape where that is faster), data, context and expert parallelism,\n"
+     "micro-batches, schedules, recomputation and ZeRO. The\n"
      "fastest candidates are lowered and simulated; the best is written as a\n"
      ".plan that imports FILE, with the frontier of step time against memory\n"
      "as comments. The method is in docs/search.md.\n\n"

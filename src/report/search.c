@@ -171,6 +171,7 @@ static void json_plan(json *j, const search_plan *p, const weft_graph *g, const 
   json_key(j, "recompute"), json_str(j, recompute_name(p->recompute));
   json_key(j, "zero"), json_int(j, p->zero);
   json_key(j, "sequence_parallel"), json_bool(j, p->sequence_parallel);
+  json_key(j, "uniform"), json_bool(j, !p->nonuniform);
   json_key(j, "bucket_bytes"), json_int(j, p->bucket_bytes);
   json_key(j, "rank"), json_num(j, p->rank);
   json_key(j, "stages");
@@ -185,7 +186,17 @@ static void json_plan(json *j, const search_plan *p, const weft_graph *g, const 
     json_end_arr(j);
     json_key(j, "layers"), json_int(j, st->layers);
     json_key(j, "position"), json_int(j, st->position);
-    json_key(j, "devices"), json_int(j, p->tp * p->cp * (p->ep > 1 ? p->ep : 1) * p->dp);
+    if (p->nonuniform) {
+      json_key(j, "devices"), json_int(j, st->tp * st->dp);
+      json_key(j, "tp"), json_int(j, st->tp);
+      json_key(j, "dp"), json_int(j, st->dp);
+      json_key(j, "micro_batch_size"), json_int(j, st->micro_batch_size);
+    } else {
+      json_key(j, "devices"), json_int(j, p->tp * p->cp * (p->ep > 1 ? p->ep : 1) * p->dp);
+      json_key(j, "tp"), json_int(j, p->tp);
+      json_key(j, "dp"), json_int(j, p->dp);
+      json_key(j, "micro_batch_size"), json_int(j, p->micro_batch_size);
+    }
     json_end_obj(j);
   }
   json_end_arr(j);

@@ -275,6 +275,7 @@ void tables_push_candidate(lua_State *L, const weft_graph *g, const search_plan 
   set_str(L, "recompute", recompute_names[c->recompute >= 0 && c->recompute < 3 ? c->recompute : 0]);
   set_int(L, "zero", c->zero);
   set_bool(L, "sequence_parallel", c->sequence_parallel);
+  set_bool(L, "uniform", !c->nonuniform);
   set_int(L, "bucket_bytes", c->bucket_bytes);
   set_int(L, "devices", (int64_t)c->tp * c->pp * c->cp * (c->ep > 1 ? c->ep : 1) * c->dp);
   lua_createtable(L, c->nstages, 0);
@@ -291,7 +292,10 @@ void tables_push_candidate(lua_State *L, const weft_graph *g, const search_plan 
     lua_setfield(L, -2, "ops");
     set_int(L, "layers", st->layers);
     set_int(L, "position", st->position);
-    set_int(L, "devices", (int64_t)c->tp * c->cp * (c->ep > 1 ? c->ep : 1) * c->dp);
+    int tp = c->nonuniform ? st->tp : c->tp, dp = c->nonuniform ? st->dp : c->dp;
+    set_int(L, "devices", (int64_t)tp * c->cp * (c->ep > 1 ? c->ep : 1) * dp);
+    set_int(L, "tp", tp);
+    set_int(L, "dp", dp);
     lua_rawseti(L, -2, k + 1);
   }
   lua_setfield(L, -2, "stages");
@@ -360,6 +364,7 @@ void tables_push_space(lua_State *L, const search_space *s) {
     }
   lua_setfield(L, -2, "zero");
   set_bool(L, "uneven", s->uneven);
+  set_bool(L, "nonuniform", s->nonuniform);
 }
 
 /* Field k of the space table at idx: a list of integers in [lo, hi], into
@@ -455,15 +460,19 @@ bool tables_read_space(script_one *one, int idx, search_space *s, arena *a) {
     for (int i = 0; i < z.n; i++) zon[z.v[i]] = true;
   } else lua_pop(L, 1);
   for (int i = 0; i < 4; i++) s->zero[i] = zon[i];
-  int t = lua_getfield(L, idx, "uneven");
-  if (t != LUA_TNIL && t != LUA_TBOOLEAN) {
+  static const char *const flags[] = {"uneven", "nonuniform"};
+  bool *const on[] = {&s->uneven, &s->nonuniform};
+  for (int i = 0; i < 2; i++) {
+    int t = lua_getfield(L, idx, flags[i]);
+    if (t != LUA_TNIL && t != LUA_TBOOLEAN) {
+      script_error(one, one->entry_line, "the space hook set %s to %s; it takes %s", flags[i], lua_typename(L, t),
+                   "true or false");
+      lua_pop(L, 1);
+      return false;
+    }
+    if (t == LUA_TBOOLEAN) *on[i] = lua_toboolean(L, -1);
     lua_pop(L, 1);
-    script_error(one, one->entry_line, "the space hook set %s to %s; it takes %s", "uneven", lua_typename(L, t),
-                 "true or false");
-    return false;
   }
-  if (t == LUA_TBOOLEAN) s->uneven = lua_toboolean(L, -1);
-  lua_pop(L, 1);
   return true;
 }
 

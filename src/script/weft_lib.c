@@ -810,7 +810,7 @@ static void describe_stages(const weft_graph *g, const weft_decisions *d, search
     const decision *x = &d->items[i];
     if (x->kind != DEC_STAGE || x->ops.n == 0) continue;
     search_stage *st = &sp->stages[sp->nstages++];
-    *st = (search_stage){x->ops.ops[0], x->ops.ops[0], -1, 0};
+    *st = (search_stage){.first_op = x->ops.ops[0], .last_op = x->ops.ops[0], .position = -1};
     memset(seen, 0, (size_t)(nblocks + 1));
     for (int k = 0; k < x->ops.n; k++) {
       int op = x->ops.ops[k];

@@ -103,11 +103,146 @@ static void batch_splits(emitter *E) {
   }
 }
 
+/* Recomputation and buckets, as every plan writes them. */
+static void emit_tail(emitter *E) {
+  arena *a = E->a;
+  const sshape *s = E->s;
+  const weft_graph *g = s->g;
+  search_plan *sp = E->sp;
+  /* recomputation of the blocks: each layer as one segment (full), or
+   * their attention kernels (selective) */
+  if (sp->recompute > 0 && s->layers > 0) {
+    selbuf sel = {0};
+    dec_ops ops = {0, arena_alloc(a, sizeof(int) * (size_t)g->nops)};
+    const char **keys = arena_alloc(a, sizeof(char *) * (size_t)g->nops);
+    for (int l = 0; l < s->layers; l++)
+      for (int op = s->block_start[l]; op < s->block_start[l + 1]; op++) {
+        const char *kind = g->ops[op].kind;
+        bool att = kind && strcmp(kind, "attention") == 0;
+        if (sp->recompute == 1 && !att) continue;
+        ops.ops[ops.n] = op;
+        keys[ops.n++] = sp->recompute == 2 ? arena_printf(a, "%s.%d", s->block_name, l) : g->ops[op].name;
+        sel_add(a, &sel, sp->recompute == 2 ? arena_printf(a, "%s.*", s->block_name) : op_pattern(a, s, op));
+      }
+    if (ops.n) {
+      decision *d = add(E, DEC_RECOMPUTE, sel_text(a, &sel));
+      d->ops = ops;
+      d->keys = keys;
+      d->mode = sp->recompute;
+    }
+  }
+  if (sp->bucket_bytes != PLAN_DEFAULT_BUCKET) {
+    decision *d = add(E, DEC_BUCKETS, NULL);
+    d->bytes = sp->bucket_bytes;
+  }
+}
+
+/* A pipeline whose stages have meshes of their own shapes: a mesh per
+ * stage ([dp, tp] on its own devices), the stages named first so that the
+ * splits may select them, the micro-batches cut before each stage's
+ * data-parallel split (micro-batch k is the same rows in every stage),
+ * each stage's tensor-parallel splits over its own operators. */
+static void emit_nonuniform(emitter *E) {
+  search_plan *sp = E->sp;
+  const sshape *s = E->s;
+  const weft_graph *g = s->g;
+  arena *a = E->a;
+  static const char *const axes[] = {"dp", "tp"};
+  int first = 0;
+  for (int k = 0; k < sp->nstages; k++) {
+    const search_stage *st = &sp->stages[k];
+    int sizes[2] = {st->dp, st->tp};
+    dec_mesh(a, &sp->decisions, arena_printf(a, "m%d", k), 2, axes, sizes, first);
+    arena_grow(a, (void **)&sp->selectors, &E->cap, sp->decisions.n, sizeof(char *));
+    sp->selectors[sp->decisions.n - 1] = NULL;
+    first += st->dp * st->tp;
+  }
+  dec_ops *stage_of = arena_alloc(a, sizeof(dec_ops) * (size_t)sp->nstages);
+  for (int k = 0; k < sp->nstages; k++) {
+    const search_stage *st = &sp->stages[k];
+    selbuf sel = {0};
+    int l0 = 0, l1 = 0;
+    for (int l = 0; l < s->layers; l++) {
+      if (s->block_start[l] < st->first_op) l0 = l + 1;
+      if (s->block_start[l] <= st->last_op) l1 = l + 1;
+    }
+    stage_ops(E, l0, l1, st->first_op == 0, st->last_op == g->nops - 1, &stage_of[k], &sel);
+    decision *d = add(E, DEC_STAGE, sel_text(a, &sel));
+    d->name = arena_printf(a, "s%d", k);
+    d->ops = stage_of[k];
+  }
+  if (sp->micro_batches > 1) {
+    decision *d = add(E, DEC_SPLIT, "all");
+    d->ops = all_ops(E);
+    d->name = s->batch;
+    d->parts = sp->micro_batches;
+    d->axis = "mb";
+    d->in_time = true;
+  }
+  for (int k = 0; k < sp->nstages; k++) {
+    const search_stage *st = &sp->stages[k];
+    if (st->dp > 1) {
+      decision *d = add(E, DEC_SPLIT, arena_printf(a, "s%d", k));
+      d->ops = stage_of[k];
+      d->name = s->batch;
+      d->parts = st->dp;
+      d->axis = "dp";
+    }
+    if (st->tp < 2) continue;
+    /* one statement per dimension, splits first, replication last */
+    for (int pass = 0; pass < 2; pass++)
+      for (int i = 0; i < stage_of[k].n; i++) {
+        int op0 = stage_of[k].ops[i];
+        const char *dim = sp->op_split[op0];
+        bool rep = dim[0] == 0, seen = false;
+        if (rep != (pass == 1)) continue;
+        for (int q = 0; q < i && !seen; q++) seen = strcmp(sp->op_split[stage_of[k].ops[q]], dim) == 0;
+        if (seen) continue;
+        selbuf sel = {0};
+        dec_ops ops = {0, arena_alloc(a, sizeof(int) * (size_t)stage_of[k].n)};
+        for (int q = i; q < stage_of[k].n; q++) {
+          int op = stage_of[k].ops[q];
+          if (strcmp(sp->op_split[op], dim) != 0) continue;
+          ops.ops[ops.n++] = op;
+          sel_add(a, &sel, g->ops[op].name);
+        }
+        decision *d = add(E, rep ? DEC_REPLICATE : DEC_SPLIT, sel_text(a, &sel));
+        d->ops = ops;
+        d->name = rep ? NULL : dim;
+        d->parts = st->tp;
+        d->axis = "tp";
+      }
+  }
+  for (int z = 1; z <= sp->zero; z++) {
+    decision *d = add(E, DEC_SHARD, "all");
+    d->ops = all_ops(E);
+    d->state = z;
+    d->axis = "dp";
+  }
+  for (int k = 0; k < sp->nstages; k++) {
+    const search_stage *st = &sp->stages[k];
+    decision *d = add(E, DEC_ASSIGN, arena_printf(a, "s%d", k));
+    d->ops = stage_of[k];
+    d->mesh = k;
+    d->nidx = 2;
+    d->idx = arena_alloc(a, sizeof(dec_index) * 2);
+    d->idx[0] = (dec_index){st->dp > 1 ? "dp" : NULL, 0};
+    d->idx[1] = (dec_index){st->tp > 1 ? "tp" : NULL, 0};
+  }
+  decision *d = add(E, DEC_SCHEDULE, NULL);
+  d->sched = sp->schedule;
+}
+
 void emit_plan(arena *a, const sshape *s, search_plan *sp) {
   emitter E = {a, s, sp, 0};
   const weft_graph *g = s->g;
   sp->decisions = (weft_decisions){0};
   sp->selectors = NULL;
+  if (sp->nonuniform) {
+    emit_nonuniform(&E);
+    emit_tail(&E);
+    return;
+  }
   /* the mesh: data-parallel replicas of pipelines of tensor-parallel
    * groups (with context parallelism, cp of them per stage; with expert
    * parallelism, ep) */
@@ -236,32 +371,7 @@ void emit_plan(arena *a, const sshape *s, search_plan *sp) {
     d->idx = arena_alloc(a, sizeof at);
     memcpy(d->idx, at, sizeof at);
   }
-  /* recomputation of the blocks: each layer as one segment (full), or
-   * their attention kernels (selective) */
-  if (sp->recompute > 0 && s->layers > 0) {
-    selbuf sel = {0};
-    dec_ops ops = {0, arena_alloc(a, sizeof(int) * (size_t)g->nops)};
-    const char **keys = arena_alloc(a, sizeof(char *) * (size_t)g->nops);
-    for (int l = 0; l < s->layers; l++)
-      for (int op = s->block_start[l]; op < s->block_start[l + 1]; op++) {
-        const char *kind = g->ops[op].kind;
-        bool att = kind && strcmp(kind, "attention") == 0;
-        if (sp->recompute == 1 && !att) continue;
-        ops.ops[ops.n] = op;
-        keys[ops.n++] = sp->recompute == 2 ? arena_printf(a, "%s.%d", s->block_name, l) : g->ops[op].name;
-        sel_add(a, &sel, sp->recompute == 2 ? arena_printf(a, "%s.*", s->block_name) : op_pattern(a, s, op));
-      }
-    if (ops.n) {
-      decision *d = add(&E, DEC_RECOMPUTE, sel_text(a, &sel));
-      d->ops = ops;
-      d->keys = keys;
-      d->mode = sp->recompute;
-    }
-  }
-  if (sp->bucket_bytes != PLAN_DEFAULT_BUCKET) {
-    decision *d = add(&E, DEC_BUCKETS, NULL);
-    d->bytes = sp->bucket_bytes;
-  }
+  emit_tail(&E);
 }
 
 static void print_index(const decision *d, const char *mesh, FILE *out) {
@@ -328,6 +438,16 @@ void search_print_body(const search_plan *sp, const weft_graph *g, FILE *out) {
 const char *search_describe(arena *a, const search_plan *sp) {
   const char *rc[] = {"no recompute", "selective recompute", "full recompute"};
   const char *sched = sp->schedule == SCHED_DEFAULT ? "" : arena_printf(a, ", %s", sched_kind_names[sp->schedule]);
+  if (sp->nonuniform) {
+    /* each stage's mesh: "stages tp 2 x dp 2 (5 blocks), tp 4 x dp 1 (3 blocks)" */
+    const char *st = "";
+    for (int k = 0; k < sp->nstages; k++)
+      st = arena_printf(a, "%s%stp %d x dp %d (%d block%s)", st, k ? ", " : "", sp->stages[k].tp, sp->stages[k].dp,
+                        sp->stages[k].layers, sp->stages[k].layers == 1 ? "" : "s");
+    return arena_printf(a, "pp %d, stages %s, %d micro-batch%s%s, %s, zero %d%s", sp->pp, st, sp->micro_batches,
+                        sp->micro_batches == 1 ? "" : "es", sched, rc[sp->recompute], sp->zero,
+                        sp->sequence_parallel ? ", sequence parallel" : "");
+  }
   if (sp->schedule == SCHED_INTERLEAVED) sched = arena_printf(a, "%s %d", sched, sp->interleave);
   if (sp->ep > 1)
     return arena_printf(a, "tp %d, pp %d, ep %d, dp %d, %d micro-batch%s of %d%s, %s, zero %d%s", sp->tp, sp->pp,

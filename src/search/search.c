@@ -52,6 +52,13 @@ static int boundary_layouts(const sshape *s, int tp, layout *out) {
 
 static double range_time(const rangecost *r) { return r->fwd + r->bwd; }
 
+/* The parts' time for one micro-batch and the gradient sums over the
+ * tensor-parallel group they add once a step: how layouts compare. */
+static double parts_time(const sshape *s, const parts *p) {
+  return range_time(&p->head) + s->layers * range_time(&p->block) + range_time(&p->tail) + p->head.tpsum +
+         s->layers * p->block.tpsum + p->tail.tpsum;
+}
+
 static parts cost_parts_tied(arena *a, const sshape *s, const hw_model *hw, bool symbolic, int tp, int mbs) {
   parts best = {0};
   const weft_graph *g = s->g;
@@ -69,7 +76,7 @@ static parts cost_parts_tied(arena *a, const sshape *s, const hw_model *hw, bool
     if (!range_best(a, s, hw, symbolic, 0, s->head_end, tp, mbs, R, bs[i], &p.head)) continue;
     if (!range_best(a, s, hw, symbolic, s->block_start[0], s->block_start[1], tp, mbs, bs[i], bs[i], &p.block)) continue;
     if (!range_best(a, s, hw, symbolic, s->tail_start, g->nops, tp, mbs, bs[i], R, &p.tail)) continue;
-    double t = range_time(&p.head) + s->layers * range_time(&p.block) + range_time(&p.tail);
+    double t = parts_time(s, &p);
     if (!best.ok || t < besttime) {
       p.ok = true;
       best = p;
@@ -89,15 +96,43 @@ static parts cost_parts(arena *a, sshape *s, const hw_model *hw, bool symbolic, 
   for (int t = 0; t < s->g->ntensors && !any; t++) any = s->tied[t];
   static const layout ways[] = {{L_R, 0, 0}, {L_D, 0, 1}, {L_D, 1, 1}};
   parts best = {0};
-  for (int w = 0; w < (any && tp > 1 ? 3 : 1); w++) {
+  for (int w = 0; w < (any && tp > 1 && !s->tied_whole ? 3 : 1); w++) {
     s->tied_layout = ways[w];
     parts p = cost_parts_tied(a, s, hw, symbolic, tp, mbs);
     if (!p.ok) continue;
-    double t = range_time(&p.head) + s->layers * range_time(&p.block) + range_time(&p.tail);
-    double tb = range_time(&best.head) + s->layers * range_time(&best.block) + range_time(&best.tail);
-    if (!best.ok || t < tb) best = p;
+    if (!best.ok || parts_time(s, &p) < parts_time(s, &best)) best = p;
   }
   return best;
+}
+
+/* The dimension op's tensor-parallel level splits in parts p ("" replicated). */
+static const char *parts_dim(const sshape *s, const parts *p, int op) {
+  const rangecost *r;
+  int i;
+  if (s->layers == 0 || op < s->head_end) r = &p->head, i = op;
+  else if (op >= s->tail_start) r = &p->tail, i = op - s->tail_start;
+  else r = &p->block, i = (op - s->head_end) % s->block_ops;
+  const opcfg *x = &r->cfgs[i][r->cfg[i]];
+  return x->dim ? x->dim : "";
+}
+
+/* The layouts of tp > 1 worth simulating: the dynamic program's best, and
+ * its best when the gradients' sums over the tensor-parallel group of the
+ * weights that split operators read whole weigh double (their cost is per
+ * step, the program's per micro-batch: where the two come close, which
+ * is faster is the simulator's to say), when that differs. */
+static int cost_parts_all(arena *a, sshape *s, const hw_model *hw, bool symbolic, int tp, int cp, int ep, int mbs,
+                          parts out[2]) {
+  out[0] = cost_parts(a, s, hw, symbolic, tp, cp, ep, mbs);
+  if (!out[0].ok) return 0;
+  if (tp < 2) return 1;
+  s->tpsum_weight = 2;
+  out[1] = cost_parts(a, s, hw, symbolic, tp, cp, ep, mbs);
+  s->tpsum_weight = 1;
+  if (!out[1].ok) return 1;
+  for (int op = 0; op < s->g->nops; op++)
+    if (strcmp(parts_dim(s, &out[0], op), parts_dim(s, &out[1], op)) != 0) return 2;
+  return 1;
 }
 
 /* ---- memory of the parameters ------------------------------------------------- */
@@ -290,10 +325,12 @@ static bool cost_candidate(const space *sp, const parts *pt, search_plan *c, are
    * each use (3) */
   double elems = (L * B->param_elems + H->param_elems + T->param_elems) / pp;
   double xelems = (L * B->xparam_elems + H->xparam_elems + T->xparam_elems) / pp;
-  double grad_bytes = (elems - xelems) * sp->grad_b, xgrad_bytes = xelems * sp->grad_b;
+  double telems = tp > 1 ? (L * B->tpsum_elems + H->tpsum_elems + T->tpsum_elems) / pp : 0;
+  double grad_bytes = (elems - xelems - telems) * sp->grad_b, xgrad_bytes = xelems * sp->grad_b;
+  double tgrad_bytes = telems * sp->grad_b;
   double sync = 0;
   int cp = c->cp;
-  if (dp * cp * ep > 1) {
+  if (dp * cp * ep > 1 || tgrad_bytes > 0) {
     /* the replicas of a parameter: dp of them tp * pp * cp * ep apart,
      * each with cp (or ep) tp apart (context parallelism sums gradients
      * over its group too, and so does expert parallelism but for the
@@ -301,6 +338,9 @@ static bool cost_candidate(const space *sp, const parts *pt, search_plan *c, are
     int stride = tp * pp * cp * ep;
     comm_kind k = z == 0 ? COMM_ALL_REDUCE : COMM_REDUCE_SCATTER;
     double ar = replica_cost(sp, k, grad_bytes, dp, cp * ep, tp, pp) + group_cost(sp, k, xgrad_bytes, dp, stride);
+    /* the gradients of weights read whole by a split operator: summed
+     * over the tensor-parallel group as well */
+    if (tgrad_bytes > 0) ar += replica_cost(sp, k, tgrad_bytes, dp, cp * ep * tp, 1, pp);
     double overlap = range_time(B) * (L > 0 ? layers[0] : 1) / 2;
     sync = ar > overlap ? ar - overlap : 0;
     double xbytes = xelems * sp->param_b, wbytes = (L * B->params + H->params + T->params) / pp - xbytes;
@@ -329,6 +369,199 @@ static bool cost_candidate(const space *sp, const parts *pt, search_plan *c, are
       st->first_op = k == 0 || L == 0 ? 0 : s->block_start[l];
       l += layers[k];
       st->last_op = k == c->nstages - 1 || L == 0 ? s->g->nops - 1 : s->block_start[l] - 1;
+    }
+  }
+  return true;
+}
+
+/* ---- non-uniform pipelines ------------------------------------------------------ */
+
+/* A pipeline whose stages have meshes of different shapes (as Alpa's
+ * inter-operator pass gives each stage its own sub-mesh): pp stages of D
+ * devices each, stage k on devices [k D, (k + 1) D) as [dp_k, tp_k] with
+ * tp_k dp_k = D, every stage splitting the same m micro-batches over its
+ * own dp_k replicas. A stage's mesh lies inside one node or on whole
+ * nodes. One tensor-parallel way of each stage (opt[j]: its tp, dp and the
+ * parts' costs at its micro-batch size). */
+typedef struct nuopt {
+  int tp, dp, mbs;
+  const parts *pt;
+} nuopt;
+
+/* The time, weights and activations per micro-batch of a stage with way
+ * o holding n blocks (and the head when first, the tail when last). */
+typedef struct nustage {
+  double extra, tb, fixed, per;
+} nustage;
+
+static nustage nu_stage(const space *sp, const nuopt *o, const search_plan *c, int k, int pp, double p2p) {
+  const parts *pt = o->pt;
+  int rc = c->recompute, z = c->zero;
+  double inflight = c->schedule == SCHED_GPIPE ? c->micro_batches
+                                               : (c->micro_batches < pp - k ? c->micro_batches : pp - k);
+  nustage st;
+  st.tb = range_time(&pt->block) + pt->block.recompute[rc];
+  st.extra = p2p + (k == 0 ? range_time(&pt->head) + pt->head.recompute[rc] : 0) +
+             (k == pp - 1 ? range_time(&pt->tail) + pt->tail.recompute[rc] : 0);
+  double wb = weights_bytes(sp, pt->block.params, pt->block.param_elems, 0, z, o->dp, 1);
+  st.per = wb + pt->block.act[rc] * inflight;
+  st.fixed = (k == 0 ? weights_bytes(sp, pt->head.params, pt->head.param_elems, 0, z, o->dp, 1) + pt->head.act[rc] * inflight : 0) +
+             (k == pp - 1 ? weights_bytes(sp, pt->tail.params, pt->tail.param_elems, 0, z, o->dp, 1) + pt->tail.act[rc] * inflight : 0);
+  return st;
+}
+
+/* The most blocks stage k holds with way o under a micro-batch time T and
+ * in memory; -1 none. */
+static int nu_cap(const space *sp, const nustage *st, double T, int L) {
+  if (T < st->extra) return -1;
+  int bytime = st->tb > 0 ? (int)floor((T - st->extra) / st->tb + 1e-9) : L;
+  int bymem = sp->max_memory > 0 ? (int)floor((sp->max_memory - st->fixed) / st->per) : L;
+  int n = bytime < bymem ? bytime : bymem;
+  return n > L ? L : n;
+}
+
+/* Fills a non-uniform candidate from its stages' ways: the blocks dealt by
+ * bisection on the micro-batch time, each stage taking the way that holds
+ * the most, then the fastest way for what it holds; false when it cannot
+ * fit or every stage took the same way (a uniform plan). */
+static bool cost_nonuniform(const space *sp, const nuopt *opt, int nopt, search_plan *c, arena *a) {
+  const sshape *s = sp->s;
+  int pp = c->pp, L = s->layers, m = c->micro_batches;
+  int D = opt[0].tp * opt[0].dp;
+  bool across = D >= sp->per_node;
+  nustage *st = arena_alloc(a, sizeof(nustage) * (size_t)(pp * nopt));
+  for (int k = 0; k < pp; k++)
+    for (int j = 0; j < nopt; j++) {
+      double ob = opt[j].pt->block.out_bytes;
+      double p2p = sp->symbolic ? 2 * ob / (across ? SYM_NET_BW : SYM_NODE_BW)
+                                : 2 * cost_collective(sp->hw, COMM_SEND, ob, ob, 2, across ? 2 : 1, 1).seconds;
+      st[k * nopt + j] = nu_stage(sp, &opt[j], c, k, pp, p2p);
+    }
+  double lo = 0, hi = 0;
+  for (int j = 0; j < nopt; j++) {
+    double t = st[j].extra + st[(pp - 1) * nopt + j].extra + L * st[j].tb;
+    if (t > hi) hi = t;
+  }
+  hi += 1e-12;
+  int *layers = arena_alloc(a, sizeof(int) * (size_t)pp), *way = arena_alloc(a, sizeof(int) * (size_t)pp);
+  for (int it = 0; it < 40; it++) {
+    double mid = (lo + hi) / 2;
+    int total = 0;
+    for (int k = 0; k < pp && total >= 0 && total < L; k++) {
+      int best = -1;
+      for (int j = 0; j < nopt; j++) {
+        int n = nu_cap(sp, &st[k * nopt + j], mid, L);
+        if (n > best) best = n;
+      }
+      if (best < 1 && k > 0 && k < pp - 1) best = -1;
+      total = best < 0 ? -1 : total + best;
+    }
+    if (total >= L) hi = mid;
+    else lo = mid;
+  }
+  int total = 0;
+  for (int k = 0; k < pp; k++) {
+    layers[k] = -1;
+    for (int j = 0; j < nopt; j++) {
+      int n = nu_cap(sp, &st[k * nopt + j], hi, L);
+      if (n > layers[k]) layers[k] = n, way[k] = j;
+    }
+    if (layers[k] < 0) return false;
+    total += layers[k];
+  }
+  if (total < L) return false;
+  while (total > L) {
+    int w = -1;
+    double wt = -1;
+    for (int k = 0; k < pp; k++) {
+      if (layers[k] == 0 || (layers[k] == 1 && k > 0 && k < pp - 1)) continue;
+      const nustage *x = &st[k * nopt + way[k]];
+      double t = layers[k] * x->tb + x->extra;
+      if (t > wt) wt = t, w = k;
+    }
+    if (w < 0) return false;
+    layers[w]--;
+    total--;
+  }
+  for (int k = 0; k < pp; k++)
+    if (layers[k] == 0 && !(k == 0 && s->head_end > 0) && k != pp - 1) return false;
+  /* each stage's fastest way for the blocks it holds */
+  double tmax = 0, mem_max = 0, weights_max = 0, sync = 0, opt_time = 0;
+  bool same = true;
+  for (int k = 0; k < pp; k++) {
+    double bt = -1;
+    for (int j = 0; j < nopt; j++) {
+      const nustage *x = &st[k * nopt + j];
+      double t = layers[k] * x->tb + x->extra, mem = x->fixed + layers[k] * x->per;
+      if (sp->max_memory > 0 && mem > sp->max_memory) continue;
+      if (bt < 0 || t < bt) bt = t, way[k] = j;
+    }
+    if (bt < 0) return false;
+    same &= way[k] == way[0];
+    const nuopt *o = &opt[way[k]];
+    const nustage *x = &st[k * nopt + way[k]];
+    const parts *pt = o->pt;
+    if (bt > tmax) tmax = bt;
+    double mem = x->fixed + layers[k] * x->per;
+    if (mem > mem_max) mem_max = mem;
+    int z = c->zero;
+    double weights = layers[k] * weights_bytes(sp, pt->block.params, pt->block.param_elems, 0, z, o->dp, 1) +
+                     (k == 0 ? weights_bytes(sp, pt->head.params, pt->head.param_elems, 0, z, o->dp, 1) : 0) +
+                     (k == pp - 1 ? weights_bytes(sp, pt->tail.params, pt->tail.param_elems, 0, z, o->dp, 1) : 0);
+    if (weights > weights_max) weights_max = weights;
+    /* the stage's gradients summed over its dp replicas (tp apart), those
+     * of weights read whole by split operators over dp x tp */
+    double elems = layers[k] * pt->block.param_elems + (k == 0 ? pt->head.param_elems : 0) +
+                   (k == pp - 1 ? pt->tail.param_elems : 0);
+    double telems = o->tp < 2 ? 0 : layers[k] * pt->block.tpsum_elems + (k == 0 ? pt->head.tpsum_elems : 0) +
+                                    (k == pp - 1 ? pt->tail.tpsum_elems : 0);
+    double pbytes = layers[k] * pt->block.params + (k == 0 ? pt->head.params : 0) + (k == pp - 1 ? pt->tail.params : 0);
+    comm_kind kind = z == 0 ? COMM_ALL_REDUCE : COMM_REDUCE_SCATTER;
+    double ar = group_cost(sp, kind, (elems - telems) * sp->grad_b, o->dp, o->tp) +
+                group_cost(sp, kind, telems * sp->grad_b, o->dp * o->tp, 1);
+    double overlap = range_time(&pt->block) * layers[k] / 2;
+    double sk = ar > overlap ? ar - overlap : 0;
+    if (z == 1 || z == 2) sk += group_cost(sp, COMM_ALL_GATHER, pbytes, o->dp, o->tp);
+    if (sk > sync) sync = sk;
+    double step_bytes = elems / (z >= 1 ? o->dp : 1) * (sp->grad_b + 2 * sp->state_b + 2 * sp->param_b);
+    double ot = sp->symbolic ? step_bytes / SYM_MEM_BW : step_bytes / (sp->hw->mem_bw * sp->hw->memory_eff);
+    if (ot > opt_time) opt_time = ot;
+  }
+  if (same) return false;
+  c->analytic_time = (m + pp - 1) * tmax + sync + opt_time;
+  c->analytic_memory = (int64_t)mem_max;
+  c->analytic_weights = (int64_t)weights_max;
+  if (sp->max_memory > 0 && mem_max > sp->max_memory) return false;
+  /* the most common way gives the flat fields */
+  int mode = way[0], best_count = 0;
+  for (int k = 0; k < pp; k++) {
+    int n = 0;
+    for (int q = 0; q < pp; q++) n += way[q] == way[k];
+    if (n > best_count) best_count = n, mode = way[k];
+  }
+  c->tp = opt[mode].tp;
+  c->dp = opt[mode].dp;
+  c->micro_batch_size = opt[mode].mbs;
+  c->nonuniform = true;
+  c->nstages = pp;
+  c->stages = arena_alloc(a, sizeof(search_stage) * (size_t)pp);
+  c->op_split = arena_alloc(a, sizeof(char *) * (size_t)s->g->nops);
+  int l = 0;
+  for (int k = 0; k < pp; k++) {
+    search_stage *x = &c->stages[k];
+    const nuopt *o = &opt[way[k]];
+    x->layers = layers[k];
+    x->position = k;
+    x->tp = o->tp;
+    x->dp = o->dp;
+    x->micro_batch_size = o->mbs;
+    x->first_op = k == 0 ? 0 : s->block_start[l];
+    l += layers[k];
+    x->last_op = k == pp - 1 ? s->g->nops - 1 : s->block_start[l] - 1;
+    for (int op = x->first_op; op <= x->last_op; op++) {
+      const char *dim = parts_dim(s, o->pt, op);
+      c->op_split[op] = o->tp == 1 ? NULL : dim;
+      if (o->tp > 1 && s->seq && strcmp(dim, s->seq) == 0) c->sequence_parallel = true;
     }
   }
   return true;
@@ -418,6 +651,7 @@ static void default_space(sshape *s, int N, int dpn, arena *a, search_space *out
   for (int i = 0; i < 3; i++) out->recompute[i] = true;
   for (int i = 0; i < 4; i++) out->zero[i] = true;
   out->uneven = true;
+  out->nonuniform = true;
 }
 
 /* ---- the search ----------------------------------------------------------------- */
@@ -482,8 +716,10 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
         int mbs = spc.mbs.v[mi];
         if (mbs < 1 || Bsz % mbs) continue;
         arena_reset(&work);
-        parts pt = cost_parts(a, &s, &hw, o->symbolic, tp, cp, ep, mbs);
-        if (!pt.ok) continue;
+        parts pts[2];
+        int npt = cost_parts_all(a, &s, &hw, o->symbolic, tp, cp, ep, mbs, pts);
+        for (int vi = 0; vi < npt && !failed; vi++) {
+        const parts pt = pts[vi];
         for (int pi = 0; pi < spc.pp.n && !failed; pi++) {
           int pp = spc.pp.v[pi];
           if (pp < 1 || (N / tp / cp / ep) % pp) continue;
@@ -515,15 +751,9 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
                 /* the operators' tensor-parallel dimensions */
                 c.op_split = arena_alloc(a, sizeof(char *) * (size_t)g->nops);
                 for (int op = 0; op < g->nops; op++) {
-                  const rangecost *r;
-                  int i;
-                  if (s.layers == 0) r = &pt.head, i = op;
-                  else if (op < s.head_end) r = &pt.head, i = op;
-                  else if (op >= s.tail_start) r = &pt.tail, i = op - s.tail_start;
-                  else r = &pt.block, i = (op - s.head_end) % s.block_ops;
-                  const opcfg *x = &r->cfgs[i][r->cfg[i]];
-                  c.op_split[op] = tp == 1 ? NULL : x->dim ? x->dim : "";
-                  if (tp > 1 && x->dim && s.seq && strcmp(x->dim, s.seq) == 0) c.sequence_parallel = true;
+                  const char *dim = parts_dim(&s, &pt, op);
+                  c.op_split[op] = tp == 1 ? NULL : dim;
+                  if (tp > 1 && s.seq && strcmp(dim, s.seq) == 0) c.sequence_parallel = true;
                 }
                 c.rank = c.analytic_time;
                 if (hk && hk->prune) {
@@ -540,12 +770,82 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
             }
           }
         }
+        }
         if (o->time_limit > 0 && now() - t0 > o->time_limit) out_of_time = true;
         double best = 0;
         for (int i = 0; i < ncand; i++)
           if (best == 0 || cands[i].analytic_time < best) best = cands[i].analytic_time;
         report(o, searched, pruned, best, t0, "search");
       }
+    }
+  }
+  /* pipelines whose stages have meshes of their own shapes: stage k of pp
+   * on D = N / pp devices of its own, inside a node or on whole nodes,
+   * as [dp_k, tp_k]; the same micro-batches in every stage */
+  if (spc.nonuniform && !failed && !out_of_time && s.layers > 1) {
+    int ntp = spc.tp.n, nmb = spc.mbs.n;
+    parts *tab = arena_alloc(a, sizeof(parts) * (size_t)(ntp * nmb + 1));
+    bool *have = arena_alloc(a, sizeof(bool) * (size_t)(ntp * nmb + 1));
+    nuopt *opt = arena_alloc(a, sizeof(nuopt) * (size_t)(ntp + 1));
+    for (int pi = 0; pi < spc.pp.n && !failed && !out_of_time; pi++) {
+      int pp = spc.pp.v[pi];
+      if (pp < 2 || pp > s.layers || N % pp) continue;
+      int D = N / pp;
+      if (!((D <= dpn && dpn % D == 0) || D % dpn == 0)) continue;
+      for (int64_t m = 1; m <= Bsz && m <= 4096 && !failed; m++) {
+        if (Bsz % m || m < 1) continue;
+        for (int si = 0; si < nsched && !failed; si++) {
+          if (vs[si] != 1) continue;
+          for (int rc = 0; rc < 3 && !failed; rc++) {
+            if (!spc.recompute[rc]) continue;
+            for (int z = 0; z <= 2 && !failed; z++) {
+              if (!spc.zero[z]) continue;
+              int nopt = 0;
+              for (int ti = 0; ti < ntp; ti++) {
+                int tp = spc.tp.v[ti];
+                if (tp < 1 || D % tp) continue;
+                int dp = D / tp;
+                if ((z > 0 && dp < 2) || Bsz % (m * dp)) continue;
+                int mbs = (int)(Bsz / (m * dp)), mi = 0;
+                while (mi < nmb && spc.mbs.v[mi] != mbs) mi++;
+                if (mi == nmb) continue;
+                if (!have[ti * nmb + mi]) {
+                  /* a parameter that stages of different meshes read (an
+                   * embedding tied to the head) is read whole by each: its
+                   * gradients, summed across the stages, then have one
+                   * layout */
+                  s.tied_whole = true;
+                  tab[ti * nmb + mi] = cost_parts(a, &s, &hw, o->symbolic, tp, 1, 1, mbs);
+                  s.tied_whole = false;
+                  have[ti * nmb + mi] = true;
+                }
+                if (!tab[ti * nmb + mi].ok) continue;
+                opt[nopt++] = (nuopt){tp, dp, mbs, &tab[ti * nmb + mi]};
+              }
+              if (nopt < 2) continue;
+              searched++;
+              search_plan c = {.pp = pp, .cp = 1, .ep = 1, .micro_batches = (int)m, .schedule = scheds[si],
+                               .interleave = 1, .recompute = rc, .zero = z, .bucket_bytes = PLAN_DEFAULT_BUCKET};
+              if (!cost_nonuniform(&sp, opt, nopt, &c, a)) {
+                pruned++;
+                continue;
+              }
+              c.rank = c.analytic_time;
+              if (hk && hk->prune) {
+                int keep = hk->prune(hk->ctx, &c);
+                if (keep < 0) failed = true;
+                if (keep <= 0) {
+                  pruned++, dropped++;
+                  continue;
+                }
+              }
+              arena_grow(a, (void **)&cands, &ccap, ncand + 1, sizeof(search_plan));
+              cands[ncand++] = c;
+            }
+          }
+        }
+      }
+      if (o->time_limit > 0 && now() - t0 > o->time_limit) out_of_time = true;
     }
   }
   s.cp = 1;

@@ -38,6 +38,12 @@ typedef struct opcfg {
   double params;          /* bytes of the parameters it is the first to read, per device */
   double param_elems;     /* their elements per device */
   double xparam_elems;    /* of which experts' (split over ep, summed over dp only) */
+  double tpsum_elems;     /* of which whole on every member of the tensor-parallel group
+                           * while the operator is split: their gradients are partial
+                           * sums, summed over the group with the replicas' */
+  double tpsum;           /* seconds (symbolic: units) of that sum, once a step: the
+                           * dynamic program weighs it, the stage's time leaves it to
+                           * the step's gradient sums */
 } opcfg;
 
 /* The model's shape, for one tensor-parallel degree and micro-batch size. */
@@ -56,6 +62,7 @@ typedef struct sshape {
   int *block_start;
   const char *block_name;
   bool *tied;             /* per tensor: a parameter more than one operator reads */
+  bool tied_whole;        /* tied parameters are read whole (tied_layout R only) */
   layout tied_layout;     /* how every reader of a tied parameter must read it
                            * (one layout for all of them: their gradients are
                            * then summed like those of one reader) */
@@ -73,6 +80,9 @@ typedef struct sshape {
   bool *expert_exit;      /* per op: an expert's operator that a non-expert one reads */
   int experts;            /* the experts' count (0: the model has none) */
   int ep;                 /* the degree the costs are for (1: none) */
+  double tpsum_weight;    /* how much the dynamic program weighs the sums over the
+                           * tensor-parallel group of the gradients of weights a
+                           * split operator reads whole (1: as the step pays them) */
   int head_end;           /* ops [0, head_end): before the blocks */
   int tail_start;         /* ops [tail_start, nops): after */
 } sshape;
@@ -93,6 +103,8 @@ typedef struct rangecost {
   double act[3];          /* bytes kept per micro-batch under recompute none, selective, full */
   double params, param_elems; /* per device */
   double xparam_elems;    /* of which experts' */
+  double tpsum_elems;     /* of which summed over the tensor-parallel group too */
+  double tpsum;           /* that sum's time, once a step (not in fwd, bwd) */
   double out_bytes;       /* the range's result per device per micro-batch (what a stage sends) */
   int *cfg;               /* per op of the range: the configuration chosen */
   opcfg **cfgs;           /* per op of the range: its configurations */

@@ -179,6 +179,7 @@ bool sshape_build(arena *a, const weft_graph *g, sshape *s, const char **why) {
       }
     }
   find_blocks(a, g, s);
+  s->tpsum_weight = 1;
   s->cp = 1;
   s->cp_idim = arena_alloc(a, sizeof(int) * (size_t)n);
   s->cp_ok = s->seq != NULL && g->nops > 0;
@@ -389,6 +390,11 @@ int op_configs(arena *a, const sshape *s, const hw_model *hw, bool symbolic, int
         x->params += pb;
         x->param_elems += part_numel(m, ext);
         if (s->expert[op]) x->xparam_elems += part_numel(m, ext);
+        if (c >= 0 && x->gin[k].kind == L_V) {
+          x->tpsum_elems += part_numel(m, ext);
+          double gb = part_numel(m, ext) * dtype_bytes[graph_grad_dtype(g, m->tensor)];
+          x->tpsum += relayout(hw, symbolic, (layout){L_V, 0, 0}, (layout){L_R, 0, 0}, gb, tp);
+        }
       }
     }
     bool ok = true;
@@ -465,7 +471,7 @@ double relayout(const hw_model *hw, bool symbolic, layout from, layout to, doubl
 typedef struct dpstate {
   int *live;              /* configurations, in the order of step.ops */
   double cost;
-  double act[3], recompute[3], params, param_elems, xparam_elems;
+  double act[3], recompute[3], params, param_elems, xparam_elems, tpsum_elems, tpsum;
   int parent;             /* in the previous step */
   int choice;             /* the configuration of this step's operator */
 } dpstate;
@@ -519,7 +525,7 @@ bool range_best(arena *a, const sshape *s, const hw_model *hw, bool symbolic, in
       const dpstate *ps = &prev->st[p];
       for (int c = 0; c < ncfg[i]; c++) {
         const opcfg *x = &cfgs[i][c];
-        double cost = x->fwd + x->bwd, fwdcomm = 0;
+        double cost = x->fwd + x->bwd + x->tpsum * s->tpsum_weight, fwdcomm = 0;
         for (int k = 0; k < o->ninputs; k++) {
           int pr = sh->producer_of_input[op * SEARCH_MAX_INPUTS + k];
           if (pr < 0) continue;  /* inputs and parameters are where they are read */
@@ -586,6 +592,8 @@ bool range_best(arena *a, const sshape *s, const hw_model *hw, bool symbolic, in
         ns->params = ps->params + x->params;
         ns->param_elems = ps->param_elems + x->param_elems;
         ns->xparam_elems = ps->xparam_elems + x->xparam_elems;
+        ns->tpsum_elems = ps->tpsum_elems + x->tpsum_elems;
+        ns->tpsum = ps->tpsum + x->tpsum;
       }
     }
     if (cur->n == 0) return false;
@@ -606,13 +614,15 @@ bool range_best(arena *a, const sshape *s, const hw_model *hw, bool symbolic, in
   for (int i = 0; i < nr; i++) fwd += cfgs[i][rc->cfg[i]].fwd, bwd += cfgs[i][rc->cfg[i]].bwd;
   /* communication split like the compute: half each way is close enough
    * for the pipeline's stages, which add both */
-  double comm = b->cost - fwd - bwd;
+  double comm = b->cost - fwd - bwd - b->tpsum * s->tpsum_weight;
   rc->fwd = fwd + comm / 2;
   rc->bwd = bwd + comm / 2;
   for (int r = 0; r < 3; r++) rc->act[r] = b->act[r], rc->recompute[r] = b->recompute[r];
   rc->params = b->params;
   rc->param_elems = b->param_elems;
   rc->xparam_elems = b->xparam_elems;
+  rc->tpsum_elems = b->tpsum_elems;
+  rc->tpsum = b->tpsum;
   /* the range's input, kept when everything else is recomputed */
   for (int i = 0; i < nr; i++) {
     const gop *o = &g->ops[lo + i];
