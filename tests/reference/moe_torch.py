@@ -25,6 +25,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
 import gpt2_torch as g2  # noqa: E402
 import st  # noqa: E402
 
@@ -158,33 +159,17 @@ def forward(torch, P, tokens, labels, cfg):
 
 
 def train(cfg, weights, inputs, steps, dtype="float32"):
-    torch = g2.import_torch()
-    tdtype = getattr(torch, dtype)
+    torch = common.import_torch("moe_torch")
     names = [name for name, _, _ in param_specs(cfg)]
-    P = {n: torch.tensor(np.asarray(weights[n]), dtype=tdtype, requires_grad=True) for n in names}
-    tokens = torch.from_numpy(np.asarray(inputs["tokens"]).astype(np.int64))
-    labels = torch.from_numpy(np.asarray(inputs["labels"]).astype(np.int64))
-    opt = g2.make_adamw(torch, [P[n] for n in names])
-    losses, norms = [], []
-    for _ in range(steps):
-        opt.zero_grad(set_to_none=True)
-        loss = forward(torch, P, tokens, labels, cfg)
-        loss.backward()
-        losses.append(float(loss.detach()))
-        norms.append(float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(P[n].grad) for n in names]))))
-        opt.step()
-    npdtype = np.dtype(dtype)
-    out = {n: P[n].detach().numpy().astype(npdtype) for n in names}
-    for key in ("exp_avg", "exp_avg_sq"):
-        for n in names:
-            out[f"optim.{key}.{n}"] = opt.state[P[n]][key].detach().numpy().astype(npdtype)
-    return out, losses, norms
+    batch = {k: inputs[k] for k in ("tokens", "labels")}
+    return common.train(torch, lambda P, b: forward(torch, P, b["tokens"], b["labels"], cfg), names, weights, batch,
+                        steps, g2.ADAM, dtype)
 
 
 def dropped(cfg, weights, inputs):
     """The share of the first layer's choices over capacity at the initial
     weights (the forward of weft's routing, for the suite to report)."""
-    torch = g2.import_torch()
+    torch = common.import_torch("moe_torch")
     P = {n: torch.tensor(np.asarray(weights[n])) for n, _, _ in param_specs(cfg)}
     tokens = torch.from_numpy(np.asarray(inputs["tokens"]).astype(np.int64))
     S = cfg.seq
@@ -230,12 +215,7 @@ def main(argv=None):
     p.add_argument("--inputs", required=True)
 
     p = sub.add_parser("train", help="AdamW steps on one batch")
-    p.add_argument("--weights", required=True)
-    p.add_argument("--inputs", required=True)
-    p.add_argument("--steps", type=int, required=True)
-    p.add_argument("--out", required=True)
-    p.add_argument("--json")
-    p.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+    common.add_train_args(p)
     p.add_argument("--capacity-factor", type=float, help="instead of the one the weights record")
     p.add_argument("--aux-loss", type=float, help="instead of the one the weights record")
 
@@ -243,11 +223,8 @@ def main(argv=None):
     p.add_argument("--weights", required=True)
     p.add_argument("--inputs", required=True)
 
-    sub.add_parser("compare", help="weft's results against the reference (gpt2_torch.py compare's options)")
+    common.add_compare_args(sub.add_parser("compare", help="weft's results against the reference"))
 
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["compare"]:
-        return g2.main(argv)
     args = ap.parse_args(argv)
     if args.cmd == "make-inputs":
         missing = [k for k in INT_FLAGS + FLOAT_FLAGS if getattr(args, k) is None]
@@ -259,11 +236,9 @@ def main(argv=None):
         st.save(args.weights, weights, meta)
         st.save(args.inputs, inputs, meta)
         return 0
-    try:
-        weights, wmeta = st.load(args.weights)
-        inputs, _ = st.load(args.inputs)
-    except (OSError, st.FormatError) as e:
-        raise SystemExit(f"moe_torch: {e}")
+    if args.cmd == "compare":
+        return common.compare(args)
+    (weights, wmeta), (inputs, _) = common.load_files("moe_torch", args.weights, args.inputs)
     conf = json.loads(wmeta["weft.config"])
     for k in FLOAT_FLAGS:
         if getattr(args, k, None) is not None:
@@ -272,14 +247,8 @@ def main(argv=None):
     if args.cmd == "dropped":
         print(f"{dropped(cfg, weights, inputs):.4f}")
         return 0
-    out, losses, norms = train(cfg, weights, inputs, args.steps, args.dtype)
-    st.save(args.out, out, {"weft.config": json.dumps(cfg.as_dict()), "weft.steps": str(args.steps)})
-    doc = {"steps": [{"step": i + 1, "loss": l, "grad_norm": gn} for i, (l, gn) in enumerate(zip(losses, norms))]}
-    text = json.dumps(doc)
-    print(text)
-    if args.json:
-        with open(args.json, "w") as f:
-            f.write(text + "\n")
+    out, losses, stats = train(cfg, weights, inputs, args.steps, args.dtype)
+    common.write_results(args, out, losses, stats, {"weft.config": json.dumps(cfg.as_dict()), "weft.steps": str(args.steps)})
     return 0
 
 

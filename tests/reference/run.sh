@@ -146,7 +146,7 @@ fi
 # other capacity.
 MOE="--layers 2 --hidden 64 --heads 4 --seq 16 --vocab 128 --batch 8 --experts 8 --top-k 2 --ffn 128 --aux-loss 0.01"
 if [ "$BACKEND" != cpu ]; then
-  echo "reference: moe skipped on $BACKEND (only the CPU backend has the MoE operators' kernels)"
+  echo "reference: moe and swin skipped on $BACKEND (only the CPU backend has their operators' kernels)"
   exit $fail
 fi
 for cf in 0.5 4; do
@@ -160,6 +160,9 @@ for cf in 0.5 4; do
          --dtype float64 --out "$tmp/ref64-moe$cf.safetensors" --json "$tmp/ref64-moe$cf.json" >>"$tmp/moe.log" 2>&1 ||
      ! "$PY" "$here/moe_torch.py" train --weights "$m-w.safetensors" --inputs "$m-i.safetensors" --steps $STEPS \
          --aux-loss 0 --out "$tmp/ref-moe$cf-noaux.safetensors" --json "$tmp/ref-moe$cf-noaux.json" >>"$tmp/moe.log" 2>&1 ||
+     ! "$PY" "$here/moe_torch.py" train --weights "$m-w.safetensors" --inputs "$m-i.safetensors" --steps $STEPS \
+         --aux-loss 0 --dtype float64 --out "$tmp/ref64-moe$cf-noaux.safetensors" --json "$tmp/ref64-moe$cf-noaux.json" \
+         >>"$tmp/moe.log" 2>&1 ||
      ! share=$("$PY" "$here/moe_torch.py" dropped --weights "$m-w.safetensors" --inputs "$m-i.safetensors" 2>>"$tmp/moe.log")
   then
     echo "reference: FAIL the PyTorch MoE reference did not run"
@@ -187,9 +190,8 @@ for cf in 0.5 4; do
   done
 done
 # the comparison can tell: without the auxiliary loss, or with the other
-# capacity, torch's training is out of tolerance of weft's
-cp "$tmp/ref64-moe0.5.safetensors" "$tmp/ref64-moe0.5-noaux.safetensors"
-cp "$tmp/ref64-moe0.5.json" "$tmp/ref64-moe0.5-noaux.json"
+# capacity, torch's training is out of tolerance of weft's (each with the
+# tolerances of its own float64 run)
 for other in "moe0.5-noaux without the load-balancing loss" "moe4 with a capacity that drops nothing"; do
   set -- $other
   name=$1; shift
@@ -201,4 +203,75 @@ for other in "moe0.5-noaux without the load-balancing loss" "moe4 with a capacit
     echo "reference: $*, torch is $ratio tolerances away from weft's run"
   fi
 done
+
+# The Swin Transformer (swin_torch.py): examples/swin.plan's swin_small
+# trained 3 AdamW steps by PyTorch and by weft under its plans, from weft's
+# own initial parameters (`--steps 0 --save`; make-inputs perturbs the
+# biases and norms and scales the bias tables). Three stages (the third's
+# grid no larger than its window: one window, no shift) under `single`,
+# `megatron` and `coshard`; `windows` splits every stage's rows of windows
+# in two, so it runs the example's two stages. Torch's training with the
+# windows never shifted, without the relative position bias, or shifted
+# without the mask must be out of tolerance of weft's.
+swin_model() {  # TAG DEPTHS HEADS [VARIANT...]: weft's initial parameters, then ref-TAG and ref64-TAG (and -VARIANT)
+  tag=$1 depths=$2 heads=$3; shift 3
+  s="$tmp/$tag"
+  "$WEFT" run examples/swin.plan --plan single --set "depths=[$depths]" --set "heads=[$heads]" --steps 0 \
+       --save "$s-init.safetensors" >>"$tmp/swin.log" 2>&1 &&
+  "$PY" "$here/swin_torch.py" make-inputs --image 32 --patch 2 --channels 3 --embed 32 --depths "$depths" \
+       --heads "$heads" --window 4 --mlp-ratio 4 --classes 10 --batch 4 --seed 3 --init "$s-init.safetensors" \
+       --weights "$s-w.safetensors" --inputs "$s-i.safetensors" >>"$tmp/swin.log" 2>&1 || return 1
+  for variant in "" "$@"; do
+    for dtype in float32 float64; do
+      out=ref$([ $dtype = float64 ] && echo 64)-$tag${variant:+-$variant}
+      "$PY" "$here/swin_torch.py" train --weights "$s-w.safetensors" --inputs "$s-i.safetensors" --steps $STEPS \
+           ${variant:+--variant $variant} --dtype $dtype --out "$tmp/$out.safetensors" --json "$tmp/$out.json" \
+           >>"$tmp/swin.log" 2>&1 || return 1
+    done
+  done
+}
+: >"$tmp/swin.log"
+if ! swin_model swin 2,2,2 4,8,16 no-shift no-bias no-mask || ! swin_model swin2 2,2 4,8; then
+  echo "reference: FAIL the PyTorch Swin reference did not run"
+  indent "$tmp/swin.log"
+  exit 1
+fi
+while read -r tag plan depths heads opts; do
+  label="swin $plan, depths [$depths]${opts:+ ($opts)}"
+  # shellcheck disable=SC2086
+  "$WEFT" run examples/swin.plan --plan $plan --set "depths=[$depths]" --set "heads=[$heads]" $opts \
+    --backend "$BACKEND" --load "$tmp/$tag-w.safetensors" --inputs "$tmp/$tag-i.safetensors" --steps $STEPS \
+    --save "$tmp/$tag-$plan.safetensors" --json >"$tmp/$tag-$plan.json" 2>"$tmp/swin.err"
+  rc=$?
+  if [ $rc -ne 0 ]; then
+    echo "reference: $label on $BACKEND FAIL (weft run exited $rc)"
+    indent "$tmp/swin.err"
+    fail=1
+  elif compare "$tag-$plan" "$tag"; then
+    worst=$(sed -n 's/^compare: ok: .*; max rel err \([^ ]*\) .*; worst error\/tolerance \([^ ]*\) .*/\1, at most \2 of a tolerance/p' "$tmp/$tag-$plan.cmp")
+    echo "reference: $label on $BACKEND ok (max rel err $worst)"
+  else
+    echo "reference: $label on $BACKEND FAIL (weft's numerics differ from PyTorch's)"
+    indent "$tmp/$tag-$plan.cmp"
+    fail=1
+  fi
+done <<EOF
+swin single 2,2,2 4,8,16
+swin megatron 2,2,2 4,8,16 --set tp=2
+swin coshard 2,2,2 4,8,16 --set tp=2 --set parts=4
+swin2 windows 2,2 4,8
+EOF
+for other in "no-shift with the windows never shifted" "no-bias without the relative position bias" \
+             "no-mask with shifted windows but no mask"; do
+  set -- $other
+  name=$1; shift
+  if compare swin-single "swin-$name"; then
+    echo "reference: FAIL weft's Swin run matches torch's $*: the comparison cannot see it"
+    fail=1
+  else
+    ratio=$(sed -n 's/^compare: FAIL: .*; worst error\/tolerance \([^ ]*\) .*/\1/p' "$tmp/swin-single.cmp")
+    echo "reference: swin $*, torch is $ratio tolerances away from weft's run"
+  fi
+done
 exit $fail
+
