@@ -57,6 +57,7 @@ static pcomm *comm_add(arena *a, weft_plan *p, comm_kind kind, int tensor, comm_
   cm->input = -1;
   cm->region = *r;
   cm->parts = NULL;
+  cm->from = NULL;
   cm->dir = DIR_FORWARD;
   cm->mb = -1;
   int64_t b = region_bytes(p, tensor, phase, r);
@@ -71,12 +72,16 @@ static pcomm *comm_add(arena *a, weft_plan *p, comm_kind kind, int tensor, comm_
   return cm;
 }
 
-/* The key of a sub-operator's coordinates on its value (V) levels. */
+/* The key of a sub-operator's coordinates on its value (V) levels; a
+ * reduction split into one part leaves complete values (-1). */
 static int64_t partial_key(const popplan *pp, const psub *s) {
   int64_t key = 0;
   bool any = false;
   for (int i = 0; i < pp->nsplits; i++)
-    if (pp->splits[i].kind == SPLIT_VALUE) { key = key * pp->splits[i].parts + s->coord[i]; any = true; }
+    if (pp->splits[i].kind == SPLIT_VALUE && pp->splits[i].parts > 1) {
+      key = key * pp->splits[i].parts + s->coord[i];
+      any = true;
+    }
   return any ? key : -1;
 }
 
@@ -1523,6 +1528,8 @@ static bool grads_sum_pieces(arena *a, arena *s, weft_plan *p, int t, int prod, 
             pcomm *cm = comm_add(a, p, COMM_SEND, t, PHASE_BACKWARD, pair, 2, &rr);
             cm->src = src;
             cm->dst = d;
+            cm->from = arena_alloc(a, sizeof(tregion));
+            *cm->from = tregion_copy(a, rq);
             cm->consumer_op = prod;
             cm->why = "its consumers' gradients come back in different layouts; the producer sums the pieces";
           }
@@ -1727,14 +1734,40 @@ static void reduce_activation_grads(arena *a, arena *s, weft_plan *p, const trea
       if (!any_missing) continue;
       tregion r = tregion_copy(a, &need);
       if (nk > 1 && exact) {
-        /* parts of a sum on several devices: one reduction per set of copies */
+        /* parts of a sum on several devices: one reduction per set of
+         * copies. The keys held on the fewest devices pair by rank; a key
+         * held on more (a consumer replicated where the others are split,
+         * each copy with the whole of its part) is given by the first
+         * member that holds it, and the other members holding it leave
+         * their copy out of the sum */
         int *grp = arena_alloc(s, sizeof(int) * (size_t)nk);
+        int *omit = arena_alloc(s, sizeof(int) * 2 * (size_t)ni);
         for (int j = 0; j < copies; j++) {
-          for (int q = 0; q < nk; q++) grp[q] = devs[q][j];
-          int ng = distinct(grp, nk);
+          int ng = 0, nomit = 0;
+          for (int q = 0; q < nk; q++)
+            if (ndev[q] == copies) grp[ng++] = devs[q][j];
+          int nbase = ng = distinct(grp, ng);
+          for (int q = 0; q < nk; q++) {
+            if (ndev[q] == copies) continue;
+            bool given = false;
+            for (int e = 0; e < ndev[q]; e++) {
+              if (member_of(grp, nbase, devs[q][e]) < 0) continue;
+              if (given) omit[2 * nomit] = devs[q][e], omit[2 * nomit++ + 1] = (int)(keys[q] >> 32);
+              given = true;
+            }
+            if (!given) grp[ng++] = devs[q][j];
+          }
+          ng = distinct(grp, ng);
           if (ng < 2) continue;
           pcomm *cm = comm_add(a, p, COMM_ALL_REDUCE, t, PHASE_BACKWARD, grp, ng, &r);
           cm->why = "its consumers' gradients are parts of a sum on several devices";
+          if (nomit) {
+            cm->nomit = nomit;
+            cm->omit = arena_alloc(a, sizeof(int) * 2 * (size_t)nomit);
+            memcpy(cm->omit, omit, sizeof(int) * 2 * (size_t)nomit);
+            cm->why = "its consumers' gradients are parts of a sum on several devices; a replicated consumer's "
+                      "copies add theirs once";
+          }
           cm->consumer_op = prod;
           for (int w = 0; w < nn; w++)
             for (int q = 0; q < ng; q++)
