@@ -1544,6 +1544,19 @@ static bool grads_sum_pieces(arena *a, arena *s, weft_plan *p, int t, int prod, 
   return true;
 }
 
+/* Whether the consumers of the keys keys[0..nk) (grad_contributions: the
+ * operator in the high bits) lie in more than one pipeline stage. */
+static bool across_stages(const weft_plan *p, const int64_t *keys, int nk) {
+  int stage = -1;
+  for (int r = 0; r < nk; r++) {
+    int st = p->ops[keys[r] >> 32].stage;
+    if (st < 0) continue;
+    if (stage >= 0 && st != stage) return true;
+    stage = st;
+  }
+  return false;
+}
+
 /* Every consumer of an activation sends back the gradient of what it read;
  * the producer's sub-operators need the sum over consumers (and over the
  * parts of each consumer split along dimensions the activation lacks) for
@@ -1718,6 +1731,15 @@ static void reduce_activation_grads(arena *a, arena *s, weft_plan *p, const trea
         regrouped = true;
         continue;
       }
+      /* consumers in different pipeline stages (a residual that skips a
+       * stage, an encoder's output read by several decoder stages): an
+       * all-reduce among them would join blocks that the schedule runs at
+       * different times on each device, and a member would wait there
+       * before the sends another member waits for. Their parts go to the
+       * producers, which add them */
+      if (exact && nk > 1 && across_stages(p, keys, nk) &&
+          grads_sum_pieces(a, s, p, t, prod, &need, needdevs, nn, &contrib, idx, ni))
+        continue;
       /* a device that holds every key sums in place */
       for (int w = 0; w < nn; w++) {
         int d = needdevs[w];
