@@ -1471,7 +1471,8 @@ static bool holds_key(const pieces *contrib, const int *idx, int ni, int64_t k, 
 }
 
 /* Consumers whose gradients meet the region a producer wrote in different
- * layouts (one split along the sequence, another replicated): every
+ * layouts (one split along the sequence, another replicated), or lie in
+ * different pipeline stages (why says which): every
  * producer device gets, for each region of the pieces that meet its own,
  * what it lacks of that region's sum. A device holds one buffer per region,
  * the sum of the consumers it runs there, so the senders are chosen, the
@@ -1479,7 +1480,8 @@ static bool holds_key(const pieces *contrib, const int *idx, int ni, int64_t k, 
  * what it holds of its region (p->sum_grads marks the tensor for lowering).
  * False, adding nothing, when some device cannot be served so. */
 static bool grads_sum_pieces(arena *a, arena *s, weft_plan *p, int t, int prod, const tregion *need,
-                             const int *needdevs, int nn, const pieces *contrib, const int *idx, int ni) {
+                             const int *needdevs, int nn, const pieces *contrib, const int *idx, int ni,
+                             const char *why) {
   int64_t *keys = arena_alloc(s, sizeof(int64_t) * (size_t)(ni ? ni : 1));
   bool *got = arena_alloc(s, (size_t)(ni ? ni : 1));
   int *cand = arena_alloc(s, sizeof(int) * (size_t)(ni ? ni : 1));
@@ -1528,10 +1530,12 @@ static bool grads_sum_pieces(arena *a, arena *s, weft_plan *p, int t, int prod, 
             pcomm *cm = comm_add(a, p, COMM_SEND, t, PHASE_BACKWARD, pair, 2, &rr);
             cm->src = src;
             cm->dst = d;
+            /* from the buffer of region rq: the sender may hold a larger
+             * one that contains x too (another consumer's) */
             cm->from = arena_alloc(a, sizeof(tregion));
             *cm->from = tregion_copy(a, rq);
             cm->consumer_op = prod;
-            cm->why = "its consumers' gradients come back in different layouts; the producer sums the pieces";
+            cm->why = why;
           }
         if (left) return false;
       }
@@ -1625,7 +1629,9 @@ static void reduce_activation_grads(arena *a, arena *s, weft_plan *p, const trea
         int nm = sweep_find(&csweep, &need, idx);
         bool other = false;
         for (int q = 0; q < nm && !other; q++) other = !tregion_equal(&contrib.v[idx[q]].region, &need);
-        if (other && grads_sum_pieces(a, s, p, t, prod, &need, needdevs, nn, &contrib, idx, nm)) continue;
+        if (other && grads_sum_pieces(a, s, p, t, prod, &need, needdevs, nn, &contrib, idx, nm,
+                                      "its consumers' gradients come back in different layouts; the producer sums the pieces"))
+          continue;
         /* else as before: the consumers whose gradient is the region */
         for (int q = region_index_find(&cx, &need), w = 0; q >= 0; q = cx.next[q]) idx[w++] = q;
       }
@@ -1738,7 +1744,9 @@ static void reduce_activation_grads(arena *a, arena *s, weft_plan *p, const trea
        * before the sends another member waits for. Their parts go to the
        * producers, which add them */
       if (exact && nk > 1 && across_stages(p, keys, nk) &&
-          grads_sum_pieces(a, s, p, t, prod, &need, needdevs, nn, &contrib, idx, ni))
+          grads_sum_pieces(a, s, p, t, prod, &need, needdevs, nn, &contrib, idx, ni,
+                           "its consumers are in different pipeline stages: each stage's part of the gradient goes "
+                           "to the producer, which sums them"))
         continue;
       /* a device that holds every key sums in place */
       for (int w = 0; w < nn; w++) {
