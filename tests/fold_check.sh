@@ -145,6 +145,7 @@ S=tests/golden/explain/grads_across_stages.plan
 for v in rep k; do
   compare "value projection $v, cp 2 tp 2 dp 2" $R --set "v=\"$v\"" --set dp=2
   check_reps "value projection $v, cp 2 tp 2 dp 2 (replicas)" $R --set "v=\"$v\"" --set dp=2
+  check_reps "value projection $v, sequence parallel, cp 2 tp 2 dp 2 (replicas)" $R --set "v=\"$v\"" --set sp=true --set dp=2
 done
 device_eq "value projection replicated, device 5 (leaves its copy out)" 5 $R --set 'v="rep"' --set dp=2
 compare "gradient read in two stages, tp 2 dp 2" $S --plan skip_tp --set dp=2

@@ -83,6 +83,8 @@ R=tests/golden/explain/grads_replicated_consumer.plan
 run_ok "llama cp2 tp2, value projection replicated over tp" $R --set 'v="rep"' --steps 2
 run_ok "llama cp2 tp2, value projection split along its input" $R --set 'v="k"' --steps 2
 run_ok "llama cp2, value projection split along its input into one part" $R --set 'v="k"' --set tp=1 --steps 2
+run_ok "llama cp2 tp2 dp2, sequence parallel, value projection replicated over tp" $R --set 'v="rep"' --set sp=true --set dp=2 --steps 2
+run_ok "llama cp2 tp2, sequence parallel, value projection split along its input" $R --set 'v="k"' --set sp=true --steps 2
 # consumers of an activation in different pipeline stages send their parts
 # of its gradient to the producer
 for p in skip skip_tp t5_cross; do

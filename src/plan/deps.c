@@ -1598,6 +1598,7 @@ static void reduce_activation_grads(arena *a, arena *s, weft_plan *p, const trea
     int mixed = -1;          /* some contribution's region is no producer's: unknown yet */
     bool regrouped = false;  /* gradients sent piece by piece to another layout */
     bool *reduced = NULL;    /* contributions summed by grads_reduce_regions */
+    bool *omitted = NULL;    /* copies of a replicated consumer's contribution left out */
     VEC(int) sendmb = {0};  /* per comm from first_t: its micro-batch */
     for (int i = 0; i < pp->count; i++) {
       if (done[i]) continue;
@@ -1651,6 +1652,34 @@ static void reduce_activation_grads(arena *a, arena *s, weft_plan *p, const trea
         if (r == nk) { keys[nk] = k; ndev[nk] = 0; devs[nk] = arena_alloc(s, sizeof(int) * (size_t)ni); nk++; }
         devs[r][ndev[r]++] = contrib.v[idx[q]].device;
       }
+      /* a consumer replicated beside split ones (whose gradients come back
+       * split otherwise than the producers wrote them), each copy with the
+       * whole of its part: the first copy gives it and the devices of the
+       * others leave theirs out (attached below to the communication made
+       * for the tensor) */
+      if (!exact && nk > 1) {
+        int w = 0;
+        for (int q = 0; q < ni; q++) {
+          const piece *pc = &contrib.v[idx[q]];
+          bool copy = false;
+          for (int e = 0; e < w && !copy; e++) {
+            const piece *o = &contrib.v[idx[e]];
+            copy = o->partial == pc->partial && o->device != pc->device && tregion_equal(&o->region, &pc->region);
+          }
+          if (!copy) { idx[w++] = idx[q]; continue; }
+          if (!omitted) omitted = arena_alloc(s, (size_t)contrib.n);
+          omitted[idx[q]] = true;
+        }
+        if (w < ni) {
+          ni = w;
+          for (int r = 0; r < nk; r++) ndev[r] = 0;
+          for (int q = 0; q < ni; q++) {
+            int r;
+            for (r = 0; r < nk && keys[r] != contrib.v[idx[q]].partial; r++) {}
+            devs[r][ndev[r]++] = contrib.v[idx[q]].device;
+          }
+        }
+      }
       int copies = -1;
       for (int r = 0; r < nk; r++) {
         ndev[r] = distinct(devs[r], ndev[r]);
@@ -1698,6 +1727,12 @@ static void reduce_activation_grads(arena *a, arena *s, weft_plan *p, const trea
         if (!reduced) reduced = arena_alloc(s, (size_t)contrib.n);
         if (grads_reduce_regions(a, s, p, t, prod, &contrib, idx, ni, nk, reduced)) nk = 1;
       }
+      /* partial sums of some consumers beside others' pieces (one split
+       * along its input's features): each producer sums the pieces */
+      if (!exact && nk > 1 &&
+          grads_sum_pieces(a, s, p, t, prod, &need, needdevs, nn, &contrib, idx, ni,
+                           "its consumers' gradients come back in different layouts; the producer sums the pieces"))
+        continue;
       /* complete gradients split otherwise than the producers wrote them
        * (attention by heads after a sequence split): each producer gets the
        * pieces that meet its region, from one holder each */
@@ -1858,6 +1893,23 @@ static void reduce_activation_grads(arena *a, arena *s, weft_plan *p, const trea
         }
       }
       regroup_sends(p, first_t, NULL);
+    }
+    /* the copies left out: named on the communication of the tensor that
+     * meets each, where the lowering looks for them */
+    for (int q = 0; omitted && q < contrib.n; q++) {
+      if (!omitted[q]) continue;
+      const piece *pc = &contrib.v[q];
+      for (int c = first_t; c < p->ncomms; c++) {
+        pcomm *cm = &p->comms[c];
+        if (!tregion_overlaps(&cm->region, &pc->region)) continue;
+        int *o = arena_alloc(a, sizeof(int) * 2 * (size_t)(cm->nomit + 1));
+        if (cm->nomit) memcpy(o, cm->omit, sizeof(int) * 2 * (size_t)cm->nomit);
+        o[2 * cm->nomit] = pc->device;
+        o[2 * cm->nomit + 1] = (int)(pc->partial >> 32);
+        cm->omit = o;
+        cm->nomit++;
+        break;
+      }
     }
   }
 }
