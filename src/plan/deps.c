@@ -1657,7 +1657,13 @@ static void reduce_activation_grads(arena *a, arena *s, weft_plan *p, const trea
        * whole of its part: the first copy gives it and the devices of the
        * others leave theirs out (attached below to the communication made
        * for the tensor) */
-      if (!exact && nk > 1) {
+      bool alike_holders = true;  /* every key on the same devices: nothing is summed across them */
+      for (int r = 1; r < nk && alike_holders; r++) {
+        int n0 = distinct(devs[0], ndev[0]), nr = distinct(devs[r], ndev[r]);
+        ndev[0] = n0, ndev[r] = nr;
+        alike_holders = n0 == nr && memcmp(devs[0], devs[r], sizeof(int) * (size_t)n0) == 0;
+      }
+      if (!exact && nk > 1 && !alike_holders) {
         int w = 0;
         for (int q = 0; q < ni; q++) {
           const piece *pc = &contrib.v[idx[q]];
