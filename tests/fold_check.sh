@@ -137,6 +137,19 @@ device_eq "megatron bf16 zero 1, dp 3 (uneven parts), device 5" 5 $M --set dtype
 device_eq "gpt2 ulysses, device 2" 2 examples/gpt2.plan --plan ulysses
 device_eq "llama megatron 6 layers in 4 stages, device 5" 5 examples/llama_megatron.plan --set layers=6 --set pp=4 --set dp=1
 device_eq "scatter-gather across nodes, dp 2, device 6" 6 tests/golden/explain/stage_scatter_gather.plan --set nodes=4 --set dp=2
+# a replicated consumer's copies left out of an all-reduce (pcomm.omit), a
+# gradient's pieces sent from their own buffers (pcomm.from), and the parts
+# of a gradient read in two pipeline stages sent to the producer
+R=tests/golden/explain/grads_replicated_consumer.plan
+S=tests/golden/explain/grads_across_stages.plan
+for v in rep k; do
+  compare "value projection $v, cp 2 tp 2 dp 2" $R --set "v=\"$v\"" --set dp=2
+  check_reps "value projection $v, cp 2 tp 2 dp 2 (replicas)" $R --set "v=\"$v\"" --set dp=2
+  check_reps "value projection $v, sequence parallel, cp 2 tp 2 dp 2 (replicas)" $R --set "v=\"$v\"" --set sp=true --set dp=2
+done
+device_eq "value projection replicated, device 5 (leaves its copy out)" 5 $R --set 'v="rep"' --set dp=2
+compare "gradient read in two stages, tp 2 dp 2" $S --plan skip_tp --set dp=2
+check_reps "gradients read in two stages, tp 2 dp 2 (replicas)" $S --set dp=2
 export WEFT_FOLD=always
 check_reps "megatron interleaved, tp 2 pp 2 dp 2, 16 micro-batches (replicas, folded)" $M --set interleave=2 --set layers=8 --set micro_batch=1 --set global_batch=32
 check_reps "gpt2 (replicas, folded)" examples/gpt2.plan

@@ -84,6 +84,19 @@ run_ok "tied parameter on uneven copies" tests/golden/plan/tied_uneven.plan --st
 # sums the pieces of its gradient
 for p in norm_seq gate_seq; do run_ok "llama $p: gradients in different layouts" tests/golden/explain/grads_mixed_layouts.plan \
   --plan $p --steps 2; done
+# a replicated consumer beside split ones: its copies count once in the
+# all-reduce of the others' partial sums; a consumer split along its
+# input's hidden dimension gives pieces each sent from its own buffer
+R=tests/golden/explain/grads_replicated_consumer.plan
+run_ok "llama cp2 tp2, value projection replicated over tp" $R --set 'v="rep"' --steps 2
+run_ok "llama cp2 tp2, value projection split along its input" $R --set 'v="k"' --steps 2
+run_ok "llama cp2 tp2 dp2, sequence parallel, value projection replicated over tp" $R --set 'v="rep"' --set sp=true --set dp=2 --steps 2
+run_ok "llama cp2 tp2, sequence parallel, value projection split along its input" $R --set 'v="k"' --set sp=true --steps 2
+# consumers of an activation in different pipeline stages send their parts
+# of its gradient to the producer
+for p in skip skip_tp t5_cross; do
+  run_ok "gradient of an activation read in two stages: $p" tests/golden/explain/grads_across_stages.plan --plan $p --steps 2
+done
 run_ok "tp2 pp2 across nodes: scatter-gather between stages" tests/golden/explain/stage_scatter_gather.plan --steps 2
 run_ok "tp2 pp4 across nodes" tests/golden/explain/stage_scatter_gather.plan --set nodes=4 --set pp=4 --set layers=4 --steps 2
 run_ok "tp2 pp2 dp2 across nodes" tests/golden/explain/stage_scatter_gather.plan --set nodes=4 --set dp=2 --steps 2

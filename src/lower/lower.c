@@ -137,6 +137,10 @@ typedef struct lstate {
   int *tshift;            /* per tensor that moves with micro-batches: log2 of its step, -1 not a power of 2 */
   struct store *st;       /* the emitter's store, kept from device to device (emit_device) */
   rintern regs;           /* the distinct regions of sub-operators */
+  int *omit_start;        /* per device: its omissions (pcomm.omit) are
+                           * [omit_start[d], omit_start[d + 1]) of omit_op and
+                           * omit_comm; NULL when there are none */
+  int *omit_op, *omit_comm;
   int *stats;             /* per sub: the gathers of its statistics (pcomm.stats),
                            * forward then backward, -1; NULL when there are none */
   bool failed;
@@ -1777,6 +1781,43 @@ static void shards_share(emitter *E, const psub *s) {
   diag_hint(g, L->dg, "the shards gather each other's statistics of every row: place them on different devices");
 }
 
+/* The consumers whose gradient contributions devices leave out of an
+ * all-reduce (pcomm.omit: another member brings the same copy), by device. */
+static void omit_index(lstate *L) {
+  const weft_plan *p = L->p;
+  int n = 0;
+  for (int ci = 0; ci < p->ncomms; ci++) n += p->comms[ci].nomit;
+  L->omit_start = NULL;
+  if (!n) return;
+  L->omit_start = arena_alloc(L->a, sizeof(int) * (size_t)(p->ndevices + 1));
+  L->omit_op = arena_alloc(L->a, sizeof(int) * (size_t)n);
+  L->omit_comm = arena_alloc(L->a, sizeof(int) * (size_t)n);
+  memset(L->omit_start, 0, sizeof(int) * (size_t)(p->ndevices + 1));
+  for (int ci = 0; ci < p->ncomms; ci++)
+    for (int k = 0; k < p->comms[ci].nomit; k++) L->omit_start[p->comms[ci].omit[2 * k] + 1]++;
+  for (int d = 0; d < p->ndevices; d++) L->omit_start[d + 1] += L->omit_start[d];
+  int *fill = arena_alloc(&L->scratch, sizeof(int) * (size_t)p->ndevices);
+  memcpy(fill, L->omit_start, sizeof(int) * (size_t)p->ndevices);
+  for (int ci = 0; ci < p->ncomms; ci++)
+    for (int k = 0; k < p->comms[ci].nomit; k++) {
+      int at = fill[p->comms[ci].omit[2 * k]]++;
+      L->omit_op[at] = p->comms[ci].omit[2 * k + 1];
+      L->omit_comm[at] = ci;
+    }
+}
+
+/* Whether device d leaves op's gradient of region r of tensor t out: a
+ * copy of a replicated consumer whose part another member of the
+ * all-reduce brings. */
+static bool omits(const lstate *L, int d, int op, int t, const tregion *r) {
+  if (!L->omit_start) return false;
+  for (int i = L->omit_start[d]; i < L->omit_start[d + 1]; i++) {
+    const pcomm *cm = &L->p->comms[L->omit_comm[i]];
+    if (L->omit_op[i] == op && cm->tensor == t && tregion_overlaps(&cm->region, r)) return true;
+  }
+  return false;
+}
+
 static void emit_compute(emitter *E, const task *tk) {
   lstate *L = E->L;
   weft_plan *p = L->p;
@@ -1881,6 +1922,7 @@ static void emit_compute(emitter *E, const task *tk) {
     if (g->tensors[t].role == TENSOR_INPUT || !dtype_is_float(g->tensors[t].dtype)) continue;
     if (L->value_split[s->op] && !applies_arg(pp, s, m)) continue;
     const tregion *need = sub_region(L, tk->sub, k);
+    if (omits(L, E->d, s->op, t, need)) continue;
     bool param = g->tensors[t].role == TENSOR_PARAM;
     int b = -1;
     for (int i = *chain(E, t, need); i >= 0 && b < 0; i = E->st.h.v[i].next) {
@@ -1987,7 +2029,14 @@ static void emit_comm(emitter *E, int ci, int epoch) {
                    : cm->phase == PHASE_WEIGHTS ? LB_GRAD : LB_PARAM;
   if (cm->kind == COMM_SEND) {
     if (E->d == cm->src) {
-      int b = find_held(E, t, grad, &cm->region, grad ? -1 : 0, NULL);
+      int b = -1;
+      /* a piece of one consumer's gradient, beside another's that holds
+       * its region too: from the buffer of that consumer's region */
+      for (int i = cm->from ? *chain(E, t, cm->from) : -1; i >= 0 && b < 0; i = E->st.h.v[i].next) {
+        const held *h = &E->st.h.v[i];
+        if (h->live && h->grad == grad && same_region(&L->pr->bufs[h->buf].region, cm->from)) b = h->buf;
+      }
+      if (b < 0) b = find_held(E, t, grad, &cm->region, grad ? -1 : 0, NULL);
       if (b < 0) b = assemble(E, t, grad, &cm->region);
       if (b < 0) { comm_missing(E, cm, &cm->region); return; }
       lins *c = emit(E, LI_SEND);
@@ -2432,6 +2481,7 @@ weft_program *lower_plan(weft_plan *p, const lower_opts *o, arena *a, weft_diags
   for (int op = 0; op < g->nops; op++)
     for (int i = 0; i < p->ops[op].nsplits; i++) L.value_split[op] |= p->ops[op].splits[i].kind == SPLIT_VALUE;
   stats_index(&L);
+  omit_index(&L);
   make_tasks(&L, per_device);
   if (g->loss < 0)
     for (int d = 0; d < p->ndevices; d++) {

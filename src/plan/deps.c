@@ -57,6 +57,7 @@ static pcomm *comm_add(arena *a, weft_plan *p, comm_kind kind, int tensor, comm_
   cm->input = -1;
   cm->region = *r;
   cm->parts = NULL;
+  cm->from = NULL;
   cm->dir = DIR_FORWARD;
   cm->mb = -1;
   int64_t b = region_bytes(p, tensor, phase, r);
@@ -1466,7 +1467,8 @@ static bool holds_key(const pieces *contrib, const int *idx, int ni, int64_t k, 
 }
 
 /* Consumers whose gradients meet the region a producer wrote in different
- * layouts (one split along the sequence, another replicated): every
+ * layouts (one split along the sequence, another replicated), or lie in
+ * different pipeline stages (why says which): every
  * producer device gets, for each region of the pieces that meet its own,
  * what it lacks of that region's sum. A device holds one buffer per region,
  * the sum of the consumers it runs there, so the senders are chosen, the
@@ -1474,7 +1476,8 @@ static bool holds_key(const pieces *contrib, const int *idx, int ni, int64_t k, 
  * what it holds of its region (p->sum_grads marks the tensor for lowering).
  * False, adding nothing, when some device cannot be served so. */
 static bool grads_sum_pieces(arena *a, arena *s, weft_plan *p, int t, int prod, const tregion *need,
-                             const int *needdevs, int nn, const pieces *contrib, const int *idx, int ni) {
+                             const int *needdevs, int nn, const pieces *contrib, const int *idx, int ni,
+                             const char *why) {
   int64_t *keys = arena_alloc(s, sizeof(int64_t) * (size_t)(ni ? ni : 1));
   bool *got = arena_alloc(s, (size_t)(ni ? ni : 1));
   int *cand = arena_alloc(s, sizeof(int) * (size_t)(ni ? ni : 1));
@@ -1523,8 +1526,12 @@ static bool grads_sum_pieces(arena *a, arena *s, weft_plan *p, int t, int prod, 
             pcomm *cm = comm_add(a, p, COMM_SEND, t, PHASE_BACKWARD, pair, 2, &rr);
             cm->src = src;
             cm->dst = d;
+            /* from the buffer of region rq: the sender may hold a larger
+             * one that contains x too (another consumer's) */
+            cm->from = arena_alloc(a, sizeof(tregion));
+            *cm->from = tregion_copy(a, rq);
             cm->consumer_op = prod;
-            cm->why = "its consumers' gradients come back in different layouts; the producer sums the pieces";
+            cm->why = why;
           }
         if (left) return false;
       }
@@ -1535,6 +1542,19 @@ static bool grads_sum_pieces(arena *a, arena *s, weft_plan *p, int t, int prod, 
   }
   p->sum_grads[t] = true;
   return true;
+}
+
+/* Whether the consumers of the keys keys[0..nk) (grad_contributions: the
+ * operator in the high bits) lie in more than one pipeline stage. */
+static bool across_stages(const weft_plan *p, const int64_t *keys, int nk) {
+  int stage = -1;
+  for (int r = 0; r < nk; r++) {
+    int st = p->ops[keys[r] >> 32].stage;
+    if (st < 0) continue;
+    if (stage >= 0 && st != stage) return true;
+    stage = st;
+  }
+  return false;
 }
 
 /* Every consumer of an activation sends back the gradient of what it read;
@@ -1574,6 +1594,7 @@ static void reduce_activation_grads(arena *a, arena *s, weft_plan *p, const trea
     int mixed = -1;          /* some contribution's region is no producer's: unknown yet */
     bool regrouped = false;  /* gradients sent piece by piece to another layout */
     bool *reduced = NULL;    /* contributions summed by grads_reduce_regions */
+    bool *omitted = NULL;    /* copies of a replicated consumer's contribution left out */
     VEC(int) sendmb = {0};  /* per comm from first_t: its micro-batch */
     for (int i = 0; i < pp->count; i++) {
       if (done[i]) continue;
@@ -1605,7 +1626,9 @@ static void reduce_activation_grads(arena *a, arena *s, weft_plan *p, const trea
         int nm = sweep_find(&csweep, &need, idx);
         bool other = false;
         for (int q = 0; q < nm && !other; q++) other = !tregion_equal(&contrib.v[idx[q]].region, &need);
-        if (other && grads_sum_pieces(a, s, p, t, prod, &need, needdevs, nn, &contrib, idx, nm)) continue;
+        if (other && grads_sum_pieces(a, s, p, t, prod, &need, needdevs, nn, &contrib, idx, nm,
+                                      "its consumers' gradients come back in different layouts; the producer sums the pieces"))
+          continue;
         /* else as before: the consumers whose gradient is the region */
         for (int q = region_index_find(&cx, &need), w = 0; q >= 0; q = cx.next[q]) idx[w++] = q;
       }
@@ -1624,6 +1647,40 @@ static void reduce_activation_grads(arena *a, arena *s, weft_plan *p, const trea
         for (r = 0; r < nk && keys[r] != k; r++) {}
         if (r == nk) { keys[nk] = k; ndev[nk] = 0; devs[nk] = arena_alloc(s, sizeof(int) * (size_t)ni); nk++; }
         devs[r][ndev[r]++] = contrib.v[idx[q]].device;
+      }
+      /* a consumer replicated beside split ones (whose gradients come back
+       * split otherwise than the producers wrote them), each copy with the
+       * whole of its part: the first copy gives it and the devices of the
+       * others leave theirs out (attached below to the communication made
+       * for the tensor) */
+      bool alike_holders = true;  /* every key on the same devices: nothing is summed across them */
+      for (int r = 1; r < nk && alike_holders; r++) {
+        int n0 = distinct(devs[0], ndev[0]), nr = distinct(devs[r], ndev[r]);
+        ndev[0] = n0, ndev[r] = nr;
+        alike_holders = n0 == nr && memcmp(devs[0], devs[r], sizeof(int) * (size_t)n0) == 0;
+      }
+      if (!exact && nk > 1 && !alike_holders) {
+        int w = 0;
+        for (int q = 0; q < ni; q++) {
+          const piece *pc = &contrib.v[idx[q]];
+          bool copy = false;
+          for (int e = 0; e < w && !copy; e++) {
+            const piece *o = &contrib.v[idx[e]];
+            copy = o->partial == pc->partial && o->device != pc->device && tregion_equal(&o->region, &pc->region);
+          }
+          if (!copy) { idx[w++] = idx[q]; continue; }
+          if (!omitted) omitted = arena_alloc(s, (size_t)contrib.n);
+          omitted[idx[q]] = true;
+        }
+        if (w < ni) {
+          ni = w;
+          for (int r = 0; r < nk; r++) ndev[r] = 0;
+          for (int q = 0; q < ni; q++) {
+            int r;
+            for (r = 0; r < nk && keys[r] != contrib.v[idx[q]].partial; r++) {}
+            devs[r][ndev[r]++] = contrib.v[idx[q]].device;
+          }
+        }
       }
       int copies = -1;
       for (int r = 0; r < nk; r++) {
@@ -1672,6 +1729,12 @@ static void reduce_activation_grads(arena *a, arena *s, weft_plan *p, const trea
         if (!reduced) reduced = arena_alloc(s, (size_t)contrib.n);
         if (grads_reduce_regions(a, s, p, t, prod, &contrib, idx, ni, nk, reduced)) nk = 1;
       }
+      /* partial sums of some consumers beside others' pieces (one split
+       * along its input's features): each producer sums the pieces */
+      if (!exact && nk > 1 &&
+          grads_sum_pieces(a, s, p, t, prod, &need, needdevs, nn, &contrib, idx, ni,
+                           "its consumers' gradients come back in different layouts; the producer sums the pieces"))
+        continue;
       /* complete gradients split otherwise than the producers wrote them
        * (attention by heads after a sequence split): each producer gets the
        * pieces that meet its region, from one holder each */
@@ -1711,6 +1774,17 @@ static void reduce_activation_grads(arena *a, arena *s, weft_plan *p, const trea
         regrouped = true;
         continue;
       }
+      /* consumers in different pipeline stages (a residual that skips a
+       * stage, an encoder's output read by several decoder stages): an
+       * all-reduce among them would join blocks that the schedule runs at
+       * different times on each device, and a member would wait there
+       * before the sends another member waits for. Their parts go to the
+       * producers, which add them */
+      if (exact && nk > 1 && across_stages(p, keys, nk) &&
+          grads_sum_pieces(a, s, p, t, prod, &need, needdevs, nn, &contrib, idx, ni,
+                           "its consumers are in different pipeline stages: each stage's part of the gradient goes "
+                           "to the producer, which sums them"))
+        continue;
       /* a device that holds every key sums in place */
       for (int w = 0; w < nn; w++) {
         int d = needdevs[w];
@@ -1727,14 +1801,40 @@ static void reduce_activation_grads(arena *a, arena *s, weft_plan *p, const trea
       if (!any_missing) continue;
       tregion r = tregion_copy(a, &need);
       if (nk > 1 && exact) {
-        /* parts of a sum on several devices: one reduction per set of copies */
+        /* parts of a sum on several devices: one reduction per set of
+         * copies. The keys held on the fewest devices pair by rank; a key
+         * held on more (a consumer replicated where the others are split,
+         * each copy with the whole of its part) is given by the first
+         * member that holds it, and the other members holding it leave
+         * their copy out of the sum */
         int *grp = arena_alloc(s, sizeof(int) * (size_t)nk);
+        int *omit = arena_alloc(s, sizeof(int) * 2 * (size_t)ni);
         for (int j = 0; j < copies; j++) {
-          for (int q = 0; q < nk; q++) grp[q] = devs[q][j];
-          int ng = distinct(grp, nk);
+          int ng = 0, nomit = 0;
+          for (int q = 0; q < nk; q++)
+            if (ndev[q] == copies) grp[ng++] = devs[q][j];
+          int nbase = ng = distinct(grp, ng);
+          for (int q = 0; q < nk; q++) {
+            if (ndev[q] == copies) continue;
+            bool given = false;
+            for (int e = 0; e < ndev[q]; e++) {
+              if (member_of(grp, nbase, devs[q][e]) < 0) continue;
+              if (given) omit[2 * nomit] = devs[q][e], omit[2 * nomit++ + 1] = (int)(keys[q] >> 32);
+              given = true;
+            }
+            if (!given) grp[ng++] = devs[q][j];
+          }
+          ng = distinct(grp, ng);
           if (ng < 2) continue;
           pcomm *cm = comm_add(a, p, COMM_ALL_REDUCE, t, PHASE_BACKWARD, grp, ng, &r);
           cm->why = "its consumers' gradients are parts of a sum on several devices";
+          if (nomit) {
+            cm->nomit = nomit;
+            cm->omit = arena_alloc(a, sizeof(int) * 2 * (size_t)nomit);
+            memcpy(cm->omit, omit, sizeof(int) * 2 * (size_t)nomit);
+            cm->why = "its consumers' gradients are parts of a sum on several devices; a replicated consumer's "
+                      "copies add theirs once";
+          }
           cm->consumer_op = prod;
           for (int w = 0; w < nn; w++)
             for (int q = 0; q < ng; q++)
@@ -1795,6 +1895,23 @@ static void reduce_activation_grads(arena *a, arena *s, weft_plan *p, const trea
         }
       }
       regroup_sends(p, first_t, NULL);
+    }
+    /* the copies left out: named on the communication of the tensor that
+     * meets each, where the lowering looks for them */
+    for (int q = 0; omitted && q < contrib.n; q++) {
+      if (!omitted[q]) continue;
+      const piece *pc = &contrib.v[q];
+      for (int c = first_t; c < p->ncomms; c++) {
+        pcomm *cm = &p->comms[c];
+        if (!tregion_overlaps(&cm->region, &pc->region)) continue;
+        int *o = arena_alloc(a, sizeof(int) * 2 * (size_t)(cm->nomit + 1));
+        if (cm->nomit) memcpy(o, cm->omit, sizeof(int) * 2 * (size_t)cm->nomit);
+        o[2 * cm->nomit] = pc->device;
+        o[2 * cm->nomit + 1] = (int)(pc->partial >> 32);
+        cm->omit = o;
+        cm->nomit++;
+        break;
+      }
     }
   }
 }

@@ -162,6 +162,10 @@ void plan_unfold(arena *a, weft_plan *p, const bool *keep) {
           c->sources = arena_alloc(a, sizeof(tregion) * (size_t)cm->ngroup);
           for (int m = 0; m < cm->ngroup; m++) c->sources[m] = fold_shift(a, p, cm->tensor, &cm->sources[m], mb);
         }
+        if (cm->from) {
+          c->from = arena_alloc(a, sizeof(tregion));
+          *c->from = fold_shift(a, p, cm->tensor, cm->from, mb);
+        }
         if (cm->parts) {
           c->parts = arena_alloc(a, sizeof(tregion) * (size_t)cm->ngroup);
           for (int m = 0; m < cm->ngroup; m++) c->parts[m] = fold_shift(a, p, cm->tensor, &cm->parts[m], mb);
