@@ -789,8 +789,9 @@ static bool feed_scatter_gather(arena *a, arena *s, weft_plan *p, int tensor, co
 }
 
 /* Feeds input k of operator op from the producer's pieces. Regions live in
- * the scratch arena s; what a communication keeps is copied into a. */
-static void feed_edge(arena *a, arena *s, weft_plan *p, int op, int k, const pieces *have, sendset *ss) {
+ * the scratch arena s; what a communication keeps is copied into a. dhead
+ * has one entry per device, -1 on entry and again on return. */
+static void feed_edge(arena *a, arena *s, weft_plan *p, int op, int k, const pieces *have, sendset *ss, int *dhead) {
   arena_reset(s);
   int first_comm = p->ncomms;
   const popplan *cp = &p->ops[op];
@@ -809,9 +810,7 @@ static void feed_edge(arena *a, arena *s, weft_plan *p, int op, int k, const pie
   region_index_build(s, &hx, hptr, have->n);
   sweep_index hsweep = {0};  /* made when a need is held by no piece exactly */
   /* the pieces on each device, for the local check */
-  int *dhead = arena_alloc(s, sizeof(int) * (size_t)(p->ndevices ? p->ndevices : 1));
   int *dnext = arena_alloc(s, sizeof(int) * (size_t)(have->n ? have->n : 1));
-  for (int d = 0; d < p->ndevices; d++) dhead[d] = -1;
   for (int h = have->n - 1; h >= 0; h--) {
     int d = have->v[h].device;
     if (d < 0 || d >= p->ndevices) continue;
@@ -1015,6 +1014,8 @@ static void feed_edge(arena *a, arena *s, weft_plan *p, int op, int k, const pie
     }
     regroup_sends(p, first_comm, ss);
   }
+  for (int h = 0; h < have->n; h++)
+    if (have->v[h].device >= 0 && have->v[h].device < p->ndevices) dhead[have->v[h].device] = -1;
 }
 
 /* ---- parameter gradients ------------------------------------------------------------ */
@@ -1954,14 +1955,18 @@ void deps_derive(arena *a, weft_plan *p, const deps_view *view) {
   sendset ss = {0};
   arena scratch;
   arena_init(&scratch);
+  int *dhead = malloc(sizeof(int) * (size_t)(p->ndevices ? p->ndevices : 1));
+  if (!dhead) weft_oom();
+  for (int d = 0; d < p->ndevices; d++) dhead[d] = -1;
   for (int op = 0; op < g->nops; op++) {
     const popplan *pp = &p->ops[op];
     for (int k = 0; k < pp->space->ninputs; k++) {
       int t = pp->space->inputs[k].tensor;
       if (g->tensors[t].producer < 0) continue;  /* inputs and parameters live where they are read */
-      feed_edge(a, &scratch, p, op, k, &held[t], &ss);
+      feed_edge(a, &scratch, p, op, k, &held[t], &ss, dhead);
     }
   }
+  free(dhead);
   arena_free(&hold);
   prof_mark("deps: forward edges");
   arena reads;
