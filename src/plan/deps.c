@@ -82,9 +82,69 @@ static int64_t partial_key(const popplan *pp, const psub *s) {
 
 static int int_cmp(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
 
+/* qsort, but an array already in order (most lists of devices and pieces
+ * come so) is left as it is after one pass, and a short one is sorted by
+ * insertion: either way the order a stable sort gives. */
+static void sort_items(void *base, size_t n, size_t size, int (*cmp)(const void *, const void *)) {
+  char *v = base;
+  size_t i = 1;
+  while (i < n && cmp(v + (i - 1) * size, v + i * size) <= 0) i++;
+  if (i >= n) return;
+  if (n > 16 || size > 32) {
+    qsort(base, n, size, cmp);
+    return;
+  }
+  char x[32];
+  for (; i < n; i++) {
+    memcpy(x, v + i * size, size);
+    size_t j = i;
+    while (j > 0 && cmp(x, v + (j - 1) * size) < 0) {
+      memcpy(v + j * size, v + (j - 1) * size, size);
+      j--;
+    }
+    memcpy(v + j * size, x, size);
+  }
+}
+
+/* Ints in increasing order: left as they are when they are so already,
+ * else by insertion when few, else by radix (three passes of 11 bits, a
+ * pass skipped when every value has the same digit there). */
+static void sort_ints(int *v, int n) {
+  int i = 1;
+  while (i < n && v[i - 1] <= v[i]) i++;
+  if (i >= n) return;
+  if (n <= 32) {
+    for (; i < n; i++) {
+      int x = v[i], j = i;
+      for (; j > 0 && x < v[j - 1]; j--) v[j] = v[j - 1];
+      v[j] = x;
+    }
+    return;
+  }
+  int *tmp = malloc(sizeof(int) * (size_t)n);
+  if (!tmp) weft_oom();
+  int *src = v, *dst = tmp;
+  for (int shift = 0; shift < 32; shift += 11) {
+    int count[2048] = {0};
+    for (int k = 0; k < n; k++) count[(((uint32_t)src[k] ^ 0x80000000u) >> shift) & 2047]++;
+    if (count[(((uint32_t)src[0] ^ 0x80000000u) >> shift) & 2047] == n) continue;
+    for (int d = 0, at = 0; d < 2048; d++) {
+      int c = count[d];
+      count[d] = at;
+      at += c;
+    }
+    for (int k = 0; k < n; k++) dst[count[(((uint32_t)src[k] ^ 0x80000000u) >> shift) & 2047]++] = src[k];
+    int *t = src;
+    src = dst;
+    dst = t;
+  }
+  if (src != v) memcpy(v, src, sizeof(int) * (size_t)n);
+  free(tmp);
+}
+
 /* Sorted distinct devices; returns the count. */
 static int distinct(int *devs, int n) {
-  qsort(devs, (size_t)n, sizeof(int), int_cmp);
+  sort_ints(devs, n);
   int m = 0;
   for (int i = 0; i < n; i++)
     if (m == 0 || devs[m - 1] != devs[i]) devs[m++] = devs[i];
@@ -121,7 +181,7 @@ static void sweep_build(arena *s, sweep_index *x, const tregion *const *regions,
       const dregion *r = d < regions[i]->ndims ? &regions[i]->dims[d] : NULL;
       if (r && r->n) x->at[m++] = (struct sweep_at){r->iv[0].lo, i};
     }
-    qsort(x->at, (size_t)m, sizeof *x->at, sweep_at_cmp);
+    sort_items(x->at, (size_t)m, sizeof *x->at, sweep_at_cmp);
     int starts = 0;
     for (int i = 0; i < m; i++) starts += i == 0 || x->at[i].lo != x->at[i - 1].lo;
     if (starts > most) { most = starts; x->dim = d; }
@@ -137,7 +197,7 @@ static void sweep_build(arena *s, sweep_index *x, const tregion *const *regions,
     x->at[m++] = (struct sweep_at){r->iv[0].lo, i};
     if (r->iv[r->n - 1].hi - r->iv[0].lo > x->span) x->span = r->iv[r->n - 1].hi - r->iv[0].lo;
   }
-  qsort(x->at, (size_t)m, sizeof *x->at, sweep_at_cmp);
+  sort_items(x->at, (size_t)m, sizeof *x->at, sweep_at_cmp);
   x->n = m;
 }
 
@@ -149,7 +209,7 @@ static int sweep_find(const sweep_index *x, const tregion *r, int *out) {
     int n = 0;
     for (int i = 0; i < x->n; i++)
       if (tregion_overlaps(x->regions[x->at[i].i], r)) out[n++] = x->at[i].i;
-    qsort(out, (size_t)n, sizeof(int), int_cmp);
+    sort_ints(out, n);
     return n;
   }
   const dregion *q = &r->dims[x->dim];
@@ -164,7 +224,7 @@ static int sweep_find(const sweep_index *x, const tregion *r, int *out) {
   int n = 0;
   for (int k = a; k < x->n && x->at[k].lo < hi; k++)
     if (tregion_overlaps(x->regions[x->at[k].i], r)) out[n++] = x->at[k].i;
-  qsort(out, (size_t)n, sizeof(int), int_cmp);
+  sort_ints(out, n);
   return n;
 }
 
@@ -529,8 +589,6 @@ static bool feed_scatter(arena *a, arena *s, weft_plan *p, int tensor, const tre
 
 /* ---- all-to-all ---------------------------------------------------------------------- */
 
-static int dev_cmp(const void *x, const void *y) { return *(const int *)x - *(const int *)y; }
-
 /* The sends ids[0..ns) become one all-to-all (appended; the sends are
  * marked COMM_NONE for regroup_sends to drop) when they are a complete
  * exchange among their devices: every ordered pair once, device dev[i]
@@ -571,7 +629,7 @@ static void make_all_to_all(arena *a, arena *s, weft_plan *p, const int *ids, in
   /* group order: by device */
   int *order = arena_alloc(s, sizeof(int) * (size_t)n), *g = arena_alloc(s, sizeof(int) * (size_t)n);
   for (int i = 0; i < n; i++) g[i] = dev[i];
-  qsort(g, (size_t)n, sizeof(int), dev_cmp);
+  sort_ints(g, n);
   for (int i = 0; i < n; i++)
     for (int m = 0; m < n; m++)
       if (dev[m] == g[i]) order[i] = m;
@@ -1186,7 +1244,7 @@ static void reduce_region(arena *a, arena *sc, weft_plan *p, int t, const tregio
   /* distinct (key, device), sorted: each key's devices in increasing order */
   gpart *o = arena_alloc(sc, sizeof(gpart) * (size_t)(n ? n : 1));
   memcpy(o, gp, sizeof(gpart) * (size_t)n);
-  qsort(o, (size_t)n, sizeof(gpart), gpart_cmp);
+  sort_items(o, (size_t)n, sizeof(gpart), gpart_cmp);
   int m = 0;
   for (int q = 0; q < n; q++)
     if (m == 0 || o[m - 1].key != o[q].key || o[m - 1].device != o[q].device) o[m++] = o[q];
