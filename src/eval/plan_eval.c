@@ -31,6 +31,9 @@ typedef struct pstate {
   int depth;              /* strategy call depth */
   arena scratch;          /* device expressions, evaluated once per sub-operator */
   int *by_name;           /* the operators in the byte order of their names */
+  const pexpr *mesh_of;   /* while sub-operators are placed: the device
+                           * expression whose mesh was looked up last */
+  value mesh;             /* ... what its name holds (V_NONE: no binding) */
 } pstate;
 
 static void decide(weft_ctx *c, pstate *ps, const decision *d) { *dec_add(A(c), ps->d, d->kind) = *d; }
@@ -657,7 +660,56 @@ static bool mesh_device(weft_ctx *c, const pstate *ps, const dec_sub *s, const p
 /* Evaluates an assign's device expression for one sub-operator. Axis names
  * bind to the sub-operator's coordinates; a mesh axis the operator is not
  * split along is an error, not its size. */
-static bool device_of(weft_ctx *c, const pstate *ps, const pexpr *as, weft_loc loc, const dec_sub *s, int *dev) {
+/* The coordinate that axis name binds to in sub-operator s's scope (the
+ * last level of that axis), or -1 when it binds to none (an axis of other
+ * operators only, or another name). */
+static int axis_level(const dec_sub *s, const char *name) {
+  int at = -1;
+  for (int i = 0; i < s->nsplits; i++)
+    if (strcmp(s->axes[i], name) == 0) at = i;
+  return at;
+}
+
+/* The common device expression m[a, b, ...], a mesh indexed by axes of the
+ * sub-operator, without a scope per sub-operator: the same steps counted,
+ * the same device. False with *done false when the expression is not of
+ * that form (device_of evaluates it then). */
+static bool device_fast(weft_ctx *c, pstate *ps, const pexpr *as, const dec_sub *s, int *dev, bool *done) {
+  *done = false;
+  const ast *x = as->x;
+  if (x->kind != E_INDEX || x->a->kind != E_NAME) return false;
+  int n = x->b ? 1 : x->list.n;
+  if (n > 16) return false;
+  const char *mname = x->a->name;
+  for (int k = 0; k < s->nlevels; k++)
+    if (strcmp(s->levels[k], mname) == 0) return false;
+  if (axis_level(s, mname) >= 0) return false;
+  int at[16];
+  for (int i = 0; i < n; i++) {
+    const ast *ix = x->b ? x->b : x->list.items[i];
+    if (ix->kind != E_NAME || (at[i] = axis_level(s, ix->name)) < 0) return false;
+  }
+  if (ps->mesh_of != as) {
+    /* the scope does not change while sub-operators are placed */
+    const binding *b = env_lookup(as->e, mname);
+    ps->mesh_of = as;
+    ps->mesh = b ? b->val : v_none();
+  }
+  if (ps->mesh.kind != V_MESH) return false;
+  *done = true;
+  if (!eval_step(c, x->a->loc)) return false;
+  value idx[16];
+  for (int i = 0; i < n; i++) {
+    if (!eval_step(c, (x->b ? x->b : x->list.items[i])->loc)) return false;
+    idx[i] = v_int(s->coord[at[i]]);
+  }
+  return mesh_device(c, ps, s, ps->mesh.mesh, idx, n, x, dev);
+}
+
+static bool device_of(weft_ctx *c, pstate *ps, const pexpr *as, weft_loc loc, const dec_sub *s, int *dev) {
+  bool done;
+  bool ok = device_fast(c, ps, as, s, dev, &done);
+  if (done) return ok;
   env *e = env_new(A(c), as->e);
   /* an axis other operators are split along, but not this one */
   for (int k = 0; k < s->nlevels; k++) env_define(A(c), e, s->levels[k], v_none(), loc, false);
@@ -731,6 +783,7 @@ static bool place_expr(void *ctx, const decision *d, const dec_sub *s, int *dev)
 static void place_done(void *ctx) {
   pstate *ps = ctx;
   arena_adopt(&ps->c->arena, &ps->scratch);
+  ps->mesh_of = NULL;
 }
 
 /* ---- a plan's decisions ------------------------------------------------------------ */
