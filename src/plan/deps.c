@@ -107,43 +107,48 @@ static void sort_items(void *base, size_t n, size_t size, int (*cmp)(const void 
 }
 
 /* Ints in increasing order: left as they are when they are so already,
- * else by insertion when few, else by radix (three passes of 11 bits, a
- * pass skipped when every value has the same digit there). */
+ * else by insertion when few, else by qsort. */
 static void sort_ints(int *v, int n) {
   int i = 1;
   while (i < n && v[i - 1] <= v[i]) i++;
   if (i >= n) return;
-  if (n <= 32) {
-    for (; i < n; i++) {
-      int x = v[i], j = i;
-      for (; j > 0 && x < v[j - 1]; j--) v[j] = v[j - 1];
-      v[j] = x;
-    }
+  if (n > 32) {
+    qsort(v, (size_t)n, sizeof(int), int_cmp);
     return;
   }
-  int *tmp = malloc(sizeof(int) * (size_t)n);
-  if (!tmp) weft_oom();
-  int *src = v, *dst = tmp;
-  for (int shift = 0; shift < 32; shift += 11) {
-    int count[2048] = {0};
-    for (int k = 0; k < n; k++) count[(((uint32_t)src[k] ^ 0x80000000u) >> shift) & 2047]++;
-    if (count[(((uint32_t)src[0] ^ 0x80000000u) >> shift) & 2047] == n) continue;
-    for (int d = 0, at = 0; d < 2048; d++) {
-      int c = count[d];
-      count[d] = at;
-      at += c;
-    }
-    for (int k = 0; k < n; k++) dst[count[(((uint32_t)src[k] ^ 0x80000000u) >> shift) & 2047]++] = src[k];
-    int *t = src;
-    src = dst;
-    dst = t;
+  for (; i < n; i++) {
+    int x = v[i], j = i;
+    for (; j > 0 && x < v[j - 1]; j--) v[j] = v[j - 1];
+    v[j] = x;
   }
-  if (src != v) memcpy(v, src, sizeof(int) * (size_t)n);
-  free(tmp);
 }
 
-/* Sorted distinct devices; returns the count. */
+/* Sorted distinct devices; returns the count. Many devices within a
+ * narrow range (a group's members) are marked in a bitmap of the range
+ * and read back in order. */
 static int distinct(int *devs, int n) {
+  if (n > 32) {
+    int lo = devs[0], hi = devs[0];
+    for (int i = 1; i < n; i++) {
+      if (devs[i] < lo) lo = devs[i];
+      if (devs[i] > hi) hi = devs[i];
+    }
+    int64_t span = (int64_t)hi - lo + 1;
+    if (span <= 64 * (int64_t)n) {
+      size_t nw = (size_t)((span + 63) / 64);
+      uint64_t *bits = calloc(nw, sizeof(uint64_t));
+      if (!bits) weft_oom();
+      for (int i = 0; i < n; i++) {
+        int64_t o = (int64_t)devs[i] - lo;
+        bits[o >> 6] |= (uint64_t)1 << (o & 63);
+      }
+      int m = 0;
+      for (size_t w = 0; w < nw; w++)
+        for (uint64_t x = bits[w]; x; x &= x - 1) devs[m++] = (int)(lo + (int64_t)w * 64 + __builtin_ctzll(x));
+      free(bits);
+      return m;
+    }
+  }
   sort_ints(devs, n);
   int m = 0;
   for (int i = 0; i < n; i++)
