@@ -133,11 +133,24 @@ static kcost bucket_cost(sim *S, const int *pool, const lop *in) {
   return cost_comm(S->hw, S->pr->p, &all, NULL);
 }
 
+/* Whether comms x and y cost the same: what cost_comm reads is equal (the
+ * copies of one communication for successive micro-batches, which sit
+ * next to each other and share their group). */
+static bool same_cost(const pcomm *x, const pcomm *y) {
+  return x->kind == y->kind && x->size == y->size && x->bytes == y->bytes && x->src == y->src && x->dst == y->dst &&
+         x->ngroup == y->ngroup && x->group == y->group;
+}
+
 /* The cost of a send or collective for one member: the same for every
- * member and epoch, so computed once per comm. */
+ * member and epoch, so computed once per comm, and taken from the comm
+ * before it when that one costs the same. */
 static kcost comm_cost(sim *S, int comm) {
   if (!S->comm_costed[comm]) {
-    S->comm_cost[comm] = cost_comm(S->hw, S->pr->p, &S->pr->p->comms[comm], NULL);
+    const pcomm *cms = S->pr->p->comms;
+    if (comm > 0 && S->comm_costed[comm - 1] && same_cost(&cms[comm - 1], &cms[comm]))
+      S->comm_cost[comm] = S->comm_cost[comm - 1];
+    else
+      S->comm_cost[comm] = cost_comm(S->hw, S->pr->p, &cms[comm], NULL);
     S->comm_costed[comm] = true;
   }
   return S->comm_cost[comm];

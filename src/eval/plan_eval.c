@@ -31,6 +31,13 @@ typedef struct pstate {
   int depth;              /* strategy call depth */
   arena scratch;          /* device expressions, evaluated once per sub-operator */
   int *by_name;           /* the operators in the byte order of their names */
+  struct {                /* while sub-operators are placed (device_fast) */
+    const pexpr *of;      /* the device expression m[...] evaluated last */
+    value mesh;           /* its mesh (V_NONE: not one) */
+    int64_t mesh_steps;   /* the steps it took */
+    value v[16];          /* per index that reads no axis: its value */
+    int64_t steps[16];    /* ... and the steps it took; -1: none kept */
+  } fast;
 } pstate;
 
 static void decide(weft_ctx *c, pstate *ps, const decision *d) { *dec_add(A(c), ps->d, d->kind) = *d; }
@@ -657,22 +664,103 @@ static bool mesh_device(weft_ctx *c, const pstate *ps, const dec_sub *s, const p
 /* Evaluates an assign's device expression for one sub-operator. Axis names
  * bind to the sub-operator's coordinates; a mesh axis the operator is not
  * split along is an error, not its size. */
-static bool device_of(weft_ctx *c, const pstate *ps, const pexpr *as, weft_loc loc, const dec_sub *s, int *dev) {
+/* The coordinate that axis name binds to in sub-operator s's scope (the
+ * last level of that axis), or -1 when it binds to none (an axis of other
+ * operators only, or another name). */
+static int axis_level(const dec_sub *s, const char *name) {
+  int at = -1;
+  for (int i = 0; i < s->nsplits; i++)
+    if (strcmp(s->axes[i], name) == 0) at = i;
+  return at;
+}
+
+/* Whether expression x reads only names that are not sub-operator s's axes
+ * or levels, through arithmetic: its value is the same for every
+ * sub-operator the scope of its assignment places. */
+static bool axis_free(const ast *x, const dec_sub *s) {
+  switch (x->kind) {
+  case E_INT: return true;
+  case E_PAREN: case E_UNARY: return axis_free(x->a, s);
+  case E_BINARY: return axis_free(x->a, s) && axis_free(x->b, s);
+  case E_NAME:
+    for (int k = 0; k < s->nlevels; k++)
+      if (strcmp(s->levels[k], x->name) == 0) return false;
+    return axis_level(s, x->name) < 0;
+  default: return false;
+  }
+}
+
+/* The common device expression m[a, b, ...]: a mesh indexed by the
+ * sub-operator's axes and by expressions that read none of them. What
+ * device_of found for the first sub-operator an assignment placed (the
+ * mesh, each axis-free index's value and the steps it took) stands for the
+ * others: the same steps are counted and the same device found, without a
+ * scope per sub-operator. False with *done false when it cannot (device_of
+ * evaluates the expression then). */
+static bool device_fast(weft_ctx *c, pstate *ps, const pexpr *as, const dec_sub *s, int *dev, bool *done) {
+  *done = false;
+  const ast *x = as->x;
+  if (ps->fast.of != as || ps->fast.mesh.kind != V_MESH || !axis_free(x->a, s)) return false;
+  int n = x->b ? 1 : x->list.n, at[16];
+  int64_t steps = ps->fast.mesh_steps;
+  for (int i = 0; i < n; i++) {
+    const ast *ix = x->b ? x->b : x->list.items[i];
+    at[i] = ix->kind == E_NAME ? axis_level(s, ix->name) : -1;
+    if (at[i] >= 0) steps++;
+    else if (ps->fast.steps[i] >= 0 && axis_free(ix, s)) steps += ps->fast.steps[i];
+    else return false;
+  }
+  if (c->steps + steps > EVAL_MAX_STEPS) return false;
+  *done = true;
+  eval_steps(c, x->a->loc, ps->fast.mesh_steps);
+  value idx[16];
+  for (int i = 0; i < n; i++) {
+    const ast *ix = x->b ? x->b : x->list.items[i];
+    eval_steps(c, ix->loc, at[i] >= 0 ? 1 : ps->fast.steps[i]);
+    idx[i] = at[i] >= 0 ? v_int(s->coord[at[i]]) : ps->fast.v[i];
+  }
+  return mesh_device(c, ps, s, ps->fast.mesh.mesh, idx, n, x, dev);
+}
+
+static bool device_of(weft_ctx *c, pstate *ps, const pexpr *as, weft_loc loc, const dec_sub *s, int *dev) {
+  bool done;
+  bool ok = device_fast(c, ps, as, s, dev, &done);
+  if (done) return ok;
   env *e = env_new(A(c), as->e);
   /* an axis other operators are split along, but not this one */
   for (int k = 0; k < s->nlevels; k++) env_define(A(c), e, s->levels[k], v_none(), loc, false);
   for (int i = 0; i < s->nsplits; i++) env_define(A(c), e, s->axes[i], v_int(s->coord[i]), loc, false);
   const ast *x = as->x;
   if (x->kind == E_INDEX) {
+    /* what device_fast reuses: kept when it reads no axis of this
+     * sub-operator and says nothing */
+    bool keep = x->a->kind == E_NAME && (x->b ? 1 : x->list.n) <= 16 && axis_free(x->a, s);
+    if (keep && ps->fast.of != as) {
+      ps->fast.of = as;
+      ps->fast.mesh = v_none();
+      for (int i = 0; i < 16; i++) ps->fast.steps[i] = -1;
+    }
+    int64_t steps0 = c->steps;
+    int diags0 = c->diags.n;
     value m = eval_expr(c, e, x->a);
     if (m.kind == V_ERROR) return false;
+    if (keep && m.kind == V_MESH && c->diags.n == diags0) {
+      ps->fast.mesh = m;
+      ps->fast.mesh_steps = c->steps - steps0;
+    }
     if (m.kind == V_MESH) {
       int n = x->b ? 1 : x->list.n;
       value idx[16];
       if (n > 16) n = 16;
       for (int i = 0; i < n; i++) {
         const ast *ix = x->b ? x->b : x->list.items[i];
+        steps0 = c->steps;
+        diags0 = c->diags.n;
         idx[i] = eval_expr(c, e, ix);
+        if (keep && ps->fast.of == as && idx[i].kind == V_INT && c->diags.n == diags0 && axis_free(ix, s)) {
+          ps->fast.v[i] = idx[i];
+          ps->fast.steps[i] = c->steps - steps0;
+        }
         if (idx[i].kind == V_ERROR) return false;
         if (idx[i].kind == V_NONE) {
           char levels[256];
@@ -731,6 +819,7 @@ static bool place_expr(void *ctx, const decision *d, const dec_sub *s, int *dev)
 static void place_done(void *ctx) {
   pstate *ps = ctx;
   arena_adopt(&ps->c->arena, &ps->scratch);
+  ps->fast.of = NULL;
 }
 
 /* ---- a plan's decisions ------------------------------------------------------------ */

@@ -2291,6 +2291,11 @@ static void emit_device(lstate *L, int d) {
   E.prog->ins = L->ebuf;
   E.prog->cap = L->ecap;
   E.prog->n = 0;
+  if (L->tasks[d].n == 0 && L->anch[d].n == 0) {
+    /* nothing to emit (a device another one represents, or an unused one) */
+    E.prog->buf_hi = L->pr->nbufs;
+    return;
+  }
   arena_reset(&L->scratch);
   if (!L->full) arena_reset(&L->refa);
   /* the store of the previous device, emptied */

@@ -437,21 +437,19 @@ static bool reps_place(const weft_plan *p, const char *axis, int P, bool peers, 
     for (int i = lv + 1; i < pp->nsplits; i++)
       if (i != tl) stride *= pp->splits[i].parts;
     /* the subs at coordinate 0 of the level: runs of stride, P strides apart */
-    for (int f = 0; f < pp->count; f++) {
-      if ((f / stride) % P != 0) {
-        f += stride * (P - 1) - 1;
-        continue;
+    const psub *subs = p->subs + pp->first;
+    for (int base = 0; base < pp->count; base += stride * P)
+      for (int f = base; f < base + stride && f < pp->count; f++) {
+        int r = subs[f].device;
+        if (r < 0 || (cls[r] >= 0 && cls[r] != 0)) return false;
+        cls[r] = 0;
+        for (int j = 1; j < P; j++) {
+          int q = subs[f + j * stride].device;
+          if (q < 0 || (cls[q] >= 0 && cls[q] != j) || (inv[q] >= 0 && inv[q] != r)) return false;
+          cls[q] = j;
+          inv[q] = r;
+        }
       }
-      int r = p->subs[pp->first + f].device;
-      if (r < 0 || (cls[r] >= 0 && cls[r] != 0)) return false;
-      cls[r] = 0;
-      for (int j = 1; j < P; j++) {
-        int q = p->subs[pp->first + f + j * stride].device;
-        if (q < 0 || (cls[q] >= 0 && cls[q] != j) || (inv[q] >= 0 && inv[q] != r)) return false;
-        cls[q] = j;
-        inv[q] = r;
-      }
-    }
   }
   return true;
 }

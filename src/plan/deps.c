@@ -83,9 +83,74 @@ static int64_t partial_key(const popplan *pp, const psub *s) {
 
 static int int_cmp(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
 
-/* Sorted distinct devices; returns the count. */
+/* qsort, but an array already in order (most lists of devices and pieces
+ * come so) is left as it is after one pass, and a short one is sorted by
+ * insertion: either way the order a stable sort gives. */
+static void sort_items(void *base, size_t n, size_t size, int (*cmp)(const void *, const void *)) {
+  char *v = base;
+  size_t i = 1;
+  while (i < n && cmp(v + (i - 1) * size, v + i * size) <= 0) i++;
+  if (i >= n) return;
+  if (n > 16 || size > 32) {
+    qsort(base, n, size, cmp);
+    return;
+  }
+  char x[32];
+  for (; i < n; i++) {
+    memcpy(x, v + i * size, size);
+    size_t j = i;
+    while (j > 0 && cmp(x, v + (j - 1) * size) < 0) {
+      memcpy(v + j * size, v + (j - 1) * size, size);
+      j--;
+    }
+    memcpy(v + j * size, x, size);
+  }
+}
+
+/* Ints in increasing order: left as they are when they are so already,
+ * else by insertion when few, else by qsort. */
+static void sort_ints(int *v, int n) {
+  int i = 1;
+  while (i < n && v[i - 1] <= v[i]) i++;
+  if (i >= n) return;
+  if (n > 32) {
+    qsort(v, (size_t)n, sizeof(int), int_cmp);
+    return;
+  }
+  for (; i < n; i++) {
+    int x = v[i], j = i;
+    for (; j > 0 && x < v[j - 1]; j--) v[j] = v[j - 1];
+    v[j] = x;
+  }
+}
+
+/* Sorted distinct devices; returns the count. Many devices within a
+ * narrow range (a group's members) are marked in a bitmap of the range
+ * and read back in order. */
 static int distinct(int *devs, int n) {
-  qsort(devs, (size_t)n, sizeof(int), int_cmp);
+  if (n > 32) {
+    int lo = devs[0], hi = devs[0];
+    for (int i = 1; i < n; i++) {
+      if (devs[i] < lo) lo = devs[i];
+      if (devs[i] > hi) hi = devs[i];
+    }
+    int64_t span = (int64_t)hi - lo + 1;
+    if (span <= 64 * (int64_t)n) {
+      size_t nw = (size_t)((span + 63) / 64);
+      uint64_t *bits = calloc(nw, sizeof(uint64_t));
+      if (!bits) weft_oom();
+      for (int i = 0; i < n; i++) {
+        int64_t o = (int64_t)devs[i] - lo;
+        bits[o >> 6] |= (uint64_t)1 << (o & 63);
+      }
+      int m = 0;
+      for (size_t w = 0; w < nw; w++)
+        for (uint64_t x = bits[w]; x; x &= x - 1) devs[m++] = (int)(lo + (int64_t)w * 64 + __builtin_ctzll(x));
+      free(bits);
+      return m;
+    }
+  }
+  sort_ints(devs, n);
   int m = 0;
   for (int i = 0; i < n; i++)
     if (m == 0 || devs[m - 1] != devs[i]) devs[m++] = devs[i];
@@ -122,7 +187,7 @@ static void sweep_build(arena *s, sweep_index *x, const tregion *const *regions,
       const dregion *r = d < regions[i]->ndims ? &regions[i]->dims[d] : NULL;
       if (r && r->n) x->at[m++] = (struct sweep_at){r->iv[0].lo, i};
     }
-    qsort(x->at, (size_t)m, sizeof *x->at, sweep_at_cmp);
+    sort_items(x->at, (size_t)m, sizeof *x->at, sweep_at_cmp);
     int starts = 0;
     for (int i = 0; i < m; i++) starts += i == 0 || x->at[i].lo != x->at[i - 1].lo;
     if (starts > most) { most = starts; x->dim = d; }
@@ -138,7 +203,7 @@ static void sweep_build(arena *s, sweep_index *x, const tregion *const *regions,
     x->at[m++] = (struct sweep_at){r->iv[0].lo, i};
     if (r->iv[r->n - 1].hi - r->iv[0].lo > x->span) x->span = r->iv[r->n - 1].hi - r->iv[0].lo;
   }
-  qsort(x->at, (size_t)m, sizeof *x->at, sweep_at_cmp);
+  sort_items(x->at, (size_t)m, sizeof *x->at, sweep_at_cmp);
   x->n = m;
 }
 
@@ -150,7 +215,7 @@ static int sweep_find(const sweep_index *x, const tregion *r, int *out) {
     int n = 0;
     for (int i = 0; i < x->n; i++)
       if (tregion_overlaps(x->regions[x->at[i].i], r)) out[n++] = x->at[i].i;
-    qsort(out, (size_t)n, sizeof(int), int_cmp);
+    sort_ints(out, n);
     return n;
   }
   const dregion *q = &r->dims[x->dim];
@@ -165,7 +230,7 @@ static int sweep_find(const sweep_index *x, const tregion *r, int *out) {
   int n = 0;
   for (int k = a; k < x->n && x->at[k].lo < hi; k++)
     if (tregion_overlaps(x->regions[x->at[k].i], r)) out[n++] = x->at[k].i;
-  qsort(out, (size_t)n, sizeof(int), int_cmp);
+  sort_ints(out, n);
   return n;
 }
 
@@ -530,8 +595,6 @@ static bool feed_scatter(arena *a, arena *s, weft_plan *p, int tensor, const tre
 
 /* ---- all-to-all ---------------------------------------------------------------------- */
 
-static int dev_cmp(const void *x, const void *y) { return *(const int *)x - *(const int *)y; }
-
 /* The sends ids[0..ns) become one all-to-all (appended; the sends are
  * marked COMM_NONE for regroup_sends to drop) when they are a complete
  * exchange among their devices: every ordered pair once, device dev[i]
@@ -572,7 +635,7 @@ static void make_all_to_all(arena *a, arena *s, weft_plan *p, const int *ids, in
   /* group order: by device */
   int *order = arena_alloc(s, sizeof(int) * (size_t)n), *g = arena_alloc(s, sizeof(int) * (size_t)n);
   for (int i = 0; i < n; i++) g[i] = dev[i];
-  qsort(g, (size_t)n, sizeof(int), dev_cmp);
+  sort_ints(g, n);
   for (int i = 0; i < n; i++)
     for (int m = 0; m < n; m++)
       if (dev[m] == g[i]) order[i] = m;
@@ -790,8 +853,9 @@ static bool feed_scatter_gather(arena *a, arena *s, weft_plan *p, int tensor, co
 }
 
 /* Feeds input k of operator op from the producer's pieces. Regions live in
- * the scratch arena s; what a communication keeps is copied into a. */
-static void feed_edge(arena *a, arena *s, weft_plan *p, int op, int k, const pieces *have, sendset *ss) {
+ * the scratch arena s; what a communication keeps is copied into a. dhead
+ * has one entry per device, -1 on entry and again on return. */
+static void feed_edge(arena *a, arena *s, weft_plan *p, int op, int k, const pieces *have, sendset *ss, int *dhead) {
   arena_reset(s);
   int first_comm = p->ncomms;
   const popplan *cp = &p->ops[op];
@@ -810,9 +874,7 @@ static void feed_edge(arena *a, arena *s, weft_plan *p, int op, int k, const pie
   region_index_build(s, &hx, hptr, have->n);
   sweep_index hsweep = {0};  /* made when a need is held by no piece exactly */
   /* the pieces on each device, for the local check */
-  int *dhead = arena_alloc(s, sizeof(int) * (size_t)(p->ndevices ? p->ndevices : 1));
   int *dnext = arena_alloc(s, sizeof(int) * (size_t)(have->n ? have->n : 1));
-  for (int d = 0; d < p->ndevices; d++) dhead[d] = -1;
   for (int h = have->n - 1; h >= 0; h--) {
     int d = have->v[h].device;
     if (d < 0 || d >= p->ndevices) continue;
@@ -1016,6 +1078,8 @@ static void feed_edge(arena *a, arena *s, weft_plan *p, int op, int k, const pie
     }
     regroup_sends(p, first_comm, ss);
   }
+  for (int h = 0; h < have->n; h++)
+    if (have->v[h].device >= 0 && have->v[h].device < p->ndevices) dhead[have->v[h].device] = -1;
 }
 
 /* ---- parameter gradients ------------------------------------------------------------ */
@@ -1186,7 +1250,7 @@ static void reduce_region(arena *a, arena *sc, weft_plan *p, int t, const tregio
   /* distinct (key, device), sorted: each key's devices in increasing order */
   gpart *o = arena_alloc(sc, sizeof(gpart) * (size_t)(n ? n : 1));
   memcpy(o, gp, sizeof(gpart) * (size_t)n);
-  qsort(o, (size_t)n, sizeof(gpart), gpart_cmp);
+  sort_items(o, (size_t)n, sizeof(gpart), gpart_cmp);
   int m = 0;
   for (int q = 0; q < n; q++)
     if (m == 0 || o[m - 1].key != o[q].key || o[m - 1].device != o[q].device) o[m++] = o[q];
@@ -2071,14 +2135,18 @@ void deps_derive(arena *a, weft_plan *p, const deps_view *view) {
   sendset ss = {0};
   arena scratch;
   arena_init(&scratch);
+  int *dhead = malloc(sizeof(int) * (size_t)(p->ndevices ? p->ndevices : 1));
+  if (!dhead) weft_oom();
+  for (int d = 0; d < p->ndevices; d++) dhead[d] = -1;
   for (int op = 0; op < g->nops; op++) {
     const popplan *pp = &p->ops[op];
     for (int k = 0; k < pp->space->ninputs; k++) {
       int t = pp->space->inputs[k].tensor;
       if (g->tensors[t].producer < 0) continue;  /* inputs and parameters live where they are read */
-      feed_edge(a, &scratch, p, op, k, &held[t], &ss);
+      feed_edge(a, &scratch, p, op, k, &held[t], &ss, dhead);
     }
   }
+  free(dhead);
   arena_free(&hold);
   prof_mark("deps: forward edges");
   arena reads;
