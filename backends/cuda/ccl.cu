@@ -345,9 +345,20 @@ bool ccl_recv(ccl_comm *c, void *dst, int64_t count, int dt, int peer, gpu_strea
 
 int ccl_status(ccl_comm *c, char *err, size_t errlen) { return 0; }
 
+static void remove_dir(const std::string &dir) {
+  DIR *d = opendir(dir.c_str());
+  for (struct dirent *x; d && (x = readdir(d));)
+    if (strcmp(x->d_name, ".") && strcmp(x->d_name, "..")) unlink((dir + "/" + x->d_name).c_str());
+  if (d) closedir(d);
+  rmdir(dir.c_str());
+}
+
+/* The files go with the world (a process that still writes one fails, as
+ * it would on an aborted communicator). */
 void ccl_abort(ccl_comm *c) {
   if (!c) return;
   c->st->aborted = true;
+  if (c->world) remove_dir(c->dir);
   delete c;
 }
 
@@ -358,13 +369,7 @@ void ccl_free(ccl_comm *c, double timeout_s) {
   if (c->world && !c->st->aborted) {
     char e[256];
     bool all = put_file(part_path(c, "bye", c->rank), "", 0) && (c->rank != 0 || await_all(c, "bye", timeout_s, e, sizeof e));
-    if (c->rank == 0 && all) {
-      DIR *d = opendir(c->dir.c_str());
-      for (struct dirent *x; d && (x = readdir(d));)
-        if (strcmp(x->d_name, ".") && strcmp(x->d_name, "..")) unlink((c->dir + "/" + x->d_name).c_str());
-      if (d) closedir(d);
-      rmdir(c->dir.c_str());
-    }
+    if (c->rank == 0 && all) remove_dir(c->dir);
   }
   delete c;
 }

@@ -26,6 +26,8 @@
 #include "weft/value.h"
 
 enum { ADDR_NONE = -1, ADDR_INPUTS = -2, ADDR_MIRROR = -3 };
+/* cclop.kind of a send's and a receive's between processes (beside comm_kind) */
+enum { OP_SEND = -10, OP_RECV = -11 };
 
 typedef struct caddr {
   int dev;                /* plan device (its pool), ADDR_INPUTS or ADDR_NONE */
@@ -78,7 +80,7 @@ typedef struct cclpart {
 
 typedef struct cclop {
   int comm;               /* its communicator (crun.comms) */
-  int kind;               /* comm_kind, for messages; LI_SEND or LI_RECV for a send's */
+  int kind;               /* comm_kind, for messages; OP_SEND, OP_RECV */
   int dev, ins;           /* the member's instruction, for messages */
   caddr at;               /* the message */
   int first, nparts;      /* its calls in parts[first ..] */
@@ -859,7 +861,7 @@ static void mp_send(crun *r, int at, const sop *so) {
     plan_fail(r, "comm %d: the devices %d and %d have no communicator", in->comm, so->dev, in->peer);
     return;
   }
-  int op = mp_op(r, k, LI_SEND, so->dev, so->ins);
+  int op = mp_op(r, k, OP_SEND, so->dev, so->ins);
   r->P->cops[op].nowait = true;
   mp_xfer(r, op, 1, true, msg_at(r, so->arg, 0), r->P->s.msgs[so->arg].bytes);
   const csched *S = &r->P->s;
@@ -906,7 +908,7 @@ static void mp_wait(crun *r, const sop *so, const int *rec) {
       plan_fail(r, "the devices %d and %d have no communicator", src->dev, so->dev);
       return;
     }
-    int op = mp_op(r, k, LI_RECV, so->dev, -1);
+    int op = mp_op(r, k, OP_RECV, so->dev, -1);
     r->P->cops[op].detached = true;
     mp_xfer(r, op, 0, false, msg_at(r, src->arg, 0), S->msgs[src->arg].bytes);
     return;
@@ -979,6 +981,7 @@ static const char *ccl_kind(int kind) {
   case COMM_REDUCE_SCATTER: return "reduce-scatter";
   case COMM_ALL_GATHER: return "all-gather";
   case COMM_BROADCAST: return "broadcast";
+  case COMM_ALL_TO_ALL: return "all-to-all";
   default: return "collective";
   }
 }
@@ -1124,7 +1127,7 @@ static bool ccl_timeout(crun *r, int dev, char *err, size_t errlen) {
         if (r->pr->progs[q].n) p = q == d ? k : p, k++;
       at += (size_t)snprintf(ranks + at, sizeof ranks - at, "%s%d", i ? ", " : "", p);
     }
-    const char *kind = late->kind == LI_SEND ? "send" : late->kind == LI_RECV ? "receive" : ccl_kind(late->kind);
+    const char *kind = late->kind == OP_SEND ? "send" : late->kind == OP_RECV ? "receive" : ccl_kind(late->kind);
     return failf(err, errlen, 2,
                  "process %d of %d, GPU %d (%s), %s: the NCCL %s of group %s did not finish within %g s (--timeout) "
                  "in step %" PRId64 "; its processes: %s (this one %d), one of the others stopped or is too slow; the "
