@@ -11,11 +11,13 @@
 #include <dlfcn.h>
 #include <inttypes.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "ccl.h"
 #include "rendezvous.h"
@@ -192,6 +194,7 @@ struct backend_run {
    * between them through NCCL, one communicator per group (comm_grp) */
   int mine;               /* -1: one process runs every device */
   int rank, nprocs, local;
+  long parent;            /* the process that started this one (mpirun, srun) */
   rdv_mpi *mpi;           /* MPI, under mpirun */
   int **comm_grp, *comm_n;/* per communicator: its plan devices in rank order */
   bool *comm_p2p;         /* per communicator: a pair's for sends (its sender rank 0) */
@@ -1209,7 +1212,7 @@ static bool mp_begin(crun *r, char *err, size_t errlen) {
     if (mrank != rank || msize != size)
       return failf(err, errlen, 2, "MPI says process %d of %d, the environment %d of %d", mrank, msize, rank, size);
   }
-  r->rank = rank, r->nprocs = size, r->local = local;
+  r->rank = rank, r->nprocs = size, r->local = local, r->parent = (long)getppid();
   for (int d = 0, k = 0; d < pr->nprogs; d++) {
     if (!pr->progs[d].n) continue;
     if ((int)((int64_t)k * size / active) == rank) r->mine = d;
@@ -1327,6 +1330,17 @@ static void mp_join(crun *r) {
     if (r->cstream && r->cstream[k]) gpu_record(r->cend[k], r->cstream[k]), gpu_wait(s, r->cend[k]);
 }
 
+/* Whether the process that started this one is gone: a wait for the
+ * others would never end, nobody being left to end it. */
+static bool mp_orphaned(crun *r, char *err, size_t errlen) {
+  if (r->mine < 0 || r->parent <= 1 || (long)getppid() == r->parent) return false;
+  comm_abort(r);
+  r->hung = true;
+  failf(err, errlen, 2, "process %d of %d: the process that started this one (%ld, mpirun or srun) is gone", r->rank,
+        r->nprocs, r->parent);
+  return true;
+}
+
 /* Waits for the world stream's work, at most --timeout; past it, the
  * communicators are aborted. */
 static bool mp_settle(crun *r, const char *what, char *err, size_t errlen) {
@@ -1338,6 +1352,7 @@ static bool mp_settle(crun *r, const char *what, char *err, size_t errlen) {
     int k = gpu_event_done(r->wdone, e, sizeof e);
     if (k < 0) return failf(err, errlen, 2, "GPU %d (%s), %s: %s", r->gpu, r->props.name, what, e);
     if (k > 0) return true;
+    if (mp_orphaned(r, err, errlen)) return false;
     if (r->o.timeout_s > 0 && now() - t0 > r->o.timeout_s) {
       comm_abort(r);
       r->hung = true;
@@ -1400,8 +1415,13 @@ static bool mp_gather(crun *r, float **seen, float **sseen, char *err, size_t er
 static void mp_abort(crun *r, const char *err) {
   if (!r->mpi) return;
   fprintf(stderr, "weft run: process %d: %s\n", r->rank, err);
+  fflush(stdout);
   fflush(stderr);
+  /* should mpirun be unable to end the run (it is gone), this one still ends */
+  signal(SIGALRM, SIG_DFL);
+  alarm(5);
   rdv_mpi_abort(r->mpi, 2);
+  _exit(2);
 }
 
 bool crun_agree(crun *r, bool ok) {
@@ -2136,6 +2156,7 @@ static bool pass_end(crun *r, char *err, size_t errlen) {
     if (k < 0) return kernel_failed(r, e, err, errlen);
     if (k > 0) { d++; continue; }
     if (r->ncomms && !ccl_healthy(r, err, errlen)) return false;
+    if (mp_orphaned(r, err, errlen)) return false;
     if (r->o.timeout_s > 0 && now() - t0 > r->o.timeout_s) {
       if (r->ncomms) return ccl_timeout(r, d, err, errlen);
       r->hung = true;
