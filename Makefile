@@ -60,7 +60,7 @@ DEB_PACKAGES := build-essential flex bison pkg-config liblua5.4-dev libffi-dev \
 # The library: one folder per stage of the pipeline under src/ (the
 # command line, src/cli, is not in it), its public headers in include/weft.
 LIB_SRC    := $(filter-out src/cli/%,$(wildcard src/*/*.c))
-CPU_SRC    := $(wildcard backends/*.c backends/cpu/*.c)
+CPU_SRC    := $(wildcard backends/*.c backends/cpu/*.c) backends/mpi/mpi_load.c
 HEADERS    := $(wildcard include/weft/*.h src/*/*.h)
 LIB_OBJ    := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/grammar/parser.o \
               $(BUILD)/grammar/lexer.o $(BUILD)/stdlib/embedded.o $(BUILD)/stdlib/heuristics.o \
@@ -95,7 +95,7 @@ CUDA_HOME ?= $(if $(NVCC),$(realpath $(or $(shell $(NVCC) -dryrun -c -x cu /dev/
                sed -n 's/^\#\$$ TOP=//p'),$(dir $(NVCC))/..)))
 CUDA_SO   := $(if $(NVCC),$(BUILD)/cuda/libweft_cuda.so)
 CUDA_CU   := $(wildcard backends/cuda/*.cu)
-CUDA_C    := $(wildcard backends/cuda/*.c) backends/cpu/clip.c
+CUDA_C    := $(wildcard backends/cuda/*.c) backends/cpu/clip.c backends/mpi/mpi_load.c
 CUDA_DEPS := $(wildcard backends/cuda/*.h backends/cuda/*.cuh) $(HEADERS)
 NVCCFLAGS ?= -O3 -std=c++17 -Werror all-warnings -gencode arch=compute_80,code=sm_80 \
              -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
@@ -122,6 +122,10 @@ $(BUILD)/cuda/host/%.o: backends/cuda/%.c $(CUDA_DEPS)
 	$(CC) $(CUDA_CFLAGS) -c -o $@ $<
 
 $(BUILD)/cuda/host/clip.o: backends/cpu/clip.c backends/cpu/clip.h $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CUDA_CFLAGS) -c -o $@ $<
+
+$(BUILD)/cuda/host/mpi_load.o: backends/mpi/mpi_load.c backends/mpi/mpi_load.h backends/mpi/weft_mpi.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CUDA_CFLAGS) -c -o $@ $<
 
@@ -174,6 +178,10 @@ $(EMU)/host/%.o: backends/cuda/%.c $(CUDA_DEPS)
 	$(CC) $(CUDA_CFLAGS) -DWEFT_CUDA_EMU $(SANFLAGS) -c -o $@ $<
 
 $(EMU)/host/clip.o: backends/cpu/clip.c backends/cpu/clip.h $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CUDA_CFLAGS) -DWEFT_CUDA_EMU $(SANFLAGS) -c -o $@ $<
+
+$(EMU)/host/mpi_load.o: backends/mpi/mpi_load.c backends/mpi/mpi_load.h backends/mpi/weft_mpi.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CUDA_CFLAGS) -DWEFT_CUDA_EMU $(SANFLAGS) -c -o $@ $<
 
@@ -247,10 +255,10 @@ $(BUILD)/tests/test_cuda_plan: tests/unit/test_cuda_plan.c backends/cuda/cx.c ba
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< backends/cuda/cx.c backends/cuda/sched.c $(BUILD)/libweft.a $(LDFLAGS) -lcmocka $(LDLIBS)
 
 # one process of the NCCL rendezvous (backends/cuda/rendezvous.c), host C
-$(BUILD)/tests/test_rendezvous: tests/cuda/test_rendezvous.c backends/cuda/rendezvous.c backends/cuda/rendezvous.h \
+$(BUILD)/tests/test_rendezvous: tests/cuda/test_rendezvous.c backends/cuda/rendezvous.c backends/cuda/rendezvous.h backends/mpi/mpi_load.c \
                                 backends/mpi/weft_mpi.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< backends/cuda/rendezvous.c $(LDFLAGS) -ldl
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< backends/cuda/rendezvous.c backends/mpi/mpi_load.c $(LDFLAGS) -ldl
 
 check: deps
 	@$(MAKE) --no-print-directory weft

@@ -10,7 +10,9 @@
 #     and bf16, --deterministic bit for bit, save and resume, a plan too big
 #     for the device refused; the NCCL path (WEFT_CUDA_COMM=nccl) on the
 #     emulation's stand-in of one rank against the virtual-device path, and
-#     its watchdog; several processes refused.
+#     its watchdog; several processes, one plan device each, under mpirun
+#     and as srun starts them (the stand-in for NCCL across processes),
+#     matching one device, and the watchdog when one of them stops.
 # Usage: sh tests/cuda_check.sh WEFT EMU_DIR [REAL_DIR]
 WEFT=$1
 EMU=$2
@@ -130,7 +132,7 @@ for dt in f32 bf16; do
   for seed in 1 2 3; do
     WEFT_CUDA_EMU_SEED=$seed WEFT_CUDA_COMM=nccl "$WEFT" run examples/gpt_megatron.plan $ONE --set dtype=$dt --backend cuda \
       --steps 3 --save "$tmp/n.st" >"$tmp/n" 2>&1 &&
-      grep -q "collectives of groups of one through the emulation's stand-in for NCCL (one rank), 1 communicator" "$tmp/n" &&
+      grep -q "collectives of groups of one through the emulation's stand-in for NCCL (processes of one machine, through files), 1 communicator" "$tmp/n" &&
       cmp -s "$tmp/v.st" "$tmp/n.st" && same=$((same+1))
     rm -f "$tmp/n.st"
   done
@@ -147,11 +149,69 @@ WEFT_CUDA_COMM=mpi "$WEFT" run examples/gpt_megatron.plan $ONE --backend cuda >/
 rc=$?
 if [ $rc -eq 1 ] && grep -q "WEFT_CUDA_COMM=mpi: expected \`nccl\` or \`virtual\`" "$tmp/e"; then ok
 else bad "WEFT_CUDA_COMM=mpi (exit $rc)"; cat "$tmp/e"; fi
-# several processes are refused, as MPI or as srun without MPI starts them
-SLURM_STEP_ID=0 SLURM_NTASKS=2 SLURM_PROCID=1 "$WEFT" run examples/mlp.plan --backend cuda >/dev/null 2>"$tmp/e"
+# ---- several processes, one plan device each --------------------------------------------------
+# NCCL across processes is the emulation's stand-in (files in a directory
+# of TMPDIR; each collective, send and receive waits for the other
+# processes' files as work of the stream that waits): each run matches one
+# device, the rendezvous through MPI and through a file, the watchdog
+export TMPDIR=$tmp WEFT_CUDA_EMU_DEVICES=4
+TP="--set layers=2 --set hidden=64 --set heads=4 --set seq=16 --set vocab=256 --set batch=8"
+PP="--set layers=12 --set hidden=32 --set heads=2 --set seq=8 --set vocab=64 --set batch=4"
+# srun without MPI: Slurm's variables, the id through a file
+for r in 0 1; do
+  SLURM_STEP_ID=0 SLURM_JOB_ID=1 SLURM_NTASKS=2 SLURM_PROCID=$r SLURM_LOCALID=$r "$WEFT" run examples/gpt2.plan --plan tp2 $TP \
+    --backend cuda --steps 2 --check --rendezvous "file:$tmp/rdv" --timeout 60 >"$tmp/s$r" 2>&1 &
+done
+wait
+if grep -q "match$" "$tmp/s0" && grep -q "process 0 of 2 runs plan device 0" "$tmp/s0" && [ ! -e "$tmp/rdv" ]; then ok
+  echo "cuda (emulated): 2 processes as srun starts them without MPI, the id through --rendezvous file: gpt2 tp2 $(grep -o 'losses within [^,]*' "$tmp/s0"), match"
+else bad "2 processes with --rendezvous file"; cat "$tmp/s0" "$tmp/s1"; fi
+SLURM_STEP_ID=0 SLURM_NTASKS=2 SLURM_PROCID=1 "$WEFT" run examples/gpt2.plan --plan tp2 $TP --backend cuda >/dev/null 2>"$tmp/e"
 rc=$?
-if [ $rc -eq 1 ] && grep -q "the CUDA backend runs in one process, on one GPU (2 processes were started)" "$tmp/e"; then ok
-else bad "srun without MPI, 2 tasks (exit $rc)"; cat "$tmp/e"; fi
+if [ $rc -eq 1 ] && grep -q "process 1 of 2 was not started by mpirun: .*(--rendezvous file:PATH)" "$tmp/e"; then ok
+else bad "srun without MPI and without --rendezvous (exit $rc)"; cat "$tmp/e"; fi
+if command -v mpirun >/dev/null 2>&1 && [ -f "$(dirname "$WEFT")/libweft_mpi.so" ]; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+  asan_mpi="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+  mp_ok() {
+    name=$1; np=$2; shift 2
+    if ASAN_OPTIONS=$asan_mpi mpirun -np "$np" "$WEFT" run "$@" --backend cuda --check --timeout 60 >"$tmp/m" 2>&1 &&
+       grep -q "match$" "$tmp/m" && grep -q "in $np processes" "$tmp/m"; then ok
+      echo "cuda (emulated): mpirun -np $np, $name: $(grep -o 'losses within [^,]*, gradient norms within [^,]*, parameters within [^ ]*' "$tmp/m"), match"
+    else bad "mpirun -np $np $name"; cat "$tmp/m"; fi
+  }
+  mp_ok "gpt2 tp2 (all-reduces)" 2 examples/gpt2.plan --plan tp2 $TP --steps 2
+  mp_ok "gpt2 tp2_pp2 (sends between stages, 4 micro-batches)" 4 examples/gpt2.plan --plan tp2_pp2 $PP --steps 1
+  mp_ok "gpt2 ulysses (all-to-alls)" 4 examples/gpt2.plan --plan ulysses $TP --steps 1
+  ASAN_OPTIONS=$asan_mpi mpirun -np 3 "$WEFT" run examples/gpt2.plan --plan tp2 $TP --backend cuda >/dev/null 2>"$tmp/e"
+  if grep -q "the CUDA backend runs one plan device per process: plan tp2 has 2 devices with a program, and 3 processes were started (start 2)" "$tmp/e"; then ok
+  else bad "mpirun -np 3 for 2 devices"; cat "$tmp/e"; fi
+  # every run above removed the stand-in's files
+  if ls "$tmp" | grep -q "^weft-nccl-"; then bad "the stand-in for NCCL left its files: $(ls "$tmp" | grep weft-nccl)"; else ok; fi
+  # the watchdog: a process stopped (SIGSTOP) or killed (SIGKILL) in the
+  # middle of a run ends the run within --timeout, no process left
+  for sig in STOP KILL; do
+    rm -f "$tmp"/pid.* "$tmp/w.out" "$tmp/w.rc"
+    (ASAN_OPTIONS=$asan_mpi mpirun -np 2 sh -c 'echo $$ >"$0/pid.$OMPI_COMM_WORLD_RANK"; exec "$@"' "$tmp" \
+      "$WEFT" run examples/gpt2.plan --plan tp2 $TP --backend cuda --steps 100000 --timeout 2 >"$tmp/w.out" 2>&1
+     echo $? >"$tmp/w.rc") &
+    runner=$!
+    n=0; while [ $n -lt 300 ] && ! grep -q "^step 2 " "$tmp/w.out" 2>/dev/null; do sleep 0.1; n=$((n+1)); done
+    victim=$(cat "$tmp/pid.1" 2>/dev/null); other=$(cat "$tmp/pid.0" 2>/dev/null)
+    if [ -n "$victim" ] && kill -$sig "$victim"; then
+      n=0; while [ $n -lt 150 ] && [ ! -f "$tmp/w.rc" ]; do sleep 0.1; n=$((n+1)); done
+      left=$(for p in $victim $other; do ps -o stat= -p "$p" 2>/dev/null | grep -qv Z && echo "$p"; done)
+      if [ -f "$tmp/w.rc" ] && [ "$(cat "$tmp/w.rc")" != 0 ] && [ -z "$left" ] &&
+         { [ $sig = KILL ] || grep -q "process 0: process 0 of 2, .*: the NCCL all-reduce of group \[0, 1\] did not finish within 2 s (--timeout) in step [0-9]*; its processes: 0, 1 (this one 0)" "$tmp/w.out"; }; then ok
+        echo "cuda (emulated): mpirun -np 2, process 1 gets SIG$sig: the run ends in $((n / 10)) s, exit $(cat "$tmp/w.rc"), no process left$([ $sig = STOP ] && echo ": $(grep -o 'the NCCL all-reduce.*(--timeout)' "$tmp/w.out" | head -1)")"
+      else bad "SIG$sig of a process: exit $(cat "$tmp/w.rc" 2>/dev/null), left: $left"; grep -v "^step" "$tmp/w.out"; fi
+      for p in $victim $other; do kill -CONT "$p" 2>/dev/null; kill -9 "$p" 2>/dev/null; done
+    else bad "mpirun -np 2: no process to stop"; cat "$tmp/w.out"; pkill -P $runner mpirun; fi
+    wait $runner 2>/dev/null
+  done
+else
+  echo "cuda (emulated): mpirun -np 2 and 4: skipped (no mpirun or no libweft_mpi.so beside weft)"
+fi
 
 echo "cuda: $pass passed, $fail failed"
 [ "$fail" = 0 ]

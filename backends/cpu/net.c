@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../mpi/mpi_load.h"
 #include "../mpi/weft_mpi.h"
 #include "net.h"
 #include "weft/backend.h"
@@ -93,17 +94,6 @@ void xnet_procs(int *rank, int *size) {
   *size = p.size;
 }
 
-static void *open_plugin(char *tried, size_t n) {
-  const char *env = getenv("WEFT_MPI_PLUGIN");
-  if (env && *env) {
-    snprintf(tried, n, "%s", env);
-    return dlopen(env, RTLD_NOW | RTLD_GLOBAL);
-  }
-  bool found;
-  /* RTLD_GLOBAL: Open MPI loads its own components, which need libmpi's symbols. */
-  return backend_dlopen("libweft_mpi.so", RTLD_NOW | RTLD_GLOBAL, tried, n, &found);
-}
-
 xnet *xnet_start(double timeout_s, char *err, size_t errlen) {
   err[0] = 0;
   xprocs env = xnet_env();
@@ -115,20 +105,19 @@ xnet *xnet_start(double timeout_s, char *err, size_t errlen) {
              env.rank, env.size);
     return NULL;
   }
-  char tried[2 * PATH_MAX + 128] = "";
-  void *lib = open_plugin(tried, sizeof tried);
-  if (!lib) {
+  char tried[4 * PATH_MAX + 128] = "", why[512];
+  void *lib;
+  const weft_mpi_api *api;
+  mpi_load_status st = mpi_load(NULL, &lib, &api, tried, sizeof tried, why, sizeof why);
+  if (st == MPI_LOAD_MISSING) {
     snprintf(err, errlen,
              "started by mpirun, but the MPI plugin could not be loaded (%s; tried %s); `make` builds "
              "libweft_mpi.so beside weft when mpicc is installed, WEFT_MPI_PLUGIN names another",
-             dlerror(), tried);
+             why, tried);
     return NULL;
   }
-  const weft_mpi_api *(*get)(void) = (const weft_mpi_api *(*)(void))dlsym(lib, "weft_mpi_plugin");
-  const weft_mpi_api *api = get ? get() : NULL;
-  if (!api || api->version != WEFT_MPI_VERSION) {
-    snprintf(err, errlen, "%s is not a weft MPI plugin of version %d", tried, WEFT_MPI_VERSION);
-    dlclose(lib);
+  if (st == MPI_LOAD_WRONG) {
+    snprintf(err, errlen, "%s", why);
     return NULL;
   }
   xnet *n = calloc(1, sizeof *n);

@@ -12,99 +12,367 @@
 
 #if defined(WEFT_CUDA_EMU)
 
-/* ---- the emulation's stand-in: one rank, every operation a copy -------------------------- */
+/* ---- the emulation's stand-in: processes of one machine that meet through files ---------------
+ * The id names a directory (made by ccl_unique_id). A rank posts its part
+ * of an operation as a file NAME.SEQ.RANK, written under another name and
+ * renamed into place, where NAME is its communicator's and SEQ counts the
+ * communicator's operations; the operation's second half waits (as work
+ * of the emulated stream that lets the process's other streams go on) for
+ * the files of every rank it needs, then writes its output. A rank that
+ * finished operation SEQ knows that every rank posted it, so had finished
+ * SEQ - 1: it removes its own file of SEQ - 1 then. A send is a file
+ * NAME.pSRC-DST.N its receiver removes once read. With one rank this is a
+ * copy in two pieces, as NCCL's kernels read the input, then write the
+ * output: the first spoils the output (NaN), so a stream that does not wait
+ * for the input's writer, or a reader that does not wait for the second,
+ * gets a wrong result. */
 
+#include <dirent.h>
+#include <errno.h>
+#include <sys/stat.h>
+
+#include <algorithm>
 #include <memory>
+#include <string>
 #include <vector>
 
-struct ccl_comm {
-  int color;
+extern std::string emu_error;
+
+struct ccl_state {
+  bool aborted;
 };
 
-static size_t dt_size(int dt) { return dt == GPU_BF16 || dt == GPU_F16 ? 2 : 4; }
+struct ccl_comm {
+  std::string dir, name;
+  int rank, size;
+  bool world;
+  long seq, splits;
+  std::vector<long> sent, got;   /* per peer: sends posted, receives posted */
+  std::shared_ptr<ccl_state> st;
+};
+
+static const char ID_PREFIX[] = "weft-emulated-nccl ";
+
+static size_t dt_size(int dt) {
+  if (dt == CCL_F64) return 8;
+  if (dt == CCL_U8) return 1;
+  return dt == GPU_BF16 || dt == GPU_F16 ? 2 : 4;
+}
+
+static double ccl_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static std::string part_path(const ccl_comm *c, const std::string &what, int rank) {
+  return c->dir + "/" + c->name + "." + what + "." + std::to_string(rank);
+}
+
+static bool put_file(const std::string &path, const void *p, size_t n) {
+  std::string tmp = path + ".tmp";
+  FILE *f = fopen(tmp.c_str(), "wb");
+  if (!f) return false;
+  bool ok = (n == 0 || fwrite(p, 1, n, f) == n);
+  ok = fclose(f) == 0 && ok;
+  return ok && rename(tmp.c_str(), path.c_str()) == 0;
+}
+
+static bool have_file(const std::string &path) { return access(path.c_str(), F_OK) == 0; }
+
+static bool get_file(const std::string &path, std::vector<unsigned char> &out) {
+  FILE *f = fopen(path.c_str(), "rb");
+  if (!f) return false;
+  out.clear();
+  unsigned char buf[65536];
+  size_t k;
+  while ((k = fread(buf, 1, sizeof buf, f)) > 0) out.insert(out.end(), buf, buf + k);
+  fclose(f);
+  return true;
+}
+
+static void stream_fail(const std::string &what) {
+  if (emu_error.empty()) emu_error = "the stand-in for NCCL: " + what;
+}
+
+/* Waits at most timeout_s for every rank's file of what (host side). */
+static bool await_all(const ccl_comm *c, const std::string &what, double timeout_s, char *err, size_t errlen) {
+  double t0 = ccl_now();
+  long nap = 100;
+  for (int r = 0; r < c->size;) {
+    if (have_file(part_path(c, what, r))) {
+      r++;
+      continue;
+    }
+    if (timeout_s > 0 && ccl_now() - t0 > timeout_s) {
+      snprintf(err, errlen, "the stand-in for NCCL: rank %d of %d waited %g s for rank %d (%s; --timeout)", c->rank,
+               c->size, timeout_s, r, what.c_str());
+      return false;
+    }
+    struct timespec ts = {0, nap * 1000};
+    nanosleep(&ts, NULL);
+    if (nap < 20000) nap *= 2;
+  }
+  return true;
+}
 
 bool ccl_available(char *buf, size_t n) {
-  snprintf(buf, n, "the emulation's stand-in for NCCL (one rank)");
+  snprintf(buf, n, "the emulation's stand-in for NCCL (processes of one machine, through files)");
   return true;
 }
 
 bool ccl_unique_id(unsigned char id[CCL_ID_BYTES], char *err, size_t errlen) {
+  const char *t = getenv("TMPDIR");
+  std::string tmpl = std::string(t && *t && strlen(t) < 64 ? t : "/tmp") + "/weft-nccl-XXXXXX";
+  char dir[96];
+  snprintf(dir, sizeof dir, "%s", tmpl.c_str());
+  if (!mkdtemp(dir)) {
+    snprintf(err, errlen, "the stand-in for NCCL: cannot make a directory %s: %s", dir, strerror(errno));
+    return false;
+  }
   memset(id, 0, CCL_ID_BYTES);
-  snprintf((char *)id, CCL_ID_BYTES, "emulated %ld", (long)getpid());
+  snprintf((char *)id, CCL_ID_BYTES, "%s%s", ID_PREFIX, dir);
   return true;
 }
 
 ccl_comm *ccl_init(const unsigned char id[CCL_ID_BYTES], int nranks, int rank, double timeout_s, char *err,
                    size_t errlen) {
-  if (nranks != 1 || rank != 0) {
-    snprintf(err, errlen, "the emulation's stand-in for NCCL has one rank (asked for rank %d of %d)", rank, nranks);
+  char text[CCL_ID_BYTES + 1];
+  memcpy(text, id, CCL_ID_BYTES);
+  text[CCL_ID_BYTES] = 0;
+  if (strncmp(text, ID_PREFIX, sizeof ID_PREFIX - 1) != 0 || nranks < 1 || rank < 0 || rank >= nranks) {
+    snprintf(err, errlen, "the stand-in for NCCL: not its id, or rank %d of %d", rank, nranks);
     return NULL;
   }
-  return new ccl_comm{0};
+  ccl_comm *c = new ccl_comm();
+  c->dir = text + sizeof ID_PREFIX - 1;
+  c->name = "w", c->rank = rank, c->size = nranks, c->world = true;
+  c->sent.assign((size_t)nranks, 0), c->got.assign((size_t)nranks, 0);
+  c->st = std::make_shared<ccl_state>();
+  /* joining is collective, as ncclCommInitRank */
+  if (!put_file(part_path(c, "join", rank), "", 0) || !await_all(c, "join", timeout_s, err, errlen)) {
+    if (!err[0] || !strstr(err, "waited"))
+      snprintf(err, errlen, "the stand-in for NCCL: cannot join in %s: %s", c->dir.c_str(), strerror(errno));
+    delete c;
+    return NULL;
+  }
+  return c;
 }
 
 bool ccl_split(ccl_comm *parent, int color, int key, double timeout_s, ccl_comm **out, char *err, size_t errlen) {
-  *out = color < 0 ? NULL : new ccl_comm{color};
+  *out = NULL;
+  std::string what = "split" + std::to_string(parent->splits++);
+  int mine[2] = {color, key};
+  if (!put_file(part_path(parent, what, parent->rank), mine, sizeof mine) ||
+      !await_all(parent, what, timeout_s, err, errlen))
+    return false;
+  /* the ranks of this color, ordered by key, then by rank */
+  std::vector<std::pair<int, int>> members;
+  for (int r = 0; r < parent->size; r++) {
+    std::vector<unsigned char> b;
+    int ck[2];
+    if (!get_file(part_path(parent, what, r), b) || b.size() != sizeof ck) {
+      snprintf(err, errlen, "the stand-in for NCCL: rank %d's part of a split is unreadable", r);
+      return false;
+    }
+    memcpy(ck, b.data(), sizeof ck);
+    if (ck[0] == color && color >= 0) members.push_back({ck[1], r});
+  }
+  if (color < 0) return true;
+  std::sort(members.begin(), members.end());
+  ccl_comm *c = new ccl_comm();
+  c->dir = parent->dir;
+  c->name = parent->name + "." + what + "c" + std::to_string(color);
+  c->size = (int)members.size();
+  for (int i = 0; i < c->size; i++)
+    if (members[(size_t)i].second == parent->rank) c->rank = i;
+  c->world = false;
+  c->sent.assign((size_t)c->size, 0), c->got.assign((size_t)c->size, 0);
+  c->st = parent->st;
+  *out = c;
   return true;
 }
 
-int ccl_rank(const ccl_comm *c) { return 0; }
-int ccl_size(const ccl_comm *c) { return 1; }
+int ccl_rank(const ccl_comm *c) { return c->rank; }
+int ccl_size(const ccl_comm *c) { return c->size; }
 void ccl_group_start(void) {}
 bool ccl_group_end(ccl_comm *c, double timeout_s, char *err, size_t errlen) { return true; }
 
-/* An operation of one rank is a copy, in two pieces of the stream's work
- * as NCCL's kernels read the input, then write the output: the first takes
- * the input and spoils the output (NaN), the second writes it. Work of
- * other streams may run between them, so a stream that does not wait for
- * the input's writer, or a reader that does not wait for the second, gets
- * a wrong result. */
-static void copy_on(gpu_stream *s, void *dst, const void *src, size_t bytes) {
-  auto held = std::make_shared<std::vector<unsigned char>>(bytes);
-  emu_enqueue((emu_stream *)s, [held, dst, src, bytes] {
-    memcpy(held->data(), src, bytes);
-    memset(dst, 0xff, bytes);
+enum { K_REDUCE, K_SCATTER, K_GATHER, K_BCAST };
+
+static void sum_into(void *acc, const void *x, int64_t n, int dt, int op) {
+  for (int64_t i = 0; i < n; i++) {
+    if (dt == CCL_F64) {
+      double a = ((double *)acc)[i], b = ((const double *)x)[i];
+      ((double *)acc)[i] = op == CCL_MAX ? (a > b ? a : b) : a + b;
+    } else if (dt == GPU_I32) {
+      int32_t a = ((int32_t *)acc)[i], b = ((const int32_t *)x)[i];
+      ((int32_t *)acc)[i] = op == CCL_MAX ? (a > b ? a : b) : a + b;
+    } else {
+      float a, b;
+      if (dt == GPU_BF16) a = to_f(((bf16 *)acc)[i]), b = to_f(((const bf16 *)x)[i]);
+      else if (dt == GPU_F16) a = to_f(((f16 *)acc)[i]), b = to_f(((const f16 *)x)[i]);
+      else a = ((float *)acc)[i], b = ((const float *)x)[i];
+      float v = op == CCL_MAX ? (a > b ? a : b) : a + b;
+      if (dt == GPU_BF16) ((bf16 *)acc)[i] = from_f<bf16>(v);
+      else if (dt == GPU_F16) ((f16 *)acc)[i] = from_f<f16>(v);
+      else ((float *)acc)[i] = v;
+    }
+  }
+}
+
+/* A collective: in elements of each rank's part (all_reduce: count; the
+ * scatter: recv_count x size; the gather: send_count; broadcast: count,
+ * the root's), out those of the result. */
+static bool collective(ccl_comm *c, int kind, const void *src, void *dst, int64_t n, int dt, int op, int root,
+                       gpu_stream *s) {
+  size_t z = dt_size(dt);
+  int size = c->size, me = c->rank;
+  long seq = c->seq++;
+  size_t in_bytes = (size_t)n * z * (kind == K_SCATTER ? (size_t)size : 1);
+  size_t out_bytes = (size_t)n * z * (kind == K_GATHER ? (size_t)size : 1);
+  std::string what = std::to_string(seq);
+  std::string mine = part_path(c, what, me);
+  std::vector<std::string> parts;
+  for (int r = 0; r < size; r++) parts.push_back(part_path(c, what, r));
+  std::string prev = seq > 0 ? part_path(c, std::to_string(seq - 1), me) : std::string();
+  auto st = c->st;
+  bool posts = kind != K_BCAST || me == root;
+  emu_enqueue((emu_stream *)s, [=] {
+    if (st->aborted) return;
+    if (!put_file(mine, posts ? src : "", posts ? in_bytes : 0)) stream_fail("cannot write " + mine);
+    memset(dst, 0xff, out_bytes);
   });
-  emu_enqueue((emu_stream *)s, [held, dst, bytes] { memcpy(dst, held->data(), bytes); });
+  emu_enqueue_when(
+      (emu_stream *)s,
+      [=] {
+        if (st->aborted) return true;
+        for (const std::string &p : parts)
+          if (!have_file(p)) return false;
+        return true;
+      },
+      [=] {
+        if (st->aborted) return;
+        std::vector<unsigned char> b;
+        std::vector<unsigned char> acc;
+        for (int r = 0; r < size; r++) {
+          if (kind == K_BCAST && r != root) continue;
+          if (!get_file(parts[(size_t)r], b) || b.size() != in_bytes) {
+            stream_fail("rank " + std::to_string(r) + "'s part of an operation is not whole: " + parts[(size_t)r]);
+            return;
+          }
+          if (kind == K_GATHER) {
+            acc.insert(acc.end(), b.begin(), b.end());
+          } else if (kind == K_BCAST || acc.empty()) {
+            acc = b;
+          } else {
+            sum_into(acc.data(), b.data(), (int64_t)(in_bytes / z), dt, op);
+          }
+        }
+        if (kind == K_SCATTER) memcpy(dst, acc.data() + (size_t)me * out_bytes, out_bytes);
+        else memcpy(dst, acc.data(), out_bytes);
+        if (!prev.empty()) unlink(prev.c_str());
+      });
+  return true;
 }
 
 bool ccl_all_reduce(ccl_comm *c, const void *src, void *dst, int64_t count, int dt, gpu_stream *s, char *err,
                     size_t errlen) {
-  copy_on(s, dst, src, (size_t)count * dt_size(dt));
-  return true;
+  return collective(c, K_REDUCE, src, dst, count, dt, CCL_SUM, 0, s);
+}
+bool ccl_all_reduce_op(ccl_comm *c, const void *src, void *dst, int64_t count, int dt, int op, gpu_stream *s,
+                       char *err, size_t errlen) {
+  return collective(c, K_REDUCE, src, dst, count, dt, op, 0, s);
 }
 bool ccl_reduce_scatter(ccl_comm *c, const void *src, void *dst, int64_t recv_count, int dt, gpu_stream *s,
                         char *err, size_t errlen) {
-  copy_on(s, dst, src, (size_t)recv_count * dt_size(dt));
-  return true;
+  return collective(c, K_SCATTER, src, dst, recv_count, dt, CCL_SUM, 0, s);
 }
 bool ccl_all_gather(ccl_comm *c, const void *src, void *dst, int64_t send_count, int dt, gpu_stream *s, char *err,
                     size_t errlen) {
-  copy_on(s, dst, src, (size_t)send_count * dt_size(dt));
-  return true;
+  return collective(c, K_GATHER, src, dst, send_count, dt, CCL_SUM, 0, s);
 }
 bool ccl_broadcast(ccl_comm *c, const void *src, void *dst, int64_t count, int dt, int root, gpu_stream *s,
                    char *err, size_t errlen) {
-  if (root != 0) {
-    snprintf(err, errlen, "NCCL stand-in: broadcast from rank %d of 1", root);
+  if (root < 0 || root >= c->size) {
+    snprintf(err, errlen, "the stand-in for NCCL: broadcast from rank %d of %d", root, c->size);
     return false;
   }
-  copy_on(s, dst, src, (size_t)count * dt_size(dt));
-  return true;
+  return collective(c, K_BCAST, src, dst, count, dt, CCL_SUM, root, s);
 }
+
+static std::string p2p_path(const ccl_comm *c, int from, int to, long n) {
+  return c->dir + "/" + c->name + ".p" + std::to_string(from) + "-" + std::to_string(to) + "." + std::to_string(n);
+}
+
 bool ccl_send(ccl_comm *c, const void *src, int64_t count, int dt, int peer, gpu_stream *s, char *err,
               size_t errlen) {
-  snprintf(err, errlen, "NCCL stand-in: no send between ranks of one");
-  return false;
+  if (peer < 0 || peer >= c->size || peer == c->rank) {
+    snprintf(err, errlen, "the stand-in for NCCL: a send from rank %d to rank %d of %d", c->rank, peer, c->size);
+    return false;
+  }
+  std::string path = p2p_path(c, c->rank, peer, c->sent[(size_t)peer]++);
+  size_t bytes = (size_t)count * dt_size(dt);
+  auto st = c->st;
+  emu_enqueue((emu_stream *)s, [=] {
+    if (!st->aborted && !put_file(path, src, bytes)) stream_fail("cannot write " + path);
+  });
+  return true;
 }
+
 bool ccl_recv(ccl_comm *c, void *dst, int64_t count, int dt, int peer, gpu_stream *s, char *err, size_t errlen) {
-  snprintf(err, errlen, "NCCL stand-in: no receive between ranks of one");
-  return false;
+  if (peer < 0 || peer >= c->size || peer == c->rank) {
+    snprintf(err, errlen, "the stand-in for NCCL: a receive by rank %d from rank %d of %d", c->rank, peer, c->size);
+    return false;
+  }
+  std::string path = p2p_path(c, peer, c->rank, c->got[(size_t)peer]++);
+  size_t bytes = (size_t)count * dt_size(dt);
+  auto st = c->st;
+  emu_enqueue_when(
+      (emu_stream *)s, [=] { return st->aborted || have_file(path); },
+      [=] {
+        if (st->aborted) return;
+        std::vector<unsigned char> b;
+        if (!get_file(path, b) || b.size() != bytes) {
+          stream_fail("a message of " + std::to_string(bytes) + " bytes is not whole: " + path);
+          return;
+        }
+        memcpy(dst, b.data(), bytes);
+        unlink(path.c_str());
+      });
+  return true;
 }
 
 int ccl_status(ccl_comm *c, char *err, size_t errlen) { return 0; }
-void ccl_abort(ccl_comm *c) { delete c; }
-void ccl_free(ccl_comm *c, double timeout_s) { delete c; }
+
+static void remove_dir(const std::string &dir) {
+  DIR *d = opendir(dir.c_str());
+  for (struct dirent *x; d && (x = readdir(d));)
+    if (strcmp(x->d_name, ".") && strcmp(x->d_name, "..")) unlink((dir + "/" + x->d_name).c_str());
+  if (d) closedir(d);
+  rmdir(dir.c_str());
+}
+
+/* The files go with the world (a process that still writes one fails, as
+ * it would on an aborted communicator). */
+void ccl_abort(ccl_comm *c) {
+  if (!c) return;
+  c->st->aborted = true;
+  if (c->world) remove_dir(c->dir);
+  delete c;
+}
+
+/* The world's end is collective: every rank posts that it is done, and
+ * rank 0 removes the directory once all have (or after timeout_s). */
+void ccl_free(ccl_comm *c, double timeout_s) {
+  if (!c) return;
+  if (c->world && !c->st->aborted) {
+    char e[256];
+    bool all = put_file(part_path(c, "bye", c->rank), "", 0) && (c->rank != 0 || await_all(c, "bye", timeout_s, e, sizeof e));
+    if (c->rank == 0 && all) remove_dir(c->dir);
+  }
+  delete c;
+}
 
 #elif defined(WEFT_NO_NCCL)
 
@@ -131,6 +399,10 @@ void ccl_group_start(void) {}
 bool ccl_group_end(ccl_comm *c, double timeout_s, char *err, size_t errlen) { return none(err, errlen); }
 bool ccl_all_reduce(ccl_comm *c, const void *src, void *dst, int64_t count, int dt, gpu_stream *s, char *err,
                     size_t errlen) {
+  return none(err, errlen);
+}
+bool ccl_all_reduce_op(ccl_comm *c, const void *src, void *dst, int64_t count, int dt, int op, gpu_stream *s,
+                       char *err, size_t errlen) {
   return none(err, errlen);
 }
 bool ccl_reduce_scatter(ccl_comm *c, const void *src, void *dst, int64_t recv_count, int dt, gpu_stream *s,
@@ -185,6 +457,8 @@ static ncclDataType_t nccl_type(int dt) {
   case GPU_BF16: return ncclBfloat16;
   case GPU_F16: return ncclFloat16;
   case GPU_I32: return ncclInt32;
+  case CCL_F64: return ncclFloat64;
+  case CCL_U8: return ncclUint8;
   default: return ncclFloat32;
   }
 }
@@ -304,6 +578,13 @@ static bool posted(ccl_comm *c, ncclResult_t rc, const char *what, char *err, si
 bool ccl_all_reduce(ccl_comm *c, const void *src, void *dst, int64_t count, int dt, gpu_stream *s, char *err,
                     size_t errlen) {
   return posted(c, ncclAllReduce(src, dst, (size_t)count, nccl_type(dt), ncclSum, c->comm, (cudaStream_t)s),
+                "ncclAllReduce", err, errlen);
+}
+bool ccl_all_reduce_op(ccl_comm *c, const void *src, void *dst, int64_t count, int dt, int op, gpu_stream *s,
+                       char *err, size_t errlen) {
+  return posted(c,
+                ncclAllReduce(src, dst, (size_t)count, nccl_type(dt), op == CCL_MAX ? ncclMax : ncclSum, c->comm,
+                              (cudaStream_t)s),
                 "ncclAllReduce", err, errlen);
 }
 bool ccl_reduce_scatter(ccl_comm *c, const void *src, void *dst, int64_t recv_count, int dt, gpu_stream *s,

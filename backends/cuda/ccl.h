@@ -2,9 +2,11 @@
  * plain C header: communicators made non-blocking (NCCL's config
  * blocking = 0), so that no call holds the host thread and every wait is
  * polled against the run's timeout; collectives and sends enqueued on a
- * stream. The emulation (WEFT_CUDA_EMU) has a stand-in of one rank whose
- * operations are copies on the emulated stream; a build without nccl.h
- * (WEFT_NO_NCCL) has none, and ccl_init says so. */
+ * stream. The emulation (WEFT_CUDA_EMU) has a stand-in whose ranks are
+ * processes of one machine that meet through files in a directory the id
+ * names, its operations work of the emulated stream that waits for the
+ * other processes' files; a build without nccl.h (WEFT_NO_NCCL) has none,
+ * and ccl_init says so. */
 #ifndef WEFT_CUDA_CCL_H
 #define WEFT_CUDA_CCL_H
 
@@ -19,6 +21,10 @@ extern "C" {
 #endif
 
 enum { CCL_ID_BYTES = 128 };
+/* Beside gpu_dtype's types: doubles (the loss's shares, the norm's sums) and bytes (messages). */
+enum { CCL_F64 = 16, CCL_U8 = 17 };
+/* What an all-reduce takes of its members' elements. */
+enum { CCL_SUM = 0, CCL_MAX = 1 };
 
 typedef struct ccl_comm ccl_comm;
 
@@ -50,6 +56,9 @@ bool ccl_group_end(ccl_comm *c, double timeout_s, char *err, size_t errlen);
  * rank-th part). False with a message when NCCL refuses them. */
 bool ccl_all_reduce(ccl_comm *c, const void *src, void *dst, int64_t count, int dt, gpu_stream *s, char *err,
                     size_t errlen);
+/* The same with op (CCL_SUM, CCL_MAX). */
+bool ccl_all_reduce_op(ccl_comm *c, const void *src, void *dst, int64_t count, int dt, int op, gpu_stream *s,
+                       char *err, size_t errlen);
 bool ccl_reduce_scatter(ccl_comm *c, const void *src, void *dst, int64_t recv_count, int dt, gpu_stream *s,
                         char *err, size_t errlen);
 bool ccl_all_gather(ccl_comm *c, const void *src, void *dst, int64_t send_count, int dt, gpu_stream *s, char *err,

@@ -37,4 +37,5 @@ const weft_backend weft_backend_cuda = {
     .tolerance = cuda_tolerance,
     .failure = crun_failure,
     .describe = crun_describe,
+    .agree = crun_agree,
 };

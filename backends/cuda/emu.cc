@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 
 #include <cstdio>
+#include <ctime>
 #include <map>
 #include <cstdlib>
 #include <deque>
@@ -305,6 +306,7 @@ static void run_grid(dim3 grid, dim3 block, size_t smem, const std::function<voi
 
 struct emu_op {
   std::function<void()> fn;   /* empty for a wait */
+  std::function<bool()> ready; /* empty, or whether fn may run yet (another process's work) */
   uint64_t wait_for;          /* a wait: the record it waits for (0: none) */
   uint64_t record;            /* a record: its number */
 };
@@ -389,13 +391,17 @@ void emu_launch(emu_stream *s, dim3 grid, dim3 block, size_t smem, std::function
   if (fail_at > 0 && ++launches == fail_at) {
     stream_of(s)->q.push_back(emu_op{[] {
       if (emu_error.empty()) emu_error = "an illegal memory access was encountered (emulated, WEFT_CUDA_EMU_FAIL)";
-    }, 0, 0});
+    }, {}, 0, 0});
     return;
   }
-  stream_of(s)->q.push_back(emu_op{[=] { run_grid(grid, block, smem, body); }, 0, 0});
+  stream_of(s)->q.push_back(emu_op{[=] { run_grid(grid, block, smem, body); }, {}, 0, 0});
 }
 
-void emu_enqueue(emu_stream *s, std::function<void()> work) { stream_of(s)->q.push_back(emu_op{work, 0, 0}); }
+void emu_enqueue(emu_stream *s, std::function<void()> work) { stream_of(s)->q.push_back(emu_op{work, {}, 0, 0}); }
+
+void emu_enqueue_when(emu_stream *s, std::function<bool()> ready, std::function<void()> work) {
+  stream_of(s)->q.push_back(emu_op{work, ready, 0, 0});
+}
 
 emu_stream *emu_stream_new() {
   emu_stream *s = new emu_stream;
@@ -415,20 +421,24 @@ void emu_stream_free(emu_stream *s) {
 uint64_t emu_record(emu_stream *s) {
   uint64_t id = recorded.size();
   recorded.push_back(false);
-  stream_of(s)->q.push_back(emu_op{std::function<void()>(), 0, id});
+  stream_of(s)->q.push_back(emu_op{std::function<void()>(), {}, 0, id});
   return id;
 }
 
 void emu_wait(emu_stream *s, uint64_t id) {
-  if (id) stream_of(s)->q.push_back(emu_op{std::function<void()>(), id, 0});
+  if (id) stream_of(s)->q.push_back(emu_op{std::function<void()>(), {}, id, 0});
 }
 
-/* Runs everything queued. The streams get random priorities, and the
- * highest whose next operation may run goes first: a stream that nothing
- * orders after another overtakes it whenever its priority is the higher,
- * so a missing wait shows as a wrong result for about half the seeds
- * (WEFT_CUDA_EMU_SEED). Priorities are drawn again every 256 operations. */
-void emu_drain() {
+bool emu_recorded(uint64_t id) { return id < recorded.size() && recorded[id]; }
+
+/* Runs what can run. The streams get random priorities, and the highest
+ * whose next operation may run goes first: a stream that nothing orders
+ * after another overtakes it whenever its priority is the higher, so a
+ * missing wait shows as a wrong result for about half the seeds
+ * (WEFT_CUDA_EMU_SEED). Priorities are drawn again every 256 operations.
+ * True when nothing is left; false when what is left waits for another
+ * process (emu_enqueue_when). */
+bool emu_progress() {
   std::vector<uint64_t> prio;
   int since = 0;
   for (;;) {
@@ -438,24 +448,41 @@ void emu_drain() {
     }
     emu_stream *best = NULL;
     uint64_t bp = 0;
-    bool any = false;
+    bool any = false, outside = false;
     for (size_t i = 0; i < streams.size(); i++) {
       emu_stream *s = streams[i];
       if (s->q.empty()) continue;
       any = true;
       const emu_op &op = s->q.front();
       if (op.wait_for && !recorded[op.wait_for]) continue;
+      if (op.ready && !op.ready()) {
+        outside = true;
+        continue;
+      }
       if (!best || prio[i] > bp) best = s, bp = prio[i];
     }
-    if (!any) return;
+    if (!any) return true;
     if (!best) {
+      if (outside) return false;
       if (emu_error.empty()) emu_error = "emulated streams wait for events that nothing records";
       for (emu_stream *s : streams) s->q.clear();
-      return;
+      return true;
     }
     emu_op op = std::move(best->q.front());
     best->q.pop_front();
     if (op.record) recorded[op.record] = true;
     else if (op.fn) op.fn();
+  }
+}
+
+/* Runs everything queued, waiting for other processes where work waits
+ * for them (their stand-in's operations end by themselves when the
+ * communicator is aborted). */
+void emu_drain() {
+  long nap_us = 10;
+  while (!emu_progress()) {
+    struct timespec ts = {0, nap_us * 1000};
+    nanosleep(&ts, NULL);
+    if (nap_us < 2000) nap_us *= 2;
   }
 }

@@ -105,5 +105,14 @@ void emu_launch(emu_stream *s, dim3 grid, dim3 block, size_t smem, std::function
                 const void *kernel = nullptr);
 /* Queues host work on s. */
 void emu_enqueue(emu_stream *s, std::function<void()> work);
+/* Queues host work on s that may run only once ready() answers true: work
+ * that waits for another process (the stand-in for NCCL across processes),
+ * so that the streams of this one go on meanwhile. */
+void emu_enqueue_when(emu_stream *s, std::function<bool()> ready, std::function<void()> work);
+/* Runs what can run now; true when nothing is left queued (false: some
+ * work waits for another process). */
+bool emu_progress();
+/* Whether the point of a stream that emu_record numbered has run. */
+bool emu_recorded(uint64_t id);
 
 #endif

@@ -8,22 +8,28 @@
  * device's pool (or the model inputs) and an offset, fixed for the run. */
 #include "exec.h"
 
+#include <dlfcn.h>
 #include <inttypes.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "ccl.h"
+#include "rendezvous.h"
 #include "cpu/clip.h"
 #include "gpu.h"
 #include "ops.h"
 #include "sched.h"
 #include "weft/value.h"
 
-enum { ADDR_NONE = -1, ADDR_INPUTS = -2 };
+enum { ADDR_NONE = -1, ADDR_INPUTS = -2, ADDR_MIRROR = -3 };
+/* cclop.kind of a send's and a receive's between processes (beside comm_kind) */
+enum { OP_SEND = -10, OP_RECV = -11 };
 
 typedef struct caddr {
   int dev;                /* plan device (its pool), ADDR_INPUTS or ADDR_NONE */
@@ -76,12 +82,26 @@ typedef struct cclpart {
 
 typedef struct cclop {
   int comm;               /* its communicator (crun.comms) */
-  int kind;               /* comm_kind */
+  int kind;               /* comm_kind, for messages; OP_SEND, OP_RECV */
   int dev, ins;           /* the member's instruction, for messages */
   caddr at;               /* the message */
   int first, nparts;      /* its calls in parts[first ..] */
+  /* several processes: the sends and receives it posts together
+   * (xfers[xfirst ..]), or a broadcast's (root >= 0) of one xfer */
+  int xfirst, nx, root;
+  bool detached;          /* NCCL's stream does not wait for compute (a receive into a mirror) */
+  bool nowait;            /* compute does not wait for it (a send, a broadcast's root) */
   gpu_event *in, *out;
 } cclop;
+
+/* A send or receive of raw bytes to or from rank peer of the op's
+ * communicator (several processes). */
+typedef struct cclxfer {
+  int peer;
+  bool send;
+  caddr at;
+  int64_t bytes;
+} cclxfer;
 
 /* One order of a step's work (sched.h) and its actions: the plain one, and
  * the one that takes the norm before the steps, to clip by it. */
@@ -103,6 +123,13 @@ typedef struct cplan {
   int ncops, cocap;
   cclpart *parts;
   int nparts, pcap;
+  cclxfer *xfers;
+  int nxfers, xcap;
+  /* several processes: per message another process packs and this one
+   * reads, its copy here (offset in crun.mirror, -1 none); per event
+   * another process records, the op of this one that stands in (-1) */
+  int64_t *mirror_off, mirror_bytes;
+  int *alias;
 } cplan;
 
 typedef struct cvdev {
@@ -162,7 +189,23 @@ struct backend_run {
   ccl_comm **comms;
   gpu_stream **cstream;   /* per communicator: NCCL's stream */
   char ccl_what[96];      /* what communicates, for crun_describe */
+  /* several processes (mp_*): this one runs plan device `mine` on GPU
+   * `local`, every other device another process's; collectives and sends
+   * between them through NCCL, one communicator per group (comm_grp) */
+  int mine;               /* -1: one process runs every device */
+  int rank, nprocs, local;
+  long parent;            /* the process that started this one (mpirun, srun) */
+  rdv_mpi *mpi;           /* MPI, under mpirun */
+  int **comm_grp, *comm_n;/* per communicator: its plan devices in rank order */
+  bool *comm_p2p;         /* per communicator: a pair's for sends (its sender rank 0) */
+  gpu_stream *wstream;    /* the world communicator's stream: losses, norms, gathers */
+  gpu_event *wdone;       /* recorded after the world's work */
+  gpu_event **cend;       /* per communicator: the end of its stream's work in a pass */
+  char *mirror;           /* device: messages of other processes */
 };
+
+static bool here(const crun *r, int dev) { return r->mine < 0 || dev == r->mine; }
+static void mp_group(const crun *r, int k, char *buf, size_t n);
 
 static int last_failure = 1;
 
@@ -206,6 +249,7 @@ static int64_t align_up(int64_t n) { return (n + CX_ALIGN - 1) / CX_ALIGN * CX_A
 static void *addr(const crun *r, caddr a) {
   if (a.dev == ADDR_NONE) return NULL;
   if (a.dev == ADDR_INPUTS) return r->inputs + a.off;
+  if (a.dev == ADDR_MIRROR) return r->mirror + a.off;
   return r->dev[a.dev].pool + a.off;
 }
 
@@ -545,6 +589,7 @@ static void prep_norm_part(crun *r, int dev, int i) {
 
 static int64_t ins_ws(void *ctx, int dev, int i) {
   crun *r = ctx;
+  if (!here(r, dev)) return 0;  /* another process's device: its scratch is its own */
   const lins *in = &r->pr->progs[dev].ins[i];
   if (in->kind == LI_COMPUTE) return prep_compute(r, dev, i, 0, false);
   if (in->kind == LI_STEP) return prep_step(r, dev, i, 0, false);
@@ -578,6 +623,16 @@ static void entries_free(entries *x) {
 
 static caddr msg_at(const crun *r, int msg, int64_t off) {
   const smsg *m = &r->P->s.msgs[msg];
+  if (!here(r, m->dev)) {
+    /* another process's message: its copy here, placed when first asked */
+    cplan *P = r->P;
+    if (!P->mirror_off) {
+      P->mirror_off = cx_alloc(sizeof(int64_t) * (size_t)(P->s.nmsgs + 1));
+      for (int k = 0; k < P->s.nmsgs; k++) P->mirror_off[k] = -1;
+    }
+    if (P->mirror_off[msg] < 0) P->mirror_off[msg] = P->mirror_bytes, P->mirror_bytes += align_up(m->bytes);
+    return (caddr){ADDR_MIRROR, P->mirror_off[msg] + off};
+  }
   return (caddr){m->dev, m->off + off};
 }
 
@@ -651,6 +706,8 @@ static void add_sum(crun *r, const scoll *c, int entry, const tregion *R, const 
   a->src_dt = -1;
   for (int m = 0; m < c->n; m++) {
     if (c->msg[m] < 0) continue;
+    /* several processes: NCCL summed the members into this one's message */
+    if (r->mine >= 0 && c->dev[m] != r->mine) continue;
     const lins *min = &r->pr->progs[c->dev[m]].ins[c->ins[m]];
     entries x = entries_of(r, min, m);
     if (entry < x.n) {
@@ -702,12 +759,187 @@ static void add_ccl(crun *r, const sop *so, const scoll *c, const lins *in, cons
   a->idx = P->ncops++;
 }
 
+/* ---- several processes: what crosses between them, through NCCL ----------------------------------
+ * Every process plans the whole step as one process would (sched.h), and
+ * runs the part of its device. A message another process packs and this
+ * one reads has a copy here, its mirror (msg_at), that a receive fills; an
+ * event another process records and this one waits for is the op of this
+ * one that stands for it (cplan.alias), or nothing where NCCL already
+ * orders the two (a collective's members). */
+
+/* The communicator of devices grp[0 .. n) in that order, -1 none. */
+static int mp_comm(const crun *r, const int *grp, int n, bool p2p) {
+  for (int k = 0; k < r->ncomms; k++) {
+    if (r->comm_n[k] != n || r->comm_p2p[k] != p2p) continue;
+    bool same = true;
+    for (int i = 0; i < n && same; i++) same = r->comm_grp[k][i] == grp[i];
+    if (same) return k;
+  }
+  return -1;
+}
+
+/* A new op of sends and receives (or a broadcast's) on communicator comm. */
+static int mp_op(crun *r, int comm, int kind, int dev, int ins) {
+  cplan *P = r->P;
+  if (P->ncops == P->cocap) {
+    P->cocap = P->cocap ? 2 * P->cocap : 64;
+    P->cops = cx_grow(P->cops, sizeof(cclop) * (size_t)P->cocap);
+  }
+  cclop *op = &P->cops[P->ncops];
+  memset(op, 0, sizeof *op);
+  op->comm = comm, op->kind = kind, op->dev = dev, op->ins = ins, op->root = -1, op->xfirst = P->nxfers;
+  op->at = NOWHERE;
+  cact *a = new_act(r, A_CCL);
+  a->idx = P->ncops;
+  return P->ncops++;
+}
+
+static void mp_xfer(crun *r, int op, int peer, bool send, caddr at, int64_t bytes) {
+  cplan *P = r->P;
+  if (bytes <= 0) return;
+  if (P->nxfers == P->xcap) {
+    P->xcap = P->xcap ? 2 * P->xcap : 64;
+    P->xfers = cx_grow(P->xfers, sizeof(cclxfer) * (size_t)P->xcap);
+  }
+  P->xfers[P->nxfers++] = (cclxfer){peer, send, at, bytes};
+  P->cops[op].nx++;
+}
+
+static int64_t entry_bytes(const sentry *e) { return cx_numel(&e->region) * gpu_dtype_size(e->dt); }
+
+/* A member's collective with the other processes, before it takes its
+ * result: an all-reduce (a reduce-scatter too: every member then takes its
+ * part of the sum) on NCCL in place on its message; an all-gather or
+ * all-to-all as sends of its message (its pieces) to every other member and
+ * receives of theirs into their mirrors, posted together. A broadcast's
+ * are at the root's packing and at the others' wait for it (mp_pack,
+ * mp_wait). */
+static bool mp_reduce(crun *r, const sop *so, const scoll *c, const lins *in, const pcomm *cm) {
+  if (c->n < 2) return true;
+  int k = mp_comm(r, c->dev, c->n, false), me = so->member, msg = c->msg[me];
+  if (k < 0) return plan_fail(r, "comm %d: its group has no communicator", in->comm);
+  switch (cm->kind) {
+  case COMM_ALL_REDUCE:
+  case COMM_REDUCE_SCATTER:
+    if (msg < 0) return plan_fail(r, "comm %d: a member brings nothing to a sum", in->comm);
+    add_ccl(r, so, c, in, cm);
+    return true;
+  case COMM_ALL_GATHER:
+  case COMM_ALL_TO_ALL: {
+    int op = mp_op(r, k, cm->kind, so->dev, so->ins);
+    entries mine = {0};
+    if (msg >= 0) mine = entries_of(r, in, me);
+    for (int m = 0; m < c->n; m++) {
+      if (m == me) continue;
+      if (msg >= 0 && cm->kind == COMM_ALL_GATHER) mp_xfer(r, op, m, true, msg_at(r, msg, 0), r->P->s.msgs[msg].bytes);
+      else if (msg >= 0 && m < mine.n) mp_xfer(r, op, m, true, msg_at(r, msg, mine.e[m].off), entry_bytes(&mine.e[m]));
+      if (c->msg[m] < 0) continue;
+      if (cm->kind == COMM_ALL_GATHER) {
+        mp_xfer(r, op, m, false, msg_at(r, c->msg[m], 0), r->P->s.msgs[c->msg[m]].bytes);
+      } else {
+        entries x = entries_of(r, &r->pr->progs[c->dev[m]].ins[c->ins[m]], m);
+        if (me < x.n) mp_xfer(r, op, m, false, msg_at(r, c->msg[m], x.e[me].off), entry_bytes(&x.e[me]));
+        entries_free(&x);
+      }
+    }
+    if (msg >= 0) entries_free(&mine);
+    return true;
+  }
+  case COMM_BROADCAST:
+    return true;
+  default:
+    return plan_fail(r, "comm %d: the CUDA backend does not run this kind of collective between processes", in->comm);
+  }
+}
+
+/* A send to another process: NCCL's send of the message once packed; the
+ * sender goes on, and what waits for the receiver's unpacking (the reuse of
+ * the message's memory) waits for the send. */
+static void mp_send(crun *r, int at, const sop *so) {
+  const lins *in = &r->pr->progs[so->dev].ins[so->ins];
+  if (here(r, in->peer)) return;
+  int grp[2] = {so->dev, in->peer};
+  int k = mp_comm(r, grp, 2, true);
+  if (k < 0) {
+    plan_fail(r, "comm %d: the devices %d and %d have no communicator", in->comm, so->dev, in->peer);
+    return;
+  }
+  int op = mp_op(r, k, OP_SEND, so->dev, so->ins);
+  r->P->cops[op].nowait = true;
+  mp_xfer(r, op, 1, true, msg_at(r, so->arg, 0), r->P->s.msgs[so->arg].bytes);
+  const csched *S = &r->P->s;
+  for (int j = at + 1; j + 1 < S->nops; j++)
+    if (S->ops[j].kind == SO_RECV && S->ops[j].arg == so->arg && S->ops[j + 1].kind == SO_RECORD) {
+      r->P->alias[S->ops[j + 1].arg] = op;
+      break;
+    }
+}
+
+/* A broadcast's root, once it packed: NCCL's broadcast of its message to
+ * the other processes; the root goes on, and the reuse of the message's
+ * memory waits for the broadcast. */
+static void mp_pack(crun *r, const sop *so) {
+  const scoll *c = &r->P->s.colls[so->arg];
+  const pcomm *cm = lower_comm(r->pr, c->comm);
+  if (cm->kind != COMM_BROADCAST || c->n < 2 || c->msg[so->member] < 0) return;
+  int k = mp_comm(r, c->dev, c->n, false);
+  if (k < 0) {
+    plan_fail(r, "comm %d: its group has no communicator", c->comm);
+    return;
+  }
+  int op = mp_op(r, k, COMM_BROADCAST, so->dev, so->ins);
+  r->P->cops[op].nowait = true, r->P->cops[op].root = so->member;
+  int msg = c->msg[so->member];
+  mp_xfer(r, op, -1, true, msg_at(r, msg, 0), r->P->s.msgs[msg].bytes);
+  for (int m = 0; m < c->n; m++)
+    if (m != so->member && c->done_ev[m] >= 0) r->P->alias[c->done_ev[m]] = op;
+}
+
+/* A wait for an event of another process: for a send's packing, NCCL's
+ * receive of the message into its mirror; for a broadcast root's packing,
+ * this member's part of the broadcast, into the root's mirror; the stream
+ * then waits for it. Other waits of that kind are ordered by NCCL. */
+static void mp_wait(crun *r, const sop *so, const int *rec) {
+  const csched *S = &r->P->s;
+  int at = rec[so->arg];
+  if (at <= 0 || here(r, S->ops[at].dev)) return;
+  const sop *src = &S->ops[at - 1];
+  if (src->kind == SO_SEND) {
+    int grp[2] = {src->dev, so->dev};
+    int k = mp_comm(r, grp, 2, true);
+    if (k < 0) {
+      plan_fail(r, "the devices %d and %d have no communicator", src->dev, so->dev);
+      return;
+    }
+    int op = mp_op(r, k, OP_RECV, so->dev, -1);
+    r->P->cops[op].detached = true;
+    mp_xfer(r, op, 0, false, msg_at(r, src->arg, 0), S->msgs[src->arg].bytes);
+    return;
+  }
+  if (src->kind != SO_PACK) return;
+  const scoll *c = &S->colls[src->arg];
+  if (lower_comm(r->pr, c->comm)->kind != COMM_BROADCAST || c->msg[src->member] < 0) return;
+  int k = mp_comm(r, c->dev, c->n, false);
+  if (k < 0) {
+    plan_fail(r, "comm %d: its group has no communicator", c->comm);
+    return;
+  }
+  int op = mp_op(r, k, COMM_BROADCAST, so->dev, -1);
+  r->P->cops[op].detached = true, r->P->cops[op].root = src->member;
+  int msg = c->msg[src->member];
+  mp_xfer(r, op, -1, false, msg_at(r, msg, 0), S->msgs[msg].bytes);
+}
+
 static void prep_reduce(crun *r, const sop *so) {
   const scoll *c = &r->P->s.colls[so->arg];
   const lins *in = &r->pr->progs[so->dev].ins[so->ins];
   const pcomm *cm = lower_comm(r->pr, in->comm);
   int me = so->member;
-  if (r->comm_of && r->comm_of[in->comm] >= 0) add_ccl(r, so, c, in, cm);
+  if (r->mine >= 0) {
+    if (!mp_reduce(r, so, c, in, cm)) return;
+  } else if (r->comm_of && r->comm_of[in->comm] >= 0) {
+    add_ccl(r, so, c, in, cm);
+  }
   switch (cm->kind) {
   case COMM_ALL_REDUCE:
     if (in->nout != in->nbucket + 1) {
@@ -752,6 +984,7 @@ static const char *ccl_kind(int kind) {
   case COMM_REDUCE_SCATTER: return "reduce-scatter";
   case COMM_ALL_GATHER: return "all-gather";
   case COMM_BROADCAST: return "broadcast";
+  case COMM_ALL_TO_ALL: return "all-to-all";
   default: return "collective";
   }
 }
@@ -837,16 +1070,28 @@ static void comm_close(crun *r, bool gpu) {
 static bool run_ccl(crun *r, const cclop *op, gpu_stream *s, char *err, size_t errlen) {
   ccl_comm *c = r->comms[op->comm];
   gpu_stream *cs = r->cstream[op->comm];
-  gpu_record(op->in, s);
-  gpu_wait(cs, op->in);
+  if (!c || !cs) return failf(err, errlen, 2, "a collective of a communicator this process is not in");
+  if (!op->detached) {
+    gpu_record(op->in, s);
+    gpu_wait(cs, op->in);
+  }
   char *base = addr(r, op->at);
-  int n = ccl_size(c);
+  /* between processes a reduce-scatter is a sum of the whole (mp_reduce) */
+  int n = r->mine >= 0 ? 1 : ccl_size(c);
   bool ok = true;
   ccl_group_start();
+  for (int i = 0; i < op->nx && ok; i++) {
+    const cclxfer *x = &r->P->xfers[op->xfirst + i];
+    void *p = addr(r, x->at);
+    if (op->root >= 0) ok = ccl_broadcast(c, p, p, x->bytes, CCL_U8, op->root, cs, err, errlen);
+    else if (x->send) ok = ccl_send(c, p, x->bytes, CCL_U8, x->peer, cs, err, errlen);
+    else ok = ccl_recv(c, p, x->bytes, CCL_U8, x->peer, cs, err, errlen);
+  }
   for (int i = 0; i < op->nparts && ok; i++) {
     const cclpart *pt = &r->P->parts[op->first + i];
     void *p = base + pt->off;
     if (op->kind == COMM_ALL_REDUCE) ok = ccl_all_reduce(c, p, p, pt->count, pt->dt, cs, err, errlen);
+    else if (op->kind == COMM_REDUCE_SCATTER && r->mine >= 0) ok = ccl_all_reduce(c, p, p, pt->count, pt->dt, cs, err, errlen);
     else if (op->kind == COMM_REDUCE_SCATTER) ok = ccl_reduce_scatter(c, p, p, pt->count / n, pt->dt, cs, err, errlen);
     else if (op->kind == COMM_ALL_GATHER) ok = ccl_all_gather(c, p, p, pt->count / n, pt->dt, cs, err, errlen);
     else ok = ccl_broadcast(c, p, p, pt->count, pt->dt, 0, cs, err, errlen);
@@ -854,7 +1099,7 @@ static bool run_ccl(crun *r, const cclop *op, gpu_stream *s, char *err, size_t e
   char e[512];
   if (!ccl_group_end(c, r->o.timeout_s, e, sizeof e) && ok) ok = false, snprintf(err, errlen, "%s", e);
   gpu_record(op->out, cs);
-  gpu_wait(s, op->out);
+  if (!op->nowait) gpu_wait(s, op->out);
   return ok;
 }
 
@@ -874,6 +1119,25 @@ static bool ccl_timeout(crun *r, int dev, char *err, size_t errlen) {
                  "collectives done; the communicators were aborted (ncclCommAbort)",
                  r->gpu, r->props.name, dev, r->w->step + 1, r->o.timeout_s);
   ins_name(r, late->dev, late->ins, what, sizeof what);
+  if (r->mine >= 0) {
+    char grp[256], ranks[256];
+    mp_group(r, late->comm, grp, sizeof grp);
+    size_t at = 0;
+    ranks[0] = 0;
+    for (int i = 0; i < r->comm_n[late->comm] && at + 24 < sizeof ranks; i++) {
+      int d = r->comm_grp[late->comm][i], p = -1;
+      for (int q = 0, k = 0; q < r->pr->nprogs; q++)
+        if (r->pr->progs[q].n) p = q == d ? k : p, k++;
+      at += (size_t)snprintf(ranks + at, sizeof ranks - at, "%s%d", i ? ", " : "", p);
+    }
+    const char *kind = late->kind == OP_SEND ? "send" : late->kind == OP_RECV ? "receive" : ccl_kind(late->kind);
+    return failf(err, errlen, 2,
+                 "process %d of %d, GPU %d (%s), %s: the NCCL %s of group %s did not finish within %g s (--timeout) "
+                 "in step %" PRId64 "; its processes: %s (this one %d), one of the others stopped or is too slow; the "
+                 "communicators were aborted (ncclCommAbort)",
+                 r->rank, r->nprocs, r->gpu, r->props.name, what, kind, grp, r->o.timeout_s, r->w->step + 1, ranks,
+                 r->rank);
+  }
   return failf(err, errlen, 2,
                "GPU %d (%s), %s: the NCCL %s of group [%d] did not finish within %g s (--timeout) in step %" PRId64
                "; its ranks: 0 of 1, this process; the communicators were aborted (ncclCommAbort)",
@@ -892,6 +1156,287 @@ static bool ccl_healthy(crun *r, char *err, size_t errlen) {
                    r->gpu, r->props.name, r->comm_dev[k], e);
     }
   return true;
+}
+
+
+/* ---- several processes: ranks, communicators, sums ----------------------------------------------- */
+
+/* The GPU of this process when WEFT_CUDA_DEVICE does not name one: its
+ * rank among the processes of its machine (-1: the first GPU). */
+static int local_gpu = -1;
+
+/* The first of the variables that is set as a count, else -1. */
+static int env_first(const char *const *vars, int n);
+
+/* Where this process stands (crun_procs), its rank on this machine, and
+ * whether MPI started it. */
+static void mp_env(int *rank, int *size, int *local, bool *mpi) {
+  static const char *const mlocal[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "PMIX_LOCAL_RANK", "MPI_LOCALRANKID"};
+  static const char *const msizes[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE"};
+  crun_procs(rank, size);
+  *mpi = *size > 1 && env_first(msizes, 3) > 1;
+  static const char *const slocal[] = {"SLURM_LOCALID"};
+  *local = *size > 1 ? (*mpi ? env_first(mlocal, 3) : env_first(slocal, 1)) : 0;
+  if (*local < 0) *local = 0;
+}
+
+/* Several processes: which device this one runs, as the CPU backend
+ * spreads devices over processes (blocks of consecutive devices with a
+ * program, backends/cpu/net.c), one each; MPI joined under mpirun. */
+static bool mp_begin(crun *r, char *err, size_t errlen) {
+  int rank, size, local;
+  bool mpi;
+  mp_env(&rank, &size, &local, &mpi);
+  r->mine = -1, r->rank = 0, r->nprocs = 1;
+  if (size < 2) return true;
+  const weft_program *pr = r->pr;
+  int active = 0;
+  for (int d = 0; d < pr->nprogs; d++) active += pr->progs[d].n > 0;
+  if (active != size)
+    return failf(err, errlen, 1,
+                 "the CUDA backend runs one plan device per process: plan %s has %d device%s with a program, and %d "
+                 "processes were started (start %d)",
+                 pr->p->name, active, active == 1 ? "" : "s", size, active);
+  if (mpi) {
+    Dl_info di;
+    char dir[RDV_MAX_PATH] = ".", e[512];
+    if (dladdr((void *)crun_open, &di) && di.dli_fname) {
+      snprintf(dir, sizeof dir, "%s", di.dli_fname);
+      char *slash = strrchr(dir, '/');
+      if (slash) *slash = 0;
+      else snprintf(dir, sizeof dir, ".");
+    }
+    int mrank, msize;
+    if (!(r->mpi = rdv_mpi_open(dir, r->o.timeout_s, &mrank, &msize, e, sizeof e)))
+      return failf(err, errlen, 2, "started by mpirun, but %s", e);
+    if (mrank != rank || msize != size)
+      return failf(err, errlen, 2, "MPI says process %d of %d, the environment %d of %d", mrank, msize, rank, size);
+  }
+  r->rank = rank, r->nprocs = size, r->local = local, r->parent = (long)getppid();
+  for (int d = 0, k = 0; d < pr->nprogs; d++) {
+    if (!pr->progs[d].n) continue;
+    if ((int)((int64_t)k * size / active) == rank) r->mine = d;
+    k++;
+  }
+  if (!getenv("WEFT_CUDA_DEVICE") || !*getenv("WEFT_CUDA_DEVICE")) local_gpu = local;
+  return true;
+}
+
+static int mp_new_comm(crun *r, const int *grp, int n, bool p2p) {
+  int k = mp_comm(r, grp, n, p2p);
+  if (k >= 0) return k;
+  k = r->ncomms++;
+  r->comm_grp = cx_grow(r->comm_grp, sizeof(int *) * (size_t)r->ncomms);
+  r->comm_n = cx_grow(r->comm_n, sizeof(int) * (size_t)r->ncomms);
+  r->comm_p2p = cx_grow(r->comm_p2p, sizeof(bool) * (size_t)r->ncomms);
+  r->comm_grp[k] = cx_alloc(sizeof(int) * (size_t)n);
+  memcpy(r->comm_grp[k], grp, sizeof(int) * (size_t)n);
+  r->comm_n[k] = n, r->comm_p2p[k] = p2p;
+  return k;
+}
+
+/* The communicators, the same list in every process: one per distinct
+ * group of the collectives of more than one device, then one per pair of
+ * a sender and its receiver (the sender rank 0). */
+static void mp_choose(crun *r) {
+  const weft_program *pr = r->pr;
+  const weft_plan *p = pr->p;
+  r->nccl = true;
+  r->comm_of = cx_alloc(sizeof(int) * (size_t)(p->ncomms + 1));
+  for (int c = 0; c < p->ncomms; c++) {
+    const pcomm *cm = &p->comms[c];
+    r->comm_of[c] = -1;
+    if (cm->kind == COMM_SEND || cm->ngroup < 2) continue;
+    r->comm_of[c] = mp_new_comm(r, cm->group, cm->ngroup, false);
+  }
+  for (int d = 0; d < pr->nprogs; d++)
+    for (int i = 0; i < pr->progs[d].n; i++) {
+      const lins *in = &pr->progs[d].ins[i];
+      int grp[2] = {d, in->peer};
+      if (in->kind == LI_SEND) mp_new_comm(r, grp, 2, true);
+    }
+}
+
+static void mp_group(const crun *r, int k, char *buf, size_t n) {
+  size_t at = 0;
+  buf[0] = 0;
+  if (!r->comm_grp) {
+    snprintf(buf, n, "[%d]", r->comm_dev ? r->comm_dev[k] : -1);
+    return;
+  }
+  for (int i = 0; i < r->comm_n[k] && at + 16 < n; i++)
+    at += (size_t)snprintf(buf + at, n - at, "%s%d", i ? ", " : "[", r->comm_grp[k][i]);
+  snprintf(buf + at, n - at, "]");
+}
+
+/* The world communicator from process 0's id, shared through MPI or the
+ * file of --rendezvous; then every group's, split from it (every process
+ * takes part in every split), their streams and the ops' events. */
+static bool mp_open(crun *r, char *err, size_t errlen) {
+  char e[512], g[256];
+  double t = r->o.timeout_s;
+  if (!ccl_available(r->ccl_what, sizeof r->ccl_what))
+    return failf(err, errlen, 2, "process %d of %d: %s", r->rank, r->nprocs, r->ccl_what);
+  unsigned char id[CCL_ID_BYTES];
+  memset(id, 0, sizeof id);
+  if (r->rank == 0 && !ccl_unique_id(id, e, sizeof e)) return failf(err, errlen, 2, "process 0: %s", e);
+  rdv rv;
+  const char *spec = r->o.rendezvous && *r->o.rendezvous ? r->o.rendezvous : r->mpi ? "mpi" : NULL;
+  if (!spec)
+    return failf(err, errlen, 1,
+                 "process %d of %d was not started by mpirun: the processes share the NCCL communicator's id through "
+                 "a file on a shared file system (--rendezvous file:PATH)",
+                 r->rank, r->nprocs);
+  if (!rdv_parse(spec, &rv, e, sizeof e)) return failf(err, errlen, 1, "%s", e);
+  if (!rdv_share(&rv, r->rank, r->nprocs, id, CCL_ID_BYTES, t, r->mpi ? rdv_mpi_bcast : NULL, r->mpi, e, sizeof e))
+    return failf(err, errlen, 2, "process %d of %d: %s", r->rank, r->nprocs, e);
+  if (!(r->world = ccl_init(id, r->nprocs, r->rank, t, e, sizeof e)))
+    return failf(err, errlen, 2, "process %d of %d, GPU %d (%s): %s", r->rank, r->nprocs, r->gpu, r->props.name, e);
+  rdv_done(&rv, r->rank);
+  r->comms = cx_alloc(sizeof(ccl_comm *) * (size_t)(r->ncomms + 1));
+  r->cstream = cx_alloc(sizeof(gpu_stream *) * (size_t)(r->ncomms + 1));
+  r->cend = cx_alloc(sizeof(gpu_event *) * (size_t)(r->ncomms + 1));
+  for (int k = 0; k < r->ncomms; k++) {
+    int color = -1, key = 0;
+    for (int i = 0; i < r->comm_n[k]; i++)
+      if (r->comm_grp[k][i] == r->mine) color = k, key = i;
+    mp_group(r, k, g, sizeof g);
+    if (!ccl_split(r->world, color, key, t, &r->comms[k], e, sizeof e))
+      return failf(err, errlen, 2, "process %d of %d, the communicator of group %s: %s", r->rank, r->nprocs, g, e);
+    if (r->comms[k] && (!(r->cstream[k] = gpu_stream_new(e, sizeof e)) || !(r->cend[k] = gpu_event_new(e, sizeof e))))
+      return failf(err, errlen, 2, "GPU %d: %s", r->gpu, e);
+  }
+  if (!(r->wstream = gpu_stream_new(e, sizeof e)) || !(r->wdone = gpu_event_new(e, sizeof e)))
+    return failf(err, errlen, 2, "GPU %d: %s", r->gpu, e);
+  int64_t mirror = 1;
+  for (int k = 0; k < 2; k++) {
+    if (r->plan[k].built && r->plan[k].mirror_bytes > mirror) mirror = r->plan[k].mirror_bytes;
+    for (int j = 0; r->plan[k].built && j < r->plan[k].ncops; j++) {
+      cclop *op = &r->plan[k].cops[j];
+      if (!(op->in = gpu_event_new(e, sizeof e)) || !(op->out = gpu_event_new(e, sizeof e)))
+        return failf(err, errlen, 2, "GPU %d: %s", r->gpu, e);
+    }
+  }
+  if (!(r->mirror = gpu_alloc((size_t)mirror, e, sizeof e)))
+    return failf(err, errlen, 2, "GPU %d (%s), the copies of other processes' messages: %s", r->gpu, r->props.name, e);
+  return true;
+}
+
+/* The end of a pass waits for the communicators' streams too (a send or a
+ * broadcast's root that compute did not wait for). */
+static void mp_join(crun *r) {
+  gpu_stream *s = r->dev[r->mine].stream;
+  for (int k = 0; k < r->ncomms; k++)
+    if (r->cstream && r->cstream[k]) gpu_record(r->cend[k], r->cstream[k]), gpu_wait(s, r->cend[k]);
+}
+
+/* Whether the process that started this one is gone: a wait for the
+ * others would never end, nobody being left to end it. */
+static bool mp_orphaned(crun *r, char *err, size_t errlen) {
+  if (r->mine < 0 || r->parent <= 1 || (long)getppid() == r->parent) return false;
+  comm_abort(r);
+  r->hung = true;
+  failf(err, errlen, 2, "process %d of %d: the process that started this one (%ld, mpirun or srun) is gone", r->rank,
+        r->nprocs, r->parent);
+  return true;
+}
+
+/* Waits for the world stream's work, at most --timeout; past it, the
+ * communicators are aborted. */
+static bool mp_settle(crun *r, const char *what, char *err, size_t errlen) {
+  char e[512];
+  gpu_record(r->wdone, r->wstream);
+  double t0 = now();
+  long nap_us = 20;
+  for (;;) {
+    int k = gpu_event_done(r->wdone, e, sizeof e);
+    if (k < 0) return failf(err, errlen, 2, "GPU %d (%s), %s: %s", r->gpu, r->props.name, what, e);
+    if (k > 0) return true;
+    if (mp_orphaned(r, err, errlen)) return false;
+    if (r->o.timeout_s > 0 && now() - t0 > r->o.timeout_s) {
+      comm_abort(r);
+      r->hung = true;
+      return failf(err, errlen, 2,
+                   "process %d of %d, GPU %d (%s): %s through the world communicator (processes 0 to %d) did not "
+                   "finish within %g s (--timeout); the communicators were aborted (ncclCommAbort)",
+                   r->rank, r->nprocs, r->gpu, r->props.name, what, r->nprocs - 1, r->o.timeout_s);
+    }
+    struct timespec ts = {0, nap_us * 1000};
+    nanosleep(&ts, NULL);
+    if (nap_us < 1000) nap_us *= 2;
+  }
+}
+
+/* host[0 .. n) of type dt reduced over every process by op, in place. */
+static bool mp_world(crun *r, void *host, int64_t n, int dt, int op, const char *what, char *err, size_t errlen) {
+  char e[512];
+  size_t bytes = (size_t)n * (dt == CCL_F64 ? 8 : (size_t)gpu_dtype_size(dt));
+  void *d = gpu_alloc(bytes ? bytes : 1, e, sizeof e);
+  if (!d) return failf(err, errlen, 2, "GPU %d (%s): %s", r->gpu, r->props.name, e);
+  bool ok = gpu_upload(d, host, bytes, r->wstream, e, sizeof e) ||
+            failf(err, errlen, 2, "GPU %d (%s): %s", r->gpu, r->props.name, e);
+  ok = ok && ccl_all_reduce_op(r->world, d, d, n, dt, op, r->wstream, err, errlen);
+  ok = ok && mp_settle(r, what, err, errlen);
+  ok = ok && (gpu_download(host, d, bytes, r->wstream, e, sizeof e) ||
+              failf(err, errlen, 2, "GPU %d (%s): %s", r->gpu, r->props.name, e));
+  if (!r->hung) gpu_free(d);
+  return ok;
+}
+
+/* Each element from the lowest process that wrote it (a sum with zeros
+ * elsewhere, which is exact), or the world's where none did. */
+static bool mp_merge(crun *r, float *vals, const float *seen, int64_t n, char *err, size_t errlen) {
+  float *owner = cx_alloc(sizeof(float) * (size_t)(n + 1));
+  float me = (float)(r->nprocs - r->rank);
+  for (int64_t i = 0; i < n; i++) owner[i] = seen && seen[i] != 0.0f ? me : 0.0f;
+  bool ok = mp_world(r, owner, n, GPU_F32, CCL_MAX, "the owners of the parameters", err, errlen);
+  for (int64_t i = 0; ok && i < n; i++)
+    if (!(owner[i] == me || (owner[i] == 0.0f && r->rank == 0))) vals[i] = 0.0f;
+  ok = ok && mp_world(r, vals, n, GPU_F32, CCL_SUM, "the parameters", err, errlen);
+  free(owner);
+  return ok;
+}
+
+/* Every process ends with the whole world (crun_read). */
+static bool mp_gather(crun *r, float **seen, float **sseen, char *err, size_t errlen) {
+  const weft_graph *g = r->g;
+  bool ok = true;
+  for (int t = 0; ok && t < g->ntensors; t++) {
+    if (!r->w->param[t]) continue;
+    int64_t n = cx_tensor_numel(&g->tensors[t]);
+    ok = mp_merge(r, r->w->param[t], seen[t], n, err, errlen);
+    for (int c = 0; ok && c < r->w->state_copies; c++) ok = mp_merge(r, r->w->state[t] + c * n, sseen[t], n, err, errlen);
+  }
+  return ok;
+}
+
+/* A failure of one process ends every process: MPI_Abort under mpirun
+ * (without MPI, each process ends at its own --timeout). */
+static void mp_abort(crun *r, const char *err) {
+  if (!r->mpi) return;
+  fprintf(stderr, "weft run: process %d: %s\n", r->rank, err);
+  fflush(stdout);
+  fflush(stderr);
+  /* should mpirun be unable to end the run (it is gone), this one still ends */
+  signal(SIGALRM, SIG_DFL);
+  alarm(5);
+  rdv_mpi_abort(r->mpi, 2);
+  _exit(2);
+}
+
+bool crun_agree(crun *r, bool ok) {
+  if (r->mine < 0) return ok;
+  int32_t v = ok ? 0 : 1;
+  char err[512];
+  if (!mp_world(r, &v, 1, GPU_I32, CCL_MAX, "the processes' meeting", err, sizeof err)) mp_abort(r, err);
+  return v == 0;
+}
+
+static void mp_close(crun *r, bool gpu) {
+  for (int k = 0; k < r->ncomms && r->comm_grp; k++) free(r->comm_grp[k]);
+  for (int k = 0; gpu && r->cend && k < r->ncomms; k++) gpu_event_free(r->cend[k]);
+  if (gpu && r->wstream) gpu_stream_free(r->wstream), gpu_event_free(r->wdone), gpu_free(r->mirror);
+  free(r->comm_grp), free(r->comm_n), free(r->comm_p2p), free(r->cend);
 }
 
 /* ---- planning ------------------------------------------------------------------------------------ */
@@ -955,7 +1500,10 @@ bool crun_gpu(int *gpu, gpu_props *p, char *err, size_t errlen) {
   int n = gpu_count(e, sizeof e);
   if (n < 0) return failf(err, errlen, 2, "%s", e);
   const char *env = getenv("WEFT_CUDA_DEVICE");
-  *gpu = env && *env ? atoi(env) : 0;
+  *gpu = env && *env ? atoi(env) : local_gpu >= 0 ? local_gpu : 0;
+  if (!(env && *env) && *gpu >= n)
+    return failf(err, errlen, 2, "this process is process %d of its machine, but there %s %d CUDA device%s (one GPU a process)",
+                 *gpu, n == 1 ? "is" : "are", n, n == 1 ? "" : "s");
   if (*gpu < 0 || *gpu >= n)
     return failf(err, errlen, 2, "WEFT_CUDA_DEVICE=%s, but there %s %d CUDA device%s", env, n == 1 ? "is" : "are", n,
                  n == 1 ? "" : "s");
@@ -987,7 +1535,7 @@ bool crun_probe(char *msg, size_t n) {
 static void plan_free(cplan *P, bool gpu) {
   for (int k = 0; gpu && P->ev && k < P->s.nevents; k++) gpu_event_free(P->ev[k]);
   for (int k = 0; gpu && k < P->ncops; k++) gpu_event_free(P->cops[k].in), gpu_event_free(P->cops[k].out);
-  free(P->cops), free(P->parts);
+  free(P->cops), free(P->parts), free(P->xfers), free(P->mirror_off), free(P->alias);
   sched_free(&P->s);
   free(P->ev), free(P->acts), free(P->srcs), free(P->calls), free(P->steps), free(P->first), free(P->count);
   memset(P, 0, sizeof *P);
@@ -1007,6 +1555,7 @@ void crun_close(crun *r) {
     free(v->slot), free(v->stepped);
   }
   comm_close(r, gpu);
+  mp_close(r, gpu);
   for (int k = 0; k < 2; k++) plan_free(&r->plan[k], gpu);
   if (gpu) {
     gpu_free(r->inputs), gpu_free(r->slots), gpu_free(r->tables), gpu_free(r->masks), gpu_free(r->norms);
@@ -1017,6 +1566,7 @@ void crun_close(crun *r) {
     for (int d = 0; d < r->pr->nprogs; d++) free(r->keep[d]);
   free(r->keep);
   free(r->dev), free(r->kern), free(r->input_off), free(r->tab.v), free(r->mask_at), free(r->ins_base);
+  if (r->mpi) rdv_mpi_close(r->mpi);
   free(r);
 }
 
@@ -1126,12 +1676,27 @@ static bool overwritten(const crun *r, int dev, int at, int buf) {
   return false;
 }
 
+/* Several processes: per event, the stream operation that records it
+ * (-1 none); the plan's aliases start empty. */
+static int *mp_events(crun *r) {
+  cplan *P = r->P;
+  int *rec = cx_alloc(sizeof(int) * (size_t)(P->s.nevents + 1));
+  P->alias = cx_alloc(sizeof(int) * (size_t)(P->s.nevents + 1));
+  for (int e = 0; e < P->s.nevents; e++) rec[e] = P->alias[e] = -1;
+  for (int k = 0; k < P->s.nops; k++)
+    if (P->s.ops[k].kind == SO_RECORD) rec[P->s.ops[k].arg] = k;
+  return rec;
+}
+
 static bool prepare(crun *r) {
   r->P->first = cx_alloc(sizeof(int) * (size_t)(r->P->s.nops + 1));
   r->P->count = cx_alloc(sizeof(int) * (size_t)(r->P->s.nops + 1));
+  int *rec = r->mine >= 0 ? mp_events(r) : NULL;
   for (int k = 0; k < r->P->s.nops && !r->pfail; k++) {
     const sop *so = &r->P->s.ops[k];
     r->P->first[k] = r->P->nacts;
+    r->P->count[k] = 0;
+    if (!here(r, so->dev)) continue;  /* another process's */
     const lins *in = so->ins >= 0 ? &r->pr->progs[so->dev].ins[so->ins] : NULL;
     switch (so->kind) {
     case SO_ZERO: {
@@ -1159,9 +1724,18 @@ static bool prepare(crun *r) {
       else if (in->kind == LI_COPY) prep_copy(r, so->dev, so->ins, true);
       else if (in->kind == LI_STEP) prep_step(r, so->dev, so->ins, so->ws, true);
       break;
-    case SO_SEND: prep_send(r, so); break;
+    case SO_SEND:
+      prep_send(r, so);
+      if (rec) mp_send(r, k, so);
+      break;
     case SO_RECV: prep_recv(r, so); break;
-    case SO_PACK: prep_pack(r, so); break;
+    case SO_PACK:
+      prep_pack(r, so);
+      if (rec) mp_pack(r, so);
+      break;
+    case SO_WAIT:
+      if (rec) mp_wait(r, so, rec);
+      break;
     case SO_REDUCE: prep_reduce(r, so); break;
     case SO_NORM_PART: prep_norm_part(r, so->dev, so->ins); break;
     case SO_NORM: new_act(r, A_NORM); break;
@@ -1169,6 +1743,7 @@ static bool prepare(crun *r) {
     }
     r->P->count[k] = r->P->nacts - r->P->first[k];
   }
+  free(rec);
   return !r->pfail;
 }
 
@@ -1230,6 +1805,14 @@ static int env_count(const char *name) {
   return *end || n < 0 || n > 1 << 24 ? -1 : (int)n;
 }
 
+static int env_first(const char *const *vars, int n) {
+  for (int i = 0; i < n; i++) {
+    int v = env_count(vars[i]);
+    if (v >= 0) return v;
+  }
+  return -1;
+}
+
 void crun_procs(int *rank, int *size) {
   static const char *const sizes[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE"};
   static const char *const ranks[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"};
@@ -1252,18 +1835,13 @@ crun *crun_open(const weft_program *pr, weft_world *w, const backend_opts *o, ch
       failf(err, errlen, 2, "the programs were lowered without their full instructions (lower_opts.full_programs)");
       return NULL;
     }
-  int me, np;
-  crun_procs(&me, &np);
-  if (np > 1) {
-    failf(err, errlen, 1, "the CUDA backend runs in one process, on one GPU (%d processes were started)", np);
-    return NULL;
-  }
   crun *r = cx_alloc(sizeof *r);
   r->pr = pr, r->g = lower_graph(pr), r->w = w, r->o = *o;
   r->P = &r->plan[0];
   r->sync_each = getenv("WEFT_CUDA_SYNC") && strcmp(getenv("WEFT_CUDA_SYNC"), "0") != 0;
   const weft_graph *g = r->g;
   uint8_t *mask_bytes = NULL;
+  if (!mp_begin(r, err, errlen)) goto fail;
   if (!crun_optimizer(g, &r->optim, &r->settings, err, errlen)) goto fail;
   r->lr0 = r->settings.lr;
   r->kern = cx_alloc(sizeof(const ckernel *) * (size_t)(g->nops + 1));
@@ -1271,7 +1849,7 @@ crun *crun_open(const weft_program *pr, weft_world *w, const backend_opts *o, ch
   for (int d = 0; d < pr->nprogs; d++) {
     const lprog *lp = &pr->progs[d];
     if (!lp->n) continue;
-    r->ndev++;
+    r->ndev += here(r, d);
     r->dev[d].slot = cx_alloc(sizeof(int) * (size_t)(lp->n + 1));
     for (int i = 0; i < lp->n; i++) r->dev[d].slot[i] = -1;
     r->dev[d].stepped = cx_alloc((size_t)(lp->buf_hi - lp->buf_lo + 1));
@@ -1286,7 +1864,8 @@ crun *crun_open(const weft_program *pr, weft_world *w, const backend_opts *o, ch
     }
   }
   loss_slots(r);
-  if (!comm_choose(r, err, errlen)) goto fail;
+  if (r->mine >= 0) mp_choose(r);
+  else if (!comm_choose(r, err, errlen)) goto fail;
   /* the model inputs, whole, as the world holds them */
   r->input_off = cx_alloc(sizeof(int64_t) * (size_t)(g->ntensors + 1));
   for (int t = 0; t < g->ntensors; t++) {
@@ -1316,8 +1895,8 @@ crun *crun_open(const weft_program *pr, weft_world *w, const backend_opts *o, ch
   int64_t pools = 0, largest = 0;
   int64_t *pool = cx_alloc(sizeof(int64_t) * (size_t)(pr->nprogs + 1));
   for (int d = 0; d < pr->nprogs; d++) {
-    pool[d] = r->plan[0].s.pool[d];
-    if (r->plan[1].built && r->plan[1].s.pool[d] > pool[d]) pool[d] = r->plan[1].s.pool[d];
+    pool[d] = here(r, d) ? r->plan[0].s.pool[d] : 0;
+    if (here(r, d) && r->plan[1].built && r->plan[1].s.pool[d] > pool[d]) pool[d] = r->plan[1].s.pool[d];
     pools += align_up(pool[d]);
     if (pool[d] > largest) largest = pool[d];
   }
@@ -1333,7 +1912,7 @@ crun *crun_open(const weft_program *pr, weft_world *w, const backend_opts *o, ch
     goto fail;
   }
   for (int d = 0; d < pr->nprogs; d++) {
-    if (!pr->progs[d].n) continue;
+    if (!pr->progs[d].n || !here(r, d)) continue;
     cvdev *v = &r->dev[d];
     if (!(v->pool = gpu_alloc((size_t)pool[d], e, sizeof e))) {
       failf(err, errlen, 2, "GPU %d (%s), the pool of plan device %d: %s", r->gpu, r->props.name, d, e);
@@ -1366,7 +1945,7 @@ crun *crun_open(const weft_program *pr, weft_world *w, const backend_opts *o, ch
         goto fail;
       }
   }
-  if (!comm_open(r, err, errlen)) goto fail;
+  if (r->mine >= 0 ? !mp_open(r, err, errlen) : !comm_open(r, err, errlen)) goto fail;
   if ((r->tab.n && !gpu_upload(r->tables, r->tab.v, (size_t)r->tab.n * 4, NULL, e, sizeof e)) ||
       (r->nmask_bytes && !gpu_upload(r->masks, mask_bytes, (size_t)r->nmask_bytes, NULL, e, sizeof e))) {
     failf(err, errlen, 2, "GPU %d: %s", r->gpu, e);
@@ -1376,6 +1955,7 @@ crun *crun_open(const weft_program *pr, weft_world *w, const backend_opts *o, ch
   return r;
 fail:
   free(mask_bytes);
+  if (r->mpi) mp_abort(r, err);
   crun_close(r);
   return NULL;
 }
@@ -1388,7 +1968,10 @@ void crun_describe(crun *r, char *buf, size_t n) {
   int k = snprintf(buf, n, "%s (compute capability %d.%d), %d virtual device%s, %s of device memory (%s free at the start)",
                    r->props.name, r->props.major, r->props.minor, r->ndev, r->ndev == 1 ? "" : "s",
                    crun_bytes(a, sizeof a, (double)r->need), crun_bytes(b, sizeof b, (double)r->props.free));
-  if (r->nccl && k > 0 && (size_t)k < n)
+  if (r->mine >= 0 && k > 0 && (size_t)k < n)
+    snprintf(buf + k, n - (size_t)k, "; process %d of %d runs plan device %d, collectives and sends between processes "
+             "through %s, %d communicator%s", r->rank, r->nprocs, r->mine, r->ccl_what, r->ncomms, r->ncomms == 1 ? "" : "s");
+  else if (r->nccl && k > 0 && (size_t)k < n)
     snprintf(buf + k, n - (size_t)k, "; collectives of groups of one through %s, %d communicator%s", r->ccl_what,
              r->ncomms, r->ncomms == 1 ? "" : "s");
 }
@@ -1476,7 +2059,7 @@ static bool init_state(crun *r, char *err, size_t errlen) {
   bool ok = true;
   for (int d = 0; d < pr->nprogs && ok; d++) {
     const lprog *lp = &pr->progs[d];
-    if (!lp->n) continue;
+    if (!lp->n || !here(r, d)) continue;
     gpu_stream *s = r->dev[d].stream;
     for (int b = lp->buf_lo; b < lp->buf_hi && ok; b++) {
       const lbuf *bf = &pr->bufs[b];
@@ -1563,6 +2146,7 @@ static bool kernel_failed(crun *r, const char *e, char *err, size_t errlen) {
 static bool pass_end(crun *r, char *err, size_t errlen) {
   char e[512];
   int nd = r->pr->nprogs;
+  if (r->mine >= 0) mp_join(r);
   for (int d = 0; d < nd; d++)
     if (r->dev[d].stream) gpu_record(r->dev[d].done, r->dev[d].stream);
   double t0 = now();
@@ -1572,6 +2156,7 @@ static bool pass_end(crun *r, char *err, size_t errlen) {
     if (k < 0) return kernel_failed(r, e, err, errlen);
     if (k > 0) { d++; continue; }
     if (r->ncomms && !ccl_healthy(r, err, errlen)) return false;
+    if (mp_orphaned(r, err, errlen)) return false;
     if (r->o.timeout_s > 0 && now() - t0 > r->o.timeout_s) {
       if (r->ncomms) return ccl_timeout(r, d, err, errlen);
       r->hung = true;
@@ -1587,14 +2172,28 @@ static bool pass_end(crun *r, char *err, size_t errlen) {
   return gpu_sync(e, sizeof e) || kernel_failed(r, e, err, errlen);
 }
 
+/* Several processes: the loss's shares and the devices' sums of squares
+ * of every process (each wrote its own; the others' are zero). */
+static bool mp_sums(crun *r, char *err, size_t errlen) {
+  char what[64];
+  snprintf(what, sizeof what, "the loss of step %" PRId64, r->w->step + 1);
+  bool ok = r->nslots == 0 || ccl_all_reduce_op(r->world, r->slots, r->slots, r->nslots, CCL_F64, CCL_SUM, r->wstream,
+                                                err, errlen);
+  if (ok && !r->eval)
+    ok = ccl_all_reduce_op(r->world, r->norms, r->norms, r->pr->nprogs, CCL_F64, CCL_SUM, r->wstream, err, errlen);
+  return ok && mp_settle(r, what, err, errlen);
+}
+
 static bool run_plan(crun *r, char *err, size_t errlen) {
   char e[512], what[256];
   if (!upload_inputs(r, err, errlen)) return false;
   const cplan *P = r->P;
   for (int k = 0; k < P->s.nops; k++) {
     const sop *so = &P->s.ops[k];
+    if (!here(r, so->dev)) continue;  /* another process's */
     gpu_stream *s = r->dev[so->dev].stream;
     if (so->kind == SO_RECORD) gpu_record(P->ev[so->arg], s);
+    else if (so->kind == SO_WAIT && P->alias && P->alias[so->arg] >= 0) gpu_wait(s, P->cops[P->alias[so->arg]].out);
     else if (so->kind == SO_WAIT) gpu_wait(s, P->ev[so->arg]);
     if (r->eval && eval_skips(r, so)) continue;
     for (int j = 0; j < P->count[k]; j++)
@@ -1618,6 +2217,8 @@ bool crun_pass(crun *r, const backend_step *st, backend_result *out, char *err, 
   r->settings.lr = isnan(st->lr) ? r->lr0 : st->lr;
   if (r->clip > 0 && !r->plan[1].built)
     return failf(err, errlen, 1, "gradients cannot be clipped under this plan: %s", r->clip_err);
+  if (r->clip > 0 && r->mine >= 0)
+    return failf(err, errlen, 1, "the CUDA backend does not clip gradients across processes yet (--clip)");
   r->P = &r->plan[r->clip > 0 ? 1 : 0];
   if (!r->inited && !init_state(r, err, errlen)) {
     r->failed = true;
@@ -1628,6 +2229,7 @@ bool crun_pass(crun *r, const backend_step *st, backend_result *out, char *err, 
   double *host = cx_alloc(sizeof(double) * (size_t)(r->nslots + nd + 2));
   char e[512];
   bool ok = run_plan(r, err, errlen);
+  if (ok && r->mine >= 0) ok = mp_sums(r, err, errlen);
   if (ok && !gpu_download(host, r->slots, sizeof(double) * (size_t)(r->nslots + 1), NULL, e, sizeof e))
     ok = failf(err, errlen, 2, "GPU %d (%s): %s", r->gpu, r->props.name, e);
   double loss = 0, sq = 0;
@@ -1639,6 +2241,7 @@ bool crun_pass(crun *r, const backend_step *st, backend_result *out, char *err, 
   free(host);
   if (!ok) {
     r->failed = true;
+    if (r->mine >= 0) mp_abort(r, err);
     return false;
   }
   if (!r->eval) r->w->step++;
@@ -1670,11 +2273,12 @@ bool crun_read(crun *r, char *err, size_t errlen) {
   float *host = cx_alloc(sizeof(float) * (size_t)most), *before = cx_alloc(sizeof(float) * (size_t)most);
   float *stage = gpu_alloc(sizeof(float) * (size_t)most, e, sizeof e);
   float **seen = cx_alloc(sizeof(float *) * (size_t)(g->ntensors + 1));
+  float **sseen = cx_alloc(sizeof(float *) * (size_t)(g->ntensors + 1));
   bool ok = stage != NULL;
   if (!ok) failf(err, errlen, 2, "GPU %d (%s): %s", r->gpu, r->props.name, e);
   for (int d = 0; d < pr->nprogs && ok; d++) {
     const lprog *lp = &pr->progs[d];
-    if (!lp->n) continue;
+    if (!lp->n || !here(r, d)) continue;
     gpu_stream *s = r->dev[d].stream;
     for (int b = lp->buf_lo; b < lp->buf_hi && ok; b++) {
       const lbuf *bf = &pr->bufs[b];
@@ -1725,12 +2329,23 @@ bool crun_read(crun *r, char *err, size_t errlen) {
         if (!ok) failf(err, errlen, 2, "GPU %d (%s): %s", r->gpu, r->props.name, e);
         for (int c = 0; ok && c < bf->copies && c < r->w->state_copies; c++)
           cx_move_host(r->w->state[bf->tensor] + c * wn, host + c * n, &mv, &tab, false);
+        if (ok && r->mine >= 0) {
+          if (!sseen[bf->tensor]) sseen[bf->tensor] = cx_alloc(sizeof(float) * (size_t)wn);
+          for (int64_t i = 0; i < n; i++) host[i] = 1.0f;
+          cx_move_host(sseen[bf->tensor], host, &mv, &tab, false);
+        }
       }
       free(tab.v);
     }
   }
-  for (int t = 0; t < g->ntensors; t++) free(seen[t]);
-  free(seen), free(host), free(before);
   gpu_free(stage);
+  /* every process the same calls, whatever it found */
+  if (r->mine >= 0) {
+    char e2[512] = "";
+    if (!mp_gather(r, seen, sseen, e2, sizeof e2)) mp_abort(r, e2);
+    if (!r->mpi && e2[0] && ok) ok = failf(err, errlen, 2, "%s", e2);
+  }
+  for (int t = 0; t < g->ntensors; t++) free(seen[t]), free(sseen[t]);
+  free(seen), free(sseen), free(host), free(before);
   return ok;
 }

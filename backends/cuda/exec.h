@@ -14,13 +14,15 @@ bool crun_pass(crun *r, const backend_step *st, backend_result *out, char *err, 
 bool crun_read(crun *r, char *err, size_t errlen);
 void crun_close(crun *r);
 void crun_describe(crun *r, char *buf, size_t n);
+/* Meets every process of the run: true when all passed ok. */
+bool crun_agree(crun *r, bool ok);
 bool crun_reference(const weft_graph *g, weft_world *w, const backend_step *st, backend_result *out,
                     const backend_opts *o, char *err, size_t errlen);
 
 /* Where this process stands among those mpirun or srun started, as the
  * CPU backend reads it: MPI's variables (Open MPI's, PMIx's, PMI's), else
- * Slurm's inside a job step (SLURM_PROCID, SLURM_NTASKS). The backend runs
- * in one process, and refuses more when it opens. */
+ * Slurm's inside a job step (SLURM_PROCID, SLURM_NTASKS). With several,
+ * each runs one plan device on the GPU of its rank on its machine. */
 void crun_procs(int *rank, int *size);
 
 /* What the last failure calls for: 1 when the input was refused, 2 when the

@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "mpi/mpi_load.h"
 #include "mpi/weft_mpi.h"
 
 static const char FORMAT[] = "weft rendezvous 1";
@@ -189,40 +190,18 @@ struct rdv_mpi {
   char err[512];          /* the plugin's messages */
 };
 
-static void *open_mpi_plugin(const char *dir, char *tried, size_t n) {
-  const char *env = getenv("WEFT_MPI_PLUGIN");
-  char path[RDV_MAX_PATH + 32];
-  /* RTLD_GLOBAL: Open MPI loads components that need libmpi's symbols */
-  if (env && *env) {
-    snprintf(tried, n, "%s", env);
-    return dlopen(env, RTLD_NOW | RTLD_GLOBAL);
-  }
-  const char *dirs[] = {getenv("WEFT_PLUGIN_DIR"), dir};
-  tried[0] = 0;
-  for (int i = 0; i < 2; i++) {
-    if (!dirs[i] || !*dirs[i]) continue;
-    snprintf(path, sizeof path, "%s/libweft_mpi.so", dirs[i]);
-    size_t used = strlen(tried);
-    snprintf(tried + used, n - used, "%s%s", used ? ", " : "", path);
-    if (access(path, F_OK) == 0) return dlopen(path, RTLD_NOW | RTLD_GLOBAL);
-  }
-  return NULL;
-}
-
 rdv_mpi *rdv_mpi_open(const char *dir, double timeout_s, int *rank, int *size, char *err, size_t errlen) {
-  char tried[2 * RDV_MAX_PATH + 128];
-  void *lib = open_mpi_plugin(dir, tried, sizeof tried);
-  if (!lib) {
-    const char *why = dlerror();
-    snprintf(err, errlen, "the MPI plugin could not be loaded (%s; tried %s); WEFT_MPI_PLUGIN names it",
-             why ? why : "not found", tried[0] ? tried : "nothing");
+  char tried[4 * RDV_MAX_PATH + 128], why[512];
+  void *lib;
+  const weft_mpi_api *api;
+  mpi_load_status st = mpi_load(dir, &lib, &api, tried, sizeof tried, why, sizeof why);
+  if (st == MPI_LOAD_MISSING) {
+    snprintf(err, errlen, "the MPI plugin could not be loaded (%s; tried %s); WEFT_MPI_PLUGIN names it", why,
+             tried[0] ? tried : "nothing");
     return NULL;
   }
-  const weft_mpi_api *(*get)(void) = (const weft_mpi_api *(*)(void))dlsym(lib, "weft_mpi_plugin");
-  const weft_mpi_api *api = get ? get() : NULL;
-  if (!api || api->version != WEFT_MPI_VERSION) {
-    snprintf(err, errlen, "%s is not a weft MPI plugin of version %d", tried, WEFT_MPI_VERSION);
-    dlclose(lib);
+  if (st == MPI_LOAD_WRONG) {
+    snprintf(err, errlen, "%s", why);
     return NULL;
   }
   rdv_mpi *m = calloc(1, sizeof *m);

@@ -132,8 +132,8 @@ int64_t world_step_items(const weft_graph *g, const char **unit);
 /* The version of this table: a plugin built against another is refused.
  * 2: passes (backend_step, backend_result), on_memory; 3: kernels, probe,
  * tolerance, failure, describe, and backend_opts' deterministic,
- * allow_nonfinite and timeout_s; 4: agree. */
-#define WEFT_BACKEND_VERSION 4
+ * allow_nonfinite and timeout_s; 4: agree; 5: backend_opts' rendezvous. */
+#define WEFT_BACKEND_VERSION 5
 
 /* What a device's buffers took, as the backend measured it while the steps
  * ran: the most bytes of program buffers live at once (an element at the
@@ -154,6 +154,10 @@ typedef struct backend_opts {
    * with what it measured (a backend that does not measure never calls it) */
   backend_memory_fn on_memory;
   void *ctx;
+  /* how the processes of a run share the id of a communicator
+   * (`weft run --rendezvous`): "mpi", "file:PATH", or NULL (MPI's when
+   * mpirun started them) */
+  const char *rendezvous;
 } backend_opts;
 
 /* One pass of a run: a training step, or an evaluation of the loss. The

@@ -37,6 +37,7 @@ typedef struct weft_opts {
   bool kernels;           /* backends --kernels */
   bool allow_nonfinite;   /* run --allow-nonfinite */
   double timeout;         /* run --timeout SECONDS, 0: the default */
+  const char *rendezvous; /* run --rendezvous: how processes share a communicator's id (cuda) */
   const weft_backend *backend; /* run --backend, NULL: the first of the build */
   bool seed_given;        /* --seed given (else a checkpoint's) */
   /* run: the schedule, clipping, data, evaluation, logs (docs/run.md). A

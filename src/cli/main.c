@@ -120,6 +120,8 @@ static const command commands[] = {
      "                     gradient that is not finite (else the run stops there, exit 1)\n"
      "  --timeout S        the longest a device or process waits for another (default 600);\n"
      "                     then the run fails, and under mpirun every process ends\n"
+     "  --rendezvous R     cuda, several processes: how they share the NCCL communicator's id:\n"
+     "                     mpi (the default under mpirun) or file:PATH (a shared file system)\n"
      "  --json             print one JSON object: steps, check, saved file\n"
      "training:\n"
      "  --data PATH        batches from token files (a file or a glob of shards): llm.c's\n"
@@ -492,6 +494,7 @@ int main(int argc, char **argv) {
     else if (cmd->run == report_run && strcmp(a, "--deterministic") == 0) o.deterministic = true;
     else if (cmd->run == report_backends && strcmp(a, "--kernels") == 0) o.kernels = true;
     else if (cmd->run == report_run && strcmp(a, "--allow-nonfinite") == 0) o.allow_nonfinite = true;
+    else if (cmd->run == report_run && is_opt(a, "--rendezvous")) { if (!(v = opt_value(argc, argv, &i, "--rendezvous"))) goto done; o.rendezvous = v; }
     else if (cmd->run == report_run && is_opt(a, "--timeout")) {
       if (!(v = opt_value(argc, argv, &i, "--timeout"))) goto done;
       char *end;

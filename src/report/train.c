@@ -651,7 +651,7 @@ int report_run(const weft_opts *o) {
   runner rn = {.bk = bk, .g = g,
                .bo = {.allow_native = o->allow_native, .deterministic = o->deterministic,
                       .allow_nonfinite = o->allow_nonfinite, .timeout_s = o->timeout > 0 ? o->timeout : RUN_TIMEOUT_S,
-                      .on_memory = mem_on_memory, .ctx = &mem}};
+                      .on_memory = mem_on_memory, .ctx = &mem, .rendezvous = o->rendezvous}};
   rn.run = bk->open(pr, w, &rn.bo, err, sizeof err);
   char machine[512] = "";
   if (rn.run && bk->describe) bk->describe(rn.run, machine, sizeof machine);
