@@ -662,6 +662,24 @@ static void report(const search_opts *o, int64_t searched, int64_t pruned, doubl
   o->progress(o->ctx, &pg);
 }
 
+/* Candidate c ranked by its analytic time, kept unless the heuristics'
+ * prune hook drops it (counted as pruned and dropped; failed when the hook
+ * fails). */
+static void add_candidate(const search_hooks *hk, search_plan *c, arena *a, search_plan **cands, int *ccap,
+                          int *ncand, int64_t *pruned, int64_t *dropped, bool *failed) {
+  c->rank = c->analytic_time;
+  if (hk && hk->prune) {
+    int keep = hk->prune(hk->ctx, c);
+    if (keep < 0) *failed = true;
+    if (keep <= 0) {
+      (*pruned)++, (*dropped)++;
+      return;
+    }
+  }
+  arena_grow(a, (void **)cands, ccap, *ncand + 1, sizeof(search_plan));
+  (*cands)[(*ncand)++] = *c;
+}
+
 bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *o, arena *a, weft_diags *dg,
                 search_result *out) {
   memset(out, 0, sizeof *out);
@@ -755,17 +773,7 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
                   c.op_split[op] = tp == 1 ? NULL : dim;
                   if (tp > 1 && s.seq && strcmp(dim, s.seq) == 0) c.sequence_parallel = true;
                 }
-                c.rank = c.analytic_time;
-                if (hk && hk->prune) {
-                  int keep = hk->prune(hk->ctx, &c);
-                  if (keep < 0) failed = true;
-                  if (keep <= 0) {
-                    pruned++, dropped++;
-                    continue;
-                  }
-                }
-                arena_grow(a, (void **)&cands, &ccap, ncand + 1, sizeof(search_plan));
-                cands[ncand++] = c;
+                add_candidate(hk, &c, a, &cands, &ccap, &ncand, &pruned, &dropped, &failed);
               }
             }
           }
@@ -830,17 +838,7 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
                 pruned++;
                 continue;
               }
-              c.rank = c.analytic_time;
-              if (hk && hk->prune) {
-                int keep = hk->prune(hk->ctx, &c);
-                if (keep < 0) failed = true;
-                if (keep <= 0) {
-                  pruned++, dropped++;
-                  continue;
-                }
-              }
-              arena_grow(a, (void **)&cands, &ccap, ncand + 1, sizeof(search_plan));
-              cands[ncand++] = c;
+              add_candidate(hk, &c, a, &cands, &ccap, &ncand, &pruned, &dropped, &failed);
             }
           }
         }
