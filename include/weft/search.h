@@ -92,6 +92,8 @@ typedef struct search_stage {
   int tp, dp;             /* a non-uniform plan's: the stage's own mesh [dp, tp]
                            * (0: the plan's) */
   int micro_batch_size;   /* a non-uniform plan's: rows per device per micro-batch */
+  int recompute;          /* its blocks' recomputation: 0 none, 1 selective, 2 full (the
+                           * plan's recompute gives the most common stage's) */
 } search_stage;
 
 /* One candidate: what it decides, and its figures. */

@@ -292,6 +292,7 @@ void tables_push_candidate(lua_State *L, const weft_graph *g, const search_plan 
     lua_setfield(L, -2, "ops");
     set_int(L, "layers", st->layers);
     set_int(L, "position", st->position);
+    set_str(L, "recompute", recompute_names[st->recompute >= 0 && st->recompute < 3 ? st->recompute : 0]);
     int tp = c->nonuniform ? st->tp : c->tp, dp = c->nonuniform ? st->dp : c->dp;
     set_int(L, "devices", (int64_t)tp * c->cp * (c->ep > 1 ? c->ep : 1) * dp);
     set_int(L, "tp", tp);

@@ -162,6 +162,7 @@ typedef struct space {
   double max_memory;      /* 0: no limit */
   double param_b, grad_b, state_b; /* per parameter element; state_b: optimizer state and master weights */
   bool uneven;            /* stages may hold different numbers of blocks */
+  bool rc_ok[3];          /* the recomputations a stage may take (none, selective, full) */
 } space;
 
 /* The time of a collective of kind over n devices spaced `stride` apart. */
@@ -202,16 +203,55 @@ static double weights_bytes(const space *sp, double params, double elems, double
          xelems * (sp->grad_b / (z >= 2 ? dp : 1) + sp->state_b / (z >= 1 ? dp : 1));
 }
 
+/* The recomputation most of n stages take (the flat field of a plan whose
+ * stages differ), the lesser of two as common. */
+static int common_recompute(const int *rk, int n) {
+  int count[3] = {0}, best = 0;
+  for (int k = 0; k < n; k++) count[rk[k] >= 0 && rk[k] < 3 ? rk[k] : 0]++;
+  for (int r = 1; r < 3; r++)
+    if (count[r] > count[best]) best = r;
+  return best;
+}
+
+/* What a stage at pipeline position k keeps in flight (micro-batches
+ * whose activations it holds at once) under the schedule. */
+static double stage_inflight(const search_plan *c, int pos) {
+  int pp = c->pp, m = c->micro_batches, v = c->interleave;
+  double inflight;
+  if (c->schedule == SCHED_GPIPE) inflight = m;
+  else if (v > 1) inflight = (double)((pp - pos - 1) * 2 + (v - 1) * pp + 1) / v;
+  else inflight = m < pp - pos ? m : pp - pos;
+  if (inflight > m) inflight = m;
+  if (pp == 1 && c->schedule == SCHED_DEFAULT) inflight = m;
+  return inflight;
+}
+
 /* Fills the stages, time and memory of candidate c from the parts' costs;
- * false when it cannot fit. */
-static bool cost_candidate(const space *sp, const parts *pt, search_plan *c, arena *a) {
+ * false when it cannot fit. With mixed, each stage of a pipeline (one
+ * stage per position) takes its own recomputation among those the space
+ * allows: the blocks are dealt with, for each stage, the recomputation
+ * that lets it hold the most, then each takes the fastest that fits what
+ * it holds (false when they all take the same: a uniform candidate). */
+static bool cost_candidate(const space *sp, const parts *pt, search_plan *c, arena *a, bool mixed) {
   const sshape *s = sp->s;
   int pp = c->pp, m = c->micro_batches, v = c->interleave, L = s->layers;
-  int rc = c->recompute, z = c->zero, dp = c->dp, tp = c->tp, ep = c->ep > 1 ? c->ep : 1;
+  int z = c->zero, dp = c->dp, tp = c->tp, ep = c->ep > 1 ? c->ep : 1;
   const rangecost *H = &pt->head, *B = &pt->block, *T = &pt->tail;
-  double tb = range_time(B) + B->recompute[rc], th = range_time(H) + H->recompute[rc],
-         tt = range_time(T) + T->recompute[rc];
-  double ab = B->act[rc], ah = H->act[rc], at = T->act[rc];
+  /* per recomputation r: time and activations per micro-batch of a block,
+   * the head and the tail */
+  double tb[3], th[3], tt[3], ab[3], ah[3], at[3];
+  for (int r = 0; r < 3; r++) {
+    tb[r] = range_time(B) + B->recompute[r], th[r] = range_time(H) + H->recompute[r];
+    tt[r] = range_time(T) + T->recompute[r];
+    ab[r] = B->act[r], ah[r] = H->act[r], at[r] = T->act[r];
+  }
+  int rcs[3], nrc = 0;
+  if (mixed) {
+    if (pp < 2 || v > 1 || L == 0) return false;
+    for (int r = 0; r < 3; r++)
+      if (sp->rc_ok[r]) rcs[nrc++] = r;
+    if (nrc < 2) return false;
+  } else rcs[nrc++] = c->recompute;
   double wb = weights_bytes(sp, B->params, B->param_elems, B->xparam_elems, z, dp, ep);
   double wh = weights_bytes(sp, H->params, H->param_elems, H->xparam_elems, z, dp, ep);
   double wt = weights_bytes(sp, T->params, T->param_elems, T->xparam_elems, z, dp, ep);
@@ -224,33 +264,45 @@ static bool cost_candidate(const space *sp, const parts *pt, search_plan *c, are
   }
   int chunks = pp * v;
   int *layers = arena_alloc(a, sizeof(int) * (size_t)chunks);
+  int *rk = arena_alloc(a, sizeof(int) * (size_t)chunks);  /* per chunk: its recomputation */
   double *time = arena_alloc(a, sizeof(double) * (size_t)chunks);
+  for (int k = 0; k < chunks; k++) rk[k] = rcs[0];
   double mem_max = 0;
   if (L == 0) {
     if (chunks != 1) return false;
     layers[0] = 0;
-    time[0] = th;
+    time[0] = th[rk[0]];
   } else if (v > 1 || !sp->uneven) {
     if (L % chunks) return false;
     for (int k = 0; k < chunks; k++) layers[k] = L / chunks;
   } else {
     /* the fewest layers per stage that keep every stage under a step time
      * T and in memory; T found by bisection */
-    double lo = 0, hi = th + tt + L * tb + pp * p2p + 1e-12;
+    double lo = 0, hi = 0;
+    for (int q = 0; q < nrc; q++) {
+      int r = rcs[q];
+      double t = th[r] + tt[r] + L * tb[r] + pp * p2p + 1e-12;
+      if (t > hi) hi = t;
+    }
     int *cap = arena_alloc(a, sizeof(int) * (size_t)pp);
     for (int it = 0; it < 60; it++) {
       double mid = (lo + hi) / 2;
       int total = 0;
       for (int k = 0; k < pp; k++) {
-        double extra = (k == 0 ? th : 0) + (k == pp - 1 ? tt : 0) + (pp > 1 ? p2p : 0);
         double inflight = c->schedule == SCHED_GPIPE ? m : (m < pp - k ? m : pp - k);
-        int bytime = tb > 0 ? (int)floor((mid - extra) / tb) : L;
-        if (mid < extra) bytime = -1;
-        double fixed = (k == 0 ? wh + ah * inflight : 0) + (k == pp - 1 ? wt + at * inflight : 0);
-        double per = wb + ab * inflight;
-        int bymem = sp->max_memory > 0 ? (int)floor((sp->max_memory - fixed) / per) : L;
-        cap[k] = bytime < bymem ? bytime : bymem;
-        if (cap[k] > L) cap[k] = L;
+        cap[k] = -1;
+        for (int q = 0; q < nrc; q++) {
+          int r = rcs[q];
+          double extra = (k == 0 ? th[r] : 0) + (k == pp - 1 ? tt[r] : 0) + (pp > 1 ? p2p : 0);
+          int bytime = tb[r] > 0 ? (int)floor((mid - extra) / tb[r]) : L;
+          if (mid < extra) bytime = -1;
+          double fixed = (k == 0 ? wh + ah[r] * inflight : 0) + (k == pp - 1 ? wt + at[r] * inflight : 0);
+          double per = wb + ab[r] * inflight;
+          int bymem = sp->max_memory > 0 ? (int)floor((sp->max_memory - fixed) / per) : L;
+          int n = bytime < bymem ? bytime : bymem;
+          if (n > L) n = L;
+          if (n > cap[k]) cap[k] = n;
+        }
         /* a stage between the first and the last needs a block to hold */
         if (cap[k] < 1 && k > 0 && k < pp - 1) cap[k] = -1;
         if (cap[k] < 0) { total = -1; break; }
@@ -262,15 +314,20 @@ static bool cost_candidate(const space *sp, const parts *pt, search_plan *c, are
     /* the layers: each stage's bound at hi, trimmed to L from the slowest */
     int total = 0;
     for (int k = 0; k < pp; k++) {
-      double extra = (k == 0 ? th : 0) + (k == pp - 1 ? tt : 0) + (pp > 1 ? p2p : 0);
       double inflight = c->schedule == SCHED_GPIPE ? m : (m < pp - k ? m : pp - k);
-      int bytime = tb > 0 ? (int)floor((hi - extra) / tb + 1e-9) : L;
-      double fixed = (k == 0 ? wh + ah * inflight : 0) + (k == pp - 1 ? wt + at * inflight : 0);
-      double per = wb + ab * inflight;
-      int bymem = sp->max_memory > 0 ? (int)floor((sp->max_memory - fixed) / per) : L;
-      layers[k] = bytime < bymem ? bytime : bymem;
+      layers[k] = -1;
+      for (int q = 0; q < nrc; q++) {
+        int r = rcs[q];
+        double extra = (k == 0 ? th[r] : 0) + (k == pp - 1 ? tt[r] : 0) + (pp > 1 ? p2p : 0);
+        int bytime = tb[r] > 0 ? (int)floor((hi - extra) / tb[r] + 1e-9) : L;
+        double fixed = (k == 0 ? wh + ah[r] * inflight : 0) + (k == pp - 1 ? wt + at[r] * inflight : 0);
+        double per = wb + ab[r] * inflight;
+        int bymem = sp->max_memory > 0 ? (int)floor((sp->max_memory - fixed) / per) : L;
+        int n = bytime < bymem ? bytime : bymem;
+        if (n > L) n = L;
+        if (n > layers[k]) layers[k] = n, rk[k] = r;
+      }
       if (layers[k] < 0) return false;
-      if (layers[k] > L) layers[k] = L;
       total += layers[k];
     }
     if (total < L) return false;
@@ -279,7 +336,8 @@ static bool cost_candidate(const space *sp, const parts *pt, search_plan *c, are
       double wt_ = -1;
       for (int k = 0; k < pp; k++) {
         if (layers[k] == 0 || (layers[k] == 1 && k > 0 && k < pp - 1)) continue;
-        double t = layers[k] * tb + (k == 0 ? th : 0) + (k == pp - 1 ? tt : 0);
+        int r = rk[k];
+        double t = layers[k] * tb[r] + (k == 0 ? th[r] : 0) + (k == pp - 1 ? tt[r] : 0);
         if (t > wt_) wt_ = t, w = k;
       }
       if (w < 0) return false;
@@ -289,11 +347,30 @@ static bool cost_candidate(const space *sp, const parts *pt, search_plan *c, are
     for (int k = 0; k < pp; k++)
       if (layers[k] == 0 && !(k == 0 && pp > 1 && s->head_end > 0) && !(k == pp - 1 && pp > 1)) return false;
   }
+  /* each stage the fastest recomputation that fits what it holds */
+  if (mixed) {
+    bool same = true;
+    for (int k = 0; k < pp; k++) {
+      double inflight = stage_inflight(c, k), best = -1;
+      for (int q = 0; q < nrc; q++) {
+        int r = rcs[q];
+        double t = layers[k] * tb[r] + (k == 0 ? th[r] : 0) + (k == pp - 1 ? tt[r] : 0);
+        double mem = layers[k] * (wb + ab[r] * inflight) + (k == 0 ? wh + ah[r] * inflight : 0) +
+                     (k == pp - 1 ? wt + at[r] * inflight : 0);
+        if (sp->max_memory > 0 && mem > sp->max_memory) continue;
+        if (best < 0 || t < best) best = t, rk[k] = r;
+      }
+      if (best < 0) return false;
+      same &= rk[k] == rk[0];
+    }
+    if (same) return false;
+  }
   /* per chunk: its time per micro-batch; per device (position): memory */
   double tmax = 0, per_mb_device = 0;
   for (int k = 0; k < chunks; k++) {
-    time[k] = layers[k] * tb + (k == 0 ? th : 0) + (k == chunks - 1 ? tt : 0) + (pp > 1 ? p2p : 0);
-    if (L == 0) time[k] = th;
+    int r = rk[k];
+    time[k] = layers[k] * tb[r] + (k == 0 ? th[r] : 0) + (k == chunks - 1 ? tt[r] : 0) + (pp > 1 ? p2p : 0);
+    if (L == 0) time[k] = th[r];
     if (time[k] > tmax) tmax = time[k];
   }
   double weights_max = 0;
@@ -301,17 +378,13 @@ static bool cost_candidate(const space *sp, const parts *pt, search_plan *c, are
     double dev_time = 0, mem = 0, weights = 0;
     for (int k = pos; k < chunks; k += pp) {
       dev_time += time[k];
-      double inflight;
-      if (c->schedule == SCHED_GPIPE) inflight = m;
-      else if (v > 1) inflight = (double)((pp - pos - 1) * 2 + (v - 1) * pp + 1) / v;
-      else inflight = m < pp - pos ? m : pp - pos;
-      if (inflight > m) inflight = m;
-      if (pp == 1 && c->schedule == SCHED_DEFAULT) inflight = m;
-      mem += layers[k] * (wb + ab * inflight);
+      double inflight = stage_inflight(c, pos);
+      int r = rk[k];
+      mem += layers[k] * (wb + ab[r] * inflight);
       weights += layers[k] * wb;
-      if (k == 0) mem += wh + ah * inflight, weights += wh;
-      if (k == chunks - 1) mem += wt + at * inflight, weights += wt;
-      if (L == 0) mem = wh + ah * inflight, weights = wh;
+      if (k == 0) mem += wh + ah[r] * inflight, weights += wh;
+      if (k == chunks - 1) mem += wt + at[r] * inflight, weights += wt;
+      if (L == 0) mem = wh + ah[r] * inflight, weights = wh;
     }
     if (dev_time > per_mb_device) per_mb_device = dev_time;
     if (mem > mem_max) mem_max = mem;
@@ -366,11 +439,13 @@ static bool cost_candidate(const space *sp, const parts *pt, search_plan *c, are
       search_stage *st = &c->stages[k];
       st->layers = layers[k];
       st->position = k % pp;
+      st->recompute = rk[k];
       st->first_op = k == 0 || L == 0 ? 0 : s->block_start[l];
       l += layers[k];
       st->last_op = k == c->nstages - 1 || L == 0 ? s->g->nops - 1 : s->block_start[l] - 1;
     }
   }
+  if (mixed) c->recompute = common_recompute(rk, pp);
   return true;
 }
 
@@ -394,9 +469,9 @@ typedef struct nustage {
   double extra, tb, fixed, per;
 } nustage;
 
-static nustage nu_stage(const space *sp, const nuopt *o, const search_plan *c, int k, int pp, double p2p) {
+static nustage nu_stage(const space *sp, const nuopt *o, const search_plan *c, int k, int pp, double p2p, int rc) {
   const parts *pt = o->pt;
-  int rc = c->recompute, z = c->zero;
+  int z = c->zero;
   double inflight = c->schedule == SCHED_GPIPE ? c->micro_batches
                                                : (c->micro_batches < pp - k ? c->micro_batches : pp - k);
   nustage st;
@@ -423,19 +498,29 @@ static int nu_cap(const space *sp, const nustage *st, double T, int L) {
 /* Fills a non-uniform candidate from its stages' ways: the blocks dealt by
  * bisection on the micro-batch time, each stage taking the way that holds
  * the most, then the fastest way for what it holds; false when it cannot
- * fit or every stage took the same way (a uniform plan). */
-static bool cost_nonuniform(const space *sp, const nuopt *opt, int nopt, search_plan *c, arena *a) {
+ * fit or every stage took the same way (a uniform plan). A way is a mesh
+ * shape of opt and, with mixed, one of the recomputations the space
+ * allows (else the candidate's): false too when every stage then takes
+ * the same recomputation (a candidate of one). */
+static bool cost_nonuniform(const space *sp, const nuopt *opt, int nopt0, search_plan *c, arena *a, bool mixed) {
   const sshape *s = sp->s;
   int pp = c->pp, L = s->layers, m = c->micro_batches;
   int D = opt[0].tp * opt[0].dp;
   bool across = D >= sp->per_node;
+  int rcs[3], nrc = 0;
+  if (mixed) {
+    for (int r = 0; r < 3; r++)
+      if (sp->rc_ok[r]) rcs[nrc++] = r;
+    if (nrc < 2) return false;
+  } else rcs[nrc++] = c->recompute;
+  int nopt = nopt0 * nrc;  /* way j: shape j / nrc, recomputation rcs[j % nrc] */
   nustage *st = arena_alloc(a, sizeof(nustage) * (size_t)(pp * nopt));
   for (int k = 0; k < pp; k++)
     for (int j = 0; j < nopt; j++) {
-      double ob = opt[j].pt->block.out_bytes;
+      double ob = opt[j / nrc].pt->block.out_bytes;
       double p2p = sp->symbolic ? 2 * ob / (across ? SYM_NET_BW : SYM_NODE_BW)
                                 : 2 * cost_collective(sp->hw, COMM_SEND, ob, ob, 2, across ? 2 : 1, 1).seconds;
-      st[k * nopt + j] = nu_stage(sp, &opt[j], c, k, pp, p2p);
+      st[k * nopt + j] = nu_stage(sp, &opt[j / nrc], c, k, pp, p2p, rcs[j % nrc]);
     }
   double lo = 0, hi = 0;
   for (int j = 0; j < nopt; j++) {
@@ -487,7 +572,7 @@ static bool cost_nonuniform(const space *sp, const nuopt *opt, int nopt, search_
     if (layers[k] == 0 && !(k == 0 && s->head_end > 0) && k != pp - 1) return false;
   /* each stage's fastest way for the blocks it holds */
   double tmax = 0, mem_max = 0, weights_max = 0, sync = 0, opt_time = 0;
-  bool same = true;
+  bool same = true, same_rc = true;
   for (int k = 0; k < pp; k++) {
     double bt = -1;
     for (int j = 0; j < nopt; j++) {
@@ -497,8 +582,9 @@ static bool cost_nonuniform(const space *sp, const nuopt *opt, int nopt, search_
       if (bt < 0 || t < bt) bt = t, way[k] = j;
     }
     if (bt < 0) return false;
-    same &= way[k] == way[0];
-    const nuopt *o = &opt[way[k]];
+    same &= way[k] / nrc == way[0] / nrc;
+    same_rc &= way[k] % nrc == way[0] % nrc;
+    const nuopt *o = &opt[way[k] / nrc];
     const nustage *x = &st[k * nopt + way[k]];
     const parts *pt = o->pt;
     if (bt > tmax) tmax = bt;
@@ -527,18 +613,21 @@ static bool cost_nonuniform(const space *sp, const nuopt *opt, int nopt, search_
     double ot = sp->symbolic ? step_bytes / SYM_MEM_BW : step_bytes / (sp->hw->mem_bw * sp->hw->memory_eff);
     if (ot > opt_time) opt_time = ot;
   }
-  if (same) return false;
+  if (same || (mixed && same_rc)) return false;
   c->analytic_time = (m + pp - 1) * tmax + sync + opt_time;
   c->analytic_memory = (int64_t)mem_max;
   c->analytic_weights = (int64_t)weights_max;
   if (sp->max_memory > 0 && mem_max > sp->max_memory) return false;
   /* the most common way gives the flat fields */
-  int mode = way[0], best_count = 0;
+  int mode = way[0] / nrc, best_count = 0;
+  int *rk = arena_alloc(a, sizeof(int) * (size_t)pp);
   for (int k = 0; k < pp; k++) {
     int n = 0;
-    for (int q = 0; q < pp; q++) n += way[q] == way[k];
-    if (n > best_count) best_count = n, mode = way[k];
+    for (int q = 0; q < pp; q++) n += way[q] / nrc == way[k] / nrc;
+    if (n > best_count) best_count = n, mode = way[k] / nrc;
+    rk[k] = rcs[way[k] % nrc];
   }
+  c->recompute = common_recompute(rk, pp);
   c->tp = opt[mode].tp;
   c->dp = opt[mode].dp;
   c->micro_batch_size = opt[mode].mbs;
@@ -549,9 +638,10 @@ static bool cost_nonuniform(const space *sp, const nuopt *opt, int nopt, search_
   int l = 0;
   for (int k = 0; k < pp; k++) {
     search_stage *x = &c->stages[k];
-    const nuopt *o = &opt[way[k]];
+    const nuopt *o = &opt[way[k] / nrc];
     x->layers = layers[k];
     x->position = k;
+    x->recompute = rk[k];
     x->tp = o->tp;
     x->dp = o->dp;
     x->micro_batch_size = o->mbs;
@@ -697,7 +787,7 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
   }
   out->layers = s.layers;
   out->block = s.block_name;
-  space sp = {&s, &hw, o->symbolic, cl->ndevices, hw.devices_per_node, o->max_memory, 0, 0, 0, true};
+  space sp = {&s, &hw, o->symbolic, cl->ndevices, hw.devices_per_node, o->max_memory, 0, 0, 0, true, {false, false, false}};
   if (sp.max_memory <= 0) sp.max_memory = (double)cl->device_memory;
   bytes_per_elem(g, &sp.param_b, &sp.grad_b, &sp.state_b);
   int N = cl->ndevices, dpn = hw.devices_per_node;
@@ -707,6 +797,8 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
   default_space(&s, N, dpn, a, &spc);
   if (hk && hk->space && !hk->space(hk->ctx, &spc, a)) return false;
   sp.uneven = spc.uneven;
+  int nrc_ok = 0;
+  for (int r = 0; r < 3; r++) nrc_ok += sp.rc_ok[r] = spc.recompute[r];
   /* the schedules of pipelines, with their stages per device */
   sched_kind scheds[2 + 64];
   int vs[2 + 64], nsched = 0;
@@ -751,18 +843,19 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
             sched_kind sched = pp == 1 ? (m > 1 ? SCHED_1F1B : SCHED_DEFAULT) : scheds[si];
             int v = pp == 1 ? 1 : vs[si];
             if (v > 1 && (s.layers % (pp * v) || m < pp)) continue;
-            for (int rc = 0; rc < 3 && !failed; rc++) {
+            /* rc 3: each stage its own recomputation */
+            for (int rc = 0; rc < 4 && !failed; rc++) {
               if (rc > 0 && s.layers == 0) break;
-              if (!spc.recompute[rc]) continue;
+              if (rc < 3 ? !spc.recompute[rc] : pp < 2 || v > 1 || nrc_ok < 2) continue;
               for (int z = 0; z <= 3 && !failed; z++) {
                 if (z > 0 && dp == 1) break;
                 if (z == 3 && pp > 1) break;
                 if (!spc.zero[z]) continue;
                 searched++;
                 search_plan c = {.tp = tp, .pp = pp, .dp = dp, .cp = cp, .ep = ep, .micro_batches = m, .micro_batch_size = mbs,
-                                 .schedule = sched, .interleave = v, .recompute = rc, .zero = z,
+                                 .schedule = sched, .interleave = v, .recompute = rc % 3, .zero = z,
                                  .bucket_bytes = PLAN_DEFAULT_BUCKET};
-                if (!cost_candidate(&sp, &pt, &c, a)) {
+                if (!cost_candidate(&sp, &pt, &c, a, rc == 3)) {
                   pruned++;
                   continue;
                 }
@@ -804,8 +897,9 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
         if (Bsz % m || m < 1) continue;
         for (int si = 0; si < nsched && !failed; si++) {
           if (vs[si] != 1) continue;
-          for (int rc = 0; rc < 3 && !failed; rc++) {
-            if (!spc.recompute[rc]) continue;
+          /* rc 3: each stage its own recomputation */
+          for (int rc = 0; rc < 4 && !failed; rc++) {
+            if (rc < 3 ? !spc.recompute[rc] : nrc_ok < 2) continue;
             for (int z = 0; z <= 2 && !failed; z++) {
               if (!spc.zero[z]) continue;
               int nopt = 0;
@@ -833,8 +927,8 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
               if (nopt < 2) continue;
               searched++;
               search_plan c = {.pp = pp, .cp = 1, .ep = 1, .micro_batches = (int)m, .schedule = scheds[si],
-                               .interleave = 1, .recompute = rc, .zero = z, .bucket_bytes = PLAN_DEFAULT_BUCKET};
-              if (!cost_nonuniform(&sp, opt, nopt, &c, a)) {
+                               .interleave = 1, .recompute = rc % 3, .zero = z, .bucket_bytes = PLAN_DEFAULT_BUCKET};
+              if (!cost_nonuniform(&sp, opt, nopt, &c, a, rc == 3)) {
                 pruned++;
                 continue;
               }
