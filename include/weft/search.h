@@ -52,6 +52,9 @@ typedef struct search_space {
   bool uneven;             /* a pipeline's stages may hold different numbers of blocks */
   bool nonuniform;         /* a pipeline's stages may have meshes of different shapes: each
                             * stage its own tp and dp on its own devices */
+  bool frontier;           /* the inter-stage pass gives each pipeline's frontier of time
+                            * against memory (its fastest under ever lower caps), not its
+                            * fastest only */
 } search_space;
 
 struct search_plan;

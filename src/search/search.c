@@ -213,6 +213,18 @@ static int common_recompute(const int *rk, int n) {
   return best;
 }
 
+/* The gradient live beside what stage k of last + 1 keeps during its
+ * backward: the largest result of one of its operators (the logits' in the
+ * stage of the head), per micro-batch. */
+static double stage_peak(const parts *pt, int k, int last, bool blocks, int r) {
+  double p = blocks ? pt->block.peak_act : 0;
+  if (k == 0 && pt->head.peak_act > p) p = pt->head.peak_act;
+  if (k == last && pt->tail.peak_act > p) p = pt->tail.peak_act;
+  /* a block recomputed: its activations of one micro-batch, again */
+  if (blocks && r > 0) p += pt->block.act[0] - pt->block.act[r];
+  return p;
+}
+
 /* What a stage at pipeline position k keeps in flight (micro-batches
  * whose activations it holds at once) under the schedule. */
 static double stage_inflight(const search_plan *c, int pos) {
@@ -240,10 +252,10 @@ static bool cost_candidate(const space *sp, const parts *pt, search_plan *c, are
   /* per recomputation r: time and activations per micro-batch of a block,
    * the head and the tail */
   double tb[3], th[3], tt[3], ab[3], ah[3], at[3];
+  /* (plans recompute the blocks only: the head and the tail keep theirs) */
   for (int r = 0; r < 3; r++) {
-    tb[r] = range_time(B) + B->recompute[r], th[r] = range_time(H) + H->recompute[r];
-    tt[r] = range_time(T) + T->recompute[r];
-    ab[r] = B->act[r], ah[r] = H->act[r], at[r] = T->act[r];
+    tb[r] = range_time(B) + B->recompute[r], th[r] = range_time(H), tt[r] = range_time(T);
+    ab[r] = B->act[r], ah[r] = H->act[0], at[r] = T->act[0];
   }
   int rcs[3], nrc = 0;
   if (mixed) {
@@ -296,7 +308,8 @@ static bool cost_candidate(const space *sp, const parts *pt, search_plan *c, are
           double extra = (k == 0 ? th[r] : 0) + (k == pp - 1 ? tt[r] : 0) + (pp > 1 ? p2p : 0);
           int bytime = tb[r] > 0 ? (int)floor((mid - extra) / tb[r]) : L;
           if (mid < extra) bytime = -1;
-          double fixed = (k == 0 ? wh + ah[r] * inflight : 0) + (k == pp - 1 ? wt + at[r] * inflight : 0);
+          double fixed = (k == 0 ? wh + ah[r] * inflight : 0) + (k == pp - 1 ? wt + at[r] * inflight : 0) +
+                         stage_peak(pt, k, pp - 1, true, r);
           double per = wb + ab[r] * inflight;
           int bymem = sp->max_memory > 0 ? (int)floor((sp->max_memory - fixed) / per) : L;
           int n = bytime < bymem ? bytime : bymem;
@@ -320,7 +333,8 @@ static bool cost_candidate(const space *sp, const parts *pt, search_plan *c, are
         int r = rcs[q];
         double extra = (k == 0 ? th[r] : 0) + (k == pp - 1 ? tt[r] : 0) + (pp > 1 ? p2p : 0);
         int bytime = tb[r] > 0 ? (int)floor((hi - extra) / tb[r] + 1e-9) : L;
-        double fixed = (k == 0 ? wh + ah[r] * inflight : 0) + (k == pp - 1 ? wt + at[r] * inflight : 0);
+        double fixed = (k == 0 ? wh + ah[r] * inflight : 0) + (k == pp - 1 ? wt + at[r] * inflight : 0) +
+                       stage_peak(pt, k, pp - 1, true, r);
         double per = wb + ab[r] * inflight;
         int bymem = sp->max_memory > 0 ? (int)floor((sp->max_memory - fixed) / per) : L;
         int n = bytime < bymem ? bytime : bymem;
@@ -356,6 +370,7 @@ static bool cost_candidate(const space *sp, const parts *pt, search_plan *c, are
         int r = rcs[q];
         double t = layers[k] * tb[r] + (k == 0 ? th[r] : 0) + (k == pp - 1 ? tt[r] : 0);
         double mem = layers[k] * (wb + ab[r] * inflight) + (k == 0 ? wh + ah[r] * inflight : 0) +
+                     stage_peak(pt, k, pp - 1, layers[k] > 0, r) +
                      (k == pp - 1 ? wt + at[r] * inflight : 0);
         if (sp->max_memory > 0 && mem > sp->max_memory) continue;
         if (best < 0 || t < best) best = t, rk[k] = r;
@@ -375,8 +390,10 @@ static bool cost_candidate(const space *sp, const parts *pt, search_plan *c, are
   }
   double weights_max = 0;
   for (int pos = 0; pos < pp; pos++) {
-    double dev_time = 0, mem = 0, weights = 0;
+    double dev_time = 0, mem = 0, weights = 0, peak = 0;
     for (int k = pos; k < chunks; k += pp) {
+      double pk = stage_peak(pt, k, chunks - 1, layers[k] > 0, rk[k]);
+      if (pk > peak) peak = pk;
       dev_time += time[k];
       double inflight = stage_inflight(c, pos);
       int r = rk[k];
@@ -386,6 +403,7 @@ static bool cost_candidate(const space *sp, const parts *pt, search_plan *c, are
       if (k == chunks - 1) mem += wt + at[r] * inflight, weights += wt;
       if (L == 0) mem = wh + ah[r] * inflight, weights = wh;
     }
+    mem += peak;
     if (dev_time > per_mb_device) per_mb_device = dev_time;
     if (mem > mem_max) mem_max = mem;
     if (weights > weights_max) weights_max = weights;
@@ -476,12 +494,12 @@ static nustage nu_stage(const space *sp, const nuopt *o, const search_plan *c, i
                                                : (c->micro_batches < pp - k ? c->micro_batches : pp - k);
   nustage st;
   st.tb = range_time(&pt->block) + pt->block.recompute[rc];
-  st.extra = p2p + (k == 0 ? range_time(&pt->head) + pt->head.recompute[rc] : 0) +
-             (k == pp - 1 ? range_time(&pt->tail) + pt->tail.recompute[rc] : 0);
+  /* (plans recompute the blocks only: the head and the tail keep theirs) */
+  st.extra = p2p + (k == 0 ? range_time(&pt->head) : 0) + (k == pp - 1 ? range_time(&pt->tail) : 0);
   double wb = weights_bytes(sp, pt->block.params, pt->block.param_elems, 0, z, o->dp, 1);
   st.per = wb + pt->block.act[rc] * inflight;
-  st.fixed = (k == 0 ? weights_bytes(sp, pt->head.params, pt->head.param_elems, 0, z, o->dp, 1) + pt->head.act[rc] * inflight : 0) +
-             (k == pp - 1 ? weights_bytes(sp, pt->tail.params, pt->tail.param_elems, 0, z, o->dp, 1) + pt->tail.act[rc] * inflight : 0);
+  st.fixed = stage_peak(pt, k, pp - 1, true, rc) + (k == 0 ? weights_bytes(sp, pt->head.params, pt->head.param_elems, 0, z, o->dp, 1) + pt->head.act[0] * inflight : 0) +
+             (k == pp - 1 ? weights_bytes(sp, pt->tail.params, pt->tail.param_elems, 0, z, o->dp, 1) + pt->tail.act[0] * inflight : 0);
   return st;
 }
 
@@ -742,9 +760,14 @@ static void default_space(sshape *s, int N, int dpn, arena *a, search_space *out
   for (int i = 0; i < 4; i++) out->zero[i] = true;
   out->uneven = true;
   out->nonuniform = true;
+  out->frontier = true;
 }
 
 /* ---- the search ----------------------------------------------------------------- */
+
+/* The points of a pipeline's frontier of time against memory the
+ * inter-stage pass gives beyond its fastest. */
+enum { FRONTIER_STEPS = 4 };
 
 static void report(const search_opts *o, int64_t searched, int64_t pruned, double best, double t0, const char *phase) {
   if (!o->progress) return;
@@ -852,9 +875,10 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
                 if (z == 3 && pp > 1) break;
                 if (!spc.zero[z]) continue;
                 searched++;
-                search_plan c = {.tp = tp, .pp = pp, .dp = dp, .cp = cp, .ep = ep, .micro_batches = m, .micro_batch_size = mbs,
-                                 .schedule = sched, .interleave = v, .recompute = rc % 3, .zero = z,
-                                 .bucket_bytes = PLAN_DEFAULT_BUCKET};
+                const search_plan c0 = {.tp = tp, .pp = pp, .dp = dp, .cp = cp, .ep = ep, .micro_batches = m,
+                                        .micro_batch_size = mbs, .schedule = sched, .interleave = v, .recompute = rc % 3,
+                                        .zero = z, .bucket_bytes = PLAN_DEFAULT_BUCKET};
+                search_plan c = c0;
                 if (!cost_candidate(&sp, &pt, &c, a, rc == 3)) {
                   pruned++;
                   continue;
@@ -867,6 +891,18 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
                   if (tp > 1 && s.seq && strcmp(dim, s.seq) == 0) c.sequence_parallel = true;
                 }
                 add_candidate(hk, &c, a, &cands, &ccap, &ncand, &pruned, &dropped, &failed);
+                /* the pipeline's frontier (FT): its fastest under a cap just
+                 * below the memory of the last, while that gives less */
+                space tight = sp;
+                for (int f = 0; f < FRONTIER_STEPS && spc.frontier && pp > 1 && !failed; f++) {
+                  tight.max_memory = (double)c.analytic_memory * (1 - 1e-9);
+                  search_plan d = c0;
+                  if (!cost_candidate(&tight, &pt, &d, a, rc == 3) || d.analytic_memory >= c.analytic_memory) break;
+                  d.op_split = c.op_split;
+                  d.sequence_parallel = c.sequence_parallel;
+                  add_candidate(hk, &d, a, &cands, &ccap, &ncand, &pruned, &dropped, &failed);
+                  c = d;
+                }
               }
             }
           }
@@ -926,13 +962,23 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
               }
               if (nopt < 2) continue;
               searched++;
-              search_plan c = {.pp = pp, .cp = 1, .ep = 1, .micro_batches = (int)m, .schedule = scheds[si],
-                               .interleave = 1, .recompute = rc % 3, .zero = z, .bucket_bytes = PLAN_DEFAULT_BUCKET};
+              const search_plan c0 = {.pp = pp, .cp = 1, .ep = 1, .micro_batches = (int)m, .schedule = scheds[si],
+                                      .interleave = 1, .recompute = rc % 3, .zero = z, .bucket_bytes = PLAN_DEFAULT_BUCKET};
+              search_plan c = c0;
               if (!cost_nonuniform(&sp, opt, nopt, &c, a, rc == 3)) {
                 pruned++;
                 continue;
               }
               add_candidate(hk, &c, a, &cands, &ccap, &ncand, &pruned, &dropped, &failed);
+              /* its frontier, as for a pipeline on one mesh shape */
+              space tight = sp;
+              for (int f = 0; f < FRONTIER_STEPS && spc.frontier && !failed; f++) {
+                tight.max_memory = (double)c.analytic_memory * (1 - 1e-9);
+                search_plan d = c0;
+                if (!cost_nonuniform(&tight, opt, nopt, &d, a, rc == 3) || d.analytic_memory >= c.analytic_memory) break;
+                add_candidate(hk, &d, a, &cands, &ccap, &ncand, &pruned, &dropped, &failed);
+                c = d;
+              }
             }
           }
         }

@@ -33,6 +33,7 @@ typedef struct searched {
 } searched;
 
 static const search_hooks *hooks;  /* the heuristics run_search passes, NULL none */
+static int objective = SEARCH_TIME;  /* run_search's */
 
 static void run_search(searched *s, const char *cluster, double max_memory) {
   s->c = weft_new();
@@ -49,7 +50,7 @@ static void run_search(searched *s, const char *cluster, double max_memory) {
   value cv = weft_build_cluster(s->c, env_lookup(s->c->main->env, "c")->val, none);
   assert_int_equal(cv.kind, V_RECORD);
   s->cl = weft_cluster_of(cv.rec);
-  search_opts o = {.max_memory = max_memory, .buckets = true, .hooks = hooks};
+  search_opts o = {.max_memory = max_memory, .buckets = true, .hooks = hooks, .objective = objective};
   bool ok = search_run(s->g, &s->cl, &o, &s->c->arena, &s->c->diags, &s->r);
   if (!ok) diag_print(&s->c->diags, stderr, false);
   assert_true(ok);
@@ -358,6 +359,7 @@ static void test_against_enumeration_cp(void **state) {
  * configuration of four stages (tp, micro-batches, recomputation, sequence
  * parallelism) enumerated. */
 static int pipeline_rc = -1;  /* the one recomputation the space allows, -1 all */
+static bool pipeline_frontier = true;  /* the inter-stage pass gives each pipeline's frontier */
 
 static bool pipeline_space(void *ctx, search_space *sp, arena *a) {
   (void)ctx, (void)a;
@@ -367,6 +369,7 @@ static bool pipeline_space(void *ctx, search_space *sp, arena *a) {
   sp->schedule[SCHED_GPIPE] = sp->schedule[SCHED_INTERLEAVED] = false;
   sp->nonuniform = false;
   for (int r = 0; r < 3; r++) sp->recompute[r] = pipeline_rc < 0 || r == pipeline_rc;
+  sp->frontier = pipeline_frontier;
   return true;
 }
 
@@ -467,9 +470,77 @@ static void test_recompute_per_stage(void **state) {
   weft_free(s.c);
 }
 
+/* The frontier of each pipeline (FT's Pareto sets in the inter-stage
+ * pass): in the space of four-stage pipelines above, the fastest plan under
+ * a memory cap with each pipeline's frontier is at least as fast as with
+ * its fastest point only, and under some caps faster (a point that
+ * recomputes in fewer stages, or deals the blocks otherwise, and that the
+ * fastest-only pass, whose fastest point needs more than the cap, never
+ * offers); every plan of the frontier the search reports is non-dominated;
+ * and --objective memory gives a plan at least as small as without (on
+ * GPT-2 small's shape, smaller). */
+static bool frontier_space(void *ctx, search_space *sp, arena *a) {
+  (void)ctx, (void)a;
+  sp->frontier = pipeline_frontier;
+  return true;
+}
+
+static void frontier_point(const char *cluster, double cap, bool on, double *time, int64_t *peak) {
+  pipeline_frontier = on;
+  searched s;
+  run_search(&s, cluster, cap);
+  const search_result *r = &s.r;
+  for (int i = 0; i < r->nplans; i++)
+    for (int k = 0; k < r->nsimulated; k++) {
+      const search_plan *p = &r->plans[i], *q = &r->simulated[k];
+      assert_false(q->fits && q->step_time < p->step_time && q->peak_memory < p->peak_memory);
+      assert_false(q->fits && q->step_time <= p->step_time && q->peak_memory < p->peak_memory);
+    }
+  const search_plan *b = &r->plans[r->best];
+  assert_true(b->fits && (cap == 0 || (double)b->peak_memory <= cap));
+  *time = b->step_time;
+  *peak = b->peak_memory;
+  printf("%s, cap %.0f MiB, %s: %s: %.6g s, %lld bytes; %d plans in the frontier\n",
+         objective == SEARCH_MEMORY ? "least memory" : "fastest", cap / (1 << 20), on ? "each pipeline's frontier" : "its fastest only",
+         search_describe(&s.c->arena, b), b->step_time, (long long)b->peak_memory, r->nplans);
+  weft_free(s.c);
+}
+
+static void test_stage_frontier(void **state) {
+  (void)state;
+  sizes = "layers = 8, hidden = 512, heads = 8, seq = 1024, vocab = 512, batch = 32";
+  const char *cluster = "a100_dgx(nodes = 1)";
+  static const search_hooks pipeline = {.space = pipeline_space};
+  hooks = &pipeline;
+  static const double caps[] = {700, 500, 400};
+  int faster = 0;
+  for (int i = 0; i < 3; i++) {
+    double t_on, t_off;
+    int64_t m_on, m_off;
+    frontier_point(cluster, caps[i] * (1 << 20), true, &t_on, &m_on);
+    frontier_point(cluster, caps[i] * (1 << 20), false, &t_off, &m_off);
+    assert_true(t_on <= t_off * 1.0001);
+    faster += t_on < t_off * 0.99;
+  }
+  assert_true(faster > 0);
+  /* the least memory, in the whole space, of GPT-2 small's shape on a DGX
+   * node (the frontier's ends that pipelines reach) */
+  static const search_hooks only_frontier = {.space = frontier_space};
+  hooks = &only_frontier;
+  sizes = "layers = 12, hidden = 768, heads = 12, seq = 1024, vocab = 50257, batch = 8";
+  objective = SEARCH_MEMORY;
+  double t_on, t_off;
+  int64_t m_on, m_off;
+  frontier_point(cluster, 0, true, &t_on, &m_on);
+  frontier_point(cluster, 0, false, &t_off, &m_off);
+  assert_true(m_on <= m_off);
+}
+
 static int no_hooks(void **state) {
   hooks = NULL;
   pipeline_rc = -1;
+  pipeline_frontier = true;
+  objective = SEARCH_TIME;
   return f32_again(state);
 }
 
@@ -483,6 +554,7 @@ int main(void) {
       cmocka_unit_test(test_against_enumeration),
       cmocka_unit_test_teardown(test_against_enumeration_cp, gpt_again),
       cmocka_unit_test_teardown(test_recompute_per_stage, no_hooks),
+      cmocka_unit_test_teardown(test_stage_frontier, no_hooks),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
