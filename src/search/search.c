@@ -520,30 +520,36 @@ static int nu_cap(const space *sp, const nustage *st, double T, int L) {
  * shape of opt and, with mixed, one of the recomputations the space
  * allows (else the candidate's): false too when every stage then takes
  * the same recomputation (a candidate of one). */
-static bool cost_nonuniform(const space *sp, const nuopt *opt, int nopt0, search_plan *c, arena *a, bool mixed) {
+static bool cost_nonuniform(const space *sp, const nuopt *const *opts, const int *nopts, search_plan *c, arena *a,
+                            bool mixed) {
   const sshape *s = sp->s;
   int pp = c->pp, L = s->layers, m = c->micro_batches;
-  int D = opt[0].tp * opt[0].dp;
-  bool across = D >= sp->per_node;
   int rcs[3], nrc = 0;
   if (mixed) {
     for (int r = 0; r < 3; r++)
       if (sp->rc_ok[r]) rcs[nrc++] = r;
     if (nrc < 2) return false;
   } else rcs[nrc++] = c->recompute;
-  int nopt = nopt0 * nrc;  /* way j: shape j / nrc, recomputation rcs[j % nrc] */
-  nustage *st = arena_alloc(a, sizeof(nustage) * (size_t)(pp * nopt));
-  for (int k = 0; k < pp; k++)
-    for (int j = 0; j < nopt; j++) {
-      double ob = opt[j / nrc].pt->block.out_bytes;
+  /* stage k's way j: shape opts[k][j / nrc], recomputation rcs[j % nrc];
+   * st[off[k] + j] */
+  int *off = arena_alloc(a, sizeof(int) * (size_t)(pp + 1)), *nw = arena_alloc(a, sizeof(int) * (size_t)pp);
+  off[0] = 0;
+  for (int k = 0; k < pp; k++) nw[k] = nopts[k] * nrc, off[k + 1] = off[k] + nw[k];
+  nustage *st = arena_alloc(a, sizeof(nustage) * (size_t)(off[pp] ? off[pp] : 1));
+  double lo = 0, hi = 0;
+  for (int k = 0; k < pp; k++) {
+    double most = 0;
+    for (int j = 0; j < nw[k]; j++) {
+      const nuopt *o = &opts[k][j / nrc];
+      bool across = o->tp * o->dp >= sp->per_node;
+      double ob = o->pt->block.out_bytes;
       double p2p = sp->symbolic ? 2 * ob / (across ? SYM_NET_BW : SYM_NODE_BW)
                                 : 2 * cost_collective(sp->hw, COMM_SEND, ob, ob, 2, across ? 2 : 1, 1).seconds;
-      st[k * nopt + j] = nu_stage(sp, &opt[j / nrc], c, k, pp, p2p, rcs[j % nrc]);
+      st[off[k] + j] = nu_stage(sp, o, c, k, pp, p2p, rcs[j % nrc]);
+      double t = st[off[k] + j].extra + L * st[off[k] + j].tb;
+      if (t > most) most = t;
     }
-  double lo = 0, hi = 0;
-  for (int j = 0; j < nopt; j++) {
-    double t = st[j].extra + st[(pp - 1) * nopt + j].extra + L * st[j].tb;
-    if (t > hi) hi = t;
+    hi += most;
   }
   hi += 1e-12;
   int *layers = arena_alloc(a, sizeof(int) * (size_t)pp), *way = arena_alloc(a, sizeof(int) * (size_t)pp);
@@ -552,8 +558,8 @@ static bool cost_nonuniform(const space *sp, const nuopt *opt, int nopt0, search
     int total = 0;
     for (int k = 0; k < pp && total >= 0 && total < L; k++) {
       int best = -1;
-      for (int j = 0; j < nopt; j++) {
-        int n = nu_cap(sp, &st[k * nopt + j], mid, L);
+      for (int j = 0; j < nw[k]; j++) {
+        int n = nu_cap(sp, &st[off[k] + j], mid, L);
         if (n > best) best = n;
       }
       if (best < 1 && k > 0 && k < pp - 1) best = -1;
@@ -565,8 +571,8 @@ static bool cost_nonuniform(const space *sp, const nuopt *opt, int nopt0, search
   int total = 0;
   for (int k = 0; k < pp; k++) {
     layers[k] = -1;
-    for (int j = 0; j < nopt; j++) {
-      int n = nu_cap(sp, &st[k * nopt + j], hi, L);
+    for (int j = 0; j < nw[k]; j++) {
+      int n = nu_cap(sp, &st[off[k] + j], hi, L);
       if (n > layers[k]) layers[k] = n, way[k] = j;
     }
     if (layers[k] < 0) return false;
@@ -578,7 +584,7 @@ static bool cost_nonuniform(const space *sp, const nuopt *opt, int nopt0, search
     double wt = -1;
     for (int k = 0; k < pp; k++) {
       if (layers[k] == 0 || (layers[k] == 1 && k > 0 && k < pp - 1)) continue;
-      const nustage *x = &st[k * nopt + way[k]];
+      const nustage *x = &st[off[k] + way[k]];
       double t = layers[k] * x->tb + x->extra;
       if (t > wt) wt = t, w = k;
     }
@@ -593,17 +599,17 @@ static bool cost_nonuniform(const space *sp, const nuopt *opt, int nopt0, search
   bool same = true, same_rc = true;
   for (int k = 0; k < pp; k++) {
     double bt = -1;
-    for (int j = 0; j < nopt; j++) {
-      const nustage *x = &st[k * nopt + j];
+    for (int j = 0; j < nw[k]; j++) {
+      const nustage *x = &st[off[k] + j];
       double t = layers[k] * x->tb + x->extra, mem = x->fixed + layers[k] * x->per;
       if (sp->max_memory > 0 && mem > sp->max_memory) continue;
       if (bt < 0 || t < bt) bt = t, way[k] = j;
     }
     if (bt < 0) return false;
-    same &= way[k] / nrc == way[0] / nrc;
+    const nuopt *o = &opts[k][way[k] / nrc], *o0 = &opts[0][way[0] / nrc];
+    same &= o->tp == o0->tp && o->dp == o0->dp;
     same_rc &= way[k] % nrc == way[0] % nrc;
-    const nuopt *o = &opt[way[k] / nrc];
-    const nustage *x = &st[k * nopt + way[k]];
+    const nustage *x = &st[off[k] + way[k]];
     const parts *pt = o->pt;
     if (bt > tmax) tmax = bt;
     double mem = x->fixed + layers[k] * x->per;
@@ -637,18 +643,20 @@ static bool cost_nonuniform(const space *sp, const nuopt *opt, int nopt0, search
   c->analytic_weights = (int64_t)weights_max;
   if (sp->max_memory > 0 && mem_max > sp->max_memory) return false;
   /* the most common way gives the flat fields */
-  int mode = way[0] / nrc, best_count = 0;
+  const nuopt *mode = &opts[0][way[0] / nrc];
+  int best_count = 0;
   int *rk = arena_alloc(a, sizeof(int) * (size_t)pp);
   for (int k = 0; k < pp; k++) {
     int n = 0;
-    for (int q = 0; q < pp; q++) n += way[q] / nrc == way[k] / nrc;
-    if (n > best_count) best_count = n, mode = way[k] / nrc;
+    const nuopt *o = &opts[k][way[k] / nrc];
+    for (int q = 0; q < pp; q++) n += opts[q][way[q] / nrc].tp == o->tp && opts[q][way[q] / nrc].dp == o->dp;
+    if (n > best_count) best_count = n, mode = o;
     rk[k] = rcs[way[k] % nrc];
   }
   c->recompute = common_recompute(rk, pp);
-  c->tp = opt[mode].tp;
-  c->dp = opt[mode].dp;
-  c->micro_batch_size = opt[mode].mbs;
+  c->tp = mode->tp;
+  c->dp = mode->dp;
+  c->micro_batch_size = mode->mbs;
   c->nonuniform = true;
   c->nstages = pp;
   c->stages = arena_alloc(a, sizeof(search_stage) * (size_t)pp);
@@ -656,7 +664,7 @@ static bool cost_nonuniform(const space *sp, const nuopt *opt, int nopt0, search
   int l = 0;
   for (int k = 0; k < pp; k++) {
     search_stage *x = &c->stages[k];
-    const nuopt *o = &opt[way[k] / nrc];
+    const nuopt *o = &opts[k][way[k] / nrc];
     x->layers = layers[k];
     x->position = k;
     x->recompute = rk[k];
@@ -673,6 +681,43 @@ static bool cost_nonuniform(const space *sp, const nuopt *opt, int nopt0, search
     }
   }
   return true;
+}
+
+/* Whether D devices from first lie inside one node or on whole nodes. */
+static bool nu_fits_node(int first, int D, int dpn) {
+  if (D <= 0) return false;
+  if (D <= dpn) return dpn % D == 0 && first % dpn + D <= dpn;
+  return D % dpn == 0 && first % dpn == 0;
+}
+
+/* The ways [dp, tp] of a stage of D devices for m micro-batches under ZeRO
+ * z (the parts' costs of each tp and micro-batch size computed once, in
+ * tab); their count. */
+static int nu_ways(arena *a, sshape *s, const hw_model *hw, bool symbolic, const search_space *spc, parts *tab,
+                   bool *have, int D, int64_t m, int z, nuopt *out) {
+  int ntp = spc->tp.n, nmb = spc->mbs.n, n = 0;
+  int64_t Bsz = s->batch_size;
+  for (int ti = 0; ti < ntp; ti++) {
+    int tp = spc->tp.v[ti];
+    if (tp < 1 || D % tp) continue;
+    int dp = D / tp;
+    if ((z > 0 && dp < 2) || Bsz % (m * dp)) continue;
+    int mbs = (int)(Bsz / (m * dp)), mi = 0;
+    while (mi < nmb && spc->mbs.v[mi] != mbs) mi++;
+    if (mi == nmb) continue;
+    if (!have[ti * nmb + mi]) {
+      /* a parameter that stages of different meshes read (an embedding
+       * tied to the head) is read whole by each: its gradients, summed
+       * across the stages, then have one layout */
+      s->tied_whole = true;
+      tab[ti * nmb + mi] = cost_parts(a, s, hw, symbolic, tp, 1, 1, mbs);
+      s->tied_whole = false;
+      have[ti * nmb + mi] = true;
+    }
+    if (!tab[ti * nmb + mi].ok) continue;
+    out[n++] = (nuopt){tp, dp, mbs, &tab[ti * nmb + mi]};
+  }
+  return n;
 }
 
 /* ---- the frontier --------------------------------------------------------------- */
@@ -917,67 +962,66 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
     }
   }
   /* pipelines whose stages have meshes of their own shapes: stage k of pp
-   * on D = N / pp devices of its own, inside a node or on whole nodes,
-   * as [dp_k, tp_k]; the same micro-batches in every stage */
+   * on D_k devices of its own (N / pp each, or, for two stages, any two
+   * sizes that make N), inside a node or on whole nodes, as [dp_k, tp_k];
+   * the same micro-batches in every stage */
   if (spc.nonuniform && !failed && !out_of_time && s.layers > 1) {
     int ntp = spc.tp.n, nmb = spc.mbs.n;
     parts *tab = arena_alloc(a, sizeof(parts) * (size_t)(ntp * nmb + 1));
     bool *have = arena_alloc(a, sizeof(bool) * (size_t)(ntp * nmb + 1));
-    nuopt *opt = arena_alloc(a, sizeof(nuopt) * (size_t)(ntp + 1));
+    nuopt *optv[2] = {arena_alloc(a, sizeof(nuopt) * (size_t)(ntp + 1)), arena_alloc(a, sizeof(nuopt) * (size_t)(ntp + 1))};
     for (int pi = 0; pi < spc.pp.n && !failed && !out_of_time; pi++) {
       int pp = spc.pp.v[pi];
-      if (pp < 2 || pp > s.layers || N % pp) continue;
-      int D = N / pp;
-      if (!((D <= dpn && dpn % D == 0) || D % dpn == 0)) continue;
-      for (int64_t m = 1; m <= Bsz && m <= 4096 && !failed; m++) {
-        if (Bsz % m || m < 1) continue;
-        for (int si = 0; si < nsched && !failed; si++) {
-          if (vs[si] != 1) continue;
-          /* rc 3: each stage its own recomputation */
-          for (int rc = 0; rc < 4 && !failed; rc++) {
-            if (rc < 3 ? !spc.recompute[rc] : nrc_ok < 2) continue;
-            for (int z = 0; z <= 2 && !failed; z++) {
-              if (!spc.zero[z]) continue;
-              int nopt = 0;
-              for (int ti = 0; ti < ntp; ti++) {
-                int tp = spc.tp.v[ti];
-                if (tp < 1 || D % tp) continue;
-                int dp = D / tp;
-                if ((z > 0 && dp < 2) || Bsz % (m * dp)) continue;
-                int mbs = (int)(Bsz / (m * dp)), mi = 0;
-                while (mi < nmb && spc.mbs.v[mi] != mbs) mi++;
-                if (mi == nmb) continue;
-                if (!have[ti * nmb + mi]) {
-                  /* a parameter that stages of different meshes read (an
-                   * embedding tied to the head) is read whole by each: its
-                   * gradients, summed across the stages, then have one
-                   * layout */
-                  s.tied_whole = true;
-                  tab[ti * nmb + mi] = cost_parts(a, &s, &hw, o->symbolic, tp, 1, 1, mbs);
-                  s.tied_whole = false;
-                  have[ti * nmb + mi] = true;
+      if (pp < 2 || pp > s.layers) continue;
+      const nuopt **opts = arena_alloc(a, sizeof(nuopt *) * (size_t)pp);
+      int *nopts = arena_alloc(a, sizeof(int) * (size_t)pp);
+      /* the first stage's devices: 0 for N / pp each, else (two stages) D0 */
+      for (int d0 = 0; d0 < N && !failed; d0 = d0 == 0 ? 1 : d0 * 2) {
+        int D = 0, D1 = 0;
+        if (d0 == 0) {
+          if (N % pp) continue;
+          D = D1 = N / pp;
+          if (!nu_fits_node(0, D, dpn)) continue;
+        } else {
+          if (pp != 2 || 2 * d0 == N) continue;
+          D = d0, D1 = N - d0;
+          if (!nu_fits_node(0, D, dpn) || !nu_fits_node(D, D1, dpn)) continue;
+        }
+        for (int64_t m = 1; m <= Bsz && m <= 4096 && !failed; m++) {
+          if (Bsz % m || m < 1) continue;
+          for (int si = 0; si < nsched && !failed; si++) {
+            if (vs[si] != 1) continue;
+            /* rc 3: each stage its own recomputation */
+            for (int rc = 0; rc < 4 && !failed; rc++) {
+              if (rc < 3 ? !spc.recompute[rc] : nrc_ok < 2) continue;
+              for (int z = 0; z <= 2 && !failed; z++) {
+                if (!spc.zero[z]) continue;
+                int n0 = nu_ways(a, &s, &hw, o->symbolic, &spc, tab, have, D, m, z, optv[0]);
+                int n1 = D1 == D ? n0 : nu_ways(a, &s, &hw, o->symbolic, &spc, tab, have, D1, m, z, optv[1]);
+                if (D1 == D ? n0 < 2 : n0 < 1 || n1 < 1) continue;
+                for (int k = 0; k < pp; k++) {
+                  bool second = D1 != D && k == pp - 1;
+                  opts[k] = optv[second];
+                  nopts[k] = second ? n1 : n0;
                 }
-                if (!tab[ti * nmb + mi].ok) continue;
-                opt[nopt++] = (nuopt){tp, dp, mbs, &tab[ti * nmb + mi]};
-              }
-              if (nopt < 2) continue;
-              searched++;
-              const search_plan c0 = {.pp = pp, .cp = 1, .ep = 1, .micro_batches = (int)m, .schedule = scheds[si],
-                                      .interleave = 1, .recompute = rc % 3, .zero = z, .bucket_bytes = PLAN_DEFAULT_BUCKET};
-              search_plan c = c0;
-              if (!cost_nonuniform(&sp, opt, nopt, &c, a, rc == 3)) {
-                pruned++;
-                continue;
-              }
-              add_candidate(hk, &c, a, &cands, &ccap, &ncand, &pruned, &dropped, &failed);
-              /* its frontier, as for a pipeline on one mesh shape */
-              space tight = sp;
-              for (int f = 0; f < FRONTIER_STEPS && spc.frontier && !failed; f++) {
-                tight.max_memory = (double)c.analytic_memory * (1 - 1e-9);
-                search_plan d = c0;
-                if (!cost_nonuniform(&tight, opt, nopt, &d, a, rc == 3) || d.analytic_memory >= c.analytic_memory) break;
-                add_candidate(hk, &d, a, &cands, &ccap, &ncand, &pruned, &dropped, &failed);
-                c = d;
+                searched++;
+                const search_plan c0 = {.pp = pp, .cp = 1, .ep = 1, .micro_batches = (int)m, .schedule = scheds[si],
+                                        .interleave = 1, .recompute = rc % 3, .zero = z, .bucket_bytes = PLAN_DEFAULT_BUCKET};
+                search_plan c = c0;
+                if (!cost_nonuniform(&sp, opts, nopts, &c, a, rc == 3)) {
+                  pruned++;
+                  continue;
+                }
+                add_candidate(hk, &c, a, &cands, &ccap, &ncand, &pruned, &dropped, &failed);
+                /* its frontier, as for a pipeline on one mesh shape */
+                space tight = sp;
+                for (int f = 0; f < FRONTIER_STEPS && spc.frontier && !failed; f++) {
+                  tight.max_memory = (double)c.analytic_memory * (1 - 1e-9);
+                  search_plan d = c0;
+                  if (!cost_nonuniform(&tight, opts, nopts, &d, a, rc == 3) || d.analytic_memory >= c.analytic_memory) break;
+                  add_candidate(hk, &d, a, &cands, &ccap, &ncand, &pruned, &dropped, &failed);
+                  c = d;
+                }
               }
             }
           }
