@@ -134,6 +134,7 @@ typedef struct lstate {
   int *sreg_slab;         /* ... and its slab (slab_of) */
   size_t nsreg;
   bool *value_split;      /* per op: split along a reduction (applies_arg has work) */
+  bool *shards_stats;     /* per op: its parts gather statistics (deps_stats_idim >= 0) */
   int *tshift;            /* per tensor that moves with micro-batches: log2 of its step, -1 not a power of 2 */
   struct store *st;       /* the emitter's store, kept from device to device (emit_device) */
   rintern regs;           /* the distinct regions of sub-operators */
@@ -908,8 +909,18 @@ static void make_tasks(lstate *L, blist *per_device) {
     if (p->ops[op].rseg >= 0) vec_push(L->a, &seg_ops[p->ops[op].rseg], op);
   }
   bool *redone = arena_alloc(L->a, (size_t)(p->nsegs ? p->nsegs : 1));
+  int nparams = 0;
+  for (int t = 0; t < g->ntensors; t++) nparams += g->tensors[t].role == TENSOR_PARAM;
   for (int d = 0; d < p->ndevices; d++) {
     const blist *bl = &per_device[d];
+    if (L->dslot[d] >= 0) {
+      /* room for its tasks at once (each forward sub-operator runs at most
+       * forward, recomputed and backward; a step per parameter): the list
+       * is not copied as it grows */
+      size_t k = (size_t)L->dslot[d] * (size_t)nops;
+      int64_t room = 3 * (int64_t)(L->byd_start[k + (size_t)nops] - L->byd_start[k]) + nparams;
+      if (room < INT32_MAX / 2) vec_reserve(&L->tmp, &L->tasks[d], (int)room);
+    }
     for (int k = 0; k < bl->n; k++) {
       block b = bl->v[k];
       const ivec *ops = &ops_of[b.stage];
@@ -1826,7 +1837,7 @@ static void emit_compute(emitter *E, const task *tk) {
   const popplan *pp = &p->ops[s->op];
   const opspace *sp = pp->space;
   int sc = L->stats ? L->stats[2 * tk->sub + (tk->kind == T_BWD)] : -1;
-  if (sc < 0 && deps_stats_idim(p, s->op) >= 0) {
+  if (sc < 0 && L->shards_stats[s->op]) {
     shards_share(E, s);
     return;
   }
@@ -2485,6 +2496,8 @@ weft_program *lower_plan(weft_plan *p, const lower_opts *o, arena *a, weft_diags
   L.value_split = arena_alloc(L.a, (size_t)(g->nops ? g->nops : 1));
   for (int op = 0; op < g->nops; op++)
     for (int i = 0; i < p->ops[op].nsplits; i++) L.value_split[op] |= p->ops[op].splits[i].kind == SPLIT_VALUE;
+  L.shards_stats = arena_alloc(L.a, (size_t)(g->nops ? g->nops : 1));
+  for (int op = 0; op < g->nops; op++) L.shards_stats[op] = deps_stats_idim(p, op) >= 0;
   stats_index(&L);
   omit_index(&L);
   make_tasks(&L, per_device);
