@@ -2185,9 +2185,14 @@ static void finish_program(lstate *L, lprog *pg) {
 #define last(b) last0[(b) - pg->buf_lo]
   for (int b = pg->buf_lo; b < pg->buf_hi; b++) last(b) = -1;
   int np = 0, room = 0;   /* the lops' pool: what it holds, room for buckets */
+  /* the allocations of persistent buffers, hoisted to the start */
+  int *pers = arena_alloc(&L->scratch, sizeof(int) * (size_t)(n ? n : 1)), npers = 0;
   for (int i = 0; i < n; i++) {
     const lins *in = &pg->ins[i];
-    if (in->kind == LI_ALLOC) last(in->buf) = i;
+    if (in->kind == LI_ALLOC) {
+      last(in->buf) = i;
+      if (pr->bufs[in->buf].persistent) pers[npers++] = i;
+    }
     for (int k = 0; k < in->nin; k++)
       if (in->in[k].buf >= 0) last(in->in[k].buf) = i;
     for (int k = 0; k < in->nout; k++)
@@ -2211,8 +2216,7 @@ static void finish_program(lstate *L, lprog *pg) {
   lins *out = L->full ? arena_alloc(L->a, sizeof(lins) * (size_t)(n + extra + 1)) : NULL;
   int m = 0;
 #define put(x) (out ? (void)(out[m] = *(x)) : (void)0, lop_of(L, pg, (x), &pg->ops[m]), m++)
-  for (int i = 0; i < n; i++)
-    if (pg->ins[i].kind == LI_ALLOC && pr->bufs[pg->ins[i].buf].persistent) put(&pg->ins[i]);
+  for (int k = 0; k < npers; k++) put(&pg->ins[pers[k]]);
   int64_t live = 0;
   int64_t by_role[LB_ROLE_COUNT] = {0};
   for (int i = 0; i < m; i++) {
