@@ -337,6 +337,8 @@ typedef struct lwalk_comm {
   int arrived[2];         /* per epoch: members counted */
   int moff, mcount;       /* its members in mpool (moff -1: not yet found) */
   int src, dst;           /* pcomm.src and dst */
+  int ngroup;             /* pcomm.ngroup and group */
+  const int *group;
   bool posted[2];         /* per epoch: a send's or broadcast's data is there */
   bool bcast;             /* a broadcast */
 } lwalk_comm;

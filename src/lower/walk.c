@@ -48,6 +48,8 @@ void lower_walk_init(lwalk *w, const weft_program *pr) {
     w->wc[c].moff = -1;
     w->wc[c].src = cm->src;
     w->wc[c].dst = cm->dst;
+    w->wc[c].ngroup = cm->ngroup;
+    w->wc[c].group = cm->group;
     w->wc[c].bcast = cm->kind == COMM_BROADCAST;
   }
 }
@@ -76,8 +78,7 @@ void lower_walk_post(lwalk *w, int comm, int epoch) {
   lwalk_comm *c = &w->wc[comm];
   c->posted[epoch ? 1 : 0] = true;
   if (c->bcast) {
-    const pcomm *cm = &w->pr->p->comms[comm];
-    for (int i = 0; i < cm->ngroup; i++) wake(w, w->walker[cm->group[i]]);
+    for (int i = 0; i < c->ngroup; i++) wake(w, w->walker[c->group[i]]);
   } else {
     wake(w, w->walker[c->dst]);
   }
@@ -86,13 +87,20 @@ void lower_walk_post(lwalk *w, int comm, int epoch) {
 bool lower_walk_posted(const lwalk *w, int comm, int epoch) { return w->wc[comm].posted[epoch ? 1 : 0]; }
 
 const int *lower_walk_members(lwalk *w, int comm, int *n) {
-  if (w->wc[comm].moff < 0) {
-    const pcomm *cm = &w->pr->p->comms[comm];
-    if (w->mn + cm->ngroup > w->mcap) vec_grow(NULL, (void **)&w->mpool, &w->mcap, w->mn + cm->ngroup, sizeof(int));
+  lwalk_comm *c = &w->wc[comm];
+  if (c->moff < 0 && comm > 0 && w->wc[comm - 1].moff >= 0 && w->wc[comm - 1].group == c->group &&
+      w->wc[comm - 1].ngroup == c->ngroup) {
+    /* the same group as the comm before it (its copy for another
+     * micro-batch): the same members */
+    c->moff = w->wc[comm - 1].moff;
+    c->mcount = w->wc[comm - 1].mcount;
+  }
+  if (c->moff < 0) {
+    if (w->mn + c->ngroup > w->mcap) vec_grow(NULL, (void **)&w->mpool, &w->mcap, w->mn + c->ngroup, sizeof(int));
     int m = 0;
     w->stampv++;
-    for (int i = 0; i < cm->ngroup; i++) {
-      int k = w->walker[cm->group[i]];
+    for (int i = 0; i < c->ngroup; i++) {
+      int k = w->walker[c->group[i]];
       if (k < 0 || w->stamp[k] == w->stampv) continue;
       w->stamp[k] = w->stampv;
       w->mpool[w->mn + m++] = k;
