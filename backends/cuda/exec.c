@@ -91,6 +91,11 @@ typedef struct cclop {
   int xfirst, nx, root;
   bool detached;          /* NCCL's stream does not wait for compute (a receive into a mirror) */
   bool nowait;            /* compute does not wait for it (a send, a broadcast's root) */
+  bool whole;             /* a reduce-scatter between processes whose parts NCCL's cannot take:
+                           * an all-reduce of the whole message (mp_scatter_fits) */
+  caddr gather;           /* an all-gather between processes (NCCL's): where the members'
+                           * messages land, in rank order, gbytes each (mp_reduce) */
+  int64_t gbytes;
   gpu_event *in, *out;
 } cclop;
 
@@ -130,6 +135,11 @@ typedef struct cplan {
    * another process records, the op of this one that stands in (-1) */
   int64_t *mirror_off, mirror_bytes;
   int *alias;
+  /* several processes: the zeros a member that brings nothing to an
+   * all-reduce gives NCCL's, laid out as member `silent_as`'s message,
+   * where it then takes the sum (mp_reduce, add_sum); dev ADDR_NONE none */
+  caddr silent_at;
+  int silent_as;
 } cplan;
 
 typedef struct cvdev {
@@ -705,11 +715,14 @@ static void add_sum(crun *r, const scoll *c, int entry, const tregion *R, const 
   a->dst = buf_addr(r, dev, out->buf), a->dst_dt = ob->dtype, a->mv = mv, a->first = r->P->nsrcs;
   a->src_dt = -1;
   for (int m = 0; m < c->n; m++) {
-    if (c->msg[m] < 0) continue;
-    /* several processes: NCCL summed the members into this one's message */
+    /* several processes: NCCL summed the members into this one's message,
+     * or into the zeros it gave when it brings nothing (mp_reduce) */
+    bool silent = r->mine >= 0 && c->dev[m] == r->mine && c->msg[m] < 0 && r->P->silent_at.dev != ADDR_NONE;
+    if (c->msg[m] < 0 && !silent) continue;
     if (r->mine >= 0 && c->dev[m] != r->mine) continue;
-    const lins *min = &r->pr->progs[c->dev[m]].ins[c->ins[m]];
-    entries x = entries_of(r, min, m);
+    int as = silent ? r->P->silent_as : m;
+    const lins *min = &r->pr->progs[c->dev[as]].ins[c->ins[as]];
+    entries x = entries_of(r, min, as);
     if (entry < x.n) {
       if (a->src_dt >= 0 && a->src_dt != x.e[entry].dt)
         plan_fail(r, "comm %d: its members hold it in different types", c->comm);
@@ -718,7 +731,8 @@ static void add_sum(crun *r, const scoll *c, int entry, const tregion *R, const 
         r->P->scap = r->P->scap ? 2 * r->P->scap : 256;
         r->P->srcs = cx_grow(r->P->srcs, sizeof(caddr) * (size_t)r->P->scap);
       }
-      r->P->srcs[r->P->nsrcs++] = msg_at(r, c->msg[m], x.e[entry].off);
+      r->P->srcs[r->P->nsrcs++] = silent ? (caddr){ADDR_MIRROR, r->P->silent_at.off + x.e[entry].off}
+                                         : msg_at(r, c->msg[m], x.e[entry].off);
       a->nsrc++;
     }
     entries_free(&x);
@@ -728,11 +742,17 @@ static void add_sum(crun *r, const scoll *c, int entry, const tregion *R, const 
 }
 
 /* The member's message through NCCL, in place, before it is unpacked. */
-static void add_ccl(crun *r, const sop *so, const scoll *c, const lins *in, const pcomm *cm) {
+static int add_ccl(crun *r, const sop *so, const scoll *c, const lins *in, const pcomm *cm) {
   cplan *P = r->P;
-  int msg = c->msg[so->member];
-  if (msg < 0) return;
-  entries x = entries_of(r, in, so->member);
+  int member = so->member, msg = c->msg[member];
+  caddr at = msg >= 0 ? msg_at(r, msg, 0) : NOWHERE;
+  if (msg < 0 && P->silent_at.dev != ADDR_NONE) {
+    /* the zeros of a member that brings nothing, as another's message */
+    member = P->silent_as, msg = c->msg[member], at = P->silent_at;
+    in = &r->pr->progs[c->dev[member]].ins[c->ins[member]];
+  }
+  if (msg < 0) return -1;
+  entries x = entries_of(r, in, member);
   bool one = x.n > 0;
   for (int i = 1; i < x.n; i++) one &= x.e[i].dt == x.e[0].dt;
   int need = one ? 1 : x.n;
@@ -747,8 +767,10 @@ static void add_ccl(crun *r, const sop *so, const scoll *c, const lins *in, cons
   cclop *op = &P->cops[P->ncops];
   memset(op, 0, sizeof *op);
   op->comm = r->comm_of[in->comm], op->kind = cm->kind, op->dev = so->dev, op->ins = so->ins;
-  op->at = msg_at(r, msg, 0), op->first = P->nparts, op->nparts = need;
-  if (one) {
+  op->at = at, op->first = P->nparts, op->nparts = need;
+  if (one && x.n == 1) {
+    P->parts[P->nparts++] = (cclpart){0, cx_numel(&x.e[0].region), x.e[0].dt};
+  } else if (one) {
     int64_t sz = gpu_dtype_size(x.e[0].dt);
     P->parts[P->nparts++] = (cclpart){0, P->s.msgs[msg].bytes / sz, x.e[0].dt};
   } else {
@@ -757,6 +779,7 @@ static void add_ccl(crun *r, const sop *so, const scoll *c, const lins *in, cons
   entries_free(&x);
   cact *a = new_act(r, A_CCL);
   a->idx = P->ncops++;
+  return a->idx;
 }
 
 /* ---- several processes: what crosses between them, through NCCL ----------------------------------
@@ -807,24 +830,139 @@ static void mp_xfer(crun *r, int op, int peer, bool send, caddr at, int64_t byte
 
 static int64_t entry_bytes(const sentry *e) { return cx_numel(&e->region) * gpu_dtype_size(e->dt); }
 
+/* Where part p of region R lies in R's elements one after another (the
+ * order a message holds them): the range [lo, hi) of its positions in
+ * each dimension, false when they are not one range there. */
+static bool local_range(const dregion *R, const dregion *p, int64_t *lo, int64_t *hi) {
+  *lo = *hi = 0;
+  bool first = true;
+  for (int i = 0; i < p->n; i++) {
+    const irange *x = &p->iv[i];
+    if (x->hi <= x->lo) continue;
+    int64_t before = 0, at = -1;
+    for (int k = 0; k < R->n && at < 0; k++) {
+      if (R->iv[k].lo <= x->lo && x->hi <= R->iv[k].hi) at = before + x->lo - R->iv[k].lo;
+      before += R->iv[k].hi - R->iv[k].lo;
+    }
+    if (at < 0 || (!first && at != *hi)) return false;
+    if (first) *lo = at;
+    *hi = at + x->hi - x->lo;
+    first = false;
+  }
+  return true;
+}
+
+/* Whether NCCL's reduce-scatter takes this one as it is: the message is
+ * the group's region (one entry), and the part of member m is the m-th of
+ * n equal ranges of the message's elements, as NCCL gives rank m of the
+ * communicator (whose ranks are the group's order, mp_open) elements
+ * [m * recvcount, (m + 1) * recvcount) of the sum. A split on the first
+ * dimension of the region is; parts cut across an inner dimension, or
+ * of unequal sizes, are not. */
+static bool mp_scatter_fits(const pcomm *cm, int n) {
+  const tregion *R = &cm->region;
+  int64_t total = cx_numel(R);
+  if (n < 1 || total <= 0 || total % n || !cm->parts) return false;
+  int64_t rc = total / n;
+  for (int m = 0; m < n; m++) {
+    const tregion *p = &cm->parts[m];
+    if (p->ndims != R->ndims || cx_numel(p) != rc) return false;
+    /* a box of positions: whole in every dimension after the first that
+     * it takes more than one position of, starting at m * rc */
+    int64_t start = 0, stride = 1;
+    bool inner_whole = true;
+    for (int d = R->ndims - 1; d >= 0; d--) {
+      int64_t lo, hi, ext = 0;
+      for (int k = 0; k < R->dims[d].n; k++) ext += R->dims[d].iv[k].hi - R->dims[d].iv[k].lo;
+      if (!local_range(&R->dims[d], &p->dims[d], &lo, &hi)) return false;
+      if (!inner_whole && hi - lo != 1) return false;
+      if (lo != 0 || hi != ext) inner_whole = false;
+      start += lo * stride;
+      stride *= ext;
+    }
+    if (start != m * rc) return false;
+  }
+  return true;
+}
+
+/* Places another process's message in this one's mirror at off, before
+ * anything reads it there. */
+static bool mirror_place(crun *r, int msg, int64_t off) {
+  cplan *P = r->P;
+  if (!P->mirror_off) {
+    P->mirror_off = cx_alloc(sizeof(int64_t) * (size_t)(P->s.nmsgs + 1));
+    for (int k = 0; k < P->s.nmsgs; k++) P->mirror_off[k] = -1;
+  }
+  if (P->mirror_off[msg] >= 0 && P->mirror_off[msg] != off) return false;
+  P->mirror_off[msg] = off;
+  return true;
+}
+
+/* An all-gather on NCCL's, where the members' messages are of one size
+ * (NCCL takes the same count from every rank; each message an aligned
+ * whole, so that every copy stays aligned): from this member's message
+ * into a copy of all of them in rank order, whose m-th is member m's
+ * mirror. False: not this way. */
+static bool mp_gather_ccl(crun *r, const sop *so, const scoll *c, int k) {
+  int me = so->member, msg = c->msg[me];
+  bool same = msg >= 0;
+  for (int m = 0; m < c->n && same; m++)
+    same = c->msg[m] >= 0 && r->P->s.msgs[c->msg[m]].bytes == r->P->s.msgs[msg].bytes;
+  if (!same) return false;
+  int64_t each = r->P->s.msgs[msg].bytes;
+  int64_t base = r->P->mirror_bytes;
+  r->P->mirror_bytes += align_up(each * c->n);
+  for (int m = 0; m < c->n; m++)
+    if (m != me && !mirror_place(r, c->msg[m], base + m * each))
+      return plan_fail(r, "comm %d: a member's message was placed before its all-gather", c->comm), true;
+  int op = mp_op(r, k, COMM_ALL_GATHER, so->dev, so->ins);
+  r->P->cops[op].at = msg_at(r, msg, 0);
+  r->P->cops[op].gather = (caddr){ADDR_MIRROR, base};
+  r->P->cops[op].gbytes = each;
+  return true;
+}
+
 /* A member's collective with the other processes, before it takes its
- * result: an all-reduce (a reduce-scatter too: every member then takes its
- * part of the sum) on NCCL in place on its message; an all-gather or
- * all-to-all as sends of its message (its pieces) to every other member and
- * receives of theirs into their mirrors, posted together. A broadcast's
- * are at the root's packing and at the others' wait for it (mp_pack,
- * mp_wait). */
+ * result: an all-reduce on NCCL in place on its message; a reduce-scatter
+ * on NCCL's in place (rank m's part of the sum lands where the message
+ * holds part m) where its parts allow, else an all-reduce of the whole
+ * (every member then takes its part of the sum); an all-gather where the
+ * members' messages are of one size on NCCL's, into a copy of them all in
+ * rank order whose m-th is member m's mirror, else, and an all-to-all, as
+ * sends of its message (its pieces) to every other member and receives of
+ * theirs into their mirrors, posted together. A broadcast's are at the
+ * root's packing and at the others' wait for it (mp_pack, mp_wait). */
 static bool mp_reduce(crun *r, const sop *so, const scoll *c, const lins *in, const pcomm *cm) {
   if (c->n < 2) return true;
   int k = mp_comm(r, c->dev, c->n, false), me = so->member, msg = c->msg[me];
   if (k < 0) return plan_fail(r, "comm %d: its group has no communicator", in->comm);
   switch (cm->kind) {
   case COMM_ALL_REDUCE:
-  case COMM_REDUCE_SCATTER:
-    if (msg < 0) return plan_fail(r, "comm %d: a member brings nothing to a sum", in->comm);
-    add_ccl(r, so, c, in, cm);
+  case COMM_REDUCE_SCATTER: {
+    r->P->silent_at = NOWHERE;
+    if (msg < 0 && cm->kind == COMM_ALL_REDUCE) {
+      /* a member that takes the sum without adding to it (pcomm.silent)
+       * gives NCCL zeros laid out as the first other member's message */
+      int as = -1;
+      for (int m = 0; m < c->n && as < 0; m++)
+        if (c->msg[m] >= 0) as = m;
+      if (as < 0) return plan_fail(r, "comm %d: no member brings anything to a sum", in->comm);
+      int64_t bytes = r->P->s.msgs[c->msg[as]].bytes;
+      r->P->silent_at = (caddr){ADDR_MIRROR, r->P->mirror_bytes}, r->P->silent_as = as;
+      r->P->mirror_bytes += align_up(bytes);
+      add_zero(r, r->P->silent_at, bytes);
+    }
+    if (msg < 0 && r->P->silent_at.dev == ADDR_NONE)
+      return plan_fail(r, "comm %d: a member brings nothing to a sum", in->comm);
+    int op = add_ccl(r, so, c, in, cm);
+    if (op >= 0 && cm->kind == COMM_REDUCE_SCATTER)
+      r->P->cops[op].whole = r->P->cops[op].nparts != 1 || !mp_scatter_fits(cm, c->n);
     return true;
+  }
   case COMM_ALL_GATHER:
+    /* else as sends and receives */
+    if (mp_gather_ccl(r, so, c, k)) return !r->pfail;
+    /* fall through */
   case COMM_ALL_TO_ALL: {
     int op = mp_op(r, k, cm->kind, so->dev, so->ins);
     entries mine = {0};
@@ -935,6 +1073,7 @@ static void prep_reduce(crun *r, const sop *so) {
   const lins *in = &r->pr->progs[so->dev].ins[so->ins];
   const pcomm *cm = lower_comm(r->pr, in->comm);
   int me = so->member;
+  r->P->silent_at = NOWHERE;
   if (r->mine >= 0) {
     if (!mp_reduce(r, so, c, in, cm)) return;
   } else if (r->comm_of && r->comm_of[in->comm] >= 0) {
@@ -1065,8 +1204,11 @@ static void comm_close(crun *r, bool gpu) {
 }
 
 /* Enqueues a collective on its communicator's stream, between the
- * packing and the unpacking on s. In place: with a group of one rank the
- * reduce-scatter's and all-gather's part of the rank is the message. */
+ * packing and the unpacking on s. A reduce-scatter and an all-gather of a
+ * message are in place as NCCL defines it: the rank's part of the result
+ * is the message at rank x count (with a group of one rank, the message
+ * itself); an all-gather between processes is out of place, from the
+ * message into the copies of all (cclop.gather). */
 static bool run_ccl(crun *r, const cclop *op, gpu_stream *s, char *err, size_t errlen) {
   ccl_comm *c = r->comms[op->comm];
   gpu_stream *cs = r->cstream[op->comm];
@@ -1076,10 +1218,11 @@ static bool run_ccl(crun *r, const cclop *op, gpu_stream *s, char *err, size_t e
     gpu_wait(cs, op->in);
   }
   char *base = addr(r, op->at);
-  /* between processes a reduce-scatter is a sum of the whole (mp_reduce) */
-  int n = r->mine >= 0 ? 1 : ccl_size(c);
+  int n = ccl_size(c), me = ccl_rank(c);
   bool ok = true;
   ccl_group_start();
+  if (op->gbytes > 0)
+    ok = ccl_all_gather(c, base, addr(r, op->gather), op->gbytes, CCL_U8, cs, err, errlen);
   for (int i = 0; i < op->nx && ok; i++) {
     const cclxfer *x = &r->P->xfers[op->xfirst + i];
     void *p = addr(r, x->at);
@@ -1090,10 +1233,12 @@ static bool run_ccl(crun *r, const cclop *op, gpu_stream *s, char *err, size_t e
   for (int i = 0; i < op->nparts && ok; i++) {
     const cclpart *pt = &r->P->parts[op->first + i];
     void *p = base + pt->off;
-    if (op->kind == COMM_ALL_REDUCE) ok = ccl_all_reduce(c, p, p, pt->count, pt->dt, cs, err, errlen);
-    else if (op->kind == COMM_REDUCE_SCATTER && r->mine >= 0) ok = ccl_all_reduce(c, p, p, pt->count, pt->dt, cs, err, errlen);
-    else if (op->kind == COMM_REDUCE_SCATTER) ok = ccl_reduce_scatter(c, p, p, pt->count / n, pt->dt, cs, err, errlen);
-    else if (op->kind == COMM_ALL_GATHER) ok = ccl_all_gather(c, p, p, pt->count / n, pt->dt, cs, err, errlen);
+    int64_t each = pt->count / n;
+    char *mine = p + me * each * gpu_dtype_size(pt->dt);
+    if (op->kind == COMM_ALL_REDUCE || (op->kind == COMM_REDUCE_SCATTER && op->whole))
+      ok = ccl_all_reduce(c, p, p, pt->count, pt->dt, cs, err, errlen);
+    else if (op->kind == COMM_REDUCE_SCATTER) ok = ccl_reduce_scatter(c, p, mine, each, pt->dt, cs, err, errlen);
+    else if (op->kind == COMM_ALL_GATHER) ok = ccl_all_gather(c, mine, p, each, pt->dt, cs, err, errlen);
     else ok = ccl_broadcast(c, p, p, pt->count, pt->dt, 0, cs, err, errlen);
   }
   char e[512];
