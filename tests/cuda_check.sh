@@ -183,6 +183,42 @@ if command -v mpirun >/dev/null 2>&1 && [ -f "$(dirname "$WEFT")/libweft_mpi.so"
   mp_ok "gpt2 tp2 (all-reduces)" 2 examples/gpt2.plan --plan tp2 $TP --steps 2
   mp_ok "gpt2 tp2_pp2 (sends between stages, 4 micro-batches)" 4 examples/gpt2.plan --plan tp2_pp2 $PP --steps 1
   mp_ok "gpt2 ulysses (all-to-alls)" 4 examples/gpt2.plan --plan ulysses $TP --steps 1
+  # which NCCL calls the collectives map to (the stand-in counts them,
+  # WEFT_CUDA_EMU_CCL): calls of process 0, and its collectives as weft
+  # lower lists them for plan device 0
+  calls() { sed -n "s/^rank 0 of [0-9]*:.* $1 \([0-9]*\).*/\1/p" "$tmp/calls"; }
+  lowered() { "$WEFT" lower "$@" | awk -v k="$KIND" '/^device/ {d = $2} d == "0:" && $2 == k {n++} END {print n + 0}'; }
+  # ZeRO-3 over dp (tp 1, 2 processes; tp 2, 4 processes, sequence
+  # parallel): the gradients' reduce-scatters on ncclReduceScatter, the
+  # parameters' all-gathers on ncclAllGather; sequence parallel's
+  # reduce-scatters of activations, parts cut inside a micro-batch's
+  # sequence, are all-reduces of the whole
+  Z3="--set layers=2 --set hidden=64 --set heads=4 --set seq=16 --set vocab=128 --set global_batch=8 --set micro_batch=2"
+  Z3="$Z3 --set pp=1 --set zero=3"
+  for c in "2 --set tp=1 --set dp=2" "4 --set tp=2 --set dp=2 --set sequence_parallel=true"; do
+    np=${c%% *}; set -- ${c#* }
+    rm -f "$tmp/calls"
+    export WEFT_CUDA_EMU_CCL=$tmp/calls
+    mp_ok "megatron zero 3 $*" "$np" examples/gpt_megatron.plan $Z3 "$@" --steps 1
+    unset WEFT_CUDA_EMU_CCL
+    rs=$(KIND=reduce-scatter lowered examples/gpt_megatron.plan $Z3 "$@")
+    ag=$(KIND=all-gather lowered examples/gpt_megatron.plan $Z3 "$@")
+    if [ "$(calls ncclReduceScatter)" -gt 0 ] && [ "$(calls ncclAllGather)" = "$ag" ] && [ "$(calls ncclSend)" = 0 ] &&
+       [ "$(wc -l <"$tmp/calls")" = "$np" ]; then ok
+      echo "cuda (emulated): mpirun -np $np, megatron zero 3 $*: process 0's $rs reduce-scatters and $ag all-gathers: $(calls ncclReduceScatter) ncclReduceScatter, $(calls ncclAllGather) ncclAllGather, $(calls ncclSend) ncclSend"
+    else bad "megatron zero 3 $*: NCCL calls"; cat "$tmp/calls"; fi
+  done
+  # a stage on one device feeding a tp pair: the activations broadcast
+  # (ncclBroadcast); the tied embedding's gradient summed over all three,
+  # one of the pair adding nothing (NCCL gets its zeros)
+  rm -f "$tmp/calls"
+  export WEFT_CUDA_EMU_CCL=$tmp/calls
+  mp_ok "a stage feeding a tp pair (broadcasts)" 3 tests/golden/plan/broadcast.plan --steps 1
+  unset WEFT_CUDA_EMU_CCL
+  bc=$(KIND=broadcast lowered tests/golden/plan/broadcast.plan)
+  if [ "$bc" -gt 0 ] && [ "$(calls ncclBroadcast)" = "$bc" ]; then ok
+    echo "cuda (emulated): mpirun -np 3, a stage feeding a tp pair: $bc broadcasts, $(calls ncclBroadcast) ncclBroadcast"
+  else bad "broadcasts: $bc lowered"; cat "$tmp/calls"; fi
   ASAN_OPTIONS=$asan_mpi mpirun -np 3 "$WEFT" run examples/gpt2.plan --plan tp2 $TP --backend cuda >/dev/null 2>"$tmp/e"
   if grep -q "the CUDA backend runs one plan device per process: plan tp2 has 2 devices with a program, and 3 processes were started (start 2)" "$tmp/e"; then ok
   else bad "mpirun -np 3 for 2 devices"; cat "$tmp/e"; fi
