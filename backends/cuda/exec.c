@@ -27,7 +27,7 @@
 #include "sched.h"
 #include "weft/value.h"
 
-enum { ADDR_NONE = -1, ADDR_INPUTS = -2, ADDR_MIRROR = -3 };
+enum { ADDR_NONE = -1, ADDR_INPUTS = -2, ADDR_MIRROR = -3, ADDR_NORMS = -4 };
 /* cclop.kind of a send's and a receive's between processes (beside comm_kind) */
 enum { OP_SEND = -10, OP_RECV = -11 };
 
@@ -81,7 +81,7 @@ typedef struct cclpart {
 } cclpart;
 
 typedef struct cclop {
-  int comm;               /* its communicator (crun.comms) */
+  int comm;               /* its communicator (crun.comms); -1 the world's (several processes) */
   int kind;               /* comm_kind, for messages; OP_SEND, OP_RECV */
   int dev, ins;           /* the member's instruction, for messages */
   caddr at;               /* the message */
@@ -260,6 +260,7 @@ static void *addr(const crun *r, caddr a) {
   if (a.dev == ADDR_NONE) return NULL;
   if (a.dev == ADDR_INPUTS) return r->inputs + a.off;
   if (a.dev == ADDR_MIRROR) return r->mirror + a.off;
+  if (a.dev == ADDR_NORMS) return (char *)r->norms + a.off;
   return r->dev[a.dev].pool + a.off;
 }
 
@@ -1210,8 +1211,8 @@ static void comm_close(crun *r, bool gpu) {
  * itself); an all-gather between processes is out of place, from the
  * message into the copies of all (cclop.gather). */
 static bool run_ccl(crun *r, const cclop *op, gpu_stream *s, char *err, size_t errlen) {
-  ccl_comm *c = r->comms[op->comm];
-  gpu_stream *cs = r->cstream[op->comm];
+  ccl_comm *c = op->comm >= 0 ? r->comms[op->comm] : r->world;
+  gpu_stream *cs = op->comm >= 0 ? r->cstream[op->comm] : r->wstream;
   if (!c || !cs) return failf(err, errlen, 2, "a collective of a communicator this process is not in");
   if (!op->detached) {
     gpu_record(op->in, s);
@@ -1234,11 +1235,12 @@ static bool run_ccl(crun *r, const cclop *op, gpu_stream *s, char *err, size_t e
     const cclpart *pt = &r->P->parts[op->first + i];
     void *p = base + pt->off;
     int64_t each = pt->count / n;
-    char *mine = p + me * each * gpu_dtype_size(pt->dt);
     if (op->kind == COMM_ALL_REDUCE || (op->kind == COMM_REDUCE_SCATTER && op->whole))
       ok = ccl_all_reduce(c, p, p, pt->count, pt->dt, cs, err, errlen);
-    else if (op->kind == COMM_REDUCE_SCATTER) ok = ccl_reduce_scatter(c, p, mine, each, pt->dt, cs, err, errlen);
-    else if (op->kind == COMM_ALL_GATHER) ok = ccl_all_gather(c, mine, p, each, pt->dt, cs, err, errlen);
+    else if (op->kind == COMM_REDUCE_SCATTER)
+      ok = ccl_reduce_scatter(c, p, p + me * each * gpu_dtype_size(pt->dt), each, pt->dt, cs, err, errlen);
+    else if (op->kind == COMM_ALL_GATHER)
+      ok = ccl_all_gather(c, p + me * each * gpu_dtype_size(pt->dt), p, each, pt->dt, cs, err, errlen);
     else ok = ccl_broadcast(c, p, p, pt->count, pt->dt, 0, cs, err, errlen);
   }
   char e[512];
@@ -1264,6 +1266,13 @@ static bool ccl_timeout(crun *r, int dev, char *err, size_t errlen) {
                  "collectives done; the communicators were aborted (ncclCommAbort)",
                  r->gpu, r->props.name, dev, r->w->step + 1, r->o.timeout_s);
   ins_name(r, late->dev, late->ins, what, sizeof what);
+  if (r->mine >= 0 && late->comm < 0)
+    return failf(err, errlen, 2,
+                 "process %d of %d, GPU %d (%s): the NCCL all-reduce of the gradients' sums of squares (--clip) "
+                 "through the world communicator (processes 0 to %d) did not finish within %g s (--timeout) in step "
+                 "%" PRId64 "; one of the others stopped or is too slow; the communicators were aborted "
+                 "(ncclCommAbort)",
+                 r->rank, r->nprocs, r->gpu, r->props.name, r->nprocs - 1, r->o.timeout_s, r->w->step + 1);
   if (r->mine >= 0) {
     char grp[256], ranks[256];
     mp_group(r, late->comm, grp, sizeof grp);
@@ -1833,6 +1842,28 @@ static int *mp_events(crun *r) {
   return rec;
 }
 
+/* The plan device whose stream runs op so: with several processes, each
+ * takes the clipping factor itself (mp_norm). */
+static int op_dev(const crun *r, const sop *so) { return so->kind == SO_NORM && r->mine >= 0 ? r->mine : so->dev; }
+
+/* Several processes, to clip: each counted what its device owns of the
+ * gradients (clip_owners over every process's device, so that a copy of a
+ * parameter on several counts once) into its entry of the devices' sums of
+ * squares, the others' zero; an all-reduce of them over the world
+ * communicator gives every process all of them before it takes the factor
+ * from their sum, as the one process's first device does. */
+static void mp_norm(crun *r) {
+  cplan *P = r->P;
+  int op = mp_op(r, -1, COMM_ALL_REDUCE, r->mine, -1);
+  if (P->nparts == P->pcap) {
+    P->pcap = P->pcap ? 2 * P->pcap : 64;
+    P->parts = cx_grow(P->parts, sizeof(cclpart) * (size_t)P->pcap);
+  }
+  P->cops[op].at = (caddr){ADDR_NORMS, 0};
+  P->cops[op].first = P->nparts, P->cops[op].nparts = 1;
+  P->parts[P->nparts++] = (cclpart){0, r->pr->nprogs, CCL_F64};
+}
+
 static bool prepare(crun *r) {
   r->P->first = cx_alloc(sizeof(int) * (size_t)(r->P->s.nops + 1));
   r->P->count = cx_alloc(sizeof(int) * (size_t)(r->P->s.nops + 1));
@@ -1841,7 +1872,7 @@ static bool prepare(crun *r) {
     const sop *so = &r->P->s.ops[k];
     r->P->first[k] = r->P->nacts;
     r->P->count[k] = 0;
-    if (!here(r, so->dev)) continue;  /* another process's */
+    if (!here(r, op_dev(r, so))) continue;  /* another process's */
     const lins *in = so->ins >= 0 ? &r->pr->progs[so->dev].ins[so->ins] : NULL;
     switch (so->kind) {
     case SO_ZERO: {
@@ -1883,7 +1914,10 @@ static bool prepare(crun *r) {
       break;
     case SO_REDUCE: prep_reduce(r, so); break;
     case SO_NORM_PART: prep_norm_part(r, so->dev, so->ins); break;
-    case SO_NORM: new_act(r, A_NORM); break;
+    case SO_NORM:
+      if (r->mine >= 0) mp_norm(r);
+      new_act(r, A_NORM);
+      break;
     default: break;
     }
     r->P->count[k] = r->P->nacts - r->P->first[k];
@@ -2324,7 +2358,8 @@ static bool mp_sums(crun *r, char *err, size_t errlen) {
   snprintf(what, sizeof what, "the loss of step %" PRId64, r->w->step + 1);
   bool ok = r->nslots == 0 || ccl_all_reduce_op(r->world, r->slots, r->slots, r->nslots, CCL_F64, CCL_SUM, r->wstream,
                                                 err, errlen);
-  if (ok && !r->eval)
+  /* clipping summed the norms' during the pass (mp_norm) */
+  if (ok && !r->eval && !r->P->clip)
     ok = ccl_all_reduce_op(r->world, r->norms, r->norms, r->pr->nprogs, CCL_F64, CCL_SUM, r->wstream, err, errlen);
   return ok && mp_settle(r, what, err, errlen);
 }
@@ -2335,8 +2370,8 @@ static bool run_plan(crun *r, char *err, size_t errlen) {
   const cplan *P = r->P;
   for (int k = 0; k < P->s.nops; k++) {
     const sop *so = &P->s.ops[k];
-    if (!here(r, so->dev)) continue;  /* another process's */
-    gpu_stream *s = r->dev[so->dev].stream;
+    if (!here(r, op_dev(r, so))) continue;  /* another process's */
+    gpu_stream *s = r->dev[op_dev(r, so)].stream;
     if (so->kind == SO_RECORD) gpu_record(P->ev[so->arg], s);
     else if (so->kind == SO_WAIT && P->alias && P->alias[so->arg] >= 0) gpu_wait(s, P->cops[P->alias[so->arg]].out);
     else if (so->kind == SO_WAIT) gpu_wait(s, P->ev[so->arg]);
@@ -2362,8 +2397,6 @@ bool crun_pass(crun *r, const backend_step *st, backend_result *out, char *err, 
   r->settings.lr = isnan(st->lr) ? r->lr0 : st->lr;
   if (r->clip > 0 && !r->plan[1].built)
     return failf(err, errlen, 1, "gradients cannot be clipped under this plan: %s", r->clip_err);
-  if (r->clip > 0 && r->mine >= 0)
-    return failf(err, errlen, 1, "the CUDA backend does not clip gradients across processes yet (--clip)");
   r->P = &r->plan[r->clip > 0 ? 1 : 0];
   if (!r->inited && !init_state(r, err, errlen)) {
     r->failed = true;
