@@ -219,6 +219,36 @@ if command -v mpirun >/dev/null 2>&1 && [ -f "$(dirname "$WEFT")/libweft_mpi.so"
   if [ "$bc" -gt 0 ] && [ "$(calls ncclBroadcast)" = "$bc" ]; then ok
     echo "cuda (emulated): mpirun -np 3, a stage feeding a tp pair: $bc broadcasts, $(calls ncclBroadcast) ncclBroadcast"
   else bad "broadcasts: $bc lowered"; cat "$tmp/calls"; fi
+  # --clip: the global norm from every process's share, the weights'
+  # copies over dp counted once; SGD, whose step scales with the gradient,
+  # so that a wrong norm shows in the parameters (--check); clipping
+  # changed the trajectory
+  mp_ok "a small MLP, tp2 x dp2, SGD, clipped to a quarter of its gradient norm (--clip 0.02)" 4 tests/cuda/clip.plan \
+    --steps 3 --clip 0.02
+  "$WEFT" run tests/cuda/clip.plan --backend cpu --steps 3 >"$tmp/noclip" 2>&1
+  a=$(grep "^step 3 " "$tmp/m" | awk '{print $4}'); b=$(grep "^step 3 " "$tmp/noclip" | awk '{print $4}')
+  if [ -n "$a" ] && [ -n "$b" ] && [ "$a" != "$b" ]; then ok
+    echo "cuda (emulated): mpirun -np 4, --clip 0.02: loss of step 3 $a, without clipping $b"
+  else bad "--clip across processes did not change the losses ($a, $b)"; fi
+  # a sharded checkpoint saved by 2 processes (tp2), resumed by one
+  # process under another plan (single): the losses of 4 steps straight
+  CK="examples/gpt2.plan $TP --seed 7"
+  "$WEFT" run $CK --plan single --backend cuda --steps 4 --json >"$tmp/straight.json" 2>"$tmp/e" || bad "4 steps straight: $(cat "$tmp/e")"
+  if ASAN_OPTIONS=$asan_mpi mpirun -np 2 "$WEFT" run $CK --plan tp2 --backend cuda --steps 2 --save "$tmp/set/" --timeout 60 \
+       >"$tmp/m" 2>&1 && [ "$(ls "$tmp/set" | grep -c '^model-0000[12]-of-00002\.safetensors$')" = 2 ] &&
+     [ -f "$tmp/set/model.safetensors.index.json" ] &&
+     "$WEFT" run $CK --plan single --backend cuda --steps 2 --resume "$tmp/set/" --json >"$tmp/resumed.json" 2>"$tmp/e" &&
+     e=$(python3 - "$tmp/straight.json" "$tmp/resumed.json" <<'EOF'
+import json, sys
+a = [s["loss"] for s in json.load(open(sys.argv[1]))["steps"]][2:]
+b = [s["loss"] for s in json.load(open(sys.argv[2]))["steps"]]
+worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+print("%.2g" % worst)
+sys.exit(0 if len(a) == len(b) == 2 and worst <= 1e-5 else 1)
+EOF
+     ); then ok
+    echo "cuda (emulated): 2 shards saved by mpirun -np 2 under tp2, resumed by one process under single: steps 3 and 4 within $e of 4 steps straight"
+  else bad "a sharded checkpoint across processes ($e)"; cat "$tmp/m" "$tmp/e"; ls -A "$tmp/set"; fi
   ASAN_OPTIONS=$asan_mpi mpirun -np 3 "$WEFT" run examples/gpt2.plan --plan tp2 $TP --backend cuda >/dev/null 2>"$tmp/e"
   if grep -q "the CUDA backend runs one plan device per process: plan tp2 has 2 devices with a program, and 3 processes were started (start 2)" "$tmp/e"; then ok
   else bad "mpirun -np 3 for 2 devices"; cat "$tmp/e"; fi
