@@ -12,7 +12,10 @@
 #     emulation's stand-in of one rank against the virtual-device path, and
 #     its watchdog; several processes, one plan device each, under mpirun
 #     and as srun starts them (the stand-in for NCCL across processes),
-#     matching one device, and the watchdog when one of them stops.
+#     matching one device: all-reduces, sends, all-to-alls, ZeRO-3's
+#     reduce-scatters and all-gathers on NCCL's (the calls counted), a
+#     broadcast, --clip, a sharded checkpoint resumed by one process; and
+#     the watchdog when one of them stops.
 # Usage: sh tests/cuda_check.sh WEFT EMU_DIR [REAL_DIR]
 WEFT=$1
 EMU=$2
@@ -188,26 +191,35 @@ if command -v mpirun >/dev/null 2>&1 && [ -f "$(dirname "$WEFT")/libweft_mpi.so"
   # lower lists them for plan device 0
   calls() { sed -n "s/^rank 0 of [0-9]*:.* $1 \([0-9]*\).*/\1/p" "$tmp/calls"; }
   lowered() { "$WEFT" lower "$@" | awk -v k="$KIND" '/^device/ {d = $2} d == "0:" && $2 == k {n++} END {print n + 0}'; }
-  # ZeRO-3 over dp (tp 1, 2 processes; tp 2, 4 processes, sequence
-  # parallel): the gradients' reduce-scatters on ncclReduceScatter, the
-  # parameters' all-gathers on ncclAllGather; sequence parallel's
-  # reduce-scatters of activations, parts cut inside a micro-batch's
-  # sequence, are all-reduces of the whole
+  # ZeRO-3 over dp2 with tp2 and sequence parallelism (4 processes): the
+  # gradients' reduce-scatters (and sequence parallel's of activations,
+  # cut on the sequence inside a micro-batch) on ncclReduceScatter, the
+  # parameters' all-gathers (and the activations') on ncclAllGather
   Z3="--set layers=2 --set hidden=64 --set heads=4 --set seq=16 --set vocab=128 --set global_batch=8 --set micro_batch=2"
-  Z3="$Z3 --set pp=1 --set zero=3"
-  for c in "2 --set tp=1 --set dp=2" "4 --set tp=2 --set dp=2 --set sequence_parallel=true"; do
-    np=${c%% *}; set -- ${c#* }
-    rm -f "$tmp/calls"
-    export WEFT_CUDA_EMU_CCL=$tmp/calls
-    mp_ok "megatron zero 3 $*" "$np" examples/gpt_megatron.plan $Z3 "$@" --steps 1
-    unset WEFT_CUDA_EMU_CCL
-    rs=$(KIND=reduce-scatter lowered examples/gpt_megatron.plan $Z3 "$@")
-    ag=$(KIND=all-gather lowered examples/gpt_megatron.plan $Z3 "$@")
-    if [ "$(calls ncclReduceScatter)" -gt 0 ] && [ "$(calls ncclAllGather)" = "$ag" ] && [ "$(calls ncclSend)" = 0 ] &&
-       [ "$(wc -l <"$tmp/calls")" = "$np" ]; then ok
-      echo "cuda (emulated): mpirun -np $np, megatron zero 3 $*: process 0's $rs reduce-scatters and $ag all-gathers: $(calls ncclReduceScatter) ncclReduceScatter, $(calls ncclAllGather) ncclAllGather, $(calls ncclSend) ncclSend"
-    else bad "megatron zero 3 $*: NCCL calls"; cat "$tmp/calls"; fi
-  done
+  Z3="examples/gpt_megatron.plan $Z3 --set pp=1 --set zero=3 --set tp=2 --set dp=2 --set sequence_parallel=true"
+  rm -f "$tmp/calls"
+  export WEFT_CUDA_EMU_CCL=$tmp/calls
+  mp_ok "megatron zero 3, tp2, sequence parallel" 4 $Z3 --steps 1
+  unset WEFT_CUDA_EMU_CCL
+  rs=$(KIND=reduce-scatter lowered $Z3); ag=$(KIND=all-gather lowered $Z3)
+  if [ "$rs" -gt 0 ] && [ "$(calls ncclReduceScatter)" = "$rs" ] && [ "$(calls ncclAllGather)" = "$ag" ] &&
+     [ "$(calls ncclSend)" = 0 ] && [ "$(wc -l <"$tmp/calls")" = 4 ]; then ok
+    echo "cuda (emulated): mpirun -np 4, megatron zero 3, tp2, sequence parallel: process 0's $rs reduce-scatters and $ag all-gathers: $(calls ncclReduceScatter) ncclReduceScatter, $(calls ncclAllGather) ncclAllGather, $(calls ncclSend) ncclSend"
+  else bad "megatron zero 3, tp2, sequence parallel: NCCL calls ($rs reduce-scatters, $ag all-gathers)"; cat "$tmp/calls"; fi
+  # a hidden size of 63 over dp2: parts of 32 and 31 rows, which NCCL's
+  # calls do not take: those reduce-scatters are all-reduces of the whole,
+  # those all-gathers sends and receives; the even ones still NCCL's
+  Z3="--set layers=1 --set hidden=63 --set heads=3 --set seq=16 --set vocab=129 --set global_batch=8 --set micro_batch=2"
+  Z3="examples/gpt_megatron.plan $Z3 --set pp=1 --set zero=3 --set tp=1 --set dp=2"
+  rm -f "$tmp/calls"
+  export WEFT_CUDA_EMU_CCL=$tmp/calls
+  mp_ok "megatron zero 3, hidden 63 (uneven parts)" 2 $Z3 --steps 1
+  unset WEFT_CUDA_EMU_CCL
+  rs=$(KIND=reduce-scatter lowered $Z3); ag=$(KIND=all-gather lowered $Z3)
+  nrs=$(calls ncclReduceScatter); nag=$(calls ncclAllGather)
+  if [ "$nrs" -gt 0 ] && [ "$nrs" -lt "$rs" ] && [ "$nag" -gt 0 ] && [ "$nag" -lt "$ag" ] && [ "$(calls ncclSend)" -gt 0 ]; then ok
+    echo "cuda (emulated): mpirun -np 2, megatron zero 3, hidden 63: process 0's $rs reduce-scatters and $ag all-gathers: $nrs ncclReduceScatter, $nag ncclAllGather, the others as all-reduces and $(calls ncclSend) ncclSend"
+  else bad "megatron zero 3, hidden 63: NCCL calls ($rs reduce-scatters, $ag all-gathers)"; cat "$tmp/calls"; fi
   # a stage on one device feeding a tp pair: the activations broadcast
   # (ncclBroadcast); the tied embedding's gradient summed over all three,
   # one of the pair adding nothing (NCCL gets its zeros)

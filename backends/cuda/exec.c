@@ -831,59 +831,18 @@ static void mp_xfer(crun *r, int op, int peer, bool send, caddr at, int64_t byte
 
 static int64_t entry_bytes(const sentry *e) { return cx_numel(&e->region) * gpu_dtype_size(e->dt); }
 
-/* Where part p of region R lies in R's elements one after another (the
- * order a message holds them): the range [lo, hi) of its positions in
- * each dimension, false when they are not one range there. */
-static bool local_range(const dregion *R, const dregion *p, int64_t *lo, int64_t *hi) {
-  *lo = *hi = 0;
-  bool first = true;
-  for (int i = 0; i < p->n; i++) {
-    const irange *x = &p->iv[i];
-    if (x->hi <= x->lo) continue;
-    int64_t before = 0, at = -1;
-    for (int k = 0; k < R->n && at < 0; k++) {
-      if (R->iv[k].lo <= x->lo && x->hi <= R->iv[k].hi) at = before + x->lo - R->iv[k].lo;
-      before += R->iv[k].hi - R->iv[k].lo;
-    }
-    if (at < 0 || (!first && at != *hi)) return false;
-    if (first) *lo = at;
-    *hi = at + x->hi - x->lo;
-    first = false;
-  }
-  return true;
-}
-
-/* Whether NCCL's reduce-scatter takes this one as it is: the message is
- * the group's region (one entry), and the part of member m is the m-th of
- * n equal ranges of the message's elements, as NCCL gives rank m of the
- * communicator (whose ranks are the group's order, mp_open) elements
- * [m * recvcount, (m + 1) * recvcount) of the sum. A split on the first
- * dimension of the region is; parts cut across an inner dimension, or
- * of unequal sizes, are not. */
-static bool mp_scatter_fits(const pcomm *cm, int n) {
-  const tregion *R = &cm->region;
-  int64_t total = cx_numel(R);
-  if (n < 1 || total <= 0 || total % n || !cm->parts) return false;
-  int64_t rc = total / n;
-  for (int m = 0; m < n; m++) {
-    const tregion *p = &cm->parts[m];
-    if (p->ndims != R->ndims || cx_numel(p) != rc) return false;
-    /* a box of positions: whole in every dimension after the first that
-     * it takes more than one position of, starting at m * rc */
-    int64_t start = 0, stride = 1;
-    bool inner_whole = true;
-    for (int d = R->ndims - 1; d >= 0; d--) {
-      int64_t lo, hi, ext = 0;
-      for (int k = 0; k < R->dims[d].n; k++) ext += R->dims[d].iv[k].hi - R->dims[d].iv[k].lo;
-      if (!local_range(&R->dims[d], &p->dims[d], &lo, &hi)) return false;
-      if (!inner_whole && hi - lo != 1) return false;
-      if (lo != 0 || hi != ext) inner_whole = false;
-      start += lo * stride;
-      stride *= ext;
-    }
-    if (start != m * rc) return false;
-  }
-  return true;
+/* Whether NCCL's reduce-scatter takes this one as it is: the message
+ * holds the parts one after another in group order (sched_entries), each
+ * aligned, and NCCL gives rank m of the communicator (whose ranks are the
+ * group's order, mp_open) elements [m x recvcount, (m + 1) x recvcount) of
+ * the sum: the m-th part's place when the parts are of one size (then
+ * recvcount counts each part's padding too). Parts of different sizes (a
+ * dimension that does not split evenly) are not NCCL's. */
+static bool mp_scatter_fits(crun *r, const pcomm *cm, int n, int msg) {
+  if (n < 1 || !cm->parts) return false;
+  for (int m = 1; m < n; m++)
+    if (cx_numel(&cm->parts[m]) != cx_numel(&cm->parts[0])) return false;
+  return r->P->s.msgs[msg].bytes % n == 0;
 }
 
 /* Places another process's message in this one's mirror at off, before
@@ -926,8 +885,8 @@ static bool mp_gather_ccl(crun *r, const sop *so, const scoll *c, int k) {
 /* A member's collective with the other processes, before it takes its
  * result: an all-reduce on NCCL in place on its message; a reduce-scatter
  * on NCCL's in place (rank m's part of the sum lands where the message
- * holds part m) where its parts allow, else an all-reduce of the whole
- * (every member then takes its part of the sum); an all-gather where the
+ * holds part m) where its parts are of one size, else an all-reduce of the
+ * whole (every member then takes its part of the sum); an all-gather where the
  * members' messages are of one size on NCCL's, into a copy of them all in
  * rank order whose m-th is member m's mirror, else, and an all-to-all, as
  * sends of its message (its pieces) to every other member and receives of
@@ -957,7 +916,7 @@ static bool mp_reduce(crun *r, const sop *so, const scoll *c, const lins *in, co
       return plan_fail(r, "comm %d: a member brings nothing to a sum", in->comm);
     int op = add_ccl(r, so, c, in, cm);
     if (op >= 0 && cm->kind == COMM_REDUCE_SCATTER)
-      r->P->cops[op].whole = r->P->cops[op].nparts != 1 || !mp_scatter_fits(cm, c->n);
+      r->P->cops[op].whole = r->P->cops[op].nparts != 1 || !mp_scatter_fits(r, cm, c->n, msg);
     return true;
   }
   case COMM_ALL_GATHER:
@@ -1092,7 +1051,7 @@ static void prep_reduce(crun *r, const sop *so) {
     }
     return;
   case COMM_REDUCE_SCATTER:
-    add_sum(r, c, 0, &cm->parts[me], &cm->region, so->dev, &in->out[0]);
+    add_sum(r, c, me, &cm->parts[me], &cm->parts[me], so->dev, &in->out[0]);
     return;
   case COMM_ALL_GATHER:
   case COMM_BROADCAST:
