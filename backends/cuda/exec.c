@@ -2317,7 +2317,7 @@ static bool mp_sums(crun *r, char *err, size_t errlen) {
   snprintf(what, sizeof what, "the loss of step %" PRId64, r->w->step + 1);
   bool ok = r->nslots == 0 || ccl_all_reduce_op(r->world, r->slots, r->slots, r->nslots, CCL_F64, CCL_SUM, r->wstream,
                                                 err, errlen);
-  /* clipping summed the norms' during the pass (mp_norm) */
+  /* with clipping, the pass summed the norms already (mp_norm) */
   if (ok && !r->eval && !r->P->clip)
     ok = ccl_all_reduce_op(r->world, r->norms, r->norms, r->pr->nprogs, CCL_F64, CCL_SUM, r->wstream, err, errlen);
   return ok && mp_settle(r, what, err, errlen);
