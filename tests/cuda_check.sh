@@ -12,7 +12,10 @@
 #     emulation's stand-in of one rank against the virtual-device path, and
 #     its watchdog; several processes, one plan device each, under mpirun
 #     and as srun starts them (the stand-in for NCCL across processes),
-#     matching one device, and the watchdog when one of them stops.
+#     matching one device: all-reduces, sends, all-to-alls, ZeRO-3's
+#     reduce-scatters and all-gathers on NCCL's (the calls counted), a
+#     broadcast, --clip, a sharded checkpoint resumed by one process; and
+#     the watchdog when one of them stops.
 # Usage: sh tests/cuda_check.sh WEFT EMU_DIR [REAL_DIR]
 WEFT=$1
 EMU=$2
@@ -183,6 +186,81 @@ if command -v mpirun >/dev/null 2>&1 && [ -f "$(dirname "$WEFT")/libweft_mpi.so"
   mp_ok "gpt2 tp2 (all-reduces)" 2 examples/gpt2.plan --plan tp2 $TP --steps 2
   mp_ok "gpt2 tp2_pp2 (sends between stages, 4 micro-batches)" 4 examples/gpt2.plan --plan tp2_pp2 $PP --steps 1
   mp_ok "gpt2 ulysses (all-to-alls)" 4 examples/gpt2.plan --plan ulysses $TP --steps 1
+  # which NCCL calls the collectives map to (the stand-in counts them,
+  # WEFT_CUDA_EMU_CCL): calls of process 0, and its collectives as weft
+  # lower lists them for plan device 0
+  calls() { sed -n "s/^rank 0 of [0-9]*:.* $1 \([0-9]*\).*/\1/p" "$tmp/calls"; }
+  lowered() { "$WEFT" lower "$@" | awk -v k="$KIND" '/^device/ {d = $2} d == "0:" && $2 == k {n++} END {print n + 0}'; }
+  # ZeRO-3 over dp2 with tp2 and sequence parallelism (4 processes): the
+  # gradients' reduce-scatters (and sequence parallel's of activations,
+  # cut on the sequence inside a micro-batch) on ncclReduceScatter, the
+  # parameters' all-gathers (and the activations') on ncclAllGather
+  Z3="--set layers=2 --set hidden=64 --set heads=4 --set seq=16 --set vocab=128 --set global_batch=8 --set micro_batch=2"
+  Z3="examples/gpt_megatron.plan $Z3 --set pp=1 --set zero=3 --set tp=2 --set dp=2 --set sequence_parallel=true"
+  rm -f "$tmp/calls"
+  export WEFT_CUDA_EMU_CCL=$tmp/calls
+  mp_ok "megatron zero 3, tp2, sequence parallel" 4 $Z3 --steps 1
+  unset WEFT_CUDA_EMU_CCL
+  rs=$(KIND=reduce-scatter lowered $Z3); ag=$(KIND=all-gather lowered $Z3)
+  if [ "$rs" -gt 0 ] && [ "$(calls ncclReduceScatter)" = "$rs" ] && [ "$(calls ncclAllGather)" = "$ag" ] &&
+     [ "$(calls ncclSend)" = 0 ] && [ "$(wc -l <"$tmp/calls")" = 4 ]; then ok
+    echo "cuda (emulated): mpirun -np 4, megatron zero 3, tp2, sequence parallel: process 0's $rs reduce-scatters and $ag all-gathers: $(calls ncclReduceScatter) ncclReduceScatter, $(calls ncclAllGather) ncclAllGather, $(calls ncclSend) ncclSend"
+  else bad "megatron zero 3, tp2, sequence parallel: NCCL calls ($rs reduce-scatters, $ag all-gathers)"; cat "$tmp/calls"; fi
+  # a hidden size of 63 over dp2: parts of 32 and 31 rows, which NCCL's
+  # calls do not take: those reduce-scatters are all-reduces of the whole,
+  # those all-gathers sends and receives; the even ones still NCCL's
+  Z3="--set layers=1 --set hidden=63 --set heads=3 --set seq=16 --set vocab=129 --set global_batch=8 --set micro_batch=2"
+  Z3="examples/gpt_megatron.plan $Z3 --set pp=1 --set zero=3 --set tp=1 --set dp=2"
+  rm -f "$tmp/calls"
+  export WEFT_CUDA_EMU_CCL=$tmp/calls
+  mp_ok "megatron zero 3, hidden 63 (uneven parts)" 2 $Z3 --steps 1
+  unset WEFT_CUDA_EMU_CCL
+  rs=$(KIND=reduce-scatter lowered $Z3); ag=$(KIND=all-gather lowered $Z3)
+  nrs=$(calls ncclReduceScatter); nag=$(calls ncclAllGather)
+  if [ "$nrs" -gt 0 ] && [ "$nrs" -lt "$rs" ] && [ "$nag" -gt 0 ] && [ "$nag" -lt "$ag" ] && [ "$(calls ncclSend)" -gt 0 ]; then ok
+    echo "cuda (emulated): mpirun -np 2, megatron zero 3, hidden 63: process 0's $rs reduce-scatters and $ag all-gathers: $nrs ncclReduceScatter, $nag ncclAllGather, the others as all-reduces and $(calls ncclSend) ncclSend"
+  else bad "megatron zero 3, hidden 63: NCCL calls ($rs reduce-scatters, $ag all-gathers)"; cat "$tmp/calls"; fi
+  # a stage on one device feeding a tp pair: the activations broadcast
+  # (ncclBroadcast); the tied embedding's gradient summed over all three,
+  # one of the pair adding nothing (NCCL gets its zeros)
+  rm -f "$tmp/calls"
+  export WEFT_CUDA_EMU_CCL=$tmp/calls
+  mp_ok "a stage feeding a tp pair (broadcasts)" 3 tests/golden/plan/broadcast.plan --steps 1
+  unset WEFT_CUDA_EMU_CCL
+  bc=$(KIND=broadcast lowered tests/golden/plan/broadcast.plan)
+  if [ "$bc" -gt 0 ] && [ "$(calls ncclBroadcast)" = "$bc" ]; then ok
+    echo "cuda (emulated): mpirun -np 3, a stage feeding a tp pair: $bc broadcasts, $(calls ncclBroadcast) ncclBroadcast"
+  else bad "broadcasts: $bc lowered"; cat "$tmp/calls"; fi
+  # --clip: the global norm from every process's share, the weights'
+  # copies over dp counted once; SGD, whose step scales with the gradient,
+  # so that a wrong norm shows in the parameters (--check); clipping
+  # changed the trajectory
+  mp_ok "a small MLP, tp2 x dp2, SGD, clipped to a quarter of its gradient norm (--clip 0.02)" 4 tests/cuda/clip.plan \
+    --steps 3 --clip 0.02
+  "$WEFT" run tests/cuda/clip.plan --backend cpu --steps 3 >"$tmp/noclip" 2>&1
+  a=$(grep "^step 3 " "$tmp/m" | awk '{print $4}'); b=$(grep "^step 3 " "$tmp/noclip" | awk '{print $4}')
+  if [ -n "$a" ] && [ -n "$b" ] && [ "$a" != "$b" ]; then ok
+    echo "cuda (emulated): mpirun -np 4, --clip 0.02: loss of step 3 $a, without clipping $b"
+  else bad "--clip across processes did not change the losses ($a, $b)"; fi
+  # a sharded checkpoint saved by 2 processes (tp2), resumed by one
+  # process under another plan (single): the losses of 4 steps straight
+  CK="examples/gpt2.plan $TP --seed 7"
+  "$WEFT" run $CK --plan single --backend cuda --steps 4 --json >"$tmp/straight.json" 2>"$tmp/e" || bad "4 steps straight: $(cat "$tmp/e")"
+  if ASAN_OPTIONS=$asan_mpi mpirun -np 2 "$WEFT" run $CK --plan tp2 --backend cuda --steps 2 --save "$tmp/set/" --timeout 60 \
+       >"$tmp/m" 2>&1 && [ "$(ls "$tmp/set" | grep -c '^model-0000[12]-of-00002\.safetensors$')" = 2 ] &&
+     [ -f "$tmp/set/model.safetensors.index.json" ] &&
+     "$WEFT" run $CK --plan single --backend cuda --steps 2 --resume "$tmp/set/" --json >"$tmp/resumed.json" 2>"$tmp/e" &&
+     e=$(python3 - "$tmp/straight.json" "$tmp/resumed.json" <<'EOF'
+import json, sys
+a = [s["loss"] for s in json.load(open(sys.argv[1]))["steps"]][2:]
+b = [s["loss"] for s in json.load(open(sys.argv[2]))["steps"]]
+worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+print("%.2g" % worst)
+sys.exit(0 if len(a) == len(b) == 2 and worst <= 1e-5 else 1)
+EOF
+     ); then ok
+    echo "cuda (emulated): 2 shards saved by mpirun -np 2 under tp2, resumed by one process under single: steps 3 and 4 within $e of 4 steps straight"
+  else bad "a sharded checkpoint across processes ($e)"; cat "$tmp/m" "$tmp/e"; ls -A "$tmp/set"; fi
   ASAN_OPTIONS=$asan_mpi mpirun -np 3 "$WEFT" run examples/gpt2.plan --plan tp2 $TP --backend cuda >/dev/null 2>"$tmp/e"
   if grep -q "the CUDA backend runs one plan device per process: plan tp2 has 2 devices with a program, and 3 processes were started (start 2)" "$tmp/e"; then ok
   else bad "mpirun -np 3 for 2 devices"; cat "$tmp/e"; fi

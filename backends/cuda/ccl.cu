@@ -53,6 +53,33 @@ struct ccl_comm {
 
 static const char ID_PREFIX[] = "weft-emulated-nccl ";
 
+/* WEFT_CUDA_EMU_CCL=FILE: at exit, each process appends a line of the
+ * calls it made, as NCCL's names them ("rank 0 of 2: ncclAllReduce 3
+ * ncclReduceScatter 8 ..."), for the tests that check which calls a plan
+ * maps to. */
+enum { C_ALL_REDUCE, C_REDUCE_SCATTER, C_ALL_GATHER, C_BROADCAST, C_SEND, C_RECV, C_NCALLS };
+static long calls[C_NCALLS];
+static int tally_rank = -1, tally_size;
+
+static void write_calls(void) {
+  static const char *const names[C_NCALLS] = {"ncclAllReduce", "ncclReduceScatter", "ncclAllGather",
+                                              "ncclBroadcast", "ncclSend",          "ncclRecv"};
+  const char *path = getenv("WEFT_CUDA_EMU_CCL");
+  FILE *f = path && *path ? fopen(path, "a") : NULL;
+  if (!f) return;
+  char line[512];
+  int k = snprintf(line, sizeof line, "rank %d of %d:", tally_rank, tally_size);
+  for (int i = 0; i < C_NCALLS && k > 0 && (size_t)k < sizeof line; i++)
+    k += snprintf(line + k, sizeof line - (size_t)k, " %s %ld", names[i], calls[i]);
+  fprintf(f, "%s\n", line);
+  fclose(f);
+}
+
+static void count_call(int which) {
+  const char *path = getenv("WEFT_CUDA_EMU_CCL");
+  if (path && *path) calls[which]++;
+}
+
 static size_t dt_size(int dt) {
   if (dt == CCL_F64) return 8;
   if (dt == CCL_U8) return 1;
@@ -149,6 +176,8 @@ ccl_comm *ccl_init(const unsigned char id[CCL_ID_BYTES], int nranks, int rank, d
   c->name = "w", c->rank = rank, c->size = nranks, c->world = true;
   c->sent.assign((size_t)nranks, 0), c->got.assign((size_t)nranks, 0);
   c->st = std::make_shared<ccl_state>();
+  if (tally_rank < 0 && getenv("WEFT_CUDA_EMU_CCL") && *getenv("WEFT_CUDA_EMU_CCL")) atexit(write_calls);
+  tally_rank = rank, tally_size = nranks;
   /* joining is collective, as ncclCommInitRank */
   if (!put_file(part_path(c, "join", rank), "", 0) || !await_all(c, "join", timeout_s, err, errlen)) {
     if (!err[0] || !strstr(err, "waited"))
@@ -223,14 +252,38 @@ static void sum_into(void *acc, const void *x, int64_t n, int dt, int op) {
 
 /* A collective: in elements of each rank's part (all_reduce: count; the
  * scatter: recv_count x size; the gather: send_count; broadcast: count,
- * the root's), out those of the result. */
+ * the root's), out those of the result: the scatter gives rank r elements
+ * [r x recv_count, (r + 1) x recv_count) of the sum, the gather puts rank
+ * r's at r x send_count, ranks as the communicator orders them. Input and
+ * output overlap only as NCCL allows (in place: the same address; the
+ * scatter's output at rank x recv_count of its input, the gather's input
+ * at rank x send_count of its output), else the call is refused. */
 static bool collective(ccl_comm *c, int kind, const void *src, void *dst, int64_t n, int dt, int op, int root,
-                       gpu_stream *s) {
+                       gpu_stream *s, char *err, size_t errlen) {
   size_t z = dt_size(dt);
   int size = c->size, me = c->rank;
-  long seq = c->seq++;
   size_t in_bytes = (size_t)n * z * (kind == K_SCATTER ? (size_t)size : 1);
   size_t out_bytes = (size_t)n * z * (kind == K_GATHER ? (size_t)size : 1);
+  static const char *const names[] = {"all-reduce", "reduce-scatter", "all-gather", "broadcast"};
+  if (n < 0) {
+    snprintf(err, errlen, "the stand-in for NCCL: a %s of %lld elements", names[kind], (long long)n);
+    return false;
+  }
+  const char *a = (const char *)src, *b = (const char *)dst;
+  bool overlap = n > 0 && a < b + out_bytes && b < a + in_bytes;
+  bool in_place = kind == K_SCATTER ? b == a + (size_t)me * out_bytes
+                  : kind == K_GATHER ? a == b + (size_t)me * in_bytes
+                                     : a == b;
+  if (overlap && !in_place) {
+    snprintf(err, errlen,
+             "the stand-in for NCCL: rank %d of %d: the %s's input and output overlap, and not in place as NCCL "
+             "defines it",
+             me, size, names[kind]);
+    return false;
+  }
+  count_call(kind == K_REDUCE ? C_ALL_REDUCE : kind == K_SCATTER ? C_REDUCE_SCATTER
+             : kind == K_GATHER ? C_ALL_GATHER : C_BROADCAST);
+  long seq = c->seq++;
   std::string what = std::to_string(seq);
   std::string mine = part_path(c, what, me);
   std::vector<std::string> parts;
@@ -278,19 +331,19 @@ static bool collective(ccl_comm *c, int kind, const void *src, void *dst, int64_
 
 bool ccl_all_reduce(ccl_comm *c, const void *src, void *dst, int64_t count, int dt, gpu_stream *s, char *err,
                     size_t errlen) {
-  return collective(c, K_REDUCE, src, dst, count, dt, CCL_SUM, 0, s);
+  return collective(c, K_REDUCE, src, dst, count, dt, CCL_SUM, 0, s, err, errlen);
 }
 bool ccl_all_reduce_op(ccl_comm *c, const void *src, void *dst, int64_t count, int dt, int op, gpu_stream *s,
                        char *err, size_t errlen) {
-  return collective(c, K_REDUCE, src, dst, count, dt, op, 0, s);
+  return collective(c, K_REDUCE, src, dst, count, dt, op, 0, s, err, errlen);
 }
 bool ccl_reduce_scatter(ccl_comm *c, const void *src, void *dst, int64_t recv_count, int dt, gpu_stream *s,
                         char *err, size_t errlen) {
-  return collective(c, K_SCATTER, src, dst, recv_count, dt, CCL_SUM, 0, s);
+  return collective(c, K_SCATTER, src, dst, recv_count, dt, CCL_SUM, 0, s, err, errlen);
 }
 bool ccl_all_gather(ccl_comm *c, const void *src, void *dst, int64_t send_count, int dt, gpu_stream *s, char *err,
                     size_t errlen) {
-  return collective(c, K_GATHER, src, dst, send_count, dt, CCL_SUM, 0, s);
+  return collective(c, K_GATHER, src, dst, send_count, dt, CCL_SUM, 0, s, err, errlen);
 }
 bool ccl_broadcast(ccl_comm *c, const void *src, void *dst, int64_t count, int dt, int root, gpu_stream *s,
                    char *err, size_t errlen) {
@@ -298,7 +351,7 @@ bool ccl_broadcast(ccl_comm *c, const void *src, void *dst, int64_t count, int d
     snprintf(err, errlen, "the stand-in for NCCL: broadcast from rank %d of %d", root, c->size);
     return false;
   }
-  return collective(c, K_BCAST, src, dst, count, dt, CCL_SUM, root, s);
+  return collective(c, K_BCAST, src, dst, count, dt, CCL_SUM, root, s, err, errlen);
 }
 
 static std::string p2p_path(const ccl_comm *c, int from, int to, long n) {
@@ -311,6 +364,7 @@ bool ccl_send(ccl_comm *c, const void *src, int64_t count, int dt, int peer, gpu
     snprintf(err, errlen, "the stand-in for NCCL: a send from rank %d to rank %d of %d", c->rank, peer, c->size);
     return false;
   }
+  count_call(C_SEND);
   std::string path = p2p_path(c, c->rank, peer, c->sent[(size_t)peer]++);
   size_t bytes = (size_t)count * dt_size(dt);
   auto st = c->st;
@@ -325,6 +379,7 @@ bool ccl_recv(ccl_comm *c, void *dst, int64_t count, int dt, int peer, gpu_strea
     snprintf(err, errlen, "the stand-in for NCCL: a receive by rank %d from rank %d of %d", c->rank, peer, c->size);
     return false;
   }
+  count_call(C_RECV);
   std::string path = p2p_path(c, peer, c->rank, c->got[(size_t)peer]++);
   size_t bytes = (size_t)count * dt_size(dt);
   auto st = c->st;

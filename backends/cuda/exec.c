@@ -27,7 +27,7 @@
 #include "sched.h"
 #include "weft/value.h"
 
-enum { ADDR_NONE = -1, ADDR_INPUTS = -2, ADDR_MIRROR = -3 };
+enum { ADDR_NONE = -1, ADDR_INPUTS = -2, ADDR_MIRROR = -3, ADDR_NORMS = -4 };
 /* cclop.kind of a send's and a receive's between processes (beside comm_kind) */
 enum { OP_SEND = -10, OP_RECV = -11 };
 
@@ -81,7 +81,7 @@ typedef struct cclpart {
 } cclpart;
 
 typedef struct cclop {
-  int comm;               /* its communicator (crun.comms) */
+  int comm;               /* its communicator (crun.comms); -1 the world's (several processes) */
   int kind;               /* comm_kind, for messages; OP_SEND, OP_RECV */
   int dev, ins;           /* the member's instruction, for messages */
   caddr at;               /* the message */
@@ -91,6 +91,11 @@ typedef struct cclop {
   int xfirst, nx, root;
   bool detached;          /* NCCL's stream does not wait for compute (a receive into a mirror) */
   bool nowait;            /* compute does not wait for it (a send, a broadcast's root) */
+  bool whole;             /* a reduce-scatter between processes whose parts NCCL's cannot take:
+                           * an all-reduce of the whole message (mp_scatter_fits) */
+  caddr gather;           /* an all-gather between processes (NCCL's): where the members'
+                           * messages land, in rank order, gbytes each (mp_reduce) */
+  int64_t gbytes;
   gpu_event *in, *out;
 } cclop;
 
@@ -130,6 +135,11 @@ typedef struct cplan {
    * another process records, the op of this one that stands in (-1) */
   int64_t *mirror_off, mirror_bytes;
   int *alias;
+  /* several processes: the zeros a member that brings nothing to an
+   * all-reduce gives NCCL's, laid out as member `silent_as`'s message,
+   * where it then takes the sum (mp_reduce, add_sum); dev ADDR_NONE none */
+  caddr silent_at;
+  int silent_as;
 } cplan;
 
 typedef struct cvdev {
@@ -250,6 +260,7 @@ static void *addr(const crun *r, caddr a) {
   if (a.dev == ADDR_NONE) return NULL;
   if (a.dev == ADDR_INPUTS) return r->inputs + a.off;
   if (a.dev == ADDR_MIRROR) return r->mirror + a.off;
+  if (a.dev == ADDR_NORMS) return (char *)r->norms + a.off;
   return r->dev[a.dev].pool + a.off;
 }
 
@@ -705,11 +716,14 @@ static void add_sum(crun *r, const scoll *c, int entry, const tregion *R, const 
   a->dst = buf_addr(r, dev, out->buf), a->dst_dt = ob->dtype, a->mv = mv, a->first = r->P->nsrcs;
   a->src_dt = -1;
   for (int m = 0; m < c->n; m++) {
-    if (c->msg[m] < 0) continue;
-    /* several processes: NCCL summed the members into this one's message */
+    /* several processes: NCCL summed the members into this one's message,
+     * or into the zeros it gave when it brings nothing (mp_reduce) */
+    bool silent = r->mine >= 0 && c->dev[m] == r->mine && c->msg[m] < 0 && r->P->silent_at.dev != ADDR_NONE;
+    if (c->msg[m] < 0 && !silent) continue;
     if (r->mine >= 0 && c->dev[m] != r->mine) continue;
-    const lins *min = &r->pr->progs[c->dev[m]].ins[c->ins[m]];
-    entries x = entries_of(r, min, m);
+    int as = silent ? r->P->silent_as : m;
+    const lins *min = &r->pr->progs[c->dev[as]].ins[c->ins[as]];
+    entries x = entries_of(r, min, as);
     if (entry < x.n) {
       if (a->src_dt >= 0 && a->src_dt != x.e[entry].dt)
         plan_fail(r, "comm %d: its members hold it in different types", c->comm);
@@ -718,7 +732,8 @@ static void add_sum(crun *r, const scoll *c, int entry, const tregion *R, const 
         r->P->scap = r->P->scap ? 2 * r->P->scap : 256;
         r->P->srcs = cx_grow(r->P->srcs, sizeof(caddr) * (size_t)r->P->scap);
       }
-      r->P->srcs[r->P->nsrcs++] = msg_at(r, c->msg[m], x.e[entry].off);
+      r->P->srcs[r->P->nsrcs++] = silent ? (caddr){ADDR_MIRROR, r->P->silent_at.off + x.e[entry].off}
+                                         : msg_at(r, c->msg[m], x.e[entry].off);
       a->nsrc++;
     }
     entries_free(&x);
@@ -728,11 +743,17 @@ static void add_sum(crun *r, const scoll *c, int entry, const tregion *R, const 
 }
 
 /* The member's message through NCCL, in place, before it is unpacked. */
-static void add_ccl(crun *r, const sop *so, const scoll *c, const lins *in, const pcomm *cm) {
+static int add_ccl(crun *r, const sop *so, const scoll *c, const lins *in, const pcomm *cm) {
   cplan *P = r->P;
-  int msg = c->msg[so->member];
-  if (msg < 0) return;
-  entries x = entries_of(r, in, so->member);
+  int member = so->member, msg = c->msg[member];
+  caddr at = msg >= 0 ? msg_at(r, msg, 0) : NOWHERE;
+  if (msg < 0 && P->silent_at.dev != ADDR_NONE) {
+    /* the zeros of a member that brings nothing, as another's message */
+    member = P->silent_as, msg = c->msg[member], at = P->silent_at;
+    in = &r->pr->progs[c->dev[member]].ins[c->ins[member]];
+  }
+  if (msg < 0) return -1;
+  entries x = entries_of(r, in, member);
   bool one = x.n > 0;
   for (int i = 1; i < x.n; i++) one &= x.e[i].dt == x.e[0].dt;
   int need = one ? 1 : x.n;
@@ -747,8 +768,10 @@ static void add_ccl(crun *r, const sop *so, const scoll *c, const lins *in, cons
   cclop *op = &P->cops[P->ncops];
   memset(op, 0, sizeof *op);
   op->comm = r->comm_of[in->comm], op->kind = cm->kind, op->dev = so->dev, op->ins = so->ins;
-  op->at = msg_at(r, msg, 0), op->first = P->nparts, op->nparts = need;
-  if (one) {
+  op->at = at, op->first = P->nparts, op->nparts = need;
+  if (one && x.n == 1) {
+    P->parts[P->nparts++] = (cclpart){0, cx_numel(&x.e[0].region), x.e[0].dt};
+  } else if (one) {
     int64_t sz = gpu_dtype_size(x.e[0].dt);
     P->parts[P->nparts++] = (cclpart){0, P->s.msgs[msg].bytes / sz, x.e[0].dt};
   } else {
@@ -757,6 +780,7 @@ static void add_ccl(crun *r, const sop *so, const scoll *c, const lins *in, cons
   entries_free(&x);
   cact *a = new_act(r, A_CCL);
   a->idx = P->ncops++;
+  return a->idx;
 }
 
 /* ---- several processes: what crosses between them, through NCCL ----------------------------------
@@ -807,24 +831,98 @@ static void mp_xfer(crun *r, int op, int peer, bool send, caddr at, int64_t byte
 
 static int64_t entry_bytes(const sentry *e) { return cx_numel(&e->region) * gpu_dtype_size(e->dt); }
 
+/* Whether NCCL's reduce-scatter takes this one as it is: the message
+ * holds the parts one after another in group order (sched_entries), each
+ * aligned, and NCCL gives rank m of the communicator (whose ranks are the
+ * group's order, mp_open) elements [m x recvcount, (m + 1) x recvcount) of
+ * the sum: the m-th part's place when the parts are of one size (then
+ * recvcount counts each part's padding too). Parts of different sizes (a
+ * dimension that does not split evenly) are not NCCL's. */
+static bool mp_scatter_fits(crun *r, const pcomm *cm, int n, int msg) {
+  if (n < 1 || !cm->parts) return false;
+  for (int m = 1; m < n; m++)
+    if (cx_numel(&cm->parts[m]) != cx_numel(&cm->parts[0])) return false;
+  return r->P->s.msgs[msg].bytes % n == 0;
+}
+
+/* Places another process's message in this one's mirror at off, before
+ * anything reads it there. */
+static bool mirror_place(crun *r, int msg, int64_t off) {
+  cplan *P = r->P;
+  if (!P->mirror_off) {
+    P->mirror_off = cx_alloc(sizeof(int64_t) * (size_t)(P->s.nmsgs + 1));
+    for (int k = 0; k < P->s.nmsgs; k++) P->mirror_off[k] = -1;
+  }
+  if (P->mirror_off[msg] >= 0 && P->mirror_off[msg] != off) return false;
+  P->mirror_off[msg] = off;
+  return true;
+}
+
+/* An all-gather on NCCL's, where the members' messages are of one size
+ * (NCCL takes the same count from every rank; each message an aligned
+ * whole, so that every copy stays aligned): from this member's message
+ * into a copy of all of them in rank order, whose m-th is member m's
+ * mirror. False: not this way. */
+static bool mp_gather_ccl(crun *r, const sop *so, const scoll *c, int k) {
+  int me = so->member, msg = c->msg[me];
+  bool same = msg >= 0;
+  for (int m = 0; m < c->n && same; m++)
+    same = c->msg[m] >= 0 && r->P->s.msgs[c->msg[m]].bytes == r->P->s.msgs[msg].bytes;
+  if (!same) return false;
+  int64_t each = r->P->s.msgs[msg].bytes;
+  int64_t base = r->P->mirror_bytes;
+  r->P->mirror_bytes += align_up(each * c->n);
+  for (int m = 0; m < c->n; m++)
+    if (m != me && !mirror_place(r, c->msg[m], base + m * each))
+      return plan_fail(r, "comm %d: a member's message was placed before its all-gather", c->comm), true;
+  int op = mp_op(r, k, COMM_ALL_GATHER, so->dev, so->ins);
+  r->P->cops[op].at = msg_at(r, msg, 0);
+  r->P->cops[op].gather = (caddr){ADDR_MIRROR, base};
+  r->P->cops[op].gbytes = each;
+  return true;
+}
+
 /* A member's collective with the other processes, before it takes its
- * result: an all-reduce (a reduce-scatter too: every member then takes its
- * part of the sum) on NCCL in place on its message; an all-gather or
- * all-to-all as sends of its message (its pieces) to every other member and
- * receives of theirs into their mirrors, posted together. A broadcast's
- * are at the root's packing and at the others' wait for it (mp_pack,
- * mp_wait). */
+ * result: an all-reduce on NCCL in place on its message; a reduce-scatter
+ * on NCCL's in place (rank m's part of the sum lands where the message
+ * holds part m) where its parts are of one size, else an all-reduce of the
+ * whole (every member then takes its part of the sum); an all-gather where the
+ * members' messages are of one size on NCCL's, into a copy of them all in
+ * rank order whose m-th is member m's mirror, else, and an all-to-all, as
+ * sends of its message (its pieces) to every other member and receives of
+ * theirs into their mirrors, posted together. A broadcast's are at the
+ * root's packing and at the others' wait for it (mp_pack, mp_wait). */
 static bool mp_reduce(crun *r, const sop *so, const scoll *c, const lins *in, const pcomm *cm) {
   if (c->n < 2) return true;
   int k = mp_comm(r, c->dev, c->n, false), me = so->member, msg = c->msg[me];
   if (k < 0) return plan_fail(r, "comm %d: its group has no communicator", in->comm);
   switch (cm->kind) {
   case COMM_ALL_REDUCE:
-  case COMM_REDUCE_SCATTER:
-    if (msg < 0) return plan_fail(r, "comm %d: a member brings nothing to a sum", in->comm);
-    add_ccl(r, so, c, in, cm);
+  case COMM_REDUCE_SCATTER: {
+    r->P->silent_at = NOWHERE;
+    if (msg < 0 && cm->kind == COMM_ALL_REDUCE) {
+      /* a member that takes the sum without adding to it (pcomm.silent)
+       * gives NCCL zeros laid out as the first other member's message */
+      int as = -1;
+      for (int m = 0; m < c->n && as < 0; m++)
+        if (c->msg[m] >= 0) as = m;
+      if (as < 0) return plan_fail(r, "comm %d: no member brings anything to a sum", in->comm);
+      int64_t bytes = r->P->s.msgs[c->msg[as]].bytes;
+      r->P->silent_at = (caddr){ADDR_MIRROR, r->P->mirror_bytes}, r->P->silent_as = as;
+      r->P->mirror_bytes += align_up(bytes);
+      add_zero(r, r->P->silent_at, bytes);
+    }
+    if (msg < 0 && r->P->silent_at.dev == ADDR_NONE)
+      return plan_fail(r, "comm %d: a member brings nothing to a sum", in->comm);
+    int op = add_ccl(r, so, c, in, cm);
+    if (op >= 0 && cm->kind == COMM_REDUCE_SCATTER)
+      r->P->cops[op].whole = r->P->cops[op].nparts != 1 || !mp_scatter_fits(r, cm, c->n, msg);
     return true;
+  }
   case COMM_ALL_GATHER:
+    /* else as sends and receives */
+    if (mp_gather_ccl(r, so, c, k)) return !r->pfail;
+    /* fall through */
   case COMM_ALL_TO_ALL: {
     int op = mp_op(r, k, cm->kind, so->dev, so->ins);
     entries mine = {0};
@@ -935,6 +1033,7 @@ static void prep_reduce(crun *r, const sop *so) {
   const lins *in = &r->pr->progs[so->dev].ins[so->ins];
   const pcomm *cm = lower_comm(r->pr, in->comm);
   int me = so->member;
+  r->P->silent_at = NOWHERE;
   if (r->mine >= 0) {
     if (!mp_reduce(r, so, c, in, cm)) return;
   } else if (r->comm_of && r->comm_of[in->comm] >= 0) {
@@ -952,7 +1051,7 @@ static void prep_reduce(crun *r, const sop *so) {
     }
     return;
   case COMM_REDUCE_SCATTER:
-    add_sum(r, c, 0, &cm->parts[me], &cm->region, so->dev, &in->out[0]);
+    add_sum(r, c, me, &cm->parts[me], &cm->parts[me], so->dev, &in->out[0]);
     return;
   case COMM_ALL_GATHER:
   case COMM_BROADCAST:
@@ -1065,21 +1164,25 @@ static void comm_close(crun *r, bool gpu) {
 }
 
 /* Enqueues a collective on its communicator's stream, between the
- * packing and the unpacking on s. In place: with a group of one rank the
- * reduce-scatter's and all-gather's part of the rank is the message. */
+ * packing and the unpacking on s. A reduce-scatter and an all-gather of a
+ * message are in place as NCCL defines it: the rank's part of the result
+ * is the message at rank x count (with a group of one rank, the message
+ * itself); an all-gather between processes is out of place, from the
+ * message into the copies of all (cclop.gather). */
 static bool run_ccl(crun *r, const cclop *op, gpu_stream *s, char *err, size_t errlen) {
-  ccl_comm *c = r->comms[op->comm];
-  gpu_stream *cs = r->cstream[op->comm];
+  ccl_comm *c = op->comm >= 0 ? r->comms[op->comm] : r->world;
+  gpu_stream *cs = op->comm >= 0 ? r->cstream[op->comm] : r->wstream;
   if (!c || !cs) return failf(err, errlen, 2, "a collective of a communicator this process is not in");
   if (!op->detached) {
     gpu_record(op->in, s);
     gpu_wait(cs, op->in);
   }
   char *base = addr(r, op->at);
-  /* between processes a reduce-scatter is a sum of the whole (mp_reduce) */
-  int n = r->mine >= 0 ? 1 : ccl_size(c);
+  int n = ccl_size(c), me = ccl_rank(c);
   bool ok = true;
   ccl_group_start();
+  if (op->gbytes > 0)
+    ok = ccl_all_gather(c, base, addr(r, op->gather), op->gbytes, CCL_U8, cs, err, errlen);
   for (int i = 0; i < op->nx && ok; i++) {
     const cclxfer *x = &r->P->xfers[op->xfirst + i];
     void *p = addr(r, x->at);
@@ -1090,10 +1193,13 @@ static bool run_ccl(crun *r, const cclop *op, gpu_stream *s, char *err, size_t e
   for (int i = 0; i < op->nparts && ok; i++) {
     const cclpart *pt = &r->P->parts[op->first + i];
     void *p = base + pt->off;
-    if (op->kind == COMM_ALL_REDUCE) ok = ccl_all_reduce(c, p, p, pt->count, pt->dt, cs, err, errlen);
-    else if (op->kind == COMM_REDUCE_SCATTER && r->mine >= 0) ok = ccl_all_reduce(c, p, p, pt->count, pt->dt, cs, err, errlen);
-    else if (op->kind == COMM_REDUCE_SCATTER) ok = ccl_reduce_scatter(c, p, p, pt->count / n, pt->dt, cs, err, errlen);
-    else if (op->kind == COMM_ALL_GATHER) ok = ccl_all_gather(c, p, p, pt->count / n, pt->dt, cs, err, errlen);
+    int64_t each = pt->count / n;
+    if (op->kind == COMM_ALL_REDUCE || (op->kind == COMM_REDUCE_SCATTER && op->whole))
+      ok = ccl_all_reduce(c, p, p, pt->count, pt->dt, cs, err, errlen);
+    else if (op->kind == COMM_REDUCE_SCATTER)
+      ok = ccl_reduce_scatter(c, p, p + me * each * gpu_dtype_size(pt->dt), each, pt->dt, cs, err, errlen);
+    else if (op->kind == COMM_ALL_GATHER)
+      ok = ccl_all_gather(c, p + me * each * gpu_dtype_size(pt->dt), p, each, pt->dt, cs, err, errlen);
     else ok = ccl_broadcast(c, p, p, pt->count, pt->dt, 0, cs, err, errlen);
   }
   char e[512];
@@ -1119,6 +1225,13 @@ static bool ccl_timeout(crun *r, int dev, char *err, size_t errlen) {
                  "collectives done; the communicators were aborted (ncclCommAbort)",
                  r->gpu, r->props.name, dev, r->w->step + 1, r->o.timeout_s);
   ins_name(r, late->dev, late->ins, what, sizeof what);
+  if (r->mine >= 0 && late->comm < 0)
+    return failf(err, errlen, 2,
+                 "process %d of %d, GPU %d (%s): the NCCL all-reduce of the gradients' sums of squares (--clip) "
+                 "through the world communicator (processes 0 to %d) did not finish within %g s (--timeout) in step "
+                 "%" PRId64 "; one of the others stopped or is too slow; the communicators were aborted "
+                 "(ncclCommAbort)",
+                 r->rank, r->nprocs, r->gpu, r->props.name, r->nprocs - 1, r->o.timeout_s, r->w->step + 1);
   if (r->mine >= 0) {
     char grp[256], ranks[256];
     mp_group(r, late->comm, grp, sizeof grp);
@@ -1688,6 +1801,28 @@ static int *mp_events(crun *r) {
   return rec;
 }
 
+/* The plan device whose stream runs op so: with several processes, each
+ * takes the clipping factor itself (mp_norm). */
+static int op_dev(const crun *r, const sop *so) { return so->kind == SO_NORM && r->mine >= 0 ? r->mine : so->dev; }
+
+/* Several processes, to clip: each counted what its device owns of the
+ * gradients (clip_owners over every process's device, so that a copy of a
+ * parameter on several counts once) into its entry of the devices' sums of
+ * squares, the others' zero; an all-reduce of them over the world
+ * communicator gives every process all of them before it takes the factor
+ * from their sum, as the one process's first device does. */
+static void mp_norm(crun *r) {
+  cplan *P = r->P;
+  int op = mp_op(r, -1, COMM_ALL_REDUCE, r->mine, -1);
+  if (P->nparts == P->pcap) {
+    P->pcap = P->pcap ? 2 * P->pcap : 64;
+    P->parts = cx_grow(P->parts, sizeof(cclpart) * (size_t)P->pcap);
+  }
+  P->cops[op].at = (caddr){ADDR_NORMS, 0};
+  P->cops[op].first = P->nparts, P->cops[op].nparts = 1;
+  P->parts[P->nparts++] = (cclpart){0, r->pr->nprogs, CCL_F64};
+}
+
 static bool prepare(crun *r) {
   r->P->first = cx_alloc(sizeof(int) * (size_t)(r->P->s.nops + 1));
   r->P->count = cx_alloc(sizeof(int) * (size_t)(r->P->s.nops + 1));
@@ -1696,7 +1831,7 @@ static bool prepare(crun *r) {
     const sop *so = &r->P->s.ops[k];
     r->P->first[k] = r->P->nacts;
     r->P->count[k] = 0;
-    if (!here(r, so->dev)) continue;  /* another process's */
+    if (!here(r, op_dev(r, so))) continue;  /* another process's */
     const lins *in = so->ins >= 0 ? &r->pr->progs[so->dev].ins[so->ins] : NULL;
     switch (so->kind) {
     case SO_ZERO: {
@@ -1738,7 +1873,10 @@ static bool prepare(crun *r) {
       break;
     case SO_REDUCE: prep_reduce(r, so); break;
     case SO_NORM_PART: prep_norm_part(r, so->dev, so->ins); break;
-    case SO_NORM: new_act(r, A_NORM); break;
+    case SO_NORM:
+      if (r->mine >= 0) mp_norm(r);
+      new_act(r, A_NORM);
+      break;
     default: break;
     }
     r->P->count[k] = r->P->nacts - r->P->first[k];
@@ -2179,7 +2317,8 @@ static bool mp_sums(crun *r, char *err, size_t errlen) {
   snprintf(what, sizeof what, "the loss of step %" PRId64, r->w->step + 1);
   bool ok = r->nslots == 0 || ccl_all_reduce_op(r->world, r->slots, r->slots, r->nslots, CCL_F64, CCL_SUM, r->wstream,
                                                 err, errlen);
-  if (ok && !r->eval)
+  /* with clipping, the pass summed the norms already (mp_norm) */
+  if (ok && !r->eval && !r->P->clip)
     ok = ccl_all_reduce_op(r->world, r->norms, r->norms, r->pr->nprogs, CCL_F64, CCL_SUM, r->wstream, err, errlen);
   return ok && mp_settle(r, what, err, errlen);
 }
@@ -2190,8 +2329,8 @@ static bool run_plan(crun *r, char *err, size_t errlen) {
   const cplan *P = r->P;
   for (int k = 0; k < P->s.nops; k++) {
     const sop *so = &P->s.ops[k];
-    if (!here(r, so->dev)) continue;  /* another process's */
-    gpu_stream *s = r->dev[so->dev].stream;
+    if (!here(r, op_dev(r, so))) continue;  /* another process's */
+    gpu_stream *s = r->dev[op_dev(r, so)].stream;
     if (so->kind == SO_RECORD) gpu_record(P->ev[so->arg], s);
     else if (so->kind == SO_WAIT && P->alias && P->alias[so->arg] >= 0) gpu_wait(s, P->cops[P->alias[so->arg]].out);
     else if (so->kind == SO_WAIT) gpu_wait(s, P->ev[so->arg]);
@@ -2217,8 +2356,6 @@ bool crun_pass(crun *r, const backend_step *st, backend_result *out, char *err, 
   r->settings.lr = isnan(st->lr) ? r->lr0 : st->lr;
   if (r->clip > 0 && !r->plan[1].built)
     return failf(err, errlen, 1, "gradients cannot be clipped under this plan: %s", r->clip_err);
-  if (r->clip > 0 && r->mine >= 0)
-    return failf(err, errlen, 1, "the CUDA backend does not clip gradients across processes yet (--clip)");
   r->P = &r->plan[r->clip > 0 ? 1 : 0];
   if (!r->inited && !init_state(r, err, errlen)) {
     r->failed = true;

@@ -46,7 +46,11 @@ int sched_entries(const weft_program *pr, const lins *in, int rank, sentry *e, i
     }
     return n;
   case COMM_REDUCE_SCATTER:
-    if (has_in) entry(e, &n, max, bytes, &cm->region, buf_dt(pr, in->in[0].buf), false);
+    /* part by part, in group order: member j takes entry j of every
+     * message, and with parts of one size the message is NCCL's
+     * reduce-scatter's input as it is */
+    for (int j = 0; has_in && j < cm->ngroup && n < max; j++)
+      entry(e, &n, max, bytes, &cm->parts[j], buf_dt(pr, in->in[0].buf), false);
     return n;
   case COMM_ALL_GATHER:
     if (has_in) entry(e, &n, max, bytes, &cm->parts[rank], buf_dt(pr, in->in[0].buf), false);

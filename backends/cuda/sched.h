@@ -63,7 +63,10 @@ typedef struct scoll {
 } scoll;
 
 /* A message's entries: what it holds, one region after another (each
- * aligned), as the packing instruction reads them. */
+ * aligned), as the packing instruction reads them: an all-reduce's region
+ * (a bucket's, one each), a reduce-scatter's parts in group order, an
+ * all-gather's member's part, a broadcast's region, an all-to-all's
+ * pieces for each member. */
 enum { SCHED_MAX_ENTRIES = 1 << 16 };
 typedef struct sentry {
   int64_t off;            /* bytes from the message's start */
