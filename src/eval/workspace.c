@@ -325,6 +325,7 @@ static bool eval_item(weft_ctx *c, weft_module *m, env *e, const ast *n) {
     weft_diag *g = eval_error(c, n->loc, "%s is not allowed at the top level", w);
     if (n->kind == S_ASSIGN) diag_hint(g, &c->diags, "use `let NAME = ...` or `param NAME = ...`");
     else if (n->kind == S_DEVICE || n->kind == S_LINK) diag_hint(g, &c->diags, "it belongs in a cluster");
+    else if (n->kind == S_SEARCH) diag_hint(g, &c->diags, "it belongs in a plan");
     else if (n->kind >= S_MESH && n->kind <= S_CALL) diag_hint(g, &c->diags, "it belongs in a plan or a strategy");
     else diag_hint(g, &c->diags, "it belongs in a model");
     return false;

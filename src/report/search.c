@@ -484,7 +484,7 @@ static const char *with_searched(weft_ctx *c, const weft_item *plan, weft_loc at
   return arena_printf(&c->arena, "%.*s%s%s", (int)a, text, t, text + b);
 }
 
-static int search_statement(weft_ctx *c, const weft_opts *o, const weft_item *plan) {
+static int search_statement(weft_ctx *c, const weft_opts *o, const weft_item *plan, const ast *st) {
   weft_loc none = {0};
   if (o->cluster) {
     weft_diag *d = report_error(c, none, "--cluster: plan %s is on a cluster of its own, which weft search keeps",
@@ -517,8 +517,7 @@ static int search_statement(weft_ctx *c, const weft_opts *o, const weft_item *pl
   if (rc == WEFT_OK && !weft_eval_plan(c, plan->val, plan->loc, &src)) rc = WEFT_REJECTED;
   if (rc == WEFT_OK && src.search_at < 0) {
     /* a `search` that evaluation did not reach (an `if` not taken) */
-    weft_diag *d = report_error(c, plan->loc, "plan %s has a `search` statement that its evaluation does not reach",
-                                plan->name);
+    weft_diag *d = report_error(c, st->loc, "plan %s does not reach this `search` when it is evaluated", plan->name);
     diag_hint(d, &c->diags, "write `search` directly in the plan's body");
     rc = WEFT_REJECTED;
   }
@@ -651,7 +650,7 @@ int report_search(const weft_opts *o) {
         diag_hint(d, &c->diags, "write a number here (the search fills what `search` stands for), or drop `search`");
         report_diags(c, o);
       } else {
-        r = search_statement(c, o, &items[pick]);
+        r = search_statement(c, o, &items[pick], st);
       }
       weft_free(c);
       return r;
