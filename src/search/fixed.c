@@ -125,7 +125,8 @@ const char *search_fixed_kept(arena *a, const search_fixed *f) {
 }
 
 const char *search_fixed_open(arena *a, const search_fixed *f) {
-  const char *t = f->mesh >= 0 ? "the splits and placement on its mesh" : "the mesh, splits and placement";
+  const char *t = f->mesh >= 0 ? arena_printf(a, "the splits, stages and placement on mesh %s", f->mesh_name)
+                                : "the mesh, splits, stages and placement";
   t = arena_printf(a, "%s, micro-batches", t);
   if (f->schedule < 0) t = arena_printf(a, "%s, schedule", t);
   if (f->recompute < 0) t = arena_printf(a, "%s, recompute", t);
