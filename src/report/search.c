@@ -514,7 +514,11 @@ static int search_statement(weft_ctx *c, const weft_opts *o, const weft_item *pl
   }
   weft_plan_src src;
   search_fixed fx;
-  if (rc == WEFT_OK && !weft_eval_plan(c, plan->val, plan->loc, &src)) rc = WEFT_REJECTED;
+  if (rc == WEFT_OK) {
+    if (!weft_eval_plan(c, plan->val, plan->loc, &src)) rc = WEFT_REJECTED;
+    /* no written `assign` stands beside `search`: the placer is done */
+    if (src.decisions.placer.done) src.decisions.placer.done(src.decisions.placer.ctx);
+  }
   if (rc == WEFT_OK && src.search_at < 0) {
     /* a `search` that evaluation did not reach (an `if` not taken) */
     weft_diag *d = report_error(c, st->loc, "plan %s does not reach this `search` when it is evaluated", plan->name);
