@@ -74,8 +74,8 @@ typedef struct search_hooks {
 /* What a plan writes beside its `search` statement. The search keeps
  * every written decision in every candidate, in its place around the ones
  * it writes, and searches only what the plan leaves out: a written mesh
- * fixes tp, pp, dp (cp, ep), a written schedule, recomputation, ZeRO stage
- * or bucket size fixes that. search_fixed_read finds it in a plan's
+ * fixes tp, pp, dp (cp, ep), a written schedule, recomputation, ZeRO stage,
+ * bucket size or split into micro-batches fixes that. search_fixed_read finds it in a plan's
  * decisions. */
 typedef struct search_fixed {
   const weft_decisions *written; /* the plan's decisions */
@@ -87,6 +87,8 @@ typedef struct search_fixed {
   int recompute;           /* the written recomputation, 1 selective, 2 full (-1: searched) */
   int zero;                /* the highest ZeRO stage written (-1: searched) */
   int64_t buckets;         /* the written bucket size in bytes (-1: searched) */
+  int micro_batches;       /* a written split of every operator along the batch in
+                            * time, before `search` (-1: searched) */
 } search_fixed;
 
 typedef struct search_opts {
@@ -171,8 +173,8 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
  * before written[at]. False after diagnostics in dg at the statements that
  * the search cannot keep (a split, a second mesh, a shard before
  * `search`, ...). */
-bool search_fixed_read(const weft_decisions *written, int at, const weft_cluster *cl, weft_diags *dg,
-                       search_fixed *out);
+bool search_fixed_read(const weft_decisions *written, int at, const weft_graph *g, const weft_cluster *cl,
+                       weft_diags *dg, search_fixed *out);
 /* What the search keeps of them ("mesh m [dp = 4, tp = 2], recompute full",
  * "nothing") and what it searches ("micro-batches, recompute, ..."). */
 const char *search_fixed_kept(arena *a, const search_fixed *f);

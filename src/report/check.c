@@ -80,7 +80,7 @@ static int check_one(const weft_opts *o, const char *path, json *j) {
         weft_plan_src src;
         search_fixed fx;
         if (weft_eval_plan(c, s->pitems[i].val, s->pitems[i].loc, &src) && src.search_at >= 0 &&
-            search_fixed_read(&src.decisions, src.search_at, &src.cluster, &c->diags, &fx)) {
+            search_fixed_read(&src.decisions, src.search_at, src.graph, &src.cluster, &c->diags, &fx)) {
           s->open[i] = search_fixed_open(&c->arena, &fx);
           s->kept[i] = search_fixed_kept(&c->arena, &fx);
         }

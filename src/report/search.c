@@ -525,7 +525,7 @@ static int search_statement(weft_ctx *c, const weft_opts *o, const weft_item *pl
     diag_hint(d, &c->diags, "write `search` directly in the plan's body");
     rc = WEFT_REJECTED;
   }
-  if (rc == WEFT_OK && !search_fixed_read(&src.decisions, src.search_at, &src.cluster, &c->diags, &fx)) rc = WEFT_REJECTED;
+  if (rc == WEFT_OK && !search_fixed_read(&src.decisions, src.search_at, src.graph, &src.cluster, &c->diags, &fx)) rc = WEFT_REJECTED;
   so.fixed = &fx;
   search_result r;
   progress_ctx pc = {.on = o->progress > 0 || (o->progress < 0 && !o->json && isatty(2))};

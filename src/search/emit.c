@@ -52,6 +52,7 @@ typedef struct emitter {
 static bool written_mesh(const emitter *E) { return E->f && E->f->mesh >= 0; }
 static bool written_schedule(const emitter *E) { return E->f && E->f->schedule >= 0; }
 static bool written_zero(const emitter *E) { return E->f && E->f->zero >= 0; }
+static bool written_micro_batches(const emitter *E) { return E->f && E->f->micro_batches >= 0; }
 
 static decision *add(emitter *E, dec_kind k, const char *sel) {
   decision *d = dec_add(E->a, &E->sp->decisions, k);
@@ -99,7 +100,7 @@ static void batch_splits(emitter *E) {
     d->parts = sp->dp;
     d->axis = "dp";
   }
-  if (sp->micro_batches > 1) {
+  if (sp->micro_batches > 1 && !written_micro_batches(E)) {
     decision *d = add(E, DEC_SPLIT, "all");
     d->ops = all_ops(E);
     d->name = E->s->batch;
@@ -178,7 +179,7 @@ static void emit_nonuniform(emitter *E) {
     d->name = arena_printf(a, "s%d", k);
     d->ops = stage_of[k];
   }
-  if (sp->micro_batches > 1) {
+  if (sp->micro_batches > 1 && !written_micro_batches(E)) {
     decision *d = add(E, DEC_SPLIT, "all");
     d->ops = all_ops(E);
     d->name = s->batch;

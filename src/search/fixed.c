@@ -1,6 +1,6 @@
 /* fixed.c - what a plan with a `search` statement writes, as the search
- * keeps it: a mesh whose shape fixes tp, pp, dp (cp, ep), a schedule,
- * recomputation, ZeRO stages and buckets. The search writes the splits,
+ * keeps it: a mesh whose shape fixes tp, pp, dp (cp, ep), the split into
+ * micro-batches, a schedule, recomputation, ZeRO stages and buckets. The search writes the splits,
  * replications, stages and placement; a written one of those is an error
  * at its statement, as is what the search could not place around its own
  * statements (a second mesh, a mesh after `search`, a shard before it). */
@@ -50,11 +50,33 @@ static bool read_mesh(const decision *d, int i, int at, const weft_cluster *cl, 
   return true;
 }
 
-bool search_fixed_read(const weft_decisions *written, int at, const weft_cluster *cl, weft_diags *dg,
-                       search_fixed *out) {
+/* The batch dimension as the search splits it: the first dimension of the
+ * model's first input. */
+static const char *batch_of(const weft_graph *g) {
+  for (int t = 0; t < g->ntensors; t++)
+    if (g->tensors[t].role == TENSOR_INPUT && g->tensors[t].ndims > 0) return g->tensors[t].dims[0].name;
+  return NULL;
+}
+
+/* A split of every operator along the batch, in time: the micro-batches. */
+static bool read_micro_batches(const decision *d, int i, int at, const weft_graph *g, weft_diags *dg, search_fixed *f) {
+  const char *batch = batch_of(g);
+  if (i >= at || d->ops.n != g->nops || !batch || strcmp(d->name, batch) != 0) {
+    weft_diag *e = diag_add(dg, DIAG_ERROR, d->loc, "beside `search` a split in time stands before it, of every "
+                            "operator along the batch: the micro-batches");
+    diag_hint(e, dg, "write `split all on %s into N in time` before `search`, or leave the micro-batches to it",
+              batch ? batch : "batch");
+    return false;
+  }
+  f->micro_batches = d->parts;
+  return true;
+}
+
+bool search_fixed_read(const weft_decisions *written, int at, const weft_graph *g, const weft_cluster *cl,
+                       weft_diags *dg, search_fixed *out) {
   search_fixed *f = out;
   *f = (search_fixed){.written = written, .at = at, .mesh = -1, .tp = 1, .pp = 1, .dp = 1, .cp = 1, .ep = 1,
-                      .schedule = -1, .recompute = -1, .zero = -1, .buckets = -1};
+                      .schedule = -1, .recompute = -1, .zero = -1, .buckets = -1, .micro_batches = -1};
   int sched_at = -1;
   for (int i = 0; i < written->n; i++) {
     const decision *d = &written->items[i];
@@ -87,6 +109,12 @@ bool search_fixed_read(const weft_decisions *written, int at, const weft_cluster
       if (d->state > f->zero) f->zero = d->state;
       break;
     case DEC_BUCKETS: f->buckets = d->bytes; break;
+    case DEC_SPLIT:
+      if (d->in_time && f->micro_batches < 0) {
+        if (!read_micro_batches(d, i, at, g, dg, f)) return false;
+        break;
+      }
+      /* fall through */
     default: {
       weft_diag *g = diag_add(dg, DIAG_ERROR, d->loc, "%s cannot stand beside `search`, which writes every split, "
                               "replication, stage, placement and order", dec_kind_names[d->kind]);
@@ -121,13 +149,14 @@ const char *search_fixed_kept(arena *a, const search_fixed *f) {
   if (f->recompute >= 0) t = arena_printf(a, "%s%srecompute %s", t, *t ? ", " : "", rc_names[f->recompute]);
   if (f->zero >= 0) t = arena_printf(a, "%s%sshard %s", t, *t ? ", " : "", zero_names[f->zero]);
   if (f->buckets >= 0) t = arena_printf(a, "%s%sbuckets", t, *t ? ", " : "");
+  if (f->micro_batches >= 0) t = arena_printf(a, "%s%s%d micro-batches", t, *t ? ", " : "", f->micro_batches);
   return *t ? t : "nothing";
 }
 
 const char *search_fixed_open(arena *a, const search_fixed *f) {
   const char *t = f->mesh >= 0 ? arena_printf(a, "the splits, stages and placement on mesh %s", f->mesh_name)
                                 : "the mesh, splits, stages and placement";
-  t = arena_printf(a, "%s, micro-batches", t);
+  if (f->micro_batches < 0) t = arena_printf(a, "%s, micro-batches", t);
   if (f->schedule < 0) t = arena_printf(a, "%s, schedule", t);
   if (f->recompute < 0) t = arena_printf(a, "%s, recompute", t);
   if (f->zero < 0) t = arena_printf(a, "%s, ZeRO", t);

@@ -779,7 +779,7 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
           int dp = N / tp / cp / ep / pp;
           if (Bsz % ((int64_t)dp * ep * mbs)) continue;
           int m = (int)(Bsz / ((int64_t)dp * ep * mbs));
-          if (m > 4096) continue;
+          if (m > 4096 || (o->fixed && o->fixed->micro_batches > 0 && m != o->fixed->micro_batches)) continue;
           /* one stage: gradient accumulation over the micro-batches, whatever the schedules */
           for (int si = 0; si < (pp == 1 ? 1 : nsched) && !failed; si++) {
             sched_kind sched = pp == 1 ? (m > 1 ? SCHED_1F1B : SCHED_DEFAULT) : scheds[si];
@@ -835,7 +835,7 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
       int D = N / pp;
       if (!((D <= dpn && dpn % D == 0) || D % dpn == 0)) continue;
       for (int64_t m = 1; m <= Bsz && m <= 4096 && !failed; m++) {
-        if (Bsz % m || m < 1) continue;
+        if (Bsz % m || m < 1 || (o->fixed && o->fixed->micro_batches > 0 && m != o->fixed->micro_batches)) continue;
         for (int si = 0; si < nsched && !failed; si++) {
           if (vs[si] != 1) continue;
           for (int rc = 0; rc < 3 && !failed; rc++) {
