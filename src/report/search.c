@@ -581,11 +581,37 @@ static int search_statement(weft_ctx *c, const weft_opts *o, const weft_item *pl
                 arena_printf(&c->arena, "%s\nuse \"%s\"\n\n%s\n", hdr, use,
                              with_searched(c, plan, src.search_loc, &r.plans[i], g)));
     json_end_arr(&j);
+    json_key(&j, "simulated");
+    json_arr(&j);
+    for (int i = 0; i < r.nsimulated; i++) {
+      const search_plan *p = &r.simulated[i];
+      json_obj(&j);
+      json_key(&j, "plan"), json_str(&j, search_describe(&c->arena, p));
+      json_key(&j, "step_time_s"), json_num(&j, p->step_time);
+      json_key(&j, "analytic_time_s"), json_num(&j, p->analytic_time);
+      json_key(&j, "peak_memory_bytes"), json_int(&j, p->peak_memory);
+      json_key(&j, "analytic_memory_bytes"), json_int(&j, p->analytic_memory);
+      json_key(&j, "fits"), json_bool(&j, p->fits);
+      json_end_obj(&j);
+    }
+    json_end_arr(&j);
+    json_key(&j, "analytic");
+    json_obj(&j);
+    json_key(&j, "pairs_ordered_alike"), json_num(&j, ag.pairs);
+    json_key(&j, "median_relative_error"), json_num(&j, ag.median);
+    json_key(&j, "max_relative_error"), json_num(&j, ag.worst);
+    json_end_obj(&j);
     json_key(&j, "best"), json_int(&j, pick);
     json_key(&j, "searched"), json_int(&j, r.searched);
     json_key(&j, "pruned"), json_int(&j, r.pruned);
     json_key(&j, "search_s"), json_num(&j, r.search_s);
     json_key(&j, "simulate_s"), json_num(&j, r.simulate_s);
+    json_key(&j, "layers"), json_int(&j, r.layers);
+    json_key(&j, "heuristics");
+    json_arr(&j);
+    json_end_arr(&j);
+    json_key(&j, "ranked"), json_bool(&j, false);
+    json_key(&j, "policies"), json_bool(&j, false);
     json_key(&j, "written"), json_str(&j, search_fixed_kept(&c->arena, &fx));
     json_end_obj(&j);
     printf("\n");
