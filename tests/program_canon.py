@@ -2,7 +2,9 @@
 """program_canon.py - prints a lowered program (weft lower --json) in a form
 that does not depend on the order in which communications were derived:
 communications are numbered by their content, and every reference to one is
-renumbered. Two programs that differ only in that order print the same."""
+renumbered. Two programs that differ only in that order print the same.
+With two files it compares them itself: exit 0 when their canonical forms
+are equal, else 1 with the first lines that differ."""
 import json
 import sys
 
@@ -23,7 +25,29 @@ def canon(doc):
     return doc
 
 
+def dumps(doc):
+    return json.dumps(doc, sort_keys=True, indent=0) + "\n"
+
+
+def compare(path_a, path_b):
+    with open(path_a) as fa, open(path_b) as fb:
+        a, b = canon(json.load(fa)), canon(json.load(fb))
+    if a == b:
+        return 0
+    la, lb = dumps(a).splitlines(), dumps(b).splitlines()
+    i = next((i for i, (x, y) in enumerate(zip(la, lb)) if x != y),
+             min(len(la), len(lb)))
+    print("first difference at line %d of the canonical forms:" % (i + 1))
+    for line in la[max(0, i - 2):i + 4]:
+        print("- " + line)
+    for line in lb[max(0, i - 2):i + 4]:
+        print("+ " + line)
+    return 1
+
+
 def main():
+    if len(sys.argv) == 3:
+        sys.exit(compare(sys.argv[1], sys.argv[2]))
     doc = json.load(open(sys.argv[1]) if len(sys.argv) > 1 else sys.stdin)
     json.dump(canon(doc), sys.stdout, sort_keys=True, indent=0)
     sys.stdout.write("\n")

@@ -155,5 +155,33 @@ sys.exit(0 if ok else 1)
 PY
 then pass=$((pass + 1)); else fail=$((fail + 1)); fi
 
+# Stages of different sizes: the same Llama on three DGX A100 nodes (no two
+# stages of 12 devices lie inside a node or on whole nodes), the whole
+# space. The best plan puts the stage with the head on two nodes and the
+# first stage on one; weft check accepts it, weft estimate puts it at the
+# search's figure, and it is faster than the best plan whose stages share
+# one mesh shape (nonuniform = false).
+if ! "$WEFT" search "$tmp/nu.plan" --cluster 'a100_dgx(nodes = 3)' --json -o "$tmp/sz.plan" >"$tmp/sz.json" 2>"$tmp/err"; then
+  echo "FAIL: stages of different sizes: weft search"; cat "$tmp/err"; fail=$((fail + 1))
+elif ! "$WEFT" search "$tmp/nu.plan" --cluster 'a100_dgx(nodes = 3)' --heuristic "$tmp/uniform.lua" --json >"$tmp/szu.json" 2>"$tmp/err"; then
+  echo "FAIL: stages of one mesh shape on three nodes: weft search"; cat "$tmp/err"; fail=$((fail + 1))
+elif ! "$WEFT" check "$tmp/sz.plan" >/dev/null 2>"$tmp/err"; then
+  echo "FAIL: stages of different sizes: weft check of the searched plan"; cat "$tmp/err"; fail=$((fail + 1))
+elif ! "$WEFT" estimate "$tmp/sz.plan" --json >"$tmp/sz_est.json" 2>"$tmp/err"; then
+  echo "FAIL: stages of different sizes: weft estimate of the searched plan"; cat "$tmp/err"; fail=$((fail + 1))
+elif python3 - "$tmp/sz.json" "$tmp/szu.json" "$tmp/sz_est.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1])); u = json.load(open(sys.argv[2])); e = json.load(open(sys.argv[3]))
+p = s["plans"][s["best"]]; q = u["plans"][u["best"]]
+close = abs(e["step_time_s"] - p["step_time_s"]) <= 0.01 * p["step_time_s"]
+sizes = [st["devices"] for st in p["stages"]]
+ok = not p["uniform"] and len(set(sizes)) > 1 and sum(sizes) == 24 and p["step_time_s"] < q["step_time_s"] and close
+print("search: stages of different sizes: %.2f ms (stages %s), %.2f ms estimated again; stages of one shape: %.2f ms "
+      "(tp %d, pp %d, dp %d): %s" % (p["step_time_s"] * 1e3, ", ".join("%d devices tp %d x dp %d" % (st["devices"], st["tp"], st["dp"])
+      for st in p["stages"]), e["step_time_s"] * 1e3, q["step_time_s"] * 1e3, q["tp"], q["pp"], q["dp"], "faster" if ok else "WRONG"))
+sys.exit(0 if ok else 1)
+PY
+then pass=$((pass + 1)); else fail=$((fail + 1)); fi
+
 echo "search: $pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -330,6 +330,19 @@ static inline int lower_stage_of(const weft_program *pr, int op) {
  * devices, each once. Walkers go on from a stack, so that the members a
  * collective or a send frees walk on together, while what they touch is
  * in the caches; all start on it, walker 0 on top. */
+/* Per comm, in one record (a walk meets comms out of order: one cache line
+ * per comm), with what the walkers read of the plan's comm, gathered in
+ * one pass when the walk starts. */
+typedef struct lwalk_comm {
+  int arrived[2];         /* per epoch: members counted */
+  int moff, mcount;       /* its members in mpool (moff -1: not yet found) */
+  int src, dst;           /* pcomm.src and dst */
+  int ngroup;             /* pcomm.ngroup and group */
+  const int *group;
+  bool posted[2];         /* per epoch: a send's or broadcast's data is there */
+  bool bcast;             /* a broadcast */
+} lwalk_comm;
+
 typedef struct lwalk {
   const weft_program *pr;
   int n;                  /* walkers */
@@ -342,10 +355,9 @@ typedef struct lwalk {
   int *stack, sp;
   bool *queued;           /* per walker: on the stack */
   bool *parked;           /* per walker: counted at the collective it waits at */
-  int *arrived;           /* per (comm, epoch): members counted */
-  bool *posted;           /* per (comm, epoch): a send's or broadcast's data is there */
-  int *moff, *mcount;     /* per comm: its members in mpool (moff -1: not yet found) */
-  int *mpool, mn, mcap;
+  lwalk_comm *wc;         /* per comm: what the walk keeps of it, and its
+                           * source and whether it is a broadcast */
+  int *mpool, mn, mcap;   /* the members of comms, each comm's in one run */
   int *stamp, stampv;     /* per walker: to take each member once */
 } lwalk;
 

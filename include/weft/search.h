@@ -52,6 +52,9 @@ typedef struct search_space {
   bool uneven;             /* a pipeline's stages may hold different numbers of blocks */
   bool nonuniform;         /* a pipeline's stages may have meshes of different shapes: each
                             * stage its own tp and dp on its own devices */
+  bool frontier;           /* the inter-stage pass gives each pipeline's frontier of time
+                            * against memory (its fastest under ever lower caps), not its
+                            * fastest only */
 } search_space;
 
 struct search_plan;
@@ -113,6 +116,8 @@ typedef struct search_stage {
   int tp, dp;             /* a non-uniform plan's: the stage's own mesh [dp, tp]
                            * (0: the plan's) */
   int micro_batch_size;   /* a non-uniform plan's: rows per device per micro-batch */
+  int recompute;          /* its blocks' recomputation: 0 none, 1 selective, 2 full (the
+                           * plan's recompute gives the most common stage's) */
 } search_stage;
 
 /* One candidate: what it decides, and its figures. */

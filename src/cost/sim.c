@@ -67,6 +67,19 @@ typedef struct dstate {
   VEC(memev) mev;
 } dstate;
 
+/* What the walk reads of a communication, per comm, gathered in one pass
+ * over the plan's communications before the walk (a comm's own record is
+ * large, and the walk meets comms out of order). */
+typedef struct ccomm {
+  signed char stream;     /* the stream its collective runs on */
+  uint8_t kind;           /* comm_kind */
+  bool bcast;             /* a broadcast */
+  bool edge;              /* pcomm.stage_edge */
+  bool same_prev;         /* costs what the comm before it costs (same_cost) */
+  bool costed;            /* comm_cost holds its cost */
+  int src;                /* pcomm.src */
+} ccomm;
+
 typedef struct sim {
   weft_sim *out;
   const weft_program *pr;
@@ -80,10 +93,8 @@ typedef struct sim {
   dstate *ds;             /* per simulated device */
   kcost *wcost;           /* per work (lop.aux): its cost, once computed */
   bool *wcosted;
-  signed char *comm_stream; /* per comm: the stream its collective runs on */
-  bool *bcast;            /* per comm: a broadcast */
+  ccomm *cc;              /* per comm */
   kcost *comm_cost;       /* per comm: its cost for one member, once computed */
-  bool *comm_costed;
 } sim;
 
 static void *xcalloc(size_t n, size_t sz) {
@@ -107,7 +118,7 @@ static int stream_of(const sim *S, const lop *in) {
   case LI_COMPUTE: case LI_COPY: case LI_STEP: return SS_COMPUTE;
   case LI_SEND: return SS_SEND;
   case LI_RECV: return SS_RECV;
-  case LI_COLLECTIVE: return S->comm_stream[in->id];
+  case LI_COLLECTIVE: return S->cc[in->id].stream;
   default: return -1;
   }
 }
@@ -145,13 +156,12 @@ static bool same_cost(const pcomm *x, const pcomm *y) {
  * member and epoch, so computed once per comm, and taken from the comm
  * before it when that one costs the same. */
 static kcost comm_cost(sim *S, int comm) {
-  if (!S->comm_costed[comm]) {
-    const pcomm *cms = S->pr->p->comms;
-    if (comm > 0 && S->comm_costed[comm - 1] && same_cost(&cms[comm - 1], &cms[comm]))
+  if (!S->cc[comm].costed) {
+    if (comm > 0 && S->cc[comm - 1].costed && S->cc[comm].same_prev)
       S->comm_cost[comm] = S->comm_cost[comm - 1];
     else
-      S->comm_cost[comm] = cost_comm(S->hw, S->pr->p, &cms[comm], NULL);
-    S->comm_costed[comm] = true;
+      S->comm_cost[comm] = cost_comm(S->hw, S->pr->p, &S->pr->p->comms[comm], NULL);
+    S->cc[comm].costed = true;
   }
   return S->comm_cost[comm];
 }
@@ -191,7 +201,7 @@ static void touch_all(sim *S, dstate *ds, int pc, const int *pool, const lop *in
       bs->ready = end;
       /* a gather that ends a transfer between pipeline stages counts as
        * the receive it completes */
-      bool edge = in->kind == LI_COLLECTIVE && S->pr->p->comms[in->id].stage_edge;
+      bool edge = in->kind == LI_COLLECTIVE && S->cc[in->id].edge;
       bs->writer = (signed char)(edge ? LI_RECV : in->kind);
     }
     bs->used = true;
@@ -225,15 +235,14 @@ static bool step_ins(sim *S, int k, const lprog *pg) {
   int pc = wpc <= ds->last ? wpc : ds->tail[wpc - ds->last - 1];
   const lop *in = &pg->ops[pc];
   const int *pool = pg->pool;
-  const weft_plan *p = S->pr->p;
   /* a broadcast runs as sends from its root and receives elsewhere: the
    * root does not wait for the others */
   lop bc;
-  if (in->kind == LI_COLLECTIVE && S->bcast[in->id]) {
+  if (in->kind == LI_COLLECTIVE && S->cc[in->id].bcast) {
     bc = *in;
-    bool root = p->comms[in->id].src == D->device;
+    bool root = S->cc[in->id].src == D->device;
     bc.kind = root ? LI_SEND : LI_RECV;
-    bc.aux = p->comms[in->id].src;
+    bc.aux = S->cc[in->id].src;
     in = &bc;
   }
   int st = stream_of(S, in);
@@ -280,7 +289,7 @@ static bool step_ins(sim *S, int k, const lprog *pg) {
     break;
   }
   case LI_SEND: {
-    const pcomm *cm = &p->comms[in->id];
+    int ckind = S->cc[in->id].kind;
     kcost c = comm_cost(S, in->id);
     double ready = inputs_ready(S, pool, in, &cause);
     double start = ready > ds->free_at[st] ? ready : ds->free_at[st];
@@ -290,7 +299,7 @@ static bool step_ins(sim *S, int k, const lprog *pg) {
     D->busy[st] += c.seconds;
     D->sent[0] += c.net_bytes[0];
     D->sent[1] += c.net_bytes[1];
-    D->sent_kind[cm->kind] += c.net_bytes[0] + c.net_bytes[1];
+    D->sent_kind[ckind] += c.net_bytes[0] + c.net_bytes[1];
     sstate *ss = &S->sends[in->id * 2 + (in->epoch ? 1 : 0)];
     ss->start = start;
     ss->arrive = end;
@@ -323,7 +332,7 @@ static bool step_ins(sim *S, int k, const lprog *pg) {
     break;
   }
   case LI_COLLECTIVE: {
-    const pcomm *cm = &p->comms[in->id];
+    int ckind = S->cc[in->id].kind;
     cstate *cs = &S->colls[in->id * 2 + (in->epoch ? 1 : 0)];
     kcost c = lop_nbucket(pool, in) ? bucket_cost(S, pool, in) : comm_cost(S, in->id);
     int met = lower_walk_meet(&S->walk, k, in->id, in->epoch);
@@ -356,7 +365,7 @@ static bool step_ins(sim *S, int k, const lprog *pg) {
     D->busy[st] += c.seconds;
     D->sent[0] += c.net_bytes[0];
     D->sent[1] += c.net_bytes[1];
-    D->sent_kind[cm->kind] += c.net_bytes[0] + c.net_bytes[1];
+    D->sent_kind[ckind] += c.net_bytes[0] + c.net_bytes[1];
     t0 = cs->start;
     t1 = cs->end;
     break;
@@ -539,14 +548,18 @@ weft_sim *sim_run_with(const weft_program *pr, const hw_model *hw, unsigned flag
   int nworks = lower_works_count(pr->works);
   S.wcost = xcalloc((size_t)nworks, sizeof(kcost));
   S.wcosted = xcalloc((size_t)nworks, sizeof(bool));
-  S.comm_stream = xcalloc((size_t)ncomms, 1);
-  S.bcast = xcalloc((size_t)ncomms, sizeof(bool));
+  S.cc = xcalloc((size_t)ncomms, sizeof(ccomm));
   for (int i = 0; i < ncomms; i++) {
-    S.comm_stream[i] = (signed char)coll_stream(pr->p->comms[i].phase);
-    S.bcast[i] = pr->p->comms[i].kind == COMM_BROADCAST;
+    const pcomm *cm = &pr->p->comms[i];
+    ccomm *c = &S.cc[i];
+    c->stream = (signed char)coll_stream(cm->phase);
+    c->kind = (uint8_t)cm->kind;
+    c->bcast = cm->kind == COMM_BROADCAST;
+    c->edge = cm->stage_edge;
+    c->same_prev = i > 0 && same_cost(&pr->p->comms[i - 1], cm);
+    c->src = cm->src;
   }
   S.comm_cost = xcalloc((size_t)ncomms, sizeof(kcost));
-  S.comm_costed = xcalloc((size_t)ncomms, sizeof(bool));
 
   /* each device runs until it waits; those it frees go on next */
   for (int k; (k = lower_walk_next(&S.walk)) >= 0;) {
@@ -577,7 +590,7 @@ weft_sim *sim_run_with(const weft_program *pr, const hw_model *hw, unsigned flag
   for (int k = 0; k < n; k++) { vec_free(&S.ds[k].grad); vec_free(&S.ds[k].mev); free(S.ds[k].tail); }
   free(S.ds);
   free(S.bufs); free(S.colls); free(S.sends);
-  free(S.wcost); free(S.wcosted); free(S.comm_stream); free(S.bcast); free(S.comm_cost); free(S.comm_costed);
+  free(S.wcost); free(S.wcosted); free(S.cc); free(S.comm_cost);
   if (stuck) {
     sim_free(out);
     return NULL;

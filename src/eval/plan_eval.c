@@ -40,6 +40,14 @@ typedef struct pstate {
     int64_t mesh_steps;   /* the steps it took */
     value v[16];          /* per index that reads no axis: its value */
     int64_t steps[16];    /* ... and the steps it took; -1: none kept */
+    /* what device_fast found of the names for the levels it saw last (the
+     * same for every sub-operator of an operator): whether it applies, the
+     * level each index reads (-1: none) and the steps it counts */
+    const char *const *axes, *const *levels;
+    int nsplits, nlevels;
+    bool ok;
+    int at[16];
+    int64_t nsteps;
   } fast;
 } pstate;
 
@@ -727,16 +735,28 @@ static bool axis_free(const ast *x, const dec_sub *s) {
 static bool device_fast(weft_ctx *c, pstate *ps, const pexpr *as, const dec_sub *s, int *dev, bool *done) {
   *done = false;
   const ast *x = as->x;
-  if (ps->fast.of != as || ps->fast.mesh.kind != V_MESH || !axis_free(x->a, s)) return false;
-  int n = x->b ? 1 : x->list.n, at[16];
-  int64_t steps = ps->fast.mesh_steps;
-  for (int i = 0; i < n; i++) {
-    const ast *ix = x->b ? x->b : x->list.items[i];
-    at[i] = ix->kind == E_NAME ? axis_level(s, ix->name) : -1;
-    if (at[i] >= 0) steps++;
-    else if (ps->fast.steps[i] >= 0 && axis_free(ix, s)) steps += ps->fast.steps[i];
-    else return false;
+  if (ps->fast.of != as || ps->fast.mesh.kind != V_MESH) return false;
+  int n = x->b ? 1 : x->list.n, *at = ps->fast.at;
+  if (ps->fast.axes != s->axes || ps->fast.levels != s->levels || ps->fast.nsplits != s->nsplits ||
+      ps->fast.nlevels != s->nlevels) {
+    /* the names are read once per operator's levels */
+    ps->fast.axes = s->axes;
+    ps->fast.levels = s->levels;
+    ps->fast.nsplits = s->nsplits;
+    ps->fast.nlevels = s->nlevels;
+    ps->fast.ok = axis_free(x->a, s);
+    int64_t steps = ps->fast.mesh_steps;
+    for (int i = 0; i < n && ps->fast.ok; i++) {
+      const ast *ix = x->b ? x->b : x->list.items[i];
+      at[i] = ix->kind == E_NAME ? axis_level(s, ix->name) : -1;
+      if (at[i] >= 0) steps++;
+      else if (ps->fast.steps[i] >= 0 && axis_free(ix, s)) steps += ps->fast.steps[i];
+      else ps->fast.ok = false;
+    }
+    ps->fast.nsteps = steps;
   }
+  if (!ps->fast.ok) return false;
+  int64_t steps = ps->fast.nsteps;
   if (c->steps + steps > EVAL_MAX_STEPS) return false;
   *done = true;
   eval_steps(c, x->a->loc, ps->fast.mesh_steps);
@@ -753,6 +773,7 @@ static bool device_of(weft_ctx *c, pstate *ps, const pexpr *as, weft_loc loc, co
   bool done;
   bool ok = device_fast(c, ps, as, s, dev, &done);
   if (done) return ok;
+  ps->fast.axes = NULL;   /* what follows may keep more for device_fast */
   env *e = env_new(A(c), as->e);
   /* an axis other operators are split along, but not this one */
   for (int k = 0; k < s->nlevels; k++) env_define(A(c), e, s->levels[k], v_none(), loc, false);
@@ -847,6 +868,7 @@ static void place_done(void *ctx) {
   pstate *ps = ctx;
   arena_adopt(&ps->c->arena, &ps->scratch);
   ps->fast.of = NULL;
+  ps->fast.axes = NULL;
 }
 
 /* ---- a plan's decisions ------------------------------------------------------------ */

@@ -134,6 +134,7 @@ typedef struct lstate {
   int *sreg_slab;         /* ... and its slab (slab_of) */
   size_t nsreg;
   bool *value_split;      /* per op: split along a reduction (applies_arg has work) */
+  bool *shards_stats;     /* per op: its parts gather statistics (deps_stats_idim >= 0) */
   int *tshift;            /* per tensor that moves with micro-batches: log2 of its step, -1 not a power of 2 */
   struct store *st;       /* the emitter's store, kept from device to device (emit_device) */
   rintern regs;           /* the distinct regions of sub-operators */
@@ -908,8 +909,18 @@ static void make_tasks(lstate *L, blist *per_device) {
     if (p->ops[op].rseg >= 0) vec_push(L->a, &seg_ops[p->ops[op].rseg], op);
   }
   bool *redone = arena_alloc(L->a, (size_t)(p->nsegs ? p->nsegs : 1));
+  int nparams = 0;
+  for (int t = 0; t < g->ntensors; t++) nparams += g->tensors[t].role == TENSOR_PARAM;
   for (int d = 0; d < p->ndevices; d++) {
     const blist *bl = &per_device[d];
+    if (L->dslot[d] >= 0) {
+      /* room for its tasks at once (each forward sub-operator runs at most
+       * forward, recomputed and backward; a step per parameter): the list
+       * is not copied as it grows */
+      size_t k = (size_t)L->dslot[d] * (size_t)nops;
+      int64_t room = 3 * (int64_t)(L->byd_start[k + (size_t)nops] - L->byd_start[k]) + nparams;
+      if (room < INT32_MAX / 2) vec_reserve(&L->tmp, &L->tasks[d], (int)room);
+    }
     for (int k = 0; k < bl->n; k++) {
       block b = bl->v[k];
       const ivec *ops = &ops_of[b.stage];
@@ -1826,7 +1837,7 @@ static void emit_compute(emitter *E, const task *tk) {
   const popplan *pp = &p->ops[s->op];
   const opspace *sp = pp->space;
   int sc = L->stats ? L->stats[2 * tk->sub + (tk->kind == T_BWD)] : -1;
-  if (sc < 0 && deps_stats_idim(p, s->op) >= 0) {
+  if (sc < 0 && L->shards_stats[s->op]) {
     shards_share(E, s);
     return;
   }
@@ -2174,9 +2185,14 @@ static void finish_program(lstate *L, lprog *pg) {
 #define last(b) last0[(b) - pg->buf_lo]
   for (int b = pg->buf_lo; b < pg->buf_hi; b++) last(b) = -1;
   int np = 0, room = 0;   /* the lops' pool: what it holds, room for buckets */
+  /* the allocations of persistent buffers, hoisted to the start */
+  int *pers = arena_alloc(&L->scratch, sizeof(int) * (size_t)(n ? n : 1)), npers = 0;
   for (int i = 0; i < n; i++) {
     const lins *in = &pg->ins[i];
-    if (in->kind == LI_ALLOC) last(in->buf) = i;
+    if (in->kind == LI_ALLOC) {
+      last(in->buf) = i;
+      if (pr->bufs[in->buf].persistent) pers[npers++] = i;
+    }
     for (int k = 0; k < in->nin; k++)
       if (in->in[k].buf >= 0) last(in->in[k].buf) = i;
     for (int k = 0; k < in->nout; k++)
@@ -2200,8 +2216,7 @@ static void finish_program(lstate *L, lprog *pg) {
   lins *out = L->full ? arena_alloc(L->a, sizeof(lins) * (size_t)(n + extra + 1)) : NULL;
   int m = 0;
 #define put(x) (out ? (void)(out[m] = *(x)) : (void)0, lop_of(L, pg, (x), &pg->ops[m]), m++)
-  for (int i = 0; i < n; i++)
-    if (pg->ins[i].kind == LI_ALLOC && pr->bufs[pg->ins[i].buf].persistent) put(&pg->ins[i]);
+  for (int k = 0; k < npers; k++) put(&pg->ins[pers[k]]);
   int64_t live = 0;
   int64_t by_role[LB_ROLE_COUNT] = {0};
   for (int i = 0; i < m; i++) {
@@ -2485,6 +2500,8 @@ weft_program *lower_plan(weft_plan *p, const lower_opts *o, arena *a, weft_diags
   L.value_split = arena_alloc(L.a, (size_t)(g->nops ? g->nops : 1));
   for (int op = 0; op < g->nops; op++)
     for (int i = 0; i < p->ops[op].nsplits; i++) L.value_split[op] |= p->ops[op].splits[i].kind == SPLIT_VALUE;
+  L.shards_stats = arena_alloc(L.a, (size_t)(g->nops ? g->nops : 1));
+  for (int op = 0; op < g->nops; op++) L.shards_stats[op] = deps_stats_idim(p, op) >= 0;
   stats_index(&L);
   omit_index(&L);
   make_tasks(&L, per_device);

@@ -42,11 +42,16 @@ void lower_walk_init(lwalk *w, const weft_program *pr) {
   w->stamp = zalloc((size_t)w->n, sizeof(int));
   for (int k = w->n - 1; k >= 0; k--) wake(w, k);
   int nc = pr->p->ncomms;
-  w->arrived = zalloc((size_t)nc * 2, sizeof(int));
-  w->posted = zalloc((size_t)nc * 2, sizeof(bool));
-  w->moff = zalloc((size_t)nc, sizeof(int));
-  w->mcount = zalloc((size_t)nc, sizeof(int));
-  for (int c = 0; c < nc; c++) w->moff[c] = -1;
+  w->wc = zalloc((size_t)nc, sizeof(lwalk_comm));
+  for (int c = 0; c < nc; c++) {
+    const pcomm *cm = &pr->p->comms[c];
+    w->wc[c].moff = -1;
+    w->wc[c].src = cm->src;
+    w->wc[c].dst = cm->dst;
+    w->wc[c].ngroup = cm->ngroup;
+    w->wc[c].group = cm->group;
+    w->wc[c].bcast = cm->kind == COMM_BROADCAST;
+  }
 }
 
 void lower_walk_free(lwalk *w) {
@@ -57,10 +62,7 @@ void lower_walk_free(lwalk *w) {
   free(w->queued);
   free(w->parked);
   free(w->stamp);
-  free(w->arrived);
-  free(w->posted);
-  free(w->moff);
-  free(w->mcount);
+  free(w->wc);
   free(w->mpool);
   *w = (lwalk){0};
 }
@@ -72,50 +74,56 @@ int lower_walk_next(lwalk *w) {
   return k;
 }
 
-static int slot(int comm, int epoch) { return comm * 2 + (epoch ? 1 : 0); }
-
 void lower_walk_post(lwalk *w, int comm, int epoch) {
-  const pcomm *cm = &w->pr->p->comms[comm];
-  w->posted[slot(comm, epoch)] = true;
-  if (cm->kind == COMM_BROADCAST)
-    for (int i = 0; i < cm->ngroup; i++) wake(w, w->walker[cm->group[i]]);
-  else
-    wake(w, w->walker[cm->dst]);
+  lwalk_comm *c = &w->wc[comm];
+  c->posted[epoch ? 1 : 0] = true;
+  if (c->bcast) {
+    for (int i = 0; i < c->ngroup; i++) wake(w, w->walker[c->group[i]]);
+  } else {
+    wake(w, w->walker[c->dst]);
+  }
 }
 
-bool lower_walk_posted(const lwalk *w, int comm, int epoch) { return w->posted[slot(comm, epoch)]; }
+bool lower_walk_posted(const lwalk *w, int comm, int epoch) { return w->wc[comm].posted[epoch ? 1 : 0]; }
 
 const int *lower_walk_members(lwalk *w, int comm, int *n) {
-  if (w->moff[comm] < 0) {
-    const pcomm *cm = &w->pr->p->comms[comm];
-    if (w->mn + cm->ngroup > w->mcap) vec_grow(NULL, (void **)&w->mpool, &w->mcap, w->mn + cm->ngroup, sizeof(int));
+  lwalk_comm *c = &w->wc[comm];
+  if (c->moff < 0 && comm > 0 && w->wc[comm - 1].moff >= 0 && w->wc[comm - 1].group == c->group &&
+      w->wc[comm - 1].ngroup == c->ngroup) {
+    /* the same group as the comm before it (its copy for another
+     * micro-batch): the same members */
+    c->moff = w->wc[comm - 1].moff;
+    c->mcount = w->wc[comm - 1].mcount;
+  }
+  if (c->moff < 0) {
+    if (w->mn + c->ngroup > w->mcap) vec_grow(NULL, (void **)&w->mpool, &w->mcap, w->mn + c->ngroup, sizeof(int));
     int m = 0;
     w->stampv++;
-    for (int i = 0; i < cm->ngroup; i++) {
-      int k = w->walker[cm->group[i]];
+    for (int i = 0; i < c->ngroup; i++) {
+      int k = w->walker[c->group[i]];
       if (k < 0 || w->stamp[k] == w->stampv) continue;
       w->stamp[k] = w->stampv;
       w->mpool[w->mn + m++] = k;
     }
-    w->moff[comm] = w->mn;
-    w->mcount[comm] = m;
+    w->wc[comm].moff = w->mn;
+    w->wc[comm].mcount = m;
     w->mn += m;
   }
-  *n = w->mcount[comm];
-  return w->mpool + w->moff[comm];
+  *n = w->wc[comm].mcount;
+  return w->mpool + w->wc[comm].moff;
 }
 
 int lower_walk_meet(lwalk *w, int k, int comm, int epoch) {
-  int n = w->mcount[comm];
-  if (w->moff[comm] < 0) lower_walk_members(w, comm, &n);
-  int *arrived = &w->arrived[slot(comm, epoch)], r = 0;
+  int n = w->wc[comm].mcount;
+  if (w->wc[comm].moff < 0) lower_walk_members(w, comm, &n);
+  int *arrived = &w->wc[comm].arrived[epoch ? 1 : 0], r = 0;
   if (!w->parked[k]) {
     w->parked[k] = true;
     ++*arrived;
     r |= LW_NEW;
     if (*arrived == n) {
       r |= LW_LAST;
-      const int *mem = w->mpool + w->moff[comm];
+      const int *mem = w->mpool + w->wc[comm].moff;
       for (int i = 0; i < n; i++)
         if (mem[i] != k) wake(w, mem[i]);
     }

@@ -418,7 +418,16 @@ static void fold_setup(plan_builder *b) {
 /* The placement half: cls[d] gets device d's coordinate along the axis
  * and inv[d] the device at coordinate 0 that d is an image of (-1 for the
  * devices at 0 and those unused). */
-static bool reps_place(const weft_plan *p, const char *axis, int P, bool peers, int *cls, int *inv) {
+/* The device of every sub-operator, in one array: reps_place reads them
+ * many times over (once per axis tried), a few bytes of each large psub. */
+static int *sub_devices(const weft_plan *p) {
+  int *dev = malloc(sizeof(int) * (size_t)(p->nsubs ? p->nsubs : 1));
+  if (!dev) weft_oom();
+  for (int s = 0; s < p->nsubs; s++) dev[s] = p->subs[s].device;
+  return dev;
+}
+
+static bool reps_place(const weft_plan *p, const int *sdev, const char *axis, int P, bool peers, int *cls, int *inv) {
   const weft_graph *g = p->g;
   int D = p->ndevices;
   for (int d = 0; d < D; d++) cls[d] = inv[d] = -1;
@@ -436,27 +445,33 @@ static bool reps_place(const weft_plan *p, const char *axis, int P, bool peers, 
     int stride = 1;
     for (int i = lv + 1; i < pp->nsplits; i++)
       if (i != tl) stride *= pp->splits[i].parts;
-    /* the subs at coordinate 0 of the level: runs of stride, P strides apart */
-    const psub *subs = p->subs + pp->first;
-    for (int base = 0; base < pp->count; base += stride * P)
-      for (int f = base; f < base + stride && f < pp->count; f++) {
-        int r = subs[f].device;
+    /* the subs at coordinate 0 of the level: runs of stride, P strides
+     * apart; each run read in order, coordinate by coordinate (what is
+     * set does not depend on the order, and a conflict is one in any) */
+    const int *dev = sdev + pp->first;
+    for (int base = 0; base < pp->count; base += stride * P) {
+      int end = base + stride < pp->count ? base + stride : pp->count;
+      for (int f = base; f < end; f++) {
+        int r = dev[f];
         if (r < 0 || (cls[r] >= 0 && cls[r] != 0)) return false;
         cls[r] = 0;
-        for (int j = 1; j < P; j++) {
-          int q = subs[f + j * stride].device;
+      }
+      for (int j = 1; j < P; j++)
+        for (int f = base; f < end; f++) {
+          int r = dev[f], q = dev[f + j * stride];
           if (q < 0 || (cls[q] >= 0 && cls[q] != j) || (inv[q] >= 0 && inv[q] != r)) return false;
           cls[q] = j;
           inv[q] = r;
         }
-      }
+    }
   }
   return true;
 }
 
-static bool reps_along(const weft_plan *p, const char *axis, int P, bool peers, int *cls, int *inv, int *rep) {
+static bool reps_along(const weft_plan *p, const int *sdev, const char *axis, int P, bool peers, int *cls, int *inv,
+                       int *rep) {
   int D = p->ndevices;
-  if (!reps_place(p, axis, P, peers, cls, inv)) return false;
+  if (!reps_place(p, sdev, axis, P, peers, cls, inv)) return false;
   /* pi_j is one-to-one: every representative has one image per j */
   int *images = calloc((size_t)D, sizeof(int));
   if (!images) weft_oom();
@@ -513,6 +528,7 @@ static const char *find_reps(plan_builder *b, weft_plan *p) {
   if (!cls || !inv || !peer || !coord[0] || !coord[1]) weft_oom();
   const popplan *p0 = &p->ops[0];
   const char *first = NULL;
+  int *sdev = NULL;
   /* ZeRO-3 gathers parameters as each device's own timeline reaches them:
    * a peer that applies less (no bias under a split sum) runs ahead and
    * holds more gathered parameters at its peak than the one kept */
@@ -525,7 +541,8 @@ static const char *find_reps(plan_builder *b, weft_plan *p) {
       const psplit *cs = &p0->splits[cand];
       bool kind_ok = cs->kind == SPLIT_DIM || cs->kind == SPLIT_VALUE || (peers && cs->kind == SPLIT_REPLICA);
       if (!kind_ok || cs->parts < 2 || cs->kind == SPLIT_TIME || (first && strcmp(cs->axis, first) == 0)) continue;
-      if (!reps_along(p, cs->axis, cs->parts, peers, cls, inv, peers ? peer : rep)) continue;
+      if (!sdev) sdev = sub_devices(p);
+      if (!reps_along(p, sdev, cs->axis, cs->parts, peers, cls, inv, peers ? peer : rep)) continue;
       memcpy(coord[pass], cls, sizeof(int) * (size_t)D);
       if (!peers) {
         first = cs->axis;
@@ -550,6 +567,7 @@ static const char *find_reps(plan_builder *b, weft_plan *p) {
     for (int d = 0; d < D; d++)
       if (inv[p->rep[d]] >= 0) p->rep[d] = inv[p->rep[d]];
   }
+  free(sdev);
   free(cls);
   free(inv);
   free(peer);
@@ -669,12 +687,15 @@ static const char *find_view(plan_builder *b, weft_plan *p, deps_view *v) {
   if (!cls || !inv) weft_oom();
   const popplan *p0 = &p->ops[0];
   const char *axis = NULL;
+  int *sdev = NULL;
   for (int cand = 0; cand < p0->nsplits && !axis; cand++) {
     const psplit *cs = &p0->splits[cand];
     if ((cs->kind != SPLIT_DIM && cs->kind != SPLIT_VALUE) || cs->parts < 2) continue;
-    if (reps_place(p, cs->axis, cs->parts, false, cls, inv) && view_fits(b, p, cs->axis, cs->parts, cls, inv, v))
+    if (!sdev) sdev = sub_devices(p);
+    if (reps_place(p, sdev, cs->axis, cs->parts, false, cls, inv) && view_fits(b, p, cs->axis, cs->parts, cls, inv, v))
       axis = cs->axis;
   }
+  free(sdev);
   free(cls);
   free(inv);
   return axis;

@@ -186,6 +186,7 @@ static void json_plan(json *j, const search_plan *p, const weft_graph *g, const 
     json_end_arr(j);
     json_key(j, "layers"), json_int(j, st->layers);
     json_key(j, "position"), json_int(j, st->position);
+    json_key(j, "recompute"), json_str(j, recompute_name(st->recompute));
     if (p->nonuniform) {
       json_key(j, "devices"), json_int(j, st->tp * st->dp);
       json_key(j, "tp"), json_int(j, st->tp);

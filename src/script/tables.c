@@ -292,6 +292,7 @@ void tables_push_candidate(lua_State *L, const weft_graph *g, const search_plan 
     lua_setfield(L, -2, "ops");
     set_int(L, "layers", st->layers);
     set_int(L, "position", st->position);
+    set_str(L, "recompute", recompute_names[st->recompute >= 0 && st->recompute < 3 ? st->recompute : 0]);
     int tp = c->nonuniform ? st->tp : c->tp, dp = c->nonuniform ? st->dp : c->dp;
     set_int(L, "devices", (int64_t)tp * c->cp * (c->ep > 1 ? c->ep : 1) * dp);
     set_int(L, "tp", tp);
@@ -365,6 +366,7 @@ void tables_push_space(lua_State *L, const search_space *s) {
   lua_setfield(L, -2, "zero");
   set_bool(L, "uneven", s->uneven);
   set_bool(L, "nonuniform", s->nonuniform);
+  set_bool(L, "frontier", s->frontier);
 }
 
 /* Field k of the space table at idx: a list of integers in [lo, hi], into
@@ -460,9 +462,9 @@ bool tables_read_space(script_one *one, int idx, search_space *s, arena *a) {
     for (int i = 0; i < z.n; i++) zon[z.v[i]] = true;
   } else lua_pop(L, 1);
   for (int i = 0; i < 4; i++) s->zero[i] = zon[i];
-  static const char *const flags[] = {"uneven", "nonuniform"};
-  bool *const on[] = {&s->uneven, &s->nonuniform};
-  for (int i = 0; i < 2; i++) {
+  static const char *const flags[] = {"uneven", "nonuniform", "frontier"};
+  bool *const on[] = {&s->uneven, &s->nonuniform, &s->frontier};
+  for (int i = 0; i < 3; i++) {
     int t = lua_getfield(L, idx, flags[i]);
     if (t != LUA_TNIL && t != LUA_TBOOLEAN) {
       script_error(one, one->entry_line, "the space hook set %s to %s; it takes %s", flags[i], lua_typename(L, t),

@@ -822,6 +822,15 @@ static void describe_stages(const weft_graph *g, const weft_decisions *d, search
         if (b >= 0 && b < nblocks && !seen[b]) seen[b] = true, st->layers++;
       }
     }
+    /* its recomputation: the most any recompute statement asks of its operators */
+    for (int j = 0; j < d->n; j++) {
+      const decision *y = &d->items[j];
+      if (y->kind != DEC_RECOMPUTE || y->mode <= st->recompute) continue;
+      bool touches = false;
+      for (int k = 0; k < y->ops.n && !touches; k++)
+        for (int q = 0; q < x->ops.n && !touches; q++) touches = y->ops.ops[k] == x->ops.ops[q];
+      if (touches) st->recompute = y->mode;
+    }
     for (int j = 0; j < d->n; j++) {
       const decision *y = &d->items[j];
       if (y->kind != DEC_ASSIGN || y->mesh < 0) continue;

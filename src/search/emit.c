@@ -117,25 +117,46 @@ static void emit_tail(emitter *E) {
   const weft_graph *g = s->g;
   search_plan *sp = E->sp;
   /* recomputation of the blocks: each layer as one segment (full), or
-   * their attention kernels (selective) */
-  if (sp->recompute > 0 && s->layers > 0 && !(E->f && E->f->recompute >= 0)) {
-    selbuf sel = {0};
-    dec_ops ops = {0, arena_alloc(a, sizeof(int) * (size_t)g->nops)};
-    const char **keys = arena_alloc(a, sizeof(char *) * (size_t)g->nops);
-    for (int l = 0; l < s->layers; l++)
-      for (int op = s->block_start[l]; op < s->block_start[l + 1]; op++) {
-        const char *kind = g->ops[op].kind;
-        bool att = kind && strcmp(kind, "attention") == 0;
-        if (sp->recompute == 1 && !att) continue;
-        ops.ops[ops.n] = op;
-        keys[ops.n++] = sp->recompute == 2 ? arena_printf(a, "%s.%d", s->block_name, l) : g->ops[op].name;
-        sel_add(a, &sel, sp->recompute == 2 ? arena_printf(a, "%s.*", s->block_name) : op_pattern(a, s, op));
+   * their attention kernels (selective); a layer takes its stage's */
+  if (s->layers > 0 && !(E->f && E->f->recompute >= 0)) {
+    int *lmode = arena_alloc(a, sizeof(int) * (size_t)s->layers);
+    bool mixed = false;
+    for (int l = 0; l < s->layers; l++) {
+      lmode[l] = sp->recompute;
+      for (int k = 0; k < sp->nstages; k++)
+        if (sp->stages[k].first_op <= s->block_start[l] && s->block_start[l] <= sp->stages[k].last_op)
+          lmode[l] = sp->stages[k].recompute;
+      mixed |= lmode[l] != lmode[0];
+    }
+    for (int mode = 1; mode <= 2; mode++) {
+      selbuf sel = {0};
+      dec_ops ops = {0, arena_alloc(a, sizeof(int) * (size_t)g->nops)};
+      const char **keys = arena_alloc(a, sizeof(char *) * (size_t)g->nops);
+      for (int l = 0; l < s->layers; l++) {
+        if (lmode[l] != mode) continue;
+        /* full, where layers differ: h[l..e) for each run of its layers */
+        if (mixed && mode == 2 && (l == 0 || lmode[l - 1] != mode)) {
+          int e = l;
+          while (e < s->layers && lmode[e] == mode) e++;
+          sel_add(a, &sel, e - l == 1 ? arena_printf(a, "%s.%d", s->block_name, l)
+                                      : arena_printf(a, "%s[%d..%d]", s->block_name, l, e));
+        }
+        for (int op = s->block_start[l]; op < s->block_start[l + 1]; op++) {
+          const char *kind = g->ops[op].kind;
+          bool att = kind && strcmp(kind, "attention") == 0;
+          if (mode == 1 && !att) continue;
+          ops.ops[ops.n] = op;
+          keys[ops.n++] = mode == 2 ? arena_printf(a, "%s.%d", s->block_name, l) : g->ops[op].name;
+          if (!mixed) sel_add(a, &sel, mode == 2 ? arena_printf(a, "%s.*", s->block_name) : op_pattern(a, s, op));
+          else if (mode == 1) sel_add(a, &sel, g->ops[op].name);
+        }
       }
-    if (ops.n) {
-      decision *d = add(E, DEC_RECOMPUTE, sel_text(a, &sel));
-      d->ops = ops;
-      d->keys = keys;
-      d->mode = sp->recompute;
+      if (ops.n) {
+        decision *d = add(E, DEC_RECOMPUTE, sel_text(a, &sel));
+        d->ops = ops;
+        d->keys = keys;
+        d->mode = mode;
+      }
     }
   }
   if (E->f && E->f->buckets >= 0) sp->bucket_bytes = E->f->buckets;
@@ -497,6 +518,15 @@ void search_print_body(const search_plan *sp, const weft_graph *g, FILE *out) {
 
 const char *search_describe(arena *a, const search_plan *sp) {
   const char *rc[] = {"no recompute", "selective recompute", "full recompute"};
+  /* stages that recompute differently: "recompute full, full, none" */
+  bool mixed = false;
+  for (int k = 1; k < sp->nstages; k++) mixed |= sp->stages[k].recompute != sp->stages[0].recompute;
+  const char *per = "recompute";
+  static const char *const modes[] = {"none", "selective", "full"};
+  for (int k = 0; mixed && k < sp->nstages; k++)
+    per = arena_printf(a, "%s%s %s", per, k ? "," : "", modes[sp->stages[k].recompute]);
+  const char *rcs[3];
+  for (int r = 0; r < 3; r++) rcs[r] = mixed ? per : rc[r];
   const char *sched = sp->schedule == SCHED_DEFAULT ? "" : arena_printf(a, ", %s", sched_kind_names[sp->schedule]);
   if (sp->nonuniform) {
     /* each stage's mesh: "stages tp 2 x dp 2 (5 blocks), tp 4 x dp 1 (3 blocks)" */
@@ -505,19 +535,19 @@ const char *search_describe(arena *a, const search_plan *sp) {
       st = arena_printf(a, "%s%stp %d x dp %d (%d block%s)", st, k ? ", " : "", sp->stages[k].tp, sp->stages[k].dp,
                         sp->stages[k].layers, sp->stages[k].layers == 1 ? "" : "s");
     return arena_printf(a, "pp %d, stages %s, %d micro-batch%s%s, %s, zero %d%s", sp->pp, st, sp->micro_batches,
-                        sp->micro_batches == 1 ? "" : "es", sched, rc[sp->recompute], sp->zero,
+                        sp->micro_batches == 1 ? "" : "es", sched, rcs[sp->recompute], sp->zero,
                         sp->sequence_parallel ? ", sequence parallel" : "");
   }
   if (sp->schedule == SCHED_INTERLEAVED) sched = arena_printf(a, "%s %d", sched, sp->interleave);
   if (sp->ep > 1)
     return arena_printf(a, "tp %d, pp %d, ep %d, dp %d, %d micro-batch%s of %d%s, %s, zero %d%s", sp->tp, sp->pp,
                         sp->ep, sp->dp, sp->micro_batches, sp->micro_batches == 1 ? "" : "es", sp->micro_batch_size,
-                        sched, rc[sp->recompute], sp->zero, sp->sequence_parallel ? ", sequence parallel" : "");
+                        sched, rcs[sp->recompute], sp->zero, sp->sequence_parallel ? ", sequence parallel" : "");
   if (sp->cp > 1)
     return arena_printf(a, "tp %d, pp %d, cp %d, dp %d, %d micro-batch%s of %d%s, %s, zero %d%s", sp->tp, sp->pp,
                         sp->cp, sp->dp, sp->micro_batches, sp->micro_batches == 1 ? "" : "es", sp->micro_batch_size,
-                        sched, rc[sp->recompute], sp->zero, sp->sequence_parallel ? ", sequence parallel" : "");
+                        sched, rcs[sp->recompute], sp->zero, sp->sequence_parallel ? ", sequence parallel" : "");
   return arena_printf(a, "tp %d, pp %d, dp %d, %d micro-batch%s of %d%s, %s, zero %d%s", sp->tp, sp->pp, sp->dp,
                       sp->micro_batches, sp->micro_batches == 1 ? "" : "es", sp->micro_batch_size, sched,
-                      rc[sp->recompute], sp->zero, sp->sequence_parallel ? ", sequence parallel" : "");
+                      rcs[sp->recompute], sp->zero, sp->sequence_parallel ? ", sequence parallel" : "");
 }

@@ -162,6 +162,7 @@ typedef struct space {
   double max_memory;      /* 0: no limit */
   double param_b, grad_b, state_b; /* per parameter element; state_b: optimizer state and master weights */
   bool uneven;            /* stages may hold different numbers of blocks */
+  bool rc_ok[3];          /* the recomputations a stage may take (none, selective, full) */
 } space;
 
 /* The time of a collective of kind over n devices spaced `stride` apart. */
@@ -202,16 +203,67 @@ static double weights_bytes(const space *sp, double params, double elems, double
          xelems * (sp->grad_b / (z >= 2 ? dp : 1) + sp->state_b / (z >= 1 ? dp : 1));
 }
 
+/* The recomputation most of n stages take (the flat field of a plan whose
+ * stages differ), the lesser of two as common. */
+static int common_recompute(const int *rk, int n) {
+  int count[3] = {0}, best = 0;
+  for (int k = 0; k < n; k++) count[rk[k] >= 0 && rk[k] < 3 ? rk[k] : 0]++;
+  for (int r = 1; r < 3; r++)
+    if (count[r] > count[best]) best = r;
+  return best;
+}
+
+/* The gradient live beside what stage k of last + 1 keeps during its
+ * backward: the largest result of one of its operators (the logits' in the
+ * stage of the head), per micro-batch. */
+static double stage_peak(const parts *pt, int k, int last, bool blocks, int r) {
+  double p = blocks ? pt->block.peak_act : 0;
+  if (k == 0 && pt->head.peak_act > p) p = pt->head.peak_act;
+  if (k == last && pt->tail.peak_act > p) p = pt->tail.peak_act;
+  /* a block recomputed: its activations of one micro-batch, again */
+  if (blocks && r > 0) p += pt->block.act[0] - pt->block.act[r];
+  return p;
+}
+
+/* What a stage at pipeline position k keeps in flight (micro-batches
+ * whose activations it holds at once) under the schedule. */
+static double stage_inflight(const search_plan *c, int pos) {
+  int pp = c->pp, m = c->micro_batches, v = c->interleave;
+  double inflight;
+  if (c->schedule == SCHED_GPIPE) inflight = m;
+  else if (v > 1) inflight = (double)((pp - pos - 1) * 2 + (v - 1) * pp + 1) / v;
+  else inflight = m < pp - pos ? m : pp - pos;
+  if (inflight > m) inflight = m;
+  if (pp == 1 && c->schedule == SCHED_DEFAULT) inflight = m;
+  return inflight;
+}
+
 /* Fills the stages, time and memory of candidate c from the parts' costs;
- * false when it cannot fit. */
-static bool cost_candidate(const space *sp, const parts *pt, search_plan *c, arena *a) {
+ * false when it cannot fit. With mixed, each stage of a pipeline (one
+ * stage per position) takes its own recomputation among those the space
+ * allows: the blocks are dealt with, for each stage, the recomputation
+ * that lets it hold the most, then each takes the fastest that fits what
+ * it holds (false when they all take the same: a uniform candidate). */
+static bool cost_candidate(const space *sp, const parts *pt, search_plan *c, arena *a, bool mixed) {
   const sshape *s = sp->s;
   int pp = c->pp, m = c->micro_batches, v = c->interleave, L = s->layers;
-  int rc = c->recompute, z = c->zero, dp = c->dp, tp = c->tp, ep = c->ep > 1 ? c->ep : 1;
+  int z = c->zero, dp = c->dp, tp = c->tp, ep = c->ep > 1 ? c->ep : 1;
   const rangecost *H = &pt->head, *B = &pt->block, *T = &pt->tail;
-  double tb = range_time(B) + B->recompute[rc], th = range_time(H) + H->recompute[rc],
-         tt = range_time(T) + T->recompute[rc];
-  double ab = B->act[rc], ah = H->act[rc], at = T->act[rc];
+  /* per recomputation r: time and activations per micro-batch of a block,
+   * the head and the tail */
+  double tb[3], th[3], tt[3], ab[3], ah[3], at[3];
+  /* (plans recompute the blocks only: the head and the tail keep theirs) */
+  for (int r = 0; r < 3; r++) {
+    tb[r] = range_time(B) + B->recompute[r], th[r] = range_time(H), tt[r] = range_time(T);
+    ab[r] = B->act[r], ah[r] = H->act[0], at[r] = T->act[0];
+  }
+  int rcs[3], nrc = 0;
+  if (mixed) {
+    if (pp < 2 || v > 1 || L == 0) return false;
+    for (int r = 0; r < 3; r++)
+      if (sp->rc_ok[r]) rcs[nrc++] = r;
+    if (nrc < 2) return false;
+  } else rcs[nrc++] = c->recompute;
   double wb = weights_bytes(sp, B->params, B->param_elems, B->xparam_elems, z, dp, ep);
   double wh = weights_bytes(sp, H->params, H->param_elems, H->xparam_elems, z, dp, ep);
   double wt = weights_bytes(sp, T->params, T->param_elems, T->xparam_elems, z, dp, ep);
@@ -224,33 +276,46 @@ static bool cost_candidate(const space *sp, const parts *pt, search_plan *c, are
   }
   int chunks = pp * v;
   int *layers = arena_alloc(a, sizeof(int) * (size_t)chunks);
+  int *rk = arena_alloc(a, sizeof(int) * (size_t)chunks);  /* per chunk: its recomputation */
   double *time = arena_alloc(a, sizeof(double) * (size_t)chunks);
+  for (int k = 0; k < chunks; k++) rk[k] = rcs[0];
   double mem_max = 0;
   if (L == 0) {
     if (chunks != 1) return false;
     layers[0] = 0;
-    time[0] = th;
+    time[0] = th[rk[0]];
   } else if (v > 1 || !sp->uneven) {
     if (L % chunks) return false;
     for (int k = 0; k < chunks; k++) layers[k] = L / chunks;
   } else {
     /* the fewest layers per stage that keep every stage under a step time
      * T and in memory; T found by bisection */
-    double lo = 0, hi = th + tt + L * tb + pp * p2p + 1e-12;
+    double lo = 0, hi = 0;
+    for (int q = 0; q < nrc; q++) {
+      int r = rcs[q];
+      double t = th[r] + tt[r] + L * tb[r] + pp * p2p + 1e-12;
+      if (t > hi) hi = t;
+    }
     int *cap = arena_alloc(a, sizeof(int) * (size_t)pp);
     for (int it = 0; it < 60; it++) {
       double mid = (lo + hi) / 2;
       int total = 0;
       for (int k = 0; k < pp; k++) {
-        double extra = (k == 0 ? th : 0) + (k == pp - 1 ? tt : 0) + (pp > 1 ? p2p : 0);
         double inflight = c->schedule == SCHED_GPIPE ? m : (m < pp - k ? m : pp - k);
-        int bytime = tb > 0 ? (int)floor((mid - extra) / tb) : L;
-        if (mid < extra) bytime = -1;
-        double fixed = (k == 0 ? wh + ah * inflight : 0) + (k == pp - 1 ? wt + at * inflight : 0);
-        double per = wb + ab * inflight;
-        int bymem = sp->max_memory > 0 ? (int)floor((sp->max_memory - fixed) / per) : L;
-        cap[k] = bytime < bymem ? bytime : bymem;
-        if (cap[k] > L) cap[k] = L;
+        cap[k] = -1;
+        for (int q = 0; q < nrc; q++) {
+          int r = rcs[q];
+          double extra = (k == 0 ? th[r] : 0) + (k == pp - 1 ? tt[r] : 0) + (pp > 1 ? p2p : 0);
+          int bytime = tb[r] > 0 ? (int)floor((mid - extra) / tb[r]) : L;
+          if (mid < extra) bytime = -1;
+          double fixed = (k == 0 ? wh + ah[r] * inflight : 0) + (k == pp - 1 ? wt + at[r] * inflight : 0) +
+                         stage_peak(pt, k, pp - 1, true, r);
+          double per = wb + ab[r] * inflight;
+          int bymem = sp->max_memory > 0 ? (int)floor((sp->max_memory - fixed) / per) : L;
+          int n = bytime < bymem ? bytime : bymem;
+          if (n > L) n = L;
+          if (n > cap[k]) cap[k] = n;
+        }
         /* a stage between the first and the last needs a block to hold */
         if (cap[k] < 1 && k > 0 && k < pp - 1) cap[k] = -1;
         if (cap[k] < 0) { total = -1; break; }
@@ -262,15 +327,21 @@ static bool cost_candidate(const space *sp, const parts *pt, search_plan *c, are
     /* the layers: each stage's bound at hi, trimmed to L from the slowest */
     int total = 0;
     for (int k = 0; k < pp; k++) {
-      double extra = (k == 0 ? th : 0) + (k == pp - 1 ? tt : 0) + (pp > 1 ? p2p : 0);
       double inflight = c->schedule == SCHED_GPIPE ? m : (m < pp - k ? m : pp - k);
-      int bytime = tb > 0 ? (int)floor((hi - extra) / tb + 1e-9) : L;
-      double fixed = (k == 0 ? wh + ah * inflight : 0) + (k == pp - 1 ? wt + at * inflight : 0);
-      double per = wb + ab * inflight;
-      int bymem = sp->max_memory > 0 ? (int)floor((sp->max_memory - fixed) / per) : L;
-      layers[k] = bytime < bymem ? bytime : bymem;
+      layers[k] = -1;
+      for (int q = 0; q < nrc; q++) {
+        int r = rcs[q];
+        double extra = (k == 0 ? th[r] : 0) + (k == pp - 1 ? tt[r] : 0) + (pp > 1 ? p2p : 0);
+        int bytime = tb[r] > 0 ? (int)floor((hi - extra) / tb[r] + 1e-9) : L;
+        double fixed = (k == 0 ? wh + ah[r] * inflight : 0) + (k == pp - 1 ? wt + at[r] * inflight : 0) +
+                       stage_peak(pt, k, pp - 1, true, r);
+        double per = wb + ab[r] * inflight;
+        int bymem = sp->max_memory > 0 ? (int)floor((sp->max_memory - fixed) / per) : L;
+        int n = bytime < bymem ? bytime : bymem;
+        if (n > L) n = L;
+        if (n > layers[k]) layers[k] = n, rk[k] = r;
+      }
       if (layers[k] < 0) return false;
-      if (layers[k] > L) layers[k] = L;
       total += layers[k];
     }
     if (total < L) return false;
@@ -279,7 +350,8 @@ static bool cost_candidate(const space *sp, const parts *pt, search_plan *c, are
       double wt_ = -1;
       for (int k = 0; k < pp; k++) {
         if (layers[k] == 0 || (layers[k] == 1 && k > 0 && k < pp - 1)) continue;
-        double t = layers[k] * tb + (k == 0 ? th : 0) + (k == pp - 1 ? tt : 0);
+        int r = rk[k];
+        double t = layers[k] * tb[r] + (k == 0 ? th[r] : 0) + (k == pp - 1 ? tt[r] : 0);
         if (t > wt_) wt_ = t, w = k;
       }
       if (w < 0) return false;
@@ -289,30 +361,49 @@ static bool cost_candidate(const space *sp, const parts *pt, search_plan *c, are
     for (int k = 0; k < pp; k++)
       if (layers[k] == 0 && !(k == 0 && pp > 1 && s->head_end > 0) && !(k == pp - 1 && pp > 1)) return false;
   }
+  /* each stage the fastest recomputation that fits what it holds */
+  if (mixed) {
+    bool same = true;
+    for (int k = 0; k < pp; k++) {
+      double inflight = stage_inflight(c, k), best = -1;
+      for (int q = 0; q < nrc; q++) {
+        int r = rcs[q];
+        double t = layers[k] * tb[r] + (k == 0 ? th[r] : 0) + (k == pp - 1 ? tt[r] : 0);
+        double mem = layers[k] * (wb + ab[r] * inflight) + (k == 0 ? wh + ah[r] * inflight : 0) +
+                     stage_peak(pt, k, pp - 1, layers[k] > 0, r) +
+                     (k == pp - 1 ? wt + at[r] * inflight : 0);
+        if (sp->max_memory > 0 && mem > sp->max_memory) continue;
+        if (best < 0 || t < best) best = t, rk[k] = r;
+      }
+      if (best < 0) return false;
+      same &= rk[k] == rk[0];
+    }
+    if (same) return false;
+  }
   /* per chunk: its time per micro-batch; per device (position): memory */
   double tmax = 0, per_mb_device = 0;
   for (int k = 0; k < chunks; k++) {
-    time[k] = layers[k] * tb + (k == 0 ? th : 0) + (k == chunks - 1 ? tt : 0) + (pp > 1 ? p2p : 0);
-    if (L == 0) time[k] = th;
+    int r = rk[k];
+    time[k] = layers[k] * tb[r] + (k == 0 ? th[r] : 0) + (k == chunks - 1 ? tt[r] : 0) + (pp > 1 ? p2p : 0);
+    if (L == 0) time[k] = th[r];
     if (time[k] > tmax) tmax = time[k];
   }
   double weights_max = 0;
   for (int pos = 0; pos < pp; pos++) {
-    double dev_time = 0, mem = 0, weights = 0;
+    double dev_time = 0, mem = 0, weights = 0, peak = 0;
     for (int k = pos; k < chunks; k += pp) {
+      double pk = stage_peak(pt, k, chunks - 1, layers[k] > 0, rk[k]);
+      if (pk > peak) peak = pk;
       dev_time += time[k];
-      double inflight;
-      if (c->schedule == SCHED_GPIPE) inflight = m;
-      else if (v > 1) inflight = (double)((pp - pos - 1) * 2 + (v - 1) * pp + 1) / v;
-      else inflight = m < pp - pos ? m : pp - pos;
-      if (inflight > m) inflight = m;
-      if (pp == 1 && c->schedule == SCHED_DEFAULT) inflight = m;
-      mem += layers[k] * (wb + ab * inflight);
+      double inflight = stage_inflight(c, pos);
+      int r = rk[k];
+      mem += layers[k] * (wb + ab[r] * inflight);
       weights += layers[k] * wb;
-      if (k == 0) mem += wh + ah * inflight, weights += wh;
-      if (k == chunks - 1) mem += wt + at * inflight, weights += wt;
-      if (L == 0) mem = wh + ah * inflight, weights = wh;
+      if (k == 0) mem += wh + ah[r] * inflight, weights += wh;
+      if (k == chunks - 1) mem += wt + at[r] * inflight, weights += wt;
+      if (L == 0) mem = wh + ah[r] * inflight, weights = wh;
     }
+    mem += peak;
     if (dev_time > per_mb_device) per_mb_device = dev_time;
     if (mem > mem_max) mem_max = mem;
     if (weights > weights_max) weights_max = weights;
@@ -366,11 +457,13 @@ static bool cost_candidate(const space *sp, const parts *pt, search_plan *c, are
       search_stage *st = &c->stages[k];
       st->layers = layers[k];
       st->position = k % pp;
+      st->recompute = rk[k];
       st->first_op = k == 0 || L == 0 ? 0 : s->block_start[l];
       l += layers[k];
       st->last_op = k == c->nstages - 1 || L == 0 ? s->g->nops - 1 : s->block_start[l] - 1;
     }
   }
+  if (mixed) c->recompute = common_recompute(rk, pp);
   return true;
 }
 
@@ -394,19 +487,19 @@ typedef struct nustage {
   double extra, tb, fixed, per;
 } nustage;
 
-static nustage nu_stage(const space *sp, const nuopt *o, const search_plan *c, int k, int pp, double p2p) {
+static nustage nu_stage(const space *sp, const nuopt *o, const search_plan *c, int k, int pp, double p2p, int rc) {
   const parts *pt = o->pt;
-  int rc = c->recompute, z = c->zero;
+  int z = c->zero;
   double inflight = c->schedule == SCHED_GPIPE ? c->micro_batches
                                                : (c->micro_batches < pp - k ? c->micro_batches : pp - k);
   nustage st;
   st.tb = range_time(&pt->block) + pt->block.recompute[rc];
-  st.extra = p2p + (k == 0 ? range_time(&pt->head) + pt->head.recompute[rc] : 0) +
-             (k == pp - 1 ? range_time(&pt->tail) + pt->tail.recompute[rc] : 0);
+  /* (plans recompute the blocks only: the head and the tail keep theirs) */
+  st.extra = p2p + (k == 0 ? range_time(&pt->head) : 0) + (k == pp - 1 ? range_time(&pt->tail) : 0);
   double wb = weights_bytes(sp, pt->block.params, pt->block.param_elems, 0, z, o->dp, 1);
   st.per = wb + pt->block.act[rc] * inflight;
-  st.fixed = (k == 0 ? weights_bytes(sp, pt->head.params, pt->head.param_elems, 0, z, o->dp, 1) + pt->head.act[rc] * inflight : 0) +
-             (k == pp - 1 ? weights_bytes(sp, pt->tail.params, pt->tail.param_elems, 0, z, o->dp, 1) + pt->tail.act[rc] * inflight : 0);
+  st.fixed = stage_peak(pt, k, pp - 1, true, rc) + (k == 0 ? weights_bytes(sp, pt->head.params, pt->head.param_elems, 0, z, o->dp, 1) + pt->head.act[0] * inflight : 0) +
+             (k == pp - 1 ? weights_bytes(sp, pt->tail.params, pt->tail.param_elems, 0, z, o->dp, 1) + pt->tail.act[0] * inflight : 0);
   return st;
 }
 
@@ -423,24 +516,40 @@ static int nu_cap(const space *sp, const nustage *st, double T, int L) {
 /* Fills a non-uniform candidate from its stages' ways: the blocks dealt by
  * bisection on the micro-batch time, each stage taking the way that holds
  * the most, then the fastest way for what it holds; false when it cannot
- * fit or every stage took the same way (a uniform plan). */
-static bool cost_nonuniform(const space *sp, const nuopt *opt, int nopt, search_plan *c, arena *a) {
+ * fit or every stage took the same way (a uniform plan). A way is a mesh
+ * shape of opt and, with mixed, one of the recomputations the space
+ * allows (else the candidate's): false too when every stage then takes
+ * the same recomputation (a candidate of one). */
+static bool cost_nonuniform(const space *sp, const nuopt *const *opts, const int *nopts, search_plan *c, arena *a,
+                            bool mixed) {
   const sshape *s = sp->s;
   int pp = c->pp, L = s->layers, m = c->micro_batches;
-  int D = opt[0].tp * opt[0].dp;
-  bool across = D >= sp->per_node;
-  nustage *st = arena_alloc(a, sizeof(nustage) * (size_t)(pp * nopt));
-  for (int k = 0; k < pp; k++)
-    for (int j = 0; j < nopt; j++) {
-      double ob = opt[j].pt->block.out_bytes;
+  int rcs[3], nrc = 0;
+  if (mixed) {
+    for (int r = 0; r < 3; r++)
+      if (sp->rc_ok[r]) rcs[nrc++] = r;
+    if (nrc < 2) return false;
+  } else rcs[nrc++] = c->recompute;
+  /* stage k's way j: shape opts[k][j / nrc], recomputation rcs[j % nrc];
+   * st[off[k] + j] */
+  int *off = arena_alloc(a, sizeof(int) * (size_t)(pp + 1)), *nw = arena_alloc(a, sizeof(int) * (size_t)pp);
+  off[0] = 0;
+  for (int k = 0; k < pp; k++) nw[k] = nopts[k] * nrc, off[k + 1] = off[k] + nw[k];
+  nustage *st = arena_alloc(a, sizeof(nustage) * (size_t)(off[pp] ? off[pp] : 1));
+  double lo = 0, hi = 0;
+  for (int k = 0; k < pp; k++) {
+    double most = 0;
+    for (int j = 0; j < nw[k]; j++) {
+      const nuopt *o = &opts[k][j / nrc];
+      bool across = o->tp * o->dp >= sp->per_node;
+      double ob = o->pt->block.out_bytes;
       double p2p = sp->symbolic ? 2 * ob / (across ? SYM_NET_BW : SYM_NODE_BW)
                                 : 2 * cost_collective(sp->hw, COMM_SEND, ob, ob, 2, across ? 2 : 1, 1).seconds;
-      st[k * nopt + j] = nu_stage(sp, &opt[j], c, k, pp, p2p);
+      st[off[k] + j] = nu_stage(sp, o, c, k, pp, p2p, rcs[j % nrc]);
+      double t = st[off[k] + j].extra + L * st[off[k] + j].tb;
+      if (t > most) most = t;
     }
-  double lo = 0, hi = 0;
-  for (int j = 0; j < nopt; j++) {
-    double t = st[j].extra + st[(pp - 1) * nopt + j].extra + L * st[j].tb;
-    if (t > hi) hi = t;
+    hi += most;
   }
   hi += 1e-12;
   int *layers = arena_alloc(a, sizeof(int) * (size_t)pp), *way = arena_alloc(a, sizeof(int) * (size_t)pp);
@@ -449,8 +558,8 @@ static bool cost_nonuniform(const space *sp, const nuopt *opt, int nopt, search_
     int total = 0;
     for (int k = 0; k < pp && total >= 0 && total < L; k++) {
       int best = -1;
-      for (int j = 0; j < nopt; j++) {
-        int n = nu_cap(sp, &st[k * nopt + j], mid, L);
+      for (int j = 0; j < nw[k]; j++) {
+        int n = nu_cap(sp, &st[off[k] + j], mid, L);
         if (n > best) best = n;
       }
       if (best < 1 && k > 0 && k < pp - 1) best = -1;
@@ -462,8 +571,8 @@ static bool cost_nonuniform(const space *sp, const nuopt *opt, int nopt, search_
   int total = 0;
   for (int k = 0; k < pp; k++) {
     layers[k] = -1;
-    for (int j = 0; j < nopt; j++) {
-      int n = nu_cap(sp, &st[k * nopt + j], hi, L);
+    for (int j = 0; j < nw[k]; j++) {
+      int n = nu_cap(sp, &st[off[k] + j], hi, L);
       if (n > layers[k]) layers[k] = n, way[k] = j;
     }
     if (layers[k] < 0) return false;
@@ -475,7 +584,7 @@ static bool cost_nonuniform(const space *sp, const nuopt *opt, int nopt, search_
     double wt = -1;
     for (int k = 0; k < pp; k++) {
       if (layers[k] == 0 || (layers[k] == 1 && k > 0 && k < pp - 1)) continue;
-      const nustage *x = &st[k * nopt + way[k]];
+      const nustage *x = &st[off[k] + way[k]];
       double t = layers[k] * x->tb + x->extra;
       if (t > wt) wt = t, w = k;
     }
@@ -487,19 +596,20 @@ static bool cost_nonuniform(const space *sp, const nuopt *opt, int nopt, search_
     if (layers[k] == 0 && !(k == 0 && s->head_end > 0) && k != pp - 1) return false;
   /* each stage's fastest way for the blocks it holds */
   double tmax = 0, mem_max = 0, weights_max = 0, sync = 0, opt_time = 0;
-  bool same = true;
+  bool same = true, same_rc = true;
   for (int k = 0; k < pp; k++) {
     double bt = -1;
-    for (int j = 0; j < nopt; j++) {
-      const nustage *x = &st[k * nopt + j];
+    for (int j = 0; j < nw[k]; j++) {
+      const nustage *x = &st[off[k] + j];
       double t = layers[k] * x->tb + x->extra, mem = x->fixed + layers[k] * x->per;
       if (sp->max_memory > 0 && mem > sp->max_memory) continue;
       if (bt < 0 || t < bt) bt = t, way[k] = j;
     }
     if (bt < 0) return false;
-    same &= way[k] == way[0];
-    const nuopt *o = &opt[way[k]];
-    const nustage *x = &st[k * nopt + way[k]];
+    const nuopt *o = &opts[k][way[k] / nrc], *o0 = &opts[0][way[0] / nrc];
+    same &= o->tp == o0->tp && o->dp == o0->dp;
+    same_rc &= way[k] % nrc == way[0] % nrc;
+    const nustage *x = &st[off[k] + way[k]];
     const parts *pt = o->pt;
     if (bt > tmax) tmax = bt;
     double mem = x->fixed + layers[k] * x->per;
@@ -527,21 +637,26 @@ static bool cost_nonuniform(const space *sp, const nuopt *opt, int nopt, search_
     double ot = sp->symbolic ? step_bytes / SYM_MEM_BW : step_bytes / (sp->hw->mem_bw * sp->hw->memory_eff);
     if (ot > opt_time) opt_time = ot;
   }
-  if (same) return false;
+  if (same || (mixed && same_rc)) return false;
   c->analytic_time = (m + pp - 1) * tmax + sync + opt_time;
   c->analytic_memory = (int64_t)mem_max;
   c->analytic_weights = (int64_t)weights_max;
   if (sp->max_memory > 0 && mem_max > sp->max_memory) return false;
   /* the most common way gives the flat fields */
-  int mode = way[0], best_count = 0;
+  const nuopt *mode = &opts[0][way[0] / nrc];
+  int best_count = 0;
+  int *rk = arena_alloc(a, sizeof(int) * (size_t)pp);
   for (int k = 0; k < pp; k++) {
     int n = 0;
-    for (int q = 0; q < pp; q++) n += way[q] == way[k];
-    if (n > best_count) best_count = n, mode = way[k];
+    const nuopt *o = &opts[k][way[k] / nrc];
+    for (int q = 0; q < pp; q++) n += opts[q][way[q] / nrc].tp == o->tp && opts[q][way[q] / nrc].dp == o->dp;
+    if (n > best_count) best_count = n, mode = o;
+    rk[k] = rcs[way[k] % nrc];
   }
-  c->tp = opt[mode].tp;
-  c->dp = opt[mode].dp;
-  c->micro_batch_size = opt[mode].mbs;
+  c->recompute = common_recompute(rk, pp);
+  c->tp = mode->tp;
+  c->dp = mode->dp;
+  c->micro_batch_size = mode->mbs;
   c->nonuniform = true;
   c->nstages = pp;
   c->stages = arena_alloc(a, sizeof(search_stage) * (size_t)pp);
@@ -549,9 +664,10 @@ static bool cost_nonuniform(const space *sp, const nuopt *opt, int nopt, search_
   int l = 0;
   for (int k = 0; k < pp; k++) {
     search_stage *x = &c->stages[k];
-    const nuopt *o = &opt[way[k]];
+    const nuopt *o = &opts[k][way[k] / nrc];
     x->layers = layers[k];
     x->position = k;
+    x->recompute = rk[k];
     x->tp = o->tp;
     x->dp = o->dp;
     x->micro_batch_size = o->mbs;
@@ -565,6 +681,43 @@ static bool cost_nonuniform(const space *sp, const nuopt *opt, int nopt, search_
     }
   }
   return true;
+}
+
+/* Whether D devices from first lie inside one node or on whole nodes. */
+static bool nu_fits_node(int first, int D, int dpn) {
+  if (D <= 0) return false;
+  if (D <= dpn) return dpn % D == 0 && first % dpn + D <= dpn;
+  return D % dpn == 0 && first % dpn == 0;
+}
+
+/* The ways [dp, tp] of a stage of D devices for m micro-batches under ZeRO
+ * z (the parts' costs of each tp and micro-batch size computed once, in
+ * tab); their count. */
+static int nu_ways(arena *a, sshape *s, const hw_model *hw, bool symbolic, const search_space *spc, parts *tab,
+                   bool *have, int D, int64_t m, int z, nuopt *out) {
+  int ntp = spc->tp.n, nmb = spc->mbs.n, n = 0;
+  int64_t Bsz = s->batch_size;
+  for (int ti = 0; ti < ntp; ti++) {
+    int tp = spc->tp.v[ti];
+    if (tp < 1 || D % tp) continue;
+    int dp = D / tp;
+    if ((z > 0 && dp < 2) || Bsz % (m * dp)) continue;
+    int mbs = (int)(Bsz / (m * dp)), mi = 0;
+    while (mi < nmb && spc->mbs.v[mi] != mbs) mi++;
+    if (mi == nmb) continue;
+    if (!have[ti * nmb + mi]) {
+      /* a parameter that stages of different meshes read (an embedding
+       * tied to the head) is read whole by each: its gradients, summed
+       * across the stages, then have one layout */
+      s->tied_whole = true;
+      tab[ti * nmb + mi] = cost_parts(a, s, hw, symbolic, tp, 1, 1, mbs);
+      s->tied_whole = false;
+      have[ti * nmb + mi] = true;
+    }
+    if (!tab[ti * nmb + mi].ok) continue;
+    out[n++] = (nuopt){tp, dp, mbs, &tab[ti * nmb + mi]};
+  }
+  return n;
 }
 
 /* ---- the frontier --------------------------------------------------------------- */
@@ -652,6 +805,7 @@ static void default_space(sshape *s, int N, int dpn, arena *a, search_space *out
   for (int i = 0; i < 4; i++) out->zero[i] = true;
   out->uneven = true;
   out->nonuniform = true;
+  out->frontier = true;
 }
 
 /* A list of one value. */
@@ -688,6 +842,10 @@ static void fix_space(const search_fixed *f, const sshape *s, arena *a, search_s
 }
 
 /* ---- the search ----------------------------------------------------------------- */
+
+/* The points of a pipeline's frontier of time against memory the
+ * inter-stage pass gives beyond its fastest. */
+enum { FRONTIER_STEPS = 4 };
 
 static void report(const search_opts *o, int64_t searched, int64_t pruned, double best, double t0, const char *phase) {
   if (!o->progress) return;
@@ -730,7 +888,7 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
   }
   out->layers = s.layers;
   out->block = s.block_name;
-  space sp = {&s, &hw, o->symbolic, cl->ndevices, hw.devices_per_node, o->max_memory, 0, 0, 0, true};
+  space sp = {&s, &hw, o->symbolic, cl->ndevices, hw.devices_per_node, o->max_memory, 0, 0, 0, true, {false, false, false}};
   if (sp.max_memory <= 0) sp.max_memory = (double)cl->device_memory;
   bytes_per_elem(g, &sp.param_b, &sp.grad_b, &sp.state_b);
   int N = cl->ndevices, dpn = hw.devices_per_node;
@@ -741,6 +899,8 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
   if (hk && hk->space && !hk->space(hk->ctx, &spc, a)) return false;
   fix_space(o->fixed, &s, a, &spc);
   sp.uneven = spc.uneven;
+  int nrc_ok = 0;
+  for (int r = 0; r < 3; r++) nrc_ok += sp.rc_ok[r] = spc.recompute[r];
   /* the schedules of pipelines, with their stages per device */
   sched_kind scheds[2 + 64];
   int vs[2 + 64], nsched = 0;
@@ -785,18 +945,20 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
             sched_kind sched = pp == 1 ? (m > 1 ? SCHED_1F1B : SCHED_DEFAULT) : scheds[si];
             int v = pp == 1 ? 1 : vs[si];
             if (v > 1 && (s.layers % (pp * v) || m < pp)) continue;
-            for (int rc = 0; rc < 3 && !failed; rc++) {
+            /* rc 3: each stage its own recomputation */
+            for (int rc = 0; rc < 4 && !failed; rc++) {
               if (rc > 0 && s.layers == 0) break;
-              if (!spc.recompute[rc]) continue;
+              if (rc < 3 ? !spc.recompute[rc] : pp < 2 || v > 1 || nrc_ok < 2) continue;
               for (int z = 0; z <= 3 && !failed; z++) {
                 if (z > 0 && dp == 1) break;
                 if (z == 3 && pp > 1) break;
                 if (!spc.zero[z]) continue;
                 searched++;
-                search_plan c = {.tp = tp, .pp = pp, .dp = dp, .cp = cp, .ep = ep, .micro_batches = m, .micro_batch_size = mbs,
-                                 .schedule = sched, .interleave = v, .recompute = rc, .zero = z,
-                                 .bucket_bytes = PLAN_DEFAULT_BUCKET};
-                if (!cost_candidate(&sp, &pt, &c, a)) {
+                const search_plan c0 = {.tp = tp, .pp = pp, .dp = dp, .cp = cp, .ep = ep, .micro_batches = m,
+                                        .micro_batch_size = mbs, .schedule = sched, .interleave = v, .recompute = rc % 3,
+                                        .zero = z, .bucket_bytes = PLAN_DEFAULT_BUCKET};
+                search_plan c = c0;
+                if (!cost_candidate(&sp, &pt, &c, a, rc == 3)) {
                   pruned++;
                   continue;
                 }
@@ -808,6 +970,18 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
                   if (tp > 1 && s.seq && strcmp(dim, s.seq) == 0) c.sequence_parallel = true;
                 }
                 add_candidate(hk, &c, a, &cands, &ccap, &ncand, &pruned, &dropped, &failed);
+                /* the pipeline's frontier (FT): its fastest under a cap just
+                 * below the memory of the last, while that gives less */
+                space tight = sp;
+                for (int f = 0; f < FRONTIER_STEPS && spc.frontier && pp > 1 && !failed; f++) {
+                  tight.max_memory = (double)c.analytic_memory * (1 - 1e-9);
+                  search_plan d = c0;
+                  if (!cost_candidate(&tight, &pt, &d, a, rc == 3) || d.analytic_memory >= c.analytic_memory) break;
+                  d.op_split = c.op_split;
+                  d.sequence_parallel = c.sequence_parallel;
+                  add_candidate(hk, &d, a, &cands, &ccap, &ncand, &pruned, &dropped, &failed);
+                  c = d;
+                }
               }
             }
           }
@@ -822,57 +996,67 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
     }
   }
   /* pipelines whose stages have meshes of their own shapes: stage k of pp
-   * on D = N / pp devices of its own, inside a node or on whole nodes,
-   * as [dp_k, tp_k]; the same micro-batches in every stage */
+   * on D_k devices of its own (N / pp each, or, for two stages, any two
+   * sizes that make N), inside a node or on whole nodes, as [dp_k, tp_k];
+   * the same micro-batches in every stage */
   if (spc.nonuniform && !failed && !out_of_time && s.layers > 1) {
     int ntp = spc.tp.n, nmb = spc.mbs.n;
     parts *tab = arena_alloc(a, sizeof(parts) * (size_t)(ntp * nmb + 1));
     bool *have = arena_alloc(a, sizeof(bool) * (size_t)(ntp * nmb + 1));
-    nuopt *opt = arena_alloc(a, sizeof(nuopt) * (size_t)(ntp + 1));
+    nuopt *optv[2] = {arena_alloc(a, sizeof(nuopt) * (size_t)(ntp + 1)), arena_alloc(a, sizeof(nuopt) * (size_t)(ntp + 1))};
     for (int pi = 0; pi < spc.pp.n && !failed && !out_of_time; pi++) {
       int pp = spc.pp.v[pi];
-      if (pp < 2 || pp > s.layers || N % pp) continue;
-      int D = N / pp;
-      if (!((D <= dpn && dpn % D == 0) || D % dpn == 0)) continue;
-      for (int64_t m = 1; m <= Bsz && m <= 4096 && !failed; m++) {
-        if (Bsz % m || m < 1 || (o->fixed && o->fixed->micro_batches > 0 && m != o->fixed->micro_batches)) continue;
-        for (int si = 0; si < nsched && !failed; si++) {
-          if (vs[si] != 1) continue;
-          for (int rc = 0; rc < 3 && !failed; rc++) {
-            if (!spc.recompute[rc]) continue;
-            for (int z = 0; z <= 2 && !failed; z++) {
-              if (!spc.zero[z]) continue;
-              int nopt = 0;
-              for (int ti = 0; ti < ntp; ti++) {
-                int tp = spc.tp.v[ti];
-                if (tp < 1 || D % tp) continue;
-                int dp = D / tp;
-                if ((z > 0 && dp < 2) || Bsz % (m * dp)) continue;
-                int mbs = (int)(Bsz / (m * dp)), mi = 0;
-                while (mi < nmb && spc.mbs.v[mi] != mbs) mi++;
-                if (mi == nmb) continue;
-                if (!have[ti * nmb + mi]) {
-                  /* a parameter that stages of different meshes read (an
-                   * embedding tied to the head) is read whole by each: its
-                   * gradients, summed across the stages, then have one
-                   * layout */
-                  s.tied_whole = true;
-                  tab[ti * nmb + mi] = cost_parts(a, &s, &hw, o->symbolic, tp, 1, 1, mbs);
-                  s.tied_whole = false;
-                  have[ti * nmb + mi] = true;
+      if (pp < 2 || pp > s.layers) continue;
+      const nuopt **opts = arena_alloc(a, sizeof(nuopt *) * (size_t)pp);
+      int *nopts = arena_alloc(a, sizeof(int) * (size_t)pp);
+      /* the first stage's devices: 0 for N / pp each, else (two stages) D0 */
+      for (int d0 = 0; d0 < N && !failed; d0 = d0 == 0 ? 1 : d0 * 2) {
+        int D = 0, D1 = 0;
+        if (d0 == 0) {
+          if (N % pp) continue;
+          D = D1 = N / pp;
+          if (!nu_fits_node(0, D, dpn)) continue;
+        } else {
+          if (pp != 2 || 2 * d0 == N) continue;
+          D = d0, D1 = N - d0;
+          if (!nu_fits_node(0, D, dpn) || !nu_fits_node(D, D1, dpn)) continue;
+        }
+        for (int64_t m = 1; m <= Bsz && m <= 4096 && !failed; m++) {
+          if (Bsz % m || m < 1 || (o->fixed && o->fixed->micro_batches > 0 && m != o->fixed->micro_batches)) continue;
+          for (int si = 0; si < nsched && !failed; si++) {
+            if (vs[si] != 1) continue;
+            /* rc 3: each stage its own recomputation */
+            for (int rc = 0; rc < 4 && !failed; rc++) {
+              if (rc < 3 ? !spc.recompute[rc] : nrc_ok < 2) continue;
+              for (int z = 0; z <= 2 && !failed; z++) {
+                if (!spc.zero[z]) continue;
+                int n0 = nu_ways(a, &s, &hw, o->symbolic, &spc, tab, have, D, m, z, optv[0]);
+                int n1 = D1 == D ? n0 : nu_ways(a, &s, &hw, o->symbolic, &spc, tab, have, D1, m, z, optv[1]);
+                if (D1 == D ? n0 < 2 : n0 < 1 || n1 < 1) continue;
+                for (int k = 0; k < pp; k++) {
+                  bool second = D1 != D && k == pp - 1;
+                  opts[k] = optv[second];
+                  nopts[k] = second ? n1 : n0;
                 }
-                if (!tab[ti * nmb + mi].ok) continue;
-                opt[nopt++] = (nuopt){tp, dp, mbs, &tab[ti * nmb + mi]};
+                searched++;
+                const search_plan c0 = {.pp = pp, .cp = 1, .ep = 1, .micro_batches = (int)m, .schedule = scheds[si],
+                                        .interleave = 1, .recompute = rc % 3, .zero = z, .bucket_bytes = PLAN_DEFAULT_BUCKET};
+                search_plan c = c0;
+                if (!cost_nonuniform(&sp, opts, nopts, &c, a, rc == 3)) {
+                  pruned++;
+                  continue;
+                }
+                add_candidate(hk, &c, a, &cands, &ccap, &ncand, &pruned, &dropped, &failed);
+                /* its frontier, as for a pipeline on one mesh shape */
+                space tight = sp;
+                for (int f = 0; f < FRONTIER_STEPS && spc.frontier && !failed; f++) {
+                  tight.max_memory = (double)c.analytic_memory * (1 - 1e-9);
+                  search_plan d = c0;
+                  if (!cost_nonuniform(&tight, opts, nopts, &d, a, rc == 3) || d.analytic_memory >= c.analytic_memory) break;
+                  add_candidate(hk, &d, a, &cands, &ccap, &ncand, &pruned, &dropped, &failed);
+                  c = d;
+                }
               }
-              if (nopt < 2) continue;
-              searched++;
-              search_plan c = {.pp = pp, .cp = 1, .ep = 1, .micro_batches = (int)m, .schedule = scheds[si],
-                               .interleave = 1, .recompute = rc, .zero = z, .bucket_bytes = PLAN_DEFAULT_BUCKET};
-              if (!cost_nonuniform(&sp, opt, nopt, &c, a)) {
-                pruned++;
-                continue;
-              }
-              add_candidate(hk, &c, a, &cands, &ccap, &ncand, &pruned, &dropped, &failed);
             }
           }
         }

@@ -106,6 +106,8 @@ typedef struct rangecost {
   double tpsum_elems;     /* of which summed over the tensor-parallel group too */
   double tpsum;           /* that sum's time, once a step (not in fwd, bwd) */
   double out_bytes;       /* the range's result per device per micro-batch (what a stage sends) */
+  double peak_act;        /* the largest result of one of its operators per device per
+                           * micro-batch: its gradient is live beside what is kept */
   int *cfg;               /* per op of the range: the configuration chosen */
   opcfg **cfgs;           /* per op of the range: its configurations */
 } rangecost;

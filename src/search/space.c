@@ -611,7 +611,10 @@ bool range_best(arena *a, const sshape *s, const hw_model *hw, bool symbolic, in
     at = steps[i].st[at].parent;
   }
   double fwd = 0, bwd = 0;
-  for (int i = 0; i < nr; i++) fwd += cfgs[i][rc->cfg[i]].fwd, bwd += cfgs[i][rc->cfg[i]].bwd;
+  for (int i = 0; i < nr; i++) {
+    fwd += cfgs[i][rc->cfg[i]].fwd, bwd += cfgs[i][rc->cfg[i]].bwd;
+    if (cfgs[i][rc->cfg[i]].act > rc->peak_act) rc->peak_act = cfgs[i][rc->cfg[i]].act;
+  }
   /* communication split like the compute: half each way is close enough
    * for the pipeline's stages, which add both */
   double comm = b->cost - fwd - bwd - b->tpsum * s->tpsum_weight;

@@ -96,9 +96,9 @@ static bool validate_order(const weft_program *pr, weft_diags *dg) {
         lower_walk_post(&w, in->id, in->epoch);
       } else if (in->kind == LI_RECV) {
         if (!lower_walk_posted(&w, in->id, in->epoch)) break;
-      } else if (in->kind == LI_COLLECTIVE && p->comms[in->id].kind == COMM_BROADCAST) {
+      } else if (in->kind == LI_COLLECTIVE && w.wc[in->id].bcast) {
         /* the root posts and goes on, as a send; the others wait for it */
-        if (d == p->comms[in->id].src) lower_walk_post(&w, in->id, in->epoch);
+        if (d == w.wc[in->id].src) lower_walk_post(&w, in->id, in->epoch);
         else if (!lower_walk_posted(&w, in->id, in->epoch)) break;
       } else if (in->kind == LI_COLLECTIVE) {
         if (!(lower_walk_meet(&w, k, in->id, in->epoch) & LW_ALL)) break;

@@ -39,7 +39,7 @@ for seed in 1 2 3; do
     --set layers=8 --steps 2
 done
 run_ok "coshard" examples/coshard.plan --set layers=2 --set hidden=64 --set heads=16 --set seq=16 --set batch=4 --steps 2
-run_ok "grid" examples/grid.plan --steps 1
+run_ok "grid" examples/grid.plan --set hidden=64 --set heads=4 --set seq=16 --set vocab=256 --steps 1
 run_ok "llama tp2" examples/llama.plan $LLAMA --steps 2
 run_ok "llama megatron_tp, sequence parallel" examples/llama.plan --plan megatron_sp $LLAMA --steps 2
 run_ok "megatron tp2 pp2 dp2" examples/gpt_megatron.plan $MEG --steps 2

@@ -32,6 +32,9 @@ typedef struct searched {
   search_result r;
 } searched;
 
+static const search_hooks *hooks;  /* the heuristics run_search passes, NULL none */
+static int objective = SEARCH_TIME;  /* run_search's */
+
 static void run_search(searched *s, const char *cluster, double max_memory) {
   s->c = weft_new();
   char *text = NULL;
@@ -47,7 +50,7 @@ static void run_search(searched *s, const char *cluster, double max_memory) {
   value cv = weft_build_cluster(s->c, env_lookup(s->c->main->env, "c")->val, none);
   assert_int_equal(cv.kind, V_RECORD);
   s->cl = weft_cluster_of(cv.rec);
-  search_opts o = {.max_memory = max_memory, .buckets = true};
+  search_opts o = {.max_memory = max_memory, .buckets = true, .hooks = hooks, .objective = objective};
   bool ok = search_run(s->g, &s->cl, &o, &s->c->arena, &s->c->diags, &s->r);
   if (!ok) diag_print(&s->c->diags, stderr, false);
   assert_true(ok);
@@ -346,6 +349,201 @@ static void test_against_enumeration_cp(void **state) {
   }
 }
 
+/* Per-stage recomputation: a space of four-stage 1F1B pipelines without
+ * ZeRO (stages on one mesh shape), under a memory cap where the first
+ * stage, which keeps four micro-batches in flight, needs recomputation and
+ * the others do not. The searched plan recomputes in some stages and not
+ * in others, weft estimate of its text gives its figures, and it is faster
+ * than every plan that recomputes alike in all stages and fits: the
+ * search's best with each recomputation alone, and every Megatron-LM
+ * configuration of four stages (tp, micro-batches, recomputation, sequence
+ * parallelism) enumerated. */
+static int pipeline_rc = -1;  /* the one recomputation the space allows, -1 all */
+static bool pipeline_frontier = true;  /* the inter-stage pass gives each pipeline's frontier */
+
+static bool pipeline_space(void *ctx, search_space *sp, arena *a) {
+  (void)ctx, (void)a;
+  sp->pp.v[0] = 4;
+  sp->pp.n = 1;
+  for (int z = 1; z < 4; z++) sp->zero[z] = false;
+  sp->schedule[SCHED_GPIPE] = sp->schedule[SCHED_INTERLEAVED] = false;
+  sp->nonuniform = false;
+  for (int r = 0; r < 3; r++) sp->recompute[r] = pipeline_rc < 0 || r == pipeline_rc;
+  sp->frontier = pipeline_frontier;
+  return true;
+}
+
+static void test_recompute_per_stage(void **state) {
+  (void)state;
+  sizes = "layers = 8, hidden = 512, heads = 8, seq = 1024, vocab = 512, batch = 32";
+  const char *cluster = "a100_dgx(nodes = 1)";
+  double cap = 600.0 * (1 << 20);
+  static const search_hooks pipeline = {.space = pipeline_space};
+  hooks = &pipeline;
+  /* each recomputation alike in every stage */
+  double uniform = 0;
+  static const char *const names[] = {"none", "selective", "full"};
+  for (int rc = 0; rc < 3; rc++) {
+    pipeline_rc = rc;
+    searched u;
+    u.c = weft_new();
+    char *text = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&text, &n);
+    fprintf(f, "use std\nmodel g = %s(%s)\nlet c = %s\n", model, sizes, cluster);
+    fclose(f);
+    assert_int_equal(weft_load_text(u.c, "t.plan", text, n), WEFT_OK);
+    free(text);
+    weft_loc none = {0};
+    u.g = weft_build_graph(u.c, env_lookup(u.c->main->env, "g")->val, none);
+    u.cl = weft_cluster_of(weft_build_cluster(u.c, env_lookup(u.c->main->env, "c")->val, none).rec);
+    search_opts o = {.max_memory = cap, .buckets = true, .hooks = hooks};
+    bool ok = search_run(u.g, &u.cl, &o, &u.c->arena, &u.c->diags, &u.r);
+    if (ok && u.r.best >= 0) {
+      const search_plan *b = &u.r.plans[u.r.best];
+      for (int k = 0; k < b->nstages; k++) assert_int_equal(b->stages[k].recompute, rc);
+      printf("recompute %s in every stage: %.6g s, %lld bytes\n", names[rc], b->step_time, (long long)b->peak_memory);
+      if (uniform == 0 || b->step_time < uniform) uniform = b->step_time;
+    } else printf("recompute %s in every stage: none fits\n", names[rc]);
+    weft_free(u.c);
+  }
+  /* Megatron-LM's four-stage configurations */
+  char *text = NULL;
+  size_t n = 0;
+  FILE *f = open_memstream(&text, &n);
+  fprintf(f, "use std\nmodel g = %s(%s)\n", model, sizes);
+  int np = 0;
+  for (int tp = 1; tp <= 2; tp *= 2)
+    for (int m = 1; m <= 32; m *= 2)
+      for (int rc = 0; rc < 3; rc++)
+        for (int sp = 0; sp <= (tp > 1); sp++) {
+          int dp = 8 / (4 * tp);
+          if (32 % (dp * m)) continue;
+          fprintf(f, "plan p%d for g on %s {\n  megatron(layers = 8, tp = %d, pp = 4, dp = %d, micro_batches = %d, "
+                     "recompute = \"%s\", sequence_parallel = %s)\n}\n",
+                  np++, cluster, tp, dp, m, names[rc], sp ? "true" : "false");
+        }
+  fclose(f);
+  weft_ctx *c = weft_new();
+  assert_int_equal(weft_load_text(c, "enumerate.plan", text, n), WEFT_OK);
+  free(text);
+  weft_item *items = calloc((size_t)np, sizeof *items);
+  assert_int_equal(weft_items(c, V_PLAN, items, np), np);
+  int built = 0;
+  for (int i = 0; i < np; i++) {
+    weft_plan *p = weft_build_plan(c, items[i].val, items[i].loc, &(plan_opts){.reps = true});
+    weft_program *pr = p ? lower_plan(p, NULL, &c->arena, &c->diags) : NULL;
+    if (pr && !validate_program(pr, NULL, &c->diags)) pr = NULL;
+    if (!pr) continue;
+    hw_model hw;
+    assert_true(hw_from_plan(&c->diags, p, pr, &hw));
+    weft_sim *sm = sim_run(pr, &hw);
+    weft_estimate e;
+    sim_estimate(sm, &e);
+    sim_free(sm);
+    built++;
+    if ((double)e.peak_max <= cap && (uniform == 0 || e.step_time < uniform)) uniform = e.step_time;
+  }
+  printf("%d Megatron-LM configurations of four stages, %d built\n", np, built);
+  free(items);
+  weft_free(c);
+  assert_true(uniform > 0);
+  /* the stages each their own */
+  pipeline_rc = -1;
+  searched s;
+  run_search(&s, cluster, cap);
+  const search_plan *b = &s.r.plans[s.r.best];
+  bool mixed = false;
+  for (int k = 1; k < b->nstages; k++) mixed |= b->stages[k].recompute != b->stages[0].recompute;
+  printf("searched: %s: %.6g s, %lld bytes; the best recomputing alike: %.6g s\n", search_describe(&s.c->arena, b),
+         b->step_time, (long long)b->peak_memory, uniform);
+  assert_true(mixed);
+  assert_true(b->fits && (double)b->peak_memory <= cap);
+  assert_true(b->step_time < uniform);
+  char *plan = plan_text(b, s.g, cluster);
+  double t;
+  int64_t peak;
+  estimate_text(plan, &t, &peak);
+  assert_true(t <= b->step_time * 1.01 && t >= b->step_time * 0.99);
+  assert_int_equal(peak, b->peak_memory);
+  free(plan);
+  weft_free(s.c);
+}
+
+/* The frontier of each pipeline (FT's Pareto sets in the inter-stage
+ * pass): in the space of four-stage pipelines above, the fastest plan under
+ * a memory cap with each pipeline's frontier is at least as fast as with
+ * its fastest point only, and under some caps faster (a point that
+ * recomputes in fewer stages, or deals the blocks otherwise, and that the
+ * fastest-only pass, whose fastest point needs more than the cap, never
+ * offers); every plan of the frontier the search reports is non-dominated;
+ * and --objective memory gives a plan at least as small as without (on
+ * GPT-2 small's shape, smaller). */
+static bool frontier_space(void *ctx, search_space *sp, arena *a) {
+  (void)ctx, (void)a;
+  sp->frontier = pipeline_frontier;
+  return true;
+}
+
+static void frontier_point(const char *cluster, double cap, bool on, double *time, int64_t *peak) {
+  pipeline_frontier = on;
+  searched s;
+  run_search(&s, cluster, cap);
+  const search_result *r = &s.r;
+  for (int i = 0; i < r->nplans; i++)
+    for (int k = 0; k < r->nsimulated; k++) {
+      const search_plan *p = &r->plans[i], *q = &r->simulated[k];
+      assert_false(q->fits && q->step_time < p->step_time && q->peak_memory < p->peak_memory);
+      assert_false(q->fits && q->step_time <= p->step_time && q->peak_memory < p->peak_memory);
+    }
+  const search_plan *b = &r->plans[r->best];
+  assert_true(b->fits && (cap == 0 || (double)b->peak_memory <= cap));
+  *time = b->step_time;
+  *peak = b->peak_memory;
+  printf("%s, cap %.0f MiB, %s: %s: %.6g s, %lld bytes; %d plans in the frontier\n",
+         objective == SEARCH_MEMORY ? "least memory" : "fastest", cap / (1 << 20), on ? "each pipeline's frontier" : "its fastest only",
+         search_describe(&s.c->arena, b), b->step_time, (long long)b->peak_memory, r->nplans);
+  weft_free(s.c);
+}
+
+static void test_stage_frontier(void **state) {
+  (void)state;
+  sizes = "layers = 8, hidden = 512, heads = 8, seq = 1024, vocab = 512, batch = 32";
+  const char *cluster = "a100_dgx(nodes = 1)";
+  static const search_hooks pipeline = {.space = pipeline_space};
+  hooks = &pipeline;
+  static const double caps[] = {700, 500, 400};
+  int faster = 0;
+  for (int i = 0; i < 3; i++) {
+    double t_on, t_off;
+    int64_t m_on, m_off;
+    frontier_point(cluster, caps[i] * (1 << 20), true, &t_on, &m_on);
+    frontier_point(cluster, caps[i] * (1 << 20), false, &t_off, &m_off);
+    assert_true(t_on <= t_off * 1.0001);
+    faster += t_on < t_off * 0.99;
+  }
+  assert_true(faster > 0);
+  /* the least memory, in the whole space, of GPT-2 small's shape on a DGX
+   * node (the frontier's ends that pipelines reach) */
+  static const search_hooks only_frontier = {.space = frontier_space};
+  hooks = &only_frontier;
+  sizes = "layers = 12, hidden = 768, heads = 12, seq = 1024, vocab = 50257, batch = 8";
+  objective = SEARCH_MEMORY;
+  double t_on, t_off;
+  int64_t m_on, m_off;
+  frontier_point(cluster, 0, true, &t_on, &m_on);
+  frontier_point(cluster, 0, false, &t_off, &m_off);
+  assert_true(m_on <= m_off);
+}
+
+static int no_hooks(void **state) {
+  hooks = NULL;
+  pipeline_rc = -1;
+  pipeline_frontier = true;
+  objective = SEARCH_TIME;
+  return f32_again(state);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_frontier),
@@ -355,6 +553,8 @@ int main(void) {
       cmocka_unit_test(test_max_memory),
       cmocka_unit_test(test_against_enumeration),
       cmocka_unit_test_teardown(test_against_enumeration_cp, gpt_again),
+      cmocka_unit_test_teardown(test_recompute_per_stage, no_hooks),
+      cmocka_unit_test_teardown(test_stage_frontier, no_hooks),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
