@@ -213,7 +213,7 @@ static ast_list split_quantity(weft_pctx *P, ast_list l, ast *q, int op) {
 %token STR_BEGIN STR_END INTERP_BEGIN INTERP_END
 %token USE PARAM LET FN OP MODEL CLUSTER DEVICE LINK INPUT OUTPUT BLOCK
 %token FOR IN IF THEN ELSE TRAIN ASSERT TRUE FALSE AND OR NOT PLAN
-%token STRATEGY MESH SPLIT REPLICATE ASSIGN STAGE ORDER SCHEDULE RECOMPUTE SHARD BUCKETS
+%token STRATEGY MESH SPLIT REPLICATE ASSIGN STAGE ORDER SCHEDULE RECOMPUTE SHARD BUCKETS SEARCH
 %token ON INTO AS TIME BEFORE SELECTIVE FULL OVER
 %token EQ NE LE GE IDIV ARROW DOTDOT STARSTAR
 
@@ -399,6 +399,7 @@ stmt:
       $$->text = $5;
     }
   | BUCKETS expr { $$ = mk(P, S_BUCKETS, @$, $2, NULL); }
+  | SEARCH { $$ = mk(P, S_SEARCH, @$, NULL, NULL); }
   | callee '(' args ')' {
       ast *f = mkname(P, E_NAME, @1, $1, NULL, NULL);
       ast *call = mklists(P, E_CALL, @$, NULL, f, NULL, $3, (ast_list){0});
@@ -560,6 +561,7 @@ name:
   | RECOMPUTE { $$ = "recompute"; }
   | SHARD { $$ = "shard"; }
   | BUCKETS { $$ = "buckets"; }
+  | SEARCH { $$ = "search"; }
   | ON { $$ = "on"; }
   | INTO { $$ = "into"; }
   | AS { $$ = "as"; }
@@ -886,6 +888,7 @@ static const char *sym_display(yysymbol_kind_t k) {
   case YYSYMBOL_RECOMPUTE: return "'recompute'";
   case YYSYMBOL_SHARD: return "'shard'";
   case YYSYMBOL_BUCKETS: return "'buckets'";
+  case YYSYMBOL_SEARCH: return "'search'";
   case YYSYMBOL_ON: return "'on'";
   case YYSYMBOL_INTO: return "'into'";
   case YYSYMBOL_AS: return "'as'";
@@ -924,7 +927,7 @@ static bool sym_is_soft(yysymbol_kind_t k) {
   case YYSYMBOL_ASSIGN: case YYSYMBOL_STAGE: case YYSYMBOL_ORDER: case YYSYMBOL_SCHEDULE:
   case YYSYMBOL_RECOMPUTE: case YYSYMBOL_SHARD: case YYSYMBOL_ON: case YYSYMBOL_INTO: case YYSYMBOL_AS:
   case YYSYMBOL_TIME: case YYSYMBOL_BEFORE: case YYSYMBOL_SELECTIVE: case YYSYMBOL_FULL: case YYSYMBOL_OVER:
-  case YYSYMBOL_BUCKETS:
+  case YYSYMBOL_BUCKETS: case YYSYMBOL_SEARCH:
     return true;
   default:
     return false;
@@ -953,6 +956,7 @@ static bool sym_starts_stmt(yysymbol_kind_t k) {
   case YYSYMBOL_PLAN: case YYSYMBOL_STRATEGY: case YYSYMBOL_MESH: case YYSYMBOL_SPLIT:
   case YYSYMBOL_REPLICATE: case YYSYMBOL_ASSIGN: case YYSYMBOL_STAGE: case YYSYMBOL_ORDER:
   case YYSYMBOL_SCHEDULE: case YYSYMBOL_RECOMPUTE: case YYSYMBOL_SHARD: case YYSYMBOL_BUCKETS:
+  case YYSYMBOL_SEARCH:
     return true;
   default:
     return false;

@@ -66,7 +66,7 @@
     ;; Statements of plans.
     "mesh" "split" "replicate" "assign" "stage" "order" "schedule"
     "recompute" "into" "on" "as" "time" "before" "selective" "full"
-    "shard" "over" "buckets"
+    "shard" "over" "buckets" "search"
     "strategy")
   "Keywords of the weft language.")
 

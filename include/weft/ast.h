@@ -104,6 +104,7 @@ typedef struct ast_list {
                    ("optimizer", checked when evaluated); a = N_SEL;            \
                    text = axis */                                               \
   X(S_BUCKETS)  /* buckets SIZE: a = the bytes expression */                    \
+  X(S_SEARCH)   /* search: what the plan does not write, left to weft search */ \
   X(S_CALL)     /* a strategy called as a statement: a = E_CALL */
 
 typedef enum {

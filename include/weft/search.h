@@ -74,6 +74,26 @@ typedef struct search_hooks {
   void *ctx;
 } search_hooks;
 
+/* What a plan writes beside its `search` statement. The search keeps
+ * every written decision in every candidate, in its place around the ones
+ * it writes, and searches only what the plan leaves out: a written mesh
+ * fixes tp, pp, dp (cp, ep), a written schedule, recomputation, ZeRO stage,
+ * bucket size or split into micro-batches fixes that. search_fixed_read finds it in a plan's
+ * decisions. */
+typedef struct search_fixed {
+  const weft_decisions *written; /* the plan's decisions */
+  int at;                  /* `search` stands before written->items[at] */
+  int mesh;                /* the written mesh, an index into written (-1: searched) */
+  const char *mesh_name;
+  int tp, pp, dp, cp, ep;  /* its axes' sizes (1: an axis it does not have) */
+  int schedule;            /* the written schedule, a sched_kind (-1: searched) */
+  int recompute;           /* the written recomputation, 1 selective, 2 full (-1: searched) */
+  int zero;                /* the highest ZeRO stage written (-1: searched) */
+  int64_t buckets;         /* the written bucket size in bytes (-1: searched) */
+  int micro_batches;       /* a written split of every operator along the batch in
+                            * time, before `search` (-1: searched) */
+} search_fixed;
+
 typedef struct search_opts {
   int objective;          /* SEARCH_TIME: the fastest that fits; SEARCH_MEMORY: the smallest */
   double max_memory;      /* bytes a device may need; 0: the cluster's device memory */
@@ -84,6 +104,7 @@ typedef struct search_opts {
   void (*progress)(void *ctx, const search_progress *p);
   void *ctx;
   const search_hooks *hooks; /* NULL: none */
+  const search_fixed *fixed; /* what a plan with `search` writes (NULL: nothing) */
 } search_opts;
 
 /* A pipeline stage: a range of operators (in graph order) on a range of
@@ -128,6 +149,8 @@ typedef struct search_plan {
   double rank;            /* its place in the hooks' order (search_hooks.rank), else its step time */
   weft_decisions decisions;
   const char **selectors; /* per decision: its selector as weft source */
+  int body_from, body_to; /* decisions [body_from, body_to) are the search's, the others
+                           * a plan's written ones (body_to 0: all are the search's) */
 } search_plan;
 
 typedef struct search_result {
@@ -151,8 +174,20 @@ typedef struct search_result {
 bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *o, arena *a, weft_diags *dg,
                 search_result *out);
 
+/* What a plan with `search` writes: its decisions written[0..n), `search`
+ * before written[at]. False after diagnostics in dg at the statements that
+ * the search cannot keep (a split, a second mesh, a shard before
+ * `search`, ...). */
+bool search_fixed_read(const weft_decisions *written, int at, const weft_graph *g, const weft_cluster *cl,
+                       weft_diags *dg, search_fixed *out);
+/* What the search keeps of them ("mesh m [dp = 4, tp = 2], recompute full",
+ * "nothing") and what it searches ("micro-batches, recompute, ..."). */
+const char *search_fixed_kept(arena *a, const search_fixed *f);
+const char *search_fixed_open(arena *a, const search_fixed *f);
+
 /* The body of a plan's statements as weft source, one a line, indented by
- * two spaces: what the plan's decisions say, with its selectors. */
+ * two spaces: what the plan's decisions say, with its selectors (of a
+ * candidate of a plan with `search`, the statements the search writes). */
 void search_print_body(const search_plan *sp, const weft_graph *g, FILE *out);
 /* "tp 2, pp 2, dp 2, 8 micro-batches of 1, one_f_one_b, ..." */
 const char *search_describe(arena *a, const search_plan *sp);

@@ -50,11 +50,15 @@ weft_graph *weft_build_graph(weft_ctx *c, value model, weft_loc use);
 value weft_build_cluster(weft_ctx *c, value cluster, weft_loc use);
 /* A plan value evaluated: its model's graph, its cluster, and its body as
  * a list of decisions, for plan_apply (plan.h). The list's placer
- * evaluates the device expressions of `assign` when apply asks. */
+ * evaluates the device expressions of `assign` when apply asks. A plan
+ * with a `search` statement is not complete: search_at says where weft
+ * search puts the decisions it writes. */
 typedef struct weft_plan_src {
   weft_graph *graph;
   weft_cluster cluster;
   weft_decisions decisions;
+  int search_at;          /* decisions[0..search_at) stand before `search`; -1: no `search` */
+  weft_loc search_loc;
 } weft_plan_src;
 
 /* False after diagnostics. Everything lives in c's arena. */

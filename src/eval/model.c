@@ -813,10 +813,12 @@ static void not_in_model(weft_ctx *c, const ast *s) {
   case S_CLUSTER: what = "`cluster`"; break;
   case S_DEVICE: what = "`device`"; break;
   case S_LINK: what = "`link`"; break;
+  case S_SEARCH: what = "`search`"; break;
   default: break;
   }
   weft_diag *g = eval_error(c, s->loc, "%s is not allowed in a model body", what);
-  if (s->kind == S_PARAM) diag_hint(g, &c->diags, "a model parameter is `param NAME : TYPE`");
+  if (s->kind == S_SEARCH) diag_hint(g, &c->diags, "it belongs in a plan");
+  else if (s->kind == S_PARAM) diag_hint(g, &c->diags, "a model parameter is `param NAME : TYPE`");
   else if (s->kind == S_USE || s->kind == S_FN || s->kind == S_OP || s->kind == S_MODEL || s->kind == S_MODELDEF ||
            s->kind == S_CLUSTER)
     diag_hint(g, &c->diags, "move it to the top level of the file");

@@ -31,6 +31,9 @@ typedef struct pstate {
   int depth;              /* strategy call depth */
   arena scratch;          /* device expressions, evaluated once per sub-operator */
   int *by_name;           /* the operators in the byte order of their names */
+  const ast_list *body;   /* the plan's own statements */
+  int search_at;          /* the decisions before its `search` statement (-1: none) */
+  weft_loc search_loc;
   struct {                /* while sub-operators are placed (device_fast) */
     const pexpr *of;      /* the device expression m[...] evaluated last */
     value mesh;           /* its mesh (V_NONE: not one) */
@@ -555,6 +558,29 @@ static bool exec_call(weft_ctx *c, pstate *ps, env *e, const ast *s) {
   return ok;
 }
 
+/* `search`: where the statements weft search writes go. It stands once,
+ * directly in the plan's body, so that the written plan has one place for
+ * them. */
+static bool exec_search(weft_ctx *c, pstate *ps, const ast *s) {
+  bool top = false;
+  for (int i = 0; i < ps->body->n && !top; i++) top = ps->body->items[i] == s;
+  if (ps->depth > 0 || !top) {
+    weft_diag *g = eval_error(c, s->loc, "`search` stands directly in a plan's body, not in a %s",
+                              ps->depth > 0 ? "strategy" : "loop or condition");
+    diag_hint(g, &c->diags, "weft search writes its statements in its place: write `search` once, in the plan");
+    return false;
+  }
+  if (ps->search_at >= 0) {
+    weft_diag *g = eval_error(c, s->loc, "plan %s has a second `search`", ps->d->name ? ps->d->name : "plan");
+    diag_hint(g, &c->diags, "the first is at %d:%d; one `search` stands for everything the plan does not write",
+              ps->search_loc.line, ps->search_loc.col);
+    return false;
+  }
+  ps->search_at = ps->d->n;
+  ps->search_loc = s->loc;
+  return true;
+}
+
 static bool plan_stmt(weft_ctx *c, void *ud, env *e, const ast *s) { return exec_plan_stmt(c, ud, e, s); }
 
 static bool exec_plan_stmt(weft_ctx *c, pstate *ps, env *e, const ast *s) {
@@ -582,6 +608,7 @@ static bool exec_plan_stmt(weft_ctx *c, pstate *ps, env *e, const ast *s) {
     return true;
   case S_RECOMPUTE: return exec_recompute(c, ps, e, s);
   case S_SHARD: return exec_shard(c, ps, e, s);
+  case S_SEARCH: return exec_search(c, ps, s);
   case S_BUCKETS: {
     value v = eval_expr(c, e, s->a);
     if (v.kind == V_ERROR) return false;
@@ -848,6 +875,7 @@ static void place_done(void *ctx) {
 
 bool weft_eval_plan(weft_ctx *c, value plan, weft_loc use, weft_plan_src *out) {
   memset(out, 0, sizeof *out);
+  out->search_at = -1;
   vdecl *d = plan.decl;
   const ast *n = d->node;
   env *e = env_new(A(c), d->closure);
@@ -875,7 +903,8 @@ bool weft_eval_plan(weft_ctx *c, value plan, weft_loc use, weft_plan_src *out) {
   out->decisions.loc = n->loc;
   /* the placer's state outlives this call: plan_apply uses it */
   pstate *ps = arena_alloc(A(c), sizeof *ps);
-  *ps = (pstate){.c = c, .g = g, .ndevices = out->cluster.ndevices, .d = &out->decisions};
+  *ps = (pstate){.c = c, .g = g, .ndevices = out->cluster.ndevices, .d = &out->decisions, .body = &n->list2,
+                 .search_at = -1};
   arena_init(&ps->scratch);
   ps->by_name = arena_alloc(A(c), sizeof(int) * (size_t)(g->nops ? g->nops : 1));
   for (int i = 0; i < g->nops; i++) ps->by_name[i] = i;
@@ -891,6 +920,8 @@ bool weft_eval_plan(weft_ctx *c, value plan, weft_loc use, weft_plan_src *out) {
   c->plan_graph = g;
   bool ok = exec_plan_body(c, ps, e, &n->list2);
   c->plan_graph = outer;
+  out->search_at = ps->search_at;
+  out->search_loc = ps->search_loc;
   if (!ok || c->diags.errors > before) return false;
   prof_mark("plan body");
   return true;

@@ -320,11 +320,12 @@ static bool eval_item(weft_ctx *c, weft_module *m, env *e, const ast *n) {
         [S_TRAIN] = "`train`", [S_DEVICE] = "`device`", [S_LINK] = "`link`", [S_MESH] = "`mesh`",
         [S_SPLIT] = "`split`", [S_REPLICATE] = "`replicate`", [S_PLACE] = "`assign`", [S_STAGE] = "`stage`",
         [S_ORDER] = "`order`", [S_SCHEDULE] = "`schedule`", [S_RECOMPUTE] = "`recompute`",
-        [S_SHARD] = "`shard`", [S_BUCKETS] = "`buckets`", [S_CALL] = "a strategy call"};
+        [S_SHARD] = "`shard`", [S_BUCKETS] = "`buckets`", [S_SEARCH] = "`search`", [S_CALL] = "a strategy call"};
     const char *w = what[n->kind] ? what[n->kind] : ast_kind_names[n->kind];
     weft_diag *g = eval_error(c, n->loc, "%s is not allowed at the top level", w);
     if (n->kind == S_ASSIGN) diag_hint(g, &c->diags, "use `let NAME = ...` or `param NAME = ...`");
     else if (n->kind == S_DEVICE || n->kind == S_LINK) diag_hint(g, &c->diags, "it belongs in a cluster");
+    else if (n->kind == S_SEARCH) diag_hint(g, &c->diags, "it belongs in a plan");
     else if (n->kind >= S_MESH && n->kind <= S_CALL) diag_hint(g, &c->diags, "it belongs in a plan or a strategy");
     else diag_hint(g, &c->diags, "it belongs in a model");
     return false;

@@ -406,6 +406,7 @@ static void dump(const ast *n, FILE *out) {
     dump(n->a, out);
     fputc(')', out);
     break;
+  case S_SEARCH: fputs("(search)", out); break;
   case S_CALL:
     fputs("(do ", out);
     dump(n->a, out);

@@ -610,6 +610,7 @@ static void stmt_head(const fmtx *F, sbuf *b, const ast *s) {
     sb_puts(b, "buckets ");
     pe(b, s->a);
     break;
+  case S_SEARCH: sb_puts(b, "search"); break;
   case S_SHARD:
     sb_puts(b, "shard ");
     sb_puts(b, s->name);

@@ -2,6 +2,7 @@
  * its clusters checked, its plans applied, lowered, validated and estimated,
  * and a summary of each (text or JSON). */
 #include "common.h"
+#include "weft/search.h"
 
 typedef struct summary {
   weft_item items[256];
@@ -16,6 +17,8 @@ typedef struct summary {
   bool est_ok[256];
   int nholes[256];        /* per plan: its open decisions (`?`), not built */
   weft_loc holes[256][16];
+  const ast *search[256];  /* per plan: its `search` statement, not built */
+  const char *open[256], *kept[256]; /* what it leaves to weft search, what it writes */
 } summary;
 
 /* Simulates the programs of a plan lowered without rule 5, once for two
@@ -68,9 +71,23 @@ static int check_one(const weft_opts *o, const char *path, json *j) {
     }
     s->nplans = weft_items(c, V_PLAN, s->pitems, 256);
     if (s->nplans > 256) s->nplans = 256;
-    for (int i = 0; i < s->nplans; i++)
-      if (report_bound(s->pitems[i].val.decl) &&
-          (s->nholes[i] = report_holes(s->pitems[i].val.decl->node, s->holes[i], 16)) == 0) {
+    for (int i = 0; i < s->nplans; i++) {
+      if (!report_bound(s->pitems[i].val.decl)) continue;
+      s->nholes[i] = report_holes(s->pitems[i].val.decl->node, s->holes[i], 16);
+      s->search[i] = s->nholes[i] ? NULL : report_search_stmt(s->pitems[i].val.decl->node);
+      if (s->search[i]) {
+        /* what it writes is checked as the search keeps it; the rest is open */
+        weft_plan_src src;
+        search_fixed fx;
+        if (weft_eval_plan(c, s->pitems[i].val, s->pitems[i].loc, &src) && src.search_at >= 0 &&
+            search_fixed_read(&src.decisions, src.search_at, src.graph, &src.cluster, &c->diags, &fx)) {
+          s->open[i] = search_fixed_open(&c->arena, &fx);
+          s->kept[i] = search_fixed_kept(&c->arena, &fx);
+        }
+        if (src.decisions.placer.done) src.decisions.placer.done(src.decisions.placer.ctx);
+        continue;
+      }
+      if (s->nholes[i] == 0) {
         s->plans[i] = weft_build_plan(c, s->pitems[i].val, s->pitems[i].loc, &check_opts);
         /* validated without the memory rule, which the simulation applies */
         if (s->plans[i]) s->progs[i] = lower_plan(s->plans[i], NULL, &c->arena, &c->diags);
@@ -78,6 +95,7 @@ static int check_one(const weft_opts *o, const char *path, json *j) {
           s->progs[i] = NULL;
         if (s->progs[i] && !estimate_quiet(c, s->progs[i], &s->est[i], &s->est_ok[i], &peaks[i])) s->progs[i] = NULL;
       }
+    }
     if (c->diags.errors) rc = WEFT_REJECTED;
   }
   char b1[64];
@@ -147,6 +165,15 @@ static int check_one(const weft_opts *o, const char *path, json *j) {
             json_end_obj(j);
           }
           json_end_arr(j);
+        }
+        if (s->search[i] && s->open[i]) {
+          json_key(j, "search");
+          json_obj(j);
+          json_key(j, "line"), json_int(j, s->search[i]->loc.line);
+          json_key(j, "col"), json_int(j, s->search[i]->loc.col);
+          json_key(j, "open"), json_str(j, s->open[i]);
+          json_key(j, "written"), json_str(j, s->kept[i]);
+          json_end_obj(j);
         }
         if (p) {
           json_key(j, "model");
@@ -232,6 +259,11 @@ static int check_one(const weft_opts *o, const char *path, json *j) {
           for (int h = 0; h < s->nholes[i] && h < 16; h++)
             printf("%s %d:%d", h ? "," : "", s->holes[i][h].line, s->holes[i][h].col);
           printf("%s; weft search fills them\n", s->nholes[i] > 16 ? ", ..." : "");
+          continue;
+        }
+        if (!p && s->search[i] && s->open[i]) {
+          printf("  plan %s: not built: `search` at %d:%d leaves open %s; written: %s\n", s->pitems[i].name,
+                 s->search[i]->loc.line, s->search[i]->loc.col, s->open[i], s->kept[i]);
           continue;
         }
         if (!p) {

@@ -115,6 +115,23 @@ weft_diag *report_error(weft_ctx *c, weft_loc loc, const char *fmt, ...) {
   return g;
 }
 
+const ast *report_search_stmt(const ast *plan) {
+  if (!plan) return NULL;
+  const ast_list *body = plan->kind == S_PLAN ? &plan->list2 : &plan->list;
+  for (int i = 0; i < body->n; i++) {
+    const ast *s = body->items[i];
+    if (s->kind == S_SEARCH) return s;
+    const ast *in = s->kind == S_FOR || s->kind == S_IF ? report_search_stmt(s) : NULL;
+    if (!in && s->kind == S_IF) {
+      ast alt = {.kind = S_FOR, .list = s->list2};
+      in = report_search_stmt(&alt);
+      if (!in && s->b) in = report_search_stmt(s->b);
+    }
+    if (in) return in;
+  }
+  return NULL;
+}
+
 int report_holes(const ast *n, weft_loc *out, int max) {
   if (!n) return 0;
   int k = 0;

@@ -35,6 +35,9 @@ bool report_bound(const vdecl *d);
 /* The open decisions (`?`) in a syntax tree: their count, the first max
  * of their places in out. */
 int report_holes(const ast *n, weft_loc *out, int max);
+/* The `search` statement of a plan's body (in its loops and conditions
+ * too, where evaluation refuses it), or NULL. */
+const ast *report_search_stmt(const ast *plan);
 /* "8,388,608" */
 const char *report_grouped(char *buf, int64_t v);
 /* Whether the task may write path, the value of option opt (--save,

@@ -446,6 +446,204 @@ static int search_holes(weft_ctx *c, const weft_opts *o, const weft_item *plan, 
   return rc;
 }
 
+/* ---- plans with a `search` statement ------------------------------------------- */
+
+/* The plan's source with its `search` statement replaced by the statements
+ * candidate sp adds, at the statement's indentation; the rest as written,
+ * comments and all. */
+static const char *with_searched(weft_ctx *c, const weft_item *plan, weft_loc at, const search_plan *sp,
+                                 const weft_graph *g) {
+  weft_loc whole = plan->val.decl->node->loc;
+  size_t start;
+  const char *text = source_span(c, whole, &start);
+  const weft_src *src = &c->srcs.items[whole.file];
+  size_t a = (size_t)src->line_starts[at.line - 1] + (size_t)at.col - 1 - start;
+  size_t b = (size_t)src->line_starts[at.end_line - 1] + (size_t)at.end_col - start;
+  /* the indentation of the statement's line */
+  const char *line = src->text + src->line_starts[at.line - 1];
+  int indent = 0;
+  while (indent < at.col - 1 && (line[indent] == ' ' || line[indent] == '\t')) indent++;
+  if (indent < at.col - 1) indent = 2;  /* `search` after another statement on its line */
+  char *body = NULL;
+  size_t blen = 0;
+  FILE *m = open_memstream(&body, &blen);
+  search_print_body(sp, g, m);
+  fclose(m);
+  /* each line "  stmt\n": the first in the statement's place, the others
+   * at its indentation */
+  const char *t = "";
+  int k = 0;
+  for (char *l = body; l && *l; k++) {
+    char *nl = strchr(l, '\n');
+    if (nl) *nl = 0;
+    const char *stmt = l;
+    while (*stmt == ' ') stmt++;
+    t = arena_printf(&c->arena, "%s%s%*s%s", t, k ? "\n" : "", k ? indent : 0, "", stmt);
+    l = nl ? nl + 1 : NULL;
+  }
+  free(body);
+  return arena_printf(&c->arena, "%.*s%s%s", (int)a, text, t, text + b);
+}
+
+static int search_statement(weft_ctx *c, const weft_opts *o, const weft_item *plan, const ast *st) {
+  weft_loc none = {0};
+  if (o->cluster) {
+    weft_diag *d = report_error(c, none, "--cluster: plan %s is on a cluster of its own, which weft search keeps",
+                                plan->name);
+    diag_hint(d, &c->diags, "change the plan's `on`, or search the model alone with --model");
+    report_diags(c, o);
+    return WEFT_REJECTED;
+  }
+  if (o->nheuristics) {
+    weft_diag *d = report_error(c, plan->loc, "--heuristic applies to the search of a model, not to plan %s, which "
+                                "writes a `search` statement", plan->name);
+    diag_hint(d, &c->diags, "search the model with --model and --heuristic, then write what you keep");
+    report_diags(c, o);
+    return WEFT_REJECTED;
+  }
+  search_opts so = {.objective = o->objective, .top = o->top, .symbolic = o->symbolic, .time_limit = o->time_limit,
+                    .buckets = !o->no_buckets};
+  int rc = WEFT_OK;
+  if (o->max_memory) {
+    value v = weft_eval_text(c, "--max-memory", o->max_memory);
+    if (v.kind != V_QUANTITY || !unit_eq(v.q.d, UNIT_BYTES) || v.q.v <= 0) {
+      if (v.kind != V_ERROR) report_error(c, none, "--max-memory needs bytes, such as '40 GiB', got %s", o->max_memory);
+      rc = WEFT_REJECTED;
+    } else {
+      so.max_memory = v.q.v;
+    }
+  }
+  weft_plan_src src;
+  search_fixed fx;
+  if (rc == WEFT_OK) {
+    if (!weft_eval_plan(c, plan->val, plan->loc, &src)) rc = WEFT_REJECTED;
+    /* no written `assign` stands beside `search`: the placer is done */
+    if (src.decisions.placer.done) src.decisions.placer.done(src.decisions.placer.ctx);
+  }
+  if (rc == WEFT_OK && src.search_at < 0) {
+    /* a `search` that evaluation did not reach (an `if` not taken) */
+    weft_diag *d = report_error(c, st->loc, "plan %s does not reach this `search` when it is evaluated", plan->name);
+    diag_hint(d, &c->diags, "write `search` directly in the plan's body");
+    rc = WEFT_REJECTED;
+  }
+  if (rc == WEFT_OK && !search_fixed_read(&src.decisions, src.search_at, src.graph, &src.cluster, &c->diags, &fx)) rc = WEFT_REJECTED;
+  so.fixed = &fx;
+  search_result r;
+  progress_ctx pc = {.on = o->progress > 0 || (o->progress < 0 && !o->json && isatty(2))};
+  so.progress = on_progress;
+  so.ctx = &pc;
+  if (rc == WEFT_OK && !search_run(src.graph, &src.cluster, &so, &c->arena, &c->diags, &r)) rc = WEFT_REJECTED;
+  if (pc.drew) fputs("\n", stderr);
+  int pick = rc == WEFT_OK ? (o->pick >= 0 ? o->pick : r.best) : -1;
+  if (rc == WEFT_OK && o->pick >= r.nplans) {
+    report_error(c, none, "--pick %d: the frontier has plans 0 to %d", o->pick, r.nplans - 1);
+    rc = WEFT_REJECTED;
+  }
+  report_diags(c, o);
+  if (rc != WEFT_OK) {
+    if (o->json) {
+      diag_print_json(&c->diags, stdout);
+      printf("\n");
+    }
+    return rc;
+  }
+  const weft_graph *g = src.graph;
+  const char *use = relative_to(c, o->files[0], o->output);
+  agreement ag = agree(&r);
+  char b1[64], b2[64];
+  char *hdr = NULL;
+  size_t hlen = 0;
+  FILE *h = open_memstream(&hdr, &hlen);
+  fprintf(h, "# searched by: weft search %s --plan %s%s\n", o->files[0], plan->name, o->nsets ? " (with --set)" : "");
+  fprintf(h, "# plan %s writes %s; the search wrote the rest in place of `search`\n", plan->name,
+          search_fixed_kept(&c->arena, &fx));
+  fprintf(h, "# %lld candidates (%lld pruned) in %.2f s; %d simulated in %.2f s%s\n", (long long)r.searched,
+          (long long)r.pruned, r.search_s, r.nsimulated, r.simulate_s,
+          r.layers ? arena_printf(&c->arena, "; %d repeated blocks %s.N, searched once", r.layers, r.block) : "");
+  fprintf(h, "# the analytic cost put %.0f%% of the simulated pairs in the simulator's order (median error %.1f%%)\n",
+          100 * ag.pairs, 100 * ag.median);
+  if (o->symbolic) fprintf(h, "# --cost symbolic: times are on the nominal device of docs/search.md, not the cluster's\n");
+  fprintf(h, "# the frontier of step time against peak memory per device (--pick N writes plan N):\n");
+  for (int i = 0; i < r.nplans; i++) {
+    const search_plan *p = &r.plans[i];
+    fprintf(h, "#   %d: %s, %s: %s%s\n", i, human_time(b1, sizeof b1, p->step_time),
+            unit_bytes_human(p->peak_memory, b2, sizeof b2), search_describe(&c->arena, p),
+            i == pick ? "  <- this plan" : "");
+  }
+  fclose(h);
+  if (o->json) {
+    json j;
+    json_init(&j, stdout);
+    json_obj(&j);
+    json_key(&j, "plans");
+    json_arr(&j);
+    for (int i = 0; i < r.nplans; i++)
+      json_plan(&j, &r.plans[i], g,
+                arena_printf(&c->arena, "%s\nuse \"%s\"\n\n%s\n", hdr, use,
+                             with_searched(c, plan, src.search_loc, &r.plans[i], g)));
+    json_end_arr(&j);
+    json_key(&j, "simulated");
+    json_arr(&j);
+    for (int i = 0; i < r.nsimulated; i++) {
+      const search_plan *p = &r.simulated[i];
+      json_obj(&j);
+      json_key(&j, "plan"), json_str(&j, search_describe(&c->arena, p));
+      json_key(&j, "step_time_s"), json_num(&j, p->step_time);
+      json_key(&j, "analytic_time_s"), json_num(&j, p->analytic_time);
+      json_key(&j, "peak_memory_bytes"), json_int(&j, p->peak_memory);
+      json_key(&j, "analytic_memory_bytes"), json_int(&j, p->analytic_memory);
+      json_key(&j, "fits"), json_bool(&j, p->fits);
+      json_end_obj(&j);
+    }
+    json_end_arr(&j);
+    json_key(&j, "analytic");
+    json_obj(&j);
+    json_key(&j, "pairs_ordered_alike"), json_num(&j, ag.pairs);
+    json_key(&j, "median_relative_error"), json_num(&j, ag.median);
+    json_key(&j, "max_relative_error"), json_num(&j, ag.worst);
+    json_end_obj(&j);
+    json_key(&j, "best"), json_int(&j, pick);
+    json_key(&j, "searched"), json_int(&j, r.searched);
+    json_key(&j, "pruned"), json_int(&j, r.pruned);
+    json_key(&j, "search_s"), json_num(&j, r.search_s);
+    json_key(&j, "simulate_s"), json_num(&j, r.simulate_s);
+    json_key(&j, "layers"), json_int(&j, r.layers);
+    json_key(&j, "heuristics");
+    json_arr(&j);
+    json_end_arr(&j);
+    json_key(&j, "ranked"), json_bool(&j, false);
+    json_key(&j, "policies"), json_bool(&j, false);
+    json_key(&j, "written"), json_str(&j, search_fixed_kept(&c->arena, &fx));
+    json_end_obj(&j);
+    printf("\n");
+  }
+  if (o->output || !o->json) {
+    char err[PATH_MAX + 256];
+    file_out *out = o->output ? file_out_open(o->output, err, sizeof err) : NULL;
+    FILE *f = out ? file_out_stream(out) : stdout;
+    if (o->output && !out) {
+      fprintf(stderr, "weft search: %s\n", err);
+      rc = WEFT_FAILED;
+    } else {
+      fprintf(f, "%s\nuse \"%s\"\n\n%s\n", hdr, use, with_searched(c, plan, src.search_loc, &r.plans[pick], g));
+      if (out && !file_out_commit(out, err, sizeof err)) {
+        fprintf(stderr, "weft search: %s\n", err);
+        rc = WEFT_FAILED;
+      } else if (o->output) {
+        note_outside(o, use);
+        if (!o->json) {
+          const search_plan *p = &r.plans[pick];
+          fprintf(stderr, "weft search: wrote %s: %s, %s per device: %s\n", o->output,
+                  human_time(b1, sizeof b1, p->step_time), unit_bytes_human(p->peak_memory, b2, sizeof b2),
+                  search_describe(&c->arena, p));
+        }
+      }
+    }
+  }
+  free(hdr);
+  return rc;
+}
+
 int report_search(const weft_opts *o) {
   if (o->output && !report_output_ok(o, "-o", o->output, true)) return WEFT_FAILED;
   weft_ctx *c = report_ctx(o);
@@ -473,6 +671,21 @@ int report_search(const weft_opts *o) {
     }
     weft_loc holes[17];
     int nh = pick >= 0 ? report_holes(items[pick].val.decl->node, holes, 17) : 0;
+    const ast *st = pick >= 0 ? report_search_stmt(items[pick].val.decl->node) : NULL;
+    if (st) {
+      /* everything the plan does not write is searched around what it does */
+      int r = WEFT_REJECTED;
+      if (nh > 0) {
+        weft_diag *d = report_error(c, holes[0], "plan %s has open decisions (?) and a `search` statement",
+                                    items[pick].name);
+        diag_hint(d, &c->diags, "write a number here (the search fills what `search` stands for), or drop `search`");
+        report_diags(c, o);
+      } else {
+        r = search_statement(c, o, &items[pick], st);
+      }
+      weft_free(c);
+      return r;
+    }
     if ((nh > 0 || o->plan) && o->nheuristics) {
       weft_diag *d = report_error(c, items[pick].loc, "--heuristic applies to the search of whole plans, not to filling the "
                                   "open decisions of plan %s", items[pick].name);

@@ -43,9 +43,16 @@ static const char *op_pattern(arena *a, const sshape *s, int op) {
 typedef struct emitter {
   arena *a;
   const sshape *s;
+  const search_fixed *f;  /* what the plan writes beside `search`, or NULL */
   search_plan *sp;
   int cap;
 } emitter;
+
+/* Whether the plan writes it (the search does not, then). */
+static bool written_mesh(const emitter *E) { return E->f && E->f->mesh >= 0; }
+static bool written_schedule(const emitter *E) { return E->f && E->f->schedule >= 0; }
+static bool written_zero(const emitter *E) { return E->f && E->f->zero >= 0; }
+static bool written_micro_batches(const emitter *E) { return E->f && E->f->micro_batches >= 0; }
 
 static decision *add(emitter *E, dec_kind k, const char *sel) {
   decision *d = dec_add(E->a, &E->sp->decisions, k);
@@ -93,7 +100,7 @@ static void batch_splits(emitter *E) {
     d->parts = sp->dp;
     d->axis = "dp";
   }
-  if (sp->micro_batches > 1) {
+  if (sp->micro_batches > 1 && !written_micro_batches(E)) {
     decision *d = add(E, DEC_SPLIT, "all");
     d->ops = all_ops(E);
     d->name = E->s->batch;
@@ -111,7 +118,7 @@ static void emit_tail(emitter *E) {
   search_plan *sp = E->sp;
   /* recomputation of the blocks: each layer as one segment (full), or
    * their attention kernels (selective); a layer takes its stage's */
-  if (s->layers > 0) {
+  if (s->layers > 0 && !(E->f && E->f->recompute >= 0)) {
     int *lmode = arena_alloc(a, sizeof(int) * (size_t)s->layers);
     bool mixed = false;
     for (int l = 0; l < s->layers; l++) {
@@ -152,7 +159,8 @@ static void emit_tail(emitter *E) {
       }
     }
   }
-  if (sp->bucket_bytes != PLAN_DEFAULT_BUCKET) {
+  if (E->f && E->f->buckets >= 0) sp->bucket_bytes = E->f->buckets;
+  else if (sp->bucket_bytes != PLAN_DEFAULT_BUCKET) {
     decision *d = add(E, DEC_BUCKETS, NULL);
     d->bytes = sp->bucket_bytes;
   }
@@ -192,7 +200,7 @@ static void emit_nonuniform(emitter *E) {
     d->name = arena_printf(a, "s%d", k);
     d->ops = stage_of[k];
   }
-  if (sp->micro_batches > 1) {
+  if (sp->micro_batches > 1 && !written_micro_batches(E)) {
     decision *d = add(E, DEC_SPLIT, "all");
     d->ops = all_ops(E);
     d->name = s->batch;
@@ -234,7 +242,7 @@ static void emit_nonuniform(emitter *E) {
         d->axis = "tp";
       }
   }
-  for (int z = 1; z <= sp->zero; z++) {
+  for (int z = 1; z <= sp->zero && !written_zero(E); z++) {
     decision *d = add(E, DEC_SHARD, "all");
     d->ops = all_ops(E);
     d->state = z;
@@ -250,18 +258,46 @@ static void emit_nonuniform(emitter *E) {
     d->idx[0] = (dec_index){st->dp > 1 ? "dp" : NULL, 0};
     d->idx[1] = (dec_index){st->tp > 1 ? "tp" : NULL, 0};
   }
+  if (written_schedule(E)) return;
   decision *d = add(E, DEC_SCHEDULE, NULL);
   d->sched = sp->schedule;
 }
 
-void emit_plan(arena *a, const sshape *s, search_plan *sp) {
-  emitter E = {a, s, sp, 0};
-  const weft_graph *g = s->g;
+/* Decisions [from, to) of the plan's written ones, as they are. */
+static void copy_written(emitter *E, int from, int to) {
+  for (int i = from; i < to; i++) {
+    decision *d = dec_add(E->a, &E->sp->decisions, E->f->written->items[i].kind);
+    *d = E->f->written->items[i];
+    arena_grow(E->a, (void **)&E->sp->selectors, &E->cap, E->sp->decisions.n, sizeof(char *));
+    E->sp->selectors[E->sp->decisions.n - 1] = NULL;
+  }
+}
+
+static void emit_searched(emitter *E);
+
+void emit_plan(arena *a, const sshape *s, const search_fixed *f, search_plan *sp) {
+  emitter E = {a, s, f, sp, 0};
   sp->decisions = (weft_decisions){0};
   sp->selectors = NULL;
+  /* the plan's statements before `search`, the search's, those after */
+  if (f) copy_written(&E, 0, f->at);
+  sp->body_from = sp->decisions.n;
+  emit_searched(&E);
+  sp->body_to = sp->decisions.n;
+  if (f) copy_written(&E, f->at, f->written->n);
+  if (!f) sp->body_from = sp->body_to = 0;
+}
+
+static void emit_searched(emitter *E0) {
+  emitter E = *E0;
+  arena *a = E.a;
+  const sshape *s = E.s;
+  search_plan *sp = E.sp;
+  const weft_graph *g = s->g;
   if (sp->nonuniform) {
     emit_nonuniform(&E);
     emit_tail(&E);
+    E0->cap = E.cap;
     return;
   }
   /* the mesh: data-parallel replicas of pipelines of tensor-parallel
@@ -271,9 +307,15 @@ void emit_plan(arena *a, const sshape *s, search_plan *sp) {
   static const char *const axes3[] = {"dp", "pp", "tp"}, *const axes4[] = {"dp", "pp", "cp", "tp"},
                            *const axes4e[] = {"dp", "pp", "ep", "tp"};
   int sizes3[3] = {sp->dp, sp->pp, sp->tp}, sizes4[4] = {sp->dp, sp->pp, cp ? sp->cp : sp->ep, sp->tp};
-  dec_mesh(a, &sp->decisions, "m", cp || ep ? 4 : 3, cp ? axes4 : ep ? axes4e : axes3, cp || ep ? sizes4 : sizes3, 0);
-  arena_grow(a, (void **)&sp->selectors, &E.cap, 1, sizeof(char *));
-  sp->selectors[0] = NULL;
+  int mesh = 0;
+  if (written_mesh(&E)) {
+    /* the plan's own mesh: the meshes before it are none (one mesh) */
+    mesh = 0;
+  } else {
+    dec_mesh(a, &sp->decisions, "m", cp || ep ? 4 : 3, cp ? axes4 : ep ? axes4e : axes3, cp || ep ? sizes4 : sizes3, 0);
+    arena_grow(a, (void **)&sp->selectors, &E.cap, sp->decisions.n, sizeof(char *));
+    sp->selectors[sp->decisions.n - 1] = NULL;
+  }
   /* the sequence into cp parts first, so that tensor parallelism splits
    * each part further */
   if (cp) {
@@ -337,16 +379,29 @@ void emit_plan(arena *a, const sshape *s, search_plan *sp) {
       }
   }
   if (!ep) batch_splits(&E);
-  for (int z = 1; z <= sp->zero; z++) {
+  for (int z = 1; z <= sp->zero && !written_zero(&E); z++) {
     decision *d = add(&E, DEC_SHARD, "all");
     d->ops = all_ops(&E);
     d->state = z;
     d->axis = "dp";
   }
   /* stages and their places on the mesh */
-  dec_index at[4] = {{sp->dp > 1 ? "dp" : NULL, 0}, {NULL, 0}, {sp->tp > 1 ? "tp" : NULL, 0}, {NULL, 0}};
-  int nidx = 3;
+  dec_index at[5] = {{sp->dp > 1 ? "dp" : NULL, 0}, {NULL, 0}, {sp->tp > 1 ? "tp" : NULL, 0}, {NULL, 0}, {NULL, 0}};
+  int nidx = 3, pp_at = 1;
   if (cp || ep) at[3] = at[2], at[2] = (dec_index){cp ? "cp" : "ep", 0}, nidx = 4;
+  if (written_mesh(&E)) {
+    /* indexed in the written mesh's order of axes; one it lacks has size 1 */
+    const decision *m = &E.f->written->items[E.f->mesh];
+    nidx = m->naxes < 5 ? m->naxes : 5;
+    pp_at = -1;
+    for (int k = 0; k < nidx; k++) {
+      const char *ax = m->axes[k];
+      int size = strcmp(ax, "dp") == 0 ? sp->dp : strcmp(ax, "tp") == 0 ? sp->tp : strcmp(ax, "cp") == 0 ? sp->cp
+                 : strcmp(ax, "ep") == 0 ? sp->ep : 1;
+      at[k] = (dec_index){strcmp(ax, "pp") != 0 && size > 1 ? ax : NULL, 0};
+      if (strcmp(ax, "pp") == 0) pp_at = k;
+    }
+  }
   if (sp->nstages > 0) {
     for (int k = 0; k < sp->nstages; k++) {
       const search_stage *st = &sp->stages[k];
@@ -376,23 +431,26 @@ void emit_plan(arena *a, const sshape *s, search_plan *sp) {
     for (int k = 0; k < sp->nstages; k++) {
       decision *d = add(&E, DEC_ASSIGN, arena_printf(a, "s%d", k));
       d->ops = sp->decisions.items[first_stage + k].ops;
-      at[1].value = sp->stages[k].position;
-      d->mesh = 0;
+      if (pp_at >= 0) at[pp_at].value = sp->stages[k].position;
+      d->mesh = mesh;
       d->nidx = nidx;
       d->idx = arena_alloc(a, sizeof at);
       memcpy(d->idx, at, sizeof at);
     }
-    decision *d = add(&E, DEC_SCHEDULE, NULL);
-    d->sched = sp->schedule;
+    if (!written_schedule(&E)) {
+      decision *d = add(&E, DEC_SCHEDULE, NULL);
+      d->sched = sp->schedule;
+    }
   } else {
     decision *d = add(&E, DEC_ASSIGN, "all");
     d->ops = all_ops(&E);
-    d->mesh = 0;
+    d->mesh = mesh;
     d->nidx = nidx;
     d->idx = arena_alloc(a, sizeof at);
     memcpy(d->idx, at, sizeof at);
   }
   emit_tail(&E);
+  E0->cap = E.cap;
 }
 
 static void print_index(const decision *d, const char *mesh, FILE *out) {
@@ -409,12 +467,14 @@ void search_print_body(const search_plan *sp, const weft_graph *g, FILE *out) {
   (void)g;
   const char *meshes[64];
   int nmeshes = 0;
-  for (int i = 0; i < sp->decisions.n; i++) {
+  int from = sp->body_to > 0 ? sp->body_from : 0, to = sp->body_to > 0 ? sp->body_to : sp->decisions.n;
+  for (int i = 0; i < to; i++) {
     const decision *d = &sp->decisions.items[i];
     const char *sel = sp->selectors ? sp->selectors[i] : NULL;
+    if (d->kind == DEC_MESH && nmeshes < 64) meshes[nmeshes++] = d->name;
+    if (i < from) continue;  /* the plan's own, written as they were */
     switch (d->kind) {
     case DEC_MESH: {
-      if (nmeshes < 64) meshes[nmeshes++] = d->name;
       /* devices[a..b] when they follow each other, else their list */
       bool run = true;
       for (int k = 1; k < d->ndevices && run; k++) run = d->devices[k] == d->devices[0] + k;

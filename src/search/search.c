@@ -17,7 +17,7 @@
 #include "weft/units.h"
 #include "weft/validate.h"
 
-void emit_plan(arena *a, const sshape *s, search_plan *sp);
+void emit_plan(arena *a, const sshape *s, const search_fixed *f, search_plan *sp);
 
 static double now(void) {
   struct timespec t;
@@ -808,6 +808,39 @@ static void default_space(sshape *s, int N, int dpn, arena *a, search_space *out
   out->frontier = true;
 }
 
+/* A list of one value. */
+static search_values one_value(arena *a, int v) {
+  search_values r = values_new(a, 1);
+  r.v[r.n++] = v;
+  return r;
+}
+
+/* What a plan writes beside `search` narrows the space to it: a written
+ * mesh fixes tp, pp, cp and ep (dp follows, and its stages share it), a
+ * written schedule the pipelines' (pipelines only), recomputation (of the
+ * blocks, in the costs) and the ZeRO stage. */
+static void fix_space(const search_fixed *f, const sshape *s, arena *a, search_space *spc) {
+  if (!f) return;
+  if (f->mesh >= 0) {
+    spc->tp = one_value(a, f->tp);
+    spc->pp = one_value(a, f->pp);
+    spc->cp = one_value(a, f->cp);
+    spc->ep = one_value(a, f->ep);
+    spc->nonuniform = false;
+  }
+  if (f->schedule >= 0) {
+    for (int k = 0; k <= SCHED_INTERLEAVED; k++) spc->schedule[k] = k == f->schedule;
+    int n = 0;
+    for (int i = 0; i < spc->pp.n; i++)
+      if (spc->pp.v[i] > 1) spc->pp.v[n++] = spc->pp.v[i];
+    spc->pp.n = n;
+  }
+  if (f->recompute >= 0)
+    for (int i = 0; i < 3; i++) spc->recompute[i] = i == (s->layers > 0 ? f->recompute : 0);
+  if (f->zero >= 0)
+    for (int z = 0; z < 4; z++) spc->zero[z] = z == f->zero;
+}
+
 /* ---- the search ----------------------------------------------------------------- */
 
 /* The points of a pipeline's frontier of time against memory the
@@ -864,6 +897,7 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
   search_space spc;
   default_space(&s, N, dpn, a, &spc);
   if (hk && hk->space && !hk->space(hk->ctx, &spc, a)) return false;
+  fix_space(o->fixed, &s, a, &spc);
   sp.uneven = spc.uneven;
   int nrc_ok = 0;
   for (int r = 0; r < 3; r++) nrc_ok += sp.rc_ok[r] = spc.recompute[r];
@@ -905,7 +939,7 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
           int dp = N / tp / cp / ep / pp;
           if (Bsz % ((int64_t)dp * ep * mbs)) continue;
           int m = (int)(Bsz / ((int64_t)dp * ep * mbs));
-          if (m > 4096) continue;
+          if (m > 4096 || (o->fixed && o->fixed->micro_batches > 0 && m != o->fixed->micro_batches)) continue;
           /* one stage: gradient accumulation over the micro-batches, whatever the schedules */
           for (int si = 0; si < (pp == 1 ? 1 : nsched) && !failed; si++) {
             sched_kind sched = pp == 1 ? (m > 1 ? SCHED_1F1B : SCHED_DEFAULT) : scheds[si];
@@ -988,7 +1022,7 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
           if (!nu_fits_node(0, D, dpn) || !nu_fits_node(D, D1, dpn)) continue;
         }
         for (int64_t m = 1; m <= Bsz && m <= 4096 && !failed; m++) {
-          if (Bsz % m || m < 1) continue;
+          if (Bsz % m || m < 1 || (o->fixed && o->fixed->micro_batches > 0 && m != o->fixed->micro_batches)) continue;
           for (int si = 0; si < nsched && !failed; si++) {
             if (vs[si] != 1) continue;
             /* rc 3: each stage its own recomputation */
@@ -1053,6 +1087,15 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
     diag_hint(d, dg, "a prune hook returns false for the candidates to drop, nothing or true for the others");
     return false;
   }
+  if (ncand == 0 && o->fixed && searched == 0) {
+    arena_free(&work);
+    const char *name = o->fixed->written->name ? o->fixed->written->name : "plan";
+    weft_diag *d = diag_add(dg, DIAG_ERROR, o->fixed->written->loc, "the search has no plan of model %s on %d devices "
+                            "that keeps what plan %s writes (%s)", g->name, N, name,
+                            search_fixed_kept(a, o->fixed));
+    diag_hint(d, dg, "the sizes and stages the search tries are in docs/search.md; leave more of plan %s to it", name);
+    return false;
+  }
   if (ncand == 0) {
     arena_free(&work);
     diag_add(dg, DIAG_ERROR, none, "no plan of model %s fits %d devices of %s: every one of %lld candidates needs more "
@@ -1085,7 +1128,7 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
   for (int i = 0; i < ncand; i++) {
     if (!pick[i]) continue;
     search_plan c = cands[i];
-    emit_plan(a, &s, &c);
+    emit_plan(a, &s, o->fixed, &c);
     if (!simulate(g, cl, &hw, o->symbolic, o->max_memory, &c, &work)) {
       /* a candidate the pipeline refuses gives its place to the next one
        * (up to as many again as were picked) */
@@ -1122,14 +1165,14 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
   int bi = -1;
   for (int i = 0; i < nsim && bi < 0; i++)
     if (sims[i].fits) bi = i;
-  if (o->buckets && bi >= 0 && sims[bi].dp > 1) {
+  if (o->buckets && bi >= 0 && sims[bi].dp > 1 && !(o->fixed && o->fixed->buckets >= 0)) {
     for (int dir = 0; dir < 2; dir++) {
       int64_t size = sims[bi].bucket_bytes;
       for (int step = 0; step < 4; step++) {
         size = dir == 0 ? size / 4 : size * 4;
         search_plan c = sims[bi];
         c.bucket_bytes = size;
-        emit_plan(a, &s, &c);
+        emit_plan(a, &s, o->fixed, &c);
         if (!simulate(g, cl, &hw, o->symbolic, o->max_memory, &c, &work) || c.step_time >= sims[bi].step_time) break;
         c.rank = c.step_time;
         if (out->ranked && !hk->rank(hk->ctx, &c, &c.rank)) {

@@ -23,7 +23,7 @@ syn keyword weftKeyword block link nextgroup=weftSectionName skipwhite
 " Statements of plans.
 syn keyword weftKeyword mesh split replicate assign stage order schedule
 syn keyword weftKeyword recompute into on as time before selective full
-syn keyword weftKeyword shard over buckets
+syn keyword weftKeyword shard over buckets search
 syn keyword weftOperatorWord and or not
 syn keyword weftBoolean true false
 syn keyword weftType f32 bf16 f16 i32

@@ -1,0 +1,165 @@
+/* fixed.c - what a plan with a `search` statement writes, as the search
+ * keeps it: a mesh whose shape fixes tp, pp, dp (cp, ep), the split into
+ * micro-batches, a schedule, recomputation, ZeRO stages and buckets. The search writes the splits,
+ * replications, stages and placement; a written one of those is an error
+ * at its statement, as is what the search could not place around its own
+ * statements (a second mesh, a mesh after `search`, a shard before it). */
+#include <string.h>
+
+#include "search_int.h"
+
+static const char *const known_axes[] = {"dp", "pp", "tp", "cp", "ep"};
+
+static bool read_mesh(const decision *d, int i, int at, const weft_cluster *cl, weft_diags *dg, search_fixed *f) {
+  if (f->mesh >= 0) {
+    weft_diag *g = diag_add(dg, DIAG_ERROR, d->loc, "a plan with `search` writes at most one mesh, and %s is a second",
+                            d->name);
+    diag_hint(g, dg, "the search places every operator on mesh %s, whose shape it keeps", f->mesh_name);
+    return false;
+  }
+  if (i >= at) {
+    weft_diag *g = diag_add(dg, DIAG_ERROR, d->loc, "mesh %s stands after `search`, whose statements place operators on it",
+                            d->name);
+    diag_hint(g, dg, "write the mesh before `search`");
+    return false;
+  }
+  bool in_order = d->ndevices == cl->ndevices;
+  for (int k = 0; k < d->ndevices && in_order; k++) in_order = d->devices[k] == k;
+  if (!in_order) {
+    weft_diag *g = diag_add(dg, DIAG_ERROR, d->loc, "mesh %s must hold the cluster's %d devices in order for the search, "
+                            "which places the plan on all of them", d->name, cl->ndevices);
+    diag_hint(g, dg, "write it over every device: mesh %s = devices as [...]", d->name);
+    return false;
+  }
+  int sizes[5] = {1, 1, 1, 1, 1};
+  for (int k = 0; k < d->naxes; k++) {
+    int w = -1;
+    for (int q = 0; q < 5; q++)
+      if (strcmp(d->axes[k], known_axes[q]) == 0) w = q;
+    if (w < 0) {
+      weft_diag *g = diag_add(dg, DIAG_ERROR, d->loc, "mesh %s has an axis '%s', which the search does not write",
+                              d->name, d->axes[k]);
+      diag_hint(g, dg, "the search's axes are dp (data), pp (pipeline), tp (tensor), cp (context) and ep (experts)");
+      return false;
+    }
+    sizes[w] = d->sizes[k];
+  }
+  f->mesh = i;
+  f->mesh_name = d->name;
+  f->dp = sizes[0], f->pp = sizes[1], f->tp = sizes[2], f->cp = sizes[3], f->ep = sizes[4];
+  return true;
+}
+
+/* The batch dimension as the search splits it: the first dimension of the
+ * model's first input. */
+static const char *batch_of(const weft_graph *g) {
+  for (int t = 0; t < g->ntensors; t++)
+    if (g->tensors[t].role == TENSOR_INPUT && g->tensors[t].ndims > 0) return g->tensors[t].dims[0].name;
+  return NULL;
+}
+
+/* A split of every operator along the batch, in time: the micro-batches. */
+static bool read_micro_batches(const decision *d, int i, int at, const weft_graph *g, weft_diags *dg, search_fixed *f) {
+  const char *batch = batch_of(g);
+  if (i >= at || d->ops.n != g->nops || !batch || strcmp(d->name, batch) != 0) {
+    weft_diag *e = diag_add(dg, DIAG_ERROR, d->loc, "beside `search` a split in time stands before it, of every "
+                            "operator along the batch: the micro-batches");
+    diag_hint(e, dg, "write `split all on %s into N in time` before `search`, or leave the micro-batches to it",
+              batch ? batch : "batch");
+    return false;
+  }
+  f->micro_batches = d->parts;
+  return true;
+}
+
+bool search_fixed_read(const weft_decisions *written, int at, const weft_graph *g, const weft_cluster *cl,
+                       weft_diags *dg, search_fixed *out) {
+  search_fixed *f = out;
+  *f = (search_fixed){.written = written, .at = at, .mesh = -1, .tp = 1, .pp = 1, .dp = 1, .cp = 1, .ep = 1,
+                      .schedule = -1, .recompute = -1, .zero = -1, .buckets = -1, .micro_batches = -1};
+  int sched_at = -1;
+  for (int i = 0; i < written->n; i++) {
+    const decision *d = &written->items[i];
+    switch (d->kind) {
+    case DEC_MESH:
+      if (!read_mesh(d, i, at, cl, dg, f)) return false;
+      break;
+    case DEC_SCHEDULE:
+      if (d->sched != SCHED_GPIPE && d->sched != SCHED_1F1B && d->sched != SCHED_INTERLEAVED) {
+        weft_diag *g = diag_add(dg, DIAG_ERROR, d->loc, "%s cannot stand beside `search`, which writes the schedules "
+                                "gpipe, one_f_one_b and interleaved", d->sched == SCHED_GRID ? "a schedule grid"
+                                : "schedule interlaced");
+        diag_hint(g, dg, "write one of those, or the whole plan without `search`");
+        return false;
+      }
+      f->schedule = d->sched;
+      sched_at = i;
+      break;
+    case DEC_RECOMPUTE:
+      if (d->mode > f->recompute) f->recompute = d->mode;
+      break;
+    case DEC_SHARD:
+      if (i < at || strcmp(d->axis, "dp") != 0) {
+        weft_diag *g = diag_add(dg, DIAG_ERROR, d->loc, i < at ? "shard stands before `search`, which writes the split "
+                                "along dp that it needs" : "shard over %s: the search's data-parallel axis is dp",
+                                d->axis);
+        diag_hint(g, dg, i < at ? "write it after `search`" : "write it `over dp`");
+        return false;
+      }
+      if (d->state > f->zero) f->zero = d->state;
+      break;
+    case DEC_BUCKETS: f->buckets = d->bytes; break;
+    case DEC_SPLIT:
+      if (d->in_time && f->micro_batches < 0) {
+        if (!read_micro_batches(d, i, at, g, dg, f)) return false;
+        break;
+      }
+      /* fall through */
+    default: {
+      weft_diag *g = diag_add(dg, DIAG_ERROR, d->loc, "%s cannot stand beside `search`, which writes every split, "
+                              "replication, stage, placement and order", dec_kind_names[d->kind]);
+      diag_hint(g, dg, "a plan with `search` may write its mesh, schedule, recompute, shard and buckets; "
+                "write the rest without `search`, or leave it to the search");
+      return false;
+    }
+    }
+  }
+  if (sched_at >= 0 && f->mesh >= 0 && f->pp == 1) {
+    const decision *d = &written->items[sched_at];
+    weft_diag *g = diag_add(dg, DIAG_ERROR, d->loc, "schedule %s orders the stages of a pipeline, and mesh %s has no "
+                            "pp axis to make them", sched_kind_names[d->sched], f->mesh_name);
+    diag_hint(g, dg, "give the mesh a pp axis, or leave the schedule to the search");
+    return false;
+  }
+  return true;
+}
+
+static const char *rc_names[] = {"none", "selective", "full"};
+static const char *zero_names[] = {"", "optimizer", "gradients", "parameters"};
+
+const char *search_fixed_kept(arena *a, const search_fixed *f) {
+  const char *t = "";
+  if (f->mesh >= 0) {
+    const decision *d = &f->written->items[f->mesh];
+    t = arena_printf(a, "mesh %s [", d->name);
+    for (int k = 0; k < d->naxes; k++) t = arena_printf(a, "%s%s%s = %d", t, k ? ", " : "", d->axes[k], d->sizes[k]);
+    t = arena_printf(a, "%s]", t);
+  }
+  if (f->schedule >= 0) t = arena_printf(a, "%s%sschedule %s", t, *t ? ", " : "", sched_kind_names[f->schedule]);
+  if (f->recompute >= 0) t = arena_printf(a, "%s%srecompute %s", t, *t ? ", " : "", rc_names[f->recompute]);
+  if (f->zero >= 0) t = arena_printf(a, "%s%sshard %s", t, *t ? ", " : "", zero_names[f->zero]);
+  if (f->buckets >= 0) t = arena_printf(a, "%s%sbuckets", t, *t ? ", " : "");
+  if (f->micro_batches >= 0) t = arena_printf(a, "%s%s%d micro-batches", t, *t ? ", " : "", f->micro_batches);
+  return *t ? t : "nothing";
+}
+
+const char *search_fixed_open(arena *a, const search_fixed *f) {
+  const char *t = f->mesh >= 0 ? arena_printf(a, "the splits, stages and placement on mesh %s", f->mesh_name)
+                                : "the mesh, splits, stages and placement";
+  if (f->micro_batches < 0) t = arena_printf(a, "%s, micro-batches", t);
+  if (f->schedule < 0) t = arena_printf(a, "%s, schedule", t);
+  if (f->recompute < 0) t = arena_printf(a, "%s, recompute", t);
+  if (f->zero < 0) t = arena_printf(a, "%s, ZeRO", t);
+  if (f->buckets < 0) t = arena_printf(a, "%s, buckets", t);
+  return t;
+}
