@@ -150,10 +150,13 @@ static void frontier_on(const char *cluster, double max_memory, int *cp_plans) {
     assert_true(t <= p->step_time * 1.01 && t >= p->step_time * 0.99);
     assert_int_equal(peak, p->peak_memory);
     /* what the search counted for parameters, gradients, master weights and
-     * optimizer state is what lowering keeps; ZeRO may keep less: a gradient
-     * summed over more devices than dp (a sequence-parallel norm's, over tp
-     * x dp; the embedding tied to the LM head of the last stage, over 2 dp)
-     * is cut into finer parts than the search assumes */
+     * optimizer state is what lowering keeps; under ZeRO the search cuts a
+     * parameter over the devices its gradient is summed over (dp x ep; dp
+     * for experts'; dp x ep x tp for one whole on every device of a tp
+     * group split along a dimension of its result, as a sequence-parallel
+     * layer's or an embedding tied to a head split along the sequence), and
+     * lowering may cut finer (the embedding tied to the LM head of the last
+     * stage, over 2 dp), never coarser */
     printf("  %s: parameters, gradients, master weights and state %lld bytes counted, %lld lowered\n",
            search_describe(&s.c->arena, p), (long long)p->analytic_weights, (long long)last_weights);
     if (p->zero == 0) assert_int_equal(p->analytic_weights, last_weights);
