@@ -88,7 +88,7 @@ fail = []
 def check(cond, what):
     print("lua:   %s: %s" % ("ok" if cond else "NOT", what))
     if not cond: fail.append(what)
-check(p["tp"] == 4, "alone, the search picks tp %d" % p["tp"])
+check(p["tp"] == 8, "alone, the search picks tp %d" % p["tp"])
 check(q["tp"] <= 2 and all(x["tp"] <= 2 for x in tp2["plans"]) and tp2["pruned"] > plain["pruned"],
       "with a prune of tp > 2: tp %d, %d of %d candidates pruned" % (q["tp"], tp2["pruned"], tp2["searched"]))
 least = min(x["peak_memory_bytes"] for x in mem["simulated"] if x["fits"])
