@@ -229,6 +229,14 @@ static bool cost_candidate(const space *sp, const parts *pt, search_plan *c, are
   double tb = range_time(B) + B->recompute[rc], th = range_time(H) + H->recompute[rc],
          tt = range_time(T) + T->recompute[rc];
   double ab = B->act[rc], ah = H->act[rc], at = T->act[rc];
+  /* a parameter several operators read on the same devices, one of them
+   * replicated over the tp group and another split along a dimension of
+   * its result (an embedding's lookup copied, the head tied to it split
+   * along the sequence): lowering would add each copy's gradient to the
+   * sum of the parts, once per member; such a plan is not offered */
+  bool copies = H->tied_copy_elems > 0 || T->tied_copy_elems > 0 || (L > 0 && B->tied_copy_elems > 0);
+  bool sums = H->tied_sum_elems > 0 || T->tied_sum_elems > 0 || (L > 0 && B->tied_sum_elems > 0);
+  if (pp == 1 && copies && sums) return false;
   /* one stage: a parameter read by several operators (an embedding tied
    * to the head) is summed over the tp group too when a later reader
    * sums it so (a head split along the sequence) */

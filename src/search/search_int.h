@@ -49,6 +49,10 @@ typedef struct opcfg {
                             * first, whole on every member of the tensor-parallel group
                             * while this one is split along its result: summed over the
                             * group with the replicas' */
+  double tied_copy_elems; /* elements of parameters other operators read too that this
+                           * one, replicated over the tensor-parallel group, reads on
+                           * every member (copies of one gradient) */
+  double tied_sum_elems;  /* those that this one sums over the group (parts of one) */
   double tpsum;           /* seconds (symbolic: units) of that sum, once a step: the
                            * dynamic program weighs it, the stage's time leaves it to
                            * the step's gradient sums */
@@ -115,6 +119,7 @@ typedef struct rangecost {
   double tied_elems;      /* of which read by other operators too, not in tpsum_elems */
   double tied_tpsum_elems; /* of parameters first read before, summed over the
                             * tensor-parallel group here (not in param_elems) */
+  double tied_copy_elems, tied_sum_elems; /* as opcfg's, summed */
   double tpsum;           /* that sum's time, once a step (not in fwd, bwd) */
   double grad_peak;       /* the largest result of one of its operators per device per
                            * micro-batch: the gradient that backward holds beside it */

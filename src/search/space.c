@@ -402,6 +402,10 @@ int op_configs(arena *a, const sshape *s, const hw_model *hw, bool symbolic, int
         }
       } else if (t->role == TENSOR_PARAM && tpsum && !s->expert[op])
         x->tied_tpsum_elems += part_numel(m, ext);
+      if (t->role == TENSOR_PARAM && s->tied[m->tensor] && tp > 1) {
+        if (c < 0) x->tied_copy_elems += part_numel(m, ext);
+        if (tpsum) x->tied_sum_elems += part_numel(m, ext);
+      }
     }
     bool ok = true;
     for (int k = 0; k < sp->ninputs && k < SEARCH_MAX_INPUTS; k++)
@@ -478,7 +482,7 @@ typedef struct dpstate {
   int *live;              /* configurations, in the order of step.ops */
   double cost;
   double act[3], recompute[3], params, param_elems, xparam_elems, tpsum_elems, tpsum;
-  double tied_elems, tied_tpsum_elems;
+  double tied_elems, tied_tpsum_elems, tied_copy_elems, tied_sum_elems;
   int parent;             /* in the previous step */
   int choice;             /* the configuration of this step's operator */
 } dpstate;
@@ -603,6 +607,8 @@ bool range_best(arena *a, const sshape *s, const hw_model *hw, bool symbolic, in
         ns->tpsum = ps->tpsum + x->tpsum;
         ns->tied_elems = ps->tied_elems + x->tied_elems;
         ns->tied_tpsum_elems = ps->tied_tpsum_elems + x->tied_tpsum_elems;
+        ns->tied_copy_elems = ps->tied_copy_elems + x->tied_copy_elems;
+        ns->tied_sum_elems = ps->tied_sum_elems + x->tied_sum_elems;
       }
     }
     if (cur->n == 0) return false;
@@ -638,6 +644,8 @@ bool range_best(arena *a, const sshape *s, const hw_model *hw, bool symbolic, in
   rc->tpsum = b->tpsum;
   rc->tied_elems = b->tied_elems;
   rc->tied_tpsum_elems = b->tied_tpsum_elems;
+  rc->tied_copy_elems = b->tied_copy_elems;
+  rc->tied_sum_elems = b->tied_sum_elems;
   /* the range's input, kept when everything else is recomputed */
   for (int i = 0; i < nr; i++) {
     const gop *o = &g->ops[lo + i];
