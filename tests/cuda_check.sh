@@ -123,32 +123,32 @@ else bad "a kernel that hangs (exit $rc)"; cat "$tmp/e"; fi
 # the NCCL path (WEFT_CUDA_COMM=nccl) on the emulation's stand-in for NCCL
 # (one rank; each operation reads its input, spoils its output, then
 # writes it, as separate work of NCCL's stream, so that a missing wait
-# between NCCL's stream and the devices' shows): a Megatron plan of one
-# device, whose all-reduces have groups of one, saves the same bytes as on
-# the virtual-device path, under three stream orders, in f32 and bf16
-ONE="--set tp=1 --set pp=1 --set dp=1 --set layers=2 --set hidden=64 --set heads=4 --set seq=16 --set vocab=256"
-ONE="$ONE --set global_batch=4 --set micro_batch=2"
+# between NCCL's stream and the devices' shows): a GPT on one device whose
+# products split along their reduction into two parts (co-shard) all-reduce
+# their sums over the group [0]; it saves the same bytes as on the
+# virtual-device path, under three stream orders, in f32 and bf16
+ONE=tests/cuda/coshard_one.plan
 for dt in f32 bf16; do
-  "$WEFT" run examples/gpt_megatron.plan $ONE --set dtype=$dt --backend cuda --steps 3 --save "$tmp/v.st" >"$tmp/v" 2>&1 ||
+  "$WEFT" run $ONE --set dtype=$dt --backend cuda --steps 3 --save "$tmp/v.st" >"$tmp/v" 2>&1 ||
     bad "the virtual-device path, $dt: $(cat "$tmp/v")"
   same=0
   for seed in 1 2 3; do
-    WEFT_CUDA_EMU_SEED=$seed WEFT_CUDA_COMM=nccl "$WEFT" run examples/gpt_megatron.plan $ONE --set dtype=$dt --backend cuda \
+    WEFT_CUDA_EMU_SEED=$seed WEFT_CUDA_COMM=nccl "$WEFT" run $ONE --set dtype=$dt --backend cuda \
       --steps 3 --save "$tmp/n.st" >"$tmp/n" 2>&1 &&
       grep -q "collectives of groups of one through the emulation's stand-in for NCCL (processes of one machine, through files), 1 communicator" "$tmp/n" &&
       cmp -s "$tmp/v.st" "$tmp/n.st" && same=$((same+1))
     rm -f "$tmp/n.st"
   done
   if [ $same = 3 ]; then ok
-    echo "cuda (emulated): WEFT_CUDA_COMM=nccl, gpt_megatron tp=pp=dp=1 $dt: its $("$WEFT" lower examples/gpt_megatron.plan $ONE --set dtype=$dt | grep -c ' all-reduce .* group \[0\]$') all-reduces of groups of one through NCCL's stand-in save the bytes of the virtual-device path (3 stream orders)"
+    echo "cuda (emulated): WEFT_CUDA_COMM=nccl, co-shard of one device, $dt: its $("$WEFT" lower $ONE --set dtype=$dt | grep -c ' all-reduce .* group \[0\]$') all-reduces of groups of one through NCCL's stand-in save the bytes of the virtual-device path (3 stream orders)"
   else bad "WEFT_CUDA_COMM=nccl, $dt: $same of 3 stream orders match the virtual-device path"; cat "$tmp/n"; fi
 done
-WEFT_CUDA_COMM=nccl WEFT_CUDA_EMU_HANG=1 "$WEFT" run examples/gpt_megatron.plan $ONE --backend cuda --timeout 0.5 >/dev/null 2>"$tmp/e"
+WEFT_CUDA_COMM=nccl WEFT_CUDA_EMU_HANG=1 "$WEFT" run $ONE --backend cuda --timeout 0.5 >/dev/null 2>"$tmp/e"
 rc=$?
 if [ $rc -eq 2 ] && grep -q "instruction [0-9]* (collective of comm [0-9]*): the NCCL all-reduce of group \[0\] did not finish within 0.5 s (--timeout) in step 1; its ranks: 0 of 1, this process; the communicators were aborted (ncclCommAbort)" "$tmp/e"; then ok
   echo "cuda (emulated): WEFT_CUDA_COMM=nccl, a collective that never ends: $(cat "$tmp/e")"
 else bad "WEFT_CUDA_COMM=nccl, a collective that never ends (exit $rc)"; cat "$tmp/e"; fi
-WEFT_CUDA_COMM=mpi "$WEFT" run examples/gpt_megatron.plan $ONE --backend cuda >/dev/null 2>"$tmp/e"
+WEFT_CUDA_COMM=mpi "$WEFT" run $ONE --backend cuda >/dev/null 2>"$tmp/e"
 rc=$?
 if [ $rc -eq 1 ] && grep -q "WEFT_CUDA_COMM=mpi: expected \`nccl\` or \`virtual\`" "$tmp/e"; then ok
 else bad "WEFT_CUDA_COMM=mpi (exit $rc)"; cat "$tmp/e"; fi

@@ -73,7 +73,7 @@ else bad "weft.estimate and weft estimate --json differ"; fi
 SMALL="--set layers=4 --set hidden=1024 --set heads=16 --set seq=512 --set vocab=8192 --set global_batch=1"
 search() { "$WEFT" search "$PLAN" $SMALL --cluster 'a100_dgx(nodes = 1)' --json "$@" 2>"$tmp/err"; }
 search >"$tmp/plain.json" || bad "the search of a small GPT on one node"
-search --heuristic "$here/lua/tp_at_most_4.lua" >"$tmp/tp4.json" || bad "the search with tp_at_most_4.lua"
+search --heuristic "$here/lua/tp_at_most_2.lua" >"$tmp/tp2.json" || bad "the search with tp_at_most_2.lua"
 search --heuristic memory_first >"$tmp/mem.json" || bad "the search with memory_first"
 search --heuristic no_recompute >"$tmp/norc.json" || bad "the search with no_recompute"
 search --heuristic intra_node_tp --heuristic tp_then_pp >"$tmp/rules.json" || bad "the search with intra_node_tp and tp_then_pp"
@@ -83,14 +83,14 @@ t = sys.argv[1]
 def load(n):
     d = json.load(open("%s/%s.json" % (t, n)))
     return d, d["plans"][d["best"]]
-plain, p = load("plain"); tp4, q = load("tp4"); mem, m = load("mem"); norc, n = load("norc"); rules, r = load("rules")
+plain, p = load("plain"); tp2, q = load("tp2"); mem, m = load("mem"); norc, n = load("norc"); rules, r = load("rules")
 fail = []
 def check(cond, what):
     print("lua:   %s: %s" % ("ok" if cond else "NOT", what))
     if not cond: fail.append(what)
 check(p["tp"] == 8, "alone, the search picks tp %d" % p["tp"])
-check(q["tp"] <= 4 and all(x["tp"] <= 4 for x in tp4["plans"]) and tp4["pruned"] > plain["pruned"],
-      "with a prune of tp > 4: tp %d, %d of %d candidates pruned" % (q["tp"], tp4["pruned"], tp4["searched"]))
+check(q["tp"] <= 2 and all(x["tp"] <= 2 for x in tp2["plans"]) and tp2["pruned"] > plain["pruned"],
+      "with a prune of tp > 2: tp %d, %d of %d candidates pruned" % (q["tp"], tp2["pruned"], tp2["searched"]))
 least = min(x["peak_memory_bytes"] for x in mem["simulated"] if x["fits"])
 check(mem["ranked"] and m["peak_memory_bytes"] == least and m["peak_memory_bytes"] < p["peak_memory_bytes"],
       "memory_first: %.1f MiB per device, the least of those simulated, against %.1f MiB (%.2f ms against %.2f ms)"

@@ -86,10 +86,12 @@ for p in norm_seq gate_seq; do run_ok "llama $p: gradients in different layouts"
   --plan $p --steps 2; done
 # a replicated consumer beside split ones: its copies count once in the
 # all-reduce of the others' partial sums; a consumer split along its
-# input's hidden dimension gives pieces each sent from its own buffer
+# input's hidden dimension gives pieces each sent from its own buffer; a
+# reduction split into one part gives complete values
 R=tests/golden/explain/grads_replicated_consumer.plan
 run_ok "llama cp2 tp2, value projection replicated over tp" $R --set 'v="rep"' --steps 2
 run_ok "llama cp2 tp2, value projection split along its input" $R --set 'v="k"' --steps 2
+run_ok "llama cp2, value projection split along its input into one part" $R --set 'v="k"' --set tp=1 --steps 2
 run_ok "llama cp2 tp2 dp2, sequence parallel, value projection replicated over tp" $R --set 'v="rep"' --set sp=true --set dp=2 --steps 2
 run_ok "llama cp2 tp2, sequence parallel, value projection split along its input" $R --set 'v="k"' --set sp=true --steps 2
 # consumers of an activation in different pipeline stages send their parts

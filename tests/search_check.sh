@@ -121,13 +121,13 @@ fi
 
 # A pipeline whose stages have meshes of different shapes: a Llama with a
 # large vocabulary on two DGX A100 nodes, the space narrowed to two stages
-# without ZeRO. The stage of blocks takes tp 2 x dp 4, the one with the
-# head tp 8 on its own node; weft check accepts the plan, weft estimate
+# without ZeRO. The first stage, three blocks, takes tp 8 on its node, the
+# one with the last block and the head tp 4 x dp 2; weft check accepts the plan, weft estimate
 # puts it at the search's figure, and it is faster than the best plan of
 # the same space with every stage on one shape (nonuniform = false).
 cat >"$tmp/nu.plan" <<'EOF2'
 use std
-model g = llama(layers = 4, hidden = 1024, heads = 16, kv_heads = 8, ffn = 2816, seq = 512, vocab = 65536, batch = 16)
+model g = llama(layers = 4, hidden = 1024, heads = 16, kv_heads = 8, ffn = 2816, seq = 512, vocab = 65536, batch = 8)
 EOF2
 printf 'return {\n  space = function(s, model, cluster)\n    s.pp = {2}\n    s.zero = {0}\n  end,\n}\n' >"$tmp/pp2.lua"
 printf 'return {\n  space = function(s, model, cluster)\n    s.nonuniform = false\n  end,\n}\n' >"$tmp/uniform.lua"

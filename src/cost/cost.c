@@ -179,13 +179,25 @@ bool hw_from_plan(weft_diags *dg, const weft_plan *p, const weft_program *pr, hw
 double cost_matmul_efficiency(const hw_model *hw, double batch, double m, double n, double k) {
   if (m <= 0 || n <= 0 || k <= 0 || batch <= 0) return hw->matmul_eff;
   double e = hw->matmul_eff;
+  double slice = k; /* the reduction one tile runs */
   if (hw->tile_m > 0 && hw->tile_n > 0) {
     double tiles = batch * ceil(m / hw->tile_m) * ceil(n / hw->tile_n);
+    /* split-K: a product of fewer tiles than processors whose reduction is
+     * longer than a tile's side cuts the reduction into slices, one tile per
+     * slice, so that the idle processors take a share (cuBLAS and CUTLASS
+     * do; the slices' partial sums, m n each, are small beside k) */
+    double split = 1;
+    if (hw->units > 0 && tiles < hw->units) {
+      split = fmin(floor(hw->units / tiles), floor(k / hw->tile_m));
+      if (split < 1) split = 1;
+    }
+    tiles *= split;
+    slice = k / split;
     double slots = tiles;
     if (hw->units > 0) slots = ceil(tiles / hw->units) * hw->units;
-    e *= batch * m * n / (slots * (double)hw->tile_m * hw->tile_n);
+    e *= batch * m * n * split / (slots * (double)hw->tile_m * hw->tile_n);
   }
-  if (hw->tile_k_overhead > 0) e *= k / (k + hw->tile_k_overhead);
+  if (hw->tile_k_overhead > 0) e *= slice / (slice + hw->tile_k_overhead);
   return e;
 }
 

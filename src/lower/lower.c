@@ -1881,7 +1881,7 @@ static void emit_compute(emitter *E, const task *tk) {
   const tregion *outr = sub_region(L, tk->sub, sp->ninputs);
   if (tk->kind != T_BWD) {
     bool partial = false;
-    for (int i = 0; i < pp->nsplits; i++) partial |= pp->splits[i].kind == SPLIT_VALUE;
+    for (int i = 0; i < pp->nsplits; i++) partial |= pp->splits[i].kind == SPLIT_VALUE && pp->splits[i].parts > 1;
     /* value parts of one operator on one device (co-shard) add up in one
      * buffer before any reduction across devices */
     int maker = s->op * 4 + (int)tk->kind, b = -1;

@@ -72,12 +72,16 @@ static pcomm *comm_add(arena *a, weft_plan *p, comm_kind kind, int tensor, comm_
   return cm;
 }
 
-/* The key of a sub-operator's coordinates on its value (V) levels. */
+/* The key of a sub-operator's coordinates on its value (V) levels; a
+ * reduction split into one part leaves complete values (-1). */
 static int64_t partial_key(const popplan *pp, const psub *s) {
   int64_t key = 0;
   bool any = false;
   for (int i = 0; i < pp->nsplits; i++)
-    if (pp->splits[i].kind == SPLIT_VALUE) { key = key * pp->splits[i].parts + s->coord[i]; any = true; }
+    if (pp->splits[i].kind == SPLIT_VALUE && pp->splits[i].parts > 1) {
+      key = key * pp->splits[i].parts + s->coord[i];
+      any = true;
+    }
   return any ? key : -1;
 }
 

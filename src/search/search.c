@@ -194,13 +194,26 @@ static double replica_cost(const space *sp, comm_kind k, double bytes, int dp, i
 }
 
 /* The bytes a device keeps for layers of a stage (parameters, their
- * gradients and optimizer state, under ZeRO stage z over their replicas:
- * dp x ep of them but for the experts', dp). */
-static double weights_bytes(const space *sp, double params, double elems, double xelems, int z, int dp, int ep) {
-  double xparams = xelems * sp->param_b, n = dp * ep;
-  return (params - xparams) / (z >= 3 ? n : 1) + xparams / (z >= 3 ? dp : 1) +
-         (elems - xelems) * (sp->grad_b / (z >= 2 ? n : 1) + sp->state_b / (z >= 1 ? n : 1)) +
-         xelems * (sp->grad_b / (z >= 2 ? dp : 1) + sp->state_b / (z >= 1 ? dp : 1));
+ * gradients and optimizer state, under ZeRO stage z over the devices their
+ * gradients are summed over: dp x ep, but dp for the experts' and dp x ep
+ * x tp for those whole on every device of a tp group that splits another
+ * dimension, such as a sequence-parallel layer's); moved: elements of
+ * parameters other operators read too that one of those sums over the tp
+ * group (an embedding tied to a head split along the sequence). */
+static double weights_bytes_moved(const space *sp, const rangecost *r, int z, int dp, int ep, int tp, double moved) {
+  double xelems = r->xparam_elems, selems = r->tpsum_elems + moved, elems = r->param_elems - xelems - selems;
+  double pb = r->param_elems > 0 ? r->params / r->param_elems : sp->param_b;
+  double groups[3][2] = {{elems, (double)dp * ep}, {xelems, dp}, {selems, (double)dp * ep * tp}};
+  double bytes = 0;
+  for (int i = 0; i < 3; i++) {
+    double e = groups[i][0], n = groups[i][1];
+    bytes += e * (pb / (z >= 3 ? n : 1) + sp->grad_b / (z >= 2 ? n : 1) + sp->state_b / (z >= 1 ? n : 1));
+  }
+  return bytes;
+}
+
+static double weights_bytes(const space *sp, const rangecost *r, int z, int dp, int ep, int tp) {
+  return weights_bytes_moved(sp, r, z, dp, ep, tp, 0);
 }
 
 /* The recomputation most of n stages take (the flat field of a plan whose
@@ -264,9 +277,23 @@ static bool cost_candidate(const space *sp, const parts *pt, search_plan *c, are
       if (sp->rc_ok[r]) rcs[nrc++] = r;
     if (nrc < 2) return false;
   } else rcs[nrc++] = c->recompute;
-  double wb = weights_bytes(sp, B->params, B->param_elems, B->xparam_elems, z, dp, ep);
-  double wh = weights_bytes(sp, H->params, H->param_elems, H->xparam_elems, z, dp, ep);
-  double wt = weights_bytes(sp, T->params, T->param_elems, T->xparam_elems, z, dp, ep);
+  /* a parameter several operators read on the same devices, one of them
+   * replicated over the tp group and another split along a dimension of
+   * its result (an embedding's lookup copied, the head tied to it split
+   * along the sequence): lowering would add each copy's gradient to the
+   * sum of the parts, once per member; such a plan is not offered */
+  bool copies = H->tied_copy_elems > 0 || T->tied_copy_elems > 0 || (L > 0 && B->tied_copy_elems > 0);
+  bool sums = H->tied_sum_elems > 0 || T->tied_sum_elems > 0 || (L > 0 && B->tied_sum_elems > 0);
+  if (pp == 1 && copies && sums) return false;
+  /* one stage: a parameter read by several operators (an embedding tied
+   * to the head) is summed over the tp group too when a later reader
+   * sums it so (a head split along the sequence) */
+  double tied = pp == 1 && tp > 1 ? L * B->tied_tpsum_elems + H->tied_tpsum_elems + T->tied_tpsum_elems : 0;
+  double mh = fmin(H->tied_elems, tied), mb = L > 0 ? fmin(B->tied_elems, (tied - mh) / L) : 0;
+  double mt = fmin(T->tied_elems, tied - mh - L * mb);
+  double wb = weights_bytes_moved(sp, B, z, dp, ep, tp, mb);
+  double wh = weights_bytes_moved(sp, H, z, dp, ep, tp, mh);
+  double wt = weights_bytes_moved(sp, T, z, dp, ep, tp, mt);
   /* a send between stages, each way, per micro-batch */
   double p2p = 0;
   if (pp > 1) {
@@ -496,10 +523,10 @@ static nustage nu_stage(const space *sp, const nuopt *o, const search_plan *c, i
   st.tb = range_time(&pt->block) + pt->block.recompute[rc];
   /* (plans recompute the blocks only: the head and the tail keep theirs) */
   st.extra = p2p + (k == 0 ? range_time(&pt->head) : 0) + (k == pp - 1 ? range_time(&pt->tail) : 0);
-  double wb = weights_bytes(sp, pt->block.params, pt->block.param_elems, 0, z, o->dp, 1);
+  double wb = weights_bytes(sp, &pt->block, z, o->dp, 1, o->tp);
   st.per = wb + pt->block.act[rc] * inflight;
-  st.fixed = stage_peak(pt, k, pp - 1, true, rc) + (k == 0 ? weights_bytes(sp, pt->head.params, pt->head.param_elems, 0, z, o->dp, 1) + pt->head.act[0] * inflight : 0) +
-             (k == pp - 1 ? weights_bytes(sp, pt->tail.params, pt->tail.param_elems, 0, z, o->dp, 1) + pt->tail.act[0] * inflight : 0);
+  st.fixed = stage_peak(pt, k, pp - 1, true, rc) + (k == 0 ? weights_bytes(sp, &pt->head, z, o->dp, 1, o->tp) + pt->head.act[0] * inflight : 0) +
+             (k == pp - 1 ? weights_bytes(sp, &pt->tail, z, o->dp, 1, o->tp) + pt->tail.act[0] * inflight : 0);
   return st;
 }
 
@@ -615,9 +642,9 @@ static bool cost_nonuniform(const space *sp, const nuopt *const *opts, const int
     double mem = x->fixed + layers[k] * x->per;
     if (mem > mem_max) mem_max = mem;
     int z = c->zero;
-    double weights = layers[k] * weights_bytes(sp, pt->block.params, pt->block.param_elems, 0, z, o->dp, 1) +
-                     (k == 0 ? weights_bytes(sp, pt->head.params, pt->head.param_elems, 0, z, o->dp, 1) : 0) +
-                     (k == pp - 1 ? weights_bytes(sp, pt->tail.params, pt->tail.param_elems, 0, z, o->dp, 1) : 0);
+    double weights = layers[k] * weights_bytes(sp, &pt->block, z, o->dp, 1, o->tp) +
+                     (k == 0 ? weights_bytes(sp, &pt->head, z, o->dp, 1, o->tp) : 0) +
+                     (k == pp - 1 ? weights_bytes(sp, &pt->tail, z, o->dp, 1, o->tp) : 0);
     if (weights > weights_max) weights_max = weights;
     /* the stage's gradients summed over its dp replicas (tp apart), those
      * of weights read whole by split operators over dp x tp */

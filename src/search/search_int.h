@@ -38,9 +38,21 @@ typedef struct opcfg {
   double params;          /* bytes of the parameters it is the first to read, per device */
   double param_elems;     /* their elements per device */
   double xparam_elems;    /* of which experts' (split over ep, summed over dp only) */
-  double tpsum_elems;     /* of which whole on every member of the tensor-parallel group
-                           * while the operator is split: their gradients are partial
-                           * sums, summed over the group with the replicas' */
+  double tpsum_elems;     /* of which, but for experts', whole on every member of the
+                           * tensor-parallel group while the operator is split along a
+                           * dimension of its result: their gradients are partial sums,
+                           * summed over the group with the replicas' (along a reduction,
+                           * the first part alone applies them) */
+  double tied_elems;      /* of param_elems, those of parameters other operators read too,
+                           * not in tpsum_elems */
+  double tied_tpsum_elems; /* elements per device of parameters an earlier operator reads
+                            * first, whole on every member of the tensor-parallel group
+                            * while this one is split along its result: summed over the
+                            * group with the replicas' */
+  double tied_copy_elems; /* elements of parameters other operators read too that this
+                           * one, replicated over the tensor-parallel group, reads on
+                           * every member (copies of one gradient) */
+  double tied_sum_elems;  /* those that this one sums over the group (parts of one) */
   double tpsum;           /* seconds (symbolic: units) of that sum, once a step: the
                            * dynamic program weighs it, the stage's time leaves it to
                            * the step's gradient sums */
@@ -104,6 +116,10 @@ typedef struct rangecost {
   double params, param_elems; /* per device */
   double xparam_elems;    /* of which experts' */
   double tpsum_elems;     /* of which summed over the tensor-parallel group too */
+  double tied_elems;      /* of which read by other operators too, not in tpsum_elems */
+  double tied_tpsum_elems; /* of parameters first read before, summed over the
+                            * tensor-parallel group here (not in param_elems) */
+  double tied_copy_elems, tied_sum_elems; /* as opcfg's, summed */
   double tpsum;           /* that sum's time, once a step (not in fwd, bwd) */
   double out_bytes;       /* the range's result per device per micro-batch (what a stage sends) */
   double peak_act;        /* the largest result of one of its operators per device per

@@ -386,15 +386,25 @@ int op_configs(arena *a, const sshape *s, const hw_model *hw, bool symbolic, int
         if (place_of(sp, m, c, &x->in[k])) x->gin[k] = x->in[k];
         else x->gin[k] = (layout){L_V, 0, 0};
       }
+      /* a parameter read whole by each part of a split along a dimension
+       * of the result (not a reduction, whose first part alone applies
+       * what lacks it): its gradient is a sum over the group */
+      bool tpsum = c >= 0 && x->gin[k].kind == L_V && x->out.kind != L_V;
       if (t->role == TENSOR_PARAM && s->first_reader[op * SEARCH_MAX_INPUTS + k]) {
         x->params += pb;
         x->param_elems += part_numel(m, ext);
         if (s->expert[op]) x->xparam_elems += part_numel(m, ext);
-        if (c >= 0 && x->gin[k].kind == L_V) {
-          x->tpsum_elems += part_numel(m, ext);
+        else if (tpsum) x->tpsum_elems += part_numel(m, ext);
+        else if (s->tied[m->tensor]) x->tied_elems += part_numel(m, ext);
+        if (tpsum) {
           double gb = part_numel(m, ext) * dtype_bytes[graph_grad_dtype(g, m->tensor)];
           x->tpsum += relayout(hw, symbolic, (layout){L_V, 0, 0}, (layout){L_R, 0, 0}, gb, tp);
         }
+      } else if (t->role == TENSOR_PARAM && tpsum && !s->expert[op])
+        x->tied_tpsum_elems += part_numel(m, ext);
+      if (t->role == TENSOR_PARAM && s->tied[m->tensor] && tp > 1) {
+        if (c < 0) x->tied_copy_elems += part_numel(m, ext);
+        if (tpsum) x->tied_sum_elems += part_numel(m, ext);
       }
     }
     bool ok = true;
@@ -472,6 +482,7 @@ typedef struct dpstate {
   int *live;              /* configurations, in the order of step.ops */
   double cost;
   double act[3], recompute[3], params, param_elems, xparam_elems, tpsum_elems, tpsum;
+  double tied_elems, tied_tpsum_elems, tied_copy_elems, tied_sum_elems;
   int parent;             /* in the previous step */
   int choice;             /* the configuration of this step's operator */
 } dpstate;
@@ -594,6 +605,10 @@ bool range_best(arena *a, const sshape *s, const hw_model *hw, bool symbolic, in
         ns->xparam_elems = ps->xparam_elems + x->xparam_elems;
         ns->tpsum_elems = ps->tpsum_elems + x->tpsum_elems;
         ns->tpsum = ps->tpsum + x->tpsum;
+        ns->tied_elems = ps->tied_elems + x->tied_elems;
+        ns->tied_tpsum_elems = ps->tied_tpsum_elems + x->tied_tpsum_elems;
+        ns->tied_copy_elems = ps->tied_copy_elems + x->tied_copy_elems;
+        ns->tied_sum_elems = ps->tied_sum_elems + x->tied_sum_elems;
       }
     }
     if (cur->n == 0) return false;
@@ -626,6 +641,10 @@ bool range_best(arena *a, const sshape *s, const hw_model *hw, bool symbolic, in
   rc->xparam_elems = b->xparam_elems;
   rc->tpsum_elems = b->tpsum_elems;
   rc->tpsum = b->tpsum;
+  rc->tied_elems = b->tied_elems;
+  rc->tied_tpsum_elems = b->tied_tpsum_elems;
+  rc->tied_copy_elems = b->tied_copy_elems;
+  rc->tied_sum_elems = b->tied_sum_elems;
   /* the range's input, kept when everything else is recomputed */
   for (int i = 0; i < nr; i++) {
     const gop *o = &g->ops[lo + i];

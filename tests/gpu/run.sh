@@ -93,21 +93,20 @@ else
 fi
 
 # 6. NCCL, one rank
-ONE="--set tp=1 --set pp=1 --set dp=1 --set layers=2 --set hidden=64 --set heads=4 --set seq=16 --set vocab=256"
-ONE="$ONE --set global_batch=4 --set micro_batch=2"
+ONE=tests/cuda/coshard_one.plan  # co-shard on one device: all-reduces of the group [0]
 if ! ldd libweft_cuda.so | grep -q "libnccl"; then
   say "skipped: NCCL path: libweft_cuda.so was built without NCCL (no nccl.h where nvcc is)"
 elif ldd libweft_cuda.so | grep -q "libnccl.*not found"; then
   say "skipped: NCCL path: libnccl.so.2 is not found (put its directory in LD_LIBRARY_PATH)"
 else
   for dt in f32 bf16; do
-    limit $WEFT run examples/gpt_megatron.plan $ONE --set dtype=$dt --backend cuda --steps 3 --save "$tmp/v.st" >"$tmp/v" 2>&1
-    limit env WEFT_CUDA_COMM=nccl $WEFT run examples/gpt_megatron.plan $ONE --set dtype=$dt --backend cuda --steps 3 \
+    limit $WEFT run $ONE --set dtype=$dt --backend cuda --steps 3 --save "$tmp/v.st" >"$tmp/v" 2>&1
+    limit env WEFT_CUDA_COMM=nccl $WEFT run $ONE --set dtype=$dt --backend cuda --steps 3 \
       --check --save "$tmp/n.st" >"$tmp/n" 2>&1
     rc=$?
     if [ $rc -eq 0 ] && grep -q "collectives of groups of one through NCCL [0-9.]*, 1 communicator" "$tmp/n" &&
        grep -q ": match$" "$tmp/n" && cmp -s "$tmp/v.st" "$tmp/n.st"; then
-      ok "NCCL path, gpt_megatron tp=pp=dp=1 $dt: $(sed -n 's/.*through \(NCCL [0-9.]*\).*/\1/p' "$tmp/n"), one rank: the bytes of the virtual-device path, --check: match"
+      ok "NCCL path, co-shard of one device $dt: $(sed -n 's/.*through \(NCCL [0-9.]*\).*/\1/p' "$tmp/n"), one rank: the bytes of the virtual-device path, --check: match"
     else bad "NCCL path, $dt (exit $rc)"; cat "$tmp/v" "$tmp/n" | tee -a "$log"; fi
     rm -f "$tmp/v.st" "$tmp/n.st"
   done

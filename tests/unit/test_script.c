@@ -76,11 +76,11 @@ static void prune_forbids_wide_tp(void **state) {
   (void)state;
   world w;
   open_world(&w, 0, 0);
-  load(&w, "return { prune = function(c) return c.tp <= 4 end }\n");
+  load(&w, "return { prune = function(c) return c.tp <= 2 end }\n");
   search_result plain = search(&w, false), pruned = search(&w, true);
   assert_int_equal(plain.plans[plain.best].tp, 8);
-  assert_true(pruned.plans[pruned.best].tp <= 4);
-  for (int i = 0; i < pruned.nsimulated; i++) assert_true(pruned.simulated[i].tp <= 4);
+  assert_true(pruned.plans[pruned.best].tp <= 2);
+  for (int i = 0; i < pruned.nsimulated; i++) assert_true(pruned.simulated[i].tp <= 2);
   assert_true(pruned.pruned > plain.pruned);
   close_world(&w);
 }

@@ -75,6 +75,19 @@ static void test_matmul_efficiency(void **state) {
   assert_true(e3 < e / 10);
   /* efficiency grows with k toward the matmul fraction */
   assert_true(cost_matmul_efficiency(&hw, 1, 3072, 1152, 64) < cost_matmul_efficiency(&hw, 1, 3072, 1152, 8192));
+  /* a weight gradient's shape: one tile of output over a reduction of
+   * 200704 rows; split-K deals it to all 108 SMs in slices of 1858 */
+  double e4 = cost_matmul_efficiency(&hw, 1, 256, 128, 200704);
+  assert_true(fabs(e4 - 0.8 * 1858.37037037037 / (1858.37037037037 + 128)) < 1e-9);
+  /* 8 tiles: 13 slices each, 104 of 108 SMs busy */
+  double e5 = cost_matmul_efficiency(&hw, 1, 256, 1024, 200704);
+  assert_true(fabs(e5 - 0.8 * (104.0 / 108) * (200704 / 13.0) / (200704 / 13.0 + 128)) < 1e-9);
+  /* the slices are no shorter than a tile's side: k = 512 splits in 2 */
+  double e6 = cost_matmul_efficiency(&hw, 1, 256, 128, 512);
+  assert_true(fabs(e6 - 0.8 * (2.0 / 108) * 256 / (256 + 128.0)) < 1e-12);
+  /* a short reduction is not split; nor is a product that fills the SMs */
+  assert_true(fabs(cost_matmul_efficiency(&hw, 1, 256, 128, 255) - 0.8 / 108 * 255 / (255 + 128.0)) < 1e-12);
+  assert_true(fabs(cost_matmul_efficiency(&hw, 1, 256 * 12, 128 * 9, 200704) - 0.8 * 200704 / (200704 + 128.0)) < 1e-12);
   /* without tile data: the bare fraction */
   hw_model ideal = {0};
   ideal.matmul_eff = 1;
