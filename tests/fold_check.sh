@@ -148,6 +148,12 @@ done
 device_eq "value projection replicated, device 5 (leaves its copy out)" 5 $R --set 'v="rep"' --set dp=2
 compare "gradient read in two stages, tp 2 dp 2" $S --plan skip_tp --set dp=2
 check_reps "gradients read in two stages, tp 2 dp 2 (replicas)" $S --set dp=2
+# a tied parameter's replicated lookup leaving its copy out of the sum
+T=tests/golden/explain/grads_tied_replicated_lookup.plan
+compare "tied lookup replicated, tp 2 dp 2" $T --set dp=2
+check_reps "tied lookup replicated, tp 2 dp 2 (replicas)" $T --set dp=2
+check_reps "tied lookup replicated, tp 2 on 2 replicas, dp 2 (replicas)" $T --set dp=2 --set rep=2
+device_eq "tied lookup replicated, device 3 (leaves its copy out)" 3 $T --set dp=2
 export WEFT_FOLD=always
 check_reps "megatron interleaved, tp 2 pp 2 dp 2, 16 micro-batches (replicas, folded)" $M --set interleave=2 --set layers=8 --set micro_batch=1 --set global_batch=32
 check_reps "gpt2 (replicas, folded)" examples/gpt2.plan

@@ -94,6 +94,12 @@ run_ok "llama cp2 tp2, value projection split along its input" $R --set 'v="k"' 
 run_ok "llama cp2, value projection split along its input into one part" $R --set 'v="k"' --set tp=1 --steps 2
 run_ok "llama cp2 tp2 dp2, sequence parallel, value projection replicated over tp" $R --set 'v="rep"' --set sp=true --set dp=2 --steps 2
 run_ok "llama cp2 tp2, sequence parallel, value projection split along its input" $R --set 'v="k"' --set sp=true --steps 2
+# a tied parameter read by a lookup replicated over tp and by a head split
+# along the sequence: the lookup's copies count once in the tp group's sum
+T=tests/golden/explain/grads_tied_replicated_lookup.plan
+run_ok "gpt tied embedding, lookup replicated over tp 2, head split on seq" $T --steps 2
+run_ok "gpt tied embedding, lookup replicated, tp 2 dp 4" $T --set dp=4 --steps 2
+run_ok "gpt tied embedding, lookup replicated, tp 2 on 2 replicas, dp 2" $T --set rep=2 --set dp=2 --steps 2
 # consumers of an activation in different pipeline stages send their parts
 # of its gradient to the producer
 for p in skip skip_tp t5_cross; do

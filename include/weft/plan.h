@@ -161,10 +161,11 @@ typedef struct pcomm {
                            * brings); NULL: every member adds */
   tregion *sources;       /* ALL_TO_ALL: the part each member starts with; member
                            * i sends member j sources[i] ∩ parts[j] */
-  int nomit;              /* ALL_REDUCE of an activation's gradient: members that */
-  int *omit;              /* leave one consumer's part out of what they add (a
-                           * copy of a replicated consumer that another member
-                           * brings): nomit pairs (device, consumer operator) */
+  int nomit;              /* a gradient's ALL_REDUCE (or ZeRO's REDUCE_SCATTER of a */
+  int *omit;              /* parameter's): members that leave one consumer's part
+                           * out of what they add (a copy of a replicated consumer
+                           * that another member brings): nomit pairs (device,
+                           * consumer operator) */
   tregion *from;          /* SEND of a gradient's piece that the sender may hold
                            * in several buffers (one consumer's region inside
                            * another's): the region of the buffer it is taken

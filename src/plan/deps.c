@@ -1247,8 +1247,12 @@ static bool zero_comms(arena *a, arena *sc, weft_plan *p, int t, const int *g, i
  * contributions gp[0..n) (in operator order): contributions with the same
  * key are copies (replicas compute the same gradient) and those with
  * different keys are parts of a sum: each set of copies takes part in its
- * own reduction, one device per key. mark is a scratch flag per device,
- * all false, left so. */
+ * own reduction, one device per key. In a sum each part counts once: a
+ * part on more devices than another (a replicated reader beside split
+ * ones) is brought by one of its devices already in the group where there
+ * is one, and its copies on the group's other devices are left out of what
+ * they add (pcomm.omit). mark is a scratch flag per device, all false,
+ * left so. */
 static void reduce_region(arena *a, arena *sc, weft_plan *p, int t, const tregion *region, const gpart *gp, int n,
                           bool *mark) {
   /* distinct (key, device), sorted: each key's devices in increasing order */
@@ -1268,21 +1272,62 @@ static void reduce_region(arena *a, arena *sc, weft_plan *p, int t, const tregio
   if (nk < 2) return;  /* copies only: every device computed the whole gradient */
   for (int r = 0; r < nk; r++)
     if (copies < 0 || nd[r] < copies) copies = nd[r];
-  /* copies beyond the fewest (a part computed on more devices than
-   * another): those devices take the first group's sum without adding */
-  for (int r = 0; r < nk; r++)
-    for (int j = 0; j < copies; j++) mark[o[start[r] + j].device] = true;
+  /* rep[r * copies + j]: the device that brings key r to group j. The keys
+   * on the fewest devices give group j its members, the j-th device of
+   * each; the groups' devices are marked */
+  int *rep = arena_alloc(sc, sizeof(int) * (size_t)nk * (size_t)copies);
+  int **base = arena_alloc(sc, sizeof(int *) * (size_t)copies);
+  int *nbase = arena_alloc(sc, sizeof(int) * (size_t)copies);
+  for (int j = 0; j < copies; j++) {
+    base[j] = arena_alloc(sc, sizeof(int) * (size_t)nk);
+    nbase[j] = 0;
+    for (int r = 0; r < nk; r++)
+      if (nd[r] == copies) base[j][nbase[j]++] = rep[r * copies + j] = o[start[r] + j].device;
+    nbase[j] = distinct(base[j], nbase[j]);
+    for (int q = 0; q < nbase[j]; q++) mark[base[j][q]] = true;
+  }
+  /* a key on more devices: in each group, its first device already there,
+   * else its first device in no group yet (else its j-th) */
+  for (int r = 0; r < nk; r++) {
+    if (nd[r] == copies) continue;
+    for (int j = 0; j < copies; j++) {
+      int d = -1;
+      for (int i = 0; i < nd[r] && d < 0; i++)
+        if (member_of(base[j], nbase[j], o[start[r] + i].device) >= 0) d = o[start[r] + i].device;
+      for (int i = 0; i < nd[r] && d < 0; i++)
+        if (!mark[o[start[r] + i].device]) d = o[start[r] + i].device;
+      if (d < 0) d = o[start[r] + j].device;
+      mark[d] = true;
+      rep[r * copies + j] = d;
+    }
+  }
+  /* the other devices of a key: in a group, they leave their copy out of
+   * what they add (unless the same operator's other part there is to be
+   * added); in none, they take the first group's sum without adding */
   int *extra = arena_alloc(sc, sizeof(int) * (size_t)(m + 1));
-  int nx = 0;
+  int *omit = arena_alloc(sc, sizeof(int) * 2 * (size_t)(m + 1));
+  int nx = 0, nomit = 0;
   for (int r = 0; r < nk; r++)
-    for (int j = copies; j < nd[r]; j++)
-      if (!mark[o[start[r] + j].device]) extra[nx++] = o[start[r] + j].device;
-  for (int r = 0; r < nk; r++)
-    for (int j = 0; j < copies; j++) mark[o[start[r] + j].device] = false;
+    for (int i = 0; i < nd[r]; i++) {
+      const gpart *c = &o[start[r] + i];
+      bool brings = false;
+      for (int r2 = 0; r2 < nk && !brings; r2++)
+        if (r2 == r || o[start[r2]].op == c->op)
+          for (int j = 0; j < copies && !brings; j++) brings = rep[r2 * copies + j] == c->device;
+      if (brings) continue;
+      if (!mark[c->device]) {
+        extra[nx++] = c->device;
+        continue;
+      }
+      bool listed = false;
+      for (int q = 0; q < nomit && !listed; q++) listed = omit[2 * q] == c->device && omit[2 * q + 1] == c->op;
+      if (!listed) omit[2 * nomit] = c->device, omit[2 * nomit++ + 1] = c->op;
+    }
+  for (int q = 0; q < m; q++) mark[o[q].device] = false;
   nx = distinct(extra, nx);
   int *g = arena_alloc(sc, sizeof(int) * (size_t)(nk + nx));
   for (int j = 0; j < copies; j++) {
-    for (int r = 0; r < nk; r++) g[r] = o[start[r] + j].device;
+    for (int r = 0; r < nk; r++) g[r] = rep[r * copies + j];
     int ng = distinct(g, nk);
     int nadd = ng;
     if (j == 0) {
@@ -1291,17 +1336,34 @@ static void reduce_region(arena *a, arena *sc, weft_plan *p, int t, const tregio
     }
     if (ng < 2) continue;  /* all parts on one device: summed in place */
     tregion r = tregion_copy(a, region);
-    if (nadd == ng && p->zero[t].stage > 0 && zero_comms(a, sc, p, t, g, ng, &r, gp, n)) continue;
-    pcomm *cm = comm_add(a, p, COMM_ALL_REDUCE, t, PHASE_WEIGHTS, g, ng, &r);
-    cm->why = "parts of the gradient are computed on several devices: they are summed";
-    if (nadd < ng) {
-      cm->silent = arena_alloc(a, sizeof(bool) * (size_t)ng);
-      for (int q = 0; q < ng; q++) {
-        cm->silent[q] = false;
-        for (int x = 0; x < nx; x++) cm->silent[q] |= g[q] == extra[x];
+    int first = p->ncomms;
+    if (!(nadd == ng && p->zero[t].stage > 0 && zero_comms(a, sc, p, t, g, ng, &r, gp, n))) {
+      pcomm *cm = comm_add(a, p, COMM_ALL_REDUCE, t, PHASE_WEIGHTS, g, ng, &r);
+      cm->why = "parts of the gradient are computed on several devices: they are summed";
+      if (nadd < ng) {
+        cm->silent = arena_alloc(a, sizeof(bool) * (size_t)ng);
+        for (int q = 0; q < ng; q++) {
+          cm->silent[q] = false;
+          for (int x = 0; x < nx; x++) cm->silent[q] |= g[q] == extra[x];
+        }
+        cm->why = "parts of the gradient are computed on several devices: they are summed, and the further "
+                  "copies of a part take the sum without adding theirs";
       }
-      cm->why = "parts of the gradient are computed on several devices: they are summed, and the further "
-                "copies of a part take the sum without adding theirs";
+    }
+    /* the group's members that leave a copy out: named on its first
+     * communication, where the lowering looks for them */
+    pcomm *cm = &p->comms[first];
+    for (int q = 0; q < nomit; q++) {
+      if (member_of(g, ng, omit[2 * q]) < 0) continue;
+      int *w = arena_alloc(a, sizeof(int) * 2 * (size_t)(cm->nomit + 1));
+      if (cm->nomit) memcpy(w, cm->omit, sizeof(int) * 2 * (size_t)cm->nomit);
+      w[2 * cm->nomit] = omit[2 * q];
+      w[2 * cm->nomit + 1] = omit[2 * q + 1];
+      cm->omit = w;
+      cm->nomit++;
+      if (cm->kind == COMM_ALL_REDUCE && !cm->silent)
+        cm->why = "parts of the gradient are computed on several devices: they are summed, and a replicated "
+                  "reader's copies add theirs once";
     }
   }
 }
