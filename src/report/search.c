@@ -152,6 +152,24 @@ static agreement agree(const search_result *r) {
 
 static const char *recompute_name(int r) { return r == 2 ? "full" : r == 1 ? "selective" : "none"; }
 
+/* "simulated": every candidate the simulator timed, with its analytic figures */
+static void json_simulated(json *j, weft_ctx *c, const search_result *r) {
+  json_key(j, "simulated");
+  json_arr(j);
+  for (int i = 0; i < r->nsimulated; i++) {
+    const search_plan *p = &r->simulated[i];
+    json_obj(j);
+    json_key(j, "plan"), json_str(j, search_describe(&c->arena, p));
+    json_key(j, "step_time_s"), json_num(j, p->step_time);
+    json_key(j, "analytic_time_s"), json_num(j, p->analytic_time);
+    json_key(j, "peak_memory_bytes"), json_int(j, p->peak_memory);
+    json_key(j, "analytic_memory_bytes"), json_int(j, p->analytic_memory);
+    json_key(j, "fits"), json_bool(j, p->fits);
+    json_end_obj(j);
+  }
+  json_end_arr(j);
+}
+
 static void json_plan(json *j, const search_plan *p, const weft_graph *g, const char *source) {
   json_obj(j);
   json_key(j, "step_time_s"), json_num(j, p->step_time);
@@ -582,20 +600,7 @@ static int search_statement(weft_ctx *c, const weft_opts *o, const weft_item *pl
                 arena_printf(&c->arena, "%s\nuse \"%s\"\n\n%s\n", hdr, use,
                              with_searched(c, plan, src.search_loc, &r.plans[i], g)));
     json_end_arr(&j);
-    json_key(&j, "simulated");
-    json_arr(&j);
-    for (int i = 0; i < r.nsimulated; i++) {
-      const search_plan *p = &r.simulated[i];
-      json_obj(&j);
-      json_key(&j, "plan"), json_str(&j, search_describe(&c->arena, p));
-      json_key(&j, "step_time_s"), json_num(&j, p->step_time);
-      json_key(&j, "analytic_time_s"), json_num(&j, p->analytic_time);
-      json_key(&j, "peak_memory_bytes"), json_int(&j, p->peak_memory);
-      json_key(&j, "analytic_memory_bytes"), json_int(&j, p->analytic_memory);
-      json_key(&j, "fits"), json_bool(&j, p->fits);
-      json_end_obj(&j);
-    }
-    json_end_arr(&j);
+    json_simulated(&j, c, &r);
     json_key(&j, "analytic");
     json_obj(&j);
     json_key(&j, "pairs_ordered_alike"), json_num(&j, ag.pairs);
@@ -857,20 +862,7 @@ int report_search(const weft_opts *o) {
       free(buf);
     }
     json_end_arr(&j);
-    json_key(&j, "simulated");
-    json_arr(&j);
-    for (int i = 0; i < r.nsimulated; i++) {
-      const search_plan *p = &r.simulated[i];
-      json_obj(&j);
-      json_key(&j, "plan"), json_str(&j, search_describe(&c->arena, p));
-      json_key(&j, "step_time_s"), json_num(&j, p->step_time);
-      json_key(&j, "analytic_time_s"), json_num(&j, p->analytic_time);
-      json_key(&j, "peak_memory_bytes"), json_int(&j, p->peak_memory);
-      json_key(&j, "analytic_memory_bytes"), json_int(&j, p->analytic_memory);
-      json_key(&j, "fits"), json_bool(&j, p->fits);
-      json_end_obj(&j);
-    }
-    json_end_arr(&j);
+    json_simulated(&j, c, &r);
     json_key(&j, "analytic");
     if (policies) json_null(&j);  /* the policies' plans have no analytic cost */
     else {
