@@ -266,7 +266,7 @@ if command -v mpirun >/dev/null 2>&1; then
     while [ $n -lt 80 ] && [ -n "$left" ]; do
       left=$(for r in $ranks; do kill -0 "$r" 2>/dev/null && echo "$r"; done); sleep 0.1; n=$((n+1))
     done
-    if [ -f "$tmp/stop.rc" ] && [ "$(cat "$tmp/stop.rc")" != 0 ] && grep -q "it did not come (--timeout)" "$tmp/stop.out" && [ -z "$left" ]; then
+    if [ -f "$tmp/stop.rc" ] && [ "$(cat "$tmp/stop.rc")" != 0 ] && grep -qE "it did not come \(--timeout\)|waited [0-9.]+ s for the other processes in an? [a-z-]+ \(--timeout\)" "$tmp/stop.out" && [ -z "$left" ]; then
       ok; echo "run: mpirun -np 2 with a process stopped: the other gives up after --timeout 2, every process ends"
     else bad "a stopped process under mpirun: $(cat "$tmp/stop.rc" 2>/dev/null), left: $left"; grep -v "^step" "$tmp/stop.out"; fi
     for r in $ranks; do kill -CONT "$r" 2>/dev/null; kill -9 "$r" 2>/dev/null; done
