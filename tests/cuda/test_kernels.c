@@ -774,6 +774,45 @@ static void check_gemm_staged(int dt) {
   unsetenv("WEFT_GEMM_STAGE_BYTES");
 }
 
+/* The warp product of mma.cuh: its fragment layouts on this device (a
+ * wrong layout puts the sums in the wrong places: far off, not just
+ * rounded). B[k][n] = b_kn[k * 16 + n] = b_nk[n * 16 + k]. */
+static void check_mma(int dt) {
+  char e[400];
+  float *a = randn(256, 1), *bkn = randn(256, 1), bnk[256], want[768], ab[256];
+  round_all(a, 256, dt), round_all(bkn, 256, dt);
+  for (int k = 0; k < 16; k++)
+    for (int n = 0; n < 16; n++) bnk[n * 16 + k] = bkn[k * 16 + n];
+  for (int i = 0; i < 16; i++)
+    for (int j = 0; j < 16; j++) {
+      double sum = 0;
+      for (int k = 0; k < 16; k++) sum += (double)a[i * 16 + k] * bkn[k * 16 + j];
+      want[i * 16 + j] = want[256 + i * 16 + j] = (float)sum;
+      ab[i * 16 + j] = (float)sum;
+    }
+  round_all(ab, 256, dt);
+  for (int i = 0; i < 16; i++)
+    for (int j = 0; j < 16; j++) {
+      double sum = 0;
+      for (int k = 0; k < 16; k++) sum += (double)ab[i * 16 + k] * bkn[k * 16 + j];
+      want[512 + i * 16 + j] = (float)sum;
+    }
+  void *da = up(a, 256, dt), *dnk = up(bnk, 256, dt), *dkn = up(bkn, 256, dt);
+  float *d = gpu_alloc(768 * 4, e, sizeof e), *got = malloc(768 * 4), *part = malloc(256 * 4);
+  if (!d) die("gpu_alloc", e);
+  gpu_mma_check(S, dt, d, da, dnk, dkn);
+  if (!gpu_check("mma", e, sizeof e) || !gpu_download(got, d, 768 * 4, S, e, sizeof e)) die("mma", e);
+  const char *what[3] = {"mma m16n8k16: A B, B stored [n][k]", "mma m16n8k16: A B, B stored [k][n]",
+                         "mma m16n8k16: (A B) B, a result as operand"};
+  for (int c = 0; c < 3; c++) {
+    float *g = malloc(256 * 4);
+    memcpy(g, got + 256 * c, 256 * 4);
+    expect(what[c], dt, g, want + 256 * c, 256);
+  }
+  free(got), free(part), free(a), free(bkn);
+  gpu_free(d), gpu_free(da), gpu_free(dnk), gpu_free(dkn);
+}
+
 int main(void) {
   char e[512];
   int n = gpu_count(e, sizeof e);
@@ -816,6 +855,8 @@ int main(void) {
   /* WEFT_TEST_BIG=1: the large attention cases in the emulation too (minutes) */
   const char *bigenv = getenv("WEFT_TEST_BIG");
   bool tcbig = big || (bigenv && strcmp(bigenv, "1") == 0);
+  check_mma(GPU_BF16);
+  check_mma(GPU_F16);
   check_attention(GPU_F16, 1, 70, 2, 64);
   check_attention_tc(GPU_BF16, tcbig);
   check_attention_tc(GPU_F16, tcbig);
