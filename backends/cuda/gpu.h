@@ -227,8 +227,10 @@ void gpu_attention_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv,
                             const void *out, void *ws);
 
 /* mma.cu: d[0, 256) = A B and d[256, 512) = the same with B stored [k][n],
- * d[512, 768) = (A B rounded to dt) B, all 16 x 16 row-major, through the
- * warp product of mma.cuh (dt bf16 or f16): a check of its layouts. */
+ * d[512, 768) = (A B rounded to dt) B, d[768, 1024) and d[1024, 1280) = A B
+ * through ldmatrix (B stored [k][n], then [n][k]), all 16 x 16 row-major,
+ * through the warp product of mma.cuh (dt bf16 or f16): a check of its
+ * layouts. */
 void gpu_mma_check(gpu_stream *s, int dt, float *d, const void *a, const void *b_nk, const void *b_kn);
 
 /* ---- softmax -------------------------------------------------------------------------- */

@@ -2,7 +2,9 @@
  * a 16 x 16 tile by a 16 x 16 one (two products of 16 x 8), B read both as
  * stored [n][k] and as stored [k][n], and the first result again through
  * its registers taken as the A operand of a second product (the way a
- * kernel feeds P to P V). test_kernels compares the three with the CPU's. */
+ * kernel feeds P to P V); then A B again with the operands through
+ * ldmatrix from shared memory, B stored [k][n] (.trans) and [n][k].
+ * test_kernels compares the five with the CPU's. */
 #include "mma.cuh"
 
 template <class T>
@@ -33,6 +35,27 @@ __global__ void k_mma_check(float *d, const T *a, const T *b_nk, const T *b_kn) 
     float *d3 = d + 512;
     d3[(g)*16 + h * 8 + 2 * t] = e[0], d3[(g)*16 + h * 8 + 2 * t + 1] = e[1];
     d3[(g + 8) * 16 + h * 8 + 2 * t] = e[2], d3[(g + 8) * 16 + h * 8 + 2 * t + 1] = e[3];
+  }
+  /* through shared memory, rows of 24 elements (48 bytes: 16-byte aligned) */
+  __align__(16) __shared__ T sa[16 * 24], skn[16 * 24], snk[16 * 24];
+  for (int i = lane; i < 256; i += 32) {
+    sa[i / 16 * 24 + i % 16] = a[i];
+    skn[i / 16 * 24 + i % 16] = b_kn[i];
+    snk[i / 16 * 24 + i % 16] = b_nk[i];
+  }
+  __syncwarp();
+  uint32_t la[4], lb[4];
+  ldsm_x4<false>(la, sa + (lane % 16) * 24 + (lane / 16) * 8);
+  for (int v = 0; v < 2; v++) {
+    if (v == 0) ldsm_x4<true>(lb, skn + (lane % 16) * 24 + (lane / 16) * 8);
+    else ldsm_x4<false>(lb, snk + ((lane % 8) + (lane / 16) * 8) * 24 + ((lane / 8) % 2) * 8);
+    float *d4 = d + 768 + 256 * v;
+    for (int h = 0; h < 2; h++) {
+      float e[4];
+      mma16816<T>(e, la, lb + 2 * h, z);
+      d4[(g)*16 + h * 8 + 2 * t] = e[0], d4[(g)*16 + h * 8 + 2 * t + 1] = e[1];
+      d4[(g + 8) * 16 + h * 8 + 2 * t] = e[2], d4[(g + 8) * 16 + h * 8 + 2 * t + 1] = e[3];
+    }
   }
 }
 

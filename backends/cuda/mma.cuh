@@ -22,6 +22,11 @@
 
 #include "common.cuh"
 
+#ifdef WEFT_CUDA_EMU
+#include <cstdio>
+#include <cstdlib>
+#endif
+
 /* Two elements in one word, lo in the low half, rounded to T. */
 template <class T> DEV uint32_t pack2(float lo, float hi) {
   T a = from_f<T>(lo), b = from_f<T>(hi);
@@ -145,5 +150,56 @@ template <class T> DEV void load_b_kn(uint32_t b[2], const T *p, int ld, int lan
   b[0] = pair16(p[(2 * t) * ld + g], p[(2 * t + 1) * ld + g]);
   b[1] = pair16(p[(2 * t + 8) * ld + g], p[(2 * t + 9) * ld + g]);
 }
+
+/* ldmatrix .x4 from shared memory: lanes 8i to 8i + 7 give the addresses
+ * of the 8 rows of matrix i (8 16-bit elements each, 16 bytes, 16-byte
+ * aligned); r[i] gets this lane's word of matrix i: elements (g, 2t) and
+ * (g, 2t + 1) of it, or with .trans (2t, g) and (2t + 1, g). For the A
+ * operand of a 16 x 16 tile at p (row stride ld), or the B operand of two
+ * n-blocks of a tile stored [k][n] with .trans, lane l gives
+ * p + (l % 16) * ld + (l / 16) * 8: then r = a[0..3], or r[0], r[1] =
+ * b of columns 0-7 and r[2], r[3] = b of columns 8-15. For B of a tile
+ * stored [n][k] (16 rows n, 16 columns k) without .trans, lane l gives
+ * p + ((l % 8) + (l / 16) * 8) * ld + ((l / 8) % 2) * 8: then r[0], r[1] =
+ * b of rows n 0-7 and r[2], r[3] = b of rows n 8-15. */
+#ifdef WEFT_CUDA_EMU
+template <bool TRANS> static inline void ldsm_x4(uint32_t r[4], const void *row) {
+  static thread_local const void *rows[32][32];
+  int w = emu_self->warp & 31, l = emu_self->lane;
+  rows[w][l] = row;
+  emu_syncwarp();
+  int g = l / 4, t = l % 4;
+  uint32_t got[4];
+  for (int i = 0; i < 4; i++) {
+    if ((uintptr_t)rows[w][8 * i] & 15) {
+      fprintf(stderr, "ldmatrix: a row at %p, not 16-byte aligned\n", rows[w][8 * i]);
+      abort();
+    }
+    uint16_t lo, hi;
+    if (!TRANS) {
+      const uint16_t *p = (const uint16_t *)rows[w][8 * i + g];
+      lo = p[2 * t], hi = p[2 * t + 1];
+    } else {
+      lo = ((const uint16_t *)rows[w][8 * i + 2 * t])[g];
+      hi = ((const uint16_t *)rows[w][8 * i + 2 * t + 1])[g];
+    }
+    got[i] = (uint32_t)lo | ((uint32_t)hi << 16);
+  }
+  emu_syncwarp();
+  for (int i = 0; i < 4; i++) r[i] = got[i];
+}
+#else
+template <bool TRANS> DEV void ldsm_x4(uint32_t r[4], const void *row) {
+  unsigned a = (unsigned)__cvta_generic_to_shared(row);
+  if (TRANS)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+#endif
 
 #endif

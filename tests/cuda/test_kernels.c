@@ -779,7 +779,7 @@ static void check_gemm_staged(int dt) {
  * rounded). B[k][n] = b_kn[k * 16 + n] = b_nk[n * 16 + k]. */
 static void check_mma(int dt) {
   char e[400];
-  float *a = randn(256, 1), *bkn = randn(256, 1), bnk[256], want[768], ab[256];
+  float *a = randn(256, 1), *bkn = randn(256, 1), bnk[256], want[1280], ab[256];
   round_all(a, 256, dt), round_all(bkn, 256, dt);
   for (int k = 0; k < 16; k++)
     for (int n = 0; n < 16; n++) bnk[n * 16 + k] = bkn[k * 16 + n];
@@ -787,7 +787,7 @@ static void check_mma(int dt) {
     for (int j = 0; j < 16; j++) {
       double sum = 0;
       for (int k = 0; k < 16; k++) sum += (double)a[i * 16 + k] * bkn[k * 16 + j];
-      want[i * 16 + j] = want[256 + i * 16 + j] = (float)sum;
+      want[i * 16 + j] = want[256 + i * 16 + j] = want[768 + i * 16 + j] = want[1024 + i * 16 + j] = (float)sum;
       ab[i * 16 + j] = (float)sum;
     }
   round_all(ab, 256, dt);
@@ -798,13 +798,14 @@ static void check_mma(int dt) {
       want[512 + i * 16 + j] = (float)sum;
     }
   void *da = up(a, 256, dt), *dnk = up(bnk, 256, dt), *dkn = up(bkn, 256, dt);
-  float *d = gpu_alloc(768 * 4, e, sizeof e), *got = malloc(768 * 4), *part = malloc(256 * 4);
+  float *d = gpu_alloc(1280 * 4, e, sizeof e), *got = malloc(1280 * 4), *part = malloc(256 * 4);
   if (!d) die("gpu_alloc", e);
   gpu_mma_check(S, dt, d, da, dnk, dkn);
-  if (!gpu_check("mma", e, sizeof e) || !gpu_download(got, d, 768 * 4, S, e, sizeof e)) die("mma", e);
-  const char *what[3] = {"mma m16n8k16: A B, B stored [n][k]", "mma m16n8k16: A B, B stored [k][n]",
-                         "mma m16n8k16: (A B) B, a result as operand"};
-  for (int c = 0; c < 3; c++) {
+  if (!gpu_check("mma", e, sizeof e) || !gpu_download(got, d, 1280 * 4, S, e, sizeof e)) die("mma", e);
+  const char *what[5] = {"mma m16n8k16: A B, B stored [n][k]", "mma m16n8k16: A B, B stored [k][n]",
+                         "mma m16n8k16: (A B) B, a result as operand", "mma m16n8k16: ldmatrix, B [k][n] .trans",
+                         "mma m16n8k16: ldmatrix, B [n][k]"};
+  for (int c = 0; c < 5; c++) {
     float *g = malloc(256 * 4);
     memcpy(g, got + 256 * c, 256 * 4);
     expect(what[c], dt, g, want + 256 * c, 256);
