@@ -53,10 +53,12 @@ static int boundary_layouts(const sshape *s, int tp, layout *out) {
 static double range_time(const rangecost *r) { return r->fwd + r->bwd; }
 
 /* The parts' time for one micro-batch and the gradient sums over the
- * tensor-parallel group they add once a step: how layouts compare. */
+ * tensor-parallel group they add once a step, and their parameters' bytes
+ * as the dynamic program weighs them: how layouts compare. */
 static double parts_time(const sshape *s, const parts *p) {
   return range_time(&p->head) + s->layers * range_time(&p->block) + range_time(&p->tail) + p->head.tpsum +
-         s->layers * p->block.tpsum + p->tail.tpsum;
+         s->layers * p->block.tpsum + p->tail.tpsum +
+         (p->head.params + s->layers * p->block.params + p->tail.params) * s->param_weight;
 }
 
 static parts cost_parts_tied(arena *a, const sshape *s, const hw_model *hw, bool symbolic, int tp, int mbs) {
@@ -116,23 +118,41 @@ static const char *parts_dim(const sshape *s, const parts *p, int op) {
   return x->dim ? x->dim : "";
 }
 
+/* Whether two parts split every operator alike. */
+static bool same_parts(const sshape *s, const parts *x, const parts *y) {
+  for (int op = 0; op < s->g->nops; op++)
+    if (strcmp(parts_dim(s, x, op), parts_dim(s, y, op)) != 0) return false;
+  return true;
+}
+
 /* The layouts of tp > 1 worth simulating: the dynamic program's best, and
  * its best when the gradients' sums over the tensor-parallel group of the
  * weights that split operators read whole weigh double (their cost is per
  * step, the program's per micro-batch: where the two come close, which
- * is faster is the simulator's to say), when that differs. */
+ * is faster is the simulator's to say), when that differs; under a memory
+ * cap (memory_too) also the layout that keeps the fewest parameter bytes
+ * per device, the fastest of those (a head split along the vocabulary
+ * rather than the sequence, its weight in parts: slower, and what fits). */
 static int cost_parts_all(arena *a, sshape *s, const hw_model *hw, bool symbolic, int tp, int cp, int ep, int mbs,
-                          parts out[2]) {
+                          bool memory_too, parts out[3]) {
   out[0] = cost_parts(a, s, hw, symbolic, tp, cp, ep, mbs);
   if (!out[0].ok) return 0;
   if (tp < 2) return 1;
+  int n = 1;
   s->tpsum_weight = 2;
-  out[1] = cost_parts(a, s, hw, symbolic, tp, cp, ep, mbs);
+  out[n] = cost_parts(a, s, hw, symbolic, tp, cp, ep, mbs);
   s->tpsum_weight = 1;
-  if (!out[1].ok) return 1;
-  for (int op = 0; op < s->g->nops; op++)
-    if (strcmp(parts_dim(s, &out[0], op), parts_dim(s, &out[1], op)) != 0) return 2;
-  return 1;
+  if (out[n].ok && !same_parts(s, &out[0], &out[n])) n++;
+  if (memory_too) {
+    /* a second a byte: bytes first, time to break ties */
+    s->param_weight = 1.0;
+    out[n] = cost_parts(a, s, hw, symbolic, tp, cp, ep, mbs);
+    s->param_weight = 0;
+    bool fresh = out[n].ok;
+    for (int i = 0; i < n && fresh; i++) fresh = !same_parts(s, &out[i], &out[n]);
+    if (fresh) n++;
+  }
+  return n;
 }
 
 /* ---- memory of the parameters ------------------------------------------------- */
@@ -955,8 +975,8 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
         int mbs = spc.mbs.v[mi];
         if (mbs < 1 || Bsz % mbs) continue;
         arena_reset(&work);
-        parts pts[2];
-        int npt = cost_parts_all(a, &s, &hw, o->symbolic, tp, cp, ep, mbs, pts);
+        parts pts[3];
+        int npt = cost_parts_all(a, &s, &hw, o->symbolic, tp, cp, ep, mbs, o->max_memory > 0, pts);
         for (int vi = 0; vi < npt && !failed; vi++) {
         const parts pt = pts[vi];
         for (int pi = 0; pi < spc.pp.n && !failed; pi++) {
@@ -1249,9 +1269,17 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
       if (sims[i].peak_memory < least) least = sims[i].peak_memory;
     char b1[64], b2[64];
     double cap = o->max_memory > 0 ? o->max_memory : (double)cl->device_memory;
-    weft_diag *d = diag_add(dg, DIAG_ERROR, none, "none of the %d plans of model %s simulated fits: the smallest needs %s "
-                            "per device, more than %s", nsim, g->name, unit_bytes_human(least, b1, sizeof b1),
-                            unit_bytes_human((int64_t)cap, b2, sizeof b2));
+    unit_bytes_human(least, b1, sizeof b1);
+    unit_bytes_human((int64_t)cap, b2, sizeof b2);
+    /* figures that round alike are given in bytes */
+    if (strcmp(b1, b2) == 0) {
+      snprintf(b1, sizeof b1, "%lld bytes", (long long)least);
+      snprintf(b2, sizeof b2, "%lld", (long long)cap);
+    }
+    weft_diag *d = nsim == 1 ? diag_add(dg, DIAG_ERROR, none, "the one plan of model %s simulated does not fit: it "
+                                        "needs %s per device, more than %s", g->name, b1, b2)
+                             : diag_add(dg, DIAG_ERROR, none, "none of the %d plans of model %s simulated fits: the "
+                                        "smallest needs %s per device, more than %s", nsim, g->name, b1, b2);
     diag_hint(d, dg, "more devices, a larger --max-memory, or --objective memory");
     return false;
   }

@@ -95,6 +95,9 @@ typedef struct sshape {
   double tpsum_weight;    /* how much the dynamic program weighs the sums over the
                            * tensor-parallel group of the gradients of weights a
                            * split operator reads whole (1: as the step pays them) */
+  double param_weight;    /* seconds the dynamic program adds per byte of parameters
+                           * a device keeps (0: time alone; large: the fewest bytes,
+                           * then the time) */
   int head_end;           /* ops [0, head_end): before the blocks */
   int tail_start;         /* ops [tail_start, nops): after */
 } sshape;

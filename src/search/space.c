@@ -180,6 +180,7 @@ bool sshape_build(arena *a, const weft_graph *g, sshape *s, const char **why) {
     }
   find_blocks(a, g, s);
   s->tpsum_weight = 1;
+  s->param_weight = 0;
   s->cp = 1;
   s->cp_idim = arena_alloc(a, sizeof(int) * (size_t)n);
   s->cp_ok = s->seq != NULL && g->nops > 0;
@@ -536,7 +537,7 @@ bool range_best(arena *a, const sshape *s, const hw_model *hw, bool symbolic, in
       const dpstate *ps = &prev->st[p];
       for (int c = 0; c < ncfg[i]; c++) {
         const opcfg *x = &cfgs[i][c];
-        double cost = x->fwd + x->bwd + x->tpsum * s->tpsum_weight, fwdcomm = 0;
+        double cost = x->fwd + x->bwd + x->tpsum * s->tpsum_weight + x->params * s->param_weight, fwdcomm = 0;
         for (int k = 0; k < o->ninputs; k++) {
           int pr = sh->producer_of_input[op * SEARCH_MAX_INPUTS + k];
           if (pr < 0) continue;  /* inputs and parameters are where they are read */
@@ -632,7 +633,7 @@ bool range_best(arena *a, const sshape *s, const hw_model *hw, bool symbolic, in
   }
   /* communication split like the compute: half each way is close enough
    * for the pipeline's stages, which add both */
-  double comm = b->cost - fwd - bwd - b->tpsum * s->tpsum_weight;
+  double comm = b->cost - fwd - bwd - b->tpsum * s->tpsum_weight - b->params * s->param_weight;
   rc->fwd = fwd + comm / 2;
   rc->bwd = bwd + comm / 2;
   for (int r = 0; r < 3; r++) rc->act[r] = b->act[r], rc->recompute[r] = b->recompute[r];
