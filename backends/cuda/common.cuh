@@ -214,6 +214,32 @@ DEV float block_sum(float v, float *sh) { return block_reduce<float, warp_sum>(v
 DEV double block_sum_d(double v, double *sh) { return block_reduce<double, warp_sum_d>(v, sh, 0.0); }
 DEV float block_max(float v, float *sh) { return block_reduce<float, warp_max>(v, sh, -INFINITY); }
 
+/* The column sums of chunked partial sums: o1[j] (+)= the sum over c of
+ * p1[c * h + j], and o2 from p2 likewise when o2 is not NULL (o1 NULL:
+ * only o2). A warp per column: lane l adds chunks l, l + 32, ... in order,
+ * then the warp's sum, so every run adds in the same order. */
+template <class T>
+__global__ void k_chunks_done(T *o1, const float *p1, T *o2, const float *p2, int64_t chunks, int64_t h, bool acc) {
+  int64_t j = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (j >= h) return;
+  int lane = threadIdx.x & 31;
+  for (int o = 0; o < 2; o++) {
+    T *out = o ? o2 : o1;
+    const float *part = o ? p2 : p1;
+    if (!out) continue;
+    float sum = 0.0f;
+    for (int64_t c = lane; c < chunks; c += 32) sum += part[c * h + j];
+    sum = warp_sum(sum);
+    if (lane == 0) put(&out[j], sum, acc);
+  }
+}
+
+template <class T>
+static inline void chunks_done(gpu_stream *s, T *o1, const float *p1, T *o2, const float *p2, int64_t chunks,
+                               int64_t h, bool acc) {
+  launch(k_chunks_done<T>, (unsigned)((h + 7) / 8), 256, 0, s, o1, p1, o2, p2, chunks, h, acc);
+}
+
 /* A running maximum m and sum s of exp(x - m), merged with another. */
 DEV void softmax_merge(float &m, float &s, float m2, float s2) {
   float mx = fmaxf(m, m2);

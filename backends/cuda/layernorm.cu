@@ -6,7 +6,7 @@
  * One warp per row. The backward recomputes each row's statistics (the
  * forward keeps nothing), writes dx, and leaves the statistics in the
  * workspace for the weight and bias gradients: column sums over chunks of
- * rows, then over the chunks in order. */
+ * rows, then over the chunks (k_chunks_done, common.cuh). */
 #include "common.cuh"
 
 enum { LN_WARPS = ROW_WARPS };
@@ -96,22 +96,6 @@ __global__ void k_layernorm_parts(float *pw, float *pb, const float *stats, cons
   if (pb) pb[c * h + j] = sb;
 }
 
-/* dw[j], db[j] (+)= the chunks' sums of column j in chunk order, both in
- * one launch (either NULL: not wanted). */
-template <class T>
-__global__ void k_parts_done(T *dw, T *db, const float *pw, const float *pb, int64_t chunks, int64_t h, bool acc) {
-  GRID_STRIDE(j, h) {
-    for (int o = 0; o < 2; o++) {
-      T *out = o ? db : dw;
-      const float *part = o ? pb : pw;
-      if (!out) continue;
-      float sum = 0.0f;
-      for (int64_t c = 0; c < chunks; c++) sum += part[c * h + j];
-      put(&out[j], sum, acc);
-    }
-  }
-}
-
 void gpu_layernorm_backward(gpu_stream *s, int dt, void *dx, void *dw, void *db, const void *dy, const void *x,
                             const void *w, int64_t rows, int64_t h, double eps, bool acc, void *ws) {
   float *stats = (float *)ws, *pw = stats + 2 * rows;
@@ -123,8 +107,7 @@ void gpu_layernorm_backward(gpu_stream *s, int dt, void *dx, void *dw, void *db,
     if (dw || db) {
       launch(k_layernorm_parts<T>, dim3((unsigned)((h + 255) / 256), (unsigned)chunks), 256, 0, s, pw, pb,
              (const float *)stats, (const T *)dy, (const T *)x, rows, h, per);
-      launch(k_parts_done<T>, blocks_for(h, 256), 256, 0, s, (T *)dw, (T *)db, (const float *)pw, (const float *)pb,
-             chunks, h, acc);
+      chunks_done<T>(s, (T *)dw, pw, (T *)db, pb, chunks, h, acc);
     }
   });
 }

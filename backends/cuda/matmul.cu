@@ -517,15 +517,6 @@ __global__ void k_colsum_part(float *part, const T *dy, int64_t m, int64_t n, in
   part[c * n + j] = sum;
 }
 
-template <class T>
-__global__ void k_colsum_done(T *out, const float *part, int64_t chunks, int64_t n, bool acc) {
-  GRID_STRIDE(j, n) {
-    float sum = 0.0f;
-    for (int64_t c = 0; c < chunks; c++) sum += part[c * n + j];
-    put(&out[j], sum, acc);
-  }
-}
-
 void gpu_colsum(gpu_stream *s, int dt, void *dbias, int bias_dt, const void *dy, int64_t m, int64_t n, bool acc,
                 void *ws) {
   if (n == 0) return;
@@ -536,6 +527,5 @@ void gpu_colsum(gpu_stream *s, int dt, void *dbias, int bias_dt, const void *dy,
       launch(k_colsum_part<T>, dim3((unsigned)((n + 255) / 256), (unsigned)chunks), 256, 0, s, part, (const T *)dy, m,
              n, rows);
   });
-  DISPATCH(bias_dt, T, launch(k_colsum_done<T>, blocks_for(n, 256), 256, 0, s, (T *)dbias, (const float *)part, chunks,
-                              n, acc));
+  DISPATCH(bias_dt, T, chunks_done<T>(s, (T *)dbias, part, (T *)NULL, (const float *)NULL, chunks, n, acc));
 }

@@ -71,15 +71,6 @@ __global__ void k_rmsnorm_parts(float *pw, const float *scale, const T *dy, cons
   pw[c * h + j] = sw;
 }
 
-template <class T>
-__global__ void k_rms_done(T *out, const float *part, int64_t chunks, int64_t h, bool acc) {
-  GRID_STRIDE(j, h) {
-    float sum = 0.0f;
-    for (int64_t c = 0; c < chunks; c++) sum += part[c * h + j];
-    put(&out[j], sum, acc);
-  }
-}
-
 void gpu_rmsnorm_backward(gpu_stream *s, int dt, void *dx, void *dw, const void *dy, const void *x, const void *w,
                           int64_t rows, int64_t h, double eps, bool acc, void *ws) {
   float *scale = (float *)ws, *pw = scale + rows;
@@ -90,7 +81,7 @@ void gpu_rmsnorm_backward(gpu_stream *s, int dt, void *dx, void *dw, const void 
     if (dw) {
       launch(k_rmsnorm_parts<T>, dim3((unsigned)((h + 255) / 256), (unsigned)chunks), 256, 0, s, pw,
              (const float *)scale, (const T *)dy, (const T *)x, rows, h, per);
-      launch(k_rms_done<T>, blocks_for(h, 256), 256, 0, s, (T *)dw, (const float *)pw, chunks, h, acc);
+      chunks_done<T>(s, (T *)dw, pw, (T *)NULL, (const float *)NULL, chunks, h, acc);
     }
   });
 }
