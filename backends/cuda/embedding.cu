@@ -3,9 +3,10 @@
  * k_add_position and k_add_position_backward in backends/cpu/kernels.c.
  *
  * The table's gradient is a scatter-add by id. Without atomics: the
- * vocabulary rows are dealt to partitions (row % parts), and the block of a
- * partition and a range of columns reads every id in token order and adds
- * the rows of its own tokens, so each element sums its tokens in order. */
+ * vocabulary rows are dealt to partitions (row % parts), each partition's
+ * tokens are listed in token order, and the block of a partition and a
+ * range of columns adds the rows of its tokens, so each element sums its
+ * tokens in order. */
 #include "common.cuh"
 
 template <class T>
@@ -32,25 +33,65 @@ __global__ void k_zero(T *x, int64_t n) {
   GRID_STRIDE(i, n) x[i] = from_f<T>(0.0f);
 }
 
-/* Block (column range, partition): the tokens whose row falls in the
- * partition, in token order, a chunk of ids at a time through shared
- * memory; sums in f32 (acc: the f32 image of a 16-bit table). */
-template <class T>
-__global__ void k_embedding_backward(float *acc, const T *dout, const int32_t *ids, int64_t t, int64_t h,
-                                     int64_t v_lo, int64_t v_local) {
-  __shared__ int32_t chunk[EMB_COLS];
-  int64_t j = (int64_t)blockIdx.x * EMB_COLS + threadIdx.x;
-  int64_t part = blockIdx.y;
+/* The tokens of each partition, in token order: cnt[p] of them from
+ * list[off[p]] on. One block per partition counts its tokens, then (the
+ * offsets the counts before it) writes their positions, a chunk of ids at a
+ * time, each thread's place in the chunk from a scan over the block. */
+DEV bool emb_mine(const int32_t *ids, int64_t i, int64_t v_lo, int64_t v_local, int64_t part, int64_t parts) {
+  int64_t row = (int64_t)ids[i] - v_lo;
+  return row >= 0 && row < v_local && row % parts == part;
+}
+
+__global__ void k_emb_count(int32_t *cnt, const int32_t *ids, int64_t t, int64_t v_lo, int64_t v_local, int64_t parts) {
+  __shared__ float sh[32];
+  float n = 0.0f;  /* at most 2^24 tokens a block: exact in f32 */
+  for (int64_t i = threadIdx.x; i < t; i += blockDim.x) n += emb_mine(ids, i, v_lo, v_local, blockIdx.x, parts) ? 1.0f : 0.0f;
+  n = block_sum(n, sh);
+  if (threadIdx.x == 0) cnt[blockIdx.x] = (int32_t)n;
+}
+
+__global__ void k_emb_fill(int32_t *list, int32_t *off, const int32_t *cnt, const int32_t *ids, int64_t t, int64_t v_lo,
+                           int64_t v_local, int64_t parts) {
+  __shared__ int32_t scan[EMB_COLS];
+  __shared__ int64_t base;
+  int64_t part = blockIdx.x;
+  if (threadIdx.x == 0) {
+    int64_t o = 0;
+    for (int64_t q = 0; q < part; q++) o += cnt[q];
+    base = o;
+    off[part] = (int32_t)o;
+  }
   for (int64_t i0 = 0; i0 < t; i0 += EMB_COLS) {
+    int64_t i = i0 + threadIdx.x;
+    int32_t mine = i < t && emb_mine(ids, i, v_lo, v_local, part, parts) ? 1 : 0;
     __syncthreads();
-    if (i0 + threadIdx.x < t) chunk[threadIdx.x] = ids[i0 + threadIdx.x];
+    scan[threadIdx.x] = mine;
     __syncthreads();
-    int64_t n = t - i0 < (int64_t)EMB_COLS ? t - i0 : (int64_t)EMB_COLS;
-    for (int64_t q = 0; q < n; q++) {
-      int64_t row = (int64_t)chunk[q] - v_lo;
-      if (row < 0 || row >= v_local || row % EMB_PARTS != part || j >= h) continue;
-      acc[row * h + j] += to_f(dout[(i0 + q) * h + j]);
+    /* inclusive scan (Hillis and Steele) */
+    for (int d = 1; d < EMB_COLS; d <<= 1) {
+      int32_t add = threadIdx.x >= (unsigned)d ? scan[threadIdx.x - d] : 0;
+      __syncthreads();
+      scan[threadIdx.x] += add;
+      __syncthreads();
     }
+    if (mine) list[base + scan[threadIdx.x] - 1] = (int32_t)i;
+    __syncthreads();
+    if (threadIdx.x == 0) base += scan[EMB_COLS - 1];
+  }
+}
+
+/* Block (column range, partition): the partition's tokens in token order,
+ * each adding its row of dout to the table's row; sums in f32 (acc: the
+ * f32 image of a 16-bit table). */
+template <class T>
+__global__ void k_embedding_backward(float *acc, const T *dout, const int32_t *ids, const int32_t *list,
+                                     const int32_t *off, const int32_t *cnt, int64_t h, int64_t v_lo) {
+  int64_t j = (int64_t)blockIdx.x * EMB_COLS + threadIdx.x;
+  if (j >= h) return;
+  int64_t part = blockIdx.y, lo = off[part], n = cnt[part];
+  for (int64_t k = lo; k < lo + n; k++) {
+    int64_t i = list[k], row = (int64_t)ids[i] - v_lo;
+    acc[row * h + j] += to_f(dout[i * h + j]);
   }
 }
 
@@ -59,25 +100,38 @@ __global__ void k_from_f32(T *dst, const float *src, int64_t n, bool acc) {
   GRID_STRIDE(i, n) put(&dst[i], src[i], acc);
 }
 
-size_t gpu_embedding_backward_ws(int dt, int64_t v_local, int64_t h) {
-  return dt == GPU_F32 ? 0 : (size_t)(v_local * h) * sizeof(float);
+static int64_t emb_parts(int64_t v_local) { return v_local < (int64_t)EMB_PARTS ? v_local : (int64_t)EMB_PARTS; }
+
+/* The f32 sums of a 16-bit table, then the partitions' counts, offsets
+ * and lists of tokens. */
+static size_t emb_sums_bytes(int dt, int64_t v_local, int64_t h) {
+  return dt == GPU_F32 ? 0 : ((size_t)(v_local * h) * sizeof(float) + 255) / 256 * 256;
+}
+
+size_t gpu_embedding_backward_ws(int dt, int64_t v_local, int64_t h, int64_t t) {
+  return emb_sums_bytes(dt, v_local, h) + (size_t)(2 * EMB_PARTS + t) * sizeof(int32_t);
 }
 
 void gpu_embedding_backward(gpu_stream *s, int dt, void *dtable, const void *dout, const int32_t *ids, int64_t t,
                             int64_t h, int64_t v_lo, int64_t v_local, bool acc, void *ws) {
   if (!dtable) return;
-  int64_t parts = v_local < (int64_t)EMB_PARTS ? v_local : (int64_t)EMB_PARTS;
+  int64_t parts = emb_parts(v_local);
+  int32_t *cnt = (int32_t *)((char *)ws + emb_sums_bytes(dt, v_local, h)), *off = cnt + EMB_PARTS,
+          *list = off + EMB_PARTS;
+  launch(k_emb_count, (unsigned)parts, EMB_COLS, 0, s, cnt, ids, t, v_lo, v_local, parts);
+  launch(k_emb_fill, (unsigned)parts, EMB_COLS, 0, s, list, off, (const int32_t *)cnt, ids, t, v_lo, v_local, parts);
   dim3 grid((unsigned)((h + EMB_COLS - 1) / EMB_COLS), (unsigned)parts);
   if (dt == GPU_F32) {
     if (!acc) launch(k_zero<float>, blocks_for(v_local * h, 256), 256, 0, s, (float *)dtable, v_local * h);
-    launch(k_embedding_backward<float>, grid, EMB_COLS, 0, s, (float *)dtable, (const float *)dout, ids, t, h, v_lo,
-           v_local);
+    launch(k_embedding_backward<float>, grid, EMB_COLS, 0, s, (float *)dtable, (const float *)dout, ids,
+           (const int32_t *)list, (const int32_t *)off, (const int32_t *)cnt, h, v_lo);
     return;
   }
   float *sum = (float *)ws;
   launch(k_zero<float>, blocks_for(v_local * h, 256), 256, 0, s, sum, v_local * h);
   DISPATCH(dt, T, {
-    launch(k_embedding_backward<T>, grid, EMB_COLS, 0, s, sum, (const T *)dout, ids, t, h, v_lo, v_local);
+    launch(k_embedding_backward<T>, grid, EMB_COLS, 0, s, sum, (const T *)dout, ids, (const int32_t *)list,
+           (const int32_t *)off, (const int32_t *)cnt, h, v_lo);
     launch(k_from_f32<T>, blocks_for(v_local * h, 256), 256, 0, s, (T *)dtable, (const float *)sum, v_local * h, acc);
   });
 }

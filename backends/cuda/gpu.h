@@ -146,8 +146,9 @@ void gpu_colsum(gpu_stream *s, int dt, void *dbias, int bias_dt, const void *dy,
 
 void gpu_embedding(gpu_stream *s, int dt, void *out, const int32_t *ids, const void *table,
                    int64_t t, int64_t h, int64_t v_lo, int64_t v_local, bool acc);
-/* Sums in f32: a 16-bit table's gradient goes through ws first. */
-size_t gpu_embedding_backward_ws(int dt, int64_t v_local, int64_t h);
+/* Sums in f32 (a 16-bit table's gradient goes through ws first), and the
+ * t tokens listed by partition of the table's rows. */
+size_t gpu_embedding_backward_ws(int dt, int64_t v_local, int64_t h, int64_t t);
 void gpu_embedding_backward(gpu_stream *s, int dt, void *dtable, const void *dout, const int32_t *ids,
                             int64_t t, int64_t h, int64_t v_lo, int64_t v_local, bool acc, void *ws);
 void gpu_add_position(gpu_stream *s, int dt, void *y, const void *x, const void *table,

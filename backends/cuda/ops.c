@@ -154,7 +154,7 @@ static bool embedding_backward(const ccall *c, char *err, size_t errlen) {
 
 static size_t embedding_ws_backward(const ccall *c) {
   const tregion *tr = c->inr[1];
-  return gpu_embedding_backward_ws(c->dt, ext(tr, 0), ext(tr, 1));
+  return gpu_embedding_backward_ws(c->dt, ext(tr, 0), ext(tr, 1), cx_numel(c->inr[0]));
 }
 
 static void bsh(const tregion *xr, int64_t *b, int64_t *s, int64_t *h) {

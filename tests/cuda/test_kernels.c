@@ -227,7 +227,7 @@ static void check_gemm(int dt, int64_t m, int64_t k, int64_t n) {
 }
 
 static void check_embedding(int dt) {
-  int64_t t = 53, h = 40, vocab = 300, v_lo = 100, v_local = 150;
+  int64_t t = 600, h = 40, vocab = 300, v_lo = 100, v_local = 150;  /* tokens in three chunks of 256 */
   int32_t *ids = malloc(sizeof(int32_t) * (size_t)t);
   for (int64_t i = 0; i < t; i++) ids[i] = (int32_t)(urand() * vocab);
   ids[3] = ids[7] = ids[11] = 120;  /* repeated rows sum in token order */
@@ -247,7 +247,7 @@ static void check_embedding(int dt) {
   gpu_embedding(S, dt, o, dids, dtab, t, h, v_lo, v_local, true);
   expect_dev("embedding, acc", dt, o, want, t * h);
   char e[400];
-  void *ws = gpu_alloc(gpu_embedding_backward_ws(dt, v_local, h) + 4, e, sizeof e);
+  void *ws = gpu_alloc(gpu_embedding_backward_ws(dt, v_local, h, t) + 4, e, sizeof e);
   for (int acc = 0; acc < 2; acc++) {
     float *wt = copy(dt0, v_local * h);
     k_embedding_backward(wt, dout, ids, t, h, v_lo, v_local, acc);
