@@ -113,7 +113,9 @@ template <> inline uint32_t ce_to_bits<float>(float v) { return emu_bits(v); }
 #else
 template <class T> DEV float ce_from_bits(uint32_t b);
 template <> DEV float ce_from_bits<float>(uint32_t b) { return __uint_as_float(b); }
-template <> DEV float ce_from_bits<bf16>(uint32_t b) { return __bfloat162float(__ushort_as_bfloat16((unsigned short)b)); }
+template <> DEV float ce_from_bits<bf16>(uint32_t b) {
+  return __bfloat162float(__ushort_as_bfloat16((unsigned short)b));
+}
 template <> DEV float ce_from_bits<f16>(uint32_t b) { return __half2float(__ushort_as_half((unsigned short)b)); }
 template <class T> DEV uint32_t ce_to_bits(float v);
 template <> DEV uint32_t ce_to_bits<float>(float v) { return __float_as_uint(v); }
@@ -146,11 +148,27 @@ template <class T> DEV int ce_single(ce_row r, int e) {
 }
 
 /* Threads for rows of v elements of T: enough that a thread holds at most
- * CE_HOLD chunks, a power of two from 32 to CE_MAX_THREADS. */
-static unsigned ce_threads(int64_t v, size_t size) {
+ * CE_HOLD chunks, a power of two from 32 to `most`, or to WEFT_CE_THREADS
+ * when that is lower (a tuning knob: fewer threads a row, more rows at once
+ * on a multiprocessor, more chunks read twice). The kernels that only read
+ * take at most CE_READ_THREADS: on an H100, rows of 50257 bf16 logits go
+ * fastest with 128 to 256 threads for the loss (nothing held for a second
+ * pass) and 1024 for the gradient (every chunk held). */
+#ifdef WEFT_CUDA_EMU
+enum { CE_READ_THREADS = 64 };
+#else
+enum { CE_READ_THREADS = 256 };
+#endif
+static unsigned ce_threads(int64_t v, size_t size, unsigned most) {
+  static const unsigned cap = [] {
+    const char *e = getenv("WEFT_CE_THREADS");
+    long c = e ? strtol(e, NULL, 10) : 0;
+    return c >= 32 && c < CE_MAX_THREADS ? (unsigned)c : (unsigned)CE_MAX_THREADS;
+  }();
+  if (most > cap) most = cap;
   int64_t chunks = (v * (int64_t)size) / 16 + 1;
   unsigned nt = 32;
-  while (nt < CE_MAX_THREADS && (int64_t)nt * CE_HOLD < chunks) nt *= 2;
+  while (2 * nt <= most && (int64_t)nt * CE_HOLD < chunks) nt *= 2;
   return nt;
 }
 
@@ -320,7 +338,8 @@ void gpu_cross_entropy(gpu_stream *s, int dt, double *slot, void *out, const voi
   bool vec = ce_vec(v, dt);
   DISPATCH(dt, T, {
     if (vec)
-      launch(k_ce_rows_vec<T>, (unsigned)t, ce_threads(v, sizeof(T)), 0, s, terms, (const T *)logits, labels, v);
+      launch(k_ce_rows_vec<T>, (unsigned)t, ce_threads(v, sizeof(T), CE_READ_THREADS), 0, s, terms, (const T *)logits,
+             labels, v);
     else
       launch(k_ce_rows<T>, (unsigned)t, CE_THREADS, 0, s, terms, (const T *)logits, labels, v);
     launch(k_loss_sum<T, float>, 1, CE_THREADS, 0, s, slot, (T *)out, (const float *)terms, t, 1.0 / (double)t_total,
@@ -350,8 +369,8 @@ void gpu_cross_entropy_backward(gpu_stream *s, int dt, void *dlogits, const void
   bool vec = ce_vec_pair(dlogits, logits, v, dt);
   DISPATCH(dt, T, {
     if (vec)
-      launch(k_ce_backward_vec<T>, (unsigned)t, ce_threads(v, sizeof(T)), 0, s, (T *)dlogits, (const T *)logits,
-             labels, v, scale, acc);
+      launch(k_ce_backward_vec<T>, (unsigned)t, ce_threads(v, sizeof(T), CE_MAX_THREADS), 0, s, (T *)dlogits,
+             (const T *)logits, labels, v, scale, acc);
     else
       launch(k_ce_backward<T>, (unsigned)t, CE_THREADS, 0, s, (T *)dlogits, (const T *)logits, labels, v, scale, acc);
   });
@@ -379,8 +398,8 @@ void gpu_cross_entropy_stats(gpu_stream *s, int dt, float *stats, const void *lo
   bool vec = ce_vec(v_local, dt);
   DISPATCH(dt, T, {
     if (vec)
-      launch(k_ce_stats_vec<T>, (unsigned)t, ce_threads(v_local, sizeof(T)), 0, s, stats, (const T *)logits, labels,
-             v_lo, v_local);
+      launch(k_ce_stats_vec<T>, (unsigned)t, ce_threads(v_local, sizeof(T), CE_READ_THREADS), 0, s, stats,
+             (const T *)logits, labels, v_lo, v_local);
     else
       launch(k_ce_stats<T>, (unsigned)t, CE_THREADS, 0, s, stats, (const T *)logits, labels, v_lo, v_local);
   });
@@ -460,8 +479,8 @@ void gpu_cross_entropy_shard_backward(gpu_stream *s, int dt, void *dlogits, cons
   bool vec = ce_vec_pair(dlogits, logits, v_local, dt);
   DISPATCH(dt, T, {
     if (vec)
-      launch(k_ce_shard_backward_vec<T>, (unsigned)t, ce_threads(v_local, sizeof(T)), 0, s, (T *)dlogits,
-             (const T *)logits, labels, stats, nshards, v_lo, v_local, scale, acc);
+      launch(k_ce_shard_backward_vec<T>, (unsigned)t, ce_threads(v_local, sizeof(T), CE_MAX_THREADS), 0, s,
+             (T *)dlogits, (const T *)logits, labels, stats, nshards, v_lo, v_local, scale, acc);
     else
       launch(k_ce_shard_backward<T>, (unsigned)t, CE_THREADS, 0, s, (T *)dlogits, (const T *)logits, labels, stats,
              nshards, v_lo, v_local, scale, acc);

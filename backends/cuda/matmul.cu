@@ -190,6 +190,11 @@ static void copy2d(gpu_stream *s, int dt, void *dst, int64_t ldd, const void *sr
            lds, rows, cols);
 }
 
+void gpu_copy2d(gpu_stream *s, int dt, void *dst, int64_t ldd, const void *src, int64_t lds, int64_t rows,
+                int64_t cols) {
+  copy2d(s, dt, dst, ldd, src, lds, rows, cols);
+}
+
 #ifdef WEFT_CUDA_EMU
 
 static float load(const void *p, int dt, int64_t i) {
