@@ -660,6 +660,7 @@ static void check_losses(int dt) {
   free(logits), free(g0), free(labels), free(wg), free(part[0]), free(part[1]), free(stats), free(st), free(gathered);
   free(mx), free(sm), free(tg), free(a), free(b), free(wa), free(wb);
   check_ce_rows(dt);
+  if (dt == GPU_BF16) check_ce_rows(GPU_F16);
 }
 
 static void check_optimizers(int dt) {
