@@ -137,6 +137,11 @@ bool gpu_gemm(gpu_stream *s, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
 size_t gpu_gemm_ws(void);
 /* How many products went through the staging area (since the start). */
 int64_t gpu_gemm_staged(void);
+/* dst[r][c] = src[r][c], rows x cols elements of dt as bits, the rows ldd
+ * and lds elements apart (either may be off 16 bytes): the copies that
+ * stage a product's operands and results. */
+void gpu_copy2d(gpu_stream *s, int dt, void *dst, int64_t ldd, const void *src, int64_t lds, int64_t rows,
+                int64_t cols);
 /* dbias[n] (+)= column sums of dy[m,n]. */
 size_t gpu_colsum_ws(int64_t m, int64_t n);
 void gpu_colsum(gpu_stream *s, int dt, void *dbias, int bias_dt, const void *dy, int64_t m, int64_t n, bool acc,

@@ -31,7 +31,11 @@ static size_t lt_ws(void) { return gpu_emulated() ? 0 : (size_t)32 << 20; }
 static size_t stage_ws(void) { return gpu_emulated() ? (size_t)4 << 20 : (size_t)64 << 20; }
 size_t gpu_gemm_ws(void) { return lt_ws() + stage_ws(); }
 
-/* dst[r][c] = src[r][c], rows x cols of 2- or 4-byte elements, as bits. */
+/* ---- the staging copies ------------------------------------------------------------------ */
+
+/* dst[r][c] = src[r][c], rows x cols of 2- or 4-byte elements, as bits:
+ * the first way, one element per thread of a flattened grid-stride loop
+ * (WEFT_COPY2D=old selects it). */
 template <class T>
 __global__ void k_copy2d(T *dst, int64_t ldd, const T *src, int64_t lds, int64_t rows, int64_t cols) {
   GRID_STRIDE(e, rows * cols) {
@@ -40,15 +44,155 @@ __global__ void k_copy2d(T *dst, int64_t ldd, const T *src, int64_t lds, int64_t
   }
 }
 
+/* 16 bytes in four words; loads and stores of them must be aligned (the
+ * emulation checks). */
+#ifdef WEFT_CUDA_EMU
+struct alignas(16) cp16 {
+  uint32_t x, y, z, w;
+};
+static inline cp16 cp_ld(const char *p) {
+  if ((uintptr_t)p & 15) {
+    fprintf(stderr, "matmul: a 16-byte load at %p, not aligned\n", (const void *)p);
+    abort();
+  }
+  cp16 c;
+  memcpy(&c, p, 16);
+  return c;
+}
+static inline void cp_st(char *p, cp16 c) {
+  if ((uintptr_t)p & 15) {
+    fprintf(stderr, "matmul: a 16-byte store at %p, not aligned\n", (void *)p);
+    abort();
+  }
+  memcpy(p, &c, 16);
+}
+#else
+typedef uint4 cp16;
+DEV cp16 cp_ld(const char *p) { return *(const uint4 *)p; }
+DEV void cp_st(char *p, cp16 c) { *(uint4 *)p = c; }
+#endif
+
+/* The 16-byte chunk of a row that starts `off` bytes after its start s
+ * (off a multiple of 2, from -14 on), the row being len bytes: one aligned
+ * load when the chunk lies in the row, else the row's 2-byte units one by
+ * one and zeros outside it (nothing outside the row is read). */
+DEV cp16 cp_chunk(const char *s, int off, int len) {
+  if (off >= 0 && off + 16 <= len) return cp_ld(s + off);
+  uint16_t h[8];
+#pragma unroll
+  for (int u = 0; u < 8; u++) {
+    int o = off + 2 * u;
+    h[u] = o >= 0 && o < len ? *(const uint16_t *)(s + o) : (uint16_t)0;
+  }
+  cp16 c;
+  memcpy(&c, h, 16);
+  return c;
+}
+
+/* Bytes [r, r + 16) of the 32 bytes a then b (r even, 0 to 14). */
+DEV uint32_t cp_funnel(uint32_t lo, uint32_t hi, int bits) {
+  return (uint32_t)((((uint64_t)hi << 32) | lo) >> bits);
+}
+DEV cp16 cp_shift(cp16 a, cp16 b, int r) {
+  uint32_t w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+  if (r & 8) {
+#pragma unroll
+    for (int i = 0; i < 6; i++) w[i] = w[i + 2];
+  }
+  if (r & 4) {
+#pragma unroll
+    for (int i = 0; i < 5; i++) w[i] = w[i + 1];
+  }
+  int bits = (r & 3) * 8;
+  cp16 c;
+  c.x = cp_funnel(w[0], w[1], bits);
+  c.y = cp_funnel(w[1], w[2], bits);
+  c.z = cp_funnel(w[2], w[3], bits);
+  c.w = cp_funnel(w[3], w[4], bits);
+  return c;
+}
+
+/* A warp copies a segment of a row: CP_SEG chunks of 16 bytes, CP_UNROLL
+ * per lane, consecutive lanes on consecutive chunks. */
+enum { CP_THREADS = 256, CP_UNROLL = 4, CP_SEG = 32 * CP_UNROLL };
+
+/* The rows as bytes (len of them a row, an even number below 2^31; ldd
+ * and lds in bytes, even): each warp takes (row, segment) items, `segs` a
+ * row. dst's row is cut at its 16-byte boundaries: a head and a tail of
+ * 2-byte units (at most 7 each), and between them chunks that are stored
+ * with one 16-byte store each; each is made from the two aligned 16-byte
+ * chunks of src that hold its bytes, shifted by src's offset from dst's
+ * alignment. All index arithmetic within a row is 32-bit. */
+__global__ void __launch_bounds__(CP_THREADS)
+    k_copy2d_vec(char *__restrict__ dst, int64_t ldd, const char *__restrict__ src, int64_t lds, int64_t rows,
+                 int len, int64_t segs) {
+  int lane = threadIdx.x & 31;
+  int64_t warps = (int64_t)gridDim.x * (CP_THREADS / 32);
+  for (int64_t w = (int64_t)blockIdx.x * (CP_THREADS / 32) + (threadIdx.x >> 5); w < rows * segs; w += warps) {
+    int64_t row = w / segs;
+    int seg = (int)(w - row * segs);
+    char *d = dst + row * ldd;
+    const char *s = src + row * lds;
+    int head = (int)((16 - ((uintptr_t)d & 15)) & 15);
+    if (head > len) head = len;
+    int nb = (len - head) >> 4, tail = len - head - 16 * nb;
+    /* body chunk c of dst is src's bytes [head + 16c, +16), in src's
+     * aligned chunks q = c and c + 1 counted from s + head - r */
+    int r = (int)(((uintptr_t)s + head) & 15), from = head - r;
+    int c0 = seg * CP_SEG + lane;
+    cp16 a[CP_UNROLL] = {}, b[CP_UNROLL] = {};
+#pragma unroll
+    for (int u = 0; u < CP_UNROLL; u++) {
+      int c = c0 + 32 * u;
+      if (c < nb) {
+        a[u] = cp_chunk(s, from + 16 * c, len);
+        if (r) b[u] = cp_chunk(s, from + 16 * c + 16, len);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < CP_UNROLL; u++) {
+      int c = c0 + 32 * u;
+      if (c < nb) cp_st(d + head + 16 * c, r ? cp_shift(a[u], b[u], r) : a[u]);
+    }
+    if (seg == 0 && 2 * lane < head) *(uint16_t *)(d + 2 * lane) = *(const uint16_t *)(s + 2 * lane);
+    if (seg == segs - 1 && 2 * lane < tail) {
+      int o = head + 16 * nb + 2 * lane;
+      *(uint16_t *)(d + o) = *(const uint16_t *)(s + o);
+    }
+  }
+}
+
+/* WEFT_COPY2D=old: the first kernel (for comparison). */
+static bool copy2d_old(void) {
+  static const bool old = [] {
+    const char *v = getenv("WEFT_COPY2D");
+    return v && strcmp(v, "old") == 0;
+  }();
+  return old;
+}
+
 static void copy2d(gpu_stream *s, int dt, void *dst, int64_t ldd, const void *src, int64_t lds, int64_t rows,
                    int64_t cols) {
   if (rows == 0 || cols == 0) return;
-  if (gpu_dtype_size(dt) == 2)
+  int64_t es = gpu_dtype_size(dt), len = cols * es;
+  if (!copy2d_old() && len < ((int64_t)1 << 31) - 16) {
+    int64_t segs = ((len >> 4) + CP_SEG - 1) / CP_SEG;
+    if (segs < 1) segs = 1;
+    launch(k_copy2d_vec, blocks_for(rows * segs * 32, CP_THREADS), CP_THREADS, 0, s, (char *)dst, ldd * es,
+           (const char *)src, lds * es, rows, (int)len, segs);
+    return;
+  }
+  if (es == 2)
     launch(k_copy2d<uint16_t>, blocks_for(rows * cols, 256), 256, 0, s, (uint16_t *)dst, ldd, (const uint16_t *)src,
            lds, rows, cols);
   else
     launch(k_copy2d<uint32_t>, blocks_for(rows * cols, 256), 256, 0, s, (uint32_t *)dst, ldd, (const uint32_t *)src,
            lds, rows, cols);
+}
+
+void gpu_copy2d(gpu_stream *s, int dt, void *dst, int64_t ldd, const void *src, int64_t lds, int64_t rows,
+                int64_t cols) {
+  copy2d(s, dt, dst, ldd, src, lds, rows, cols);
 }
 
 #ifdef WEFT_CUDA_EMU

@@ -9,7 +9,9 @@
  * head (8192 tokens x 768 -> a vocabulary of 50257, bf16: the logits,
  * their gradient's two products), whose rows of 50257 elements are off 16
  * bytes: staged through the padded area, then each as one direct call
- * (WEFT_GEMM_STAGE_FLOPS above its size). Prints ms per
+ * (WEFT_GEMM_STAGE_FLOPS above its size), and the loss on those logits
+ * (cross entropy forward and backward) and their staging copy alone, in
+ * GB/s (losses_and_copies). Prints ms per
  * call (the mean of the timed calls after two untimed) and TFLOP/s:
  * causal forward 2 b h s^2 dh (half of 4 b h s^2 dh), backward 2.5 times
  * that, linear 2 m k n.
@@ -176,6 +178,53 @@ static void lm_head(int64_t t, int64_t h, int64_t v, int reps) {
   gpu_free(x), gpu_free(w), gpu_free(dl), gpu_free(logits), gpu_free(dx), gpu_free(dw), gpu_free(j.gws);
 }
 
+/* GPT-2's loss at t tokens and a vocabulary of v (bf16 logits, rows of v
+ * elements off 16 bytes): cross entropy forward, backward and both, then
+ * the staging copy of the logits into rows padded to 16 bytes and back
+ * (gpu_copy2d). ms per call (the mean of `reps` after two untimed) and
+ * GB/s of the bytes each must move (forward: the logits read; backward:
+ * read and the gradient written; a copy: read and written). WEFT_CE_KERNEL=old
+ * and WEFT_COPY2D=old time the first kernels. */
+static void losses_and_copies(int64_t t, int64_t v, int reps) {
+  char e[400];
+  int64_t vp = (v + 7) / 8 * 8;
+  void *logits = filled(t * v, GPU_BF16), *dlogits = zeros((size_t)(t * v) * 2), *padded = zeros((size_t)(t * vp) * 2);
+  void *ws = zeros(gpu_loss_ws(t)), *slot = zeros(8);
+  int32_t *lab = malloc(sizeof(int32_t) * (size_t)t);
+  for (int64_t i = 0; i < t; i++) lab[i] = (int32_t)((i * 7919) % v);
+  int32_t *dlab = gpu_alloc((size_t)t * 4, e, sizeof e);
+  if (!dlab || !gpu_upload(dlab, lab, (size_t)t * 4, S, e, sizeof e)) die("labels", e);
+  gpu_event *a = gpu_event_timed(e, sizeof e), *b = gpu_event_timed(e, sizeof e);
+  if (!a || !b) die("gpu_event_timed", e);
+  double bytes = (double)(t * v) * 2;
+  const char *what[5] = {"cross entropy forward", "cross entropy backward", "cross entropy forward+backward",
+                         "staging copy into padded rows", "staging copy out of padded rows"};
+  double moved[5] = {bytes, 2 * bytes, 3 * bytes, 2 * bytes, 2 * bytes};
+  for (int k = 0; k < 5; k++) {
+    double ms = 0;
+    for (int r = -2; r < reps; r++) {
+      if (r == 0) gpu_record(a, S);
+      if (k == 0 || k == 2)
+        gpu_cross_entropy(S, GPU_BF16, slot, NULL, logits, dlab, t, v, t, false, ws);
+      if (k == 1 || k == 2)
+        gpu_cross_entropy_backward(S, GPU_BF16, dlogits, logits, dlab, t, v, t, false);
+      if (k == 3) gpu_copy2d(S, GPU_BF16, padded, vp, logits, v, t, v);
+      if (k == 4) gpu_copy2d(S, GPU_BF16, dlogits, v, padded, vp, t, v);
+    }
+    gpu_record(b, S);
+    ms = gpu_elapsed_ms(a, b, e, sizeof e) / reps;
+    if (ms < 0 || !gpu_check("bench", e, sizeof e)) die("timing", e);
+    char shape[96];
+    snprintf(shape, sizeof shape, "t%lld v%lld bf16%s", (long long)t, (long long)v,
+             k < 3 ? (getenv("WEFT_CE_KERNEL") ? " (old)" : "")
+                   : (getenv("WEFT_COPY2D") ? " (old)" : ""));
+    printf("%-32s %-24s %9.3f ms %8.1f GB/s\n", what[k], shape, ms, moved[k] / (ms * 1e-3) / 1e9);
+    fflush(stdout);
+  }
+  gpu_event_free(a), gpu_event_free(b), free(lab);
+  gpu_free(logits), gpu_free(dlogits), gpu_free(padded), gpu_free(ws), gpu_free(slot), gpu_free(dlab);
+}
+
 int main(int argc, char **argv) {
   char e[512];
   bool small = false, head_only = false;
@@ -211,6 +260,7 @@ int main(int argc, char **argv) {
     }
     lm_head(8192, 768, 50257, 20);
   }
+  losses_and_copies(small ? 64 : 8192, small ? 257 : 50257, small ? 1 : 20);
   if (!gpu_sync(e, sizeof e)) die("sync", e);
   gpu_stream_free(S);
   return 0;

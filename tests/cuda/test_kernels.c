@@ -510,6 +510,79 @@ static void check_softmax(int dt) {
   free(x), free(dy), free(want);
 }
 
+/* Cross entropy over rows at every alignment, as the kernels read them
+ * in 16-byte chunks (a head, chunks, a tail): t = 9 rows of v elements,
+ * so that with v odd the rows of 2-byte elements start at each of the 8
+ * offsets from 16 bytes (f32: 4), the logits at a 16-byte boundary or one
+ * element after it; v below one chunk, a few chunks, and more than the
+ * chunks a block holds in registers (4501: read again for the gradient).
+ * The loss, the gradient (written, and added to), a shard's statistics and
+ * its gradient (labels partly outside the shard, which starts at 2), and
+ * once a gradient whose rows are aligned otherwise than the logits'. */
+static void *up_off(const float *x, int64_t n, int dt, void **base);
+
+static void check_ce_rows(int dt) {
+  char e[400], what[96];
+  const int64_t vs[] = {1, 7, 8, 9, 300, 4501}, t = 9, lo = 2;
+  double *slot = gpu_alloc(8, e, sizeof e);
+  void *ws = gpu_alloc(gpu_loss_ws(t), e, sizeof e);
+  if (!slot || !ws) die("gpu_alloc", e);
+  for (size_t vi = 0; vi < sizeof vs / sizeof vs[0]; vi++)
+    for (int off = 0; off < 2; off++) {
+      int64_t v = vs[vi], n = t * v;
+      float *x = randn(n, 3), *g0 = randn(n, 1), *want = malloc(sizeof(float) * (size_t)n);
+      round_all(x, n, dt), round_all(g0, n, dt);
+      int32_t lab[9], glab[9];
+      for (int64_t i = 0; i < t; i++) lab[i] = (int32_t)(urand() * v), glab[i] = (int32_t)(urand() * (v + 4));
+      int32_t *dlab = up_ids(lab, t), *dglab = up_ids(glab, t);
+      void *bx = NULL, *bg = NULL, *bp = NULL;
+      void *dx = off ? up_off(x, n, dt, &bx) : (bx = up(x, n, dt));
+      void *dg = off ? up_off(g0, n, dt, &bg) : (bg = up(g0, n, dt));
+      float *nan = malloc(sizeof(float) * (size_t)n);
+      for (int64_t i = 0; i < n; i++) nan[i] = NAN;
+      void *dp = off ? up_off(nan, n, dt, &bp) : (bp = up(nan, n, dt));
+      snprintf(what, sizeof what, "cross_entropy, rows of %lld%s", (long long)v, off ? ", +1 element" : "");
+      gpu_cross_entropy(S, dt, slot, NULL, dx, dlab, t, v, t, false, ws);
+      expect_loss(what, dt, slot, k_cross_entropy(x, lab, t, v, t));
+      k_cross_entropy_backward(want, x, lab, t, v, t, 1.0, false);
+      gpu_cross_entropy_backward(S, dt, dp, dx, dlab, t, v, t, false);
+      snprintf(what, sizeof what, "  its backward%s", off ? ", +1 element" : "");
+      expect_dev(what, dt, dp, want, n);
+      memcpy(want, g0, sizeof(float) * (size_t)n);
+      k_cross_entropy_backward(want, x, lab, t, v, t, 1.0, true);
+      gpu_cross_entropy_backward(S, dt, dg, dx, dlab, t, v, t, true);
+      snprintf(what, sizeof what, "  its backward, acc%s", off ? ", +1 element" : "");
+      expect_dev(what, dt, dg, want, n);
+      if (v == 300) {
+        /* the gradient one element off the logits' alignment */
+        void *bq = NULL, *dq = off ? (bq = up(nan, n, dt)) : up_off(nan, n, dt, &bq);
+        k_cross_entropy_backward(want, x, lab, t, v, t, 1.0, false);
+        gpu_cross_entropy_backward(S, dt, dq, dx, dlab, t, v, t, false);
+        expect_dev("  its backward, aligned otherwise than the logits", dt, dq, want, n);
+        gpu_free(bq);
+      }
+      /* one shard of a vocabulary, from lo on */
+      float st[27], mx[9], sm[9], tg[9];
+      k_cross_entropy_stats(st, x, glab, t, lo, v);
+      float *ds = poisoned(t * 3, GPU_F32);
+      gpu_cross_entropy_stats(S, dt, ds, dx, dglab, t, lo, v);
+      snprintf(what, sizeof what, "  a shard's statistics (f32)%s", off ? ", +1 element" : "");
+      expect_dev(what, GPU_F32, ds, st, t * 3);
+      gpu_free(ds);
+      k_cross_entropy_merge(mx, sm, tg, st, 1, t);
+      float *dst = up(st, t * 3, GPU_F32);
+      memcpy(want, g0, sizeof(float) * (size_t)n);
+      k_cross_entropy_shard_backward(want, x, glab, mx, sm, t, lo, v, t, 1.0, true);
+      void *bh = NULL, *dh = off ? up_off(g0, n, dt, &bh) : (bh = up(g0, n, dt));
+      gpu_cross_entropy_shard_backward(S, dt, dh, dx, dglab, dst, 1, t, lo, v, t, true);
+      snprintf(what, sizeof what, "  a shard's backward, acc%s", off ? ", +1 element" : "");
+      expect_dev(what, dt, dh, want, n);
+      gpu_free(bx), gpu_free(bg), gpu_free(bp), gpu_free(bh), gpu_free(dst), gpu_free(dlab), gpu_free(dglab);
+      free(x), free(g0), free(want), free(nan);
+    }
+  gpu_free(slot), gpu_free(ws);
+}
+
 static void check_losses(int dt) {
   char e[400];
   int64_t t = 37, v = 300, t_total = 2 * t, split = 130;
@@ -586,6 +659,8 @@ static void check_losses(int dt) {
   gpu_free(da), gpu_free(db), gpu_free(ga), gpu_free(gb);
   free(logits), free(g0), free(labels), free(wg), free(part[0]), free(part[1]), free(stats), free(st), free(gathered);
   free(mx), free(sm), free(tg), free(a), free(b), free(wa), free(wb);
+  check_ce_rows(dt);
+  if (dt == GPU_BF16) check_ce_rows(GPU_F16);
 }
 
 static void check_optimizers(int dt) {
@@ -712,6 +787,51 @@ static void *up_off(const float *x, int64_t n, int dt, void **base) {
   return (char *)*base + (dt == GPU_F32 ? 4 : 2);
 }
 
+/* The staging copies (rows of 2-byte units cut at dst's 16-byte
+ * boundaries, src read in aligned chunks and shifted): products whose
+ * operands and results have rows of 1 to 9 elements (at most a head and a
+ * tail), and of 2100 (several segments of a row), every row at another
+ * offset, each operand at a 16-byte boundary or one element after it;
+ * c += a b, so that c is copied into the staging area and back. */
+static void check_staging_copies(int dt) {
+  char e[400];
+  const int64_t shapes[][3] = {{13, 1, 3}, {13, 3, 5}, {21, 7, 9}, {9, 9, 1}, {11, 5, 2100}, {6, 2100, 3}};
+  size_t wsb = gpu_gemm_ws();
+  void *ws = gpu_alloc(wsb, e, sizeof e);
+  if (!ws) die("gpu_alloc", e);
+  setenv("WEFT_GEMM_STAGE_BYTES", "1048576", 1);
+  int64_t calls = 0, before = gpu_gemm_staged();
+  for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+    for (int offs = 0; offs < 8; offs++) {
+      int64_t m = shapes[si][0], k = shapes[si][1], n = shapes[si][2];
+      float *a = randn(m * k, 1), *b = randn(k * n, 1), *c = randn(m * n, 1), *want = malloc(sizeof(float) * (size_t)(m * n));
+      round_all(a, m * k, dt), round_all(b, k * n, dt), round_all(c, m * n, dt);
+      void *ba = NULL, *bb = NULL, *bc = NULL;
+      void *da = offs & 1 ? up_off(a, m * k, dt, &ba) : (ba = up(a, m * k, dt));
+      void *db = offs & 2 ? up_off(b, k * n, dt, &bb) : (bb = up(b, k * n, dt));
+      void *dc = offs & 4 ? up_off(c, m * n, dt, &bc) : (bc = up(c, m * n, dt));
+      memcpy(want, c, sizeof(float) * (size_t)(m * n));
+      k_matmul(want, a, b, m, k, n, true);
+      if (!gpu_gemm(S, false, false, m, n, k, da, k, dt, db, n, dt, dc, n, dt, NULL, true, ws, wsb, false, e, sizeof e))
+        die("gemm", e);
+      calls++;
+      char what[96];
+      snprintf(what, sizeof what, "staged c += a b, %lldx%lldx%lld, offsets %d%d%d", (long long)m, (long long)k,
+               (long long)n, offs & 1, (offs >> 1) & 1, (offs >> 2) & 1);
+      expect_dev(what, dt, dc, want, m * n);
+      gpu_free(ba), gpu_free(bb), gpu_free(bc);
+      free(a), free(b), free(c), free(want);
+    }
+  /* every product but those with all three aligned (k, n multiples of 8) */
+  int64_t staged = gpu_gemm_staged() - before;
+  checks++;
+  if (staged != calls) failures++;
+  printf("kernel %-44s %-4s %lld of %lld products staged %s\n", "staging copies", dt_name(dt), (long long)staged,
+         (long long)calls, staged == calls ? "ok" : "FAIL");
+  setenv("WEFT_GEMM_STAGE_BYTES", "65536", 1);
+  gpu_free(ws);
+}
+
 /* Products with rows or pointers off 16 bytes, staged in chunks: the size
  * from which products are staged lowered to 0 and the room to 64 KiB, so
  * that a 300 x 40 x 257 product takes many chunks. */
@@ -770,6 +890,7 @@ static void check_gemm_staged(int dt) {
          (long long)staged, staged == 4 ? "ok" : "FAIL");
   free(h1), free(h2), free(a), free(b), free(bias), free(g), free(want), free(zero), free(wa), free(wb);
   gpu_free(ba), gpu_free(bb), gpu_free(bg), gpu_free(bc), gpu_free(bc2), gpu_free(dbias), gpu_free(gb), gpu_free(ws);
+  check_staging_copies(dt);
   unsetenv("WEFT_GEMM_STAGE_FLOPS");
   unsetenv("WEFT_GEMM_STAGE_BYTES");
 }
