@@ -2403,8 +2403,10 @@ static bool init_state(crun *r, char *err, size_t errlen) {
          * rounding, the master's copy 0 the value (its copy 1 the step writes) */
         cx_move_host(host, r->w->param[bf->tensor], &mv, &tab, false);
         if (bf->role == LB_MASTER) gpu_zero(dst, (size_t)(bf->bytes ? bf->bytes : 1), s);
-        ok = gpu_upload(stage, host, (size_t)n * 4, s, e, sizeof e);
-        if (ok) gpu_convert(s, dst, bf->role == LB_MASTER ? GPU_F32 : bf->dtype, stage, GPU_F32, n, false);
+        /* f32 goes in as it is; a 16-bit parameter through the stage, rounded there */
+        bool f32 = bf->role == LB_MASTER || bf->dtype == GPU_F32;
+        ok = gpu_upload(f32 ? (void *)dst : (void *)stage, host, (size_t)n * 4, s, e, sizeof e);
+        if (ok && !f32) gpu_convert(s, dst, bf->dtype, stage, GPU_F32, n, false);
         ok = ok && gpu_stream_sync(s, e, sizeof e);
       } else if (bf->role == LB_STATE && r->w->state[bf->tensor]) {
         int64_t wn = cx_tensor_numel(t);
