@@ -94,6 +94,24 @@ attn_launches "megatron interleaved, full recompute" examples/gpt_megatron.plan 
 attn_launches "llama cp2 tp2 pp2 (grouped queries, parts of the sequence)" examples/llama_megatron.plan \
   --set layers=4 --set hidden=64 --set heads=4 --set kv_heads=2 --set ffn=96 --set seq=16 --set vocab=128 \
   --set global_batch=8 --set micro_batch=2 --set cp=2 --set dp=1 --steps 2
+# The steps of a stream that run back to back, and the sums of squares
+# of their gradients, are one launch and one more that adds the sums
+# (k_msteps, k_msteps_done); WEFT_CUDA_FUSED_STEP=0: three per tensor.
+step_launches() {
+  name=$1; want=$2; shift 2
+  if WEFT_CUDA_FUSED_STEP=0 WEFT_CUDA_EMU_LAUNCHES=$tmp/s0.txt "$WEFT" run "$@" --backend cuda --steps 2 >/dev/null 2>"$tmp/e" &&
+     WEFT_CUDA_EMU_LAUNCHES=$tmp/s1.txt "$WEFT" run "$@" --backend cuda --steps 2 >/dev/null 2>>"$tmp/e"; then
+    per=$(awk '$2 ~ /^k_(adamw|sgd|sumsq_parts|sumsq_done)/ {n += $1} END {print n / 2}' "$tmp/s0.txt")
+    one=$(awk '$2 ~ /^k_msteps/ {n += $1} END {print n / 2}' "$tmp/s1.txt")
+    left=$(awk '$2 ~ /^k_(adamw|sgd|sumsq_parts|sumsq_done)/ {n += $1} END {print n + 0}' "$tmp/s1.txt")
+    if [ "$one" = "$want" ] && [ "$left" = 0 ] && [ "$per" -gt "$want" ]; then ok
+      echo "cuda (emulated): $name: the steps and the norm's sums of squares in $one launches a step (one per tensor: $per)"
+    else bad "$name: $one launches of k_msteps a step (want $want), $left of one tensor"; cat "$tmp/s1.txt"; fi
+  else bad "$name: weft run $* --backend cuda"; cat "$tmp/e"; fi
+}
+step_launches "gpt2 bf16 single" 2 bench/gpu/gpt2.plan --plan single $GPT
+step_launches "gpt2 bf16 single, --clip" 3 bench/gpu/gpt2.plan --plan single $GPT --clip 0.5
+step_launches "gpt2 bf16 tp2" 4 bench/gpu/gpt2.plan --plan tp2 $GPT
 # the device's limits
 WEFT_CUDA_EMU_MEMORY=1000000 "$WEFT" run examples/gpt2.plan --plan tp2 $GPT --backend cuda >/dev/null 2>"$tmp/e"
 rc=$?
@@ -105,11 +123,11 @@ if [ $rc -eq 2 ] && grep -q "no CUDA device" "$tmp/e"; then ok
 else bad "no device (exit $rc)"; cat "$tmp/e"; fi
 
 # a kernel that faults: found at the end of its step, or at its instruction
-WEFT_CUDA_EMU_FAIL=60 "$WEFT" run examples/gpt2.plan --plan tp2 $GPT --backend cuda >/dev/null 2>"$tmp/e"
+WEFT_CUDA_EMU_FAIL=20 "$WEFT" run examples/gpt2.plan --plan tp2 $GPT --backend cuda >/dev/null 2>"$tmp/e"
 rc=$?
 if [ $rc -eq 2 ] && grep -q "a kernel of step 1 failed: .*WEFT_CUDA_SYNC=1 names its instruction" "$tmp/e"; then ok
 else bad "a faulting kernel (exit $rc)"; cat "$tmp/e"; fi
-WEFT_CUDA_SYNC=1 WEFT_CUDA_EMU_FAIL=60 "$WEFT" run examples/gpt2.plan --plan tp2 $GPT --backend cuda >/dev/null 2>"$tmp/e"
+WEFT_CUDA_SYNC=1 WEFT_CUDA_EMU_FAIL=20 "$WEFT" run examples/gpt2.plan --plan tp2 $GPT --backend cuda >/dev/null 2>"$tmp/e"
 rc=$?
 if [ $rc -eq 2 ] && grep -q "plan device [0-9]*, instruction [0-9]* (forward .*, .*): an illegal memory access" "$tmp/e"; then ok
   echo "cuda (emulated): a faulting kernel, WEFT_CUDA_SYNC=1: $(cat "$tmp/e")"

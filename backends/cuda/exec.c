@@ -38,7 +38,9 @@ typedef struct caddr {
 
 static const caddr NOWHERE = {ADDR_NONE, 0};
 
-typedef enum { A_MOVE, A_SUM, A_ZERO, A_CALL, A_STEP, A_SUMSQ, A_NORM, A_CCL } act_kind;
+/* A_MULTI: a group of steps and sums of squares in one launch (pgroup);
+ * A_NONE: one of its members, launched with it. */
+typedef enum { A_MOVE, A_SUM, A_ZERO, A_CALL, A_STEP, A_SUMSQ, A_NORM, A_CCL, A_MULTI, A_NONE } act_kind;
 
 typedef struct cact {
   uint8_t kind;
@@ -51,7 +53,7 @@ typedef struct cact {
   int64_t bytes;          /* A_ZERO; A_SUMSQ: the mask's offset in masks, -1 none */
   int64_t n;              /* A_SUMSQ: elements */
   int idx;                /* A_CALL: calls[idx]; A_STEP: steps[idx]; A_SUMSQ: the plan device it counts for;
-                           * A_CCL: cops[idx] */
+                           * A_CCL: cops[idx]; A_MULTI: groups[idx] */
 } cact;
 
 typedef struct pcall {
@@ -68,6 +70,27 @@ typedef struct pstep {
   int64_t n;
   int dev;
 } pstep;
+
+/* Steps and sums of squares that run back to back on one stream, with
+ * nothing recorded or awaited between them, as one launch (gpu_msteps):
+ * the entries mtab[first, first + n) of their plan, laid out; each
+ * entry's tag its member (pment), a step with the sum of squares of its
+ * gradient when the sum came just before it. */
+typedef struct pment {
+  int step;               /* steps[step], -1: a sum of squares only */
+  bool sq;                /* counts its gradient in the norm */
+  caddr grad;
+  int gdt;
+  int64_t n, mask;        /* mask: its offset in crun.masks, -1 */
+  int group;
+} pment;
+
+typedef struct pgroup {
+  int first, n;
+  int dev;                /* the plan device whose norm its sums add to, -1 none */
+  gpu_mslayout l;
+  int64_t parts;          /* its scratch: doubles of crun.mparts from parts_at + parts */
+} pgroup;
 
 /* A collective through NCCL: a member's message reduced, scattered,
  * gathered or broadcast in place by its group's communicator on that
@@ -140,6 +163,14 @@ typedef struct cplan {
    * where it then takes the sum (mp_reduce, add_sum); dev ADDR_NONE none */
   caddr silent_at;
   int silent_as;
+  /* the steps in groups (crun.fused) */
+  pgroup *groups;
+  int ngroups, gcap;
+  pment *ments;
+  int nments, mcap;
+  gpu_mstep *mtab;        /* host: the groups' tables, one after another */
+  int64_t tab_at;         /* where mtab is in crun.mtab (entries) */
+  int64_t nparts_d, parts_at;  /* the doubles of scratch, and where they are in crun.mparts */
 } cplan;
 
 typedef struct cvdev {
@@ -212,6 +243,11 @@ struct backend_run {
   gpu_event *wdone;       /* recorded after the world's work */
   gpu_event **cend;       /* per communicator: the end of its stream's work in a pass */
   char *mirror;           /* device: messages of other processes */
+  /* the steps of a stream that run back to back as one launch (pgroup);
+   * WEFT_CUDA_FUSED_STEP=0: one launch per tensor */
+  bool fused;
+  gpu_mstep *mtab;        /* device: the plans' tables */
+  double *mparts;         /* device: their scratch */
 };
 
 static bool here(const crun *r, int dev) { return r->mine < 0 || dev == r->mine; }
@@ -1651,6 +1687,7 @@ static void plan_free(cplan *P, bool gpu) {
   free(P->cops), free(P->parts), free(P->xfers), free(P->mirror_off), free(P->alias);
   sched_free(&P->s);
   free(P->ev), free(P->acts), free(P->srcs), free(P->calls), free(P->steps), free(P->first), free(P->count);
+  free(P->groups), free(P->ments), free(P->mtab);
   memset(P, 0, sizeof *P);
 }
 
@@ -1672,7 +1709,7 @@ void crun_close(crun *r) {
   for (int k = 0; k < 2; k++) plan_free(&r->plan[k], gpu);
   if (gpu) {
     gpu_free(r->inputs), gpu_free(r->slots), gpu_free(r->tables), gpu_free(r->masks), gpu_free(r->norms);
-    gpu_free(r->coef);
+    gpu_free(r->coef), gpu_free(r->mtab), gpu_free(r->mparts);
   }
   if (r->own) clip_owners_free(r->pr, r->own);
   if (r->keep)
@@ -1885,6 +1922,120 @@ static bool prepare(crun *r) {
   return !r->pfail;
 }
 
+/* ---- steps in groups ------------------------------------------------------------------------ */
+
+static int add_ment(cplan *P, pment m) {
+  if (P->nments == P->mcap) {
+    P->mcap = P->mcap ? 2 * P->mcap : 64;
+    P->ments = cx_grow(P->ments, sizeof(pment) * (size_t)P->mcap);
+  }
+  P->ments[P->nments] = m;
+  return P->nments++;
+}
+
+/* Groups the steps and sums of squares of each stream that run back to
+ * back, in the order run_plan enqueues the work: a group ends at a record
+ * or a wait on its stream and at any other work there, so that it is the
+ * same work in the same order of its stream, enqueued at its first
+ * member's place. A sum of squares of another device's norm starts
+ * another group. */
+static void fuse_steps(crun *r) {
+  cplan *P = r->P;
+  int nd = r->pr->nprogs;
+  int *open = cx_alloc(sizeof(int) * (size_t)(nd + 1));
+  for (int d = 0; d < nd; d++) open[d] = -1;
+  for (int k = 0; k < P->s.nops; k++) {
+    const sop *so = &P->s.ops[k];
+    int d = op_dev(r, so);
+    if (!here(r, d)) continue;
+    if (so->kind == SO_RECORD || so->kind == SO_WAIT) open[d] = -1;
+    int prev = -1;  /* the entry of the sum of squares just before, in this operation */
+    for (int j = 0; j < P->count[k]; j++) {
+      cact *a = &P->acts[P->first[k] + j];
+      if (a->kind != A_STEP && a->kind != A_SUMSQ) {
+        open[d] = prev = -1;
+        continue;
+      }
+      if (a->kind == A_STEP && prev >= 0) {
+        /* the step whose gradient was just counted: one read of it for both */
+        pment *m = &P->ments[prev];
+        const pstep *st = &P->steps[a->idx];
+        prev = -1;
+        if (m->grad.dev == st->grad.dev && m->grad.off == st->grad.off && m->gdt == st->gdt && m->n == st->n) {
+          m->step = a->idx;
+          a->kind = A_NONE;
+          continue;
+        }
+      }
+      prev = -1;
+      pment m = {-1, false, NOWHERE, GPU_F32, 0, -1, open[d]};
+      int sqdev = -1;
+      if (a->kind == A_STEP) {
+        const pstep *st = &P->steps[a->idx];
+        m.step = a->idx, m.grad = st->grad, m.gdt = st->gdt, m.n = st->n;
+      } else {
+        sqdev = a->idx;
+        m.sq = true, m.grad = a->src, m.gdt = a->src_dt, m.n = a->n, m.mask = a->bytes;
+      }
+      if (m.group >= 0 && sqdev >= 0 && P->groups[m.group].dev >= 0 && P->groups[m.group].dev != sqdev) m.group = -1;
+      if (m.group < 0) {
+        if (P->ngroups == P->gcap) {
+          P->gcap = P->gcap ? 2 * P->gcap : 32;
+          P->groups = cx_grow(P->groups, sizeof(pgroup) * (size_t)P->gcap);
+        }
+        memset(&P->groups[P->ngroups], 0, sizeof(pgroup));
+        P->groups[P->ngroups].dev = -1;
+        m.group = open[d] = P->ngroups++;
+        a->kind = A_MULTI;
+        a->idx = m.group;
+      } else {
+        a->kind = A_NONE;
+      }
+      if (sqdev >= 0) P->groups[m.group].dev = sqdev;
+      int e = add_ment(P, m);
+      P->groups[m.group].n++;
+      if (sqdev >= 0) prev = e;
+    }
+  }
+  free(open);
+  /* the groups' tables one after another, each in the order of its members */
+  P->mtab = cx_alloc(sizeof(gpu_mstep) * (size_t)(P->nments + 1));
+  int at = 0;
+  for (int g = 0; g < P->ngroups; g++) P->groups[g].first = at, at += P->groups[g].n, P->groups[g].n = 0;
+  for (int e = 0; e < P->nments; e++) {
+    const pment *m = &P->ments[e];
+    pgroup *g = &P->groups[m->group];
+    gpu_mstep *t = &P->mtab[g->first + g->n++];
+    memset(t, 0, sizeof *t);
+    t->n = m->n, t->gdt = m->gdt, t->tag = e;
+    t->pdt = m->step >= 0 ? P->steps[m->step].pdt : GPU_F32;
+    t->what = (m->step >= 0 ? GPU_MS_STEP : 0) | (m->sq ? GPU_MS_SQ : 0);
+  }
+  for (int g = 0; g < P->ngroups; g++) {
+    pgroup *G = &P->groups[g];
+    G->l = gpu_msteps_layout(P->mtab + G->first, G->n);
+    G->parts = P->nparts_d;
+    P->nparts_d += G->l.parts;
+  }
+}
+
+/* The device addresses of the groups' tables, once the pools are there. */
+static void fill_msteps(crun *r, cplan *P) {
+  for (int i = 0; i < P->nments; i++) {
+    gpu_mstep *t = &P->mtab[i];
+    const pment *m = &P->ments[t->tag];
+    t->grad = addr(r, m->grad);
+    t->mask = m->sq && m->mask >= 0 ? r->masks + m->mask : NULL;
+    if (m->step < 0) continue;
+    const pstep *st = &P->steps[m->step];
+    t->param = addr(r, st->param);
+    t->master = addr(r, st->master);
+    /* SGD without momentum keeps no buffer (gpu_sgd) */
+    bool state = r->optim == 1 || (st->copies && r->settings.momentum != 0.0);
+    t->state = state ? addr(r, st->state) : NULL;
+  }
+}
+
 /* What a step counts in the norm (backends/cpu/clip.h), its masks as bytes
  * for the device, and the largest part of a gradient a count before the
  * steps moves into scratch. */
@@ -1930,6 +2081,7 @@ static bool build_plan(crun *r, cplan *P, const csched_cb *cb, bool *const *tail
   r->pfail = false;
   if (!sched_build(&P->s, r->pr, cb, tail, e, sizeof e)) return failf(err, errlen, 1, "%s", r->pfail ? r->perr : e);
   if (!prepare(r)) return failf(err, errlen, 1, "%s", r->perr);
+  if (r->fused) fuse_steps(r);
   P->built = true;
   return true;
 }
@@ -1977,6 +2129,7 @@ crun *crun_open(const weft_program *pr, weft_world *w, const backend_opts *o, ch
   r->pr = pr, r->g = lower_graph(pr), r->w = w, r->o = *o;
   r->P = &r->plan[0];
   r->sync_each = getenv("WEFT_CUDA_SYNC") && strcmp(getenv("WEFT_CUDA_SYNC"), "0") != 0;
+  r->fused = !getenv("WEFT_CUDA_FUSED_STEP") || strcmp(getenv("WEFT_CUDA_FUSED_STEP"), "0") != 0;
   const weft_graph *g = r->g;
   uint8_t *mask_bytes = NULL;
   if (!mp_begin(r, err, errlen)) goto fail;
@@ -2038,8 +2191,17 @@ crun *crun_open(const weft_program *pr, weft_world *w, const backend_opts *o, ch
     pools += align_up(pool[d]);
     if (pool[d] > largest) largest = pool[d];
   }
+  /* the groups of steps: their tables and scratch, the plans' one after another */
+  int64_t ntab = 0, nparts = 0;
+  for (int k = 0; k < 2; k++) {
+    cplan *P = &r->plan[k];
+    if (!P->built) continue;
+    P->tab_at = ntab, P->parts_at = nparts;
+    ntab += P->nments, nparts += P->nparts_d;
+  }
   r->need = pools + r->input_bytes + align_up((r->nslots + 1) * 8) + align_up(r->tab.n * 4 + 4) +
-            align_up(r->nmask_bytes + 1) + align_up((pr->nprogs + 2) * 8) + CX_ALIGN;
+            align_up(r->nmask_bytes + 1) + align_up((pr->nprogs + 2) * 8) + CX_ALIGN +
+            align_up((ntab + 1) * (int64_t)sizeof(gpu_mstep)) + align_up((nparts + 1) * 8);
   if (r->need > r->props.free) {
     char a[32], b[32], c[32];
     failf(err, errlen, 2,
@@ -2069,7 +2231,9 @@ crun *crun_open(const weft_program *pr, weft_world *w, const backend_opts *o, ch
       !(r->tables = gpu_alloc((size_t)(r->tab.n * 4 + 4), e, sizeof e)) ||
       !(r->masks = gpu_alloc((size_t)(r->nmask_bytes + 1), e, sizeof e)) ||
       !(r->norms = gpu_alloc((size_t)(pr->nprogs + 2) * 8, e, sizeof e)) ||
-      !(r->coef = gpu_alloc(CX_ALIGN, e, sizeof e))) {
+      !(r->coef = gpu_alloc(CX_ALIGN, e, sizeof e)) ||
+      !(r->mtab = gpu_alloc((size_t)(ntab + 1) * sizeof(gpu_mstep), e, sizeof e)) ||
+      !(r->mparts = gpu_alloc((size_t)(nparts + 1) * 8, e, sizeof e))) {
     failf(err, errlen, 2, "GPU %d (%s): %s", r->gpu, r->props.name, e);
     goto fail;
   }
@@ -2088,6 +2252,15 @@ crun *crun_open(const weft_program *pr, weft_world *w, const backend_opts *o, ch
       (r->nmask_bytes && !gpu_upload(r->masks, mask_bytes, (size_t)r->nmask_bytes, NULL, e, sizeof e))) {
     failf(err, errlen, 2, "GPU %d: %s", r->gpu, e);
     goto fail;
+  }
+  for (int k = 0; k < 2; k++) {
+    cplan *P = &r->plan[k];
+    if (!P->built || !P->nments) continue;
+    fill_msteps(r, P);
+    if (!gpu_upload(r->mtab + P->tab_at, P->mtab, sizeof(gpu_mstep) * (size_t)P->nments, NULL, e, sizeof e)) {
+      failf(err, errlen, 2, "GPU %d: %s", r->gpu, e);
+      goto fail;
+    }
   }
   free(mask_bytes);
   return r;
@@ -2167,11 +2340,18 @@ static bool run_act(crun *r, const cact *a, gpu_stream *s, char *err, size_t err
     gpu_sumsq(s, a->src_dt, r->norms + dev, addr(r, a->src), a->bytes >= 0 ? r->masks + a->bytes : NULL, a->n, ws);
     return true;
   }
+  case A_MULTI: {
+    const pgroup *g = &r->P->groups[a->idx];
+    gpu_msteps(s, r->optim == 1, r->mtab + r->P->tab_at + g->first, g->n, &g->l, r->w->step + 1, &r->settings,
+               r->P->clip ? r->coef : NULL, r->mparts + r->P->parts_at + g->parts, g->dev >= 0 ? r->norms + g->dev : NULL);
+    return true;
+  }
   case A_NORM:
     gpu_clip_coef(s, r->coef, r->norms + r->pr->nprogs, r->norms, r->pr->nprogs, r->clip);
     return true;
   case A_CCL:
     return run_ccl(r, &r->P->cops[a->idx], s, err, errlen);
+  case A_NONE:  /* launched with its group */
   default:
     return true;
   }
@@ -2223,8 +2403,10 @@ static bool init_state(crun *r, char *err, size_t errlen) {
          * rounding, the master's copy 0 the value (its copy 1 the step writes) */
         cx_move_host(host, r->w->param[bf->tensor], &mv, &tab, false);
         if (bf->role == LB_MASTER) gpu_zero(dst, (size_t)(bf->bytes ? bf->bytes : 1), s);
-        ok = gpu_upload(stage, host, (size_t)n * 4, s, e, sizeof e);
-        if (ok) gpu_convert(s, dst, bf->role == LB_MASTER ? GPU_F32 : bf->dtype, stage, GPU_F32, n, false);
+        /* f32 goes in as it is; a 16-bit parameter through the stage, rounded there */
+        bool f32 = bf->role == LB_MASTER || bf->dtype == GPU_F32;
+        ok = gpu_upload(f32 ? (void *)dst : (void *)stage, host, (size_t)n * 4, s, e, sizeof e);
+        if (ok && !f32) gpu_convert(s, dst, bf->dtype, stage, GPU_F32, n, false);
         ok = ok && gpu_stream_sync(s, e, sizeof e);
       } else if (bf->role == LB_STATE && r->w->state[bf->tensor]) {
         int64_t wn = cx_tensor_numel(t);

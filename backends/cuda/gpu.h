@@ -294,6 +294,41 @@ void gpu_sumsq(gpu_stream *s, int dt, double *acc, const void *x, const uint8_t 
  * and *norm that square root: the clipping factor of a step. */
 void gpu_clip_coef(gpu_stream *s, float *coef, double *norm, const double *norms, int n, double clip);
 
+/* Several tensors' steps and sums of squares in one launch: a table of
+ * entries in device memory, each a step as gpu_adamw's or gpu_sgd's
+ * (GPU_MS_STEP), the sum of squares of its gradient as gpu_sumsq's
+ * (GPU_MS_SQ), or both from one read of the gradient; the same bits as
+ * those launches one tensor at a time, in the table's order. */
+enum { GPU_MS_STEP = 1, GPU_MS_SQ = 2 };
+typedef struct gpu_mstep {
+  void *param;            /* of type pdt */
+  float *master;          /* NULL: none */
+  float *state;           /* AdamW: m then v, n each; SGD: the momentum buffer, NULL none */
+  const void *grad;       /* of type gdt */
+  const uint8_t *mask;    /* the elements the sum counts, NULL all */
+  int64_t n;
+  int32_t pdt, gdt, what; /* what: GPU_MS_* */
+  int32_t tag;            /* the caller's */
+  /* gpu_msteps_layout's: */
+  int32_t first, blocks;  /* its blocks of the launch */
+  int32_t part, rank;     /* GPU_MS_SQ: where its blocks' sums go, and its place among the sums */
+} gpu_mstep;
+typedef struct gpu_mslayout {
+  int64_t blocks;         /* of the launch */
+  int64_t parts;          /* the doubles of scratch it needs */
+  int nsq;                /* entries that count their gradient */
+} gpu_mslayout;
+/* Lays out a table (host memory, before it is uploaded): reorders its
+ * entries (the largest first) and fills their blocks; the sums of squares
+ * keep the order they came in. */
+gpu_mslayout gpu_msteps_layout(gpu_mstep *t, int n);
+/* Runs table t (device memory, laid out) of n entries: AdamW's steps
+ * (adamw) or SGD's with settings o, the gradients scaled by *scale when it
+ * is not NULL; *acc += the sums of squares in order (when l->nsq). parts:
+ * device scratch of l->parts doubles. */
+void gpu_msteps(gpu_stream *s, bool adamw, const gpu_mstep *t, int n, const gpu_mslayout *l, int64_t step,
+                const gpu_optim *o, const float *scale, double *parts, double *acc);
+
 /* ---- what this library holds ---------------------------------------------------------------- */
 
 /* One line per kernel family: what `weft backends --kernels` prints. */

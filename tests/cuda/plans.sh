@@ -104,5 +104,31 @@ if "$WEFT" run examples/gpt2.plan --plan tp2 $GPT --backend cuda --deterministic
   echo "$LABEL: 2 steps, save, resume, 1 step: the same bytes as 3 steps"
 else bad "save and resume on cuda"; fi
 
+# the steps of a stream in one launch (the default) and one launch per
+# tensor (WEFT_CUDA_FUSED_STEP=0): the same bytes saved, the same losses
+# and gradient norms, clipped or not, on masters, on ZeRO's parts, by SGD
+fused_same() {
+  name=$1; shift
+  if WEFT_CUDA_FUSED_STEP=0 "$WEFT" run "$@" --backend cuda --deterministic --steps 3 --json --save "$tmp/f0.st" \
+       >"$tmp/f0.json" 2>"$tmp/err" &&
+     WEFT_CUDA_FUSED_STEP=1 "$WEFT" run "$@" --backend cuda --deterministic --steps 3 --json --save "$tmp/f1.st" \
+       >"$tmp/f1.json" 2>>"$tmp/err" &&
+     cmp -s "$tmp/f0.st" "$tmp/f1.st" &&
+     python3 - "$tmp/f0.json" "$tmp/f1.json" >"$tmp/cmp" 2>&1 <<'EOF'
+import json, sys
+a, b = (json.load(open(f))["steps"] for f in sys.argv[1:3])
+same = len(a) == len(b) == 3 and all(x["loss"] == y["loss"] and x["grad_norm"] == y["grad_norm"] for x, y in zip(a, b))
+print(f"last loss {b[-1]['loss']!r}, gradient norm {b[-1]['grad_norm']!r}")
+sys.exit(0 if same else 1)
+EOF
+  then ok; echo "$LABEL: $name: the steps in one launch and one per tensor give the same bytes ($(cat "$tmp/cmp"))"
+  else bad "$name: the steps in one launch and one per tensor differ"; cat "$tmp/err" "$tmp/cmp"; fi
+}
+fused_same "gpt2 bf16 single" bench/gpu/gpt2.plan --plan single $GPT
+fused_same "gpt2 bf16 single, --clip" bench/gpu/gpt2.plan --plan single $GPT --clip 0.5
+fused_same "gpt2 dp_zero3, --clip" examples/gpt2.plan --plan dp_zero3 $GPT --clip 0.3
+fused_same "megatron bf16 zero 1" examples/gpt_megatron.plan $MEG --set zero=1 --set dtype=bf16
+fused_same "SGD tp2 dp2, --clip" tests/cuda/clip.plan --clip 0.02
+
 echo "$LABEL: $pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -730,6 +730,147 @@ static void check_optimizers(int dt) {
   free(p), free(m), free(v), free(rounded), free(buf);
 }
 
+/* Device buffers a and b hold the same bytes. */
+static void expect_same(const char *what, int dt, const void *a, const void *b, size_t bytes) {
+  char e[400];
+  char *ha = malloc(bytes + 1), *hb = malloc(bytes + 1);
+  if (!gpu_download(ha, a, bytes, S, e, sizeof e) || !gpu_download(hb, b, bytes, S, e, sizeof e)) die(what, e);
+  size_t at = 0;
+  while (at < bytes && ha[at] == hb[at]) at++;
+  checks++;
+  if (at < bytes) failures++;
+  if (at < bytes)
+    printf("kernel %-44s %-4s FAIL: byte %zu of %zu differs\n", what, dt_name(dt), at, bytes);
+  else
+    printf("kernel %-44s %-4s the same bits (%zu bytes) ok\n", what, dt_name(dt), bytes);
+  free(ha), free(hb);
+}
+
+/* Several tensors' steps and sums of squares in one launch (gpu_msteps)
+ * against one launch per tensor (gpu_adamw, gpu_sgd, gpu_sumsq), bit for
+ * bit over 3 steps: tensors of sizes around the blocks' strides, in an
+ * order the layout changes, with and without masters, gradients f32 (the
+ * accumulated ones of a 16-bit model) or dt, masks, entries with a step
+ * only and with a sum only; SGD's with momentum and a clipping factor. In
+ * f32 the steps also give the CPU's k_adamw bits (the same operations,
+ * each rounded). */
+static void check_msteps(int dt) {
+  enum { NT = 6 };
+  static const int64_t sizes[NT] = {1000, 300007, 5000, 70001, 1, 37};
+  static const int what[NT] = {GPU_MS_STEP | GPU_MS_SQ, GPU_MS_STEP | GPU_MS_SQ, GPU_MS_STEP, GPU_MS_SQ,
+                               GPU_MS_STEP | GPU_MS_SQ, GPU_MS_SQ};
+  static const bool f32grad[NT] = {false, true, false, true, true, false}, masked[NT] = {true, false, false, true, false, false};
+  char e[400], name[96];
+  for (int opt = 0; opt < 2; opt++) {
+    bool adamw = opt == 0;
+    gpu_optim o = adamw ? (gpu_optim){1e-2, 0.9, 0.999, 1e-8, 0.01, 0.0} : (gpu_optim){0.05, 0, 0, 0, 0.1, 0.9};
+    int copies = adamw ? 2 : 1;
+    gpu_mstep tab[NT];
+    void *param[2][NT], *grad[NT];
+    float *master[2][NT], *state[2][NT], *cpu_p[NT], *cpu_m[NT], *cpu_v[NT];
+    uint8_t *mask[NT];
+    for (int t = 0; t < NT; t++) {
+      int64_t n = sizes[t];
+      int gdt = f32grad[t] ? GPU_F32 : dt;
+      float *p = randn(n, 1);
+      round_all(p, n, dt);
+      cpu_p[t] = copy(p, n), cpu_m[t] = calloc((size_t)n, 4), cpu_v[t] = calloc((size_t)n, 4);
+      for (int k = 0; k < 2; k++) {
+        param[k][t] = up(p, n, dt);
+        master[k][t] = dt == GPU_F32 ? NULL : up(p, n, GPU_F32);
+        state[k][t] = gpu_alloc((size_t)(copies * n) * 4, e, sizeof e);
+        if (!state[k][t]) die("msteps", e);
+        gpu_zero(state[k][t], (size_t)(copies * n) * 4, S);
+      }
+      grad[t] = gpu_alloc((size_t)n * 4, e, sizeof e);
+      mask[t] = NULL;
+      if (masked[t]) {
+        uint8_t *mb = malloc((size_t)n);
+        for (int64_t i = 0; i < n; i++) mb[i] = (i * 7 + t) % 5 != 0;
+        mask[t] = gpu_alloc((size_t)n, e, sizeof e);
+        if (!mask[t] || !gpu_upload(mask[t], mb, (size_t)n, S, e, sizeof e)) die("msteps", e);
+        free(mb);
+      }
+      if (!grad[t]) die("msteps", e);
+      memset(&tab[t], 0, sizeof tab[t]);
+      tab[t].param = param[1][t], tab[t].master = master[1][t], tab[t].state = state[1][t];
+      tab[t].grad = grad[t], tab[t].mask = mask[t], tab[t].n = n;
+      tab[t].pdt = dt, tab[t].gdt = gdt, tab[t].what = what[t], tab[t].tag = t;
+      free(p);
+    }
+    gpu_mslayout l = gpu_msteps_layout(tab, NT);
+    gpu_mstep *dtab = gpu_alloc(sizeof tab, e, sizeof e);
+    double *parts = gpu_alloc((size_t)l.parts * 8, e, sizeof e), *acc = gpu_alloc(16, e, sizeof e);
+    void *sws = gpu_alloc(gpu_sumsq_ws(), e, sizeof e);
+    float *dscale = NULL, scale = 0.625f;
+    if (!adamw) dscale = up(&scale, 1, GPU_F32);
+    if (!dtab || !parts || !acc || !sws || !gpu_upload(dtab, tab, sizeof tab, S, e, sizeof e)) die("msteps", e);
+    gpu_zero(acc, 16, S);
+    for (int step = 1; step <= 3; step++) {
+      for (int t = 0; t < NT; t++) {
+        int64_t n = sizes[t];
+        float *g = randn(n, 1);
+        int gdt = f32grad[t] ? GPU_F32 : dt;
+        round_all(g, n, gdt);
+        void *dg = up(g, n, gdt);
+        gpu_convert(S, grad[t], gdt, dg, gdt, n, false);
+        gpu_free(dg);
+        if (adamw && (what[t] & GPU_MS_STEP))
+          k_adamw(cpu_p[t], cpu_m[t], cpu_v[t], g, n, step, o.lr, o.beta1, o.beta2, o.eps, o.weight_decay);
+        free(g);
+      }
+      /* one launch per tensor, in the table's first order */
+      for (int t = 0; t < NT; t++) {
+        int gdt = f32grad[t] ? GPU_F32 : dt;
+        if (what[t] & GPU_MS_SQ) gpu_sumsq(S, gdt, acc, grad[t], mask[t], sizes[t], sws);
+        if (!(what[t] & GPU_MS_STEP)) continue;
+        if (adamw)
+          gpu_adamw(S, param[0][t], dt, master[0][t], state[0][t], state[0][t] + sizes[t], grad[t], gdt, NULL,
+                    sizes[t], step, &o);
+        else
+          gpu_sgd(S, param[0][t], dt, master[0][t], state[0][t], grad[t], gdt, dscale, sizes[t], &o);
+      }
+      gpu_msteps(S, adamw, dtab, NT, &l, step, &o, dscale, parts, acc + 1);
+    }
+    for (int t = 0; t < NT; t++) {
+      if (!(what[t] & GPU_MS_STEP)) continue;
+      int64_t n = sizes[t];
+      snprintf(name, sizeof name, "%s in one launch: tensor of %lld, parameter", adamw ? "adamw" : "sgd", (long long)n);
+      expect_same(name, dt, param[0][t], param[1][t], (size_t)n * (size_t)gpu_dtype_size(dt));
+      if (master[0][t]) {
+        snprintf(name, sizeof name, "%s in one launch: tensor of %lld, master", adamw ? "adamw" : "sgd", (long long)n);
+        expect_same(name, dt, master[0][t], master[1][t], (size_t)n * 4);
+      }
+      snprintf(name, sizeof name, "%s in one launch: tensor of %lld, state", adamw ? "adamw" : "sgd", (long long)n);
+      expect_same(name, dt, state[0][t], state[1][t], (size_t)(copies * n) * 4);
+      if (adamw && dt == GPU_F32) {
+        snprintf(name, sizeof name, "adamw in one launch: tensor of %lld, the CPU's", (long long)n);
+        float *got = malloc(sizeof(float) * (size_t)(n + 1));
+        if (!gpu_download(got, param[1][t], (size_t)n * 4, S, e, sizeof e)) die("msteps", e);
+        checks++;
+        int64_t bad = -1;
+        for (int64_t i = 0; i < n && bad < 0; i++)
+          if (memcmp(&got[i], &cpu_p[t][i], 4) != 0) bad = i;
+        if (bad >= 0) failures++;
+        if (bad >= 0)
+          printf("kernel %-44s %-4s FAIL: element %lld is %.9g, the CPU's %.9g\n", name, dt_name(dt), (long long)bad,
+                 (double)got[bad], (double)cpu_p[t][bad]);
+        else
+          printf("kernel %-44s %-4s the same bits ok\n", name, dt_name(dt));
+        free(got);
+      }
+    }
+    snprintf(name, sizeof name, "%s in one launch: the sums of squares", adamw ? "adamw" : "sgd");
+    expect_same(name, dt, acc, acc + 1, 8);
+    for (int t = 0; t < NT; t++) {
+      for (int k = 0; k < 2; k++) gpu_free(param[k][t]), gpu_free(master[k][t]), gpu_free(state[k][t]);
+      gpu_free(grad[t]), gpu_free(mask[t]);
+      free(cpu_p[t]), free(cpu_m[t]), free(cpu_v[t]);
+    }
+    gpu_free(dtab), gpu_free(parts), gpu_free(acc), gpu_free(sws), gpu_free(dscale);
+  }
+}
+
 /* A strided part of a 3-d tensor moved between holders, and a rank-ordered
  * sum of three members' copies. */
 static void check_regions(int dt) {
@@ -972,6 +1113,7 @@ int main(void) {
     check_softmax(dt);
     check_losses(dt);
     check_optimizers(dt);
+    check_msteps(dt);
     check_regions(dt);
   }
   /* WEFT_TEST_BIG=1: the large attention cases in the emulation too (minutes) */
