@@ -103,23 +103,23 @@ template <class T> DEV void st_pair(T *p, uint32_t w) {
 #endif
 }
 
-/* The shapes of a forward: NW warps of MT query tiles of 16 rows. */
-template <int D16> struct fa_shape {
-  enum { MT = D16 <= 4 ? 2 : 1, NW = 4, NT = 32 * NW, BQ = 16 * MT * NW, LD = D16 * 16 + 8 };
+/* The shape of a forward: NW warps of MT query tiles of 16 rows each. */
+template <int D16, int MT_, int NW_> struct fa_shape {
+  enum { MT = MT_, NW = NW_, NT = 32 * NW, BQ = 16 * MT * NW, LD = D16 * 16 + 8 };
   static_assert(BQ <= 2 * BK, "the query tile is staged in the second K/V buffer");
 };
 
 /* Shared memory: two buffers of a K tile and a V tile, BK rows of LD each. */
 size_t fa_fwd_smem(int64_t dh) { return (size_t)4 * BK * (size_t)(dh + 8) * 2; }
 
-template <class T, int D16>
-__global__ void __launch_bounds__(fa_shape<D16>::NT)
+template <class T, int D16, int MT_, int NW_>
+__global__ void __launch_bounds__(32 * NW_)
     k_attn_fa_fwd(T *out, const T *q, const T *k, const T *v, gpu_attn a, float sl2, bool vec, bool pairs,
                   float *lse) {
-  typedef fa_shape<D16> S;
+  typedef fa_shape<D16, MT_, NW_> S;
   enum { MT = S::MT, NW = S::NW, NT = S::NT, BQ = S::BQ, LD = S::LD, DH = D16 * 16, NB = BK / 8, OB = D16 * 2 };
   DYN_SMEM(T, sm);
-  T *Kb[2] = {sm, sm + 2 * BK * LD}, *Vb[2] = {sm + BK * LD, sm + 3 * BK * LD};
+  /* buffer x: K at sm + 2 x BK LD, V after it */
   const int64_t bi = blockIdx.z, h = blockIdx.y, q0 = (int64_t)(gridDim.x - 1 - blockIdx.x) * BQ;
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const T *qb = q + bi * a.q_batch + h * a.dh;
@@ -127,9 +127,9 @@ __global__ void __launch_bounds__(fa_shape<D16>::NT)
   const int64_t last = last_key(a, q0 + BQ), ntiles = last / BK + 1;
 
   /* the query tile into the second buffer, the first key tile into the first */
-  fetch_rows<T, BQ, DH, NT>(Kb[1], qb, q0, a.q_row, a.sq, vec);
-  fetch_rows<T, BK, DH, NT>(Kb[0], kb, 0, a.kv_row, a.sk, vec);
-  fetch_rows<T, BK, DH, NT>(Vb[0], vb, 0, a.kv_row, a.sk, vec);
+  fetch_rows<T, BQ, DH, NT>(sm + 2 * BK * LD, qb, q0, a.q_row, a.sq, vec);
+  fetch_rows<T, BK, DH, NT>(sm, kb, 0, a.kv_row, a.sk, vec);
+  fetch_rows<T, BK, DH, NT>(sm + BK * LD, vb, 0, a.kv_row, a.sk, vec);
   commit_copies();
   wait_copies<0>();
   __syncthreads();
@@ -139,7 +139,7 @@ __global__ void __launch_bounds__(fa_shape<D16>::NT)
   for (int i = 0; i < MT; i++)
 #pragma unroll
     for (int kk = 0; kk < D16; kk++)
-      ldsm_x4<false>(qf[i][kk], Kb[1] + (w * 16 * MT + i * 16 + (lane & 15)) * LD + kk * 16 + (lane >> 4) * 8);
+      ldsm_x4<false>(qf[i][kk], sm + 2 * BK * LD + (w * 16 * MT + i * 16 + (lane & 15)) * LD + kk * 16 + (lane >> 4) * 8);
   __syncthreads();
 
   /* the warp's rows: none from sq on; its last key; the keys every row of
@@ -160,14 +160,15 @@ __global__ void __launch_bounds__(fa_shape<D16>::NT)
     const int64_t k0 = j * BK;
     const int cur = (int)(j & 1);
     if (j + 1 < ntiles) {
-      fetch_rows<T, BK, DH, NT>(Kb[cur ^ 1], kb, k0 + BK, a.kv_row, a.sk, vec);
-      fetch_rows<T, BK, DH, NT>(Vb[cur ^ 1], vb, k0 + BK, a.kv_row, a.sk, vec);
+      T *nxt = sm + (cur ^ 1) * 2 * BK * LD;
+      fetch_rows<T, BK, DH, NT>(nxt, kb, k0 + BK, a.kv_row, a.sk, vec);
+      fetch_rows<T, BK, DH, NT>(nxt + BK * LD, vb, k0 + BK, a.kv_row, a.sk, vec);
     }
     commit_copies();
     wait_copies<1>();
     __syncthreads();
     if (active && k0 <= wlast) {
-      const T *Ks = Kb[cur], *Vs = Vb[cur];
+      const T *Ks = sm + cur * 2 * BK * LD, *Vs = Ks + BK * LD;
       /* S = Q K^T: keys in 4 pairs of n-blocks, through ldmatrix of [n][k] */
       float s[MT][NB][4];
 #pragma unroll
@@ -307,6 +308,40 @@ bool attention_fa_fwd_takes(int dt, const gpu_attn *a) {
   return fa_fwd_smem(a->dh) <= attention_smem_limit();
 }
 
+namespace {
+
+/* The forward's shape for heads of dh: 2: two query tiles a warp, 4 warps
+ * (heads up to 64); 8: one a warp, 8 warps; else one a warp, 4 warps.
+ * WEFT_ATTN_FA_SHAPE (2, 4 or 8) picks one for every head (read once). */
+int fa_shape_for(int64_t dh) {
+  static int forced = -1;
+  if (forced < 0) {
+    const char *e = getenv("WEFT_ATTN_FA_SHAPE");
+    forced = e && (strcmp(e, "2") == 0 || strcmp(e, "4") == 0 || strcmp(e, "8") == 0) ? atoi(e) : 0;
+  }
+  int shape = forced ? forced : dh <= 64 ? 2 : 4;
+  return shape == 2 && dh > 64 ? 4 : shape;
+}
+
+template <int D, int MT, int NW>
+void fa_launch(gpu_stream *s, int dt, void *out, const void *q, const void *k, const void *v, const gpu_attn *a,
+               float *lse, float sl2, bool vec, bool pairs) {
+  typedef fa_shape<D, MT, NW> S;
+  const size_t sm = fa_fwd_smem(a->dh);
+  dim3 grid((unsigned)((a->sq + S::BQ - 1) / S::BQ), (unsigned)a->hq, (unsigned)a->b);
+  if (dt == GPU_F16) {
+    fa_allow_smem(k_attn_fa_fwd<f16, D, MT, NW>, sm);
+    launch(k_attn_fa_fwd<f16, D, MT, NW>, grid, S::NT, sm, s, (f16 *)out, (const f16 *)q, (const f16 *)k,
+           (const f16 *)v, *a, sl2, vec, pairs, lse);
+  } else {
+    fa_allow_smem(k_attn_fa_fwd<bf16, D, MT, NW>, sm);
+    launch(k_attn_fa_fwd<bf16, D, MT, NW>, grid, S::NT, sm, s, (bf16 *)out, (const bf16 *)q, (const bf16 *)k,
+           (const bf16 *)v, *a, sl2, vec, pairs, lse);
+  }
+}
+
+}  // namespace
+
 #define FA_D16(dh, D, ...)                                                                     \
   do {                                                                                         \
     switch ((dh) / 16) {                                                                       \
@@ -320,23 +355,22 @@ bool attention_fa_fwd_takes(int dt, const gpu_attn *a) {
 void attention_fa_forward(gpu_stream *s, int dt, void *out, const void *q, const void *k, const void *v,
                           const gpu_attn *a, float *lse) {
   const float sl2 = (float)(1.0 / sqrt((double)a->dh)) * FA_LOG2E;
-  const size_t sm = fa_fwd_smem(a->dh);
   /* 16-byte copies need every row of q, k, v on 16 bytes; pair stores of
    * out every row of it on 4 */
   const bool vec = a->q_row % 8 == 0 && a->kv_row % 8 == 0 && a->q_batch % 8 == 0 && a->kv_batch % 8 == 0 &&
                    al16(q) && al16(k) && al16(v);
   const bool pairs = a->o_row % 2 == 0 && a->o_batch % 2 == 0 && ((uintptr_t)out & 3) == 0;
+  const int shape = fa_shape_for(a->dh);
   FA_D16(a->dh, D, {
-    const int64_t bq = fa_shape<D>::BQ;
-    dim3 grid((unsigned)((a->sq + bq - 1) / bq), (unsigned)a->hq, (unsigned)a->b);
-    if (dt == GPU_F16) {
-      fa_allow_smem(k_attn_fa_fwd<f16, D>, sm);
-      launch(k_attn_fa_fwd<f16, D>, grid, fa_shape<D>::NT, sm, s, (f16 *)out, (const f16 *)q, (const f16 *)k,
-             (const f16 *)v, *a, sl2, vec, pairs, lse);
-    } else {
-      fa_allow_smem(k_attn_fa_fwd<bf16, D>, sm);
-      launch(k_attn_fa_fwd<bf16, D>, grid, fa_shape<D>::NT, sm, s, (bf16 *)out, (const bf16 *)q, (const bf16 *)k,
-             (const bf16 *)v, *a, sl2, vec, pairs, lse);
+    if constexpr (D <= 4) {
+      if (shape == 2) {
+        fa_launch<D, 2, 4>(s, dt, out, q, k, v, a, lse, sl2, vec, pairs);
+        break;
+      }
     }
+    if (shape == 8)
+      fa_launch<D, 1, 8>(s, dt, out, q, k, v, a, lse, sl2, vec, pairs);
+    else
+      fa_launch<D, 1, 4>(s, dt, out, q, k, v, a, lse, sl2, vec, pairs);
   });
 }
