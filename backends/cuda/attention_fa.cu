@@ -315,13 +315,11 @@ namespace {
  * default 2 up to 64, else 8 (the fastest on an H100: at batch 8, 12 heads
  * of 64, 1024 keys, 0.092 ms against 0.099 and 0.117; at batch 4, 16 heads
  * of 128, 2048 keys, 0.373 ms against 0.437 for 4). WEFT_ATTN_FA_SHAPE (2,
- * 4 or 8) picks one for every head (read once). */
+ * 4 or 8) picks one for every head (read at each call, so that a test
+ * runs all three). */
 int fa_shape_for(int64_t dh) {
-  static int forced = -1;
-  if (forced < 0) {
-    const char *e = getenv("WEFT_ATTN_FA_SHAPE");
-    forced = e && (strcmp(e, "2") == 0 || strcmp(e, "4") == 0 || strcmp(e, "8") == 0) ? atoi(e) : 0;
-  }
+  const char *e = getenv("WEFT_ATTN_FA_SHAPE");
+  const int forced = e && (strcmp(e, "2") == 0 || strcmp(e, "4") == 0 || strcmp(e, "8") == 0) ? atoi(e) : 0;
   int shape = forced ? forced : dh <= 64 ? 2 : 8;
   return shape == 2 && dh > 64 ? 4 : shape;
 }
