@@ -333,6 +333,10 @@ static int dc_for(int64_t dh) {
 void gpu_attention(gpu_stream *s, int dt, void *out, const void *q, const void *k, const void *v, const gpu_attn *a,
                    float *lse) {
   if (a->dh <= 0 || a->dh > GPU_ATTN_MAX_DH || a->r <= 0 || a->sk <= 0) return;
+  if (attention_fa_fwd_takes(dt, a)) {
+    attention_fa_forward(s, dt, out, q, k, v, a, lse);
+    return;
+  }
   if (attention_tc_takes(dt, a)) {
     attention_tc_forward(s, dt, out, q, k, v, a, lse);
     return;

@@ -19,6 +19,11 @@ size_t attention_smem_limit(void);
 bool attention_tc_takes(int dt, const gpu_attn *a);
 void attention_tc_forward(gpu_stream *s, int dt, void *out, const void *q, const void *k, const void *v,
                           const gpu_attn *a, float *lse);
+/* Whether attention_fa.cu's forward (mma.sync) takes these heads in this
+ * type (not under WEFT_ATTN=wmma); its arguments are attention_tc_forward's. */
+bool attention_fa_fwd_takes(int dt, const gpu_attn *a);
+void attention_fa_forward(gpu_stream *s, int dt, void *out, const void *q, const void *k, const void *v,
+                          const gpu_attn *a, float *lse);
 /* lse, dsum: each row's log-sum-exp and dout . out; kept: they are there
  * (the forward's log-sum-exp, D from its result), else the forward runs
  * again into them (the workspace of gpu_attention_backward). */

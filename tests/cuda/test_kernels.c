@@ -494,6 +494,21 @@ static void check_attention_tc(int dt, bool big) {
   if (big) check_attention(dt, 1, 1024, 2, 64), check_attention(dt, 1, 1024, 1, 128), check_gqa(dt, 512, 1024, 512, 64);
 }
 
+/* The mma.sync forward's other shapes (WEFT_ATTN_FA_SHAPE: 4 or 8 warps of
+ * one query tile for heads up to 64, 4 above): a middle part of a
+ * sequence, rows off 16 bytes, a head of 128. */
+static void check_attention_fa_shapes(void) {
+  const char *shapes[2] = {"4", "8"};
+  for (int i = 0; i < 2; i++) {
+    setenv("WEFT_ATTN_FA_SHAPE", shapes[i], 1);
+    check_gqa(GPU_BF16, 100, 260, 130, 64);
+    check_gqa_at(GPU_F16, 65, 65, 0, 32, 3);
+  }
+  setenv("WEFT_ATTN_FA_SHAPE", "4", 1);
+  check_gqa(GPU_BF16, 70, 200, 130, 128);
+  unsetenv("WEFT_ATTN_FA_SHAPE");
+}
+
 static void check_softmax(int dt) {
   int64_t rows = 23, cols = 300;
   float *x = randn(rows * cols, 2), *dy = randn(rows * cols, 1);
@@ -1124,6 +1139,7 @@ int main(void) {
   check_attention(GPU_F16, 1, 70, 2, 64);
   check_attention_tc(GPU_BF16, tcbig);
   check_attention_tc(GPU_F16, tcbig);
+  check_attention_fa_shapes();
   if (!gpu_sync(e, sizeof e)) die("sync", e);
   gpu_stream_free(S);
   printf("test_kernels: %d checks, %d failed\n", checks, failures);
