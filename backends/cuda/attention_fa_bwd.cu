@@ -21,7 +21,8 @@
  * Only tiles on the diagonal (or at the sequences' ends) are masked; query
  * rows past the end get lse = +inf, so P = 0 there. No atomics: each sum
  * has one owner and adds in a fixed order, so two runs give the same bits.
- * Rows whose start is not on 16 bytes go through plain loads instead. */
+ * Rows whose start is not on 16 bytes go through plain loads instead.
+ * WEFT_ATTN=wmma leaves the backward to attention_tc.cu (to time both). */
 #include <stdlib.h>
 
 #include "attention.cuh"
@@ -206,12 +207,11 @@ DEV void fetch_q(unsigned char *stage, int64_t h, int q0, const T *q, const T *d
 /* The kernels' names are seen outside (the emulation counts launches by
  * name): k_attn_ as attention.cu's. */
 
-/* dk, dv of keys [k0, k0 + FB) of key/value head hk (q, dout at batch bi
- * already); warp w owns 16 of them. */
-template <class T, int D16, bool HOLD, int QC>
-__global__ void __launch_bounds__(FT, 2)
-    k_attn_dkv_fa(T *dk, T *dv, const T *dout, const T *q, const T *k, const T *v, gpu_attn a, float scale, bool vec,
-             const float *lse, const float *dsum, bool acc) {
+/* dk, dv of keys [k0, k0 + FB) of key/value head hk; warp w owns 16. */
+template <class T, int D16, bool HOLD, int QC, int MB>
+__global__ void __launch_bounds__(FT, MB)
+    k_attn_dkv_fa(T *dk, T *dv, const T *dout, const T *q, const T *k, const T *v, gpu_attn a, float scale,
+                  bool vec, const float *lse, const float *dsum, bool acc) {
   typedef dkv_layout<D16> L;
   enum { LD = L::LD };
   DYN_SMEM(unsigned char, raw);
@@ -333,10 +333,10 @@ template <int D16> struct dq_layout {
 
 /* dq of query rows [q0, q0 + FB) of head h, the last block the first;
  * warp w owns 16. */
-template <class T, int D16, bool HOLD>
-__global__ void __launch_bounds__(FT, D16 <= 4 ? 3 : 2)
+template <class T, int D16, bool HOLD, int MB>
+__global__ void __launch_bounds__(FT, MB)
     k_attn_dq_fa(T *dq, const T *dout, const T *q, const T *k, const T *v, gpu_attn a, float scale, bool vec,
-            const float *lse, const float *dsum, bool acc) {
+                 const float *lse, const float *dsum, bool acc) {
   typedef dq_layout<D16> L;
   enum { LD = L::LD, NB = FB / 8, J = FB / 16 };
   DYN_SMEM(unsigned char, raw);
@@ -445,8 +445,14 @@ template <typename... KArgs> void fa_allow_smem(void (*kern)(KArgs...), size_t b
 #endif
 }
 
-size_t dkv_bytes(int64_t dh) { return (size_t)(2 * FB * (dh + 8) * 2 + 2 * (2 * FB * (dh + 8) * 2 + 2 * FB * 4)); }
-size_t dq_bytes(int64_t dh) { return (size_t)(6 * FB * (dh + 8) * 2); }
+/* The larger shared memory of the two kernels for heads of 16 D16. */
+template <int D16> size_t fa_bytes16() {
+  size_t x = dkv_layout<D16>::BYTES, y = dq_layout<D16>::BYTES;
+  return x > y ? x : y;
+}
+size_t fa_bytes(int64_t dh) {
+  return dh == 32 ? fa_bytes16<2>() : dh == 64 ? fa_bytes16<4>() : dh == 96 ? fa_bytes16<6>() : fa_bytes16<8>();
+}
 
 bool al16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
@@ -465,55 +471,61 @@ bool wmma_only(void) {
 bool attention_fa_bwd_takes(int dt, const gpu_attn *a) {
   if (!(dt == GPU_BF16 || dt == GPU_F16) || wmma_only()) return false;
   if (!(a->dh == 32 || a->dh == 64 || a->dh == 96 || a->dh == 128)) return false;
-  size_t lim = attention_smem_limit();
-  return dkv_bytes(a->dh) <= lim && dq_bytes(a->dh) <= lim;
+  return fa_bytes(a->dh) <= attention_smem_limit();
 }
 
-#define FA_D16(dh, D, ...)                                                                     \
-  do {                                                                                         \
-    switch ((dh) / 16) {                                                                       \
-    case 2: { enum { D = 2 }; __VA_ARGS__; } break;                                            \
-    case 4: { enum { D = 4 }; __VA_ARGS__; } break;                                            \
-    case 6: { enum { D = 6 }; __VA_ARGS__; } break;                                            \
-    default: { enum { D = 8 }; __VA_ARGS__; } break;                                           \
-    }                                                                                          \
-  } while (0)
+namespace {
+
+/* Both kernels for heads of 16 D16: HOLD, the warps keep their rows of
+ * the block's operand in registers; QC, queries at a time in dk/dv; MBK,
+ * MBQ: blocks per multiprocessor that dk/dv and dq keep registers for. */
+template <class T, int D16, bool HOLD, int QC, int MBK, int MBQ>
+void fa_run(gpu_stream *s, T *dq, T *dk, T *dv, const T *dout, const T *q, const T *k, const T *v, const gpu_attn *a,
+            bool acc, const float *lse, const float *dsum, bool vec) {
+  const float scale = (float)(1.0 / sqrt((double)a->dh));
+  if (dk || dv) {
+    const dim3 grid((unsigned)((a->sk + FB - 1) / FB), (unsigned)(a->hq / a->r), (unsigned)a->b);
+    const size_t bytes = dkv_layout<D16>::BYTES;
+    fa_allow_smem(k_attn_dkv_fa<T, D16, HOLD, QC, MBK>, bytes);
+    launch(k_attn_dkv_fa<T, D16, HOLD, QC, MBK>, grid, FT, bytes, s, dk, dv, dout, q, k, v, *a, scale, vec, lse, dsum,
+           acc);
+  }
+  if (dq) {
+    const dim3 grid((unsigned)((a->sq + FB - 1) / FB), (unsigned)a->hq, (unsigned)a->b);
+    const size_t bytes = dq_layout<D16>::BYTES;
+    fa_allow_smem(k_attn_dq_fa<T, D16, HOLD, MBQ>, bytes);
+    launch(k_attn_dq_fa<T, D16, HOLD, MBQ>, grid, FT, bytes, s, dq, dout, q, k, v, *a, scale, vec, lse, dsum, acc);
+  }
+}
+
+template <class T>
+void fa_backward(gpu_stream *s, void *dq, void *dk, void *dv, const void *dout, const void *q, const void *k,
+                 const void *v, const gpu_attn *a, bool acc, const float *lse, const float *dsum, bool vec) {
+  T *gq = (T *)dq, *gk = (T *)dk, *gv = (T *)dv;
+  const T *o = (const T *)dout, *qq = (const T *)q, *kk = (const T *)k, *vv = (const T *)v;
+  /* heads up to 64: rows in registers, dk/dv over 64 queries at once, dq
+   * within 168 registers (3 blocks a multiprocessor); wider: rows from
+   * shared memory, 32 queries at once, up to 255 registers. dk/dv of 32
+   * queries at once in 168 registers spills (heads of 64), and on an H100
+   * was within 2% of these. */
+  switch (a->dh) {
+  case 32: fa_run<T, 2, true, 64, 2, 3>(s, gq, gk, gv, o, qq, kk, vv, a, acc, lse, dsum, vec); break;
+  case 64: fa_run<T, 4, true, 64, 2, 3>(s, gq, gk, gv, o, qq, kk, vv, a, acc, lse, dsum, vec); break;
+  case 96: fa_run<T, 6, false, 32, 2, 2>(s, gq, gk, gv, o, qq, kk, vv, a, acc, lse, dsum, vec); break;
+  default: fa_run<T, 8, false, 32, 2, 2>(s, gq, gk, gv, o, qq, kk, vv, a, acc, lse, dsum, vec); break;
+  }
+}
+
+} // namespace
 
 void attention_fa_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, const void *dout, const void *q,
                            const void *k, const void *v, const gpu_attn *a, bool acc, const float *lse,
                            const float *dsum) {
-  const float scale = (float)(1.0 / sqrt((double)a->dh));
   const bool vec = a->dh % 8 == 0 && a->q_row % 8 == 0 && a->kv_row % 8 == 0 && a->o_row % 8 == 0 &&
                    a->q_batch % 8 == 0 && a->kv_batch % 8 == 0 && a->o_batch % 8 == 0 && al16(dout) && al16(q) &&
                    al16(k) && al16(v);
-  const dim3 gk((unsigned)((a->sk + FB - 1) / FB), (unsigned)(a->hq / a->r), (unsigned)a->b);
-  const dim3 gq((unsigned)((a->sq + FB - 1) / FB), (unsigned)a->hq, (unsigned)a->b);
-  const size_t s1 = dkv_bytes(a->dh), s2 = dq_bytes(a->dh);
-  FA_D16(a->dh, D, {
-    constexpr bool HOLD = D <= 4;
-    constexpr int QC = D <= 4 ? 64 : 32;
-    if (dt == GPU_F16) {
-      if (dk || dv) {
-        fa_allow_smem(k_attn_dkv_fa<f16, D, HOLD, QC>, s1);
-        launch(k_attn_dkv_fa<f16, D, HOLD, QC>, gk, FT, s1, s, (f16 *)dk, (f16 *)dv, (const f16 *)dout, (const f16 *)q,
-               (const f16 *)k, (const f16 *)v, *a, scale, vec, lse, dsum, acc);
-      }
-      if (dq) {
-        fa_allow_smem(k_attn_dq_fa<f16, D, HOLD>, s2);
-        launch(k_attn_dq_fa<f16, D, HOLD>, gq, FT, s2, s, (f16 *)dq, (const f16 *)dout, (const f16 *)q, (const f16 *)k,
-               (const f16 *)v, *a, scale, vec, lse, dsum, acc);
-      }
-    } else {
-      if (dk || dv) {
-        fa_allow_smem(k_attn_dkv_fa<bf16, D, HOLD, QC>, s1);
-        launch(k_attn_dkv_fa<bf16, D, HOLD, QC>, gk, FT, s1, s, (bf16 *)dk, (bf16 *)dv, (const bf16 *)dout, (const bf16 *)q,
-               (const bf16 *)k, (const bf16 *)v, *a, scale, vec, lse, dsum, acc);
-      }
-      if (dq) {
-        fa_allow_smem(k_attn_dq_fa<bf16, D, HOLD>, s2);
-        launch(k_attn_dq_fa<bf16, D, HOLD>, gq, FT, s2, s, (bf16 *)dq, (const bf16 *)dout, (const bf16 *)q,
-               (const bf16 *)k, (const bf16 *)v, *a, scale, vec, lse, dsum, acc);
-      }
-    }
-  });
+  if (dt == GPU_F16)
+    fa_backward<f16>(s, dq, dk, dv, dout, q, k, v, a, acc, lse, dsum, vec);
+  else
+    fa_backward<bf16>(s, dq, dk, dv, dout, q, k, v, a, acc, lse, dsum, vec);
 }
