@@ -366,6 +366,10 @@ void gpu_attention_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv,
     dim3 grid((unsigned)((a->b * a->hq * a->sq + WARPS - 1) / WARPS));
     DISPATCH(dt, T, launch(k_attn_dsum<T>, grid, THREADS, 0, s, dsum, (const T *)dout, (const T *)out, *a));
   }
+  if (kept && attention_fa_bwd_takes(dt, a)) {
+    attention_fa_backward(s, dt, dq, dk, dv, dout, q, k, v, a, acc, lse, dsum);
+    return;
+  }
   if (attention_tc_takes(dt, a)) {
     attention_tc_backward(s, dt, dq, dk, dv, dout, q, k, v, a, acc, lse, dsum, kept);
     return;

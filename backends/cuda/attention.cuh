@@ -30,5 +30,11 @@ void attention_fa_forward(gpu_stream *s, int dt, void *out, const void *q, const
 void attention_tc_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, const void *dout, const void *q,
                            const void *k, const void *v, const gpu_attn *a, bool acc, float *lse, float *dsum,
                            bool kept);
+/* The backward on mma.sync (attention_fa_bwd.cu) from the forward's lse and
+ * D = dout . out: whether it takes these heads, and the run. */
+bool attention_fa_bwd_takes(int dt, const gpu_attn *a);
+void attention_fa_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, const void *dout, const void *q,
+                           const void *k, const void *v, const gpu_attn *a, bool acc, const float *lse,
+                           const float *dsum);
 
 #endif

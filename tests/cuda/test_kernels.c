@@ -509,6 +509,45 @@ static void check_attention_fa_shapes(void) {
   unsetenv("WEFT_ATTN_FA_SHAPE");
 }
 
+/* The backward asked for part of the gradients (dq alone; dk and dv
+ * alone), adding into gradients that hold values, from the forward's
+ * log-sum-exp: grouped queries, a middle part of a sequence. The part not
+ * asked for stays as it was. */
+static void check_attention_parts(int dt, int64_t dh) {
+  char e[400], what[160];
+  int64_t b = 1, g = 2, r = 2, sq = 100, sk = 230, q0 = 70, nq = b * sq * g * r * dh, nk = b * sk * g * dh;
+  float *q = randn(nq, 1), *k = randn(nk, 1), *v = randn(nk, 1), *dout = randn(nq, 1);
+  float *gq0 = randn(nq, 0.1), *gk0 = randn(nk, 0.1), *gv0 = randn(nk, 0.1);
+  float *all[7] = {q, k, v, dout, gq0, gk0, gv0};
+  int64_t len[7] = {nq, nk, nk, nq, nq, nk, nk};
+  for (int i = 0; i < 7; i++) round_all(all[i], len[i], dt);
+  float *want = malloc(sizeof(float) * (size_t)nq), *wq = copy(gq0, nq), *wk = copy(gk0, nk), *wv = copy(gv0, nk);
+  k_gqa_attention(want, q, k, v, b, sq, sk, q0, g, r, dh);
+  k_gqa_attention_backward(wq, wk, wv, dout, q, k, v, b, sq, sk, q0, g, r, dh, true);
+  gpu_attn a = {b,         sq, g * r, dh, r, g * r * dh, g * dh, g * r * dh, sq * g * r * dh, sk * g * dh,
+                sq * g * r * dh, sk, q0};
+  void *dq = up(q, nq, dt), *dk = up(k, nk, dt), *dv = up(v, nk, dt), *dO = up(dout, nq, dt), *o = poisoned(nq, dt);
+  float *lse = gpu_alloc(gpu_attention_stats_bytes(&a), e, sizeof e);
+  void *ws = gpu_alloc(gpu_attention_backward_ws(&a), e, sizeof e);
+  gpu_attention(S, dt, o, dq, dk, dv, &a, lse);
+  for (int part = 0; part < 2; part++) {
+    void *gq = up(gq0, nq, dt), *gk = up(gk0, nk, dt), *gv = up(gv0, nk, dt);
+    gpu_attention_backward(S, dt, part ? NULL : gq, part ? gk : NULL, part ? gv : NULL, dO, dq, dk, dv, &a, true, lse,
+                           o, ws);
+    const char *how = part ? "dk and dv alone, acc" : "dq alone, acc";
+    snprintf(what, sizeof what, "gqa_attention backward dq, %s (dh %lld)", how, (long long)dh);
+    expect_dev(what, dt, gq, part ? gq0 : wq, nq);
+    snprintf(what, sizeof what, "gqa_attention backward dk, %s (dh %lld)", how, (long long)dh);
+    expect_dev(what, dt, gk, part ? wk : gk0, nk);
+    snprintf(what, sizeof what, "gqa_attention backward dv, %s (dh %lld)", how, (long long)dh);
+    expect_dev(what, dt, gv, part ? wv : gv0, nk);
+    gpu_free(gq), gpu_free(gk), gpu_free(gv);
+  }
+  gpu_free(dq), gpu_free(dk), gpu_free(dv), gpu_free(dO), gpu_free(o), gpu_free(lse), gpu_free(ws);
+  for (int i = 0; i < 7; i++) free(all[i]);
+  free(want), free(wq), free(wk), free(wv);
+}
+
 static void check_softmax(int dt) {
   int64_t rows = 23, cols = 300;
   float *x = randn(rows * cols, 2), *dy = randn(rows * cols, 1);
@@ -1140,6 +1179,9 @@ int main(void) {
   check_attention_tc(GPU_BF16, tcbig);
   check_attention_tc(GPU_F16, tcbig);
   check_attention_fa_shapes();
+  check_attention_parts(GPU_BF16, 64);
+  check_attention_parts(GPU_BF16, 128);
+  check_attention_parts(GPU_F16, 96);
   if (!gpu_sync(e, sizeof e)) die("sync", e);
   gpu_stream_free(S);
   printf("test_kernels: %d checks, %d failed\n", checks, failures);

@@ -1,0 +1,531 @@
+/* attention_fa_bwd.cu - the backward of causal attention on the tensor cores
+ * through mma.sync (mma.cuh), FlashAttention-2's way, for 16-bit heads of
+ * 32, 64, 96 or 128 whose forward kept each row's log-sum-exp (and its
+ * result, for D = dout . out). Scores never leave the registers: a
+ * product's result fragments, exponentiated and packed to 16 bits, are the
+ * A operand of the next product (see mma.cuh).
+ *
+ * Two kernels of 4 warps, each warp 16 rows of 64 a block; the streamed
+ * operand's tiles of 64 rows go to shared memory by cp.async (rows of
+ * dh + 8 elements, so ldmatrix hits distinct banks), the next tile while
+ * the current one is computed.
+ *   dk, dv: a block takes 64 keys of one key/value head; its warps keep
+ *   their K and V rows in registers (heads up to 64; wider ones read them
+ *   from shared memory, the registers going to the sums) and walk the
+ *   query tiles that see them, over the query heads of the group in order:
+ *   S^T = K Q^T, P^T = exp(scale S^T - lse), dV += P^T dO, dP^T = V dO^T,
+ *   dS^T = P^T (dP^T - D), dK += dS^T Q; dK takes the scale at the end.
+ *   dq: a block takes 64 queries of one head (the last ones first: they see
+ *   the most keys), Q and dO rows in registers likewise, over the key tiles
+ *   up to its last row: S = Q K^T, P, dP = dO V^T, dS, dQ += dS K.
+ * Only tiles on the diagonal (or at the sequences' ends) are masked; query
+ * rows past the end get lse = +inf, so P = 0 there. No atomics: each sum
+ * has one owner and adds in a fixed order, so two runs give the same bits.
+ * Rows whose start is not on 16 bytes go through plain loads instead.
+ * WEFT_ATTN=wmma leaves the backward to attention_tc.cu (to time both). */
+#include <stdlib.h>
+
+#include "attention.cuh"
+#include "mma.cuh"
+
+namespace {
+
+/* warps, threads, rows of a block and of a streamed tile */
+enum { FW = 4, FT = 32 * FW, FB = 64 };
+constexpr float kLog2e = 1.4426950408889634f;
+
+/* 2^x, the hardware's approximation on the GPU (2^-inf = 0). */
+#ifdef WEFT_CUDA_EMU
+inline float fexp2(float x) { return exp2f(x); }
+#else
+DEV float fexp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+#endif
+
+/* ---- asynchronous copies to shared memory -------------------------------------------- */
+
+#ifdef WEFT_CUDA_EMU
+inline void fa_aligned(const void *p) {
+  if ((uintptr_t)p & 15) {
+    fprintf(stderr, "attention_fa_bwd: a 16-byte copy at %p, not aligned\n", p);
+    abort();
+  }
+}
+/* The emulation copies at once: the waits that follow only order more. */
+inline void cp16(void *dst, const void *src) {
+  fa_aligned(dst), fa_aligned(src);
+  memcpy(dst, src, 16);
+}
+inline void cp4(void *dst, const void *src) { memcpy(dst, src, 4); }
+inline void cp_commit() {}
+template <int N> inline void cp_wait() {}
+inline void zero16(void *dst) {
+  fa_aligned(dst);
+  memset(dst, 0, 16);
+}
+#else
+DEV void cp16(void *dst, const void *src) {
+  unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
+}
+DEV void cp4(void *dst, const void *src) {
+  unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(src) : "memory");
+}
+DEV void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+/* Until at most N of this thread's groups are still in flight. */
+template <int N> DEV void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+DEV void zero16(void *dst) { *(uint4 *)dst = make_uint4(0u, 0u, 0u, 0u); }
+#endif
+
+/* FB rows of a head from src (row stride `row` elements) into shared rows
+ * of dh + 8 elements, 8 elements a copy (cp.async when vec, else plain
+ * loads); rows from `left` on are zero. Every thread of the block calls it. */
+template <class T, int D16>
+DEV void rows_to(T *dst, const T *src, int64_t row, int left, bool vec) {
+  enum { C = D16 * 2, LD = D16 * 16 + 8, N = FB * C / FT };
+  static_assert(FB * C % FT == 0, "whole copies per thread");
+#pragma unroll
+  for (int i = 0; i < N; i++) {
+    int e = (int)threadIdx.x + i * FT, rr = e / C, c = e % C;
+    T *d = dst + rr * LD + c * 8;
+    if (rr < left) {
+      const T *s = src + rr * row + c * 8;
+      if (vec) {
+        cp16(d, s);
+      } else {
+#pragma unroll
+        for (int j = 0; j < 8; j++) d[j] = s[j];
+      }
+    } else {
+      zero16(d);
+    }
+  }
+}
+
+/* lse (times log2 e at use) and D of FB rows of one head from lse and
+ * dsum; rows from `left` on get lse = +inf, so P = 0. */
+DEV void stats_to(float *Ls, float *Ds, const float *lse, const float *dsum, int left) {
+  static_assert(FT == 2 * FB, "a thread a number");
+  int rr = (int)threadIdx.x % FB;
+  bool d = (int)threadIdx.x >= FB;
+  float *dst = d ? Ds + rr : Ls + rr;
+  if (rr < left)
+    cp4(dst, (d ? dsum : lse) + rr);
+  else
+    *dst = d ? 0.0f : INFINITY;
+}
+
+/* ---- fragments ------------------------------------------------------------------------ */
+
+/* The A operand of the 16 x 16 tile at p (row stride LD). */
+template <int LD> DEV void ld_a(uint32_t a[4], const void *p, int lane) {
+  ldsm_x4<false>(a, (const char *)p + ((lane & 15) * LD + (lane >> 4) * 8) * 2);
+}
+/* B of two n-blocks from a tile stored [n][k] at p (16 rows n, 16 k). */
+template <int LD> DEV void ld_b_nk(uint32_t b[4], const void *p, int lane) {
+  ldsm_x4<false>(b, (const char *)p + ((((lane & 7) + (lane >> 4) * 8) * LD) + ((lane >> 3) & 1) * 8) * 2);
+}
+/* B of two n-blocks from a tile stored [k][n] at p (16 rows k, 16 n). */
+template <int LD> DEV void ld_b_kn(uint32_t b[4], const void *p, int lane) {
+  ldsm_x4<true>(b, (const char *)p + ((lane & 15) * LD + (lane >> 4) * 8) * 2);
+}
+
+/* x[nb] = A B^T over 16 rows of A against NQ rows of B (row stride LD,
+ * 16-bit), A in registers (af, HOLD) or at As in shared memory. */
+template <class T, int D16, bool HOLD, int NQ>
+DEV void scores(float (*x)[4], const uint32_t (*af)[4], const T *As, const T *B, int lane) {
+  enum { LD = D16 * 16 + 8 };
+#pragma unroll
+  for (int nb = 0; nb < NQ / 8; nb++) x[nb][0] = x[nb][1] = x[nb][2] = x[nb][3] = 0.0f;
+#pragma unroll
+  for (int kk = 0; kk < D16; kk++) {
+    uint32_t a[4];
+    if constexpr (HOLD)
+      a[0] = af[kk][0], a[1] = af[kk][1], a[2] = af[kk][2], a[3] = af[kk][3];
+    else
+      ld_a<LD>(a, As + kk * 16, lane);
+#pragma unroll
+    for (int j = 0; j < NQ / 16; j++) {
+      uint32_t b[4];
+      ld_b_nk<LD>(b, B + j * 16 * LD + kk * 16, lane);
+      mma16816<T>(x[2 * j], a, b, x[2 * j]);
+      mma16816<T>(x[2 * j + 1], a, b + 2, x[2 * j + 1]);
+    }
+  }
+}
+
+/* g[n] += X B: X the warp's 16 x NQ 16-bit scores as A fragments (pp[j]:
+ * columns 16 j to 16 j + 15), B NQ rows of dh in shared memory. */
+template <class T, int D16, int NQ>
+DEV void accumulate(float (*g)[4], const uint32_t (*pp)[4], const T *B, int lane) {
+  enum { LD = D16 * 16 + 8 };
+#pragma unroll
+  for (int j = 0; j < NQ / 16; j++)
+#pragma unroll
+    for (int d16 = 0; d16 < D16; d16++) {
+      uint32_t b[4];
+      ld_b_kn<LD>(b, B + j * 16 * LD + d16 * 16, lane);
+      mma16816<T>(g[2 * d16], pp[j], b, g[2 * d16]);
+      mma16816<T>(g[2 * d16 + 1], pp[j], b + 2, g[2 * d16 + 1]);
+    }
+}
+
+/* The 16-bit words of n-block nb of a result as A fragments (see mma.cuh). */
+template <class T> DEV void pack_c(uint32_t (*pp)[4], int nb, float c0, float c1, float c2, float c3) {
+  pp[nb >> 1][(nb & 1) * 2] = pack2<T>(c0, c1);
+  pp[nb >> 1][(nb & 1) * 2 + 1] = pack2<T>(c2, c3);
+}
+
+/* ---- dk and dv ------------------------------------------------------------------------ */
+
+/* Shared memory: K and V rows of the block, then two stages of a query
+ * tile, its dout tile, and lse and D of their rows. */
+template <int D16> struct dkv_layout {
+  enum { LD = D16 * 16 + 8, ROWS = FB * LD * 2, STAGE = 2 * ROWS + 2 * FB * 4, BYTES = 2 * ROWS + 2 * STAGE };
+};
+
+/* The query tile of rows [q0, q0 + FB) of query head h (q, dout, lse and
+ * dsum at the batch already) into stage buffers. */
+template <class T, int D16>
+DEV void fetch_q(unsigned char *stage, int64_t h, int q0, const T *q, const T *dout, const gpu_attn &a,
+                 const float *lse, const float *dsum, bool vec) {
+  typedef dkv_layout<D16> L;
+  const int left = (int)a.sq - q0;
+  rows_to<T, D16>((T *)stage, q + h * a.dh + q0 * a.q_row, a.q_row, left, vec);
+  rows_to<T, D16>((T *)(stage + L::ROWS), dout + h * a.dh + q0 * a.o_row, a.o_row, left, vec);
+  float *Ls = (float *)(stage + 2 * L::ROWS);
+  const int64_t at = h * a.sq + q0;
+  stats_to(Ls, Ls + FB, lse + at, dsum + at, left);
+}
+
+} // namespace
+
+/* The kernels' names are seen outside (the emulation counts launches by
+ * name): k_attn_ as attention.cu's. */
+
+/* dk, dv of keys [k0, k0 + FB) of key/value head hk; warp w owns 16. */
+template <class T, int D16, bool HOLD, int QC, int MB>
+__global__ void __launch_bounds__(FT, MB)
+    k_attn_dkv_fa(T *dk, T *dv, const T *dout, const T *q, const T *k, const T *v, gpu_attn a, float scale,
+                  bool vec, const float *lse, const float *dsum, bool acc) {
+  typedef dkv_layout<D16> L;
+  enum { LD = L::LD };
+  DYN_SMEM(unsigned char, raw);
+  T *Ks = (T *)raw, *Vs = (T *)(raw + L::ROWS);
+  unsigned char *stages = raw + 2 * L::ROWS;
+  const int64_t bi = blockIdx.z, hk = blockIdx.y;
+  const int k0 = (int)blockIdx.x * FB, sq = (int)a.sq, qpos = (int)a.qpos;
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3, kw = k0 + 16 * w;
+  const int64_t kvoff = bi * a.kv_batch + hk * a.dh;
+  q += bi * a.q_batch, dout += bi * a.o_batch, lse += bi * a.hq * a.sq, dsum += bi * a.hq * a.sq;
+  rows_to<T, D16>(Ks, k + kvoff + k0 * a.kv_row, a.kv_row, (int)a.sk - k0, vec);
+  rows_to<T, D16>(Vs, v + kvoff + k0 * a.kv_row, a.kv_row, (int)a.sk - k0, vec);
+  cp_commit();
+  /* the query rows from qs on see some of these keys: tiles from there
+   * to the end, for each query head of the group; (fh, fq) the next to
+   * fetch, q0 the one computed */
+  const int qs = k0 > qpos ? k0 - qpos : 0;
+  const int64_t steps = qs < sq ? a.r * ((sq - qs + FB - 1) / FB) : 0;
+  int64_t fh = hk * a.r;
+  int fq = qs, q0 = qs;
+  if (steps > 0) {
+    fetch_q<T, D16>(stages, fh, fq, q, dout, a, lse, dsum, vec);
+    if ((fq += FB) >= sq) fq = qs, fh++;
+  }
+  cp_commit();
+  cp_wait<1>();
+  __syncthreads();
+  uint32_t kf[HOLD ? D16 : 1][4], vf[HOLD ? D16 : 1][4];
+  if constexpr (HOLD) {
+#pragma unroll
+    for (int kk = 0; kk < D16; kk++) {
+      ld_a<LD>(kf[kk], Ks + 16 * w * LD + kk * 16, lane);
+      ld_a<LD>(vf[kk], Vs + 16 * w * LD + kk * 16, lane);
+    }
+  }
+  float gk[2 * D16][4], gv[2 * D16][4];
+#pragma unroll
+  for (int n = 0; n < 2 * D16; n++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) gk[n][e] = gv[n][e] = 0.0f;
+  const float sl2 = scale * kLog2e;
+  const bool real = kw < a.sk;
+  for (int64_t st = 0; st < steps; st++) {
+    if (st + 1 < steps) {
+      fetch_q<T, D16>(stages + ((st + 1) & 1) * L::STAGE, fh, fq, q, dout, a, lse, dsum, vec);
+      if ((fq += FB) >= sq) fq = qs, fh++;
+    }
+    cp_commit();
+    cp_wait<1>();
+    __syncthreads();
+    const unsigned char *sg = stages + (st & 1) * L::STAGE;
+    const T *Qs = (const T *)sg, *Os = (const T *)(sg + L::ROWS);
+    const float *Ls = (const float *)(sg + 2 * L::ROWS), *Ds = Ls + FB;
+    /* the warp's first key less the position of the tile's first query */
+    const int rel = kw - qpos - q0;
+    /* QC queries at a time (fewer registers for the widest heads) */
+#pragma unroll 1
+    for (int c0 = 0; c0 < FB; c0 += QC) {
+      /* the warp's keys: some seen by the chunk's last query, and real */
+      if (rel > c0 + QC - 1 || !real) continue;
+      float x[QC / 8][4];
+      uint32_t pp[QC / 16][4];
+      scores<T, D16, HOLD, QC>(x, kf, Ks + 16 * w * LD, Qs + c0 * LD, lane);
+      /* P^T: key kw + g (+ 8) against query q0 + c0 + column; masked
+       * where some key of the warp comes after the chunk's first query */
+      const bool edge = rel + 15 > c0;
+      const int lim0 = rel + g - c0, lim1 = lim0 + 8; /* columns below are not seen */
+#pragma unroll
+      for (int nb = 0; nb < QC / 8; nb++) {
+        const int c = nb * 8 + 2 * t;
+        const float l0 = Ls[c0 + c] * kLog2e, l1 = Ls[c0 + c + 1] * kLog2e;
+        float p0 = fexp2(x[nb][0] * sl2 - l0), p1 = fexp2(x[nb][1] * sl2 - l1);
+        float p2 = fexp2(x[nb][2] * sl2 - l0), p3 = fexp2(x[nb][3] * sl2 - l1);
+        if (edge) {
+          if (c < lim0) p0 = 0.0f;
+          if (c + 1 < lim0) p1 = 0.0f;
+          if (c < lim1) p2 = 0.0f;
+          if (c + 1 < lim1) p3 = 0.0f;
+        }
+        pack_c<T>(pp, nb, p0, p1, p2, p3);
+      }
+      accumulate<T, D16, QC>(gv, pp, Os + c0 * LD, lane);
+      /* dP^T = V dO^T; dS^T = P^T (dP^T - D) in place of P^T */
+      scores<T, D16, HOLD, QC>(x, vf, Vs + 16 * w * LD, Os + c0 * LD, lane);
+#pragma unroll
+      for (int nb = 0; nb < QC / 8; nb++) {
+        const int c = c0 + nb * 8 + 2 * t;
+        const float d0 = Ds[c], d1 = Ds[c + 1];
+        const uint32_t u0 = pp[nb >> 1][(nb & 1) * 2], u1 = pp[nb >> 1][(nb & 1) * 2 + 1];
+        pack_c<T>(pp, nb, lo16<T>(u0) * (x[nb][0] - d0), hi16<T>(u0) * (x[nb][1] - d1),
+                  lo16<T>(u1) * (x[nb][2] - d0), hi16<T>(u1) * (x[nb][3] - d1));
+      }
+      accumulate<T, D16, QC>(gk, pp, Qs + c0 * LD, lane);
+    }
+    if ((q0 += FB) >= sq) q0 = qs;
+    __syncthreads();
+  }
+  const int64_t base = kvoff + (kw + g) * a.kv_row + 2 * t;
+#pragma unroll
+  for (int n = 0; n < 2 * D16; n++)
+#pragma unroll
+    for (int hh = 0; hh < 2; hh++) {
+      if (kw + g + 8 * hh >= a.sk) continue;
+      const int64_t at = base + 8 * hh * a.kv_row + n * 8;
+      if (dk) put(&dk[at], gk[n][2 * hh] * scale, acc), put(&dk[at + 1], gk[n][2 * hh + 1] * scale, acc);
+      if (dv) put(&dv[at], gv[n][2 * hh], acc), put(&dv[at + 1], gv[n][2 * hh + 1], acc);
+    }
+}
+
+/* ---- dq -------------------------------------------------------------------------------- */
+
+/* Shared memory: the block's Q and dout rows, then two stages of a key tile
+ * and its value tile. */
+namespace {
+template <int D16> struct dq_layout {
+  enum { LD = D16 * 16 + 8, ROWS = FB * LD * 2, STAGE = 2 * ROWS, BYTES = 2 * ROWS + 2 * STAGE };
+};
+} // namespace
+
+/* dq of query rows [q0, q0 + FB) of head h, the last block the first;
+ * warp w owns 16. */
+template <class T, int D16, bool HOLD, int MB>
+__global__ void __launch_bounds__(FT, MB)
+    k_attn_dq_fa(T *dq, const T *dout, const T *q, const T *k, const T *v, gpu_attn a, float scale, bool vec,
+                 const float *lse, const float *dsum, bool acc) {
+  typedef dq_layout<D16> L;
+  enum { LD = L::LD, NB = FB / 8, J = FB / 16 };
+  DYN_SMEM(unsigned char, raw);
+  T *Qs = (T *)raw, *Os = (T *)(raw + L::ROWS);
+  unsigned char *stages = raw + 2 * L::ROWS;
+  const int64_t bi = blockIdx.z, h = blockIdx.y;
+  const int q0 = (int)(gridDim.x - 1 - blockIdx.x) * FB, sq = (int)a.sq, sk = (int)a.sk, qpos = (int)a.qpos;
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int qw = q0 + 16 * w, qi0 = qw + g, qi1 = qi0 + 8;
+  const T *kb = k + bi * a.kv_batch + (h / a.r) * a.dh, *vb = v + bi * a.kv_batch + (h / a.r) * a.dh;
+  rows_to<T, D16>(Qs, q + bi * a.q_batch + h * a.dh + q0 * a.q_row, a.q_row, sq - q0, vec);
+  rows_to<T, D16>(Os, dout + bi * a.o_batch + h * a.dh + q0 * a.o_row, a.o_row, sq - q0, vec);
+  cp_commit();
+  const int tiles = (int)last_key(a, q0 + FB) / FB + 1;
+  rows_to<T, D16>((T *)stages, kb, a.kv_row, sk, vec);
+  rows_to<T, D16>((T *)(stages + L::ROWS), vb, a.kv_row, sk, vec);
+  cp_commit();
+  cp_wait<1>();
+  __syncthreads();
+  uint32_t qf[HOLD ? D16 : 1][4], of[HOLD ? D16 : 1][4];
+  if constexpr (HOLD) {
+#pragma unroll
+    for (int kk = 0; kk < D16; kk++) {
+      ld_a<LD>(qf[kk], Qs + 16 * w * LD + kk * 16, lane);
+      ld_a<LD>(of[kk], Os + 16 * w * LD + kk * 16, lane);
+    }
+  }
+  const int64_t at = (bi * a.hq + h) * a.sq;
+  const float l0 = qi0 < sq ? lse[at + qi0] * kLog2e : INFINITY, l1 = qi1 < sq ? lse[at + qi1] * kLog2e : INFINITY;
+  const float d0 = qi0 < sq ? dsum[at + qi0] : 0.0f, d1 = qi1 < sq ? dsum[at + qi1] : 0.0f;
+  /* the last key each of the lane's rows sees */
+  const int see0 = qpos + qi0 < sk - 1 ? qpos + qi0 : sk - 1, see1 = qpos + qi1 < sk - 1 ? qpos + qi1 : sk - 1;
+  const float sl2 = scale * kLog2e;
+  float gq[2 * D16][4];
+#pragma unroll
+  for (int n = 0; n < 2 * D16; n++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) gq[n][e] = 0.0f;
+  for (int kt = 0; kt < tiles; kt++) {
+    const int k0 = kt * FB;
+    if (kt + 1 < tiles) {
+      unsigned char *nx = stages + ((kt + 1) & 1) * L::STAGE;
+      rows_to<T, D16>((T *)nx, kb + (k0 + FB) * a.kv_row, a.kv_row, sk - k0 - FB, vec);
+      rows_to<T, D16>((T *)(nx + L::ROWS), vb + (k0 + FB) * a.kv_row, a.kv_row, sk - k0 - FB, vec);
+    }
+    cp_commit();
+    cp_wait<1>();
+    __syncthreads();
+    const unsigned char *sg = stages + (kt & 1) * L::STAGE;
+    const T *Ks = (const T *)sg, *Vs = (const T *)(sg + L::ROWS);
+    /* the warp's rows: real, and the first key seen by the last of them */
+    if (qw < sq && k0 <= qpos + qw + 15) {
+      float x[NB][4];
+      uint32_t pp[J][4];
+      scores<T, D16, HOLD, FB>(x, qf, Qs + 16 * w * LD, Ks, lane);
+      /* P: query qi0 (qi1) against key k0 + column; masked where the tile
+       * ends after the warp's first query sees, or after the keys */
+      const bool edge = k0 + FB - 1 > qpos + qw || k0 + FB > sk;
+      const int lim0 = see0 - k0, lim1 = see1 - k0; /* columns above are not seen */
+#pragma unroll
+      for (int nb = 0; nb < NB; nb++) {
+        const int c = nb * 8 + 2 * t;
+        float p0 = fexp2(x[nb][0] * sl2 - l0), p1 = fexp2(x[nb][1] * sl2 - l0);
+        float p2 = fexp2(x[nb][2] * sl2 - l1), p3 = fexp2(x[nb][3] * sl2 - l1);
+        if (edge) {
+          if (c > lim0) p0 = 0.0f;
+          if (c + 1 > lim0) p1 = 0.0f;
+          if (c > lim1) p2 = 0.0f;
+          if (c + 1 > lim1) p3 = 0.0f;
+        }
+        pack_c<T>(pp, nb, p0, p1, p2, p3);
+      }
+      /* dP = dO V^T; dS = P (dP - D) */
+      scores<T, D16, HOLD, FB>(x, of, Os + 16 * w * LD, Vs, lane);
+#pragma unroll
+      for (int nb = 0; nb < NB; nb++) {
+        const uint32_t u0 = pp[nb >> 1][(nb & 1) * 2], u1 = pp[nb >> 1][(nb & 1) * 2 + 1];
+        pack_c<T>(pp, nb, lo16<T>(u0) * (x[nb][0] - d0), hi16<T>(u0) * (x[nb][1] - d0),
+                  lo16<T>(u1) * (x[nb][2] - d1), hi16<T>(u1) * (x[nb][3] - d1));
+      }
+      accumulate<T, D16, FB>(gq, pp, Ks, lane);
+    }
+    __syncthreads();
+  }
+  T *dst = dq + bi * a.q_batch + h * a.dh + 2 * t;
+#pragma unroll
+  for (int n = 0; n < 2 * D16; n++)
+#pragma unroll
+    for (int hh = 0; hh < 2; hh++) {
+      const int64_t qi = hh ? qi1 : qi0;
+      if (qi >= a.sq) continue;
+      T *p = dst + qi * a.q_row + n * 8;
+      put(&p[0], gq[n][2 * hh] * scale, acc), put(&p[1], gq[n][2 * hh + 1] * scale, acc);
+    }
+}
+
+/* ---- launches -------------------------------------------------------------------------- */
+
+namespace {
+
+template <typename... KArgs> void fa_allow_smem(void (*kern)(KArgs...), size_t bytes) {
+#ifndef WEFT_CUDA_EMU
+  if (bytes > (48 << 10)) cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+#else
+  (void)kern, (void)bytes;
+#endif
+}
+
+/* The larger shared memory of the two kernels for heads of 16 D16. */
+template <int D16> size_t fa_bytes16() {
+  size_t x = dkv_layout<D16>::BYTES, y = dq_layout<D16>::BYTES;
+  return x > y ? x : y;
+}
+size_t fa_bytes(int64_t dh) {
+  return dh == 32 ? fa_bytes16<2>() : dh == 64 ? fa_bytes16<4>() : dh == 96 ? fa_bytes16<6>() : fa_bytes16<8>();
+}
+
+bool al16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+/* WEFT_ATTN=wmma: the kernels of attention_tc.cu for everything. */
+bool wmma_only(void) {
+  static int only = -1;
+  if (only < 0) {
+    const char *e = getenv("WEFT_ATTN");
+    only = e && strcmp(e, "wmma") == 0;
+  }
+  return only == 1;
+}
+
+} // namespace
+
+bool attention_fa_bwd_takes(int dt, const gpu_attn *a) {
+  if (!(dt == GPU_BF16 || dt == GPU_F16) || wmma_only()) return false;
+  if (!(a->dh == 32 || a->dh == 64 || a->dh == 96 || a->dh == 128)) return false;
+  return fa_bytes(a->dh) <= attention_smem_limit();
+}
+
+namespace {
+
+/* Both kernels for heads of 16 D16: HOLD, the warps keep their rows of
+ * the block's operand in registers; QC, queries at a time in dk/dv; MBK,
+ * MBQ: blocks per multiprocessor that dk/dv and dq keep registers for. */
+template <class T, int D16, bool HOLD, int QC, int MBK, int MBQ>
+void fa_run(gpu_stream *s, T *dq, T *dk, T *dv, const T *dout, const T *q, const T *k, const T *v, const gpu_attn *a,
+            bool acc, const float *lse, const float *dsum, bool vec) {
+  const float scale = (float)(1.0 / sqrt((double)a->dh));
+  if (dk || dv) {
+    const dim3 grid((unsigned)((a->sk + FB - 1) / FB), (unsigned)(a->hq / a->r), (unsigned)a->b);
+    const size_t bytes = dkv_layout<D16>::BYTES;
+    fa_allow_smem(k_attn_dkv_fa<T, D16, HOLD, QC, MBK>, bytes);
+    launch(k_attn_dkv_fa<T, D16, HOLD, QC, MBK>, grid, FT, bytes, s, dk, dv, dout, q, k, v, *a, scale, vec, lse, dsum,
+           acc);
+  }
+  if (dq) {
+    const dim3 grid((unsigned)((a->sq + FB - 1) / FB), (unsigned)a->hq, (unsigned)a->b);
+    const size_t bytes = dq_layout<D16>::BYTES;
+    fa_allow_smem(k_attn_dq_fa<T, D16, HOLD, MBQ>, bytes);
+    launch(k_attn_dq_fa<T, D16, HOLD, MBQ>, grid, FT, bytes, s, dq, dout, q, k, v, *a, scale, vec, lse, dsum, acc);
+  }
+}
+
+template <class T>
+void fa_backward(gpu_stream *s, void *dq, void *dk, void *dv, const void *dout, const void *q, const void *k,
+                 const void *v, const gpu_attn *a, bool acc, const float *lse, const float *dsum, bool vec) {
+  T *gq = (T *)dq, *gk = (T *)dk, *gv = (T *)dv;
+  const T *o = (const T *)dout, *qq = (const T *)q, *kk = (const T *)k, *vv = (const T *)v;
+  /* heads up to 64: rows in registers, dk/dv over 64 queries at once, dq
+   * within 168 registers (3 blocks a multiprocessor); wider: rows from
+   * shared memory, 32 queries at once, up to 255 registers. dk/dv of 32
+   * queries at once in 168 registers spills (heads of 64), and on an H100
+   * was within 2% of these. */
+  switch (a->dh) {
+  case 32: fa_run<T, 2, true, 64, 2, 3>(s, gq, gk, gv, o, qq, kk, vv, a, acc, lse, dsum, vec); break;
+  case 64: fa_run<T, 4, true, 64, 2, 3>(s, gq, gk, gv, o, qq, kk, vv, a, acc, lse, dsum, vec); break;
+  case 96: fa_run<T, 6, false, 32, 2, 2>(s, gq, gk, gv, o, qq, kk, vv, a, acc, lse, dsum, vec); break;
+  default: fa_run<T, 8, false, 32, 2, 2>(s, gq, gk, gv, o, qq, kk, vv, a, acc, lse, dsum, vec); break;
+  }
+}
+
+} // namespace
+
+void attention_fa_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, const void *dout, const void *q,
+                           const void *k, const void *v, const gpu_attn *a, bool acc, const float *lse,
+                           const float *dsum) {
+  const bool vec = a->dh % 8 == 0 && a->q_row % 8 == 0 && a->kv_row % 8 == 0 && a->o_row % 8 == 0 &&
+                   a->q_batch % 8 == 0 && a->kv_batch % 8 == 0 && a->o_batch % 8 == 0 && al16(dout) && al16(q) &&
+                   al16(k) && al16(v);
+  if (dt == GPU_F16)
+    fa_backward<f16>(s, dq, dk, dv, dout, q, k, v, a, acc, lse, dsum, vec);
+  else
+    fa_backward<bf16>(s, dq, dk, dv, dout, q, k, v, a, acc, lse, dsum, vec);
+}
