@@ -9,14 +9,14 @@
 
 const char *const gpu_kernel_lines[] = {
     "matmul, matmul_t, linear, qkv_linear  cuBLASLt: f32 (32F compute), bf16 and f16 with f32 accumulation; bias epilogue; bias gradients by column sums",
-    "embedding                             forward gather; backward by vocabulary partitions in token order (no atomics)",
+    "embedding                             forward gather; backward by vocabulary partitions, each partition's tokens listed in token order (no atomics)",
     "add_position                          forward; backward sums over the batch",
     "layernorm                             forward and backward (row statistics recomputed; weight and bias gradients in two passes)",
     "rmsnorm                               forward and backward",
     "gelu                                  tanh approximation, forward and backward",
     "silu, swiglu                          forward and backward",
     "rotary                                rotate_half pairs, angles in double; backward the inverse rotation",
-    "causal_attention, gqa_attention       FlashAttention-style: key tiles in shared memory, running max and sum, no s x s scores; gqa_attention also a part of the queries against all the keys (context parallelism); backward: log-sum-exp and dout.out recomputed, then dk/dv per key tile and dq per query tile; bf16 and f16 heads of 32, 64, 96 or 128 on tensor cores (wmma), the rest on CUDA cores",
+    "causal_attention, gqa_attention       FlashAttention-style: key tiles in shared memory, running max and sum, no s x s scores; gqa_attention also a part of the queries against all the keys (context parallelism); backward from the forward's log-sum-exp and dout.out (recomputed where the forward kept nothing), then dk/dv per key tile and dq per query tile; bf16 and f16 heads of 32, 64, 96 or 128 on tensor cores (mma.sync, softmax in registers), the rest on CUDA cores",
     "softmax                               forward and backward, one block per row",
     "cross_entropy                         loss per row summed in double; backward fused (softmax and the label in one pass); vocabulary shards: statistics, combination, shard backward",
     "mse                                   loss and backward",
