@@ -44,6 +44,9 @@ bool scripts_load(weft_scripts *s, const char *name);
 /* The same for a script given as text, named name in its messages. */
 bool scripts_load_text(weft_scripts *s, const char *name, const char *text, size_t len);
 
+/* Whether a script loaded so far writes whole plans (a policy). */
+bool scripts_has_policy(const weft_scripts *s);
+
 /* The search's hooks, calling those of every script in the order loaded;
  * the fields of hooks no script has are NULL. */
 search_hooks scripts_hooks(weft_scripts *s);

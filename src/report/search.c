@@ -503,19 +503,27 @@ static const char *with_searched(weft_ctx *c, const weft_item *plan, weft_loc at
   return arena_printf(&c->arena, "%.*s%s%s", (int)a, text, t, text + b);
 }
 
+/* --lua-memory's bytes in *bytes (0: the default); false after an error. */
+static bool lua_memory_of(weft_ctx *c, const weft_opts *o, int64_t *bytes) {
+  *bytes = 0;
+  if (!o->lua_memory) return true;
+  weft_loc none = {0};
+  value v = weft_eval_text(c, "--lua-memory", o->lua_memory);
+  if (v.kind != V_QUANTITY || !unit_eq(v.q.d, UNIT_BYTES) || v.q.v < (1 << 20) || v.q.v > 1e12) {
+    if (v.kind != V_ERROR)
+      report_error(c, none, "--lua-memory needs bytes from 1 MiB to 1 TB, such as '64 MiB', got %s", o->lua_memory);
+    return false;
+  }
+  *bytes = (int64_t)v.q.v;
+  return true;
+}
+
 static int search_statement(weft_ctx *c, const weft_opts *o, const weft_item *plan, const ast *st) {
   weft_loc none = {0};
   if (o->cluster) {
     weft_diag *d = report_error(c, none, "--cluster: plan %s is on a cluster of its own, which weft search keeps",
                                 plan->name);
     diag_hint(d, &c->diags, "change the plan's `on`, or search the model alone with --model");
-    report_diags(c, o);
-    return WEFT_REJECTED;
-  }
-  if (o->nheuristics) {
-    weft_diag *d = report_error(c, plan->loc, "--heuristic applies to the search of a model, not to plan %s, which "
-                                "writes a `search` statement", plan->name);
-    diag_hint(d, &c->diags, "search the model with --model and --heuristic, then write what you keep");
     report_diags(c, o);
     return WEFT_REJECTED;
   }
@@ -546,11 +554,38 @@ static int search_statement(weft_ctx *c, const weft_opts *o, const weft_item *pl
   }
   if (rc == WEFT_OK && !search_fixed_read(&src.decisions, src.search_at, src.graph, &src.cluster, &c->diags, &fx)) rc = WEFT_REJECTED;
   so.fixed = &fx;
+  /* heuristics steer what is left open with their hooks (space, prune,
+   * rank); a policy writes a whole plan, which would not keep the written
+   * decisions */
+  weft_scripts *scripts = NULL;
+  search_hooks hooks;
+  int64_t lua_memory = 0;
+  if (rc == WEFT_OK && o->nheuristics && !lua_memory_of(c, o, &lua_memory)) rc = WEFT_REJECTED;
+  if (rc == WEFT_OK && o->nheuristics) {
+    script_world w = {src.graph, &src.cluster, o->symbolic, so.max_memory, c->stdlib_dir, &c->srcs, &c->diags,
+                      &c->arena, o->lua_steps, lua_memory};
+    scripts = scripts_new(&w);
+    for (int i = 0; i < o->nheuristics && rc == WEFT_OK; i++) {
+      if (!scripts_load(scripts, o->heuristics[i])) rc = WEFT_REJECTED;
+      else if (scripts_has_policy(scripts)) {
+        weft_diag *d = report_error(c, st->loc, "--heuristic %s writes whole plans (a policy), and plan %s writes "
+                                    "decisions of its own beside `search`", o->heuristics[i], plan->name);
+        diag_hint(d, &c->diags, "search the model with --model and that heuristic, or one that steers the search "
+                  "(space, prune, rank)");
+        rc = WEFT_REJECTED;
+      }
+    }
+    if (rc == WEFT_OK) {
+      hooks = scripts_hooks(scripts);
+      so.hooks = &hooks;
+    }
+  }
   search_result r;
   progress_ctx pc = {.on = o->progress > 0 || (o->progress < 0 && !o->json && isatty(2))};
   so.progress = on_progress;
   so.ctx = &pc;
   if (rc == WEFT_OK && !search_run(src.graph, &src.cluster, &so, &c->arena, &c->diags, &r)) rc = WEFT_REJECTED;
+  scripts_free(scripts);
   if (pc.drew) fputs("\n", stderr);
   int pick = rc == WEFT_OK ? (o->pick >= 0 ? o->pick : r.best) : -1;
   if (rc == WEFT_OK && o->pick >= r.nplans) {
@@ -572,7 +607,9 @@ static int search_statement(weft_ctx *c, const weft_opts *o, const weft_item *pl
   char *hdr = NULL;
   size_t hlen = 0;
   FILE *h = open_memstream(&hdr, &hlen);
-  fprintf(h, "# searched by: weft search %s --plan %s%s\n", o->files[0], plan->name, o->nsets ? " (with --set)" : "");
+  fprintf(h, "# searched by: weft search %s --plan %s%s", o->files[0], plan->name, o->nsets ? " (with --set)" : "");
+  for (int i = 0; i < o->nheuristics; i++) fprintf(h, " --heuristic %s", o->heuristics[i]);
+  fprintf(h, "\n");
   fprintf(h, "# plan %s writes %s; the search wrote the rest in place of `search`\n", plan->name,
           search_fixed_kept(&c->arena, &fx));
   fprintf(h, "# %lld candidates (%lld pruned) in %.2f s; %d simulated in %.2f s%s\n", (long long)r.searched,
@@ -763,16 +800,7 @@ int report_search(const weft_opts *o) {
     }
   }
   int64_t lua_memory = 0;
-  if (rc == WEFT_OK && o->lua_memory) {
-    value v = weft_eval_text(c, "--lua-memory", o->lua_memory);
-    if (v.kind != V_QUANTITY || !unit_eq(v.q.d, UNIT_BYTES) || v.q.v < (1 << 20) || v.q.v > 1e12) {
-      if (v.kind != V_ERROR)
-        report_error(c, none, "--lua-memory needs bytes from 1 MiB to 1 TB, such as '64 MiB', got %s", o->lua_memory);
-      rc = WEFT_REJECTED;
-    } else {
-      lua_memory = (int64_t)v.q.v;
-    }
-  }
+  if (rc == WEFT_OK && !lua_memory_of(c, o, &lua_memory)) rc = WEFT_REJECTED;
   weft_graph *g = NULL;
   value cr = v_none();
   weft_cluster cl = {0};

@@ -337,6 +337,8 @@ static bool any_hook(const weft_scripts *S, hook_kind h) {
   return false;
 }
 
+bool scripts_has_policy(const weft_scripts *S) { return any_hook(S, HOOK_POLICY); }
+
 search_hooks scripts_hooks(weft_scripts *S) {
   search_hooks h = {.ctx = S};
   if (any_hook(S, HOOK_SPACE)) h.space = hk_space;
