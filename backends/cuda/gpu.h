@@ -272,6 +272,41 @@ void gpu_mse(gpu_stream *s, int dt, double *slot, void *out, const void *a, cons
 void gpu_mse_backward(gpu_stream *s, int dt, void *da, void *db, const void *a, const void *b, int64_t n,
                       int64_t n_total, bool acc);
 
+/* ---- mixture of experts (moe.cu) ---------------------------------------------------------- */
+
+/* The sizes of a routed layer as k_moe_*: g groups of s tokens of h
+ * features, e experts, k choices per token, c slots per expert and group;
+ * normalize: combine divides a token's weights by the sum of its k chosen
+ * probabilities. Each launcher routes the tokens again from probs
+ * [g][s][e], into ws (gpu_moe_ws bytes). */
+typedef struct gpu_moe {
+  int64_t g, s, h, e, k, c;
+  bool normalize;
+} gpu_moe;
+size_t gpu_moe_ws(const gpu_moe *z);
+/* expert and slot [g][s][k] as k_moe_route's (device memory). */
+void gpu_moe_route(gpu_stream *s, int dt, int32_t *expert, int32_t *slot, const void *probs, const gpu_moe *z,
+                   void *ws);
+/* out [e][g][c][h] as k_moe_dispatch; its backward dx (+)= as
+ * k_moe_dispatch_backward and dprobs (NULL: none) zeros, or unchanged when
+ * acc. */
+void gpu_moe_dispatch(gpu_stream *s, int dt, void *out, const void *x, const void *probs, const gpu_moe *z,
+                      void *ws);
+void gpu_moe_dispatch_backward(gpu_stream *s, int dt, void *dx, void *dprobs, const void *dout, const void *probs,
+                               const gpu_moe *z, bool acc, void *ws);
+/* y [g][s][h] from the experts' rows ye [e][g][c][h], as k_moe_combine. */
+void gpu_moe_combine(gpu_stream *s, int dt, void *y, const void *ye, const void *probs, const gpu_moe *z, void *ws);
+void gpu_moe_combine_backward(gpu_stream *s, int dt, void *dye, void *dprobs, const void *dy, const void *ye,
+                              const void *probs, const gpu_moe *z, bool acc, void *ws);
+/* The load-balancing loss of the g groups, divided by g_total, as
+ * k_moe_aux_loss: to *slot and out as a loss's share (see the losses);
+ * the backward's gradient of the loss is *dloss (one value of dt), 1 when
+ * dloss is NULL. */
+void gpu_moe_aux_loss(gpu_stream *s, int dt, double *slot, void *out, const void *probs, const gpu_moe *z,
+                      int64_t g_total, double alpha, bool acc, void *ws);
+void gpu_moe_aux_loss_backward(gpu_stream *s, int dt, void *dprobs, const void *dloss, const void *probs,
+                               const gpu_moe *z, int64_t g_total, double alpha, bool acc, void *ws);
+
 /* ---- optimizers --------------------------------------------------------------------------- */
 
 /* One step on n elements as k_adamw and k_sgd: param of its type; master

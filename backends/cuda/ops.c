@@ -504,6 +504,129 @@ static bool mse_backward(const ccall *c, char *err, size_t errlen) {
 
 static size_t mse_ws_forward(const ccall *c) { return gpu_loss_ws(0); }
 
+/* ---- mixture of experts (moe.cu) ----------------------------------------------------------- */
+
+/* As xops.c: probs [g, s, e] is input pa (experts always whole); the rows
+ * are the tokens' x [g, s, h] or the experts' [e, g, c, h] (c their slots). */
+static gpu_moe moe_sizes(const ccall *c, int pa, const tregion *rows, bool expert_rows) {
+  const tregion *pr = c->inr[pa];
+  if (!pr || !rows) return (gpu_moe){0, 0, 0, 0, 0, 0, false};
+  gpu_moe z = {ext(pr, 0), ext(pr, 1), 0, ext(pr, 2), (int64_t)cx_attr(c->g, c->op, "k", 1), 0,
+               cx_attr(c->g, c->op, "normalize", 1) != 0};
+  z.h = ext(rows, 3 - !expert_rows);
+  z.c = expert_rows ? ext(rows, 2) : 0;
+  return z;
+}
+
+/* A token chooses k distinct experts of the e. */
+static bool moe_k_ok(const ccall *c, const gpu_moe *z, char *err, size_t errlen) {
+  if (z->k >= 1 && z->k <= z->e) return true;
+  snprintf(err, errlen, "operator %s: k (%lld) must be between 1 and the number of experts (%lld)",
+           c->g->ops[c->op].name, (long long)z->k, (long long)z->e);
+  return false;
+}
+
+static bool moe_dispatch_forward(const ccall *c, char *err, size_t errlen) {
+  if (c->acc) return cannot_accumulate(c, err, errlen);
+  gpu_moe z = moe_sizes(c, 1, c->outr, true);
+  if (!moe_k_ok(c, &z, err, errlen)) return false;
+  gpu_moe_dispatch(c->s, c->dt, c->out, c->in[0], c->in[1], &z, c->ws);
+  return true;
+}
+
+static bool moe_dispatch_backward(const ccall *c, char *err, size_t errlen) {
+  gpu_moe z = moe_sizes(c, 1, c->dyr, true);
+  if (!moe_k_ok(c, &z, err, errlen)) return false;
+  gpu_moe_dispatch_backward(c->s, c->dt, c->din[0], c->din[1], c->dy, c->in[1], &z, c->acc, c->ws);
+  return true;
+}
+
+static size_t moe_dispatch_ws_forward(const ccall *c) {
+  gpu_moe z = moe_sizes(c, 1, c->outr, true);
+  return gpu_moe_ws(&z);
+}
+
+static size_t moe_dispatch_ws_backward(const ccall *c) {
+  gpu_moe z = moe_sizes(c, 1, c->dyr, true);
+  return gpu_moe_ws(&z);
+}
+
+static bool moe_combine_forward(const ccall *c, char *err, size_t errlen) {
+  if (c->acc) return cannot_accumulate(c, err, errlen);
+  gpu_moe z = moe_sizes(c, 1, c->inr[0], true);
+  if (!moe_k_ok(c, &z, err, errlen)) return false;
+  gpu_moe_combine(c->s, c->dt, c->out, c->in[0], c->in[1], &z, c->ws);
+  return true;
+}
+
+static bool moe_combine_backward(const ccall *c, char *err, size_t errlen) {
+  gpu_moe z = moe_sizes(c, 1, c->inr[0], true);
+  if (!moe_k_ok(c, &z, err, errlen)) return false;
+  gpu_moe_combine_backward(c->s, c->dt, c->din[0], c->din[1], c->dy, c->in[0], c->in[1], &z, c->acc, c->ws);
+  return true;
+}
+
+static size_t moe_combine_ws(const ccall *c) {
+  gpu_moe z = moe_sizes(c, 1, c->inr[0], true);
+  return gpu_moe_ws(&z);
+}
+
+/* x [e, g, c, k] (an expert's rows flattened), w [e, k, n]: a product per
+ * expert. */
+static void emkn(const ccall *c, int64_t *e, int64_t *m, int64_t *k, int64_t *n) {
+  *e = ext(c->inr[1], 0), *k = ext(c->inr[1], 1), *n = ext(c->inr[1], 2);
+  *m = *e && *k ? cx_numel(c->inr[0]) / (*e * *k) : 0;
+}
+
+static void *at_dt(void *p, int dt, int64_t elems) { return p ? (char *)p + elems * gpu_dtype_size(dt) : NULL; }
+
+static bool expert_matmul_forward(const ccall *c, char *err, size_t errlen) {
+  int64_t e, m, k, n;
+  emkn(c, &e, &m, &k, &n);
+  for (int64_t x = 0; x < e && m > 0; x++)
+    if (!gemm(c, false, false, m, n, k, at(c, c->in[0], x * m * k), k, at(c, c->in[1], x * k * n), n,
+              at_dt(c->out, c->dt, x * m * n), n, NULL, c->acc, err, errlen))
+      return false;
+  return true;
+}
+
+static bool expert_matmul_backward(const ccall *c, char *err, size_t errlen) {
+  int64_t e, m, k, n;
+  emkn(c, &e, &m, &k, &n);
+  for (int64_t x = 0; x < e && m > 0; x++) {
+    const void *dy = at(c, c->dy, x * m * n);
+    if (c->din[0] && !gemm(c, false, true, m, k, n, dy, n, at(c, c->in[1], x * k * n), n,
+                           at_dt(c->din[0], c->dt, x * m * k), k, NULL, c->acc, err, errlen))
+      return false;
+    if (c->din[1] && !gemm_to(c, true, false, k, n, m, at(c, c->in[0], x * m * k), k, dy, n,
+                              at_dt(c->din[1], din_dt(c, 1), x * k * n), n, din_dt(c, 1), NULL, c->acc, err, errlen))
+      return false;
+  }
+  return true;
+}
+
+/* An auxiliary loss: this part's share, which the step's loss adds. */
+static bool moe_aux_loss_forward(const ccall *c, char *err, size_t errlen) {
+  gpu_moe z = moe_sizes(c, 0, c->inr[0], false);
+  if (!moe_k_ok(c, &z, err, errlen)) return false;
+  gpu_moe_aux_loss(c->s, c->dt, c->slot, c->out, c->in[0], &z, tensor_of(c, 0)->dims[0].size,
+                   cx_attr(c->g, c->op, "alpha", 0.01), c->acc, c->ws);
+  return true;
+}
+
+static bool moe_aux_loss_backward(const ccall *c, char *err, size_t errlen) {
+  gpu_moe z = moe_sizes(c, 0, c->inr[0], false);
+  if (!moe_k_ok(c, &z, err, errlen)) return false;
+  gpu_moe_aux_loss_backward(c->s, c->dt, c->din[0], c->dy, c->in[0], &z, tensor_of(c, 0)->dims[0].size,
+                            cx_attr(c->g, c->op, "alpha", 0.01), c->acc, c->ws);
+  return true;
+}
+
+static size_t moe_aux_loss_ws(const ccall *c) {
+  gpu_moe z = moe_sizes(c, 0, c->inr[0], false);
+  return gpu_moe_ws(&z);
+}
+
 /* ---- the table ------------------------------------------------------------------------------------ */
 
 #define KERNELS(name) #name, name##_forward, name##_backward, NULL
@@ -527,6 +650,10 @@ static const ckernel kernels[] = {
     {KERNELS(gqa_attention), NULL, gqa_attention_ws_backward, gqa_attention_keep, false, -1, 0},
     {"cross_entropy", ce_forward, ce_backward, ce_stats, ce_ws_forward, NULL, NULL, true, 1, 0},
     {KERNELS(mse), mse_ws_forward, NULL, NULL, true, -1, 0},
+    {KERNELS(moe_dispatch), moe_dispatch_ws_forward, moe_dispatch_ws_backward, NULL, false, -1, 0},
+    {KERNELS(moe_combine), moe_combine_ws, moe_combine_ws, NULL, false, -1, 0},
+    {KERNELS(expert_matmul), NULL, NULL, NULL, false, -1, 1u << 1},
+    {KERNELS(moe_aux_loss), moe_aux_loss_ws, moe_aux_loss_ws, NULL, true, -1, 0},
 };
 
 #undef KERNELS

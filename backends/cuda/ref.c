@@ -83,7 +83,12 @@ static ccall call_of(rref *x, int op, bool backward) {
   c.outr = &out->whole;
   if (!backward) c.out = out->val;
   c.dyr = &out->whole;
-  if (backward) c.dy = o->output == x->g->loss ? NULL : out->grad;
+  /* a loss that no operator reads (the model's, an auxiliary one) seeds
+   * its own backward */
+  bool read = false;
+  for (int i = 0; i < x->g->nops && !read; i++)
+    for (int a = 0; a < x->g->ops[i].ninputs; a++) read |= x->g->ops[i].inputs[a] == o->output;
+  if (backward) c.dy = o->output == x->g->loss || (ckernel_is_loss(c.k) && !read) ? NULL : out->grad;
   c.acc = backward;
   return c;
 }
@@ -139,7 +144,8 @@ static bool setup(rref *x, weft_world *w, const backend_opts *o, char *err, size
     }
   x->ws = dalloc(x, (int64_t)ws, &ok, err, errlen);
   x->gemm_ws = dalloc(x, (int64_t)gpu_gemm_ws(), &ok, err, errlen);
-  for (int op = 0; op < g->nops; op++) x->nslots += ckernel_is_loss(x->kern[op]) && g->ops[op].output == g->loss;
+  /* every loss operator adds its share (the model's and the auxiliary ones) */
+  for (int op = 0; op < g->nops; op++) x->nslots += ckernel_is_loss(x->kern[op]);
   x->slots = dalloc(x, (x->nslots + 1) * 8, &ok, err, errlen);
   x->norm = dalloc(x, 8, &ok, err, errlen);
   x->coef = dalloc(x, 4, &ok, err, errlen);
@@ -193,7 +199,7 @@ static bool step(rref *x, weft_world *w, const backend_step *st, double *loss, d
   int slot = 0;
   for (int op = 0; op < g->nops; op++) {
     ccall c = call_of(x, op, false);
-    if (ckernel_is_loss(x->kern[op]) && g->ops[op].output == g->loss) c.slot = x->slots + slot++;
+    if (ckernel_is_loss(x->kern[op])) c.slot = x->slots + slot++;
     if (!ccall_run(&c, e, sizeof e)) return crun_fail(err, errlen, 1, "%s", e);
     if (!gpu_check(g->ops[op].name, e, sizeof e)) return crun_fail(err, errlen, 2, "GPU %d, the one-device reference, forward %s", x->gpu, e);
   }

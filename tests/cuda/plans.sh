@@ -58,6 +58,15 @@ run_ok "llama context parallel cp4 dp2, full recompute" examples/llama_megatron.
 run_ok "llama bf16 cp2 (queries from the middle of the sequence on tensor cores, heads of 32)" examples/llama_megatron.plan \
   $LMEG --set hidden=128 --set dtype=bf16 --set cp=2 --set pp=1 --set dp=1 --steps 2
 run_ok "buckets of gradient all-reduces" tests/golden/plan/buckets.plan --plan small --steps 2
+# the mixture of experts (examples/moe.plan, small by default): expert
+# parallelism's all-to-alls, with tensor and data parallelism, in a
+# pipeline; a capacity that drops half the choices, and top 1
+run_ok "moe ep2 (all-to-alls of expert parallelism)" examples/moe.plan --plan ep2 --steps 2
+run_ok "moe ep2 tp2 dp2, capacity factor 0.5" examples/moe.plan --plan ep2_tp2_dp2 --set capacity_factor=0.5 --steps 2
+run_ok "moe ep2 pp2, top 1" examples/moe.plan --plan ep2_pp2 --set top_k=1 --steps 2
+MIX="--set layers=2 --set hidden=64 --set heads=4 --set kv_heads=2 --set ffn=96 --set seq=16 --set vocab=128 --set global_batch=8 --set micro_batches=2 --set ep=2 --set tp=2 --set pp=2 --set nodes=1"
+run_ok "mixtral-shaped moe_llama ep2 tp2 pp2, f32" examples/mixtral.plan $MIX --set dtype=f32 --steps 2
+run_ok "mixtral-shaped moe_llama ep2 tp2 pp2, bf16" examples/mixtral.plan $MIX --set hidden=128 --steps 2
 
 # cuda against cpu: the same weights and batch, 5 steps
 compare() {  # name, tolerance, then weft run arguments
@@ -76,6 +85,8 @@ EOF
   else bad "$name: cuda against cpu"; cat "$tmp/err" "$tmp/cmp"; fi
 }
 compare "gpt2 tp2, f32" "$F32_TOL" examples/gpt2.plan --plan tp2 $GPT
+compare "moe ep4, f32" "$F32_TOL" examples/moe.plan --plan ep4
+compare "mixtral-shaped moe_llama bf16 ep2 tp2 pp2 against the CPU's f32" 1e-2 examples/mixtral.plan $MIX --set hidden=128
 # a vocabulary of 257: the logits' rows are off 16 bytes, and their products
 # are staged through the padded area, here from any size and in chunks of
 # a few rows

@@ -717,6 +717,155 @@ static void check_losses(int dt) {
   if (dt == GPU_BF16) check_ce_rows(GPU_F16);
 }
 
+/* The mixture of experts: routing (bit for bit), dispatch, combine (with
+ * and without normalize) and the load-balancing loss, forward and
+ * backward, against k_moe_*; probabilities from a softmax of random
+ * logits, a capacity that drops some choices. */
+static void check_moe_case(int dt, int64_t g, int64_t s, int64_t h, int64_t e, int64_t k, int64_t c, bool normalize) {
+  char e2[400], what[96];
+  gpu_moe z = {g, s, h, e, k, c, normalize};
+  int64_t nt = g * s * h, np = g * s * e, nr = e * g * c * h, gsk = g * s * k;
+  float *logit = randn(np, 2), *x = randn(nt, 1), *ye = randn(nr, 1), *dy = randn(nt, 1), *dout = randn(nr, 1);
+  float *probs = malloc(sizeof(float) * (size_t)np);
+  k_softmax(probs, logit, g * s, e);
+  round_all(probs, np, dt), round_all(x, nt, dt), round_all(ye, nr, dt), round_all(dy, nt, dt), round_all(dout, nr, dt);
+  void *dp = up(probs, np, dt), *dx = up(x, nt, dt), *dye = up(ye, nr, dt), *ddy = up(dy, nt, dt), *ddout = up(dout, nr, dt);
+  void *ws = gpu_alloc(gpu_moe_ws(&z), e2, sizeof e2);
+  double *slot = gpu_alloc(8, e2, sizeof e2);
+  if (!ws || !slot) die("gpu_alloc", e2);
+  const char *how = normalize ? "" : ", not normalized";
+  /* routing: the same experts and slots */
+  int32_t *we = malloc(sizeof(int32_t) * (size_t)gsk), *wsl = malloc(sizeof(int32_t) * (size_t)gsk);
+  k_moe_route(we, wsl, probs, g, s, e, k, c);
+  int32_t *ge = gpu_alloc((size_t)gsk * 4 + 4, e2, sizeof e2), *gsl = gpu_alloc((size_t)gsk * 4 + 4, e2, sizeof e2);
+  int32_t *he = malloc(sizeof(int32_t) * (size_t)gsk), *hsl = malloc(sizeof(int32_t) * (size_t)gsk);
+  gpu_moe_route(S, dt, ge, gsl, dp, &z, ws);
+  if (!gpu_download(he, ge, (size_t)gsk * 4, S, e2, sizeof e2) || !gpu_download(hsl, gsl, (size_t)gsk * 4, S, e2, sizeof e2))
+    die("download", e2);
+  int64_t diff = 0, dropped = 0;
+  for (int64_t i = 0; i < gsk; i++) diff += he[i] != we[i] || hsl[i] != wsl[i], dropped += wsl[i] < 0;
+  checks++;
+  if (diff) failures++;
+  snprintf(what, sizeof what, "moe routing g%lld s%lld e%lld k%lld c%lld", (long long)g, (long long)s, (long long)e,
+           (long long)k, (long long)c);
+  printf("kernel %-44s %-4s %lld of %lld choices differ (%lld dropped) %s\n", what, dt_name(dt), (long long)diff,
+         (long long)gsk, (long long)dropped, diff ? "FAIL" : "ok");
+  /* dispatch and its backward (dprobs zeros) */
+  float *want = malloc(sizeof(float) * (size_t)(nr > np ? nr : np) + 4);
+  k_moe_dispatch(want, x, probs, g, s, h, e, k, c);
+  void *o = poisoned(nr, dt);
+  gpu_moe_dispatch(S, dt, o, dx, dp, &z, ws);
+  expect_dev("moe_dispatch", dt, o, want, nr);
+  float *wdx = copy(x, nt);
+  k_moe_dispatch_backward(wdx, dout, probs, g, s, h, e, k, c, true);
+  void *gx = up(x, nt, dt), *gp = poisoned(np, dt);
+  gpu_moe_dispatch_backward(S, dt, gx, gp, ddout, dp, &z, true, ws);
+  expect_dev("moe_dispatch backward dx, acc", dt, gx, wdx, nt);
+  gpu_moe_dispatch_backward(S, dt, gx, gp, ddout, dp, &z, false, ws);
+  k_moe_dispatch_backward(wdx, dout, probs, g, s, h, e, k, c, false);
+  expect_dev("moe_dispatch backward dx", dt, gx, wdx, nt);
+  memset(want, 0, sizeof(float) * (size_t)np);
+  expect_dev("moe_dispatch backward dprobs (zeros)", dt, gp, want, np);
+  /* combine and its backward */
+  k_moe_combine(want, ye, probs, g, s, h, e, k, c, normalize);
+  gpu_free(o);
+  o = poisoned(nt, dt);
+  gpu_moe_combine(S, dt, o, dye, dp, &z, ws);
+  snprintf(what, sizeof what, "moe_combine%s", how);
+  expect_dev(what, dt, o, want, nt);
+  float *wye = malloc(sizeof(float) * (size_t)nr), *wpr = malloc(sizeof(float) * (size_t)np);
+  k_moe_combine_backward(wye, wpr, dy, ye, probs, g, s, h, e, k, c, normalize, false);
+  void *gye = poisoned(nr, dt);
+  gpu_free(gp);
+  gp = poisoned(np, dt);
+  gpu_moe_combine_backward(S, dt, gye, gp, ddy, dye, dp, &z, false, ws);
+  snprintf(what, sizeof what, "moe_combine backward dye%s", how);
+  expect_dev(what, dt, gye, wye, nr);
+  snprintf(what, sizeof what, "moe_combine backward dprobs%s", how);
+  expect_dev(what, dt, gp, wpr, np);
+  float *acc_ye = copy(dout, nr), *acc_pr = copy(logit, np);
+  round_all(acc_pr, np, dt);
+  k_moe_combine_backward(acc_ye, acc_pr, dy, ye, probs, g, s, h, e, k, c, normalize, true);
+  void *aye = up(dout, nr, dt), *apr = up(acc_pr, np, dt);
+  float *start = copy(logit, np);
+  round_all(start, np, dt);
+  gpu_free(apr);
+  apr = up(start, np, dt);
+  gpu_moe_combine_backward(S, dt, aye, apr, ddy, dye, dp, &z, true, ws);
+  snprintf(what, sizeof what, "moe_combine backward, acc%s", how);
+  expect_dev(what, dt, aye, acc_ye, nr);
+  expect_dev("  its dprobs, acc", dt, apr, acc_pr, np);
+  /* the load-balancing loss over 3 g groups, and its backward */
+  double loss = k_moe_aux_loss(probs, g, s, e, k, 3 * g, 0.01);
+  void *lo = poisoned(1, dt);
+  gpu_moe z0 = z;
+  z0.c = 0;
+  gpu_moe_aux_loss(S, dt, slot, lo, dp, &z0, 3 * g, 0.01, false, ws);
+  expect_loss("moe_aux_loss (loss share)", dt, slot, loss);
+  float lf = (float)loss;
+  expect_dev("moe_aux_loss (its output)", dt, lo, &lf, 1);
+  float dl = 0.75f;
+  void *ddl = up(&dl, 1, dt);
+  memcpy(wpr, start, sizeof(float) * (size_t)np);
+  k_moe_aux_loss_backward(wpr, probs, g, s, e, k, 3 * g, 0.01, 0.75, true);
+  gpu_free(gp);
+  gp = up(start, np, dt);
+  gpu_moe_aux_loss_backward(S, dt, gp, ddl, dp, &z0, 3 * g, 0.01, true, ws);
+  expect_dev("moe_aux_loss backward (dloss 0.75), acc", dt, gp, wpr, np);
+  k_moe_aux_loss_backward(wpr, probs, g, s, e, k, 3 * g, 0.01, 1.0, false);
+  gpu_free(gp);
+  gp = poisoned(np, dt);
+  gpu_moe_aux_loss_backward(S, dt, gp, NULL, dp, &z0, 3 * g, 0.01, false, ws);
+  expect_dev("moe_aux_loss backward", dt, gp, wpr, np);
+  if (!gpu_sync(e2, sizeof e2)) die("moe", e2);
+  void *dev[] = {dp, dx, dye, ddy, ddout, ws, slot, ge, gsl, o, gx, gp, gye, aye, apr, lo, ddl};
+  for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) gpu_free(dev[i]);
+  float *host[] = {logit, x, ye, dy, dout, probs, want, wdx, wye, wpr, acc_ye, acc_pr, start};
+  for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) free(host[i]);
+  free(we), free(wsl), free(he), free(hsl);
+}
+
+/* expert_matmul is a product per expert (ops.c): out[x] = in[x] w[x]
+ * through gpu_gemm at the experts' offsets, against k_expert_matmul. */
+static void check_expert_matmul(int dt) {
+  char e[400];
+  const int64_t ne = 3, m = 10, k = 7, n = 9;
+  size_t wsb = gpu_gemm_ws();
+  void *ws = wsb ? gpu_alloc(wsb, e, sizeof e) : NULL;
+  float *x = randn(ne * m * k, 1), *w = randn(ne * k * n, 1), *g = randn(ne * m * n, 1);
+  round_all(x, ne * m * k, dt), round_all(w, ne * k * n, dt), round_all(g, ne * m * n, dt);
+  float *want = malloc(sizeof(float) * (size_t)(ne * m * n)), *wx = malloc(sizeof(float) * (size_t)(ne * m * k)),
+        *ww = malloc(sizeof(float) * (size_t)(ne * k * n));
+  k_expert_matmul(want, x, w, ne, m, k, n, false);
+  k_expert_matmul_backward(wx, ww, g, x, w, ne, m, k, n, false);
+  void *dx = up(x, ne * m * k, dt), *dw = up(w, ne * k * n, dt), *dg = up(g, ne * m * n, dt);
+  void *o = poisoned(ne * m * n, dt), *gx = poisoned(ne * m * k, dt), *gw = poisoned(ne * k * n, GPU_F32);
+  int sz = gpu_dtype_size(dt);
+  for (int64_t i = 0; i < ne; i++) {
+    const char *xi = (const char *)dx + i * m * k * sz, *wi = (const char *)dw + i * k * n * sz,
+               *gi = (const char *)dg + i * m * n * sz;
+    if (!gpu_gemm(S, false, false, m, n, k, xi, k, dt, wi, n, dt, (char *)o + i * m * n * sz, n, dt, NULL, false, ws,
+                  wsb, false, e, sizeof e) ||
+        !gpu_gemm(S, false, true, m, k, n, gi, n, dt, wi, n, dt, (char *)gx + i * m * k * sz, k, dt, NULL, false, ws,
+                  wsb, false, e, sizeof e) ||
+        !gpu_gemm(S, true, false, k, n, m, xi, k, dt, gi, n, dt, (char *)gw + i * k * n * 4, n, GPU_F32, NULL, false,
+                  ws, wsb, false, e, sizeof e))
+      die("gemm", e);
+  }
+  expect_dev("expert_matmul (a product per expert)", dt, o, want, ne * m * n);
+  expect_dev("expert_matmul backward dx", dt, gx, wx, ne * m * k);
+  expect("expert_matmul backward dw (f32)", dt, down(gw, ne * k * n, GPU_F32), ww, ne * k * n);
+  gpu_free(o), gpu_free(gx), gpu_free(gw), gpu_free(dx), gpu_free(dw), gpu_free(dg), gpu_free(ws);
+  free(x), free(w), free(g), free(want), free(wx), free(ww);
+}
+
+static void check_moe(int dt) {
+  check_moe_case(dt, 3, 37, 20, 8, 2, 7, true);    /* a capacity that drops some choices */
+  check_moe_case(dt, 2, 45, 33, 5, 3, 40, false);  /* none dropped; 45 tokens: a ballot across two warps' worth */
+  check_moe_case(dt, 2, 20, 16, 40, 1, 2, false);  /* more experts than a warp has lanes, top 1 */
+  check_expert_matmul(dt);
+}
+
 static void check_optimizers(int dt) {
   int64_t n = 1000;
   gpu_optim o = {1e-2, 0.9, 0.999, 1e-8, 0.01, 0.0};
@@ -1166,6 +1315,7 @@ int main(void) {
     check_gqa(dt, 30, 100, 8, 64);   /* a middle part: the keys after it get no gradient */
     check_softmax(dt);
     check_losses(dt);
+    check_moe(dt);
     check_optimizers(dt);
     check_msteps(dt);
     check_regions(dt);
