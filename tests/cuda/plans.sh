@@ -58,6 +58,12 @@ run_ok "llama context parallel cp4 dp2, full recompute" examples/llama_megatron.
 run_ok "llama bf16 cp2 (queries from the middle of the sequence on tensor cores, heads of 32)" examples/llama_megatron.plan \
   $LMEG --set hidden=128 --set dtype=bf16 --set cp=2 --set pp=1 --set dp=1 --steps 2
 run_ok "buckets of gradient all-reduces" tests/golden/plan/buckets.plan --plan small --steps 2
+# the Swin Transformer (shifted windows at stage 0) and T5 (attention without a mask, cross attention)
+SWIN="--set image=16 --set batch=2"
+run_ok "swin megatron (heads and the bias table's columns split)" examples/swin.plan --plan megatron $SWIN --steps 2
+run_ok "swin windows (rows of windows on two devices, each part's shifted-window mask)" examples/swin.plan \
+  --plan windows --set batch=1 --set embed=16 --steps 2
+run_ok "t5 pipeline (cross attention on stages apart from the encoder)" examples/t5.plan --plan pipeline --steps 2
 
 # cuda against cpu: the same weights and batch, 5 steps
 compare() {  # name, tolerance, then weft run arguments
@@ -76,6 +82,9 @@ EOF
   else bad "$name: cuda against cpu"; cat "$tmp/err" "$tmp/cmp"; fi
 }
 compare "gpt2 tp2, f32" "$F32_TOL" examples/gpt2.plan --plan tp2 $GPT
+compare "swin single, f32" "$F32_TOL" examples/swin.plan --plan single $SWIN
+compare "t5 single, f32" "$F32_TOL" examples/t5.plan --plan single
+compare "t5 bf16 against the CPU's f32" 1e-2 examples/t5.plan --plan single --set dtype=bf16
 # a vocabulary of 257: the logits' rows are off 16 bytes, and their products
 # are staged through the padded area, here from any size and in chunks of
 # a few rows
