@@ -123,7 +123,7 @@ rc=$?
 if [ $rc -eq 2 ] && grep -q "no CUDA device" "$tmp/e"; then ok
 else bad "no device (exit $rc)"; cat "$tmp/e"; fi
 # a window of 12 x 12 tokens with heads of 64: more shared memory than a block has
-"$WEFT" run examples/swin.plan --set image=24 --set window=12 --set embed=64 --set 'depths=[1]' --set 'heads=[1]' \
+"$WEFT" run examples/swin.plan --plan single --set image=24 --set window=12 --set embed=64 --set 'depths=[1]' --set 'heads=[1]' \
   --set batch=1 --backend cuda --steps 1 >/dev/null 2>"$tmp/e"
 rc=$?
 if [ $rc -eq 1 ] && grep -q "window_attention): .*: windows of 12 x 12 with heads of 64 need [0-9]* bytes of shared memory, more than the device gives a block" "$tmp/e"; then ok
