@@ -64,6 +64,7 @@ run_ok "swin megatron (heads and the bias table's columns split)" examples/swin.
 run_ok "swin windows (rows of windows on two devices, each part's shifted-window mask)" examples/swin.plan \
   --plan windows --set batch=1 --set embed=16 --steps 2
 run_ok "t5 pipeline (cross attention on stages apart from the encoder)" examples/t5.plan --plan pipeline --steps 2
+run_ok "swin bf16 tp2 (the bias tables' gradients in f32)" tests/cuda/swin_bf16.plan --plan tp2 --steps 2
 
 # cuda against cpu: the same weights and batch, 5 steps
 compare() {  # name, tolerance, then weft run arguments
@@ -85,6 +86,7 @@ compare "gpt2 tp2, f32" "$F32_TOL" examples/gpt2.plan --plan tp2 $GPT
 compare "swin single, f32" "$F32_TOL" examples/swin.plan --plan single $SWIN
 compare "t5 single, f32" "$F32_TOL" examples/t5.plan --plan single
 compare "t5 bf16 against the CPU's f32" 1e-2 examples/t5.plan --plan single --set dtype=bf16
+compare "swin bf16 against the CPU's f32" 1e-2 tests/cuda/swin_bf16.plan --plan single
 # a vocabulary of 257: the logits' rows are off 16 bytes, and their products
 # are staged through the padded area, here from any size and in chunks of
 # a few rows
