@@ -8,7 +8,8 @@
 #     example plan against one device (--check) with the streams run in
 #     several random orders, the losses of cuda and cpu over 5 steps, f32
 #     and bf16, --deterministic bit for bit, save and resume, a plan too big
-#     for the device refused; the NCCL path (WEFT_CUDA_COMM=nccl) on the
+#     for the device and a Swin window too big for a block's shared memory
+#     refused; the NCCL path (WEFT_CUDA_COMM=nccl) on the
 #     emulation's stand-in of one rank against the virtual-device path, and
 #     its watchdog; several processes, one plan device each, under mpirun
 #     and as srun starts them (the stand-in for NCCL across processes),
@@ -121,6 +122,13 @@ WEFT_CUDA_EMU_DEVICES=0 "$WEFT" run examples/gpt2.plan --plan tp2 $GPT --backend
 rc=$?
 if [ $rc -eq 2 ] && grep -q "no CUDA device" "$tmp/e"; then ok
 else bad "no device (exit $rc)"; cat "$tmp/e"; fi
+# a window of 12 x 12 tokens with heads of 64: more shared memory than a block has
+"$WEFT" run examples/swin.plan --plan single --set image=24 --set window=12 --set embed=64 --set 'depths=[1]' --set 'heads=[1]' \
+  --set batch=1 --backend cuda --steps 1 >/dev/null 2>"$tmp/e"
+rc=$?
+if [ $rc -eq 1 ] && grep -q "window_attention): .*: windows of 12 x 12 with heads of 64 need [0-9]* bytes of shared memory, more than the device gives a block" "$tmp/e"; then ok
+  echo "cuda (emulated): refused: $(cat "$tmp/e")"
+else bad "a window too large for shared memory (exit $rc)"; cat "$tmp/e"; fi
 
 # a kernel that faults: found at the end of its step, or at its instruction
 WEFT_CUDA_EMU_FAIL=20 "$WEFT" run examples/gpt2.plan --plan tp2 $GPT --backend cuda >/dev/null 2>"$tmp/e"

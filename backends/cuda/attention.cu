@@ -17,7 +17,10 @@
  * owns 8 of the keys, so no two threads add into one element); then, for
  * 16 query rows, dq += ds k over the key tiles. ds = p (dout . v - D).
  * For grouped-query attention a key tile sums the query heads of its group
- * in order. No atomics: two runs give the same bits. */
+ * in order. No atomics: two runs give the same bits.
+ *
+ * Attention without a mask (gpu_attention_full, T5's; CPU reference
+ * k_attention) runs these kernels with every key in view of every row. */
 #include "attention.cuh"
 #include "common.cuh"
 
@@ -330,6 +333,19 @@ static int dc_for(int64_t dh) {
     }                                                                                          \
   } while (0)
 
+/* The forward on CUDA cores. */
+static void core_forward(gpu_stream *s, int dt, void *out, const void *q, const void *k, const void *v,
+                         const gpu_attn *a, float *lse) {
+  dim3 grid((unsigned)((a->sq + BQ - 1) / BQ), (unsigned)a->hq, (unsigned)a->b);
+  float scale = (float)(1.0 / sqrt((double)a->dh));
+  size_t sm = fwd_smem(a->dh);
+  DISPATCH(dt, T, WITH_DC(a->dh, DC, {
+    allow_smem(k_attn_fwd<T, DC, 0>, sm);
+    launch(k_attn_fwd<T, DC, 0>, grid, THREADS, sm, s, (T *)out, (const T *)q, (const T *)k, (const T *)v, *a, scale,
+           (const T *)NULL, lse, (float *)NULL);
+  }));
+}
+
 void gpu_attention(gpu_stream *s, int dt, void *out, const void *q, const void *k, const void *v, const gpu_attn *a,
                    float *lse) {
   if (a->dh <= 0 || a->dh > GPU_ATTN_MAX_DH || a->r <= 0 || a->sk <= 0) return;
@@ -341,39 +357,32 @@ void gpu_attention(gpu_stream *s, int dt, void *out, const void *q, const void *
     attention_tc_forward(s, dt, out, q, k, v, a, lse);
     return;
   }
-  dim3 grid((unsigned)((a->sq + BQ - 1) / BQ), (unsigned)a->hq, (unsigned)a->b);
-  float scale = (float)(1.0 / sqrt((double)a->dh));
-  size_t sm = fwd_smem(a->dh);
-  DISPATCH(dt, T, WITH_DC(a->dh, DC, {
-    allow_smem(k_attn_fwd<T, DC, 0>, sm);
-    launch(k_attn_fwd<T, DC, 0>, grid, THREADS, sm, s, (T *)out, (const T *)q, (const T *)k, (const T *)v, *a, scale,
-           (const T *)NULL, lse, (float *)NULL);
-  }));
+  core_forward(s, dt, out, q, k, v, a, lse);
 }
 
 size_t gpu_attention_stats_bytes(const gpu_attn *a) { return (size_t)(a->b * a->hq * a->sq) * sizeof(float); }
 
 size_t gpu_attention_backward_ws(const gpu_attn *a) { return (size_t)(2 * a->b * a->hq * a->sq + 1) * sizeof(float); }
 
-void gpu_attention_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, const void *dout, const void *q,
-                            const void *k, const void *v, const gpu_attn *a, bool acc, const float *lse_kept,
-                            const void *out, void *ws) {
-  if (a->dh <= 0 || a->dh > GPU_ATTN_MAX_DH || a->r <= 0 || a->sk <= 0 || (!dq && !dk && !dv)) return;
-  float *lse = (float *)ws, *dsum = lse + a->b * a->hq * a->sq;
+/* Each row's log-sum-exp and D: the forward's kept lse and D from its
+ * result out (the return: true), else the workspace's, filled by the
+ * backward's pass of the forward (false). */
+static bool backward_stats(gpu_stream *s, int dt, const void *dout, const gpu_attn *a, const float *lse_kept,
+                           const void *out, void *ws, float **lse, float **dsum) {
+  *lse = (float *)ws, *dsum = *lse + a->b * a->hq * a->sq;
   const bool kept = lse_kept && out;
   if (kept) {
-    lse = (float *)lse_kept;
+    *lse = (float *)lse_kept;
     dim3 grid((unsigned)((a->b * a->hq * a->sq + WARPS - 1) / WARPS));
-    DISPATCH(dt, T, launch(k_attn_dsum<T>, grid, THREADS, 0, s, dsum, (const T *)dout, (const T *)out, *a));
+    DISPATCH(dt, T, launch(k_attn_dsum<T>, grid, THREADS, 0, s, *dsum, (const T *)dout, (const T *)out, *a));
   }
-  if (kept && attention_fa_bwd_takes(dt, a)) {
-    attention_fa_backward(s, dt, dq, dk, dv, dout, q, k, v, a, acc, lse, dsum);
-    return;
-  }
-  if (attention_tc_takes(dt, a)) {
-    attention_tc_backward(s, dt, dq, dk, dv, dout, q, k, v, a, acc, lse, dsum, kept);
-    return;
-  }
+  return kept;
+}
+
+/* The backward on CUDA cores. */
+static void core_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, const void *dout, const void *q,
+                          const void *k, const void *v, const gpu_attn *a, bool acc, float *lse, float *dsum,
+                          bool kept) {
   float scale = (float)(1.0 / sqrt((double)a->dh));
   dim3 gq((unsigned)((a->sq + BQ - 1) / BQ), (unsigned)a->hq, (unsigned)a->b);
   dim3 gk((unsigned)((a->sk + BK - 1) / BK), (unsigned)(a->hq / a->r), (unsigned)a->b);
@@ -395,4 +404,42 @@ void gpu_attention_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv,
              (const T *)v, *a, scale, (const float *)lse, (const float *)dsum, acc);
     }
   }));
+}
+
+void gpu_attention_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, const void *dout, const void *q,
+                            const void *k, const void *v, const gpu_attn *a, bool acc, const float *lse_kept,
+                            const void *out, void *ws) {
+  if (a->dh <= 0 || a->dh > GPU_ATTN_MAX_DH || a->r <= 0 || a->sk <= 0 || (!dq && !dk && !dv)) return;
+  float *lse, *dsum;
+  const bool kept = backward_stats(s, dt, dout, a, lse_kept, out, ws, &lse, &dsum);
+  if (kept && attention_fa_bwd_takes(dt, a)) {
+    attention_fa_backward(s, dt, dq, dk, dv, dout, q, k, v, a, acc, lse, dsum);
+    return;
+  }
+  if (attention_tc_takes(dt, a)) {
+    attention_tc_backward(s, dt, dq, dk, dv, dout, q, k, v, a, acc, lse, dsum, kept);
+    return;
+  }
+  core_backward(s, dt, dq, dk, dv, dout, q, k, v, a, acc, lse, dsum, kept);
+}
+
+/* Without a mask: the causal bound qpos + p of query row p put at the last
+ * key, so that every row sees every key; on CUDA cores. */
+void gpu_attention_full(gpu_stream *s, int dt, void *out, const void *q, const void *k, const void *v,
+                        const gpu_attn *a, float *lse) {
+  if (a->dh <= 0 || a->dh > GPU_ATTN_MAX_DH || a->r <= 0 || a->sk <= 0) return;
+  gpu_attn f = *a;
+  f.qpos = f.sk - 1;
+  core_forward(s, dt, out, q, k, v, &f, lse);
+}
+
+void gpu_attention_full_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, const void *dout,
+                                 const void *q, const void *k, const void *v, const gpu_attn *a, bool acc,
+                                 const float *lse_kept, const void *out, void *ws) {
+  if (a->dh <= 0 || a->dh > GPU_ATTN_MAX_DH || a->r <= 0 || a->sk <= 0 || (!dq && !dk && !dv)) return;
+  gpu_attn f = *a;
+  f.qpos = f.sk - 1;
+  float *lse, *dsum;
+  const bool kept = backward_stats(s, dt, dout, &f, lse_kept, out, ws, &lse, &dsum);
+  core_backward(s, dt, dq, dk, dv, dout, q, k, v, &f, acc, lse, dsum, kept);
 }

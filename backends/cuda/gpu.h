@@ -231,6 +231,15 @@ size_t gpu_attention_backward_ws(const gpu_attn *a);
 void gpu_attention_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, const void *dout, const void *q,
                             const void *k, const void *v, const gpu_attn *a, bool acc, const float *lse,
                             const void *out, void *ws);
+/* Attention without a mask (T5's): every query row sees all sk keys, sq
+ * and sk apart (a.qpos is not read); the kernels on CUDA cores, each sum
+ * in one order. The arguments, lse and the backward's workspace are
+ * gpu_attention's and gpu_attention_backward's. */
+void gpu_attention_full(gpu_stream *s, int dt, void *out, const void *q, const void *k, const void *v,
+                        const gpu_attn *a, float *lse);
+void gpu_attention_full_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, const void *dout,
+                                 const void *q, const void *k, const void *v, const gpu_attn *a, bool acc,
+                                 const float *lse, const void *out, void *ws);
 
 /* mma.cu: d[0, 256) = A B and d[256, 512) = the same with B stored [k][n],
  * d[512, 768) = (A B rounded to dt) B, d[768, 1024) and d[1024, 1280) = A B
@@ -244,6 +253,48 @@ void gpu_mma_check(gpu_stream *s, int dt, float *d, const void *a, const void *b
 void gpu_softmax(gpu_stream *s, int dt, void *y, const void *x, int64_t rows, int64_t cols);
 void gpu_softmax_backward(gpu_stream *s, int dt, void *dx, const void *dy, const void *x, int64_t rows,
                           int64_t cols, bool acc);
+
+/* ---- the Swin Transformer (swin.cu; as backends/cpu/kernels_swin.h) ----------------- */
+
+/* Patches of p x p pixels: to_patches, dst[b][hn][wn][c p p] from the
+ * image src[b][c][hn p][wn p] (patchify); else the image from the patches
+ * (its backward). */
+void gpu_patch_move(gpu_stream *s, int dt, void *dst, const void *src, int64_t b, int64_t c, int64_t hn, int64_t wn,
+                    int64_t p, bool to_patches, bool acc);
+/* Windows of ws x ws tokens after a cyclic shift: to_windows, dst[b][hn][wn]
+ * [ws ws][c] from the grid src[b][hn ws][wn ws][c] (window_partition, and
+ * window_reverse's backward); else the grid from the windows, the shift
+ * undone (window_reverse, and window_partition's backward). */
+void gpu_window_move(gpu_stream *s, int dt, void *dst, const void *src, int64_t b, int64_t hn, int64_t wn, int64_t ws,
+                     int64_t c, int64_t shift, bool to_windows, bool acc);
+/* Patch merging: to_merged, dst[b][hn][wn][4 c] from src[b][2 hn][2 wn][c]
+ * (patch_merge); else the grid from the merged (its backward). */
+void gpu_patch_merge(gpu_stream *s, int dt, void *dst, const void *src, int64_t b, int64_t hn, int64_t wn, int64_t c,
+                     bool to_merged, bool acc);
+/* out[b][c] (+)= the sum over hw tokens of x[b][hw][c] / count; the
+ * backward dx (+)= dout / count. */
+void gpu_mean_pool(gpu_stream *s, int dt, void *out, const void *x, int64_t b, int64_t hw, int64_t c, int64_t count,
+                   bool acc);
+void gpu_mean_pool_backward(gpu_stream *s, int dt, void *dx, const void *dout, int64_t b, int64_t hw, int64_t c,
+                            int64_t count, bool acc);
+/* Window attention, as swin_attn_dims: qkv[b][hn][wn][ws ws][3 heads dh],
+ * the bias table[(2 ws - 1)^2][heads], windows hn0.. and wn0.. of a grid of
+ * hn_all x wn_all, the mask of shifted windows when shift > 0. */
+typedef struct gpu_swin_attn {
+  int64_t b, hn, wn, ws, heads, dh;
+  int64_t hn0, wn0, hn_all, wn_all, shift;
+} gpu_swin_attn;
+/* Whether the kernels take windows of ws x ws with heads of dh on the
+ * current device (a window's tensors in shared memory); need: the bytes. */
+bool gpu_window_attention_takes(int64_t ws, int64_t dh, size_t *need);
+void gpu_window_attention(gpu_stream *s, int dt, void *out, const void *qkv, const void *table,
+                          const gpu_swin_attn *z);
+size_t gpu_window_attention_backward_ws(const gpu_swin_attn *z);
+/* dqkv (+)= its gradient; dtable (+)= the bias's gradient summed over the
+ * windows and the batch, of type table_dt (f32 or dt); either NULL: not
+ * wanted. */
+void gpu_window_attention_backward(gpu_stream *s, int dt, void *dqkv, void *dtable, int table_dt, const void *dout,
+                                   const void *qkv, const void *table, const gpu_swin_attn *z, bool acc, void *ws);
 
 /* ---- losses ----------------------------------------------------------------------------- */
 

@@ -436,6 +436,230 @@ static size_t gqa_attention_keep(const ccall *c) {
   return gpu_attention_stats_bytes(&a);
 }
 
+/* ---- attention without a mask (T5) ----------------------------------------------------------- */
+
+/* q [b.., sq, (n dh)] and k, v [b.., sk, (n dh)] with the part's heads;
+ * any rows of the queries (each attends to all the keys) */
+static gpu_attn full_geometry(const ccall *c) {
+  const tregion *kr = c->inr[1], *qr = c->inr[0];
+  int r = kr->ndims;
+  int64_t n = (int64_t)cx_attr(c->g, c->op, "n", 1);
+  if (n < 1) n = 1;
+  gpu_attn a;
+  a.r = 1;
+  a.dh = whole_last(c, 1) / n;
+  a.hq = a.dh ? ext(kr, r - 1) / a.dh : 0;
+  a.sk = ext(kr, r - 2);
+  a.sq = ext(qr, qr->ndims - 2);
+  a.b = a.sk * a.hq * a.dh != 0 ? cx_numel(kr) / (a.sk * a.hq * a.dh) : 0;
+  a.q_row = a.o_row = a.kv_row = a.hq * a.dh;
+  a.q_batch = a.o_batch = a.sq * a.q_row;
+  a.kv_batch = a.sk * a.kv_row;
+  a.qpos = 0;
+  return a;
+}
+
+static bool full_takes(const ccall *c, const gpu_attn *a, char *err, size_t errlen) {
+  if (a->dh <= GPU_ATTN_MAX_DH) return true;
+  snprintf(err, errlen, "%s: heads of %lld (the CUDA backend's attention takes at most %d)", c->g->ops[c->op].name,
+           (long long)a->dh, GPU_ATTN_MAX_DH);
+  return false;
+}
+
+static bool attention_forward(const ccall *c, char *err, size_t errlen) {
+  if (c->acc) return cannot_accumulate(c, err, errlen);
+  gpu_attn a = full_geometry(c);
+  if (!full_takes(c, &a, err, errlen)) return false;
+  gpu_attention_full(c->s, c->dt, c->out, c->in[0], c->in[1], c->in[2], &a, (float *)c->keep);
+  return true;
+}
+
+static bool attention_backward(const ccall *c, char *err, size_t errlen) {
+  gpu_attn a = full_geometry(c);
+  if (!full_takes(c, &a, err, errlen)) return false;
+  gpu_attention_full_backward(c->s, c->dt, c->din[0], c->din[1], c->din[2], c->dy, c->in[0], c->in[1], c->in[2], &a,
+                              c->acc, (const float *)c->keep, c->fwd_out, c->ws);
+  return true;
+}
+
+static size_t attention_ws_backward(const ccall *c) {
+  gpu_attn a = full_geometry(c);
+  return gpu_attention_backward_ws(&a);
+}
+
+static size_t attention_keep(const ccall *c) {
+  gpu_attn a = full_geometry(c);
+  return gpu_attention_stats_bytes(&a);
+}
+
+/* ---- the Swin Transformer ------------------------------------------------------------------- */
+
+/* x [b, c, hn p, wn p] -> [b, hn, wn, c p p]; p whole */
+static void patchify_sizes(const ccall *c, int64_t z[5]) {
+  const tregion *xr = c->inr[0];
+  int64_t p = (int64_t)cx_attr(c->g, c->op, "p", 1);
+  if (p < 1) p = 1;
+  z[0] = ext(xr, 0), z[1] = ext(xr, 1), z[2] = ext(xr, 2) / p, z[3] = ext(xr, 3) / p, z[4] = p;
+}
+
+static bool patchify_forward(const ccall *c, char *err, size_t errlen) {
+  if (c->acc) return cannot_accumulate(c, err, errlen);
+  int64_t z[5];
+  patchify_sizes(c, z);
+  gpu_patch_move(c->s, c->dt, c->out, c->in[0], z[0], z[1], z[2], z[3], z[4], true, false);
+  return true;
+}
+
+static bool patchify_backward(const ccall *c, char *err, size_t errlen) {
+  int64_t z[5];
+  patchify_sizes(c, z);
+  gpu_patch_move(c->s, c->dt, c->din[0], c->dy, z[0], z[1], z[2], z[3], z[4], false, c->acc);
+  return true;
+}
+
+/* The grid of windows: x [b, hn ws, wn ws, c] (partition) or [b, hn, wn,
+ * ws ws, c] (reverse); the grid is never split. */
+typedef struct win_sizes {
+  int64_t b, hn, wn, ws, c, shift;
+} win_sizes;
+
+static win_sizes win_sizes_of(const ccall *c, bool windows) {
+  const tregion *xr = c->inr[0];
+  win_sizes z = {ext(xr, 0), 0, 0, (int64_t)cx_attr(c->g, c->op, "ws", 1), last(xr),
+                 (int64_t)cx_attr(c->g, c->op, "shift", 0)};
+  if (z.ws < 1) z.ws = 1;
+  z.hn = windows ? ext(xr, 1) : ext(xr, 1) / z.ws;
+  z.wn = windows ? ext(xr, 2) : ext(xr, 2) / z.ws;
+  return z;
+}
+
+static bool window_partition_forward(const ccall *c, char *err, size_t errlen) {
+  if (c->acc) return cannot_accumulate(c, err, errlen);
+  win_sizes z = win_sizes_of(c, false);
+  gpu_window_move(c->s, c->dt, c->out, c->in[0], z.b, z.hn, z.wn, z.ws, z.c, z.shift, true, false);
+  return true;
+}
+
+static bool window_partition_backward(const ccall *c, char *err, size_t errlen) {
+  win_sizes z = win_sizes_of(c, false);
+  gpu_window_move(c->s, c->dt, c->din[0], c->dy, z.b, z.hn, z.wn, z.ws, z.c, z.shift, false, c->acc);
+  return true;
+}
+
+static bool window_reverse_forward(const ccall *c, char *err, size_t errlen) {
+  if (c->acc) return cannot_accumulate(c, err, errlen);
+  win_sizes z = win_sizes_of(c, true);
+  gpu_window_move(c->s, c->dt, c->out, c->in[0], z.b, z.hn, z.wn, z.ws, z.c, z.shift, false, false);
+  return true;
+}
+
+static bool window_reverse_backward(const ccall *c, char *err, size_t errlen) {
+  win_sizes z = win_sizes_of(c, true);
+  gpu_window_move(c->s, c->dt, c->din[0], c->dy, z.b, z.hn, z.wn, z.ws, z.c, z.shift, true, c->acc);
+  return true;
+}
+
+/* qkv [b, hn, wn, s, (3 heads dh)] with the part's windows and heads, table
+ * [(2 ws - 1)^2, heads]: s a square, the table's rows to match, the shift
+ * inside a window, and a window that fits the device's shared memory. */
+static bool window_attention_sizes(const ccall *c, gpu_swin_attn *z, char *err, size_t errlen) {
+  const tregion *qr = c->inr[0], *tr = c->inr[1];
+  const gtensor *qt = tensor_of(c, 0);
+  int64_t heads_all = (int64_t)cx_attr(c->g, c->op, "n", 1), s = ext(qr, 3);
+  if (heads_all < 1) heads_all = 1;
+  int64_t ws = (int64_t)llround(sqrt((double)s));
+  *z = (gpu_swin_attn){ext(qr, 0), ext(qr, 1), ext(qr, 2), ws, ext(tr, 1), whole_last(c, 0) / (3 * heads_all),
+                       first(qr, 1), first(qr, 2), qt->dims[1].size, qt->dims[2].size,
+                       (int64_t)cx_attr(c->g, c->op, "shift", 0)};
+  const char *name = c->g->ops[c->op].name;
+  if (ws * ws != s) {
+    snprintf(err, errlen, "%s: a window of %lld tokens is not a square", name, (long long)s);
+    return false;
+  }
+  if (ext(tr, 0) != (2 * ws - 1) * (2 * ws - 1)) {
+    snprintf(err, errlen, "%s: its relative position table has %lld rows, a window of %lld x %lld needs %lld", name,
+             (long long)ext(tr, 0), (long long)ws, (long long)ws, (long long)((2 * ws - 1) * (2 * ws - 1)));
+    return false;
+  }
+  if (z->shift < 0 || z->shift >= ws) {
+    snprintf(err, errlen, "%s: shift %lld must be at least 0 and less than the window (%lld)", name,
+             (long long)z->shift, (long long)ws);
+    return false;
+  }
+  size_t need = 0;
+  if (!gpu_window_attention_takes(ws, z->dh, &need)) {
+    snprintf(err, errlen, "%s: windows of %lld x %lld with heads of %lld need %zu bytes of shared memory, more than "
+                          "the device gives a block", name, (long long)ws, (long long)ws, (long long)z->dh, need);
+    return false;
+  }
+  return true;
+}
+
+static bool window_attention_forward(const ccall *c, char *err, size_t errlen) {
+  if (c->acc) return cannot_accumulate(c, err, errlen);
+  gpu_swin_attn z;
+  if (!window_attention_sizes(c, &z, err, errlen)) return false;
+  gpu_window_attention(c->s, c->dt, c->out, c->in[0], c->in[1], &z);
+  return true;
+}
+
+static bool window_attention_backward(const ccall *c, char *err, size_t errlen) {
+  gpu_swin_attn z;
+  if (!window_attention_sizes(c, &z, err, errlen)) return false;
+  gpu_window_attention_backward(c->s, c->dt, c->din[0], c->din[1], din_dt(c, 1), c->dy, c->in[0], c->in[1], &z, c->acc,
+                                c->ws);
+  return true;
+}
+
+static size_t window_attention_ws_backward(const ccall *c) {
+  char e[256];
+  gpu_swin_attn z;
+  return window_attention_sizes(c, &z, e, sizeof e) ? gpu_window_attention_backward_ws(&z) : 0;
+}
+
+/* x [b, 2 hn, 2 wn, c] */
+static void merge_sizes(const ccall *c, int64_t *b, int64_t *hn, int64_t *wn, int64_t *ch) {
+  const tregion *xr = c->inr[0];
+  *b = ext(xr, 0), *hn = ext(xr, 1) / 2, *wn = ext(xr, 2) / 2, *ch = ext(xr, 3);
+}
+
+static bool patch_merge_forward(const ccall *c, char *err, size_t errlen) {
+  if (c->acc) return cannot_accumulate(c, err, errlen);
+  int64_t b, hn, wn, ch;
+  merge_sizes(c, &b, &hn, &wn, &ch);
+  gpu_patch_merge(c->s, c->dt, c->out, c->in[0], b, hn, wn, ch, true, false);
+  return true;
+}
+
+static bool patch_merge_backward(const ccall *c, char *err, size_t errlen) {
+  int64_t b, hn, wn, ch;
+  merge_sizes(c, &b, &hn, &wn, &ch);
+  gpu_patch_merge(c->s, c->dt, c->din[0], c->dy, b, hn, wn, ch, false, c->acc);
+  return true;
+}
+
+/* x [b, h, w, c]: the part's tokens, divided by the whole grid's count */
+static void pool_sizes(const ccall *c, int64_t *b, int64_t *hw, int64_t *ch, int64_t *count) {
+  const tregion *xr = c->inr[0];
+  const gtensor *t = tensor_of(c, 0);
+  *b = ext(xr, 0), *hw = ext(xr, 1) * ext(xr, 2), *ch = ext(xr, 3);
+  *count = t->dims[1].size * t->dims[2].size;
+}
+
+static bool mean_pool_forward(const ccall *c, char *err, size_t errlen) {
+  int64_t b, hw, ch, count;
+  pool_sizes(c, &b, &hw, &ch, &count);
+  gpu_mean_pool(c->s, c->dt, c->out, c->in[0], b, hw, ch, count, c->acc);
+  return true;
+}
+
+static bool mean_pool_backward(const ccall *c, char *err, size_t errlen) {
+  int64_t b, hw, ch, count;
+  pool_sizes(c, &b, &hw, &ch, &count);
+  gpu_mean_pool_backward(c->s, c->dt, c->din[0], c->dy, b, hw, ch, count, c->acc);
+  return true;
+}
+
 /* ---- losses ------------------------------------------------------------------------------------ */
 
 typedef struct ce_sizes {
@@ -648,6 +872,14 @@ static const ckernel kernels[] = {
     {KERNELS(rotary), NULL, NULL, NULL, false, -1, 0},
     {KERNELS(causal_attention), NULL, causal_attention_ws_backward, causal_attention_keep, false, -1, 0},
     {KERNELS(gqa_attention), NULL, gqa_attention_ws_backward, gqa_attention_keep, false, -1, 0},
+    {KERNELS(attention), NULL, attention_ws_backward, attention_keep, false, -1, 0},
+    /* the Swin Transformer */
+    {KERNELS(patchify), NULL, NULL, NULL, false, -1, 0},
+    {KERNELS(window_partition), NULL, NULL, NULL, false, -1, 0},
+    {KERNELS(window_reverse), NULL, NULL, NULL, false, -1, 0},
+    {KERNELS(window_attention), NULL, window_attention_ws_backward, NULL, false, -1, 1u << 1},
+    {KERNELS(patch_merge), NULL, NULL, NULL, false, -1, 0},
+    {KERNELS(mean_pool), NULL, NULL, NULL, false, -1, 0},
     {"cross_entropy", ce_forward, ce_backward, ce_stats, ce_ws_forward, NULL, NULL, true, 1, 0},
     {KERNELS(mse), mse_ws_forward, NULL, NULL, true, -1, 0},
     {KERNELS(moe_dispatch), moe_dispatch_ws_forward, moe_dispatch_ws_backward, NULL, false, -1, 0},

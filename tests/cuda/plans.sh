@@ -67,6 +67,13 @@ run_ok "moe ep2 pp2, top 1" examples/moe.plan --plan ep2_pp2 --set top_k=1 --ste
 MIX="--set layers=2 --set hidden=64 --set heads=4 --set kv_heads=2 --set ffn=96 --set seq=16 --set vocab=128 --set global_batch=8 --set micro_batches=2 --set ep=2 --set tp=2 --set pp=2 --set nodes=1"
 run_ok "mixtral-shaped moe_llama ep2 tp2 pp2, f32" examples/mixtral.plan $MIX --set dtype=f32 --steps 2
 run_ok "mixtral-shaped moe_llama ep2 tp2 pp2, bf16" examples/mixtral.plan $MIX --set hidden=128 --steps 2
+# the Swin Transformer (shifted windows at stage 0) and T5 (attention without a mask, cross attention)
+SWIN="--set image=16 --set batch=2"
+run_ok "swin megatron (heads and the bias table's columns split)" examples/swin.plan --plan megatron $SWIN --steps 2
+run_ok "swin windows (rows of windows on two devices, each part's shifted-window mask)" examples/swin.plan \
+  --plan windows --set batch=1 --set embed=16 --steps 2
+run_ok "t5 pipeline (cross attention on stages apart from the encoder)" examples/t5.plan --plan pipeline --steps 2
+run_ok "swin bf16 tp2 (the bias tables' gradients in f32)" tests/cuda/swin_bf16.plan --plan tp2 --steps 2
 
 # cuda against cpu: the same weights and batch, 5 steps
 compare() {  # name, tolerance, then weft run arguments
@@ -87,6 +94,10 @@ EOF
 compare "gpt2 tp2, f32" "$F32_TOL" examples/gpt2.plan --plan tp2 $GPT
 compare "moe ep4, f32" "$F32_TOL" examples/moe.plan --plan ep4
 compare "mixtral-shaped moe_llama bf16 ep2 tp2 pp2 against the CPU's f32" 1e-2 examples/mixtral.plan $MIX --set hidden=128
+compare "swin single, f32" "$F32_TOL" examples/swin.plan --plan single $SWIN
+compare "t5 single, f32" "$F32_TOL" examples/t5.plan --plan single
+compare "t5 bf16 against the CPU's f32" 1e-2 examples/t5.plan --plan single --set dtype=bf16
+compare "swin bf16 against the CPU's f32" 1e-2 tests/cuda/swin_bf16.plan --plan single
 # a vocabulary of 257: the logits' rows are off 16 bytes, and their products
 # are staged through the padded area, here from any size and in chunks of
 # a few rows

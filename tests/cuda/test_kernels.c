@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "cpu/kernels.h"
+#include "cpu/kernels_swin.h"
 #include "cuda/cx.h"
 #include "cuda/gpu.h"
 
@@ -546,6 +547,167 @@ static void check_attention_parts(int dt, int64_t dh) {
   gpu_free(dq), gpu_free(dk), gpu_free(dv), gpu_free(dO), gpu_free(o), gpu_free(lse), gpu_free(ws);
   for (int i = 0; i < 7; i++) free(all[i]);
   free(want), free(wq), free(wk), free(wv);
+}
+
+/* Attention without a mask (T5's): sq queries against sk keys of another
+ * length, n heads of dh; the backward from the forward's log-sum-exp and
+ * result, then with the forward again, adding into gradients that hold
+ * values. */
+static void check_attention_full(int dt, int64_t b, int64_t sq, int64_t sk, int64_t n, int64_t dh) {
+  char e[400], what[160];
+  int64_t c = n * dh, nq = b * sq * c, nk = b * sk * c;
+  float *q = randn(nq, 1), *k = randn(nk, 1), *v = randn(nk, 1), *dout = randn(nq, 1);
+  float *gq0 = randn(nq, 0.1), *gk0 = randn(nk, 0.1), *gv0 = randn(nk, 0.1);
+  round_all(q, nq, dt), round_all(k, nk, dt), round_all(v, nk, dt), round_all(dout, nq, dt);
+  round_all(gq0, nq, dt), round_all(gk0, nk, dt), round_all(gv0, nk, dt);
+  float *want = malloc(sizeof(float) * (size_t)nq), *wq = copy(gq0, nq), *wk = copy(gk0, nk), *wv = copy(gv0, nk);
+  k_attention(want, q, k, v, b, sq, sk, n, dh);
+  k_attention_backward(wq, wk, wv, dout, q, k, v, b, sq, sk, n, dh, true);
+  gpu_attn a = {b, sq, n, dh, 1, c, c, c, sq * c, sk * c, sq * c, sk, 0};
+  void *dq = up(q, nq, dt), *dk = up(k, nk, dt), *dv = up(v, nk, dt), *dO = up(dout, nq, dt), *o = poisoned(nq, dt);
+  float *lse = gpu_alloc(gpu_attention_stats_bytes(&a), e, sizeof e);
+  void *ws = gpu_alloc(gpu_attention_backward_ws(&a), e, sizeof e);
+  if (!lse || !ws) die("gpu_alloc", e);
+  gpu_attention_full(S, dt, o, dq, dk, dv, &a, lse);
+  snprintf(what, sizeof what, "attention (no mask) b%lld, %lld queries, %lld keys, heads%lld dh%lld", (long long)b,
+           (long long)sq, (long long)sk, (long long)n, (long long)dh);
+  expect_dev(what, dt, o, want, nq);
+  for (int kept = 1; kept >= 0; kept--) {
+    const char *how = kept ? "the forward's log-sum-exp" : "the forward again";
+    void *gq = up(gq0, nq, dt), *gk = up(gk0, nk, dt), *gv = up(gv0, nk, dt);
+    gpu_attention_full_backward(S, dt, gq, gk, gv, dO, dq, dk, dv, &a, true, kept ? lse : NULL, kept ? o : NULL, ws);
+    snprintf(what, sizeof what, "attention (no mask) backward dq, acc, %lld of %lld keys, %s", (long long)sq,
+             (long long)sk, how);
+    expect_dev(what, dt, gq, wq, nq);
+    snprintf(what, sizeof what, "attention (no mask) backward dk, acc, %s", how);
+    expect_dev(what, dt, gk, wk, nk);
+    snprintf(what, sizeof what, "attention (no mask) backward dv, acc, %s", how);
+    expect_dev(what, dt, gv, wv, nk);
+    gpu_free(gq), gpu_free(gk), gpu_free(gv);
+  }
+  gpu_free(dq), gpu_free(dk), gpu_free(dv), gpu_free(dO), gpu_free(o), gpu_free(lse), gpu_free(ws);
+  free(q), free(k), free(v), free(dout), free(gq0), free(gk0), free(gv0), free(want), free(wq), free(wk), free(wv);
+}
+
+/* The moves of the Swin Transformer (patches, windows, merging) and mean
+ * pooling, forward, and backward adding into gradients that hold values
+ * (window_reverse's overwriting). */
+static void check_swin_moves(int dt) {
+  char what[120];
+  /* patches: 2 images of 3 channels, 3 x 5 patches of 2 x 2 */
+  int64_t b = 2, c = 3, hn = 3, wn = 5, p = 2, n = b * c * hn * p * wn * p;
+  float *x = randn(n, 1), *dy = randn(n, 1), *g0 = randn(n, 1);
+  round_all(x, n, dt), round_all(dy, n, dt), round_all(g0, n, dt);
+  float *want = malloc(sizeof(float) * (size_t)n), *wg = copy(g0, n);
+  k_patchify(want, x, b, c, hn, wn, p);
+  k_patchify_backward(wg, dy, b, c, hn, wn, p, true);
+  void *dx = up(x, n, dt), *ddy = up(dy, n, dt), *o = poisoned(n, dt), *g = up(g0, n, dt);
+  gpu_patch_move(S, dt, o, dx, b, c, hn, wn, p, true, false);
+  expect_dev("patchify", dt, o, want, n);
+  gpu_patch_move(S, dt, g, ddy, b, c, hn, wn, p, false, true);
+  expect_dev("patchify backward, acc", dt, g, wg, n);
+  gpu_free(dx), gpu_free(ddy), gpu_free(o), gpu_free(g), free(x), free(dy), free(g0), free(want), free(wg);
+  /* windows of 3 x 3 on a grid of 3 x 2 windows, shifted by 0 and 1 */
+  int64_t ws = 3, ch = 5;
+  hn = 3, wn = 2, n = b * hn * ws * wn * ws * ch;
+  x = randn(n, 1), dy = randn(n, 1), g0 = randn(n, 1);
+  round_all(x, n, dt), round_all(dy, n, dt), round_all(g0, n, dt);
+  want = malloc(sizeof(float) * (size_t)n), wg = malloc(sizeof(float) * (size_t)n);
+  dx = up(x, n, dt), ddy = up(dy, n, dt), o = poisoned(n, dt);
+  for (int64_t shift = 0; shift < 2; shift++) {
+    k_window_partition(want, x, b, hn, wn, ws, ch, shift);
+    gpu_window_move(S, dt, o, dx, b, hn, wn, ws, ch, shift, true, false);
+    snprintf(what, sizeof what, "window_partition, shift %lld", (long long)shift);
+    expect_dev(what, dt, o, want, n);
+    k_window_reverse(want, x, b, hn, wn, ws, ch, shift);
+    gpu_window_move(S, dt, o, dx, b, hn, wn, ws, ch, shift, false, false);
+    snprintf(what, sizeof what, "window_reverse, shift %lld", (long long)shift);
+    expect_dev(what, dt, o, want, n);
+    memcpy(wg, g0, sizeof(float) * (size_t)n);
+    k_window_partition_backward(wg, dy, b, hn, wn, ws, ch, shift, true);
+    g = up(g0, n, dt);
+    gpu_window_move(S, dt, g, ddy, b, hn, wn, ws, ch, shift, false, true);
+    snprintf(what, sizeof what, "window_partition backward, acc, shift %lld", (long long)shift);
+    expect_dev(what, dt, g, wg, n);
+    gpu_free(g);
+    k_window_reverse_backward(wg, dy, b, hn, wn, ws, ch, shift, false);
+    g = poisoned(n, dt);
+    gpu_window_move(S, dt, g, ddy, b, hn, wn, ws, ch, shift, true, false);
+    snprintf(what, sizeof what, "window_reverse backward, shift %lld", (long long)shift);
+    expect_dev(what, dt, g, wg, n);
+    gpu_free(g);
+  }
+  gpu_free(dx), gpu_free(ddy), gpu_free(o), free(x), free(dy), free(g0), free(want), free(wg);
+  /* merging: a grid of 6 x 4 tokens of 7 channels into 3 x 2 */
+  hn = 3, wn = 2, ch = 7, n = b * 4 * hn * wn * ch;
+  x = randn(n, 1), dy = randn(n, 1), g0 = randn(n, 1);
+  round_all(x, n, dt), round_all(dy, n, dt), round_all(g0, n, dt);
+  want = malloc(sizeof(float) * (size_t)n), wg = copy(g0, n);
+  k_patch_merge(want, x, b, hn, wn, ch);
+  k_patch_merge_backward(wg, dy, b, hn, wn, ch, true);
+  dx = up(x, n, dt), ddy = up(dy, n, dt), o = poisoned(n, dt), g = up(g0, n, dt);
+  gpu_patch_merge(S, dt, o, dx, b, hn, wn, ch, true, false);
+  expect_dev("patch_merge", dt, o, want, n);
+  gpu_patch_merge(S, dt, g, ddy, b, hn, wn, ch, false, true);
+  expect_dev("patch_merge backward, acc", dt, g, wg, n);
+  gpu_free(dx), gpu_free(ddy), gpu_free(o), gpu_free(g), free(x), free(dy), free(g0), free(want), free(wg);
+  /* mean pooling: 37 of a grid's 50 tokens (a partial sum), added */
+  int64_t hw = 37, count = 50;
+  b = 3, ch = 20, n = b * hw * ch;
+  x = randn(n, 1), dy = randn(b * ch, 1), g0 = randn(n, 1);
+  float *o0 = randn(b * ch, 1);
+  round_all(x, n, dt), round_all(dy, b * ch, dt), round_all(g0, n, dt), round_all(o0, b * ch, dt);
+  want = copy(o0, b * ch), wg = copy(g0, n);
+  k_mean_pool(want, x, b, hw, ch, count, true);
+  k_mean_pool_backward(wg, dy, b, hw, ch, count, true);
+  dx = up(x, n, dt), ddy = up(dy, b * ch, dt), o = up(o0, b * ch, dt), g = up(g0, n, dt);
+  gpu_mean_pool(S, dt, o, dx, b, hw, ch, count, true);
+  expect_dev("mean_pool, 37 of 50 tokens, acc", dt, o, want, b * ch);
+  gpu_mean_pool_backward(S, dt, g, ddy, b, hw, ch, count, true);
+  expect_dev("mean_pool backward, acc", dt, g, wg, n);
+  gpu_free(dx), gpu_free(ddy), gpu_free(o), gpu_free(g);
+  free(x), free(dy), free(g0), free(o0), free(want), free(wg);
+}
+
+/* Window attention on windows hn0.. and wn0.. of a grid of hn_all x wn_all
+ * windows of ws x ws: forward, then the backward adding into dqkv and the
+ * bias table's gradient (into f32 when the tensors are 16-bit). */
+static void check_window_attention(int dt, int64_t ws, int64_t heads, int64_t dh, int64_t hn, int64_t wn,
+                                   int64_t hn0, int64_t wn0, int64_t hn_all, int64_t wn_all, int64_t shift) {
+  char e[400], what[200];
+  int64_t b = 2, s = ws * ws, c = heads * dh, nr = (2 * ws - 1) * (2 * ws - 1);
+  int64_t nq = b * hn * wn * s * 3 * c, no = b * hn * wn * s * c, nt = nr * heads;
+  swin_attn_dims cz = {b, hn, wn, ws, heads, dh, hn0, wn0, hn_all, wn_all, shift};
+  gpu_swin_attn z = {b, hn, wn, ws, heads, dh, hn0, wn0, hn_all, wn_all, shift};
+  float *qkv = randn(nq, 1), *table = randn(nt, 1), *dout = randn(no, 1), *g0 = randn(nq, 0.1), *t0 = randn(nt, 0.1);
+  /* the table's gradient kept in f32 (as a 16-bit model's weight): its start is not rounded */
+  round_all(qkv, nq, dt), round_all(table, nt, dt), round_all(dout, no, dt), round_all(g0, nq, dt);
+  float *want = malloc(sizeof(float) * (size_t)no), *wg = copy(g0, nq), *wt = copy(t0, nt);
+  k_window_attention(want, qkv, table, &cz);
+  k_window_attention_backward(wg, wt, dout, qkv, table, &cz, true);
+  void *dqkv = up(qkv, nq, dt), *dtab = up(table, nt, dt), *dO = up(dout, no, dt), *o = poisoned(no, dt);
+  gpu_window_attention(S, dt, o, dqkv, dtab, &z);
+  snprintf(what, sizeof what, "window_attention ws%lld heads%lld dh%lld, windows (%lld, %lld) of %lldx%lld, shift %lld",
+           (long long)ws, (long long)heads, (long long)dh, (long long)hn0, (long long)wn0, (long long)hn_all,
+           (long long)wn_all, (long long)shift);
+  expect_dev(what, dt, o, want, no);
+  void *ws_mem = gpu_alloc(gpu_window_attention_backward_ws(&z), e, sizeof e);
+  if (!ws_mem) die("gpu_alloc", e);
+  void *g = up(g0, nq, dt), *gt = up(t0, nt, GPU_F32);
+  gpu_window_attention_backward(S, dt, g, gt, GPU_F32, dO, dqkv, dtab, &z, true, ws_mem);
+  snprintf(what, sizeof what, "window_attention backward dqkv, acc (ws%lld, shift %lld)", (long long)ws, (long long)shift);
+  expect_dev(what, dt, g, wg, nq);
+  snprintf(what, sizeof what, "window_attention backward dtable into f32, acc (ws%lld)", (long long)ws);
+  expect(what, dt, down(gt, nt, GPU_F32), wt, nt);
+  /* the table's gradient alone, overwritten */
+  gpu_free(gt);
+  gt = poisoned(nt, dt);
+  k_window_attention_backward(NULL, wt, dout, qkv, table, &cz, false);
+  gpu_window_attention_backward(S, dt, NULL, gt, dt, dO, dqkv, dtab, &z, false, ws_mem);
+  snprintf(what, sizeof what, "window_attention backward dtable alone (ws%lld)", (long long)ws);
+  expect_dev(what, dt, gt, wt, nt);
+  gpu_free(dqkv), gpu_free(dtab), gpu_free(dO), gpu_free(o), gpu_free(g), gpu_free(gt), gpu_free(ws_mem);
+  free(qkv), free(table), free(dout), free(g0), free(t0), free(want), free(wg), free(wt);
 }
 
 static void check_softmax(int dt) {
@@ -1313,6 +1475,11 @@ int main(void) {
     check_gqa(dt, 40, 40, 0, 32);
     check_gqa(dt, 24, 100, 70, 32);  /* the last part of a sequence, across two tiles */
     check_gqa(dt, 30, 100, 8, 64);   /* a middle part: the keys after it get no gradient */
+    check_attention_full(dt, 2, 37, 50, 3, 24);  /* T5's cross attention: keys of another length */
+    check_attention_full(dt, 1, 70, 45, 2, 64);
+    check_swin_moves(dt);
+    check_window_attention(dt, 4, 2, 32, 2, 3, 0, 0, 2, 3, 0);
+    check_window_attention(dt, 7, 3, 24, 2, 3, 2, 0, 4, 3, 3);  /* 49 tokens; the last row and column wrap */
     check_softmax(dt);
     check_losses(dt);
     check_moe(dt);
@@ -1326,6 +1493,8 @@ int main(void) {
   check_mma(GPU_BF16);
   check_mma(GPU_F16);
   check_attention(GPU_F16, 1, 70, 2, 64);
+  check_attention_full(GPU_F16, 2, 37, 50, 3, 24);
+  check_window_attention(GPU_F16, 7, 3, 24, 2, 3, 2, 0, 4, 3, 3);
   check_attention_tc(GPU_BF16, tcbig);
   check_attention_tc(GPU_F16, tcbig);
   check_attention_fa_shapes();
