@@ -293,7 +293,9 @@ EOF
   # every run above removed the stand-in's files
   if ls "$tmp" | grep -q "^weft-nccl-"; then bad "the stand-in for NCCL left its files: $(ls "$tmp" | grep weft-nccl)"; else ok; fi
   # the watchdog: a process stopped (SIGSTOP) or killed (SIGKILL) in the
-  # middle of a run ends the run within --timeout, no process left
+  # middle of a run ends the run within --timeout, no process left; a
+  # stopped one is found by whichever wait it stops (a collective of the
+  # plan, or the step's exchange of losses and norms), each naming --timeout
   for sig in STOP KILL; do
     rm -f "$tmp"/pid.* "$tmp/w.out" "$tmp/w.rc"
     (ASAN_OPTIONS=$asan_mpi mpirun -np 2 sh -c 'echo $$ >"$0/pid.$OMPI_COMM_WORLD_RANK"; exec "$@"' "$tmp" \
@@ -306,8 +308,8 @@ EOF
       n=0; while [ $n -lt 150 ] && [ ! -f "$tmp/w.rc" ]; do sleep 0.1; n=$((n+1)); done
       left=$(for p in $victim $other; do ps -o stat= -p "$p" 2>/dev/null | grep -qv Z && echo "$p"; done)
       if [ -f "$tmp/w.rc" ] && [ "$(cat "$tmp/w.rc")" != 0 ] && [ -z "$left" ] &&
-         { [ $sig = KILL ] || grep -q "process 0: process 0 of 2, .*: the NCCL all-reduce of group \[0, 1\] did not finish within 2 s (--timeout) in step [0-9]*; its processes: 0, 1 (this one 0)" "$tmp/w.out"; }; then ok
-        echo "cuda (emulated): mpirun -np 2, process 1 gets SIG$sig: the run ends in $((n / 10)) s, exit $(cat "$tmp/w.rc"), no process left$([ $sig = STOP ] && echo ": $(grep -o 'the NCCL all-reduce.*(--timeout)' "$tmp/w.out" | head -1)")"
+         { [ $sig = KILL ] || grep -q "process 0: .*(--timeout)" "$tmp/w.out"; }; then ok
+        echo "cuda (emulated): mpirun -np 2, process 1 gets SIG$sig: the run ends in $((n / 10)) s, exit $(cat "$tmp/w.rc"), no process left$([ $sig = STOP ] && echo ": $(grep -o 'process 0: .*(--timeout)' "$tmp/w.out" | head -1 | sed 's/^process 0: //')")"
       else bad "SIG$sig of a process: exit $(cat "$tmp/w.rc" 2>/dev/null), left: $left"; grep -v "^step" "$tmp/w.out"; fi
       for p in $victim $other; do kill -CONT "$p" 2>/dev/null; kill -9 "$p" 2>/dev/null; done
     else bad "mpirun -np 2: no process to stop"; cat "$tmp/w.out"; pkill -P $runner mpirun; fi
