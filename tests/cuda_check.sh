@@ -72,14 +72,15 @@ GPT="--set layers=2 --set hidden=64 --set heads=4 --set seq=16 --set vocab=256 -
 MEG="--set layers=4 --set hidden=64 --set heads=4 --set seq=16 --set vocab=128 --set global_batch=8 --set micro_batch=2"
 # The attention's backward reads the log-sum-exp its forward kept and the
 # forward's result: it launches no pass of the forward (MODE 1 of
-# k_attn_fwd, k_attn_fwd_tc), one k_attn_dsum per k_attn_dq. Kernels as
+# k_attn_fwd, k_attn_fwd_tc; the forward's own launches are MODE 0 and
+# k_attn_fa_fwd), one k_attn_dsum per k_attn_dq. Kernels as
 # the emulation counts them (WEFT_CUDA_EMU_LAUNCHES), without --check (whose
 # plan-free reference keeps nothing).
 attn_launches() {
   name=$1; shift
   rm -f "$tmp/l.txt"
   if WEFT_CUDA_EMU_LAUNCHES=$tmp/l.txt "$WEFT" run "$@" --backend cuda >/dev/null 2>"$tmp/e"; then
-    fwd=$(awk '$2 ~ /^k_attn_fwd/ && /, 0>$/ {n += $1} END {print n + 0}' "$tmp/l.txt")
+    fwd=$(awk '($2 ~ /^k_attn_fwd/ && /, 0>$/) || $2 ~ /^k_attn_fa_fwd/ {n += $1} END {print n + 0}' "$tmp/l.txt")
     again=$(awk '$2 ~ /^k_attn_fwd/ && /, 1>$/ {n += $1} END {print n + 0}' "$tmp/l.txt")
     dsum=$(awk '$2 ~ /^k_attn_dsum/ {n += $1} END {print n + 0}' "$tmp/l.txt")
     dq=$(awk '$2 ~ /^k_attn_dq/ {n += $1} END {print n + 0}' "$tmp/l.txt")
