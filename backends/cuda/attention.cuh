@@ -13,6 +13,21 @@ DEV int64_t last_key(const gpu_attn &a, int64_t end) {
   return last < a.sk - 1 ? last : a.sk - 1;
 }
 
+/* Whether p starts on 16 bytes (a tile may move 16 bytes at a time). */
+static inline bool al16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+/* Runs body with D the head's width in 16-element tiles (heads of 32, 64,
+ * 96 or 128). */
+#define WITH_D16(dh, D, ...)                                                                   \
+  do {                                                                                         \
+    switch ((dh) / 16) {                                                                       \
+    case 2: { enum { D = 2 }; __VA_ARGS__; } break;                                            \
+    case 4: { enum { D = 4 }; __VA_ARGS__; } break;                                            \
+    case 6: { enum { D = 6 }; __VA_ARGS__; } break;                                            \
+    default: { enum { D = 8 }; __VA_ARGS__; } break;                                           \
+    }                                                                                          \
+  } while (0)
+
 /* Shared memory a block may have on the current GPU. */
 size_t attention_smem_limit(void);
 /* Whether the tensor-core kernels take these heads in this type. */

@@ -294,7 +294,6 @@ void fa_allow_smem(void (*kf)(KArgs...), size_t bytes) {
 #endif
 }
 
-bool al16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
 /* WEFT_ATTN=wmma: the wmma kernels of attention_tc.cu instead (read once). */
 bool fa_off() {
@@ -349,15 +348,6 @@ void fa_launch(gpu_stream *s, int dt, void *out, const void *q, const void *k, c
 
 }  // namespace
 
-#define FA_D16(dh, D, ...)                                                                     \
-  do {                                                                                         \
-    switch ((dh) / 16) {                                                                       \
-    case 2: { enum { D = 2 }; __VA_ARGS__; } break;                                            \
-    case 4: { enum { D = 4 }; __VA_ARGS__; } break;                                            \
-    case 6: { enum { D = 6 }; __VA_ARGS__; } break;                                            \
-    default: { enum { D = 8 }; __VA_ARGS__; } break;                                           \
-    }                                                                                          \
-  } while (0)
 
 void attention_fa_forward(gpu_stream *s, int dt, void *out, const void *q, const void *k, const void *v,
                           const gpu_attn *a, float *lse) {
@@ -368,7 +358,7 @@ void attention_fa_forward(gpu_stream *s, int dt, void *out, const void *q, const
                    al16(q) && al16(k) && al16(v);
   const bool pairs = a->o_row % 2 == 0 && a->o_batch % 2 == 0 && ((uintptr_t)out & 3) == 0;
   const int shape = fa_shape_for(a->dh);
-  FA_D16(a->dh, D, {
+  WITH_D16(a->dh, D, {
     if constexpr (D <= 4) {
       if (shape == 2) {
         fa_launch<D, 2, 4>(s, dt, out, q, k, v, a, lse, sl2, vec, pairs);

@@ -454,7 +454,6 @@ size_t fa_bytes(int64_t dh) {
   return dh == 32 ? fa_bytes16<2>() : dh == 64 ? fa_bytes16<4>() : dh == 96 ? fa_bytes16<6>() : fa_bytes16<8>();
 }
 
-bool al16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
 /* WEFT_ATTN=wmma: the kernels of attention_tc.cu for everything. */
 bool wmma_only(void) {

@@ -598,21 +598,11 @@ bool attention_tc_takes(int dt, const gpu_attn *a) {
 
 /* Whether every row of the heads starts on 16 bytes (8 elements), so that
  * tiles move 16 bytes at a time. */
-static bool al16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 static bool rows16(const gpu_attn *a, const void *p1, const void *p2, const void *p3, const void *p4) {
   return a->dh % 8 == 0 && a->q_row % 8 == 0 && a->kv_row % 8 == 0 && a->o_row % 8 == 0 && a->q_batch % 8 == 0 &&
          a->kv_batch % 8 == 0 && a->o_batch % 8 == 0 && al16(p1) && al16(p2) && al16(p3) && al16(p4);
 }
 
-#define WITH_D16(dh, D, ...)                                                                   \
-  do {                                                                                         \
-    switch ((dh) / 16) {                                                                       \
-    case 2: { enum { D = 2 }; __VA_ARGS__; } break;                                            \
-    case 4: { enum { D = 4 }; __VA_ARGS__; } break;                                            \
-    case 6: { enum { D = 6 }; __VA_ARGS__; } break;                                            \
-    default: { enum { D = 8 }; __VA_ARGS__; } break;                                           \
-    }                                                                                          \
-  } while (0)
 
 #define DISPATCH16(dt, T, ...)                                                                 \
   do {                                                                                         \
