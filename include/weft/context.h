@@ -69,6 +69,8 @@ typedef struct weft_ctx {
   int nbuilt, bcap;
   const weft_fill *fills;        /* values of the `?` of a plan under search, or NULL */
   int nfills;
+  const vdecl *cluster_plan;     /* a plan whose `on` is replaced (weft search --cluster), or NULL */
+  value cluster_value;           /* the cluster it is on instead */
 } weft_ctx;
 
 #endif

@@ -887,7 +887,8 @@ bool weft_eval_plan(weft_ctx *c, value plan, weft_loc use, weft_plan_src *out) {
     eval_error(c, n->a->loc, "a plan is `for` a model, got %s %s", value_kind_name(mv.kind), value_repr(A(c), mv));
     return false;
   }
-  value cv = eval_expr(c, e, n->b);
+  /* weft search --cluster puts the plan on a cluster of the user's */
+  value cv = c->cluster_plan == d ? c->cluster_value : eval_expr(c, e, n->b);
   if (cv.kind == V_ERROR) return false;
   if (cv.kind != V_CLUSTER) {
     eval_error(c, n->b->loc, "a plan is `on` a cluster, got %s %s", value_kind_name(cv.kind), value_repr(A(c), cv));

@@ -74,8 +74,8 @@ static int check_one(const weft_opts *o, const char *path, json *j) {
     for (int i = 0; i < s->nplans; i++) {
       if (!report_bound(s->pitems[i].val.decl)) continue;
       s->nholes[i] = report_holes(s->pitems[i].val.decl->node, s->holes[i], 16);
-      s->search[i] = s->nholes[i] ? NULL : report_search_stmt(s->pitems[i].val.decl->node);
-      if (s->search[i]) {
+      s->search[i] = report_search_stmt(s->pitems[i].val.decl->node);
+      if (s->search[i] && !s->nholes[i]) {
         /* what it writes is checked as the search keeps it; the rest is open */
         weft_plan_src src;
         search_fixed fx;
@@ -166,13 +166,15 @@ static int check_one(const weft_opts *o, const char *path, json *j) {
           }
           json_end_arr(j);
         }
-        if (s->search[i] && s->open[i]) {
+        if (s->search[i] && (s->open[i] || s->nholes[i])) {
           json_key(j, "search");
           json_obj(j);
           json_key(j, "line"), json_int(j, s->search[i]->loc.line);
           json_key(j, "col"), json_int(j, s->search[i]->loc.col);
-          json_key(j, "open"), json_str(j, s->open[i]);
-          json_key(j, "written"), json_str(j, s->kept[i]);
+          if (s->open[i]) {
+            json_key(j, "open"), json_str(j, s->open[i]);
+            json_key(j, "written"), json_str(j, s->kept[i]);
+          }
           json_end_obj(j);
         }
         if (p) {
@@ -258,7 +260,9 @@ static int check_one(const weft_opts *o, const char *path, json *j) {
                  s->nholes[i] == 1 ? "" : "s");
           for (int h = 0; h < s->nholes[i] && h < 16; h++)
             printf("%s %d:%d", h ? "," : "", s->holes[i][h].line, s->holes[i][h].col);
-          printf("%s; weft search fills them\n", s->nholes[i] > 16 ? ", ..." : "");
+          printf("%s", s->nholes[i] > 16 ? ", ..." : "");
+          if (s->search[i]) printf(" and `search` at %d:%d", s->search[i]->loc.line, s->search[i]->loc.col);
+          printf("; weft search fills them\n");
           continue;
         }
         if (!p && s->search[i] && s->open[i]) {

@@ -257,35 +257,82 @@ static int by_filled_time(const void *x, const void *y) {
   return a->time < b->time ? -1 : a->time > b->time;
 }
 
-/* The plan with its holes filled by values, as source. */
-static char *fill_text(weft_ctx *c, const weft_item *plan, const weft_loc *holes, int nh, const int64_t *values) {
+/* What weft search changes in a plan's source: its holes filled by
+ * values, its `on` replaced by --cluster's text, its `search` statement
+ * replaced by statements. */
+typedef struct plan_rewrite {
+  const weft_loc *holes;
+  int nh;
+  const int64_t *values;
+  const char *cluster;    /* in place of the plan's `on` expression, or NULL */
+  weft_loc at;            /* a span replaced by text (at.line 0: none) */
+  const char *text;
+} plan_rewrite;
+
+typedef struct text_edit {
+  size_t a, b;            /* the bytes [a, b) of the plan's source */
+  const char *text;
+} text_edit;
+
+static int by_edit_start(const void *x, const void *y) {
+  const text_edit *p = x, *q = y;
+  return p->a < q->a ? -1 : p->a > q->a;
+}
+
+/* The plan's source as rw changes it. */
+static char *plan_text(weft_ctx *c, const weft_item *plan, const plan_rewrite *rw) {
   size_t start;
-  weft_loc whole = plan->val.decl->node->loc;
-  char *text = source_span(c, whole, &start);
-  const weft_src *s = &c->srcs.items[whole.file];
-  /* from the last hole back, so that earlier offsets stay */
-  for (int h = nh - 1; h >= 0; h--) {
-    size_t at = (size_t)s->line_starts[holes[h].line - 1] + (size_t)holes[h].col - 1 - start;
-    text[at] = 0;
-    text = arena_printf(&c->arena, "%s%lld%s", text, (long long)values[h], text + at + 1);
+  const ast *pn = plan->val.decl->node;
+  char *text = source_span(c, pn->loc, &start);
+  const weft_src *s = &c->srcs.items[pn->loc.file];
+  text_edit *e = arena_alloc(&c->arena, sizeof *e * (size_t)(rw->nh + 2));
+  int n = 0;
+  /* a hole is the one character `?` */
+  for (int h = 0; h < rw->nh; h++) {
+    size_t at = (size_t)s->line_starts[rw->holes[h].line - 1] + (size_t)rw->holes[h].col - 1 - start;
+    e[n++] = (text_edit){at, at + 1, arena_printf(&c->arena, "%lld", (long long)rw->values[h])};
+  }
+  const weft_loc spans[2] = {rw->cluster ? pn->b->loc : (weft_loc){0}, rw->at};
+  const char *texts[2] = {rw->cluster, rw->text};
+  for (int k = 0; k < 2; k++) {
+    weft_loc l = spans[k];
+    if (l.line == 0) continue;
+    e[n++] = (text_edit){(size_t)s->line_starts[l.line - 1] + (size_t)l.col - 1 - start,
+                         (size_t)s->line_starts[l.end_line - 1] + (size_t)l.end_col - start, texts[k]};
+  }
+  qsort(e, (size_t)n, sizeof *e, by_edit_start);
+  /* from the last edit back, so that earlier offsets stay */
+  for (int k = n - 1; k >= 0; k--) {
+    text[e[k].a] = 0;
+    text = arena_printf(&c->arena, "%s%s%s", text, e[k].text, text + e[k].b);
   }
   return text;
 }
 
-static int search_holes(weft_ctx *c, const weft_opts *o, const weft_item *plan, weft_loc *holes, int nh) {
+/* The plan with its holes filled by values, as source. */
+static char *fill_text(weft_ctx *c, const weft_opts *o, const weft_item *plan, const weft_loc *holes, int nh,
+                       const int64_t *values) {
+  return plan_text(c, plan, &(plan_rewrite){holes, nh, values, o->cluster, {0}, NULL});
+}
+
+/* The values the open decisions of a plan may take (the divisors of its
+ * cluster's devices and of its model's batch) in dom; their count, 0 after
+ * an error. */
+static int plan_domain(weft_ctx *c, const weft_opts *o, const weft_item *plan, int nh, int64_t *dom, int max) {
   weft_loc none = {0};
   const ast *pn = plan->val.decl->node;
   const char *mtext = span_text(c, pn->a->loc), *ctext = span_text(c, pn->b->loc);
   value mv = mtext ? weft_eval_text(c, "the plan's model", mtext) : v_error();
-  value cv = ctext ? weft_eval_text(c, "the plan's cluster", ctext) : v_error();
+  value cv = c->cluster_plan == plan->val.decl ? c->cluster_value
+             : ctext                           ? weft_eval_text(c, "the plan's cluster", ctext)
+                                               : v_error();
   weft_graph *g = mv.kind == V_MODEL ? weft_build_graph(c, mv, none) : NULL;
   value cr = cv.kind == V_CLUSTER ? weft_build_cluster(c, cv, none) : v_error();
   if (!g || cr.kind != V_RECORD) {
     weft_diag *d = report_error(c, pn->loc, "plan %s: its model and cluster must not depend on its open decisions",
                                 plan->name);
     diag_hint(d, &c->diags, "weft search fills the numbers of the plan's body");
-    report_diags(c, o);
-    return WEFT_REJECTED;
+    return 0;
   }
   weft_cluster cl = weft_cluster_of(cr.rec);
   int64_t batch = 1;
@@ -294,16 +341,27 @@ static int search_holes(weft_ctx *c, const weft_opts *o, const weft_item *plan, 
       batch = g->tensors[t].dims[0].size;
       break;
     }
-  int64_t dom[64];
-  int nd = fill_domain(cl.ndevices, batch, dom, 64);
+  int nd = fill_domain(cl.ndevices, batch, dom, max);
   double combos = pow(nd, nh);
   if (nh > 16 || combos > 20000) {
     weft_diag *d = report_error(c, pn->loc, "plan %s has %d open decisions of %d values each: %.0f fillings are too many "
                                 "to try", plan->name, nh, nd, combos);
     diag_hint(d, &c->diags, "write some of them, or leave the plan's numbers to weft search without a plan");
+    return 0;
+  }
+  return nd;
+}
+
+static int search_holes(weft_ctx *c, const weft_opts *o, const weft_item *plan, weft_loc *holes, int nh) {
+  weft_loc none = {0};
+  const ast *pn = plan->val.decl->node;
+  int64_t dom[64];
+  int nd = plan_domain(c, o, plan, nh, dom, 64);
+  if (nd == 0) {
     report_diags(c, o);
     return WEFT_REJECTED;
   }
+  double combos = pow(nd, nh);
   double t0 = clock() / (double)CLOCKS_PER_SEC;
   filled *tried = calloc((size_t)combos + 1, sizeof *tried);
   if (!tried) weft_oom();
@@ -428,7 +486,7 @@ static int search_holes(weft_ctx *c, const weft_opts *o, const weft_item *plan, 
         }
         json_end_arr(&j);
         json_key(&j, "source"),
-            json_str(&j, arena_printf(&c->arena, "use \"%s\"\n\n%s\n", use, fill_text(c, plan, holes, nh, front[i].values)));
+            json_str(&j, arena_printf(&c->arena, "use \"%s\"\n\n%s\n", use, fill_text(c, o, plan, holes, nh, front[i].values)));
         json_end_obj(&j);
       }
       json_end_arr(&j);
@@ -446,7 +504,7 @@ static int search_holes(weft_ctx *c, const weft_opts *o, const weft_item *plan, 
         fprintf(stderr, "weft search: %s\n", err);
         rc = WEFT_FAILED;
       } else {
-        fprintf(f, "%s\nuse \"%s\"\n\n%s\n", hdr, use, fill_text(c, plan, holes, nh, front[best].values));
+        fprintf(f, "%s\nuse \"%s\"\n\n%s\n", hdr, use, fill_text(c, o, plan, holes, nh, front[best].values));
         if (out && !file_out_commit(out, err, sizeof err)) {
           fprintf(stderr, "weft search: %s\n", err);
           rc = WEFT_FAILED;
@@ -466,17 +524,20 @@ static int search_holes(weft_ctx *c, const weft_opts *o, const weft_item *plan, 
 
 /* ---- plans with a `search` statement ------------------------------------------- */
 
+/* The open decisions of a plan with `search` as the search filled them. */
+typedef struct hole_fill {
+  const weft_loc *holes;
+  int nh;
+  const int64_t *values;
+  int tried, planned;     /* fillings tried, and those the search found plans for */
+} hole_fill;
+
 /* The plan's source with its `search` statement replaced by the statements
- * candidate sp adds, at the statement's indentation; the rest as written,
- * comments and all. */
-static const char *with_searched(weft_ctx *c, const weft_item *plan, weft_loc at, const search_plan *sp,
-                                 const weft_graph *g) {
-  weft_loc whole = plan->val.decl->node->loc;
-  size_t start;
-  const char *text = source_span(c, whole, &start);
-  const weft_src *src = &c->srcs.items[whole.file];
-  size_t a = (size_t)src->line_starts[at.line - 1] + (size_t)at.col - 1 - start;
-  size_t b = (size_t)src->line_starts[at.end_line - 1] + (size_t)at.end_col - start;
+ * candidate sp adds, at the statement's indentation, its holes filled and
+ * its `on` as --cluster says; the rest as written, comments and all. */
+static const char *with_searched(weft_ctx *c, const weft_opts *o, const weft_item *plan, weft_loc at,
+                                 const search_plan *sp, const weft_graph *g, const hole_fill *hf) {
+  const weft_src *src = &c->srcs.items[at.file];
   /* the indentation of the statement's line */
   const char *line = src->text + src->line_starts[at.line - 1];
   int indent = 0;
@@ -500,7 +561,8 @@ static const char *with_searched(weft_ctx *c, const weft_item *plan, weft_loc at
     l = nl ? nl + 1 : NULL;
   }
   free(body);
-  return arena_printf(&c->arena, "%.*s%s%s", (int)a, text, t, text + b);
+  return plan_text(c, plan, &(plan_rewrite){hf ? hf->holes : NULL, hf ? hf->nh : 0, hf ? hf->values : NULL,
+                                            o->cluster, at, t});
 }
 
 /* --lua-memory's bytes in *bytes (0: the default); false after an error. */
@@ -518,27 +580,29 @@ static bool lua_memory_of(weft_ctx *c, const weft_opts *o, int64_t *bytes) {
   return true;
 }
 
-static int search_statement(weft_ctx *c, const weft_opts *o, const weft_item *plan, const ast *st) {
+/* The search's options from the command line's; false after an error. */
+static bool stmt_opts(weft_ctx *c, const weft_opts *o, search_opts *so) {
   weft_loc none = {0};
-  if (o->cluster) {
-    weft_diag *d = report_error(c, none, "--cluster: plan %s is on a cluster of its own, which weft search keeps",
-                                plan->name);
-    diag_hint(d, &c->diags, "change the plan's `on`, or search the model alone with --model");
-    report_diags(c, o);
-    return WEFT_REJECTED;
+  *so = (search_opts){.objective = o->objective, .top = o->top, .symbolic = o->symbolic, .time_limit = o->time_limit,
+                      .buckets = !o->no_buckets};
+  if (!o->max_memory) return true;
+  value v = weft_eval_text(c, "--max-memory", o->max_memory);
+  if (v.kind != V_QUANTITY || !unit_eq(v.q.d, UNIT_BYTES) || v.q.v <= 0) {
+    if (v.kind != V_ERROR) report_error(c, none, "--max-memory needs bytes, such as '40 GiB', got %s", o->max_memory);
+    return false;
   }
-  search_opts so = {.objective = o->objective, .top = o->top, .symbolic = o->symbolic, .time_limit = o->time_limit,
-                    .buckets = !o->no_buckets};
-  int rc = WEFT_OK;
-  if (o->max_memory) {
-    value v = weft_eval_text(c, "--max-memory", o->max_memory);
-    if (v.kind != V_QUANTITY || !unit_eq(v.q.d, UNIT_BYTES) || v.q.v <= 0) {
-      if (v.kind != V_ERROR) report_error(c, none, "--max-memory needs bytes, such as '40 GiB', got %s", o->max_memory);
-      rc = WEFT_REJECTED;
-    } else {
-      so.max_memory = v.q.v;
-    }
-  }
+  so->max_memory = v.q.v;
+  return true;
+}
+
+/* A plan with `search` (and its holes filled as hf says, or none): the
+ * search around what it writes, the plan written with the search's
+ * statements in place of `search`. */
+static int search_statement(weft_ctx *c, const weft_opts *o, const weft_item *plan, const ast *st,
+                            const hole_fill *hf) {
+  weft_loc none = {0};
+  search_opts so;
+  int rc = stmt_opts(c, o, &so) ? WEFT_OK : WEFT_REJECTED;
   weft_plan_src src;
   search_fixed fx;
   if (rc == WEFT_OK) {
@@ -609,7 +673,14 @@ static int search_statement(weft_ctx *c, const weft_opts *o, const weft_item *pl
   FILE *h = open_memstream(&hdr, &hlen);
   fprintf(h, "# searched by: weft search %s --plan %s%s", o->files[0], plan->name, o->nsets ? " (with --set)" : "");
   for (int i = 0; i < o->nheuristics; i++) fprintf(h, " --heuristic %s", o->heuristics[i]);
+  if (o->cluster) fprintf(h, " --cluster '%s'", o->cluster);
   fprintf(h, "\n");
+  if (hf) {
+    fprintf(h, "# its %d open decision%s filled:", hf->nh, hf->nh == 1 ? "" : "s");
+    for (int k = 0; k < hf->nh; k++)
+      fprintf(h, "%s %d:%d = %lld", k ? "," : "", hf->holes[k].line, hf->holes[k].col, (long long)hf->values[k]);
+    fprintf(h, " (the best of %d fillings tried, %d with plans)\n", hf->tried, hf->planned);
+  }
   fprintf(h, "# plan %s writes %s; the search wrote the rest in place of `search`\n", plan->name,
           search_fixed_kept(&c->arena, &fx));
   fprintf(h, "# %lld candidates (%lld pruned) in %.2f s; %d simulated in %.2f s%s\n", (long long)r.searched,
@@ -635,7 +706,7 @@ static int search_statement(weft_ctx *c, const weft_opts *o, const weft_item *pl
     for (int i = 0; i < r.nplans; i++)
       json_plan(&j, &r.plans[i], g,
                 arena_printf(&c->arena, "%s\nuse \"%s\"\n\n%s\n", hdr, use,
-                             with_searched(c, plan, src.search_loc, &r.plans[i], g)));
+                             with_searched(c, o, plan, src.search_loc, &r.plans[i], g, hf)));
     json_end_arr(&j);
     json_simulated(&j, c, &r);
     json_key(&j, "analytic");
@@ -656,6 +727,20 @@ static int search_statement(weft_ctx *c, const weft_opts *o, const weft_item *pl
     json_key(&j, "ranked"), json_bool(&j, false);
     json_key(&j, "policies"), json_bool(&j, false);
     json_key(&j, "written"), json_str(&j, search_fixed_kept(&c->arena, &fx));
+    if (hf) {
+      json_key(&j, "fills");
+      json_arr(&j);
+      for (int k = 0; k < hf->nh; k++) {
+        json_obj(&j);
+        json_key(&j, "line"), json_int(&j, hf->holes[k].line);
+        json_key(&j, "col"), json_int(&j, hf->holes[k].col);
+        json_key(&j, "value"), json_int(&j, hf->values[k]);
+        json_end_obj(&j);
+      }
+      json_end_arr(&j);
+      json_key(&j, "fillings_tried"), json_int(&j, hf->tried);
+      json_key(&j, "fillings_planned"), json_int(&j, hf->planned);
+    }
     json_end_obj(&j);
     printf("\n");
   }
@@ -667,7 +752,7 @@ static int search_statement(weft_ctx *c, const weft_opts *o, const weft_item *pl
       fprintf(stderr, "weft search: %s\n", err);
       rc = WEFT_FAILED;
     } else {
-      fprintf(f, "%s\nuse \"%s\"\n\n%s\n", hdr, use, with_searched(c, plan, src.search_loc, &r.plans[pick], g));
+      fprintf(f, "%s\nuse \"%s\"\n\n%s\n", hdr, use, with_searched(c, o, plan, src.search_loc, &r.plans[pick], g, hf));
       if (out && !file_out_commit(out, err, sizeof err)) {
         fprintf(stderr, "weft search: %s\n", err);
         rc = WEFT_FAILED;
@@ -683,6 +768,93 @@ static int search_statement(weft_ctx *c, const weft_opts *o, const weft_item *pl
     }
   }
   free(hdr);
+  return rc;
+}
+
+/* A plan with `search` and open decisions: every filling of the holes
+ * searched around what the plan writes (quietly: a filling that does not
+ * evaluate, or leaves the search nothing, is ruled out), the best by the
+ * objective searched again and written. */
+static int search_statement_holes(weft_ctx *c, const weft_opts *o, const weft_item *plan, const ast *st,
+                                  weft_loc *holes, int nh) {
+  const ast *pn = plan->val.decl->node;
+  int64_t dom[64];
+  int nd = plan_domain(c, o, plan, nh, dom, 64);
+  search_opts so;
+  if (nd == 0 || !stmt_opts(c, o, &so)) {
+    report_diags(c, o);
+    return WEFT_REJECTED;
+  }
+  int total = (int)pow(nd, nh), evaluated = 0, planned = 0, idx[16] = {0};
+  int64_t *best = arena_alloc(&c->arena, sizeof(int64_t) * (size_t)nh);
+  double best_key = 0;
+  bool best_fits = false, have = false;
+  progress_ctx pc = {.on = o->progress > 0 || (o->progress < 0 && !o->json && isatty(2))};
+  double t0 = clock() / (double)CLOCKS_PER_SEC;
+  for (int k = 0; k < total; k++) {
+    weft_fill fills[16];
+    for (int h = 0; h < nh; h++) fills[h] = (weft_fill){holes[h], dom[idx[h]]};
+    /* one evaluation and search per filling, forgotten after it */
+    arena_mark mark = arena_here(&c->arena);
+    weft_diags saved = c->diags;
+    c->diags = (weft_diags){.arena = &c->arena, .srcs = &c->srcs, .max_errors = 1};
+    int nbuilt = c->nbuilt;
+    int64_t steps = c->steps;
+    c->fills = fills;
+    c->nfills = nh;
+    weft_plan_src src;
+    search_fixed fx;
+    bool ok = weft_eval_plan(c, plan->val, plan->loc, &src);
+    if (src.decisions.placer.done) src.decisions.placer.done(src.decisions.placer.ctx);
+    ok = ok && src.search_at >= 0 &&
+         search_fixed_read(&src.decisions, src.search_at, src.graph, &src.cluster, &c->diags, &fx);
+    search_result r;
+    search_opts one = so;
+    one.fixed = &fx;
+    if (ok) evaluated++;
+    if (ok && search_run(src.graph, &src.cluster, &one, &c->arena, &c->diags, &r) && r.best >= 0) {
+      const search_plan *p = &r.plans[r.best];
+      planned++;
+      double key = o->objective == SEARCH_MEMORY ? (double)p->peak_memory : p->step_time;
+      /* what fits first, then the objective */
+      if (!have || (p->fits && !best_fits) || (p->fits == best_fits && key < best_key)) {
+        have = true, best_fits = p->fits, best_key = key;
+        for (int h = 0; h < nh; h++) best[h] = fills[h].value;
+      }
+    }
+    c->fills = NULL;
+    c->nfills = 0;
+    c->steps = steps;
+    c->nbuilt = nbuilt;
+    c->diags = saved;
+    arena_rewind(&c->arena, mark);
+    for (int h = nh - 1; h >= 0; h--) {
+      if (++idx[h] < nd) break;
+      idx[h] = 0;
+    }
+    if (pc.on) {
+      search_progress pg = {k + 1, k + 1 - planned, best_key, clock() / (double)CLOCKS_PER_SEC - t0, "fill"};
+      if (o->objective == SEARCH_MEMORY) pg.best_time = 0;
+      on_progress(&pc, &pg);
+    }
+  }
+  if (pc.drew) fputs("\n", stderr);
+  if (!have) {
+    weft_diag *d = report_error(c, pn->loc, "no filling of the %d open decision%s of plan %s leaves the search a plan "
+                                "(%d tried, %d evaluated)", nh, nh == 1 ? "" : "s", plan->name, total, evaluated);
+    diag_hint(d, &c->diags, "weft search with numbers in place of ? says why one does not");
+    report_diags(c, o);
+    return WEFT_REJECTED;
+  }
+  /* the best filling, searched again to be written: its fills stay set */
+  weft_fill *fills = arena_alloc(&c->arena, sizeof *fills * (size_t)nh);
+  for (int h = 0; h < nh; h++) fills[h] = (weft_fill){holes[h], best[h]};
+  c->fills = fills;
+  c->nfills = nh;
+  hole_fill hf = {holes, nh, best, total, planned};
+  int rc = search_statement(c, o, plan, st, &hf);
+  c->fills = NULL;
+  c->nfills = 0;
   return rc;
 }
 
@@ -714,17 +886,33 @@ int report_search(const weft_opts *o) {
     weft_loc holes[17];
     int nh = pick >= 0 ? report_holes(items[pick].val.decl->node, holes, 17) : 0;
     const ast *st = pick >= 0 ? report_search_stmt(items[pick].val.decl->node) : NULL;
-    if (st) {
-      /* everything the plan does not write is searched around what it does */
-      int r = WEFT_REJECTED;
-      if (nh > 0) {
-        weft_diag *d = report_error(c, holes[0], "plan %s has open decisions (?) and a `search` statement",
-                                    items[pick].name);
-        diag_hint(d, &c->diags, "write a number here (the search fills what `search` stands for), or drop `search`");
+    if ((nh > 0 || st) && o->cluster) {
+      /* --cluster puts the plan on another cluster: its `on` is replaced */
+      value cv = weft_eval_text(c, "--cluster", o->cluster);
+      if (cv.kind != V_CLUSTER) {
+        if (cv.kind != V_ERROR)
+          report_error(c, none, "--cluster needs a cluster, such as 'a100_dgx(nodes = 8)', got %s",
+                       value_kind_name(cv.kind));
         report_diags(c, o);
-      } else {
-        r = search_statement(c, o, &items[pick], st);
+        weft_free(c);
+        return WEFT_REJECTED;
       }
+      c->cluster_plan = items[pick].val.decl;
+      c->cluster_value = cv;
+    }
+    if (st && nh > 0 && o->nheuristics) {
+      weft_diag *d = report_error(c, items[pick].loc, "--heuristic applies to the search of whole plans, not to filling the "
+                                  "open decisions of plan %s", items[pick].name);
+      diag_hint(d, &c->diags, "search without the plan's holes (--model), or fill them without --heuristic");
+      report_diags(c, o);
+      weft_free(c);
+      return WEFT_REJECTED;
+    }
+    if (st) {
+      /* everything the plan does not write is searched around what it
+       * does, for every filling of its holes */
+      int r = nh > 0 ? search_statement_holes(c, o, &items[pick], st, holes, nh)
+                     : search_statement(c, o, &items[pick], st, NULL);
       weft_free(c);
       return r;
     }

@@ -31,6 +31,14 @@ static bool read_mesh(const decision *d, int i, int at, const weft_cluster *cl, 
     diag_hint(g, dg, "write it over every device: mesh %s = devices as [...]", d->name);
     return false;
   }
+  int64_t positions = 1;
+  for (int k = 0; k < d->naxes; k++) positions *= d->sizes[k];
+  if (positions != d->ndevices) {
+    weft_diag *g = diag_add(dg, DIAG_ERROR, d->loc, "mesh %s has %lld positions but %d devices", d->name,
+                            (long long)positions, d->ndevices);
+    diag_hint(g, dg, "the product of the axis sizes must equal the number of devices");
+    return false;
+  }
   int sizes[5] = {1, 1, 1, 1, 1};
   for (int k = 0; k < d->naxes; k++) {
     int w = -1;
