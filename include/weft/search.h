@@ -92,6 +92,11 @@ typedef struct search_fixed {
   int64_t buckets;         /* the written bucket size in bytes (-1: searched) */
   int micro_batches;       /* a written split of every operator along the batch in
                             * time, before `search` (-1: searched) */
+  int *tp_from;            /* per graph operator: the written split or replication
+                            * along tp that it is in, an index into written (-1:
+                            * searched); NULL when none is written */
+  int tp_parts;            /* the parts they make, which fixes tp (0: none written) */
+  int tp_written;          /* operators with one */
 } search_fixed;
 
 typedef struct search_opts {

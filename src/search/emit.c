@@ -368,9 +368,11 @@ static void emit_searched(emitter *E0) {
         dec_ops ops = {0, arena_alloc(a, sizeof(int) * (size_t)g->nops)};
         for (int op = 0; op < g->nops; op++) {
           if (strcmp(sp->op_split[op], dims[i]) != 0) continue;
+          if (E.f && E.f->tp_from && E.f->tp_from[op] >= 0) continue;  /* the plan writes it */
           ops.ops[ops.n++] = op;
           sel_add(a, &sel, op_pattern(a, s, op));
         }
+        if (!ops.n) continue;
         decision *d = add(&E, rep ? DEC_REPLICATE : DEC_SPLIT, sel_text(a, &sel));
         d->ops = ops;
         d->name = rep ? NULL : dims[i];

@@ -80,6 +80,44 @@ static bool read_micro_batches(const decision *d, int i, int at, const weft_grap
   return true;
 }
 
+/* A split or replication along tp, before `search`: those operators' part
+ * of the tensor-parallel layout, which the search keeps. */
+static bool read_tp(const decision *d, int i, int at, const weft_graph *g, weft_diags *dg, search_fixed *f) {
+  if (i >= at) {
+    weft_diag *e = diag_add(dg, DIAG_ERROR, d->loc, "a %s along tp beside `search` stands before it, which places "
+                            "the operators it splits", d->kind == DEC_SPLIT ? "split" : "replication");
+    diag_hint(e, dg, "write it before `search`");
+    return false;
+  }
+  if (f->tp_parts && d->parts != f->tp_parts) {
+    int first = -1;
+    for (int op = 0; op < g->nops && first < 0; op++) first = f->tp_from[op];
+    weft_loc l = f->written->items[first].loc;
+    weft_diag *e = diag_add(dg, DIAG_ERROR, d->loc, "this makes %d parts along tp, and %d:%d makes %d", d->parts,
+                            l.line, l.col, f->tp_parts);
+    diag_hint(e, dg, "every split and replication along tp beside `search` makes as many parts: tp's size");
+    return false;
+  }
+  if (!f->tp_from) {
+    f->tp_from = arena_alloc(dg->arena, sizeof(int) * (size_t)(g->nops ? g->nops : 1));
+    for (int op = 0; op < g->nops; op++) f->tp_from[op] = -1;
+  }
+  for (int k = 0; k < d->ops.n; k++) {
+    int op = d->ops.ops[k];
+    if (f->tp_from[op] >= 0) {
+      weft_diag *e = diag_add(dg, DIAG_ERROR, d->loc, "%s is split along tp by an earlier statement too (%d:%d)",
+                              g->ops[op].name, f->written->items[f->tp_from[op]].loc.line,
+                              f->written->items[f->tp_from[op]].loc.col);
+      diag_hint(e, dg, "beside `search` an operator is split along tp once, along one dimension");
+      return false;
+    }
+    f->tp_from[op] = i;
+    f->tp_written++;
+  }
+  f->tp_parts = d->parts;
+  return true;
+}
+
 bool search_fixed_read(const weft_decisions *written, int at, const weft_graph *g, const weft_cluster *cl,
                        weft_diags *dg, search_fixed *out) {
   search_fixed *f = out;
@@ -118,19 +156,32 @@ bool search_fixed_read(const weft_decisions *written, int at, const weft_graph *
       break;
     case DEC_BUCKETS: f->buckets = d->bytes; break;
     case DEC_SPLIT:
-      if (d->in_time && f->micro_batches < 0) {
+    case DEC_REPLICATE:
+      if (d->kind == DEC_SPLIT && d->in_time && f->micro_batches < 0) {
         if (!read_micro_batches(d, i, at, g, dg, f)) return false;
+        break;
+      }
+      if (!d->in_time && d->axis && strcmp(d->axis, "tp") == 0) {
+        if (!read_tp(d, i, at, g, dg, f)) return false;
         break;
       }
       /* fall through */
     default: {
-      weft_diag *g = diag_add(dg, DIAG_ERROR, d->loc, "%s cannot stand beside `search`, which writes every split, "
-                              "replication, stage, placement and order", dec_kind_names[d->kind]);
-      diag_hint(g, dg, "a plan with `search` may write its mesh, schedule, recompute, shard and buckets; "
-                "write the rest without `search`, or leave it to the search");
+      weft_diag *g = diag_add(dg, DIAG_ERROR, d->loc, "%s cannot stand beside `search`, which writes the stages, "
+                              "placement, order and every split and replication but those along tp and the "
+                              "micro-batches", dec_kind_names[d->kind]);
+      diag_hint(g, dg, "a plan with `search` may write its mesh, splits and replications along tp, micro-batches, "
+                "schedule, recompute, shard and buckets; write the rest without `search`, or leave it to the search");
       return false;
     }
     }
+  }
+  if (f->tp_parts && f->mesh >= 0 && f->tp != f->tp_parts) {
+    const decision *d = &written->items[f->mesh];
+    weft_diag *g = diag_add(dg, DIAG_ERROR, d->loc, "mesh %s has tp = %d, and the plan splits along tp into %d",
+                            f->mesh_name, f->tp, f->tp_parts);
+    diag_hint(g, dg, "make the splits along tp as many parts as the mesh's tp axis");
+    return false;
   }
   if (sched_at >= 0 && f->mesh >= 0 && f->pp == 1) {
     const decision *d = &written->items[sched_at];
@@ -153,6 +204,9 @@ const char *search_fixed_kept(arena *a, const search_fixed *f) {
     for (int k = 0; k < d->naxes; k++) t = arena_printf(a, "%s%s%s = %d", t, k ? ", " : "", d->axes[k], d->sizes[k]);
     t = arena_printf(a, "%s]", t);
   }
+  if (f->tp_written)
+    t = arena_printf(a, "%s%sthe tensor-parallel layout of %d operator%s (tp = %d)", t, *t ? ", " : "", f->tp_written,
+                     f->tp_written == 1 ? "" : "s", f->tp_parts);
   if (f->schedule >= 0) t = arena_printf(a, "%s%sschedule %s", t, *t ? ", " : "", sched_kind_names[f->schedule]);
   if (f->recompute >= 0) t = arena_printf(a, "%s%srecompute %s", t, *t ? ", " : "", rc_names[f->recompute]);
   if (f->zero >= 0) t = arena_printf(a, "%s%sshard %s", t, *t ? ", " : "", zero_names[f->zero]);
@@ -162,12 +216,65 @@ const char *search_fixed_kept(arena *a, const search_fixed *f) {
 }
 
 const char *search_fixed_open(arena *a, const search_fixed *f) {
-  const char *t = f->mesh >= 0 ? arena_printf(a, "the splits, stages and placement on mesh %s", f->mesh_name)
-                                : "the mesh, splits, stages and placement";
+  const char *splits = f->tp_written ? "the splits of the other operators" : "the splits";
+  const char *t = f->mesh >= 0 ? arena_printf(a, "%s, stages and placement on mesh %s", splits, f->mesh_name)
+                                : arena_printf(a, "the mesh, %s, stages and placement", splits);
   if (f->micro_batches < 0) t = arena_printf(a, "%s, micro-batches", t);
   if (f->schedule < 0) t = arena_printf(a, "%s, schedule", t);
   if (f->recompute < 0) t = arena_printf(a, "%s, recompute", t);
   if (f->zero < 0) t = arena_printf(a, "%s, ZeRO", t);
   if (f->buckets < 0) t = arena_printf(a, "%s, buckets", t);
   return t;
+}
+
+bool search_fixed_want(arena *a, sshape *s, const search_fixed *f, weft_diags *dg) {
+  const weft_graph *g = s->g;
+  s->want = arena_alloc(a, sizeof(char *) * (size_t)(g->nops ? g->nops : 1));
+  int *from = arena_alloc(a, sizeof(int) * (size_t)(g->nops ? g->nops : 1));
+  for (int op = 0; op < g->nops; op++) s->want[op] = NULL, from[op] = -1;
+  for (int op = 0; op < g->nops; op++) {
+    int i = f->tp_from[op];
+    if (i < 0) continue;
+    const decision *d = &f->written->items[i];
+    const char *dim = d->kind == DEC_REPLICATE ? "" : d->name;
+    /* the blocks are searched once: a block's operator takes what any
+     * block writes, and the blocks must agree */
+    int at = op;
+    if (s->layers > 0 && op >= s->head_end && op < s->tail_start) {
+      int l = 0;
+      while (l + 1 < s->layers && s->block_start[l + 1] <= op) l++;
+      at = s->block_start[0] + (op - s->block_start[l]);
+    }
+    if (s->want[at] && strcmp(s->want[at], dim) != 0) {
+      const decision *e = &f->written->items[from[at]];
+      weft_diag *x = diag_add(dg, DIAG_ERROR, d->loc, "%s is %s here, and %s %s at %d:%d: the search gives every "
+                              "%s the same layout", g->ops[op].name, *dim ? arena_printf(a, "split on %s", dim)
+                              : "replicated", g->ops[at].name, *s->want[at] ? arena_printf(a, "split on %s",
+                              s->want[at]) : "replicated", e->loc.line, e->loc.col, s->block_name);
+      diag_hint(x, dg, "write the same for the operator of every %s (%s.*...), or the plan without `search`",
+                s->block_name, s->block_name);
+      return false;
+    }
+    /* a dimension the search splits along */
+    const opspace *sp = s->space[op];
+    bool ok = !*dim;
+    for (int c = 0; c < sp->nidims && !ok; c++) {
+      const idim *x = &sp->idims[c];
+      ok = idim_is(sp, c, dim) && !x->nosplit && !strchr(x->sig, '@') && x->size % f->tp_parts == 0 &&
+           !(x->dim_name && strcmp(x->dim_name, s->batch) == 0);
+    }
+    if (!ok) {
+      weft_diag *x = diag_add(dg, DIAG_ERROR, d->loc, "the search does not split %s on %s into %d", g->ops[op].name,
+                              dim, f->tp_parts);
+      diag_hint(x, dg, "split it along a dimension other than the batch that %d parts divide, or leave it to the "
+                "search", f->tp_parts);
+      return false;
+    }
+    s->want[at] = dim;
+    from[at] = i;
+  }
+  /* every block as the first */
+  for (int l = 1; l < s->layers; l++)
+    for (int k = 0; k < s->block_ops; k++) s->want[s->block_start[l] + k] = s->want[s->block_start[0] + k];
+  return true;
 }

@@ -875,6 +875,13 @@ static void fix_space(const search_fixed *f, const sshape *s, arena *a, search_s
     spc->ep = one_value(a, f->ep);
     spc->nonuniform = false;
   }
+  if (f->tp_parts) {
+    /* a written tensor-parallel layout: on one mesh shape, without cp or ep */
+    spc->tp = one_value(a, f->tp_parts);
+    spc->cp = one_value(a, 1);
+    spc->ep = one_value(a, 1);
+    spc->nonuniform = false;
+  }
   if (f->schedule >= 0) {
     for (int k = 0; k <= SCHED_INTERLEAVED; k++) spc->schedule[k] = k == f->schedule;
     int n = 0;
@@ -933,6 +940,7 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
     diag_add(dg, DIAG_ERROR, none, "cannot search plans of model %s: %s", g->name, why);
     return false;
   }
+  if (o->fixed && o->fixed->tp_written && !search_fixed_want(a, &s, o->fixed, dg)) return false;
   out->layers = s.layers;
   out->block = s.block_name;
   space sp = {&s, &hw, o->symbolic, cl->ndevices, hw.devices_per_node, o->max_memory, 0, 0, 0, true, {false, false, false}};

@@ -98,6 +98,8 @@ typedef struct sshape {
   double param_weight;    /* seconds the dynamic program adds per byte of parameters
                            * a device keeps (0: time alone; large: the fewest bytes,
                            * then the time) */
+  const char **want;      /* per op: the dimension a written split along tp gives it
+                           * ("" replicated), NULL: any (NULL: none written) */
   int head_end;           /* ops [0, head_end): before the blocks */
   int tail_start;         /* ops [tail_start, nops): after */
 } sshape;
@@ -135,6 +137,16 @@ typedef struct rangecost {
  * lo in layout in, and the result leaving in layout out (L_R for none). */
 bool range_best(arena *a, const sshape *s, const hw_model *hw, bool symbolic, int lo, int hi, int tp, int mbs,
                 layout in, layout out, rangecost *rc);
+
+/* Whether op's configuration over idim c (-1: replicated) is the one
+ * split along the dimension a plan names dim ("": replicated). */
+bool idim_is(const opspace *sp, int c, const char *dim);
+
+/* s->want from the tensor-parallel splits a plan writes beside `search`
+ * (a block's operator takes what any block's writes); false after
+ * diagnostics in dg (two blocks that differ, a dimension the search
+ * does not split). */
+bool search_fixed_want(arena *a, sshape *s, const search_fixed *f, weft_diags *dg);
 
 /* Whether the experts split into ep equal parts (ep 1: always). */
 bool ep_divides(const sshape *s, int ep);

@@ -328,6 +328,14 @@ static double ep_all_to_all(const hw_model *hw, bool symbolic, double bytes, int
   return cost_collective(hw, COMM_ALL_TO_ALL, bytes, moved, ep, nodes, per_node).seconds;
 }
 
+bool idim_is(const opspace *sp, int c, const char *dim) {
+  if (!*dim || c < 0) return !*dim && c < 0;
+  const idim *d = &sp->idims[c];
+  const char *name = idim_name(sp, c);
+  return (name && strcmp(name, dim) == 0) || strcmp(d->sig, dim) == 0 ||
+         (d->dim_name && strcmp(d->dim_name, dim) == 0);
+}
+
 int op_configs(arena *a, const sshape *s, const hw_model *hw, bool symbolic, int op, int tp, int mbs, opcfg **out) {
   const weft_graph *g = s->g;
   const gop *o = &g->ops[op];
@@ -366,6 +374,8 @@ int op_configs(arena *a, const sshape *s, const hw_model *hw, bool symbolic, int
       if (d->dim_name && strcmp(d->dim_name, s->batch) == 0) continue;
       if (!idim_name(sp, c)) continue;
     }
+    /* what the plan writes of it */
+    if (tp > 1 && s->want && s->want[op] && !idim_is(sp, c, s->want[op])) continue;
     opcfg *x = &cfg[n];
     memset(x, 0, sizeof *x);
     x->idim = c;
