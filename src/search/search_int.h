@@ -100,6 +100,8 @@ typedef struct sshape {
                            * then the time) */
   const char **want;      /* per op: the dimension a written split along tp gives it
                            * ("" replicated), NULL: any (NULL: none written) */
+  bool program_order;     /* the dynamic program visits operators in their order
+                           * (tests compare it with GenerateSeq's) */
   int head_end;           /* ops [0, head_end): before the blocks */
   int tail_start;         /* ops [tail_start, nops): after */
 } sshape;
@@ -132,6 +134,14 @@ typedef struct rangecost {
   int *cfg;               /* per op of the range: the configuration chosen */
   opcfg **cfgs;           /* per op of the range: its configurations */
 } rangecost;
+
+/* The order in which the dynamic program visits ops [lo, hi), as offsets
+ * from lo, in order[0..hi-lo): PaSE's GenerateSeq (each next operator the
+ * one that leaves the fewest visited operators with edges to unvisited
+ * ones), or the operators' own order with program. Returns the largest
+ * such set (the dependent set, whose configurations the program's states
+ * tell apart). */
+int range_order(arena *a, const sshape *s, int lo, int hi, bool program, int *order);
 
 /* The best choice for ops [lo, hi) with the tensors that come from before
  * lo in layout in, and the result leaving in layout out (L_R for none). */

@@ -487,8 +487,106 @@ double relayout(const hw_model *hw, bool symbolic, layout from, layout to, doubl
 
 /* ---- the best configurations of a range of operators ---------------------------- */
 
-/* A way to have processed the operators so far: the configuration of each
- * whose result is still to be read (live), and the cost to get here. */
+/* ---- the order of the dynamic program (PaSE's GenerateSeq) ----------------------- */
+
+/* An edge of a range's graph: input k of operator cons is the result of
+ * prod, both in the range. */
+typedef struct redge {
+  int prod, cons, k;
+} redge;
+
+/* A range's operators as an undirected graph: its edges, and each
+ * operator's (offsets into the range). */
+typedef struct rgraph {
+  int n, nedges;
+  redge *edges;
+  int *first, *count, *list; /* operator i's edges: list[first[i] .. first[i] + count[i]) */
+} rgraph;
+
+static void range_graph(arena *a, const sshape *s, int lo, int hi, rgraph *rg) {
+  const weft_graph *g = s->g;
+  int n = hi - lo;
+  rg->n = n;
+  rg->nedges = 0;
+  rg->edges = arena_alloc(a, sizeof(redge) * (size_t)(n * SEARCH_MAX_INPUTS + 1));
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < g->ops[lo + i].ninputs && k < SEARCH_MAX_INPUTS; k++) {
+      int pr = s->producer_of_input[(lo + i) * SEARCH_MAX_INPUTS + k];
+      if (pr >= lo && pr < hi) rg->edges[rg->nedges++] = (redge){pr - lo, i, k};
+    }
+  rg->first = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
+  rg->count = arena_alloc(a, sizeof(int) * (size_t)(n + 1));
+  rg->list = arena_alloc(a, sizeof(int) * (size_t)(2 * rg->nedges + 1));
+  for (int i = 0; i < n; i++) rg->count[i] = 0;
+  for (int e = 0; e < rg->nedges; e++) rg->count[rg->edges[e].prod]++, rg->count[rg->edges[e].cons]++;
+  for (int i = 0, at = 0; i < n; i++) rg->first[i] = at, at += rg->count[i], rg->count[i] = 0;
+  for (int e = 0; e < rg->nedges; e++) {
+    int p = rg->edges[e].prod, c = rg->edges[e].cons;
+    rg->list[rg->first[p] + rg->count[p]++] = e;
+    rg->list[rg->first[c] + rg->count[c]++] = e;
+  }
+}
+
+static int other_end(const redge *e, int i) { return e->prod == i ? e->cons : e->prod; }
+
+int range_order(arena *a, const sshape *s, int lo, int hi, bool program, int *order) {
+  rgraph rg;
+  range_graph(a, s, lo, hi, &rg);
+  int n = rg.n, dep = 0, widest = 0;
+  bool *done = arena_alloc(a, sizeof(bool) * (size_t)(n + 1));
+  int *open = arena_alloc(a, sizeof(int) * (size_t)(n + 1)); /* edges to operators not yet visited */
+  for (int i = 0; i < n; i++) done[i] = false, open[i] = rg.count[i];
+  for (int step = 0; step < n; step++) {
+    /* the next operator: the one after which the fewest visited operators
+     * still have edges to unvisited ones (the dependent set), among those
+     * next to a visited one (else the first unvisited); program order
+     * breaks ties */
+    int pick = -1, best = 0;
+    bool touching = false;
+    for (int v = 0; v < n && !program; v++)
+      if (!done[v])
+        for (int q = 0; q < rg.count[v] && !touching; q++) touching = done[other_end(&rg.edges[rg.list[rg.first[v] + q]], v)];
+    for (int v = 0; v < n; v++) {
+      if (done[v]) continue;
+      if (program) {
+        pick = v;
+        break;
+      }
+      int removed = 0, adj = 0;
+      for (int q = 0; q < rg.count[v]; q++) {
+        int u = other_end(&rg.edges[rg.list[rg.first[v] + q]], v);
+        if (!done[u]) continue;
+        adj = 1;
+        /* u leaves the set when every edge it has left goes to v */
+        int to_v = 0;
+        for (int r = 0; r < rg.count[u]; r++) to_v += other_end(&rg.edges[rg.list[rg.first[u] + r]], u) == v;
+        bool first_seen = true;
+        for (int r = 0; r < q; r++) first_seen &= other_end(&rg.edges[rg.list[rg.first[v] + r]], v) != u;
+        if (first_seen && open[u] == to_v) removed++;
+      }
+      if (touching && !adj) continue;
+      /* v joins the set when it has edges to unvisited operators */
+      int mine = 0;
+      for (int q = 0; q < rg.count[v]; q++) mine += !done[other_end(&rg.edges[rg.list[rg.first[v] + q]], v)];
+      int size = dep - removed + (mine > 0 ? 1 : 0);
+      if (pick < 0 || size < best) pick = v, best = size;
+    }
+    order[step] = pick;
+    done[pick] = true;
+    for (int q = 0; q < rg.count[pick]; q++) {
+      int u = other_end(&rg.edges[rg.list[rg.first[pick] + q]], pick);
+      if (done[u] && u != pick) open[u]--, open[pick]--;
+    }
+    dep = 0;
+    for (int v = 0; v < n; v++) dep += done[v] && open[v] > 0;
+    if (dep > widest) widest = dep;
+  }
+  return widest;
+}
+
+/* A way to have visited the operators so far: the configuration of each
+ * visited one with an edge to an unvisited one (the dependent set), and
+ * the cost to get here. */
 typedef struct dpstate {
   int *live;              /* configurations, in the order of step.ops */
   double cost;
@@ -500,7 +598,7 @@ typedef struct dpstate {
 
 typedef struct dpstep {
   int nlive;
-  int *ops;               /* the live operators after this step */
+  int *ops;               /* the dependent set after this step (offsets into the range) */
   dpstate *st;
   int n, cap;
 } dpstep;
@@ -512,6 +610,24 @@ static int find_state(const dpstep *s, const int *live) {
 }
 
 static layout grad_need(layout l) { return l.kind == L_D ? l : (layout){L_R, 0, 0}; }
+
+static bool is_attention(const gop *o) { return o->kind && strcmp(o->kind, "attention") == 0; }
+
+/* The cost of edge e between configurations px (its producer's) and cx
+ * (its consumer's): the layout changes each way; fwd the forward's; -1 for
+ * a pair that lowering does not build. */
+static double edge_cost(const sshape *s, const hw_model *hw, bool symbolic, int tp, int mbs, int cons_op, int k,
+                        layout pout, layout pgneed, const opcfg *cx, double *fwd) {
+  /* a tensor gathered over the cp group keeps its layout in the
+   * tensor-parallel group, or is gathered whole there too: the plans
+   * lowering builds (a change of parts or a sum in the same step as the
+   * gather is refused by validation) */
+  if ((cx->cp_gather >> k & 1) && !same_layout(pout, cx->in[k]) && !(pout.kind == L_D && cx->in[k].kind == L_R))
+    return -1;
+  double bytes = tensor_mb_bytes(s, s->g->ops[cons_op].inputs[k], mbs);
+  *fwd = relayout(hw, symbolic, pout, cx->in[k], bytes, tp);
+  return *fwd + relayout(hw, symbolic, cx->gin[k], pgneed, bytes, tp);
+}
 
 bool range_best(arena *a, const sshape *s, const hw_model *hw, bool symbolic, int lo, int hi, int tp, int mbs,
                 layout in, layout out, rangecost *rc) {
@@ -525,68 +641,69 @@ bool range_best(arena *a, const sshape *s, const hw_model *hw, bool symbolic, in
     ncfg[i] = op_configs(a, s, hw, symbolic, lo + i, tp, mbs, &cfgs[i]);
     if (ncfg[i] == 0) return false;
   }
+  rgraph rg;
+  range_graph(a, s, lo, hi, &rg);
+  int *order = arena_alloc(a, sizeof(int) * (size_t)nr);
+  range_order(a, s, lo, hi, s->program_order, order);
+  int *pos = arena_alloc(a, sizeof(int) * (size_t)nr); /* each operator's step */
+  for (int i = 0; i < nr; i++) pos[order[i]] = i;
   dpstep *steps = arena_alloc(a, sizeof(dpstep) * (size_t)(nr + 1));
-  /* before the first operator: nothing live, nothing spent */
+  /* before the first operator: nothing visited, nothing spent */
   steps[0].st = arena_alloc(a, sizeof(dpstate));
   steps[0].n = steps[0].cap = 1;
   steps[0].st[0].parent = -1;
+  steps[0].nlive = 0;
   int *live = arena_alloc(a, sizeof(int) * (size_t)(nr + 1));
+  int *slot = arena_alloc(a, sizeof(int) * (size_t)(nr + 1)); /* per operator: its place in prev->ops, -1 */
+  for (int i = 0; i < nr; i++) slot[i] = -1;
   for (int i = 0; i < nr; i++) {
-    int op = lo + i;
+    int v = order[i], op = lo + v;
     const gop *o = &g->ops[op];
     dpstep *prev = &steps[i], *cur = &steps[i + 1];
-    /* live after this step: earlier live ones still to be read, and this one */
+    for (int q = 0; q < prev->nlive; q++) slot[prev->ops[q]] = q;
+    /* the dependent set after this step: visited operators with an edge to
+     * one not visited after it */
     cur->ops = arena_alloc(a, sizeof(int) * (size_t)(prev->nlive + 1));
     cur->nlive = 0;
-    for (int q = 0; q < prev->nlive; q++)
-      if (s->last_use[prev->ops[q]] > op) cur->ops[cur->nlive++] = prev->ops[q];
-    bool keep_me = s->last_use[op] > op;
-    if (keep_me) cur->ops[cur->nlive++] = op;
-    const sshape *sh = s;
+    for (int q = 0; q <= prev->nlive; q++) {
+      int u = q < prev->nlive ? prev->ops[q] : v;
+      bool open = false;
+      for (int r = 0; r < rg.count[u] && !open; r++) open = pos[other_end(&rg.edges[rg.list[rg.first[u] + r]], u)] > i;
+      if (open) cur->ops[cur->nlive++] = u;
+    }
     for (int p = 0; p < prev->n; p++) {
       const dpstate *ps = &prev->st[p];
-      for (int c = 0; c < ncfg[i]; c++) {
-        const opcfg *x = &cfgs[i][c];
-        double cost = x->fwd + x->bwd + x->tpsum * s->tpsum_weight + x->params * s->param_weight, fwdcomm = 0;
-        for (int k = 0; k < o->ninputs; k++) {
-          int pr = sh->producer_of_input[op * SEARCH_MAX_INPUTS + k];
-          if (pr < 0) continue;  /* inputs and parameters are where they are read */
-          layout pout, pgneed;
-          if (pr < lo) {
-            pout = in;
-            pgneed = grad_need(in);
-          } else {
-            int q = 0;
-            while (q < prev->nlive && prev->ops[q] != pr) q++;
-            if (q == prev->nlive) continue;
-            const opcfg *px = &cfgs[pr - lo][ps->live[q]];
-            pout = px->out;
-            pgneed = px->gout;
-          }
-          /* a tensor gathered over the cp group keeps its layout in the
-           * tensor-parallel group, or is gathered whole there too: the
-           * plans lowering builds (a change of parts or a sum in the same
-           * step as the gather is refused by validation) */
-          if ((x->cp_gather >> k & 1) && !same_layout(pout, x->in[k]) &&
-              !(pout.kind == L_D && x->in[k].kind == L_R)) {
-            cost = -1;
-            break;
-          }
-          double bytes = tensor_mb_bytes(sh, o->inputs[k], mbs);
-          double f = relayout(hw, symbolic, pout, x->in[k], bytes, tp);
-          cost += f + relayout(hw, symbolic, x->gin[k], pgneed, bytes, tp);
-          fwdcomm += f;
+      for (int c = 0; c < ncfg[v]; c++) {
+        const opcfg *x = &cfgs[v][c];
+        double cost = x->fwd + x->bwd + x->tpsum * s->tpsum_weight + x->params * s->param_weight;
+        double rc1 = is_attention(o) ? x->fwd : 0, rc2 = x->fwd;
+        /* inputs from before the range, in the layout they come in */
+        for (int k = 0; k < o->ninputs && k < SEARCH_MAX_INPUTS && cost >= 0; k++) {
+          int pr = s->producer_of_input[op * SEARCH_MAX_INPUTS + k];
+          if (pr < 0 || pr >= lo) continue;  /* inputs and parameters are where they are read */
+          double f, e = edge_cost(s, hw, symbolic, tp, mbs, op, k, in, grad_need(in), x, &f);
+          if (e < 0) cost = -1;
+          else cost += e, rc2 += f, rc1 += is_attention(o) ? f : 0;
+        }
+        /* edges to operators visited before, whichever way they go */
+        for (int r = 0; r < rg.count[v] && cost >= 0; r++) {
+          const redge *ed = &rg.edges[rg.list[rg.first[v] + r]];
+          int u = other_end(ed, v);
+          if (pos[u] >= i) continue;
+          const opcfg *ux = &cfgs[u][ps->live[slot[u]]];
+          bool mine = ed->cons == v;
+          const opcfg *px = mine ? ux : x, *cx = mine ? x : ux;
+          double f, e = edge_cost(s, hw, symbolic, tp, mbs, lo + ed->cons, ed->k, px->out, px->gout, cx, &f);
+          if (e < 0) cost = -1;
+          else cost += e, rc2 += f, rc1 += is_attention(&g->ops[lo + ed->cons]) ? f : 0;
         }
         if (cost < 0) continue;
         /* what leaves the range goes out in the layout asked */
-        if (i == nr - 1 || s->last_use[op] >= hi) {
-          double bytes = tensor_mb_bytes(sh, o->output, mbs);
-          if (s->last_use[op] >= hi)
-            cost += relayout(hw, symbolic, x->out, out, bytes, tp) + relayout(hw, symbolic, out, x->gout, bytes, tp);
+        if (s->last_use[op] >= hi) {
+          double bytes = tensor_mb_bytes(s, o->output, mbs);
+          cost += relayout(hw, symbolic, x->out, out, bytes, tp) + relayout(hw, symbolic, out, x->gout, bytes, tp);
         }
-        for (int q = 0, w = 0; q < prev->nlive; q++)
-          if (s->last_use[prev->ops[q]] > op) live[w++] = ps->live[q];
-        if (keep_me) live[cur->nlive - 1] = c;
+        for (int q = 0; q < cur->nlive; q++) live[q] = cur->ops[q] == v ? c : ps->live[slot[cur->ops[q]]];
         double total = ps->cost + cost;
         int at = find_state(cur, live);
         if (at >= 0 && cur->st[at].cost <= total) continue;
@@ -602,15 +719,14 @@ bool range_best(arena *a, const sshape *s, const hw_model *hw, bool symbolic, in
         ns->choice = c;
         /* what recomputation keeps and redoes: all (none), all but the
          * attention kernels (selective), the range's inputs only (full) */
-        bool attention = o->kind && strcmp(o->kind, "attention") == 0;
         for (int r = 0; r < 3; r++) {
           ns->act[r] = ps->act[r];
           ns->recompute[r] = ps->recompute[r];
         }
         ns->act[0] += x->act;
-        if (!attention) ns->act[1] += x->act;
-        else ns->recompute[1] += x->fwd + fwdcomm;
-        ns->recompute[2] += x->fwd + fwdcomm;
+        if (!is_attention(o)) ns->act[1] += x->act;
+        ns->recompute[1] += rc1;
+        ns->recompute[2] += rc2;
         ns->params = ps->params + x->params;
         ns->param_elems = ps->param_elems + x->param_elems;
         ns->xparam_elems = ps->xparam_elems + x->xparam_elems;
@@ -622,6 +738,7 @@ bool range_best(arena *a, const sshape *s, const hw_model *hw, bool symbolic, in
         ns->tied_sum_elems = ps->tied_sum_elems + x->tied_sum_elems;
       }
     }
+    for (int q = 0; q < prev->nlive; q++) slot[prev->ops[q]] = -1;
     if (cur->n == 0) return false;
   }
   /* the cheapest end, and the way there */
@@ -633,7 +750,7 @@ bool range_best(arena *a, const sshape *s, const hw_model *hw, bool symbolic, in
   rc->cfg = arena_alloc(a, sizeof(int) * (size_t)nr);
   rc->cfgs = cfgs;
   for (int i = nr, at = best; i > 0; i--) {
-    rc->cfg[i - 1] = steps[i].st[at].choice;
+    rc->cfg[order[i - 1]] = steps[i].st[at].choice;
     at = steps[i].st[at].parent;
   }
   double fwd = 0, bwd = 0;
