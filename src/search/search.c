@@ -737,6 +737,52 @@ static bool nu_fits_node(int first, int D, int dpn) {
   return D % dpn == 0 && first % dpn == 0;
 }
 
+/* A way of dealing N devices to the stages of a pipeline: the first j on
+ * A devices each, the last pp - j on B each (j = pp: A each). */
+typedef struct nusizes {
+  int j, A, B;
+} nusizes;
+
+/* Whether the stages of sizes z, placed one after the other from device
+ * 0, each lie inside a node or on whole nodes. */
+static bool nu_sizes_fit(nusizes z, int pp, int dpn) {
+  for (int k = 0, first = 0; k < pp; k++) {
+    int D = k < z.j ? z.A : z.B;
+    if (!nu_fits_node(first, D, dpn)) return false;
+    first += D;
+  }
+  return true;
+}
+
+/* The ways of dealing N devices to pp stages that the search tries, in
+ * *out; their count. N / pp each; and, of two sizes, the first j stages
+ * (0 < j < pp) on A devices each and the last pp - j on B != A, one of A
+ * and B a power of two: the stage of the head (last) or of the embedding
+ * (first) may take more devices, or fewer, than the others. A family of
+ * O(pp log N) ways, not every composition of N (which grows
+ * exponentially with pp). Every stage lies inside a node or on whole
+ * nodes. */
+static int nu_sizes(arena *a, int N, int pp, int dpn, nusizes **out) {
+  int cap = 1, n = 0;
+  for (int x = 1; x < N; x *= 2) cap += 2 * (pp - 1);
+  nusizes *z = arena_alloc(a, sizeof(nusizes) * (size_t)cap);
+  if (N % pp == 0 && nu_sizes_fit((nusizes){pp, N / pp, N / pp}, pp, dpn)) z[n++] = (nusizes){pp, N / pp, N / pp};
+  for (int j = 1; j < pp; j++)
+    for (int x = 1; x < N; x *= 2)
+      for (int side = 0; side < 2; side++) {
+        /* side 0: A = x; side 1: B = x */
+        int rest = N - (side == 0 ? j : pp - j) * x, parts = side == 0 ? pp - j : j;
+        if (rest <= 0 || rest % parts) continue;
+        nusizes w = side == 0 ? (nusizes){j, x, rest / parts} : (nusizes){j, rest / parts, x};
+        if (w.A == w.B || !nu_sizes_fit(w, pp, dpn)) continue;
+        bool seen = false;
+        for (int i = 0; i < n && !seen; i++) seen = z[i].j == w.j && z[i].A == w.A && z[i].B == w.B;
+        if (!seen) z[n++] = w;
+      }
+  *out = z;
+  return n;
+}
+
 /* The ways [dp, tp] of a stage of D devices for m micro-batches under ZeRO
  * z (the parts' costs of each tp and micro-batch size computed once, in
  * tab); their count. */
@@ -1051,9 +1097,9 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
     }
   }
   /* pipelines whose stages have meshes of their own shapes: stage k of pp
-   * on D_k devices of its own (N / pp each, or, for two stages, any two
-   * sizes that make N), inside a node or on whole nodes, as [dp_k, tp_k];
-   * the same micro-batches in every stage */
+   * on D_k devices of its own (N / pp each, or the first j stages on A
+   * each and the last pp - j on B: nu_sizes), as [dp_k, tp_k]; the same
+   * micro-batches in every stage */
   if (spc.nonuniform && !failed && !out_of_time && s.layers > 1) {
     int ntp = spc.tp.n, nmb = spc.mbs.n;
     parts *tab = arena_alloc(a, sizeof(parts) * (size_t)(ntp * nmb + 1));
@@ -1064,18 +1110,10 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
       if (pp < 2 || pp > s.layers) continue;
       const nuopt **opts = arena_alloc(a, sizeof(nuopt *) * (size_t)pp);
       int *nopts = arena_alloc(a, sizeof(int) * (size_t)pp);
-      /* the first stage's devices: 0 for N / pp each, else (two stages) D0 */
-      for (int d0 = 0; d0 < N && !failed; d0 = d0 == 0 ? 1 : d0 * 2) {
-        int D = 0, D1 = 0;
-        if (d0 == 0) {
-          if (N % pp) continue;
-          D = D1 = N / pp;
-          if (!nu_fits_node(0, D, dpn)) continue;
-        } else {
-          if (pp != 2 || 2 * d0 == N) continue;
-          D = d0, D1 = N - d0;
-          if (!nu_fits_node(0, D, dpn) || !nu_fits_node(D, D1, dpn)) continue;
-        }
+      nusizes *sizes = NULL;
+      int nsizes = nu_sizes(a, N, pp, dpn, &sizes);
+      for (int di = 0; di < nsizes && !failed; di++) {
+        int j = sizes[di].j, D = sizes[di].A, D1 = sizes[di].B;
         for (int64_t m = 1; m <= Bsz && m <= 4096 && !failed; m++) {
           if (Bsz % m || m < 1 || (o->fixed && o->fixed->micro_batches > 0 && m != o->fixed->micro_batches)) continue;
           for (int si = 0; si < nsched && !failed; si++) {
@@ -1089,7 +1127,7 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
                 int n1 = D1 == D ? n0 : nu_ways(a, &s, &hw, o->symbolic, &spc, tab, have, D1, m, z, optv[1]);
                 if (D1 == D ? n0 < 2 : n0 < 1 || n1 < 1) continue;
                 for (int k = 0; k < pp; k++) {
-                  bool second = D1 != D && k == pp - 1;
+                  bool second = D1 != D && k >= j;
                   opts[k] = optv[second];
                   nopts[k] = second ? n1 : n0;
                 }
