@@ -584,11 +584,16 @@ static bool cost_nonuniform(const space *sp, const nuopt *const *opts, const int
   for (int k = 0; k < pp; k++) nw[k] = nopts[k] * nrc, off[k + 1] = off[k] + nw[k];
   nustage *st = arena_alloc(a, sizeof(nustage) * (size_t)(off[pp] ? off[pp] : 1));
   double lo = 0, hi = 0;
-  for (int k = 0; k < pp; k++) {
+  int dpn = sp->per_node > 0 ? sp->per_node : 1;
+  for (int k = 0, first = 0; k < pp; k++) {
     double most = 0;
+    /* the stage's devices, [first, end): every way of it has as many */
+    int end = first + (nopts[k] > 0 ? opts[k][0].tp * opts[k][0].dp : 0);
+    /* its sends cross nodes where a neighbour starts on another node */
+    bool across = (k > 0 && first % dpn == 0) || (k < pp - 1 && end % dpn == 0);
+    first = end;
     for (int j = 0; j < nw[k]; j++) {
       const nuopt *o = &opts[k][j / nrc];
-      bool across = o->tp * o->dp >= sp->per_node;
       double ob = o->pt->block.out_bytes;
       double p2p = sp->symbolic ? 2 * ob / (across ? SYM_NET_BW : SYM_NODE_BW)
                                 : 2 * cost_collective(sp->hw, COMM_SEND, ob, ob, 2, across ? 2 : 1, 1).seconds;
