@@ -517,11 +517,11 @@ static bool cost_candidate(const space *sp, const parts *pt, search_plan *c, are
 /* ---- non-uniform pipelines ------------------------------------------------------ */
 
 /* A pipeline whose stages have meshes of different shapes (as Alpa's
- * inter-operator pass gives each stage its own sub-mesh): pp stages of D
- * devices each, stage k on devices [k D, (k + 1) D) as [dp_k, tp_k] with
- * tp_k dp_k = D, every stage splitting the same m micro-batches over its
- * own dp_k replicas. A stage's mesh lies inside one node or on whole
- * nodes. One tensor-parallel way of each stage (opt[j]: its tp, dp and the
+ * inter-operator pass gives each stage its own sub-mesh): pp stages,
+ * stage k on D_k devices of its own that follow those of stage k - 1, as
+ * [dp_k, tp_k] with tp_k dp_k = D_k, every stage splitting the same m
+ * micro-batches over its own dp_k replicas. A stage's mesh lies inside
+ * one node or on whole nodes. One tensor-parallel way of each stage (opt[j]: its tp, dp and the
  * parts' costs at its micro-batch size). */
 typedef struct nuopt {
   int tp, dp, mbs;
@@ -532,6 +532,7 @@ typedef struct nuopt {
  * o holding n blocks (and the head when first, the tail when last). */
 typedef struct nustage {
   double extra, tb, fixed, per;
+  int bymem; /* the most blocks it holds in memory (set by nu_stage_cap) */
 } nustage;
 
 static nustage nu_stage(const space *sp, const nuopt *o, const search_plan *c, int k, int pp, double p2p, int rc) {
@@ -552,12 +553,17 @@ static nustage nu_stage(const space *sp, const nuopt *o, const search_plan *c, i
 
 /* The most blocks stage k holds with way o under a micro-batch time T and
  * in memory; -1 none. */
-static int nu_cap(const space *sp, const nustage *st, double T, int L) {
+static int nu_cap(const nustage *st, double T, int L) {
   if (T < st->extra) return -1;
   int bytime = st->tb > 0 ? (int)floor((T - st->extra) / st->tb + 1e-9) : L;
-  int bymem = sp->max_memory > 0 ? (int)floor((sp->max_memory - st->fixed) / st->per) : L;
-  int n = bytime < bymem ? bytime : bymem;
+  int n = bytime < st->bymem ? bytime : st->bymem;
   return n > L ? L : n;
+}
+
+/* Sets st's bound in memory (the same under every step time). */
+static void nu_stage_cap(const space *sp, nustage *st, int L) {
+  double n = sp->max_memory > 0 ? floor((sp->max_memory - st->fixed) / st->per) : L;
+  st->bymem = n >= L ? L : n < 0 ? -1 : (int)n;
 }
 
 /* Fills a non-uniform candidate from its stages' ways: the blocks dealt by
@@ -567,8 +573,8 @@ static int nu_cap(const space *sp, const nustage *st, double T, int L) {
  * shape of opt and, with mixed, one of the recomputations the space
  * allows (else the candidate's): false too when every stage then takes
  * the same recomputation (a candidate of one). */
-static bool cost_nonuniform(const space *sp, const nuopt *const *opts, const int *nopts, search_plan *c, arena *a,
-                            bool mixed) {
+static bool cost_nonuniform_in(const space *sp, const nuopt *const *opts, const int *nopts, search_plan *c, arena *a,
+                               bool mixed) {
   const sshape *s = sp->s;
   int pp = c->pp, L = s->layers, m = c->micro_batches;
   int rcs[3], nrc = 0;
@@ -598,6 +604,7 @@ static bool cost_nonuniform(const space *sp, const nuopt *const *opts, const int
       double p2p = sp->symbolic ? 2 * ob / (across ? SYM_NET_BW : SYM_NODE_BW)
                                 : 2 * cost_collective(sp->hw, COMM_SEND, ob, ob, 2, across ? 2 : 1, 1).seconds;
       st[off[k] + j] = nu_stage(sp, o, c, k, pp, p2p, rcs[j % nrc]);
+      nu_stage_cap(sp, &st[off[k] + j], L);
       double t = st[off[k] + j].extra + L * st[off[k] + j].tb;
       if (t > most) most = t;
     }
@@ -611,7 +618,7 @@ static bool cost_nonuniform(const space *sp, const nuopt *const *opts, const int
     for (int k = 0; k < pp && total >= 0 && total < L; k++) {
       int best = -1;
       for (int j = 0; j < nw[k]; j++) {
-        int n = nu_cap(sp, &st[off[k] + j], mid, L);
+        int n = nu_cap(&st[off[k] + j], mid, L);
         if (n > best) best = n;
       }
       if (best < 1 && k > 0 && k < pp - 1) best = -1;
@@ -624,7 +631,7 @@ static bool cost_nonuniform(const space *sp, const nuopt *const *opts, const int
   for (int k = 0; k < pp; k++) {
     layers[k] = -1;
     for (int j = 0; j < nw[k]; j++) {
-      int n = nu_cap(sp, &st[off[k] + j], hi, L);
+      int n = nu_cap(&st[off[k] + j], hi, L);
       if (n > layers[k]) layers[k] = n, way[k] = j;
     }
     if (layers[k] < 0) return false;
@@ -733,6 +740,16 @@ static bool cost_nonuniform(const space *sp, const nuopt *const *opts, const int
     }
   }
   return true;
+}
+
+/* cost_nonuniform_in, what it allocates in a given back when it fails
+ * (most candidates of deep pipelines do). */
+static bool cost_nonuniform(const space *sp, const nuopt *const *opts, const int *nopts, search_plan *c, arena *a,
+                            bool mixed) {
+  arena_mark m = arena_here(a);
+  if (cost_nonuniform_in(sp, opts, nopts, c, a, mixed)) return true;
+  arena_rewind(a, m);
+  return false;
 }
 
 /* Whether D devices from first lie inside one node or on whole nodes. */
