@@ -521,8 +521,8 @@ static bool cost_candidate(const space *sp, const parts *pt, search_plan *c, are
  * stage k on D_k devices of its own that follow those of stage k - 1, as
  * [dp_k, tp_k] with tp_k dp_k = D_k, every stage splitting the same m
  * micro-batches over its own dp_k replicas. A stage's mesh lies inside
- * one node or on whole nodes. One tensor-parallel way of each stage (opt[j]: its tp, dp and the
- * parts' costs at its micro-batch size). */
+ * one node or on whole nodes. One tensor-parallel way of each stage
+ * (opt[j]: its tp, dp and the parts' costs at its micro-batch size). */
 typedef struct nuopt {
   int tp, dp, mbs;
   const parts *pt;
@@ -793,9 +793,11 @@ static int nu_sizes(arena *a, int N, int pp, int dpn, nusizes **out) {
     for (int x = 1; x < N; x *= 2)
       for (int side = 0; side < 2; side++) {
         /* side 0: A = x; side 1: B = x */
-        int rest = N - (side == 0 ? j : pp - j) * x, parts = side == 0 ? pp - j : j;
+        int64_t rest = N - (int64_t)(side == 0 ? j : pp - j) * x;
+        int parts = side == 0 ? pp - j : j;
         if (rest <= 0 || rest % parts) continue;
-        nusizes w = side == 0 ? (nusizes){j, x, rest / parts} : (nusizes){j, rest / parts, x};
+        int y = (int)(rest / parts);
+        nusizes w = side == 0 ? (nusizes){j, x, y} : (nusizes){j, y, x};
         if (w.A == w.B || !nu_sizes_fit(w, pp, dpn)) continue;
         bool seen = false;
         for (int i = 0; i < n && !seen; i++) seen = z[i].j == w.j && z[i].A == w.A && z[i].B == w.B;
