@@ -73,6 +73,16 @@ searched "searched llama, stages of different meshes" examples/llama.plan --set 
 if [ "$(grep -c '^  mesh m[01] = devices' "$tmp/searched.plan")" != 2 ]; then
   bad "searched llama, stages of different meshes: not a mesh per stage"; grep mesh "$tmp/searched.plan"
 fi
+# three stages on eight devices (not three of as many):
+# stages of different sizes, each its own mesh
+printf 'return {\n  space = function(s, model, cluster)\n    s.pp = {3}\n  end,\n}\n' >"$tmp/pp3.lua"
+searched "searched llama, three stages of different sizes" examples/llama.plan --set layers=4 --set hidden=64 --set heads=4 \
+  --set kv_heads=2 --set ffn=96 --set seq=16 --set vocab=4096 --set batch=8 --cluster 'cpus(8)' --heuristic "$tmp/pp3.lua"
+if [ "$(grep -c '^  mesh m[012] = devices' "$tmp/searched.plan")" != 3 ] || \
+   [ "$(sed -n 's/^  mesh m[012] = devices\[\([0-9]*\)\.\.\([0-9]*\)\].*/\1 \2/p' "$tmp/searched.plan" | \
+        awk '{print $2 - $1}' | sort -u | wc -l)" -lt 2 ]; then
+  bad "searched llama, three stages of different sizes: not a mesh per stage of two sizes"; grep mesh "$tmp/searched.plan"
+fi
 run_ok "megatron tp2 pp2 dp2" examples/gpt_megatron.plan $MEG --steps 2
 run_ok "megatron interleaved, sequence parallel, full recompute, zero 1" examples/gpt_megatron.plan $MEG \
   --set interleave=2 --set sequence_parallel=true --set 'recompute="full"' --set zero=1 --steps 2

@@ -183,5 +183,49 @@ sys.exit(0 if ok else 1)
 PY
 then pass=$((pass + 1)); else fail=$((fail + 1)); fi
 
+# A deeper pipeline whose stages have different sizes: the Llama with a
+# vocabulary of 131072 on three DGX A100 nodes, the space narrowed to three
+# stages. The best plan puts the stage with the head on two nodes and the
+# two stages before it on half a node each; weft check accepts it, weft
+# estimate puts it at the search's figure, and it is at least as fast as
+# the best plan of the same space whose stages all have as many devices
+# (a prune hook that drops the others).
+sed 's/vocab = 65536/vocab = 131072/' "$tmp/nu.plan" >"$tmp/deep.plan"
+printf 'return {\n  space = function(s, model, cluster)\n    s.pp = {3}\n  end,\n}\n' >"$tmp/pp3.lua"
+cat >"$tmp/equal.lua" <<'EOF2'
+return {
+  prune = function(c)
+    for _, st in ipairs(c.stages) do
+      if st.devices ~= c.stages[1].devices then return false end
+    end
+  end,
+}
+EOF2
+if ! "$WEFT" search "$tmp/deep.plan" --cluster 'a100_dgx(nodes = 3)' --heuristic "$tmp/pp3.lua" --json -o "$tmp/deep_s.plan" \
+     >"$tmp/deep.json" 2>"$tmp/err"; then
+  echo "FAIL: three stages of different sizes: weft search"; cat "$tmp/err"; fail=$((fail + 1))
+elif ! "$WEFT" search "$tmp/deep.plan" --cluster 'a100_dgx(nodes = 3)' --heuristic "$tmp/pp3.lua" --heuristic "$tmp/equal.lua" \
+     --json >"$tmp/deq.json" 2>"$tmp/err"; then
+  echo "FAIL: three stages of one size: weft search"; cat "$tmp/err"; fail=$((fail + 1))
+elif ! "$WEFT" check "$tmp/deep_s.plan" >/dev/null 2>"$tmp/err"; then
+  echo "FAIL: three stages of different sizes: weft check of the searched plan"; cat "$tmp/err"; fail=$((fail + 1))
+elif ! "$WEFT" estimate "$tmp/deep_s.plan" --json >"$tmp/deep_est.json" 2>"$tmp/err"; then
+  echo "FAIL: three stages of different sizes: weft estimate of the searched plan"; cat "$tmp/err"; fail=$((fail + 1))
+elif python3 - "$tmp/deep.json" "$tmp/deq.json" "$tmp/deep_est.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1])); u = json.load(open(sys.argv[2])); e = json.load(open(sys.argv[3]))
+p = s["plans"][s["best"]]; q = u["plans"][u["best"]]
+close = abs(e["step_time_s"] - p["step_time_s"]) <= 0.01 * p["step_time_s"]
+sizes = [st["devices"] for st in p["stages"]]
+qsizes = [st["devices"] for st in q["stages"]] or [24 // q["pp"]] * q["pp"]
+ok = (not p["uniform"] and p["pp"] == 3 and len(sizes) == 3 and len(set(sizes)) > 1 and sum(sizes) == 24 and
+      len(set(qsizes)) == 1 and q["pp"] == 3 and p["step_time_s"] <= q["step_time_s"] and close)
+print("search: three stages of different sizes: %.2f ms (stages %s), %.2f ms estimated again; three stages of %d devices: "
+      "%.2f ms: %s" % (p["step_time_s"] * 1e3, ", ".join("%d devices tp %d x dp %d" % (st["devices"], st["tp"], st["dp"])
+      for st in p["stages"]), e["step_time_s"] * 1e3, qsizes[0], q["step_time_s"] * 1e3, "not slower" if ok else "WRONG"))
+sys.exit(0 if ok else 1)
+PY
+then pass=$((pass + 1)); else fail=$((fail + 1)); fi
+
 echo "search: $pass passed, $fail failed"
 [ $fail -eq 0 ]

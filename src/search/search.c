@@ -517,12 +517,12 @@ static bool cost_candidate(const space *sp, const parts *pt, search_plan *c, are
 /* ---- non-uniform pipelines ------------------------------------------------------ */
 
 /* A pipeline whose stages have meshes of different shapes (as Alpa's
- * inter-operator pass gives each stage its own sub-mesh): pp stages of D
- * devices each, stage k on devices [k D, (k + 1) D) as [dp_k, tp_k] with
- * tp_k dp_k = D, every stage splitting the same m micro-batches over its
- * own dp_k replicas. A stage's mesh lies inside one node or on whole
- * nodes. One tensor-parallel way of each stage (opt[j]: its tp, dp and the
- * parts' costs at its micro-batch size). */
+ * inter-operator pass gives each stage its own sub-mesh): pp stages,
+ * stage k on D_k devices of its own that follow those of stage k - 1, as
+ * [dp_k, tp_k] with tp_k dp_k = D_k, every stage splitting the same m
+ * micro-batches over its own dp_k replicas. A stage's mesh lies inside
+ * one node or on whole nodes. One tensor-parallel way of each stage
+ * (opt[j]: its tp, dp and the parts' costs at its micro-batch size). */
 typedef struct nuopt {
   int tp, dp, mbs;
   const parts *pt;
@@ -532,6 +532,7 @@ typedef struct nuopt {
  * o holding n blocks (and the head when first, the tail when last). */
 typedef struct nustage {
   double extra, tb, fixed, per;
+  int bymem; /* the most blocks it holds in memory (set by nu_stage_cap) */
 } nustage;
 
 static nustage nu_stage(const space *sp, const nuopt *o, const search_plan *c, int k, int pp, double p2p, int rc) {
@@ -552,12 +553,17 @@ static nustage nu_stage(const space *sp, const nuopt *o, const search_plan *c, i
 
 /* The most blocks stage k holds with way o under a micro-batch time T and
  * in memory; -1 none. */
-static int nu_cap(const space *sp, const nustage *st, double T, int L) {
+static int nu_cap(const nustage *st, double T, int L) {
   if (T < st->extra) return -1;
   int bytime = st->tb > 0 ? (int)floor((T - st->extra) / st->tb + 1e-9) : L;
-  int bymem = sp->max_memory > 0 ? (int)floor((sp->max_memory - st->fixed) / st->per) : L;
-  int n = bytime < bymem ? bytime : bymem;
+  int n = bytime < st->bymem ? bytime : st->bymem;
   return n > L ? L : n;
+}
+
+/* Sets st's bound in memory (the same under every step time). */
+static void nu_stage_cap(const space *sp, nustage *st, int L) {
+  double n = sp->max_memory > 0 ? floor((sp->max_memory - st->fixed) / st->per) : L;
+  st->bymem = n >= L ? L : n < 0 ? -1 : (int)n;
 }
 
 /* Fills a non-uniform candidate from its stages' ways: the blocks dealt by
@@ -567,8 +573,8 @@ static int nu_cap(const space *sp, const nustage *st, double T, int L) {
  * shape of opt and, with mixed, one of the recomputations the space
  * allows (else the candidate's): false too when every stage then takes
  * the same recomputation (a candidate of one). */
-static bool cost_nonuniform(const space *sp, const nuopt *const *opts, const int *nopts, search_plan *c, arena *a,
-                            bool mixed) {
+static bool cost_nonuniform_in(const space *sp, const nuopt *const *opts, const int *nopts, search_plan *c, arena *a,
+                               bool mixed) {
   const sshape *s = sp->s;
   int pp = c->pp, L = s->layers, m = c->micro_batches;
   int rcs[3], nrc = 0;
@@ -584,15 +590,21 @@ static bool cost_nonuniform(const space *sp, const nuopt *const *opts, const int
   for (int k = 0; k < pp; k++) nw[k] = nopts[k] * nrc, off[k + 1] = off[k] + nw[k];
   nustage *st = arena_alloc(a, sizeof(nustage) * (size_t)(off[pp] ? off[pp] : 1));
   double lo = 0, hi = 0;
-  for (int k = 0; k < pp; k++) {
+  int dpn = sp->per_node > 0 ? sp->per_node : 1;
+  for (int k = 0, first = 0; k < pp; k++) {
     double most = 0;
+    /* the stage's devices, [first, end): every way of it has as many */
+    int end = first + (nopts[k] > 0 ? opts[k][0].tp * opts[k][0].dp : 0);
+    /* its sends cross nodes where a neighbour starts on another node */
+    bool across = (k > 0 && first % dpn == 0) || (k < pp - 1 && end % dpn == 0);
+    first = end;
     for (int j = 0; j < nw[k]; j++) {
       const nuopt *o = &opts[k][j / nrc];
-      bool across = o->tp * o->dp >= sp->per_node;
       double ob = o->pt->block.out_bytes;
       double p2p = sp->symbolic ? 2 * ob / (across ? SYM_NET_BW : SYM_NODE_BW)
                                 : 2 * cost_collective(sp->hw, COMM_SEND, ob, ob, 2, across ? 2 : 1, 1).seconds;
       st[off[k] + j] = nu_stage(sp, o, c, k, pp, p2p, rcs[j % nrc]);
+      nu_stage_cap(sp, &st[off[k] + j], L);
       double t = st[off[k] + j].extra + L * st[off[k] + j].tb;
       if (t > most) most = t;
     }
@@ -606,7 +618,7 @@ static bool cost_nonuniform(const space *sp, const nuopt *const *opts, const int
     for (int k = 0; k < pp && total >= 0 && total < L; k++) {
       int best = -1;
       for (int j = 0; j < nw[k]; j++) {
-        int n = nu_cap(sp, &st[off[k] + j], mid, L);
+        int n = nu_cap(&st[off[k] + j], mid, L);
         if (n > best) best = n;
       }
       if (best < 1 && k > 0 && k < pp - 1) best = -1;
@@ -619,7 +631,7 @@ static bool cost_nonuniform(const space *sp, const nuopt *const *opts, const int
   for (int k = 0; k < pp; k++) {
     layers[k] = -1;
     for (int j = 0; j < nw[k]; j++) {
-      int n = nu_cap(sp, &st[off[k] + j], hi, L);
+      int n = nu_cap(&st[off[k] + j], hi, L);
       if (n > layers[k]) layers[k] = n, way[k] = j;
     }
     if (layers[k] < 0) return false;
@@ -730,11 +742,69 @@ static bool cost_nonuniform(const space *sp, const nuopt *const *opts, const int
   return true;
 }
 
+/* cost_nonuniform_in, what it allocates in a given back when it fails
+ * (most candidates of deep pipelines do). */
+static bool cost_nonuniform(const space *sp, const nuopt *const *opts, const int *nopts, search_plan *c, arena *a,
+                            bool mixed) {
+  arena_mark m = arena_here(a);
+  if (cost_nonuniform_in(sp, opts, nopts, c, a, mixed)) return true;
+  arena_rewind(a, m);
+  return false;
+}
+
 /* Whether D devices from first lie inside one node or on whole nodes. */
 static bool nu_fits_node(int first, int D, int dpn) {
   if (D <= 0) return false;
   if (D <= dpn) return dpn % D == 0 && first % dpn + D <= dpn;
   return D % dpn == 0 && first % dpn == 0;
+}
+
+/* A way of dealing N devices to the stages of a pipeline: the first j on
+ * A devices each, the last pp - j on B each (j = pp: A each). */
+typedef struct nusizes {
+  int j, A, B;
+} nusizes;
+
+/* Whether the stages of sizes z, placed one after the other from device
+ * 0, each lie inside a node or on whole nodes. */
+static bool nu_sizes_fit(nusizes z, int pp, int dpn) {
+  for (int k = 0, first = 0; k < pp; k++) {
+    int D = k < z.j ? z.A : z.B;
+    if (!nu_fits_node(first, D, dpn)) return false;
+    first += D;
+  }
+  return true;
+}
+
+/* The ways of dealing N devices to pp stages that the search tries, in
+ * *out; their count. N / pp each; and, of two sizes, the first j stages
+ * (0 < j < pp) on A devices each and the last pp - j on B != A, one of A
+ * and B a power of two: the stage of the head (last) or of the embedding
+ * (first) may take more devices, or fewer, than the others. A family of
+ * O(pp log N) ways, not every composition of N (which grows
+ * exponentially with pp). Every stage lies inside a node or on whole
+ * nodes. */
+static int nu_sizes(arena *a, int N, int pp, int dpn, nusizes **out) {
+  int cap = 1, n = 0;
+  for (int x = 1; x < N; x *= 2) cap += 2 * (pp - 1);
+  nusizes *z = arena_alloc(a, sizeof(nusizes) * (size_t)cap);
+  if (N % pp == 0 && nu_sizes_fit((nusizes){pp, N / pp, N / pp}, pp, dpn)) z[n++] = (nusizes){pp, N / pp, N / pp};
+  for (int j = 1; j < pp; j++)
+    for (int x = 1; x < N; x *= 2)
+      for (int side = 0; side < 2; side++) {
+        /* side 0: A = x; side 1: B = x */
+        int64_t rest = N - (int64_t)(side == 0 ? j : pp - j) * x;
+        int parts = side == 0 ? pp - j : j;
+        if (rest <= 0 || rest % parts) continue;
+        int y = (int)(rest / parts);
+        nusizes w = side == 0 ? (nusizes){j, x, y} : (nusizes){j, y, x};
+        if (w.A == w.B || !nu_sizes_fit(w, pp, dpn)) continue;
+        bool seen = false;
+        for (int i = 0; i < n && !seen; i++) seen = z[i].j == w.j && z[i].A == w.A && z[i].B == w.B;
+        if (!seen) z[n++] = w;
+      }
+  *out = z;
+  return n;
 }
 
 /* The ways [dp, tp] of a stage of D devices for m micro-batches under ZeRO
@@ -1051,9 +1121,9 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
     }
   }
   /* pipelines whose stages have meshes of their own shapes: stage k of pp
-   * on D_k devices of its own (N / pp each, or, for two stages, any two
-   * sizes that make N), inside a node or on whole nodes, as [dp_k, tp_k];
-   * the same micro-batches in every stage */
+   * on D_k devices of its own (N / pp each, or the first j stages on A
+   * each and the last pp - j on B: nu_sizes), as [dp_k, tp_k]; the same
+   * micro-batches in every stage */
   if (spc.nonuniform && !failed && !out_of_time && s.layers > 1) {
     int ntp = spc.tp.n, nmb = spc.mbs.n;
     parts *tab = arena_alloc(a, sizeof(parts) * (size_t)(ntp * nmb + 1));
@@ -1064,18 +1134,10 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
       if (pp < 2 || pp > s.layers) continue;
       const nuopt **opts = arena_alloc(a, sizeof(nuopt *) * (size_t)pp);
       int *nopts = arena_alloc(a, sizeof(int) * (size_t)pp);
-      /* the first stage's devices: 0 for N / pp each, else (two stages) D0 */
-      for (int d0 = 0; d0 < N && !failed; d0 = d0 == 0 ? 1 : d0 * 2) {
-        int D = 0, D1 = 0;
-        if (d0 == 0) {
-          if (N % pp) continue;
-          D = D1 = N / pp;
-          if (!nu_fits_node(0, D, dpn)) continue;
-        } else {
-          if (pp != 2 || 2 * d0 == N) continue;
-          D = d0, D1 = N - d0;
-          if (!nu_fits_node(0, D, dpn) || !nu_fits_node(D, D1, dpn)) continue;
-        }
+      nusizes *sizes = NULL;
+      int nsizes = nu_sizes(a, N, pp, dpn, &sizes);
+      for (int di = 0; di < nsizes && !failed; di++) {
+        int j = sizes[di].j, D = sizes[di].A, D1 = sizes[di].B;
         for (int64_t m = 1; m <= Bsz && m <= 4096 && !failed; m++) {
           if (Bsz % m || m < 1 || (o->fixed && o->fixed->micro_batches > 0 && m != o->fixed->micro_batches)) continue;
           for (int si = 0; si < nsched && !failed; si++) {
@@ -1089,7 +1151,7 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
                 int n1 = D1 == D ? n0 : nu_ways(a, &s, &hw, o->symbolic, &spc, tab, have, D1, m, z, optv[1]);
                 if (D1 == D ? n0 < 2 : n0 < 1 || n1 < 1) continue;
                 for (int k = 0; k < pp; k++) {
-                  bool second = D1 != D && k == pp - 1;
+                  bool second = D1 != D && k >= j;
                   opts[k] = optv[second];
                   nopts[k] = second ? n1 : n0;
                 }
