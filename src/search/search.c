@@ -785,6 +785,32 @@ static int by_rank(const void *x, const void *y) {
   return by_time(x, y);
 }
 
+/* Whether a and b are one pipeline that differs at most in its schedule
+ * (1F1B, GPipe, interleaved with a chunk count): the same meshes, the same
+ * layout of every operator, micro-batches, recomputation of every stage and
+ * ZeRO stage. A non-uniform plan is a pipeline of its own. */
+static bool uniform_recompute(const search_plan *c) {
+  for (int k = 0; k < c->nstages; k++)
+    if (c->stages[k].recompute != c->recompute) return false;
+  return true;
+}
+
+static bool same_pipeline(const weft_graph *g, const search_plan *a, const search_plan *b) {
+  if (a->nonuniform || b->nonuniform) return false;
+  if (a->tp != b->tp || a->pp != b->pp || a->dp != b->dp || a->cp != b->cp || a->ep != b->ep ||
+      a->micro_batches != b->micro_batches || a->micro_batch_size != b->micro_batch_size ||
+      a->recompute != b->recompute || a->zero != b->zero || a->sequence_parallel != b->sequence_parallel ||
+      a->bucket_bytes != b->bucket_bytes)
+    return false;
+  if (!uniform_recompute(a) || !uniform_recompute(b)) return false;
+  if (!a->op_split != !b->op_split) return false;
+  for (int op = 0; a->op_split && op < g->nops; op++) {
+    const char *x = a->op_split[op], *y = b->op_split[op];
+    if (!x != !y || (x && strcmp(x, y) != 0)) return false;
+  }
+  return true;
+}
+
 /* ---- building and simulating a candidate ------------------------------------------ */
 
 static bool simulate(const weft_graph *g, const weft_cluster *cl, const hw_model *hw, bool symbolic, double max_memory,
@@ -1161,10 +1187,16 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
   bool big = N > 64;
   for (int i = 0; i < ncand && npick < top; i++)
     if (!big || cands[i].zero < 3) pick[i] = true, npick++;
-  /* the frontier's memory end: the least memory at each step of time */
+  /* the frontier's memory end: the least memory at each step of time, a
+   * pipeline once (its other schedules and chunk counts hold about as much:
+   * a plan of many micro-batches is lowered for each, and each simulation
+   * of such a plan costs as much as many plans of the top) */
   int64_t least = -1;
   for (int i = 0; i < ncand && npick < top + top / 2 && !big; i++) {
     if (least >= 0 && cands[i].analytic_memory >= least) continue;
+    bool sibling = false;
+    for (int j = 0; j < i && !sibling && !pick[i]; j++) sibling = pick[j] && same_pipeline(g, &cands[i], &cands[j]);
+    if (sibling) continue;
     least = cands[i].analytic_memory;
     if (!pick[i]) pick[i] = true, npick++;
   }
