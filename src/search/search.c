@@ -785,15 +785,18 @@ static int by_rank(const void *x, const void *y) {
   return by_time(x, y);
 }
 
-/* Whether a and b are one pipeline that differs at most in its schedule
- * (1F1B, GPipe, interleaved with a chunk count): the same meshes, the same
- * layout of every operator, micro-batches, recomputation of every stage and
- * ZeRO stage. A non-uniform plan is a pipeline of its own. */
+/* Whether every stage of c recomputes alike. */
 static bool uniform_recompute(const search_plan *c) {
   for (int k = 0; k < c->nstages; k++)
     if (c->stages[k].recompute != c->recompute) return false;
   return true;
 }
+
+/* Whether a and b are one pipeline that differs at most in its schedule
+ * (1F1B, GPipe, interleaved with a chunk count) and its stages' layers: the
+ * same meshes, the same layout of every operator, micro-batches,
+ * recomputation (alike in every stage) and ZeRO stage. A non-uniform plan
+ * is a pipeline of its own. */
 
 static bool same_pipeline(const weft_graph *g, const search_plan *a, const search_plan *b) {
   if (a->nonuniform || b->nonuniform) return false;
@@ -919,6 +922,11 @@ static void fix_space(const search_fixed *f, const sshape *s, arena *a, search_s
 /* The points of a pipeline's frontier of time against memory the
  * inter-stage pass gives beyond its fastest. */
 enum { FRONTIER_STEPS = 4 };
+
+/* The frontier's memory end simulates a pipeline in another schedule (or
+ * with other layers per stage) than one already simulated only where the
+ * analytic cost puts it at less than this share of that one's memory. */
+#define SIBLING_MEMORY 0.95
 
 static void report(const search_opts *o, int64_t searched, int64_t pruned, double best, double t0, const char *phase) {
   if (!o->progress) return;
@@ -1187,15 +1195,19 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
   bool big = N > 64;
   for (int i = 0; i < ncand && npick < top; i++)
     if (!big || cands[i].zero < 3) pick[i] = true, npick++;
-  /* the frontier's memory end: the least memory at each step of time, a
-   * pipeline once (its other schedules and chunk counts hold about as much:
-   * a plan of many micro-batches is lowered for each, and each simulation
-   * of such a plan costs as much as many plans of the top) */
+  /* the frontier's memory end: the least memory at each step of time. A
+   * pipeline already simulated in another schedule is simulated again only
+   * for a clear step of memory (SIBLING_MEMORY): the memory end holds the
+   * plans of most micro-batches, and one of them (every device lowered
+   * where tensor-parallel peers exchange parts, plan.h rep) costs as much
+   * to simulate as many of the top */
   int64_t least = -1;
   for (int i = 0; i < ncand && npick < top + top / 2 && !big; i++) {
     if (least >= 0 && cands[i].analytic_memory >= least) continue;
     bool sibling = false;
-    for (int j = 0; j < i && !sibling && !pick[i]; j++) sibling = pick[j] && same_pipeline(g, &cands[i], &cands[j]);
+    for (int j = 0; j < i && !sibling && !pick[i]; j++)
+      sibling = pick[j] && (double)cands[i].analytic_memory >= SIBLING_MEMORY * (double)cands[j].analytic_memory &&
+                same_pipeline(g, &cands[i], &cands[j]);
     if (sibling) continue;
     least = cands[i].analytic_memory;
     if (!pick[i]) pick[i] = true, npick++;
