@@ -1200,12 +1200,15 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
    * for a clear step of memory (SIBLING_MEMORY): the memory end holds the
    * plans of most micro-batches, and one of them (every device lowered
    * where tensor-parallel peers exchange parts, plan.h rep) costs as much
-   * to simulate as many of the top */
+   * to simulate as many of the top. Under --objective memory or
+   * --max-memory, where the memory end may be the answer, every step is
+   * simulated. */
+  bool once = o->objective != SEARCH_MEMORY && !(o->max_memory > 0);
   int64_t least = -1;
   for (int i = 0; i < ncand && npick < top + top / 2 && !big; i++) {
     if (least >= 0 && cands[i].analytic_memory >= least) continue;
     bool sibling = false;
-    for (int j = 0; j < i && !sibling && !pick[i]; j++)
+    for (int j = 0; j < i && once && !sibling && !pick[i]; j++)
       sibling = pick[j] && (double)cands[i].analytic_memory >= SIBLING_MEMORY * (double)cands[j].analytic_memory &&
                 same_pipeline(g, &cands[i], &cands[j]);
     if (sibling) continue;
