@@ -100,7 +100,12 @@ run "lower --json (every device): GPT-3 175B, 1024 A100" lower $T --json
 runs "estimate: Mixtral 8x7B, 64 H100, ep8 tp2 pp4" 2 estimate examples/mixtral.plan --max-memory 2GiB
 # Its search (docs/moe.md): expert parallelism beside the other dimensions,
 # the search and its final simulations under 10 s; its best plan beside
-# the hand-written ep 8 x tp 2 x pp 4.
+# the hand-written ep 8 x tp 2 x pp 4. Most of the final simulations' time
+# goes to the frontier's memory end: tp 8 x pp 8 plans of 16 to 64
+# micro-batches, lowered for all 64 devices (their tensor-parallel peers
+# exchange parts point to point), 1.3 to 1.5 s each at 64 micro-batches;
+# the search simulates such a pipeline in one schedule but for a step of
+# memory (docs/search.md; bench/results/2026-11-26-mixtral-search.txt).
 runs "search: Mixtral 8x7B, 64 H100" 10 search examples/mixtral.plan --cluster 'h100_dgx(nodes = 8)'
 $PIN "$WEFT" search examples/mixtral.plan --cluster 'h100_dgx(nodes = 8)' --json 2>/dev/null | python3 -c '
 import json, sys

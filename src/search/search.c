@@ -855,6 +855,35 @@ static int by_rank(const void *x, const void *y) {
   return by_time(x, y);
 }
 
+/* Whether every stage of c recomputes alike. */
+static bool uniform_recompute(const search_plan *c) {
+  for (int k = 0; k < c->nstages; k++)
+    if (c->stages[k].recompute != c->recompute) return false;
+  return true;
+}
+
+/* Whether a and b are one pipeline that differs at most in its schedule
+ * (1F1B, GPipe, interleaved with a chunk count) and its stages' layers: the
+ * same meshes, the same layout of every operator, micro-batches,
+ * recomputation (alike in every stage) and ZeRO stage. A non-uniform plan
+ * is a pipeline of its own. */
+
+static bool same_pipeline(const weft_graph *g, const search_plan *a, const search_plan *b) {
+  if (a->nonuniform || b->nonuniform) return false;
+  if (a->tp != b->tp || a->pp != b->pp || a->dp != b->dp || a->cp != b->cp || a->ep != b->ep ||
+      a->micro_batches != b->micro_batches || a->micro_batch_size != b->micro_batch_size ||
+      a->recompute != b->recompute || a->zero != b->zero || a->sequence_parallel != b->sequence_parallel ||
+      a->bucket_bytes != b->bucket_bytes)
+    return false;
+  if (!uniform_recompute(a) || !uniform_recompute(b)) return false;
+  if (!a->op_split != !b->op_split) return false;
+  for (int op = 0; a->op_split && op < g->nops; op++) {
+    const char *x = a->op_split[op], *y = b->op_split[op];
+    if (!x != !y || (x && strcmp(x, y) != 0)) return false;
+  }
+  return true;
+}
+
 /* ---- building and simulating a candidate ------------------------------------------ */
 
 static bool simulate(const weft_graph *g, const weft_cluster *cl, const hw_model *hw, bool symbolic, double max_memory,
@@ -970,6 +999,11 @@ static void fix_space(const search_fixed *f, const sshape *s, arena *a, search_s
 /* The points of a pipeline's frontier of time against memory the
  * inter-stage pass gives beyond its fastest. */
 enum { FRONTIER_STEPS = 4 };
+
+/* The frontier's memory end simulates a pipeline in another schedule (or
+ * with other layers per stage) than one already simulated only where the
+ * analytic cost puts it at less than this share of that one's memory. */
+#define SIBLING_MEMORY 0.95
 
 static void report(const search_opts *o, int64_t searched, int64_t pruned, double best, double t0, const char *phase) {
   if (!o->progress) return;
@@ -1231,10 +1265,23 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
   bool big = N > 64;
   for (int i = 0; i < ncand && npick < top; i++)
     if (!big || cands[i].zero < 3) pick[i] = true, npick++;
-  /* the frontier's memory end: the least memory at each step of time */
+  /* the frontier's memory end: the least memory at each step of time. A
+   * pipeline already simulated in another schedule is simulated again only
+   * for a clear step of memory (SIBLING_MEMORY): the memory end holds the
+   * plans of most micro-batches, and one of them (every device lowered
+   * where tensor-parallel peers exchange parts, plan.h rep) costs as much
+   * to simulate as many of the top. Under --objective memory or
+   * --max-memory, where the memory end may be the answer, every step is
+   * simulated. */
+  bool once = o->objective != SEARCH_MEMORY && !(o->max_memory > 0);
   int64_t least = -1;
   for (int i = 0; i < ncand && npick < top + top / 2 && !big; i++) {
     if (least >= 0 && cands[i].analytic_memory >= least) continue;
+    bool sibling = false;
+    for (int j = 0; j < i && once && !sibling && !pick[i]; j++)
+      sibling = pick[j] && (double)cands[i].analytic_memory >= SIBLING_MEMORY * (double)cands[j].analytic_memory &&
+                same_pipeline(g, &cands[i], &cands[j]);
+    if (sibling) continue;
     least = cands[i].analytic_memory;
     if (!pick[i]) pick[i] = true, npick++;
   }
