@@ -111,6 +111,13 @@ bool sshape_build(arena *a, const weft_graph *g, sshape *s, const char **why);
 /* The configurations of op for tp devices and micro-batches of mbs. */
 int op_configs(arena *a, const sshape *s, const hw_model *hw, bool symbolic, int op, int tp, int mbs, opcfg **out);
 
+/* The collective that changes layout from into to (a comm_kind), -1 when
+ * nothing moves (the same layout, whole to split, or to partial sums,
+ * which the reader makes itself): the rules of dependency preservation
+ * that lowering applies (src/plan/deps.c), as tests/unit/test_relayout.c
+ * checks against it. */
+int relayout_kind(layout from, layout to);
+
 /* The cost of changing a layout, fwd or bwd direction alike: seconds
  * (symbolic: units) for a tensor of bytes spread over tp devices in a node. */
 double relayout(const hw_model *hw, bool symbolic, layout from, layout to, double bytes, int tp);

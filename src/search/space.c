@@ -470,14 +470,22 @@ int op_configs(arena *a, const sshape *s, const hw_model *hw, bool symbolic, int
 
 /* ---- changing layouts ---------------------------------------------------------- */
 
+int relayout_kind(layout from, layout to) {
+  if (same_layout(from, to) || to.kind == L_V || from.kind == L_R) return -1;
+  if (from.kind == L_D && to.kind == L_R) return COMM_ALL_GATHER;
+  if (from.kind == L_V && to.kind == L_R) return COMM_ALL_REDUCE;
+  if (from.kind == L_V && to.kind == L_D) return COMM_REDUCE_SCATTER;
+  return COMM_ALL_TO_ALL;
+}
+
 double relayout(const hw_model *hw, bool symbolic, layout from, layout to, double bytes, int tp) {
-  if (tp < 2 || same_layout(from, to) || to.kind == L_V || (from.kind == L_R)) return 0;
-  comm_kind k;
-  double moved = bytes;  /* what one member sends, for the symbolic count */
-  if (from.kind == L_D && to.kind == L_R) k = COMM_ALL_GATHER, moved = bytes * (tp - 1) / tp;
-  else if (from.kind == L_V && to.kind == L_R) k = COMM_ALL_REDUCE, moved = 2 * bytes * (tp - 1) / tp;
-  else if (from.kind == L_V && to.kind == L_D) k = COMM_REDUCE_SCATTER, moved = bytes * (tp - 1) / tp;
-  else k = COMM_ALL_TO_ALL, moved = bytes / tp * (tp - 1) / tp;
+  int kind = relayout_kind(from, to);
+  if (tp < 2 || kind < 0) return 0;
+  comm_kind k = (comm_kind)kind;
+  /* what one member sends, for the symbolic count */
+  double moved = k == COMM_ALL_GATHER || k == COMM_REDUCE_SCATTER ? bytes * (tp - 1) / tp
+                 : k == COMM_ALL_REDUCE                          ? 2 * bytes * (tp - 1) / tp
+                                                                 : bytes / tp * (tp - 1) / tp;
   /* a group wider than a node (a heuristic's space may ask for one) spans nodes */
   int dpn = hw && hw->devices_per_node > 0 ? hw->devices_per_node : tp;
   int nodes = tp > dpn ? (tp + dpn - 1) / dpn : 1;
