@@ -780,9 +780,10 @@ static bool nu_sizes_fit(nusizes z, int pp, int dpn) {
  * *out; their count. N / pp each; and, of two sizes, the first j stages
  * (0 < j < pp) on A devices each and the last pp - j on B != A, one of A
  * and B a power of two: the stage of the head (last) or of the embedding
- * (first) may take more devices, or fewer, than the others. A family of
- * O(pp log N) ways, not every composition of N (which grows
- * exponentially with pp). Every stage lies inside a node or on whole
+ * (first) may take more devices, or fewer, than the others. Deeper than
+ * four stages, only the first stage or the last differs (j = 1 or pp - 1).
+ * A family of O(pp log N) ways (O(log N) beyond four stages), not every
+ * composition of N (which grows exponentially with pp). Every stage lies inside a node or on whole
  * nodes. */
 static int nu_sizes(arena *a, int N, int pp, int dpn, nusizes **out) {
   int cap = 1, n = 0;
@@ -790,7 +791,7 @@ static int nu_sizes(arena *a, int N, int pp, int dpn, nusizes **out) {
   nusizes *z = arena_alloc(a, sizeof(nusizes) * (size_t)cap);
   if (N % pp == 0 && nu_sizes_fit((nusizes){pp, N / pp, N / pp}, pp, dpn)) z[n++] = (nusizes){pp, N / pp, N / pp};
   for (int j = 1; j < pp; j++)
-    for (int x = 1; x < N; x *= 2)
+    for (int x = 1; x < N && (pp <= 4 || j == 1 || j == pp - 1); x *= 2)
       for (int side = 0; side < 2; side++) {
         /* side 0: A = x; side 1: B = x */
         int64_t rest = N - (int64_t)(side == 0 ? j : pp - j) * x;
