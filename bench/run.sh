@@ -76,6 +76,10 @@ print("  search proper %.2f s (target under 1 s: %s), final simulations %.2f s; 
 import json, sys
 d = json.load(sys.stdin)
 print("  Megatron-LM published (tp 8, pp 16, dp 8, interleaved 2, 192 micro-batches of 1): %.3f s per step, %.1f GiB" % (d["step_time_s"], d["peak_memory_bytes"]["max"] / 2**30))'
+# An encoder-decoder's search: the T5 of examples/t5.plan on one DGX A100,
+# whose decoder blocks (self- and cross-attention) the intra-block dynamic
+# program visits in GenerateSeq's order (docs/search.md; target under 1 s).
+runs "search: T5 (examples/t5.plan), 8 A100" 1 search examples/t5.plan --cluster 'a100_dgx(nodes = 1)'
 # The largest published runs (issue targets: each estimate under 2 s and
 # 2 GB on one core): Megatron-LM's 530B on 2,520 and 1T on 3,072 A100s
 # (Narayanan et al. 2021, Table 1), and Llama 3 405B on 16,384 H100s (tp 8,

@@ -352,6 +352,41 @@ static int plan_domain(weft_ctx *c, const weft_opts *o, const weft_item *plan, i
   return nd;
 }
 
+/* One filling of a plan's holes tried quietly: its evaluation's errors
+ * rule the filling out, not the user's, and what it allocates is
+ * forgotten after it. */
+typedef struct trial {
+  arena_mark mark;
+  weft_diags saved;
+  int nbuilt;
+  int64_t steps;
+} trial;
+
+static trial trial_begin(weft_ctx *c, const weft_fill *fills, int nh) {
+  trial t = {arena_here(&c->arena), c->diags, c->nbuilt, c->steps};
+  c->diags = (weft_diags){.arena = &c->arena, .srcs = &c->srcs, .max_errors = 1};
+  c->fills = fills;
+  c->nfills = nh;
+  return t;
+}
+
+static void trial_end(weft_ctx *c, const trial *t) {
+  c->fills = NULL;
+  c->nfills = 0;
+  c->steps = t->steps;
+  c->nbuilt = t->nbuilt;
+  c->diags = t->saved;
+  arena_rewind(&c->arena, t->mark);
+}
+
+/* The next filling of nh holes of nd values each, as indices in idx. */
+static void next_filling(int *idx, int nh, int nd) {
+  for (int h = nh - 1; h >= 0; h--) {
+    if (++idx[h] < nd) break;
+    idx[h] = 0;
+  }
+}
+
 static int search_holes(weft_ctx *c, const weft_opts *o, const weft_item *plan, weft_loc *holes, int nh) {
   weft_loc none = {0};
   const ast *pn = plan->val.decl->node;
@@ -371,15 +406,7 @@ static int search_holes(weft_ctx *c, const weft_opts *o, const weft_item *plan, 
   for (int k = 0; k < total; k++) {
     weft_fill fills[16];
     for (int h = 0; h < nh; h++) fills[h] = (weft_fill){holes[h], dom[idx[h]]};
-    /* one evaluation per filling, forgotten after it: its errors are
-     * what rules the filling out, not the user's */
-    arena_mark mark = arena_here(&c->arena);
-    weft_diags saved = c->diags;
-    c->diags = (weft_diags){.arena = &c->arena, .srcs = &c->srcs, .max_errors = 1};
-    int nbuilt = c->nbuilt;
-    int64_t steps = c->steps;
-    c->fills = fills;
-    c->nfills = nh;
+    trial tr = trial_begin(c, fills, nh);
     weft_plan *p = weft_build_plan(c, plan->val, plan->loc, &(plan_opts){.reps = true});
     weft_program *pr = p ? lower_plan(p, NULL, &c->arena, &c->diags) : NULL;
     if (pr && !validate_program(pr, &(validate_opts){.skip_memory = true}, &c->diags)) pr = NULL;
@@ -404,16 +431,8 @@ static int search_holes(weft_ctx *c, const weft_opts *o, const weft_item *plan, 
         sim_free(sim);
       }
     }
-    c->fills = NULL;
-    c->nfills = 0;
-    c->steps = steps;
-    c->nbuilt = nbuilt;
-    c->diags = saved;
-    arena_rewind(&c->arena, mark);
-    for (int h = nh - 1; h >= 0; h--) {
-      if (++idx[h] < nd) break;
-      idx[h] = 0;
-    }
+    trial_end(c, &tr);
+    next_filling(idx, nh, nd);
     if (pc.on && (k % 16 == 0 || k == total - 1)) {
       search_progress pg = {k + 1, k + 1 - built, 0, clock() / (double)CLOCKS_PER_SEC - t0, "fill"};
       on_progress(&pc, &pg);
@@ -794,14 +813,8 @@ static int search_statement_holes(weft_ctx *c, const weft_opts *o, const weft_it
   for (int k = 0; k < total; k++) {
     weft_fill fills[16];
     for (int h = 0; h < nh; h++) fills[h] = (weft_fill){holes[h], dom[idx[h]]};
-    /* one evaluation and search per filling, forgotten after it */
-    arena_mark mark = arena_here(&c->arena);
-    weft_diags saved = c->diags;
-    c->diags = (weft_diags){.arena = &c->arena, .srcs = &c->srcs, .max_errors = 1};
-    int nbuilt = c->nbuilt;
-    int64_t steps = c->steps;
-    c->fills = fills;
-    c->nfills = nh;
+    /* one evaluation and search per filling */
+    trial tr = trial_begin(c, fills, nh);
     weft_plan_src src;
     search_fixed fx;
     bool ok = weft_eval_plan(c, plan->val, plan->loc, &src);
@@ -822,16 +835,8 @@ static int search_statement_holes(weft_ctx *c, const weft_opts *o, const weft_it
         for (int h = 0; h < nh; h++) best[h] = fills[h].value;
       }
     }
-    c->fills = NULL;
-    c->nfills = 0;
-    c->steps = steps;
-    c->nbuilt = nbuilt;
-    c->diags = saved;
-    arena_rewind(&c->arena, mark);
-    for (int h = nh - 1; h >= 0; h--) {
-      if (++idx[h] < nd) break;
-      idx[h] = 0;
-    }
+    trial_end(c, &tr);
+    next_filling(idx, nh, nd);
     if (pc.on) {
       search_progress pg = {k + 1, k + 1 - planned, best_key, clock() / (double)CLOCKS_PER_SEC - t0, "fill"};
       if (o->objective == SEARCH_MEMORY) pg.best_time = 0;
@@ -900,7 +905,9 @@ int report_search(const weft_opts *o) {
       c->cluster_plan = items[pick].val.decl;
       c->cluster_value = cv;
     }
-    if (st && nh > 0 && o->nheuristics) {
+    /* heuristics steer the search of a whole plan or of `search`, not the
+     * filling of holes */
+    if (o->nheuristics && (nh > 0 || (!st && o->plan))) {
       weft_diag *d = report_error(c, items[pick].loc, "--heuristic applies to the search of whole plans, not to filling the "
                                   "open decisions of plan %s", items[pick].name);
       diag_hint(d, &c->diags, "search without the plan's holes (--model), or fill them without --heuristic");
@@ -915,14 +922,6 @@ int report_search(const weft_opts *o) {
                      : search_statement(c, o, &items[pick], st, NULL);
       weft_free(c);
       return r;
-    }
-    if ((nh > 0 || o->plan) && o->nheuristics) {
-      weft_diag *d = report_error(c, items[pick].loc, "--heuristic applies to the search of whole plans, not to filling the "
-                                  "open decisions of plan %s", items[pick].name);
-      diag_hint(d, &c->diags, "search without the plan's holes (--model), or fill them without --heuristic");
-      report_diags(c, o);
-      weft_free(c);
-      return WEFT_REJECTED;
     }
     if (nh > 0 || o->plan) {
       int r = nh > 0 ? search_holes(c, o, &items[pick], holes, nh) : WEFT_OK;
