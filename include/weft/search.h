@@ -97,6 +97,9 @@ typedef struct search_fixed {
                             * searched); NULL when none is written */
   int tp_parts;            /* the parts they make, which fixes tp (0: none written) */
   int tp_written;          /* operators with one */
+  int *stages;             /* the written stages before `search`, indices into written,
+                            * in pipeline order (each a run of the operators' order) */
+  int nstages;             /* their count, pp x interleave (0: searched) */
 } search_fixed;
 
 typedef struct search_opts {

@@ -404,8 +404,9 @@ static void emit_searched(emitter *E0) {
       if (strcmp(ax, "pp") == 0) pp_at = k;
     }
   }
+  bool written_stages = E.f && E.f->nstages > 0;
   if (sp->nstages > 0) {
-    for (int k = 0; k < sp->nstages; k++) {
+    for (int k = 0; k < sp->nstages && !written_stages; k++) {
       const search_stage *st = &sp->stages[k];
       selbuf sel = {0};
       dec_ops ops;
@@ -431,8 +432,11 @@ static void emit_searched(emitter *E0) {
     }
     int first_stage = sp->decisions.n - sp->nstages;
     for (int k = 0; k < sp->nstages; k++) {
-      decision *d = add(&E, DEC_ASSIGN, arena_printf(a, "s%d", k));
-      d->ops = sp->decisions.items[first_stage + k].ops;
+      /* the plan's own stages where it writes them */
+      const decision *sd = written_stages ? &E.f->written->items[E.f->stages[k]]
+                                          : &sp->decisions.items[first_stage + k];
+      decision *d = add(&E, DEC_ASSIGN, written_stages ? sd->name : arena_printf(a, "s%d", k));
+      d->ops = sd->ops;
       if (pp_at >= 0) at[pp_at].value = sp->stages[k].position;
       d->mesh = mesh;
       d->nidx = nidx;

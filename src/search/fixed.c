@@ -118,6 +118,19 @@ static bool read_tp(const decision *d, int i, int at, const weft_graph *g, weft_
   return true;
 }
 
+/* A stage before `search`: the pipeline's stages are the ones written. */
+static bool read_stage(const decision *d, int i, int at, weft_diags *dg, search_fixed *f) {
+  if (i >= at) {
+    weft_diag *e = diag_add(dg, DIAG_ERROR, d->loc, "stage %s stands after `search`, whose statements place the "
+                            "stages", d->name);
+    diag_hint(e, dg, "write the stages before `search`");
+    return false;
+  }
+  if (!f->stages) f->stages = arena_alloc(dg->arena, sizeof(int) * (size_t)(f->written->n + 1));
+  f->stages[f->nstages++] = i;
+  return true;
+}
+
 bool search_fixed_read(const weft_decisions *written, int at, const weft_graph *g, const weft_cluster *cl,
                        weft_diags *dg, search_fixed *out) {
   search_fixed *f = out;
@@ -155,6 +168,9 @@ bool search_fixed_read(const weft_decisions *written, int at, const weft_graph *
       if (d->state > f->zero) f->zero = d->state;
       break;
     case DEC_BUCKETS: f->buckets = d->bytes; break;
+    case DEC_STAGE:
+      if (!read_stage(d, i, at, dg, f)) return false;
+      break;
     case DEC_SPLIT:
     case DEC_REPLICATE:
       if (d->kind == DEC_SPLIT && d->in_time && f->micro_batches < 0) {
@@ -183,6 +199,14 @@ bool search_fixed_read(const weft_decisions *written, int at, const weft_graph *
     diag_hint(g, dg, "make the splits along tp as many parts as the mesh's tp axis");
     return false;
   }
+  if (f->nstages && f->mesh >= 0 && f->nstages % f->pp) {
+    const decision *d = &written->items[f->mesh];
+    weft_diag *g = diag_add(dg, DIAG_ERROR, d->loc, "mesh %s has pp = %d, and the plan writes %d stages, which its "
+                            "positions do not share evenly", f->mesh_name, f->pp, f->nstages);
+    diag_hint(g, dg, "write a multiple of pp stages (one per position, or as many per position for an "
+              "interleaved schedule)");
+    return false;
+  }
   if (sched_at >= 0 && f->mesh >= 0 && f->pp == 1) {
     const decision *d = &written->items[sched_at];
     weft_diag *g = diag_add(dg, DIAG_ERROR, d->loc, "schedule %s orders the stages of a pipeline, and mesh %s has no "
@@ -207,6 +231,7 @@ const char *search_fixed_kept(arena *a, const search_fixed *f) {
   if (f->tp_written)
     t = arena_printf(a, "%s%sthe tensor-parallel layout of %d operator%s (tp = %d)", t, *t ? ", " : "", f->tp_written,
                      f->tp_written == 1 ? "" : "s", f->tp_parts);
+  if (f->nstages) t = arena_printf(a, "%s%s%d stage%s", t, *t ? ", " : "", f->nstages, f->nstages == 1 ? "" : "s");
   if (f->schedule >= 0) t = arena_printf(a, "%s%sschedule %s", t, *t ? ", " : "", sched_kind_names[f->schedule]);
   if (f->recompute >= 0) t = arena_printf(a, "%s%srecompute %s", t, *t ? ", " : "", rc_names[f->recompute]);
   if (f->zero >= 0) t = arena_printf(a, "%s%sshard %s", t, *t ? ", " : "", zero_names[f->zero]);
@@ -217,8 +242,9 @@ const char *search_fixed_kept(arena *a, const search_fixed *f) {
 
 const char *search_fixed_open(arena *a, const search_fixed *f) {
   const char *splits = f->tp_written ? "the splits of the other operators" : "the splits";
-  const char *t = f->mesh >= 0 ? arena_printf(a, "%s, stages and placement on mesh %s", splits, f->mesh_name)
-                                : arena_printf(a, "the mesh, %s, stages and placement", splits);
+  const char *stages = f->nstages ? "" : "stages and ";
+  const char *t = f->mesh >= 0 ? arena_printf(a, "%s, %splacement on mesh %s", splits, stages, f->mesh_name)
+                                : arena_printf(a, "the mesh, %s, %splacement", splits, stages);
   if (f->micro_batches < 0) t = arena_printf(a, "%s, micro-batches", t);
   if (f->schedule < 0) t = arena_printf(a, "%s, schedule", t);
   if (f->recompute < 0) t = arena_printf(a, "%s, recompute", t);
@@ -276,5 +302,57 @@ bool search_fixed_want(arena *a, sshape *s, const search_fixed *f, weft_diags *d
   /* every block as the first */
   for (int l = 1; l < s->layers; l++)
     for (int k = 0; k < s->block_ops; k++) s->want[s->block_start[l] + k] = s->want[s->block_start[0] + k];
+  return true;
+}
+
+bool search_fixed_layers(arena *a, const sshape *s, const search_fixed *f, weft_diags *dg, int **layers) {
+  const weft_graph *g = s->g;
+  int *out = arena_alloc(a, sizeof(int) * (size_t)f->nstages);
+  int next = 0;  /* the first operator the next stage must hold */
+  for (int k = 0; k < f->nstages; k++) {
+    const decision *d = &f->written->items[f->stages[k]];
+    /* a run of the operators' order, from where the last one ended */
+    int lo = g->nops, hi = -1;
+    for (int q = 0; q < d->ops.n; q++) {
+      if (d->ops.ops[q] < lo) lo = d->ops.ops[q];
+      if (d->ops.ops[q] > hi) hi = d->ops.ops[q];
+    }
+    bool run = d->ops.n == hi - lo + 1 && lo == next;
+    bool last = k == f->nstages - 1;
+    if (run && last && hi != g->nops - 1) {
+      weft_diag *e = diag_add(dg, DIAG_ERROR, d->loc, "the stages written beside `search` end before %s, which no "
+                              "stage holds", g->ops[hi + 1].name);
+      diag_hint(e, dg, "let the last stage hold the rest of the model");
+      return false;
+    }
+    /* whole blocks, the head in the first stage and the tail in the last */
+    int l0 = 0, l1 = 0;
+    if (run && s->layers > 0) {
+      while (l0 < s->layers && s->block_start[l0] < lo) l0++;
+      l1 = l0;
+      while (l1 < s->layers && s->block_start[l1] + s->block_ops - 1 <= hi) l1++;
+      bool starts = k == 0 ? lo == 0 : l0 < s->layers && s->block_start[l0] == lo;
+      int end = l1 == s->layers ? s->tail_start - 1 : s->block_start[l1] - 1;
+      bool ends = last ? hi == g->nops - 1 : hi == end && l1 < s->layers;
+      run = starts && ends && (k == 0 || lo >= s->head_end) && (last || hi < s->tail_start);
+    } else if (run) {
+      /* a model without blocks: one stage */
+      run = f->nstages == 1;
+    }
+    if (!run) {
+      weft_diag *e = diag_add(dg, DIAG_ERROR, d->loc, "stage %s is not %s", d->name,
+                              s->layers > 0 ? arena_printf(a, "a run of whole %s blocks following the stage before "
+                                                              "it (the first stage holds what comes before the blocks, "
+                                                              "the last what comes after)", s->block_name)
+                                            : "the whole model (its operators have no repeated blocks to stage)");
+      diag_hint(e, dg, "beside `search` the written stages cut the model at block boundaries, in order: "
+                "stage a = {%s..., %s[0..K]}, stage b = ...", s->layers > 0 ? g->ops[0].name : "...",
+                s->layers > 0 ? s->block_name : "h");
+      return false;
+    }
+    out[k] = s->layers > 0 ? l1 - l0 : 0;
+    next = hi + 1;
+  }
+  *layers = out;
   return true;
 }

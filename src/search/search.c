@@ -183,6 +183,8 @@ typedef struct space {
   double param_b, grad_b, state_b; /* per parameter element; state_b: optimizer state and master weights */
   bool uneven;            /* stages may hold different numbers of blocks */
   bool rc_ok[3];          /* the recomputations a stage may take (none, selective, full) */
+  const int *fixed_layers; /* the blocks of each stage a plan writes, or NULL */
+  int nfixed;             /* their count: the pipeline's pp x interleave */
 } space;
 
 /* The time of a collective of kind over n devices spaced `stride` apart. */
@@ -327,10 +329,14 @@ static bool cost_candidate(const space *sp, const parts *pt, search_plan *c, are
   double *time = arena_alloc(a, sizeof(double) * (size_t)chunks);
   for (int k = 0; k < chunks; k++) rk[k] = rcs[0];
   double mem_max = 0;
+  if (sp->fixed_layers && chunks != sp->nfixed) return false;
   if (L == 0) {
     if (chunks != 1) return false;
     layers[0] = 0;
     time[0] = th[rk[0]];
+  } else if (sp->fixed_layers) {
+    /* the stages the plan writes */
+    for (int k = 0; k < chunks; k++) layers[k] = sp->fixed_layers[k];
   } else if (v > 1 || !sp->uneven) {
     if (L % chunks) return false;
     for (int k = 0; k < chunks; k++) layers[k] = L / chunks;
@@ -975,6 +981,21 @@ static void fix_space(const search_fixed *f, const sshape *s, arena *a, search_s
     spc->ep = one_value(a, f->ep);
     spc->nonuniform = false;
   }
+  if (f->nstages) {
+    /* written stages: pp x interleave of them, on one mesh shape */
+    search_values pp = values_new(a, spc->pp.n + 1), il = values_new(a, spc->pp.n + 1);
+    for (int i = 0; i < spc->pp.n; i++) {
+      int x = spc->pp.v[i];
+      if (x < 1 || f->nstages % x || (f->mesh >= 0 && x != f->pp)) continue;
+      pp.v[pp.n++] = x;
+      bool seen = false;
+      for (int q = 0; q < il.n; q++) seen |= il.v[q] == f->nstages / x;
+      if (!seen) il.v[il.n++] = f->nstages / x;
+    }
+    spc->pp = pp;
+    spc->interleave = il;
+    spc->nonuniform = false;
+  }
   if (f->tp_parts) {
     /* a written tensor-parallel layout: on one mesh shape, without cp or ep */
     spc->tp = one_value(a, f->tp_parts);
@@ -1048,7 +1069,14 @@ bool search_run(const weft_graph *g, const weft_cluster *cl, const search_opts *
   if (o->fixed && o->fixed->tp_written && !search_fixed_want(a, &s, o->fixed, dg)) return false;
   out->layers = s.layers;
   out->block = s.block_name;
-  space sp = {&s, &hw, o->symbolic, cl->ndevices, hw.devices_per_node, o->max_memory, 0, 0, 0, true, {false, false, false}};
+  space sp = {&s, &hw, o->symbolic, cl->ndevices, hw.devices_per_node, o->max_memory, 0, 0, 0, true, {false, false, false},
+              NULL, 0};
+  if (o->fixed && o->fixed->nstages) {
+    int *fl;
+    if (!search_fixed_layers(a, &s, o->fixed, dg, &fl)) return false;
+    sp.fixed_layers = fl;
+    sp.nfixed = o->fixed->nstages;
+  }
   if (sp.max_memory <= 0) sp.max_memory = (double)cl->device_memory;
   bytes_per_elem(g, &sp.param_b, &sp.grad_b, &sp.state_b);
   int N = cl->ndevices, dpn = hw.devices_per_node;

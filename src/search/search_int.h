@@ -165,6 +165,11 @@ bool idim_is(const opspace *sp, int c, const char *dim);
  * does not split). */
 bool search_fixed_want(arena *a, sshape *s, const search_fixed *f, weft_diags *dg);
 
+/* The blocks of each of the nstages stages a plan writes beside `search`,
+ * in layers[0..nstages); false after diagnostics in dg (a stage that is
+ * not a run of whole blocks in order, the head outside the first). */
+bool search_fixed_layers(arena *a, const sshape *s, const search_fixed *f, weft_diags *dg, int **layers);
+
 /* Whether the experts split into ep equal parts (ep 1: always). */
 bool ep_divides(const sshape *s, int ep);
 
