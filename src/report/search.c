@@ -224,6 +224,35 @@ static void json_plan(json *j, const search_plan *p, const weft_graph *g, const 
 }
 
 
+/* What --json says of a search beside its plans: the simulations, the
+ * analytic cost's agreement with them (null for the policies' plans, which
+ * have none), the plan picked, the counts and times, the heuristics. */
+static void json_summary(json *j, weft_ctx *c, const weft_opts *o, const search_result *r, agreement ag,
+                         bool policies, int pick) {
+  json_simulated(j, c, r);
+  json_key(j, "analytic");
+  if (policies) json_null(j);
+  else {
+    json_obj(j);
+    json_key(j, "pairs_ordered_alike"), json_num(j, ag.pairs);
+    json_key(j, "median_relative_error"), json_num(j, ag.median);
+    json_key(j, "max_relative_error"), json_num(j, ag.worst);
+    json_end_obj(j);
+  }
+  json_key(j, "best"), json_int(j, pick);
+  json_key(j, "searched"), json_int(j, r->searched);
+  json_key(j, "pruned"), json_int(j, r->pruned);
+  json_key(j, "search_s"), json_num(j, r->search_s);
+  json_key(j, "simulate_s"), json_num(j, r->simulate_s);
+  json_key(j, "layers"), json_int(j, r->layers);
+  json_key(j, "heuristics");
+  json_arr(j);
+  for (int i = 0; i < o->nheuristics; i++) json_str(j, o->heuristics[i]);
+  json_end_arr(j);
+  json_key(j, "ranked"), json_bool(j, r->ranked);
+  json_key(j, "policies"), json_bool(j, policies);
+}
+
 /* ---- plans with open decisions ------------------------------------------------ */
 
 /* A span of source as text (several lines). */
@@ -727,24 +756,7 @@ static int search_statement(weft_ctx *c, const weft_opts *o, const weft_item *pl
                 arena_printf(&c->arena, "%s\nuse \"%s\"\n\n%s\n", hdr, use,
                              with_searched(c, o, plan, src.search_loc, &r.plans[i], g, hf)));
     json_end_arr(&j);
-    json_simulated(&j, c, &r);
-    json_key(&j, "analytic");
-    json_obj(&j);
-    json_key(&j, "pairs_ordered_alike"), json_num(&j, ag.pairs);
-    json_key(&j, "median_relative_error"), json_num(&j, ag.median);
-    json_key(&j, "max_relative_error"), json_num(&j, ag.worst);
-    json_end_obj(&j);
-    json_key(&j, "best"), json_int(&j, pick);
-    json_key(&j, "searched"), json_int(&j, r.searched);
-    json_key(&j, "pruned"), json_int(&j, r.pruned);
-    json_key(&j, "search_s"), json_num(&j, r.search_s);
-    json_key(&j, "simulate_s"), json_num(&j, r.simulate_s);
-    json_key(&j, "layers"), json_int(&j, r.layers);
-    json_key(&j, "heuristics");
-    json_arr(&j);
-    json_end_arr(&j);
-    json_key(&j, "ranked"), json_bool(&j, false);
-    json_key(&j, "policies"), json_bool(&j, false);
+    json_summary(&j, c, o, &r, ag, false, pick);
     json_key(&j, "written"), json_str(&j, search_fixed_kept(&c->arena, &fx));
     if (hf) {
       json_key(&j, "fills");
@@ -1077,28 +1089,7 @@ int report_search(const weft_opts *o) {
       free(buf);
     }
     json_end_arr(&j);
-    json_simulated(&j, c, &r);
-    json_key(&j, "analytic");
-    if (policies) json_null(&j);  /* the policies' plans have no analytic cost */
-    else {
-      json_obj(&j);
-      json_key(&j, "pairs_ordered_alike"), json_num(&j, ag.pairs);
-      json_key(&j, "median_relative_error"), json_num(&j, ag.median);
-      json_key(&j, "max_relative_error"), json_num(&j, ag.worst);
-      json_end_obj(&j);
-    }
-    json_key(&j, "best"), json_int(&j, pick);
-    json_key(&j, "searched"), json_int(&j, r.searched);
-    json_key(&j, "pruned"), json_int(&j, r.pruned);
-    json_key(&j, "search_s"), json_num(&j, r.search_s);
-    json_key(&j, "simulate_s"), json_num(&j, r.simulate_s);
-    json_key(&j, "layers"), json_int(&j, r.layers);
-    json_key(&j, "heuristics");
-    json_arr(&j);
-    for (int i = 0; i < o->nheuristics; i++) json_str(&j, o->heuristics[i]);
-    json_end_arr(&j);
-    json_key(&j, "ranked"), json_bool(&j, r.ranked);
-    json_key(&j, "policies"), json_bool(&j, policies);
+    json_summary(&j, c, o, &r, ag, policies, pick);
     json_end_obj(&j);
     printf("\n");
   }

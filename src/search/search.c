@@ -279,6 +279,42 @@ static double stage_inflight(const search_plan *c, int pos) {
  * allows: the blocks are dealt with, for each stage, the recomputation
  * that lets it hold the most, then each takes the fastest that fits what
  * it holds (false when they all take the same: a uniform candidate). */
+/* What bounds the blocks of a stage of a pipeline on one mesh shape: per
+ * recomputation, the time and activations per micro-batch of a block, the
+ * head and the tail; the weights' bytes of each; a send between stages. */
+typedef struct bound_in {
+  const space *sp;
+  const parts *pt;
+  const search_plan *c;
+  const int *rcs;
+  int nrc;
+  const double *tb, *th, *tt, *ab, *ah, *at;
+  double wb, wh, wt, p2p;
+} bound_in;
+
+/* The most blocks stage k holds under step time T and in memory, over the
+ * recomputations it may take (that one in *rk; -1 none). strict: none
+ * when the stage's head, tail and sends alone take longer than T. */
+static int stage_bound(const bound_in *b, int k, double T, bool strict, int *rk) {
+  const search_plan *c = b->c;
+  int pp = c->pp, m = c->micro_batches, L = b->sp->s->layers, best = -1;
+  double inflight = c->schedule == SCHED_GPIPE ? m : (m < pp - k ? m : pp - k);
+  for (int q = 0; q < b->nrc; q++) {
+    int r = b->rcs[q];
+    double extra = (k == 0 ? b->th[r] : 0) + (k == pp - 1 ? b->tt[r] : 0) + (pp > 1 ? b->p2p : 0);
+    int bytime = b->tb[r] > 0 ? (int)floor((T - extra) / b->tb[r] + (strict ? 0 : 1e-9)) : L;
+    if (strict && T < extra) bytime = -1;
+    double fixed = (k == 0 ? b->wh + b->ah[r] * inflight : 0) + (k == pp - 1 ? b->wt + b->at[r] * inflight : 0) +
+                   stage_peak(b->pt, k, pp - 1, true, r);
+    double per = b->wb + b->ab[r] * inflight;
+    int bymem = b->sp->max_memory > 0 ? (int)floor((b->sp->max_memory - fixed) / per) : L;
+    int n = bytime < bymem ? bytime : bymem;
+    if (n > L) n = L;
+    if (n > best) best = n, *rk = r;
+  }
+  return best;
+}
+
 static bool cost_candidate(const space *sp, const parts *pt, search_plan *c, arena *a, bool mixed) {
   const sshape *s = sp->s;
   int pp = c->pp, m = c->micro_batches, v = c->interleave, L = s->layers;
@@ -343,6 +379,7 @@ static bool cost_candidate(const space *sp, const parts *pt, search_plan *c, are
   } else {
     /* the fewest layers per stage that keep every stage under a step time
      * T and in memory; T found by bisection */
+    bound_in sb = {sp, pt, c, rcs, nrc, tb, th, tt, ab, ah, at, wb, wh, wt, p2p};
     double lo = 0, hi = 0;
     for (int q = 0; q < nrc; q++) {
       int r = rcs[q];
@@ -354,21 +391,8 @@ static bool cost_candidate(const space *sp, const parts *pt, search_plan *c, are
       double mid = (lo + hi) / 2;
       int total = 0;
       for (int k = 0; k < pp; k++) {
-        double inflight = c->schedule == SCHED_GPIPE ? m : (m < pp - k ? m : pp - k);
-        cap[k] = -1;
-        for (int q = 0; q < nrc; q++) {
-          int r = rcs[q];
-          double extra = (k == 0 ? th[r] : 0) + (k == pp - 1 ? tt[r] : 0) + (pp > 1 ? p2p : 0);
-          int bytime = tb[r] > 0 ? (int)floor((mid - extra) / tb[r]) : L;
-          if (mid < extra) bytime = -1;
-          double fixed = (k == 0 ? wh + ah[r] * inflight : 0) + (k == pp - 1 ? wt + at[r] * inflight : 0) +
-                         stage_peak(pt, k, pp - 1, true, r);
-          double per = wb + ab[r] * inflight;
-          int bymem = sp->max_memory > 0 ? (int)floor((sp->max_memory - fixed) / per) : L;
-          int n = bytime < bymem ? bytime : bymem;
-          if (n > L) n = L;
-          if (n > cap[k]) cap[k] = n;
-        }
+        int r;
+        cap[k] = stage_bound(&sb, k, mid, true, &r);
         /* a stage between the first and the last needs a block to hold */
         if (cap[k] < 1 && k > 0 && k < pp - 1) cap[k] = -1;
         if (cap[k] < 0) { total = -1; break; }
@@ -380,20 +404,7 @@ static bool cost_candidate(const space *sp, const parts *pt, search_plan *c, are
     /* the layers: each stage's bound at hi, trimmed to L from the slowest */
     int total = 0;
     for (int k = 0; k < pp; k++) {
-      double inflight = c->schedule == SCHED_GPIPE ? m : (m < pp - k ? m : pp - k);
-      layers[k] = -1;
-      for (int q = 0; q < nrc; q++) {
-        int r = rcs[q];
-        double extra = (k == 0 ? th[r] : 0) + (k == pp - 1 ? tt[r] : 0) + (pp > 1 ? p2p : 0);
-        int bytime = tb[r] > 0 ? (int)floor((hi - extra) / tb[r] + 1e-9) : L;
-        double fixed = (k == 0 ? wh + ah[r] * inflight : 0) + (k == pp - 1 ? wt + at[r] * inflight : 0) +
-                       stage_peak(pt, k, pp - 1, true, r);
-        double per = wb + ab[r] * inflight;
-        int bymem = sp->max_memory > 0 ? (int)floor((sp->max_memory - fixed) / per) : L;
-        int n = bytime < bymem ? bytime : bymem;
-        if (n > L) n = L;
-        if (n > layers[k]) layers[k] = n, rk[k] = r;
-      }
+      layers[k] = stage_bound(&sb, k, hi, false, &rk[k]);
       if (layers[k] < 0) return false;
       total += layers[k];
     }
