@@ -137,6 +137,31 @@ else
   echo "search: small MoE on cpus(4), ep 2: $(tail -1 "$tmp/moe.out")"; pass=$((pass + 1))
 fi
 
+# Two searches of one model on one cluster, each with its heuristics
+# (space-separated files, or none): the first written to $tmp/PREFIX.plan
+# and checked and estimated again; the JSON of each in $tmp/PREFIX.json,
+# $tmp/PREFIX_other.json and $tmp/PREFIX_est.json. Fails, saying why, at
+# the first step that does.
+two_searches() {
+  what=$1 prefix=$2 model=$3 cluster=$4 first=$5 other=$6
+  h1=; for h in $first; do h1="$h1 --heuristic $h"; done
+  h2=; for h in $other; do h2="$h2 --heuristic $h"; done
+  # shellcheck disable=SC2086
+  if ! "$WEFT" search "$model" --cluster "$cluster" $h1 --json -o "$tmp/$prefix.plan" >"$tmp/$prefix.json" 2>"$tmp/err"; then
+    echo "FAIL: $what: weft search"
+  elif ! "$WEFT" search "$model" --cluster "$cluster" $h2 --json >"$tmp/${prefix}_other.json" 2>"$tmp/err"; then
+    echo "FAIL: $what: weft search of the other space"
+  elif ! "$WEFT" check "$tmp/$prefix.plan" >/dev/null 2>"$tmp/err"; then
+    echo "FAIL: $what: weft check of the searched plan"
+  elif ! "$WEFT" estimate "$tmp/$prefix.plan" --json >"$tmp/${prefix}_est.json" 2>"$tmp/err"; then
+    echo "FAIL: $what: weft estimate of the searched plan"
+  else
+    return 0
+  fi
+  cat "$tmp/err"
+  return 1
+}
+
 # A pipeline whose stages have meshes of different shapes: a Llama with a
 # large vocabulary on two DGX A100 nodes, the space narrowed to two stages
 # without ZeRO. The first stage, three blocks, takes tp 8 on its node, the
@@ -149,17 +174,8 @@ model g = llama(layers = 4, hidden = 1024, heads = 16, kv_heads = 8, ffn = 2816,
 EOF2
 printf 'return {\n  space = function(s, model, cluster)\n    s.pp = {2}\n    s.zero = {0}\n  end,\n}\n' >"$tmp/pp2.lua"
 printf 'return {\n  space = function(s, model, cluster)\n    s.nonuniform = false\n  end,\n}\n' >"$tmp/uniform.lua"
-if ! "$WEFT" search "$tmp/nu.plan" --cluster 'a100_dgx(nodes = 2)' --heuristic "$tmp/pp2.lua" --json -o "$tmp/nu_s.plan" \
-     >"$tmp/nu.json" 2>"$tmp/err"; then
-  echo "FAIL: stages of different meshes: weft search"; cat "$tmp/err"; fail=$((fail + 1))
-elif ! "$WEFT" search "$tmp/nu.plan" --cluster 'a100_dgx(nodes = 2)' --heuristic "$tmp/pp2.lua" --heuristic "$tmp/uniform.lua" \
-     --json >"$tmp/u.json" 2>"$tmp/err"; then
-  echo "FAIL: stages of one mesh: weft search"; cat "$tmp/err"; fail=$((fail + 1))
-elif ! "$WEFT" check "$tmp/nu_s.plan" >/dev/null 2>"$tmp/err"; then
-  echo "FAIL: stages of different meshes: weft check of the searched plan"; cat "$tmp/err"; fail=$((fail + 1))
-elif ! "$WEFT" estimate "$tmp/nu_s.plan" --json >"$tmp/nu_est.json" 2>"$tmp/err"; then
-  echo "FAIL: stages of different meshes: weft estimate of the searched plan"; cat "$tmp/err"; fail=$((fail + 1))
-elif python3 - "$tmp/nu.json" "$tmp/u.json" "$tmp/nu_est.json" <<'PY'
+if two_searches "stages of different meshes" nu_s "$tmp/nu.plan" 'a100_dgx(nodes = 2)' "$tmp/pp2.lua" \
+     "$tmp/pp2.lua $tmp/uniform.lua" && python3 - "$tmp/nu_s.json" "$tmp/nu_s_other.json" "$tmp/nu_s_est.json" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1])); u = json.load(open(sys.argv[2])); e = json.load(open(sys.argv[3]))
 p = s["plans"][s["best"]]; q = u["plans"][u["best"]]
@@ -179,15 +195,8 @@ then pass=$((pass + 1)); else fail=$((fail + 1)); fi
 # first stage on one; weft check accepts it, weft estimate puts it at the
 # search's figure, and it is faster than the best plan whose stages share
 # one mesh shape (nonuniform = false).
-if ! "$WEFT" search "$tmp/nu.plan" --cluster 'a100_dgx(nodes = 3)' --json -o "$tmp/sz.plan" >"$tmp/sz.json" 2>"$tmp/err"; then
-  echo "FAIL: stages of different sizes: weft search"; cat "$tmp/err"; fail=$((fail + 1))
-elif ! "$WEFT" search "$tmp/nu.plan" --cluster 'a100_dgx(nodes = 3)' --heuristic "$tmp/uniform.lua" --json >"$tmp/szu.json" 2>"$tmp/err"; then
-  echo "FAIL: stages of one mesh shape on three nodes: weft search"; cat "$tmp/err"; fail=$((fail + 1))
-elif ! "$WEFT" check "$tmp/sz.plan" >/dev/null 2>"$tmp/err"; then
-  echo "FAIL: stages of different sizes: weft check of the searched plan"; cat "$tmp/err"; fail=$((fail + 1))
-elif ! "$WEFT" estimate "$tmp/sz.plan" --json >"$tmp/sz_est.json" 2>"$tmp/err"; then
-  echo "FAIL: stages of different sizes: weft estimate of the searched plan"; cat "$tmp/err"; fail=$((fail + 1))
-elif python3 - "$tmp/sz.json" "$tmp/szu.json" "$tmp/sz_est.json" <<'PY'
+if two_searches "stages of different sizes" sz "$tmp/nu.plan" 'a100_dgx(nodes = 3)' "" "$tmp/uniform.lua" &&
+   python3 - "$tmp/sz.json" "$tmp/sz_other.json" "$tmp/sz_est.json" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1])); u = json.load(open(sys.argv[2])); e = json.load(open(sys.argv[3]))
 p = s["plans"][s["best"]]; q = u["plans"][u["best"]]
@@ -219,17 +228,8 @@ return {
   end,
 }
 EOF2
-if ! "$WEFT" search "$tmp/deep.plan" --cluster 'a100_dgx(nodes = 3)' --heuristic "$tmp/pp3.lua" --json -o "$tmp/deep_s.plan" \
-     >"$tmp/deep.json" 2>"$tmp/err"; then
-  echo "FAIL: three stages of different sizes: weft search"; cat "$tmp/err"; fail=$((fail + 1))
-elif ! "$WEFT" search "$tmp/deep.plan" --cluster 'a100_dgx(nodes = 3)' --heuristic "$tmp/pp3.lua" --heuristic "$tmp/equal.lua" \
-     --json >"$tmp/deq.json" 2>"$tmp/err"; then
-  echo "FAIL: three stages of one size: weft search"; cat "$tmp/err"; fail=$((fail + 1))
-elif ! "$WEFT" check "$tmp/deep_s.plan" >/dev/null 2>"$tmp/err"; then
-  echo "FAIL: three stages of different sizes: weft check of the searched plan"; cat "$tmp/err"; fail=$((fail + 1))
-elif ! "$WEFT" estimate "$tmp/deep_s.plan" --json >"$tmp/deep_est.json" 2>"$tmp/err"; then
-  echo "FAIL: three stages of different sizes: weft estimate of the searched plan"; cat "$tmp/err"; fail=$((fail + 1))
-elif python3 - "$tmp/deep.json" "$tmp/deq.json" "$tmp/deep_est.json" <<'PY'
+if two_searches "three stages of different sizes" deep_s "$tmp/deep.plan" 'a100_dgx(nodes = 3)' "$tmp/pp3.lua" \
+     "$tmp/pp3.lua $tmp/equal.lua" && python3 - "$tmp/deep_s.json" "$tmp/deep_s_other.json" "$tmp/deep_s_est.json" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1])); u = json.load(open(sys.argv[2])); e = json.load(open(sys.argv[3]))
 p = s["plans"][s["best"]]; q = u["plans"][u["best"]]
