@@ -125,6 +125,17 @@ DEV float fexp(float x) { return __expf(x); }
 /* x (+)= v, rounded once into the storage type. */
 template <class T> DEV void put(T *x, float v, bool acc) { *x = from_f<T>(acc ? to_f(*x) + v : v); }
 
+/* GELU with the tanh approximation (GPT-2's gelu_new) and its derivative:
+ * the GELU kernels' and the emulation's of cuBLASLt's GELU epilogues. */
+#define GELU_C 0.7978845608028654f /* sqrt(2 / pi) */
+#define GELU_A 0.044715f
+DEV float gelu_f(float v) { return 0.5f * v * (1.0f + tanhf(GELU_C * (v + GELU_A * v * v * v))); }
+DEV float gelu_grad_f(float v) {
+  float t = tanhf(GELU_C * (v + GELU_A * v * v * v));
+  float du = GELU_C * (1.0f + 3.0f * GELU_A * v * v);
+  return 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du;
+}
+
 /* Runs body with T the storage type of dt (f32, bf16 or f16). */
 #define DISPATCH(dt, T, ...)                                                                   \
   do {                                                                                         \

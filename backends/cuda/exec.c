@@ -62,6 +62,8 @@ typedef struct pcall {
   caddr keep, fwd_out;    /* what the forward keeps for its backward (ccall.keep, fwd_out) */
   int slot;               /* the loss share it writes, -1 */
   int dev;                /* its device: the gemm workspace is in its pool */
+  int ins;                /* its instruction in dev's program */
+  caddr epi;              /* fused with the next call (fuse_calls): ccall.epi_ptr */
 } pcall;
 
 typedef struct pstep {
@@ -246,6 +248,7 @@ struct backend_run {
   /* the steps of a stream that run back to back as one launch (pgroup);
    * WEFT_CUDA_FUSED_STEP=0: one launch per tensor */
   bool fused;
+  bool fuse_calls;        /* WEFT_CUDA_FUSE: a linear and its GELU as one product (fuse_calls) */
   gpu_mstep *mtab;        /* device: the plans' tables */
   double *mparts;         /* device: their scratch */
 };
@@ -404,7 +407,7 @@ static int64_t prep_compute(crun *r, int dev, int i, int64_t base, bool build) {
   c->g = r->g, c->op = op, c->k = k, c->backward = in->dir == DIR_BACKWARD, c->part = in->part;
   c->dt = ckernel_dtype(r->g, op), c->nin = o->ninputs, c->deterministic = r->o.deterministic;
   for (int a = 0; a < CX_MAX_INPUTS; a++) pc.in[a] = pc.din[a] = NOWHERE;
-  pc.out = pc.dy = pc.stats = pc.ws = pc.keep = pc.fwd_out = NOWHERE;
+  pc.out = pc.dy = pc.stats = pc.ws = pc.keep = pc.fwd_out = pc.epi = NOWHERE;
   int nref = in->nin;
   if (in->part == LP_COMBINE && nref > 0) {
     const lref *ref = &in->in[--nref];
@@ -491,7 +494,7 @@ static int64_t prep_compute(crun *r, int dev, int i, int64_t base, bool build) {
   size_t ws = ccall_ws(c);
   if (ws) pc.ws = take_scratch(&sc, (int64_t)ws);
   pc.slot = r->dev[dev].slot ? r->dev[dev].slot[i] : -1;
-  pc.dev = dev;
+  pc.dev = dev, pc.ins = i;
   const ckeep *kp = r->keep && r->keep[dev] ? &r->keep[dev][i] : NULL;
   if (build && kp && kp->pair >= 0 && r->P->s.keep_off && r->P->s.keep_off[dev][i] >= 0) {
     pc.keep = (caddr){dev, r->P->s.keep_off[dev][i]};
@@ -1922,6 +1925,148 @@ static bool prepare(crun *r) {
   return !r->pfail;
 }
 
+/* ---- calls fused ------------------------------------------------------------------------------ */
+
+/* The buffer of the result (arg -1) or input arg among refs, -1 none. */
+static int ref_buf(const lref *refs, int n, int arg) {
+  for (int j = 0; j < n; j++)
+    if (refs[j].arg == arg) return refs[j].buf;
+  return -1;
+}
+
+static bool same_addr(caddr a, caddr b) { return a.dev == b.dev && a.off == b.off; }
+
+/* Whether call pc is given buffer buf itself (direct) at p. */
+static bool direct_at(const crun *r, const pcall *pc, caddr p, int buf) {
+  return buf >= 0 && p.dev >= 0 && same_addr(p, buf_addr(r, pc->dev, buf));
+}
+
+/* Whether bytes [p, p + n) of a pool meet anything call pc reads or
+ * writes; late: but what it is done with before its last product (a
+ * linear's backward fused: its input x, its scratch) and its din[0]. */
+static bool call_meets(const pcall *pc, caddr p, int64_t n, bool late) {
+  const ccall *c = &pc->c;
+  caddr at[2 * CX_MAX_INPUTS + 3];
+  int64_t len[2 * CX_MAX_INPUTS + 3];
+  int k = 0;
+  for (int a = 0; a < c->nin; a++) {
+    int64_t e = c->inr[a] ? cx_numel(c->inr[a]) : 0;
+    at[k] = a == 0 && late ? NOWHERE : pc->in[a];
+    len[k++] = e * (ckernel_ids(c->k, a) ? 4 : gpu_dtype_size(c->dt));
+    at[k] = a == 0 && late ? NOWHERE : pc->din[a];
+    len[k++] = e * (c->f32din >> a & 1u ? 4 : gpu_dtype_size(c->dt));
+  }
+  at[k] = pc->out, len[k++] = c->outr ? cx_numel(c->outr) * gpu_dtype_size(c->dt) : 0;
+  at[k] = pc->dy, len[k++] = c->dyr ? cx_numel(c->dyr) * gpu_dtype_size(c->dt) : 0;
+  at[k] = late ? NOWHERE : pc->ws, len[k++] = (int64_t)ccall_ws(c);
+  for (int j = 0; j < k; j++)
+    if (at[j].dev == p.dev && at[j].dev >= 0 && len[j] > 0 && at[j].off < p.off + n && p.off < at[j].off + len[j]) {
+      return true;
+    }
+  return false;
+}
+
+/* Whether buffer buf of dev's program is read or written by any
+ * instruction but ins_w (its writer) and ins_r (its reader). */
+static bool used_elsewhere(const crun *r, int dev, int buf, int ins_w, int ins_r) {
+  const lprog *pg = &r->pr->progs[dev];
+  for (int i = 0; i < pg->n; i++) {
+    const lins *in = &pg->ins[i];
+    if (i == ins_w || i == ins_r || in->kind == LI_ALLOC || in->kind == LI_FREE) continue;
+    for (int j = 0; j < in->nin; j++)
+      if (in->in[j].buf == buf) return true;
+    for (int j = 0; j < in->nout; j++)
+      if (in->out[j].buf == buf) return true;
+  }
+  return false;
+}
+
+/* Two calls enqueued back to back on one stream that one product does
+ * (ccall_fusion): a linear then the GELU of its result, forward, and
+ * their backward. The second's action goes (A_NONE); the first writes
+ * what the second wrote, with nothing in between on the stream (no other
+ * action, record or wait), on buffers given as they are. Forward, neither
+ * accumulates, and the linear's result is still written (cuBLASLt's aux),
+ * as the GELU's backward reads it. Backward, the gradient of the GELU's
+ * result is not written, so nothing else may read or write it; the
+ * gradient of its input is written, not added to: it is not accumulated,
+ * or it was just cleared (the clearing between the two calls, which then
+ * goes). What the fused product writes must not meet what the linear's
+ * call reads or writes: its memory could have been another buffer's until
+ * the GELU (backward, the linear's input x often: the product that writes
+ * it runs after those that read x, see linear_backward). */
+static void fuse_calls(crun *r) {
+  enum { RECORDED = 1, WAITED = 2 };
+  cplan *P = r->P;
+  int nd = r->pr->nprogs;
+  /* per device: its stream's last two actions, and the records and waits
+   * between them (gap0) and since the last (gap) */
+  int *last = cx_alloc(sizeof(int) * (size_t)(4 * nd + 1)), *before = last + nd, *gap = last + 2 * nd;
+  int *gap0 = last + 3 * nd;
+  for (int d = 0; d < nd; d++) last[d] = before[d] = -1, gap[d] = gap0[d] = 0;
+  for (int k = 0; k < P->s.nops; k++) {
+    const sop *so = &P->s.ops[k];
+    int d = op_dev(r, so);
+    if (!here(r, d)) continue;
+    if (so->kind == SO_RECORD) gap[d] |= RECORDED;
+    if (so->kind == SO_WAIT) gap[d] |= WAITED;
+    for (int j = 0; j < P->count[k]; j++) {
+      int ai = P->first[k] + j, prev = last[d], zero = -1, sync = gap[d];
+      cact *b = &P->acts[ai];
+      if (prev >= 0 && P->acts[prev].kind == A_ZERO) zero = prev, prev = before[d], sync |= gap0[d];
+      before[d] = last[d], last[d] = ai, gap0[d] = gap[d], gap[d] = 0;
+      if (prev < 0 || b->kind != A_CALL || P->acts[prev].kind != A_CALL || sync == (RECORDED | WAITED)) continue;
+      pcall *pa = &P->calls[P->acts[prev].idx], *pb = &P->calls[b->idx];
+      if (pa->dev != pb->dev) continue;
+      int epi = ccall_fusion(&pa->c, &pb->c);
+      if (epi == GPU_EPI_NONE || (zero >= 0 && epi != GPU_EPI_DGELU)) continue;
+      const lprog *pg = &r->pr->progs[pa->dev];
+      const lins *ia = &pg->ins[pa->ins], *ib = &pg->ins[pb->ins];
+      caddr dst;  /* what the fused product writes in place of the linear's */
+      int64_t bytes = cx_numel(pb->c.inr[0]) * gpu_dtype_size(pb->c.dt);
+      if (epi == GPU_EPI_GELU) {
+        int mid = ref_buf(ia->out, ia->nout, -1);
+        if (ia->accumulate || ib->accumulate || !direct_at(r, pa, pa->out, mid) || ref_buf(ib->in, ib->nin, 0) != mid ||
+            !same_addr(pb->in[0], pa->out) || !direct_at(r, pb, pb->out, ref_buf(ib->out, ib->nout, -1)))
+          continue;
+        dst = pb->out;
+      } else {
+        int mid = ref_buf(ia->out, ia->nout, 0), dx = ref_buf(ib->out, ib->nout, 0);
+        if (!direct_at(r, pa, pa->din[0], mid) || ref_buf(ib->in, ib->nin, -1) != mid ||
+            !same_addr(pb->dy, pa->din[0]) || !direct_at(r, pb, pb->in[0], ref_buf(ib->in, ib->nin, 0)) ||
+            !direct_at(r, pb, pb->din[0], dx) || used_elsewhere(r, pa->dev, mid, pa->ins, pb->ins))
+          continue;
+        dst = pb->din[0];
+        /* the GELU adds to its input's gradient: only to one just cleared */
+        const cact *z = zero >= 0 ? &P->acts[zero] : NULL;
+        if (ib->accumulate && !(z && same_addr(z->dst, dst) && z->bytes == bytes)) continue;
+        if (!ib->accumulate && z) continue;
+      }
+      if (call_meets(pa, dst, bytes, epi == GPU_EPI_DGELU)) continue;
+      pa->c.epi = epi;
+      if (epi == GPU_EPI_GELU) {
+        pa->epi = pb->out;
+      } else {
+        pa->epi = pb->in[0];
+        pa->din[0] = pb->din[0];
+      }
+      if (zero >= 0) P->acts[zero].kind = A_NONE;
+      if (sync & WAITED) {
+        /* the stream waited between them (memory another stream read, now
+         * the GELU's): the fused call runs in the GELU's place; it may pass
+         * a wait, not a record (what others wait for is done before it) */
+        b->idx = P->acts[prev].idx;
+        P->acts[prev].kind = A_NONE;
+      } else {
+        b->kind = A_NONE;
+        last[d] = prev;
+      }
+      before[d] = -1;
+    }
+  }
+  free(last);
+}
+
 /* ---- steps in groups ------------------------------------------------------------------------ */
 
 static int add_ment(cplan *P, pment m) {
@@ -2081,6 +2226,7 @@ static bool build_plan(crun *r, cplan *P, const csched_cb *cb, bool *const *tail
   r->pfail = false;
   if (!sched_build(&P->s, r->pr, cb, tail, e, sizeof e)) return failf(err, errlen, 1, "%s", r->pfail ? r->perr : e);
   if (!prepare(r)) return failf(err, errlen, 1, "%s", r->perr);
+  if (r->fuse_calls) fuse_calls(r);
   if (r->fused) fuse_steps(r);
   P->built = true;
   return true;
@@ -2130,6 +2276,7 @@ crun *crun_open(const weft_program *pr, weft_world *w, const backend_opts *o, ch
   r->P = &r->plan[0];
   r->sync_each = getenv("WEFT_CUDA_SYNC") && strcmp(getenv("WEFT_CUDA_SYNC"), "0") != 0;
   r->fused = !getenv("WEFT_CUDA_FUSED_STEP") || strcmp(getenv("WEFT_CUDA_FUSED_STEP"), "0") != 0;
+  r->fuse_calls = !getenv("WEFT_CUDA_FUSE") || strcmp(getenv("WEFT_CUDA_FUSE"), "0") != 0;
   const weft_graph *g = r->g;
   uint8_t *mask_bytes = NULL;
   if (!mp_begin(r, err, errlen)) goto fail;
@@ -2317,6 +2464,7 @@ static bool run_act(crun *r, const cact *a, gpu_stream *s, char *err, size_t err
     c.ws = addr(r, pc->ws);
     c.keep = addr(r, pc->keep);
     c.fwd_out = addr(r, pc->fwd_out);
+    c.epi_ptr = addr(r, pc->epi);
     c.slot = pc->slot >= 0 ? r->slots + pc->slot : NULL;
     c.gemm_ws = r->dev[pc->dev].pool + r->P->s.fixed[pc->dev];
     c.s = s;

@@ -131,6 +131,22 @@ bool gpu_gemm(gpu_stream *s, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
               const void *a, int64_t lda, int adt, const void *b, int64_t ldb, int bdt,
               void *c, int64_t ldc, int cdt, const void *bias, bool acc,
               void *ws, size_t ws_bytes, bool deterministic, char *err, size_t errlen);
+/* What a product's epilogue does after the bias (gpu_gemm_epi). */
+typedef enum {
+  GPU_EPI_NONE,
+  GPU_EPI_GELU,  /* C = gelu(P) and aux = P, P = op(A) op(B) + bias: a linear and the GELU after it */
+  GPU_EPI_DGELU, /* C = op(A) op(B) * gelu'(aux): the backward of both, aux the GELU's input */
+} gpu_epi;
+/* gpu_gemm with an epilogue (GELU with the tanh approximation), C and aux
+ * packed (ldc == n) of C's type, nothing accumulated. cuBLASLt fuses it
+ * when every operand's rows and pointers are 16-byte aligned and n is a
+ * multiple of 8; otherwise the product, then the GELU kernel. */
+bool gpu_gemm_epi(gpu_stream *s, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                  const void *a, int64_t lda, int adt, const void *b, int64_t ldb, int bdt,
+                  void *c, int cdt, const void *bias, int epi, void *aux,
+                  void *ws, size_t ws_bytes, bool deterministic, char *err, size_t errlen);
+/* How many products ran with their epilogue fused (since the start). */
+int64_t gpu_gemm_fused(void);
 /* The workspace a gemm is given (bytes): cuBLASLt's, then the area where
  * a large product whose rows (or pointers) are not 16-byte aligned is
  * staged in chunks with padded rows. */

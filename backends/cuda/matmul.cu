@@ -209,12 +209,12 @@ static void store(void *p, int dt, int64_t i, float v) {
   else ((float *)p)[i] = v;
 }
 
-/* Column-major D[M,N] = op(X) op(Y) (+ D) (+ bias[M]), as cublasLtMatmul:
- * the operands read as cuBLASLt reads them into f32 copies, then summed
- * over p in order. */
+/* Column-major D[M,N] = op(X) op(Y) (+ D) (+ bias[M]), then the epilogue
+ * (aux ldd apart), as cublasLtMatmul: the operands read as cuBLASLt reads
+ * them into f32 copies, then summed over p in order. */
 static void emu_lt_matmul(bool tx, bool ty, int64_t M, int64_t N, int64_t K, const void *x, int64_t ldx, int xdt,
                           const void *y, int64_t ldy, int ydt, void *d, int64_t ldd, int ddt, const void *bias,
-                          bool beta) {
+                          bool beta, int epi, void *aux) {
   float *a = (float *)malloc(sizeof(float) * (size_t)(M * K + 1));   /* op(X) [M][K] */
   float *b = (float *)malloc(sizeof(float) * (size_t)(N * K + 1));   /* op(Y)^T [N][K] */
   float *acc = (float *)malloc(sizeof(float) * (size_t)(M + 1));
@@ -235,6 +235,8 @@ static void emu_lt_matmul(bool tx, bool ty, int64_t M, int64_t N, int64_t K, con
       float v = acc[i];
       if (beta) v += load(d, ddt, i + j * ldd);
       if (bias) v += load(bias, ddt, i);
+      if (epi == GPU_EPI_GELU) store(aux, ddt, i + j * ldd, v), v = gelu_f(v);
+      else if (epi == GPU_EPI_DGELU) v *= gelu_grad_f(load(aux, ddt, i + j * ldd));
       store(d, ddt, i + j * ldd, v);
     }
   }
@@ -253,8 +255,8 @@ typedef struct gemm_key {
   int tx, ty;
   int64_t M, N, K, ldx, ldy, ldd;
   int xdt, ydt, ddt;
-  int bias, beta, det;
-  uint32_t align[4];
+  int bias, beta, det, epi;
+  uint32_t align[5];      /* X, Y, C, D, aux */
   size_t ws;
 } gemm_key;
 
@@ -316,10 +318,17 @@ static gemm_plan *plan_for(const gemm_key *k, char *err, size_t errlen) {
       lt_failed(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &oy, sizeof oy), "transb", err,
                 errlen))
     return NULL;
-  if (k->bias) {
-    cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
+  if (k->bias || k->epi != GPU_EPI_NONE) {
+    cublasLtEpilogue_t ep = k->epi == GPU_EPI_GELU    ? (k->bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
+                            : k->epi == GPU_EPI_DGELU ? CUBLASLT_EPILOGUE_DGELU
+                                                      : CUBLASLT_EPILOGUE_BIAS;
     if (lt_failed(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep), "epilogue",
                   err, errlen))
+      return NULL;
+    int64_t ld = k->ldd;
+    if (k->epi != GPU_EPI_NONE &&
+        lt_failed(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld),
+                  "epilogue's leading dimension", err, errlen))
       return NULL;
   }
   /* stored shapes: X is M x K (K x M when transposed), Y is K x N (N x K) */
@@ -350,8 +359,8 @@ static gemm_plan *plan_for(const gemm_key *k, char *err, size_t errlen) {
     if (res[i].state == CUBLAS_STATUS_SUCCESS && res[i].workspaceSize <= k->ws) p->cand[p->ncand++] = res[i].algo;
   if (st != CUBLAS_STATUS_SUCCESS || p->ncand == 0) {
     snprintf(err, errlen,
-             "cuBLASLt has no algorithm for a %lld x %lld x %lld product (types %d %d %d, status %d)",
-             (long long)k->N, (long long)k->M, (long long)k->K, k->xdt, k->ydt, k->ddt, (int)st);
+             "cuBLASLt has no algorithm for a %lld x %lld x %lld product (types %d %d %d, epilogue %d, status %d)",
+             (long long)k->N, (long long)k->M, (long long)k->K, k->xdt, k->ydt, k->ddt, k->epi, (int)st);
     return NULL;
   }
   p->algo = p->cand[0];
@@ -427,12 +436,13 @@ static void tune(gemm_plan *p, cublasLtHandle_t h, const void *b, const void *a,
 /* One product as one cublasLtMatmul (k > 0). */
 static bool direct_gemm(gpu_stream *s, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
                         int adt, const void *b, int64_t ldb, int bdt, void *c, int64_t ldc, int cdt, const void *bias,
-                        bool acc, void *ws, size_t ws_bytes, bool deterministic, char *err, size_t errlen) {
+                        bool acc, int epi, void *aux, void *ws, size_t ws_bytes, bool deterministic, char *err,
+                        size_t errlen) {
   /* column-major: M = n, N = m; X = B (op tb), Y = A (op ta), D = C */
 #ifdef WEFT_CUDA_EMU
   (void)ws, (void)ws_bytes, (void)deterministic;
   emu_enqueue((emu_stream *)s, [=] {
-    emu_lt_matmul(tb, ta, n, m, k, b, ldb, bdt, a, lda, adt, c, ldc, cdt, bias, acc);
+    emu_lt_matmul(tb, ta, n, m, k, b, ldb, bdt, a, lda, adt, c, ldc, cdt, bias, acc, epi, aux);
   });
   return true;
 #else
@@ -442,14 +452,19 @@ static bool direct_gemm(gpu_stream *s, bool ta, bool tb, int64_t m, int64_t n, i
   key.tx = tb, key.ty = ta, key.M = n, key.N = m, key.K = k;
   key.ldx = ldb, key.ldy = lda, key.ldd = ldc;
   key.xdt = bdt, key.ydt = adt, key.ddt = cdt;
-  key.bias = bias != NULL, key.beta = acc, key.det = deterministic;
+  key.bias = bias != NULL, key.beta = acc, key.det = deterministic, key.epi = epi;
   key.align[0] = alignment(b), key.align[1] = alignment(a), key.align[2] = key.align[3] = alignment(c);
+  key.align[4] = epi != GPU_EPI_NONE ? alignment(aux) : 0;
   key.ws = ws_bytes;
   gemm_plan *p = plan_for(&key, err, errlen);
   if (!p) return false;
   if (bias && lt_failed(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                                        sizeof bias),
                         "bias", err, errlen))
+    return false;
+  if (epi != GPU_EPI_NONE && lt_failed(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                                                      &aux, sizeof aux),
+                                       "epilogue's input", err, errlen))
     return false;
   if (!p->tuned && 2.0 * (double)m * (double)n * (double)k >= (double)((int64_t)1 << 30))
     tune(p, handles[key.dev], b, a, c, ws, ws_bytes, (cudaStream_t)s);
@@ -531,13 +546,13 @@ static bool even_gemm(gpu_stream *s, bool ta, bool tb, int64_t m, int64_t n, int
     /* the sum over [0, k8), then [k8, k) added: op(A)'s columns, op(B)'s rows */
     const void *a2 = ta ? at(a, adt, lda, k8, 0) : at(a, adt, lda, 0, k8);
     const void *b2 = tb ? at(b, bdt, ldb, 0, k8) : at(b, bdt, ldb, k8, 0);
-    return direct_gemm(s, ta, tb, m, n, k8, a, lda, adt, b, ldb, bdt, c, ldc, cdt, bias, acc, ws, ws_bytes,
-                       deterministic, err, errlen) &&
-           direct_gemm(s, ta, tb, m, n, k - k8, a2, lda, adt, b2, ldb, bdt, c, ldc, cdt, NULL, true, ws, ws_bytes,
-                       deterministic, err, errlen);
+    return direct_gemm(s, ta, tb, m, n, k8, a, lda, adt, b, ldb, bdt, c, ldc, cdt, bias, acc, GPU_EPI_NONE, NULL, ws,
+                       ws_bytes, deterministic, err, errlen) &&
+           direct_gemm(s, ta, tb, m, n, k - k8, a2, lda, adt, b2, ldb, bdt, c, ldc, cdt, NULL, true, GPU_EPI_NONE,
+                       NULL, ws, ws_bytes, deterministic, err, errlen);
   }
-  return direct_gemm(s, ta, tb, m, n, k, a, lda, adt, b, ldb, bdt, c, ldc, cdt, bias, acc, ws, ws_bytes,
-                     deterministic, err, errlen);
+  return direct_gemm(s, ta, tb, m, n, k, a, lda, adt, b, ldb, bdt, c, ldc, cdt, bias, acc, GPU_EPI_NONE, NULL, ws,
+                     ws_bytes, deterministic, err, errlen);
 }
 
 static int64_t nstaged;
@@ -566,8 +581,8 @@ bool gpu_gemm(gpu_stream *s, bool ta, bool tb, int64_t m, int64_t n, int64_t k, 
     if (cap < room) room = cap;
   }
   if (!(am || bm || cm) || flops < (double)env_i64("WEFT_GEMM_STAGE_FLOPS", (int64_t)1 << 30) || room <= 0)
-    return direct_gemm(s, ta, tb, m, n, k, a, lda, adt, b, ldb, bdt, c, ldc, cdt, bias, acc, ws, lt, deterministic,
-                       err, errlen);
+    return direct_gemm(s, ta, tb, m, n, k, a, lda, adt, b, ldb, bdt, c, ldc, cdt, bias, acc, GPU_EPI_NONE, NULL, ws,
+                       lt, deterministic, err, errlen);
   int64_t as = gpu_dtype_size(adt), bs = gpu_dtype_size(bdt), cs = gpu_dtype_size(cdt);
   /* over the rows of C: B whole; a row of C's chunk takes a row of C and
    * one of op(A) (a row of A, or a column of A stored [k,m]) */
@@ -577,8 +592,8 @@ bool gpu_gemm(gpu_stream *s, bool ta, bool tb, int64_t m, int64_t n, int64_t k, 
   int64_t wa = am ? (ta ? k * pad(m, adt) : m * pad(k, adt)) * as : 0;
   int64_t rn = chunk_of(n, room, wa, (cm ? m * cs : 0) + (bm ? (tb ? pad(k, bdt) : k) * bs : 0));
   if (rm == 0 && rn == 0)
-    return direct_gemm(s, ta, tb, m, n, k, a, lda, adt, b, ldb, bdt, c, ldc, cdt, bias, acc, ws, lt, deterministic,
-                       err, errlen);
+    return direct_gemm(s, ta, tb, m, n, k, a, lda, adt, b, ldb, bdt, c, ldc, cdt, bias, acc, GPU_EPI_NONE, NULL, ws,
+                       lt, deterministic, err, errlen);
   nstaged++;
   /* fewer chunks is larger products */
   bool rows = rm > 0 && (rn == 0 || (m + rm - 1) / rm <= (n + rn - 1) / rn);
@@ -635,6 +650,46 @@ bool gpu_gemm(gpu_stream *s, bool ta, bool tb, int64_t m, int64_t n, int64_t k, 
     if (cm) copy2d(s, cdt, dst, ldc, cc, cldc, cr, ccols);
   }
   return true;
+}
+
+/* ---- products with an epilogue ------------------------------------------------------------ */
+
+static int64_t nfused;
+int64_t gpu_gemm_fused(void) { return nfused; }
+
+bool gpu_gemm_epi(gpu_stream *s, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
+                  int adt, const void *b, int64_t ldb, int bdt, void *c, int cdt, const void *bias, int epi, void *aux,
+                  void *ws, size_t ws_bytes, bool deterministic, char *err, size_t errlen) {
+  if (epi == GPU_EPI_NONE)
+    return gpu_gemm(s, ta, tb, m, n, k, a, lda, adt, b, ldb, bdt, c, n, cdt, bias, false, ws, ws_bytes, deterministic,
+                    err, errlen);
+  if (epi < 0 || epi > GPU_EPI_DGELU) {
+    snprintf(err, errlen, "gemm: epilogue %d unknown", epi);
+    return false;
+  }
+  if (m == 0 || n == 0) return true;
+  /* cuBLASLt's GELU epilogues want the aux matrix's leading dimension a
+   * multiple of 8 and, as its fast kernels, aligned rows; where it has no
+   * algorithm for one (refused), that epilogue is not asked again */
+  static bool refused[3];
+  if (k > 0 && n % 8 == 0 && !refused[epi] && !misaligned(a, lda, adt) && !misaligned(b, ldb, bdt) &&
+      !misaligned(c, n, cdt) && !misaligned(aux, n, cdt)) {
+    size_t lt = ws_bytes < lt_ws() ? ws_bytes : lt_ws();
+    char e2[400];
+    if (direct_gemm(s, ta, tb, m, n, k, a, lda, adt, b, ldb, bdt, c, n, cdt, bias, false, epi, aux, ws, lt,
+                    deterministic, e2, sizeof e2)) {
+      nfused++;
+      return true;
+    }
+    refused[epi] = true;
+  }
+  if (epi == GPU_EPI_GELU)
+    return gpu_gemm(s, ta, tb, m, n, k, a, lda, adt, b, ldb, bdt, aux, n, cdt, bias, false, ws, ws_bytes,
+                    deterministic, err, errlen) &&
+           (gpu_gelu(s, cdt, c, aux, m * n), true);
+  return gpu_gemm(s, ta, tb, m, n, k, a, lda, adt, b, ldb, bdt, c, n, cdt, NULL, false, ws, ws_bytes, deterministic,
+                  err, errlen) &&
+         (gpu_gelu_backward(s, cdt, c, c, aux, m * n, false), true);
 }
 
 /* ---- column sums ------------------------------------------------------------------------ */

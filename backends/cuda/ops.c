@@ -85,6 +85,17 @@ static bool gemm(const ccall *c, bool ta, bool tb, int64_t m, int64_t n, int64_t
   return gemm_to(c, ta, tb, m, n, k, a, lda, b, ldb, out, ldc, c->dt, bias, acc, err, errlen);
 }
 
+/* out = op(a) op(b) (+ bias) then the call's epilogue (ccall.epi), packed */
+static bool gemm_epi(const ccall *c, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
+                     const void *b, int64_t ldb, void *out, const void *bias, void *aux, char *err, size_t errlen) {
+  char e2[400];
+  if (gpu_gemm_epi(c->s, ta, tb, m, n, k, a, lda, c->dt, b, ldb, c->dt, out, c->dt, bias, c->epi, aux, c->gemm_ws,
+                   gpu_gemm_ws(), c->deterministic, e2, sizeof e2))
+    return true;
+  snprintf(err, errlen, "%s: %s", c->g->ops[c->op].name, e2);
+  return false;
+}
+
 static bool matmul_forward(const ccall *c, char *err, size_t errlen) {
   int64_t m, k, n;
   mkn(c, false, &m, &k, &n);
@@ -118,13 +129,26 @@ static bool matmul_t_backward(const ccall *c, char *err, size_t errlen) {
 static bool linear_forward(const ccall *c, char *err, size_t errlen) {
   int64_t m, k, n;
   mkn(c, false, &m, &k, &n);
+  /* fused with the GELU after it: out is its input, epi_ptr its result */
+  if (c->epi == GPU_EPI_GELU)
+    return gemm_epi(c, false, false, m, n, k, c->in[0], k, c->in[1], n, c->epi_ptr, c->in[2], c->out, err, errlen);
   return gemm(c, false, false, m, n, k, c->in[0], k, c->in[1], n, c->out, n, c->in[2], c->acc, err, errlen);
 }
 
 static bool linear_backward(const ccall *c, char *err, size_t errlen) {
-  if (!matmul_backward(c, err, errlen)) return false;
   int64_t m, k, n;
   mkn(c, false, &m, &k, &n);
+  if (c->epi == GPU_EPI_DGELU) {
+    /* fused with the GELU's backward before it (ccall_fusion): the
+     * weight's and the bias's gradients first, then din[0], the gradient of
+     * the GELU's input (epi_ptr), which may lie where x or the scratch were */
+    if (c->din[1] &&
+        !gemm_to(c, true, false, k, n, m, c->in[0], k, c->dy, n, c->din[1], n, din_dt(c, 1), NULL, c->acc, err, errlen))
+      return false;
+    if (c->din[2]) gpu_colsum(c->s, c->dt, c->din[2], din_dt(c, 2), c->dy, m, n, c->acc, c->ws);
+    return gemm_epi(c, false, true, m, k, n, c->dy, n, c->in[1], n, c->din[0], NULL, c->epi_ptr, err, errlen);
+  }
+  if (!matmul_backward(c, err, errlen)) return false;
   if (c->din[2]) gpu_colsum(c->s, c->dt, c->din[2], din_dt(c, 2), c->dy, m, n, c->acc, c->ws);
   return true;
 }
@@ -904,6 +928,19 @@ const ckernel *ckernel_find(const weft_graph *g, int op, char *err, size_t errle
 }
 
 bool ckernel_is_loss(const ckernel *k) { return k && k->loss; }
+
+int ccall_fusion(const ccall *a, const ccall *b) {
+  if (!a->k || !b->k || strcmp(a->k->kind, "linear") != 0 || strcmp(b->k->kind, "gelu") != 0) return GPU_EPI_NONE;
+  if (a->part != LP_WHOLE || b->part != LP_WHOLE || a->dt != b->dt || a->backward != b->backward ||
+      a->epi != GPU_EPI_NONE || !b->inr[0])
+    return GPU_EPI_NONE;
+  /* forward: the GELU's input is the linear's result; backward: the
+   * gradient of the GELU's result is the linear's of its input */
+  const tregion *r = a->backward ? a->inr[0] : a->outr, *q = a->backward ? b->dyr : b->inr[0];
+  if (!r || !q || cx_numel(r) != cx_numel(q) || last(r) != last(q) || cx_numel(b->inr[0]) != cx_numel(q))
+    return GPU_EPI_NONE;
+  return a->backward ? GPU_EPI_DGELU : GPU_EPI_GELU;
+}
 
 bool ckernel_ids(const ckernel *k, int arg) { return k->ids == arg; }
 

@@ -50,6 +50,11 @@ typedef struct ccall {
                                      * as dy */
   const tregion *statsr;
   bool acc;
+  /* a linear's call fused with the GELU after it (gpu_epi): GPU_EPI_GELU,
+   * the forward writes out and gelu(out) into epi_ptr; GPU_EPI_DGELU, the
+   * backward's din[0] is times gelu'(epi_ptr), the GELU's input */
+  int epi;
+  void *epi_ptr;
   double *slot;                     /* a loss's share, NULL: not this copy's to count */
   void *ws;                         /* ccall_ws bytes */
   void *gemm_ws;                    /* gpu_gemm_ws() bytes */
@@ -57,6 +62,13 @@ typedef struct ccall {
   bool deterministic;
 } ccall;
 
+/* The epilogue (gpu_epi) that fuses call b into call a before it: a
+ * linear's forward and a GELU's forward on its whole result, or the
+ * backward of a linear and of the GELU on its input's gradient.
+ * GPU_EPI_NONE: they do not fuse. The caller checks that b reads what a
+ * writes (and, backward, that nothing else reads it) and what is
+ * accumulated. */
+int ccall_fusion(const ccall *a, const ccall *b);
 /* The scratch memory the call's kernels need (the pointers may be NULL). */
 size_t ccall_ws(const ccall *c);
 /* Bytes the forward call can keep for the backward of the same part (its

@@ -227,6 +227,62 @@ static void check_gemm(int dt, int64_t m, int64_t k, int64_t n) {
   free(a), free(b), free(bt), free(bias), free(c0), free(want), free(g), free(wa), free(wb), free(wbt), free(wbias);
 }
 
+/* A linear and the GELU after it as one product (gpu_gemm_epi), forward
+ * and backward, against k_linear, k_gelu, k_matmul_backward and
+ * k_gelu_backward; fused by cuBLASLt when the shapes allow (n and k
+ * multiples of 8 here), else the product and the GELU kernel. */
+static void check_gemm_gelu(int dt, int64_t m, int64_t k, int64_t n) {
+  char e[400], what[96];
+  size_t wsb = gpu_gemm_ws();
+  void *ws = wsb ? gpu_alloc(wsb, e, sizeof e) : NULL;
+  float *a = randn(m * k, 1), *b = randn(k * n, 1), *bias = randn(n, 1), *g = randn(m * n, 1), *x = randn(m * k, 2);
+  round_all(a, m * k, dt), round_all(b, k * n, dt), round_all(bias, n, dt), round_all(g, m * n, dt);
+  round_all(x, m * k, dt);
+  void *da = up(a, m * k, dt), *db = up(b, k * n, dt), *dbias = up(bias, n, dt), *dg = up(g, m * n, dt);
+  void *dx = up(x, m * k, dt);
+  /* forward: pre = a b + bias, y = gelu(pre) */
+  float *pre = malloc(sizeof(float) * (size_t)(m * n)), *y = malloc(sizeof(float) * (size_t)(m * n));
+  k_linear(pre, a, b, bias, m, k, n, false);
+  k_gelu(y, pre, m * n);
+  void *dpre = poisoned(m * n, dt), *dy = poisoned(m * n, dt);
+  int64_t before = gpu_gemm_fused();
+  if (!gpu_gemm_epi(S, false, false, m, n, k, da, k, dt, db, n, dt, dy, dt, dbias, GPU_EPI_GELU, dpre, ws, wsb,
+                    false, e, sizeof e))
+    die("gemm_epi", e);
+  const char *how = gpu_gemm_fused() > before ? "fused" : "unfused";
+  bool want_fused = n % 8 == 0 && (k * gpu_dtype_size(dt)) % 16 == 0;
+  snprintf(what, sizeof what, "linear+gelu %lldx%lldx%lld %s: its input", (long long)m, (long long)k, (long long)n,
+           how);
+  expect_dev(what, dt, dpre, pre, m * n);
+  snprintf(what, sizeof what, "linear+gelu %lldx%lldx%lld %s: gelu", (long long)m, (long long)k, (long long)n, how);
+  expect_dev(what, dt, dy, y, m * n);
+  /* backward: dx = (g b^T) gelu'(x) */
+  float *gx = malloc(sizeof(float) * (size_t)(m * k)), *want = malloc(sizeof(float) * (size_t)(m * k));
+  k_matmul_backward(gx, NULL, g, a, b, m, k, n, false);
+  k_gelu_backward(want, gx, x, m * k, false);
+  void *dgx = poisoned(m * k, dt);
+  int64_t mid = gpu_gemm_fused();
+  if (!gpu_gemm_epi(S, false, true, m, k, n, dg, n, dt, db, n, dt, dgx, dt, NULL, GPU_EPI_DGELU, dx, ws, wsb, false,
+                    e, sizeof e))
+    die("gemm_epi", e);
+  const char *how2 = gpu_gemm_fused() > mid ? "fused" : "unfused";
+  snprintf(what, sizeof what, "linear+gelu backward %lldx%lldx%lld %s", (long long)m, (long long)k, (long long)n, how2);
+  expect_dev(what, dt, dgx, want, m * k);
+  /* cuBLASLt fuses where its rules allow, and only there */
+  bool want_fused2 = k % 8 == 0 && (n * gpu_dtype_size(dt)) % 16 == 0;
+  checks++;
+  if ((strcmp(how, "fused") == 0) != want_fused || (strcmp(how2, "fused") == 0) != want_fused2) {
+    failures++;
+    printf("kernel %-44s %-4s FAIL: forward %s, backward %s\n", "linear+gelu fused where aligned", dt_name(dt), how,
+           how2);
+  } else {
+    printf("kernel %-44s %-4s ok\n", "linear+gelu fused where aligned", dt_name(dt));
+  }
+  gpu_free(da), gpu_free(db), gpu_free(dbias), gpu_free(dg), gpu_free(dx), gpu_free(dpre), gpu_free(dy);
+  gpu_free(dgx), gpu_free(ws);
+  free(a), free(b), free(bias), free(g), free(x), free(pre), free(y), free(gx), free(want);
+}
+
 static void check_embedding(int dt) {
   int64_t t = 600, h = 40, vocab = 300, v_lo = 100, v_local = 150;  /* tokens in three chunks of 256 */
   int32_t *ids = malloc(sizeof(int32_t) * (size_t)t);
@@ -1456,6 +1512,9 @@ int main(void) {
     int dt = dts[i];
     check_gemm(dt, 37, 19, 23);
     check_gemm_staged(dt);
+    check_gemm_gelu(dt, 37, 19, 23);
+    check_gemm_gelu(dt, 48, 64, 40);
+    if (big) check_gemm_gelu(dt, 1024, 768, 3072), check_gemm_gelu(dt, 1024, 3072, 768);
     if (big) {
       check_gemm(dt, 512, 768, 1024);
       /* products of 2^30 flops and more: their algorithms timed (tune in
