@@ -132,6 +132,24 @@ gelu_fusion() {
     else bad "$name: GELU kernels launched fused $left, separate $sep; losses $l1 and $l0"; cat "$tmp/g1.txt"; fi
   else bad "$name: weft run $* --backend cuda"; cat "$tmp/e"; fi
 }
+# A backward compute whose gradients are buffers just cleared, untouched
+# since, writes them instead of adding to them, and their allocs do not
+# clear them (first_writes in exec.c): fewer clearings (gpu_zero, which the
+# emulation counts) and the same losses and norms, to the bit, as
+# WEFT_CUDA_FIRST_WRITE=0, which clears every gradient and adds to it.
+first_write() {
+  name=$1; shift
+  if WEFT_CUDA_FIRST_WRITE=0 WEFT_CUDA_EMU_LAUNCHES=$tmp/z0.txt "$WEFT" run "$@" --backend cuda --steps 3 >"$tmp/z0.out" 2>"$tmp/e" &&
+     WEFT_CUDA_EMU_LAUNCHES=$tmp/z1.txt "$WEFT" run "$@" --backend cuda --steps 3 >"$tmp/z1.out" 2>>"$tmp/e"; then
+    z0=$(awk '$2 == "gpu_zero" {print $1}' "$tmp/z0.txt"); z1=$(awk '$2 == "gpu_zero" {print $1}' "$tmp/z1.txt")
+    awk '$1 == "step" {print $2, $4, $8}' "$tmp/z0.out" >"$tmp/z0.l"; awk '$1 == "step" {print $2, $4, $8}' "$tmp/z1.out" >"$tmp/z1.l"
+    if [ "${z1:-0}" -lt "${z0:-0}" ] && [ -s "$tmp/z0.l" ] && cmp -s "$tmp/z0.l" "$tmp/z1.l"; then ok
+      echo "cuda (emulated): $name: gradients written where just cleared: $z1 clearings in 3 steps and the setup (all added: $z0), the same losses and norms"
+    else bad "$name: clearings $z1 against $z0, or other losses"; cat "$tmp/z0.l" "$tmp/z1.l"; fi
+  else bad "$name: weft run $* --backend cuda"; cat "$tmp/e"; fi
+}
+first_write "gpt2 f32 dp" examples/gpt2.plan --plan dp $GPT
+first_write "megatron bf16 tp2 pp2 dp2, 2 micro-batches" examples/gpt_megatron.plan $MEG --set dtype=bf16
 gelu_fusion "gpt2 bf16 single" bench/gpu/gpt2.plan --plan single $GPT
 gelu_fusion "gpt2 bf16 tp2" bench/gpu/gpt2.plan --plan tp2 $GPT
 gelu_fusion "megatron bf16 tp2 pp2 dp2, full recompute" examples/gpt_megatron.plan $MEG --set dtype=bf16 --set 'recompute="full"'

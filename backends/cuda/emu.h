@@ -103,6 +103,9 @@ struct emu_stream;
  * kernel: the kernel's function, counted under WEFT_CUDA_EMU_LAUNCHES. */
 void emu_launch(emu_stream *s, dim3 grid, dim3 block, size_t smem, std::function<void()> body,
                 const void *kernel = nullptr);
+/* Counts a call of fn under WEFT_CUDA_EMU_LAUNCHES as a launch (gpu_zero's
+ * clearings), without running anything. */
+void emu_count(const void *fn);
 /* Queues host work on s. */
 void emu_enqueue(emu_stream *s, std::function<void()> work);
 /* Queues host work on s that may run only once ready() answers true: work

@@ -181,7 +181,13 @@ typedef struct cvdev {
   char *pool;
   int *slot;              /* per instruction: the loss share it writes, -1 */
   bool *stepped;          /* per buffer of its program: a parameter a step wrote */
+  uint8_t *first;         /* per instruction: FIRST_WRITE, NO_CLEAR (first_writes) */
 } cvdev;
+
+/* cvdev.first: a backward compute that writes its gradients instead of
+ * adding them to buffers just cleared; an alloc whose buffer such a
+ * compute writes first, which need not be cleared */
+enum { FIRST_WRITE = 1, NO_CLEAR = 2 };
 
 struct backend_run {
   const weft_program *pr;
@@ -393,6 +399,61 @@ static caddr ref_in(crun *r, scratch *sc, const lref *ref, int want, bool build)
 
 /* ---- computes ------------------------------------------------------------------------ */
 
+static bool does_write(const lins *in, const ckernel *k);
+static bool refers(const lins *in, int buf, bool *as_in, bool *as_out);
+
+/* Whether instruction i of dev's program adds to its outputs. */
+static bool ins_adds(const crun *r, int dev, int i) {
+  return r->pr->progs[dev].ins[i].accumulate && !(r->dev[dev].first && r->dev[dev].first[i] & FIRST_WRITE);
+}
+
+/* A backward adds its gradients to their buffers, which their allocs
+ * clear (every step, for the persistent ones). Where every gradient a
+ * compute writes is a buffer whole that nothing touched since its alloc,
+ * no two of them the same, and its kernel writes every element
+ * (ckernel_overwrites), it writes them instead (FIRST_WRITE), and the
+ * allocs do not clear them (NO_CLEAR): a GPT's activation gradients are
+ * each written once by their first writer (a residual's by its add), the
+ * weights' by their only one with one micro-batch. */
+static void first_writes(crun *r, int d) {
+  const lprog *lp = &r->pr->progs[d];
+  int nb = lp->buf_hi - lp->buf_lo;
+  int *alloc_at = cx_alloc(sizeof(int) * (size_t)(nb + 1)); /* its alloc, -1: touched since */
+  for (int b = 0; b < nb; b++) alloc_at[b] = -1;
+  uint8_t *f = r->dev[d].first;
+  for (int i = 0; i < lp->n; i++) {
+    const lins *in = &lp->ins[i];
+    if (in->kind == LI_ALLOC || in->kind == LI_FREE) {
+      int b = in->buf - lp->buf_lo;
+      if (b >= 0 && b < nb) alloc_at[b] = in->kind == LI_ALLOC ? i : -1;
+      continue;
+    }
+    if (in->kind == LI_COMPUTE && in->accumulate && in->nout > 0) {
+      const ckernel *k = r->kern[lower_compute_op(r->pr, in)];
+      bool ok = ckernel_overwrites(k) && does_write(in, k);
+      for (int j = 0; j < in->nout && ok; j++) {
+        const lref *o = &in->out[j];
+        if (o->buf < 0) continue;
+        int b = o->buf - lp->buf_lo;
+        bool rd = false, wr = false;
+        ok = b >= 0 && b < nb && alloc_at[b] >= 0 && cx_equal(&r->pr->bufs[o->buf].region, &o->region) &&
+             !(refers(in, o->buf, &rd, &wr) && rd);
+        for (int j2 = 0; j2 < j && ok; j2++) ok = in->out[j2].buf != o->buf;
+      }
+      if (ok) {
+        f[i] |= FIRST_WRITE;
+        for (int j = 0; j < in->nout; j++)
+          if (in->out[j].buf >= 0) f[alloc_at[in->out[j].buf - lp->buf_lo]] |= NO_CLEAR;
+      }
+    }
+    for (int j = 0; j < in->nin + in->nout; j++) {
+      int b = (j < in->nin ? in->in[j].buf : in->out[j - in->nin].buf) - lp->buf_lo;
+      if (b >= 0 && b < nb) alloc_at[b] = -1;
+    }
+  }
+  free(alloc_at);
+}
+
 static int64_t prep_compute(crun *r, int dev, int i, int64_t base, bool build) {
   const weft_program *pr = r->pr;
   const lins *in = &pr->progs[dev].ins[i];
@@ -454,6 +515,9 @@ static int64_t prep_compute(crun *r, int dev, int i, int64_t base, bool build) {
     any = false;
     for (int j = 0; j < in->nout && j <= CX_MAX_INPUTS; j++) direct[j] = false;
   }
+  /* added to its outputs: a backward's gradients, but where they were just
+   * cleared (first_writes) */
+  bool adds = ins_adds(r, dev, i);
   int npost = 0;
   cact post[CX_MAX_INPUTS + 1];
   for (int j = 0; j < in->nout; j++) {
@@ -466,7 +530,9 @@ static int64_t prep_compute(crun *r, int dev, int i, int64_t base, bool build) {
         p = take_scratch(&sc, cx_numel(&ref->region) * gpu_dtype_size(out_dt));
         if (build) {
           const lbuf *b = &pr->bufs[ref->buf];
-          add_zero(r, p, cx_numel(&ref->region) * gpu_dtype_size(out_dt));
+          /* cleared unless the kernel writes all of it */
+          if ((any && adds) || !ckernel_overwrites(k) || !does_write(in, k))
+            add_zero(r, p, cx_numel(&ref->region) * gpu_dtype_size(out_dt));
           /* written back after the call */
           char e[256];
           cx_move mv;
@@ -476,7 +542,7 @@ static int64_t prep_compute(crun *r, int dev, int i, int64_t base, bool build) {
             cact *a = &post[npost++];
             memset(a, 0, sizeof *a);
             a->kind = A_MOVE, a->dst = buf_addr(r, dev, ref->buf), a->dst_dt = b->dtype, a->src = p, a->src_dt = out_dt;
-            a->mv = mv, a->add = in->accumulate;
+            a->mv = mv, a->add = adds;
           }
         }
       }
@@ -490,7 +556,7 @@ static int64_t prep_compute(crun *r, int dev, int i, int64_t base, bool build) {
   }
   /* the kernel accumulates into what it writes in place; scratch starts at
    * zero, so it holds the call's own result either way */
-  c->acc = any ? in->accumulate : false;
+  c->acc = any ? adds : false;
   size_t ws = ccall_ws(c);
   if (ws) pc.ws = take_scratch(&sc, (int64_t)ws);
   pc.slot = r->dev[dev].slot ? r->dev[dev].slot[i] : -1;
@@ -1705,7 +1771,7 @@ void crun_close(crun *r) {
   for (int d = 0; r->dev && d < r->pr->nprogs; d++) {
     cvdev *v = &r->dev[d];
     if (gpu) gpu_stream_free(v->stream), gpu_event_free(v->done), gpu_free(v->pool);
-    free(v->slot), free(v->stepped);
+    free(v->slot), free(v->stepped), free(v->first);
   }
   comm_close(r, gpu);
   mp_close(r, gpu);
@@ -1792,6 +1858,16 @@ static bool refers(const lins *in, int buf, bool *as_in, bool *as_out) {
   return *as_in || *as_out;
 }
 
+/* Whether compute `in` writes its outputs: not a backward without the
+ * gradient of its result to start from (but a loss's), which does nothing. */
+static bool does_write(const lins *in, const ckernel *k) {
+  bool dy = false;
+  for (int j = 0; j < in->nin; j++) dy |= in->in[j].arg < 0 && in->in[j].buf >= 0 && in->part != LP_COMBINE;
+  if (in->part == LP_COMBINE)
+    for (int j = 0; j + 1 < in->nin; j++) dy |= in->in[j].arg < 0 && in->in[j].buf >= 0;
+  return in->dir != DIR_BACKWARD || dy || ckernel_is_loss(k);
+}
+
 /* Whether the first instruction after alloc `at` that touches buf writes
  * all of it before anything reads it: a compute whose outputs are its
  * buffers whole, in its type, not added to (and not a backward that has
@@ -1814,11 +1890,7 @@ static bool overwritten(const crun *r, int dev, int at, int buf) {
     int op = lower_compute_op(r->pr, in);
     const ckernel *k = r->kern[op];
     int dt = in->part == LP_STATS ? GPU_F32 : ckernel_dtype(r->g, op);
-    bool dy = false;
-    for (int j = 0; j < in->nin; j++) dy |= in->in[j].arg < 0 && in->in[j].buf >= 0 && in->part != LP_COMBINE;
-    if (in->part == LP_COMBINE)
-      for (int j = 0; j + 1 < in->nin; j++) dy |= in->in[j].arg < 0 && in->in[j].buf >= 0;
-    if (in->dir == DIR_BACKWARD && !dy && !ckernel_is_loss(k)) return false;
+    if (!does_write(in, k)) return false;
     for (int j = 0; j < in->nout; j++) {
       const lref *o = &in->out[j];
       if (o->buf < 0 || !cx_equal(&r->pr->bufs[o->buf].region, &o->region) || r->pr->bufs[o->buf].dtype != dt)
@@ -1876,7 +1948,7 @@ static bool prepare(crun *r) {
     switch (so->kind) {
     case SO_ZERO: {
       const lbuf *b = &r->pr->bufs[so->arg];
-      if (b->persistent || !overwritten(r, so->dev, so->ins, so->arg))
+      if ((b->persistent || !overwritten(r, so->dev, so->ins, so->arg)) && !(r->dev[so->dev].first[so->ins] & NO_CLEAR))
         add_zero(r, buf_addr(r, so->dev, so->arg), b->bytes ? b->bytes : 1);
       break;
     }
@@ -2026,7 +2098,8 @@ static void fuse_calls(crun *r) {
       int64_t bytes = cx_numel(pb->c.inr[0]) * gpu_dtype_size(pb->c.dt);
       if (epi == GPU_EPI_GELU) {
         int mid = ref_buf(ia->out, ia->nout, -1);
-        if (ia->accumulate || ib->accumulate || !direct_at(r, pa, pa->out, mid) || ref_buf(ib->in, ib->nin, 0) != mid ||
+        if (ins_adds(r, pa->dev, pa->ins) || ins_adds(r, pb->dev, pb->ins) || !direct_at(r, pa, pa->out, mid) ||
+            ref_buf(ib->in, ib->nin, 0) != mid ||
             !same_addr(pb->in[0], pa->out) || !direct_at(r, pb, pb->out, ref_buf(ib->out, ib->nout, -1)))
           continue;
         dst = pb->out;
@@ -2039,8 +2112,9 @@ static void fuse_calls(crun *r) {
         dst = pb->din[0];
         /* the GELU adds to its input's gradient: only to one just cleared */
         const cact *z = zero >= 0 ? &P->acts[zero] : NULL;
-        if (ib->accumulate && !(z && same_addr(z->dst, dst) && z->bytes == bytes)) continue;
-        if (!ib->accumulate && z) continue;
+        bool badds = ins_adds(r, pb->dev, pb->ins);
+        if (badds && !(z && same_addr(z->dst, dst) && z->bytes == bytes)) continue;
+        if (!badds && z) continue;
       }
       if (call_meets(pa, dst, bytes, epi == GPU_EPI_DGELU)) continue;
       pa->c.epi = epi;
@@ -2291,6 +2365,7 @@ crun *crun_open(const weft_program *pr, weft_world *w, const backend_opts *o, ch
     r->dev[d].slot = cx_alloc(sizeof(int) * (size_t)(lp->n + 1));
     for (int i = 0; i < lp->n; i++) r->dev[d].slot[i] = -1;
     r->dev[d].stepped = cx_alloc((size_t)(lp->buf_hi - lp->buf_lo + 1));
+    r->dev[d].first = cx_alloc((size_t)lp->n + 1);
     for (int i = 0; i < lp->n; i++) {
       const lins *in = &lp->ins[i];
       if (in->kind != LI_COMPUTE) continue;
@@ -2300,6 +2375,7 @@ crun *crun_open(const weft_program *pr, weft_world *w, const backend_opts *o, ch
         goto fail;
       }
     }
+    if (!getenv("WEFT_CUDA_FIRST_WRITE") || strcmp(getenv("WEFT_CUDA_FIRST_WRITE"), "0") != 0) first_writes(r, d);
   }
   loss_slots(r);
   if (r->mine >= 0) mp_choose(r);

@@ -942,6 +942,19 @@ int ccall_fusion(const ccall *a, const ccall *b) {
   return a->backward ? GPU_EPI_DGELU : GPU_EPI_GELU;
 }
 
+/* The operators whose kernels write every element of their outputs when
+ * not accumulating, forward and backward (each a grid over all of them;
+ * test_kernels checks the backward of the GPT's on poisoned outputs,
+ * check_overwrites and the products', attention's and cross entropy's). */
+bool ckernel_overwrites(const ckernel *k) {
+  static const char *const all[] = {"matmul", "matmul_t", "linear", "qkv_linear", "embedding", "add_position",
+                                     "layernorm", "rmsnorm", "gelu", "silu", "swiglu", "add", "softmax", "rotary",
+                                     "causal_attention", "gqa_attention", "attention", "cross_entropy"};
+  for (size_t i = 0; k && i < sizeof all / sizeof all[0]; i++)
+    if (strcmp(k->kind, all[i]) == 0) return true;
+  return false;
+}
+
 bool ckernel_ids(const ckernel *k, int arg) { return k->ids == arg; }
 
 bool ckernel_f32_grad(const ckernel *k, int arg) { return arg >= 0 && arg < 32 && (k->f32_grads >> arg & 1u); }

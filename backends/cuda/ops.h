@@ -20,6 +20,9 @@ bool ckernel_is_loss(const ckernel *k);
 int ckernel_dtype(const weft_graph *g, int op);
 /* Whether input arg holds ids (int32). */
 bool ckernel_ids(const ckernel *k, int arg);
+/* Whether its kernels write every element of what they write when not
+ * accumulating (so that a buffer need not be cleared before). */
+bool ckernel_overwrites(const ckernel *k);
 /* Whether the backward can write the gradient of input arg in f32 when it
  * computes in 16 bits (ccall.f32din), with no copy in between. */
 bool ckernel_f32_grad(const ckernel *k, int arg);

@@ -177,6 +177,7 @@ bool gpu_download(void *dst, const void *src, size_t bytes, gpu_stream *s, char 
 }
 
 void gpu_zero(void *dst, size_t bytes, gpu_stream *s) {
+  emu_count((const void *)&gpu_zero);
   emu_enqueue((emu_stream *)s, [dst, bytes] { memset(dst, 0, bytes); });
 }
 

@@ -371,6 +371,53 @@ static void check_norms(int dt) {
   free(x), free(w), free(b), free(dy), free(dx0), free(dw0), free(db0), free(want), free(wdx), free(wdw), free(wdb);
 }
 
+/* The backward kernels of the operators that write gradients over
+ * uncleared buffers when they are the first to write them (first_writes
+ * in exec.c, ckernel_overwrites in ops.c), not accumulating, on poisoned
+ * outputs: every element written. (The products, attention, embedding,
+ * softmax, silu, rmsnorm and cross entropy are checked so above and
+ * below.) */
+static void check_overwrites(int dt) {
+  char e[400];
+  int64_t rows = 37, h = 100, n = rows * h, b = 2, sq = 5;
+  float *x = randn(n, 1), *u = randn(n, 1), *w = randn(h, 1), *dy = randn(n, 1);
+  for (int64_t i = 0; i < n; i++) x[i] += 0.5f;
+  round_all(x, n, dt), round_all(u, n, dt), round_all(w, h, dt), round_all(dy, n, dt);
+  void *dX = up(x, n, dt), *dU = up(u, n, dt), *dW = up(w, h, dt), *dDY = up(dy, n, dt);
+  float *w1 = malloc(sizeof(float) * (size_t)n), *w2 = malloc(sizeof(float) * (size_t)n), *w3 = malloc(sizeof(float) * (size_t)h);
+  void *g1 = poisoned(n, dt), *g2 = poisoned(n, dt), *g3 = poisoned(h, dt);
+  void *ws = gpu_alloc(gpu_layernorm_backward_ws(rows, h), e, sizeof e);
+  float *w4 = malloc(sizeof(float) * (size_t)h);
+  k_layernorm_backward(w1, w3, w4, dy, x, w, rows, h, 1e-5, false);
+  gpu_layernorm_backward(S, dt, g1, g3, g2, dDY, dX, dW, rows, h, 1e-5, false, ws);
+  expect_dev("layernorm backward dx, written", dt, g1, w1, n);
+  expect_dev("layernorm backward dw, written", dt, g3, w3, h);
+  expect_dev("layernorm backward db, written", dt, g2, w4, h);
+  gpu_free(g1), gpu_free(g2), g1 = poisoned(n, dt), g2 = poisoned(n, dt);
+  k_gelu_backward(w1, dy, x, n, false);
+  gpu_gelu_backward(S, dt, g1, dDY, dX, n, false);
+  expect_dev("gelu backward, written", dt, g1, w1, n);
+  gpu_free(g1), g1 = poisoned(n, dt);
+  k_swiglu_backward(w1, w2, dy, x, u, n, false);
+  gpu_swiglu_backward(S, dt, g1, g2, dDY, dX, dU, n, false);
+  expect_dev("swiglu backward dgate, written", dt, g1, w1, n);
+  expect_dev("swiglu backward dup, written", dt, g2, w2, n);
+  gpu_free(g1), gpu_free(g2), g1 = poisoned(n, dt), g2 = poisoned(n, dt);
+  k_add_backward(w1, w2, dy, n, false);
+  gpu_add_backward(S, dt, g1, g2, dDY, n, false);
+  expect_dev("add backward da, written", dt, g1, w1, n);
+  expect_dev("add backward db, written", dt, g2, w2, n);
+  /* rows = b x sq positions of h */
+  gpu_free(g1), gpu_free(g3), g1 = poisoned(b * sq * h, dt), g3 = poisoned(sq * h, dt);
+  float *wp = malloc(sizeof(float) * (size_t)(sq * h));
+  k_add_position_backward(w1, wp, dy, b, sq, h, false);
+  gpu_add_position_backward(S, dt, g1, g3, dDY, b, sq, h, false);
+  expect_dev("add_position backward dx, written", dt, g1, w1, b * sq * h);
+  expect_dev("add_position backward dtable, written", dt, g3, wp, sq * h);
+  gpu_free(dX), gpu_free(dU), gpu_free(dW), gpu_free(dDY), gpu_free(g1), gpu_free(g2), gpu_free(g3), gpu_free(ws);
+  free(x), free(u), free(w), free(dy), free(w1), free(w2), free(w3), free(w4), free(wp);
+}
+
 static void check_elementwise(int dt) {
   int64_t n = 1000;
   float *x = randn(n, 2), *u = randn(n, 1), *dy = randn(n, 1), *g0 = randn(n, 1);
@@ -1527,6 +1574,7 @@ int main(void) {
     check_embedding(dt);
     check_norms(dt);
     check_elementwise(dt);
+    check_overwrites(dt);
     check_rotary(dt);
     check_attention(dt, 2, 37, 3, 24);
     check_attention(dt, 1, 70, 2, 64);
