@@ -46,10 +46,10 @@ DEV void row_stats(const T *row, int64_t v, float &m, float &s, float *sh) {
 
 /* terms[i] = log(sum) + max - logit of the label. */
 template <class T>
-__global__ void k_ce_rows(float *terms, const T *logits, const int32_t *labels, int64_t v) {
+__global__ void k_ce_rows(float *terms, const T *logits, const int32_t *labels, int64_t v, int64_t ld) {
   __shared__ float sh[64];
   int64_t i = blockIdx.x;
-  const T *row = logits + i * v;
+  const T *row = logits + i * ld;
   float m, s;
   row_stats(row, v, m, s, sh);
   if (threadIdx.x == 0) terms[i] = logf(s) + m - to_f(row[labels[i]]);
@@ -274,10 +274,10 @@ DEV int ce_label(int32_t label, int64_t lo, int64_t v) {
 
 template <class T>
 __global__ void __launch_bounds__(CE_MAX_THREADS)
-    k_ce_rows_vec(float *terms, const T *__restrict__ logits, const int32_t *labels, int64_t v) {
+    k_ce_rows_vec(float *terms, const T *__restrict__ logits, const int32_t *labels, int64_t v, int64_t ld) {
   __shared__ float sh[64];
   int64_t i = blockIdx.x;
-  const T *row = logits + i * v;
+  const T *row = logits + i * ld;
   ce_row r = ce_layout(row, (int)v);
   ce16 held[CE_HOLD] = {};
   float m, s;
@@ -288,15 +288,15 @@ __global__ void __launch_bounds__(CE_MAX_THREADS)
 template <class T>
 __global__ void __launch_bounds__(CE_MAX_THREADS)
     k_ce_backward_vec(T *__restrict__ dlogits, const T *__restrict__ logits, const int32_t *labels, int64_t v,
-                      float scale, bool acc) {
+                      int64_t ldd, int64_t ld, float scale, bool acc) {
   __shared__ float sh[64];
   int64_t i = blockIdx.x;
-  const T *row = logits + i * v;
+  const T *row = logits + i * ld;
   ce_row r = ce_layout(row, (int)v);
   ce16 held[CE_HOLD] = {};
   float m, s;
   ce_stats<T>(row, r, held, m, s, sh);
-  ce_grad<T>(dlogits + i * v, row, r, held, m, 1.0f / s, ce_label(labels[i], 0, v), scale, acc);
+  ce_grad<T>(dlogits + i * ldd, row, r, held, m, 1.0f / s, ce_label(labels[i], 0, v), scale, acc);
 }
 
 template <class T>
@@ -328,31 +328,36 @@ static bool ce_old(void) {
   return old;
 }
 static bool ce_vec(int64_t v, int dt) { return !ce_old() && v * (int64_t)gpu_dtype_size(dt) < ((int64_t)1 << 31) - 16; }
-static bool ce_vec_pair(const void *d, const void *x, int64_t v, int dt) {
-  return ce_vec(v, dt) && (((uintptr_t)d - (uintptr_t)x) & 15) == 0;
+/* every row of d aligned as x's: the same offset, rows whose bytes differ
+ * by a multiple of 16 */
+static bool ce_vec_pair(const void *d, int64_t ldd, const void *x, int64_t ld, int64_t v, int dt) {
+  return ce_vec(v, dt) && (((uintptr_t)d - (uintptr_t)x) & 15) == 0 &&
+         (((ldd - ld) * (int64_t)gpu_dtype_size(dt)) & 15) == 0;
 }
 
-void gpu_cross_entropy(gpu_stream *s, int dt, double *slot, void *out, const void *logits, const int32_t *labels,
-                       int64_t t, int64_t v, int64_t t_total, bool acc, void *ws) {
+void gpu_cross_entropy(gpu_stream *s, int dt, double *slot, void *out, const void *logits, int64_t ld,
+                       const int32_t *labels, int64_t t, int64_t v, int64_t t_total, bool acc, void *ws) {
   float *terms = (float *)ws;
   bool vec = ce_vec(v, dt);
+  if (ld <= 0) ld = v;
   DISPATCH(dt, T, {
     if (vec)
       launch(k_ce_rows_vec<T>, (unsigned)t, ce_threads(v, sizeof(T), CE_READ_THREADS), 0, s, terms, (const T *)logits,
-             labels, v);
+             labels, v, ld);
     else
-      launch(k_ce_rows<T>, (unsigned)t, CE_THREADS, 0, s, terms, (const T *)logits, labels, v);
+      launch(k_ce_rows<T>, (unsigned)t, CE_THREADS, 0, s, terms, (const T *)logits, labels, v, ld);
     launch(k_loss_sum<T, float>, 1, CE_THREADS, 0, s, slot, (T *)out, (const float *)terms, t, 1.0 / (double)t_total,
            acc);
   });
 }
 
 template <class T>
-__global__ void k_ce_backward(T *dlogits, const T *logits, const int32_t *labels, int64_t v, float scale, bool acc) {
+__global__ void k_ce_backward(T *dlogits, const T *logits, const int32_t *labels, int64_t v, int64_t ldd, int64_t ld,
+                              float scale, bool acc) {
   __shared__ float sh[64];
   int64_t i = blockIdx.x;
-  const T *row = logits + i * v;
-  T *drow = dlogits + i * v;
+  const T *row = logits + i * ld;
+  T *drow = dlogits + i * ldd;
   float m, s;
   row_stats(row, v, m, s, sh);
   int64_t label = labels[i];
@@ -362,17 +367,20 @@ __global__ void k_ce_backward(T *dlogits, const T *logits, const int32_t *labels
   }
 }
 
-void gpu_cross_entropy_backward(gpu_stream *s, int dt, void *dlogits, const void *logits, const int32_t *labels,
-                                int64_t t, int64_t v, int64_t t_total, bool acc) {
+void gpu_cross_entropy_backward(gpu_stream *s, int dt, void *dlogits, int64_t ldd, const void *logits, int64_t ld,
+                                const int32_t *labels, int64_t t, int64_t v, int64_t t_total, bool acc) {
   if (!dlogits) return;
   float scale = (float)(1.0 / (double)t_total);
-  bool vec = ce_vec_pair(dlogits, logits, v, dt);
+  if (ld <= 0) ld = v;
+  if (ldd <= 0) ldd = v;
+  bool vec = ce_vec_pair(dlogits, ldd, logits, ld, v, dt);
   DISPATCH(dt, T, {
     if (vec)
       launch(k_ce_backward_vec<T>, (unsigned)t, ce_threads(v, sizeof(T), CE_MAX_THREADS), 0, s, (T *)dlogits,
-             (const T *)logits, labels, v, scale, acc);
+             (const T *)logits, labels, v, ldd, ld, scale, acc);
     else
-      launch(k_ce_backward<T>, (unsigned)t, CE_THREADS, 0, s, (T *)dlogits, (const T *)logits, labels, v, scale, acc);
+      launch(k_ce_backward<T>, (unsigned)t, CE_THREADS, 0, s, (T *)dlogits, (const T *)logits, labels, v, ldd, ld,
+             scale, acc);
   });
 }
 
@@ -476,7 +484,7 @@ void gpu_cross_entropy_shard_backward(gpu_stream *s, int dt, void *dlogits, cons
                                       int64_t t_total, bool acc) {
   if (!dlogits) return;
   float scale = (float)(1.0 / (double)t_total);
-  bool vec = ce_vec_pair(dlogits, logits, v_local, dt);
+  bool vec = ce_vec_pair(dlogits, v_local, logits, v_local, v_local, dt);
   DISPATCH(dt, T, {
     if (vec)
       launch(k_ce_shard_backward_vec<T>, (unsigned)t, ce_threads(v_local, sizeof(T), CE_MAX_THREADS), 0, s,

@@ -255,6 +255,8 @@ struct backend_run {
    * WEFT_CUDA_FUSED_STEP=0: one launch per tensor */
   bool fused;
   bool fuse_calls;        /* WEFT_CUDA_FUSE: a linear and its GELU as one product (fuse_calls) */
+  int64_t *pitch;         /* per buffer: elements from a row to the next where padded (pad_rows), 0 */
+  int64_t *pbytes;        /* per buffer: its bytes so, 0: lbuf's */
   gpu_mstep *mtab;        /* device: the plans' tables */
   double *mparts;         /* device: their scratch */
 };
@@ -397,6 +399,65 @@ static caddr ref_in(crun *r, scratch *sc, const lref *ref, int want, bool build)
   return t;
 }
 
+/* ---- buffers with padded rows ------------------------------------------------------------- */
+
+/* A buffer whose rows are not a multiple of 16 bytes (the logits over a
+ * vocabulary of 50257) makes cuBLASLt stage every product that writes or
+ * reads it (gpu_gemm: copies into and out of padded rows). Where every
+ * instruction that touches a buffer of this device's own (not persistent,
+ * not an input) is a compute that takes it whole, in its type, with its
+ * rows padded (ckernel_pitched: an LM head's result and its gradient, a
+ * cross entropy's logits and their gradient), the buffer is laid out with
+ * its rows padded to 16 bytes: the products read and write it in place. */
+static void pad_rows(crun *r) {
+  const weft_program *pr = r->pr;
+  r->pitch = cx_alloc(sizeof(int64_t) * (size_t)(pr->nbufs + 1));
+  r->pbytes = cx_alloc(sizeof(int64_t) * (size_t)(pr->nbufs + 1));
+  for (int d = 0; d < pr->nprogs; d++) {
+    const lprog *lp = &pr->progs[d];
+    if (!lp->n || !here(r, d)) continue;
+    int nb = lp->buf_hi - lp->buf_lo;
+    bool *ok = cx_alloc((size_t)nb + 1);
+    for (int b = 0; b < nb; b++) {
+      const lbuf *bf = &pr->bufs[lp->buf_lo + b];
+      int64_t last = bf->region.ndims ? cx_dlen(&bf->region.dims[bf->region.ndims - 1]) : 0;
+      int sz = bf->dtype == GPU_I32 ? 0 : gpu_dtype_size(bf->dtype);
+      ok[b] = !bf->persistent && bf->role != LB_INPUT && sz > 0 && bf->region.ndims >= 2 && last > 0 &&
+              (last * sz) % 16 != 0;
+    }
+    for (int i = 0; i < lp->n; i++) {
+      const lins *in = &lp->ins[i];
+      if (in->kind == LI_ALLOC || in->kind == LI_FREE) continue;
+      const ckernel *k = NULL;
+      int dt = -1;
+      if (in->kind == LI_COMPUTE && in->part == LP_WHOLE) {
+        int op = lower_compute_op(pr, in);
+        k = r->kern[op], dt = ckernel_dtype(r->g, op);
+      }
+      for (int j = 0; j < in->nin + in->nout; j++) {
+        bool out = j >= in->nin;
+        const lref *ref = out ? &in->out[j - in->nin] : &in->in[j];
+        int b = ref->buf - lp->buf_lo;
+        if (ref->buf < 0 || b < 0 || b >= nb || !ok[b]) continue;
+        const lbuf *bf = &pr->bufs[ref->buf];
+        ok[b] = k && bf->dtype == dt && cx_equal(&bf->region, &ref->region) &&
+                ckernel_pitched(k, in->dir == DIR_BACKWARD, ref->arg, out);
+      }
+    }
+    for (int b = 0; b < nb; b++) {
+      if (!ok[b]) continue;
+      const lbuf *bf = &pr->bufs[lp->buf_lo + b];
+      int64_t last = cx_dlen(&bf->region.dims[bf->region.ndims - 1]), q = 16 / gpu_dtype_size(bf->dtype);
+      r->pitch[lp->buf_lo + b] = (last + q - 1) / q * q;
+      r->pbytes[lp->buf_lo + b] = cx_numel(&bf->region) / last * r->pitch[lp->buf_lo + b] * gpu_dtype_size(bf->dtype);
+    }
+    free(ok);
+  }
+}
+
+/* The row pitch of the buffer a ref is, 0: packed. */
+static int64_t ref_pitch(const crun *r, const lref *ref) { return r->pitch && ref->buf >= 0 ? r->pitch[ref->buf] : 0; }
+
 /* ---- computes ------------------------------------------------------------------------ */
 
 static bool does_write(const lins *in, const ckernel *k);
@@ -480,9 +541,11 @@ static int64_t prep_compute(crun *r, int dev, int i, int64_t base, bool build) {
     if (ref->arg >= 0 && ref->arg < c->nin) {
       pc.in[ref->arg] = ref_in(r, &sc, ref, ckernel_ids(k, ref->arg) ? GPU_I32 : c->dt, build);
       c->inr[ref->arg] = &ref->region;
+      if (ref->arg == 0) c->pitch_in0 = ref_pitch(r, ref);
     } else {
       pc.dy = ref_in(r, &sc, ref, c->dt, build);
       c->dyr = &ref->region;
+      c->pitch_dy = ref_pitch(r, ref);
     }
   }
   for (int a = 0; a < c->nin; a++)
@@ -547,11 +610,16 @@ static int64_t prep_compute(crun *r, int dev, int i, int64_t base, bool build) {
         }
       }
     }
+    /* a buffer of padded rows is given as it is (pad_rows) */
+    if (ref_pitch(r, ref) && !(j <= CX_MAX_INPUTS && direct[j]))
+      return plan_fail(r, "%s: a buffer of padded rows through scratch", o->name), -1;
     if (ref->arg < 0) {
       pc.out = p;
       c->outr = &ref->region;
+      c->pitch_out = ref_pitch(r, ref);
     } else if (ref->arg < c->nin) {
       pc.din[ref->arg] = p;
+      if (ref->arg == 0) c->pitch_din0 = ref_pitch(r, ref);
     }
   }
   /* the kernel accumulates into what it writes in place; scratch starts at
@@ -1784,6 +1852,7 @@ void crun_close(crun *r) {
   if (r->keep)
     for (int d = 0; d < r->pr->nprogs; d++) free(r->keep[d]);
   free(r->keep);
+  free(r->pitch), free(r->pbytes);
   free(r->dev), free(r->kern), free(r->input_off), free(r->tab.v), free(r->mask_at), free(r->ins_base);
   if (r->mpi) rdv_mpi_close(r->mpi);
   free(r);
@@ -1949,7 +2018,7 @@ static bool prepare(crun *r) {
     case SO_ZERO: {
       const lbuf *b = &r->pr->bufs[so->arg];
       if ((b->persistent || !overwritten(r, so->dev, so->ins, so->arg)) && !(r->dev[so->dev].first[so->ins] & NO_CLEAR))
-        add_zero(r, buf_addr(r, so->dev, so->arg), b->bytes ? b->bytes : 1);
+        add_zero(r, buf_addr(r, so->dev, so->arg), r->pbytes && r->pbytes[so->arg] ? r->pbytes[so->arg] : b->bytes ? b->bytes : 1);
       break;
     }
     case SO_INPUT: {
@@ -2013,6 +2082,13 @@ static bool direct_at(const crun *r, const pcall *pc, caddr p, int buf) {
   return buf >= 0 && p.dev >= 0 && same_addr(p, buf_addr(r, pc->dev, buf));
 }
 
+/* The elements a region takes laid out with rows `pitch` apart (0: packed). */
+static int64_t span(const tregion *rg, int64_t pitch) {
+  if (!rg) return 0;
+  int64_t n = cx_numel(rg), last = rg->ndims ? cx_dlen(&rg->dims[rg->ndims - 1]) : 1;
+  return pitch && last ? n / last * pitch : n;
+}
+
 /* Whether bytes [p, p + n) of a pool meet anything call pc reads or
  * writes; late: but what it is done with before its last product (a
  * linear's backward fused: its input x, its scratch) and its din[0]. */
@@ -2024,12 +2100,12 @@ static bool call_meets(const pcall *pc, caddr p, int64_t n, bool late) {
   for (int a = 0; a < c->nin; a++) {
     int64_t e = c->inr[a] ? cx_numel(c->inr[a]) : 0;
     at[k] = a == 0 && late ? NOWHERE : pc->in[a];
-    len[k++] = e * (ckernel_ids(c->k, a) ? 4 : gpu_dtype_size(c->dt));
+    len[k++] = (a == 0 ? span(c->inr[a], c->pitch_in0) : e) * (ckernel_ids(c->k, a) ? 4 : gpu_dtype_size(c->dt));
     at[k] = a == 0 && late ? NOWHERE : pc->din[a];
-    len[k++] = e * (c->f32din >> a & 1u ? 4 : gpu_dtype_size(c->dt));
+    len[k++] = (a == 0 ? span(c->inr[a], c->pitch_din0) : e) * (c->f32din >> a & 1u ? 4 : gpu_dtype_size(c->dt));
   }
-  at[k] = pc->out, len[k++] = c->outr ? cx_numel(c->outr) * gpu_dtype_size(c->dt) : 0;
-  at[k] = pc->dy, len[k++] = c->dyr ? cx_numel(c->dyr) * gpu_dtype_size(c->dt) : 0;
+  at[k] = pc->out, len[k++] = span(c->outr, c->pitch_out) * gpu_dtype_size(c->dt);
+  at[k] = pc->dy, len[k++] = span(c->dyr, c->pitch_dy) * gpu_dtype_size(c->dt);
   at[k] = late ? NOWHERE : pc->ws, len[k++] = (int64_t)ccall_ws(c);
   for (int j = 0; j < k; j++)
     if (at[j].dev == p.dev && at[j].dev >= 0 && len[j] > 0 && at[j].off < p.off + n && p.off < at[j].off + len[j]) {
@@ -2392,7 +2468,9 @@ crun *crun_open(const weft_program *pr, weft_world *w, const backend_opts *o, ch
    * for a part of a gradient the norm counts before the steps */
   int64_t part = plan_norm(r, &mask_bytes);
   plan_keep(r);
-  csched_cb cb = {r, ins_ws, (int64_t)gpu_gemm_ws() + (int64_t)gpu_sumsq_ws() + part, (const ckeep *const *)r->keep};
+  if (!getenv("WEFT_CUDA_PAD_ROWS") || strcmp(getenv("WEFT_CUDA_PAD_ROWS"), "0") != 0) pad_rows(r);
+  csched_cb cb = {r, ins_ws, (int64_t)gpu_gemm_ws() + (int64_t)gpu_sumsq_ws() + part, (const ckeep *const *)r->keep,
+                  r->pbytes};
   char e[512];
   if (!build_plan(r, &r->plan[0], &cb, NULL, err, errlen)) goto fail;
   /* the order that takes the norm before the steps, to clip by it */

@@ -317,12 +317,14 @@ void gpu_window_attention_backward(gpu_stream *s, int dt, void *dqkv, void *dtab
 /* A loss's share is written to *slot (double, device; NULL: not wanted)
  * and to out (one value of dt; added when acc). */
 size_t gpu_loss_ws(int64_t rows);
-void gpu_cross_entropy(gpu_stream *s, int dt, double *slot, void *out, const void *logits, const int32_t *labels,
-                       int64_t t, int64_t v, int64_t t_total, bool acc, void *ws);
+void gpu_cross_entropy(gpu_stream *s, int dt, double *slot, void *out, const void *logits, int64_t ld,
+                       const int32_t *labels, int64_t t, int64_t v, int64_t t_total, bool acc, void *ws);
 /* dlogits (+)= (softmax(logits) - onehot(labels)) / t_total: one kernel,
- * one read of each row for its maximum and sum, one pass that writes. */
-void gpu_cross_entropy_backward(gpu_stream *s, int dt, void *dlogits, const void *logits, const int32_t *labels,
-                                int64_t t, int64_t v, int64_t t_total, bool acc);
+ * one read of each row for its maximum and sum, one pass that writes.
+ * ld, ldd: elements from a row of logits, of dlogits, to the next (rows
+ * padded to 16 bytes; 0: v). */
+void gpu_cross_entropy_backward(gpu_stream *s, int dt, void *dlogits, int64_t ldd, const void *logits, int64_t ld,
+                                const int32_t *labels, int64_t t, int64_t v, int64_t t_total, bool acc);
 /* A shard of the vocabulary, columns [v_lo, v_lo + v_local): its
  * statistics of each row (f32 [t][3]), the loss from the gathered ones
  * (f32 [t][nshards][3]; `first` the shard that adds it), and its part of

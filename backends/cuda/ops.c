@@ -111,19 +111,24 @@ static bool matmul_backward(const ccall *c, char *err, size_t errlen) {
          gemm_to(c, true, false, k, n, m, c->in[0], k, c->dy, n, c->din[1], n, din_dt(c, 1), NULL, c->acc, err, errlen);
 }
 
+/* the result's rows (and its gradient's) may be padded (ccall.pitch_out,
+ * pitch_dy): the logits of an LM head */
 static bool matmul_t_forward(const ccall *c, char *err, size_t errlen) {
   int64_t m, k, n;
   mkn(c, true, &m, &k, &n);
-  return gemm(c, false, true, m, n, k, c->in[0], k, c->in[1], k, c->out, n, NULL, c->acc, err, errlen);
+  return gemm(c, false, true, m, n, k, c->in[0], k, c->in[1], k, c->out, c->pitch_out ? c->pitch_out : n, NULL,
+              c->acc, err, errlen);
 }
 
 static bool matmul_t_backward(const ccall *c, char *err, size_t errlen) {
-  int64_t m, k, n;
+  int64_t m, k, n, ldy;
   mkn(c, true, &m, &k, &n);
-  if (c->din[0] && !gemm(c, false, false, m, k, n, c->dy, n, c->in[1], k, c->din[0], k, NULL, c->acc, err, errlen))
+  ldy = c->pitch_dy ? c->pitch_dy : n;
+  if (c->din[0] && !gemm(c, false, false, m, k, n, c->dy, ldy, c->in[1], k, c->din[0], k, NULL, c->acc, err, errlen))
     return false;
   return !c->din[1] ||
-         gemm_to(c, true, false, n, k, m, c->dy, n, c->in[0], k, c->din[1], k, din_dt(c, 1), NULL, c->acc, err, errlen);
+         gemm_to(c, true, false, n, k, m, c->dy, ldy, c->in[0], k, c->din[1], k, din_dt(c, 1), NULL, c->acc, err,
+                 errlen);
 }
 
 static bool linear_forward(const ccall *c, char *err, size_t errlen) {
@@ -715,7 +720,8 @@ static bool ce_need_stats(const ccall *c, char *err, size_t errlen) {
 static bool ce_forward(const ccall *c, char *err, size_t errlen) {
   ce_sizes s = ce_sizes_of(c);
   if (!s.split) {
-    gpu_cross_entropy(c->s, c->dt, c->slot, c->out, c->in[0], c->in[1], s.t, s.v, s.t_total, c->acc, c->ws);
+    gpu_cross_entropy(c->s, c->dt, c->slot, c->out, c->in[0], c->pitch_in0, c->in[1], s.t, s.v, s.t_total, c->acc,
+                      c->ws);
     return true;
   }
   if (!ce_need_stats(c, err, errlen)) return false;
@@ -728,7 +734,8 @@ static bool ce_backward(const ccall *c, char *err, size_t errlen) {
   if (!c->din[0]) return true;
   ce_sizes s = ce_sizes_of(c);
   if (!s.split) {
-    gpu_cross_entropy_backward(c->s, c->dt, c->din[0], c->in[0], c->in[1], s.t, s.v, s.t_total, c->acc);
+    gpu_cross_entropy_backward(c->s, c->dt, c->din[0], c->pitch_din0, c->in[0], c->pitch_in0, c->in[1], s.t, s.v,
+                               s.t_total, c->acc);
     return true;
   }
   if (!ce_need_stats(c, err, errlen)) return false;
@@ -940,6 +947,13 @@ int ccall_fusion(const ccall *a, const ccall *b) {
   if (!r || !q || cx_numel(r) != cx_numel(q) || last(r) != last(q) || cx_numel(b->inr[0]) != cx_numel(q))
     return GPU_EPI_NONE;
   return a->backward ? GPU_EPI_DGELU : GPU_EPI_GELU;
+}
+
+bool ckernel_pitched(const ckernel *k, bool backward, int arg, bool out) {
+  if (!k) return false;
+  if (strcmp(k->kind, "matmul_t") == 0) return arg == -1 && out != backward;
+  if (strcmp(k->kind, "cross_entropy") == 0) return arg == 0 && (!out || backward);
+  return false;
 }
 
 /* The operators whose kernels write every element of their outputs when

@@ -23,6 +23,11 @@ bool ckernel_ids(const ckernel *k, int arg);
 /* Whether its kernels write every element of what they write when not
  * accumulating (so that a buffer need not be cleared before). */
 bool ckernel_overwrites(const ckernel *k);
+/* Whether k's calls take a buffer with padded rows (ccall.pitch_*) as the
+ * given ref of a call (arg: the input it is or whose gradient it is, -1 the
+ * result or its gradient; out: an output of the call): a matmul_t's result
+ * and its gradient, a cross entropy's logits and their gradient. */
+bool ckernel_pitched(const ckernel *k, bool backward, int arg, bool out);
 /* Whether the backward can write the gradient of input arg in f32 when it
  * computes in 16 bits (ccall.f32din), with no copy in between. */
 bool ckernel_f32_grad(const ckernel *k, int arg);
@@ -58,6 +63,10 @@ typedef struct ccall {
    * backward's din[0] is times gelu'(epi_ptr), the GELU's input */
   int epi;
   void *epi_ptr;
+  /* elements from one row to the next of in[0], din[0], out and dy where
+   * their buffer's rows are padded to 16 bytes (0: packed): the logits of a
+   * vocabulary of 50257 (ckernel_pitched) */
+  int64_t pitch_in0, pitch_din0, pitch_out, pitch_dy;
   double *slot;                     /* a loss's share, NULL: not this copy's to count */
   void *ws;                         /* ccall_ws bytes */
   void *gemm_ws;                    /* gpu_gemm_ws() bytes */

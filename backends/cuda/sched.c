@@ -109,6 +109,12 @@ static int new_event(walk *w) { return w->s->nevents++; }
 
 /* An allocation in dev's pool; the stream waits for the reads that the
  * memory it reuses was freed with. */
+/* A buffer's bytes in its pool (at least one). */
+static int64_t buf_bytes(const walk *w, int buf) {
+  int64_t b = w->cb->bytes && w->cb->bytes[buf] > 0 ? w->cb->bytes[buf] : w->pr->bufs[buf].bytes;
+  return b ? b : 1;
+}
+
 static int64_t alloc_in(walk *w, int dev, int64_t bytes) {
   w->nev = 0;
   int64_t off = cx_pool_alloc(&w->pool[dev], bytes, &w->ev, &w->nev, &w->evcap);
@@ -191,7 +197,7 @@ static bool step(walk *w, int dev, int i) {
       if (b->role == LB_GRAD) emit(w, SO_ZERO, dev, i, in->buf, 0, -1);
       return true;
     }
-    s->off[in->buf] = alloc_in(w, dev, b->bytes ? b->bytes : 1);
+    s->off[in->buf] = alloc_in(w, dev, buf_bytes(w, in->buf));
     emit(w, b->role == LB_INPUT ? SO_INPUT : SO_ZERO, dev, i, in->buf, 0, -1);
     return true;
   }
@@ -201,7 +207,7 @@ static bool step(walk *w, int dev, int i) {
       w->deferred[in->buf] = true;
       return true;
     }
-    if (!b->persistent && s->off[in->buf] >= 0) cx_pool_release(&w->pool[dev], s->off[in->buf], b->bytes ? b->bytes : 1, NULL, 0);
+    if (!b->persistent && s->off[in->buf] >= 0) cx_pool_release(&w->pool[dev], s->off[in->buf], buf_bytes(w, in->buf), NULL, 0);
     return true;
   }
   case LI_COMPUTE:
@@ -226,7 +232,7 @@ static bool step(walk *w, int dev, int i) {
       int hb = fk->hold;
       if (hb >= 0 && --w->held[hb] == 0 && w->deferred[hb]) {
         w->deferred[hb] = false;
-        cx_pool_release(&w->pool[dev], s->off[hb], pr->bufs[hb].bytes ? pr->bufs[hb].bytes : 1, NULL, 0);
+        cx_pool_release(&w->pool[dev], s->off[hb], buf_bytes(w, hb), NULL, 0);
       }
     }
     return true;

@@ -110,6 +110,8 @@ typedef struct csched_cb {
   int64_t (*ins_ws)(void *ctx, int dev, int ins);
   int64_t fixed;          /* bytes every device keeps apart */
   const ckeep *const *keep; /* per device, per instruction; NULL: nothing kept */
+  const int64_t *bytes;   /* per buffer: its bytes in its pool where not lbuf.bytes (0), its rows
+                           * padded; NULL: none */
 } csched_cb;
 
 /* The plan; false with a message (programs that do not meet, a region

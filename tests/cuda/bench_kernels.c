@@ -205,9 +205,9 @@ static void losses_and_copies(int64_t t, int64_t v, int reps) {
     for (int r = -2; r < reps; r++) {
       if (r == 0) gpu_record(a, S);
       if (k == 0 || k == 2)
-        gpu_cross_entropy(S, GPU_BF16, slot, NULL, logits, dlab, t, v, t, false, ws);
+        gpu_cross_entropy(S, GPU_BF16, slot, NULL, logits, 0, dlab, t, v, t, false, ws);
       if (k == 1 || k == 2)
-        gpu_cross_entropy_backward(S, GPU_BF16, dlogits, logits, dlab, t, v, t, false);
+        gpu_cross_entropy_backward(S, GPU_BF16, dlogits, 0, logits, 0, dlab, t, v, t, false);
       if (k == 3) gpu_copy2d(S, GPU_BF16, padded, vp, logits, v, t, v);
       if (k == 4) gpu_copy2d(S, GPU_BF16, dlogits, v, padded, vp, t, v);
     }

@@ -861,22 +861,22 @@ static void check_ce_rows(int dt) {
       for (int64_t i = 0; i < n; i++) nan[i] = NAN;
       void *dp = off ? up_off(nan, n, dt, &bp) : (bp = up(nan, n, dt));
       snprintf(what, sizeof what, "cross_entropy, rows of %lld%s", (long long)v, off ? ", +1 element" : "");
-      gpu_cross_entropy(S, dt, slot, NULL, dx, dlab, t, v, t, false, ws);
+      gpu_cross_entropy(S, dt, slot, NULL, dx, 0, dlab, t, v, t, false, ws);
       expect_loss(what, dt, slot, k_cross_entropy(x, lab, t, v, t));
       k_cross_entropy_backward(want, x, lab, t, v, t, 1.0, false);
-      gpu_cross_entropy_backward(S, dt, dp, dx, dlab, t, v, t, false);
+      gpu_cross_entropy_backward(S, dt, dp, 0, dx, 0, dlab, t, v, t, false);
       snprintf(what, sizeof what, "  its backward%s", off ? ", +1 element" : "");
       expect_dev(what, dt, dp, want, n);
       memcpy(want, g0, sizeof(float) * (size_t)n);
       k_cross_entropy_backward(want, x, lab, t, v, t, 1.0, true);
-      gpu_cross_entropy_backward(S, dt, dg, dx, dlab, t, v, t, true);
+      gpu_cross_entropy_backward(S, dt, dg, 0, dx, 0, dlab, t, v, t, true);
       snprintf(what, sizeof what, "  its backward, acc%s", off ? ", +1 element" : "");
       expect_dev(what, dt, dg, want, n);
       if (v == 300) {
         /* the gradient one element off the logits' alignment */
         void *bq = NULL, *dq = off ? (bq = up(nan, n, dt)) : up_off(nan, n, dt, &bq);
         k_cross_entropy_backward(want, x, lab, t, v, t, 1.0, false);
-        gpu_cross_entropy_backward(S, dt, dq, dx, dlab, t, v, t, false);
+        gpu_cross_entropy_backward(S, dt, dq, 0, dx, 0, dlab, t, v, t, false);
         expect_dev("  its backward, aligned otherwise than the logits", dt, dq, want, n);
         gpu_free(bq);
       }
@@ -902,6 +902,42 @@ static void check_ce_rows(int dt) {
   gpu_free(slot), gpu_free(ws);
 }
 
+/* Cross entropy on rows padded to 16 bytes (a row of 257 elements every
+ * 264, or 260 in f32), as the CUDA backend lays out logits whose rows are
+ * not (pad_rows in exec.c): the loss and the gradient the same as packed,
+ * the padding untouched. */
+static void check_ce_pitch(int dt) {
+  char e[400];
+  int64_t t = 6, v = 257, q = 16 / gpu_dtype_size(dt), ld = (v + q - 1) / q * q;
+  float *x = randn(t * v, 2), *xp = malloc(sizeof(float) * (size_t)(t * ld)), *nan = malloc(sizeof(float) * (size_t)(t * ld));
+  round_all(x, t * v, dt);
+  int32_t lab[6];
+  for (int64_t i = 0; i < t; i++) lab[i] = (int32_t)(urand() * v);
+  for (int64_t i = 0; i < t * ld; i++) nan[i] = NAN;
+  memcpy(xp, nan, sizeof(float) * (size_t)(t * ld));
+  for (int64_t i = 0; i < t; i++) memcpy(xp + i * ld, x + i * v, sizeof(float) * (size_t)v);
+  int32_t *dlab = up_ids(lab, t);
+  void *dx = up(xp, t * ld, dt), *dg = up(nan, t * ld, dt), *ws = gpu_alloc(gpu_loss_ws(t), e, sizeof e);
+  double *slot = gpu_alloc(8, e, sizeof e);
+  gpu_cross_entropy(S, dt, slot, NULL, dx, ld, dlab, t, v, t, false, ws);
+  expect_loss("cross_entropy, rows of 257 padded", dt, slot, k_cross_entropy(x, lab, t, v, t));
+  float *want = malloc(sizeof(float) * (size_t)(t * v));
+  k_cross_entropy_backward(want, x, lab, t, v, t, 1.0, false);
+  gpu_cross_entropy_backward(S, dt, dg, ld, dx, ld, dlab, t, v, t, false);
+  float *got = down(dg, t * ld, dt), *rows = malloc(sizeof(float) * (size_t)(t * v));
+  bool pads = true;
+  for (int64_t i = 0; i < t; i++) {
+    memcpy(rows + i * v, got + i * ld, sizeof(float) * (size_t)v);
+    for (int64_t j = v; j < ld; j++) pads &= isnan(got[i * ld + j]);
+  }
+  expect("  its backward, padded rows", dt, rows, want, t * v);
+  checks++;
+  if (!pads) failures++;
+  printf("kernel %-44s %-4s %s\n", "  its backward leaves the padding", dt_name(dt), pads ? "ok" : "FAIL");
+  free(got), free(x), free(xp), free(nan), free(want);
+  gpu_free(dlab), gpu_free(dx), gpu_free(dg), gpu_free(ws), gpu_free(slot);
+}
+
 static void check_losses(int dt) {
   char e[400];
   int64_t t = 37, v = 300, t_total = 2 * t, split = 130;
@@ -914,14 +950,14 @@ static void check_losses(int dt) {
   double *slot = gpu_alloc(8, e, sizeof e);
   void *out = poisoned(1, dt);
   double want = k_cross_entropy(logits, labels, t, v, t_total);
-  gpu_cross_entropy(S, dt, slot, out, dl, dlab, t, v, t_total, false, ws);
+  gpu_cross_entropy(S, dt, slot, out, dl, 0, dlab, t, v, t_total, false, ws);
   expect_loss("cross_entropy (loss share)", dt, slot, want);
   float wantf = (float)want;
   expect_dev("cross_entropy (its output)", dt, out, &wantf, 1);
   float *wg = copy(g0, t * v);
   k_cross_entropy_backward(wg, logits, labels, t, v, t_total, 1.0, true);
   void *g = up(g0, t * v, dt);
-  gpu_cross_entropy_backward(S, dt, g, dl, dlab, t, v, t_total, true);
+  gpu_cross_entropy_backward(S, dt, g, 0, dl, 0, dlab, t, v, t_total, true);
   expect_dev("cross_entropy backward (fused), acc", dt, g, wg, t * v);
   /* two shards of the vocabulary: statistics, gathered [t][2][3], loss, backward */
   float *part[2] = {malloc(sizeof(float) * (size_t)(t * split)), malloc(sizeof(float) * (size_t)(t * (v - split)))};
@@ -1589,6 +1625,7 @@ int main(void) {
     check_window_attention(dt, 7, 3, 24, 2, 3, 2, 0, 4, 3, 3);  /* 49 tokens; the last row and column wrap */
     check_softmax(dt);
     check_losses(dt);
+    check_ce_pitch(dt);
     check_moe(dt);
     check_optimizers(dt);
     check_msteps(dt);
