@@ -13,8 +13,11 @@
 #
 # Usage, from the repository root, with ./weft and ./libweft_cuda.so built
 # where nvcc is:   sh bench/gpu.sh [DIR]
-# PARTS picks among "124m 350m tp2" (default all; tp2 also finds 124M's
-# batch) and TORCH_MODES among "eager compile" (default both; empty: none).
+# PARTS picks among "124m 350m tp2 switches" (default the first three; tp2
+# and switches also find 124M's batch; switches: 124M with each of the
+# executor's fusions off, WEFT_CUDA_FUSE=0, WEFT_CUDA_FIRST_WRITE=0,
+# WEFT_CUDA_PAD_ROWS=0, then all three, against all on) and TORCH_MODES
+# among "eager compile" (default both; empty: none).
 # (SEQ=16 SETS="--set seq=16 --set vocab=256" and WEFT_PLUGIN_DIR=build/cudaemu
 # KERNELS=build/cudaemu/bench_kernels KERNELS_ARGS=--small try the script on
 # the emulation, at a size it can run.) It starts with the attention kernels,
@@ -104,9 +107,26 @@ bench_size() {
   [ "$name" = "GPT-2 124M" ] && TP_BATCH=$batch
 }
 PARTS=${PARTS:-124m 350m tp2}
-case " $PARTS " in *" 124m "*|*" tp2 "*) bench_size "GPT-2 124M" 12 768 12 ;; esac
+case " $PARTS " in *" 124m "*|*" tp2 "*|*" switches "*) bench_size "GPT-2 124M" 12 768 12 ;; esac
 case " $PARTS " in *" 350m "*) bench_size "GPT-2 350M" 24 1024 16 ;; esac
+SW_BATCH=$TP_BATCH
 case " $PARTS " in *" tp2 "*) ;; *) TP_BATCH= ;; esac
+case " $PARTS " in *" switches "*) ;; *) SW_BATCH= ;; esac
+
+# 124M on one device with the executor's fusions (docs/run.md, How it
+# executes) turned off one at a time, then all, beside all on
+if [ -n "${SW_BATCH:-}" ]; then
+  for sw in "" WEFT_CUDA_FUSE=0 WEFT_CUDA_FIRST_WRITE=0 WEFT_CUDA_PAD_ROWS=0 \
+      "WEFT_CUDA_FUSE=0 WEFT_CUDA_FIRST_WRITE=0 WEFT_CUDA_PAD_ROWS=0"; do
+    if env $sw $WEFT run $PLAN --plan single ${SETS:-} --set batch=$SW_BATCH --backend cuda --steps $((STEPS + 3)) --json \
+        >"$tmp/w.json" 2>"$tmp/w.err"; then
+      t=$("$PY" -c 'import json,statistics,sys; d=json.load(open(sys.argv[1])); print(statistics.median(s["time_s"] for s in d["steps"][3:]))' "$tmp/w.json")
+      say "GPT-2 124M weft, batch $SW_BATCH, ${sw:-every fusion on}: $("$PY" -c "print(f'{1000*$t:.1f}')") ms a step"
+    else
+      say "GPT-2 124M weft ${sw:-every fusion on}: failed: $(tail -3 "$tmp/w.err")"
+    fi
+  done
+fi
 
 # tp2 on two virtual devices against one device, 124M at the same batch
 if [ -n "${TP_BATCH:-}" ]; then
