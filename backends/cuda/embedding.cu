@@ -112,8 +112,8 @@ size_t gpu_embedding_backward_ws(int dt, int64_t v_local, int64_t h, int64_t t) 
   return emb_sums_bytes(dt, v_local, h) + (size_t)(2 * EMB_PARTS + t) * sizeof(int32_t);
 }
 
-void gpu_embedding_backward(gpu_stream *s, int dt, void *dtable, const void *dout, const int32_t *ids, int64_t t,
-                            int64_t h, int64_t v_lo, int64_t v_local, bool acc, void *ws) {
+void gpu_embedding_backward(gpu_stream *s, int dt, void *dtable, int gdt, const void *dout, const int32_t *ids,
+                            int64_t t, int64_t h, int64_t v_lo, int64_t v_local, bool acc, void *ws) {
   if (!dtable) return;
   int64_t parts = emb_parts(v_local);
   int32_t *cnt = (int32_t *)((char *)ws + emb_sums_bytes(dt, v_local, h)), *off = cnt + EMB_PARTS,
@@ -121,10 +121,12 @@ void gpu_embedding_backward(gpu_stream *s, int dt, void *dtable, const void *dou
   launch(k_emb_count, (unsigned)parts, EMB_COLS, 0, s, cnt, ids, t, v_lo, v_local, parts);
   launch(k_emb_fill, (unsigned)parts, EMB_COLS, 0, s, list, off, (const int32_t *)cnt, ids, t, v_lo, v_local, parts);
   dim3 grid((unsigned)((h + EMB_COLS - 1) / EMB_COLS), (unsigned)parts);
-  if (dt == GPU_F32) {
+  if (dt == GPU_F32 || gdt == GPU_F32) {
+    /* an f32 gradient (a 16-bit table's kept in f32 too) takes the sums itself */
     if (!acc) launch(k_zero<float>, blocks_for(v_local * h, 256), 256, 0, s, (float *)dtable, v_local * h);
-    launch(k_embedding_backward<float>, grid, EMB_COLS, 0, s, (float *)dtable, (const float *)dout, ids,
-           (const int32_t *)list, (const int32_t *)off, (const int32_t *)cnt, h, v_lo);
+    DISPATCH(dt, T,
+             launch(k_embedding_backward<T>, grid, EMB_COLS, 0, s, (float *)dtable, (const T *)dout, ids,
+                    (const int32_t *)list, (const int32_t *)off, (const int32_t *)cnt, h, v_lo));
     return;
   }
   float *sum = (float *)ws;
@@ -152,9 +154,10 @@ __global__ void k_copy_or_add(T *dst, const T *src, int64_t n, bool acc) {
   GRID_STRIDE(i, n) put(&dst[i], to_f(src[i]), acc);
 }
 
-/* dtable[j] (+)= the sum over the batch of dy[., j], in batch order. */
-template <class T>
-__global__ void k_batch_sum(T *dtable, const T *dy, int64_t b, int64_t plane, bool acc) {
+/* dtable[j] (+)= the sum over the batch of dy[., j], in batch order; the
+ * table's gradient of type G (f32 for a 16-bit table's kept in f32). */
+template <class G, class T>
+__global__ void k_batch_sum(G *dtable, const T *dy, int64_t b, int64_t plane, bool acc) {
   GRID_STRIDE(j, plane) {
     float sum = 0.0f;
     for (int64_t i = 0; i < b; i++) sum += to_f(dy[i * plane + j]);
@@ -162,11 +165,14 @@ __global__ void k_batch_sum(T *dtable, const T *dy, int64_t b, int64_t plane, bo
   }
 }
 
-void gpu_add_position_backward(gpu_stream *s, int dt, void *dx, void *dtable, const void *dy, int64_t b, int64_t sq,
-                               int64_t h, bool acc) {
+void gpu_add_position_backward(gpu_stream *s, int dt, void *dx, void *dtable, int gdt, const void *dy, int64_t b,
+                               int64_t sq, int64_t h, bool acc) {
   int64_t plane = sq * h;
   DISPATCH(dt, T, {
     if (dx) launch(k_copy_or_add<T>, blocks_for(b * plane, 256), 256, 0, s, (T *)dx, (const T *)dy, b * plane, acc);
-    if (dtable) launch(k_batch_sum<T>, blocks_for(plane, 256), 256, 0, s, (T *)dtable, (const T *)dy, b, plane, acc);
+    if (dtable && gdt == GPU_F32)
+      launch(k_batch_sum<float, T>, blocks_for(plane, 256), 256, 0, s, (float *)dtable, (const T *)dy, b, plane, acc);
+    else if (dtable)
+      launch(k_batch_sum<T, T>, blocks_for(plane, 256), 256, 0, s, (T *)dtable, (const T *)dy, b, plane, acc);
   });
 }

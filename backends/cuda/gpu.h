@@ -170,11 +170,11 @@ void gpu_embedding(gpu_stream *s, int dt, void *out, const int32_t *ids, const v
 /* Sums in f32 (a 16-bit table's gradient goes through ws first), and the
  * t tokens listed by partition of the table's rows. */
 size_t gpu_embedding_backward_ws(int dt, int64_t v_local, int64_t h, int64_t t);
-void gpu_embedding_backward(gpu_stream *s, int dt, void *dtable, const void *dout, const int32_t *ids,
+void gpu_embedding_backward(gpu_stream *s, int dt, void *dtable, int gdt, const void *dout, const int32_t *ids,
                             int64_t t, int64_t h, int64_t v_lo, int64_t v_local, bool acc, void *ws);
 void gpu_add_position(gpu_stream *s, int dt, void *y, const void *x, const void *table,
                       int64_t b, int64_t sq, int64_t h);
-void gpu_add_position_backward(gpu_stream *s, int dt, void *dx, void *dtable, const void *dy,
+void gpu_add_position_backward(gpu_stream *s, int dt, void *dx, void *dtable, int gdt, const void *dy,
                                int64_t b, int64_t sq, int64_t h, bool acc);
 
 /* ---- normalisation ---------------------------------------------------------------- */

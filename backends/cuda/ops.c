@@ -176,8 +176,8 @@ static bool embedding_forward(const ccall *c, char *err, size_t errlen) {
 static bool embedding_backward(const ccall *c, char *err, size_t errlen) {
   const tregion *tr = c->inr[1];
   if (c->din[1])
-    gpu_embedding_backward(c->s, c->dt, c->din[1], c->dy, c->in[0], cx_numel(c->inr[0]), ext(tr, 1), first(tr, 0),
-                           ext(tr, 0), c->acc, c->ws);
+    gpu_embedding_backward(c->s, c->dt, c->din[1], din_dt(c, 1), c->dy, c->in[0], cx_numel(c->inr[0]), ext(tr, 1),
+                           first(tr, 0), ext(tr, 0), c->acc, c->ws);
   return true;
 }
 
@@ -203,7 +203,7 @@ static bool add_position_forward(const ccall *c, char *err, size_t errlen) {
 static bool add_position_backward(const ccall *c, char *err, size_t errlen) {
   int64_t b, s, h;
   bsh(c->inr[0], &b, &s, &h);
-  gpu_add_position_backward(c->s, c->dt, c->din[0], c->din[1], c->dy, b, s, h, c->acc);
+  gpu_add_position_backward(c->s, c->dt, c->din[0], c->din[1], din_dt(c, 1), c->dy, b, s, h, c->acc);
   return true;
 }
 
@@ -891,8 +891,8 @@ static const ckernel kernels[] = {
     {KERNELS(matmul_t), NULL, NULL, NULL, false, -1, 1u << 1},
     {"linear", linear_forward, linear_backward, NULL, NULL, linear_ws_backward, NULL, false, -1, 1u << 1 | 1u << 2},
     {"qkv_linear", linear_forward, linear_backward, NULL, NULL, linear_ws_backward, NULL, false, -1, 1u << 1 | 1u << 2},
-    {KERNELS(embedding), NULL, embedding_ws_backward, NULL, false, 0, 0},
-    {KERNELS(add_position), NULL, NULL, NULL, false, -1, 0},
+    {KERNELS(embedding), NULL, embedding_ws_backward, NULL, false, 0, 1u << 1},
+    {KERNELS(add_position), NULL, NULL, NULL, false, -1, 1u << 1},
     {KERNELS(layernorm), NULL, layernorm_ws_backward, NULL, false, -1, 0},
     {KERNELS(rmsnorm), NULL, rmsnorm_ws_backward, NULL, false, -1, 0},
     {KERNELS(gelu), NULL, NULL, NULL, false, -1, 0},

@@ -309,9 +309,20 @@ static void check_embedding(int dt) {
     float *wt = copy(dt0, v_local * h);
     k_embedding_backward(wt, dout, ids, t, h, v_lo, v_local, acc);
     void *g = acc ? up(dt0, v_local * h, dt) : poisoned(v_local * h, dt);
-    gpu_embedding_backward(S, dt, g, ddout, dids, t, h, v_lo, v_local, acc, ws);
+    gpu_embedding_backward(S, dt, g, dt, ddout, dids, t, h, v_lo, v_local, acc, ws);
     expect_dev(acc ? "embedding backward, acc" : "embedding backward", dt, g, wt, v_local * h);
-    gpu_free(g), free(wt);
+    gpu_free(g);
+    if (dt != GPU_F32) {
+      /* the gradient of a 16-bit table kept in f32: summed there, not rounded to 16 bits */
+      memcpy(wt, dt0, sizeof(float) * (size_t)(v_local * h));
+      k_embedding_backward(wt, dout, ids, t, h, v_lo, v_local, acc);
+      g = acc ? up(dt0, v_local * h, GPU_F32) : poisoned(v_local * h, GPU_F32);
+      gpu_embedding_backward(S, dt, g, GPU_F32, ddout, dids, t, h, v_lo, v_local, acc, ws);
+      expect_dev(acc ? "embedding backward into f32, acc" : "embedding backward into f32", GPU_F32, g, wt,
+                 v_local * h);
+      gpu_free(g);
+    }
+    free(wt);
   }
   /* learned positions */
   int64_t b = 3, s = 17;
@@ -323,9 +334,18 @@ static void check_embedding(int dt) {
   void *dx = up(x, b * s * h, dt), *dpos = up(pos, s * h, dt), *ddy = up(dy, b * s * h, dt), *y = poisoned(b * s * h, dt);
   gpu_add_position(S, dt, y, dx, dpos, b, s, h);
   expect_dev("add_position", dt, y, wy, b * s * h);
-  gpu_add_position_backward(S, dt, dx, dpos, ddy, b, s, h, true);
+  gpu_add_position_backward(S, dt, dx, dpos, dt, ddy, b, s, h, true);
   expect_dev("add_position backward dx, acc", dt, dx, wdx, b * s * h);
   expect_dev("add_position backward dtable, acc", dt, dpos, wdpos, s * h);
+  if (dt != GPU_F32) {
+    /* the table's gradient kept in f32 */
+    float *w32 = calloc((size_t)(s * h), sizeof(float));
+    k_add_position_backward(NULL, w32, dy, b, s, h, false);
+    void *p32 = poisoned(s * h, GPU_F32);
+    gpu_add_position_backward(S, dt, NULL, p32, GPU_F32, ddy, b, s, h, false);
+    expect_dev("add_position backward dtable into f32", GPU_F32, p32, w32, s * h);
+    gpu_free(p32), free(w32);
+  }
   gpu_free(dids), gpu_free(dtab), gpu_free(ddout), gpu_free(o), gpu_free(ws), gpu_free(dx), gpu_free(dpos), gpu_free(ddy);
   gpu_free(y);
   free(ids), free(table), free(out0), free(dout), free(dt0), free(want), free(x), free(pos), free(dy), free(wy);
@@ -411,7 +431,7 @@ static void check_overwrites(int dt) {
   gpu_free(g1), gpu_free(g3), g1 = poisoned(b * sq * h, dt), g3 = poisoned(sq * h, dt);
   float *wp = malloc(sizeof(float) * (size_t)(sq * h));
   k_add_position_backward(w1, wp, dy, b, sq, h, false);
-  gpu_add_position_backward(S, dt, g1, g3, dDY, b, sq, h, false);
+  gpu_add_position_backward(S, dt, g1, g3, dt, dDY, b, sq, h, false);
   expect_dev("add_position backward dx, written", dt, g1, w1, b * sq * h);
   expect_dev("add_position backward dtable, written", dt, g3, wp, sq * h);
   gpu_free(dX), gpu_free(dU), gpu_free(dW), gpu_free(dDY), gpu_free(g1), gpu_free(g2), gpu_free(g3), gpu_free(ws);
