@@ -554,11 +554,14 @@ static int64_t prep_compute(crun *r, int dev, int i, int64_t base, bool build) {
   /* An output is written in place when its buffer is exactly its region in
    * the call's type, or in f32 where the kernel writes that gradient in f32
    * (a weight's gradient kept in f32); any other goes through zeroed
-   * scratch and is moved (added) into its buffer after the call. A kernel
-   * that cannot write a weight's gradient in f32 writes all its outputs in
-   * place or none, as before (H100, GPT-2 124M: LayerNorm's backward kernel
-   * adding its input's gradient in place took 5.6 ms a step against 0.6 ms
-   * writing scratch; the cause is not established). */
+   * scratch and is moved (added) into its buffer after the call, as is a
+   * gradient added to that the kernel does not add to in place
+   * (ckernel_adds_in_place: LayerNorm's input's). A kernel that cannot
+   * write a weight's gradient in f32 writes all its outputs in place or
+   * none. */
+  /* added to its outputs: a backward's gradients, but where they were just
+   * cleared (first_writes) */
+  bool adds = ins_adds(r, dev, i);
   bool direct[CX_MAX_INPUTS + 1], any = false, all = true;
   for (int j = 0; j < in->nout && j <= CX_MAX_INPUTS; j++) {
     const lref *ref = &in->out[j];
@@ -566,7 +569,7 @@ static int64_t prep_compute(crun *r, int dev, int i, int64_t base, bool build) {
     if (ref->buf < 0 || !cx_equal(&pr->bufs[ref->buf].region, &ref->region)) continue;
     int bdt = pr->bufs[ref->buf].dtype;
     if (bdt == out_dt) {
-      direct[j] = true;
+      direct[j] = !(adds && ref->arg >= 0 && !ckernel_adds_in_place(k, ref->arg));
     } else if (c->backward && bdt == GPU_F32 && ref->arg >= 0 && ref->arg < c->nin && ckernel_f32_grad(k, ref->arg)) {
       direct[j] = true;
       c->f32din |= 1u << ref->arg;
@@ -578,9 +581,6 @@ static int64_t prep_compute(crun *r, int dev, int i, int64_t base, bool build) {
     any = false;
     for (int j = 0; j < in->nout && j <= CX_MAX_INPUTS; j++) direct[j] = false;
   }
-  /* added to its outputs: a backward's gradients, but where they were just
-   * cleared (first_writes) */
-  bool adds = ins_adds(r, dev, i);
   int npost = 0;
   cact post[CX_MAX_INPUTS + 1];
   for (int j = 0; j < in->nout; j++) {
@@ -593,8 +593,11 @@ static int64_t prep_compute(crun *r, int dev, int i, int64_t base, bool build) {
         p = take_scratch(&sc, cx_numel(&ref->region) * gpu_dtype_size(out_dt));
         if (build) {
           const lbuf *b = &pr->bufs[ref->buf];
-          /* cleared unless the kernel writes all of it */
-          if ((any && adds) || !ckernel_overwrites(k) || !does_write(in, k))
+          /* cleared unless the kernel writes all of it: it does not add,
+           * or adds to the others and writes this one (ccall.own) */
+          bool own = any && adds && ref->arg >= 0 && ref->arg < c->nin && !ckernel_adds_in_place(k, ref->arg);
+          if (own) c->own |= 1u << ref->arg;
+          if ((any && adds && !own) || !ckernel_overwrites(k) || !does_write(in, k))
             add_zero(r, p, cx_numel(&ref->region) * gpu_dtype_size(out_dt));
           /* written back after the call */
           char e[256];

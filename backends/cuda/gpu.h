@@ -182,9 +182,10 @@ void gpu_add_position_backward(gpu_stream *s, int dt, void *dx, void *dtable, in
 void gpu_layernorm(gpu_stream *s, int dt, void *y, const void *x, const void *w, const void *b,
                    int64_t rows, int64_t h, double eps);
 size_t gpu_layernorm_backward_ws(int64_t rows, int64_t h);
-void gpu_layernorm_backward(gpu_stream *s, int dt, void *dx, void *dw, void *db, const void *dy,
-                            const void *x, const void *w, int64_t rows, int64_t h, double eps, bool acc,
-                            void *ws);
+/* dx added to when acc_dx, dw and db when acc; dw and db of type gdt. */
+void gpu_layernorm_backward(gpu_stream *s, int dt, void *dx, void *dw, void *db, int gdt, const void *dy,
+                            const void *x, const void *w, int64_t rows, int64_t h, double eps, bool acc_dx,
+                            bool acc, void *ws);
 void gpu_rmsnorm(gpu_stream *s, int dt, void *y, const void *x, const void *w, int64_t rows, int64_t h,
                  double eps);
 size_t gpu_rmsnorm_backward_ws(int64_t rows, int64_t h);

@@ -96,18 +96,21 @@ __global__ void k_layernorm_parts(float *pw, float *pb, const float *stats, cons
   if (pb) pb[c * h + j] = sb;
 }
 
-void gpu_layernorm_backward(gpu_stream *s, int dt, void *dx, void *dw, void *db, const void *dy, const void *x,
-                            const void *w, int64_t rows, int64_t h, double eps, bool acc, void *ws) {
+void gpu_layernorm_backward(gpu_stream *s, int dt, void *dx, void *dw, void *db, int gdt, const void *dy,
+                            const void *x, const void *w, int64_t rows, int64_t h, double eps, bool acc_dx, bool acc,
+                            void *ws) {
   float *stats = (float *)ws, *pw = stats + 2 * rows;
   int64_t chunks = chunks_of(rows), per = chunk_rows(rows);
   float *pb = pw + chunks * h;
   DISPATCH(dt, T, {
     launch(k_layernorm_dx<T>, (unsigned)((rows + LN_WARPS - 1) / LN_WARPS), 32 * LN_WARPS, 0, s, (T *)dx, stats,
-           (const T *)dy, (const T *)x, (const T *)w, rows, h, (float)eps, acc);
+           (const T *)dy, (const T *)x, (const T *)w, rows, h, (float)eps, acc_dx);
     if (dw || db) {
       launch(k_layernorm_parts<T>, dim3((unsigned)((h + 255) / 256), (unsigned)chunks), 256, 0, s, pw, pb,
              (const float *)stats, (const T *)dy, (const T *)x, rows, h, per);
-      chunks_done<T>(s, (T *)dw, pw, (T *)db, pb, chunks, h, acc);
+      /* the weight's and bias's gradients in f32 where they are kept so */
+      if (gdt == GPU_F32) chunks_done<float>(s, (float *)dw, pw, (float *)db, pb, chunks, h, acc);
+      else chunks_done<T>(s, (T *)dw, pw, (T *)db, pb, chunks, h, acc);
     }
   });
 }

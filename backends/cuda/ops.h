@@ -28,6 +28,9 @@ bool ckernel_overwrites(const ckernel *k);
  * result or its gradient; out: an output of the call): a matmul_t's result
  * and its gradient, a cross entropy's logits and their gradient. */
 bool ckernel_pitched(const ckernel *k, bool backward, int arg, bool out);
+/* Whether the backward adds to the gradient of input arg in place; else
+ * it is written (not added to) in scratch, ccall.own, and added after. */
+bool ckernel_adds_in_place(const ckernel *k, int arg);
 /* Whether the backward can write the gradient of input arg in f32 when it
  * computes in 16 bits (ccall.f32din), with no copy in between. */
 bool ckernel_f32_grad(const ckernel *k, int arg);
@@ -49,6 +52,8 @@ typedef struct ccall {
   const void *dy;                   /* backward: the gradient of the result, NULL: none */
   const tregion *dyr;
   void *din[CX_MAX_INPUTS];
+  unsigned own;                     /* bit a: din[a] is scratch written whole, not added to, even
+                                     * with acc (an input's gradient !ckernel_adds_in_place) */
   unsigned f32din;                  /* bit a: din[a] holds f32 (a weight's gradient kept in f32
                                      * while the operator computes in 16 bits), else dt */
   const float *stats;               /* LP_COMBINE: the gathered statistics */

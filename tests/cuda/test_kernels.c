@@ -370,7 +370,7 @@ static void check_norms(int dt) {
   k_layernorm_backward(wdx, wdw, wdb, dy, x, w, rows, h, 1e-5, true);
   void *gx = up(dx0, rows * h, dt), *gw = up(dw0, h, dt), *gb = up(db0, h, dt);
   void *ws = gpu_alloc(gpu_layernorm_backward_ws(rows, h), e, sizeof e);
-  gpu_layernorm_backward(S, dt, gx, gw, gb, dDY, dX, dW, rows, h, 1e-5, true, ws);
+  gpu_layernorm_backward(S, dt, gx, gw, gb, dt, dDY, dX, dW, rows, h, 1e-5, true, true, ws);
   expect_dev("layernorm backward dx, acc", dt, gx, wdx, rows * h);
   expect_dev("layernorm backward dw, acc", dt, gw, wdw, h);
   expect_dev("layernorm backward db, acc", dt, gb, wdb, h);
@@ -409,10 +409,25 @@ static void check_overwrites(int dt) {
   void *ws = gpu_alloc(gpu_layernorm_backward_ws(rows, h), e, sizeof e);
   float *w4 = malloc(sizeof(float) * (size_t)h);
   k_layernorm_backward(w1, w3, w4, dy, x, w, rows, h, 1e-5, false);
-  gpu_layernorm_backward(S, dt, g1, g3, g2, dDY, dX, dW, rows, h, 1e-5, false, ws);
+  gpu_layernorm_backward(S, dt, g1, g3, g2, dt, dDY, dX, dW, rows, h, 1e-5, false, false, ws);
   expect_dev("layernorm backward dx, written", dt, g1, w1, n);
   expect_dev("layernorm backward dw, written", dt, g3, w3, h);
   expect_dev("layernorm backward db, written", dt, g2, w4, h);
+  {
+    /* dx written in scratch (ccall.own) while the weight's and bias's
+     * gradients, kept in f32, are added to */
+    float *a3 = randn(h, 1), *a4 = randn(h, 1), *wdx = malloc(sizeof(float) * (size_t)n);
+    float *s3 = copy(a3, h), *s4 = copy(a4, h);
+    k_layernorm_backward(wdx, s3, s4, dy, x, w, rows, h, 1e-5, false);
+    for (int64_t j = 0; j < h; j++) s3[j] += a3[j], s4[j] += a4[j];
+    k_layernorm_backward(wdx, NULL, NULL, dy, x, w, rows, h, 1e-5, false);
+    void *gx = poisoned(n, dt), *gw = up(a3, h, GPU_F32), *gb = up(a4, h, GPU_F32);
+    gpu_layernorm_backward(S, dt, gx, gw, gb, GPU_F32, dDY, dX, dW, rows, h, 1e-5, false, true, ws);
+    expect_dev("layernorm backward dx written, dw and db added", dt, gx, wdx, n);
+    expect_dev("  dw added in f32", GPU_F32, gw, s3, h);
+    expect_dev("  db added in f32", GPU_F32, gb, s4, h);
+    gpu_free(gx), gpu_free(gw), gpu_free(gb), free(a3), free(a4), free(wdx), free(s3), free(s4);
+  }
   gpu_free(g1), gpu_free(g2), g1 = poisoned(n, dt), g2 = poisoned(n, dt);
   k_gelu_backward(w1, dy, x, n, false);
   gpu_gelu_backward(S, dt, g1, dDY, dX, n, false);
