@@ -11,7 +11,12 @@
 #   6. the NCCL path (WEFT_CUDA_COMM=nccl), one rank on the GPU: a plan whose
 #      collectives have groups of one saves the bytes of the virtual-device
 #      path, in f32 and bf16, and matches one device (--check); skipped,
-#      with a line that says why, when the plugin has no NCCL.
+#      with a line that says why, when the plugin has no NCCL;
+#   7. the executor's fusions (docs/run.md, How it executes) where the
+#      plans of step 3 do not reach them: GPT-2's vocabulary of 50257 (its
+#      logits in padded rows, a linear and its GELU as one product) in bf16
+#      matches one device (--check), and its losses over 3 steps are within
+#      1e-2 of the same run with every fusion off.
 # It prints one line per check and a summary, and writes the same into
 # DIR/gpu-check-DATE-DEVICE.txt (default DIR: bench/results), to commit.
 #
@@ -111,6 +116,19 @@ else
     rm -f "$tmp/v.st" "$tmp/n.st"
   done
 fi
+
+# 7. the fusions at GPT-2's vocabulary
+V="bench/gpu/gpt2.plan --plan single --set layers=2 --set seq=128 --set batch=4"
+OFF="WEFT_CUDA_FUSE=0 WEFT_CUDA_FIRST_WRITE=0 WEFT_CUDA_PAD_ROWS=0"
+limit $WEFT run $V --backend cuda --steps 3 --check >"$tmp/f1" 2>&1
+rc1=$?
+limit env $OFF $WEFT run $V --backend cuda --steps 3 >"$tmp/f0" 2>&1
+rc0=$?
+l1=$(awk '$1 == "step" {l = $4} END {print l}' "$tmp/f1"); l0=$(awk '$1 == "step" {l = $4} END {print l}' "$tmp/f0")
+if [ $rc1 -eq 0 ] && [ $rc0 -eq 0 ] && grep -q ": match$" "$tmp/f1" &&
+   awk -v a="$l0" -v b="$l1" 'BEGIN {d = a - b; if (d < 0) d = -d; exit !(a > 0 && d <= 0.01 * a)}'; then
+  ok "fusions, gpt2 bf16 vocabulary 50257: --check $(grep -o 'losses within [^,]*' "$tmp/f1"); loss at step 3 $l1, every fusion off $l0"
+else bad "fusions, gpt2 bf16 vocabulary 50257 (exit $rc1, $rc0; losses $l1, $l0)"; cat "$tmp/f1" "$tmp/f0" | tail -20 | tee -a "$log"; fi
 
 say "tests/gpu/run.sh: $pass passed, $fail failed"
 echo "written: $log"
