@@ -127,8 +127,10 @@ gelu_fusion() {
     left=$(awk '$2 ~ /^k_gelu/ {n += $1} END {print n + 0}' "$tmp/g1.txt")
     l0=$(awk '$1 == "step" {l = $4} END {print l}' "$tmp/g0.out")
     l1=$(awk '$1 == "step" {l = $4} END {print l}' "$tmp/g1.out")
-    if [ "$sep" -gt 0 ] && [ "$left" -eq 0 ] && awk -v a="$l0" -v b="$l1" 'BEGIN {d = a - b; if (d < 0) d = -d; exit !(a > 0 && d <= 0.01 * a)}'; then ok
-      echo "cuda (emulated): $name: linear and GELU fused: GELU kernels launched $left (separate: $sep); loss at step 3 $l1 (separate: $l0)"
+    said=$(sed -n 's/.*fused: \([0-9]*\) linear and GELU product.*/\1/p' "$tmp/g1.out")
+    if [ "$sep" -gt 0 ] && [ "$left" -eq 0 ] && [ "${said:-0}" -gt 0 ] && ! grep -q "linear and GELU product" "$tmp/g0.out" &&
+       awk -v a="$l0" -v b="$l1" 'BEGIN {d = a - b; if (d < 0) d = -d; exit !(a > 0 && d <= 0.01 * a)}'; then ok
+      echo "cuda (emulated): $name: linear and GELU fused ($said products a step, the run's header says): GELU kernels launched $left (separate: $sep); loss at step 3 $l1 (separate: $l0)"
     else bad "$name: GELU kernels launched fused $left, separate $sep; losses $l1 and $l0"; cat "$tmp/g1.txt"; fi
   else bad "$name: weft run $* --backend cuda"; cat "$tmp/e"; fi
 }
@@ -143,7 +145,9 @@ first_write() {
      WEFT_CUDA_EMU_LAUNCHES=$tmp/z1.txt "$WEFT" run "$@" --backend cuda --steps 3 >"$tmp/z1.out" 2>>"$tmp/e"; then
     z0=$(awk '$2 == "gpu_zero" {print $1}' "$tmp/z0.txt"); z1=$(awk '$2 == "gpu_zero" {print $1}' "$tmp/z1.txt")
     awk '$1 == "step" {print $2, $4, $8}' "$tmp/z0.out" >"$tmp/z0.l"; awk '$1 == "step" {print $2, $4, $8}' "$tmp/z1.out" >"$tmp/z1.l"
-    if [ "${z1:-0}" -lt "${z0:-0}" ] && [ -s "$tmp/z0.l" ] && cmp -s "$tmp/z0.l" "$tmp/z1.l"; then ok
+    if [ "${z1:-0}" -lt "${z0:-0}" ] && [ -s "$tmp/z0.l" ] && cmp -s "$tmp/z0.l" "$tmp/z1.l" &&
+       grep -q "fused: .*[0-9] backward computes* writing gradients first" "$tmp/z1.out" &&
+       ! grep -q "writing gradients first" "$tmp/z0.out"; then ok
       echo "cuda (emulated): $name: gradients written where just cleared: $z1 clearings in 3 steps and the setup (all added: $z0), the same losses and norms"
     else bad "$name: clearings $z1 against $z0, or other losses"; cat "$tmp/z0.l" "$tmp/z1.l"; fi
   else bad "$name: weft run $* --backend cuda"; cat "$tmp/e"; fi

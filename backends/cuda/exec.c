@@ -255,6 +255,7 @@ struct backend_run {
    * WEFT_CUDA_FUSED_STEP=0: one launch per tensor */
   bool fused;
   bool fuse_calls;        /* WEFT_CUDA_FUSE: a linear and its GELU as one product (fuse_calls) */
+  int nfused, nfirst, npadded; /* what fuse_calls, first_writes and pad_rows did (crun_describe) */
   int64_t *pitch;         /* per buffer: elements from a row to the next where padded (pad_rows), 0 */
   int64_t *pbytes;        /* per buffer: its bytes so, 0: lbuf's */
   gpu_mstep *mtab;        /* device: the plans' tables */
@@ -449,6 +450,7 @@ static void pad_rows(crun *r) {
       const lbuf *bf = &pr->bufs[lp->buf_lo + b];
       int64_t last = cx_dlen(&bf->region.dims[bf->region.ndims - 1]), q = 16 / gpu_dtype_size(bf->dtype);
       r->pitch[lp->buf_lo + b] = (last + q - 1) / q * q;
+      r->npadded++;
       r->pbytes[lp->buf_lo + b] = cx_numel(&bf->region) / last * r->pitch[lp->buf_lo + b] * gpu_dtype_size(bf->dtype);
     }
     free(ok);
@@ -503,6 +505,7 @@ static void first_writes(crun *r, int d) {
       }
       if (ok) {
         f[i] |= FIRST_WRITE;
+        r->nfirst += here(r, d);
         for (int j = 0; j < in->nout; j++)
           if (in->out[j].buf >= 0) f[alloc_at[in->out[j].buf - lp->buf_lo]] |= NO_CLEAR;
       }
@@ -2204,6 +2207,7 @@ static void fuse_calls(crun *r) {
         pa->din[0] = pb->din[0];
       }
       if (zero >= 0) P->acts[zero].kind = A_NONE;
+      if (P == &r->plan[0]) r->nfused++;
       if (sync & WAITED) {
         /* the stream waited between them (memory another stream read, now
          * the GELU's): the fused call runs in the GELU's place; it may pass
@@ -2584,11 +2588,23 @@ void crun_describe(crun *r, char *buf, size_t n) {
                    r->props.name, r->props.major, r->props.minor, r->ndev, r->ndev == 1 ? "" : "s",
                    crun_bytes(a, sizeof a, (double)r->need), crun_bytes(b, sizeof b, (double)r->props.free));
   if (r->mine >= 0 && k > 0 && (size_t)k < n)
-    snprintf(buf + k, n - (size_t)k, "; process %d of %d runs plan device %d, collectives and sends between processes "
-             "through %s, %d communicator%s", r->rank, r->nprocs, r->mine, r->ccl_what, r->ncomms, r->ncomms == 1 ? "" : "s");
+    k += snprintf(buf + k, n - (size_t)k, "; process %d of %d runs plan device %d, collectives and sends between "
+                  "processes through %s, %d communicator%s", r->rank, r->nprocs, r->mine, r->ccl_what, r->ncomms,
+                  r->ncomms == 1 ? "" : "s");
   else if (r->nccl && k > 0 && (size_t)k < n)
-    snprintf(buf + k, n - (size_t)k, "; collectives of groups of one through %s, %d communicator%s", r->ccl_what,
-             r->ncomms, r->ncomms == 1 ? "" : "s");
+    k += snprintf(buf + k, n - (size_t)k, "; collectives of groups of one through %s, %d communicator%s", r->ccl_what,
+                  r->ncomms, r->ncomms == 1 ? "" : "s");
+  /* what the executor fused (docs/run.md, How it executes) */
+  const char *sep = "; fused: ";
+  if (r->nfused > 0 && k > 0 && (size_t)k < n)
+    k += snprintf(buf + k, n - (size_t)k, "%s%d linear and GELU product%s", sep, r->nfused, r->nfused == 1 ? "" : "s"),
+        sep = ", ";
+  if (r->nfirst > 0 && k > 0 && (size_t)k < n)
+    k += snprintf(buf + k, n - (size_t)k, "%s%d backward compute%s writing gradients first", sep, r->nfirst,
+                  r->nfirst == 1 ? "" : "s"),
+        sep = ", ";
+  if (r->npadded > 0 && k > 0 && (size_t)k < n)
+    snprintf(buf + k, n - (size_t)k, "%s%d buffer%s of padded rows", sep, r->npadded, r->npadded == 1 ? "" : "s");
 }
 
 /* ---- running ------------------------------------------------------------------------------------ */
