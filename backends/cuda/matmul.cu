@@ -330,6 +330,13 @@ static gemm_plan *plan_for(const gemm_key *k, char *err, size_t errlen) {
         lt_failed(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld),
                   "epilogue's leading dimension", err, errlen))
       return NULL;
+    /* the heuristic reads the aux pointer's alignment from its value: one
+     * of the key's alignment until each call sets the real one */
+    void *hint = (void *)(uintptr_t)k->align[4];
+    if (k->epi != GPU_EPI_NONE &&
+        lt_failed(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &hint, sizeof hint),
+                  "epilogue's input", err, errlen))
+      return NULL;
   }
   /* stored shapes: X is M x K (K x M when transposed), Y is K x N (N x K) */
   if (lt_failed(cublasLtMatrixLayoutCreate(&p->lx, lt_type(k->xdt), k->tx ? k->K : k->M, k->tx ? k->M : k->K, k->ldx),
