@@ -48,7 +48,21 @@ struct ckernel {
   bool loss;
   int ids;                /* the argument holding ids, -1 none */
   unsigned f32_grads;     /* bit a: the backward writes din[a] in f32 if asked (ccall.f32din) */
+  unsigned props;         /* K_* */
 };
+
+/* ckernel.props. K_OVERWRITES: its kernels write every element of their
+ * outputs when not accumulating, forward and backward (each a grid over
+ * all of them; test_kernels checks the GPT's backward on poisoned outputs:
+ * check_overwrites and the products', attention's and cross entropy's).
+ * K_PITCH_OUT: its result and the result's gradient may have padded rows
+ * (ccall.pitch_out, pitch_dy); K_PITCH_IN0: its first input and that
+ * input's gradient likewise (pitch_in0, pitch_din0). K_SCRATCH_DX: the
+ * backward adds to its first input's gradient through scratch it owns, not
+ * in place (H100, GPT-2 124M: LayerNorm's backward adding in place took
+ * 5.6 ms a step against 0.6 ms writing scratch; the cause is not
+ * established). */
+enum { K_OVERWRITES = 1, K_PITCH_OUT = 2, K_PITCH_IN0 = 4, K_SCRATCH_DX = 8 };
 
 static bool cannot_accumulate(const ccall *c, char *err, size_t errlen) {
   const gop *o = &c->g->ops[c->op];
@@ -893,36 +907,39 @@ static size_t moe_aux_loss_ws(const ccall *c) {
 #define KERNELS(name) #name, name##_forward, name##_backward, NULL
 
 static const ckernel kernels[] = {
-    {KERNELS(matmul), NULL, NULL, NULL, false, -1, 1u << 1},
-    {KERNELS(matmul_t), NULL, NULL, NULL, false, -1, 1u << 1},
-    {"linear", linear_forward, linear_backward, NULL, NULL, linear_ws_backward, NULL, false, -1, 1u << 1 | 1u << 2},
-    {"qkv_linear", linear_forward, linear_backward, NULL, NULL, linear_ws_backward, NULL, false, -1, 1u << 1 | 1u << 2},
-    {KERNELS(embedding), NULL, embedding_ws_backward, NULL, false, 0, 1u << 1},
-    {KERNELS(add_position), NULL, NULL, NULL, false, -1, 1u << 1},
-    {KERNELS(layernorm), NULL, layernorm_ws_backward, NULL, false, -1, 1u << 1 | 1u << 2},
-    {KERNELS(rmsnorm), NULL, rmsnorm_ws_backward, NULL, false, -1, 0},
-    {KERNELS(gelu), NULL, NULL, NULL, false, -1, 0},
-    {KERNELS(silu), NULL, NULL, NULL, false, -1, 0},
-    {KERNELS(swiglu), NULL, NULL, NULL, false, -1, 0},
-    {KERNELS(add), NULL, NULL, NULL, false, -1, 0},
-    {KERNELS(softmax), NULL, NULL, NULL, false, -1, 0},
-    {KERNELS(rotary), NULL, NULL, NULL, false, -1, 0},
-    {KERNELS(causal_attention), NULL, causal_attention_ws_backward, causal_attention_keep, false, -1, 0},
-    {KERNELS(gqa_attention), NULL, gqa_attention_ws_backward, gqa_attention_keep, false, -1, 0},
-    {KERNELS(attention), NULL, attention_ws_backward, attention_keep, false, -1, 0},
+    {KERNELS(matmul), NULL, NULL, NULL, false, -1, 1u << 1, K_OVERWRITES},
+    {KERNELS(matmul_t), NULL, NULL, NULL, false, -1, 1u << 1, K_OVERWRITES | K_PITCH_OUT},
+    {"linear", linear_forward, linear_backward, NULL, NULL, linear_ws_backward, NULL, false, -1, 1u << 1 | 1u << 2,
+     K_OVERWRITES},
+    {"qkv_linear", linear_forward, linear_backward, NULL, NULL, linear_ws_backward, NULL, false, -1, 1u << 1 | 1u << 2,
+     K_OVERWRITES},
+    {KERNELS(embedding), NULL, embedding_ws_backward, NULL, false, 0, 1u << 1, K_OVERWRITES},
+    {KERNELS(add_position), NULL, NULL, NULL, false, -1, 1u << 1, K_OVERWRITES},
+    {KERNELS(layernorm), NULL, layernorm_ws_backward, NULL, false, -1, 1u << 1 | 1u << 2, K_OVERWRITES | K_SCRATCH_DX},
+    {KERNELS(rmsnorm), NULL, rmsnorm_ws_backward, NULL, false, -1, 0, K_OVERWRITES},
+    {KERNELS(gelu), NULL, NULL, NULL, false, -1, 0, K_OVERWRITES},
+    {KERNELS(silu), NULL, NULL, NULL, false, -1, 0, K_OVERWRITES},
+    {KERNELS(swiglu), NULL, NULL, NULL, false, -1, 0, K_OVERWRITES},
+    {KERNELS(add), NULL, NULL, NULL, false, -1, 0, K_OVERWRITES},
+    {KERNELS(softmax), NULL, NULL, NULL, false, -1, 0, K_OVERWRITES},
+    {KERNELS(rotary), NULL, NULL, NULL, false, -1, 0, K_OVERWRITES},
+    {KERNELS(causal_attention), NULL, causal_attention_ws_backward, causal_attention_keep, false, -1, 0, K_OVERWRITES},
+    {KERNELS(gqa_attention), NULL, gqa_attention_ws_backward, gqa_attention_keep, false, -1, 0, K_OVERWRITES},
+    {KERNELS(attention), NULL, attention_ws_backward, attention_keep, false, -1, 0, K_OVERWRITES},
     /* the Swin Transformer */
-    {KERNELS(patchify), NULL, NULL, NULL, false, -1, 0},
-    {KERNELS(window_partition), NULL, NULL, NULL, false, -1, 0},
-    {KERNELS(window_reverse), NULL, NULL, NULL, false, -1, 0},
-    {KERNELS(window_attention), NULL, window_attention_ws_backward, NULL, false, -1, 1u << 1},
-    {KERNELS(patch_merge), NULL, NULL, NULL, false, -1, 0},
-    {KERNELS(mean_pool), NULL, NULL, NULL, false, -1, 0},
-    {"cross_entropy", ce_forward, ce_backward, ce_stats, ce_ws_forward, NULL, NULL, true, 1, 0},
-    {KERNELS(mse), mse_ws_forward, NULL, NULL, true, -1, 0},
-    {KERNELS(moe_dispatch), moe_dispatch_ws_forward, moe_dispatch_ws_backward, NULL, false, -1, 0},
-    {KERNELS(moe_combine), moe_combine_ws, moe_combine_ws, NULL, false, -1, 0},
-    {KERNELS(expert_matmul), NULL, NULL, NULL, false, -1, 1u << 1},
-    {KERNELS(moe_aux_loss), moe_aux_loss_ws, moe_aux_loss_ws, NULL, true, -1, 0},
+    {KERNELS(patchify), NULL, NULL, NULL, false, -1, 0, 0},
+    {KERNELS(window_partition), NULL, NULL, NULL, false, -1, 0, 0},
+    {KERNELS(window_reverse), NULL, NULL, NULL, false, -1, 0, 0},
+    {KERNELS(window_attention), NULL, window_attention_ws_backward, NULL, false, -1, 1u << 1, 0},
+    {KERNELS(patch_merge), NULL, NULL, NULL, false, -1, 0, 0},
+    {KERNELS(mean_pool), NULL, NULL, NULL, false, -1, 0, 0},
+    {"cross_entropy", ce_forward, ce_backward, ce_stats, ce_ws_forward, NULL, NULL, true, 1, 0,
+     K_OVERWRITES | K_PITCH_IN0},
+    {KERNELS(mse), mse_ws_forward, NULL, NULL, true, -1, 0, 0},
+    {KERNELS(moe_dispatch), moe_dispatch_ws_forward, moe_dispatch_ws_backward, NULL, false, -1, 0, 0},
+    {KERNELS(moe_combine), moe_combine_ws, moe_combine_ws, NULL, false, -1, 0, 0},
+    {KERNELS(expert_matmul), NULL, NULL, NULL, false, -1, 1u << 1, 0},
+    {KERNELS(moe_aux_loss), moe_aux_loss_ws, moe_aux_loss_ws, NULL, true, -1, 0, 0},
 };
 
 #undef KERNELS
@@ -957,30 +974,14 @@ int ccall_fusion(const ccall *a, const ccall *b) {
 
 bool ckernel_pitched(const ckernel *k, bool backward, int arg, bool out) {
   if (!k) return false;
-  if (strcmp(k->kind, "matmul_t") == 0) return arg == -1 && out != backward;
-  if (strcmp(k->kind, "cross_entropy") == 0) return arg == 0 && (!out || backward);
+  if (k->props & K_PITCH_OUT) return arg == -1 && out != backward;
+  if (k->props & K_PITCH_IN0) return arg == 0 && (!out || backward);
   return false;
 }
 
-/* The operators whose kernels write every element of their outputs when
- * not accumulating, forward and backward (each a grid over all of them;
- * test_kernels checks the backward of the GPT's on poisoned outputs,
- * check_overwrites and the products', attention's and cross entropy's). */
-bool ckernel_overwrites(const ckernel *k) {
-  static const char *const all[] = {"matmul", "matmul_t", "linear", "qkv_linear", "embedding", "add_position",
-                                     "layernorm", "rmsnorm", "gelu", "silu", "swiglu", "add", "softmax", "rotary",
-                                     "causal_attention", "gqa_attention", "attention", "cross_entropy"};
-  for (size_t i = 0; k && i < sizeof all / sizeof all[0]; i++)
-    if (strcmp(k->kind, all[i]) == 0) return true;
-  return false;
-}
+bool ckernel_overwrites(const ckernel *k) { return k && k->props & K_OVERWRITES; }
 
-bool ckernel_adds_in_place(const ckernel *k, int arg) {
-  /* H100, GPT-2 124M: LayerNorm's backward adding its input's gradient in
-   * place took 5.6 ms a step against 0.6 ms writing scratch (the cause is
-   * not established) */
-  return !(k && arg == 0 && strcmp(k->kind, "layernorm") == 0);
-}
+bool ckernel_adds_in_place(const ckernel *k, int arg) { return !(k && arg == 0 && k->props & K_SCRATCH_DX); }
 
 bool ckernel_ids(const ckernel *k, int arg) { return k->ids == arg; }
 
