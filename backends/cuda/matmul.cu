@@ -587,7 +587,13 @@ bool gpu_gemm(gpu_stream *s, bool ta, bool tb, int64_t m, int64_t n, int64_t k, 
     int64_t cap = env_i64("WEFT_GEMM_STAGE_BYTES", room);
     if (cap < room) room = cap;
   }
-  if (!(am || bm || cm) || flops < (double)env_i64("WEFT_GEMM_STAGE_FLOPS", (int64_t)1 << 30) || room <= 0)
+  bool large = flops >= (double)env_i64("WEFT_GEMM_STAGE_FLOPS", (int64_t)1 << 30);
+  /* aligned rows (a buffer of padded rows, pad_rows in exec.c) of an odd
+   * width: split as a staged product is, off the generic kernel */
+  if (!(am || bm || cm) && large)
+    return even_gemm(s, ta, tb, m, n, k, a, lda, adt, b, ldb, bdt, c, ldc, cdt, bias, acc, ws, lt, deterministic, err,
+                     errlen);
+  if (!(am || bm || cm) || !large || room <= 0)
     return direct_gemm(s, ta, tb, m, n, k, a, lda, adt, b, ldb, bdt, c, ldc, cdt, bias, acc, GPU_EPI_NONE, NULL, ws,
                        lt, deterministic, err, errlen);
   int64_t as = gpu_dtype_size(adt), bs = gpu_dtype_size(bdt), cs = gpu_dtype_size(cdt);

@@ -8,7 +8,8 @@
  * 8192 x 768 -> 2304 (bf16, bias) for the GPU's ceiling, and GPT-2's LM
  * head (8192 tokens x 768 -> a vocabulary of 50257, bf16: the logits,
  * their gradient's two products), whose rows of 50257 elements are off 16
- * bytes: staged through the padded area, then each as one direct call
+ * bytes: staged through the padded area, on rows padded to 16 bytes (as
+ * the executor lays out logits, pad_rows), then each as one direct call
  * (WEFT_GEMM_STAGE_FLOPS above its size), and the loss on those logits
  * (cross entropy forward and backward) and their staging copy alone, in
  * GB/s (losses_and_copies). Prints ms per
@@ -151,6 +152,9 @@ static void lm_head(int64_t t, int64_t h, int64_t v, int reps) {
   j.kind = 3;
   void *x = filled(t * h, GPU_BF16), *w = filled(v * h, GPU_BF16), *dl = filled(t * v, GPU_BF16);
   void *logits = zeros((size_t)(t * v) * 2), *dx = zeros((size_t)(t * h) * 2), *dw = zeros((size_t)(v * h) * 2);
+  /* the logits and their gradient in rows padded to 16 bytes */
+  int64_t vp = (v + 7) / 8 * 8;
+  void *dlp = filled(t * vp, GPU_BF16), *logitsp = zeros((size_t)(t * vp) * 2);
   j.gws = zeros(gpu_gemm_ws());
   struct {
     const char *name;
@@ -162,13 +166,19 @@ static void lm_head(int64_t t, int64_t h, int64_t v, int reps) {
             {"dx = dlogits W", false, false, t, h, v, dl, w, dx, v, h, h},
             {"dW = dlogits^T x", true, false, v, h, t, dl, x, dw, v, h, h}};
   char shape[96];
-  for (int staged = 1; staged >= 0; staged--) {
-    if (!staged) setenv("WEFT_GEMM_STAGE_FLOPS", "9223372036854775807", 1);
+  const char *how[3] = {"staged", "padded", "direct"};
+  for (int mode = 0; mode < 3; mode++) {
+    if (mode == 2) setenv("WEFT_GEMM_STAGE_FLOPS", "9223372036854775807", 1);
     for (int i = 0; i < 3; i++) {
       j.ta = p[i].ta, j.tb = p[i].tb, j.m = p[i].m, j.n = p[i].n, j.k = p[i].k;
       j.x = p[i].x, j.w = p[i].w, j.y = p[i].y, j.lx = p[i].lx, j.lw = p[i].lw, j.ly = p[i].ly;
+      if (mode == 1) {
+        /* the operand or result of v columns is the padded one */
+        if (i == 0) j.y = logitsp, j.ly = vp;
+        else j.x = dlp, j.lx = vp;
+      }
       snprintf(shape, sizeof shape, "%s %lldx%lldx%lld %s", p[i].name, (long long)t, (long long)h, (long long)v,
-               staged ? "staged" : "direct");
+               how[mode]);
       double ms = timed(&j, reps);
       printf("lm head (cuBLASLt)  %-36s %9.3f ms %8.1f TFLOP/s\n", shape, ms, 2.0 * t * h * v / (ms * 1e-3) / 1e12);
       fflush(stdout);
@@ -176,6 +186,7 @@ static void lm_head(int64_t t, int64_t h, int64_t v, int reps) {
   }
   unsetenv("WEFT_GEMM_STAGE_FLOPS");
   gpu_free(x), gpu_free(w), gpu_free(dl), gpu_free(logits), gpu_free(dx), gpu_free(dw), gpu_free(j.gws);
+  gpu_free(dlp), gpu_free(logitsp);
 }
 
 /* GPT-2's loss at t tokens and a vocabulary of v (bf16 logits, rows of v

@@ -33,7 +33,9 @@ sizes="--layers $LAYERS --hidden $HIDDEN --heads $HEADS --seq $SEQ --vocab $VOCA
 sets="--set layers=$LAYERS --set hidden=$HIDDEN --set heads=$HEADS --set seq=$SEQ --set vocab=$VOCAB --set batch=$BATCH"
 
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT INT TERM
+trap 'rm -rf "$tmp"' EXIT
+# stopped (a time limit's TERM): the scratch goes, and nothing runs on
+trap 'echo "reference: stopped by a signal"; exit 2' INT TERM
 fail=0
 
 indent() { sed -n '1,30s/^/  /p' "$@"; }
