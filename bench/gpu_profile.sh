@@ -2,7 +2,13 @@
 # gpu_profile.sh - where a step of the CUDA backend spends its GPU time:
 # Nsight Compute (ncu) times every kernel of one step of GPT-2 124M
 # (bench/gpu/gpt2.plan, plan single, bf16, seq 1024) at batch BATCH
-# (default 8), and the kernels are summed by family, largest first.
+# (default 8), and the kernels are summed by family, largest first. The
+# step is step STEP (default 3) of as many, alone: ncu starts with
+# collection off and weft turns it on for that step
+# (WEFT_CUDA_PROFILE_STEP), so that the setup (weights converted, buffers
+# cleared) and the first step's timing of cuBLASLt's candidates are not
+# counted, as they were in the profiles before 2026-11-27 (STEP=0: the
+# whole of a run of one step, as those were).
 # Writes DIR/gpu-profile-DATE-DEVICE.txt (default DIR: bench/results).
 #
 # Usage, from the repository root, with ./weft and ./libweft_cuda.so built
@@ -14,6 +20,7 @@ DIR=${1:-bench/results}
 WEFT=./weft
 PY=${PY:-$(command -v python3)}
 BATCH=${BATCH:-8}
+STEP=${STEP:-3}
 tmp=$(mktemp -d) || exit 2
 trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$DIR" || exit 2
@@ -24,15 +31,23 @@ if [ -n "${FROM:-}" ]; then
   how="summed from $FROM"
 else
   command -v ncu >/dev/null 2>&1 || { echo "bench/gpu_profile.sh: ncu (Nsight Compute) is not on the PATH"; exit 2; }
-  ncu --clock-control none --metrics gpu__time_duration.sum --print-summary per-kernel \
-    $WEFT run bench/gpu/gpt2.plan --plan single --set batch=$BATCH --backend cuda --steps 1 >"$tmp/ncu.txt" 2>&1 ||
-    { tail -20 "$tmp/ncu.txt"; exit 1; }
+  if [ "$STEP" -gt 0 ] 2>/dev/null; then
+    WEFT_CUDA_PROFILE_STEP=$STEP ncu --profile-from-start off --clock-control none --metrics gpu__time_duration.sum \
+      --print-summary per-kernel $WEFT run bench/gpu/gpt2.plan --plan single --set batch=$BATCH --backend cuda \
+      --steps $STEP >"$tmp/ncu.txt" 2>&1 || { tail -20 "$tmp/ncu.txt"; exit 1; }
+    which="step $STEP of $STEP"
+  else
+    ncu --clock-control none --metrics gpu__time_duration.sum --print-summary per-kernel \
+      $WEFT run bench/gpu/gpt2.plan --plan single --set batch=$BATCH --backend cuda --steps 1 >"$tmp/ncu.txt" 2>&1 ||
+      { tail -20 "$tmp/ncu.txt"; exit 1; }
+    which="a run of one step, setup included"
+  fi
   how="$(date -u '+%Y-%m-%d %H:%M UTC')"
 fi
 slug=$(echo "${device:-gpu}" | tr -c 'A-Za-z0-9\n' '-' | tr -s '-' | sed 's/-$//')
 out=$DIR/gpu-profile-$(date -u +%Y-%m-%d)-$slug.txt
 {
-  echo "bench/gpu_profile.sh: one step of GPT-2 124M (bf16, seq 1024, batch $BATCH), plan single, ${device:-GPU}; $how"
+  echo "bench/gpu_profile.sh: ${which:-one step} of GPT-2 124M (bf16, seq 1024, batch $BATCH), plan single, ${device:-GPU}; $how"
   "$PY" - "$tmp/ncu.txt" <<'PYEOF'
 import re, sys
 fam = {}

@@ -83,6 +83,10 @@ void gpu_zero(void *dst, size_t bytes, gpu_stream *s);
 bool gpu_check(const char *what, char *err, size_t errlen);
 /* Waits for all work of the current device. */
 bool gpu_sync(char *err, size_t errlen);
+/* Starts (on) or stops the collection of a profiler started with
+ * collection off (ncu --profile-from-start off); nothing on the
+ * emulation. */
+void gpu_profiler(bool on);
 
 /* ---- regions: copies and sums of strided parts ------------------------------- */
 

@@ -10,6 +10,7 @@
  * tests on the CPU check this mapping. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common.cuh"
 
@@ -531,11 +532,11 @@ static const void *at(const void *p, int dt, int64_t ld, int64_t i, int64_t j) {
   return (const char *)p + (i * ld + j) * gpu_dtype_size(dt);
 }
 
-/* A staged product (every operand's rows aligned) whose n or k is not a
- * multiple of 8 (the vocabulary's 50257) is split in two: the bulk, of a
- * multiple of 8, which cuBLASLt runs on its tiled kernels, and the few
- * columns (of C, or of the sum over k, then accumulated) left over.
- * WEFT_GEMM_EVEN=0 runs it whole. */
+/* A staged product (every operand's rows aligned) whose m, n or k is not
+ * a multiple of 8 (the vocabulary's 50257) is split in two: the bulk, of
+ * a multiple of 8, which cuBLASLt runs on its tiled kernels, and the few
+ * rows or columns (of C, or of the sum over k, then accumulated) left
+ * over. WEFT_GEMM_EVEN=0 runs it whole. */
 static bool even_gemm(gpu_stream *s, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
                       int adt, const void *b, int64_t ldb, int bdt, void *c, int64_t ldc, int cdt, const void *bias,
                       bool acc, void *ws, size_t ws_bytes, bool deterministic, char *err, size_t errlen) {
@@ -548,6 +549,15 @@ static bool even_gemm(gpu_stream *s, bool ta, bool tb, int64_t m, int64_t n, int
                      deterministic, err, errlen) &&
            even_gemm(s, ta, tb, m, n - n8, k, a, lda, adt, b2, ldb, bdt, (void *)at(c, cdt, ldc, 0, n8), ldc, cdt,
                      bias ? at(bias, cdt, 0, 0, n8) : NULL, acc, ws, ws_bytes, deterministic, err, errlen);
+  }
+  if (even && m % 8 && m / 8 * 8 >= 64) {
+    /* C's rows [0, m8) and [m8, m): op(A)'s rows */
+    const int64_t m8 = m / 8 * 8;
+    const void *a2 = ta ? at(a, adt, lda, 0, m8) : at(a, adt, lda, m8, 0);
+    return even_gemm(s, ta, tb, m8, n, k, a, lda, adt, b, ldb, bdt, c, ldc, cdt, bias, acc, ws, ws_bytes,
+                     deterministic, err, errlen) &&
+           even_gemm(s, ta, tb, m - m8, n, k, a2, lda, adt, b, ldb, bdt, (void *)at(c, cdt, ldc, m8, 0), ldc, cdt,
+                     bias, acc, ws, ws_bytes, deterministic, err, errlen);
   }
   if (even && k % 8 && k8 >= 64) {
     /* the sum over [0, k8), then [k8, k) added: op(A)'s columns, op(B)'s rows */
@@ -718,6 +728,57 @@ size_t gpu_colsum_ws(int64_t m, int64_t n) {
   return (size_t)((chunks < 1 ? 1 : chunks) * n) * sizeof(float);
 }
 
+/* Columns of 16 bytes (E elements of T) a thread, the rows of a chunk
+ * split over the block's warps (warp w: rows w, w + warps, ...), which add
+ * theirs in order in shared memory (blockDim.x E floats): one load of 16
+ * bytes where the first kernel makes E loads of one element, and the
+ * chunk's rows in flight at once. For rows whose width is a multiple of 16
+ * bytes, at an address on 16 bytes; WEFT_COLSUM_KERNEL=old times the
+ * first. */
+template <class T> struct alignas(16) cs16 {
+  enum { E = 16 / (int)sizeof(T) };
+  T e[E];
+};
+template <class T>
+__global__ void k_colsum_part_vec(float *part, const T *dy, int64_t m, int64_t n, int64_t rows) {
+  enum { E = cs16<T>::E };
+  DYN_SMEM(float, red);
+  const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  const int64_t c = blockIdx.y, col = ((int64_t)blockIdx.x * 32 + lane) * E;
+  const int64_t lo = c * rows, hi = lo + rows < m ? lo + rows : m;
+  float sum[E];
+#pragma unroll
+  for (int i = 0; i < E; i++) sum[i] = 0.0f;
+  if (col < n)
+    for (int64_t r = lo + wi; r < hi; r += nw) {
+#ifdef WEFT_CUDA_EMU
+      if (((uintptr_t)(dy + r * n + col)) & 15) {
+        fprintf(stderr, "colsum: a 16-byte load at %p, not aligned\n", (const void *)(dy + r * n + col));
+        abort();
+      }
+      cs16<T> v = *(const cs16<T> *)(dy + r * n + col);
+#else
+      uint4 u = __ldg((const uint4 *)(dy + r * n + col));
+      cs16<T> v = *(const cs16<T> *)&u;
+#endif
+#pragma unroll
+      for (int i = 0; i < E; i++) sum[i] += to_f(v.e[i]);
+    }
+  for (int k = 0; k < nw; k++) {
+    if (wi == k)
+#pragma unroll
+      for (int i = 0; i < E; i++) red[lane * E + i] = k ? red[lane * E + i] + sum[i] : sum[i];
+    __syncthreads();
+  }
+  for (int j = threadIdx.x; j < 32 * E; j += blockDim.x)
+    if (blockIdx.x * 32 * E + j < n) part[c * n + blockIdx.x * 32 * E + j] = red[j];
+}
+
+static bool colsum_old(void) {
+  const char *e = getenv("WEFT_COLSUM_KERNEL");
+  return e && strcmp(e, "old") == 0;
+}
+
 /* part[c][j] = the sum of column j over chunk c of the rows. */
 template <class T>
 __global__ void k_colsum_part(float *part, const T *dy, int64_t m, int64_t n, int64_t rows) {
@@ -734,6 +795,15 @@ void gpu_colsum(gpu_stream *s, int dt, void *dbias, int bias_dt, const void *dy,
   if (n == 0) return;
   int64_t rows = colsum_rows(m), chunks = (m + rows - 1) / rows;
   float *part = (float *)ws;
+  const int64_t e = 16 / (int64_t)gpu_dtype_size(dt);
+  if (chunks > 0 && n % e == 0 && !((uintptr_t)dy & 15) && !colsum_old()) {
+    /* a warp takes 32 chunks of 16 bytes of the columns */
+    const unsigned bx = (unsigned)((n / e + 31) / 32);
+    DISPATCH(dt, T, launch(k_colsum_part_vec<T>, dim3(bx, (unsigned)chunks), 32 * ROW_WARPS,
+                           (size_t)(32 * e) * sizeof(float), s, part, (const T *)dy, m, n, rows));
+    DISPATCH(bias_dt, T, chunks_done<T>(s, (T *)dbias, part, (T *)NULL, (const float *)NULL, chunks, n, acc));
+    return;
+  }
   DISPATCH(dt, T, {
     if (chunks > 0)
       launch(k_colsum_part<T>, dim3((unsigned)((n + 255) / 256), (unsigned)chunks), 256, 0, s, part, (const T *)dy, m,

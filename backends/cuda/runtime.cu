@@ -6,6 +6,9 @@
 #include <time.h>
 
 #include "common.cuh"
+#ifndef WEFT_CUDA_EMU
+#include <cuda_profiler_api.h>
+#endif
 
 const char *const gpu_kernel_lines[] = {
     "matmul, matmul_t, linear, qkv_linear  cuBLASLt: f32 (32F compute), bf16 and f16 with f32 accumulation; bias epilogue; bias gradients by column sums",
@@ -193,6 +196,8 @@ bool gpu_sync(char *err, size_t errlen) {
   return emu_ok(err, errlen);
 }
 
+void gpu_profiler(bool on) { (void)on; }
+
 #else
 
 static bool failed(cudaError_t e, const char *what, char *err, size_t errlen) {
@@ -320,6 +325,11 @@ bool gpu_check(const char *what, char *err, size_t errlen) { return !failed(cuda
 
 bool gpu_sync(char *err, size_t errlen) {
   return !failed(cudaDeviceSynchronize(), "cudaDeviceSynchronize", err, errlen);
+}
+
+void gpu_profiler(bool on) {
+  if (on) cudaProfilerStart();
+  else cudaProfilerStop();
 }
 
 #endif

@@ -12,7 +12,9 @@
  * the executor lays out logits, pad_rows), then each as one direct call
  * (WEFT_GEMM_STAGE_FLOPS above its size), and the loss on those logits
  * (cross entropy forward and backward) and their staging copy alone, in
- * GB/s (losses_and_copies). Prints ms per
+ * GB/s (losses_and_copies), and LayerNorm forward and backward at GPT-2's
+ * widths of 768 and 1024 (norms) and the column sums of a bias's
+ * gradient (colsums), in GB/s. Prints ms per
  * call (the mean of the timed calls after two untimed) and TFLOP/s:
  * causal forward 2 b h s^2 dh (half of 4 b h s^2 dh), backward 2.5 times
  * that, linear 2 m k n.
@@ -236,6 +238,71 @@ static void losses_and_copies(int64_t t, int64_t v, int reps) {
   gpu_free(logits), gpu_free(dlogits), gpu_free(padded), gpu_free(ws), gpu_free(slot), gpu_free(dlab);
 }
 
+/* LayerNorm at t rows of h (bf16): forward, and backward writing dx and
+ * adding the weight's and bias's gradients in f32, with the kernels that
+ * read rows in 16-byte chunks, then the first ones (WEFT_LN_KERNEL=old).
+ * GB/s of the bytes each must move: forward x read and y written;
+ * backward x and dy read and dx written. */
+static void norms(int64_t t, int64_t h, int reps) {
+  char e[400];
+  void *x = filled(t * h, GPU_BF16), *dy = filled(t * h, GPU_BF16), *w = filled(h, GPU_BF16), *b = filled(h, GPU_BF16);
+  void *y = zeros((size_t)(t * h) * 2), *dx = zeros((size_t)(t * h) * 2), *dw = zeros((size_t)h * 4),
+       *db = zeros((size_t)h * 4), *ws = zeros(gpu_layernorm_backward_ws(t, h));
+  gpu_event *a = gpu_event_timed(e, sizeof e), *z = gpu_event_timed(e, sizeof e);
+  if (!a || !z) die("gpu_event_timed", e);
+  const double bytes = (double)(t * h) * 2;
+  for (int old = 0; old < 2; old++) {
+    if (old) setenv("WEFT_LN_KERNEL", "old", 1);
+    for (int k = 0; k < 2; k++) {
+      for (int r = -2; r < reps; r++) {
+        if (r == 0) gpu_record(a, S);
+        if (k == 0) gpu_layernorm(S, GPU_BF16, y, x, w, b, t, h, 1e-5);
+        else gpu_layernorm_backward(S, GPU_BF16, dx, dw, db, GPU_F32, dy, x, w, t, h, 1e-5, false, true, ws);
+      }
+      gpu_record(z, S);
+      double ms = gpu_elapsed_ms(a, z, e, sizeof e) / reps;
+      if (ms < 0 || !gpu_check("bench", e, sizeof e)) die("timing", e);
+      char shape[96];
+      snprintf(shape, sizeof shape, "t%lld h%lld bf16%s", (long long)t, (long long)h, old ? " (old)" : "");
+      printf("%-32s %-24s %9.3f ms %8.1f GB/s\n", k ? "layernorm backward" : "layernorm forward", shape, ms,
+             (k ? 3 : 2) * bytes / (ms * 1e-3) / 1e9);
+      fflush(stdout);
+    }
+  }
+  unsetenv("WEFT_LN_KERNEL");
+  gpu_event_free(a), gpu_event_free(z);
+  gpu_free(x), gpu_free(dy), gpu_free(w), gpu_free(b), gpu_free(y), gpu_free(dx), gpu_free(dw), gpu_free(db);
+  gpu_free(ws);
+}
+
+/* A bias's gradient: the column sums of t rows of n (bf16) into f32, with
+ * the kernel of 16-byte loads, then the first (WEFT_COLSUM_KERNEL=old);
+ * GB/s of the rows read. */
+static void colsums(int64_t t, int64_t n, int reps) {
+  char e[400];
+  void *dy = filled(t * n, GPU_BF16), *db = zeros((size_t)n * 4), *ws = zeros(gpu_colsum_ws(t, n) + 4);
+  gpu_event *a = gpu_event_timed(e, sizeof e), *z = gpu_event_timed(e, sizeof e);
+  if (!a || !z) die("gpu_event_timed", e);
+  for (int old = 0; old < 2; old++) {
+    if (old) setenv("WEFT_COLSUM_KERNEL", "old", 1);
+    for (int r = -2; r < reps; r++) {
+      if (r == 0) gpu_record(a, S);
+      gpu_colsum(S, GPU_BF16, db, GPU_F32, dy, t, n, true, ws);
+    }
+    gpu_record(z, S);
+    double ms = gpu_elapsed_ms(a, z, e, sizeof e) / reps;
+    if (ms < 0 || !gpu_check("bench", e, sizeof e)) die("timing", e);
+    char shape[96];
+    snprintf(shape, sizeof shape, "t%lld n%lld bf16%s", (long long)t, (long long)n, old ? " (old)" : "");
+    printf("%-32s %-24s %9.3f ms %8.1f GB/s\n", "column sums (bias gradient)", shape, ms,
+           (double)(t * n) * 2 / (ms * 1e-3) / 1e9);
+    fflush(stdout);
+  }
+  unsetenv("WEFT_COLSUM_KERNEL");
+  gpu_event_free(a), gpu_event_free(z);
+  gpu_free(dy), gpu_free(db), gpu_free(ws);
+}
+
 int main(int argc, char **argv) {
   char e[512];
   bool small = false, head_only = false;
@@ -272,6 +339,12 @@ int main(int argc, char **argv) {
     lm_head(8192, 768, 50257, 20);
   }
   losses_and_copies(small ? 64 : 8192, small ? 257 : 50257, small ? 1 : 20);
+  if (!head_only) {
+    norms(small ? 64 : 8192, 768, small ? 1 : 20);
+    norms(small ? 64 : 8192, 1024, small ? 1 : 20);
+    colsums(small ? 64 : 8192, 768, small ? 1 : 20);
+    colsums(small ? 64 : 8192, 3072, small ? 1 : 20);
+  }
   if (!gpu_sync(e, sizeof e)) die("sync", e);
   gpu_stream_free(S);
   return 0;

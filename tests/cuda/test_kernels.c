@@ -352,9 +352,17 @@ static void check_embedding(int dt) {
   free(wdpos), free(wdx);
 }
 
-static void check_norms(int dt) {
-  int64_t rows = 37, h = 100;
-  char e[400];
+/* Rows of h elements: 100 takes the first LayerNorm kernels; multiples of
+ * 16 bytes the kernels that read rows in chunks (1, 2, 4 and 8 chunks a
+ * lane at 64, 512, 768 and 2048 16-bit elements; 1, 4 and 8 at 64, 512
+ * and 768 f32; 2048 f32 are more chunks than those kernels take). */
+static const char *shaped(char *buf, const char *what, int64_t rows, int64_t h) {
+  snprintf(buf, 160, "%s %lldx%lld", what, (long long)rows, (long long)h);
+  return buf;
+}
+
+static void check_norms_at(int dt, int64_t rows, int64_t h) {
+  char e[400], what[160];
   float *x = randn(rows * h, 1), *w = randn(h, 1), *b = randn(h, 1), *dy = randn(rows * h, 1);
   float *dx0 = randn(rows * h, 1), *dw0 = randn(h, 1), *db0 = randn(h, 1);
   for (int64_t i = 0; i < rows * h; i++) x[i] += 0.5f;
@@ -365,18 +373,28 @@ static void check_norms(int dt) {
   k_layernorm(want, x, w, b, rows, h, 1e-5);
   void *y = poisoned(rows * h, dt);
   gpu_layernorm(S, dt, y, dX, dW, dB, rows, h, 1e-5);
-  expect_dev("layernorm", dt, y, want, rows * h);
+  expect_dev(shaped(what, "layernorm", rows, h), dt, y, want, rows * h);
   float *wdx = copy(dx0, rows * h), *wdw = copy(dw0, h), *wdb = copy(db0, h);
   k_layernorm_backward(wdx, wdw, wdb, dy, x, w, rows, h, 1e-5, true);
   void *gx = up(dx0, rows * h, dt), *gw = up(dw0, h, dt), *gb = up(db0, h, dt);
   void *ws = gpu_alloc(gpu_layernorm_backward_ws(rows, h), e, sizeof e);
   gpu_layernorm_backward(S, dt, gx, gw, gb, dt, dDY, dX, dW, rows, h, 1e-5, true, true, ws);
-  expect_dev("layernorm backward dx, acc", dt, gx, wdx, rows * h);
-  expect_dev("layernorm backward dw, acc", dt, gw, wdw, h);
-  expect_dev("layernorm backward db, acc", dt, gb, wdb, h);
+  expect_dev(shaped(what, "layernorm backward dx, acc", rows, h), dt, gx, wdx, rows * h);
+  expect_dev(shaped(what, "layernorm backward dw, acc", rows, h), dt, gw, wdw, h);
+  expect_dev(shaped(what, "layernorm backward db, acc", rows, h), dt, gb, wdb, h);
+  {
+    /* no dx; the weight's and bias's gradients written in f32 */
+    float *s3 = malloc(sizeof(float) * (size_t)h), *s4 = malloc(sizeof(float) * (size_t)h);
+    k_layernorm_backward(NULL, s3, s4, dy, x, w, rows, h, 1e-5, false);
+    void *gw32 = poisoned(h, GPU_F32), *gb32 = poisoned(h, GPU_F32);
+    gpu_layernorm_backward(S, dt, NULL, gw32, gb32, GPU_F32, dDY, dX, dW, rows, h, 1e-5, false, false, ws);
+    expect_dev(shaped(what, "layernorm backward, no dx: dw in f32", rows, h), GPU_F32, gw32, s3, h);
+    expect_dev(shaped(what, "layernorm backward, no dx: db in f32", rows, h), GPU_F32, gb32, s4, h);
+    gpu_free(gw32), gpu_free(gb32), free(s3), free(s4);
+  }
   k_rmsnorm(want, x, w, rows, h, 1e-6);
   gpu_rmsnorm(S, dt, y, dX, dW, rows, h, 1e-6);
-  expect_dev("rmsnorm", dt, y, want, rows * h);
+  expect_dev(shaped(what, "rmsnorm", rows, h), dt, y, want, rows * h);
   free(wdx), free(wdw);
   wdx = malloc(sizeof(float) * (size_t)(rows * h)), wdw = malloc(sizeof(float) * (size_t)h);
   k_rmsnorm_backward(wdx, wdw, dy, x, w, rows, h, 1e-6, false);
@@ -384,11 +402,19 @@ static void check_norms(int dt) {
   gx = poisoned(rows * h, dt), gw = poisoned(h, dt);
   ws = gpu_alloc(gpu_rmsnorm_backward_ws(rows, h), e, sizeof e);
   gpu_rmsnorm_backward(S, dt, gx, gw, dDY, dX, dW, rows, h, 1e-6, false, ws);
-  expect_dev("rmsnorm backward dx", dt, gx, wdx, rows * h);
-  expect_dev("rmsnorm backward dw", dt, gw, wdw, h);
+  expect_dev(shaped(what, "rmsnorm backward dx", rows, h), dt, gx, wdx, rows * h);
+  expect_dev(shaped(what, "rmsnorm backward dw", rows, h), dt, gw, wdw, h);
   gpu_free(dX), gpu_free(dW), gpu_free(dB), gpu_free(dDY), gpu_free(y), gpu_free(gx), gpu_free(gw), gpu_free(gb);
   gpu_free(ws);
   free(x), free(w), free(b), free(dy), free(dx0), free(dw0), free(db0), free(want), free(wdx), free(wdw), free(wdb);
+}
+
+static void check_norms(int dt) {
+  check_norms_at(dt, 37, 100);
+  check_norms_at(dt, 70, 64);
+  check_norms_at(dt, 20, 512);
+  check_norms_at(dt, 45, 768);
+  check_norms_at(dt, 33, 2048);
 }
 
 /* The backward kernels of the operators that write gradients over
@@ -397,6 +423,7 @@ static void check_norms(int dt) {
  * outputs: every element written. (The products, attention, embedding,
  * softmax, silu, rmsnorm and cross entropy are checked so above and
  * below.) */
+
 static void check_overwrites(int dt) {
   char e[400];
   int64_t rows = 37, h = 100, n = rows * h, b = 2, sq = 5;
@@ -1515,6 +1542,94 @@ static void check_staging_copies(int dt) {
 /* Products with rows or pointers off 16 bytes, staged in chunks: the size
  * from which products are staged lowered to 0 and the room to 64 KiB, so
  * that a 300 x 40 x 257 product takes many chunks. */
+/* The LM head's products over logits in rows padded to 16 bytes (pad_rows
+ * in exec.c): 257 columns in rows of 264, aligned, which a product of
+ * 2^30 flops and more (here every one: WEFT_GEMM_STAGE_FLOPS=0) splits
+ * into 256 and 1 without staging: logits = x W^T (n 257), dx = dlogits W
+ * (k 257), dW = dlogits^T x (m 257); the padding left as it was. */
+static void check_gemm_pitched(int dt) {
+  char e[400], what[96];
+  const int64_t t = 70, hd = 40, v = 257, ld = 264;
+  setenv("WEFT_GEMM_STAGE_FLOPS", "0", 1);
+  size_t wsb = gpu_gemm_ws();
+  void *ws = gpu_alloc(wsb, e, sizeof e);
+  float *x = randn(t * hd, 1), *w = randn(v * hd, 1), *g = randn(t * ld, 1);
+  round_all(x, t * hd, dt), round_all(w, v * hd, dt), round_all(g, t * ld, dt);
+  void *dx_in = up(x, t * hd, dt), *dw_in = up(w, v * hd, dt), *dg = up(g, t * ld, dt);
+  /* the reference's dlogits: the first v of each row of g */
+  float *gp = malloc(sizeof(float) * (size_t)(t * v));
+  for (int64_t i = 0; i < t; i++) memcpy(gp + i * v, g + i * ld, sizeof(float) * (size_t)v);
+  int64_t before = gpu_gemm_staged();
+  /* logits = x W^T into rows of ld, poisoned */
+  float *want = malloc(sizeof(float) * (size_t)(t * v));
+  k_matmul_t(want, x, w, t, hd, v, false);
+  void *lg = poisoned(t * ld, dt);
+  if (!gpu_gemm(S, false, true, t, v, hd, dx_in, hd, dt, dw_in, hd, dt, lg, ld, dt, NULL, false, ws, wsb, false, e,
+                sizeof e))
+    die("gemm", e);
+  float *got = down(lg, t * ld, dt), *packed = malloc(sizeof(float) * (size_t)(t * v));
+  bool pad_kept = true;
+  for (int64_t i = 0; i < t; i++) {
+    memcpy(packed + i * v, got + i * ld, sizeof(float) * (size_t)v);
+    for (int64_t j = v; j < ld; j++) pad_kept = pad_kept && isnan(got[i * ld + j]);
+  }
+  void *pk = up(packed, t * v, dt);
+  snprintf(what, sizeof what, "gemm into rows of %lld of %lld: logits", (long long)v, (long long)ld);
+  expect_dev(what, dt, pk, want, t * v);
+  checks++;
+  if (!pad_kept) failures++;
+  printf("kernel %-44s %-4s %s\n", "  the padding left as it was", dt_name(dt), pad_kept ? "ok" : "FAIL");
+  /* dx = dlogits W, dW = dlogits^T x */
+  float *wdx = malloc(sizeof(float) * (size_t)(t * hd)), *wdw = malloc(sizeof(float) * (size_t)(v * hd));
+  k_matmul_t_backward(wdx, wdw, gp, x, w, t, hd, v, false);
+  void *gx = poisoned(t * hd, dt), *gw = poisoned(v * hd, dt);
+  if (!gpu_gemm(S, false, false, t, hd, v, dg, ld, dt, dw_in, hd, dt, gx, hd, dt, NULL, false, ws, wsb, false, e,
+                sizeof e) ||
+      !gpu_gemm(S, true, false, v, hd, t, dg, ld, dt, dx_in, hd, dt, gw, hd, dt, NULL, false, ws, wsb, false, e,
+                sizeof e))
+    die("gemm", e);
+  snprintf(what, sizeof what, "gemm from rows of %lld of %lld: dx", (long long)v, (long long)ld);
+  expect_dev(what, dt, gx, wdx, t * hd);
+  snprintf(what, sizeof what, "gemm from rows of %lld of %lld: dW", (long long)v, (long long)ld);
+  expect_dev(what, dt, gw, wdw, v * hd);
+  int64_t staged = gpu_gemm_staged() - before;
+  checks++;
+  if (staged != 0) failures++;
+  printf("kernel %-44s %-4s %lld staged %s\n", "  none of the three staged", dt_name(dt), (long long)staged,
+         staged == 0 ? "ok" : "FAIL");
+  unsetenv("WEFT_GEMM_STAGE_FLOPS");
+  gpu_free(ws), gpu_free(dx_in), gpu_free(dw_in), gpu_free(dg), gpu_free(lg), gpu_free(pk), gpu_free(gx), gpu_free(gw);
+  free(x), free(w), free(g), free(gp), free(want), free(got), free(packed), free(wdx), free(wdw);
+}
+
+/* Column sums (the bias gradient) of m rows of n: n a multiple of 16
+ * bytes takes the kernel of 16-byte loads, then one element off 16 bytes
+ * the first kernel; written, then added, into dt and into f32. */
+static void check_colsum(int dt, int64_t m, int64_t n) {
+  char e[400], what[96];
+  float *g = randn((m + 1) * n, 1), *b0 = randn(n, 1);
+  round_all(g, (m + 1) * n, dt), round_all(b0, n, dt);
+  void *dg = up(g, (m + 1) * n, dt);
+  void *cs = gpu_alloc(gpu_colsum_ws(m, n) + 4, e, sizeof e);
+  for (int off = 0; off < 2; off++) {
+    const void *rows = (const char *)dg + (size_t)off * gpu_dtype_size(dt);
+    float *want = copy(b0, n);
+    k_linear_backward(NULL, NULL, want, g + off, NULL, NULL, m, 0, n, true);
+    void *db = up(b0, n, dt);
+    gpu_colsum(S, dt, db, dt, rows, m, n, true, cs);
+    snprintf(what, sizeof what, "column sums %lldx%lld%s, acc", (long long)m, (long long)n, off ? ", off 16 bytes" : "");
+    expect_dev(what, dt, db, want, n);
+    float *w32 = calloc((size_t)n, sizeof(float));
+    k_linear_backward(NULL, NULL, w32, g + off, NULL, NULL, m, 0, n, false);
+    void *p32 = poisoned(n, GPU_F32);
+    gpu_colsum(S, dt, p32, GPU_F32, rows, m, n, false, cs);
+    snprintf(what, sizeof what, "column sums %lldx%lld%s into f32", (long long)m, (long long)n, off ? ", off 16 bytes" : "");
+    expect_dev(what, GPU_F32, p32, w32, n);
+    gpu_free(db), gpu_free(p32), free(want), free(w32);
+  }
+  gpu_free(dg), gpu_free(cs), free(g), free(b0);
+}
+
 static void check_gemm_staged(int dt) {
   char e[400];
   setenv("WEFT_GEMM_STAGE_FLOPS", "0", 1);
@@ -1630,6 +1745,9 @@ int main(void) {
     int dt = dts[i];
     check_gemm(dt, 37, 19, 23);
     check_gemm_staged(dt);
+    check_gemm_pitched(dt);
+    check_colsum(dt, 300, 64);
+    check_colsum(dt, 129, 768);
     check_gemm_gelu(dt, 37, 19, 23);
     check_gemm_gelu(dt, 48, 64, 40);
     if (big) check_gemm_gelu(dt, 1024, 768, 3072), check_gemm_gelu(dt, 1024, 3072, 768);
