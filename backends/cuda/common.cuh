@@ -5,6 +5,8 @@
 #define WEFT_CUDA_COMMON_CUH
 
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -120,6 +122,37 @@ DEV float fexp(float x) { return __expf(x); }
 
 #ifdef WEFT_CUDA_EMU
 #include "emu_wmma.h"
+#endif
+
+/* 16 bytes of T (E elements), loaded and stored whole; both at addresses
+ * on 16 bytes (the emulation stops at one that is not). */
+template <class T> struct alignas(16) pack16 {
+  enum { E = 16 / (int)sizeof(T) };
+  T e[E];
+};
+#ifdef WEFT_CUDA_EMU
+static inline void pack16_aligned(const void *p) {
+  if ((uintptr_t)p & 15) {
+    fprintf(stderr, "a 16-byte access at %p, not aligned\n", p);
+    abort();
+  }
+}
+template <class T> static inline pack16<T> ld16(const T *p) {
+  pack16_aligned(p);
+  pack16<T> c;
+  memcpy(&c, p, 16);
+  return c;
+}
+template <class T> static inline void st16(T *p, const pack16<T> &c) {
+  pack16_aligned(p);
+  memcpy(p, &c, 16);
+}
+#else
+template <class T> DEV pack16<T> ld16(const T *p) {
+  uint4 u = *(const uint4 *)p;
+  return *(const pack16<T> *)&u;
+}
+template <class T> DEV void st16(T *p, const pack16<T> &c) { *(uint4 *)p = *(const uint4 *)&c; }
 #endif
 
 /* x (+)= v, rounded once into the storage type. */

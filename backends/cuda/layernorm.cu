@@ -26,36 +26,6 @@ enum { LN_WARPS = ROW_WARPS };
 
 /* ---- rows in 16-byte chunks ------------------------------------------------------------ */
 
-/* E elements of T in 16 bytes. */
-template <class T> struct alignas(16) ln16 {
-  enum { E = 16 / (int)sizeof(T) };
-  T e[E];
-};
-#ifdef WEFT_CUDA_EMU
-static inline void ln_aligned(const void *p) {
-  if ((uintptr_t)p & 15) {
-    fprintf(stderr, "layernorm: a 16-byte access at %p, not aligned\n", p);
-    abort();
-  }
-}
-template <class T> static inline ln16<T> ln_ld(const T *p) {
-  ln_aligned(p);
-  ln16<T> c;
-  memcpy(&c, p, 16);
-  return c;
-}
-template <class T> static inline void ln_st(T *p, const ln16<T> &c) {
-  ln_aligned(p);
-  memcpy(p, &c, 16);
-}
-#else
-template <class T> DEV ln16<T> ln_ld(const T *p) {
-  uint4 u = *(const uint4 *)p;
-  return *(const ln16<T> *)&u;
-}
-template <class T> DEV void ln_st(T *p, const ln16<T> &c) { *(uint4 *)p = *(const uint4 *)&c; }
-#endif
-
 /* WEFT_LN_KERNEL=old: the first kernels for every row (read at each call,
  * so that bench_kernels times both in one process). */
 static bool ln_old(void) {
@@ -78,8 +48,8 @@ static int ln_chunks(int64_t h, int dt, const void *const *ptrs, int n) {
 /* A row's mean and 1 / sqrt(var + eps) from its chunks in a lane's
  * registers (chunk lane + 32 v, those below nc). */
 template <class T, int V>
-DEV void ln_stats(const ln16<T> (&x)[V], int nc, int64_t h, float eps, float &mean, float &rstd) {
-  enum { E = ln16<T>::E };
+DEV void ln_stats(const pack16<T> (&x)[V], int nc, int64_t h, float eps, float &mean, float &rstd) {
+  enum { E = pack16<T>::E };
   const int lane = threadIdx.x & 31;
   float sum = 0.0f;
 #pragma unroll
@@ -102,26 +72,26 @@ DEV void ln_stats(const ln16<T> (&x)[V], int nc, int64_t h, float eps, float &me
 
 template <class T, int V>
 __global__ void k_layernorm_vec(T *y, const T *x, const T *w, const T *b, int64_t rows, int64_t h, float eps) {
-  enum { E = ln16<T>::E };
+  enum { E = pack16<T>::E };
   int64_t row = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (row >= rows) return;
   const int lane = threadIdx.x & 31, nc = (int)(h / E);
-  ln16<T> xr[V];
+  pack16<T> xr[V];
 #pragma unroll
   for (int v = 0; v < V; v++)
-    if (lane + 32 * v < nc) xr[v] = ln_ld(x + row * h + (lane + 32 * v) * E);
+    if (lane + 32 * v < nc) xr[v] = ld16(x + row * h + (lane + 32 * v) * E);
   float mean, rstd;
   ln_stats<T, V>(xr, nc, h, eps, mean, rstd);
 #pragma unroll
   for (int v = 0; v < V; v++) {
     const int c = lane + 32 * v;
     if (c >= nc) continue;
-    const ln16<T> wv = ln_ld(w + c * E), bv = ln_ld(b + c * E);
-    ln16<T> o;
+    const pack16<T> wv = ld16(w + c * E), bv = ld16(b + c * E);
+    pack16<T> o;
 #pragma unroll
     for (int i = 0; i < E; i++)
       o.e[i] = from_f<T>((to_f(xr[v].e[i]) - mean) * rstd * to_f(wv.e[i]) + to_f(bv.e[i]));
-    ln_st(y + row * h + c * E, o);
+    st16(y + row * h + c * E, o);
   }
 }
 
@@ -142,7 +112,7 @@ static int64_t ln_blocks(int64_t rows) {
 template <class T, int V>
 __global__ void __launch_bounds__(ROW_THREADS, V <= 4 ? 2 : 1) k_layernorm_back_vec(T *dx, float *pw, float *pb, const T *dy, const T *x, const T *w, int64_t rows,
                                      int64_t h, int64_t per, float eps, bool acc_dx) {
-  enum { E = ln16<T>::E };
+  enum { E = pack16<T>::E };
   DYN_SMEM(float, red);
   const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5, nw = blockDim.x >> 5, nc = (int)(h / E);
   const int64_t lo = ((int64_t)blockIdx.x * nw + wi) * per, hi = lo + per < rows ? lo + per : rows;
@@ -154,12 +124,12 @@ __global__ void __launch_bounds__(ROW_THREADS, V <= 4 ? 2 : 1) k_layernorm_back_
 #pragma unroll
     for (int i = 0; i < E; i++) sw[v][i] = sb[v][i] = 0.0f;
   for (int64_t row = lo; row < hi; row++) {
-    ln16<T> xr[V], dr[V];
+    pack16<T> xr[V], dr[V];
 #pragma unroll
     for (int v = 0; v < V; v++)
       if (lane + 32 * v < nc) {
-        xr[v] = ln_ld(x + row * h + (lane + 32 * v) * E);
-        dr[v] = ln_ld(dy + row * h + (lane + 32 * v) * E);
+        xr[v] = ld16(x + row * h + (lane + 32 * v) * E);
+        dr[v] = ld16(dy + row * h + (lane + 32 * v) * E);
       }
     float mean, rstd;
     ln_stats<T, V>(xr, nc, h, eps, mean, rstd);
@@ -167,7 +137,7 @@ __global__ void __launch_bounds__(ROW_THREADS, V <= 4 ? 2 : 1) k_layernorm_back_
 #pragma unroll
     for (int v = 0; v < V; v++)
       if (lane + 32 * v < nc) {
-        const ln16<T> wv = ln_ld(w + (lane + 32 * v) * E);
+        const pack16<T> wv = ld16(w + (lane + 32 * v) * E);
 #pragma unroll
         for (int i = 0; i < E; i++) {
           const float xhat = (to_f(xr[v].e[i]) - mean) * rstd, d = to_f(dr[v].e[i]), g = d * to_f(wv.e[i]);
@@ -182,16 +152,16 @@ __global__ void __launch_bounds__(ROW_THREADS, V <= 4 ? 2 : 1) k_layernorm_back_
       const int c = lane + 32 * v;
       if (c >= nc) continue;
       T *at = dx + row * h + c * E;
-      const ln16<T> wv = ln_ld(w + c * E);
-      ln16<T> o;
-      if (acc_dx) o = ln_ld(at);
+      const pack16<T> wv = ld16(w + c * E);
+      pack16<T> o;
+      if (acc_dx) o = ld16(at);
 #pragma unroll
       for (int i = 0; i < E; i++) {
         const float xhat = (to_f(xr[v].e[i]) - mean) * rstd, g = to_f(dr[v].e[i]) * to_f(wv.e[i]);
         const float r = rstd * (g - mg - xhat * mgx);
         o.e[i] = from_f<T>(acc_dx ? to_f(o.e[i]) + r : r);
       }
-      ln_st(at, o);
+      st16(at, o);
     }
   }
   if (!pw) return;

@@ -735,13 +735,9 @@ size_t gpu_colsum_ws(int64_t m, int64_t n) {
  * chunk's rows in flight at once. For rows whose width is a multiple of 16
  * bytes, at an address on 16 bytes; WEFT_COLSUM_KERNEL=old times the
  * first. */
-template <class T> struct alignas(16) cs16 {
-  enum { E = 16 / (int)sizeof(T) };
-  T e[E];
-};
 template <class T>
 __global__ void k_colsum_part_vec(float *part, const T *dy, int64_t m, int64_t n, int64_t rows) {
-  enum { E = cs16<T>::E };
+  enum { E = pack16<T>::E };
   DYN_SMEM(float, red);
   const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5, nw = blockDim.x >> 5;
   const int64_t c = blockIdx.y, col = ((int64_t)blockIdx.x * 32 + lane) * E;
@@ -751,16 +747,7 @@ __global__ void k_colsum_part_vec(float *part, const T *dy, int64_t m, int64_t n
   for (int i = 0; i < E; i++) sum[i] = 0.0f;
   if (col < n)
     for (int64_t r = lo + wi; r < hi; r += nw) {
-#ifdef WEFT_CUDA_EMU
-      if (((uintptr_t)(dy + r * n + col)) & 15) {
-        fprintf(stderr, "colsum: a 16-byte load at %p, not aligned\n", (const void *)(dy + r * n + col));
-        abort();
-      }
-      cs16<T> v = *(const cs16<T> *)(dy + r * n + col);
-#else
-      uint4 u = __ldg((const uint4 *)(dy + r * n + col));
-      cs16<T> v = *(const cs16<T> *)&u;
-#endif
+      const pack16<T> v = ld16(dy + r * n + col);
 #pragma unroll
       for (int i = 0; i < E; i++) sum[i] += to_f(v.e[i]);
     }
