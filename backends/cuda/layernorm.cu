@@ -302,20 +302,18 @@ void gpu_layernorm_backward(gpu_stream *s, int dt, void *dx, void *dw, void *db,
   if (int v = ln_chunks(h, dt, ptrs, 4)) {
     const int64_t blocks = ln_blocks(rows);
     float *pw = dw || db ? (float *)ws : NULL, *pb = pw ? pw + blocks * h : NULL;
+#define LN_BACK(V)                                                                                                  \
+  case V:                                                                                                           \
+    ln_back_vec<T, V>(s, (T *)dx, pw, pb, (const T *)dy, (const T *)x, (const T *)w, rows, h, (float)eps, acc_dx);  \
+    break;
     DISPATCH(dt, T, {
-      switch (v) {
-      case 1: ln_back_vec<T, 1>(s, (T *)dx, pw, pb, (const T *)dy, (const T *)x, (const T *)w, rows, h, (float)eps, acc_dx); break;
-      case 2: ln_back_vec<T, 2>(s, (T *)dx, pw, pb, (const T *)dy, (const T *)x, (const T *)w, rows, h, (float)eps, acc_dx); break;
-      case 3: ln_back_vec<T, 3>(s, (T *)dx, pw, pb, (const T *)dy, (const T *)x, (const T *)w, rows, h, (float)eps, acc_dx); break;
-      case 4: ln_back_vec<T, 4>(s, (T *)dx, pw, pb, (const T *)dy, (const T *)x, (const T *)w, rows, h, (float)eps, acc_dx); break;
-      case 6: ln_back_vec<T, 6>(s, (T *)dx, pw, pb, (const T *)dy, (const T *)x, (const T *)w, rows, h, (float)eps, acc_dx); break;
-      default: ln_back_vec<T, 8>(s, (T *)dx, pw, pb, (const T *)dy, (const T *)x, (const T *)w, rows, h, (float)eps, acc_dx); break;
-      }
+      switch (v) { LN_BACK(1) LN_BACK(2) LN_BACK(3) LN_BACK(4) LN_BACK(6) LN_BACK(8) default: break; }
       if (pw) {
         if (gdt == GPU_F32) chunks_done<float>(s, (float *)dw, pw, (float *)db, pb, blocks, h, acc);
         else chunks_done<T>(s, (T *)dw, pw, (T *)db, pb, blocks, h, acc);
       }
     });
+#undef LN_BACK
     return;
   }
   float *stats = (float *)ws, *pw = stats + 2 * rows;

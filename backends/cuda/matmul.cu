@@ -730,7 +730,7 @@ size_t gpu_colsum_ws(int64_t m, int64_t n) {
 
 /* Columns of 16 bytes (E elements of T) a thread, the rows of a chunk
  * split over the block's warps (warp w: rows w, w + warps, ...), which add
- * theirs in order in shared memory (blockDim.x E floats): one load of 16
+ * theirs in order in shared memory (32 E floats): one load of 16
  * bytes where the first kernel makes E loads of one element, and the
  * chunk's rows in flight at once. For rows whose width is a multiple of 16
  * bytes, at an address on 16 bytes; WEFT_COLSUM_KERNEL=old times the
