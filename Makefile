@@ -111,7 +111,7 @@ else
 weft: $(BUILD)/weft $(MPI_SO)
 endif
 
-cuda: $(CUDA_SO) $(if $(CUDA_SO),$(BUILD)/cuda/test_kernels $(BUILD)/cuda/bench_kernels)
+cuda: $(CUDA_SO) $(if $(CUDA_SO),$(BUILD)/cuda/test_kernels $(BUILD)/cuda/bench_kernels $(BUILD)/cuda/cudnn_graphs)
 
 $(BUILD)/cuda/%.o: backends/cuda/%.cu $(CUDA_DEPS)
 	@mkdir -p $(dir $@)
@@ -139,6 +139,13 @@ NCCL_LIBDIR := $(if $(NCCL_H),$(patsubst %/,%,$(dir $(firstword $(wildcard $(if 
 NCCL_LIBS   := $(if $(NCCL_LIBDIR),-L$(NCCL_LIBDIR) -lnccl)
 $(BUILD)/cuda/ccl.o: NVCCFLAGS += $(if $(NCCL_LIBDIR),-I$(dir $(NCCL_H)),-DWEFT_NO_NCCL)
 
+# cuDNN's headers (backends/cuda/attention_cudnn.cu, WEFT_ATTN=cudnn): the
+# library itself is loaded at run time with dlopen, never linked. Without
+# the headers that path is left out (WEFT_NO_CUDNN).
+CUDNN_H := $(firstword $(wildcard $(if $(CUDA_HOME),$(CUDA_HOME)/include/cudnn_graph.h) /usr/include/cudnn_graph.h \
+             /usr/include/x86_64-linux-gnu/cudnn_graph.h))
+$(BUILD)/cuda/attention_cudnn.o: NVCCFLAGS += $(if $(CUDNN_H),-I$(dir $(CUDNN_H)),-DWEFT_NO_CUDNN)
+
 $(BUILD)/cuda/libweft_cuda.so: $(CUDA_CU:backends/cuda/%.cu=$(BUILD)/cuda/%.o) $(patsubst %.c,$(BUILD)/cuda/host/%.o,$(notdir $(CUDA_C)))
 	$(NVCC) -shared -o $@ $^ -lcublasLt $(NCCL_LIBS) -Xlinker --no-undefined \
 	  -Xlinker -rpath,$(CUDA_HOME)/lib64:$(CUDA_HOME)/targets/x86_64-linux/lib:/usr/local/cuda/lib64$(if $(NCCL_LIBDIR),:$(NCCL_LIBDIR)):'$$ORIGIN'
@@ -149,6 +156,11 @@ $(BUILD)/cuda/libweft_cuda.so: $(CUDA_CU:backends/cuda/%.cu=$(BUILD)/cuda/%.o) $
 $(BUILD)/cuda/test_kernels: tests/cuda/test_kernels.c $(CUDA_SO) $(BUILD)/libweft.a
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< -L$(BUILD)/cuda -lweft_cuda -Wl,-rpath,'$$ORIGIN:$$ORIGIN/../..' $(BUILD)/libweft.a \
 	  $(LDLIBS)
+
+# Whether cuDNN takes attention_cudnn.cu's graphs for an H100, asked
+# without a GPU through cuDNN's device properties (tests/cuda/cudnn_graphs.c).
+$(BUILD)/cuda/cudnn_graphs: tests/cuda/cudnn_graphs.c $(CUDA_SO)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< -L$(BUILD)/cuda -lweft_cuda -Wl,-rpath,'$$ORIGIN:$$ORIGIN/../..' $(LDLIBS)
 
 # The attention kernels and a cuBLASLt linear timed with CUDA events
 # (tests/cuda/bench_kernels.c; bench/gpu.sh runs it first).
@@ -357,7 +369,7 @@ rendezvous-check: $(BUILD)/tests/test_rendezvous $(MPI_SO)
 # the CUDA backend without a GPU: the plugin loads and lists its kernels and
 # says there is no device; the emulated GPU runs every kernel against the
 # CPU's and the example plans against one device (tests/cuda_check.sh)
-cuda-check: weft cuda-emu
+cuda-check: weft cuda-emu $(if $(CUDA_SO),$(BUILD)/cuda/cudnn_graphs)
 	@sh tests/cuda_check.sh $(BUILD)/weft $(EMU) $(if $(CUDA_SO),$(BUILD)/cuda)
 
 deps:

@@ -13,8 +13,10 @@
 #
 # Usage, from the repository root, with ./weft and ./libweft_cuda.so built
 # where nvcc is:   sh bench/gpu.sh [DIR]
-# PARTS picks among "124m 350m tp2 switches" (default the first three; tp2
-# and switches also find 124M's batch; switches: 124M with each of the
+# PARTS picks among "124m 350m tp2 cudnn switches" (default the first four;
+# cudnn: 124M and 350M again with attention through cuDNN's fused flash
+# attention, WEFT_ATTN=cudnn; tp2 and switches also find 124M's batch;
+# switches: 124M with each of the
 # executor's fusions off, WEFT_CUDA_FUSE=0, WEFT_CUDA_FIRST_WRITE=0,
 # WEFT_CUDA_PAD_ROWS=0, then all three, against all on, then with the
 # first LayerNorm and column-sum kernels, WEFT_LN_KERNEL=old and
@@ -43,6 +45,11 @@ if ldd libweft_cuda.so | grep -q "libnccl.*not found"; then
   nc=$(find /usr/local /usr/lib /opt -name 'libnccl.so.2' 2>/dev/null | head -1)
   [ -n "$nc" ] && export LD_LIBRARY_PATH="$(dirname "$nc")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
+# cuDNN, for WEFT_ATTN=cudnn (backends/cuda/attention_cudnn.cu loads it)
+if [ -z "${WEFT_CUDNN:-}" ]; then
+  dn=$(find /usr/local /usr/lib /opt -name 'libcudnn.so.9' 2>/dev/null | head -1)
+  [ -n "$dn" ] && export WEFT_CUDNN=$dn
+fi
 export WEFT_PLUGIN_DIR=${WEFT_PLUGIN_DIR:-$(pwd)}
 device=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 case "$device" in
@@ -69,6 +76,10 @@ if [ -x "$KERNELS" ]; then
   # unsplit (what WEFT_GEMM_TUNE and WEFT_GEMM_EVEN gain)
   say "the same LM head products, WEFT_GEMM_TUNE=0 WEFT_GEMM_EVEN=0 (the heuristic's first algorithm, unsplit):"
   WEFT_GEMM_TUNE=0 WEFT_GEMM_EVEN=0 "$KERNELS" $KERNELS_ARGS --lm-head 2>&1 | grep "^lm head" | tee -a "$log"
+  # attention through cuDNN's fused flash attention instead of the plugin's
+  # kernels (a line of weft's says so where cuDNN refuses)
+  say "the same attention, WEFT_ATTN=cudnn (cuDNN's fused attention, ${WEFT_CUDNN:-libcudnn.so.9 not found}):"
+  WEFT_ATTN=cudnn "$KERNELS" $KERNELS_ARGS 2>&1 | grep "^attention\|^  the same\|WEFT_ATTN" | tee -a "$log"
 else
   say "bench_kernels: $KERNELS not built (make cuda)"
 fi
@@ -78,6 +89,19 @@ row() {
   printf '%-28s %6s %12s %9s %8s\n' "$1" "$2" "$3" "$4" "$5" | tee -a "$log"
 }
 row "run" "batch" "tokens/s" "step ms" "MFU"
+# weft_row LABEL [VAR=VALUE...]: weft at $batch with those variables set
+weft_row() {
+  label=$1; shift
+  if env "$@" $WEFT run $PLAN --plan single $sets --set batch=$batch --backend cuda --steps $((STEPS + 3)) --json \
+      >"$tmp/w.json" 2>"$tmp/w.err"; then
+    t=$("$PY" -c 'import json,statistics,sys; d=json.load(open(sys.argv[1])); print(statistics.median(s["time_s"] for s in d["steps"][3:]))' "$tmp/w.json")
+    row "$label" "$batch" "$("$PY" -c "print(f'{$tokens/$t:,.0f}')")" "$("$PY" -c "print(f'{1000*$t:.1f}')")" \
+      "$("$PY" -c "print(f'{100*$flops/$t/($peak*1e12):.1f}%')")"
+    grep "WEFT_ATTN" "$tmp/w.err" | sort -u | tee -a "$log"
+  else
+    say "$label: failed: $(tail -3 "$tmp/w.err")"
+  fi
+}
 bench_size() {
   name=$1; layers=$2; hidden=$3; heads=$4
   sets="--set layers=$layers --set hidden=$hidden --set heads=$heads ${SETS:-}"
@@ -88,13 +112,8 @@ bench_size() {
   if [ -z "$batch" ]; then say "$name: no batch fits: $(tail -1 "$tmp/fit")"; return; fi
   flops=$($WEFT graph $PLAN $sets --set batch=$batch --json | "$PY" -c 'import json,sys; print(3*json.load(sys.stdin)["forward_flops"])')
   tokens=$((batch * ${SEQ:-1024}))
-  if $WEFT run $PLAN --plan single $sets --set batch=$batch --backend cuda --steps $((STEPS + 3)) --json >"$tmp/w.json" 2>"$tmp/w.err"; then
-    t=$("$PY" -c 'import json,statistics,sys; d=json.load(open(sys.argv[1])); print(statistics.median(s["time_s"] for s in d["steps"][3:]))' "$tmp/w.json")
-    row "$name weft" "$batch" "$("$PY" -c "print(f'{$tokens/$t:,.0f}')")" "$("$PY" -c "print(f'{1000*$t:.1f}')")" \
-      "$("$PY" -c "print(f'{100*$flops/$t/($peak*1e12):.1f}%')")"
-  else
-    say "$name weft: failed: $(tail -3 "$tmp/w.err")"
-  fi
+  weft_row "$name weft"
+  case " $PARTS " in *" cudnn "*) weft_row "$name weft, cuDNN attn" WEFT_ATTN=cudnn ;; esac
   for mode in ${TORCH_MODES-eager compile}; do
     "$PY" bench/gpu/gpt2_torch.py --mode $mode --layers $layers --hidden $hidden --heads $heads --batch $batch \
       --steps $STEPS >"$tmp/t.json" 2>"$tmp/t.err"
@@ -108,7 +127,7 @@ bench_size() {
   done
   [ "$name" = "GPT-2 124M" ] && TP_BATCH=$batch
 }
-PARTS=${PARTS:-124m 350m tp2}
+PARTS=${PARTS:-124m 350m tp2 cudnn}
 case " $PARTS " in *" 124m "*|*" tp2 "*|*" switches "*) bench_size "GPT-2 124M" 12 768 12 ;; esac
 case " $PARTS " in *" 350m "*) bench_size "GPT-2 350M" 24 1024 16 ;; esac
 SW_BATCH=$TP_BATCH

@@ -42,6 +42,21 @@ if [ -n "$REAL" ] && [ -f "$REAL/libweft_cuda.so" ]; then
   else
     echo "cuda: a GPU is here ($(grep 'runs on' "$tmp/b.out" | sed 's/^ *//')): tests/gpu/run.sh checks it"
   fi
+  # cuDNN's fused attention (WEFT_ATTN=cudnn): its graphs taken for an
+  # H100, asked without a GPU (tests/cuda/cudnn_graphs.c) through the
+  # toolkit's stub of the driver, so that cuDNN compiles the engines'
+  # kernels and only their loading fails
+  stub=$(ls "$(dirname "$(command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)")"/../lib64/stubs/libcuda.so \
+         /usr/local/cuda/lib64/stubs/libcuda.so 2>/dev/null | head -1)
+  if [ -x "$REAL/cudnn_graphs" ] && [ -n "$stub" ] && ! grep -q "runs on" "$tmp/b.out"; then
+    mkdir -p "$tmp/stub" && ln -s "$stub" "$tmp/stub/libcuda.so.1"
+    LD_LIBRARY_PATH=$tmp/stub${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$REAL/cudnn_graphs" >"$tmp/dn.out" 2>&1
+    rc=$?
+    if [ $rc -eq 0 ]; then ok
+      echo "cuda: cuDNN takes the attention graphs for an H100: $(grep -c '^ok' "$tmp/dn.out") forward and backward graphs, kernels compiled without a GPU"
+    elif [ $rc -eq 77 ]; then echo "cuda: cuDNN's graphs not asked: $(cat "$tmp/dn.out")"
+    else bad "cudnn_graphs (exit $rc)"; cat "$tmp/dn.out"; fi
+  fi
 else
   echo "cuda: the plugin was not built (no nvcc)"
 fi

@@ -349,6 +349,7 @@ static void core_forward(gpu_stream *s, int dt, void *out, const void *q, const 
 void gpu_attention(gpu_stream *s, int dt, void *out, const void *q, const void *k, const void *v, const gpu_attn *a,
                    float *lse) {
   if (a->dh <= 0 || a->dh > GPU_ATTN_MAX_DH || a->r <= 0 || a->sk <= 0) return;
+  if (attention_cudnn_forward(s, dt, out, q, k, v, a, lse)) return;
   if (attention_fa_fwd_takes(dt, a)) {
     attention_fa_forward(s, dt, out, q, k, v, a, lse);
     return;
@@ -362,7 +363,14 @@ void gpu_attention(gpu_stream *s, int dt, void *out, const void *q, const void *
 
 size_t gpu_attention_stats_bytes(const gpu_attn *a) { return (size_t)(a->b * a->hq * a->sq) * sizeof(float); }
 
-size_t gpu_attention_backward_ws(const gpu_attn *a) { return (size_t)(2 * a->b * a->hq * a->sq + 1) * sizeof(float); }
+/* lse and D of every row (attention_fa_bwd.cu's and the others'), or
+ * cuDNN's workspace where it takes the backward, whichever is larger. */
+static size_t own_ws(const gpu_attn *a) { return (size_t)(2 * a->b * a->hq * a->sq + 1) * sizeof(float); }
+
+size_t gpu_attention_backward_ws(int dt, const gpu_attn *a) {
+  size_t own = own_ws(a), lib = attention_cudnn_backward_ws(dt, a);
+  return lib > own ? lib : own;
+}
 
 /* Each row's log-sum-exp and D: the forward's kept lse and D from its
  * result out (the return: true), else the workspace's, filled by the
@@ -410,6 +418,9 @@ void gpu_attention_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv,
                             const void *k, const void *v, const gpu_attn *a, bool acc, const float *lse_kept,
                             const void *out, void *ws) {
   if (a->dh <= 0 || a->dh > GPU_ATTN_MAX_DH || a->r <= 0 || a->sk <= 0 || (!dq && !dk && !dv)) return;
+  if (lse_kept && out &&
+      attention_cudnn_backward(s, dt, dq, dk, dv, dout, q, k, v, a, acc, lse_kept, out, ws, gpu_attention_backward_ws(dt, a)))
+    return;
   float *lse, *dsum;
   const bool kept = backward_stats(s, dt, dout, a, lse_kept, out, ws, &lse, &dsum);
   if (kept && attention_fa_bwd_takes(dt, a)) {
@@ -432,6 +443,8 @@ void gpu_attention_full(gpu_stream *s, int dt, void *out, const void *q, const v
   f.qpos = f.sk - 1;
   core_forward(s, dt, out, q, k, v, &f, lse);
 }
+
+size_t gpu_attention_full_backward_ws(const gpu_attn *a) { return own_ws(a); }
 
 void gpu_attention_full_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, const void *dout,
                                  const void *q, const void *k, const void *v, const gpu_attn *a, bool acc,

@@ -231,6 +231,9 @@ typedef struct gpu_attn {
   int64_t q_row, kv_row, o_row;
   int64_t q_batch, kv_batch, o_batch;
   int64_t sk, qpos;
+  /* --deterministic: no path whose sums' order depends on timing (cuDNN's
+   * backward, attention_cudnn.cu) */
+  bool det;
 } gpu_attn;
 
 /* The largest head the kernels take. */
@@ -243,7 +246,9 @@ enum { GPU_ATTN_MAX_DH = 256 };
 void gpu_attention(gpu_stream *s, int dt, void *out, const void *q, const void *k, const void *v, const gpu_attn *a,
                    float *lse);
 size_t gpu_attention_stats_bytes(const gpu_attn *a);
-size_t gpu_attention_backward_ws(const gpu_attn *a);
+/* The backward's workspace for heads of type dt (a cuDNN plan's, when
+ * WEFT_ATTN=cudnn takes them, is built here: a call on the device). */
+size_t gpu_attention_backward_ws(int dt, const gpu_attn *a);
 /* dq, dk, dv (+)= the gradients from dout: each row's log-sum-exp (lse,
  * from the forward) and D = dout . out (out: the result the forward wrote,
  * laid out as dout), or, when lse or out is NULL, both from a pass of the
@@ -258,6 +263,13 @@ void gpu_attention_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv,
  * gpu_attention's and gpu_attention_backward's. */
 void gpu_attention_full(gpu_stream *s, int dt, void *out, const void *q, const void *k, const void *v,
                         const gpu_attn *a, float *lse);
+/* Whether cuDNN (attention_cudnn.cu, WEFT_ATTN=cudnn) builds a plan of the
+ * forward or backward graph of these heads for the device described by
+ * device_json (cuDNN's device properties: no GPU needed), and the plan's
+ * workspace; false with cuDNN's message. */
+bool gpu_attention_cudnn_offline(const char *device_json, int dt, const gpu_attn *a, bool bwd, int64_t *ws, char *err,
+                                 size_t errlen);
+size_t gpu_attention_full_backward_ws(const gpu_attn *a);
 void gpu_attention_full_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, const void *dout,
                                  const void *q, const void *k, const void *v, const gpu_attn *a, bool acc,
                                  const float *lse, const void *out, void *ws);

@@ -375,6 +375,8 @@ static gpu_attn causal_geometry(const ccall *c) {
   int r = qr->ndims;
   int64_t heads_all = (int64_t)cx_attr(c->g, c->op, "n", 1);
   gpu_attn a;
+  memset(&a, 0, sizeof a);
+  a.det = c->deterministic;
   a.dh = whole_last(c, 0) / (3 * heads_all);
   a.hq = ext(qr, r - 1) / (3 * a.dh);
   a.sq = ext(qr, r - 2);
@@ -413,7 +415,7 @@ static bool causal_attention_backward(const ccall *c, char *err, size_t errlen) 
 
 static size_t causal_attention_ws_backward(const ccall *c) {
   gpu_attn a = causal_geometry(c);
-  return gpu_attention_backward_ws(&a);
+  return gpu_attention_backward_ws(c->dt, &a);
 }
 
 static size_t causal_attention_keep(const ccall *c) {
@@ -429,6 +431,8 @@ static gpu_attn gqa_geometry(const ccall *c) {
   int r = kr->ndims;
   int64_t g = (int64_t)cx_attr(c->g, c->op, "g", 1);
   gpu_attn a;
+  memset(&a, 0, sizeof a);
+  a.det = c->deterministic;
   a.r = (int64_t)cx_attr(c->g, c->op, "r", 1);
   a.dh = whole_last(c, 1) / g;
   int64_t gl = ext(kr, r - 1) / a.dh;
@@ -477,7 +481,7 @@ static bool gqa_attention_backward(const ccall *c, char *err, size_t errlen) {
 
 static size_t gqa_attention_ws_backward(const ccall *c) {
   gpu_attn a = gqa_geometry(c);
-  return gpu_attention_backward_ws(&a);
+  return gpu_attention_backward_ws(c->dt, &a);
 }
 
 static size_t gqa_attention_keep(const ccall *c) {
@@ -495,6 +499,8 @@ static gpu_attn full_geometry(const ccall *c) {
   int64_t n = (int64_t)cx_attr(c->g, c->op, "n", 1);
   if (n < 1) n = 1;
   gpu_attn a;
+  memset(&a, 0, sizeof a);
+  a.det = c->deterministic;
   a.r = 1;
   a.dh = whole_last(c, 1) / n;
   a.hq = a.dh ? ext(kr, r - 1) / a.dh : 0;
@@ -533,7 +539,7 @@ static bool attention_backward(const ccall *c, char *err, size_t errlen) {
 
 static size_t attention_ws_backward(const ccall *c) {
   gpu_attn a = full_geometry(c);
-  return gpu_attention_backward_ws(&a);
+  return gpu_attention_full_backward_ws(&a);
 }
 
 static size_t attention_keep(const ccall *c) {

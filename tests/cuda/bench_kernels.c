@@ -108,12 +108,12 @@ static void attention(int64_t b, int64_t heads, int64_t dh, int64_t s, int reps)
   int64_t c = heads * dh;
   job j;
   memset(&j, 0, sizeof j);
-  j.a = (gpu_attn){b, s, heads, dh, 1, 3 * c, 3 * c, c, s * 3 * c, s * 3 * c, s * c, s, 0};
+  j.a = (gpu_attn){b, s, heads, dh, 1, 3 * c, 3 * c, c, s * 3 * c, s * 3 * c, s * c, s, 0, false};
   j.qkv = filled(b * s * 3 * c, GPU_BF16);
   j.dout = filled(b * s * c, GPU_BF16);
   j.out = zeros((size_t)(b * s * c) * 2);
   j.g = zeros((size_t)(b * s * 3 * c) * 2);
-  j.ws = zeros(gpu_attention_backward_ws(&j.a));
+  j.ws = zeros(gpu_attention_backward_ws(GPU_BF16, &j.a));
   j.lse = zeros(gpu_attention_stats_bytes(&j.a));
   double flop = 2.0 * (double)b * heads * (double)s * s * dh;
   char shape[96];

@@ -555,7 +555,7 @@ static void check_attention(int dt, int64_t b, int64_t s, int64_t heads, int64_t
   float *want = malloc(sizeof(float) * (size_t)no), *wg = copy(g0, nq);
   k_causal_attention(want, qkv, b, s, heads, dh);
   k_causal_attention_backward(wg, dout, qkv, b, s, heads, dh, true);
-  gpu_attn a = {b, s, heads, dh, 1, 3 * c, 3 * c, c, s * 3 * c, s * 3 * c, s * c, s, 0};
+  gpu_attn a = {b, s, heads, dh, 1, 3 * c, 3 * c, c, s * 3 * c, s * 3 * c, s * c, s, 0, false};
   void *dqkv = up(qkv, nq, dt), *dO = up(dout, no, dt), *o = poisoned(no, dt);
   size_t t = gpu_dtype_size(dt);
   float *lse = gpu_alloc(gpu_attention_stats_bytes(&a), e, sizeof e);
@@ -563,7 +563,7 @@ static void check_attention(int dt, int64_t b, int64_t s, int64_t heads, int64_t
   snprintf(what, sizeof what, "causal_attention b%lld s%lld heads%lld dh%lld", (long long)b, (long long)s,
            (long long)heads, (long long)dh);
   expect_dev(what, dt, o, want, no);
-  void *ws = gpu_alloc(gpu_attention_backward_ws(&a), e, sizeof e);
+  void *ws = gpu_alloc(gpu_attention_backward_ws(dt, &a), e, sizeof e);
   /* from the forward's log-sum-exp and result, then with the forward again */
   for (int kept = 1; kept >= 0; kept--) {
     void *g = up(g0, nq, dt);
@@ -574,6 +574,16 @@ static void check_attention(int dt, int64_t b, int64_t s, int64_t heads, int64_t
     expect_dev(what, dt, g, wg, nq);
     gpu_free(g);
   }
+  /* written, not added to: the call cuDNN's path takes too (WEFT_ATTN=cudnn) */
+  float *wz = calloc((size_t)nq, sizeof(float));
+  k_causal_attention_backward(wz, dout, qkv, b, s, heads, dh, false);
+  void *gz = poisoned(nq, dt);
+  gpu_attention_backward(S, dt, gz, (char *)gz + c * t, (char *)gz + 2 * c * t, dO, dqkv, (char *)dqkv + c * t,
+                         (char *)dqkv + 2 * c * t, &a, false, lse, o, ws);
+  snprintf(what, sizeof what, "causal_attention backward dqkv, written (dh %lld), the forward's log-sum-exp",
+           (long long)dh);
+  expect_dev(what, dt, gz, wz, nq);
+  gpu_free(gz), free(wz);
   gpu_free(dqkv), gpu_free(dO), gpu_free(o), gpu_free(ws), gpu_free(lse);
   free(qkv), free(dout), free(g0), free(want), free(wg);
 }
@@ -607,7 +617,7 @@ static void check_gqa_at(int dt, int64_t sq, int64_t sk, int64_t q0, int64_t dh,
   k_gqa_attention(want, q, k, v, b, sq, sk, q0, g, r, dh);
   k_gqa_attention_backward(wq, wk, wv, dout, q, k, v, b, sq, sk, q0, g, r, dh, false);
   gpu_attn a = {b,         sq, g * r, dh, r, g * r * dh, g * dh, g * r * dh, sq * g * r * dh, sk * g * dh,
-                sq * g * r * dh, sk, q0};
+                sq * g * r * dh, sk, q0, false};
   void *bq, *bk, *bv, *bo, *bO, *bgq, *bgk, *bgv;
   void *dq = up_shifted(q, nq, dt, shift, &bq), *dk = up_shifted(k, nk, dt, shift, &bk);
   void *dv = up_shifted(v, nk, dt, shift, &bv), *dO = up_shifted(dout, nq, dt, shift, &bO);
@@ -619,7 +629,7 @@ static void check_gqa_at(int dt, int64_t sq, int64_t sk, int64_t q0, int64_t dh,
   snprintf(what, sizeof what, "gqa_attention g2 r2 dh%lld, queries [%lld, %lld) of %lld%s", (long long)dh, (long long)q0,
            (long long)(q0 + sq), (long long)sk, shift ? ", rows off 16 bytes" : "");
   expect_dev(what, dt, o, want, nq);
-  void *ws = gpu_alloc(gpu_attention_backward_ws(&a), e, sizeof e);
+  void *ws = gpu_alloc(gpu_attention_backward_ws(dt, &a), e, sizeof e);
   /* from the forward's log-sum-exp and result, then with the forward again */
   for (int kept = 1; kept >= 0; kept--) {
     const char *how = kept ? ", the forward's log-sum-exp" : ", the forward again";
@@ -691,10 +701,10 @@ static void check_attention_parts(int dt, int64_t dh) {
   k_gqa_attention(want, q, k, v, b, sq, sk, q0, g, r, dh);
   k_gqa_attention_backward(wq, wk, wv, dout, q, k, v, b, sq, sk, q0, g, r, dh, true);
   gpu_attn a = {b,         sq, g * r, dh, r, g * r * dh, g * dh, g * r * dh, sq * g * r * dh, sk * g * dh,
-                sq * g * r * dh, sk, q0};
+                sq * g * r * dh, sk, q0, false};
   void *dq = up(q, nq, dt), *dk = up(k, nk, dt), *dv = up(v, nk, dt), *dO = up(dout, nq, dt), *o = poisoned(nq, dt);
   float *lse = gpu_alloc(gpu_attention_stats_bytes(&a), e, sizeof e);
-  void *ws = gpu_alloc(gpu_attention_backward_ws(&a), e, sizeof e);
+  void *ws = gpu_alloc(gpu_attention_backward_ws(dt, &a), e, sizeof e);
   gpu_attention(S, dt, o, dq, dk, dv, &a, lse);
   for (int part = 0; part < 2; part++) {
     void *gq = up(gq0, nq, dt), *gk = up(gk0, nk, dt), *gv = up(gv0, nk, dt);
@@ -728,10 +738,10 @@ static void check_attention_full(int dt, int64_t b, int64_t sq, int64_t sk, int6
   float *want = malloc(sizeof(float) * (size_t)nq), *wq = copy(gq0, nq), *wk = copy(gk0, nk), *wv = copy(gv0, nk);
   k_attention(want, q, k, v, b, sq, sk, n, dh);
   k_attention_backward(wq, wk, wv, dout, q, k, v, b, sq, sk, n, dh, true);
-  gpu_attn a = {b, sq, n, dh, 1, c, c, c, sq * c, sk * c, sq * c, sk, 0};
+  gpu_attn a = {b, sq, n, dh, 1, c, c, c, sq * c, sk * c, sq * c, sk, 0, false};
   void *dq = up(q, nq, dt), *dk = up(k, nk, dt), *dv = up(v, nk, dt), *dO = up(dout, nq, dt), *o = poisoned(nq, dt);
   float *lse = gpu_alloc(gpu_attention_stats_bytes(&a), e, sizeof e);
-  void *ws = gpu_alloc(gpu_attention_backward_ws(&a), e, sizeof e);
+  void *ws = gpu_alloc(gpu_attention_full_backward_ws(&a), e, sizeof e);
   if (!lse || !ws) die("gpu_alloc", e);
   gpu_attention_full(S, dt, o, dq, dk, dv, &a, lse);
   snprintf(what, sizeof what, "attention (no mask) b%lld, %lld queries, %lld keys, heads%lld dh%lld", (long long)b,

@@ -16,12 +16,18 @@
 #      plans of step 3 do not reach them: GPT-2's vocabulary of 50257 (its
 #      logits in padded rows, a linear and its GELU as one product) in bf16
 #      matches one device (--check), and its losses over 3 steps are within
-#      1e-2 of the same run with every fusion off.
+#      1e-2 of the same run with every fusion off;
+#   8. cuDNN's fused attention (WEFT_ATTN=cudnn), where libcudnn.so.9 is
+#      found: its graphs planned on the GPU (build/cuda/cudnn_graphs), the
+#      kernels' checks again with attention through it, and GPT-2 of step 7
+#      with it matching one device (--check) and the plugin's attention's
+#      loss within 1e-2.
 # It prints one line per check and a summary, and writes the same into
 # DIR/gpu-check-DATE-DEVICE.txt (default DIR: bench/results), to commit.
 #
 # Usage, from the repository root, with ./weft, ./libweft_cuda.so and
-# build/cuda/test_kernels built by `make weft build/cuda/test_kernels` on a
+# build/cuda/test_kernels (and build/cuda/cudnn_graphs) built by
+# `make weft cuda` on a
 # machine with nvcc (the GPU machine needs no flex, bison or Lua):
 #     sh tests/gpu/run.sh [DIR]
 # PY names a python3 with torch and numpy (default: python3 on the PATH).
@@ -137,6 +143,40 @@ if [ $rc1 -eq 0 ] && [ $rc0 -eq 0 ] && grep -q ": match$" "$tmp/f1" &&
    awk -v a="$l0" -v b="$l1" 'BEGIN {d = a - b; if (d < 0) d = -d; exit !(a > 0 && d <= 0.01 * a)}'; then
   ok "fusions, gpt2 bf16 vocabulary 50257: --check $(grep -o 'losses within [^,]*' "$tmp/f1"); loss at step 3 $l1, every fusion off $l0"
 else bad "fusions, gpt2 bf16 vocabulary 50257 (exit $rc1, $rc0; losses $l1, $l0)"; cat "$tmp/f1" "$tmp/f0" | tail -20 | tee -a "$log"; fi
+
+# 8. cuDNN's fused attention (WEFT_ATTN=cudnn, backends/cuda/attention_cudnn.cu)
+if [ -z "${WEFT_CUDNN:-}" ]; then
+  dn=$(find /usr/local /usr/lib /opt -name 'libcudnn.so.9' 2>/dev/null | head -1)
+  [ -n "$dn" ] && export WEFT_CUDNN=$dn
+fi
+if [ -z "${WEFT_CUDNN:-}" ]; then
+  say "skipped: cuDNN's attention: libcudnn.so.9 is not found (WEFT_CUDNN names it)"
+else
+  # its graphs planned on this GPU
+  if [ -x build/cuda/cudnn_graphs ]; then
+    if limit build/cuda/cudnn_graphs >"$tmp/dg" 2>&1; then ok "cuDNN's attention graphs: $(grep -c '^ok' "$tmp/dg") planned on this GPU ($WEFT_CUDNN)"
+    else bad "cuDNN's attention graphs"; fi
+    cat "$tmp/dg" >>"$log"
+  fi
+  # the kernels' checks again, attention through cuDNN where it takes the heads
+  limit env WEFT_ATTN=cudnn WEFT_CUDNN_VERBOSE=1 build/cuda/test_kernels >"$tmp/dk" 2>&1
+  rc=$?
+  planned=$(grep -c "weft: cuDNN .*: a plan" "$tmp/dk")
+  if [ $rc -eq 0 ] && [ "$planned" -ge 2 ]; then
+    ok "kernels with WEFT_ATTN=cudnn: $(tail -1 "$tmp/dk" | sed 's/^test_kernels: //'), $planned attention plans of cuDNN's"
+  else bad "kernels with WEFT_ATTN=cudnn (exit $rc, $planned plans of cuDNN's)"; grep "FAIL" "$tmp/dk" | tee -a "$log"; fi
+  grep "weft: \|attention" "$tmp/dk" >>"$log"
+  # GPT-2 at its vocabulary: one device against cpu (--check), and its
+  # losses against the plugin's attention's
+  limit env WEFT_ATTN=cudnn WEFT_CUDNN_VERBOSE=1 $WEFT run $V --backend cuda --steps 3 --check >"$tmp/c1" 2>&1
+  rc1=$?
+  lc=$(awk '$1 == "step" {l = $4} END {print l}' "$tmp/c1")
+  if [ $rc1 -eq 0 ] && grep -q ": match$" "$tmp/c1" && grep -q "weft: cuDNN .*backward.*: a plan" "$tmp/c1" &&
+     ! grep -q "WEFT_ATTN=cudnn:" "$tmp/c1" &&
+     awk -v a="$l1" -v b="$lc" 'BEGIN {d = a - b; if (d < 0) d = -d; exit !(a > 0 && d <= 0.01 * a)}'; then
+    ok "cuDNN's attention, gpt2 bf16: --check $(grep -o 'losses within [^,]*' "$tmp/c1"); loss at step 3 $lc, the plugin's attention $l1"
+  else bad "cuDNN's attention, gpt2 bf16 (exit $rc1; losses $lc, $l1)"; tail -20 "$tmp/c1" | tee -a "$log"; fi
+fi
 
 say "tests/gpu/run.sh: $pass passed, $fail failed"
 echo "written: $log"

@@ -1,0 +1,683 @@
+/* attention_cudnn.cu - causal attention through cuDNN's fused flash
+ * attention, the other way to run attention_fa.cu's forward and
+ * attention_fa_bwd.cu's backward: the operation graph of the scores, the
+ * scale, the causal mask, the softmax with its log-sum-exp and the product
+ * with V (and the backward's graph) built with cuDNN's backend API, which
+ * picks its own kernels (on an H100 or H200, kernels of the Hopper tensor
+ * cores' warp-group instructions that mma.sync cannot reach).
+ *
+ * WEFT_ATTN=cudnn asks for it. cuDNN is loaded at run time (dlopen of
+ * libcudnn.so.9: WEFT_CUDNN names the file, else the loader's search, else
+ * the toolkit's lib64), so the plugin neither links nor needs it. It takes
+ * 16-bit heads of up to 128, queries and keys of the same positions (qpos
+ * 0, sq = sk), rows on 16 bytes, a backward that writes (not adds to) its
+ * gradients and, under --deterministic, nothing (cuDNN's backward sums dq
+ * with atomics). Whatever it does not take, or refuses (a library not
+ * found, a graph no engine runs), goes to the plugin's kernels, with one
+ * line on stderr that says why the first time.
+ *
+ * The log-sum-exp cuDNN keeps (its "stats", natural log of the scaled
+ * scores) is the one gpu_attention keeps, laid out [b, hq, sq] alike, so a
+ * forward of one and a backward of the other agree. */
+#include "attention.cuh"
+
+#if defined(WEFT_CUDA_EMU) || defined(WEFT_NO_CUDNN)
+
+bool attention_cudnn_forward(gpu_stream *, int, void *, const void *, const void *, const void *, const gpu_attn *,
+                             float *) {
+  return false;
+}
+size_t attention_cudnn_backward_ws(int, const gpu_attn *) { return 0; }
+bool gpu_attention_cudnn_offline(const char *, int, const gpu_attn *, bool, int64_t *, char *err, size_t errlen) {
+  snprintf(err, errlen, "this plugin is built without cuDNN's path");
+  return false;
+}
+bool attention_cudnn_backward(gpu_stream *, int, void *, void *, void *, const void *, const void *, const void *,
+                              const void *, const gpu_attn *, bool, const float *, const void *, void *, size_t) {
+  return false;
+}
+
+#else
+
+#include <dlfcn.h>
+#include <cudnn_graph.h>
+
+namespace {
+
+/* ---- the library ------------------------------------------------------------------------ */
+
+struct dn_api {
+  int state; /* 0: not tried, 1: loaded, -1: not to be used */
+  size_t version;
+  size_t (*get_version)(void);
+  cudnnStatus_t (*create)(cudnnHandle_t *);
+  cudnnStatus_t (*set_stream)(cudnnHandle_t, cudaStream_t);
+  cudnnStatus_t (*make)(cudnnBackendDescriptorType_t, cudnnBackendDescriptor_t *);
+  cudnnStatus_t (*destroy)(cudnnBackendDescriptor_t);
+  cudnnStatus_t (*set)(cudnnBackendDescriptor_t, cudnnBackendAttributeName_t, cudnnBackendAttributeType_t, int64_t,
+                       const void *);
+  cudnnStatus_t (*get)(cudnnBackendDescriptor_t const, cudnnBackendAttributeName_t, cudnnBackendAttributeType_t,
+                       int64_t, int64_t *, void *);
+  cudnnStatus_t (*finalize)(cudnnBackendDescriptor_t);
+  cudnnStatus_t (*execute)(cudnnHandle_t, cudnnBackendDescriptor_t, cudnnBackendDescriptor_t);
+  const char *(*status_string)(cudnnStatus_t);
+  void (*last_error)(char *, size_t);
+};
+
+dn_api dn;
+cudnnHandle_t dn_handles[64];
+
+/* Says once why cuDNN's attention is not used, and stops trying it. */
+void dn_off(const char *why) {
+  if (dn.state != -1) fprintf(stderr, "weft: WEFT_ATTN=cudnn: %s; attention runs on the plugin's kernels\n", why);
+  dn.state = -1;
+}
+
+bool wanted(void) {
+  const char *e = getenv("WEFT_ATTN");
+  return e && strcmp(e, "cudnn") == 0;
+}
+
+template <class F> bool sym(void *lib, const char *name, F *fn) {
+  *fn = (F)dlsym(lib, name);
+  return *fn != NULL;
+}
+
+/* Loads cuDNN the first time; whether it is there to use. */
+bool dn_load(void) {
+  if (dn.state) return dn.state == 1;
+  const char *named = getenv("WEFT_CUDNN");
+  const char *tries[] = {named, "libcudnn.so.9", "/usr/local/cuda/lib64/libcudnn.so.9",
+                         "/usr/lib/x86_64-linux-gnu/libcudnn.so.9"};
+  void *lib = NULL;
+  for (size_t i = 0; i < sizeof tries / sizeof tries[0] && !lib; i++)
+    if (tries[i] && *tries[i]) lib = dlopen(tries[i], RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    char why[512];
+    snprintf(why, sizeof why, "libcudnn.so.9 is not found%s%s (set WEFT_CUDNN to its path)", named ? " at " : "",
+             named ? named : "");
+    dn_off(why);
+    return false;
+  }
+  if (!sym(lib, "cudnnGetVersion", &dn.get_version) || !sym(lib, "cudnnCreate", &dn.create) ||
+      !sym(lib, "cudnnSetStream", &dn.set_stream) || !sym(lib, "cudnnBackendCreateDescriptor", &dn.make) ||
+      !sym(lib, "cudnnBackendDestroyDescriptor", &dn.destroy) || !sym(lib, "cudnnBackendSetAttribute", &dn.set) ||
+      !sym(lib, "cudnnBackendGetAttribute", &dn.get) || !sym(lib, "cudnnBackendFinalize", &dn.finalize) ||
+      !sym(lib, "cudnnBackendExecute", &dn.execute) || !sym(lib, "cudnnGetErrorString", &dn.status_string)) {
+    dn_off("libcudnn.so.9 lacks the backend API's functions");
+    return false;
+  }
+  sym(lib, "cudnnGetLastErrorString", &dn.last_error); /* 9.0 on; may be absent */
+  dn.version = dn.get_version();
+  if (dn.version < 90000 || (dn.version >= 91000 && dn.version < 91002)) {
+    char why[128];
+    /* 9.10.0 and 9.10.1: NVIDIA's frontend refuses their fused attention */
+    snprintf(why, sizeof why, "cuDNN %zu is %s", dn.version, dn.version < 90000 ? "older than 9.0" : "9.10.0 or 9.10.1, whose fused attention has known faults");
+    dn_off(why);
+    return false;
+  }
+  dn.state = 1;
+  return true;
+}
+
+cudnnHandle_t dn_handle(char *err, size_t errlen) {
+  int dev = 0;
+  cudaGetDevice(&dev);
+  if (dev < 0 || dev >= 64) {
+    snprintf(err, errlen, "device %d out of range", dev);
+    return NULL;
+  }
+  if (!dn_handles[dev]) {
+    cudnnStatus_t st = dn.create(&dn_handles[dev]);
+    if (st != CUDNN_STATUS_SUCCESS) {
+      snprintf(err, errlen, "cudnnCreate: %s", dn.status_string(st));
+      dn_handles[dev] = NULL;
+    }
+  }
+  return dn_handles[dev];
+}
+
+/* ---- building a graph ------------------------------------------------------------------ */
+
+/* The descriptors of one graph under construction: the first failure is
+ * kept (with cuDNN's own words where it has them), the rest is skipped. */
+struct dn_build {
+  bool ok;
+  char err[512];
+  cudnnBackendDescriptor_t all[160];
+  int n;
+  /* the engine configs heuristics mode A offered, and of those the ones
+   * cuDNN found viable here (a plan of a runtime-compiled engine needs
+   * the driver, so without a GPU none is) */
+  int64_t offered, viable;
+  /* built against a device's properties alone: an engine's kernels
+   * compiled and only their loading failed, for want of a GPU */
+  bool compiled;
+};
+
+void fail(dn_build *b, const char *what, cudnnStatus_t st) {
+  if (!b->ok) return;
+  b->ok = false;
+  char more[256] = "";
+  if (dn.last_error) dn.last_error(more, sizeof more);
+  snprintf(b->err, sizeof b->err, "%s: %s%s%s", what, dn.status_string(st), *more ? ": " : "", more);
+}
+
+cudnnBackendDescriptor_t make(dn_build *b, cudnnBackendDescriptorType_t t, const char *what) {
+  if (!b->ok) return NULL;
+  if (b->n == (int)(sizeof b->all / sizeof b->all[0])) {
+    b->ok = false;
+    snprintf(b->err, sizeof b->err, "%s: too many descriptors", what);
+    return NULL;
+  }
+  cudnnBackendDescriptor_t d = NULL;
+  cudnnStatus_t st = dn.make(t, &d);
+  if (st != CUDNN_STATUS_SUCCESS) {
+    fail(b, what, st);
+    return NULL;
+  }
+  b->all[b->n++] = d;
+  return d;
+}
+
+void set(dn_build *b, cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type,
+         int64_t count, const void *v, const char *what) {
+  if (!b->ok) return;
+  cudnnStatus_t st = dn.set(d, name, type, count, v);
+  if (st != CUDNN_STATUS_SUCCESS) fail(b, what, st);
+}
+
+void finish(dn_build *b, cudnnBackendDescriptor_t d, const char *what) {
+  if (!b->ok) return;
+  cudnnStatus_t st = dn.finalize(d);
+  if (st != CUDNN_STATUS_SUCCESS) fail(b, what, st);
+}
+
+/* Destroys the descriptors, all but keep (NULL: all). */
+void release(dn_build *b, cudnnBackendDescriptor_t keep) {
+  for (int i = b->n - 1; i >= 0; i--)
+    if (b->all[i] != keep) dn.destroy(b->all[i]);
+  b->n = 0;
+}
+
+/* A tensor of four dimensions (uid 0: virtual, an intermediate of the
+ * graph); by_value: a scalar given by address on the host at execution. */
+cudnnBackendDescriptor_t tensor(dn_build *b, int64_t uid, int64_t virt_uid, cudnnDataType_t dt, int64_t d0,
+                                int64_t d1, int64_t d2, int64_t d3, int64_t s0, int64_t s1, int64_t s2, int64_t s3,
+                                bool by_value = false) {
+  cudnnBackendDescriptor_t t = make(b, CUDNN_BACKEND_TENSOR_DESCRIPTOR, "a tensor");
+  const int64_t dims[4] = {d0, d1, d2, d3}, strides[4] = {s0, s1, s2, s3};
+  const int64_t id = uid ? uid : virt_uid, align = 16;
+  const bool virt = uid == 0;
+  set(b, t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt, "a tensor's type");
+  set(b, t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims, "a tensor's dimensions");
+  set(b, t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides, "a tensor's strides");
+  set(b, t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &id, "a tensor's id");
+  set(b, t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align, "a tensor's alignment");
+  set(b, t, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &virt, "whether a tensor is virtual");
+  if (by_value) set(b, t, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &by_value, "a scalar's passing");
+  finish(b, t, "a tensor");
+  return t;
+}
+
+/* y = mode(x, [bb, [tt]]) in f32. */
+cudnnBackendDescriptor_t pointwise(dn_build *b, cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t x,
+                                   cudnnBackendDescriptor_t bb, cudnnBackendDescriptor_t y,
+                                   cudnnBackendDescriptor_t tt = NULL, int64_t axis = -1,
+                                   cudnnDataType_t prec = CUDNN_DATA_FLOAT) {
+  cudnnBackendDescriptor_t pw = make(b, CUDNN_BACKEND_POINTWISE_DESCRIPTOR, "a pointwise operator");
+  set(b, pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode, "a pointwise mode");
+  set(b, pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec, "a pointwise precision");
+  if (axis >= 0) set(b, pw, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis, "an index's axis");
+  finish(b, pw, "a pointwise operator");
+  cudnnBackendDescriptor_t op = make(b, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, "a pointwise operation");
+  set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &pw,
+      "a pointwise operation's operator");
+  set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, "a pointwise input");
+  set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, "a pointwise output");
+  const float alpha = 1.0f;
+  set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1, CUDNN_TYPE_FLOAT, 1, &alpha, "a pointwise scale");
+  set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2, CUDNN_TYPE_FLOAT, 1, &alpha, "a pointwise scale");
+  if (bb) set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &bb, "a pointwise input");
+  if (tt) set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &tt, "a pointwise input");
+  finish(b, op, "a pointwise operation");
+  return op;
+}
+
+/* c = a b over the last two dimensions, f32 sums. */
+cudnnBackendDescriptor_t matmul(dn_build *b, cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t bb,
+                                cudnnBackendDescriptor_t c) {
+  cudnnBackendDescriptor_t mm = make(b, CUDNN_BACKEND_MATMUL_DESCRIPTOR, "a product");
+  const cudnnDataType_t comp = CUDNN_DATA_FLOAT;
+  set(b, mm, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp, "a product's sums");
+  finish(b, mm, "a product");
+  cudnnBackendDescriptor_t op = make(b, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, "a product operation");
+  set(b, op, CUDNN_ATTR_OPERATION_MATMUL_ADESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &a, "a product's A");
+  set(b, op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &bb, "a product's B");
+  set(b, op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c, "a product's C");
+  set(b, op, CUDNN_ATTR_OPERATION_MATMUL_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &mm, "a product's descriptor");
+  finish(b, op, "a product operation");
+  return op;
+}
+
+/* y = the reduction of x to y's dimensions, f32. */
+cudnnBackendDescriptor_t reduction(dn_build *b, cudnnReduceTensorOp_t mode, cudnnBackendDescriptor_t x,
+                                   cudnnBackendDescriptor_t y) {
+  cudnnBackendDescriptor_t rd = make(b, CUDNN_BACKEND_REDUCTION_DESCRIPTOR, "a reduction");
+  const cudnnDataType_t comp = CUDNN_DATA_FLOAT;
+  set(b, rd, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &mode, "a reduction's operator");
+  set(b, rd, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp, "a reduction's sums");
+  if (dn.version >= 91100) {
+    const bool det = false;
+    set(b, rd, CUDNN_ATTR_REDUCTION_IS_DETERMINISTIC, CUDNN_TYPE_BOOLEAN, 1, &det, "a reduction's order");
+  }
+  finish(b, rd, "a reduction");
+  cudnnBackendDescriptor_t op = make(b, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, "a reduction operation");
+  set(b, op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, "a reduction's input");
+  set(b, op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, "a reduction's output");
+  set(b, op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &rd, "a reduction's descriptor");
+  finish(b, op, "a reduction operation");
+  return op;
+}
+
+/* The operation graph of ops, its engines by heuristics (mode A, then the
+ * fallback list), the first whose plan finalizes; the plan (kept: the
+ * caller destroys it) and its workspace. */
+cudnnBackendDescriptor_t plan_of(dn_build *b, cudnnHandle_t h, cudnnBackendDescriptor_t prop,
+                                 cudnnBackendDescriptor_t *ops, int nops, int64_t *ws) {
+  cudnnBackendDescriptor_t g = make(b, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "the operation graph");
+  if (h) set(b, g, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h, "the graph's handle");
+  set(b, g, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, nops, ops, "the graph's operations");
+  finish(b, g, "the operation graph");
+  if (!b->ok) return NULL;
+  const cudnnBackendHeurMode_t modes[2] = {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK};
+  char first[512] = "";
+  for (int m = 0; m < 2; m++) {
+    cudnnBackendDescriptor_t hr = make(b, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, "the engine heuristics");
+    set(b, hr, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &g, "the heuristics' graph");
+    set(b, hr, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &modes[m], "the heuristics' mode");
+    if (prop) set(b, hr, CUDNN_ATTR_ENGINEHEUR_DEVICEPROP, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &prop, "the device");
+    finish(b, hr, "the engine heuristics");
+    if (!b->ok) return NULL;
+    int64_t count = 0;
+    dn.get(hr, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, NULL);
+    if (count > 8) count = 8;
+    if (m == 0) b->offered = count;
+    cudnnBackendDescriptor_t cfgs[8];
+    for (int64_t i = 0; i < count; i++) cfgs[i] = make(b, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, "an engine config");
+    if (!b->ok) return NULL;
+    int64_t got = 0;
+    if (count > 0) {
+      cudnnStatus_t st = dn.get(hr, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got, cfgs);
+      if (st != CUDNN_STATUS_SUCCESS) got = 0;
+    }
+    if (m == 0) b->viable = got;
+    for (int64_t i = 0; i < got; i++) {
+      cudnnBackendDescriptor_t p = NULL;
+      if (dn.make(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &p) != CUDNN_STATUS_SUCCESS) continue;
+      cudnnStatus_t st = h ? dn.set(p, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h)
+                           : dn.set(p, CUDNN_ATTR_EXECUTION_PLAN_DEVICEPROP, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &prop);
+      if (st == CUDNN_STATUS_SUCCESS)
+        st = dn.set(p, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfgs[i]);
+      if (st == CUDNN_STATUS_SUCCESS) st = dn.finalize(p);
+      if (st == CUDNN_STATUS_SUCCESS) {
+        int64_t n = 0;
+        *ws = 0;
+        dn.get(p, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n, ws);
+        return p;
+      }
+      if (prop && st == CUDNN_STATUS_EXECUTION_FAILED_CUDA_DRIVER) {
+        b->compiled = true;
+        dn.destroy(p);
+        return NULL;
+      }
+      if (!*first) {
+        char more[256] = "";
+        if (dn.last_error) dn.last_error(more, sizeof more);
+        snprintf(first, sizeof first, "%s%s%s", dn.status_string(st), *more ? ": " : "", more);
+      }
+      dn.destroy(p);
+    }
+  }
+  b->ok = false;
+  snprintf(b->err, sizeof b->err, "no engine runs the graph%s%s", *first ? " (the first: " : "",
+           *first ? first : "");
+  if (*first) strncat(b->err, ")", sizeof b->err - strlen(b->err) - 1);
+  return NULL;
+}
+
+/* ---- the graphs ------------------------------------------------------------------------ */
+
+/* The tensors' ids in the variant pack; the virtual ones count from 100. */
+enum {
+  U_Q = 1, U_K, U_V, U_O, U_STATS, U_SCALE, U_NEGINF, U_DO, U_DQ, U_DK, U_DV, U_ONE, U_SUM, U_DQACC, U_VIRT = 100
+};
+
+/* One graph's plan for one geometry on one device. */
+struct dn_plan {
+  int dev, dt;
+  bool bwd;
+  int64_t b, s, h, d, q_row, kv_row, o_row, q_batch, kv_batch, o_batch;
+  cudnnBackendDescriptor_t plan;
+  int64_t ws;      /* the plan's workspace */
+  int64_t sum_at;  /* the backward: the row sums' and dq's f32 sums' offsets in our workspace */
+  int64_t acc_at;
+  int64_t lib_at;  /* and the plan's workspace's */
+  int64_t total;   /* the workspace in all */
+  /* the graph's descriptors, kept as long as the plan made of them */
+  cudnnBackendDescriptor_t kept[160];
+  int nkept;
+};
+
+dn_plan dn_plans[64];
+int dn_nplans;
+
+/* The shapes of one graph: S [b, h, s, s] of the scores, R [b, h, s, 1]
+ * of a row's statistics, and tensors of the heads as gpu_attn lays them
+ * out (a token's heads side by side in a row: strides [batch, d, row, 1]),
+ * K^T and V^T the same memory with the last two dimensions swapped. */
+struct dn_shapes {
+  dn_build *b;
+  cudnnDataType_t io;
+  int64_t nb, h, s, d;
+  int64_t virt;
+};
+
+cudnnBackendDescriptor_t heads(dn_shapes &g, int64_t uid, int64_t row, int64_t batch) {
+  return tensor(g.b, uid, 0, g.io, g.nb, g.h, g.s, g.d, batch, g.d, row, 1);
+}
+cudnnBackendDescriptor_t heads_t(dn_shapes &g, int64_t uid, int64_t row, int64_t batch) {
+  return tensor(g.b, uid, 0, g.io, g.nb, g.h, g.d, g.s, batch, g.d, 1, row);
+}
+cudnnBackendDescriptor_t scores(dn_shapes &g, cudnnDataType_t dt, bool transposed = false) {
+  const int64_t ss = g.s * g.s;
+  if (transposed) return tensor(g.b, 0, g.virt++, dt, g.nb, g.h, g.s, g.s, g.h * ss, ss, 1, g.s);
+  return tensor(g.b, 0, g.virt++, dt, g.nb, g.h, g.s, g.s, g.h * ss, ss, g.s, 1);
+}
+/* [b, h, s, 1], packed; uid 0: virtual */
+cudnnBackendDescriptor_t rows(dn_shapes &g, int64_t uid) {
+  return tensor(g.b, uid, g.virt++, CUDNN_DATA_FLOAT, g.nb, g.h, g.s, 1, g.h * g.s, g.s, 1, 1);
+}
+cudnnBackendDescriptor_t scalar(dn_shapes &g, int64_t uid) {
+  return tensor(g.b, uid, 0, CUDNN_DATA_FLOAT, 1, 1, 1, 1, 1, 1, 1, 1, true);
+}
+
+/* Scores of the causal mask: x where the key is not after the query (row
+ * index >= column index), else -inf. */
+cudnnBackendDescriptor_t causal(dn_shapes &g, cudnnBackendDescriptor_t *ops, int *n, cudnnBackendDescriptor_t x,
+                                cudnnBackendDescriptor_t neg_inf) {
+  cudnnBackendDescriptor_t row = scores(g, CUDNN_DATA_INT32), col = scores(g, CUDNN_DATA_INT32);
+  cudnnBackendDescriptor_t keep = scores(g, CUDNN_DATA_BOOLEAN), y = scores(g, CUDNN_DATA_FLOAT);
+  ops[(*n)++] = pointwise(g.b, CUDNN_POINTWISE_GEN_INDEX, x, NULL, row, NULL, 2);
+  ops[(*n)++] = pointwise(g.b, CUDNN_POINTWISE_GEN_INDEX, x, NULL, col, NULL, 3);
+  ops[(*n)++] = pointwise(g.b, CUDNN_POINTWISE_CMP_GE, row, col, keep, NULL, -1, CUDNN_DATA_BOOLEAN);
+  ops[(*n)++] = pointwise(g.b, CUDNN_POINTWISE_BINARY_SELECT, x, neg_inf, y, keep);
+  return y;
+}
+
+/* The forward: S = scale Q K^T, masked; Stats = max + log sum exp(S -
+ * max); O = (exp(S - max) / sum) V. */
+int fwd_graph(dn_shapes &g, cudnnBackendDescriptor_t *ops, const gpu_attn *a) {
+  int n = 0;
+  cudnnBackendDescriptor_t q = heads(g, U_Q, a->q_row, a->q_batch), kt = heads_t(g, U_K, a->kv_row, a->kv_batch);
+  cudnnBackendDescriptor_t v = heads(g, U_V, a->kv_row, a->kv_batch), o = heads(g, U_O, a->o_row, a->o_batch);
+  cudnnBackendDescriptor_t stats = rows(g, U_STATS), scale = scalar(g, U_SCALE), neg_inf = scalar(g, U_NEGINF);
+  cudnnBackendDescriptor_t s0 = scores(g, CUDNN_DATA_FLOAT), s1 = scores(g, CUDNN_DATA_FLOAT);
+  ops[n++] = matmul(g.b, q, kt, s0);
+  ops[n++] = pointwise(g.b, CUDNN_POINTWISE_MUL, s0, scale, s1);
+  cudnnBackendDescriptor_t s2 = causal(g, ops, &n, s1, neg_inf);
+  cudnnBackendDescriptor_t m = rows(g, 0), z = scores(g, CUDNN_DATA_FLOAT), e = scores(g, CUDNN_DATA_FLOAT);
+  cudnnBackendDescriptor_t l = rows(g, 0), lnl = rows(g, 0), p = scores(g, g.io);
+  ops[n++] = reduction(g.b, CUDNN_REDUCE_TENSOR_MAX, s2, m);
+  ops[n++] = pointwise(g.b, CUDNN_POINTWISE_SUB, s2, m, z);
+  ops[n++] = pointwise(g.b, CUDNN_POINTWISE_EXP, z, NULL, e);
+  ops[n++] = reduction(g.b, CUDNN_REDUCE_TENSOR_ADD, e, l);
+  ops[n++] = pointwise(g.b, CUDNN_POINTWISE_LOG, l, NULL, lnl);
+  ops[n++] = pointwise(g.b, CUDNN_POINTWISE_ADD, m, lnl, stats);
+  ops[n++] = pointwise(g.b, CUDNN_POINTWISE_DIV, e, l, p);
+  ops[n++] = matmul(g.b, p, v, o);
+  return n;
+}
+
+/* A virtual view y of x with the last two dimensions swapped. */
+cudnnBackendDescriptor_t reshape(dn_build *b, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y) {
+  cudnnBackendDescriptor_t op = make(b, CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR, "a transposition");
+  set(b, op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, "a transposition's input");
+  set(b, op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, "a transposition's output");
+  finish(b, op, "a transposition");
+  return op;
+}
+
+/* The backward: D = rowsum(dO O) (the f32 row sums, in the workspace); P
+ * = exp(scale Q K^T - Stats), masked; dV = P^T dO; dS = scale P (dO V^T
+ * - D); dK = dS^T Q; dQ = dS K, summed in f32 (in the workspace) and then
+ * converted. */
+int bwd_graph(dn_shapes &g, cudnnBackendDescriptor_t *ops, const gpu_attn *a) {
+  int n = 0;
+  cudnnBackendDescriptor_t q = heads(g, U_Q, a->q_row, a->q_batch), kt = heads_t(g, U_K, a->kv_row, a->kv_batch);
+  cudnnBackendDescriptor_t vt = heads_t(g, U_V, a->kv_row, a->kv_batch), o = heads(g, U_O, a->o_row, a->o_batch);
+  cudnnBackendDescriptor_t dout = heads(g, U_DO, a->o_row, a->o_batch), dq = heads(g, U_DQ, a->q_row, a->q_batch);
+  cudnnBackendDescriptor_t dk = heads(g, U_DK, a->kv_row, a->kv_batch), dv = heads(g, U_DV, a->kv_row, a->kv_batch);
+  cudnnBackendDescriptor_t stats = rows(g, U_STATS), scale = scalar(g, U_SCALE), neg_inf = scalar(g, U_NEGINF);
+  cudnnBackendDescriptor_t one = scalar(g, U_ONE), sum = rows(g, U_SUM);
+  const int64_t hsd = g.h * g.s * g.d, sd = g.s * g.d;
+  cudnnBackendDescriptor_t dacc = tensor(g.b, U_DQACC, 0, CUDNN_DATA_FLOAT, g.nb, g.h, g.s, g.d, hsd, sd, g.d, 1);
+  /* D */
+  cudnnBackendDescriptor_t t1 = tensor(g.b, 0, g.virt++, CUDNN_DATA_FLOAT, g.nb, g.h, g.s, g.d, hsd, sd, g.d, 1);
+  cudnnBackendDescriptor_t t2 = rows(g, 0);
+  ops[n++] = pointwise(g.b, CUDNN_POINTWISE_MUL, dout, o, t1);
+  ops[n++] = reduction(g.b, CUDNN_REDUCE_TENSOR_ADD, t1, t2);
+  ops[n++] = pointwise(g.b, CUDNN_POINTWISE_MUL, t2, one, sum);
+  /* P */
+  cudnnBackendDescriptor_t s0 = scores(g, CUDNN_DATA_FLOAT), s1 = scores(g, CUDNN_DATA_FLOAT);
+  cudnnBackendDescriptor_t s2 = scores(g, CUDNN_DATA_FLOAT);
+  ops[n++] = matmul(g.b, q, kt, s0);
+  ops[n++] = pointwise(g.b, CUDNN_POINTWISE_MUL, s0, scale, s1);
+  ops[n++] = pointwise(g.b, CUDNN_POINTWISE_SUB, s1, stats, s2);
+  cudnnBackendDescriptor_t s3 = causal(g, ops, &n, s2, neg_inf);
+  cudnnBackendDescriptor_t p = scores(g, CUDNN_DATA_FLOAT);
+  ops[n++] = pointwise(g.b, CUDNN_POINTWISE_EXP, s3, NULL, p);
+  /* dV */
+  cudnnBackendDescriptor_t pt = scores(g, g.io, true);
+  ops[n++] = reshape(g.b, p, pt);
+  ops[n++] = matmul(g.b, pt, dout, dv);
+  /* dS */
+  cudnnBackendDescriptor_t dp = scores(g, CUDNN_DATA_FLOAT), u = scores(g, CUDNN_DATA_FLOAT);
+  cudnnBackendDescriptor_t u2 = scores(g, CUDNN_DATA_FLOAT), ds = scores(g, CUDNN_DATA_FLOAT);
+  ops[n++] = matmul(g.b, dout, vt, dp);
+  ops[n++] = pointwise(g.b, CUDNN_POINTWISE_SUB, dp, sum, u);
+  ops[n++] = pointwise(g.b, CUDNN_POINTWISE_MUL, u, p, u2);
+  ops[n++] = pointwise(g.b, CUDNN_POINTWISE_MUL, u2, scale, ds);
+  /* dK */
+  cudnnBackendDescriptor_t dst = scores(g, g.io, true);
+  ops[n++] = reshape(g.b, ds, dst);
+  ops[n++] = matmul(g.b, dst, q, dk);
+  /* dQ */
+  cudnnBackendDescriptor_t kn = tensor(g.b, 0, g.virt++, CUDNN_DATA_FLOAT, g.nb, g.h, g.s, g.d, a->kv_batch, g.d,
+                                       a->kv_row, 1);
+  ops[n++] = reshape(g.b, kt, kn);
+  ops[n++] = matmul(g.b, ds, kn, dacc);
+  ops[n++] = pointwise(g.b, CUDNN_POINTWISE_IDENTITY, dacc, NULL, dq);
+  return n;
+}
+
+int64_t up256(int64_t x) { return (x + 255) & ~(int64_t)255; }
+
+/* Whether cuDNN is asked for and takes these heads. */
+bool takes(int dt, const gpu_attn *a) {
+  if (!wanted() || !(dt == GPU_BF16 || dt == GPU_F16)) return false;
+  if (a->r != 1 || a->sq != a->sk || a->qpos != 0 || a->sq < 2 || a->dh % 8 || a->dh > 128 || a->b < 1) return false;
+  if (a->q_row % 8 || a->kv_row % 8 || a->o_row % 8 || a->q_batch % 8 || a->kv_batch % 8 || a->o_batch % 8)
+    return false;
+  return dn_load();
+}
+
+/* The plan of the forward or the backward for these heads, built the
+ * first time (its plan NULL where cuDNN refused the graph, said once);
+ * NULL when cuDNN cannot be asked. */
+dn_plan *plan_for(int dt, const gpu_attn *a, bool bwd) {
+  int dev = 0;
+  cudaGetDevice(&dev);
+  for (int i = 0; i < dn_nplans; i++) {
+    dn_plan *p = &dn_plans[i];
+    if (p->dev == dev && p->dt == dt && p->bwd == bwd && p->b == a->b && p->s == a->sq && p->h == a->hq &&
+        p->d == a->dh && p->q_row == a->q_row && p->kv_row == a->kv_row && p->o_row == a->o_row &&
+        p->q_batch == a->q_batch && p->kv_batch == a->kv_batch && p->o_batch == a->o_batch)
+      return p;
+  }
+  if (dn_nplans == (int)(sizeof dn_plans / sizeof dn_plans[0])) return NULL;
+  char err[512];
+  cudnnHandle_t h = dn_handle(err, sizeof err);
+  if (!h) {
+    dn_off(err);
+    return NULL;
+  }
+  dn_build b;
+  b.ok = true, b.n = 0, b.err[0] = 0, b.offered = b.viable = 0, b.compiled = false;
+  dn_shapes g = {&b, dt == GPU_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF, a->b, a->hq, a->sq, a->dh, U_VIRT};
+  cudnnBackendDescriptor_t ops[40];
+  int n = bwd ? bwd_graph(g, ops, a) : fwd_graph(g, ops, a);
+  int64_t ws = 0;
+  cudnnBackendDescriptor_t plan = plan_of(&b, h, NULL, ops, n, &ws);
+  if (!plan) release(&b, NULL);
+  if (!plan)
+    fprintf(stderr,
+            "weft: WEFT_ATTN=cudnn: cuDNN %zu takes no %s graph of b%lld h%lld s%lld d%lld (%s); these heads run on "
+            "the plugin's kernels\n",
+            dn.version, bwd ? "backward" : "forward", (long long)a->b, (long long)a->hq, (long long)a->sq,
+            (long long)a->dh, b.err);
+  dn_plan *p = &dn_plans[dn_nplans++];
+  memset(p, 0, sizeof *p);
+  p->dev = dev, p->dt = dt, p->bwd = bwd, p->b = a->b, p->s = a->sq, p->h = a->hq, p->d = a->dh;
+  p->q_row = a->q_row, p->kv_row = a->kv_row, p->o_row = a->o_row;
+  p->q_batch = a->q_batch, p->kv_batch = a->kv_batch, p->o_batch = a->o_batch;
+  p->plan = plan, p->ws = ws;
+  if (plan) {
+    memcpy(p->kept, b.all, sizeof(b.all[0]) * (size_t)b.n);
+    p->nkept = b.n;
+  }
+  if (bwd) {
+    p->sum_at = 0;
+    p->acc_at = up256(a->b * a->hq * a->sq * 4);
+    p->lib_at = p->acc_at + up256(a->b * a->hq * a->sq * a->dh * 4);
+    p->total = p->lib_at + ws;
+  } else {
+    p->total = ws;
+  }
+  if (!plan) return p; /* refused: the caller sees p->plan NULL */
+  if (getenv("WEFT_CUDNN_VERBOSE"))
+    fprintf(stderr, "weft: cuDNN %zu: the %s of b%lld h%lld s%lld d%lld: a plan, %lld bytes of workspace\n", dn.version,
+            bwd ? "backward" : "forward", (long long)a->b, (long long)a->hq, (long long)a->sq, (long long)a->dh,
+            (long long)ws);
+  return p;
+}
+
+/* Runs the plan on stream s with the tensors of uids; false (cuDNN off,
+ * said why) when cuDNN refuses. */
+bool run(dn_plan *p, gpu_stream *s, const int64_t *uids, void **ptrs, int n, void *ws) {
+  char err[512];
+  cudnnHandle_t h = dn_handle(err, sizeof err);
+  if (!h) {
+    dn_off(err);
+    return false;
+  }
+  cudnnStatus_t st = dn.set_stream(h, (cudaStream_t)s);
+  dn_build b;
+  b.ok = st == CUDNN_STATUS_SUCCESS, b.n = 0, b.err[0] = 0, b.offered = b.viable = 0, b.compiled = false;
+  if (!b.ok) fail(&b, "cudnnSetStream", st);
+  cudnnBackendDescriptor_t vp = make(&b, CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, "the variant pack");
+  set(&b, vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws, "the workspace");
+  set(&b, vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, ptrs, "the tensors' addresses");
+  set(&b, vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, uids, "the tensors' ids");
+  finish(&b, vp, "the variant pack");
+  if (b.ok) {
+    st = dn.execute(h, p->plan, vp);
+    if (st != CUDNN_STATUS_SUCCESS) fail(&b, "cudnnBackendExecute", st);
+  }
+  release(&b, NULL);
+  if (!b.ok) {
+    char why[640];
+    snprintf(why, sizeof why, "the %s: %s", p->bwd ? "backward" : "forward", b.err);
+    dn_off(why);
+  }
+  return b.ok;
+}
+
+bool aligned(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+} // namespace
+
+bool gpu_attention_cudnn_offline(const char *device_json, int dt, const gpu_attn *a, bool bwd, int64_t *ws, char *err,
+                                 size_t errlen) {
+  if (!dn_load()) {
+    snprintf(err, errlen, "libcudnn.so.9 is not found or too old");
+    return false;
+  }
+  dn_build b;
+  b.ok = true, b.n = 0, b.err[0] = 0, b.offered = b.viable = 0, b.compiled = false;
+  cudnnBackendDescriptor_t prop = make(&b, CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR, "the device's properties");
+  set(&b, prop, CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION, CUDNN_TYPE_CHAR, (int64_t)strlen(device_json), device_json,
+      "the device's properties");
+  finish(&b, prop, "the device's properties");
+  dn_shapes g = {&b, dt == GPU_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF, a->b, a->hq, a->sq, a->dh, U_VIRT};
+  cudnnBackendDescriptor_t ops[40];
+  int n = bwd ? bwd_graph(g, ops, a) : fwd_graph(g, ops, a);
+  cudnnBackendDescriptor_t plan = b.ok ? plan_of(&b, NULL, prop, ops, n, ws) : NULL;
+  release(&b, NULL);
+  if (plan) dn.destroy(plan);
+  if (plan || b.compiled)
+    snprintf(err, errlen, "%lld of %lld engine configs viable, %s", (long long)b.viable, (long long)b.offered,
+             plan ? "a plan" : "the first one's kernels compiled (loading them needs a GPU)");
+  else
+    snprintf(err, errlen, "%s; heuristics mode A offered %lld engine configs, %lld viable", b.err,
+             (long long)b.offered, (long long)b.viable);
+  return plan != NULL || b.compiled;
+}
+
+bool attention_cudnn_forward(gpu_stream *s, int dt, void *out, const void *q, const void *k, const void *v,
+                             const gpu_attn *a, float *lse) {
+  if (!lse || !takes(dt, a) || !aligned(out) || !aligned(q) || !aligned(k) || !aligned(v) || !aligned(lse))
+    return false;
+  dn_plan *p = plan_for(dt, a, false);
+  if (!p || !p->plan) return false;
+  if (p->ws > 0) {
+    /* the forward has no workspace of its own */
+    char why[160];
+    snprintf(why, sizeof why, "the forward's plan wants %lld bytes of workspace", (long long)p->ws);
+    dn_off(why);
+    return false;
+  }
+  float scale = (float)(1.0 / sqrt((double)a->dh)), neg_inf = dn.version >= 91000 ? -INFINITY : -3.402823466e38f;
+  const int64_t uids[7] = {U_Q, U_K, U_V, U_O, U_STATS, U_SCALE, U_NEGINF};
+  void *ptrs[7] = {(void *)q, (void *)k, (void *)v, out, lse, &scale, &neg_inf};
+  return run(p, s, uids, ptrs, 7, NULL);
+}
+
+size_t attention_cudnn_backward_ws(int dt, const gpu_attn *a) {
+  if (a->det || !takes(dt, a)) return 0;
+  dn_plan *p = plan_for(dt, a, true);
+  return p && p->plan ? (size_t)p->total : 0;
+}
+
+bool attention_cudnn_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, const void *dout, const void *q,
+                              const void *k, const void *v, const gpu_attn *a, bool acc, const float *lse,
+                              const void *out, void *ws, size_t ws_bytes) {
+  if (acc || a->det || !dq || !dk || !dv || !ws || !takes(dt, a)) return false;
+  const void *all[] = {dq, dk, dv, dout, q, k, v, lse, out, ws};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+    if (!aligned(all[i])) return false;
+  dn_plan *p = plan_for(dt, a, true);
+  if (!p || !p->plan || (size_t)p->total > ws_bytes) return false;
+  char *w = (char *)ws;
+  if (dn.version < 90600) cudaMemsetAsync(w + p->acc_at, 0, (size_t)(p->lib_at - p->acc_at), (cudaStream_t)s);
+  float scale = (float)(1.0 / sqrt((double)a->dh)), neg_inf = dn.version >= 91000 ? -INFINITY : -3.402823466e38f;
+  float one = 1.0f;
+  const int64_t uids[14] = {U_Q, U_K, U_V, U_O, U_DO, U_STATS, U_SCALE, U_NEGINF, U_ONE, U_DQ, U_DK, U_DV, U_SUM,
+                            U_DQACC};
+  void *ptrs[14] = {(void *)q, (void *)k, (void *)v, (void *)out, (void *)dout, (void *)lse, &scale, &neg_inf, &one,
+                    dq, dk, dv, w + p->sum_at, w + p->acc_at};
+  return run(p, s, uids, ptrs, 14, p->ws > 0 ? w + p->lib_at : NULL);
+}
+
+
+#endif

@@ -1,0 +1,65 @@
+/* cudnn_graphs.c - whether cuDNN takes the attention graphs of
+ * backends/cuda/attention_cudnn.cu (WEFT_ATTN=cudnn) for an H100, without
+ * a GPU: each graph is built, cuDNN's heuristics asked for engines and an
+ * execution plan finalized against the H100's device properties (cuDNN
+ * 9.8 on). cuDNN compiles these engines' kernels at run time and loads
+ * them through the driver: with the toolkit's stub of libcuda (no GPU) a
+ * graph counts as taken when an engine's kernels compiled and only their
+ * loading failed; with a GPU, when a plan is made. Prints one line per
+ * graph; exits 1 when a graph is refused, 77 when cuDNN is not there to
+ * ask (the run is then skipped). tests/cudnn_graphs.sh runs it. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/gpu.h"
+
+/* An H100 SXM's properties as cuDNN's device-properties descriptor reads
+ * them (compute capability 9.0, 132 multiprocessors, 227 KiB of shared
+ * memory a block). */
+static const char *h100 =
+    "{\"cudaDeviceId\":0,\"deviceName\":\"NVIDIA H100 80GB HBM3\",\"deviceVer\":900,\"driverVer\":13000,"
+    "\"isTccDriver\":0,\"l2CacheSize\":52428800,\"maxBlockSize\":[1024,1024,64],\"maxCtasPerSM\":32,"
+    "\"maxGridSize\":[2147483647,65535,65535],\"maxRegistersPerSM\":65536,\"maxSharedMemoryPerBlock\":49152,"
+    "\"maxSharedMemoryPerBlockOptin\":232448,\"maxThreadsPerBlock\":1024,\"maxThreadsPerSM\":2048,"
+    "\"memClockRateKHz\":2619000,\"multiProcessorCount\":132,\"pciDeviceId\":0,\"regsPerBlock\":65536,"
+    "\"reservedSharedMemoryPerBlock\":1024,\"smClockRateKHz\":1980000,\"supportCoopLaunch\":1,"
+    "\"totalGlobalMem\":85045231616,\"warpSize\":32}";
+
+/* causal_attention's heads: q|k|v of a token side by side in one row */
+static gpu_attn packed(int64_t b, int64_t s, int64_t h, int64_t dh) {
+  int64_t c = h * dh;
+  gpu_attn a = {b, s, h, dh, 1, 3 * c, 3 * c, c, s * 3 * c, s * 3 * c, s * c, s, 0, false};
+  return a;
+}
+
+int main(void) {
+  const char *e = getenv("WEFT_ATTN");
+  if (!e || strcmp(e, "cudnn") != 0) setenv("WEFT_ATTN", "cudnn", 1);
+  struct {
+    const char *what;
+    int dt;
+    gpu_attn a;
+  } cases[] = {
+      {"GPT-2 124M (b8 h12 s1024 d64)", GPU_BF16, packed(8, 1024, 12, 64)},
+      {"GPT-2 124M (b8 h12 s1024 d64)", GPU_F16, packed(8, 1024, 12, 64)},
+      {"heads of 128 (b4 h16 s2048 d128)", GPU_BF16, packed(4, 2048, 16, 128)},
+      {"a test's size (b2 h2 s70 d32)", GPU_BF16, packed(2, 70, 2, 32)},
+  };
+  int bad = 0;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    for (int bwd = 0; bwd < 2; bwd++) {
+      char err[1024];
+      int64_t ws = -1;
+      const int dt = cases[i].dt;
+      bool ok = gpu_attention_cudnn_offline(h100, dt, &cases[i].a, bwd, &ws, err, sizeof err);
+      if (!ok && strstr(err, "is not found")) {
+        printf("skipped: %s\n", err);
+        return 77;
+      }
+      printf("%s %-34s %s %-8s %s\n", ok ? "ok  " : "FAIL", cases[i].what, dt == GPU_F16 ? "f16 " : "bf16",
+             bwd ? "backward" : "forward", err);
+      bad += !ok;
+    }
+  return bad ? 1 : 0;
+}
