@@ -9,8 +9,9 @@
  * WEFT_ATTN=cudnn asks for it. cuDNN is loaded at run time (dlopen of
  * libcudnn.so.9: WEFT_CUDNN names the file, else the loader's search, else
  * the toolkit's lib64), so the plugin neither links nor needs it. It takes
- * 16-bit heads of up to 128, queries and keys of the same positions (qpos
- * 0, sq = sk), rows on 16 bytes, a backward that writes (not adds to) its
+ * 16-bit heads of up to 128 (grouped queries too), queries and keys of the
+ * same positions (qpos 0, sq = sk), rows on 16 bytes, a backward that
+ * writes (not adds to) its
  * gradients and, under --deterministic, nothing (cuDNN's backward sums dq
  * with atomics). Whatever it does not take, or refuses (a library not
  * found, a graph no engine runs), goes to the plugin's kernels, with one
@@ -357,13 +358,14 @@ enum {
 struct dn_plan {
   int dev, dt;
   bool bwd;
-  int64_t b, s, h, d, q_row, kv_row, o_row, q_batch, kv_batch, o_batch;
+  int64_t b, s, h, r, d, q_row, kv_row, o_row, q_batch, kv_batch, o_batch;
   cudnnBackendDescriptor_t plan;
   int64_t ws;      /* the plan's workspace */
   int64_t sum_at;  /* the backward: the row sums' and dq's f32 sums' offsets in our workspace */
   int64_t acc_at;
   int64_t lib_at;  /* and the plan's workspace's */
   int64_t total;   /* the workspace in all */
+  bool ran;        /* executed once (WEFT_CUDNN_VERBOSE says so) */
   /* the graph's descriptors, kept as long as the plan made of them */
   cudnnBackendDescriptor_t kept[160];
   int nkept;
@@ -381,13 +383,14 @@ struct dn_shapes {
   cudnnDataType_t io;
   int64_t nb, h, s, d;
   int64_t virt;
+  int64_t hk; /* key/value heads: h / r, the query heads of a group consecutive */
 };
 
-cudnnBackendDescriptor_t heads(dn_shapes &g, int64_t uid, int64_t row, int64_t batch) {
-  return tensor(g.b, uid, 0, g.io, g.nb, g.h, g.s, g.d, batch, g.d, row, 1);
+cudnnBackendDescriptor_t heads(dn_shapes &g, int64_t uid, int64_t row, int64_t batch, int64_t h) {
+  return tensor(g.b, uid, 0, g.io, g.nb, h, g.s, g.d, batch, g.d, row, 1);
 }
-cudnnBackendDescriptor_t heads_t(dn_shapes &g, int64_t uid, int64_t row, int64_t batch) {
-  return tensor(g.b, uid, 0, g.io, g.nb, g.h, g.d, g.s, batch, g.d, 1, row);
+cudnnBackendDescriptor_t heads_t(dn_shapes &g, int64_t uid, int64_t row, int64_t batch, int64_t h) {
+  return tensor(g.b, uid, 0, g.io, g.nb, h, g.d, g.s, batch, g.d, 1, row);
 }
 cudnnBackendDescriptor_t scores(dn_shapes &g, cudnnDataType_t dt, bool transposed = false) {
   const int64_t ss = g.s * g.s;
@@ -419,8 +422,9 @@ cudnnBackendDescriptor_t causal(dn_shapes &g, cudnnBackendDescriptor_t *ops, int
  * max); O = (exp(S - max) / sum) V. */
 int fwd_graph(dn_shapes &g, cudnnBackendDescriptor_t *ops, const gpu_attn *a) {
   int n = 0;
-  cudnnBackendDescriptor_t q = heads(g, U_Q, a->q_row, a->q_batch), kt = heads_t(g, U_K, a->kv_row, a->kv_batch);
-  cudnnBackendDescriptor_t v = heads(g, U_V, a->kv_row, a->kv_batch), o = heads(g, U_O, a->o_row, a->o_batch);
+  cudnnBackendDescriptor_t q = heads(g, U_Q, a->q_row, a->q_batch, g.h);
+  cudnnBackendDescriptor_t kt = heads_t(g, U_K, a->kv_row, a->kv_batch, g.hk);
+  cudnnBackendDescriptor_t v = heads(g, U_V, a->kv_row, a->kv_batch, g.hk), o = heads(g, U_O, a->o_row, a->o_batch, g.h);
   cudnnBackendDescriptor_t stats = rows(g, U_STATS), scale = scalar(g, U_SCALE), neg_inf = scalar(g, U_NEGINF);
   cudnnBackendDescriptor_t s0 = scores(g, CUDNN_DATA_FLOAT), s1 = scores(g, CUDNN_DATA_FLOAT);
   ops[n++] = matmul(g.b, q, kt, s0);
@@ -448,16 +452,29 @@ cudnnBackendDescriptor_t reshape(dn_build *b, cudnnBackendDescriptor_t x, cudnnB
   return op;
 }
 
+/* Where a product writes a key/value head's gradient: dst itself, or with
+ * grouped queries (hk < h) a virtual per-query-head gradient [b, h, s, d]
+ * that a reduction then sums over each group into dst. */
+cudnnBackendDescriptor_t per_query_head(dn_shapes &g, cudnnBackendDescriptor_t dst) {
+  if (g.hk == g.h) return dst;
+  const int64_t sd = g.s * g.d;
+  return tensor(g.b, 0, g.virt++, g.io, g.nb, g.h, g.s, g.d, g.h * sd, sd, g.d, 1);
+}
+
 /* The backward: D = rowsum(dO O) (the f32 row sums, in the workspace); P
  * = exp(scale Q K^T - Stats), masked; dV = P^T dO; dS = scale P (dO V^T
  * - D); dK = dS^T Q; dQ = dS K, summed in f32 (in the workspace) and then
  * converted. */
 int bwd_graph(dn_shapes &g, cudnnBackendDescriptor_t *ops, const gpu_attn *a) {
   int n = 0;
-  cudnnBackendDescriptor_t q = heads(g, U_Q, a->q_row, a->q_batch), kt = heads_t(g, U_K, a->kv_row, a->kv_batch);
-  cudnnBackendDescriptor_t vt = heads_t(g, U_V, a->kv_row, a->kv_batch), o = heads(g, U_O, a->o_row, a->o_batch);
-  cudnnBackendDescriptor_t dout = heads(g, U_DO, a->o_row, a->o_batch), dq = heads(g, U_DQ, a->q_row, a->q_batch);
-  cudnnBackendDescriptor_t dk = heads(g, U_DK, a->kv_row, a->kv_batch), dv = heads(g, U_DV, a->kv_row, a->kv_batch);
+  cudnnBackendDescriptor_t q = heads(g, U_Q, a->q_row, a->q_batch, g.h);
+  cudnnBackendDescriptor_t kt = heads_t(g, U_K, a->kv_row, a->kv_batch, g.hk);
+  cudnnBackendDescriptor_t vt = heads_t(g, U_V, a->kv_row, a->kv_batch, g.hk);
+  cudnnBackendDescriptor_t o = heads(g, U_O, a->o_row, a->o_batch, g.h);
+  cudnnBackendDescriptor_t dout = heads(g, U_DO, a->o_row, a->o_batch, g.h);
+  cudnnBackendDescriptor_t dq = heads(g, U_DQ, a->q_row, a->q_batch, g.h);
+  cudnnBackendDescriptor_t dk = heads(g, U_DK, a->kv_row, a->kv_batch, g.hk);
+  cudnnBackendDescriptor_t dv = heads(g, U_DV, a->kv_row, a->kv_batch, g.hk);
   cudnnBackendDescriptor_t stats = rows(g, U_STATS), scale = scalar(g, U_SCALE), neg_inf = scalar(g, U_NEGINF);
   cudnnBackendDescriptor_t one = scalar(g, U_ONE), sum = rows(g, U_SUM);
   const int64_t hsd = g.h * g.s * g.d, sd = g.s * g.d;
@@ -480,7 +497,9 @@ int bwd_graph(dn_shapes &g, cudnnBackendDescriptor_t *ops, const gpu_attn *a) {
   /* dV */
   cudnnBackendDescriptor_t pt = scores(g, g.io, true);
   ops[n++] = reshape(g.b, p, pt);
-  ops[n++] = matmul(g.b, pt, dout, dv);
+  cudnnBackendDescriptor_t dvh = per_query_head(g, dv);
+  ops[n++] = matmul(g.b, pt, dout, dvh);
+  if (dvh != dv) ops[n++] = reduction(g.b, CUDNN_REDUCE_TENSOR_ADD, dvh, dv);
   /* dS */
   cudnnBackendDescriptor_t dp = scores(g, CUDNN_DATA_FLOAT), u = scores(g, CUDNN_DATA_FLOAT);
   cudnnBackendDescriptor_t u2 = scores(g, CUDNN_DATA_FLOAT), ds = scores(g, CUDNN_DATA_FLOAT);
@@ -491,9 +510,11 @@ int bwd_graph(dn_shapes &g, cudnnBackendDescriptor_t *ops, const gpu_attn *a) {
   /* dK */
   cudnnBackendDescriptor_t dst = scores(g, g.io, true);
   ops[n++] = reshape(g.b, ds, dst);
-  ops[n++] = matmul(g.b, dst, q, dk);
+  cudnnBackendDescriptor_t dkh = per_query_head(g, dk);
+  ops[n++] = matmul(g.b, dst, q, dkh);
+  if (dkh != dk) ops[n++] = reduction(g.b, CUDNN_REDUCE_TENSOR_ADD, dkh, dk);
   /* dQ */
-  cudnnBackendDescriptor_t kn = tensor(g.b, 0, g.virt++, CUDNN_DATA_FLOAT, g.nb, g.h, g.s, g.d, a->kv_batch, g.d,
+  cudnnBackendDescriptor_t kn = tensor(g.b, 0, g.virt++, CUDNN_DATA_FLOAT, g.nb, g.hk, g.s, g.d, a->kv_batch, g.d,
                                        a->kv_row, 1);
   ops[n++] = reshape(g.b, kt, kn);
   ops[n++] = matmul(g.b, ds, kn, dacc);
@@ -506,7 +527,7 @@ int64_t up256(int64_t x) { return (x + 255) & ~(int64_t)255; }
 /* Whether cuDNN is asked for and takes these heads. */
 bool takes(int dt, const gpu_attn *a) {
   if (!wanted() || !(dt == GPU_BF16 || dt == GPU_F16)) return false;
-  if (a->r != 1 || a->sq != a->sk || a->qpos != 0 || a->sq < 2 || a->dh % 8 || a->dh > 128 || a->b < 1) return false;
+  if (a->r < 1 || a->hq % a->r || a->sq != a->sk || a->qpos != 0 || a->sq < 2 || a->dh % 8 || a->dh > 128 || a->b < 1) return false;
   if (a->q_row % 8 || a->kv_row % 8 || a->o_row % 8 || a->q_batch % 8 || a->kv_batch % 8 || a->o_batch % 8)
     return false;
   return dn_load();
@@ -520,7 +541,7 @@ dn_plan *plan_for(int dt, const gpu_attn *a, bool bwd) {
   cudaGetDevice(&dev);
   for (int i = 0; i < dn_nplans; i++) {
     dn_plan *p = &dn_plans[i];
-    if (p->dev == dev && p->dt == dt && p->bwd == bwd && p->b == a->b && p->s == a->sq && p->h == a->hq &&
+    if (p->dev == dev && p->dt == dt && p->bwd == bwd && p->b == a->b && p->s == a->sq && p->h == a->hq && p->r == a->r &&
         p->d == a->dh && p->q_row == a->q_row && p->kv_row == a->kv_row && p->o_row == a->o_row &&
         p->q_batch == a->q_batch && p->kv_batch == a->kv_batch && p->o_batch == a->o_batch)
       return p;
@@ -534,7 +555,8 @@ dn_plan *plan_for(int dt, const gpu_attn *a, bool bwd) {
   }
   dn_build b;
   b.ok = true, b.n = 0, b.err[0] = 0, b.offered = b.viable = 0, b.compiled = false;
-  dn_shapes g = {&b, dt == GPU_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF, a->b, a->hq, a->sq, a->dh, U_VIRT};
+  dn_shapes g = {&b, dt == GPU_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF, a->b, a->hq, a->sq, a->dh, U_VIRT,
+                 a->hq / a->r};
   cudnnBackendDescriptor_t ops[40];
   int n = bwd ? bwd_graph(g, ops, a) : fwd_graph(g, ops, a);
   int64_t ws = 0;
@@ -548,7 +570,7 @@ dn_plan *plan_for(int dt, const gpu_attn *a, bool bwd) {
             (long long)a->dh, b.err);
   dn_plan *p = &dn_plans[dn_nplans++];
   memset(p, 0, sizeof *p);
-  p->dev = dev, p->dt = dt, p->bwd = bwd, p->b = a->b, p->s = a->sq, p->h = a->hq, p->d = a->dh;
+  p->dev = dev, p->dt = dt, p->bwd = bwd, p->b = a->b, p->s = a->sq, p->h = a->hq, p->r = a->r, p->d = a->dh;
   p->q_row = a->q_row, p->kv_row = a->kv_row, p->o_row = a->o_row;
   p->q_batch = a->q_batch, p->kv_batch = a->kv_batch, p->o_batch = a->o_batch;
   p->plan = plan, p->ws = ws;
@@ -595,6 +617,10 @@ bool run(dn_plan *p, gpu_stream *s, const int64_t *uids, void **ptrs, int n, voi
     if (st != CUDNN_STATUS_SUCCESS) fail(&b, "cudnnBackendExecute", st);
   }
   release(&b, NULL);
+  if (b.ok && !p->ran && getenv("WEFT_CUDNN_VERBOSE"))
+    fprintf(stderr, "weft: cuDNN %zu: the %s of b%lld h%lld s%lld d%lld runs\n", dn.version,
+            p->bwd ? "backward" : "forward", (long long)p->b, (long long)p->h, (long long)p->s, (long long)p->d);
+  p->ran = p->ran || b.ok;
   if (!b.ok) {
     char why[640];
     snprintf(why, sizeof why, "the %s: %s", p->bwd ? "backward" : "forward", b.err);
@@ -619,7 +645,8 @@ bool gpu_attention_cudnn_offline(const char *device_json, int dt, const gpu_attn
   set(&b, prop, CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION, CUDNN_TYPE_CHAR, (int64_t)strlen(device_json), device_json,
       "the device's properties");
   finish(&b, prop, "the device's properties");
-  dn_shapes g = {&b, dt == GPU_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF, a->b, a->hq, a->sq, a->dh, U_VIRT};
+  dn_shapes g = {&b, dt == GPU_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF, a->b, a->hq, a->sq, a->dh, U_VIRT,
+                 a->hq / a->r};
   cudnnBackendDescriptor_t ops[40];
   int n = bwd ? bwd_graph(g, ops, a) : fwd_graph(g, ops, a);
   cudnnBackendDescriptor_t plan = b.ok ? plan_of(&b, NULL, prop, ops, n, ws) : NULL;

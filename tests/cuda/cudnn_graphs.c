@@ -33,6 +33,13 @@ static gpu_attn packed(int64_t b, int64_t s, int64_t h, int64_t dh) {
   return a;
 }
 
+/* gqa_attention's: q [b, s, (g r dh)], k and v [b, s, (g dh)] */
+static gpu_attn grouped(int64_t b, int64_t s, int64_t g, int64_t r, int64_t dh) {
+  gpu_attn a = {b, s, g * r, dh, r, g * r * dh, g * dh, g * r * dh, s * g * r * dh, s * g * dh, s * g * r * dh, s, 0,
+                false};
+  return a;
+}
+
 int main(void) {
   const char *e = getenv("WEFT_ATTN");
   if (!e || strcmp(e, "cudnn") != 0) setenv("WEFT_ATTN", "cudnn", 1);
@@ -45,6 +52,7 @@ int main(void) {
       {"GPT-2 124M (b8 h12 s1024 d64)", GPU_F16, packed(8, 1024, 12, 64)},
       {"heads of 128 (b4 h16 s2048 d128)", GPU_BF16, packed(4, 2048, 16, 128)},
       {"a test's size (b2 h2 s70 d32)", GPU_BF16, packed(2, 70, 2, 32)},
+      {"grouped queries (b2 h8 kv2 s512 d64)", GPU_BF16, grouped(2, 512, 2, 4, 64)},
   };
   int bad = 0;
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
@@ -57,7 +65,7 @@ int main(void) {
         printf("skipped: %s\n", err);
         return 77;
       }
-      printf("%s %-34s %s %-8s %s\n", ok ? "ok  " : "FAIL", cases[i].what, dt == GPU_F16 ? "f16 " : "bf16",
+      printf("%s %-38s %s %-8s %s\n", ok ? "ok  " : "FAIL", cases[i].what, dt == GPU_F16 ? "f16 " : "bf16",
              bwd ? "backward" : "forward", err);
       bad += !ok;
     }
