@@ -11,9 +11,10 @@
  * the toolkit's lib64), so the plugin neither links nor needs it. It takes
  * 16-bit heads of up to 128 (grouped queries too), queries and keys of the
  * same positions (qpos 0, sq = sk), rows on 16 bytes, a backward that
- * writes (not adds to) its
- * gradients and, under --deterministic, nothing (cuDNN's backward sums dq
- * with atomics). Whatever it does not take, or refuses (a library not
+ * writes (not adds to) its gradients; under --deterministic the
+ * backward's graph writes dq straight from its product, which has cuDNN
+ * take its kernel that sums dq in one order (the default one sums it in
+ * f32 with atomics). Whatever it does not take, or refuses (a library not
  * found, a graph no engine runs), goes to the plugin's kernels, with one
  * line on stderr that says why the first time.
  *
@@ -357,7 +358,7 @@ enum {
 /* One graph's plan for one geometry on one device. */
 struct dn_plan {
   int dev, dt;
-  bool bwd;
+  bool bwd, det; /* det: the backward of --deterministic */
   int64_t b, s, h, r, d, q_row, kv_row, o_row, q_batch, kv_batch, o_batch;
   cudnnBackendDescriptor_t plan;
   int64_t ws;      /* the plan's workspace */
@@ -478,7 +479,6 @@ int bwd_graph(dn_shapes &g, cudnnBackendDescriptor_t *ops, const gpu_attn *a) {
   cudnnBackendDescriptor_t stats = rows(g, U_STATS), scale = scalar(g, U_SCALE), neg_inf = scalar(g, U_NEGINF);
   cudnnBackendDescriptor_t one = scalar(g, U_ONE), sum = rows(g, U_SUM);
   const int64_t hsd = g.h * g.s * g.d, sd = g.s * g.d;
-  cudnnBackendDescriptor_t dacc = tensor(g.b, U_DQACC, 0, CUDNN_DATA_FLOAT, g.nb, g.h, g.s, g.d, hsd, sd, g.d, 1);
   /* D */
   cudnnBackendDescriptor_t t1 = tensor(g.b, 0, g.virt++, CUDNN_DATA_FLOAT, g.nb, g.h, g.s, g.d, hsd, sd, g.d, 1);
   cudnnBackendDescriptor_t t2 = rows(g, 0);
@@ -517,8 +517,15 @@ int bwd_graph(dn_shapes &g, cudnnBackendDescriptor_t *ops, const gpu_attn *a) {
   cudnnBackendDescriptor_t kn = tensor(g.b, 0, g.virt++, CUDNN_DATA_FLOAT, g.nb, g.hk, g.s, g.d, a->kv_batch, g.d,
                                        a->kv_row, 1);
   ops[n++] = reshape(g.b, kt, kn);
-  ops[n++] = matmul(g.b, ds, kn, dacc);
-  ops[n++] = pointwise(g.b, CUDNN_POINTWISE_IDENTITY, dacc, NULL, dq);
+  if (a->det) {
+    /* straight into dq: cuDNN then takes a kernel that sums dq in one
+     * order (its workspace holds dP instead) */
+    ops[n++] = matmul(g.b, ds, kn, dq);
+  } else {
+    cudnnBackendDescriptor_t dacc = tensor(g.b, U_DQACC, 0, CUDNN_DATA_FLOAT, g.nb, g.h, g.s, g.d, hsd, sd, g.d, 1);
+    ops[n++] = matmul(g.b, ds, kn, dacc);
+    ops[n++] = pointwise(g.b, CUDNN_POINTWISE_IDENTITY, dacc, NULL, dq);
+  }
   return n;
 }
 
@@ -541,7 +548,7 @@ dn_plan *plan_for(int dt, const gpu_attn *a, bool bwd) {
   cudaGetDevice(&dev);
   for (int i = 0; i < dn_nplans; i++) {
     dn_plan *p = &dn_plans[i];
-    if (p->dev == dev && p->dt == dt && p->bwd == bwd && p->b == a->b && p->s == a->sq && p->h == a->hq && p->r == a->r &&
+    if (p->dev == dev && p->dt == dt && p->bwd == bwd && p->det == (bwd && a->det) && p->b == a->b && p->s == a->sq && p->h == a->hq && p->r == a->r &&
         p->d == a->dh && p->q_row == a->q_row && p->kv_row == a->kv_row && p->o_row == a->o_row &&
         p->q_batch == a->q_batch && p->kv_batch == a->kv_batch && p->o_batch == a->o_batch)
       return p;
@@ -570,7 +577,7 @@ dn_plan *plan_for(int dt, const gpu_attn *a, bool bwd) {
             (long long)a->dh, b.err);
   dn_plan *p = &dn_plans[dn_nplans++];
   memset(p, 0, sizeof *p);
-  p->dev = dev, p->dt = dt, p->bwd = bwd, p->b = a->b, p->s = a->sq, p->h = a->hq, p->r = a->r, p->d = a->dh;
+  p->dev = dev, p->dt = dt, p->bwd = bwd, p->det = bwd && a->det, p->b = a->b, p->s = a->sq, p->h = a->hq, p->r = a->r, p->d = a->dh;
   p->q_row = a->q_row, p->kv_row = a->kv_row, p->o_row = a->o_row;
   p->q_batch = a->q_batch, p->kv_batch = a->kv_batch, p->o_batch = a->o_batch;
   p->plan = plan, p->ws = ws;
@@ -581,7 +588,7 @@ dn_plan *plan_for(int dt, const gpu_attn *a, bool bwd) {
   if (bwd) {
     p->sum_at = 0;
     p->acc_at = up256(a->b * a->hq * a->sq * 4);
-    p->lib_at = p->acc_at + up256(a->b * a->hq * a->sq * a->dh * 4);
+    p->lib_at = p->acc_at + (p->det ? 0 : up256(a->b * a->hq * a->sq * a->dh * 4));
     p->total = p->lib_at + ws;
   } else {
     p->total = ws;
@@ -589,7 +596,7 @@ dn_plan *plan_for(int dt, const gpu_attn *a, bool bwd) {
   if (!plan) return p; /* refused: the caller sees p->plan NULL */
   if (getenv("WEFT_CUDNN_VERBOSE"))
     fprintf(stderr, "weft: cuDNN %zu: the %s of b%lld h%lld s%lld d%lld: a plan, %lld bytes of workspace\n", dn.version,
-            bwd ? "backward" : "forward", (long long)a->b, (long long)a->hq, (long long)a->sq, (long long)a->dh,
+            p->det ? "deterministic backward" : bwd ? "backward" : "forward", (long long)a->b, (long long)a->hq, (long long)a->sq, (long long)a->dh,
             (long long)ws);
   return p;
 }
@@ -619,7 +626,7 @@ bool run(dn_plan *p, gpu_stream *s, const int64_t *uids, void **ptrs, int n, voi
   release(&b, NULL);
   if (b.ok && !p->ran && getenv("WEFT_CUDNN_VERBOSE"))
     fprintf(stderr, "weft: cuDNN %zu: the %s of b%lld h%lld s%lld d%lld runs\n", dn.version,
-            p->bwd ? "backward" : "forward", (long long)p->b, (long long)p->h, (long long)p->s, (long long)p->d);
+            p->det ? "deterministic backward" : p->bwd ? "backward" : "forward", (long long)p->b, (long long)p->h, (long long)p->s, (long long)p->d);
   p->ran = p->ran || b.ok;
   if (!b.ok) {
     char why[640];
@@ -681,7 +688,7 @@ bool attention_cudnn_forward(gpu_stream *s, int dt, void *out, const void *q, co
 }
 
 size_t attention_cudnn_backward_ws(int dt, const gpu_attn *a) {
-  if (a->det || !takes(dt, a)) return 0;
+  if (!takes(dt, a)) return 0;
   dn_plan *p = plan_for(dt, a, true);
   return p && p->plan ? (size_t)p->total : 0;
 }
@@ -689,21 +696,22 @@ size_t attention_cudnn_backward_ws(int dt, const gpu_attn *a) {
 bool attention_cudnn_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, const void *dout, const void *q,
                               const void *k, const void *v, const gpu_attn *a, bool acc, const float *lse,
                               const void *out, void *ws, size_t ws_bytes) {
-  if (acc || a->det || !dq || !dk || !dv || !ws || !takes(dt, a)) return false;
+  if (acc || !dq || !dk || !dv || !ws || !takes(dt, a)) return false;
   const void *all[] = {dq, dk, dv, dout, q, k, v, lse, out, ws};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
     if (!aligned(all[i])) return false;
   dn_plan *p = plan_for(dt, a, true);
   if (!p || !p->plan || (size_t)p->total > ws_bytes) return false;
   char *w = (char *)ws;
-  if (dn.version < 90600) cudaMemsetAsync(w + p->acc_at, 0, (size_t)(p->lib_at - p->acc_at), (cudaStream_t)s);
+  if (dn.version < 90600 && !p->det)
+    cudaMemsetAsync(w + p->acc_at, 0, (size_t)(p->lib_at - p->acc_at), (cudaStream_t)s);
   float scale = (float)(1.0 / sqrt((double)a->dh)), neg_inf = dn.version >= 91000 ? -INFINITY : -3.402823466e38f;
   float one = 1.0f;
   const int64_t uids[14] = {U_Q, U_K, U_V, U_O, U_DO, U_STATS, U_SCALE, U_NEGINF, U_ONE, U_DQ, U_DK, U_DV, U_SUM,
                             U_DQACC};
   void *ptrs[14] = {(void *)q, (void *)k, (void *)v, (void *)out, (void *)dout, (void *)lse, &scale, &neg_inf, &one,
                     dq, dk, dv, w + p->sum_at, w + p->acc_at};
-  return run(p, s, uids, ptrs, 14, p->ws > 0 ? w + p->lib_at : NULL);
+  return run(p, s, uids, ptrs, p->det ? 13 : 14, p->ws > 0 ? w + p->lib_at : NULL);
 }
 
 

@@ -40,6 +40,11 @@ static gpu_attn grouped(int64_t b, int64_t s, int64_t g, int64_t r, int64_t dh) 
   return a;
 }
 
+static gpu_attn deterministic(gpu_attn a) {
+  a.det = true;
+  return a;
+}
+
 int main(void) {
   const char *e = getenv("WEFT_ATTN");
   if (!e || strcmp(e, "cudnn") != 0) setenv("WEFT_ATTN", "cudnn", 1);
@@ -53,6 +58,7 @@ int main(void) {
       {"heads of 128 (b4 h16 s2048 d128)", GPU_BF16, packed(4, 2048, 16, 128)},
       {"a test's size (b2 h2 s70 d32)", GPU_BF16, packed(2, 70, 2, 32)},
       {"grouped queries (b2 h8 kv2 s512 d64)", GPU_BF16, grouped(2, 512, 2, 4, 64)},
+      {"--deterministic (b8 h12 s1024 d64)", GPU_BF16, deterministic(packed(8, 1024, 12, 64))},
   };
   int bad = 0;
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)

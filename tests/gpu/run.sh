@@ -21,7 +21,7 @@
 #      found: its graphs planned on the GPU (build/cuda/cudnn_graphs), the
 #      kernels' checks again with attention through it, and GPT-2 of step 7
 #      with it matching one device (--check) and the plugin's attention's
-#      loss within 1e-2.
+#      loss within 1e-2, and under --deterministic the same bits twice.
 # It prints one line per check and a summary, and writes the same into
 # DIR/gpu-check-DATE-DEVICE.txt (default DIR: bench/results), to commit.
 #
@@ -178,6 +178,17 @@ else
      awk -v a="$l1" -v b="$lc" 'BEGIN {d = a - b; if (d < 0) d = -d; exit !(a > 0 && d <= 0.01 * a)}'; then
     ok "cuDNN's attention, gpt2 bf16: --check $(grep -o 'losses within [^,]*' "$tmp/c1"); loss at step 3 $lc, the plugin's attention $l1"
   else bad "cuDNN's attention, gpt2 bf16 (exit $rc1; losses $lc, $l1)"; tail -20 "$tmp/c1" | tee -a "$log"; fi
+  # --deterministic through cuDNN's backward of one order: two runs, the
+  # same bits
+  drc=0
+  for i in 1 2; do
+    limit env WEFT_ATTN=cudnn WEFT_CUDNN_VERBOSE=1 $WEFT run $V --backend cuda --steps 2 --deterministic \
+      --save "$tmp/d$i.st" >"$tmp/d$i" 2>&1 || drc=$?
+  done
+  if [ $drc -eq 0 ] && cmp -s "$tmp/d1.st" "$tmp/d2.st" && grep -q "deterministic backward .* runs$" "$tmp/d1"; then
+    ok "cuDNN's attention, gpt2 bf16 --deterministic: two runs save the same bits"
+  else bad "cuDNN's attention, --deterministic (exit $drc; $(cmp "$tmp/d1.st" "$tmp/d2.st" 2>&1 | head -1))"
+    tail -5 "$tmp/d1" | tee -a "$log"; fi
 fi
 
 say "tests/gpu/run.sh: $pass passed, $fail failed"
