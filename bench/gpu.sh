@@ -20,7 +20,8 @@
 # executor's fusions off, WEFT_CUDA_FUSE=0, WEFT_CUDA_FIRST_WRITE=0,
 # WEFT_CUDA_PAD_ROWS=0, then all three, against all on, then with the
 # first LayerNorm and column-sum kernels, WEFT_LN_KERNEL=old and
-# WEFT_COLSUM_KERNEL=old) and TORCH_MODES
+# WEFT_COLSUM_KERNEL=old, and with LayerNorm's backward adding in place,
+# WEFT_CUDA_LN_IN_PLACE=1) and TORCH_MODES
 # among "eager compile" (default both; empty: none).
 # (SEQ=16 SETS="--set seq=16 --set vocab=256" and WEFT_PLUGIN_DIR=build/cudaemu
 # KERNELS=build/cudaemu/bench_kernels KERNELS_ARGS=--small try the script on
@@ -139,7 +140,7 @@ case " $PARTS " in *" switches "*) ;; *) SW_BATCH= ;; esac
 if [ -n "${SW_BATCH:-}" ]; then
   for sw in "" WEFT_CUDA_FUSE=0 WEFT_CUDA_FIRST_WRITE=0 WEFT_CUDA_PAD_ROWS=0 \
       "WEFT_CUDA_FUSE=0 WEFT_CUDA_FIRST_WRITE=0 WEFT_CUDA_PAD_ROWS=0" \
-      "WEFT_LN_KERNEL=old WEFT_COLSUM_KERNEL=old"; do
+      "WEFT_LN_KERNEL=old WEFT_COLSUM_KERNEL=old" WEFT_CUDA_LN_IN_PLACE=1; do
     if env $sw $WEFT run $PLAN --plan single ${SETS:-} --set batch=$SW_BATCH --backend cuda --steps $((STEPS + 3)) --json \
         >"$tmp/w.json" 2>"$tmp/w.err"; then
       t=$("$PY" -c 'import json,statistics,sys; d=json.load(open(sys.argv[1])); print(statistics.median(s["time_s"] for s in d["steps"][3:]))' "$tmp/w.json")

@@ -6,6 +6,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "weft/value.h"
@@ -987,7 +988,19 @@ bool ckernel_pitched(const ckernel *k, bool backward, int arg, bool out) {
 
 bool ckernel_overwrites(const ckernel *k) { return k && k->props & K_OVERWRITES; }
 
-bool ckernel_adds_in_place(const ckernel *k, int arg) { return !(k && arg == 0 && k->props & K_SCRATCH_DX); }
+/* WEFT_CUDA_LN_IN_PLACE=1: LayerNorm's backward adds in place too (its
+ * vectorized kernel reads and adds 16 bytes at a time; bench/gpu.sh times
+ * it against scratch). */
+static bool scratch_dx(const ckernel *k) {
+  static int in_place = -1;
+  if (in_place < 0) {
+    const char *e = getenv("WEFT_CUDA_LN_IN_PLACE");
+    in_place = e && strcmp(e, "1") == 0;
+  }
+  return k && k->props & K_SCRATCH_DX && !in_place;
+}
+
+bool ckernel_adds_in_place(const ckernel *k, int arg) { return !(arg == 0 && scratch_dx(k)); }
 
 bool ckernel_ids(const ckernel *k, int arg) { return k->ids == arg; }
 
