@@ -372,7 +372,7 @@ struct dn_plan {
   int nkept;
 };
 
-dn_plan dn_plans[64];
+dn_plan dn_plans[128];
 int dn_nplans;
 
 /* The shapes of one graph: S [b, h, s, s] of the scores, R [b, h, s, 1]
@@ -553,7 +553,14 @@ dn_plan *plan_for(int dt, const gpu_attn *a, bool bwd) {
         p->q_batch == a->q_batch && p->kv_batch == a->kv_batch && p->o_batch == a->o_batch)
       return p;
   }
-  if (dn_nplans == (int)(sizeof dn_plans / sizeof dn_plans[0])) return NULL;
+  if (dn_nplans == (int)(sizeof dn_plans / sizeof dn_plans[0])) {
+    static bool said;
+    if (!said)
+      fprintf(stderr, "weft: WEFT_ATTN=cudnn: more than %d shapes of attention; the others run on the plugin's kernels\n",
+              dn_nplans);
+    said = true;
+    return NULL;
+  }
   char err[512];
   cudnnHandle_t h = dn_handle(err, sizeof err);
   if (!h) {
