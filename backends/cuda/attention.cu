@@ -367,8 +367,8 @@ size_t gpu_attention_stats_bytes(const gpu_attn *a) { return (size_t)(a->b * a->
  * cuDNN's workspace where it takes the backward, whichever is larger. */
 static size_t own_ws(const gpu_attn *a) { return (size_t)(2 * a->b * a->hq * a->sq + 1) * sizeof(float); }
 
-size_t gpu_attention_backward_ws(int dt, const gpu_attn *a) {
-  size_t own = own_ws(a), lib = attention_cudnn_backward_ws(dt, a);
+size_t gpu_attention_backward_ws(int dt, const gpu_attn *a, bool acc) {
+  size_t own = own_ws(a), lib = acc ? 0 : attention_cudnn_backward_ws(dt, a);
   return lib > own ? lib : own;
 }
 
@@ -418,9 +418,7 @@ void gpu_attention_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv,
                             const void *k, const void *v, const gpu_attn *a, bool acc, const float *lse_kept,
                             const void *out, void *ws) {
   if (a->dh <= 0 || a->dh > GPU_ATTN_MAX_DH || a->r <= 0 || a->sk <= 0 || (!dq && !dk && !dv)) return;
-  if (lse_kept && out &&
-      attention_cudnn_backward(s, dt, dq, dk, dv, dout, q, k, v, a, acc, lse_kept, out, ws, gpu_attention_backward_ws(dt, a)))
-    return;
+  if (lse_kept && out && attention_cudnn_backward(s, dt, dq, dk, dv, dout, q, k, v, a, acc, lse_kept, out, ws)) return;
   float *lse, *dsum;
   const bool kept = backward_stats(s, dt, dout, a, lse_kept, out, ws, &lse, &dsum);
   if (kept && attention_fa_bwd_takes(dt, a)) {

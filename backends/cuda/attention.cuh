@@ -53,15 +53,16 @@ void attention_fa_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, 
                            const float *dsum);
 
 /* cuDNN's fused attention (attention_cudnn.cu), under WEFT_ATTN=cudnn:
- * false where it does not take the call (the caller runs its kernels);
- * the backward takes the forward's lse and out, and a workspace of
- * gpu_attention_backward_ws's bytes (ws_bytes), of which it wants
+ * false where it does not take the call (the caller runs its kernels).
+ * The backward takes the forward's lse and out and a workspace of
+ * gpu_attention_backward_ws's bytes, asked for these heads on this device
+ * before (it is not taken otherwise), of which it wants
  * attention_cudnn_backward_ws (0: it does not take these heads). */
 bool attention_cudnn_forward(gpu_stream *s, int dt, void *out, const void *q, const void *k, const void *v,
                              const gpu_attn *a, float *lse);
 size_t attention_cudnn_backward_ws(int dt, const gpu_attn *a);
 bool attention_cudnn_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, const void *dout, const void *q,
                               const void *k, const void *v, const gpu_attn *a, bool acc, const float *lse,
-                              const void *out, void *ws, size_t ws_bytes);
+                              const void *out, void *ws);
 
 #endif

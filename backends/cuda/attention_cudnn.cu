@@ -35,7 +35,7 @@ bool gpu_attention_cudnn_offline(const char *, int, const gpu_attn *, bool, int6
   return false;
 }
 bool attention_cudnn_backward(gpu_stream *, int, void *, void *, void *, const void *, const void *, const void *,
-                              const void *, const gpu_attn *, bool, const float *, const void *, void *, size_t) {
+                              const void *, const gpu_attn *, bool, const float *, const void *, void *) {
   return false;
 }
 
@@ -282,11 +282,30 @@ cudnnBackendDescriptor_t reduction(dn_build *b, cudnnReduceTensorOp_t mode, cudn
   return op;
 }
 
+/* Whether the engine of config cfg says it sums in no fixed order. */
+bool nondeterministic(cudnnBackendDescriptor_t cfg) {
+  cudnnBackendDescriptor_t eng = NULL;
+  if (dn.make(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &eng) != CUDNN_STATUS_SUCCESS) return false;
+  bool nd = false;
+  int64_t n = 0, k = 0;
+  cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
+  if (dn.get(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &eng) == CUDNN_STATUS_SUCCESS &&
+      n == 1 &&
+      dn.get(eng, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE, CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &k,
+             notes) == CUDNN_STATUS_SUCCESS)
+    for (int64_t i = 0; i < k && i < CUDNN_NUMERICAL_NOTE_TYPE_COUNT; i++)
+      nd = nd || notes[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC;
+  dn.destroy(eng);
+  return nd;
+}
+
 /* The operation graph of ops, its engines by heuristics (mode A, then the
- * fallback list), the first whose plan finalizes; the plan (kept: the
- * caller destroys it) and its workspace. */
+ * fallback list), the first whose plan finalizes with at most max_ws bytes
+ * of workspace (-1: any) and, where det, whose engine does not say it sums
+ * in no fixed order; the plan (kept: the caller destroys it) and its
+ * workspace. */
 cudnnBackendDescriptor_t plan_of(dn_build *b, cudnnHandle_t h, cudnnBackendDescriptor_t prop,
-                                 cudnnBackendDescriptor_t *ops, int nops, int64_t *ws) {
+                                 cudnnBackendDescriptor_t *ops, int nops, int64_t max_ws, bool det, int64_t *ws) {
   cudnnBackendDescriptor_t g = make(b, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "the operation graph");
   if (h) set(b, g, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h, "the graph's handle");
   set(b, g, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, nops, ops, "the graph's operations");
@@ -315,6 +334,10 @@ cudnnBackendDescriptor_t plan_of(dn_build *b, cudnnHandle_t h, cudnnBackendDescr
     }
     if (m == 0) b->viable = got;
     for (int64_t i = 0; i < got; i++) {
+      if (det && nondeterministic(cfgs[i])) {
+        if (!*first) snprintf(first, sizeof first, "an engine that sums in no fixed order, under --deterministic");
+        continue;
+      }
       cudnnBackendDescriptor_t p = NULL;
       if (dn.make(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &p) != CUDNN_STATUS_SUCCESS) continue;
       cudnnStatus_t st = h ? dn.set(p, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h)
@@ -326,7 +349,10 @@ cudnnBackendDescriptor_t plan_of(dn_build *b, cudnnHandle_t h, cudnnBackendDescr
         int64_t n = 0;
         *ws = 0;
         dn.get(p, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n, ws);
-        return p;
+        if (max_ws < 0 || *ws <= max_ws) return p;
+        if (!*first) snprintf(first, sizeof first, "a plan that wants %lld bytes of workspace", (long long)*ws);
+        dn.destroy(p);
+        continue;
       }
       if (prop && st == CUDNN_STATUS_EXECUTION_FAILED_CUDA_DRIVER) {
         b->compiled = true;
@@ -367,6 +393,8 @@ struct dn_plan {
   int64_t lib_at;  /* and the plan's workspace's */
   int64_t total;   /* the workspace in all */
   bool ran;        /* executed once (WEFT_CUDNN_VERBOSE says so) */
+  bool sized;      /* the backward: its workspace asked for (gpu_attention_backward_ws), so
+                    * that a caller's workspace holds it */
   /* the graph's descriptors, kept as long as the plan made of them */
   cudnnBackendDescriptor_t kept[160];
   int nkept;
@@ -574,7 +602,8 @@ dn_plan *plan_for(int dt, const gpu_attn *a, bool bwd) {
   cudnnBackendDescriptor_t ops[40];
   int n = bwd ? bwd_graph(g, ops, a) : fwd_graph(g, ops, a);
   int64_t ws = 0;
-  cudnnBackendDescriptor_t plan = plan_of(&b, h, NULL, ops, n, &ws);
+  /* the forward has no workspace of its own */
+  cudnnBackendDescriptor_t plan = plan_of(&b, h, NULL, ops, n, bwd ? -1 : 0, bwd && a->det, &ws);
   if (!plan) release(&b, NULL);
   if (!plan)
     fprintf(stderr,
@@ -619,8 +648,8 @@ bool run(dn_plan *p, gpu_stream *s, const int64_t *uids, void **ptrs, int n, voi
   }
   cudnnStatus_t st = dn.set_stream(h, (cudaStream_t)s);
   dn_build b;
-  b.ok = st == CUDNN_STATUS_SUCCESS, b.n = 0, b.err[0] = 0, b.offered = b.viable = 0, b.compiled = false;
-  if (!b.ok) fail(&b, "cudnnSetStream", st);
+  b.ok = true, b.n = 0, b.err[0] = 0, b.offered = b.viable = 0, b.compiled = false;
+  if (st != CUDNN_STATUS_SUCCESS) fail(&b, "cudnnSetStream", st);
   cudnnBackendDescriptor_t vp = make(&b, CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, "the variant pack");
   set(&b, vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws, "the workspace");
   set(&b, vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, ptrs, "the tensors' addresses");
@@ -663,7 +692,7 @@ bool gpu_attention_cudnn_offline(const char *device_json, int dt, const gpu_attn
                  a->hq / a->r};
   cudnnBackendDescriptor_t ops[40];
   int n = bwd ? bwd_graph(g, ops, a) : fwd_graph(g, ops, a);
-  cudnnBackendDescriptor_t plan = b.ok ? plan_of(&b, NULL, prop, ops, n, ws) : NULL;
+  cudnnBackendDescriptor_t plan = b.ok ? plan_of(&b, NULL, prop, ops, n, bwd ? -1 : 0, bwd && a->det, ws) : NULL;
   release(&b, NULL);
   if (plan) dn.destroy(plan);
   if (plan || b.compiled)
@@ -681,34 +710,36 @@ bool attention_cudnn_forward(gpu_stream *s, int dt, void *out, const void *q, co
     return false;
   dn_plan *p = plan_for(dt, a, false);
   if (!p || !p->plan) return false;
-  if (p->ws > 0) {
-    /* the forward has no workspace of its own */
-    char why[160];
-    snprintf(why, sizeof why, "the forward's plan wants %lld bytes of workspace", (long long)p->ws);
-    dn_off(why);
-    return false;
-  }
   float scale = (float)(1.0 / sqrt((double)a->dh)), neg_inf = dn.version >= 91000 ? -INFINITY : -3.402823466e38f;
   const int64_t uids[7] = {U_Q, U_K, U_V, U_O, U_STATS, U_SCALE, U_NEGINF};
   void *ptrs[7] = {(void *)q, (void *)k, (void *)v, out, lse, &scale, &neg_inf};
   return run(p, s, uids, ptrs, 7, NULL);
 }
 
+/* cuDNN 9.15 and before want a padding mask in the backward where the
+ * keys are not a multiple of 128 (NVIDIA's frontend adds one); weft's
+ * graph has none, so those stay on the plugin's kernels. */
+static bool takes_backward(int dt, const gpu_attn *a) { return takes(dt, a) && (dn.version >= 91600 || a->sk % 128 == 0); }
+
 size_t attention_cudnn_backward_ws(int dt, const gpu_attn *a) {
-  if (!takes(dt, a)) return 0;
+  if (!takes_backward(dt, a)) return 0;
   dn_plan *p = plan_for(dt, a, true);
-  return p && p->plan ? (size_t)p->total : 0;
+  if (!p || !p->plan) return 0;
+  p->sized = true;
+  return (size_t)p->total;
 }
 
 bool attention_cudnn_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, const void *dout, const void *q,
                               const void *k, const void *v, const gpu_attn *a, bool acc, const float *lse,
-                              const void *out, void *ws, size_t ws_bytes) {
-  if (acc || !dq || !dk || !dv || !ws || !takes(dt, a)) return false;
+                              const void *out, void *ws) {
+  if (acc || !dq || !dk || !dv || !ws || !takes_backward(dt, a)) return false;
   const void *all[] = {dq, dk, dv, dout, q, k, v, lse, out, ws};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
     if (!aligned(all[i])) return false;
   dn_plan *p = plan_for(dt, a, true);
-  if (!p || !p->plan || (size_t)p->total > ws_bytes) return false;
+  /* a plan whose workspace was not asked for, on this device, before: the
+   * caller's workspace is sized for the plugin's kernels */
+  if (!p || !p->plan || !p->sized) return false;
   char *w = (char *)ws;
   if (dn.version < 90600 && !p->det)
     cudaMemsetAsync(w + p->acc_at, 0, (size_t)(p->lib_at - p->acc_at), (cudaStream_t)s);

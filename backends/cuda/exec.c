@@ -2476,6 +2476,9 @@ crun *crun_open(const weft_program *pr, weft_world *w, const backend_opts *o, ch
   int64_t part = plan_norm(r, &mask_bytes);
   plan_keep(r);
   if (!getenv("WEFT_CUDA_PAD_ROWS") || strcmp(getenv("WEFT_CUDA_PAD_ROWS"), "0") != 0) pad_rows(r);
+  /* the GPU first: a kernel's scratch may be sized by a library that
+   * plans for the device it runs on (cuDNN's attention) */
+  if (!crun_gpu(&r->gpu, &r->props, err, errlen)) goto fail;
   csched_cb cb = {r, ins_ws, (int64_t)gpu_gemm_ws() + (int64_t)gpu_sumsq_ws() + part, (const ckeep *const *)r->keep,
                   r->pbytes};
   char e[512];
@@ -2489,7 +2492,6 @@ crun *crun_open(const weft_program *pr, weft_world *w, const backend_opts *o, ch
   if (tail) clip_tail_free(pr, tail);
   /* build_plan marked the buffers the steps write; the plain plan's count */
   r->P = &r->plan[0];
-  if (!crun_gpu(&r->gpu, &r->props, err, errlen)) goto fail;
   /* everything at once, or nothing: each pool the larger of the two plans' */
   int64_t pools = 0, largest = 0;
   int64_t *pool = cx_alloc(sizeof(int64_t) * (size_t)(pr->nprogs + 1));

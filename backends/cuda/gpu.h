@@ -246,9 +246,10 @@ enum { GPU_ATTN_MAX_DH = 256 };
 void gpu_attention(gpu_stream *s, int dt, void *out, const void *q, const void *k, const void *v, const gpu_attn *a,
                    float *lse);
 size_t gpu_attention_stats_bytes(const gpu_attn *a);
-/* The backward's workspace for heads of type dt (a cuDNN plan's, when
- * WEFT_ATTN=cudnn takes them, is built here: a call on the device). */
-size_t gpu_attention_backward_ws(int dt, const gpu_attn *a);
+/* The backward's workspace for heads of type dt, acc: whether it adds to
+ * the gradients (a cuDNN plan's, when WEFT_ATTN=cudnn takes the heads and
+ * the backward writes, is built here: a call on the device it runs on). */
+size_t gpu_attention_backward_ws(int dt, const gpu_attn *a, bool acc);
 /* dq, dk, dv (+)= the gradients from dout: each row's log-sum-exp (lse,
  * from the forward) and D = dout . out (out: the result the forward wrote,
  * laid out as dout), or, when lse or out is NULL, both from a pass of the

@@ -416,7 +416,7 @@ static bool causal_attention_backward(const ccall *c, char *err, size_t errlen) 
 
 static size_t causal_attention_ws_backward(const ccall *c) {
   gpu_attn a = causal_geometry(c);
-  return gpu_attention_backward_ws(c->dt, &a);
+  return gpu_attention_backward_ws(c->dt, &a, c->acc);
 }
 
 static size_t causal_attention_keep(const ccall *c) {
@@ -482,7 +482,7 @@ static bool gqa_attention_backward(const ccall *c, char *err, size_t errlen) {
 
 static size_t gqa_attention_ws_backward(const ccall *c) {
   gpu_attn a = gqa_geometry(c);
-  return gpu_attention_backward_ws(c->dt, &a);
+  return gpu_attention_backward_ws(c->dt, &a, c->acc);
 }
 
 static size_t gqa_attention_keep(const ccall *c) {

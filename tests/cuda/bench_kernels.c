@@ -113,7 +113,7 @@ static void attention(int64_t b, int64_t heads, int64_t dh, int64_t s, int reps)
   j.dout = filled(b * s * c, GPU_BF16);
   j.out = zeros((size_t)(b * s * c) * 2);
   j.g = zeros((size_t)(b * s * 3 * c) * 2);
-  j.ws = zeros(gpu_attention_backward_ws(GPU_BF16, &j.a));
+  j.ws = zeros(gpu_attention_backward_ws(GPU_BF16, &j.a, false));
   j.lse = zeros(gpu_attention_stats_bytes(&j.a));
   double flop = 2.0 * (double)b * heads * (double)s * s * dh;
   char shape[96];

@@ -563,7 +563,7 @@ static void check_attention(int dt, int64_t b, int64_t s, int64_t heads, int64_t
   snprintf(what, sizeof what, "causal_attention b%lld s%lld heads%lld dh%lld", (long long)b, (long long)s,
            (long long)heads, (long long)dh);
   expect_dev(what, dt, o, want, no);
-  void *ws = gpu_alloc(gpu_attention_backward_ws(dt, &a), e, sizeof e);
+  void *ws = gpu_alloc(gpu_attention_backward_ws(dt, &a, false), e, sizeof e);
   /* from the forward's log-sum-exp and result, then with the forward again */
   for (int kept = 1; kept >= 0; kept--) {
     void *g = up(g0, nq, dt);
@@ -629,7 +629,7 @@ static void check_gqa_at(int dt, int64_t sq, int64_t sk, int64_t q0, int64_t dh,
   snprintf(what, sizeof what, "gqa_attention g2 r2 dh%lld, queries [%lld, %lld) of %lld%s", (long long)dh, (long long)q0,
            (long long)(q0 + sq), (long long)sk, shift ? ", rows off 16 bytes" : "");
   expect_dev(what, dt, o, want, nq);
-  void *ws = gpu_alloc(gpu_attention_backward_ws(dt, &a), e, sizeof e);
+  void *ws = gpu_alloc(gpu_attention_backward_ws(dt, &a, false), e, sizeof e);
   /* from the forward's log-sum-exp and result, then with the forward again */
   for (int kept = 1; kept >= 0; kept--) {
     const char *how = kept ? ", the forward's log-sum-exp" : ", the forward again";
@@ -704,7 +704,7 @@ static void check_attention_parts(int dt, int64_t dh) {
                 sq * g * r * dh, sk, q0, false};
   void *dq = up(q, nq, dt), *dk = up(k, nk, dt), *dv = up(v, nk, dt), *dO = up(dout, nq, dt), *o = poisoned(nq, dt);
   float *lse = gpu_alloc(gpu_attention_stats_bytes(&a), e, sizeof e);
-  void *ws = gpu_alloc(gpu_attention_backward_ws(dt, &a), e, sizeof e);
+  void *ws = gpu_alloc(gpu_attention_backward_ws(dt, &a, true), e, sizeof e);
   gpu_attention(S, dt, o, dq, dk, dv, &a, lse);
   for (int part = 0; part < 2; part++) {
     void *gq = up(gq0, nq, dt), *gk = up(gk0, nk, dt), *gv = up(gv0, nk, dt);
