@@ -13,9 +13,10 @@
 #
 # Usage, from the repository root, with ./weft and ./libweft_cuda.so built
 # where nvcc is:   sh bench/gpu.sh [DIR]
-# PARTS picks among "124m 350m tp2 cudnn switches" (default the first four;
-# cudnn: 124M and 350M again with attention through cuDNN's fused flash
-# attention, WEFT_ATTN=cudnn; tp2 and switches also find 124M's batch;
+# PARTS picks among "kernels 124m 350m tp2 cudnn switches" (default the
+# first five; kernels: bench_kernels, below; cudnn: 124M and 350M again
+# with attention through cuDNN's fused flash attention, WEFT_ATTN=cudnn;
+# tp2 and switches also find 124M's batch;
 # switches: 124M with each of the
 # executor's fusions off, WEFT_CUDA_FUSE=0, WEFT_CUDA_FIRST_WRITE=0,
 # WEFT_CUDA_PAD_ROWS=0, then all three, against all on, then with the
@@ -71,7 +72,10 @@ say "bench/gpu.sh, $(date -u '+%Y-%m-%d %H:%M UTC'), ${device:-no nvidia-smi}, b
 # events (tests/cuda/bench_kernels.c, built by make cuda; KERNELS names
 # another build, KERNELS_ARGS=--small for the emulation)
 KERNELS=${KERNELS:-build/cuda/bench_kernels}
-if [ -x "$KERNELS" ]; then
+PARTS=${PARTS:-kernels 124m 350m tp2 cudnn}
+if ! case " $PARTS " in *" kernels "*) true ;; *) false ;; esac; then
+  :
+elif [ -x "$KERNELS" ]; then
   "$KERNELS" $KERNELS_ARGS 2>&1 | tee -a "$log"
   # the LM head again with cuBLASLt's first algorithm and its odd columns
   # unsplit (what WEFT_GEMM_TUNE and WEFT_GEMM_EVEN gain)
@@ -128,7 +132,6 @@ bench_size() {
   done
   [ "$name" = "GPT-2 124M" ] && TP_BATCH=$batch
 }
-PARTS=${PARTS:-124m 350m tp2 cudnn}
 case " $PARTS " in *" 124m "*|*" tp2 "*|*" switches "*) bench_size "GPT-2 124M" 12 768 12 ;; esac
 case " $PARTS " in *" 350m "*) bench_size "GPT-2 350M" 24 1024 16 ;; esac
 SW_BATCH=$TP_BATCH

@@ -30,7 +30,9 @@
 # `make weft cuda` on a
 # machine with nvcc (the GPU machine needs no flex, bison or Lua):
 #     sh tests/gpu/run.sh [DIR]
-# PY names a python3 with torch and numpy (default: python3 on the PATH).
+# PY names a python3 with torch and numpy (default: python3 on the PATH);
+# CHECKS the numbers of the checks to run (default "1 2 3 4 5 6 7 8");
+# LIMIT the seconds each may take (default 240).
 DIR=${1:-bench/results}
 WEFT=./weft
 PY=${PY:-$(command -v python3)}
@@ -59,6 +61,9 @@ fi
 export WEFT_PLUGIN_DIR=$(pwd)
 # each check stops after LIMIT seconds (a hang is a failure, not a lost log)
 LIMIT=${LIMIT:-240}
+# CHECKS: the numbers of the checks to run (default all, 1 to 8)
+CHECKS=${CHECKS:-1 2 3 4 5 6 7 8}
+want() { case " $CHECKS " in *" $1 "*) return 0 ;; esac; return 1; }
 # (SECS, where set, in its place)
 limit() { if command -v timeout >/dev/null 2>&1; then timeout "${SECS:-$LIMIT}" "$@"; else "$@"; fi; }
 
@@ -72,21 +77,28 @@ say "driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev
   "$(nvcc --version 2>/dev/null | tail -1); weft $($WEFT version | sed 's/^weft //'), commit ${WEFT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}"
 
 # 1. the plugin and the GPU
+if want 1; then
 if $WEFT backends --kernels >"$tmp/b" 2>&1 && grep -q "runs on: GPU" "$tmp/b"; then ok "$(grep 'runs on' "$tmp/b" | sed 's/^ *//')"
 else bad "weft backends: the plugin or the GPU"; cat "$tmp/b" | tee -a "$log"; fi
+fi
 
 # 2. the kernels
+if want 2; then
 if limit build/cuda/test_kernels >"$tmp/k" 2>&1; then ok "kernels: $(tail -1 "$tmp/k" | sed 's/^test_kernels: //') against the CPU's"
 else bad "kernels"; fi
 grep "^kernel" "$tmp/k" >>"$log"
 grep "FAIL" "$tmp/k"
+fi
 
 # 3. the plans
+if want 3; then
 { limit sh tests/cuda/plans.sh "$WEFT" "$(pwd)" cuda 1e-5 2>&1; echo $? >"$tmp/prc"; } | tee -a "$log" >"$tmp/p"
 if [ "$(cat "$tmp/prc")" = 0 ]; then ok "plans: $(tail -1 "$tmp/p")"
 else bad "plans (exit $(cat "$tmp/prc")): $(tail -1 "$tmp/p")"; grep "FAIL" "$tmp/p"; fi
+fi
 
 # 4. PyTorch
+if want 4; then
 # (GPT-2 under four plans and schedules, then the mixture of experts under
 # three plans and two capacities: twice the time of a check)
 SECS=$((LIMIT * 2))
@@ -98,8 +110,10 @@ if [ $rrc -eq 0 ] && [ "$(grep -c 'on cuda ok' "$tmp/r")" -ge 10 ]; then
 elif [ $rrc -eq 124 ]; then bad "PyTorch reference: stopped after $((LIMIT * 2)) s (LIMIT=$LIMIT, twice that for this check)"
 else bad "PyTorch reference ($PY): $(tail -1 "$tmp/r")"; fi
 cat "$tmp/r" >>"$log"
+fi
 
 # 5. memcheck
+if want 5; then
 GPT="--set layers=2 --set hidden=64 --set heads=4 --set seq=16 --set vocab=256 --set batch=4"
 if command -v compute-sanitizer >/dev/null 2>&1; then
   limit compute-sanitizer --tool memcheck --error-exitcode 9 $WEFT run examples/gpt2.plan --plan tp2 $GPT --backend cuda \
@@ -110,8 +124,10 @@ if command -v compute-sanitizer >/dev/null 2>&1; then
 else
   bad "compute-sanitizer is not on the PATH"
 fi
+fi
 
 # 6. NCCL, one rank
+if want 6; then
 ONE=tests/cuda/coshard_one.plan  # co-shard on one device: all-reduces of the group [0]
 if ! ldd libweft_cuda.so | grep -q "libnccl"; then
   say "skipped: NCCL path: libweft_cuda.so was built without NCCL (no nccl.h where nvcc is)"
@@ -130,9 +146,12 @@ else
     rm -f "$tmp/v.st" "$tmp/n.st"
   done
 fi
+fi
 
 # 7. the fusions at GPT-2's vocabulary
 V="bench/gpu/gpt2.plan --plan single --set layers=2 --set seq=128 --set batch=4"
+l1=
+if want 7; then
 OFF="WEFT_CUDA_FUSE=0 WEFT_CUDA_FIRST_WRITE=0 WEFT_CUDA_PAD_ROWS=0"
 limit $WEFT run $V --backend cuda --steps 3 --check >"$tmp/f1" 2>&1
 rc1=$?
@@ -143,8 +162,10 @@ if [ $rc1 -eq 0 ] && [ $rc0 -eq 0 ] && grep -q ": match$" "$tmp/f1" &&
    awk -v a="$l0" -v b="$l1" 'BEGIN {d = a - b; if (d < 0) d = -d; exit !(a > 0 && d <= 0.01 * a)}'; then
   ok "fusions, gpt2 bf16 vocabulary 50257: --check $(grep -o 'losses within [^,]*' "$tmp/f1"); loss at step 3 $l1, every fusion off $l0"
 else bad "fusions, gpt2 bf16 vocabulary 50257 (exit $rc1, $rc0; losses $l1, $l0)"; cat "$tmp/f1" "$tmp/f0" | tail -20 | tee -a "$log"; fi
+fi
 
 # 8. cuDNN's fused attention (WEFT_ATTN=cudnn, backends/cuda/attention_cudnn.cu)
+if want 8; then
 if [ -z "${WEFT_CUDNN:-}" ]; then
   dn=$(find /usr/local /usr/lib /opt -name 'libcudnn.so.9' 2>/dev/null | head -1)
   [ -n "$dn" ] && export WEFT_CUDNN=$dn
@@ -170,6 +191,10 @@ else
   grep "weft: \|attention" "$tmp/dk" >>"$log"
   # GPT-2 at its vocabulary: one device against cpu (--check), and its
   # losses against the plugin's attention's
+  if [ -z "$l1" ]; then  # (check 7 not run: the plugin's attention's loss)
+    limit $WEFT run $V --backend cuda --steps 3 >"$tmp/f1" 2>&1
+    l1=$(awk '$1 == "step" {l = $4} END {print l}' "$tmp/f1")
+  fi
   limit env WEFT_ATTN=cudnn WEFT_CUDNN_VERBOSE=1 $WEFT run $V --backend cuda --steps 3 --check >"$tmp/c1" 2>&1
   rc1=$?
   lc=$(awk '$1 == "step" {l = $4} END {print l}' "$tmp/c1")
@@ -189,6 +214,7 @@ else
     ok "cuDNN's attention, gpt2 bf16 --deterministic: two runs save the same bits"
   else bad "cuDNN's attention, --deterministic (exit $drc; $(cmp "$tmp/d1.st" "$tmp/d2.st" 2>&1 | head -1))"
     tail -5 "$tmp/d1" | tee -a "$log"; fi
+fi
 fi
 
 say "tests/gpu/run.sh: $pass passed, $fail failed"
