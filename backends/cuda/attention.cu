@@ -349,7 +349,7 @@ static void core_forward(gpu_stream *s, int dt, void *out, const void *q, const 
 void gpu_attention(gpu_stream *s, int dt, void *out, const void *q, const void *k, const void *v, const gpu_attn *a,
                    float *lse) {
   if (a->dh <= 0 || a->dh > GPU_ATTN_MAX_DH || a->r <= 0 || a->sk <= 0) return;
-  if (attention_cudnn_forward(s, dt, out, q, k, v, a, lse)) return;
+  if (attention_cudnn_forward(s, dt, out, q, k, v, a, lse, true)) return;
   if (attention_fa_fwd_takes(dt, a)) {
     attention_fa_forward(s, dt, out, q, k, v, a, lse);
     return;
@@ -368,7 +368,7 @@ size_t gpu_attention_stats_bytes(const gpu_attn *a) { return (size_t)(a->b * a->
 static size_t own_ws(const gpu_attn *a) { return (size_t)(2 * a->b * a->hq * a->sq + 1) * sizeof(float); }
 
 size_t gpu_attention_backward_ws(int dt, const gpu_attn *a, bool acc) {
-  size_t own = own_ws(a), lib = acc ? 0 : attention_cudnn_backward_ws(dt, a);
+  size_t own = own_ws(a), lib = acc ? 0 : attention_cudnn_backward_ws(dt, a, true);
   return lib > own ? lib : own;
 }
 
@@ -418,7 +418,8 @@ void gpu_attention_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv,
                             const void *k, const void *v, const gpu_attn *a, bool acc, const float *lse_kept,
                             const void *out, void *ws) {
   if (a->dh <= 0 || a->dh > GPU_ATTN_MAX_DH || a->r <= 0 || a->sk <= 0 || (!dq && !dk && !dv)) return;
-  if (lse_kept && out && attention_cudnn_backward(s, dt, dq, dk, dv, dout, q, k, v, a, acc, lse_kept, out, ws)) return;
+  if (lse_kept && out && attention_cudnn_backward(s, dt, dq, dk, dv, dout, q, k, v, a, acc, lse_kept, out, ws, true))
+    return;
   float *lse, *dsum;
   const bool kept = backward_stats(s, dt, dout, a, lse_kept, out, ws, &lse, &dsum);
   if (kept && attention_fa_bwd_takes(dt, a)) {
@@ -437,17 +438,23 @@ void gpu_attention_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv,
 void gpu_attention_full(gpu_stream *s, int dt, void *out, const void *q, const void *k, const void *v,
                         const gpu_attn *a, float *lse) {
   if (a->dh <= 0 || a->dh > GPU_ATTN_MAX_DH || a->r <= 0 || a->sk <= 0) return;
+  if (attention_cudnn_forward(s, dt, out, q, k, v, a, lse, false)) return;
   gpu_attn f = *a;
   f.qpos = f.sk - 1;
   core_forward(s, dt, out, q, k, v, &f, lse);
 }
 
-size_t gpu_attention_full_backward_ws(const gpu_attn *a) { return own_ws(a); }
+size_t gpu_attention_full_backward_ws(int dt, const gpu_attn *a, bool acc) {
+  size_t own = own_ws(a), lib = acc ? 0 : attention_cudnn_backward_ws(dt, a, false);
+  return lib > own ? lib : own;
+}
 
 void gpu_attention_full_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, const void *dout,
                                  const void *q, const void *k, const void *v, const gpu_attn *a, bool acc,
                                  const float *lse_kept, const void *out, void *ws) {
   if (a->dh <= 0 || a->dh > GPU_ATTN_MAX_DH || a->r <= 0 || a->sk <= 0 || (!dq && !dk && !dv)) return;
+  if (lse_kept && out && attention_cudnn_backward(s, dt, dq, dk, dv, dout, q, k, v, a, acc, lse_kept, out, ws, false))
+    return;
   gpu_attn f = *a;
   f.qpos = f.sk - 1;
   float *lse, *dsum;

@@ -52,17 +52,18 @@ void attention_fa_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, 
                            const void *k, const void *v, const gpu_attn *a, bool acc, const float *lse,
                            const float *dsum);
 
-/* cuDNN's fused attention (attention_cudnn.cu), under WEFT_ATTN=cudnn:
+/* cuDNN's fused attention (attention_cudnn.cu), under WEFT_ATTN=cudnn,
+ * causal (sq = sk, qpos 0) or with every key in view (causal false):
  * false where it does not take the call (the caller runs its kernels).
  * The backward takes the forward's lse and out and a workspace of
- * gpu_attention_backward_ws's bytes, asked for these heads on this device
- * before (it is not taken otherwise), of which it wants
- * attention_cudnn_backward_ws (0: it does not take these heads). */
+ * gpu_attention_backward_ws's bytes (or the full attention's), asked for
+ * these heads on this device before (it is not taken otherwise), of which
+ * it wants attention_cudnn_backward_ws (0: it does not take these heads). */
 bool attention_cudnn_forward(gpu_stream *s, int dt, void *out, const void *q, const void *k, const void *v,
-                             const gpu_attn *a, float *lse);
-size_t attention_cudnn_backward_ws(int dt, const gpu_attn *a);
+                             const gpu_attn *a, float *lse, bool causal);
+size_t attention_cudnn_backward_ws(int dt, const gpu_attn *a, bool causal);
 bool attention_cudnn_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, const void *dout, const void *q,
                               const void *k, const void *v, const gpu_attn *a, bool acc, const float *lse,
-                              const void *out, void *ws);
+                              const void *out, void *ws, bool causal);
 
 #endif

@@ -9,8 +9,9 @@
  * WEFT_ATTN=cudnn asks for it. cuDNN is loaded at run time (dlopen of
  * libcudnn.so.9: WEFT_CUDNN names the file, else the loader's search, else
  * the toolkit's lib64), so the plugin neither links nor needs it. It takes
- * 16-bit heads of up to 128 (grouped queries too), queries and keys of the
- * same positions (qpos 0, sq = sk), rows on 16 bytes, a backward that
+ * 16-bit heads of up to 128 (grouped queries too), causal with queries and
+ * keys of the same positions (qpos 0, sq = sk) or with every key in view
+ * (T5's attention, gpu_attention_full), rows on 16 bytes, a backward that
  * writes (not adds to) its gradients; under --deterministic the
  * backward's graph writes dq straight from its product, which has cuDNN
  * take its kernel that sums dq in one order (the default one sums it in
@@ -26,16 +27,16 @@
 #if defined(WEFT_CUDA_EMU) || defined(WEFT_NO_CUDNN)
 
 bool attention_cudnn_forward(gpu_stream *, int, void *, const void *, const void *, const void *, const gpu_attn *,
-                             float *) {
+                             float *, bool) {
   return false;
 }
-size_t attention_cudnn_backward_ws(int, const gpu_attn *) { return 0; }
-bool gpu_attention_cudnn_offline(const char *, int, const gpu_attn *, bool, int64_t *, char *err, size_t errlen) {
+size_t attention_cudnn_backward_ws(int, const gpu_attn *, bool) { return 0; }
+bool gpu_attention_cudnn_offline(const char *, int, const gpu_attn *, bool, bool, int64_t *, char *err, size_t errlen) {
   snprintf(err, errlen, "this plugin is built without cuDNN's path");
   return false;
 }
 bool attention_cudnn_backward(gpu_stream *, int, void *, void *, void *, const void *, const void *, const void *,
-                              const void *, const gpu_attn *, bool, const float *, const void *, void *) {
+                              const void *, const gpu_attn *, bool, const float *, const void *, void *, bool) {
   return false;
 }
 
@@ -385,7 +386,8 @@ enum {
 struct dn_plan {
   int dev, dt;
   bool bwd, det; /* det: the backward of --deterministic */
-  int64_t b, s, h, r, d, q_row, kv_row, o_row, q_batch, kv_batch, o_batch;
+  bool causal;
+  int64_t b, s, sk, h, r, d, q_row, kv_row, o_row, q_batch, kv_batch, o_batch;
   cudnnBackendDescriptor_t plan;
   int64_t ws;      /* the plan's workspace */
   int64_t sum_at;  /* the backward: the row sums' and dq's f32 sums' offsets in our workspace */
@@ -403,32 +405,35 @@ struct dn_plan {
 dn_plan dn_plans[128];
 int dn_nplans;
 
-/* The shapes of one graph: S [b, h, s, s] of the scores, R [b, h, s, 1]
- * of a row's statistics, and tensors of the heads as gpu_attn lays them
+/* The shapes of one graph: S [b, h, sq, sk] of the scores, R [b, h, sq,
+ * 1] of a row's statistics, and tensors of the heads as gpu_attn lays them
  * out (a token's heads side by side in a row: strides [batch, d, row, 1]),
  * K^T and V^T the same memory with the last two dimensions swapped. */
 struct dn_shapes {
   dn_build *b;
   cudnnDataType_t io;
-  int64_t nb, h, s, d;
+  int64_t nb, h, sq, d;
   int64_t virt;
   int64_t hk; /* key/value heads: h / r, the query heads of a group consecutive */
+  int64_t sk;
+  bool causal; /* query i sees keys 0 to i (sq = sk); else every key */
 };
 
-cudnnBackendDescriptor_t heads(dn_shapes &g, int64_t uid, int64_t row, int64_t batch, int64_t h) {
-  return tensor(g.b, uid, 0, g.io, g.nb, h, g.s, g.d, batch, g.d, row, 1);
+/* heads of s rows each */
+cudnnBackendDescriptor_t heads(dn_shapes &g, int64_t uid, int64_t row, int64_t batch, int64_t h, int64_t s) {
+  return tensor(g.b, uid, 0, g.io, g.nb, h, s, g.d, batch, g.d, row, 1);
 }
-cudnnBackendDescriptor_t heads_t(dn_shapes &g, int64_t uid, int64_t row, int64_t batch, int64_t h) {
-  return tensor(g.b, uid, 0, g.io, g.nb, h, g.d, g.s, batch, g.d, 1, row);
+cudnnBackendDescriptor_t heads_t(dn_shapes &g, int64_t uid, int64_t row, int64_t batch, int64_t h, int64_t s) {
+  return tensor(g.b, uid, 0, g.io, g.nb, h, g.d, s, batch, g.d, 1, row);
 }
 cudnnBackendDescriptor_t scores(dn_shapes &g, cudnnDataType_t dt, bool transposed = false) {
-  const int64_t ss = g.s * g.s;
-  if (transposed) return tensor(g.b, 0, g.virt++, dt, g.nb, g.h, g.s, g.s, g.h * ss, ss, 1, g.s);
-  return tensor(g.b, 0, g.virt++, dt, g.nb, g.h, g.s, g.s, g.h * ss, ss, g.s, 1);
+  const int64_t ss = g.sq * g.sk;
+  if (transposed) return tensor(g.b, 0, g.virt++, dt, g.nb, g.h, g.sk, g.sq, g.h * ss, ss, 1, g.sk);
+  return tensor(g.b, 0, g.virt++, dt, g.nb, g.h, g.sq, g.sk, g.h * ss, ss, g.sk, 1);
 }
-/* [b, h, s, 1], packed; uid 0: virtual */
+/* [b, h, sq, 1], packed; uid 0: virtual */
 cudnnBackendDescriptor_t rows(dn_shapes &g, int64_t uid) {
-  return tensor(g.b, uid, g.virt++, CUDNN_DATA_FLOAT, g.nb, g.h, g.s, 1, g.h * g.s, g.s, 1, 1);
+  return tensor(g.b, uid, g.virt++, CUDNN_DATA_FLOAT, g.nb, g.h, g.sq, 1, g.h * g.sq, g.sq, 1, 1);
 }
 cudnnBackendDescriptor_t scalar(dn_shapes &g, int64_t uid) {
   return tensor(g.b, uid, 0, CUDNN_DATA_FLOAT, 1, 1, 1, 1, 1, 1, 1, 1, true);
@@ -447,18 +452,19 @@ cudnnBackendDescriptor_t causal(dn_shapes &g, cudnnBackendDescriptor_t *ops, int
   return y;
 }
 
-/* The forward: S = scale Q K^T, masked; Stats = max + log sum exp(S -
- * max); O = (exp(S - max) / sum) V. */
+/* The forward: S = scale Q K^T, masked (causal); Stats = max + log sum
+ * exp(S - max); O = (exp(S - max) / sum) V. */
 int fwd_graph(dn_shapes &g, cudnnBackendDescriptor_t *ops, const gpu_attn *a) {
   int n = 0;
-  cudnnBackendDescriptor_t q = heads(g, U_Q, a->q_row, a->q_batch, g.h);
-  cudnnBackendDescriptor_t kt = heads_t(g, U_K, a->kv_row, a->kv_batch, g.hk);
-  cudnnBackendDescriptor_t v = heads(g, U_V, a->kv_row, a->kv_batch, g.hk), o = heads(g, U_O, a->o_row, a->o_batch, g.h);
-  cudnnBackendDescriptor_t stats = rows(g, U_STATS), scale = scalar(g, U_SCALE), neg_inf = scalar(g, U_NEGINF);
+  cudnnBackendDescriptor_t q = heads(g, U_Q, a->q_row, a->q_batch, g.h, g.sq);
+  cudnnBackendDescriptor_t kt = heads_t(g, U_K, a->kv_row, a->kv_batch, g.hk, g.sk);
+  cudnnBackendDescriptor_t v = heads(g, U_V, a->kv_row, a->kv_batch, g.hk, g.sk);
+  cudnnBackendDescriptor_t o = heads(g, U_O, a->o_row, a->o_batch, g.h, g.sq);
+  cudnnBackendDescriptor_t stats = rows(g, U_STATS), scale = scalar(g, U_SCALE);
   cudnnBackendDescriptor_t s0 = scores(g, CUDNN_DATA_FLOAT), s1 = scores(g, CUDNN_DATA_FLOAT);
   ops[n++] = matmul(g.b, q, kt, s0);
   ops[n++] = pointwise(g.b, CUDNN_POINTWISE_MUL, s0, scale, s1);
-  cudnnBackendDescriptor_t s2 = causal(g, ops, &n, s1, neg_inf);
+  cudnnBackendDescriptor_t s2 = g.causal ? causal(g, ops, &n, s1, scalar(g, U_NEGINF)) : s1;
   cudnnBackendDescriptor_t m = rows(g, 0), z = scores(g, CUDNN_DATA_FLOAT), e = scores(g, CUDNN_DATA_FLOAT);
   cudnnBackendDescriptor_t l = rows(g, 0), lnl = rows(g, 0), p = scores(g, g.io);
   ops[n++] = reduction(g.b, CUDNN_REDUCE_TENSOR_MAX, s2, m);
@@ -486,8 +492,8 @@ cudnnBackendDescriptor_t reshape(dn_build *b, cudnnBackendDescriptor_t x, cudnnB
  * that a reduction then sums over each group into dst. */
 cudnnBackendDescriptor_t per_query_head(dn_shapes &g, cudnnBackendDescriptor_t dst) {
   if (g.hk == g.h) return dst;
-  const int64_t sd = g.s * g.d;
-  return tensor(g.b, 0, g.virt++, g.io, g.nb, g.h, g.s, g.d, g.h * sd, sd, g.d, 1);
+  const int64_t sd = g.sk * g.d;
+  return tensor(g.b, 0, g.virt++, g.io, g.nb, g.h, g.sk, g.d, g.h * sd, sd, g.d, 1);
 }
 
 /* The backward: D = rowsum(dO O) (the f32 row sums, in the workspace); P
@@ -496,19 +502,19 @@ cudnnBackendDescriptor_t per_query_head(dn_shapes &g, cudnnBackendDescriptor_t d
  * converted. */
 int bwd_graph(dn_shapes &g, cudnnBackendDescriptor_t *ops, const gpu_attn *a) {
   int n = 0;
-  cudnnBackendDescriptor_t q = heads(g, U_Q, a->q_row, a->q_batch, g.h);
-  cudnnBackendDescriptor_t kt = heads_t(g, U_K, a->kv_row, a->kv_batch, g.hk);
-  cudnnBackendDescriptor_t vt = heads_t(g, U_V, a->kv_row, a->kv_batch, g.hk);
-  cudnnBackendDescriptor_t o = heads(g, U_O, a->o_row, a->o_batch, g.h);
-  cudnnBackendDescriptor_t dout = heads(g, U_DO, a->o_row, a->o_batch, g.h);
-  cudnnBackendDescriptor_t dq = heads(g, U_DQ, a->q_row, a->q_batch, g.h);
-  cudnnBackendDescriptor_t dk = heads(g, U_DK, a->kv_row, a->kv_batch, g.hk);
-  cudnnBackendDescriptor_t dv = heads(g, U_DV, a->kv_row, a->kv_batch, g.hk);
-  cudnnBackendDescriptor_t stats = rows(g, U_STATS), scale = scalar(g, U_SCALE), neg_inf = scalar(g, U_NEGINF);
+  cudnnBackendDescriptor_t q = heads(g, U_Q, a->q_row, a->q_batch, g.h, g.sq);
+  cudnnBackendDescriptor_t kt = heads_t(g, U_K, a->kv_row, a->kv_batch, g.hk, g.sk);
+  cudnnBackendDescriptor_t vt = heads_t(g, U_V, a->kv_row, a->kv_batch, g.hk, g.sk);
+  cudnnBackendDescriptor_t o = heads(g, U_O, a->o_row, a->o_batch, g.h, g.sq);
+  cudnnBackendDescriptor_t dout = heads(g, U_DO, a->o_row, a->o_batch, g.h, g.sq);
+  cudnnBackendDescriptor_t dq = heads(g, U_DQ, a->q_row, a->q_batch, g.h, g.sq);
+  cudnnBackendDescriptor_t dk = heads(g, U_DK, a->kv_row, a->kv_batch, g.hk, g.sk);
+  cudnnBackendDescriptor_t dv = heads(g, U_DV, a->kv_row, a->kv_batch, g.hk, g.sk);
+  cudnnBackendDescriptor_t stats = rows(g, U_STATS), scale = scalar(g, U_SCALE);
   cudnnBackendDescriptor_t one = scalar(g, U_ONE), sum = rows(g, U_SUM);
-  const int64_t hsd = g.h * g.s * g.d, sd = g.s * g.d;
+  const int64_t hsd = g.h * g.sq * g.d, sd = g.sq * g.d;
   /* D */
-  cudnnBackendDescriptor_t t1 = tensor(g.b, 0, g.virt++, CUDNN_DATA_FLOAT, g.nb, g.h, g.s, g.d, hsd, sd, g.d, 1);
+  cudnnBackendDescriptor_t t1 = tensor(g.b, 0, g.virt++, CUDNN_DATA_FLOAT, g.nb, g.h, g.sq, g.d, hsd, sd, g.d, 1);
   cudnnBackendDescriptor_t t2 = rows(g, 0);
   ops[n++] = pointwise(g.b, CUDNN_POINTWISE_MUL, dout, o, t1);
   ops[n++] = reduction(g.b, CUDNN_REDUCE_TENSOR_ADD, t1, t2);
@@ -519,7 +525,7 @@ int bwd_graph(dn_shapes &g, cudnnBackendDescriptor_t *ops, const gpu_attn *a) {
   ops[n++] = matmul(g.b, q, kt, s0);
   ops[n++] = pointwise(g.b, CUDNN_POINTWISE_MUL, s0, scale, s1);
   ops[n++] = pointwise(g.b, CUDNN_POINTWISE_SUB, s1, stats, s2);
-  cudnnBackendDescriptor_t s3 = causal(g, ops, &n, s2, neg_inf);
+  cudnnBackendDescriptor_t s3 = g.causal ? causal(g, ops, &n, s2, scalar(g, U_NEGINF)) : s2;
   cudnnBackendDescriptor_t p = scores(g, CUDNN_DATA_FLOAT);
   ops[n++] = pointwise(g.b, CUDNN_POINTWISE_EXP, s3, NULL, p);
   /* dV */
@@ -542,7 +548,7 @@ int bwd_graph(dn_shapes &g, cudnnBackendDescriptor_t *ops, const gpu_attn *a) {
   ops[n++] = matmul(g.b, dst, q, dkh);
   if (dkh != dk) ops[n++] = reduction(g.b, CUDNN_REDUCE_TENSOR_ADD, dkh, dk);
   /* dQ */
-  cudnnBackendDescriptor_t kn = tensor(g.b, 0, g.virt++, CUDNN_DATA_FLOAT, g.nb, g.hk, g.s, g.d, a->kv_batch, g.d,
+  cudnnBackendDescriptor_t kn = tensor(g.b, 0, g.virt++, CUDNN_DATA_FLOAT, g.nb, g.hk, g.sk, g.d, a->kv_batch, g.d,
                                        a->kv_row, 1);
   ops[n++] = reshape(g.b, kt, kn);
   if (a->det) {
@@ -550,7 +556,7 @@ int bwd_graph(dn_shapes &g, cudnnBackendDescriptor_t *ops, const gpu_attn *a) {
      * order (its workspace holds dP instead) */
     ops[n++] = matmul(g.b, ds, kn, dq);
   } else {
-    cudnnBackendDescriptor_t dacc = tensor(g.b, U_DQACC, 0, CUDNN_DATA_FLOAT, g.nb, g.h, g.s, g.d, hsd, sd, g.d, 1);
+    cudnnBackendDescriptor_t dacc = tensor(g.b, U_DQACC, 0, CUDNN_DATA_FLOAT, g.nb, g.h, g.sq, g.d, hsd, sd, g.d, 1);
     ops[n++] = matmul(g.b, ds, kn, dacc);
     ops[n++] = pointwise(g.b, CUDNN_POINTWISE_IDENTITY, dacc, NULL, dq);
   }
@@ -560,9 +566,10 @@ int bwd_graph(dn_shapes &g, cudnnBackendDescriptor_t *ops, const gpu_attn *a) {
 int64_t up256(int64_t x) { return (x + 255) & ~(int64_t)255; }
 
 /* Whether cuDNN is asked for and takes these heads. */
-bool takes(int dt, const gpu_attn *a) {
+bool takes(int dt, const gpu_attn *a, bool causal) {
   if (!wanted() || !(dt == GPU_BF16 || dt == GPU_F16)) return false;
-  if (a->r < 1 || a->hq % a->r || a->sq != a->sk || a->qpos != 0 || a->sq < 2 || a->dh % 8 || a->dh > 128 || a->b < 1) return false;
+  if (causal && (a->sq != a->sk || a->qpos != 0)) return false;
+  if (a->r < 1 || a->hq % a->r || a->sq < 2 || a->sk < 2 || a->dh % 8 || a->dh > 128 || a->b < 1) return false;
   if (a->q_row % 8 || a->kv_row % 8 || a->o_row % 8 || a->q_batch % 8 || a->kv_batch % 8 || a->o_batch % 8)
     return false;
   return dn_load();
@@ -571,12 +578,13 @@ bool takes(int dt, const gpu_attn *a) {
 /* The plan of the forward or the backward for these heads, built the
  * first time (its plan NULL where cuDNN refused the graph, said once);
  * NULL when cuDNN cannot be asked. */
-dn_plan *plan_for(int dt, const gpu_attn *a, bool bwd) {
+dn_plan *plan_for(int dt, const gpu_attn *a, bool bwd, bool causal) {
   int dev = 0;
   cudaGetDevice(&dev);
   for (int i = 0; i < dn_nplans; i++) {
     dn_plan *p = &dn_plans[i];
-    if (p->dev == dev && p->dt == dt && p->bwd == bwd && p->det == (bwd && a->det) && p->b == a->b && p->s == a->sq && p->h == a->hq && p->r == a->r &&
+    if (p->dev == dev && p->dt == dt && p->bwd == bwd && p->det == (bwd && a->det) && p->causal == causal &&
+        p->sk == a->sk && p->b == a->b && p->s == a->sq && p->h == a->hq && p->r == a->r &&
         p->d == a->dh && p->q_row == a->q_row && p->kv_row == a->kv_row && p->o_row == a->o_row &&
         p->q_batch == a->q_batch && p->kv_batch == a->kv_batch && p->o_batch == a->o_batch)
       return p;
@@ -598,7 +606,7 @@ dn_plan *plan_for(int dt, const gpu_attn *a, bool bwd) {
   dn_build b;
   b.ok = true, b.n = 0, b.err[0] = 0, b.offered = b.viable = 0, b.compiled = false;
   dn_shapes g = {&b, dt == GPU_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF, a->b, a->hq, a->sq, a->dh, U_VIRT,
-                 a->hq / a->r};
+                 a->hq / a->r, a->sk, causal};
   cudnnBackendDescriptor_t ops[40];
   int n = bwd ? bwd_graph(g, ops, a) : fwd_graph(g, ops, a);
   int64_t ws = 0;
@@ -613,7 +621,7 @@ dn_plan *plan_for(int dt, const gpu_attn *a, bool bwd) {
             (long long)a->dh, b.err);
   dn_plan *p = &dn_plans[dn_nplans++];
   memset(p, 0, sizeof *p);
-  p->dev = dev, p->dt = dt, p->bwd = bwd, p->det = bwd && a->det, p->b = a->b, p->s = a->sq, p->h = a->hq, p->r = a->r, p->d = a->dh;
+  p->dev = dev, p->dt = dt, p->bwd = bwd, p->det = bwd && a->det, p->causal = causal, p->sk = a->sk, p->b = a->b, p->s = a->sq, p->h = a->hq, p->r = a->r, p->d = a->dh;
   p->q_row = a->q_row, p->kv_row = a->kv_row, p->o_row = a->o_row;
   p->q_batch = a->q_batch, p->kv_batch = a->kv_batch, p->o_batch = a->o_batch;
   p->plan = plan, p->ws = ws;
@@ -676,8 +684,8 @@ bool aligned(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
 } // namespace
 
-bool gpu_attention_cudnn_offline(const char *device_json, int dt, const gpu_attn *a, bool bwd, int64_t *ws, char *err,
-                                 size_t errlen) {
+bool gpu_attention_cudnn_offline(const char *device_json, int dt, const gpu_attn *a, bool causal, bool bwd, int64_t *ws,
+                                 char *err, size_t errlen) {
   if (!dn_load()) {
     snprintf(err, errlen, "libcudnn.so.9 is not found or too old");
     return false;
@@ -689,7 +697,7 @@ bool gpu_attention_cudnn_offline(const char *device_json, int dt, const gpu_attn
       "the device's properties");
   finish(&b, prop, "the device's properties");
   dn_shapes g = {&b, dt == GPU_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF, a->b, a->hq, a->sq, a->dh, U_VIRT,
-                 a->hq / a->r};
+                 a->hq / a->r, a->sk, causal};
   cudnnBackendDescriptor_t ops[40];
   int n = bwd ? bwd_graph(g, ops, a) : fwd_graph(g, ops, a);
   cudnnBackendDescriptor_t plan = b.ok ? plan_of(&b, NULL, prop, ops, n, bwd ? -1 : 0, bwd && a->det, ws) : NULL;
@@ -704,26 +712,38 @@ bool gpu_attention_cudnn_offline(const char *device_json, int dt, const gpu_attn
   return plan != NULL || b.compiled;
 }
 
+/* The tensors of a run: uids[] and their addresses, by-value scalars by
+ * their host addresses. */
+struct dn_pack {
+  int64_t uids[16];
+  void *ptrs[16];
+  int n;
+  void add(int64_t uid, const void *p) { uids[n] = uid, ptrs[n++] = (void *)p; }
+};
+
 bool attention_cudnn_forward(gpu_stream *s, int dt, void *out, const void *q, const void *k, const void *v,
-                             const gpu_attn *a, float *lse) {
-  if (!lse || !takes(dt, a) || !aligned(out) || !aligned(q) || !aligned(k) || !aligned(v) || !aligned(lse))
+                             const gpu_attn *a, float *lse, bool causal) {
+  if (!lse || !takes(dt, a, causal) || !aligned(out) || !aligned(q) || !aligned(k) || !aligned(v) || !aligned(lse))
     return false;
-  dn_plan *p = plan_for(dt, a, false);
+  dn_plan *p = plan_for(dt, a, false, causal);
   if (!p || !p->plan) return false;
   float scale = (float)(1.0 / sqrt((double)a->dh)), neg_inf = dn.version >= 91000 ? -INFINITY : -3.402823466e38f;
-  const int64_t uids[7] = {U_Q, U_K, U_V, U_O, U_STATS, U_SCALE, U_NEGINF};
-  void *ptrs[7] = {(void *)q, (void *)k, (void *)v, out, lse, &scale, &neg_inf};
-  return run(p, s, uids, ptrs, 7, NULL);
+  dn_pack k5 = {{0}, {0}, 0};
+  k5.add(U_Q, q), k5.add(U_K, k), k5.add(U_V, v), k5.add(U_O, out), k5.add(U_STATS, lse), k5.add(U_SCALE, &scale);
+  if (causal) k5.add(U_NEGINF, &neg_inf);
+  return run(p, s, k5.uids, k5.ptrs, k5.n, NULL);
 }
 
 /* cuDNN 9.15 and before want a padding mask in the backward where the
  * keys are not a multiple of 128 (NVIDIA's frontend adds one); weft's
  * graph has none, so those stay on the plugin's kernels. */
-static bool takes_backward(int dt, const gpu_attn *a) { return takes(dt, a) && (dn.version >= 91600 || a->sk % 128 == 0); }
+static bool takes_backward(int dt, const gpu_attn *a, bool causal) {
+  return takes(dt, a, causal) && (dn.version >= 91600 || a->sk % 128 == 0);
+}
 
-size_t attention_cudnn_backward_ws(int dt, const gpu_attn *a) {
-  if (!takes_backward(dt, a)) return 0;
-  dn_plan *p = plan_for(dt, a, true);
+size_t attention_cudnn_backward_ws(int dt, const gpu_attn *a, bool causal) {
+  if (!takes_backward(dt, a, causal)) return 0;
+  dn_plan *p = plan_for(dt, a, true, causal);
   if (!p || !p->plan) return 0;
   p->sized = true;
   return (size_t)p->total;
@@ -731,12 +751,12 @@ size_t attention_cudnn_backward_ws(int dt, const gpu_attn *a) {
 
 bool attention_cudnn_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, const void *dout, const void *q,
                               const void *k, const void *v, const gpu_attn *a, bool acc, const float *lse,
-                              const void *out, void *ws) {
-  if (acc || !dq || !dk || !dv || !ws || !takes_backward(dt, a)) return false;
+                              const void *out, void *ws, bool causal) {
+  if (acc || !dq || !dk || !dv || !ws || !takes_backward(dt, a, causal)) return false;
   const void *all[] = {dq, dk, dv, dout, q, k, v, lse, out, ws};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
     if (!aligned(all[i])) return false;
-  dn_plan *p = plan_for(dt, a, true);
+  dn_plan *p = plan_for(dt, a, true, causal);
   /* a plan whose workspace was not asked for, on this device, before: the
    * caller's workspace is sized for the plugin's kernels */
   if (!p || !p->plan || !p->sized) return false;
@@ -745,12 +765,13 @@ bool attention_cudnn_backward(gpu_stream *s, int dt, void *dq, void *dk, void *d
     cudaMemsetAsync(w + p->acc_at, 0, (size_t)(p->lib_at - p->acc_at), (cudaStream_t)s);
   float scale = (float)(1.0 / sqrt((double)a->dh)), neg_inf = dn.version >= 91000 ? -INFINITY : -3.402823466e38f;
   float one = 1.0f;
-  const int64_t uids[14] = {U_Q, U_K, U_V, U_O, U_DO, U_STATS, U_SCALE, U_NEGINF, U_ONE, U_DQ, U_DK, U_DV, U_SUM,
-                            U_DQACC};
-  void *ptrs[14] = {(void *)q, (void *)k, (void *)v, (void *)out, (void *)dout, (void *)lse, &scale, &neg_inf, &one,
-                    dq, dk, dv, w + p->sum_at, w + p->acc_at};
-  return run(p, s, uids, ptrs, p->det ? 13 : 14, p->ws > 0 ? w + p->lib_at : NULL);
+  dn_pack k5 = {{0}, {0}, 0};
+  k5.add(U_Q, q), k5.add(U_K, k), k5.add(U_V, v), k5.add(U_O, out), k5.add(U_DO, dout), k5.add(U_STATS, lse);
+  k5.add(U_SCALE, &scale), k5.add(U_ONE, &one), k5.add(U_DQ, dq), k5.add(U_DK, dk), k5.add(U_DV, dv);
+  k5.add(U_SUM, w + p->sum_at);
+  if (causal) k5.add(U_NEGINF, &neg_inf);
+  if (!p->det) k5.add(U_DQACC, w + p->acc_at);
+  return run(p, s, k5.uids, k5.ptrs, k5.n, p->ws > 0 ? w + p->lib_at : NULL);
 }
-
 
 #endif

@@ -540,7 +540,7 @@ static bool attention_backward(const ccall *c, char *err, size_t errlen) {
 
 static size_t attention_ws_backward(const ccall *c) {
   gpu_attn a = full_geometry(c);
-  return gpu_attention_full_backward_ws(&a);
+  return gpu_attention_full_backward_ws(c->dt, &a, c->acc);
 }
 
 static size_t attention_keep(const ccall *c) {

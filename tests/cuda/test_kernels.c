@@ -741,7 +741,7 @@ static void check_attention_full(int dt, int64_t b, int64_t sq, int64_t sk, int6
   gpu_attn a = {b, sq, n, dh, 1, c, c, c, sq * c, sk * c, sq * c, sk, 0, false};
   void *dq = up(q, nq, dt), *dk = up(k, nk, dt), *dv = up(v, nk, dt), *dO = up(dout, nq, dt), *o = poisoned(nq, dt);
   float *lse = gpu_alloc(gpu_attention_stats_bytes(&a), e, sizeof e);
-  void *ws = gpu_alloc(gpu_attention_full_backward_ws(&a), e, sizeof e);
+  void *ws = gpu_alloc(gpu_attention_full_backward_ws(dt, &a, false), e, sizeof e);
   if (!lse || !ws) die("gpu_alloc", e);
   gpu_attention_full(S, dt, o, dq, dk, dv, &a, lse);
   snprintf(what, sizeof what, "attention (no mask) b%lld, %lld queries, %lld keys, heads%lld dh%lld", (long long)b,
@@ -760,6 +760,17 @@ static void check_attention_full(int dt, int64_t b, int64_t sq, int64_t sk, int6
     expect_dev(what, dt, gv, wv, nk);
     gpu_free(gq), gpu_free(gk), gpu_free(gv);
   }
+  /* written, not added to, from the forward's log-sum-exp: the call
+   * cuDNN's path takes too (WEFT_ATTN=cudnn) */
+  float *zq = calloc((size_t)nq, sizeof(float)), *zk = calloc((size_t)nk, sizeof(float));
+  float *zv = calloc((size_t)nk, sizeof(float));
+  k_attention_backward(zq, zk, zv, dout, q, k, v, b, sq, sk, n, dh, false);
+  void *gq = poisoned(nq, dt), *gk = poisoned(nk, dt), *gv = poisoned(nk, dt);
+  gpu_attention_full_backward(S, dt, gq, gk, gv, dO, dq, dk, dv, &a, false, lse, o, ws);
+  expect_dev("attention (no mask) backward dq, written, the forward's log-sum-exp", dt, gq, zq, nq);
+  expect_dev("attention (no mask) backward dk, written", dt, gk, zk, nk);
+  expect_dev("attention (no mask) backward dv, written", dt, gv, zv, nk);
+  gpu_free(gq), gpu_free(gk), gpu_free(gv), free(zq), free(zk), free(zv);
   gpu_free(dq), gpu_free(dk), gpu_free(dv), gpu_free(dO), gpu_free(o), gpu_free(lse), gpu_free(ws);
   free(q), free(k), free(v), free(dout), free(gq0), free(gk0), free(gv0), free(want), free(wq), free(wk), free(wv);
 }
