@@ -115,7 +115,8 @@ bool dn_load(void) {
   if (dn.version < 90000 || (dn.version >= 91000 && dn.version < 91002)) {
     char why[128];
     /* 9.10.0 and 9.10.1: NVIDIA's frontend refuses their fused attention */
-    snprintf(why, sizeof why, "cuDNN %zu is %s", dn.version, dn.version < 90000 ? "older than 9.0" : "9.10.0 or 9.10.1, whose fused attention has known faults");
+    snprintf(why, sizeof why, "cuDNN %zu is %s", dn.version,
+             dn.version < 90000 ? "older than 9.0" : "9.10.0 or 9.10.1, whose fused attention has known faults");
     dn_off(why);
     return false;
   }
@@ -592,7 +593,8 @@ dn_plan *plan_for(int dt, const gpu_attn *a, bool bwd, bool causal) {
   if (dn_nplans == (int)(sizeof dn_plans / sizeof dn_plans[0])) {
     static bool said;
     if (!said)
-      fprintf(stderr, "weft: WEFT_ATTN=cudnn: more than %d shapes of attention; the others run on the plugin's kernels\n",
+      fprintf(stderr,
+              "weft: WEFT_ATTN=cudnn: more than %d shapes of attention; the others run on the plugin's kernels\n",
               dn_nplans);
     said = true;
     return NULL;
@@ -621,7 +623,8 @@ dn_plan *plan_for(int dt, const gpu_attn *a, bool bwd, bool causal) {
             (long long)a->dh, b.err);
   dn_plan *p = &dn_plans[dn_nplans++];
   memset(p, 0, sizeof *p);
-  p->dev = dev, p->dt = dt, p->bwd = bwd, p->det = bwd && a->det, p->causal = causal, p->sk = a->sk, p->b = a->b, p->s = a->sq, p->h = a->hq, p->r = a->r, p->d = a->dh;
+  p->dev = dev, p->dt = dt, p->bwd = bwd, p->det = bwd && a->det, p->causal = causal;
+  p->b = a->b, p->s = a->sq, p->sk = a->sk, p->h = a->hq, p->r = a->r, p->d = a->dh;
   p->q_row = a->q_row, p->kv_row = a->kv_row, p->o_row = a->o_row;
   p->q_batch = a->q_batch, p->kv_batch = a->kv_batch, p->o_batch = a->o_batch;
   p->plan = plan, p->ws = ws;
@@ -639,9 +642,9 @@ dn_plan *plan_for(int dt, const gpu_attn *a, bool bwd, bool causal) {
   }
   if (!plan) return p; /* refused: the caller sees p->plan NULL */
   if (getenv("WEFT_CUDNN_VERBOSE"))
-    fprintf(stderr, "weft: cuDNN %zu: the %s of b%lld h%lld s%lld d%lld: a plan, %lld bytes of workspace\n", dn.version,
-            p->det ? "deterministic backward" : bwd ? "backward" : "forward", (long long)a->b, (long long)a->hq, (long long)a->sq, (long long)a->dh,
-            (long long)ws);
+    fprintf(stderr, "weft: cuDNN %zu: the %s of b%lld h%lld s%lld d%lld: a plan, %lld bytes of workspace\n",
+            dn.version, p->det ? "deterministic backward" : bwd ? "backward" : "forward", (long long)a->b,
+            (long long)a->hq, (long long)a->sq, (long long)a->dh, (long long)ws);
   return p;
 }
 
@@ -670,7 +673,8 @@ bool run(dn_plan *p, gpu_stream *s, const int64_t *uids, void **ptrs, int n, voi
   release(&b, NULL);
   if (b.ok && !p->ran && getenv("WEFT_CUDNN_VERBOSE"))
     fprintf(stderr, "weft: cuDNN %zu: the %s of b%lld h%lld s%lld d%lld runs\n", dn.version,
-            p->det ? "deterministic backward" : p->bwd ? "backward" : "forward", (long long)p->b, (long long)p->h, (long long)p->s, (long long)p->d);
+            p->det ? "deterministic backward" : p->bwd ? "backward" : "forward", (long long)p->b, (long long)p->h,
+            (long long)p->s, (long long)p->d);
   p->ran = p->ran || b.ok;
   if (!b.ok) {
     char why[640];
