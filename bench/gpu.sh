@@ -103,6 +103,8 @@ weft_row() {
     row "$label" "$batch" "$("$PY" -c "print(f'{$tokens/$t:,.0f}')")" "$("$PY" -c "print(f'{1000*$t:.1f}')")" \
       "$("$PY" -c "print(f'{100*$flops/$t/($peak*1e12):.1f}%')")"
     grep "WEFT_ATTN" "$tmp/w.err" | sort -u | tee -a "$log"
+    n=$(grep -c "weft: cuDNN .* runs$" "$tmp/w.err")
+    [ "$n" -gt 0 ] && say "  (cuDNN's plans that ran: $n, $(grep -c 'forward of .* runs$' "$tmp/w.err") of them forwards)"
   else
     say "$label: failed: $(tail -3 "$tmp/w.err")"
   fi
@@ -118,7 +120,7 @@ bench_size() {
   flops=$($WEFT graph $PLAN $sets --set batch=$batch --json | "$PY" -c 'import json,sys; print(3*json.load(sys.stdin)["forward_flops"])')
   tokens=$((batch * ${SEQ:-1024}))
   weft_row "$name weft"
-  case " $PARTS " in *" cudnn "*) weft_row "$name weft, cuDNN attn" WEFT_ATTN=cudnn ;; esac
+  case " $PARTS " in *" cudnn "*) weft_row "$name weft, cuDNN attn" WEFT_ATTN=cudnn WEFT_CUDNN_VERBOSE=1 ;; esac
   for mode in ${TORCH_MODES-eager compile}; do
     "$PY" bench/gpu/gpt2_torch.py --mode $mode --layers $layers --hidden $hidden --heads $heads --batch $batch \
       --steps $STEPS >"$tmp/t.json" 2>"$tmp/t.err"
