@@ -59,6 +59,11 @@ if [ -n "$REAL" ] && [ -f "$REAL/libweft_cuda.so" ]; then
       echo "cuda: cuDNN takes the attention graphs for an H100: $(grep -c '^ok' "$tmp/dn.out") forward and backward graphs, kernels compiled without a GPU"
     elif [ $rc -eq 77 ]; then echo "cuda: cuDNN's graphs not asked: $(cat "$tmp/dn.out")"
     else bad "cudnn_graphs (exit $rc)"; cat "$tmp/dn.out"; fi
+    # a WEFT_CUDNN that names no library: said, and nothing else tried
+    WEFT_CUDNN=$tmp/none/libcudnn.so.9 "$REAL/cudnn_graphs" >"$tmp/dn.out" 2>&1
+    rc=$?
+    if [ $rc -eq 77 ] && grep -q "WEFT_ATTN=cudnn: WEFT_CUDNN=$tmp/none/libcudnn.so.9 does not load" "$tmp/dn.out"; then ok
+    else bad "cudnn_graphs with WEFT_CUDNN naming no file (exit $rc)"; cat "$tmp/dn.out"; fi
   fi
 else
   echo "cuda: the plugin was not built (no nvcc)"

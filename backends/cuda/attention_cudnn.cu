@@ -7,17 +7,17 @@
  * cores' warp-group instructions that mma.sync cannot reach).
  *
  * WEFT_ATTN=cudnn asks for it. cuDNN is loaded at run time (dlopen of
- * libcudnn.so.9: WEFT_CUDNN names the file, else the loader's search, else
- * the toolkit's lib64), so the plugin neither links nor needs it. It takes
- * 16-bit heads of up to 128 (grouped queries too), causal with queries and
- * keys of the same positions (qpos 0, sq = sk) or with every key in view
- * (T5's attention, gpu_attention_full), rows on 16 bytes, a backward that
- * writes (not adds to) its gradients; under --deterministic the
- * backward's graph writes dq straight from its product, which has cuDNN
- * take its kernel that sums dq in one order (the default one sums it in
- * f32 with atomics). Whatever it does not take, or refuses (a library not
- * found, a graph no engine runs), goes to the plugin's kernels, with one
- * line on stderr that says why the first time.
+ * libcudnn.so.9: the file WEFT_CUDNN names, and only it; else the loader's
+ * search, else the toolkit's lib64), so the plugin neither links nor needs
+ * it. It takes 16-bit heads of up to 128 (grouped queries too), causal
+ * with queries and keys of the same positions (qpos 0, sq = sk) or with
+ * every key in view (T5's attention, gpu_attention_full), rows on 16
+ * bytes, a backward that writes (not adds to) its gradients; under
+ * --deterministic the backward's graph writes dq straight from its
+ * product, which has cuDNN take its kernel that sums dq in one order (the
+ * default one sums it in f32 with atomics). Whatever it does not take, or
+ * refuses (a library not found, a graph no engine runs), goes to the
+ * plugin's kernels, with one line on stderr that says why the first time.
  *
  * The log-sum-exp cuDNN keeps (its "stats", natural log of the scaled
  * scores) is the one gpu_attention keeps, laid out [b, hq, sq] alike, so a
@@ -89,16 +89,20 @@ template <class F> bool sym(void *lib, const char *name, F *fn) {
 /* Loads cuDNN the first time; whether it is there to use. */
 bool dn_load(void) {
   if (dn.state) return dn.state == 1;
+  /* the file WEFT_CUDNN names, and only it; else where it usually is */
   const char *named = getenv("WEFT_CUDNN");
-  const char *tries[] = {named, "libcudnn.so.9", "/usr/local/cuda/lib64/libcudnn.so.9",
+  if (named && !*named) named = NULL;
+  const char *usual[] = {"libcudnn.so.9", "/usr/local/cuda/lib64/libcudnn.so.9",
                          "/usr/lib/x86_64-linux-gnu/libcudnn.so.9"};
-  void *lib = NULL;
-  for (size_t i = 0; i < sizeof tries / sizeof tries[0] && !lib; i++)
-    if (tries[i] && *tries[i]) lib = dlopen(tries[i], RTLD_NOW | RTLD_LOCAL);
+  void *lib = named ? dlopen(named, RTLD_NOW | RTLD_LOCAL) : NULL;
+  for (size_t i = 0; !named && i < sizeof usual / sizeof usual[0] && !lib; i++)
+    lib = dlopen(usual[i], RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
-    char why[512];
-    snprintf(why, sizeof why, "libcudnn.so.9 is not found%s%s (set WEFT_CUDNN to its path)", named ? " at " : "",
-             named ? named : "");
+    char why[768];
+    if (named)
+      snprintf(why, sizeof why, "WEFT_CUDNN=%s does not load: %s", named, dlerror());
+    else
+      snprintf(why, sizeof why, "libcudnn.so.9 is not found (set WEFT_CUDNN to its path)");
     dn_off(why);
     return false;
   }
@@ -691,7 +695,7 @@ bool aligned(const void *p) { return ((uintptr_t)p & 15) == 0; }
 bool gpu_attention_cudnn_offline(const char *device_json, int dt, const gpu_attn *a, bool causal, bool bwd, int64_t *ws,
                                  char *err, size_t errlen) {
   if (!dn_load()) {
-    snprintf(err, errlen, "libcudnn.so.9 is not found or too old");
+    snprintf(err, errlen, "cuDNN is not found or not to be used (the line above says why)");
     return false;
   }
   dn_build b;
