@@ -367,10 +367,12 @@ size_t gpu_attention_stats_bytes(const gpu_attn *a) { return (size_t)(a->b * a->
  * cuDNN's workspace where it takes the backward, whichever is larger. */
 static size_t own_ws(const gpu_attn *a) { return (size_t)(2 * a->b * a->hq * a->sq + 1) * sizeof(float); }
 
-size_t gpu_attention_backward_ws(int dt, const gpu_attn *a, bool acc) {
-  size_t own = own_ws(a), lib = acc ? 0 : attention_cudnn_backward_ws(dt, a, true);
+static size_t backward_ws(int dt, const gpu_attn *a, bool acc, bool causal) {
+  size_t own = own_ws(a), lib = acc ? 0 : attention_cudnn_backward_ws(dt, a, causal);
   return lib > own ? lib : own;
 }
+
+size_t gpu_attention_backward_ws(int dt, const gpu_attn *a, bool acc) { return backward_ws(dt, a, acc, true); }
 
 /* Each row's log-sum-exp and D: the forward's kept lse and D from its
  * result out (the return: true), else the workspace's, filled by the
@@ -444,10 +446,7 @@ void gpu_attention_full(gpu_stream *s, int dt, void *out, const void *q, const v
   core_forward(s, dt, out, q, k, v, &f, lse);
 }
 
-size_t gpu_attention_full_backward_ws(int dt, const gpu_attn *a, bool acc) {
-  size_t own = own_ws(a), lib = acc ? 0 : attention_cudnn_backward_ws(dt, a, false);
-  return lib > own ? lib : own;
-}
+size_t gpu_attention_full_backward_ws(int dt, const gpu_attn *a, bool acc) { return backward_ws(dt, a, acc, false); }
 
 void gpu_attention_full_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, const void *dout,
                                  const void *q, const void *k, const void *v, const gpu_attn *a, bool acc,

@@ -201,6 +201,12 @@ void finish(dn_build *b, cudnnBackendDescriptor_t d, const char *what) {
   if (st != CUDNN_STATUS_SUCCESS) fail(b, what, st);
 }
 
+/* An attribute whose value is a descriptor. */
+void attach(dn_build *b, cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name, cudnnBackendDescriptor_t v,
+            const char *what) {
+  set(b, d, name, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &v, what);
+}
+
 /* Destroys the descriptors, all but keep (NULL: all). */
 void release(dn_build *b, cudnnBackendDescriptor_t keep) {
   for (int i = b->n - 1; i >= 0; i--)
@@ -239,15 +245,14 @@ cudnnBackendDescriptor_t pointwise(dn_build *b, cudnnPointwiseMode_t mode, cudnn
   if (axis >= 0) set(b, pw, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis, "an index's axis");
   finish(b, pw, "a pointwise operator");
   cudnnBackendDescriptor_t op = make(b, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, "a pointwise operation");
-  set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &pw,
-      "a pointwise operation's operator");
-  set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, "a pointwise input");
-  set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, "a pointwise output");
+  attach(b, op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw, "a pointwise operation's operator");
+  attach(b, op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x, "a pointwise input");
+  attach(b, op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y, "a pointwise output");
   const float alpha = 1.0f;
   set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1, CUDNN_TYPE_FLOAT, 1, &alpha, "a pointwise scale");
   set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2, CUDNN_TYPE_FLOAT, 1, &alpha, "a pointwise scale");
-  if (bb) set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &bb, "a pointwise input");
-  if (tt) set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &tt, "a pointwise input");
+  if (bb) attach(b, op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, bb, "a pointwise input");
+  if (tt) attach(b, op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, tt, "a pointwise input");
   finish(b, op, "a pointwise operation");
   return op;
 }
@@ -260,10 +265,10 @@ cudnnBackendDescriptor_t matmul(dn_build *b, cudnnBackendDescriptor_t a, cudnnBa
   set(b, mm, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp, "a product's sums");
   finish(b, mm, "a product");
   cudnnBackendDescriptor_t op = make(b, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, "a product operation");
-  set(b, op, CUDNN_ATTR_OPERATION_MATMUL_ADESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &a, "a product's A");
-  set(b, op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &bb, "a product's B");
-  set(b, op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c, "a product's C");
-  set(b, op, CUDNN_ATTR_OPERATION_MATMUL_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &mm, "a product's descriptor");
+  attach(b, op, CUDNN_ATTR_OPERATION_MATMUL_ADESC, a, "a product's A");
+  attach(b, op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, bb, "a product's B");
+  attach(b, op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, c, "a product's C");
+  attach(b, op, CUDNN_ATTR_OPERATION_MATMUL_DESC, mm, "a product's descriptor");
   finish(b, op, "a product operation");
   return op;
 }
@@ -281,9 +286,9 @@ cudnnBackendDescriptor_t reduction(dn_build *b, cudnnReduceTensorOp_t mode, cudn
   }
   finish(b, rd, "a reduction");
   cudnnBackendDescriptor_t op = make(b, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, "a reduction operation");
-  set(b, op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, "a reduction's input");
-  set(b, op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, "a reduction's output");
-  set(b, op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &rd, "a reduction's descriptor");
+  attach(b, op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, x, "a reduction's input");
+  attach(b, op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, y, "a reduction's output");
+  attach(b, op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, rd, "a reduction's descriptor");
   finish(b, op, "a reduction operation");
   return op;
 }
@@ -321,9 +326,9 @@ cudnnBackendDescriptor_t plan_of(dn_build *b, cudnnHandle_t h, cudnnBackendDescr
   char first[512] = "";
   for (int m = 0; m < 2; m++) {
     cudnnBackendDescriptor_t hr = make(b, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, "the engine heuristics");
-    set(b, hr, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &g, "the heuristics' graph");
+    attach(b, hr, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, g, "the heuristics' graph");
     set(b, hr, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &modes[m], "the heuristics' mode");
-    if (prop) set(b, hr, CUDNN_ATTR_ENGINEHEUR_DEVICEPROP, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &prop, "the device");
+    if (prop) attach(b, hr, CUDNN_ATTR_ENGINEHEUR_DEVICEPROP, prop, "the device");
     finish(b, hr, "the engine heuristics");
     if (!b->ok) return NULL;
     int64_t count = 0;
@@ -486,8 +491,8 @@ int fwd_graph(dn_shapes &g, cudnnBackendDescriptor_t *ops, const gpu_attn *a) {
 /* A virtual view y of x with the last two dimensions swapped. */
 cudnnBackendDescriptor_t reshape(dn_build *b, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y) {
   cudnnBackendDescriptor_t op = make(b, CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR, "a transposition");
-  set(b, op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, "a transposition's input");
-  set(b, op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, "a transposition's output");
+  attach(b, op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, x, "a transposition's input");
+  attach(b, op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, y, "a transposition's output");
   finish(b, op, "a transposition");
   return op;
 }
