@@ -265,9 +265,9 @@ void gpu_attention_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv,
 void gpu_attention_full(gpu_stream *s, int dt, void *out, const void *q, const void *k, const void *v,
                         const gpu_attn *a, float *lse);
 /* Whether cuDNN (attention_cudnn.cu, WEFT_ATTN=cudnn) builds a plan of the
- * forward or backward graph of these heads, causal or not, for the device described by
- * device_json (cuDNN's device properties: no GPU needed), and the plan's
- * workspace; false with cuDNN's message. */
+ * forward or backward graph of these heads, causal or not, for the device
+ * described by device_json (cuDNN's device properties: no GPU needed), and
+ * the plan's workspace; false with cuDNN's message. */
 bool gpu_attention_cudnn_offline(const char *device_json, int dt, const gpu_attn *a, bool causal, bool bwd, int64_t *ws,
                                  char *err, size_t errlen);
 /* gpu_attention_backward_ws of gpu_attention_full_backward */
