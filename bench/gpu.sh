@@ -143,8 +143,8 @@ case " $PARTS " in *" switches "*) ;; *) SW_BATCH= ;; esac
 # 124M on one device with the executor's fusions (docs/run.md, How it
 # executes) turned off one at a time, then all, beside all on
 if [ -n "${SW_BATCH:-}" ]; then
-  for sw in "" WEFT_CUDA_FUSE=0 WEFT_CUDA_FIRST_WRITE=0 WEFT_CUDA_PAD_ROWS=0 \
-      "WEFT_CUDA_FUSE=0 WEFT_CUDA_FIRST_WRITE=0 WEFT_CUDA_PAD_ROWS=0" \
+  for sw in "" WEFT_CUDA_FUSE=0 WEFT_CUDA_FIRST_WRITE=0 WEFT_CUDA_PAD_ROWS=0 WEFT_CUDA_LOSS_IN_PLACE=0 \
+      "WEFT_CUDA_FUSE=0 WEFT_CUDA_FIRST_WRITE=0 WEFT_CUDA_PAD_ROWS=0 WEFT_CUDA_LOSS_IN_PLACE=0" \
       "WEFT_LN_KERNEL=old WEFT_COLSUM_KERNEL=old" WEFT_CUDA_LN_IN_PLACE=1; do
     if env $sw $WEFT run $PLAN --plan single ${SETS:-} --set batch=$SW_BATCH --backend cuda --steps $((STEPS + 3)) --json \
         >"$tmp/w.json" 2>"$tmp/w.err"; then

@@ -196,6 +196,37 @@ if WEFT_GEMM_STAGE_FLOPS=0 WEFT_CUDA_PAD_ROWS=0 WEFT_CUDA_EMU_LAUNCHES=$tmp/p0.t
     echo "cuda (emulated): logits of 257 columns in padded rows: $c1 staging copies in 2 steps (packed: $c0); gpt2 f32 dp $(grep -o 'losses within [^,]*' "$tmp/p.out") of one device"
   else bad "padded rows: staging copies $c1 (packed $c0)"; cat "$tmp/p.out"; fi
 else bad "padded rows: weft run"; cat "$tmp/e"; fi
+# A cross entropy's forward writes its logits' gradient over them as it
+# takes the loss, and its backward does nothing (loss_in_place in
+# exec.c): no k_ce_rows or k_ce_backward launched, less device memory
+# where the logits are at the peak (the gradient's buffer is the logits'),
+# no more elsewhere (LESS: 1, 0), the same losses and norms as
+# WEFT_CUDA_LOSS_IN_PLACE=0's separate kernels (on the emulation a row's
+# sums are taken by as many threads either way, so to the bit), and a
+# match with one device, padded rows and 2 micro-batches included.
+loss_in_place() {
+  name=$1; less=$2; shift 2
+  if WEFT_CUDA_LOSS_IN_PLACE=0 WEFT_CUDA_EMU_LAUNCHES=$tmp/c0.txt "$WEFT" run "$@" --backend cuda --steps 3 >"$tmp/c0.out" 2>"$tmp/e" &&
+     WEFT_CUDA_EMU_LAUNCHES=$tmp/c1.txt "$WEFT" run "$@" --backend cuda --steps 3 >"$tmp/c1.out" 2>>"$tmp/e" &&
+     "$WEFT" run "$@" --backend cuda --steps 2 --check >"$tmp/c2.out" 2>>"$tmp/e"; then
+    sep=$(awk '$2 ~ /^k_ce_(rows|backward)/ {n += $1} END {print n + 0}' "$tmp/c1.txt")
+    one=$(awk '$2 ~ /^k_ce_in_place/ {n += $1} END {print n + 0}' "$tmp/c1.txt")
+    was=$(awk '$2 ~ /^k_ce_in_place/ {n += $1} END {print n + 0}' "$tmp/c0.txt")
+    m0=$(sed -n 's/.* \([0-9.]* [KMG]iB\) of device memory.*/\1/p' "$tmp/c0.out"); m1=$(sed -n 's/.* \([0-9.]* [KMG]iB\) of device memory.*/\1/p' "$tmp/c1.out")
+    said=$(sed -n 's/.*, \([0-9]*\) loss.* writing the gradient over the logits.*/\1/p' "$tmp/c1.out")
+    awk '$1 == "step" {print $2, $4, $8}' "$tmp/c0.out" >"$tmp/c0.l"; awk '$1 == "step" {print $2, $4, $8}' "$tmp/c1.out" >"$tmp/c1.l"
+    if [ "$sep" -eq 0 ] && [ "$one" -gt 0 ] && [ "$was" -eq 0 ] && [ "${said:-0}" -gt 0 ] && [ -s "$tmp/c0.l" ] &&
+       cmp -s "$tmp/c0.l" "$tmp/c1.l" && awk -v a="$m1" -v b="$m0" -v less="$less" '
+         function bytes(q,  u) { split(q, u, " "); return u[1] * (u[2] == "GiB" ? 2^30 : u[2] == "MiB" ? 2^20 : 2^10) }
+         BEGIN { exit !(less ? bytes(a) < bytes(b) : bytes(a) <= bytes(b)) }' && ! grep -q "over the logits" "$tmp/c0.out" &&
+       grep -q ": match$" "$tmp/c2.out"; then ok
+      echo "cuda (emulated): $name: $said loss(es) writing the gradient over the logits: $one launches in 3 steps, none of the separate kernels; $m1 of device memory (separate: $m0); the same losses and norms; $(grep -o 'losses within [^,]*' "$tmp/c2.out") of one device"
+    else bad "$name: loss in place: separate kernels $sep, in place $one (off: $was), memory $m1 against $m0, said ${said:-nothing}"; cat "$tmp/c0.l" "$tmp/c1.l" "$tmp/c2.out"; fi
+  else bad "$name: weft run $* --backend cuda"; cat "$tmp/e"; fi
+}
+loss_in_place "gpt2 bf16 single, logits of 257 columns" 1 bench/gpu/gpt2.plan --plan single $V257
+loss_in_place "megatron bf16 pp2 dp2, 2 micro-batches, recompute" 0 examples/gpt_megatron.plan $MEG --set dtype=bf16 --set tp=1 \
+  --set dp=2 --set 'recompute="full"'
 gelu_fusion "gpt2 bf16 single" bench/gpu/gpt2.plan --plan single $GPT
 gelu_fusion "gpt2 bf16 tp2" bench/gpu/gpt2.plan --plan tp2 $GPT
 gelu_fusion "megatron bf16 tp2 pp2 dp2, full recompute" examples/gpt_megatron.plan $MEG --set dtype=bf16 --set 'recompute="full"'

@@ -575,6 +575,13 @@ int bwd_graph(dn_shapes &g, cudnnBackendDescriptor_t *ops, const gpu_attn *a) {
 
 int64_t up256(int64_t x) { return (x + 255) & ~(int64_t)255; }
 
+/* The workspace a backward's plan may want: any, but under
+ * --deterministic, whose engine keeps dP whole (b·h·sq·sk 16-bit values:
+ * 805 MB for GPT-2 124M at batch 32), at most DN_DET_WS bytes; a larger
+ * one runs on the plugin's kernels. */
+const int64_t DN_DET_WS = (int64_t)1 << 31;
+int64_t max_ws(const gpu_attn *a) { return a->det ? DN_DET_WS : -1; }
+
 /* Whether cuDNN is asked for and takes these heads. */
 bool takes(int dt, const gpu_attn *a, bool causal) {
   if (!wanted() || !(dt == GPU_BF16 || dt == GPU_F16)) return false;
@@ -622,7 +629,7 @@ dn_plan *plan_for(int dt, const gpu_attn *a, bool bwd, bool causal) {
   int n = bwd ? bwd_graph(g, ops, a) : fwd_graph(g, ops, a);
   int64_t ws = 0;
   /* the forward has no workspace of its own */
-  cudnnBackendDescriptor_t plan = plan_of(&b, h, NULL, ops, n, bwd ? -1 : 0, bwd && a->det, &ws);
+  cudnnBackendDescriptor_t plan = plan_of(&b, h, NULL, ops, n, bwd ? max_ws(a) : 0, bwd && a->det, &ws);
   if (!plan) release(&b, NULL);
   if (!plan)
     fprintf(stderr,
@@ -713,7 +720,7 @@ bool gpu_attention_cudnn_offline(const char *device_json, int dt, const gpu_attn
                  a->hq / a->r, a->sk, causal};
   cudnnBackendDescriptor_t ops[40];
   int n = bwd ? bwd_graph(g, ops, a) : fwd_graph(g, ops, a);
-  cudnnBackendDescriptor_t plan = b.ok ? plan_of(&b, NULL, prop, ops, n, bwd ? -1 : 0, bwd && a->det, ws) : NULL;
+  cudnnBackendDescriptor_t plan = b.ok ? plan_of(&b, NULL, prop, ops, n, bwd ? max_ws(a) : 0, bwd && a->det, ws) : NULL;
   release(&b, NULL);
   if (plan) dn.destroy(plan);
   if (plan || b.compiled)
@@ -749,9 +756,14 @@ bool attention_cudnn_forward(gpu_stream *s, int dt, void *out, const void *q, co
 
 /* cuDNN 9.15 and before want a padding mask in the backward where the
  * keys are not a multiple of 128 (NVIDIA's frontend adds one); weft's
- * graph has none, so those stay on the plugin's kernels. */
+ * graph has none, so those stay on the plugin's kernels. From 9.16 to
+ * 9.25, Hopper's backward without a mask reads the zero-filled tail of
+ * keys that are not a multiple of 128 unmasked (NaN in dq for a row whose
+ * log-sum-exp is very negative; NVIDIA's frontend notes it, fixed in
+ * 9.26): a causal graph's mask covers that tail, an unmasked one waits
+ * for 9.26. */
 static bool takes_backward(int dt, const gpu_attn *a, bool causal) {
-  return takes(dt, a, causal) && (dn.version >= 91600 || a->sk % 128 == 0);
+  return takes(dt, a, causal) && (a->sk % 128 == 0 || (dn.version >= 91600 && (causal || dn.version >= 92600)));
 }
 
 size_t attention_cudnn_backward_ws(int dt, const gpu_attn *a, bool causal) {

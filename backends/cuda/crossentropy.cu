@@ -384,6 +384,56 @@ void gpu_cross_entropy_backward(gpu_stream *s, int dt, void *dlogits, int64_t ld
   });
 }
 
+/* The loss and its gradient in one pass, the gradient over the logits
+ * (the executor's loss_in_place): terms as k_ce_rows_vec's, the row then
+ * as k_ce_backward_vec writes it (not added to). Every thread has read
+ * what it will write before the statistics' barrier; the label's logit is
+ * read before it too. No __restrict__: the logits are the gradient. */
+template <class T>
+__global__ void __launch_bounds__(CE_MAX_THREADS)
+    k_ce_in_place_vec(float *terms, T *rows, const int32_t *labels, int64_t v, int64_t ld, float scale) {
+  __shared__ float sh[64];
+  int64_t i = blockIdx.x;
+  T *row = rows + i * ld;
+  ce_row r = ce_layout(row, (int)v);
+  ce16 held[CE_HOLD] = {};
+  float m, s, xl = threadIdx.x == 0 ? to_f(row[labels[i]]) : 0.0f;
+  ce_stats<T>(row, r, held, m, s, sh);
+  if (threadIdx.x == 0) terms[i] = logf(s) + m - xl;
+  ce_grad<T>(row, row, r, held, m, 1.0f / s, ce_label(labels[i], 0, v), scale, false);
+}
+
+template <class T>
+__global__ void k_ce_in_place(float *terms, T *rows, const int32_t *labels, int64_t v, int64_t ld, float scale) {
+  __shared__ float sh[64];
+  int64_t i = blockIdx.x;
+  T *row = rows + i * ld;
+  int64_t label = labels[i];
+  float m, s, xl = threadIdx.x == 0 ? to_f(row[label]) : 0.0f;
+  row_stats(row, v, m, s, sh);
+  if (threadIdx.x == 0) terms[i] = logf(s) + m - xl;
+  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) {
+    float p = fexp(to_f(row[j]) - m) / s - (j == label ? 1.0f : 0.0f);
+    put(&row[j], p * scale, false);
+  }
+}
+
+void gpu_cross_entropy_in_place(gpu_stream *s, int dt, double *slot, void *out, void *logits, int64_t ld,
+                                const int32_t *labels, int64_t t, int64_t v, int64_t t_total, bool acc, void *ws) {
+  float *terms = (float *)ws;
+  float scale = (float)(1.0 / (double)t_total);
+  if (ld <= 0) ld = v;
+  DISPATCH(dt, T, {
+    if (ce_vec(v, dt))
+      launch(k_ce_in_place_vec<T>, (unsigned)t, ce_threads(v, sizeof(T), CE_MAX_THREADS), 0, s, terms, (T *)logits,
+             labels, v, ld, scale);
+    else
+      launch(k_ce_in_place<T>, (unsigned)t, CE_THREADS, 0, s, terms, (T *)logits, labels, v, ld, scale);
+    launch(k_loss_sum<T, float>, 1, CE_THREADS, 0, s, slot, (T *)out, (const float *)terms, t, 1.0 / (double)t_total,
+           acc);
+  });
+}
+
 /* ---- a vocabulary split ---------------------------------------------------------------- */
 
 template <class T>

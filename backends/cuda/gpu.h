@@ -344,6 +344,13 @@ void gpu_cross_entropy(gpu_stream *s, int dt, double *slot, void *out, const voi
  * padded to 16 bytes; 0: v). */
 void gpu_cross_entropy_backward(gpu_stream *s, int dt, void *dlogits, int64_t ldd, const void *logits, int64_t ld,
                                 const int32_t *labels, int64_t t, int64_t v, int64_t t_total, bool acc);
+/* gpu_cross_entropy and gpu_cross_entropy_backward (written, not added
+ * to) at once, the gradient over the logits: one read of each row. The
+ * gradient's bits are the backward's; the loss may differ from
+ * gpu_cross_entropy's in its last bits (a row's sums taken by another
+ * number of threads). */
+void gpu_cross_entropy_in_place(gpu_stream *s, int dt, double *slot, void *out, void *logits, int64_t ld,
+                                const int32_t *labels, int64_t t, int64_t v, int64_t t_total, bool acc, void *ws);
 /* A shard of the vocabulary, columns [v_lo, v_lo + v_local): its
  * statistics of each row (f32 [t][3]), the loss from the gathered ones
  * (f32 [t][nshards][3]; `first` the shard that adds it), and its part of

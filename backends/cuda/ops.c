@@ -62,8 +62,9 @@ struct ckernel {
  * backward adds to its first input's gradient through scratch it owns, not
  * in place (H100, GPT-2 124M: LayerNorm's backward adding in place took
  * 5.6 ms a step against 0.6 ms writing scratch; the cause is not
- * established). */
-enum { K_OVERWRITES = 1, K_PITCH_OUT = 2, K_PITCH_IN0 = 4, K_SCRATCH_DX = 8 };
+ * established). K_GRAD_IN_PLACE: a loss whose forward, taking its first
+ * input whole, can also write that input's gradient over it (ccall.grad_in_place). */
+enum { K_OVERWRITES = 1, K_PITCH_OUT = 2, K_PITCH_IN0 = 4, K_SCRATCH_DX = 8, K_GRAD_IN_PLACE = 16 };
 
 static bool cannot_accumulate(const ccall *c, char *err, size_t errlen) {
   const gop *o = &c->g->ops[c->op];
@@ -746,6 +747,16 @@ static bool ce_need_stats(const ccall *c, char *err, size_t errlen) {
 
 static bool ce_forward(const ccall *c, char *err, size_t errlen) {
   ce_sizes s = ce_sizes_of(c);
+  if (c->grad_in_place) {
+    if (s.split || c->din[0] != c->in[0]) {
+      snprintf(err, errlen, "%s: the gradient in place of a shard of the vocabulary, or elsewhere than the logits",
+               c->g->ops[c->op].name);
+      return false;
+    }
+    gpu_cross_entropy_in_place(c->s, c->dt, c->slot, c->out, c->din[0], c->pitch_in0, c->in[1], s.t, s.v, s.t_total,
+                               c->acc, c->ws);
+    return true;
+  }
   if (!s.split) {
     gpu_cross_entropy(c->s, c->dt, c->slot, c->out, c->in[0], c->pitch_in0, c->in[1], s.t, s.v, s.t_total, c->acc,
                       c->ws);
@@ -941,7 +952,7 @@ static const ckernel kernels[] = {
     {KERNELS(patch_merge), NULL, NULL, NULL, false, -1, 0, 0},
     {KERNELS(mean_pool), NULL, NULL, NULL, false, -1, 0, 0},
     {"cross_entropy", ce_forward, ce_backward, ce_stats, ce_ws_forward, NULL, NULL, true, 1, 0,
-     K_OVERWRITES | K_PITCH_IN0},
+     K_OVERWRITES | K_PITCH_IN0 | K_GRAD_IN_PLACE},
     {KERNELS(mse), mse_ws_forward, NULL, NULL, true, -1, 0, 0},
     {KERNELS(moe_dispatch), moe_dispatch_ws_forward, moe_dispatch_ws_backward, NULL, false, -1, 0, 0},
     {KERNELS(moe_combine), moe_combine_ws, moe_combine_ws, NULL, false, -1, 0, 0},
@@ -987,6 +998,8 @@ bool ckernel_pitched(const ckernel *k, bool backward, int arg, bool out) {
 }
 
 bool ckernel_overwrites(const ckernel *k) { return k && k->props & K_OVERWRITES; }
+
+bool ckernel_grad_in_place(const ckernel *k) { return k && k->props & K_GRAD_IN_PLACE; }
 
 /* WEFT_CUDA_LN_IN_PLACE=1: LayerNorm's backward adds in place too (its
  * vectorized kernel reads and adds 16 bytes at a time; bench/gpu.sh times

@@ -23,6 +23,10 @@ bool ckernel_ids(const ckernel *k, int arg);
 /* Whether its kernels write every element of what they write when not
  * accumulating (so that a buffer need not be cleared before). */
 bool ckernel_overwrites(const ckernel *k);
+/* Whether k is a loss whose forward can write the gradient of its first
+ * input over that input, with its loss (ccall.grad_in_place): cross
+ * entropy over the whole vocabulary. */
+bool ckernel_grad_in_place(const ckernel *k);
 /* Whether k's calls take a buffer with padded rows (ccall.pitch_*) as the
  * given ref of a call (arg: the input it is or whose gradient it is, -1 the
  * result or its gradient; out: an output of the call): a matmul_t's result
@@ -73,6 +77,10 @@ typedef struct ccall {
    * vocabulary of 50257 (ckernel_pitched) */
   int64_t pitch_in0, pitch_din0, pitch_out, pitch_dy;
   double *slot;                     /* a loss's share, NULL: not this copy's to count */
+  /* a loss's forward (ckernel_grad_in_place) that also writes din[0], the
+   * gradient of its first input, over that input (din[0] == in[0]): its
+   * backward then has nothing left to do (exec.c, loss_in_place) */
+  bool grad_in_place;
   void *ws;                         /* ccall_ws bytes */
   void *gemm_ws;                    /* gpu_gemm_ws() bytes */
   gpu_stream *s;

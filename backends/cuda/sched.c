@@ -87,8 +87,9 @@ typedef struct walk {
   int *inst;              /* per (comm, epoch): a send's message or a collective's meeting, -1 */
   int *inst_event;        /* per (comm, epoch) of a send: the packing's event */
   int ncomm;
-  int *held;              /* per buffer: forwards that hold it for their backward */
-  bool *deferred;         /* per buffer: freed while held, released when the last holder's backward ran */
+  int *held;              /* per buffer: forwards that hold it for their backward, and buffers
+                           * that take its memory (csched_cb.share) */
+  bool *deferred;         /* per buffer: freed while held, released when the last holder let go */
   int *ev;                /* scratch: events an allocation waits for */
   int nev, evcap;
   char *err;
@@ -197,12 +198,28 @@ static bool step(walk *w, int dev, int i) {
       if (b->role == LB_GRAD) emit(w, SO_ZERO, dev, i, in->buf, 0, -1);
       return true;
     }
-    s->off[in->buf] = alloc_in(w, dev, buf_bytes(w, in->buf));
+    int with = w->cb->share ? w->cb->share[in->buf] : -1;
+    if (with >= 0 && s->off[with] < 0) return fail(w, "buffer %d takes the memory of buffer %d, not allocated", in->buf, with);
+    if (with >= 0) {
+      /* the memory of a buffer still allocated, which stays until both are freed */
+      s->off[in->buf] = s->off[with];
+      w->held[with]++;
+    } else {
+      s->off[in->buf] = alloc_in(w, dev, buf_bytes(w, in->buf));
+    }
     emit(w, b->role == LB_INPUT ? SO_INPUT : SO_ZERO, dev, i, in->buf, 0, -1);
     return true;
   }
   case LI_FREE: {
     const lbuf *b = &pr->bufs[in->buf];
+    int with = w->cb->share ? w->cb->share[in->buf] : -1;
+    if (with >= 0) {
+      if (--w->held[with] == 0 && w->deferred[with]) {
+        w->deferred[with] = false;
+        cx_pool_release(&w->pool[dev], s->off[with], buf_bytes(w, with), NULL, 0);
+      }
+      return true;
+    }
     if (w->held && w->held[in->buf] > 0) {
       w->deferred[in->buf] = true;
       return true;
@@ -385,6 +402,8 @@ bool sched_build(csched *s, const weft_program *pr, const csched_cb *cb, bool *c
       s->keep_off[d] = cx_alloc(sizeof(int64_t) * (size_t)(pr->progs[d].n + 1));
       for (int i = 0; i < pr->progs[d].n; i++) s->keep_off[d][i] = -1;
     }
+  }
+  if (cb->keep || cb->share) {
     w.held = cx_alloc(sizeof(int) * (size_t)(nb + 1));
     w.deferred = cx_alloc((size_t)nb + 1);
   }

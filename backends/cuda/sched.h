@@ -112,6 +112,9 @@ typedef struct csched_cb {
   const ckeep *const *keep; /* per device, per instruction; NULL: nothing kept */
   const int64_t *bytes;   /* per buffer: its bytes in its pool where not lbuf.bytes (0), its rows
                            * padded; NULL: none */
+  const int *share;       /* per buffer: the buffer of the same device whose memory it takes
+                           * (allocated before it; the memory is released when both are
+                           * freed), -1 its own; NULL: none shares */
 } csched_cb;
 
 /* The plan; false with a message (programs that do not meet, a region

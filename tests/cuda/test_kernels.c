@@ -950,6 +950,21 @@ static void check_ce_rows(int dt) {
       gpu_cross_entropy_backward(S, dt, dp, 0, dx, 0, dlab, t, v, t, false);
       snprintf(what, sizeof what, "  its backward%s", off ? ", +1 element" : "");
       expect_dev(what, dt, dp, want, n);
+      /* the loss and the gradient at once, over the logits (the executor's
+       * loss_in_place): the backward's very bits */
+      void *bi = NULL, *di = off ? up_off(x, n, dt, &bi) : (bi = up(x, n, dt));
+      gpu_cross_entropy_in_place(S, dt, slot, NULL, di, 0, dlab, t, v, t, false, ws);
+      snprintf(what, sizeof what, "  in place: the loss%s", off ? ", +1 element" : "");
+      expect_loss(what, dt, slot, k_cross_entropy(x, lab, t, v, t));
+      snprintf(what, sizeof what, "  in place: the gradient%s", off ? ", +1 element" : "");
+      expect_dev(what, dt, di, want, n);
+      float *gi = down(di, n, dt), *gb = down(dp, n, dt);
+      checks++;
+      bool same = memcmp(gi, gb, sizeof(float) * (size_t)n) == 0;
+      if (!same) failures++;
+      printf("kernel %-44s %-4s %s\n", off ? "  in place: the backward's bits, +1 element" : "  in place: the backward's bits",
+             dt_name(dt), same ? "ok" : "FAIL");
+      free(gi), free(gb), gpu_free(bi);
       memcpy(want, g0, sizeof(float) * (size_t)n);
       k_cross_entropy_backward(want, x, lab, t, v, t, 1.0, true);
       gpu_cross_entropy_backward(S, dt, dg, 0, dx, 0, dlab, t, v, t, true);
@@ -1017,6 +1032,23 @@ static void check_ce_pitch(int dt) {
   checks++;
   if (!pads) failures++;
   printf("kernel %-44s %-4s %s\n", "  its backward leaves the padding", dt_name(dt), pads ? "ok" : "FAIL");
+  /* the loss and the gradient at once over padded rows */
+  void *di = up(xp, t * ld, dt);
+  gpu_cross_entropy_in_place(S, dt, slot, NULL, di, ld, dlab, t, v, t, false, ws);
+  expect_loss("  in place over padded rows: the loss", dt, slot, k_cross_entropy(x, lab, t, v, t));
+  free(got);
+  got = down(di, t * ld, dt);
+  rows = malloc(sizeof(float) * (size_t)(t * v)); /* expect took the other */
+  pads = true;
+  for (int64_t i = 0; i < t; i++) {
+    memcpy(rows + i * v, got + i * ld, sizeof(float) * (size_t)v);
+    for (int64_t j = v; j < ld; j++) pads &= isnan(got[i * ld + j]);
+  }
+  expect("  in place over padded rows: the gradient", dt, rows, want, t * v);
+  checks++;
+  if (!pads) failures++;
+  printf("kernel %-44s %-4s %s\n", "  in place leaves the padding", dt_name(dt), pads ? "ok" : "FAIL");
+  gpu_free(di);
   free(got), free(x), free(xp), free(nan), free(want);
   gpu_free(dlab), gpu_free(dx), gpu_free(dg), gpu_free(ws), gpu_free(slot);
 }
