@@ -39,6 +39,10 @@ bool attention_cudnn_backward(gpu_stream *, int, void *, void *, void *, const v
                               const void *, const gpu_attn *, bool, const float *, const void *, void *, bool) {
   return false;
 }
+bool gpu_cudnn_about(char *buf, size_t n) {
+  snprintf(buf, n, "this plugin is built without cuDNN's path");
+  return false;
+}
 
 #else
 
@@ -86,10 +90,9 @@ template <class F> bool sym(void *lib, const char *name, F *fn) {
   return *fn != NULL;
 }
 
-/* Loads cuDNN the first time; whether it is there to use. */
-bool dn_load(void) {
-  if (dn.state) return dn.state == 1;
-  /* the file WEFT_CUDNN names, and only it; else where it usually is */
+/* libcudnn.so.9: the file WEFT_CUDNN names, and only it; else where it
+ * usually is. NULL with why. */
+void *dn_open(char *why, size_t n) {
   const char *named = getenv("WEFT_CUDNN");
   if (named && !*named) named = NULL;
   const char *usual[] = {"libcudnn.so.9", "/usr/local/cuda/lib64/libcudnn.so.9",
@@ -97,12 +100,25 @@ bool dn_load(void) {
   void *lib = named ? dlopen(named, RTLD_NOW | RTLD_LOCAL) : NULL;
   for (size_t i = 0; !named && i < sizeof usual / sizeof usual[0] && !lib; i++)
     lib = dlopen(usual[i], RTLD_NOW | RTLD_LOCAL);
+  if (!lib && named) snprintf(why, n, "WEFT_CUDNN=%s does not load: %s", named, dlerror());
+  else if (!lib) snprintf(why, n, "libcudnn.so.9 is not found (set WEFT_CUDNN to its path)");
+  return lib;
+}
+
+/* Why a version of cuDNN is not used, NULL: it is. 9.10.0 and 9.10.1:
+ * NVIDIA's frontend refuses their fused attention. */
+const char *dn_refused(size_t v) {
+  if (v < 90000) return "older than 9.0";
+  if (v >= 91000 && v < 91002) return "9.10.0 or 9.10.1, whose fused attention has known faults";
+  return NULL;
+}
+
+/* Loads cuDNN the first time; whether it is there to use. */
+bool dn_load(void) {
+  if (dn.state) return dn.state == 1;
+  char why[768];
+  void *lib = dn_open(why, sizeof why);
   if (!lib) {
-    char why[768];
-    if (named)
-      snprintf(why, sizeof why, "WEFT_CUDNN=%s does not load: %s", named, dlerror());
-    else
-      snprintf(why, sizeof why, "libcudnn.so.9 is not found (set WEFT_CUDNN to its path)");
     dn_off(why);
     return false;
   }
@@ -116,11 +132,8 @@ bool dn_load(void) {
   }
   sym(lib, "cudnnGetLastErrorString", &dn.last_error); /* 9.0 on; may be absent */
   dn.version = dn.get_version();
-  if (dn.version < 90000 || (dn.version >= 91000 && dn.version < 91002)) {
-    char why[128];
-    /* 9.10.0 and 9.10.1: NVIDIA's frontend refuses their fused attention */
-    snprintf(why, sizeof why, "cuDNN %zu is %s", dn.version,
-             dn.version < 90000 ? "older than 9.0" : "9.10.0 or 9.10.1, whose fused attention has known faults");
+  if (const char *no = dn_refused(dn.version)) {
+    snprintf(why, sizeof why, "cuDNN %zu is %s", dn.version, no);
     dn_off(why);
     return false;
   }
@@ -702,7 +715,34 @@ bool run(dn_plan *p, gpu_stream *s, const int64_t *uids, void **ptrs, int n, voi
 
 bool aligned(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
+/* cuDNN 9.19 packs its version as 91900: 9.19.0. */
+void version_text(char *buf, size_t n, size_t v) {
+  snprintf(buf, n, "%zu.%zu.%zu", v / 10000, v / 100 % 100, v % 100);
+}
+
 } // namespace
+
+bool gpu_cudnn_about(char *buf, size_t n) {
+  char why[768];
+  void *lib = dn_open(why, sizeof why);
+  if (!lib) {
+    snprintf(buf, n, "%s", why);
+    return false;
+  }
+  /* left open: dn_load opens the same file again when asked */
+  size_t (*ver)(void) = (size_t (*)(void))dlsym(lib, "cudnnGetVersion");
+  Dl_info di;
+  const char *path = ver && dladdr((void *)ver, &di) && di.dli_fname ? di.dli_fname : "libcudnn.so.9";
+  if (!ver) {
+    snprintf(buf, n, "%s has no cudnnGetVersion", path);
+    return false;
+  }
+  char v[32];
+  version_text(v, sizeof v, ver());
+  const char *no = dn_refused(ver());
+  snprintf(buf, n, "cuDNN %s at %s%s%s", v, path, no ? ", not used: " : "", no ? no : "");
+  return !no;
+}
 
 bool gpu_attention_cudnn_offline(const char *device_json, int dt, const gpu_attn *a, bool causal, bool bwd, int64_t *ws,
                                  char *err, size_t errlen) {

@@ -1916,8 +1916,16 @@ bool crun_probe(char *msg, size_t n) {
     return false;
   }
   char t[32], f[32];
-  snprintf(msg, n, "GPU %d: %s (compute capability %d.%d), %s, %s free", gpu, p.name, p.major, p.minor,
-           crun_bytes(t, sizeof t, (double)p.total), crun_bytes(f, sizeof f, (double)p.free));
+  int k = snprintf(msg, n, "GPU %d: %s (compute capability %d.%d), %s, %s free", gpu, p.name, p.major, p.minor,
+                   crun_bytes(t, sizeof t, (double)p.total), crun_bytes(f, sizeof f, (double)p.free));
+  /* what WEFT_ATTN=cudnn would find (not on the emulation, which has no cuDNN) */
+#ifndef WEFT_CUDA_EMU
+  char dn[768];
+  gpu_cudnn_about(dn, sizeof dn);
+  if (k > 0 && (size_t)k < n) snprintf(msg + k, n - (size_t)k, "; WEFT_ATTN=cudnn: %s", dn);
+#else
+  (void)k;
+#endif
   return true;
 }
 

@@ -264,6 +264,10 @@ void gpu_attention_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv,
  * gpu_attention's and gpu_attention_backward's. */
 void gpu_attention_full(gpu_stream *s, int dt, void *out, const void *q, const void *k, const void *v,
                         const gpu_attn *a, float *lse);
+/* Whether the cuDNN that WEFT_ATTN=cudnn would load is there and of a
+ * version it uses: "cuDNN 9.19.0 at PATH", else why not (`weft backends`).
+ * Loads nothing of it but the library. */
+bool gpu_cudnn_about(char *buf, size_t n);
 /* Whether cuDNN (attention_cudnn.cu, WEFT_ATTN=cudnn) builds a plan of the
  * forward or backward graph of these heads, causal or not, for the device
  * described by device_json (cuDNN's device properties: no GPU needed), and

@@ -361,6 +361,11 @@ int main(int argc, char **argv) {
   }
   const char *name = argv[1];
   if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0) { usage_main(stdout); return 0; }
+  bool asks_help = argc == 3 && (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0);
+  if (strcmp(name, "version") == 0 && asks_help) {
+    printf("usage: weft version (or weft --version)\n\nPrints weft's version: weft %s\n", WEFT_VERSION);
+    return 0;
+  }
   if (strcmp(name, "--version") == 0 || strcmp(name, "version") == 0) {
     if (argc > 2) {
       fprintf(stderr, "weft version: takes no arguments, got '%s'\n", argv[2]);
@@ -375,7 +380,7 @@ int main(int argc, char **argv) {
       return WEFT_FAILED;
     }
     if (argc < 3) { usage_main(stdout); return 0; }
-    if (strcmp(argv[2], "help") == 0) {
+    if (strcmp(argv[2], "help") == 0 || asks_help) {
       printf("usage: weft help [COMMAND]\n\nPrints the list of commands, or the usage and options of COMMAND\n"
              "(also: weft COMMAND --help).\n");
       return 0;
