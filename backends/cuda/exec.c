@@ -504,6 +504,11 @@ static void loss_in_place(crun *r, int d) {
     for (int j = 0; j < fw->nin; j++)
       if (fw->in[j].arg == 0) x = &fw->in[j];
     if (lb->persistent || lb->role == LB_INPUT || lb->dtype != dt || !cx_equal(&lb->region, &x->region)) continue;
+    /* the whole vocabulary (a shard's loss needs the others' statistics) */
+    const gtensor *lt = &r->g->tensors[lb->tensor];
+    if (!x->region.ndims || !lt->ndims ||
+        cx_dlen(&x->region.dims[x->region.ndims - 1]) != lt->dims[lt->ndims - 1].size)
+      continue;
     /* the next instruction that touches L: B; and none after it */
     int b = i + 1;
     while (b < lp->n && !touches(&lp->ins[b], L)) b++;
