@@ -227,6 +227,17 @@ loss_in_place() {
 loss_in_place "gpt2 bf16 single, logits of 257 columns" 1 bench/gpu/gpt2.plan --plan single $V257
 loss_in_place "megatron bf16 pp2 dp2, 2 micro-batches, recompute" 0 examples/gpt_megatron.plan $MEG --set dtype=bf16 --set tp=1 \
   --set dp=2 --set 'recompute="full"'
+# --max-memory bounds what the host holds: the CPU backend's devices are
+# this machine's memory, the GPU's buffers are the GPU's (which the plugin
+# checks against the device's free memory). A plan whose buffers pass the
+# budget is refused on the CPU (exit 2) and runs on the GPU.
+BIG="--set layers=1 --set hidden=64 --set heads=2 --set seq=128 --set vocab=4096 --set batch=32"
+if "$WEFT" run bench/gpu/gpt2.plan --plan single $BIG --steps 1 --max-memory 96MiB >/dev/null 2>"$tmp/m0"; then
+  bad "budget: the CPU backend ran a plan over --max-memory"
+elif [ $? -eq 2 ] && grep -q "devices' buffers at their peak" "$tmp/m0" &&
+     "$WEFT" run bench/gpu/gpt2.plan --plan single $BIG --steps 1 --max-memory 96MiB --backend cuda >"$tmp/m1" 2>&1; then ok
+  echo "cuda (emulated): --max-memory 96MiB: the CPU backend refuses ($(grep -o "needs about [^(]*" "$tmp/m0")), the GPU runs with $(grep -o "[0-9.]* MiB of device memory" "$tmp/m1")"
+else bad "budget: $(cat "$tmp/m0" "$tmp/m1" 2>/dev/null | tail -3)"; fi
 gelu_fusion "gpt2 bf16 single" bench/gpu/gpt2.plan --plan single $GPT
 gelu_fusion "gpt2 bf16 tp2" bench/gpu/gpt2.plan --plan tp2 $GPT
 gelu_fusion "megatron bf16 tp2 pp2 dp2, full recompute" examples/gpt_megatron.plan $MEG --set dtype=bf16 --set 'recompute="full"'

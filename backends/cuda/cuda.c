@@ -38,4 +38,5 @@ const weft_backend weft_backend_cuda = {
     .failure = crun_failure,
     .describe = crun_describe,
     .agree = crun_agree,
+    .devices_apart = true,
 };

@@ -132,8 +132,9 @@ int64_t world_step_items(const weft_graph *g, const char **unit);
 /* The version of this table: a plugin built against another is refused.
  * 2: passes (backend_step, backend_result), on_memory; 3: kernels, probe,
  * tolerance, failure, describe, and backend_opts' deterministic,
- * allow_nonfinite and timeout_s; 4: agree; 5: backend_opts' rendezvous. */
-#define WEFT_BACKEND_VERSION 5
+ * allow_nonfinite and timeout_s; 4: agree; 5: backend_opts' rendezvous;
+ * 6: devices_apart. */
+#define WEFT_BACKEND_VERSION 6
 
 /* What a device's buffers took, as the backend measured it while the steps
  * ran: the most bytes of program buffers live at once (an element at the
@@ -240,6 +241,12 @@ typedef struct weft_backend {
    * one passed ok (a process that cannot meet the others ends the run).
    * NULL: the run has one process. */
   bool (*agree)(backend_run *r, bool ok);
+  /* ---- version 6 ---- */
+  /* Whether the devices' buffers live in memory of their own (a GPU's),
+   * which the backend checks when it opens a run, not in this machine's:
+   * `weft run` then counts only what the host holds (parameters,
+   * optimizer state, inputs) against --max-memory. */
+  bool devices_apart;
 } weft_backend;
 
 /* The backend called name: one of this build's, or a plugin, libweft_NAME.so

@@ -488,8 +488,11 @@ static void print_settings(const trainer *t) {
 /* Whether the run fits the memory budget, before any of it is allocated:
  * every device's buffers at their peak, held as f32 (bf16 and f16 take
  * twice their bytes), and the whole parameters, optimizer state and inputs
- * (twice, and the one-device step's tensors, with --check). */
-static bool run_fits(const weft_program *pr, const weft_graph *g, const weft_opts *o, bool speak) {
+ * (twice, and the one-device step's tensors, with --check). A backend whose
+ * devices have memory of their own (a GPU's, which it checks itself) counts
+ * the parameters, state and inputs alone. */
+static bool run_fits(const weft_program *pr, const weft_graph *g, const weft_opts *o, const weft_backend *bk,
+                     bool speak) {
   double devices = 0, world = 0, whole = 0;
   bool narrow = false;
   int copies = g->optimizer && strcmp(g->optimizer, "adamw") == 0 ? 2 : 1;
@@ -501,15 +504,19 @@ static bool run_fits(const weft_program *pr, const weft_graph *g, const weft_opt
     else if (x->role == TENSOR_INPUT) world += n;
     whole += 2 * n;
   }
-  for (int d = 0; d < pr->nprogs; d++) devices += (double)pr->progs[d].peak * (narrow ? 2 : 1);
-  double need = devices + world + (o->run_check ? world + whole : 0);
+  for (int d = 0; d < pr->nprogs && !bk->devices_apart; d++) devices += (double)pr->progs[d].peak * (narrow ? 2 : 1);
+  double need = devices + world + (o->run_check ? world + (bk->devices_apart ? 0 : whole) : 0);
   size_t budget = arena_budget();
   if (!budget || need <= (double)budget) return true;
   if (speak) {
     char b1[32], b2[32], b3[32], b4[32];
-    fprintf(stderr, "weft run: the run needs about %s of memory (the devices' buffers at their peak %s, the model's "
-            "parameters, optimizer state and inputs %s%s), more than the budget of %s (--max-memory)\n",
-            unit_bytes_human((int64_t)fmin(need, 9e18), b1, sizeof b1), unit_bytes_human((int64_t)fmin(devices, 9e18), b2, sizeof b2),
+    char dev[80] = "";
+    if (!bk->devices_apart)
+      snprintf(dev, sizeof dev, "the devices' buffers at their peak %s, ",
+               unit_bytes_human((int64_t)fmin(devices, 9e18), b2, sizeof b2));
+    fprintf(stderr, "weft run: the run needs about %s of memory (%sthe model's parameters, optimizer state and inputs "
+            "%s%s), more than the budget of %s (--max-memory)\n",
+            unit_bytes_human((int64_t)fmin(need, 9e18), b1, sizeof b1), dev,
             unit_bytes_human((int64_t)fmin(world, 9e18), b3, sizeof b3), o->run_check ? ", twice with --check" : "",
             unit_bytes_human((int64_t)budget, b4, sizeof b4));
   }
@@ -592,7 +599,7 @@ int report_run(const weft_opts *o) {
     weft_free(c);
     return rc;
   }
-  if (!run_fits(pr, g, o, speak)) {
+  if (!run_fits(pr, g, o, bk, speak)) {
     weft_free(c);
     return WEFT_FAILED;
   }
