@@ -3,7 +3,8 @@
 #   - GPT-2 124M and 350M (bench/gpu/gpt2.plan: seq 1024, bf16 with f32
 #     masters, AdamW) at the largest batch weft fits (a power of two): weft's
 #     tokens/s and MFU, then PyTorch eager and torch.compile on the same model
-#     and batch (bench/gpu/gpt2_torch.py);
+#     and batch (bench/gpu/gpt2_torch.py); where PyTorch runs out of memory
+#     at that batch, weft and PyTorch again at half of it;
 #   - GPT-2 124M under Megatron's tp2 on two virtual devices of the GPU
 #     against the whole model on one.
 # MFU: 3 x the model's forward FLOPs per step (weft graph --json) over the
@@ -117,6 +118,21 @@ bench_size() {
     if $WEFT run $PLAN --plan single $sets --set batch=$b --backend cuda --steps 0 >"$tmp/fit" 2>&1; then batch=$b; break; fi
   done
   if [ -z "$batch" ]; then say "$name: no batch fits: $(tail -1 "$tmp/fit")"; return; fi
+  [ "$name" = "GPT-2 124M" ] && TP_BATCH=$batch
+  # weft's largest batch, and where PyTorch runs out of memory there, half
+  # of it for both, so that each PyTorch row has weft's at its batch
+  while :; do
+    bench_at "$name"
+    [ "$torch_failed" = 1 ] && [ "$batch" -gt 1 ] || break
+    batch=$((batch / 2))
+    say "$name: PyTorch ran out of memory at batch $((batch * 2)); weft and PyTorch at batch $batch:"
+  done
+}
+# bench_at NAME: weft's rows and PyTorch's at $batch; torch_failed=1 when a
+# PyTorch mode ran out of memory
+bench_at() {
+  name=$1
+  torch_failed=0
   flops=$($WEFT graph $PLAN $sets --set batch=$batch --json | "$PY" -c 'import json,sys; print(3*json.load(sys.stdin)["forward_flops"])')
   tokens=$((batch * ${SEQ:-1024}))
   weft_row "$name weft"
@@ -129,10 +145,10 @@ bench_size() {
       row "$name PyTorch $mode" "$batch" "$("$PY" -c "print(f'{$tokens/$t:,.0f}')")" "$("$PY" -c "print(f'{1000*$t:.1f}')")" \
         "$("$PY" -c "print(f'{100*$flops/$t/($peak*1e12):.1f}%')")"
     else
+      grep -q '"out of memory' "$tmp/t.json" && torch_failed=1
       say "$name PyTorch $mode: $(cat "$tmp/t.json") $(tail -2 "$tmp/t.err")"
     fi
   done
-  [ "$name" = "GPT-2 124M" ] && TP_BATCH=$batch
 }
 case " $PARTS " in *" 124m "*|*" tp2 "*|*" switches "*) bench_size "GPT-2 124M" 12 768 12 ;; esac
 case " $PARTS " in *" 350m "*) bench_size "GPT-2 350M" 24 1024 16 ;; esac
