@@ -227,6 +227,21 @@ loss_in_place() {
 loss_in_place "gpt2 bf16 single, logits of 257 columns" 1 bench/gpu/gpt2.plan --plan single $V257
 loss_in_place "megatron bf16 pp2 dp2, 2 micro-batches, recompute" 0 examples/gpt_megatron.plan $MEG --set dtype=bf16 --set tp=1 \
   --set dp=2 --set 'recompute="full"'
+# Evaluation passes (--val-data): the forward alone, the loss that writes
+# its gradient over the logits included; the validation losses within
+# bf16's rounding of the CPU backend's f32, and the same as
+# WEFT_CUDA_LOSS_IN_PLACE=0's.
+if python3 examples/tokens.py README.md "$tmp/text.bin" --val "$tmp/val.bin" >/dev/null; then
+  EV="--data $tmp/text.bin --val-data $tmp/val.bin --eval-every 2 --eval-steps 2 --steps 4"
+  for b in cpu cuda cuda0; do
+    if [ $b = cuda0 ]; then WEFT_CUDA_LOSS_IN_PLACE=0 "$WEFT" run bench/gpu/gpt2.plan --plan single $V257 $EV --backend cuda
+    else "$WEFT" run bench/gpu/gpt2.plan --plan single $V257 $EV --backend $b; fi 2>&1 | awk '$3 == "val" {print $2, $5}' >"$tmp/val.$b"
+  done
+  if [ "$(wc -l <"$tmp/val.cuda")" -eq 2 ] && cmp -s "$tmp/val.cuda" "$tmp/val.cuda0" &&
+     paste "$tmp/val.cpu" "$tmp/val.cuda" | awk '{d = $2 - $4; if (d < 0) d = -d; if ($1 != $3 || d > 0.01 * $2) bad = 1} END {exit bad}'; then ok
+    echo "cuda (emulated): evaluation: validation losses at steps 2 and 4 $(awk '{printf "%s ", $2}' "$tmp/val.cuda")(CPU: $(awk '{printf "%s ", $2}' "$tmp/val.cpu")), the same with the loss's kernels apart"
+  else bad "evaluation: validation losses"; cat "$tmp/val.cpu" "$tmp/val.cuda" "$tmp/val.cuda0"; fi
+else bad "examples/tokens.py README.md"; fi
 # --max-memory bounds what the host holds: the CPU backend's devices are
 # this machine's memory, the GPU's buffers are the GPU's (which the plugin
 # checks against the device's free memory). A plan whose buffers pass the
