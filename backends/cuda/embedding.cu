@@ -82,10 +82,55 @@ __global__ void k_emb_fill(int32_t *list, int32_t *off, const int32_t *cnt, cons
 
 /* Block (column range, partition): the partition's tokens in token order,
  * each adding its row of dout to the table's row; sums in f32 (acc: the
- * f32 image of a 16-bit table). */
+ * f32 image of a 16-bit table). The block reads a chunk of its list (the
+ * tokens and their rows) into shared memory at once, and takes its tokens
+ * four at a time: their rows of dout read together and, where the four
+ * rows of the table differ, those too, then each sum written; where two
+ * are the same row, one after another. Every element adds its tokens in
+ * token order, as the CPU's kernel does: the same bits. WEFT_EMB_KERNEL=old:
+ * the first kernel (k_embedding_backward_old), a token at a time, each
+ * reading its list entry, then its id, then the two rows. */
 template <class T>
-__global__ void k_embedding_backward(float *acc, const T *dout, const int32_t *ids, const int32_t *list,
+__global__ void k_embedding_backward(float *__restrict__ acc, const T *__restrict__ dout,
+                                     const int32_t *__restrict__ ids, const int32_t *__restrict__ list,
                                      const int32_t *off, const int32_t *cnt, int64_t h, int64_t v_lo) {
+  __shared__ int32_t tok[EMB_COLS], row[EMB_COLS];
+  int64_t j = (int64_t)blockIdx.x * EMB_COLS + threadIdx.x;
+  bool on = j < h;
+  int64_t part = blockIdx.y, lo = off[part], n = cnt[part];
+  for (int64_t c0 = 0; c0 < n; c0 += EMB_COLS) {
+    int m = n - c0 < EMB_COLS ? (int)(n - c0) : EMB_COLS;
+    __syncthreads();
+    if ((int)threadIdx.x < m) {
+      int32_t i = list[lo + c0 + threadIdx.x];
+      tok[threadIdx.x] = i;
+      row[threadIdx.x] = (int32_t)((int64_t)ids[i] - v_lo);
+    }
+    __syncthreads();
+    if (!on) continue;
+    int k = 0;
+    for (; k + 4 <= m; k += 4) {
+      int64_t r0 = row[k], r1 = row[k + 1], r2 = row[k + 2], r3 = row[k + 3];
+      float d0 = to_f(dout[tok[k] * h + j]), d1 = to_f(dout[tok[k + 1] * h + j]);
+      float d2 = to_f(dout[tok[k + 2] * h + j]), d3 = to_f(dout[tok[k + 3] * h + j]);
+      float *p0 = acc + r0 * h + j, *p1 = acc + r1 * h + j, *p2 = acc + r2 * h + j, *p3 = acc + r3 * h + j;
+      if (r0 != r1 && r0 != r2 && r0 != r3 && r1 != r2 && r1 != r3 && r2 != r3) {
+        float a0 = *p0, a1 = *p1, a2 = *p2, a3 = *p3;
+        *p0 = a0 + d0, *p1 = a1 + d1, *p2 = a2 + d2, *p3 = a3 + d3;
+      } else {
+        *p0 += d0;
+        *p1 += d1;
+        *p2 += d2;
+        *p3 += d3;
+      }
+    }
+    for (; k < m; k++) acc[(int64_t)row[k] * h + j] += to_f(dout[(int64_t)tok[k] * h + j]);
+  }
+}
+
+template <class T>
+__global__ void k_embedding_backward_old(float *acc, const T *dout, const int32_t *ids, const int32_t *list,
+                                         const int32_t *off, const int32_t *cnt, int64_t h, int64_t v_lo) {
   int64_t j = (int64_t)blockIdx.x * EMB_COLS + threadIdx.x;
   if (j >= h) return;
   int64_t part = blockIdx.y, lo = off[part], n = cnt[part];
@@ -93,6 +138,22 @@ __global__ void k_embedding_backward(float *acc, const T *dout, const int32_t *i
     int64_t i = list[k], row = (int64_t)ids[i] - v_lo;
     acc[row * h + j] += to_f(dout[i * h + j]);
   }
+}
+
+/* read at every call: test_kernels and bench_kernels set it between calls */
+static bool emb_old(void) {
+  const char *e = getenv("WEFT_EMB_KERNEL");
+  return e && strcmp(e, "old") == 0;
+}
+
+/* The sums of the partitions' tokens into acc, f32. */
+template <class T>
+static void emb_sums(gpu_stream *s, dim3 grid, float *acc, const T *dout, const int32_t *ids, const int32_t *list,
+                     const int32_t *off, const int32_t *cnt, int64_t h, int64_t v_lo) {
+  if (emb_old())
+    launch(k_embedding_backward_old<T>, grid, EMB_COLS, 0, s, acc, dout, ids, list, off, cnt, h, v_lo);
+  else
+    launch(k_embedding_backward<T>, grid, EMB_COLS, 0, s, acc, dout, ids, list, off, cnt, h, v_lo);
 }
 
 template <class T>
@@ -125,15 +186,15 @@ void gpu_embedding_backward(gpu_stream *s, int dt, void *dtable, int gdt, const 
     /* an f32 gradient (a 16-bit table's kept in f32 too) takes the sums itself */
     if (!acc) launch(k_zero<float>, blocks_for(v_local * h, 256), 256, 0, s, (float *)dtable, v_local * h);
     DISPATCH(dt, T,
-             launch(k_embedding_backward<T>, grid, EMB_COLS, 0, s, (float *)dtable, (const T *)dout, ids,
-                    (const int32_t *)list, (const int32_t *)off, (const int32_t *)cnt, h, v_lo));
+             emb_sums<T>(s, grid, (float *)dtable, (const T *)dout, ids, (const int32_t *)list, (const int32_t *)off,
+                         (const int32_t *)cnt, h, v_lo));
     return;
   }
   float *sum = (float *)ws;
   launch(k_zero<float>, blocks_for(v_local * h, 256), 256, 0, s, sum, v_local * h);
   DISPATCH(dt, T, {
-    launch(k_embedding_backward<T>, grid, EMB_COLS, 0, s, sum, (const T *)dout, ids, (const int32_t *)list,
-           (const int32_t *)off, (const int32_t *)cnt, h, v_lo);
+    emb_sums<T>(s, grid, sum, (const T *)dout, ids, (const int32_t *)list, (const int32_t *)off, (const int32_t *)cnt,
+                h, v_lo);
     launch(k_from_f32<T>, blocks_for(v_local * h, 256), 256, 0, s, (T *)dtable, (const float *)sum, v_local * h, acc);
   });
 }

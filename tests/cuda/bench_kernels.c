@@ -14,7 +14,8 @@
  * (cross entropy forward and backward) and their staging copy alone, in
  * GB/s (losses_and_copies), and LayerNorm forward and backward at GPT-2's
  * widths of 768 and 1024 (norms) and the column sums of a bias's
- * gradient (colsums), in GB/s. Prints ms per
+ * gradient (colsums), and the token embedding's table gradient at batch 32
+ * (embeddings), in GB/s. Prints ms per
  * call (the mean of the timed calls after two untimed) and TFLOP/s:
  * causal forward 2 b h s^2 dh (half of 4 b h s^2 dh), backward 2.5 times
  * that, linear 2 m k n.
@@ -210,10 +211,11 @@ static void losses_and_copies(int64_t t, int64_t v, int reps) {
   gpu_event *a = gpu_event_timed(e, sizeof e), *b = gpu_event_timed(e, sizeof e);
   if (!a || !b) die("gpu_event_timed", e);
   double bytes = (double)(t * v) * 2;
-  const char *what[5] = {"cross entropy forward", "cross entropy backward", "cross entropy forward+backward",
-                         "staging copy into padded rows", "staging copy out of padded rows"};
-  double moved[5] = {bytes, 2 * bytes, 3 * bytes, 2 * bytes, 2 * bytes};
-  for (int k = 0; k < 5; k++) {
+  const char *what[6] = {"cross entropy forward", "cross entropy backward", "cross entropy forward+backward",
+                         "staging copy into padded rows", "staging copy out of padded rows",
+                         "cross entropy, gradient in place"};
+  double moved[6] = {bytes, 2 * bytes, 3 * bytes, 2 * bytes, 2 * bytes, 2 * bytes};
+  for (int k = 0; k < 6; k++) {
     double ms = 0;
     for (int r = -2; r < reps; r++) {
       if (r == 0) gpu_record(a, S);
@@ -223,19 +225,57 @@ static void losses_and_copies(int64_t t, int64_t v, int reps) {
         gpu_cross_entropy_backward(S, GPU_BF16, dlogits, 0, logits, 0, dlab, t, v, t, false);
       if (k == 3) gpu_copy2d(S, GPU_BF16, padded, vp, logits, v, t, v);
       if (k == 4) gpu_copy2d(S, GPU_BF16, dlogits, v, padded, vp, t, v);
+      /* the loss and its gradient over the logits (over a copy: the
+       * logits above stay as they were) */
+      if (k == 5) gpu_cross_entropy_in_place(S, GPU_BF16, slot, NULL, dlogits, 0, dlab, t, v, t, false, ws);
     }
     gpu_record(b, S);
     ms = gpu_elapsed_ms(a, b, e, sizeof e) / reps;
     if (ms < 0 || !gpu_check("bench", e, sizeof e)) die("timing", e);
     char shape[96];
     snprintf(shape, sizeof shape, "t%lld v%lld bf16%s", (long long)t, (long long)v,
-             k < 3 ? (getenv("WEFT_CE_KERNEL") ? " (old)" : "")
-                   : (getenv("WEFT_COPY2D") ? " (old)" : ""));
+             k < 3 || k == 5 ? (getenv("WEFT_CE_KERNEL") ? " (old)" : "")
+                             : (getenv("WEFT_COPY2D") ? " (old)" : ""));
     printf("%-32s %-24s %9.3f ms %8.1f GB/s\n", what[k], shape, ms, moved[k] / (ms * 1e-3) / 1e9);
     fflush(stdout);
   }
   gpu_event_free(a), gpu_event_free(b), free(lab);
   gpu_free(logits), gpu_free(dlogits), gpu_free(padded), gpu_free(ws), gpu_free(slot), gpu_free(dlab);
+}
+
+/* The token embedding's table gradient, as GPT-2's tied table has it: t
+ * tokens of h (bf16, ids spread over v) added to an f32 gradient of v rows,
+ * then with the first kernel (WEFT_EMB_KERNEL=old). GB/s of dout read and
+ * the table's rows read and written. */
+static void embeddings(int64_t t, int64_t h, int64_t v, int reps) {
+  char e[400];
+  void *dout = filled(t * h, GPU_BF16), *dtab = zeros((size_t)(v * h) * 4);
+  void *ws = zeros(gpu_embedding_backward_ws(GPU_BF16, v, h, t) + 4);
+  int32_t *ids = malloc(sizeof(int32_t) * (size_t)t);
+  uint64_t x = 2463534242ull;
+  for (int64_t i = 0; i < t; i++) x ^= x << 13, x ^= x >> 7, x ^= x << 17, ids[i] = (int32_t)(x % (uint64_t)v);
+  int32_t *dids = gpu_alloc((size_t)t * 4, e, sizeof e);
+  if (!dids || !gpu_upload(dids, ids, (size_t)t * 4, S, e, sizeof e)) die("ids", e);
+  gpu_event *a = gpu_event_timed(e, sizeof e), *z = gpu_event_timed(e, sizeof e);
+  if (!a || !z) die("gpu_event_timed", e);
+  for (int old = 0; old < 2; old++) {
+    if (old) setenv("WEFT_EMB_KERNEL", "old", 1);
+    for (int r = -2; r < reps; r++) {
+      if (r == 0) gpu_record(a, S);
+      gpu_embedding_backward(S, GPU_BF16, dtab, GPU_F32, dout, dids, t, h, 0, v, true, ws);
+    }
+    gpu_record(z, S);
+    double ms = gpu_elapsed_ms(a, z, e, sizeof e) / reps;
+    if (ms < 0 || !gpu_check("bench", e, sizeof e)) die("timing", e);
+    char shape[96];
+    snprintf(shape, sizeof shape, "t%lld h%lld v%lld%s", (long long)t, (long long)h, (long long)v, old ? " (old)" : "");
+    printf("%-32s %-24s %9.3f ms %8.1f GB/s\n", "embedding backward", shape, ms,
+           (double)(t * h) * 10 / (ms * 1e-3) / 1e9);
+    fflush(stdout);
+  }
+  unsetenv("WEFT_EMB_KERNEL");
+  gpu_event_free(a), gpu_event_free(z), free(ids);
+  gpu_free(dout), gpu_free(dtab), gpu_free(ws), gpu_free(dids);
 }
 
 /* LayerNorm at t rows of h (bf16): forward, and backward writing dx and
@@ -344,6 +384,7 @@ int main(int argc, char **argv) {
     norms(small ? 64 : 8192, 1024, small ? 1 : 20);
     colsums(small ? 64 : 8192, 768, small ? 1 : 20);
     colsums(small ? 64 : 8192, 3072, small ? 1 : 20);
+    embeddings(small ? 600 : 32768, small ? 40 : 768, small ? 300 : 50257, small ? 1 : 10);
   }
   if (!gpu_sync(e, sizeof e)) die("sync", e);
   gpu_stream_free(S);

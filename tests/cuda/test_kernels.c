@@ -283,6 +283,49 @@ static void check_gemm_gelu(int dt, int64_t m, int64_t k, int64_t n) {
   free(a), free(b), free(bias), free(g), free(x), free(pre), free(y), free(gx), free(want);
 }
 
+/* The table's gradient with many tokens to a partition (40,000 tokens over
+ * 128 partitions of 600 rows: two chunks of the block's list each, runs of
+ * four tokens of four rows and of repeated rows), into f32: the CPU's sums
+ * to the bit, each row's tokens added in token order; then with the first
+ * kernel (WEFT_EMB_KERNEL=old). */
+static void check_embedding_tokens(int dt);
+static void check_embedding_many(int dt) {
+  for (int old = 0; old < 2; old++) {
+    if (old) setenv("WEFT_EMB_KERNEL", "old", 1);
+    check_embedding_tokens(dt);
+  }
+  unsetenv("WEFT_EMB_KERNEL");
+}
+
+static void check_embedding_tokens(int dt) {
+  char e[400], what[96];
+  int64_t t = 40000, h = 40, v_local = 600;
+  int32_t *ids = malloc(sizeof(int32_t) * (size_t)t);
+  for (int64_t i = 0; i < t; i++) ids[i] = (int32_t)(urand() * v_local);
+  for (int64_t i = 100; i < 140; i++) ids[i] = 5;  /* a run of one row */
+  float *dout = randn(t * h, 1), *dt0 = randn(v_local * h, 1);
+  round_all(dout, t * h, dt);
+  int32_t *dids = up_ids(ids, t);
+  void *ddout = up(dout, t * h, dt), *ws = gpu_alloc(gpu_embedding_backward_ws(dt, v_local, h, t) + 4, e, sizeof e);
+  if (!ws) die("gpu_alloc", e);
+  for (int acc = 0; acc < 2; acc++) {
+    float *wt = copy(dt0, v_local * h);
+    k_embedding_backward(wt, dout, ids, t, h, 0, v_local, acc);
+    void *g = acc ? up(dt0, v_local * h, GPU_F32) : poisoned(v_local * h, GPU_F32);
+    gpu_embedding_backward(S, dt, g, GPU_F32, ddout, dids, t, h, 0, v_local, acc, ws);
+    float *got = down(g, v_local * h, GPU_F32);
+    bool same = memcmp(got, wt, sizeof(float) * (size_t)(v_local * h)) == 0;
+    checks++;
+    if (!same) failures++;
+    snprintf(what, sizeof what, "embedding backward, 40000 tokens, into f32%s%s", acc ? ", acc" : "",
+             getenv("WEFT_EMB_KERNEL") ? " (old)" : "");
+    printf("kernel %-44s %-4s %s\n", what, dt_name(dt), same ? "the CPU's bits ok" : "FAIL: not the CPU's bits");
+    free(got), free(wt), gpu_free(g);
+  }
+  gpu_free(dids), gpu_free(ddout), gpu_free(ws);
+  free(ids), free(dout), free(dt0);
+}
+
 static void check_embedding(int dt) {
   int64_t t = 600, h = 40, vocab = 300, v_lo = 100, v_local = 150;  /* tokens in three chunks of 256 */
   int32_t *ids = malloc(sizeof(int32_t) * (size_t)t);
@@ -1814,6 +1857,7 @@ int main(void) {
       unsetenv("WEFT_GEMM_STAGE_FLOPS");
     }
     check_embedding(dt);
+    check_embedding_many(dt);
     check_norms(dt);
     check_elementwise(dt);
     check_overwrites(dt);
