@@ -251,7 +251,7 @@ if "$WEFT" run bench/gpu/gpt2.plan --plan single $BIG --steps 1 --max-memory 96M
   bad "budget: the CPU backend ran a plan over --max-memory"
 elif [ $? -eq 2 ] && grep -q "devices' buffers at their peak" "$tmp/m0" &&
      "$WEFT" run bench/gpu/gpt2.plan --plan single $BIG --steps 1 --max-memory 96MiB --backend cuda >"$tmp/m1" 2>&1; then ok
-  echo "cuda (emulated): --max-memory 96MiB: the CPU backend refuses ($(grep -o "needs about [^(]*" "$tmp/m0")), the GPU runs with $(grep -o "[0-9.]* MiB of device memory" "$tmp/m1")"
+  echo "cuda (emulated): --max-memory 96MiB: the CPU backend refuses (it needs about $(sed -n 's/.*needs about \([0-9.]* [KMG]iB\).*/\1/p' "$tmp/m0")), the GPU runs with $(grep -o "[0-9.]* MiB of device memory" "$tmp/m1")"
 else bad "budget: $(cat "$tmp/m0" "$tmp/m1" 2>/dev/null | tail -3)"; fi
 gelu_fusion "gpt2 bf16 single" bench/gpu/gpt2.plan --plan single $GPT
 gelu_fusion "gpt2 bf16 tp2" bench/gpu/gpt2.plan --plan tp2 $GPT
