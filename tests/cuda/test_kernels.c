@@ -1043,6 +1043,23 @@ static void check_ce_rows(int dt) {
   gpu_free(slot), gpu_free(ws);
 }
 
+/* t rows of v elements every ld on the device against want (packed), and
+ * the padding after each row still NaN. */
+static void expect_rows(void *dev, const char *what, const char *pads_what, int dt, const float *want, int64_t t,
+                        int64_t v, int64_t ld) {
+  float *got = down(dev, t * ld, dt), *rows = malloc(sizeof(float) * (size_t)(t * v));
+  bool pads = true;
+  for (int64_t i = 0; i < t; i++) {
+    memcpy(rows + i * v, got + i * ld, sizeof(float) * (size_t)v);
+    for (int64_t j = v; j < ld; j++) pads &= isnan(got[i * ld + j]);
+  }
+  expect(what, dt, rows, want, t * v); /* takes rows */
+  checks++;
+  if (!pads) failures++;
+  printf("kernel %-44s %-4s %s\n", pads_what, dt_name(dt), pads ? "ok" : "FAIL");
+  free(got);
+}
+
 /* Cross entropy on rows padded to 16 bytes (a row of 257 elements every
  * 264, or 260 in f32), as the CUDA backend lays out logits whose rows are
  * not (pad_rows in exec.c): the loss and the gradient the same as packed,
@@ -1065,34 +1082,14 @@ static void check_ce_pitch(int dt) {
   float *want = malloc(sizeof(float) * (size_t)(t * v));
   k_cross_entropy_backward(want, x, lab, t, v, t, 1.0, false);
   gpu_cross_entropy_backward(S, dt, dg, ld, dx, ld, dlab, t, v, t, false);
-  float *got = down(dg, t * ld, dt), *rows = malloc(sizeof(float) * (size_t)(t * v));
-  bool pads = true;
-  for (int64_t i = 0; i < t; i++) {
-    memcpy(rows + i * v, got + i * ld, sizeof(float) * (size_t)v);
-    for (int64_t j = v; j < ld; j++) pads &= isnan(got[i * ld + j]);
-  }
-  expect("  its backward, padded rows", dt, rows, want, t * v);
-  checks++;
-  if (!pads) failures++;
-  printf("kernel %-44s %-4s %s\n", "  its backward leaves the padding", dt_name(dt), pads ? "ok" : "FAIL");
+  expect_rows(dg, "  its backward, padded rows", "  its backward leaves the padding", dt, want, t, v, ld);
   /* the loss and the gradient at once over padded rows */
   void *di = up(xp, t * ld, dt);
   gpu_cross_entropy_in_place(S, dt, slot, NULL, di, ld, dlab, t, v, t, false, ws);
   expect_loss("  in place over padded rows: the loss", dt, slot, k_cross_entropy(x, lab, t, v, t));
-  free(got);
-  got = down(di, t * ld, dt);
-  rows = malloc(sizeof(float) * (size_t)(t * v)); /* expect took the other */
-  pads = true;
-  for (int64_t i = 0; i < t; i++) {
-    memcpy(rows + i * v, got + i * ld, sizeof(float) * (size_t)v);
-    for (int64_t j = v; j < ld; j++) pads &= isnan(got[i * ld + j]);
-  }
-  expect("  in place over padded rows: the gradient", dt, rows, want, t * v);
-  checks++;
-  if (!pads) failures++;
-  printf("kernel %-44s %-4s %s\n", "  in place leaves the padding", dt_name(dt), pads ? "ok" : "FAIL");
+  expect_rows(di, "  in place over padded rows: the gradient", "  in place leaves the padding", dt, want, t, v, ld);
   gpu_free(di);
-  free(got), free(x), free(xp), free(nan), free(want);
+  free(x), free(xp), free(nan), free(want);
   gpu_free(dlab), gpu_free(dx), gpu_free(dg), gpu_free(ws), gpu_free(slot);
 }
 
