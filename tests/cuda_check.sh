@@ -239,7 +239,7 @@ if python3 examples/tokens.py README.md "$tmp/text.bin" --val "$tmp/val.bin" >/d
   done
   if [ "$(wc -l <"$tmp/val.cuda")" -eq 2 ] && cmp -s "$tmp/val.cuda" "$tmp/val.cuda0" &&
      paste "$tmp/val.cpu" "$tmp/val.cuda" | awk '{d = $2 - $4; if (d < 0) d = -d; if ($1 != $3 || d > 0.01 * $2) bad = 1} END {exit bad}'; then ok
-    echo "cuda (emulated): evaluation: validation losses at steps 2 and 4 $(awk '{printf "%s ", $2}' "$tmp/val.cuda")(CPU: $(awk '{printf "%s ", $2}' "$tmp/val.cpu")), the same with the loss's kernels apart"
+    echo "cuda (emulated): evaluation: validation losses at steps 2 and 4 $(awk '{print $2}' "$tmp/val.cuda" | paste -sd' ') (CPU: $(awk '{print $2}' "$tmp/val.cpu" | paste -sd' ')), the same with the loss's kernels apart"
   else bad "evaluation: validation losses"; cat "$tmp/val.cpu" "$tmp/val.cuda" "$tmp/val.cuda0"; fi
 else bad "examples/tokens.py README.md"; fi
 # --max-memory bounds what the host holds: the CPU backend's devices are
