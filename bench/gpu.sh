@@ -14,10 +14,13 @@
 #
 # Usage, from the repository root, with ./weft and ./libweft_cuda.so built
 # where nvcc is:   sh bench/gpu.sh [DIR]
-# PARTS picks among "kernels 124m 350m tp2 cudnn switches" (default the
-# first five; kernels: bench_kernels, below; cudnn: 124M and 350M again
+# PARTS picks among "kernels 124m 350m tp2 cudnn switches trace" (default
+# the first five; kernels: bench_kernels, below; cudnn: 124M and 350M again
 # with attention through cuDNN's fused flash attention, WEFT_ATTN=cudnn;
-# tp2 and switches also find 124M's batch;
+# tp2, switches and trace also find 124M's batch; trace: one step of 124M
+# timed instruction by instruction, weft run --trace, its file written to
+# DIR/gpu-trace-DATE-DEVICE.json and summed by operator,
+# bench/trace_summary.py;
 # switches: 124M with each of the
 # executor's fusions off, WEFT_CUDA_FUSE=0, WEFT_CUDA_FIRST_WRITE=0,
 # WEFT_CUDA_PAD_ROWS=0, then all three, against all on, then with the
@@ -150,9 +153,11 @@ bench_at() {
     fi
   done
 }
-case " $PARTS " in *" 124m "*|*" tp2 "*|*" switches "*) bench_size "GPT-2 124M" 12 768 12 ;; esac
+case " $PARTS " in *" 124m "*|*" tp2 "*|*" switches "*|*" trace "*) bench_size "GPT-2 124M" 12 768 12 ;; esac
 case " $PARTS " in *" 350m "*) bench_size "GPT-2 350M" 24 1024 16 ;; esac
 SW_BATCH=$TP_BATCH
+TR_BATCH=$TP_BATCH
+case " $PARTS " in *" trace "*) ;; *) TR_BATCH= ;; esac
 case " $PARTS " in *" tp2 "*) ;; *) TP_BATCH= ;; esac
 case " $PARTS " in *" switches "*) ;; *) SW_BATCH= ;; esac
 
@@ -183,5 +188,16 @@ if [ -n "${TP_BATCH:-}" ]; then
       say "GPT-2 124M weft $plan: failed: $(tail -3 "$tmp/w.err")"
     fi
   done
+fi
+# one step of 124M traced: the time of every instruction on the GPU's
+# stream, summed by operator with the layers folded
+if [ -n "${TR_BATCH:-}" ]; then
+  tr=$DIR/gpu-trace-$(date -u +%Y-%m-%d)-$slug.json
+  if $WEFT run $PLAN --plan single ${SETS:-} --set batch=$TR_BATCH --backend cuda --steps 4 --trace "$tr" >"$tmp/w.out" 2>"$tmp/w.err"; then
+    say "GPT-2 124M weft, batch $TR_BATCH, step 4 timed instruction by instruction ($tr):"
+    "$PY" bench/trace_summary.py "$tr" 30 | tee -a "$log"
+  else
+    say "GPT-2 124M weft --trace: failed: $(tail -3 "$tmp/w.err")"
+  fi
 fi
 echo "written: $log"

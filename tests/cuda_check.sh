@@ -227,6 +227,18 @@ loss_in_place() {
 loss_in_place "gpt2 bf16 single, logits of 257 columns" 1 bench/gpu/gpt2.plan --plan single $V257
 loss_in_place "megatron bf16 pp2 dp2, 2 micro-batches, recompute" 0 examples/gpt_megatron.plan $MEG --set dtype=bf16 --set tp=1 \
   --set dp=2 --set 'recompute="full"'
+# --trace on virtual devices: every compute of both devices' programs
+# timed on its device's stream (with the loss's separate kernels: in
+# place, its backward launches nothing), named as the program names it,
+# no overlap on a stream (tests/trace_check.py), with clipping's plan
+TG="examples/gpt2.plan --plan tp2 --set layers=2 --set hidden=64 --set heads=4 --set seq=16 --set vocab=256 --set batch=8"
+for d in 0 1; do "$WEFT" lower $TG --device $d --json >"$tmp/tlow$d.json"; done
+if WEFT_CUDA_LOSS_IN_PLACE=0 "$WEFT" run $TG --backend cuda --steps 2 --clip 1 --trace "$tmp/tr.json" --json >"$tmp/tr.run" 2>"$tmp/e" &&
+   python3 tests/trace_check.py "$tmp/tr.json" "$tmp/tr.run" 2 computes "$tmp/tlow0.json" "$tmp/tlow1.json" >"$tmp/tr.out" &&
+   python3 -c 'import json, sys; d = json.load(open(sys.argv[1]))["otherData"]; assert d["backend"] == "cuda" and "CUDA events" in d["times"], d' "$tmp/tr.json"; then ok
+  echo "cuda (emulated): --trace, gpt2 tp2 with --clip 1: $(cat "$tmp/tr.out")"
+else bad "cuda --trace"; cat "$tmp/e" "$tmp/tr.out"; fi
+
 # Evaluation passes (--val-data): the forward alone, the loss that writes
 # its gradient over the logits included; the validation losses within
 # bf16's rounding of the CPU backend's f32, and the same as

@@ -38,7 +38,7 @@ Two forms of example are recognised, and both read as ordinary examples:
    the file its next commands read. Trailing spaces are not compared.
 
    In the output of `weft run`, what depends on the machine is not compared
-   exactly: the figures of wall-clock time (a number before ` s`,
+   exactly: the figures of wall-clock time (a number before ` s`, ` ms`,
    ` tokens/s` or ` samples/s`) and the differences `--check` measures (a
    number after `within`, and the worst tensor's) not at all, and losses
    and gradient norms (a number after `loss ` or `norm `) to 1e-5
@@ -77,7 +77,7 @@ LINKS = ["examples", "tests", "stdlib", "docs"]  # copied into the scratch folde
 TIMEOUT = 300
 NOT_RUN = re.compile(r"\(not run: ([^)]*)\)")
 NUMBER = r"\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?"
-MACHINE = [re.compile(NUMBER + r"(?= (?:s|tokens/s|samples/s)\b)"),
+MACHINE = [re.compile(NUMBER + r"(?= (?:s|ms|tokens/s|samples/s)\b)"),
            re.compile(r"(?<=within )" + NUMBER),
            re.compile(r"(?<=worst tensor )(\S+ )" + NUMBER)]
 LOSS = re.compile(r"(?<=\bloss |\bnorm )" + NUMBER)

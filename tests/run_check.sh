@@ -259,6 +259,12 @@ if command -v mpirun >/dev/null 2>&1; then
   if ASAN_OPTIONS=$asan_mpi mpirun -np 2 "$WEFT" run examples/gpt_megatron.plan $MEG --steps 2 --check >"$tmp/mpi.out" 2>&1 &&
      grep -q "match$" "$tmp/mpi.out"; then ok; echo "run: mpirun -np 2 megatron tp2 pp2 dp2 matches one device"
   else bad "mpirun -np 2 megatron --check"; cat "$tmp/mpi.out"; fi
+  # --trace under mpirun: process 0 writes what its devices ran
+  if ASAN_OPTIONS=$asan_mpi mpirun -np 2 "$WEFT" run examples/gpt_megatron.plan $MEG --steps 1 --trace "$tmp/mtr.json" \
+       >"$tmp/mpi.out" 2>&1 && grep -q "instructions of process 0's devices" "$tmp/mpi.out" &&
+     python3 -c 'import json, sys; ev = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e["ph"] == "X"]; n = len({e["pid"] for e in ev}); assert 0 < n < 8, n; print(n)' "$tmp/mtr.json" >"$tmp/mtr.n"; then ok
+    echo "run: mpirun -np 2 --trace: process 0 wrote its $(cat "$tmp/mtr.n") devices of 8"
+  else bad "mpirun -np 2 --trace"; cat "$tmp/mpi.out"; fi
   # a stopped process: the other gives up after --timeout, and MPI_Abort
   # ends the run; no process is left behind. Which wait finds it depends on
   # where it stopped: a receive, a collective, or a send whose message the
@@ -501,6 +507,31 @@ open(sys.argv[2], "wb").write(struct.pack("<Q", len(text)) + text + b[8 + n:])
 EOF
   expect_err "badmeta.st: ${kv%%=*} '${kv#*=}' in its metadata is not a" $R --data "$tmp/text.bin" --resume "$tmp/badmeta.st"
 done
+
+# --trace: every instruction of the traced step on each device's thread,
+# named as its program names it, without overlap (tests/trace_check.py);
+# with clipping the devices run their programs in two parts
+G4="examples/gpt2.plan --plan tp2_pp2 --set layers=12 --set hidden=64 --set heads=4 --set seq=16 --set vocab=256 --set batch=8"
+for d in 0 1 2 3; do "$WEFT" lower $G4 --device $d --json >"$tmp/low$d.json" || bad "weft lower --device $d --json"; done
+for clip in "" "--clip 1"; do
+  if "$WEFT" run $G4 --steps 3 --trace "$tmp/tr.json" --trace-step 2 $clip --json >"$tmp/tr.run" 2>"$tmp/err" &&
+     python3 tests/trace_check.py "$tmp/tr.json" "$tmp/tr.run" 2 every "$tmp"/low[0-3].json >"$tmp/tr.out"; then ok
+    echo "run: --trace, gpt2 tp2_pp2${clip:+ with $clip}: $(cat "$tmp/tr.out")"
+  else bad "weft run --trace${clip:+ $clip}"; cat "$tmp/err" "$tmp/tr.out"; fi
+done
+# the line says what it wrote; the default step is the run's last
+if "$WEFT" run $G4 --steps 2 --trace "$tmp/tr2.json" >"$tmp/tr2.out" 2>"$tmp/err" &&
+   grep -q "^trace of step 2 written to $tmp/tr2.json: [0-9]* instructions, .* ms from the first to the last; forward" "$tmp/tr2.out" &&
+   python3 -c 'import json, sys; d = json.load(open(sys.argv[1]))["otherData"]; assert d["step"] == 2 and d["backend"] == "cpu" and "thread" in d["times"], d' "$tmp/tr2.json"; then ok
+else bad "weft run --trace: its line or the file's step"; cat "$tmp/tr2.out" "$tmp/err"; fi
+expect_err "--trace -: weft run prints its steps on standard output" $G4 --steps 1 --trace -
+expect_err "--trace-step 4: this run runs steps 1 to 3" $G4 --steps 3 --trace "$tmp/x.json" --trace-step 4
+expect_err "--trace $tmp/x.json: --steps 0 runs no step to trace" $G4 --steps 0 --trace "$tmp/x.json"
+expect_err "--trace-step needs a positive count" $G4 --steps 1 --trace "$tmp/x.json" --trace-step 0
+cp examples/gpt2.plan "$tmp/own.plan"
+expect_err "--trace $tmp/own.plan" "$tmp/own.plan" --plan tp2 --set layers=2 --steps 1 --trace "$tmp/own.plan"
+if cmp -s examples/gpt2.plan "$tmp/own.plan" && [ ! -e "$tmp/x.json" ]; then ok
+else bad "a refused --trace wrote a file"; fi
 
 # bad files: each refused with a message naming the tensor
 G="examples/gpt2.plan --plan tp2 --set hidden=64 --set heads=4 --set seq=16 --set batch=8"

@@ -228,6 +228,8 @@ typedef struct xdev {
   int *order, nhead;      /* with clipping: the instructions before the norm
                            * (nhead), then those after it, in program order */
   double sq;              /* this pass: the sum of squares of what its steps count */
+  double *span;           /* a traced pass: per instruction, its start and
+                           * end from the pass's start (NaN: not run) */
   char err[512];
   bool failed;
 } xdev;
@@ -837,11 +839,23 @@ static bool do_step(xdev *d, const lins *in) {
   return true;
 }
 
+static bool run_kind(xdev *d, const lins *in);
+
 static bool run_ins(xdev *d, const lins *in) {
   /* an evaluation runs the forward only (communications still meet) */
   if (d->run->cur.eval &&
       (in->kind == LI_STEP || (in->kind == LI_COMPUTE && (in->dir == DIR_BACKWARD || in->recompute))))
     return true;
+  if (!d->span || in->kind == LI_ALLOC || in->kind == LI_FREE) return run_kind(d, in);
+  /* a traced pass: the device's thread's wall time in it, waits included */
+  size_t i = (size_t)(in - d->prog->ins);
+  d->span[2 * i] = now() - d->run->t0;
+  bool ok = run_kind(d, in);
+  d->span[2 * i + 1] = now() - d->run->t0;
+  return ok;
+}
+
+static bool run_kind(xdev *d, const lins *in) {
   switch (in->kind) {
   case LI_ALLOC: return do_alloc(d, in);
   case LI_FREE: return do_free(d, in);
@@ -1270,6 +1284,14 @@ bool xrun_steps(xrun *r, const backend_step *st, backend_result *out, char *err,
   r->coef = 1.0;
   r->res = (backend_result){0};
   if (st->clip > 0 && !st->eval && !r->split && !split_programs(r, err, errlen)) return false;
+  for (int i = 0; i < r->ndevs; i++) {
+    xdev *d = &r->devs[i];
+    free(d->span);
+    d->span = NULL;
+    if (!st->trace || !r->o.on_trace) continue;
+    d->span = weft_xmalloc(2 * (size_t)(d->prog->n + 1) * sizeof(double));
+    for (int k = 0; k < 2 * d->prog->n; k++) d->span[k] = NAN;
+  }
   pthread_barrier_init(&r->bar, NULL, (unsigned)r->ndevs);
   pthread_t *th = weft_xmalloc((size_t)r->ndevs * sizeof(pthread_t));
   r->t0 = now();
@@ -1285,6 +1307,14 @@ bool xrun_steps(xrun *r, const backend_step *st, backend_result *out, char *err,
   for (int i = 0; i < r->ndevs; i++) pthread_join(th[i], NULL);
   free(th);
   pthread_barrier_destroy(&r->bar);
+  for (int i = 0; i < r->ndevs; i++) {
+    xdev *d = &r->devs[i];
+    for (int k = 0; d->span && !r->failed && k < d->prog->n; k++)
+      if (!isnan(d->span[2 * k + 1]))
+        r->o.on_trace(r->o.ctx, d->device, k, "thread", d->span[2 * k], d->span[2 * k + 1]);
+    free(d->span);
+    d->span = NULL;
+  }
   if (!r->failed) {
     *out = r->res;
     return true;

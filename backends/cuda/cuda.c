@@ -39,4 +39,11 @@ const weft_backend weft_backend_cuda = {
     .describe = crun_describe,
     .agree = crun_agree,
     .devices_apart = true,
+#ifdef WEFT_CUDA_EMU
+    .trace_about = "time on the device's stream (CUDA events), from after an instruction's waits for other streams "
+                   "to the end of its work; the emulation runs work in an order of its own, so its times say little",
+#else
+    .trace_about = "time on the device's stream (CUDA events), from after an instruction's waits for other streams "
+                   "to the end of its work",
+#endif
 };

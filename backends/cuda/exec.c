@@ -265,6 +265,13 @@ struct backend_run {
   int64_t *pbytes;        /* per buffer: its bytes so, 0: lbuf's */
   gpu_mstep *mtab;        /* device: the plans' tables */
   double *mparts;         /* device: their scratch */
+  /* a traced pass (backend_step.trace): an origin, then per schedule op
+   * an event before its launches and one after; traced[k]: op k's were
+   * recorded in this pass */
+  bool tracing;
+  gpu_event **tev;
+  int ntev;
+  bool *traced;
 };
 
 static bool here(const crun *r, int dev) { return r->mine < 0 || dev == r->mine; }
@@ -1962,6 +1969,8 @@ void crun_close(crun *r) {
   if (r->keep)
     for (int d = 0; d < r->pr->nprogs; d++) free(r->keep[d]);
   free(r->keep);
+  for (int i = 0; gpu && i < r->ntev; i++) gpu_event_free(r->tev[i]);
+  free(r->tev), free(r->traced);
   free(r->pitch), free(r->pbytes), free(r->share);
   free(r->dev), free(r->kern), free(r->input_off), free(r->tab.v), free(r->mask_at), free(r->ins_base);
   if (r->mpi) rdv_mpi_close(r->mpi);
@@ -2946,8 +2955,50 @@ static bool mp_sums(crun *r, char *err, size_t errlen) {
   return ok && mp_settle(r, what, err, errlen);
 }
 
+/* A traced pass's events: an origin and two per schedule op, created
+ * once (timed events cost more to record than the executor's own). */
+static bool trace_begin(crun *r, char *err, size_t errlen) {
+  int want = 2 * r->P->s.nops + 1;
+  if (want > r->ntev) {
+    gpu_event **more = cx_alloc(sizeof(gpu_event *) * (size_t)want);
+    if (r->ntev) memcpy(more, r->tev, sizeof(gpu_event *) * (size_t)r->ntev);
+    free(r->tev);
+    r->tev = more;
+    for (; r->ntev < want; r->ntev++)
+      if (!(r->tev[r->ntev] = gpu_event_timed(err, errlen))) return false;
+  }
+  free(r->traced);
+  r->traced = cx_alloc(sizeof(bool) * (size_t)(r->P->s.nops + 1));
+  /* the origin, on a stream with nothing queued: every op's launches come after it */
+  for (int d = 0; d < r->pr->nprogs; d++)
+    if (here(r, d) && r->dev[d].stream) {
+      gpu_record(r->tev[0], r->dev[d].stream);
+      break;
+    }
+  return true;
+}
+
+/* After the pass: each op's span on its stream, from after its waits to
+ * the end of its launches, as on_trace wants it. */
+static bool trace_end(crun *r, char *err, size_t errlen) {
+  const cplan *P = r->P;
+  for (int k = 0; k < P->s.nops; k++) {
+    const sop *so = &P->s.ops[k];
+    if (!r->traced[k] || so->ins < 0) continue;
+    char e[512] = "";
+    double a = gpu_elapsed_ms(r->tev[0], r->tev[1 + 2 * k], e, sizeof e),
+           b = e[0] ? 0 : gpu_elapsed_ms(r->tev[0], r->tev[2 + 2 * k], e, sizeof e);
+    if (e[0]) return failf(err, errlen, 2, "GPU %d (%s), the trace: %s", r->gpu, r->props.name, e);
+    /* (the emulation may run an op's work before the origin's) */
+    a = a > 0 ? a : 0, b = b > a ? b : a;
+    r->o.on_trace(r->o.ctx, so->dev, so->ins, "stream", a * 1e-3, b * 1e-3);
+  }
+  return true;
+}
+
 static bool run_plan(crun *r, char *err, size_t errlen) {
   char e[512], what[256];
+  if (r->tracing && !trace_begin(r, err, errlen)) return false;
   if (!upload_inputs(r, err, errlen)) return false;
   const cplan *P = r->P;
   for (int k = 0; k < P->s.nops; k++) {
@@ -2958,18 +3009,21 @@ static bool run_plan(crun *r, char *err, size_t errlen) {
     else if (so->kind == SO_WAIT && P->alias && P->alias[so->arg] >= 0) gpu_wait(s, P->cops[P->alias[so->arg]].out);
     else if (so->kind == SO_WAIT) gpu_wait(s, P->ev[so->arg]);
     if (r->eval && eval_skips(r, so)) continue;
+    bool timed = r->tracing && P->count[k] > 0;
+    if (timed) gpu_record(r->tev[1 + 2 * k], s), r->traced[k] = true;
     for (int j = 0; j < P->count[k]; j++)
       if (!run_act(r, &P->acts[P->first[k] + j], s, e, sizeof e)) {
         ins_name(r, so->dev, so->ins, what, sizeof what);
         return failf(err, errlen, 1, "%s: %s", what, e);
       }
+    if (timed) gpu_record(r->tev[2 + 2 * k], s);
     if (P->count[k] || r->sync_each) {
       ins_name(r, so->dev, so->ins, what, sizeof what);
       bool ok = (!r->sync_each || gpu_stream_sync(s, e, sizeof e)) && gpu_check("CUDA", e, sizeof e);
       if (!ok) return failf(err, errlen, 2, "GPU %d (%s), %s: %s", r->gpu, r->props.name, what, e);
     }
   }
-  return pass_end(r, err, errlen);
+  return pass_end(r, err, errlen) && (!r->tracing || trace_end(r, err, errlen));
 }
 
 bool crun_pass(crun *r, const backend_step *st, backend_result *out, char *err, size_t errlen) {
@@ -2980,6 +3034,7 @@ bool crun_pass(crun *r, const backend_step *st, backend_result *out, char *err, 
   if (r->clip > 0 && !r->plan[1].built)
     return failf(err, errlen, 1, "gradients cannot be clipped under this plan: %s", r->clip_err);
   r->P = &r->plan[r->clip > 0 ? 1 : 0];
+  r->tracing = st->trace && r->o.on_trace;
   if (!r->inited && !init_state(r, err, errlen)) {
     r->failed = true;
     return false;

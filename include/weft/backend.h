@@ -133,14 +133,21 @@ int64_t world_step_items(const weft_graph *g, const char **unit);
  * 2: passes (backend_step, backend_result), on_memory; 3: kernels, probe,
  * tolerance, failure, describe, and backend_opts' deterministic,
  * allow_nonfinite and timeout_s; 4: agree; 5: backend_opts' rendezvous;
- * 6: devices_apart. */
-#define WEFT_BACKEND_VERSION 6
+ * 6: devices_apart; 7: backend_step's trace, backend_opts' on_trace. */
+#define WEFT_BACKEND_VERSION 7
 
 /* What a device's buffers took, as the backend measured it while the steps
  * ran: the most bytes of program buffers live at once (an element at the
  * size of its buffer's dtype, whatever the backend stores it in) and, at
  * that point, the bytes of each buffer role (lower.h, lbuf_role). */
 typedef void (*backend_memory_fn)(void *ctx, int device, int64_t peak, const int64_t *by_role);
+
+/* One instruction of a traced pass as the backend ran it: the plan device,
+ * the instruction's index in that device's program, the lane it ran on
+ * (what the backend calls it: "thread", "stream"), and when it started and
+ * ended, in seconds from the pass's start. What the times cover is the
+ * backend's (docs/run.md, Traces). */
+typedef void (*backend_trace_fn)(void *ctx, int device, int ins, const char *lane, double start, double end);
 
 typedef struct backend_opts {
   bool allow_native;      /* operators with native kernels may load them */
@@ -159,6 +166,11 @@ typedef struct backend_opts {
    * (`weft run --rendezvous`): "mpi", "file:PATH", or NULL (MPI's when
    * mpirun started them) */
   const char *rendezvous;
+  /* NULL, or called after a pass whose backend_step asks for a trace, once
+   * for every instruction that this process's devices ran in it (an
+   * allocation or a free only where it does work of its own, such as
+   * clearing the buffer), with ctx */
+  backend_trace_fn on_trace;
 } backend_opts;
 
 /* One pass of a run: a training step, or an evaluation of the loss. The
@@ -172,6 +184,8 @@ typedef struct backend_step {
                            * the L2 norm of all gradients together */
   bool eval;              /* the forward only: the loss of the world's inputs;
                            * nothing is updated and w->step stays */
+  bool trace;             /* time every instruction and report them through
+                           * backend_opts' on_trace (`weft run --trace`) */
 } backend_step;
 
 /* What a pass measured. */
@@ -247,6 +261,10 @@ typedef struct weft_backend {
    * `weft run` then counts only what the host holds (parameters,
    * optimizer state, inputs) against --max-memory. */
   bool devices_apart;
+  /* ---- version 7 ---- */
+  /* What the times of a traced pass cover (backend_trace_fn), one line
+   * for people; NULL: the backend does not trace. */
+  const char *trace_about;
 } weft_backend;
 
 /* The backend called name: one of this build's, or a plugin, libweft_NAME.so

@@ -310,6 +310,18 @@ void lower_print_text(const weft_program *pr, int device, FILE *out);
 void lower_print_json(const weft_program *pr, int device, FILE *out);
 void lower_print_grid(const weft_program *pr, FILE *out);
 
+/* What an instruction is on a timeline (weft estimate --trace and --svg,
+ * weft run --trace): its category, -1 for an alloc or a free ... */
+typedef enum { LCAT_FWD, LCAT_BWD, LCAT_RECOMP, LCAT_OPT, LCAT_COLL, LCAT_P2P, LCAT_GRAD, LCAT_COUNT } lower_cat;
+extern const char *const lower_category_names[LCAT_COUNT];
+int lower_category(const weft_program *pr, const lins *in);
+/* ... and its fields in a Chrome trace event: "name" (the operator,
+ * direction and micro-batch; the tensor a step updates; the kind and
+ * tensor of a communication), "cat", and "args" (the micro-batch; a
+ * communication's bytes and group, then `args`, more members of it, when
+ * not NULL). Written without braces. */
+void lower_print_event(const weft_program *pr, const lins *in, const char *args, FILE *out);
+
 /* The schedule stage of operator op: the plan's, 0 without stages. */
 static inline int lower_stage_of(const weft_program *pr, int op) {
   int st = pr->p->ops[op].stage;

@@ -24,7 +24,8 @@ typedef struct weft_opts {
   int nallow_paths;
   bool json, dot, write, check, roundtrip, grid;
   int device;             /* lower --device N, or -1 */
-  const char *trace;      /* estimate --trace FILE */
+  const char *trace;      /* estimate --trace FILE, run --trace FILE */
+  int64_t trace_step;     /* run --trace-step N, 0: the last step */
   const char *svg;        /* estimate --svg FILE */
   const char *devices;    /* estimate --devices LIST, or NULL */
   bool symbolic;          /* estimate --cost symbolic */

@@ -113,7 +113,8 @@ static const command commands[] = {
      "                     DIR/ (ending in /): a sharded checkpoint, one shard per process and an index\n"
      "  --resume FILE      continue from a file or directory --save wrote (parameters, state, step, seed)\n"
      "  --check            run the same steps on one device without the plan and compare\n"
-     "                     the loss of every step and every parameter (relative 1e-5 on the CPU)\n"
+     "                     the loss of every step and every parameter (on the CPU relative 1e-5,\n"
+     "                     1e-4 with 16-bit parameters)\n"
      "  --deterministic    no kernel whose sums may change order between runs (cuda)\n"
      "  --allow-native     let operators with native kernels (kernel = \"lib.so:fn\") load them\n"
      "  --allow-nonfinite  load NaN and infinite values, and train on through a loss or\n"
@@ -140,7 +141,10 @@ static const command commands[] = {
      "  --keep K           keep the last K of those (default: all)\n"
      "  --log FILE         one JSON object per step: loss, lr, grad norm, tokens/s, val loss\n"
      "  --print-every N    a line every N steps (default 1)\n"
-     "  --progress         a progress line with ETA on stderr even when it is not a terminal\n"},
+     "  --progress         a progress line with ETA on stderr even when it is not a terminal\n"
+     "  --trace FILE       time every instruction of one step and write them as Chrome trace\n"
+     "                     JSON (Perfetto), like weft estimate --trace's simulated timeline\n"
+     "  --trace-step N     the step --trace times (default: the last of this run)\n"},
     {"search", report_search, 1, 1, "needs one file", "search plans for a model and write the best as a .plan",
      "usage: weft search [options] FILE\n\n"
      "Searches plans for FILE's model on a cluster: tensor parallelism chosen per\n"
@@ -337,6 +341,10 @@ static int run_option(int argc, char **argv, int *i, weft_opts *o) {
     o->progress = 1;
     return 1;
   }
+  if (is_opt(a, "--trace-step")) {
+    if (!(v = opt_value(argc, argv, i, "--trace-step"))) return -1;
+    return opt_count("--trace-step", v, 1, &o->trace_step) ? 1 : -1;
+  }
   return 0;
 }
 
@@ -429,7 +437,7 @@ int main(int argc, char **argv) {
       if (*end || !*v || n < 0 || n > 1000000) { fprintf(stderr, "weft: error: --device needs a device number\n"); goto done; }
       o.device = (int)n;
     }
-    else if (is_opt(a, "--trace") && cmd->run == report_estimate) { if (!(v = opt_value(argc, argv, &i, "--trace"))) goto done; o.trace = v; }
+    else if (is_opt(a, "--trace") && (cmd->run == report_estimate || cmd->run == report_run)) { if (!(v = opt_value(argc, argv, &i, "--trace"))) goto done; o.trace = v; }
     else if (is_opt(a, "--svg") && cmd->run == report_estimate) { if (!(v = opt_value(argc, argv, &i, "--svg"))) goto done; o.svg = v; }
     else if (is_opt(a, "--devices") && cmd->run == report_estimate) { if (!(v = opt_value(argc, argv, &i, "--devices"))) goto done; o.devices = v; }
     else if (is_opt(a, "--cost") && (cmd->run == report_estimate || cmd->run == report_search)) {

@@ -257,33 +257,13 @@ void estimate_print_json(const weft_sim *s, const weft_estimate *e, FILE *out) {
 
 /* ---- what an instruction is, for pictures --------------------------------- */
 
-typedef enum { CAT_FWD, CAT_BWD, CAT_RECOMP, CAT_OPT, CAT_COLL, CAT_P2P, CAT_GRAD, CAT_COUNT } category;
-static const char *const cat_names[CAT_COUNT] = {"forward", "backward", "recompute", "optimizer", "collective",
-                                                 "send/recv", "gradient sync"};
+/* the categories of lower.h, in its order */
+#define CAT_COUNT LCAT_COUNT
+#define CAT_COLL LCAT_COLL
+#define CAT_P2P LCAT_P2P
+#define cat_names lower_category_names
 static const char *const cat_colors[CAT_COUNT] = {"#4e79a7", "#f28e2b", "#59a14f", "#9c755f",
                                                   "#e15759", "#76b7b2", "#b07aa1"};
-
-static int category_of(const weft_plan *p, const lins *in) {
-  switch (in->kind) {
-  case LI_COMPUTE: return in->recompute ? CAT_RECOMP : in->dir == DIR_BACKWARD ? CAT_BWD : CAT_FWD;
-  case LI_COPY: return in->dir == DIR_BACKWARD ? CAT_BWD : CAT_FWD;
-  case LI_STEP: return CAT_OPT;
-  case LI_SEND: case LI_RECV: return CAT_P2P;
-  case LI_COLLECTIVE: {
-    comm_phase ph = p->comms[in->comm].phase;
-    return ph == PHASE_WEIGHTS || ph == PHASE_PARAMS ? CAT_GRAD : CAT_COLL;
-  }
-  default: return -1;
-  }
-}
-
-static void jname(FILE *out, const char *s) {
-  for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
-    if (*c == '"' || *c == '\\') fprintf(out, "\\%c", *c);
-    else if (*c < 0x20) fprintf(out, "\\u%04x", *c);
-    else fputc(*c, out);
-  }
-}
 
 /* ---- rows -------------------------------------------------------------------- */
 
@@ -306,7 +286,6 @@ int sim_rows(const weft_sim *s, const int *want, int n, sim_row *out) {
 
 void estimate_print_trace(const weft_sim *s, const sim_row *rows, int nrows, FILE *out) {
   const weft_program *pr = s->pr;
-  const weft_plan *p = pr->p;
   fprintf(out, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
   bool first = true;
 #define SEP() do { if (!first) fputs(",\n", out); first = false; } while (0)
@@ -330,33 +309,15 @@ void estimate_print_trace(const weft_sim *s, const sim_row *rows, int nrows, FIL
       if (D->stream[i] < 0) continue;
       lins view = lower_view(pr, pg, i);
       const lins *in = &view;
-      int cat = category_of(p, in);
+      int cat = lower_category(pr, in);
       if (cat < 0) continue;
       double dur = D->end[i] - D->start[i];
       if (dur <= 0 && in->kind == LI_COLLECTIVE) continue;   /* a group of one */
       SEP();
-      fprintf(out, "{\"name\":\"");
-      if (in->kind == LI_COMPUTE) {
-        const psub *sb = &p->subs[in->sub];
-        jname(out, p->g->ops[sb->op].name);
-        fprintf(out, " %s mb%d", in->recompute ? "recompute" : in->dir == DIR_BACKWARD ? "backward" : "forward", in->mb);
-      } else if (in->kind == LI_STEP) {
-        fprintf(out, "step ");
-        jname(out, p->g->tensors[in->tensor].name);
-      } else if (in->kind == LI_COPY) {
-        fprintf(out, "copy");
-      } else {
-        const pcomm *cm = &p->comms[in->comm];
-        fprintf(out, "%s ", in->kind == LI_SEND ? "send" : in->kind == LI_RECV ? "recv" : comm_kind_names[cm->kind]);
-        jname(out, p->g->tensors[cm->tensor].name);
-        if (cm->phase == PHASE_BACKWARD || cm->phase == PHASE_WEIGHTS) fprintf(out, " (gradient)");
-      }
-      fprintf(out, "\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.4f,\"dur\":%.4f", cat_names[cat], dv,
-              D->stream[i], D->start[i] * 1e6, dur * 1e6);
-      if (in->kind == LI_COMPUTE) fprintf(out, ",\"args\":{\"mb\":%d}", in->mb);
-      else if (in->kind != LI_STEP && in->kind != LI_COPY)
-        fprintf(out, ",\"args\":{\"bytes\":%" PRId64 ",\"group\":%d}", p->comms[in->comm].size, p->comms[in->comm].ngroup);
-      fputc('}', out);
+      fputc('{', out);
+      lower_print_event(pr, in, NULL, out);
+      fprintf(out, ",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.4f,\"dur\":%.4f}", dv, D->stream[i],
+              D->start[i] * 1e6, dur * 1e6);
     }
     for (int i = 0; i < D->nmem; i++) {
       SEP();
@@ -441,7 +402,7 @@ void estimate_print_svg(const weft_sim *s, const sim_row *sel, int nsel, FILE *o
       if (D->stream[i] < 0) continue;
       lins view = lower_view(pr, pg, i);
       const lins *in = &view;
-      int cat = category_of(p, in);
+      int cat = lower_category(pr, in);
       if (cat < 0) continue;
       double a = left + D->start[i] * sx, b = left + D->end[i] * sx;
       if (D->stream[i] == SS_COMPUTE) {

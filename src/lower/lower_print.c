@@ -374,3 +374,64 @@ void lower_print_grid(const weft_program *pr, FILE *out) {
   fprintf(out, "}\n");
   free(c);
 }
+
+/* ---- an instruction on a timeline ------------------------------------------- */
+
+const char *const lower_category_names[LCAT_COUNT] = {"forward", "backward", "recompute", "optimizer", "collective",
+                                                      "send/recv", "gradient sync"};
+
+int lower_category(const weft_program *pr, const lins *in) {
+  switch (in->kind) {
+  case LI_COMPUTE: return in->recompute ? LCAT_RECOMP : in->dir == DIR_BACKWARD ? LCAT_BWD : LCAT_FWD;
+  case LI_COPY: return in->dir == DIR_BACKWARD ? LCAT_BWD : LCAT_FWD;
+  case LI_STEP: return LCAT_OPT;
+  case LI_SEND: case LI_RECV: return LCAT_P2P;
+  case LI_COLLECTIVE: {
+    comm_phase ph = lower_comm(pr, in->comm)->phase;
+    return ph == PHASE_WEIGHTS || ph == PHASE_PARAMS ? LCAT_GRAD : LCAT_COLL;
+  }
+  default: return -1;
+  }
+}
+
+/* s inside a JSON string */
+static void jchars(FILE *out, const char *s) {
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    if (*p == '"' || *p == '\\') fprintf(out, "\\%c", *p);
+    else if (*p < 0x20) fprintf(out, "\\u%04x", *p);
+    else fputc(*p, out);
+  }
+}
+
+void lower_print_event(const weft_program *pr, const lins *in, const char *args, FILE *out) {
+  const weft_graph *g = lower_graph(pr);
+  int cat = lower_category(pr, in);
+  fputs("\"name\":\"", out);
+  if (in->kind == LI_COMPUTE) {
+    jchars(out, g->ops[lower_compute_op(pr, in)].name);
+    fprintf(out, " %s mb%d", in->recompute ? "recompute" : in->dir == DIR_BACKWARD ? "backward" : "forward", in->mb);
+  } else if (in->kind == LI_STEP) {
+    fputs("step ", out);
+    jchars(out, g->tensors[in->tensor].name);
+  } else if (in->kind == LI_COPY) {
+    fputs("copy", out);
+  } else if (in->kind == LI_SEND || in->kind == LI_RECV || in->kind == LI_COLLECTIVE) {
+    const pcomm *cm = lower_comm(pr, in->comm);
+    fprintf(out, "%s ", in->kind == LI_SEND ? "send" : in->kind == LI_RECV ? "recv" : comm_kind_names[cm->kind]);
+    jchars(out, g->tensors[cm->tensor].name);
+    if (cm->phase == PHASE_BACKWARD || cm->phase == PHASE_WEIGHTS) fputs(" (gradient)", out);
+  } else {
+    /* on a backend that clears a buffer when it is allocated */
+    fputs(in->kind == LI_ALLOC ? "alloc " : "free ", out);
+    if (in->buf >= 0 && in->buf < pr->nbufs) jchars(out, g->tensors[pr->bufs[in->buf].tensor].name);
+  }
+  fprintf(out, "\",\"cat\":\"%s\"", cat >= 0 ? lower_category_names[cat] : "memory");
+  bool comm = in->kind == LI_SEND || in->kind == LI_RECV || in->kind == LI_COLLECTIVE;
+  if (in->kind != LI_COMPUTE && !comm && !(args && *args)) return;
+  fputs(",\"args\":{", out);
+  if (in->kind == LI_COMPUTE) fprintf(out, "\"mb\":%d", in->mb);
+  else if (comm)
+    fprintf(out, "\"bytes\":%" PRId64 ",\"group\":%d", lower_comm(pr, in->comm)->size, lower_comm(pr, in->comm)->ngroup);
+  if (args && *args) fprintf(out, "%s%s", in->kind == LI_COMPUTE || comm ? "," : "", args);
+  fputc('}', out);
+}

@@ -7,6 +7,7 @@
 
 #include "common.h"
 #include "data.h"
+#include "run_trace.h"
 #include "schedule.h"
 
 static double now_s(void) {
@@ -49,12 +50,23 @@ typedef struct mem_log {
   int64_t *peak, *role;   /* per device; role: LB_ROLE_COUNT each */
 } mem_log;
 
+/* What the backend's calls report to (backend_opts.ctx). */
+typedef struct run_obs {
+  mem_log *mem;
+  run_trace *trace;       /* NULL: no step traced */
+} run_obs;
+
 static void mem_on_memory(void *ctx, int device, int64_t peak, const int64_t *by_role) {
-  mem_log *m = ctx;
+  mem_log *m = ((run_obs *)ctx)->mem;
   if (device < 0 || device >= m->ndev) return;
   m->seen[device] = true;
   m->peak[device] = peak;
   memcpy(&m->role[(size_t)device * LB_ROLE_COUNT], by_role, sizeof(int64_t) * LB_ROLE_COUNT);
+}
+
+static void obs_on_trace(void *ctx, int device, int ins, const char *lane, double start, double end) {
+  run_obs *ob = ctx;
+  if (ob->trace) run_trace_add(ob->trace, device, ins, lane, start, end);
 }
 
 /* ---- the settings of a run ---------------------------------------------------- */
@@ -87,6 +99,12 @@ typedef struct trainer {
   /* sharded checkpoints: the program and where this process stands */
   const weft_program *pr;
   int rank, nprocs;
+  /* --trace: the step traced, what it wrote */
+  int64_t trace_step;
+  run_trace *trace;
+  run_trace_about about;
+  bool traced;
+  double trace_cat[LCAT_COUNT], trace_span;
 } trainer;
 
 /* A backend's plan run, or its one-device reference (run NULL). */
@@ -392,6 +410,27 @@ static bool save_now(trainer *t, runner *rn, weft_world *w, const char *path, ui
   return !t->speak || world_save(w, path, seed, err, errlen);
 }
 
+/* After the traced step: the file written (by process 0, with its
+ * devices), the totals kept for the lines. */
+static bool trace_done(trainer *t, int64_t step, char *err, size_t errlen) {
+  t->about.step = step;
+  run_trace_totals(t->trace, t->trace_cat, &t->trace_span);
+  t->traced = true;
+  return !t->speak || run_trace_write(t->trace, t->o->trace, &t->about, err, errlen);
+}
+
+/* The line that says what --trace wrote. */
+static void print_trace(const trainer *t) {
+  printf("trace of step %" PRId64 " written to %s: %d instructions%s, %.3f ms from the first to the last;",
+         t->about.step, t->o->trace, run_trace_count(t->trace), t->nprocs > 1 ? " of process 0's devices" : "",
+         t->trace_span * 1e3);
+  bool any = false;
+  for (int c = 0; c < LCAT_COUNT; c++)
+    if (t->trace_cat[c] > 0)
+      printf("%s %s %.3f ms", any ? "," : "", lower_category_names[c], t->trace_cat[c] * 1e3), any = true;
+  printf("%s\n", any ? " (summed over devices)" : " none timed");
+}
+
 /* The training steps of a run, or of its reference: the batch, the
  * learning rate and clipping of each step, evaluations; for the main run
  * (main) also its lines, log, progress and periodic checkpoints. */
@@ -404,9 +443,11 @@ static bool train_loop(trainer *t, runner *rn, weft_world *w, bool main, run_log
         !data_batch(t->data, t->data_pos, t->batch, true, t->data_seed, t->vocab, w->input[t->tokens],
                     w->input[t->labels], err, errlen))
       return false;
-    backend_step s = {.lr = t->scheduled ? lr_at(&t->sched, w->step) : NAN, .clip = t->clip};
+    backend_step s = {.lr = t->scheduled ? lr_at(&t->sched, w->step) : NAN, .clip = t->clip,
+                      .trace = main && t->trace && w->step + 1 == t->trace_step};
     backend_result res;
     if (!pass(rn, w, &s, &res, err, errlen)) return false;
+    if (s.trace && !trace_done(t, w->step, err, errlen)) return false;
     if (t->data) t->data_pos += t->batch;
     record r = {w->step, res.loss, s.lr, res.grad_norm, res.seconds, NAN};
     if ((!isfinite(res.loss) || !isfinite(res.grad_norm)) && !o->allow_nonfinite) {
@@ -424,6 +465,7 @@ static bool train_loop(trainer *t, runner *rn, weft_world *w, bool main, run_log
     if (t->speak && !o->json && (i % print_every == print_every - 1 || last || !isnan(r.val))) {
       progress_clear(t);
       if (i % print_every == print_every - 1 || last) print_step(t, &r);
+      if (s.trace) print_trace(t);
       if (!isnan(r.val)) printf("step %-4" PRId64 " val loss %.6f (%" PRId64 " batch%s)\n", r.step, r.val,
                                 t->eval_steps, t->eval_steps == 1 ? "" : "es");
       fflush(stdout);
@@ -524,6 +566,20 @@ static bool run_fits(const weft_program *pr, const weft_graph *g, const weft_opt
 }
 
 
+/* --trace FILE, checked before any work: a file (standard output has the
+ * steps), which the task may write, and a backend that traces. */
+static bool trace_wanted(const weft_opts *o, const weft_backend *bk, bool speak) {
+  const char *why = NULL;
+  if (strcmp(o->trace, "-") == 0) why = "weft run prints its steps on standard output: name a file";
+  else if (!bk->trace_about) why = "this backend does not time instructions";
+  else if (o->steps < 1) why = "--steps 0 runs no step to trace";
+  if (why) {
+    if (speak) fprintf(stderr, "weft: error: --trace %s: %s\n", o->trace, why);
+    return false;
+  }
+  return report_output_ok(o, "--trace", o->trace, speak);
+}
+
 int report_run(const weft_opts *o) {
   int nbuiltin;
   const weft_backend *bk = o->backend ? o->backend : backend_builtin(&nbuiltin)[0];
@@ -545,11 +601,13 @@ int report_run(const weft_opts *o) {
   if ((o->save && !sharded && !report_output_ok(o, "--save", o->save, speak)) ||
       (o->log && !report_output_ok(o, "--log", o->log, speak)))
     return WEFT_FAILED;
+  if (o->trace && !trace_wanted(o, bk, speak)) return WEFT_FAILED;
   weft_ctx *c = report_ctx(o);
   int rc = WEFT_OK;
   weft_plan *p = report_plan(c, o, &rc, NULL);
   if ((p && o->save && !sharded && !report_output_not_source(c, "--save", o->save, speak)) ||
-      (p && o->log && !report_output_not_source(c, "--log", o->log, speak))) {
+      (p && o->log && !report_output_not_source(c, "--log", o->log, speak)) ||
+      (p && o->trace && !report_output_not_source(c, "--trace", o->trace, speak))) {
     weft_free(c);
     return WEFT_FAILED;
   }
@@ -645,6 +703,24 @@ int report_run(const weft_opts *o) {
   t.items = world_step_items(g, &t.unit);
   t.first_step = w->step + 1;
   t.last_step = w->step + o->steps;
+  if (o->trace) {
+    t.trace_step = o->trace_step > 0 ? o->trace_step : t.last_step;
+    if (t.trace_step < t.first_step || t.trace_step > t.last_step) {
+      char range[64];
+      if (t.first_step == t.last_step) snprintf(range, sizeof range, "step %" PRId64, t.first_step);
+      else snprintf(range, sizeof range, "steps %" PRId64 " to %" PRId64, t.first_step, t.last_step);
+      if (speak) fprintf(stderr, "weft: error: --trace-step %" PRId64 ": this run runs %s\n", t.trace_step, range);
+      world_free(ref);
+      if (t.log) fclose(t.log);
+      data_close(t.data), data_close(t.val);
+      free(t.kept[0]), free(t.kept[1]);
+      world_free(w);
+      weft_free(c);
+      return WEFT_FAILED;
+    }
+    t.trace = run_trace_new(pr);
+    t.about = (run_trace_about){.plan = p->name, .backend = bk->name, .times = bk->trace_about};
+  }
   t.progress = speak && !o->json && o->steps > 1 && (o->progress > 0 || (o->progress < 0 && isatty(2)));
   int active = 0;
   for (int d = 0; d < pr->nprogs; d++) active += pr->progs[d].n > 0;
@@ -655,13 +731,16 @@ int report_run(const weft_opts *o) {
   mem.peak = calloc((size_t)pr->nprogs + 1, sizeof(int64_t));
   mem.role = calloc(((size_t)pr->nprogs + 1) * LB_ROLE_COUNT, sizeof(int64_t));
   if (!mem.seen || !mem.peak || !mem.role) weft_oom();
+  run_obs obs = {.mem = &mem, .trace = t.trace};
   runner rn = {.bk = bk, .g = g,
                .bo = {.allow_native = o->allow_native, .deterministic = o->deterministic,
                       .allow_nonfinite = o->allow_nonfinite, .timeout_s = o->timeout > 0 ? o->timeout : RUN_TIMEOUT_S,
-                      .on_memory = mem_on_memory, .ctx = &mem, .rendezvous = o->rendezvous}};
+                      .on_memory = mem_on_memory, .ctx = &obs, .rendezvous = o->rendezvous,
+                      .on_trace = t.trace ? obs_on_trace : NULL}};
   rn.run = bk->open(pr, w, &rn.bo, err, sizeof err);
   char machine[512] = "";
   if (rn.run && bk->describe) bk->describe(rn.run, machine, sizeof machine);
+  t.about.machine = machine;
   /* the header once the backend is up (under mpirun: once MPI is) */
   if (rn.run && !o->json && speak) {
     printf("plan %s (model %s): %d device%s%s, %d micro-batch%s, %s backend, %d step%s from step %" PRId64 "\n",
@@ -814,6 +893,19 @@ int report_run(const weft_opts *o) {
       json_end_obj(&j);
     }
     if (saved) json_key(&j, "saved"), json_str(&j, o->save);
+    if (t.traced) {
+      json_key(&j, "trace");
+      json_obj(&j);
+      json_key(&j, "file"), json_str(&j, o->trace);
+      json_key(&j, "step"), json_int(&j, t.about.step);
+      json_key(&j, "instructions"), json_int(&j, run_trace_count(t.trace));
+      json_key(&j, "span_s"), json_num(&j, t.trace_span);
+      json_key(&j, "seconds");
+      json_obj(&j);
+      for (int k = 0; k < LCAT_COUNT; k++) json_key(&j, lower_category_names[k]), json_num(&j, t.trace_cat[k]);
+      json_end_obj(&j);
+      json_end_obj(&j);
+    }
     json_end_obj(&j);
     printf("\n");
   }
@@ -822,6 +914,7 @@ int report_run(const weft_opts *o) {
   free(t.kept[0]), free(t.kept[1]);
   free(log.r), free(rlog.r);
   free(mem.seen), free(mem.peak), free(mem.role);
+  run_trace_free(t.trace);
   world_free(ref);
   world_free(w);
   weft_free(c);
