@@ -61,28 +61,21 @@ static int span_cmp(const void *x, const void *y) {
   return a->ins < b->ins ? -1 : a->ins > b->ins;
 }
 
-static void jstr(FILE *out, const char *s) {
-  fputc('"', out);
-  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-    if (*p == '"' || *p == '\\') fprintf(out, "\\%c", *p);
-    else if (*p < 0x20) fprintf(out, "\\u%04x", *p);
-    else fputc(*p, out);
-  }
-  fputc('"', out);
-}
-
 static void print(run_trace *t, const run_trace_about *ab, FILE *out) {
   const weft_program *pr = t->pr;
   qsort(t->s, (size_t)t->n, sizeof(tspan), span_cmp);
-  fprintf(out, "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"command\":\"weft run\",\"plan\":");
-  jstr(out, ab->plan);
-  fprintf(out, ",\"step\":%" PRId64 ",\"backend\":", ab->step);
-  jstr(out, ab->backend);
-  fprintf(out, ",\"machine\":");
-  jstr(out, ab->machine ? ab->machine : "");
-  fprintf(out, ",\"times\":");
-  jstr(out, ab->times ? ab->times : "");
-  fprintf(out, "},\"traceEvents\":[\n");
+  fprintf(out, "{\"displayTimeUnit\":\"ms\",\"otherData\":");
+  json j;
+  json_init(&j, out);
+  json_obj(&j);
+  json_key(&j, "command"), json_str(&j, "weft run");
+  json_key(&j, "plan"), json_str(&j, ab->plan);
+  json_key(&j, "step"), json_int(&j, ab->step);
+  json_key(&j, "backend"), json_str(&j, ab->backend);
+  json_key(&j, "machine"), json_str(&j, ab->machine ? ab->machine : "");
+  json_key(&j, "times"), json_str(&j, ab->times ? ab->times : "");
+  json_end_obj(&j);
+  fprintf(out, ",\"traceEvents\":[\n");
   bool first = true;
 #define SEP() do { if (!first) fputs(",\n", out); first = false; } while (0)
   for (int k = 0; k < t->n; k++) {
@@ -97,7 +90,8 @@ static void print(run_trace *t, const run_trace_about *ab, FILE *out) {
       for (int l = 0; l < t->nlanes; l++) {
         SEP();
         fprintf(out, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":", s->device, l);
-        jstr(out, t->lanes[l]);
+        json_init(&j, out);
+        json_str(&j, t->lanes[l]);
         fputs("}}", out);
       }
     }

@@ -566,6 +566,20 @@ static bool run_fits(const weft_program *pr, const weft_graph *g, const weft_opt
 }
 
 
+/* The step --trace times: --trace-step's, else the run's last; false
+ * with a message when the run does not run it. */
+static bool trace_step(trainer *t, const weft_world *w, char *err, size_t errlen) {
+  const weft_opts *o = t->o;
+  if (!o->trace) return true;
+  int64_t first = w->step + 1, last = w->step + o->steps;
+  t->trace_step = o->trace_step > 0 ? o->trace_step : last;
+  if (t->trace_step >= first && t->trace_step <= last) return true;
+  if (first == last) snprintf(err, errlen, "--trace-step %" PRId64 ": this run runs step %" PRId64, t->trace_step, first);
+  else snprintf(err, errlen, "--trace-step %" PRId64 ": this run runs steps %" PRId64 " to %" PRId64, t->trace_step,
+                first, last);
+  return false;
+}
+
 /* --trace FILE, checked before any work: a file (standard output has the
  * steps), which the task may write, and a backend that traces. */
 static bool trace_wanted(const weft_opts *o, const weft_backend *bk, bool speak) {
@@ -680,7 +694,8 @@ int report_run(const weft_opts *o) {
   else if (ok) world_init_inputs(w, seed);
   trainer t = {.o = o, .g = g, .speak = speak, .tokens = -1, .labels = -1, .seed = seed,
                .pr = pr, .rank = rank, .nprocs = nprocs};
-  ok = ok && settings(&t, w, err, sizeof err) && open_data(&t, w, err, sizeof err);
+  ok = ok && settings(&t, w, err, sizeof err) && open_data(&t, w, err, sizeof err) &&
+       trace_step(&t, w, err, sizeof err);
   if (ok && o->log && speak) {
     /* a resumed run goes on with the log of the run it continues */
     t.log = fopen(o->log, o->resume ? "a" : "w");
@@ -704,20 +719,6 @@ int report_run(const weft_opts *o) {
   t.first_step = w->step + 1;
   t.last_step = w->step + o->steps;
   if (o->trace) {
-    t.trace_step = o->trace_step > 0 ? o->trace_step : t.last_step;
-    if (t.trace_step < t.first_step || t.trace_step > t.last_step) {
-      char range[64];
-      if (t.first_step == t.last_step) snprintf(range, sizeof range, "step %" PRId64, t.first_step);
-      else snprintf(range, sizeof range, "steps %" PRId64 " to %" PRId64, t.first_step, t.last_step);
-      if (speak) fprintf(stderr, "weft: error: --trace-step %" PRId64 ": this run runs %s\n", t.trace_step, range);
-      world_free(ref);
-      if (t.log) fclose(t.log);
-      data_close(t.data), data_close(t.val);
-      free(t.kept[0]), free(t.kept[1]);
-      world_free(w);
-      weft_free(c);
-      return WEFT_FAILED;
-    }
     t.trace = run_trace_new(pr);
     t.about = (run_trace_about){.plan = p->name, .backend = bk->name, .times = bk->trace_about};
   }
