@@ -19,8 +19,9 @@
 # with attention through cuDNN's fused flash attention, WEFT_ATTN=cudnn;
 # tp2, switches and trace also find 124M's batch; trace: one step of 124M
 # timed instruction by instruction, weft run --trace, its file written to
-# DIR/gpu-trace-DATE-DEVICE.json and summed by operator,
-# bench/trace_summary.py;
+# DIR/gpu-trace-DATE-DEVICE.json, summed by operator
+# (bench/trace_summary.py) and set beside weft estimate's simulation of the
+# same step (bench/trace_compare.py);
 # switches: 124M with each of the
 # executor's fusions off, WEFT_CUDA_FUSE=0, WEFT_CUDA_FIRST_WRITE=0,
 # WEFT_CUDA_PAD_ROWS=0, then all three, against all on, then with the
@@ -196,6 +197,12 @@ if [ -n "${TR_BATCH:-}" ]; then
   if $WEFT run $PLAN --plan single ${SETS:-} --set batch=$TR_BATCH --backend cuda --steps 4 --trace "$tr" >"$tmp/w.out" 2>"$tmp/w.err"; then
     say "GPT-2 124M weft, batch $TR_BATCH, step 4 timed instruction by instruction ($tr):"
     "$PY" bench/trace_summary.py "$tr" 30 | tee -a "$log"
+    # the same step as the cost model simulates it on the plan's cluster
+    if $WEFT estimate $PLAN --plan single ${SETS:-} --set batch=$TR_BATCH --trace "$tmp/sim.json" >/dev/null 2>"$tmp/w.err"; then
+      "$PY" bench/trace_compare.py "$tr" "$tmp/sim.json" 0 30 | tee -a "$log"
+    else
+      say "weft estimate --trace: failed: $(tail -3 "$tmp/w.err")"
+    fi
   else
     say "GPT-2 124M weft --trace: failed: $(tail -3 "$tmp/w.err")"
   fi

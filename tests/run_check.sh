@@ -519,6 +519,20 @@ for clip in "" "--clip 1"; do
     echo "run: --trace, gpt2 tp2_pp2${clip:+ with $clip}: $(cat "$tmp/tr.out")"
   else bad "weft run --trace${clip:+ $clip}"; cat "$tmp/err" "$tmp/tr.out"; fi
 done
+# bench/trace_summary.py: its operators' rows add up to its categories;
+# bench/trace_compare.py: the run beside weft estimate's simulation
+if python3 bench/trace_summary.py "$tmp/tr.json" 1000 >"$tmp/sum.out" &&
+   python3 - "$tmp/sum.out" <<'PY' && "$WEFT" estimate $G4 --trace "$tmp/est.json" >/dev/null &&
+import re, sys
+text = open(sys.argv[1]).read()
+cats = sum(float(x) for x in re.findall(r"([0-9.]+) ms", text.splitlines()[2]))
+rows = sum(float(l.split()[0]) for l in text.splitlines()[4:])
+assert abs(cats - rows) <= 1e-3 * max(cats, 1) + 0.01, (cats, rows)
+PY
+   python3 bench/trace_compare.py "$tmp/tr.json" "$tmp/est.json" 0 5 >"$tmp/cmp.out" &&
+   grep -q "^forward  *[0-9.]*  *[0-9.]*  *[0-9.]*$" "$tmp/cmp.out" && [ "$(grep -c "mb" "$tmp/cmp.out")" = 0 ]; then ok
+  echo "run: bench/trace_summary.py's operators add up to its categories; trace_compare.py: $(sed -n 3p "$tmp/cmp.out" | tr -s ' ')"
+else bad "bench/trace_summary.py or trace_compare.py"; cat "$tmp/sum.out" "$tmp/cmp.out"; fi
 # the line says what it wrote; the default step is the run's last
 if "$WEFT" run $G4 --steps 2 --trace "$tmp/tr2.json" >"$tmp/tr2.out" 2>"$tmp/err" &&
    grep -q "^trace of step 2 written to $tmp/tr2.json: [0-9]* instructions, .* ms from the first to the last; forward" "$tmp/tr2.out" &&
