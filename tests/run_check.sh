@@ -519,20 +519,39 @@ for clip in "" "--clip 1"; do
     echo "run: --trace, gpt2 tp2_pp2${clip:+ with $clip}: $(cat "$tmp/tr.out")"
   else bad "weft run --trace${clip:+ $clip}"; cat "$tmp/err" "$tmp/tr.out"; fi
 done
-# bench/trace_summary.py: its operators' rows add up to its categories;
-# bench/trace_compare.py: the run beside weft estimate's simulation
+# bench/trace_summary.py: its categories are weft's (--json, summed in C),
+# its operators' rows add up to them; bench/trace_compare.py: the run
+# beside weft estimate's simulation
 if python3 bench/trace_summary.py "$tmp/tr.json" 1000 >"$tmp/sum.out" &&
-   python3 - "$tmp/sum.out" <<'PY' && "$WEFT" estimate $G4 --trace "$tmp/est.json" >/dev/null &&
-import re, sys
-text = open(sys.argv[1]).read()
-cats = sum(float(x) for x in re.findall(r"([0-9.]+) ms", text.splitlines()[2]))
-rows = sum(float(l.split()[0]) for l in text.splitlines()[4:])
-assert abs(cats - rows) <= 1e-3 * max(cats, 1) + 0.01, (cats, rows)
+   python3 - "$tmp/sum.out" "$tmp/tr.run" <<'PY' && "$WEFT" estimate $G4 --trace "$tmp/est.json" >/dev/null &&
+import json, re, sys
+lines = open(sys.argv[1]).read().splitlines()
+cats = {c.strip(): float(t) for c, t in re.findall(r"([a-z/ ]+?) ([0-9.]+) ms", lines[2].split(": ", 1)[1])}
+weft = {c: 1e3 * t for c, t in json.load(open(sys.argv[2]))["trace"]["seconds"].items() if t > 0}
+assert set(cats) == set(weft) and all(abs(cats[c] - weft[c]) <= 2e-3 for c in weft), (cats, weft)
+rows = sum(float(l.split()[0]) for l in lines[4:])
+assert abs(sum(cats.values()) - rows) <= 1e-3 * len(lines), (cats, rows)
 PY
    python3 bench/trace_compare.py "$tmp/tr.json" "$tmp/est.json" 0 5 >"$tmp/cmp.out" &&
    grep -q "^forward  *[0-9.]*  *[0-9.]*  *[0-9.]*$" "$tmp/cmp.out" && [ "$(grep -c "mb" "$tmp/cmp.out")" = 0 ]; then ok
   echo "run: bench/trace_summary.py's operators add up to its categories; trace_compare.py: $(sed -n 3p "$tmp/cmp.out" | tr -s ' ')"
 else bad "bench/trace_summary.py or trace_compare.py"; cat "$tmp/sum.out" "$tmp/cmp.out"; fi
+# the trace's folder removed during the run: a warning, the run goes on
+mkdir "$tmp/gone"
+("$WEFT" run examples/gpt2.plan --plan tp2 --set layers=2 --set hidden=64 --set heads=4 --set seq=16 --set vocab=256 \
+   --set batch=8 --steps 400 --print-every 1 --trace "$tmp/gone/t.json" >"$tmp/gone.out" 2>"$tmp/gone.err"; echo $? >"$tmp/gone.rc") &
+n=0; while [ $n -lt 300 ] && ! grep -q "^step 1 " "$tmp/gone.out" 2>/dev/null; do sleep 0.1; n=$((n+1)); done
+rm -rf "$tmp/gone"; wait
+if [ "$(cat "$tmp/gone.rc")" = 0 ] && grep -q "^step 400 " "$tmp/gone.out" && grep -q "the run goes on without it" "$tmp/gone.err" &&
+   ! grep -q "^trace of step" "$tmp/gone.out"; then ok; echo "run: --trace's folder removed during the run: $(cat "$tmp/gone.err")"
+else bad "--trace's folder removed: exit $(cat "$tmp/gone.rc")"; cat "$tmp/gone.err"; tail -2 "$tmp/gone.out"; fi
+expect_err "--trace $tmp/x.json: the run reads that file (--resume $tmp/x.json)" $G4 --steps 1 --trace "$tmp/x.json" \
+  --resume "$tmp/x.json"
+expect_err "--trace-step 2 needs --trace FILE" $G4 --steps 2 --trace-step 2
+# the line after the traced step's, printed or not (--print-every)
+if "$WEFT" run $G4 --steps 3 --print-every 2 --trace "$tmp/tr3.json" --trace-step 1 >"$tmp/tr3.out" 2>"$tmp/err" &&
+   [ "$(grep -c "^trace of step 1 written" "$tmp/tr3.out")" = 1 ] && ! grep -q "^step 1 " "$tmp/tr3.out"; then ok
+else bad "--trace-step 1 with --print-every 2"; cat "$tmp/tr3.out" "$tmp/err"; fi
 # the line says what it wrote; the default step is the run's last
 if "$WEFT" run $G4 --steps 2 --trace "$tmp/tr2.json" >"$tmp/tr2.out" 2>"$tmp/err" &&
    grep -q "^trace of step 2 written to $tmp/tr2.json: [0-9]* instructions, .* ms from the first to the last; forward" "$tmp/tr2.out" &&

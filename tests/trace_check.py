@@ -39,8 +39,11 @@ def main():
         fail("weft run --json says step %s, not %d" % (run.get("trace", {}).get("step"), step))
     step_s = [s for s in run["steps"] if s["step"] == step][0]["time_s"]
     events = [e for e in tr["traceEvents"] if e["ph"] == "X"]
-    if len(events) != run["trace"]["instructions"]:
-        fail("%d events, but weft run --json counts %d" % (len(events), run["trace"]["instructions"]))
+    if len(events) != run["trace"]["events"]:
+        fail("%d events, but weft run --json counts %d" % (len(events), run["trace"]["events"]))
+    if len({(e["pid"], e["args"]["ins"]) for e in events}) != run["trace"]["instructions"]:
+        fail("%d instructions in the events, but weft run --json counts %d"
+             % (len({(e["pid"], e["args"]["ins"]) for e in events}), run["trace"]["instructions"]))
     seen = {}
     lanes = {}
     for e in events:

@@ -142,11 +142,13 @@ int64_t world_step_items(const weft_graph *g, const char **unit);
  * that point, the bytes of each buffer role (lower.h, lbuf_role). */
 typedef void (*backend_memory_fn)(void *ctx, int device, int64_t peak, const int64_t *by_role);
 
-/* One instruction of a traced pass as the backend ran it: the plan device,
- * the instruction's index in that device's program, the lane it ran on
- * (what the backend calls it: "thread", "stream"), and when it started and
- * ended, in seconds from the pass's start. What the times cover is the
- * backend's (docs/run.md, Traces). */
+/* A piece of an instruction's work in a traced pass, as the backend ran
+ * it: the plan device, the instruction's index in that device's program,
+ * the lane it ran on (what the backend calls it, "thread", "stream": a
+ * string that lasts as long as the run), and when it started and ended,
+ * in seconds from the pass's start. An instruction may come in several
+ * pieces (a collective's packing and its sum, launched apart). What the
+ * times cover is the backend's (docs/run.md, Traces). */
 typedef void (*backend_trace_fn)(void *ctx, int device, int ins, const char *lane, double start, double end);
 
 typedef struct backend_opts {
@@ -167,9 +169,9 @@ typedef struct backend_opts {
    * mpirun started them) */
   const char *rendezvous;
   /* NULL, or called after a pass whose backend_step asks for a trace, once
-   * for every instruction that this process's devices ran in it (an
-   * allocation or a free only where it does work of its own, such as
-   * clearing the buffer), with ctx */
+   * for every piece of work of the instructions this process's devices ran
+   * in it (of an allocation or a free only where it does work of its own,
+   * such as clearing the buffer), with ctx */
   backend_trace_fn on_trace;
 } backend_opts;
 

@@ -118,11 +118,20 @@ bool run_trace_write(run_trace *t, const char *path, const run_trace_about *ab, 
   return file_out_commit(out, err, errlen);
 }
 
-void run_trace_totals(const run_trace *t, double *by_cat, double *span) {
+static int ins_cmp(const void *x, const void *y) {
+  const tspan *a = x, *b = y;
+  if (a->device != b->device) return a->device < b->device ? -1 : 1;
+  return a->ins < b->ins ? -1 : a->ins > b->ins;
+}
+
+void run_trace_totals(run_trace *t, double *by_cat, double *span, int *instructions) {
   for (int c = 0; c < LCAT_COUNT; c++) by_cat[c] = 0;
   double lo = 0, hi = 0;
+  qsort(t->s, (size_t)t->n, sizeof(tspan), ins_cmp);
+  *instructions = 0;
   for (int k = 0; k < t->n; k++) {
     const tspan *s = &t->s[k];
+    if (k == 0 || ins_cmp(s, s - 1) != 0) ++*instructions;
     int c = lower_category(t->pr, &t->pr->progs[s->device].ins[s->ins]);
     if (c >= 0) by_cat[c] += s->end - s->start;
     if (k == 0 || s->start < lo) lo = s->start;

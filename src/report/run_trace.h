@@ -18,13 +18,14 @@ run_trace *run_trace_new(const weft_program *pr);
 void run_trace_free(run_trace *t);
 /* One instruction as backend_trace_fn reports it. */
 void run_trace_add(run_trace *t, int device, int ins, const char *lane, double start, double end);
-int run_trace_count(const run_trace *t);
+int run_trace_count(const run_trace *t);   /* the pieces reported */
 /* Writes the events as Chrome trace JSON to path, atomically (one process
  * per device, one thread per lane, events named as weft estimate names
  * them); false with a message. */
 bool run_trace_write(run_trace *t, const char *path, const run_trace_about *ab, char *err, size_t errlen);
 /* The seconds of its instructions by category (lower_category; summed
- * over devices and lanes) and from the first start to the last end. */
-void run_trace_totals(const run_trace *t, double *by_cat, double *span);
+ * over devices and lanes), from the first start to the last end, and the
+ * instructions its pieces are of. */
+void run_trace_totals(run_trace *t, double *by_cat, double *span, int *instructions);
 
 #endif

@@ -2,6 +2,7 @@
  * backend shares: batches from token files, the learning-rate schedule,
  * clipping, evaluation, logs and checkpoints during the run; with --check
  * the same passes on one device and the two compared. */
+#include <fnmatch.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -105,6 +106,8 @@ typedef struct trainer {
   run_trace_about about;
   bool traced;
   double trace_cat[LCAT_COUNT], trace_span;
+  int trace_ins;          /* the instructions traced (in run_trace_count pieces) */
+  bool bad_option;        /* an option's value the run cannot take (exit 2) */
 } trainer;
 
 /* A backend's plan run, or its one-device reference (run NULL). */
@@ -411,18 +414,23 @@ static bool save_now(trainer *t, runner *rn, weft_world *w, const char *path, ui
 }
 
 /* After the traced step: the file written (by process 0, with its
- * devices), the totals kept for the lines. */
-static bool trace_done(trainer *t, int64_t step, char *err, size_t errlen) {
+ * devices), the totals kept for the lines. A file that cannot be written
+ * loses the trace, not the run. */
+static void trace_done(trainer *t, int64_t step) {
   t->about.step = step;
-  run_trace_totals(t->trace, t->trace_cat, &t->trace_span);
-  t->traced = true;
-  return !t->speak || run_trace_write(t->trace, t->o->trace, &t->about, err, errlen);
+  run_trace_totals(t->trace, t->trace_cat, &t->trace_span, &t->trace_ins);
+  char err[PATH_MAX + 256];
+  if (!t->speak) return;
+  if (run_trace_write(t->trace, t->o->trace, &t->about, err, sizeof err)) t->traced = true;
+  else fprintf(stderr, "weft run: --trace %s (the run goes on without it)\n", err);
 }
 
 /* The line that says what --trace wrote. */
 static void print_trace(const trainer *t) {
-  printf("trace of step %" PRId64 " written to %s: %d instructions%s, %.3f ms from the first to the last;",
-         t->about.step, t->o->trace, run_trace_count(t->trace), t->nprocs > 1 ? " of process 0's devices" : "",
+  char pieces[64] = "";
+  if (run_trace_count(t->trace) != t->trace_ins) snprintf(pieces, sizeof pieces, " in %d pieces", run_trace_count(t->trace));
+  printf("trace of step %" PRId64 " written to %s: %d instructions%s%s, %.3f ms from the first to the last;",
+         t->about.step, t->o->trace, t->trace_ins, pieces, t->nprocs > 1 ? " of process 0's devices" : "",
          t->trace_span * 1e3);
   bool any = false;
   for (int c = 0; c < LCAT_COUNT; c++)
@@ -447,7 +455,7 @@ static bool train_loop(trainer *t, runner *rn, weft_world *w, bool main, run_log
                       .trace = main && t->trace && w->step + 1 == t->trace_step};
     backend_result res;
     if (!pass(rn, w, &s, &res, err, errlen)) return false;
-    if (s.trace && !trace_done(t, w->step, err, errlen)) return false;
+    if (s.trace) trace_done(t, w->step);
     if (t->data) t->data_pos += t->batch;
     record r = {w->step, res.loss, s.lr, res.grad_norm, res.seconds, NAN};
     if ((!isfinite(res.loss) || !isfinite(res.grad_norm)) && !o->allow_nonfinite) {
@@ -465,9 +473,13 @@ static bool train_loop(trainer *t, runner *rn, weft_world *w, bool main, run_log
     if (t->speak && !o->json && (i % print_every == print_every - 1 || last || !isnan(r.val))) {
       progress_clear(t);
       if (i % print_every == print_every - 1 || last) print_step(t, &r);
-      if (s.trace) print_trace(t);
       if (!isnan(r.val)) printf("step %-4" PRId64 " val loss %.6f (%" PRId64 " batch%s)\n", r.step, r.val,
                                 t->eval_steps, t->eval_steps == 1 ? "" : "es");
+      fflush(stdout);
+    }
+    if (t->speak && !o->json && s.trace && t->traced) {
+      progress_clear(t);
+      print_trace(t);
       fflush(stdout);
     }
     if (t->log) log_line(t, &r);
@@ -574,10 +586,44 @@ static bool trace_step(trainer *t, const weft_world *w, char *err, size_t errlen
   int64_t first = w->step + 1, last = w->step + o->steps;
   t->trace_step = o->trace_step > 0 ? o->trace_step : last;
   if (t->trace_step >= first && t->trace_step <= last) return true;
+  t->bad_option = true;
   if (first == last) snprintf(err, errlen, "--trace-step %" PRId64 ": this run runs step %" PRId64, t->trace_step, first);
   else snprintf(err, errlen, "--trace-step %" PRId64 ": this run runs steps %" PRId64 " to %" PRId64, t->trace_step,
                 first, last);
   return false;
+}
+
+/* Whether path is the file (or, for a pattern of --data, one of the
+ * files) that `file` names. */
+static bool same_file(const char *path, const char *file) {
+  return strcmp(path, file) == 0 || file_same(path, file) ||
+         (strpbrk(file, "*?[") && fnmatch(file, path, FNM_PATHNAME) == 0);
+}
+
+/* The files a run writes as it goes (--log, --trace) are none of those
+ * it reads (--load, --resume, --data, --val-data; report_output_ok checks
+ * the plan and --inputs) nor each other, nor --save's; --save is none of
+ * the token files. (--save over --load or --resume replaces the
+ * checkpoint the run started from, atomically, once it has finished.) */
+static bool outputs_apart(const weft_opts *o, bool speak) {
+  const char *outs[][2] = {{"--log", o->log}, {"--trace", o->trace}, {"--save", o->save}};
+  const char *reads[][2] = {{"--load", o->load}, {"--resume", o->resume}, {"--data", o->data}, {"--val-data", o->val_data}};
+  for (int i = 0; i < 3; i++) {
+    if (!outs[i][1]) continue;
+    for (int k = i == 2 ? 2 : 0; k < 4; k++)
+      if (reads[k][1] && same_file(outs[i][1], reads[k][1])) {
+        if (speak)
+          fprintf(stderr, "weft: error: %s %s: the run reads that file (%s %s); weft never writes over its inputs\n",
+                  outs[i][0], outs[i][1], reads[k][0], reads[k][1]);
+        return false;
+      }
+    for (int k = i + 1; k < 3; k++)
+      if (outs[k][1] && same_file(outs[i][1], outs[k][1])) {
+        if (speak) fprintf(stderr, "weft: error: %s %s: %s writes that file too\n", outs[i][0], outs[i][1], outs[k][0]);
+        return false;
+      }
+  }
+  return true;
 }
 
 /* --trace FILE, checked before any work: a file (standard output has the
@@ -615,7 +661,11 @@ int report_run(const weft_opts *o) {
   if ((o->save && !sharded && !report_output_ok(o, "--save", o->save, speak)) ||
       (o->log && !report_output_ok(o, "--log", o->log, speak)))
     return WEFT_FAILED;
-  if (o->trace && !trace_wanted(o, bk, speak)) return WEFT_FAILED;
+  if ((o->trace && !trace_wanted(o, bk, speak)) || !outputs_apart(o, speak)) return WEFT_FAILED;
+  if (o->trace_step > 0 && !o->trace) {
+    if (speak) fprintf(stderr, "weft: error: --trace-step %" PRId64 " needs --trace FILE\n", o->trace_step);
+    return WEFT_FAILED;
+  }
   weft_ctx *c = report_ctx(o);
   int rc = WEFT_OK;
   weft_plan *p = report_plan(c, o, &rc, NULL);
@@ -711,7 +761,7 @@ int report_run(const weft_opts *o) {
     free(t.kept[0]), free(t.kept[1]);
     world_free(w);
     weft_free(c);
-    return WEFT_REJECTED;
+    return t.bad_option ? WEFT_FAILED : WEFT_REJECTED;
   }
   weft_world *ref = o->run_check ? world_clone(w) : NULL;
   int64_t start_pos = t.data_pos;
@@ -899,7 +949,8 @@ int report_run(const weft_opts *o) {
       json_obj(&j);
       json_key(&j, "file"), json_str(&j, o->trace);
       json_key(&j, "step"), json_int(&j, t.about.step);
-      json_key(&j, "instructions"), json_int(&j, run_trace_count(t.trace));
+      json_key(&j, "instructions"), json_int(&j, t.trace_ins);
+      json_key(&j, "events"), json_int(&j, run_trace_count(t.trace));
       json_key(&j, "span_s"), json_num(&j, t.trace_span);
       json_key(&j, "seconds");
       json_obj(&j);
