@@ -1,0 +1,71 @@
+#!/bin/sh
+# gpu_session.sh - what one GPU session runs, in the order of what matters
+# most, inside a time budget, so that one call of the device tool does it:
+#   1. tests/gpu/run.sh checks 1 2 8: the plugin finds the GPU, every kernel
+#      against the CPU's, cuDNN's fused attention (what a change to kernels
+#      must pass before anything is timed);
+#   2. bench/gpu.sh kernels 124m 350m cudnn: the kernels alone, GPT-2 124M
+#      and 350M at the largest batch beside PyTorch eager and torch.compile,
+#      and with cuDNN's attention;
+#   3. bench/gpu.sh switches trace: the executor's fusions one at a time,
+#      then one step timed instruction by instruction beside weft
+#      estimate's simulation;
+#   4. tests/gpu/run.sh checks 3 4 5 6 7: the plans, PyTorch's GPT-2,
+#      memcheck, NCCL, the fusions at GPT-2's vocabulary.
+# A part starts only with at least its least time left (MIN1..MIN4, in
+# seconds), and is stopped at the end of the budget; what it printed is
+# kept. Each part's file is renamed with the part's name
+# (gpu-check-DATE-DEVICE-kernels.txt ...), so that the parts of one day do
+# not write over each other: at most 6 files (the device tool brings back 8).
+#
+# Usage, from the repository root, with what tests/gpu/run.sh and
+# bench/gpu.sh need (make weft cuda where nvcc is):
+#     BUDGET=540 sh bench/gpu_session.sh [DIR]
+# DIR: where the files go (default bench/results; on the device tool, $OUT).
+# PARTS: the parts to run (default "1 2 3 4"); RUN_SH and GPU_SH name the
+# two scripts (for trying this one with stand-ins).
+DIR=${1:-bench/results}
+BUDGET=${BUDGET:-540}
+PARTS=${PARTS:-1 2 3 4}
+RUN_SH=${RUN_SH:-tests/gpu/run.sh}
+GPU_SH=${GPU_SH:-bench/gpu.sh}
+mkdir -p "$DIR" || exit 2
+start=$(date +%s)
+left() { echo $((BUDGET - ($(date +%s) - start))); }
+status=0
+
+# part NUMBER NAME MIN KIND COMMAND...: runs the command for at most the
+# time left, then renames the file it wrote (DIR/gpu-KIND-*.txt, and a
+# trace's .json) after NAME
+part() {
+  n=$1; name=$2; least=$3; kind=$4; shift 4
+  case " $PARTS " in *" $n "*) ;; *) return ;; esac
+  t=$(left)
+  if [ "$t" -lt "$least" ]; then
+    echo "gpu_session: part $n ($name) not started: $t s left of $BUDGET, it needs at least $least"
+    status=1
+    return
+  fi
+  echo "gpu_session: part $n ($name), $t s left"
+  mark=$DIR/.gpu_session.mark
+  touch "$mark"
+  timeout "$t" "$@"
+  rc=$?
+  [ $rc -eq 124 ] && echo "gpu_session: part $n ($name) stopped at the end of the budget"
+  [ $rc -ne 0 ] && status=1
+  # the files this part wrote: newer than the mark
+  for f in "$DIR"/gpu-"$kind"-*.txt "$DIR"/gpu-trace-*.json; do
+    [ -f "$f" ] && [ "$f" -nt "$mark" ] || continue
+    case "$f" in *-part-*) continue ;; esac
+    mv "$f" "${f%.*}-part-$name.${f##*.}"
+  done
+  rm -f "$mark"
+}
+
+part 1 kernels "${MIN1:-60}" check env CHECKS="1 2 8" sh "$RUN_SH" "$DIR"
+part 2 models "${MIN2:-180}" bench env PARTS="kernels 124m 350m cudnn" sh "$GPU_SH" "$DIR"
+part 3 switches "${MIN3:-90}" bench env PARTS="switches trace" sh "$GPU_SH" "$DIR"
+part 4 plans "${MIN4:-120}" check env CHECKS="3 4 5 6 7" sh "$RUN_SH" "$DIR"
+echo "gpu_session: $(( $(date +%s) - start )) s of $BUDGET; files in $DIR:"
+ls -l "$DIR" | grep -- "-part-"
+exit $status
