@@ -73,7 +73,7 @@ UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
 .PHONY: all deps check layers-check search-check lua-check unit golden diag-coverage fuzz-check limits-check docs-check docs-examples install-check fmt-check examples-check mutate-check editors-check \
         fold-check calibrate run-check shards-check rendezvous-check reference-check deps-torch demo bench install fuzz fuzz-lua fuzz-lua-check clean \
-        cuda cuda-emu cuda-check
+        cuda cuda-emu cuda-check gpu-pack
 .DELETE_ON_ERROR:
 
 all: weft
@@ -112,6 +112,15 @@ weft: $(BUILD)/weft $(MPI_SO)
 endif
 
 cuda: $(CUDA_SO) $(if $(CUDA_SO),$(BUILD)/cuda/test_kernels $(BUILD)/cuda/bench_kernels $(BUILD)/cuda/cudnn_graphs)
+
+# What a GPU machine without flex, bison or Lua runs, as one file that the
+# device tool can carry (unpacked they pass its 64 MiB): bench/gpu_session.sh
+# unpacks it in the repository's root.
+gpu-pack: weft cuda
+	@test -n "$(CUDA_SO)" || { echo "make gpu-pack: needs nvcc"; exit 2; }
+	tar -czf $(BUILD)/gpu-pack.tar.gz weft libweft_cuda.so $(BUILD)/cuda/test_kernels $(BUILD)/cuda/bench_kernels \
+	  $(BUILD)/cuda/cudnn_graphs
+	@ls -l $(BUILD)/gpu-pack.tar.gz
 
 $(BUILD)/cuda/%.o: backends/cuda/%.cu $(CUDA_DEPS)
 	@mkdir -p $(dir $@)

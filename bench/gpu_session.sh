@@ -19,7 +19,8 @@
 # not write over each other: at most 6 files (the device tool brings back 8).
 #
 # Usage, from the repository root, with what tests/gpu/run.sh and
-# bench/gpu.sh need (make weft cuda where nvcc is):
+# bench/gpu.sh need (make weft cuda where nvcc is; or make gpu-pack, whose
+# build/gpu-pack.tar.gz, PACK, this script unpacks first):
 #     BUDGET=540 sh bench/gpu_session.sh [DIR]
 # DIR: where the files go (default bench/results; on the device tool, $OUT).
 # PARTS: the parts to run (default "1 2 3 4"); RUN_SH and GPU_SH name the
@@ -31,6 +32,12 @@ RUN_SH=${RUN_SH:-tests/gpu/run.sh}
 GPU_SH=${GPU_SH:-bench/gpu.sh}
 mkdir -p "$DIR" || exit 2
 start=$(date +%s)
+# the binaries, packed where they were built (make gpu-pack)
+PACK=${PACK:-build/gpu-pack.tar.gz}
+if [ -f "$PACK" ]; then
+  tar -xzf "$PACK" || { echo "gpu_session: cannot unpack $PACK"; exit 2; }
+  echo "gpu_session: unpacked $PACK"
+fi
 left() { echo $((BUDGET - ($(date +%s) - start))); }
 status=0
 
