@@ -18,10 +18,10 @@
 # the first five; kernels: bench_kernels, below; cudnn: 124M and 350M again
 # with attention through cuDNN's fused flash attention, WEFT_ATTN=cudnn;
 # tp2, switches and trace also find 124M's batch; trace: one step of 124M
-# timed instruction by instruction, weft run --trace, its file written to
-# DIR/gpu-trace-DATE-DEVICE.json, summed by operator
+# timed instruction by instruction, weft run --trace, summed by operator
 # (bench/trace_summary.py) and set beside weft estimate's simulation of the
-# same step (bench/trace_compare.py);
+# same step (bench/trace_compare.py), the two timelines written to
+# DIR/gpu-trace-DATE-DEVICE.json;
 # switches: 124M with each of the
 # executor's fusions off, WEFT_CUDA_FUSE=0, WEFT_CUDA_FIRST_WRITE=0,
 # WEFT_CUDA_PAD_ROWS=0, then all three, against all on, then with the
@@ -194,12 +194,14 @@ fi
 # stream, summed by operator with the layers folded
 if [ -n "${TR_BATCH:-}" ]; then
   tr=$DIR/gpu-trace-$(date -u +%Y-%m-%d)-$slug.json
-  if $WEFT run $PLAN --plan single ${SETS:-} --set batch=$TR_BATCH --backend cuda --steps 4 --trace "$tr" >"$tmp/w.out" 2>"$tmp/w.err"; then
-    say "GPT-2 124M weft, batch $TR_BATCH, step 4 timed instruction by instruction ($tr):"
-    "$PY" bench/trace_summary.py "$tr" 30 | tee -a "$log"
-    # the same step as the cost model simulates it on the plan's cluster
+  if $WEFT run $PLAN --plan single ${SETS:-} --set batch=$TR_BATCH --backend cuda --steps 4 --trace "$tmp/run.json" >"$tmp/w.out" 2>"$tmp/w.err"; then
+    say "GPT-2 124M weft, batch $TR_BATCH, step 4 timed instruction by instruction:"
+    "$PY" bench/trace_summary.py "$tmp/run.json" 30 | tee -a "$log"
+    # the same step as the cost model simulates it on the plan's cluster;
+    # both timelines in one file
     if $WEFT estimate $PLAN --plan single ${SETS:-} --set batch=$TR_BATCH --trace "$tmp/sim.json" >/dev/null 2>"$tmp/w.err"; then
-      "$PY" bench/trace_compare.py "$tr" "$tmp/sim.json" 0 30 | tee -a "$log"
+      "$PY" bench/trace_compare.py --merge "$tr" "$tmp/run.json" "$tmp/sim.json" 0 30 | tee -a "$log"
+      say "(both timelines, ran and simulated: $tr)"
     else
       say "weft estimate --trace: failed: $(tail -3 "$tmp/w.err")"
     fi

@@ -3,7 +3,7 @@
 step as the cost model simulated it (`weft estimate --trace`), operator by
 operator, on one device.
 
-usage: trace_compare.py RUN_TRACE ESTIMATE_TRACE [DEVICE] [TOP]
+usage: trace_compare.py [--merge OUT] RUN_TRACE ESTIMATE_TRACE [DEVICE] [TOP]
 
 Both traces name an instruction alike (lower_print.c); the layers of the
 repeated blocks are folded (h.3.attn.core and h.7.attn.core are
@@ -12,7 +12,10 @@ for DEVICE (default 0), the measured and the simulated time of each
 category, then of the TOP (default 20) operators with the most measured
 time, and their ratio: above 1, the step ran slower there than the model
 predicts. The simulation is of the plan's cluster, not the machine that
-ran it: the header says which ran.
+ran it: the header says which ran. --merge OUT also writes both traces as
+one (every device of the run as "device N, ran", of the simulation as
+"device N, simulated", each simulated one sorted under its run), to open
+in Perfetto and look at the two timelines of a device one above the other.
 """
 import json
 import re
@@ -41,10 +44,35 @@ def ratio(a, b):
     return "%.2f" % (a / b) if b > 0 else "-"
 
 
+def merge(run_path, sim_path, out_path):
+    """Both traces in one: pids 2d (ran) and 2d + 1 (simulated)."""
+    events = []
+    for path, side, k in ((run_path, "ran", 0), (sim_path, "simulated", 1)):
+        for e in json.load(open(path))["traceEvents"]:
+            e = dict(e)
+            if "pid" not in e:
+                continue
+            d = e["pid"]
+            e["pid"] = 2 * d + k
+            if e.get("ph") == "M" and e.get("name") == "process_name":
+                e["args"] = {"name": "device %d, %s" % (d, side)}
+            elif e.get("ph") == "M" and e.get("name") == "process_sort_index":
+                e["args"] = {"sort_index": 2 * d + k}
+            events.append(e)
+    with open(out_path, "w") as f:
+        json.dump({"displayTimeUnit": "ms", "traceEvents": events}, f)
+
+
 def main():
-    run_path, sim_path = sys.argv[1], sys.argv[2]
-    device = int(sys.argv[3]) if len(sys.argv) > 3 else 0
-    top = int(sys.argv[4]) if len(sys.argv) > 4 else 20
+    args = sys.argv[1:]
+    out = None
+    if args[:1] == ["--merge"]:
+        out, args = args[1], args[2:]
+    run_path, sim_path = args[0], args[1]
+    device = int(args[2]) if len(args) > 2 else 0
+    top = int(args[3]) if len(args) > 3 else 20
+    if out:
+        merge(run_path, sim_path, out)
     about, rc, ro, rspan = load(run_path, device)
     _, sc, so, sspan = load(sim_path, device)
     if not ro or not so:

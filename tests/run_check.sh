@@ -532,7 +532,8 @@ assert set(cats) == set(weft) and all(abs(cats[c] - weft[c]) <= 2e-3 for c in we
 rows = sum(float(l.split()[0]) for l in lines[4:])
 assert abs(sum(cats.values()) - rows) <= 1e-3 * len(lines), (cats, rows)
 PY
-   python3 bench/trace_compare.py "$tmp/tr.json" "$tmp/est.json" 0 5 >"$tmp/cmp.out" &&
+   python3 bench/trace_compare.py --merge "$tmp/both.json" "$tmp/tr.json" "$tmp/est.json" 0 5 >"$tmp/cmp.out" &&
+   python3 -c 'import json, sys; n = {e["args"]["name"] for e in json.load(open(sys.argv[1]))["traceEvents"] if e["name"] == "process_name"}; assert {"device 0, ran", "device 0, simulated", "device 3, ran"} <= n, n' "$tmp/both.json" &&
    grep -q "^forward  *[0-9.]*  *[0-9.]*  *[0-9.]*$" "$tmp/cmp.out" && [ "$(grep -c "mb" "$tmp/cmp.out")" = 0 ]; then ok
   echo "run: bench/trace_summary.py's operators add up to its categories; trace_compare.py: $(sed -n 3p "$tmp/cmp.out" | tr -s ' ')"
 else bad "bench/trace_summary.py or trace_compare.py"; cat "$tmp/sum.out" "$tmp/cmp.out"; fi
