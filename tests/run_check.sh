@@ -259,12 +259,21 @@ if command -v mpirun >/dev/null 2>&1; then
   if ASAN_OPTIONS=$asan_mpi mpirun -np 2 "$WEFT" run examples/gpt_megatron.plan $MEG --steps 2 --check >"$tmp/mpi.out" 2>&1 &&
      grep -q "match$" "$tmp/mpi.out"; then ok; echo "run: mpirun -np 2 megatron tp2 pp2 dp2 matches one device"
   else bad "mpirun -np 2 megatron --check"; cat "$tmp/mpi.out"; fi
-  # --trace under mpirun: process 0 writes what its devices ran
+  # --trace under mpirun: each process writes what its devices ran,
+  # process 0 to the file named, process 1 to FILE-rank1; between them
+  # every device, and process 0's file every instruction of its devices
   if ASAN_OPTIONS=$asan_mpi mpirun -np 2 "$WEFT" run examples/gpt_megatron.plan $MEG --steps 1 --trace "$tmp/mtr.json" \
-       >"$tmp/mpi.out" 2>&1 && grep -q "instructions of process 0's devices" "$tmp/mpi.out" &&
-     python3 -c 'import json, sys; ev = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e["ph"] == "X"]; n = len({e["pid"] for e in ev}); assert 0 < n < 8, n; print(n)' "$tmp/mtr.json" >"$tmp/mtr.n"; then ok
-    echo "run: mpirun -np 2 --trace: process 0 wrote its $(cat "$tmp/mtr.n") devices of 8"
-  else bad "mpirun -np 2 --trace"; cat "$tmp/mpi.out"; fi
+       --json >"$tmp/mtr.run" 2>"$tmp/mpi.out" &&
+     python3 -c '
+import json, sys
+pids = [sorted({e["pid"] for e in json.load(open(f))["traceEvents"] if e["ph"] == "X"}) for f in sys.argv[1:]]
+assert not set(pids[0]) & set(pids[1]) and sorted(pids[0] + pids[1]) == list(range(8)), pids
+print(" ".join(map(str, pids[0])))' "$tmp/mtr.json" "$tmp/mtr-rank1.json" >"$tmp/mtr.d" &&
+     for d in $(cat "$tmp/mtr.d"); do "$WEFT" lower examples/gpt_megatron.plan $MEG --device $d --json >"$tmp/mlow$d.json"; done &&
+     python3 tests/trace_check.py "$tmp/mtr.json" "$tmp/mtr.run" 1 every $(for d in $(cat "$tmp/mtr.d"); do echo "$tmp/mlow$d.json"; done) \
+       >"$tmp/mtr.out"; then ok
+    echo "run: mpirun -np 2 --trace: process 0 wrote devices $(cat "$tmp/mtr.d"), process 1 the others to mtr-rank1.json; $(cat "$tmp/mtr.out")"
+  else bad "mpirun -np 2 --trace"; cat "$tmp/mpi.out" "$tmp/mtr.out" 2>/dev/null; fi
   # a stopped process: the other gives up after --timeout, and MPI_Abort
   # ends the run; no process is left behind. Which wait finds it depends on
   # where it stopped: a receive, a collective, or a send whose message the

@@ -100,8 +100,9 @@ typedef struct trainer {
   /* sharded checkpoints: the program and where this process stands */
   const weft_program *pr;
   int rank, nprocs;
-  /* --trace: the step traced, what it wrote */
+  /* --trace: the step traced, this process's file, what it wrote */
   int64_t trace_step;
+  const char *trace_path;
   run_trace *trace;
   run_trace_about about;
   bool traced;
@@ -378,22 +379,28 @@ static void log_line(trainer *t, const record *r) {
 
 /* PATH with "-stepN" before its extension: run.st -> run-step100.st; a
  * sharded set's directory gets it at its end: run/ -> run-step100/ */
-static char *periodic_name(const char *path, int64_t step) {
+static char *suffixed_name(const char *path, const char *what, int64_t n);
+
+static char *periodic_name(const char *path, int64_t step) { return suffixed_name(path, "step", step); }
+
+/* path with -WHATn before its extension: "ck.st" -> "ck-step5.st" (a
+ * set's "ck/" -> "ck-step5/"), "run.json" -> "run-rank1.json". */
+static char *suffixed_name(const char *path, const char *what, int64_t num) {
   if (world_sharded_path(path)) {
     size_t n = strlen(path);
     while (n > 1 && path[n - 1] == '/') n--;
-    char *s = malloc(n + 32);
+    char *s = malloc(n + 48);
     if (!s) weft_oom();
-    snprintf(s, n + 32, "%.*s-step%" PRId64 "/", (int)n, path, step);
+    snprintf(s, n + 48, "%.*s-%s%" PRId64 "/", (int)n, path, what, num);
     return s;
   }
   const char *slash = strrchr(path, '/'), *dot = strrchr(path, '.');
   if (dot && (dot == path || (slash && dot < slash) || dot[-1] == '/')) dot = NULL;
   size_t stem = dot ? (size_t)(dot - path) : strlen(path);
-  size_t n = strlen(path) + 32;
+  size_t n = strlen(path) + 48;
   char *s = malloc(n);
   if (!s) weft_oom();
-  snprintf(s, n, "%.*s-step%" PRId64 "%s", (int)stem, path, step, dot ? dot : "");
+  snprintf(s, n, "%.*s-%s%" PRId64 "%s", (int)stem, path, what, num, dot ? dot : "");
   return s;
 }
 
@@ -413,15 +420,15 @@ static bool save_now(trainer *t, runner *rn, weft_world *w, const char *path, ui
   return !t->speak || world_save(w, path, seed, err, errlen);
 }
 
-/* After the traced step: the file written (by process 0, with its
- * devices), the totals kept for the lines. A file that cannot be written
- * loses the trace, not the run. */
+/* After the traced step: the file written (each process writes its own
+ * devices, process 0 to --trace's file, process R to FILE-rankR), the
+ * totals kept for the lines. A file that cannot be written loses the
+ * trace, not the run. */
 static void trace_done(trainer *t, int64_t step) {
   t->about.step = step;
   run_trace_totals(t->trace, t->trace_cat, &t->trace_span, &t->trace_ins);
   char err[PATH_MAX + 256];
-  if (!t->speak) return;
-  if (run_trace_write(t->trace, t->o->trace, &t->about, err, sizeof err)) t->traced = true;
+  if (run_trace_write(t->trace, t->trace_path, &t->about, err, sizeof err)) t->traced = true;
   else fprintf(stderr, "weft run: --trace %s (the run goes on without it)\n", err);
 }
 
@@ -429,9 +436,15 @@ static void trace_done(trainer *t, int64_t step) {
 static void print_trace(const trainer *t) {
   char pieces[64] = "";
   if (run_trace_count(t->trace) != t->trace_ins) snprintf(pieces, sizeof pieces, " in %d pieces", run_trace_count(t->trace));
+  char others[PATH_MAX + 96] = "";
+  if (t->nprocs > 1) {
+    char *last = suffixed_name(t->o->trace, "rank", t->nprocs - 1);
+    snprintf(others, sizeof others, " of process 0's devices (the other processes': %s%s)",
+             t->nprocs > 2 ? "... " : "", last);
+    free(last);
+  }
   printf("trace of step %" PRId64 " written to %s: %d instructions%s%s, %.3f ms from the first to the last;",
-         t->about.step, t->o->trace, t->trace_ins, pieces, t->nprocs > 1 ? " of process 0's devices" : "",
-         t->trace_span * 1e3);
+         t->about.step, t->o->trace, t->trace_ins, pieces, others, t->trace_span * 1e3);
   bool any = false;
   for (int c = 0; c < LCAT_COUNT; c++)
     if (t->trace_cat[c] > 0)
@@ -628,7 +641,7 @@ static bool outputs_apart(const weft_opts *o, bool speak) {
 
 /* --trace FILE, checked before any work: a file (standard output has the
  * steps), which the task may write, and a backend that traces. */
-static bool trace_wanted(const weft_opts *o, const weft_backend *bk, bool speak) {
+static bool trace_wanted(const weft_opts *o, const weft_backend *bk, const char *path, bool speak) {
   const char *why = NULL;
   if (strcmp(o->trace, "-") == 0) why = "weft run prints its steps on standard output: name a file";
   else if (!bk->trace_about) why = "this backend does not time instructions";
@@ -637,7 +650,8 @@ static bool trace_wanted(const weft_opts *o, const weft_backend *bk, bool speak)
     if (speak) fprintf(stderr, "weft: error: --trace %s: %s\n", o->trace, why);
     return false;
   }
-  return report_output_ok(o, "--trace", o->trace, speak);
+  /* each process its own file (the others' errors are theirs to say) */
+  return report_output_ok(o, "--trace", path, true);
 }
 
 int report_run(const weft_opts *o) {
@@ -661,7 +675,14 @@ int report_run(const weft_opts *o) {
   if ((o->save && !sharded && !report_output_ok(o, "--save", o->save, speak)) ||
       (o->log && !report_output_ok(o, "--log", o->log, speak)))
     return WEFT_FAILED;
-  if ((o->trace && !trace_wanted(o, bk, speak)) || !outputs_apart(o, speak)) return WEFT_FAILED;
+  /* the file of this process's trace: --trace's, or FILE-rankR */
+  char trace_path[PATH_MAX + 64] = "";
+  if (o->trace) {
+    char *p = rank == 0 ? NULL : suffixed_name(o->trace, "rank", rank);
+    snprintf(trace_path, sizeof trace_path, "%s", p ? p : o->trace);
+    free(p);
+  }
+  if ((o->trace && !trace_wanted(o, bk, trace_path, speak)) || !outputs_apart(o, speak)) return WEFT_FAILED;
   if (o->trace_step > 0 && !o->trace) {
     if (speak) fprintf(stderr, "weft: error: --trace-step %" PRId64 " needs --trace FILE\n", o->trace_step);
     return WEFT_FAILED;
@@ -671,7 +692,7 @@ int report_run(const weft_opts *o) {
   weft_plan *p = report_plan(c, o, &rc, NULL);
   if ((p && o->save && !sharded && !report_output_not_source(c, "--save", o->save, speak)) ||
       (p && o->log && !report_output_not_source(c, "--log", o->log, speak)) ||
-      (p && o->trace && !report_output_not_source(c, "--trace", o->trace, speak))) {
+      (p && o->trace && !report_output_not_source(c, "--trace", trace_path, true))) {
     weft_free(c);
     return WEFT_FAILED;
   }
@@ -770,6 +791,7 @@ int report_run(const weft_opts *o) {
   t.last_step = w->step + o->steps;
   if (o->trace) {
     t.trace = run_trace_new(pr);
+    t.trace_path = trace_path;
     t.about = (run_trace_about){.plan = p->name, .backend = bk->name, .times = bk->trace_about};
   }
   t.progress = speak && !o->json && o->steps > 1 && (o->progress > 0 || (o->progress < 0 && isatty(2)));
