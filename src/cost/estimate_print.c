@@ -257,12 +257,8 @@ void estimate_print_json(const weft_sim *s, const weft_estimate *e, FILE *out) {
 
 /* ---- what an instruction is, for pictures --------------------------------- */
 
-/* the categories of lower.h, in its order */
-#define CAT_COUNT LCAT_COUNT
-#define CAT_COLL LCAT_COLL
-#define CAT_P2P LCAT_P2P
-#define cat_names lower_category_names
-static const char *const cat_colors[CAT_COUNT] = {"#4e79a7", "#f28e2b", "#59a14f", "#9c755f",
+/* the colour of each category of lower.h (lower_category), in its order */
+static const char *const cat_colors[LCAT_COUNT] = {"#4e79a7", "#f28e2b", "#59a14f", "#9c755f",
                                                   "#e15759", "#76b7b2", "#b07aa1"};
 
 /* ---- rows -------------------------------------------------------------------- */
@@ -380,10 +376,10 @@ void estimate_print_svg(const weft_sim *s, const sim_row *sel, int nsel, FILE *o
           pr->nmb == 1 ? "" : "es", seconds(s->step_time, b1, sizeof b1));
   /* legend */
   double lx = left;
-  for (int c = 0; c < CAT_COUNT; c++) {
+  for (int c = 0; c < LCAT_COUNT; c++) {
     fprintf(out, "<rect x=\"%.0f\" y=\"28\" width=\"12\" height=\"12\" fill=\"%s\"/>", lx, cat_colors[c]);
-    fprintf(out, "<text x=\"%.0f\" y=\"38\" font-size=\"11\">%s</text>\n", lx + 16, cat_names[c]);
-    lx += 16 + 7.0 * (double)strlen(cat_names[c]) + 18;
+    fprintf(out, "<text x=\"%.0f\" y=\"38\" font-size=\"11\">%s</text>\n", lx + 16, lower_category_names[c]);
+    lx += 16 + 7.0 * (double)strlen(lower_category_names[c]) + 18;
   }
   for (int k = 0; k < rows; k++) {
     const sim_dev *D = &s->dev[sel[k].sim];
@@ -412,7 +408,7 @@ void estimate_print_svg(const weft_sim *s, const sim_row *sel, int nsel, FILE *o
         cur = (svg_block){cat, mb, a, b};
       } else {
         if (b - a <= 0) continue;
-        int l = cat == CAT_COLL ? 0 : cat == CAT_P2P ? 1 : 2;
+        int l = cat == LCAT_COLL ? 0 : cat == LCAT_P2P ? 1 : 2;
         svg_block *c = &lane[l];
         if (c->cat == cat && a - c->b < 1.0) { if (b > c->b) c->b = b; continue; }
         svg_flush(out, c, gy, gh, false, font);
