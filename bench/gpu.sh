@@ -16,7 +16,10 @@
 # where nvcc is:   sh bench/gpu.sh [DIR]
 # PARTS picks among "kernels 124m 350m tp2 cudnn switches trace" (default
 # the first five; kernels: bench_kernels, below; cudnn: 124M and 350M again
-# with attention through cuDNN's fused flash attention, WEFT_ATTN=cudnn;
+# with attention through cuDNN's fused flash attention, WEFT_ATTN=cudnn,
+# and through the plugin's kernels alone, WEFT_ATTN=fa (the first row
+# takes whichever of the two was faster on its heads, attention_pick.cu,
+# and says which);
 # tp2, switches and trace also find 124M's batch; trace: one step of 124M
 # timed instruction by instruction, weft run --trace, summed by operator
 # (bench/trace_summary.py) and set beside weft estimate's simulation of the
@@ -108,6 +111,8 @@ weft_row() {
     row "$label" "$batch" "$("$PY" -c "print(f'{$tokens/$t:,.0f}')")" "$("$PY" -c "print(f'{1000*$t:.1f}')")" \
       "$("$PY" -c "print(f'{100*$flops/$t/($peak*1e12):.1f}%')")"
     grep "WEFT_ATTN" "$tmp/w.err" | sort -u | tee -a "$log"
+    # the choice among attention's kernels, where one was timed
+    grep "^weft: attention .* runs them" "$tmp/w.err" | sed 's/^weft: /  /' | sort -u | tee -a "$log"
     n=$(grep -c "weft: cuDNN .* runs$" "$tmp/w.err")
     [ "$n" -gt 0 ] && say "  (cuDNN's plans that ran: $n, $(grep -c 'forward of .* runs$' "$tmp/w.err") of them forwards)"
   else
@@ -140,7 +145,10 @@ bench_at() {
   flops=$($WEFT graph $PLAN $sets --set batch=$batch --json | "$PY" -c 'import json,sys; print(3*json.load(sys.stdin)["forward_flops"])')
   tokens=$((batch * ${SEQ:-1024}))
   weft_row "$name weft"
-  case " $PARTS " in *" cudnn "*) weft_row "$name weft, cuDNN attn" WEFT_ATTN=cudnn WEFT_CUDNN_VERBOSE=1 ;; esac
+  case " $PARTS " in *" cudnn "*)
+    weft_row "$name weft, cuDNN attn" WEFT_ATTN=cudnn WEFT_CUDNN_VERBOSE=1
+    weft_row "$name weft, plugin attn" WEFT_ATTN=fa ;;
+  esac
   for mode in ${TORCH_MODES-eager compile}; do
     "$PY" bench/gpu/gpt2_torch.py --mode $mode --layers $layers --hidden $hidden --heads $heads --batch $batch \
       --steps $STEPS >"$tmp/t.json" 2>"$tmp/t.err"

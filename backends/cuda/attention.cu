@@ -346,19 +346,55 @@ static void core_forward(gpu_stream *s, int dt, void *out, const void *q, const 
   }));
 }
 
+bool attention_way_takes(int way, int dt, const gpu_attn *a, bool causal, bool bwd) {
+  switch (way) {
+  case ATTN_FA: return causal && (bwd ? attention_fa_bwd_takes(dt, a) : attention_fa_fwd_takes(dt, a));
+  case ATTN_WMMA: return causal && attention_tc_takes(dt, a);
+  case ATTN_CUDNN: return attention_cudnn_ready(dt, a, causal, bwd);
+  case ATTN_CORE: return true;
+  default: return false;
+  }
+}
+
+/* Every key in view: the causal bound qpos + p of query row p put at the
+ * last key, so that every row sees every key (the kernels on CUDA cores
+ * only). */
+static gpu_attn unmasked(const gpu_attn *a) {
+  gpu_attn f = *a;
+  f.qpos = f.sk - 1;
+  return f;
+}
+
+bool attention_forward_by(int way, gpu_stream *s, int dt, void *out, const void *q, const void *k, const void *v,
+                          const gpu_attn *a, float *lse, bool causal) {
+  if (way == ATTN_CUDNN) return attention_cudnn_forward(s, dt, out, q, k, v, a, lse, causal);
+  if (way == ATTN_CORE) {
+    gpu_attn f = causal ? *a : unmasked(a);
+    core_forward(s, dt, out, q, k, v, &f, lse);
+    return true;
+  }
+  if (!attention_way_takes(way, dt, a, causal, false)) return false;
+  if (way == ATTN_FA)
+    attention_fa_forward(s, dt, out, q, k, v, a, lse);
+  else
+    attention_tc_forward(s, dt, out, q, k, v, a, lse);
+  return true;
+}
+
+/* The forward: the way chosen, else the plugin's first kernels that take
+ * the heads. */
+static void forward(gpu_stream *s, int dt, void *out, const void *q, const void *k, const void *v, const gpu_attn *a,
+                    float *lse, bool causal) {
+  if (a->dh <= 0 || a->dh > GPU_ATTN_MAX_DH || a->r <= 0 || a->sk <= 0) return;
+  int way = attention_pick_forward(s, dt, out, q, k, v, a, lse, causal);
+  if (way >= 0 && attention_forward_by(way, s, dt, out, q, k, v, a, lse, causal)) return;
+  for (int w = ATTN_FA; w <= ATTN_CORE; w++)
+    if (w != ATTN_CUDNN && attention_forward_by(w, s, dt, out, q, k, v, a, lse, causal)) return;
+}
+
 void gpu_attention(gpu_stream *s, int dt, void *out, const void *q, const void *k, const void *v, const gpu_attn *a,
                    float *lse) {
-  if (a->dh <= 0 || a->dh > GPU_ATTN_MAX_DH || a->r <= 0 || a->sk <= 0) return;
-  if (attention_cudnn_forward(s, dt, out, q, k, v, a, lse, true)) return;
-  if (attention_fa_fwd_takes(dt, a)) {
-    attention_fa_forward(s, dt, out, q, k, v, a, lse);
-    return;
-  }
-  if (attention_tc_takes(dt, a)) {
-    attention_tc_forward(s, dt, out, q, k, v, a, lse);
-    return;
-  }
-  core_forward(s, dt, out, q, k, v, a, lse);
+  forward(s, dt, out, q, k, v, a, lse, true);
 }
 
 size_t gpu_attention_stats_bytes(const gpu_attn *a) { return (size_t)(a->b * a->hq * a->sq) * sizeof(float); }
@@ -368,7 +404,8 @@ size_t gpu_attention_stats_bytes(const gpu_attn *a) { return (size_t)(a->b * a->
 static size_t own_ws(const gpu_attn *a) { return (size_t)(2 * a->b * a->hq * a->sq + 1) * sizeof(float); }
 
 static size_t backward_ws(int dt, const gpu_attn *a, bool acc, bool causal) {
-  size_t own = own_ws(a), lib = acc ? 0 : attention_cudnn_backward_ws(dt, a, causal);
+  size_t own = own_ws(a);
+  size_t lib = acc || !attention_cudnn_considered(dt, a, causal) ? 0 : attention_cudnn_backward_ws(dt, a, causal);
   return lib > own ? lib : own;
 }
 
@@ -416,34 +453,47 @@ static void core_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, c
   }));
 }
 
+bool attention_backward_by(int way, gpu_stream *s, int dt, void *dq, void *dk, void *dv, const void *dout,
+                           const void *q, const void *k, const void *v, const gpu_attn *a, bool acc,
+                           const float *lse_kept, const void *out, void *ws, bool causal) {
+  if (way == ATTN_CUDNN)
+    return lse_kept && out && attention_cudnn_backward(s, dt, dq, dk, dv, dout, q, k, v, a, acc, lse_kept, out, ws, causal);
+  if (!attention_way_takes(way, dt, a, causal, true) || (way == ATTN_FA && !(lse_kept && out))) return false;
+  gpu_attn f = causal ? *a : unmasked(a);
+  float *lse, *dsum;
+  const bool kept = backward_stats(s, dt, dout, &f, lse_kept, out, ws, &lse, &dsum);
+  if (way == ATTN_FA)
+    attention_fa_backward(s, dt, dq, dk, dv, dout, q, k, v, a, acc, lse, dsum);
+  else if (way == ATTN_WMMA)
+    attention_tc_backward(s, dt, dq, dk, dv, dout, q, k, v, a, acc, lse, dsum, kept);
+  else
+    core_backward(s, dt, dq, dk, dv, dout, q, k, v, &f, acc, lse, dsum, kept);
+  return true;
+}
+
+static void backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, const void *dout, const void *q,
+                     const void *k, const void *v, const gpu_attn *a, bool acc, const float *lse_kept,
+                     const void *out, void *ws, bool causal) {
+  if (a->dh <= 0 || a->dh > GPU_ATTN_MAX_DH || a->r <= 0 || a->sk <= 0 || (!dq && !dk && !dv)) return;
+  int way = attention_pick_backward(s, dt, dq, dk, dv, dout, q, k, v, a, acc, lse_kept, out, ws, causal);
+  if (way >= 0 && attention_backward_by(way, s, dt, dq, dk, dv, dout, q, k, v, a, acc, lse_kept, out, ws, causal))
+    return;
+  for (int w = ATTN_FA; w <= ATTN_CORE; w++)
+    if (w != ATTN_CUDNN && attention_backward_by(w, s, dt, dq, dk, dv, dout, q, k, v, a, acc, lse_kept, out, ws, causal))
+      return;
+}
+
 void gpu_attention_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, const void *dout, const void *q,
                             const void *k, const void *v, const gpu_attn *a, bool acc, const float *lse_kept,
                             const void *out, void *ws) {
-  if (a->dh <= 0 || a->dh > GPU_ATTN_MAX_DH || a->r <= 0 || a->sk <= 0 || (!dq && !dk && !dv)) return;
-  if (lse_kept && out && attention_cudnn_backward(s, dt, dq, dk, dv, dout, q, k, v, a, acc, lse_kept, out, ws, true))
-    return;
-  float *lse, *dsum;
-  const bool kept = backward_stats(s, dt, dout, a, lse_kept, out, ws, &lse, &dsum);
-  if (kept && attention_fa_bwd_takes(dt, a)) {
-    attention_fa_backward(s, dt, dq, dk, dv, dout, q, k, v, a, acc, lse, dsum);
-    return;
-  }
-  if (attention_tc_takes(dt, a)) {
-    attention_tc_backward(s, dt, dq, dk, dv, dout, q, k, v, a, acc, lse, dsum, kept);
-    return;
-  }
-  core_backward(s, dt, dq, dk, dv, dout, q, k, v, a, acc, lse, dsum, kept);
+  backward(s, dt, dq, dk, dv, dout, q, k, v, a, acc, lse_kept, out, ws, true);
 }
 
-/* Without a mask: the causal bound qpos + p of query row p put at the last
- * key, so that every row sees every key; on CUDA cores. */
+/* Without a mask (T5's): cuDNN where it is chosen, else the kernels on
+ * CUDA cores with every key in view of every row. */
 void gpu_attention_full(gpu_stream *s, int dt, void *out, const void *q, const void *k, const void *v,
                         const gpu_attn *a, float *lse) {
-  if (a->dh <= 0 || a->dh > GPU_ATTN_MAX_DH || a->r <= 0 || a->sk <= 0) return;
-  if (attention_cudnn_forward(s, dt, out, q, k, v, a, lse, false)) return;
-  gpu_attn f = *a;
-  f.qpos = f.sk - 1;
-  core_forward(s, dt, out, q, k, v, &f, lse);
+  forward(s, dt, out, q, k, v, a, lse, false);
 }
 
 size_t gpu_attention_full_backward_ws(int dt, const gpu_attn *a, bool acc) { return backward_ws(dt, a, acc, false); }
@@ -451,12 +501,5 @@ size_t gpu_attention_full_backward_ws(int dt, const gpu_attn *a, bool acc) { ret
 void gpu_attention_full_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, const void *dout,
                                  const void *q, const void *k, const void *v, const gpu_attn *a, bool acc,
                                  const float *lse_kept, const void *out, void *ws) {
-  if (a->dh <= 0 || a->dh > GPU_ATTN_MAX_DH || a->r <= 0 || a->sk <= 0 || (!dq && !dk && !dv)) return;
-  if (lse_kept && out && attention_cudnn_backward(s, dt, dq, dk, dv, dout, q, k, v, a, acc, lse_kept, out, ws, false))
-    return;
-  gpu_attn f = *a;
-  f.qpos = f.sk - 1;
-  float *lse, *dsum;
-  const bool kept = backward_stats(s, dt, dout, &f, lse_kept, out, ws, &lse, &dsum);
-  core_backward(s, dt, dq, dk, dv, dout, q, k, v, &f, acc, lse, dsum, kept);
+  backward(s, dt, dq, dk, dv, dout, q, k, v, a, acc, lse_kept, out, ws, false);
 }

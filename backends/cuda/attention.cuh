@@ -1,5 +1,7 @@
-/* attention.cuh - the two implementations of attention (attention.cu on
- * CUDA cores, attention_tc.cu on tensor cores) as each calls the other. */
+/* attention.cuh - the implementations of attention (attention.cu on CUDA
+ * cores, attention_tc.cu and attention_fa*.cu on tensor cores,
+ * attention_cudnn.cu through cuDNN) and the choice among them
+ * (attention_pick.cu), as each calls the others. */
 #ifndef WEFT_CUDA_ATTENTION_CUH
 #define WEFT_CUDA_ATTENTION_CUH
 
@@ -52,9 +54,42 @@ void attention_fa_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, 
                            const void *k, const void *v, const gpu_attn *a, bool acc, const float *lse,
                            const float *dsum);
 
-/* cuDNN's fused attention (attention_cudnn.cu), under WEFT_ATTN=cudnn,
- * causal (sq = sk, qpos 0) or with every key in view (causal false):
- * false where it does not take the call (the caller runs its kernels).
+/* The implementations of attention that WEFT_ATTN names and
+ * attention_pick.cu chooses among: the mma.sync kernels (attention_fa*.cu),
+ * the wmma ones (attention_tc.cu), cuDNN's fused attention
+ * (attention_cudnn.cu) and the kernels on CUDA cores (attention.cu). */
+enum { ATTN_FA, ATTN_WMMA, ATTN_CUDNN, ATTN_CORE, ATTN_WAYS };
+extern const char *const attention_way_names[ATTN_WAYS];
+/* The way WEFT_ATTN names alone (WEFT_ATTN=cudnn, ...), -1 where it names
+ * none (unset, or auto). */
+int attention_forced(void);
+/* Whether cuDNN is to be asked for these heads: forced, or among the ways
+ * the automatic choice times for them (so that the backward's workspace
+ * makes room for its plan). */
+bool attention_cudnn_considered(int dt, const gpu_attn *a, bool causal);
+/* The way that runs this call: WEFT_ATTN's, or the one chosen for these
+ * heads on this device the first time they ran, timed against the
+ * plugin's default where more than one takes them (attention_pick.cu);
+ * -1: the plugin's default. The arguments are gpu_attention's and
+ * gpu_attention_backward's (the backward's full: whether it is T5's). */
+int attention_pick_forward(gpu_stream *s, int dt, void *out, const void *q, const void *k, const void *v,
+                           const gpu_attn *a, float *lse, bool causal);
+int attention_pick_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, const void *dout, const void *q,
+                            const void *k, const void *v, const gpu_attn *a, bool acc, const float *lse,
+                            const void *out, void *ws, bool causal);
+/* One way of attention.cu's calls: false where it does not take them
+ * (these heads, these tensors), having run nothing. */
+bool attention_forward_by(int way, gpu_stream *s, int dt, void *out, const void *q, const void *k, const void *v,
+                          const gpu_attn *a, float *lse, bool causal);
+bool attention_backward_by(int way, gpu_stream *s, int dt, void *dq, void *dk, void *dv, const void *dout,
+                           const void *q, const void *k, const void *v, const gpu_attn *a, bool acc,
+                           const float *lse, const void *out, void *ws, bool causal);
+/* Whether a way takes these heads at all (the tensors aside). */
+bool attention_way_takes(int way, int dt, const gpu_attn *a, bool causal, bool bwd);
+
+/* cuDNN's fused attention (attention_cudnn.cu), causal (sq = sk, qpos 0)
+ * or with every key in view (causal false): false where it does not take
+ * the call (the caller runs its kernels).
  * The backward takes the forward's lse and out and a workspace of
  * gpu_attention_backward_ws's bytes (or the full attention's), asked for
  * these heads on this device before (it is not taken otherwise), of which
@@ -62,6 +97,9 @@ void attention_fa_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, 
 bool attention_cudnn_forward(gpu_stream *s, int dt, void *out, const void *q, const void *k, const void *v,
                              const gpu_attn *a, float *lse, bool causal);
 size_t attention_cudnn_backward_ws(int dt, const gpu_attn *a, bool causal);
+/* Whether cuDNN is there and has a plan of these heads' forward (bwd
+ * false) or backward (true; its workspace asked for on this device). */
+bool attention_cudnn_ready(int dt, const gpu_attn *a, bool causal, bool bwd);
 bool attention_cudnn_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, const void *dout, const void *q,
                               const void *k, const void *v, const gpu_attn *a, bool acc, const float *lse,
                               const void *out, void *ws, bool causal);

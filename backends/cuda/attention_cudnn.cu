@@ -31,6 +31,7 @@ bool attention_cudnn_forward(gpu_stream *, int, void *, const void *, const void
   return false;
 }
 size_t attention_cudnn_backward_ws(int, const gpu_attn *, bool) { return 0; }
+bool attention_cudnn_ready(int, const gpu_attn *, bool, bool) { return false; }
 bool gpu_attention_cudnn_offline(const char *, int, const gpu_attn *, bool, bool, int64_t *, char *err, size_t errlen) {
   snprintf(err, errlen, "this plugin is built without cuDNN's path");
   return false;
@@ -74,15 +75,20 @@ struct dn_api {
 dn_api dn;
 cudnnHandle_t dn_handles[64];
 
+/* Whether to say why cuDNN does not take something: when WEFT_ATTN=cudnn
+ * asks for it, WEFT_CUDNN names it or WEFT_CUDNN_VERBOSE is set; the
+ * automatic choice goes without it quietly. The words start with who asked. */
+bool loud(void) {
+  const char *named = getenv("WEFT_CUDNN");
+  return attention_forced() == ATTN_CUDNN || getenv("WEFT_CUDNN_VERBOSE") || (named && *named);
+}
+const char *asker(void) { return attention_forced() == ATTN_CUDNN ? "WEFT_ATTN=cudnn" : "cuDNN's attention"; }
+
 /* Says once why cuDNN's attention is not used, and stops trying it. */
 void dn_off(const char *why) {
-  if (dn.state != -1) fprintf(stderr, "weft: WEFT_ATTN=cudnn: %s; attention runs on the plugin's kernels\n", why);
+  if (dn.state != -1 && loud())
+    fprintf(stderr, "weft: %s: %s; attention runs on the plugin's kernels\n", asker(), why);
   dn.state = -1;
-}
-
-bool wanted(void) {
-  const char *e = getenv("WEFT_ATTN");
-  return e && strcmp(e, "cudnn") == 0;
 }
 
 template <class F> bool sym(void *lib, const char *name, F *fn) {
@@ -597,7 +603,7 @@ int64_t max_ws(const gpu_attn *a) { return a->det ? DN_DET_WS : -1; }
 
 /* Whether cuDNN is asked for and takes these heads. */
 bool takes(int dt, const gpu_attn *a, bool causal) {
-  if (!wanted() || !(dt == GPU_BF16 || dt == GPU_F16)) return false;
+  if (!(dt == GPU_BF16 || dt == GPU_F16)) return false;
   if (causal && (a->sq != a->sk || a->qpos != 0)) return false;
   if (a->r < 1 || a->hq % a->r || a->sq < 2 || a->sk < 2 || a->dh % 8 || a->dh > 128 || a->b < 1) return false;
   if (a->q_row % 8 || a->kv_row % 8 || a->o_row % 8 || a->q_batch % 8 || a->kv_batch % 8 || a->o_batch % 8)
@@ -621,9 +627,8 @@ dn_plan *plan_for(int dt, const gpu_attn *a, bool bwd, bool causal) {
   }
   if (dn_nplans == (int)(sizeof dn_plans / sizeof dn_plans[0])) {
     static bool said;
-    if (!said)
-      fprintf(stderr,
-              "weft: WEFT_ATTN=cudnn: more than %d shapes of attention; the others run on the plugin's kernels\n",
+    if (!said && loud())
+      fprintf(stderr, "weft: %s: more than %d shapes of attention; the others run on the plugin's kernels\n", asker(),
               dn_nplans);
     said = true;
     return NULL;
@@ -644,11 +649,11 @@ dn_plan *plan_for(int dt, const gpu_attn *a, bool bwd, bool causal) {
   /* the forward has no workspace of its own */
   cudnnBackendDescriptor_t plan = plan_of(&b, h, NULL, ops, n, bwd ? max_ws(a) : 0, bwd && a->det, &ws);
   if (!plan) release(&b, NULL);
-  if (!plan)
+  if (!plan && loud())
     fprintf(stderr,
-            "weft: WEFT_ATTN=cudnn: cuDNN %zu takes no %s graph of b%lld h%lld s%lld d%lld (%s); these heads run on "
+            "weft: %s: cuDNN %zu takes no %s graph of b%lld h%lld s%lld d%lld (%s); these heads run on "
             "the plugin's kernels\n",
-            dn.version, bwd ? "backward" : "forward", (long long)a->b, (long long)a->hq, (long long)a->sq,
+            asker(), dn.version, bwd ? "backward" : "forward", (long long)a->b, (long long)a->hq, (long long)a->sq,
             (long long)a->dh, b.err);
   dn_plan *p = &dn_plans[dn_nplans++];
   memset(p, 0, sizeof *p);
@@ -803,7 +808,8 @@ bool attention_cudnn_forward(gpu_stream *s, int dt, void *out, const void *q, co
  * 9.26): a causal graph's mask covers that tail, an unmasked one waits
  * for 9.26. */
 static bool takes_backward(int dt, const gpu_attn *a, bool causal) {
-  return takes(dt, a, causal) && (a->sk % 128 == 0 || (dn.version >= 91600 && (causal || dn.version >= 92600)));
+  if (!takes(dt, a, causal)) return false;
+  return (a->sk % 128 == 0 || (dn.version >= 91600 && (causal || dn.version >= 92600)));
 }
 
 size_t attention_cudnn_backward_ws(int dt, const gpu_attn *a, bool causal) {
@@ -812,6 +818,12 @@ size_t attention_cudnn_backward_ws(int dt, const gpu_attn *a, bool causal) {
   if (!p || !p->plan) return 0;
   p->sized = true;
   return (size_t)p->total;
+}
+
+bool attention_cudnn_ready(int dt, const gpu_attn *a, bool causal, bool bwd) {
+  if (!(bwd ? takes_backward(dt, a, causal) : takes(dt, a, causal))) return false;
+  dn_plan *p = plan_for(dt, a, bwd, causal);
+  return p && p->plan && (!bwd || p->sized);
 }
 
 bool attention_cudnn_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, const void *dout, const void *q,

@@ -295,15 +295,8 @@ void fa_allow_smem(void (*kf)(KArgs...), size_t bytes) {
 }
 
 
-/* WEFT_ATTN=wmma: the wmma kernels of attention_tc.cu instead (read once). */
-bool fa_off() {
-  static int off = -1;
-  if (off < 0) {
-    const char *e = getenv("WEFT_ATTN");
-    off = e && strcmp(e, "wmma") == 0;
-  }
-  return off == 1;
-}
+/* WEFT_ATTN=wmma: the wmma kernels of attention_tc.cu instead. */
+bool fa_off() { return attention_forced() == ATTN_WMMA; }
 
 }  // namespace
 

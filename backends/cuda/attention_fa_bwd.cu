@@ -456,14 +456,7 @@ size_t fa_bytes(int64_t dh) {
 
 
 /* WEFT_ATTN=wmma: the kernels of attention_tc.cu for everything. */
-bool wmma_only(void) {
-  static int only = -1;
-  if (only < 0) {
-    const char *e = getenv("WEFT_ATTN");
-    only = e && strcmp(e, "wmma") == 0;
-  }
-  return only == 1;
-}
+bool wmma_only(void) { return attention_forced() == ATTN_WMMA; }
 
 } // namespace
 

@@ -21,7 +21,10 @@
 #      found: its graphs planned on the GPU (build/cuda/cudnn_graphs), the
 #      kernels' checks again with attention through it, and GPT-2 of step 7
 #      with it matching one device (--check) and the plugin's attention's
-#      loss within 1e-2, and under --deterministic the same bits twice.
+#      loss within 1e-2, and under --deterministic the same bits twice;
+#      then the automatic choice: cuDNN timed against the plugin's kernels
+#      and compared with them (WEFT_ATTN=auto with --check, and by default
+#      at 1024 positions), each choice printed.
 # It prints one line per check and a summary, and writes the same into
 # DIR/gpu-check-DATE-DEVICE.txt (default DIR: bench/results), to commit.
 #
@@ -214,6 +217,20 @@ else
     ok "cuDNN's attention, gpt2 bf16 --deterministic: two runs save the same bits"
   else bad "cuDNN's attention, --deterministic (exit $drc; $(cmp "$tmp/d1.st" "$tmp/d2.st" 2>&1 | head -1))"
     tail -5 "$tmp/d1" | tee -a "$log"; fi
+  # the automatic choice (attention_pick.cu): cuDNN timed against the
+  # plugin's kernels and compared with them, at GPT-2's small test size
+  # under WEFT_ATTN=auto (--check), and by default at 1024 positions
+  limit env WEFT_ATTN=auto $WEFT run $V --backend cuda --steps 3 --check >"$tmp/a1" 2>&1
+  rc1=$?
+  limit $WEFT run bench/gpu/gpt2.plan --plan single --set layers=2 --set seq=1024 --set batch=4 --backend cuda \
+    --steps 2 >"$tmp/a2" 2>&1
+  rc2=$?
+  grep "^weft: attention" "$tmp/a1" "$tmp/a2" | sed 's/^[^:]*:weft: /  /' | tee -a "$log"
+  if [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && grep -q ": match$" "$tmp/a1" &&
+     [ "$(grep -c '^weft: attention .*; cudnn .*: [a-z]* runs them' "$tmp/a1")" -ge 2 ] &&
+     [ "$(grep -c '^weft: attention .* s1024 .*; cudnn .*: [a-z]* runs them' "$tmp/a2")" -ge 2 ]; then
+    ok "attention's kernels chosen by time (cuDNN against the plugin's): --check $(grep -o 'losses within [^,]*' "$tmp/a1"); at 1024 positions: $(grep -o '[a-z]* runs them' "$tmp/a2" | tr '\n' ' ')"
+  else bad "attention's kernels chosen by time (exit $rc1, $rc2)"; tail -8 "$tmp/a1" "$tmp/a2" | tee -a "$log"; fi
 fi
 fi
 

@@ -1,0 +1,417 @@
+/* attention_pick.cu - which implementation runs attention: WEFT_ATTN's,
+ * else the one chosen, for each shape of heads on each device, the first
+ * time it runs.
+ *
+ * WEFT_ATTN (read once):
+ *   unset   the plugin's kernels (mma.sync, else wmma, else CUDA cores),
+ *           with cuDNN's fused attention timed against them for heads
+ *           whose forward is at least ATTN_TUNE_FLOP (small heads cost
+ *           more to plan in cuDNN than they could gain);
+ *   auto    the same for heads of every size;
+ *   auto:W,...  the ways W (fa, wmma, cudnn, core) timed against the
+ *           plugin's kernels, for heads of every size;
+ *   fa, wmma, cudnn, core  that way alone, where it takes the heads (the
+ *           plugin's kernels where it does not).
+ *
+ * The choice: the plugin's first kernels that take the heads (the
+ * reference) run the call into its own outputs; every other way that
+ * takes them runs it into scratch memory allocated for the occasion and
+ * freed after; each runs once untimed and twice timed. A way whose results
+ * differ from the reference's by more than the kernels' tests allow
+ * (relative L2 error 1e-2 for 16-bit outputs, 2e-5 for f32; the
+ * log-sum-exp a tenth of that; WEFT_ATTN_TOL sets the first), or that
+ * refuses, or that writes a value not finite where the reference's is
+ * finite, is not taken; of the rest the fastest runs the heads from then
+ * on, this call included (it runs again on the way taken). One line on
+ * stderr says what was timed and what was taken. A kernel's failure is
+ * left for the executor's next check to report at the instruction, as
+ * any kernel's is (cuDNN's refusals are its return values, not CUDA's
+ * errors). Nothing is chosen by time under --deterministic
+ * (whose bits must not depend on a timing), for a backward that adds to
+ * its gradients (it cannot run twice), or where the scratch memory is not
+ * there: the reference runs. */
+#include "attention.cuh"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *const attention_way_names[ATTN_WAYS] = {"fa", "wmma", "cudnn", "core"};
+
+namespace {
+
+/* A forward of at least this many flops (4 b h sq sk dh, half of it
+ * causal) has cuDNN timed against the plugin's kernels by default: at
+ * batch 4, 12 heads of 64 and 1024 positions, 6.4 GFLOP. */
+const double ATTN_TUNE_FLOP = 4294967296.0;
+
+struct pick_mode {
+  bool read;
+  int forced;         /* a way, or -1 */
+  bool every;         /* auto: heads of every size */
+  bool alt[ATTN_WAYS]; /* the ways timed against the reference */
+};
+
+pick_mode mode;
+
+int way_named(const char *s, size_t n) {
+  for (int w = 0; w < ATTN_WAYS; w++)
+    if (strlen(attention_way_names[w]) == n && strncmp(s, attention_way_names[w], n) == 0) return w;
+  return -1;
+}
+
+const pick_mode &the_mode(void) {
+  if (mode.read) return mode;
+  mode.read = true;
+  mode.forced = -1;
+  mode.every = false;
+  for (int w = 0; w < ATTN_WAYS; w++) mode.alt[w] = w == ATTN_CUDNN;
+  const char *e = getenv("WEFT_ATTN");
+  if (!e || !*e) return mode;
+  const int one = way_named(e, strlen(e));
+  if (one >= 0) {
+    mode.forced = one;
+    return mode;
+  }
+  if (strcmp(e, "auto") == 0) {
+    mode.every = true;
+    return mode;
+  }
+  if (strncmp(e, "auto:", 5) == 0) {
+    bool any = false, alt[ATTN_WAYS] = {false, false, false, false};
+    const char *p = e + 5;
+    while (*p) {
+      size_t n = strcspn(p, ",");
+      int w = way_named(p, n);
+      if (w < 0) {
+        any = false;
+        break;
+      }
+      alt[w] = any = true;
+      p += n;
+      if (*p == ',') p++;
+    }
+    if (any) {
+      mode.every = true;
+      memcpy(mode.alt, alt, sizeof alt);
+      return mode;
+    }
+  }
+  fprintf(stderr,
+          "weft: WEFT_ATTN=%s is none of auto, auto:WAYS (of fa, wmma, cudnn, core, by commas), fa, wmma, cudnn, "
+          "core; attention takes its default\n",
+          e);
+  return mode;
+}
+
+double forward_flop(const gpu_attn *a, bool causal) {
+  double f = 4.0 * (double)a->b * (double)a->hq * (double)a->sq * (double)a->sk * (double)a->dh;
+  return causal ? f / 2 : f;
+}
+
+/* The choice made for one shape of heads on one device. */
+struct pick {
+  int dev, dt;
+  bool bwd, causal;
+  gpu_attn a;
+  int way; /* -1: the plugin's default */
+};
+
+pick picks[64];
+int npicks;
+
+bool same(const gpu_attn &x, const gpu_attn &y) {
+  return x.b == y.b && x.sq == y.sq && x.hq == y.hq && x.dh == y.dh && x.r == y.r && x.q_row == y.q_row &&
+         x.kv_row == y.kv_row && x.o_row == y.o_row && x.q_batch == y.q_batch && x.kv_batch == y.kv_batch &&
+         x.o_batch == y.o_batch && x.sk == y.sk && x.qpos == y.qpos && x.det == y.det;
+}
+
+int current_device(void) {
+#ifdef WEFT_CUDA_EMU
+  return 0;
+#else
+  int dev = 0;
+  cudaGetDevice(&dev);
+  return dev;
+#endif
+}
+
+pick *find(int dt, const gpu_attn *a, bool bwd, bool causal) {
+  const int dev = current_device();
+  for (int i = 0; i < npicks; i++)
+    if (picks[i].dev == dev && picks[i].dt == dt && picks[i].bwd == bwd && picks[i].causal == causal &&
+        same(picks[i].a, *a))
+      return &picks[i];
+  return NULL;
+}
+
+int keep(int dt, const gpu_attn *a, bool bwd, bool causal, int way) {
+  if (npicks < (int)(sizeof picks / sizeof picks[0])) {
+    pick *p = &picks[npicks++];
+    p->dev = current_device(), p->dt = dt, p->bwd = bwd, p->causal = causal, p->a = *a, p->way = way;
+  }
+  return way;
+}
+
+/* Whether way w takes the heads and the call: kept, the forward's
+ * log-sum-exp (and, for a backward, its result) are there, which cuDNN
+ * needs and the mma.sync backward reads. */
+bool takes(int w, int dt, const gpu_attn *a, bool causal, bool bwd, bool kept) {
+  if (!kept && (w == ATTN_CUDNN || (bwd && w == ATTN_FA))) return false;
+  return attention_way_takes(w, dt, a, causal, bwd);
+}
+
+/* The reference: the plugin's first kernels that take the call. */
+int reference(int dt, const gpu_attn *a, bool causal, bool bwd, bool kept) {
+  for (int w = ATTN_FA; w <= ATTN_CORE; w++)
+    if (w != ATTN_CUDNN && takes(w, dt, a, causal, bwd, kept)) return w;
+  return ATTN_CORE;
+}
+
+/* The ways to time against the reference ref: WEFT_ATTN's that take the
+ * call. Their number. */
+int others(int dt, const gpu_attn *a, bool causal, bool bwd, bool kept, int ref, int *out) {
+  const pick_mode &m = the_mode();
+  int n = 0;
+  if (a->det || !(m.every || forward_flop(a, causal) >= ATTN_TUNE_FLOP)) return 0;
+  for (int w = 0; w < ATTN_WAYS; w++)
+    if (m.alt[w] && w != ref && takes(w, dt, a, causal, bwd, kept)) out[n++] = w;
+  return n;
+}
+
+/* ---- the comparison ----------------------------------------------------------------- */
+
+/* One output of a call: where it lies (b rows of batch elements apart,
+ * each of s rows of row elements apart, width elements each) and its type. */
+struct region {
+  int64_t b, batch, s, row, width;
+  int dt;
+  int64_t elems() const { return (b - 1) * batch + (s - 1) * row + width; }
+  size_t bytes() const { return (size_t)elems() * (size_t)gpu_dtype_size(dt); }
+};
+
+float host_value(const void *p, int dt, int64_t i) {
+  if (dt == GPU_F32) return ((const float *)p)[i];
+  if (dt == GPU_BF16) return to_f(((const bf16 *)p)[i]);
+  return to_f(((const f16 *)p)[i]);
+}
+
+/* Relative L2 error of got against want over the region (both downloaded
+ * whole); INFINITY where got is not finite and want is. */
+double rel_err(const void *want, const void *got, const region &r) {
+  double num = 0, den = 0;
+  for (int64_t bi = 0; bi < r.b; bi++)
+    for (int64_t i = 0; i < r.s; i++)
+      for (int64_t c = 0; c < r.width; c++) {
+        const int64_t at = bi * r.batch + i * r.row + c;
+        const float x = host_value(want, r.dt, at), y = host_value(got, r.dt, at);
+        if (!isfinite(y) && isfinite(x)) return INFINITY;
+        if (!isfinite(x)) continue;
+        num += ((double)y - x) * ((double)y - x);
+        den += (double)x * x;
+      }
+  return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* The outputs of a call (at most 4: out and lse; dq, dk and dv), the
+ * reference's and a scratch copy of each for the others, placed at the
+ * reference's offset within 256 bytes so that a way sees the alignment
+ * the real call has. */
+struct outputs {
+  int n;
+  void *real[4];
+  region reg[4];
+  bool stats[4]; /* the log-sum-exp: compared at a tenth of the tolerance */
+  void *scratch, *at[4];
+  size_t total;
+
+  void add(void *p, const region &r, bool st) {
+    if (!p) return;
+    real[n] = p, reg[n] = r, stats[n] = st;
+    n++;
+  }
+  bool alloc(void) {
+    size_t off[4];
+    total = 0;
+    for (int i = 0; i < n; i++) {
+      off[i] = total + ((uintptr_t)real[i] & 255);
+      total = (off[i] + reg[i].bytes() + 255) & ~(size_t)255;
+    }
+    char err[256];
+    scratch = total ? gpu_alloc(total, err, sizeof err) : NULL;
+    if (!scratch) return false;
+    for (int i = 0; i < n; i++) at[i] = (char *)scratch + off[i];
+    return true;
+  }
+};
+
+/* Downloads every output of the reference (real) or of the scratch. */
+bool download(const outputs &o, bool real, void **host, gpu_stream *s) {
+  char err[256];
+  for (int i = 0; i < o.n; i++) {
+    host[i] = malloc(o.reg[i].bytes());
+    if (!host[i] || !gpu_download(host[i], real ? o.real[i] : o.at[i], o.reg[i].bytes(), s, err, sizeof err))
+      return false;
+  }
+  return true;
+}
+
+double tolerance(int dt) {
+  const char *e = getenv("WEFT_ATTN_TOL");
+  if (e && *e) {
+    char *end;
+    double t = strtod(e, &end);
+    if (*end == 0 && t >= 0) return t;
+  }
+  return dt == GPU_F32 ? 2e-5 : 1e-2;
+}
+
+/* ---- timing ------------------------------------------------------------------------- */
+
+/* Runs call(real) once untimed and twice timed on stream s: the
+ * milliseconds of one, -1 where it refused or failed. */
+template <class F> double timed(gpu_stream *s, F call) {
+  char err[256];
+  if (!call()) return -1;
+  gpu_event *e0 = gpu_event_timed(err, sizeof err), *e1 = gpu_event_timed(err, sizeof err);
+  double ms = -1;
+  if (e0 && e1) {
+    gpu_record(e0, s);
+    bool ok = call() && call();
+    gpu_record(e1, s);
+    ms = ok ? gpu_elapsed_ms(e0, e1, err, sizeof err) : -1;
+    if (ms >= 0) ms /= 2;
+  }
+  if (e0) gpu_event_free(e0);
+  if (e1) gpu_event_free(e1);
+  return ms;
+}
+
+const char *dt_name(int dt) { return dt == GPU_F32 ? "f32" : dt == GPU_BF16 ? "bf16" : "f16"; }
+
+/* Times ref and the ways others[n] (run(way, real outputs?) runs one),
+ * compares each with ref, says so, and keeps the fastest that agrees. */
+template <class F>
+int choose(gpu_stream *s, int dt, const gpu_attn *a, bool bwd, bool causal, int ref, const int *alt, int n,
+           outputs &o, F run) {
+  if (!o.alloc()) {
+    fprintf(stderr, "weft: attention %s, b%lld h%lld s%lld d%lld: no memory for the %zu bytes of scratch to time %s "
+            "against; %s runs them\n", bwd ? "backward" : "forward", (long long)a->b, (long long)a->hq,
+            (long long)a->sq, (long long)a->dh, o.total, attention_way_names[alt[0]], attention_way_names[ref]);
+    return keep(dt, a, bwd, causal, ref);
+  }
+  double ms_ref = timed(s, [&] { return run(ref, true); });
+  void *want[4] = {NULL, NULL, NULL, NULL};
+  bool have = ms_ref >= 0 && download(o, true, want, s);
+  char line[1024];
+  int len = snprintf(line, sizeof line, "weft: attention %s, b%lld h%lld s%lld d%lld %s%s: %s %.3f ms",
+                     bwd ? "backward" : "forward", (long long)a->b, (long long)a->hq, (long long)a->sq,
+                     (long long)a->dh, dt_name(dt), causal ? " causal" : "", attention_way_names[ref], ms_ref);
+  int best = ref;
+  double best_ms = ms_ref;
+  const double tol = tolerance(dt);
+  for (int i = 0; i < n && have; i++) {
+    const int w = alt[i];
+    double ms = timed(s, [&] { return run(w, false); });
+    const char *verdict = NULL;
+    double err = 0;
+    if (ms < 0) {
+      verdict = "refused";
+    } else {
+      void *got[4] = {NULL, NULL, NULL, NULL};
+      if (download(o, false, got, s)) {
+        for (int j = 0; j < o.n; j++) {
+          double e = rel_err(want[j], got[j], o.reg[j]);
+          if (o.stats[j]) e *= 10; /* held to a tenth of the tolerance */
+          err = e > err || isnan(e) ? e : err;
+        }
+      } else {
+        verdict = "not read back";
+      }
+      for (int j = 0; j < o.n; j++) free(got[j]);
+    }
+    if (!verdict && !(err <= tol)) verdict = "over the tolerance";
+    if (len > 0 && (size_t)len < sizeof line) {
+      if (ms < 0)
+        len += snprintf(line + len, sizeof line - (size_t)len, "; %s %s", attention_way_names[w], verdict);
+      else
+        len += snprintf(line + len, sizeof line - (size_t)len, "; %s %.3f ms, rel err %.1e%s%s",
+                        attention_way_names[w], ms, err, verdict ? ", " : "", verdict ? verdict : "");
+    }
+    if (!verdict && ms < best_ms) best = w, best_ms = ms;
+  }
+  for (int j = 0; j < o.n; j++) free(want[j]);
+  gpu_free(o.scratch);
+  if (len > 0 && (size_t)len < sizeof line)
+    snprintf(line + len, sizeof line - (size_t)len, "%s: %s runs them (tolerance %.0e)",
+             have ? "" : " (not read back)", attention_way_names[best], tol);
+  fprintf(stderr, "%s\n", line);
+  return keep(dt, a, bwd, causal, best);
+}
+
+region heads(const gpu_attn *a, int64_t batch, int64_t row, int64_t h, int dt) {
+  region r = {a->b, batch, a->sq, row, h * a->dh, dt};
+  return r;
+}
+
+} // namespace
+
+int attention_forced(void) { return the_mode().forced; }
+
+bool attention_cudnn_considered(int dt, const gpu_attn *a, bool causal) {
+  const pick_mode &m = the_mode();
+  if (m.forced >= 0) return m.forced == ATTN_CUDNN;
+  return m.alt[ATTN_CUDNN] && !a->det && (m.every || forward_flop(a, causal) >= ATTN_TUNE_FLOP);
+}
+
+int attention_pick_forward(gpu_stream *s, int dt, void *out, const void *q, const void *k, const void *v,
+                           const gpu_attn *a, float *lse, bool causal) {
+  const pick_mode &m = the_mode();
+  if (m.forced >= 0) return m.forced;
+  if (const pick *p = find(dt, a, false, causal)) return p->way;
+  const int ref = reference(dt, a, causal, false, lse != NULL);
+  int alt[ATTN_WAYS];
+  const int n = others(dt, a, causal, false, lse != NULL, ref, alt);
+  if (n == 0) return keep(dt, a, false, causal, ref);
+  outputs o;
+  memset(&o, 0, sizeof o);
+  o.add(out, heads(a, a->o_batch, a->o_row, a->hq, dt), false);
+  region st = {1, 0, 1, 0, a->b * a->hq * a->sq, GPU_F32};
+  o.add(lse, st, true);
+  return choose(s, dt, a, false, causal, ref, alt, n, o, [&](int w, bool real) {
+    return attention_forward_by(w, s, dt, real ? out : o.at[0], q, k, v, a,
+                                lse ? (float *)(real ? o.real[1] : o.at[1]) : NULL, causal);
+  });
+}
+
+int attention_pick_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, const void *dout, const void *q,
+                            const void *k, const void *v, const gpu_attn *a, bool acc, const float *lse,
+                            const void *out, void *ws, bool causal) {
+  const pick_mode &m = the_mode();
+  if (m.forced >= 0) return m.forced;
+  if (const pick *p = find(dt, a, true, causal)) return p->way;
+  const bool kept = lse && out;
+  const int ref = reference(dt, a, causal, true, kept);
+  int alt[ATTN_WAYS];
+  const int n = acc ? 0 : others(dt, a, causal, true, kept, ref, alt);
+  if (n == 0) return keep(dt, a, true, causal, ref);
+  outputs o;
+  memset(&o, 0, sizeof o);
+  const int64_t hkv = a->hq / a->r;
+  /* the outputs present, in the order dq, dk, dv, their slots noted */
+  int slot[3] = {-1, -1, -1};
+  void *grads[3] = {dq, dk, dv};
+  for (int i = 0; i < 3; i++) {
+    if (!grads[i]) continue;
+    slot[i] = o.n;
+    o.add(grads[i], i == 0 ? heads(a, a->q_batch, a->q_row, a->hq, dt) : heads(a, a->kv_batch, a->kv_row, hkv, dt),
+          false);
+    if (i > 0) o.reg[o.n - 1].s = a->sk;
+  }
+  return choose(s, dt, a, true, causal, ref, alt, n, o, [&](int w, bool real) {
+    void *g[3];
+    for (int i = 0; i < 3; i++) g[i] = slot[i] < 0 ? NULL : real ? o.real[slot[i]] : o.at[slot[i]];
+    return attention_backward_by(w, s, dt, g[0], g[1], g[2], dout, q, k, v, a, false, lse, out, ws, causal);
+  });
+}
