@@ -359,6 +359,23 @@ region heads(const gpu_attn *a, int64_t batch, int64_t row, int64_t h, int dt) {
 
 int attention_forced(void) { return the_mode().forced; }
 
+void gpu_attention_about(char *buf, size_t n) {
+  const pick_mode &m = the_mode();
+  if (m.forced >= 0) {
+    snprintf(buf, n, "%s, where it takes the heads (WEFT_ATTN=%s)", attention_way_names[m.forced],
+             attention_way_names[m.forced]);
+    return;
+  }
+  char ways[64] = "";
+  for (int w = 0, k = 0; w < ATTN_WAYS; w++)
+    if (m.alt[w]) k += snprintf(ways + k, sizeof ways - (size_t)k, "%s%s", k ? ", " : "", attention_way_names[w]);
+  if (m.every)
+    snprintf(buf, n, "the plugin's kernels, %s timed against them for heads of every size (WEFT_ATTN=%s)", ways,
+             getenv("WEFT_ATTN"));
+  else
+    snprintf(buf, n, "the plugin's kernels, %s timed against them for heads of 2^32 flops and more", ways);
+}
+
 bool attention_cudnn_considered(int dt, const gpu_attn *a, bool causal) {
   const pick_mode &m = the_mode();
   if (m.forced >= 0) return m.forced == ATTN_CUDNN;

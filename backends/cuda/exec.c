@@ -1923,13 +1923,15 @@ bool crun_probe(char *msg, size_t n) {
   char t[32], f[32];
   int k = snprintf(msg, n, "GPU %d: %s (compute capability %d.%d), %s, %s free", gpu, p.name, p.major, p.minor,
                    crun_bytes(t, sizeof t, (double)p.total), crun_bytes(f, sizeof f, (double)p.free));
-  /* what WEFT_ATTN=cudnn would find (not on the emulation, which has no cuDNN) */
+  /* which kernels run attention, and the cuDNN it would load (not on the
+   * emulation, which has no cuDNN) */
+  char at[256];
+  gpu_attention_about(at, sizeof at);
+  if (k > 0 && (size_t)k < n) k += snprintf(msg + k, n - (size_t)k, "; attention: %s", at);
 #ifndef WEFT_CUDA_EMU
   char dn[768];
   gpu_cudnn_about(dn, sizeof dn);
-  if (k > 0 && (size_t)k < n) snprintf(msg + k, n - (size_t)k, "; WEFT_ATTN=cudnn: %s", dn);
-#else
-  (void)k;
+  if (k > 0 && (size_t)k < n) snprintf(msg + k, n - (size_t)k, "; cuDNN: %s", dn);
 #endif
   return true;
 }

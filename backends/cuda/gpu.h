@@ -268,6 +268,10 @@ void gpu_attention_full(gpu_stream *s, int dt, void *out, const void *q, const v
  * version it uses: "cuDNN 9.19.0 at PATH", else why not (`weft backends`).
  * Loads nothing of it but the library. */
 bool gpu_cudnn_about(char *buf, size_t n);
+/* Which kernels run attention, as WEFT_ATTN sets it (attention_pick.cu):
+ * "the plugin's, cuDNN timed against them for heads of 2^32 flops and
+ * more", ... */
+void gpu_attention_about(char *buf, size_t n);
 /* Whether cuDNN (attention_cudnn.cu, WEFT_ATTN=cudnn) builds a plan of the
  * forward or backward graph of these heads, causal or not, for the device
  * described by device_json (cuDNN's device properties: no GPU needed), and
