@@ -10,7 +10,8 @@
  * their gradient's two products), whose rows of 50257 elements are off 16
  * bytes: staged through the padded area, on rows padded to 16 bytes (as
  * the executor lays out logits, pad_rows), then each as one direct call
- * (WEFT_GEMM_STAGE_FLOPS above its size), and the loss on those logits
+ * (WEFT_GEMM_STAGE_FLOPS above its size), then with the vocabulary
+ * rounded up to a multiple of 128 (50304, as llm.c pads it), and the loss on those logits
  * (cross entropy forward and backward) and their staging copy alone, in
  * GB/s (losses_and_copies), and LayerNorm forward and backward at GPT-2's
  * widths of 768 and 1024 (norms) and the column sums of a bias's
@@ -169,8 +170,16 @@ static void lm_head(int64_t t, int64_t h, int64_t v, int reps) {
             {"dx = dlogits W", false, false, t, h, v, dl, w, dx, v, h, h},
             {"dW = dlogits^T x", true, false, v, h, t, dl, x, dw, v, h, h}};
   char shape[96];
-  const char *how[3] = {"staged", "padded", "direct"};
-  for (int mode = 0; mode < 3; mode++) {
+  /* the vocabulary rounded up to a multiple of 128, every operand of v
+   * rows or columns that long (what a model whose vocabulary is padded
+   * so would run; TFLOP/s still of v's products) */
+  int64_t vr = (v + 127) / 128 * 128;
+  char rounded[32];
+  snprintf(rounded, sizeof rounded, "rounded to %lld", (long long)vr);
+  void *wr = filled(vr * h, GPU_BF16), *dlr = filled(t * vr, GPU_BF16), *logitsr = zeros((size_t)(t * vr) * 2);
+  void *dwr = zeros((size_t)(vr * h) * 2);
+  const char *how[4] = {"staged", "padded", "direct", rounded};
+  for (int mode = 0; mode < 4; mode++) {
     if (mode == 2) setenv("WEFT_GEMM_STAGE_FLOPS", "9223372036854775807", 1);
     for (int i = 0; i < 3; i++) {
       j.ta = p[i].ta, j.tb = p[i].tb, j.m = p[i].m, j.n = p[i].n, j.k = p[i].k;
@@ -179,6 +188,11 @@ static void lm_head(int64_t t, int64_t h, int64_t v, int reps) {
         /* the operand or result of v columns is the padded one */
         if (i == 0) j.y = logitsp, j.ly = vp;
         else j.x = dlp, j.lx = vp;
+      }
+      if (mode == 3) {
+        if (i == 0) j.n = vr, j.w = wr, j.y = logitsr, j.ly = vr;
+        if (i == 1) j.k = vr, j.x = dlr, j.lx = vr, j.w = wr;
+        if (i == 2) j.m = vr, j.x = dlr, j.lx = vr, j.y = dwr;
       }
       snprintf(shape, sizeof shape, "%s %lldx%lldx%lld %s", p[i].name, (long long)t, (long long)h, (long long)v,
                how[mode]);
@@ -189,7 +203,7 @@ static void lm_head(int64_t t, int64_t h, int64_t v, int reps) {
   }
   unsetenv("WEFT_GEMM_STAGE_FLOPS");
   gpu_free(x), gpu_free(w), gpu_free(dl), gpu_free(logits), gpu_free(dx), gpu_free(dw), gpu_free(j.gws);
-  gpu_free(dlp), gpu_free(logitsp);
+  gpu_free(dlp), gpu_free(logitsp), gpu_free(wr), gpu_free(dlr), gpu_free(logitsr), gpu_free(dwr);
 }
 
 /* GPT-2's loss at t tokens and a vocabulary of v (bf16 logits, rows of v
