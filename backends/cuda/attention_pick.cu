@@ -33,6 +33,7 @@
 #include "attention.cuh"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -237,6 +238,20 @@ struct outputs {
     for (int i = 0; i < n; i++) {
       off[i] = total + ((uintptr_t)real[i] & 255);
       total = (off[i] + reg[i].bytes() + 255) & ~(size_t)255;
+    }
+    /* outputs that lie in one span shorter than their sum (dq, dk and dv
+     * as parts of the rows of one buffer, as a fused q|k|v has them) get
+     * one copy of the span, each at its place in it */
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    for (int i = 0; i < n; i++) {
+      uintptr_t p = (uintptr_t)real[i];
+      lo = p < lo ? p : lo;
+      hi = p + reg[i].bytes() > hi ? p + reg[i].bytes() : hi;
+    }
+    const size_t span = n ? (size_t)(hi - lo) + (lo & 255) : 0;
+    if (n > 1 && span < total) {
+      total = span;
+      for (int i = 0; i < n; i++) off[i] = (lo & 255) + ((uintptr_t)real[i] - lo);
     }
     char err[256];
     scratch = total ? gpu_alloc(total, err, sizeof err) : NULL;
