@@ -13,10 +13,14 @@
  *   fa, wmma, cudnn, core  that way alone, where it takes the heads (the
  *           plugin's kernels where it does not).
  *
- * The choice: the plugin's first kernels that take the heads (the
- * reference) run the call into its own outputs; every other way that
- * takes them runs it into scratch memory allocated for the occasion and
- * freed after; each runs once untimed and twice timed. A way whose results
+ * The choice, one for each shape of heads, type, device and kind of call
+ * (forward or backward, the forward's log-sum-exp kept or not, a backward
+ * that writes or adds), at most 64: once the work before the call is done
+ * (waited for at most ATTN_WAIT_S), the plugin's first kernels that take
+ * the heads (the reference) run the call into its own outputs; every
+ * other way that takes them runs it into scratch memory allocated in the
+ * stream's order for the occasion and freed after; each runs once untimed
+ * and twice timed. A way whose results
  * differ from the reference's by more than the kernels' tests allow
  * (relative L2 error 1e-2 for 16-bit outputs, 2e-5 for f32; the
  * log-sum-exp a tenth of that; WEFT_ATTN_TOL sets the first), or that
@@ -37,6 +41,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 const char *const attention_way_names[ATTN_WAYS] = {"fa", "wmma", "cudnn", "core"};
 
@@ -115,6 +120,7 @@ double forward_flop(const gpu_attn *a, bool causal) {
 struct pick {
   int dev, dt;
   bool bwd, causal;
+  bool kept, acc; /* the forward's log-sum-exp (and result) there; a backward that adds */
   gpu_attn a;
   int way; /* -1: the plugin's default */
 };
@@ -138,19 +144,22 @@ int current_device(void) {
 #endif
 }
 
-pick *find(int dt, const gpu_attn *a, bool bwd, bool causal) {
+pick *find(int dt, const gpu_attn *a, bool bwd, bool causal, bool kept, bool acc) {
   const int dev = current_device();
   for (int i = 0; i < npicks; i++)
     if (picks[i].dev == dev && picks[i].dt == dt && picks[i].bwd == bwd && picks[i].causal == causal &&
-        same(picks[i].a, *a))
+        picks[i].kept == kept && picks[i].acc == acc && same(picks[i].a, *a))
       return &picks[i];
   return NULL;
 }
 
-int keep(int dt, const gpu_attn *a, bool bwd, bool causal, int way) {
-  if (npicks < (int)(sizeof picks / sizeof picks[0])) {
+bool full(void) { return npicks == (int)(sizeof picks / sizeof picks[0]); }
+
+int keep(int dt, const gpu_attn *a, bool bwd, bool causal, bool kept, bool acc, int way) {
+  if (!full()) {
     pick *p = &picks[npicks++];
-    p->dev = current_device(), p->dt = dt, p->bwd = bwd, p->causal = causal, p->a = *a, p->way = way;
+    p->dev = current_device(), p->dt = dt, p->bwd = bwd, p->causal = causal, p->kept = kept, p->acc = acc;
+    p->a = *a, p->way = way;
   }
   return way;
 }
@@ -175,7 +184,7 @@ int reference(int dt, const gpu_attn *a, bool causal, bool bwd, bool kept) {
 int others(int dt, const gpu_attn *a, bool causal, bool bwd, bool kept, int ref, int *out) {
   const pick_mode &m = the_mode();
   int n = 0;
-  if (a->det || !(m.every || forward_flop(a, causal) >= ATTN_TUNE_FLOP)) return 0;
+  if (a->det || full() || !(m.every || forward_flop(a, causal) >= ATTN_TUNE_FLOP)) return 0;
   for (int w = 0; w < ATTN_WAYS; w++)
     if (m.alt[w] && w != ref && takes(w, dt, a, causal, bwd, kept)) out[n++] = w;
   return n;
@@ -232,7 +241,7 @@ struct outputs {
     real[n] = p, reg[n] = r, stats[n] = st;
     n++;
   }
-  bool alloc(void) {
+  bool alloc(gpu_stream *st) {
     size_t off[4];
     total = 0;
     for (int i = 0; i < n; i++) {
@@ -254,22 +263,49 @@ struct outputs {
       for (int i = 0; i < n; i++) off[i] = (lo & 255) + ((uintptr_t)real[i] - lo);
     }
     char err[256];
-    scratch = total ? gpu_alloc(total, err, sizeof err) : NULL;
+    scratch = total ? gpu_alloc_on(total, st, err, sizeof err) : NULL;
     if (!scratch) return false;
     for (int i = 0; i < n; i++) at[i] = (char *)scratch + off[i];
     return true;
   }
 };
 
-/* Downloads every output of the reference (real) or of the scratch. */
+/* Downloads every output of the reference (real) or of the scratch; a
+ * failure of the GPU's is left for the executor to report. */
 bool download(const outputs &o, bool real, void **host, gpu_stream *s) {
   char err[256];
   for (int i = 0; i < o.n; i++) {
     host[i] = malloc(o.reg[i].bytes());
-    if (!host[i] || !gpu_download(host[i], real ? o.real[i] : o.at[i], o.reg[i].bytes(), s, err, sizeof err))
+    if (!host[i]) return false;
+    if (!gpu_download(host[i], real ? o.real[i] : o.at[i], o.reg[i].bytes(), s, err, sizeof err)) {
+      gpu_raise(err);
       return false;
+    }
   }
   return true;
+}
+
+/* Whether the work stream s has before now is done, waited for at most
+ * ATTN_WAIT_S: a run whose earlier work hangs (a peer that stopped) is
+ * left to the executor's watchdog rather than held here. */
+const double ATTN_WAIT_S = 30.0;
+
+bool settled(gpu_stream *s) {
+  char err[256];
+  gpu_event *e = gpu_event_new(err, sizeof err);
+  if (!e) return false;
+  gpu_record(e, s);
+  struct timespec t0, now, nap = {0, 200000};
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  int done;
+  while ((done = gpu_event_done(e, err, sizeof err)) == 0) {
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if ((double)(now.tv_sec - t0.tv_sec) + 1e-9 * (double)(now.tv_nsec - t0.tv_nsec) > ATTN_WAIT_S) break;
+    nanosleep(&nap, NULL);
+  }
+  if (done < 0) gpu_raise(err);
+  gpu_event_free(e);
+  return done == 1;
 }
 
 double tolerance(int dt) {
@@ -296,6 +332,7 @@ template <class F> double timed(gpu_stream *s, F call) {
     bool ok = call() && call();
     gpu_record(e1, s);
     ms = ok ? gpu_elapsed_ms(e0, e1, err, sizeof err) : -1;
+    if (ok && ms < 0) gpu_raise(err);
     if (ms >= 0) ms /= 2;
   }
   if (e0) gpu_event_free(e0);
@@ -308,13 +345,14 @@ const char *dt_name(int dt) { return dt == GPU_F32 ? "f32" : dt == GPU_BF16 ? "b
 /* Times ref and the ways others[n] (run(way, real outputs?) runs one),
  * compares each with ref, says so, and keeps the fastest that agrees. */
 template <class F>
-int choose(gpu_stream *s, int dt, const gpu_attn *a, bool bwd, bool causal, int ref, const int *alt, int n,
+int choose(gpu_stream *s, int dt, const gpu_attn *a, bool bwd, bool causal, bool kept, int ref, const int *alt, int n,
            outputs &o, F run) {
-  if (!o.alloc()) {
+  if (!settled(s)) return keep(dt, a, bwd, causal, kept, false, ref);
+  if (!o.alloc(s)) {
     fprintf(stderr, "weft: attention %s, b%lld h%lld s%lld d%lld: no memory for the %zu bytes of scratch to time %s "
             "against; %s runs them\n", bwd ? "backward" : "forward", (long long)a->b, (long long)a->hq,
             (long long)a->sq, (long long)a->dh, o.total, attention_way_names[alt[0]], attention_way_names[ref]);
-    return keep(dt, a, bwd, causal, ref);
+    return keep(dt, a, bwd, causal, kept, false, ref);
   }
   double ms_ref = timed(s, [&] { return run(ref, true); });
   void *want[4] = {NULL, NULL, NULL, NULL};
@@ -357,12 +395,12 @@ int choose(gpu_stream *s, int dt, const gpu_attn *a, bool bwd, bool causal, int 
     if (!verdict && ms < best_ms) best = w, best_ms = ms;
   }
   for (int j = 0; j < o.n; j++) free(want[j]);
-  gpu_free(o.scratch);
+  gpu_free_on(o.scratch, s);
   if (len > 0 && (size_t)len < sizeof line)
     snprintf(line + len, sizeof line - (size_t)len, "%s: %s runs them (tolerance %.0e)",
              have ? "" : " (not read back)", attention_way_names[best], tol);
   fprintf(stderr, "%s\n", line);
-  return keep(dt, a, bwd, causal, best);
+  return keep(dt, a, bwd, causal, kept, false, best);
 }
 
 region heads(const gpu_attn *a, int64_t batch, int64_t row, int64_t h, int dt) {
@@ -401,17 +439,17 @@ int attention_pick_forward(gpu_stream *s, int dt, void *out, const void *q, cons
                            const gpu_attn *a, float *lse, bool causal) {
   const pick_mode &m = the_mode();
   if (m.forced >= 0) return m.forced;
-  if (const pick *p = find(dt, a, false, causal)) return p->way;
+  if (const pick *p = find(dt, a, false, causal, lse != NULL, false)) return p->way;
   const int ref = reference(dt, a, causal, false, lse != NULL);
   int alt[ATTN_WAYS];
   const int n = others(dt, a, causal, false, lse != NULL, ref, alt);
-  if (n == 0) return keep(dt, a, false, causal, ref);
+  if (n == 0) return keep(dt, a, false, causal, lse != NULL, false, ref);
   outputs o;
   memset(&o, 0, sizeof o);
   o.add(out, heads(a, a->o_batch, a->o_row, a->hq, dt), false);
   region st = {1, 0, 1, 0, a->b * a->hq * a->sq, GPU_F32};
   o.add(lse, st, true);
-  return choose(s, dt, a, false, causal, ref, alt, n, o, [&](int w, bool real) {
+  return choose(s, dt, a, false, causal, lse != NULL, ref, alt, n, o, [&](int w, bool real) {
     return attention_forward_by(w, s, dt, real ? out : o.at[0], q, k, v, a,
                                 lse ? (float *)(real ? o.real[1] : o.at[1]) : NULL, causal);
   });
@@ -422,12 +460,12 @@ int attention_pick_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv,
                             const void *out, void *ws, bool causal) {
   const pick_mode &m = the_mode();
   if (m.forced >= 0) return m.forced;
-  if (const pick *p = find(dt, a, true, causal)) return p->way;
   const bool kept = lse && out;
+  if (const pick *p = find(dt, a, true, causal, kept, acc)) return p->way;
   const int ref = reference(dt, a, causal, true, kept);
   int alt[ATTN_WAYS];
   const int n = acc ? 0 : others(dt, a, causal, true, kept, ref, alt);
-  if (n == 0) return keep(dt, a, true, causal, ref);
+  if (n == 0) return keep(dt, a, true, causal, kept, acc, ref);
   outputs o;
   memset(&o, 0, sizeof o);
   const int64_t hkv = a->hq / a->r;
@@ -441,7 +479,7 @@ int attention_pick_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv,
           false);
     if (i > 0) o.reg[o.n - 1].s = a->sk;
   }
-  return choose(s, dt, a, true, causal, ref, alt, n, o, [&](int w, bool real) {
+  return choose(s, dt, a, true, causal, kept, ref, alt, n, o, [&](int w, bool real) {
     void *g[3];
     for (int i = 0; i < 3; i++) g[i] = slot[i] < 0 ? NULL : real ? o.real[slot[i]] : o.at[slot[i]];
     return attention_backward_by(w, s, dt, g[0], g[1], g[2], dout, q, k, v, a, false, lse, out, ws, causal);

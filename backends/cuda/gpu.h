@@ -81,6 +81,13 @@ void gpu_zero(void *dst, size_t bytes, gpu_stream *s);
  * when there is none. Errors of kernels that ran asynchronously show at
  * the next synchronisation. */
 bool gpu_check(const char *what, char *err, size_t errlen);
+/* Has the next gpu_check report msg (where no error is pending): for a
+ * caller that read an error it cannot handle and must not lose. */
+void gpu_raise(const char *msg);
+/* Device memory allocated and freed in stream s's order (cudaMallocAsync,
+ * cudaFreeAsync): neither waits for other streams' work. */
+void *gpu_alloc_on(size_t bytes, gpu_stream *s, char *err, size_t errlen);
+void gpu_free_on(void *p, gpu_stream *s);
 /* Waits for all work of the current device. */
 bool gpu_sync(char *err, size_t errlen);
 /* Starts (on) or stops the collection of a profiler started with

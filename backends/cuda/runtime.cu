@@ -184,6 +184,19 @@ void gpu_zero(void *dst, size_t bytes, gpu_stream *s) {
   emu_enqueue((emu_stream *)s, [dst, bytes] { memset(dst, 0, bytes); });
 }
 
+void gpu_raise(const char *msg) {
+  if (emu_error.empty()) emu_error = msg;
+}
+
+void *gpu_alloc_on(size_t bytes, gpu_stream *s, char *err, size_t errlen) {
+  (void)s;
+  return gpu_alloc(bytes, err, errlen);
+}
+void gpu_free_on(void *p, gpu_stream *s) {
+  (void)s;
+  gpu_free(p);
+}
+
 bool gpu_check(const char *what, char *err, size_t errlen) {
   if (emu_error.empty()) return true;
   snprintf(err, errlen, "%s: %s", what, emu_error.c_str());
@@ -321,7 +334,35 @@ bool gpu_download(void *dst, const void *src, size_t bytes, gpu_stream *s, char 
 
 void gpu_zero(void *dst, size_t bytes, gpu_stream *s) { cudaMemsetAsync(dst, 0, bytes, (cudaStream_t)s); }
 
-bool gpu_check(const char *what, char *err, size_t errlen) { return !failed(cudaGetLastError(), what, err, errlen); }
+static char raised[512];
+
+void gpu_raise(const char *msg) {
+  if (!raised[0]) snprintf(raised, sizeof raised, "%s", msg);
+}
+
+void *gpu_alloc_on(size_t bytes, gpu_stream *s, char *err, size_t errlen) {
+  void *p = NULL;
+  cudaError_t e = cudaMallocAsync(&p, bytes ? bytes : 256, (cudaStream_t)s);
+  if (e != cudaSuccess) {
+    snprintf(err, errlen, "cudaMallocAsync of %zu bytes: %s (%s)", bytes, cudaGetErrorString(e), cudaGetErrorName(e));
+    cudaGetLastError();
+    return NULL;
+  }
+  return p;
+}
+
+void gpu_free_on(void *p, gpu_stream *s) {
+  if (p) cudaFreeAsync(p, (cudaStream_t)s);
+}
+
+bool gpu_check(const char *what, char *err, size_t errlen) {
+  if (raised[0]) {
+    snprintf(err, errlen, "%s: %s", what, raised);
+    raised[0] = 0;
+    return false;
+  }
+  return !failed(cudaGetLastError(), what, err, errlen);
+}
 
 bool gpu_sync(char *err, size_t errlen) {
   return !failed(cudaDeviceSynchronize(), "cudaDeviceSynchronize", err, errlen);
