@@ -6,18 +6,22 @@
  * picks its own kernels (on an H100 or H200, kernels of the Hopper tensor
  * cores' warp-group instructions that mma.sync cannot reach).
  *
- * WEFT_ATTN=cudnn asks for it. cuDNN is loaded at run time (dlopen of
+ * WEFT_ATTN=cudnn asks for it, and attention_pick.cu times it against
+ * the plugin's kernels by default. cuDNN is loaded at run time (dlopen of
  * libcudnn.so.9: the file WEFT_CUDNN names, and only it; else the loader's
  * search, else the toolkit's lib64), so the plugin neither links nor needs
  * it. It takes 16-bit heads of up to 128 (grouped queries too), causal
- * with queries and keys of the same positions (qpos 0, sq = sk) or with
- * every key in view (T5's attention, gpu_attention_full), rows on 16
- * bytes, a backward that writes (not adds to) its gradients; under
- * --deterministic the backward's graph writes dq straight from its
+ * (queries and keys of the same positions, or under context parallelism
+ * queries from position qpos against every key: the mask's row index
+ * shifted by qpos, a scalar given at execution, so that every part's plan
+ * is one) or with every key in view (T5's attention, gpu_attention_full),
+ * rows on 16 bytes, a backward that writes (not adds to) its gradients;
+ * under --deterministic the backward's graph writes dq straight from its
  * product, which has cuDNN take its kernel that sums dq in one order (the
  * default one sums it in f32 with atomics). Whatever it does not take, or
  * refuses (a library not found, a graph no engine runs), goes to the
- * plugin's kernels, with one line on stderr that says why the first time.
+ * plugin's kernels, with one line on stderr that says why the first time
+ * (where WEFT_ATTN=cudnn, WEFT_CUDNN or WEFT_CUDNN_VERBOSE asks).
  *
  * The log-sum-exp cuDNN keeps (its "stats", natural log of the scaled
  * scores) is the one gpu_attention keeps, laid out [b, hq, sq] alike, so a
@@ -408,7 +412,8 @@ cudnnBackendDescriptor_t plan_of(dn_build *b, cudnnHandle_t h, cudnnBackendDescr
 
 /* The tensors' ids in the variant pack; the virtual ones count from 100. */
 enum {
-  U_Q = 1, U_K, U_V, U_O, U_STATS, U_SCALE, U_NEGINF, U_DO, U_DQ, U_DK, U_DV, U_ONE, U_SUM, U_DQACC, U_VIRT = 100
+  U_Q = 1, U_K, U_V, U_O, U_STATS, U_SCALE, U_NEGINF, U_DO, U_DQ, U_DK, U_DV, U_ONE, U_SUM, U_DQACC, U_QPOS,
+  U_VIRT = 100
 };
 
 /* One graph's plan for one geometry on one device. */
@@ -446,6 +451,7 @@ struct dn_shapes {
   int64_t hk; /* key/value heads: h / r, the query heads of a group consecutive */
   int64_t sk;
   bool causal; /* query i sees keys 0 to i (sq = sk); else every key */
+  bool shifted; /* causal, query i at position qpos + i (a part of the sequence): it sees keys 0 to qpos + i */
 };
 
 /* heads of s rows each */
@@ -464,17 +470,28 @@ cudnnBackendDescriptor_t scores(dn_shapes &g, cudnnDataType_t dt, bool transpose
 cudnnBackendDescriptor_t rows(dn_shapes &g, int64_t uid) {
   return tensor(g.b, uid, g.virt++, CUDNN_DATA_FLOAT, g.nb, g.h, g.sq, 1, g.h * g.sq, g.sq, 1, 1);
 }
-cudnnBackendDescriptor_t scalar(dn_shapes &g, int64_t uid) {
-  return tensor(g.b, uid, 0, CUDNN_DATA_FLOAT, 1, 1, 1, 1, 1, 1, 1, 1, true);
+cudnnBackendDescriptor_t scalar(dn_shapes &g, int64_t uid, cudnnDataType_t dt = CUDNN_DATA_FLOAT) {
+  return tensor(g.b, uid, 0, dt, 1, 1, 1, 1, 1, 1, 1, 1, true);
 }
 
+/* Whether causal heads are a part of the sequence (context parallelism:
+ * queries from position qpos, every key), whose mask is shifted by qpos. */
+bool shifted(const gpu_attn *a, bool causal) { return causal && (a->sq != a->sk || a->qpos != 0); }
+
 /* Scores of the causal mask: x where the key is not after the query (row
- * index >= column index), else -inf. */
+ * index, plus qpos for a part of the sequence, >= column index), else
+ * -inf. */
 cudnnBackendDescriptor_t causal(dn_shapes &g, cudnnBackendDescriptor_t *ops, int *n, cudnnBackendDescriptor_t x,
                                 cudnnBackendDescriptor_t neg_inf) {
   cudnnBackendDescriptor_t row = scores(g, CUDNN_DATA_INT32), col = scores(g, CUDNN_DATA_INT32);
   cudnnBackendDescriptor_t keep = scores(g, CUDNN_DATA_BOOLEAN), y = scores(g, CUDNN_DATA_FLOAT);
   ops[(*n)++] = pointwise(g.b, CUDNN_POINTWISE_GEN_INDEX, x, NULL, row, NULL, 2);
+  if (g.shifted) {
+    cudnnBackendDescriptor_t at = scores(g, CUDNN_DATA_INT32);
+    ops[(*n)++] = pointwise(g.b, CUDNN_POINTWISE_ADD, row, scalar(g, U_QPOS, CUDNN_DATA_INT32), at, NULL, -1,
+                            CUDNN_DATA_INT32);
+    row = at;
+  }
   ops[(*n)++] = pointwise(g.b, CUDNN_POINTWISE_GEN_INDEX, x, NULL, col, NULL, 3);
   ops[(*n)++] = pointwise(g.b, CUDNN_POINTWISE_CMP_GE, row, col, keep, NULL, -1, CUDNN_DATA_BOOLEAN);
   ops[(*n)++] = pointwise(g.b, CUDNN_POINTWISE_BINARY_SELECT, x, neg_inf, y, keep);
@@ -604,7 +621,7 @@ int64_t max_ws(const gpu_attn *a) { return a->det ? DN_DET_WS : -1; }
 /* Whether cuDNN is asked for and takes these heads. */
 bool takes(int dt, const gpu_attn *a, bool causal) {
   if (!(dt == GPU_BF16 || dt == GPU_F16)) return false;
-  if (causal && (a->sq != a->sk || a->qpos != 0)) return false;
+  if (causal && (a->qpos < 0 || a->qpos + a->sq > a->sk || a->qpos > INT32_MAX)) return false;
   if (a->r < 1 || a->hq % a->r || a->sq < 2 || a->sk < 2 || a->dh % 8 || a->dh > 128 || a->b < 1) return false;
   if (a->q_row % 8 || a->kv_row % 8 || a->o_row % 8 || a->q_batch % 8 || a->kv_batch % 8 || a->o_batch % 8)
     return false;
@@ -642,7 +659,7 @@ dn_plan *plan_for(int dt, const gpu_attn *a, bool bwd, bool causal) {
   dn_build b;
   b.ok = true, b.n = 0, b.err[0] = 0, b.offered = b.viable = 0, b.compiled = false;
   dn_shapes g = {&b, dt == GPU_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF, a->b, a->hq, a->sq, a->dh, U_VIRT,
-                 a->hq / a->r, a->sk, causal};
+                 a->hq / a->r, a->sk, causal, shifted(a, causal)};
   cudnnBackendDescriptor_t ops[40];
   int n = bwd ? bwd_graph(g, ops, a) : fwd_graph(g, ops, a);
   int64_t ws = 0;
@@ -762,7 +779,7 @@ bool gpu_attention_cudnn_offline(const char *device_json, int dt, const gpu_attn
       "the device's properties");
   finish(&b, prop, "the device's properties");
   dn_shapes g = {&b, dt == GPU_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF, a->b, a->hq, a->sq, a->dh, U_VIRT,
-                 a->hq / a->r, a->sk, causal};
+                 a->hq / a->r, a->sk, causal, shifted(a, causal)};
   cudnnBackendDescriptor_t ops[40];
   int n = bwd ? bwd_graph(g, ops, a) : fwd_graph(g, ops, a);
   cudnnBackendDescriptor_t plan = b.ok ? plan_of(&b, NULL, prop, ops, n, bwd ? max_ws(a) : 0, bwd && a->det, ws) : NULL;
@@ -795,7 +812,9 @@ bool attention_cudnn_forward(gpu_stream *s, int dt, void *out, const void *q, co
   float scale = (float)(1.0 / sqrt((double)a->dh)), neg_inf = dn.version >= 91000 ? -INFINITY : -3.402823466e38f;
   dn_pack k5 = {{0}, {0}, 0};
   k5.add(U_Q, q), k5.add(U_K, k), k5.add(U_V, v), k5.add(U_O, out), k5.add(U_STATS, lse), k5.add(U_SCALE, &scale);
+  int32_t qpos = (int32_t)a->qpos;
   if (causal) k5.add(U_NEGINF, &neg_inf);
+  if (shifted(a, causal)) k5.add(U_QPOS, &qpos);
   return run(p, s, k5.uids, k5.ptrs, k5.n, NULL);
 }
 
@@ -846,7 +865,9 @@ bool attention_cudnn_backward(gpu_stream *s, int dt, void *dq, void *dk, void *d
   k5.add(U_Q, q), k5.add(U_K, k), k5.add(U_V, v), k5.add(U_O, out), k5.add(U_DO, dout), k5.add(U_STATS, lse);
   k5.add(U_SCALE, &scale), k5.add(U_ONE, &one), k5.add(U_DQ, dq), k5.add(U_DK, dk), k5.add(U_DV, dv);
   k5.add(U_SUM, w + p->sum_at);
+  int32_t qpos = (int32_t)a->qpos;
   if (causal) k5.add(U_NEGINF, &neg_inf);
+  if (shifted(a, causal)) k5.add(U_QPOS, &qpos);
   if (!p->det) k5.add(U_DQACC, w + p->acc_at);
   return run(p, s, k5.uids, k5.ptrs, k5.n, p->ws > 0 ? w + p->lib_at : NULL);
 }

@@ -47,6 +47,14 @@ static gpu_attn unmasked(int64_t b, int64_t sq, int64_t sk, int64_t n, int64_t d
   return a;
 }
 
+/* gqa_attention's under context parallelism: sq queries from position
+ * qpos against every one of sk keys */
+static gpu_attn part(int64_t b, int64_t sq, int64_t sk, int64_t qpos, int64_t g, int64_t r, int64_t dh) {
+  gpu_attn a = grouped(b, sq, g, r, dh);
+  a.sk = sk, a.qpos = qpos, a.kv_batch = sk * g * dh;
+  return a;
+}
+
 static gpu_attn deterministic(gpu_attn a) {
   a.det = true;
   return a;
@@ -66,6 +74,8 @@ int main(void) {
       {"a test's size (b2 h2 s70 d32)", GPU_BF16, packed(2, 70, 2, 32)},
       {"grouped queries (b2 h8 kv2 s512 d64)", GPU_BF16, grouped(2, 512, 2, 4, 64)},
       {"--deterministic (b8 h12 s1024 d64)", GPU_BF16, deterministic(packed(8, 1024, 12, 64))},
+      {"a part: 256 queries from 256 of 512 keys", GPU_BF16, part(2, 256, 512, 256, 2, 4, 64)},
+      {"a part: 256 queries from 0 of 512 keys", GPU_BF16, part(2, 256, 512, 0, 2, 4, 64)},
       {"no mask, 512 queries, 256 keys (T5's)", GPU_BF16, unmasked(4, 512, 256, 8, 64)},
   };
   int bad = 0;
@@ -80,7 +90,7 @@ int main(void) {
         printf("skipped: %s\n", err);
         return 77;
       }
-      printf("%s %-38s %s %-8s %s\n", ok ? "ok  " : "FAIL", cases[i].what, dt == GPU_F16 ? "f16 " : "bf16",
+      printf("%s %-42s %s %-8s %s\n", ok ? "ok  " : "FAIL", cases[i].what, dt == GPU_F16 ? "f16 " : "bf16",
              bwd ? "backward" : "forward", err);
       bad += !ok;
     }
