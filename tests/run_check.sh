@@ -274,6 +274,28 @@ print(" ".join(map(str, pids[0])))' "$tmp/mtr.json" "$tmp/mtr-rank1.json" >"$tmp
        >"$tmp/mtr.out"; then ok
     echo "run: mpirun -np 2 --trace: process 0 wrote devices $(cat "$tmp/mtr.d"), process 1 the others to mtr-rank1.json; $(cat "$tmp/mtr.out")"
   else bad "mpirun -np 2 --trace"; cat "$tmp/mpi.out" "$tmp/mtr.out" 2>/dev/null; fi
+  # the two files as one timeline (bench/trace_merge.py): every event of
+  # both, each process's moved by its start's wall clock less the first's;
+  # a file given twice is refused
+  if [ -f "$tmp/mtr-rank1.json" ] && python3 bench/trace_merge.py "$tmp/mtrm.json" "$tmp/mtr.json" >"$tmp/mtrm.out" &&
+     python3 -c '
+import json, sys
+m, a, b = (json.load(open(f)) for f in sys.argv[1:4])
+x = lambda t: [e for e in t["traceEvents"] if e["ph"] == "X"]
+assert len(x(m)) == len(x(a)) + len(x(b)), (len(x(m)), len(x(a)), len(x(b)))
+assert sorted({e["pid"] for e in x(m)}) == list(range(8))
+ea, eb = a["otherData"]["epoch_us"], b["otherData"]["epoch_us"]
+off = {f["rank"]: f["offset_us"] for f in m["otherData"]["files"]}
+assert off == {0: ea - min(ea, eb), 1: eb - min(ea, eb)} and 0 <= abs(ea - eb) < 60e6, (off, ea, eb)
+first = {}
+for e in x(b): first.setdefault(e["pid"], e["ts"])
+for e in x(m):
+  if e["pid"] in first: assert abs(e["ts"] - first.pop(e["pid"]) - off[1]) < 1e-3, e
+' "$tmp/mtrm.json" "$tmp/mtr.json" "$tmp/mtr-rank1.json" &&
+     ! python3 bench/trace_merge.py "$tmp/mtrm2.json" "$tmp/mtr.json" "$tmp/mtr.json" 2>"$tmp/mtrm.err" &&
+     grep -q "two files of one process" "$tmp/mtrm.err"; then ok
+    echo "run: bench/trace_merge.py: $(sed "s|$tmp/||" "$tmp/mtrm.out")"
+  else bad "bench/trace_merge.py of the mpirun trace"; cat "$tmp/mtrm.out" "$tmp/mtrm.err" 2>/dev/null; fi
   # a stopped process: the other gives up after --timeout, and MPI_Abort
   # ends the run; no process is left behind. Which wait finds it depends on
   # where it stopped: a receive, a collective, or a send whose message the

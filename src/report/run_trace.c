@@ -74,6 +74,9 @@ static void print(run_trace *t, const run_trace_about *ab, FILE *out) {
   json_key(&j, "backend"), json_str(&j, ab->backend);
   json_key(&j, "machine"), json_str(&j, ab->machine ? ab->machine : "");
   json_key(&j, "times"), json_str(&j, ab->times ? ab->times : "");
+  json_key(&j, "rank"), json_int(&j, ab->rank);
+  json_key(&j, "processes"), json_int(&j, ab->processes > 0 ? ab->processes : 1);
+  json_key(&j, "epoch_us"), json_int(&j, ab->epoch_us);
   json_end_obj(&j);
   fprintf(out, ",\"traceEvents\":[\n");
   bool first = true;

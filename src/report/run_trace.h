@@ -12,6 +12,8 @@ typedef struct run_trace_about {
   const char *plan, *backend, *machine;
   const char *times;      /* what the backend's times cover */
   int64_t step;
+  int rank, processes;    /* this process of the run's (0 of 1 alone) */
+  int64_t epoch_us;       /* the wall clock at the step's start (ts 0), microseconds since 1970 */
 } run_trace_about;
 
 run_trace *run_trace_new(const weft_program *pr);

@@ -467,6 +467,13 @@ static bool train_loop(trainer *t, runner *rn, weft_world *w, bool main, run_log
     backend_step s = {.lr = t->scheduled ? lr_at(&t->sched, w->step) : NAN, .clip = t->clip,
                       .trace = main && t->trace && w->step + 1 == t->trace_step};
     backend_result res;
+    if (s.trace) {
+      /* the wall clock at the step's start: what lines up the files of
+       * several processes (bench/trace_merge.py) */
+      struct timespec now;
+      clock_gettime(CLOCK_REALTIME, &now);
+      t->about.epoch_us = (int64_t)now.tv_sec * 1000000 + now.tv_nsec / 1000;
+    }
     if (!pass(rn, w, &s, &res, err, errlen)) return false;
     if (s.trace) trace_done(t, w->step);
     if (t->data) t->data_pos += t->batch;
@@ -792,7 +799,8 @@ int report_run(const weft_opts *o) {
   if (o->trace) {
     t.trace = run_trace_new(pr);
     t.trace_path = trace_path;
-    t.about = (run_trace_about){.plan = p->name, .backend = bk->name, .times = bk->trace_about};
+    t.about = (run_trace_about){
+        .plan = p->name, .backend = bk->name, .times = bk->trace_about, .rank = rank, .processes = nprocs};
   }
   t.progress = speak && !o->json && o->steps > 1 && (o->progress > 0 || (o->progress < 0 && isatty(2)));
   int active = 0;
