@@ -184,7 +184,8 @@ int reference(int dt, const gpu_attn *a, bool causal, bool bwd, bool kept) {
 int others(int dt, const gpu_attn *a, bool causal, bool bwd, bool kept, int ref, int *out) {
   const pick_mode &m = the_mode();
   int n = 0;
-  if (a->det || full() || !(m.every || forward_flop(a, causal) >= ATTN_TUNE_FLOP)) return 0;
+  if (a->det || full() || a->b <= 0 || a->sq <= 0 || !(m.every || forward_flop(a, causal) >= ATTN_TUNE_FLOP))
+    return 0;
   for (int w = 0; w < ATTN_WAYS; w++)
     if (m.alt[w] && w != ref && takes(w, dt, a, causal, bwd, kept)) out[n++] = w;
   return n;
