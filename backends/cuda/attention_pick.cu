@@ -20,20 +20,19 @@
  * the heads (the reference) run the call into its own outputs; every
  * other way that takes them runs it into scratch memory allocated in the
  * stream's order for the occasion and freed after; each runs once untimed
- * and twice timed. A way whose results
- * differ from the reference's by more than the kernels' tests allow
- * (relative L2 error 1e-2 for 16-bit outputs, 2e-5 for f32; the
- * log-sum-exp a tenth of that; WEFT_ATTN_TOL sets the first), or that
- * refuses, or that writes a value not finite where the reference's is
- * finite, is not taken; of the rest the fastest runs the heads from then
- * on, this call included (it runs again on the way taken). One line on
- * stderr says what was timed and what was taken. A kernel's failure is
- * left for the executor's next check to report at the instruction, as
- * any kernel's is (cuDNN's refusals are its return values, not CUDA's
- * errors). Nothing is chosen by time under --deterministic
- * (whose bits must not depend on a timing), for a backward that adds to
- * its gradients (it cannot run twice), or where the scratch memory is not
- * there: the reference runs. */
+ * and twice timed. A way whose results differ from the reference's by
+ * more than the kernels' tests allow (relative L2 error 1e-2 for 16-bit
+ * outputs, 2e-5 for f32; the log-sum-exp a tenth of that; WEFT_ATTN_TOL
+ * sets the first), or that refuses, or that writes a value not finite
+ * where the reference's is finite, is not taken; of the rest the fastest
+ * runs the heads from then on, this call included (it runs again on the
+ * way taken). One line on stderr says what was timed and what was taken.
+ * A kernel's failure is left for the executor's next check to report at
+ * the instruction, as any kernel's is (cuDNN's refusals are its return
+ * values, not CUDA's errors). Nothing is chosen by time under
+ * --deterministic (whose bits must not depend on a timing), for a
+ * backward that adds to its gradients (it cannot run twice), or where the
+ * scratch memory is not there (said on stderr): the reference runs. */
 #include "attention.cuh"
 
 #include <math.h>
