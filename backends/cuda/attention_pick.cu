@@ -23,7 +23,8 @@
  * and twice timed. A way whose results differ from the reference's by
  * more than the kernels' tests allow (relative L2 error 1e-2 for 16-bit
  * outputs, 2e-5 for f32; the log-sum-exp a tenth of that; WEFT_ATTN_TOL
- * sets the first), or that refuses, or that writes a value not finite
+ * sets the first), or in any element by more than compare's bound, or
+ * that refuses, or that writes a value not finite
  * where the reference's is finite, is not taken; of the rest the fastest
  * runs the heads from then on, this call included (it runs again on the
  * way taken). One line on stderr says what was timed and what was taken.
@@ -207,21 +208,40 @@ float host_value(const void *p, int dt, int64_t i) {
   return to_f(((const f16 *)p)[i]);
 }
 
-/* Relative L2 error of got against want over the region (both downloaded
- * whole); INFINITY where got is not finite and want is. */
-double rel_err(const void *want, const void *got, const region &r) {
+/* How far got is from want over the region (both downloaded whole): the
+ * relative L2 error, and the worst element's difference over its bound
+ * 10 tol rms + 5 tol |want| (rms: want's root mean square), so that a few
+ * rows gone wrong (a mask's last tile) show although they hardly move the
+ * L2 error; both INFINITY where got is not finite and want is. */
+struct diff {
+  double rel, worst;
+};
+
+diff compare(const void *want, const void *got, const region &r, double tol) {
   double num = 0, den = 0;
-  for (int64_t bi = 0; bi < r.b; bi++)
-    for (int64_t i = 0; i < r.s; i++)
-      for (int64_t c = 0; c < r.width; c++) {
-        const int64_t at = bi * r.batch + i * r.row + c;
-        const float x = host_value(want, r.dt, at), y = host_value(got, r.dt, at);
-        if (!isfinite(y) && isfinite(x)) return INFINITY;
-        if (!isfinite(x)) continue;
-        num += ((double)y - x) * ((double)y - x);
-        den += (double)x * x;
-      }
-  return den > 0 ? sqrt(num / den) : sqrt(num);
+  int64_t count = 0;
+  for (int pass = 0; pass < 2; pass++) {
+    const double rms = count ? sqrt(den / (double)count) : 0;
+    double worst = 0;
+    for (int64_t bi = 0; bi < r.b; bi++)
+      for (int64_t i = 0; i < r.s; i++)
+        for (int64_t c = 0; c < r.width; c++) {
+          const int64_t at = bi * r.batch + i * r.row + c;
+          const float x = host_value(want, r.dt, at), y = host_value(got, r.dt, at);
+          if (!isfinite(y) && isfinite(x)) return diff{INFINITY, INFINITY};
+          if (!isfinite(x)) continue;
+          const double d = fabs((double)y - x);
+          if (pass == 0) {
+            num += d * d, den += (double)x * x, count++;
+          } else {
+            const double bound = 10 * tol * rms + 5 * tol * fabs((double)x);
+            const double w = d == 0 ? 0 : bound > 0 ? d / bound : INFINITY;
+            worst = w > worst ? w : worst;
+          }
+        }
+    if (pass == 1) return diff{den > 0 ? sqrt(num / den) : sqrt(num), worst};
+  }
+  return diff{0, 0};
 }
 
 /* The outputs of a call (at most 4: out and lse; dq, dk and dv), the
@@ -368,16 +388,18 @@ int choose(gpu_stream *s, int dt, const gpu_attn *a, bool bwd, bool causal, bool
     const int w = alt[i];
     double ms = timed(s, [&] { return run(w, false); });
     const char *verdict = NULL;
-    double err = 0;
+    double err = 0, worst = 0;
     if (ms < 0) {
       verdict = "refused";
     } else {
       void *got[4] = {NULL, NULL, NULL, NULL};
       if (download(o, false, got, s)) {
         for (int j = 0; j < o.n; j++) {
-          double e = rel_err(want[j], got[j], o.reg[j]);
-          if (o.stats[j]) e *= 10; /* held to a tenth of the tolerance */
+          /* the log-sum-exp is held to a tenth of the tolerance */
+          const diff d = compare(want[j], got[j], o.reg[j], o.stats[j] ? tol / 10 : tol);
+          const double e = o.stats[j] ? d.rel * 10 : d.rel;
           err = e > err || isnan(e) ? e : err;
+          worst = d.worst > worst || isnan(d.worst) ? d.worst : worst;
         }
       } else {
         verdict = "not read back";
@@ -385,12 +407,14 @@ int choose(gpu_stream *s, int dt, const gpu_attn *a, bool bwd, bool causal, bool
       for (int j = 0; j < o.n; j++) free(got[j]);
     }
     if (!verdict && !(err <= tol)) verdict = "over the tolerance";
+    if (!verdict && !(worst <= 1)) verdict = "an element over its bound";
     if (len > 0 && (size_t)len < sizeof line) {
       if (ms < 0)
         len += snprintf(line + len, sizeof line - (size_t)len, "; %s %s", attention_way_names[w], verdict);
       else
-        len += snprintf(line + len, sizeof line - (size_t)len, "; %s %.3f ms, rel err %.1e%s%s",
-                        attention_way_names[w], ms, err, verdict ? ", " : "", verdict ? verdict : "");
+        len += snprintf(line + len, sizeof line - (size_t)len,
+                        "; %s %.3f ms, rel err %.1e, worst element %.2g of its bound%s%s", attention_way_names[w], ms,
+                        err, worst, verdict ? ", " : "", verdict ? verdict : "");
     }
     if (!verdict && ms < best_ms) best = w, best_ms = ms;
   }
