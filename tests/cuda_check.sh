@@ -130,7 +130,9 @@ attn_launches "llama cp2 tp2 pp2 (grouped queries, parts of the sequence)" examp
 # at all (the kernels on CUDA cores round otherwise than the mma.sync
 # ones); --deterministic, and the default here (no cuDNN, small heads),
 # time nothing; a WEFT_ATTN of no meaning is said, and the default runs;
-# weft backends says which kernels run attention.
+# weft backends says which kernels run attention; work that hangs before
+# the first call is waited for no longer than --timeout, once, and the run
+# then ends at its --timeout.
 MB="examples/gpt_megatron.plan $MEG --set hidden=128 --set dtype=bf16 --steps 2"
 if WEFT_ATTN=auto:wmma,core "$WEFT" run $MB --backend cuda --check >"$tmp/t1.out" 2>"$tmp/t1.err" &&
    WEFT_ATTN=auto:core WEFT_ATTN_TOL=0 "$WEFT" run $MB --backend cuda >/dev/null 2>"$tmp/t2.err" &&
@@ -138,15 +140,19 @@ if WEFT_ATTN=auto:wmma,core "$WEFT" run $MB --backend cuda --check >"$tmp/t1.out
    "$WEFT" run $MB --backend cuda >/dev/null 2>"$tmp/t4.err" &&
    WEFT_ATTN=fastest "$WEFT" run $MB --backend cuda >/dev/null 2>"$tmp/t5.err" &&
    WEFT_ATTN=auto:wmma,core "$WEFT" backends >"$tmp/t6.out" 2>&1; then
+  WEFT_CUDA_EMU_HANG=1 WEFT_ATTN=auto:core "$WEFT" run $MB --backend cuda --steps 1 --timeout 2 >/dev/null 2>"$tmp/t7.err"
+  rc7=$?
   f1=$(grep -c "^weft: attention forward, b2 h2 s16 d32 bf16 causal: fa [0-9.]* ms; wmma [0-9.]* ms, rel err [0-9.e+-]*, worst element [0-9.e+-]* of its bound; core [0-9.]* ms, rel err [0-9.e+-]*, worst element [0-9.e+-]* of its bound: [a-z]* runs them (tolerance 1e-02)$" "$tmp/t1.err")
   b1=$(grep -c "^weft: attention backward, b2 h2 s16 d32 bf16 causal: fa .*: [a-z]* runs them" "$tmp/t1.err")
   no=$(grep -c "^weft: attention backward, .* core [0-9.]* ms, rel err [0-9.e+-]*, worst element [0-9.e+inf-]* of its bound, over the tolerance: fa runs them (tolerance 0e+00)$" "$tmp/t2.err")
   if [ "$f1" -ge 1 ] && [ "$b1" -ge 1 ] && grep -q ": match$" "$tmp/t1.out" && [ "$no" -ge 1 ] &&
      ! grep -q "weft: attention" "$tmp/t3.err" && ! grep -q "weft: attention" "$tmp/t4.err" &&
      grep -q "WEFT_ATTN=fastest is none of auto" "$tmp/t5.err" &&
-     grep -q "; attention: the plugin's kernels, wmma, core timed against them for heads of every size (WEFT_ATTN=auto:wmma,core)$" "$tmp/t6.out"; then ok
+     grep -q "; attention: the plugin's kernels, wmma, core timed against them for heads of every size (WEFT_ATTN=auto:wmma,core)$" "$tmp/t6.out" &&
+     [ $rc7 -eq 2 ] && [ "$(grep -c "the work before it did not end within 2 s; nothing is timed, fa runs them$" "$tmp/t7.err")" -eq 1 ] &&
+     grep -q "did not finish within 2 s (--timeout)" "$tmp/t7.err"; then ok
     echo "cuda (emulated): attention's kernels chosen by time: $(grep -m1 '^weft: attention backward' "$tmp/t1.err" | sed 's/^weft: //'); --check $(grep -o 'losses within [^,]*' "$tmp/t1.out")"
-  else bad "attention's kernels chosen by time: $f1 forward lines, $b1 backward, $no turned away"; cat "$tmp/t1.err" "$tmp/t2.err" "$tmp/t3.err" "$tmp/t4.err" "$tmp/t5.err"; fi
+  else bad "attention's kernels chosen by time: $f1 forward lines, $b1 backward, $no turned away"; cat "$tmp/t1.err" "$tmp/t2.err" "$tmp/t3.err" "$tmp/t4.err" "$tmp/t5.err" "$tmp/t7.err"; fi
 else bad "WEFT_ATTN=auto:...: weft run"; cat "$tmp/t1.err" "$tmp/t2.err" "$tmp/t3.err" "$tmp/t4.err" "$tmp/t5.err" 2>/dev/null; fi
 # The steps of a stream that run back to back, and the sums of squares
 # of their gradients, are one launch and one more that adds the sums

@@ -306,11 +306,16 @@ bool download(const outputs &o, bool real, void **host, gpu_stream *s) {
 }
 
 /* Whether the work stream s has before now is done, waited for at most
- * ATTN_WAIT_S: a run whose earlier work hangs (a peer that stopped) is
- * left to the executor's watchdog rather than held here. */
+ * ATTN_WAIT_S (or the run's --timeout, if shorter): a run whose earlier
+ * work hangs (a peer that stopped) is left to the executor's watchdog
+ * rather than held here, and once a wait has run out none is tried
+ * again. */
 const double ATTN_WAIT_S = 30.0;
+double wait_s = ATTN_WAIT_S;
+bool gave_up;
 
 bool settled(gpu_stream *s) {
+  if (gave_up) return false;
   char err[256];
   gpu_event *e = gpu_event_new(err, sizeof err);
   if (!e) return false;
@@ -320,10 +325,11 @@ bool settled(gpu_stream *s) {
   int done;
   while ((done = gpu_event_done(e, err, sizeof err)) == 0) {
     clock_gettime(CLOCK_MONOTONIC, &now);
-    if ((double)(now.tv_sec - t0.tv_sec) + 1e-9 * (double)(now.tv_nsec - t0.tv_nsec) > ATTN_WAIT_S) break;
+    if ((double)(now.tv_sec - t0.tv_sec) + 1e-9 * (double)(now.tv_nsec - t0.tv_nsec) > wait_s) break;
     nanosleep(&nap, NULL);
   }
   if (done < 0) gpu_raise(err);
+  gave_up = done == 0;
   gpu_event_free(e);
   return done == 1;
 }
@@ -367,7 +373,16 @@ const char *dt_name(int dt) { return dt == GPU_F32 ? "f32" : dt == GPU_BF16 ? "b
 template <class F>
 int choose(gpu_stream *s, int dt, const gpu_attn *a, bool bwd, bool causal, bool kept, int ref, const int *alt, int n,
            outputs &o, F run) {
-  if (!settled(s)) return keep(dt, a, bwd, causal, kept, false, ref);
+  const bool waits = !gave_up;
+  if (!settled(s)) {
+    if (waits)
+      fprintf(stderr,
+              "weft: attention %s, b%lld h%lld s%lld d%lld: the work before it did not end within %g s; nothing "
+              "is timed, %s runs them\n",
+              bwd ? "backward" : "forward", (long long)a->b, (long long)a->hq, (long long)a->sq, (long long)a->dh,
+              wait_s, attention_way_names[ref]);
+    return keep(dt, a, bwd, causal, kept, false, ref);
+  }
   if (!o.alloc(s)) {
     fprintf(stderr, "weft: attention %s, b%lld h%lld s%lld d%lld: no memory for the %zu bytes of scratch to time %s "
             "against; %s runs them\n", bwd ? "backward" : "forward", (long long)a->b, (long long)a->hq,
@@ -435,6 +450,10 @@ region heads(const gpu_attn *a, int64_t batch, int64_t row, int64_t h, int dt) {
 } // namespace
 
 int attention_forced(void) { return the_mode().forced; }
+
+void gpu_attention_wait_limit(double seconds) {
+  wait_s = seconds > 0 && seconds < ATTN_WAIT_S ? seconds : ATTN_WAIT_S;
+}
 
 void gpu_attention_about(char *buf, size_t n) {
   const pick_mode &m = the_mode();

@@ -2550,6 +2550,7 @@ crun *crun_open(const weft_program *pr, weft_world *w, const backend_opts *o, ch
     }
   crun *r = cx_alloc(sizeof *r);
   r->pr = pr, r->g = lower_graph(pr), r->w = w, r->o = *o;
+  gpu_attention_wait_limit(o->timeout_s);
   r->P = &r->plan[0];
   r->sync_each = getenv("WEFT_CUDA_SYNC") && strcmp(getenv("WEFT_CUDA_SYNC"), "0") != 0;
   r->fused = !getenv("WEFT_CUDA_FUSED_STEP") || strcmp(getenv("WEFT_CUDA_FUSED_STEP"), "0") != 0;
