@@ -192,6 +192,34 @@ gelu_fusion() {
     else bad "$name: GELU kernels launched fused $left, separate $sep; losses $l1 and $l0"; cat "$tmp/g1.txt"; fi
   else bad "$name: weft run $* --backend cuda"; cat "$tmp/e"; fi
 }
+# A linear and the residual's add after it are one product, the add's
+# other input cuBLASLt's C (fuse_calls in exec.c): no add kernel is
+# launched, the run's header says how many, the losses are those of
+# WEFT_CUDA_FUSE_RESID=0's separate kernels within bf16's rounding (the
+# product does not round the linear's result to 16 bits before the add),
+# and the run matches one device. Under full recomputation the linear's
+# result is read again, and nothing fuses.
+resid_fusion() {
+  name=$1; want=$2; shift 2
+  if WEFT_CUDA_FUSE_RESID=0 WEFT_CUDA_EMU_LAUNCHES=$tmp/q0.txt "$WEFT" run "$@" --backend cuda --steps 3 >"$tmp/q0.out" 2>"$tmp/e" &&
+     WEFT_CUDA_EMU_LAUNCHES=$tmp/q1.txt "$WEFT" run "$@" --backend cuda --steps 3 >"$tmp/q1.out" 2>>"$tmp/e" &&
+     "$WEFT" run "$@" --backend cuda --steps 2 --check >"$tmp/q2.out" 2>>"$tmp/e"; then
+    sep=$(awk '$2 ~ /^k_add</ {n += $1} END {print n + 0}' "$tmp/q0.txt")
+    left=$(awk '$2 ~ /^k_add</ {n += $1} END {print n + 0}' "$tmp/q1.txt")
+    l0=$(awk '$1 == "step" {l = $4} END {print l}' "$tmp/q0.out")
+    l1=$(awk '$1 == "step" {l = $4} END {print l}' "$tmp/q1.out")
+    said=$(sed -n 's/.*, \([0-9]*\) linear and residual product.*/\1/p' "$tmp/q1.out")
+    if [ "$want" = none ]; then
+      good=$([ "$left" -eq "$sep" ] && [ -z "$said" ] && echo y)
+    else
+      good=$([ "$sep" -gt 0 ] && [ "$left" -eq 0 ] && [ "${said:-0}" -gt 0 ] && echo y)
+    fi
+    if [ "$good" = y ] && ! grep -q "linear and residual product" "$tmp/q0.out" && grep -q ": match$" "$tmp/q2.out" &&
+       awk -v a="$l0" -v b="$l1" 'BEGIN {d = a - b; if (d < 0) d = -d; exit !(a > 0 && d <= 0.01 * a)}'; then ok
+      echo "cuda (emulated): $name: linear and residual's add fused (${said:-no} products a step): add kernels launched $left (separate: $sep); loss at step 3 $l1 (separate: $l0); $(grep -o 'losses within [^,]*' "$tmp/q2.out") of one device"
+    else bad "$name: add kernels launched fused $left, separate $sep, said ${said:-nothing}; losses $l1 and $l0"; cat "$tmp/q2.out"; fi
+  else bad "$name: weft run $* --backend cuda"; cat "$tmp/e"; fi
+}
 # A backward compute whose gradients are buffers just cleared, untouched
 # since, writes them instead of adding to them, and their allocs do not
 # clear them (first_writes in exec.c): fewer clearings (gpu_zero, which the
@@ -259,13 +287,42 @@ loss_in_place() {
 loss_in_place "gpt2 bf16 single, logits of 257 columns" 1 bench/gpu/gpt2.plan --plan single $V257
 loss_in_place "megatron bf16 pp2 dp2, 2 micro-batches, recompute" 0 examples/gpt_megatron.plan $MEG --set dtype=bf16 --set tp=1 \
   --set dp=2 --set 'recompute="full"'
+# A residual's backward gives both its inputs the gradient of its result:
+# their buffers take that gradient's memory and nothing is launched
+# (pass_grads in exec.c): no k_add_backward in 3 steps where
+# WEFT_CUDA_PASS_GRADS=0 launches them, no more device memory, the same
+# losses and norms to the bit (a copy either way), said, and a match with
+# one device, with tensor and pipeline parallelism, 2 micro-batches and
+# recomputation included.
+pass_grads() {
+  name=$1; shift
+  if WEFT_CUDA_PASS_GRADS=0 WEFT_CUDA_EMU_LAUNCHES=$tmp/g0.txt "$WEFT" run "$@" --backend cuda --steps 3 >"$tmp/g0.out" 2>"$tmp/e" &&
+     WEFT_CUDA_EMU_LAUNCHES=$tmp/g1.txt "$WEFT" run "$@" --backend cuda --steps 3 >"$tmp/g1.out" 2>>"$tmp/e" &&
+     "$WEFT" run "$@" --backend cuda --steps 2 --check >"$tmp/g2.out" 2>>"$tmp/e"; then
+    n0=$(awk '$2 ~ /^k_add_backward/ {n += $1} END {print n + 0}' "$tmp/g0.txt")
+    n1=$(awk '$2 ~ /^k_add_backward/ {n += $1} END {print n + 0}' "$tmp/g1.txt")
+    m0=$(sed -n 's/.* \([0-9.]* [KMG]iB\) of device memory.*/\1/p' "$tmp/g0.out"); m1=$(sed -n 's/.* \([0-9.]* [KMG]iB\) of device memory.*/\1/p' "$tmp/g1.out")
+    said=$(sed -n 's/.*, \([0-9]*\) residual backwards* passing the gradient through.*/\1/p' "$tmp/g1.out")
+    awk '$1 == "step" {print $2, $4, $8}' "$tmp/g0.out" >"$tmp/g0.l"; awk '$1 == "step" {print $2, $4, $8}' "$tmp/g1.out" >"$tmp/g1.l"
+    if [ "$n0" -gt 0 ] && [ "$n1" -eq 0 ] && [ "${said:-0}" -gt 0 ] && [ -s "$tmp/g0.l" ] && cmp -s "$tmp/g0.l" "$tmp/g1.l" &&
+       awk -v a="$m1" -v b="$m0" '
+         function bytes(q,  u) { split(q, u, " "); return u[1] * (u[2] == "GiB" ? 2^30 : u[2] == "MiB" ? 2^20 : 2^10) }
+         BEGIN { exit !(bytes(a) <= bytes(b)) }' && ! grep -q "passing the gradient through" "$tmp/g0.out" &&
+       grep -q ": match$" "$tmp/g2.out"; then ok
+      echo "cuda (emulated): $name: $said residual backward(s) passing the gradient through: no k_add_backward in 3 steps (separate: $n0); $m1 of device memory (separate: $m0); the same losses and norms; $(grep -o 'losses within [^,]*' "$tmp/g2.out") of one device"
+    else bad "$name: gradients passed through: k_add_backward $n1 (off: $n0), memory $m1 against $m0, said ${said:-nothing}"; cat "$tmp/g0.l" "$tmp/g1.l" "$tmp/g2.out"; fi
+  else bad "$name: weft run $* --backend cuda"; cat "$tmp/e"; fi
+}
+pass_grads "gpt2 f32 single" examples/gpt2.plan --plan single $GPT
+pass_grads "megatron bf16 tp2 pp2 dp2, 2 micro-batches, recompute" examples/gpt_megatron.plan $MEG --set dtype=bf16 \
+  --set 'recompute="full"'
 # --trace on virtual devices: every compute of both devices' programs
-# timed on its device's stream (with the loss's separate kernels: in
-# place, its backward launches nothing), named as the program names it,
+# timed on its device's stream (with the loss's separate kernels and the
+# residuals' backward: in place, they launch nothing), named as the program names it,
 # no overlap on a stream (tests/trace_check.py), with clipping's plan
 TG="examples/gpt2.plan --plan tp2 --set layers=2 --set hidden=64 --set heads=4 --set seq=16 --set vocab=256 --set batch=8"
 for d in 0 1; do "$WEFT" lower $TG --device $d --json >"$tmp/tlow$d.json"; done
-if WEFT_CUDA_LOSS_IN_PLACE=0 "$WEFT" run $TG --backend cuda --steps 2 --clip 1 --trace "$tmp/tr.json" --json >"$tmp/tr.run" 2>"$tmp/e" &&
+if WEFT_CUDA_LOSS_IN_PLACE=0 WEFT_CUDA_PASS_GRADS=0 "$WEFT" run $TG --backend cuda --steps 2 --clip 1 --trace "$tmp/tr.json" --json >"$tmp/tr.run" 2>"$tmp/e" &&
    python3 tests/trace_check.py "$tmp/tr.json" "$tmp/tr.run" 2 computes "$tmp/tlow0.json" "$tmp/tlow1.json" >"$tmp/tr.out" &&
    python3 -c 'import json, sys; d = json.load(open(sys.argv[1]))["otherData"]; assert d["backend"] == "cuda" and "CUDA events" in d["times"], d' "$tmp/tr.json"; then ok
   echo "cuda (emulated): --trace, gpt2 tp2 with --clip 1: $(cat "$tmp/tr.out")"
@@ -300,6 +357,9 @@ else bad "budget: $(cat "$tmp/m0" "$tmp/m1" 2>/dev/null | tail -3)"; fi
 gelu_fusion "gpt2 bf16 single" bench/gpu/gpt2.plan --plan single $GPT
 gelu_fusion "gpt2 bf16 tp2" bench/gpu/gpt2.plan --plan tp2 $GPT
 gelu_fusion "megatron bf16 tp2 pp2 dp2, full recompute" examples/gpt_megatron.plan $MEG --set dtype=bf16 --set 'recompute="full"'
+resid_fusion "gpt2 bf16 single" all bench/gpu/gpt2.plan --plan single $GPT
+resid_fusion "megatron bf16 pp2 dp4, 2 micro-batches" all examples/gpt_megatron.plan $MEG --set dtype=bf16 --set tp=1 --set dp=4
+resid_fusion "megatron bf16, full recompute" none examples/gpt_megatron.plan $MEG --set dtype=bf16 --set 'recompute="full"'
 # the device's limits
 WEFT_CUDA_EMU_MEMORY=1000000 "$WEFT" run examples/gpt2.plan --plan tp2 $GPT --backend cuda >/dev/null 2>"$tmp/e"
 rc=$?

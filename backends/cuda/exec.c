@@ -64,6 +64,7 @@ typedef struct pcall {
   int dev;                /* its device: the gemm workspace is in its pool */
   int ins;                /* its instruction in dev's program */
   caddr epi;              /* fused with the next call (fuse_calls): ccall.epi_ptr */
+  caddr epi_in;           /* and ccall.epi_in (a residual's other input) */
 } pcall;
 
 typedef struct pstep {
@@ -182,15 +183,16 @@ typedef struct cvdev {
   int *slot;              /* per instruction: the loss share it writes, -1 */
   bool *stepped;          /* per buffer of its program: a parameter a step wrote */
   uint8_t *first;         /* per instruction: FIRST_WRITE, NO_CLEAR (first_writes), LOSS_WITH_GRAD,
-                           * LOSS_GRAD_DONE (loss_in_place) */
+                           * LOSS_GRAD_DONE (loss_in_place), GRAD_PASSED (pass_grads) */
 } cvdev;
 
 /* cvdev.first: a backward compute that writes its gradients instead of
  * adding them to buffers just cleared; an alloc whose buffer such a
  * compute writes first, which need not be cleared; a loss's forward that
  * writes its logits' gradient over them, and its backward, which then
- * does nothing */
-enum { FIRST_WRITE = 1, NO_CLEAR = 2, LOSS_WITH_GRAD = 4, LOSS_GRAD_DONE = 8 };
+ * does nothing; a backward whose gradients are its result's gradient's
+ * memory, which does nothing either */
+enum { FIRST_WRITE = 1, NO_CLEAR = 2, LOSS_WITH_GRAD = 4, LOSS_GRAD_DONE = 8, GRAD_PASSED = 16 };
 
 struct backend_run {
   const weft_program *pr;
@@ -260,6 +262,9 @@ struct backend_run {
   bool fuse_calls;        /* WEFT_CUDA_FUSE: a linear and its GELU as one product (fuse_calls) */
   int nfused, nfirst, npadded; /* what fuse_calls, first_writes and pad_rows did (crun_describe) */
   int nin_place;          /* the losses loss_in_place took (crun_describe) */
+  int npassed;            /* the backwards pass_grads took (crun_describe) */
+  int nresid;             /* the linears fuse_calls fused with a residual's add (crun_describe) */
+  bool fuse_resid;        /* WEFT_CUDA_FUSE_RESID: a linear and the residual's add after it too */
   int *share;             /* per buffer: the buffer whose memory it takes (csched_cb.share), -1 */
   int64_t *pitch;         /* per buffer: elements from a row to the next where padded (pad_rows), 0 */
   int64_t *pbytes;        /* per buffer: its bytes so, 0: lbuf's */
@@ -552,6 +557,107 @@ static void loss_in_place(crun *r, int d) {
   }
 }
 
+/* ---- gradients passed through ------------------------------------------------------ */
+
+/* The buffer whose memory buffer b takes (csched_cb.share), b its own. */
+static int share_root(const crun *r, int b) { return r->share[b] >= 0 ? r->share[b] : b; }
+
+/* Whether ref is a whole activation gradient of dev's own, of the type dt,
+ * its rows packed, that takes no other buffer's memory. */
+static bool plain_grad(const crun *r, int d, const lref *ref, int dt) {
+  const lprog *lp = &r->pr->progs[d];
+  if (!ref || ref->buf < lp->buf_lo || ref->buf >= lp->buf_hi) return false;
+  const lbuf *b = &r->pr->bufs[ref->buf];
+  return b->role == LB_ACT_GRAD && !b->persistent && b->dtype == dt && cx_equal(&b->region, &ref->region) &&
+         !(r->pitch && r->pitch[ref->buf]);
+}
+
+/* Two regions of the same extent in every dimension. */
+static bool same_shape(const tregion *a, const tregion *b) {
+  if (a->ndims != b->ndims) return false;
+  for (int k = 0; k < a->ndims; k++)
+    if (cx_dlen(&a->dims[k]) != cx_dlen(&b->dims[k])) return false;
+  return true;
+}
+
+static int alloc_of(const lprog *lp, int buf, int before) {
+  for (int j = before - 1; j >= 0; j--)
+    if (lp->ins[j].kind == LI_ALLOC && lp->ins[j].buf == buf) return j;
+  return -1;
+}
+
+/* A residual's backward B (ckernel_passes_grad) copies the gradient of its
+ * result, G, into the gradients of its inputs. Where B writes them (first
+ * written, first_writes), each a whole buffer of G's type and shape
+ * allocated after G and untouched until B, and G is not touched after B:
+ * the inputs' gradients take G's memory (csched_cb.share) and B does
+ * nothing (GRAD_PASSED). Sharing memory, they must not tell apart: after
+ * B they are only read until the first instruction that writes one of
+ * them, which touches no other, and from then on only the one it wrote is
+ * touched. In a GPT the gradient of the residual stream goes through a
+ * layer's two adds without a copy: two launches fewer a layer, each
+ * reading the stream's gradient and writing it twice, and two buffers of
+ * its size fewer. */
+static void pass_grads(crun *r, int d) {
+  const weft_program *pr = r->pr;
+  const lprog *lp = &pr->progs[d];
+  uint8_t *f = r->dev[d].first;
+  for (int i = 0; i < lp->n; i++) {
+    const lins *bw = &lp->ins[i];
+    if (bw->kind != LI_COMPUTE || bw->dir != DIR_BACKWARD || bw->part != LP_WHOLE || bw->recompute ||
+        !(f[i] & FIRST_WRITE) || f[i] & (LOSS_GRAD_DONE | GRAD_PASSED))
+      continue;
+    int op = lower_compute_op(pr, bw), dt = ckernel_dtype(r->g, op);
+    if (!ckernel_passes_grad(r->kern[op])) continue;
+    const lref *gy = ref_at(bw->in, bw->nin, -1);
+    if (!plain_grad(r, d, gy, dt)) continue;
+    int G = gy->buf, ga = alloc_of(lp, G, i);
+    int outs[CX_MAX_INPUTS], oa[CX_MAX_INPUTS], no = 0;
+    bool ok = ga >= 0;
+    for (int j = 0; j < bw->nout && ok; j++) {
+      const lref *o = &bw->out[j];
+      if (o->buf < 0) continue;
+      ok = no < CX_MAX_INPUTS && o->arg >= 0 && o->buf != G && plain_grad(r, d, o, dt) && r->share[o->buf] < 0 &&
+           same_shape(&o->region, &gy->region);
+      for (int k = 0; k < no && ok; k++) ok = outs[k] != o->buf;
+      if (!ok) break;
+      oa[no] = alloc_of(lp, o->buf, i);
+      ok = oa[no] > ga;
+      for (int j2 = oa[no] + 1; j2 < i && ok; j2++) ok = !touches(&lp->ins[j2], o->buf);
+      outs[no++] = o->buf;
+    }
+    if (!ok || !no) continue;
+    int writer = -1; /* the gradient the first writer after B wrote */
+    for (int j = i + 1; j < lp->n && ok; j++) {
+      const lins *in = &lp->ins[j];
+      if (in->kind == LI_ALLOC || in->kind == LI_FREE) continue;
+      ok = !touches(in, G);
+      int wrote = -1, nw = 0;
+      bool seen[CX_MAX_INPUTS];
+      for (int k = 0; k < no; k++) {
+        bool rd = false, wr = false;
+        seen[k] = refers(in, outs[k], &rd, &wr);
+        if (wr) wrote = k, nw++;
+      }
+      if (writer >= 0) {
+        for (int k = 0; k < no && ok; k++) ok = !seen[k] || k == writer;
+      } else if (nw) {
+        ok = nw == 1;
+        for (int k = 0; k < no && ok; k++) ok = !seen[k] || k == wrote;
+        writer = wrote;
+      }
+    }
+    if (!ok) continue;
+    int root = share_root(r, G);
+    for (int k = 0; k < no; k++) {
+      r->share[outs[k]] = root;
+      f[oa[k]] |= NO_CLEAR;
+    }
+    f[i] |= GRAD_PASSED;
+    r->npassed += here(r, d);
+  }
+}
+
 /* ---- computes ------------------------------------------------------------------------ */
 
 static bool does_write(const lins *in, const ckernel *k);
@@ -618,6 +724,7 @@ static int64_t prep_compute(crun *r, int dev, int i, int64_t base, bool build) {
   const ckernel *k = r->kern[op];
   uint8_t fl = r->dev[dev].first ? r->dev[dev].first[i] : 0;
   if (fl & LOSS_GRAD_DONE) return 0; /* its forward wrote the gradient (loss_in_place) */
+  if (fl & GRAD_PASSED) return 0;    /* its gradients are its result's (pass_grads) */
   if (o->ninputs > CX_MAX_INPUTS) return plan_fail(r, "operator %s has more than %d inputs", o->name, CX_MAX_INPUTS), -1;
   scratch sc = {dev, base, 0};
   pcall pc;
@@ -626,7 +733,7 @@ static int64_t prep_compute(crun *r, int dev, int i, int64_t base, bool build) {
   c->g = r->g, c->op = op, c->k = k, c->backward = in->dir == DIR_BACKWARD, c->part = in->part;
   c->dt = ckernel_dtype(r->g, op), c->nin = o->ninputs, c->deterministic = r->o.deterministic;
   for (int a = 0; a < CX_MAX_INPUTS; a++) pc.in[a] = pc.din[a] = NOWHERE;
-  pc.out = pc.dy = pc.stats = pc.ws = pc.keep = pc.fwd_out = pc.epi = NOWHERE;
+  pc.out = pc.dy = pc.stats = pc.ws = pc.keep = pc.fwd_out = pc.epi = pc.epi_in = NOWHERE;
   int nref = in->nin;
   if (in->part == LP_COMBINE && nref > 0) {
     const lref *ref = &in->in[--nref];
@@ -2255,9 +2362,32 @@ static bool used_elsewhere(const crun *r, int dev, int buf, int ins_w, int ins_r
   return false;
 }
 
+/* Whether buffer buf of dev's program is touched by any instruction but
+ * ins_w and ins_r, except read by a backward that reads only its result's
+ * gradient (ckernel_passes_grad: a residual's add's), or held for a
+ * backward (ckeep.hold). */
+static bool read_elsewhere(const crun *r, int dev, int buf, int ins_w, int ins_r) {
+  const lprog *pg = &r->pr->progs[dev];
+  for (int i = 0; i < pg->n; i++) {
+    const lins *in = &pg->ins[i];
+    if (r->keep && r->keep[dev] && r->keep[dev][i].pair >= 0 && r->keep[dev][i].hold == buf) return true;
+    if (i == ins_w || i == ins_r || !touches(in, buf)) continue;
+    bool as_in = false, as_out = false;
+    refers(in, buf, &as_in, &as_out);
+    if (as_out || in->kind != LI_COMPUTE || in->dir != DIR_BACKWARD ||
+        !ckernel_passes_grad(r->kern[lower_compute_op(r->pr, in)]))
+      return true;
+  }
+  return false;
+}
+
 /* Two calls enqueued back to back on one stream that one product does
  * (ccall_fusion): a linear then the GELU of its result, forward, and
- * their backward. The second's action goes (A_NONE); the first writes
+ * their backward; a linear then the residual's add of its result,
+ * forward: the product adds the add's other input as it stores (cuBLASLt's
+ * C, beta 1) and writes the add's result, and the linear's result is
+ * not written at all, so nothing but the add may read it (the add's
+ * backward reads only its result's gradient). The second's action goes (A_NONE); the first writes
  * what the second wrote, with nothing in between on the stream (no other
  * action, record or wait), on buffers given as they are. Forward, neither
  * accumulates, and the linear's result is still written (cuBLASLt's aux),
@@ -2293,12 +2423,26 @@ static void fuse_calls(crun *r) {
       pcall *pa = &P->calls[P->acts[prev].idx], *pb = &P->calls[b->idx];
       if (pa->dev != pb->dev) continue;
       int epi = ccall_fusion(&pa->c, &pb->c);
-      if (epi == GPU_EPI_NONE || (zero >= 0 && epi != GPU_EPI_DGELU)) continue;
+      if (epi == GPU_EPI_NONE || (zero >= 0 && epi != GPU_EPI_DGELU) || (epi == GPU_EPI_RESID && !r->fuse_resid))
+        continue;
       const lprog *pg = &r->pr->progs[pa->dev];
       const lins *ia = &pg->ins[pa->ins], *ib = &pg->ins[pb->ins];
       caddr dst;  /* what the fused product writes in place of the linear's */
       int64_t bytes = cx_numel(pb->c.inr[0]) * gpu_dtype_size(pb->c.dt);
-      if (epi == GPU_EPI_GELU) {
+      int other = -1; /* GPU_EPI_RESID: the add's input that is not the linear's result */
+      if (epi == GPU_EPI_RESID) {
+        int mid = ref_buf(ia->out, ia->nout, -1);
+        other = mid >= 0 && ref_buf(ib->in, ib->nin, 0) == mid ? 1 : mid >= 0 && ref_buf(ib->in, ib->nin, 1) == mid ? 0 : -1;
+        if (other < 0 || ref_buf(ib->in, ib->nin, other) == mid || ins_adds(r, pa->dev, pa->ins) ||
+            ins_adds(r, pb->dev, pb->ins) || !direct_at(r, pa, pa->out, mid) || pa->c.pitch_out ||
+            !same_addr(pb->in[1 - other], pa->out) || !direct_at(r, pb, pb->out, ref_buf(ib->out, ib->nout, -1)) ||
+            pb->in[other].dev != pb->dev || read_elsewhere(r, pa->dev, mid, pa->ins, pb->ins))
+          continue;
+        /* the other input and the result apart */
+        caddr o = pb->in[other];
+        if (o.off < pb->out.off + bytes && pb->out.off < o.off + bytes) continue;
+        dst = pb->out;
+      } else if (epi == GPU_EPI_GELU) {
         int mid = ref_buf(ia->out, ia->nout, -1);
         if (ins_adds(r, pa->dev, pa->ins) || ins_adds(r, pb->dev, pb->ins) || !direct_at(r, pa, pa->out, mid) ||
             ref_buf(ib->in, ib->nin, 0) != mid ||
@@ -2322,12 +2466,14 @@ static void fuse_calls(crun *r) {
       pa->c.epi = epi;
       if (epi == GPU_EPI_GELU) {
         pa->epi = pb->out;
+      } else if (epi == GPU_EPI_RESID) {
+        pa->epi = pb->out, pa->epi_in = pb->in[other];
       } else {
         pa->epi = pb->in[0];
         pa->din[0] = pb->din[0];
       }
       if (zero >= 0) P->acts[zero].kind = A_NONE;
-      if (P == &r->plan[0]) r->nfused++;
+      if (P == &r->plan[0]) *(epi == GPU_EPI_RESID ? &r->nresid : &r->nfused) += 1;
       if (sync & WAITED) {
         /* the stream waited between them (memory another stream read, now
          * the GELU's): the fused call runs in the GELU's place; it may pass
@@ -2555,6 +2701,7 @@ crun *crun_open(const weft_program *pr, weft_world *w, const backend_opts *o, ch
   r->sync_each = getenv("WEFT_CUDA_SYNC") && strcmp(getenv("WEFT_CUDA_SYNC"), "0") != 0;
   r->fused = !getenv("WEFT_CUDA_FUSED_STEP") || strcmp(getenv("WEFT_CUDA_FUSED_STEP"), "0") != 0;
   r->fuse_calls = !getenv("WEFT_CUDA_FUSE") || strcmp(getenv("WEFT_CUDA_FUSE"), "0") != 0;
+  r->fuse_resid = !getenv("WEFT_CUDA_FUSE_RESID") || strcmp(getenv("WEFT_CUDA_FUSE_RESID"), "0") != 0;
   const weft_graph *g = r->g;
   uint8_t *mask_bytes = NULL;
   if (!mp_begin(r, err, errlen)) goto fail;
@@ -2602,6 +2749,9 @@ crun *crun_open(const weft_program *pr, weft_world *w, const backend_opts *o, ch
   if (!getenv("WEFT_CUDA_LOSS_IN_PLACE") || strcmp(getenv("WEFT_CUDA_LOSS_IN_PLACE"), "0") != 0)
     for (int d = 0; d < pr->nprogs; d++)
       if (pr->progs[d].n && here(r, d)) loss_in_place(r, d);
+  if (!getenv("WEFT_CUDA_PASS_GRADS") || strcmp(getenv("WEFT_CUDA_PASS_GRADS"), "0") != 0)
+    for (int d = 0; d < pr->nprogs; d++)
+      if (pr->progs[d].n && here(r, d)) pass_grads(r, d);
   /* the GPU first: a kernel's scratch may be sized by a library that
    * plans for the device it runs on (cuDNN's attention) */
   if (!crun_gpu(&r->gpu, &r->props, err, errlen)) goto fail;
@@ -2727,6 +2877,9 @@ void crun_describe(crun *r, char *buf, size_t n) {
   if (r->nfused > 0 && k > 0 && (size_t)k < n)
     k += snprintf(buf + k, n - (size_t)k, "%s%d linear and GELU product%s", sep, r->nfused, r->nfused == 1 ? "" : "s"),
         sep = ", ";
+  if (r->nresid > 0 && k > 0 && (size_t)k < n)
+    k += snprintf(buf + k, n - (size_t)k, "%s%d linear and residual product%s", sep, r->nresid, r->nresid == 1 ? "" : "s"),
+        sep = ", ";
   if (r->nfirst > 0 && k > 0 && (size_t)k < n)
     k += snprintf(buf + k, n - (size_t)k, "%s%d backward compute%s writing gradients first", sep, r->nfirst,
                   r->nfirst == 1 ? "" : "s"),
@@ -2735,8 +2888,12 @@ void crun_describe(crun *r, char *buf, size_t n) {
     k += snprintf(buf + k, n - (size_t)k, "%s%d buffer%s of padded rows", sep, r->npadded, r->npadded == 1 ? "" : "s"),
         sep = ", ";
   if (r->nin_place > 0 && k > 0 && (size_t)k < n)
-    snprintf(buf + k, n - (size_t)k, "%s%d loss%s writing the gradient over the logits", sep, r->nin_place,
-             r->nin_place == 1 ? "" : "es");
+    k += snprintf(buf + k, n - (size_t)k, "%s%d loss%s writing the gradient over the logits", sep, r->nin_place,
+                  r->nin_place == 1 ? "" : "es"),
+        sep = ", ";
+  if (r->npassed > 0 && k > 0 && (size_t)k < n)
+    snprintf(buf + k, n - (size_t)k, "%s%d residual backward%s passing the gradient through", sep, r->npassed,
+             r->npassed == 1 ? "" : "s");
 }
 
 /* ---- running ------------------------------------------------------------------------------------ */
@@ -2770,6 +2927,7 @@ static bool run_act(crun *r, const cact *a, gpu_stream *s, char *err, size_t err
     c.keep = addr(r, pc->keep);
     c.fwd_out = addr(r, pc->fwd_out);
     c.epi_ptr = addr(r, pc->epi);
+    c.epi_in = addr(r, pc->epi_in);
     c.slot = pc->slot >= 0 ? r->slots + pc->slot : NULL;
     c.gemm_ws = r->dev[pc->dev].pool + r->P->s.fixed[pc->dev];
     c.s = s;

@@ -147,11 +147,14 @@ typedef enum {
   GPU_EPI_NONE,
   GPU_EPI_GELU,  /* C = gelu(P) and aux = P, P = op(A) op(B) + bias: a linear and the GELU after it */
   GPU_EPI_DGELU, /* C = op(A) op(B) * gelu'(aux): the backward of both, aux the GELU's input */
+  GPU_EPI_RESID, /* C = op(A) op(B) + bias + aux, aux read (C's shape, not C): a linear and the
+                  * residual's add after it */
 } gpu_epi;
-/* gpu_gemm with an epilogue (GELU with the tanh approximation), C and aux
- * packed (ldc == n) of C's type, nothing accumulated. cuBLASLt fuses it
- * when every operand's rows and pointers are 16-byte aligned and n is a
- * multiple of 8; otherwise the product, then the GELU kernel. */
+/* gpu_gemm with an epilogue (GELU with the tanh approximation, or a
+ * residual's add), C and aux packed (ldc == n) of C's type, nothing
+ * accumulated. cuBLASLt fuses it when every operand's rows and pointers
+ * are 16-byte aligned and n is a multiple of 8; otherwise the product,
+ * then the GELU's kernel or the add's. */
 bool gpu_gemm_epi(gpu_stream *s, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                   const void *a, int64_t lda, int adt, const void *b, int64_t ldb, int bdt,
                   void *c, int cdt, const void *bias, int epi, void *aux,

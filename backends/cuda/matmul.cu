@@ -210,9 +210,10 @@ static void store(void *p, int dt, int64_t i, float v) {
   else ((float *)p)[i] = v;
 }
 
-/* Column-major D[M,N] = op(X) op(Y) (+ D) (+ bias[M]), then the epilogue
- * (aux ldd apart), as cublasLtMatmul: the operands read as cuBLASLt reads
- * them into f32 copies, then summed over p in order. */
+/* Column-major D[M,N] = op(X) op(Y) (+ D, or + aux for GPU_EPI_RESID)
+ * (+ bias[M]), then the epilogue (aux ldd apart), as cublasLtMatmul: the
+ * operands read as cuBLASLt reads them into f32 copies, then summed over
+ * p in order. */
 static void emu_lt_matmul(bool tx, bool ty, int64_t M, int64_t N, int64_t K, const void *x, int64_t ldx, int xdt,
                           const void *y, int64_t ldy, int ydt, void *d, int64_t ldd, int ddt, const void *bias,
                           bool beta, int epi, void *aux) {
@@ -235,6 +236,7 @@ static void emu_lt_matmul(bool tx, bool ty, int64_t M, int64_t N, int64_t K, con
     for (int64_t i = 0; i < M; i++) {
       float v = acc[i];
       if (beta) v += load(d, ddt, i + j * ldd);
+      if (epi == GPU_EPI_RESID) v += load(aux, ddt, i + j * ldd);
       if (bias) v += load(bias, ddt, i);
       if (epi == GPU_EPI_GELU) store(aux, ddt, i + j * ldd, v), v = gelu_f(v);
       else if (epi == GPU_EPI_DGELU) v *= gelu_grad_f(load(aux, ddt, i + j * ldd));
@@ -319,7 +321,9 @@ static gemm_plan *plan_for(const gemm_key *k, char *err, size_t errlen) {
       lt_failed(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &oy, sizeof oy), "transb", err,
                 errlen))
     return NULL;
-  if (k->bias || k->epi != GPU_EPI_NONE) {
+  /* the residual's add is cuBLASLt's C (beta 1), not an epilogue */
+  bool aux = k->epi == GPU_EPI_GELU || k->epi == GPU_EPI_DGELU;
+  if (k->bias || aux) {
     cublasLtEpilogue_t ep = k->epi == GPU_EPI_GELU    ? (k->bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
                             : k->epi == GPU_EPI_DGELU ? CUBLASLT_EPILOGUE_DGELU
                                                       : CUBLASLT_EPILOGUE_BIAS;
@@ -327,14 +331,14 @@ static gemm_plan *plan_for(const gemm_key *k, char *err, size_t errlen) {
                   err, errlen))
       return NULL;
     int64_t ld = k->ldd;
-    if (k->epi != GPU_EPI_NONE &&
+    if (aux &&
         lt_failed(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld),
                   "epilogue's leading dimension", err, errlen))
       return NULL;
     /* the heuristic reads the aux pointer's alignment from its value: one
      * of the key's alignment until each call sets the real one */
     void *hint = (void *)(uintptr_t)k->align[4];
-    if (k->epi != GPU_EPI_NONE &&
+    if (aux &&
         lt_failed(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &hint, sizeof hint),
                   "epilogue's input", err, errlen))
       return NULL;
@@ -397,27 +401,28 @@ static void describe(const cublasLtMatmulAlgo_t *a, char *out, size_t n) {
 /* The heuristic's first choice is often not the fastest for shapes off
  * its beaten track (a vocabulary of 50257 columns); a large product that
  * overwrites its result (no accumulation, so running it again changes
- * nothing) times each candidate the first time it runs, two calls after
- * one untimed, and keeps the fastest for the run. Not under
- * --deterministic, whose bits must not depend on a timing. */
-static void tune(gemm_plan *p, cublasLtHandle_t h, const void *b, const void *a, void *c, void *ws,
+ * nothing; a residual's add reads cin, not its result) times each
+ * candidate the first time it runs, two calls after one untimed, and
+ * keeps the fastest for the run. Not under --deterministic, whose bits
+ * must not depend on a timing. */
+static void tune(gemm_plan *p, cublasLtHandle_t h, const void *b, const void *a, const void *cin, void *c, void *ws,
                  size_t ws_bytes, cudaStream_t s) {
   p->tuned = true;
   int level = tune_level();
-  if (level <= 0 || p->key.det || p->key.beta) return;
+  if (level <= 0 || p->key.det || (p->key.beta && p->key.epi != GPU_EPI_RESID)) return;
   cudaEvent_t e0, e1;
   if (cudaEventCreate(&e0) != cudaSuccess) return;
   if (cudaEventCreate(&e1) != cudaSuccess) {
     cudaEventDestroy(e0);
     return;
   }
-  float alpha = 1.0f, beta = 0.0f, best = -1.0f;
+  float alpha = 1.0f, beta = p->key.beta ? 1.0f : 0.0f, best = -1.0f;
   int besti = 0;
   for (int i = 0; i < p->ncand; i++) {
     cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
     for (int r = 0; r < 3 && st == CUBLAS_STATUS_SUCCESS; r++) {
       if (r == 1) cudaEventRecord(e0, s);
-      st = cublasLtMatmul(h, p->desc, &alpha, b, p->lx, a, p->ly, &beta, c, p->ld, c, p->ld, &p->cand[i], ws,
+      st = cublasLtMatmul(h, p->desc, &alpha, b, p->lx, a, p->ly, &beta, cin, p->ld, c, p->ld, &p->cand[i], ws,
                           ws_bytes, s);
     }
     cudaEventRecord(e1, s);
@@ -460,9 +465,12 @@ static bool direct_gemm(gpu_stream *s, bool ta, bool tb, int64_t m, int64_t n, i
   key.tx = tb, key.ty = ta, key.M = n, key.N = m, key.K = k;
   key.ldx = ldb, key.ldy = lda, key.ldd = ldc;
   key.xdt = bdt, key.ydt = adt, key.ddt = cdt;
-  key.bias = bias != NULL, key.beta = acc, key.det = deterministic, key.epi = epi;
-  key.align[0] = alignment(b), key.align[1] = alignment(a), key.align[2] = key.align[3] = alignment(c);
-  key.align[4] = epi != GPU_EPI_NONE ? alignment(aux) : 0;
+  /* a residual's add: C is aux, D the result (beta 1) */
+  bool resid = epi == GPU_EPI_RESID;
+  const void *cin = resid ? aux : c;
+  key.bias = bias != NULL, key.beta = acc || resid, key.det = deterministic, key.epi = epi;
+  key.align[0] = alignment(b), key.align[1] = alignment(a), key.align[2] = alignment(cin), key.align[3] = alignment(c);
+  key.align[4] = epi != GPU_EPI_NONE && !resid ? alignment(aux) : 0;
   key.ws = ws_bytes;
   gemm_plan *p = plan_for(&key, err, errlen);
   if (!p) return false;
@@ -470,14 +478,15 @@ static bool direct_gemm(gpu_stream *s, bool ta, bool tb, int64_t m, int64_t n, i
                                                        sizeof bias),
                         "bias", err, errlen))
     return false;
-  if (epi != GPU_EPI_NONE && lt_failed(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+  if (epi != GPU_EPI_NONE && !resid &&
+      lt_failed(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
                                                                       &aux, sizeof aux),
                                        "epilogue's input", err, errlen))
     return false;
   if (!p->tuned && 2.0 * (double)m * (double)n * (double)k >= (double)((int64_t)1 << 30))
-    tune(p, handles[key.dev], b, a, c, ws, ws_bytes, (cudaStream_t)s);
-  float alpha = 1.0f, beta = acc ? 1.0f : 0.0f;
-  return !lt_failed(cublasLtMatmul(handles[key.dev], p->desc, &alpha, b, p->lx, a, p->ly, &beta, c, p->ld, c, p->ld,
+    tune(p, handles[key.dev], b, a, cin, c, ws, ws_bytes, (cudaStream_t)s);
+  float alpha = 1.0f, beta = key.beta ? 1.0f : 0.0f;
+  return !lt_failed(cublasLtMatmul(handles[key.dev], p->desc, &alpha, b, p->lx, a, p->ly, &beta, cin, p->ld, c, p->ld,
                                    &p->algo, ws, ws_bytes, (cudaStream_t)s),
                     "matmul", err, errlen);
 #endif
@@ -686,7 +695,7 @@ bool gpu_gemm_epi(gpu_stream *s, bool ta, bool tb, int64_t m, int64_t n, int64_t
   if (epi == GPU_EPI_NONE)
     return gpu_gemm(s, ta, tb, m, n, k, a, lda, adt, b, ldb, bdt, c, n, cdt, bias, false, ws, ws_bytes, deterministic,
                     err, errlen);
-  if (epi < 0 || epi > GPU_EPI_DGELU) {
+  if (epi < 0 || epi > GPU_EPI_RESID) {
     snprintf(err, errlen, "gemm: epilogue %d unknown", epi);
     return false;
   }
@@ -694,7 +703,7 @@ bool gpu_gemm_epi(gpu_stream *s, bool ta, bool tb, int64_t m, int64_t n, int64_t
   /* cuBLASLt's GELU epilogues want the aux matrix's leading dimension a
    * multiple of 8 and, as its fast kernels, aligned rows; where it has no
    * algorithm for one (refused), that epilogue is not asked again */
-  static bool refused[3];
+  static bool refused[4];
   if (k > 0 && n % 8 == 0 && !refused[epi] && !misaligned(a, lda, adt) && !misaligned(b, ldb, bdt) &&
       !misaligned(c, n, cdt) && !misaligned(aux, n, cdt)) {
     size_t lt = ws_bytes < lt_ws() ? ws_bytes : lt_ws();
@@ -710,6 +719,10 @@ bool gpu_gemm_epi(gpu_stream *s, bool ta, bool tb, int64_t m, int64_t n, int64_t
     return gpu_gemm(s, ta, tb, m, n, k, a, lda, adt, b, ldb, bdt, aux, n, cdt, bias, false, ws, ws_bytes,
                     deterministic, err, errlen) &&
            (gpu_gelu(s, cdt, c, aux, m * n), true);
+  if (epi == GPU_EPI_RESID)
+    return gpu_gemm(s, ta, tb, m, n, k, a, lda, adt, b, ldb, bdt, c, n, cdt, bias, false, ws, ws_bytes,
+                    deterministic, err, errlen) &&
+           (gpu_add(s, cdt, c, c, aux, m * n), true);
   return gpu_gemm(s, ta, tb, m, n, k, a, lda, adt, b, ldb, bdt, c, n, cdt, NULL, false, ws, ws_bytes, deterministic,
                   err, errlen) &&
          (gpu_gelu_backward(s, cdt, c, c, aux, m * n, false), true);

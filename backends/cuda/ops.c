@@ -63,8 +63,10 @@ struct ckernel {
  * in place (H100, GPT-2 124M: LayerNorm's backward adding in place took
  * 5.6 ms a step against 0.6 ms writing scratch; the cause is not
  * established). K_GRAD_IN_PLACE: a loss whose forward, taking its first
- * input whole, can also write that input's gradient over it (ccall.grad_in_place). */
-enum { K_OVERWRITES = 1, K_PITCH_OUT = 2, K_PITCH_IN0 = 4, K_SCRATCH_DX = 8, K_GRAD_IN_PLACE = 16 };
+ * input whole, can also write that input's gradient over it (ccall.grad_in_place).
+ * K_PASSES_GRAD: its backward gives every input its result's gradient as
+ * it is (a residual's add; pass_grads in exec.c). */
+enum { K_OVERWRITES = 1, K_PITCH_OUT = 2, K_PITCH_IN0 = 4, K_SCRATCH_DX = 8, K_GRAD_IN_PLACE = 16, K_PASSES_GRAD = 32 };
 
 static bool cannot_accumulate(const ccall *c, char *err, size_t errlen) {
   const gop *o = &c->g->ops[c->op];
@@ -153,6 +155,10 @@ static bool linear_forward(const ccall *c, char *err, size_t errlen) {
   /* fused with the GELU after it: out is its input, epi_ptr its result */
   if (c->epi == GPU_EPI_GELU)
     return gemm_epi(c, false, false, m, n, k, c->in[0], k, c->in[1], n, c->epi_ptr, c->in[2], c->out, err, errlen);
+  /* fused with the residual's add after it: epi_ptr = the result + epi_in */
+  if (c->epi == GPU_EPI_RESID)
+    return gemm_epi(c, false, false, m, n, k, c->in[0], k, c->in[1], n, c->epi_ptr, c->in[2], (void *)c->epi_in, err,
+                    errlen);
   return gemm(c, false, false, m, n, k, c->in[0], k, c->in[1], n, c->out, n, c->in[2], c->acc, err, errlen);
 }
 
@@ -938,7 +944,7 @@ static const ckernel kernels[] = {
     {KERNELS(gelu), NULL, NULL, NULL, false, -1, 0, K_OVERWRITES},
     {KERNELS(silu), NULL, NULL, NULL, false, -1, 0, K_OVERWRITES},
     {KERNELS(swiglu), NULL, NULL, NULL, false, -1, 0, K_OVERWRITES},
-    {KERNELS(add), NULL, NULL, NULL, false, -1, 0, K_OVERWRITES},
+    {KERNELS(add), NULL, NULL, NULL, false, -1, 0, K_OVERWRITES | K_PASSES_GRAD},
     {KERNELS(softmax), NULL, NULL, NULL, false, -1, 0, K_OVERWRITES},
     {KERNELS(rotary), NULL, NULL, NULL, false, -1, 0, K_OVERWRITES},
     {KERNELS(causal_attention), NULL, causal_attention_ws_backward, causal_attention_keep, false, -1, 0, K_OVERWRITES},
@@ -978,10 +984,19 @@ const ckernel *ckernel_find(const weft_graph *g, int op, char *err, size_t errle
 bool ckernel_is_loss(const ckernel *k) { return k && k->loss; }
 
 int ccall_fusion(const ccall *a, const ccall *b) {
-  if (!a->k || !b->k || strcmp(a->k->kind, "linear") != 0 || strcmp(b->k->kind, "gelu") != 0) return GPU_EPI_NONE;
+  if (!a->k || !b->k || strcmp(a->k->kind, "linear") != 0) return GPU_EPI_NONE;
   if (a->part != LP_WHOLE || b->part != LP_WHOLE || a->dt != b->dt || a->backward != b->backward ||
       a->epi != GPU_EPI_NONE || !b->inr[0])
     return GPU_EPI_NONE;
+  if (ckernel_passes_grad(b->k)) {
+    /* the residual's add, forward: both its inputs of the linear's result's shape */
+    const tregion *r = a->outr;
+    if (a->backward || !r || b->nin != 2 || !b->inr[1] || !b->outr) return GPU_EPI_NONE;
+    for (int i = 0; i < 2; i++)
+      if (cx_numel(b->inr[i]) != cx_numel(r) || last(b->inr[i]) != last(r)) return GPU_EPI_NONE;
+    return cx_numel(b->outr) == cx_numel(r) ? GPU_EPI_RESID : GPU_EPI_NONE;
+  }
+  if (strcmp(b->k->kind, "gelu") != 0) return GPU_EPI_NONE;
   /* forward: the GELU's input is the linear's result; backward: the
    * gradient of the GELU's result is the linear's of its input */
   const tregion *r = a->backward ? a->inr[0] : a->outr, *q = a->backward ? b->dyr : b->inr[0];
@@ -1000,6 +1015,8 @@ bool ckernel_pitched(const ckernel *k, bool backward, int arg, bool out) {
 bool ckernel_overwrites(const ckernel *k) { return k && k->props & K_OVERWRITES; }
 
 bool ckernel_grad_in_place(const ckernel *k) { return k && k->props & K_GRAD_IN_PLACE; }
+
+bool ckernel_passes_grad(const ckernel *k) { return k && k->props & K_PASSES_GRAD; }
 
 /* WEFT_CUDA_LN_IN_PLACE=1: LayerNorm's backward adds in place too (its
  * vectorized kernel reads and adds 16 bytes at a time; bench/gpu.sh times

@@ -27,6 +27,9 @@ bool ckernel_overwrites(const ckernel *k);
  * input over that input, with its loss (ccall.grad_in_place): cross
  * entropy over the whole vocabulary. */
 bool ckernel_grad_in_place(const ckernel *k);
+/* Whether its backward gives each input its result's gradient unchanged
+ * (the inputs and the result of one shape and type). */
+bool ckernel_passes_grad(const ckernel *k);
 /* Whether k's calls take a buffer with padded rows (ccall.pitch_*) as the
  * given ref of a call (arg: the input it is or whose gradient it is, -1 the
  * result or its gradient; out: an output of the call): a matmul_t's result
@@ -69,9 +72,12 @@ typedef struct ccall {
   bool acc;
   /* a linear's call fused with the GELU after it (gpu_epi): GPU_EPI_GELU,
    * the forward writes out and gelu(out) into epi_ptr; GPU_EPI_DGELU, the
-   * backward's din[0] is times gelu'(epi_ptr), the GELU's input */
+   * backward's din[0] is times gelu'(epi_ptr), the GELU's input. With the
+   * residual's add after it, GPU_EPI_RESID: the forward writes its result
+   * plus epi_in into epi_ptr, and not out */
   int epi;
   void *epi_ptr;
+  const void *epi_in;
   /* elements from one row to the next of in[0], din[0], out and dy where
    * their buffer's rows are padded to 16 bytes (0: packed): the logits of a
    * vocabulary of 50257 (ckernel_pitched) */
@@ -89,7 +95,9 @@ typedef struct ccall {
 
 /* The epilogue (gpu_epi) that fuses call b into call a before it: a
  * linear's forward and a GELU's forward on its whole result, or the
- * backward of a linear and of the GELU on its input's gradient.
+ * backward of a linear and of the GELU on its input's gradient; a
+ * linear's forward and a residual's add (ckernel_passes_grad) of its
+ * result and a tensor of the same shape.
  * GPU_EPI_NONE: they do not fuse. The caller checks that b reads what a
  * writes (and, backward, that nothing else reads it) and what is
  * accumulated. */

@@ -283,6 +283,41 @@ static void check_gemm_gelu(int dt, int64_t m, int64_t k, int64_t n) {
   free(a), free(b), free(bias), free(g), free(x), free(pre), free(y), free(gx), free(want);
 }
 
+/* A linear and the residual's add after it as one product (gpu_gemm_epi,
+ * GPU_EPI_RESID: y = a b + bias + r, r cuBLASLt's C), against k_linear and
+ * k_add; fused where the shapes allow (n and k multiples of 8 here), else
+ * the product and the add kernel. r is left as it was. */
+static void check_gemm_resid(int dt, int64_t m, int64_t k, int64_t n) {
+  char e[400], what[96];
+  size_t wsb = gpu_gemm_ws();
+  void *ws = wsb ? gpu_alloc(wsb, e, sizeof e) : NULL;
+  float *a = randn(m * k, 1), *b = randn(k * n, 1), *bias = randn(n, 1), *res = randn(m * n, 3);
+  round_all(a, m * k, dt), round_all(b, k * n, dt), round_all(bias, n, dt), round_all(res, m * n, dt);
+  void *da = up(a, m * k, dt), *db = up(b, k * n, dt), *dbias = up(bias, n, dt), *dr = up(res, m * n, dt);
+  float *lin = malloc(sizeof(float) * (size_t)(m * n)), *want = malloc(sizeof(float) * (size_t)(m * n));
+  k_linear(lin, a, b, bias, m, k, n, false);
+  k_add(want, lin, res, m * n);
+  void *dy = poisoned(m * n, dt);
+  int64_t before = gpu_gemm_fused();
+  if (!gpu_gemm_epi(S, false, false, m, n, k, da, k, dt, db, n, dt, dy, dt, dbias, GPU_EPI_RESID, dr, ws, wsb, false,
+                    e, sizeof e))
+    die("gemm_epi", e);
+  bool fused = gpu_gemm_fused() > before, want_fused = n % 8 == 0 && (k * gpu_dtype_size(dt)) % 16 == 0;
+  snprintf(what, sizeof what, "linear+residual %lldx%lldx%lld %s", (long long)m, (long long)k, (long long)n,
+           fused ? "fused" : "unfused");
+  expect_dev(what, dt, dy, want, m * n);
+  expect_dev("linear+residual: the residual as it was", dt, dr, res, m * n);
+  checks++;
+  if (fused != want_fused) {
+    failures++;
+    printf("kernel %-44s %-4s FAIL: %s\n", "linear+residual fused where aligned", dt_name(dt), fused ? "fused" : "unfused");
+  } else {
+    printf("kernel %-44s %-4s ok\n", "linear+residual fused where aligned", dt_name(dt));
+  }
+  gpu_free(da), gpu_free(db), gpu_free(dbias), gpu_free(dr), gpu_free(dy), gpu_free(ws);
+  free(a), free(b), free(bias), free(res), free(lin), free(want);
+}
+
 /* The table's gradient with many tokens to a partition (40,000 tokens over
  * 128 partitions of 600 rows: two chunks of the block's list each, runs of
  * four tokens of four rows and of repeated rows), into f32: the CPU's sums
@@ -1844,6 +1879,9 @@ int main(void) {
     check_gemm_gelu(dt, 37, 19, 23);
     check_gemm_gelu(dt, 48, 64, 40);
     if (big) check_gemm_gelu(dt, 1024, 768, 3072), check_gemm_gelu(dt, 1024, 3072, 768);
+    check_gemm_resid(dt, 37, 19, 23);
+    check_gemm_resid(dt, 48, 64, 40);
+    if (big) check_gemm_resid(dt, 1024, 768, 768), check_gemm_resid(dt, 1024, 3072, 768);
     if (big) {
       check_gemm(dt, 512, 768, 1024);
       /* products of 2^30 flops and more: their algorithms timed (tune in
