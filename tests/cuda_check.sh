@@ -79,10 +79,12 @@ if "$EMU/test_kernels" >"$tmp/k.out" 2>&1; then ok
 else bad "test_kernels"; grep -v " ok$" "$tmp/k.out"; fi
 
 # the kernel timer of bench/gpu.sh runs (its figures mean nothing here):
-# attention 6, a linear 1, the LM head's three products staged, on padded
+# attention 6, a linear 1, a linear's weight and bias gradients two ways 2,
+# the LM head's three products staged, on padded
 # rows, direct and with the vocabulary rounded to 128 12, cross entropy and copies 5, LayerNorm at two widths
 # with both kernels 8, column sums at two widths with both kernels 4
-if "$EMU/bench_kernels" --small >"$tmp/bk.out" 2>&1 && [ "$(grep -c ' ms ' "$tmp/bk.out")" -eq 39 ]; then ok
+if "$EMU/bench_kernels" --small >"$tmp/bk.out" 2>&1 && [ "$(grep -c ' ms ' "$tmp/bk.out")" -eq 41 ] &&
+   grep -q "linear dW + db .* one product  " "$tmp/bk.out"; then ok
   echo "cuda (emulated): bench_kernels --small times $(grep -c ' ms ' "$tmp/bk.out") calls"
 else bad "bench_kernels --small"; cat "$tmp/bk.out"; fi
 
@@ -192,43 +194,79 @@ gelu_fusion() {
     else bad "$name: GELU kernels launched fused $left, separate $sep; losses $l1 and $l0"; cat "$tmp/g1.txt"; fi
   else bad "$name: weft run $* --backend cuda"; cat "$tmp/e"; fi
 }
+# three_runs SWITCH P ARGS...: weft run ARGS on the emulation for 3 steps
+# with SWITCH (VAR=0) set ($tmp/P0.out, its launches counted in $tmp/P0.txt),
+# 3 steps as it is ($tmp/P1.out, $tmp/P1.txt), and 2 steps with --check
+# ($tmp/P2.out); stderr in $tmp/e. launched RE FILE: the launches counted of
+# kernels whose name matches RE.
+three_runs() {
+  sw=$1; p=$2; shift 2
+  env "$sw" WEFT_CUDA_EMU_LAUNCHES="$tmp/${p}0.txt" "$WEFT" run "$@" --backend cuda --steps 3 >"$tmp/${p}0.out" 2>"$tmp/e" &&
+    WEFT_CUDA_EMU_LAUNCHES="$tmp/${p}1.txt" "$WEFT" run "$@" --backend cuda --steps 3 >"$tmp/${p}1.out" 2>>"$tmp/e" &&
+    "$WEFT" run "$@" --backend cuda --steps 2 --check >"$tmp/${p}2.out" 2>>"$tmp/e"
+}
+launched() { awk -v re="$1" '$2 ~ re {n += $1} END {print n + 0}' "$2"; }
 # A linear and the residual's add after it are one product, the add's
 # other input cuBLASLt's C (fuse_calls in exec.c): no add kernel is
-# launched, the run's header says how many, the losses are those of
-# WEFT_CUDA_FUSE_RESID=0's separate kernels within bf16's rounding (the
-# product does not round the linear's result to 16 bits before the add),
-# and the run matches one device. Under full recomputation the linear's
-# result is read again, and nothing fuses.
+# launched, the run's header says how many, the losses and gradient norms
+# are those of WEFT_CUDA_FUSE_RESID=0's separate kernels within TOL (f32's
+# rounding; in bf16 the product does not round the linear's result to 16
+# bits before the add), and the run matches one device. Under full
+# recomputation the linear's result is read again, and nothing fuses.
 resid_fusion() {
-  name=$1; want=$2; shift 2
-  if WEFT_CUDA_FUSE_RESID=0 WEFT_CUDA_EMU_LAUNCHES=$tmp/q0.txt "$WEFT" run "$@" --backend cuda --steps 3 >"$tmp/q0.out" 2>"$tmp/e" &&
-     WEFT_CUDA_EMU_LAUNCHES=$tmp/q1.txt "$WEFT" run "$@" --backend cuda --steps 3 >"$tmp/q1.out" 2>>"$tmp/e" &&
-     "$WEFT" run "$@" --backend cuda --steps 2 --check >"$tmp/q2.out" 2>>"$tmp/e"; then
-    sep=$(awk '$2 ~ /^k_add</ {n += $1} END {print n + 0}' "$tmp/q0.txt")
-    left=$(awk '$2 ~ /^k_add</ {n += $1} END {print n + 0}' "$tmp/q1.txt")
+  name=$1; want=$2; tol=$3; shift 3
+  if three_runs WEFT_CUDA_FUSE_RESID=0 q "$@"; then
+    sep=$(launched '^k_add<' "$tmp/q0.txt"); left=$(launched '^k_add<' "$tmp/q1.txt")
     l0=$(awk '$1 == "step" {l = $4} END {print l}' "$tmp/q0.out")
     l1=$(awk '$1 == "step" {l = $4} END {print l}' "$tmp/q1.out")
     said=$(sed -n 's/.*, \([0-9]*\) linear and residual product.*/\1/p' "$tmp/q1.out")
+    awk '$1 == "step" {print $4, $8}' "$tmp/q0.out" >"$tmp/q0.l"; awk '$1 == "step" {print $4, $8}' "$tmp/q1.out" >"$tmp/q1.l"
     if [ "$want" = none ]; then
       good=$([ "$left" -eq "$sep" ] && [ -z "$said" ] && echo y)
     else
       good=$([ "$sep" -gt 0 ] && [ "$left" -eq 0 ] && [ "${said:-0}" -gt 0 ] && echo y)
     fi
     if [ "$good" = y ] && ! grep -q "linear and residual product" "$tmp/q0.out" && grep -q ": match$" "$tmp/q2.out" &&
-       awk -v a="$l0" -v b="$l1" 'BEGIN {d = a - b; if (d < 0) d = -d; exit !(a > 0 && d <= 0.01 * a)}'; then ok
-      echo "cuda (emulated): $name: linear and residual's add fused (${said:-no} products a step): add kernels launched $left (separate: $sep); loss at step 3 $l1 (separate: $l0); $(grep -o 'losses within [^,]*' "$tmp/q2.out") of one device"
+       [ "$(wc -l <"$tmp/q1.l")" -eq 3 ] && paste -d ' ' "$tmp/q0.l" "$tmp/q1.l" | awk -v tol="$tol" '
+         function off(a, b) { d = a - b; if (d < 0) d = -d; return !(a > 0 && d <= tol * a) }
+         off($1, $3) || off($2, $4) { bad = 1 } END { exit bad }'; then ok
+      echo "cuda (emulated): $name: linear and residual's add fused (${said:-no} products a step): add kernels launched $left (separate: $sep); losses and norms within $tol of the separate kernels' (step 3: $l1 against $l0); $(grep -o 'losses within [^,]*' "$tmp/q2.out") of one device"
     else bad "$name: add kernels launched fused $left, separate $sep, said ${said:-nothing}; losses $l1 and $l0"; cat "$tmp/q2.out"; fi
+  else bad "$name: weft run $* --backend cuda"; cat "$tmp/e"; fi
+}
+# A linear's weight and bias gradients in one product whose epilogue sums
+# the result's gradient's columns (gpu_gemm_dbias; cuBLASLt's BGRADA):
+# with one micro-batch, where both are written, no column-sum kernel is
+# launched against WEFT_GEMM_DBIAS=0's, the losses are the same within f32
+# rounding, and the run matches one device; not under --deterministic.
+dbias_fusion() {
+  name=$1; shift
+  if WEFT_GEMM_DBIAS=0 WEFT_CUDA_EMU_LAUNCHES=$tmp/b0.txt "$WEFT" run "$@" --backend cuda --steps 3 >"$tmp/b0.out" 2>"$tmp/e" &&
+     WEFT_CUDA_EMU_LAUNCHES=$tmp/b1.txt "$WEFT" run "$@" --backend cuda --steps 3 >"$tmp/b1.out" 2>>"$tmp/e" &&
+     WEFT_CUDA_EMU_LAUNCHES=$tmp/b2.txt "$WEFT" run "$@" --backend cuda --steps 3 --deterministic >/dev/null 2>>"$tmp/e" &&
+     "$WEFT" run "$@" --backend cuda --steps 2 --check >"$tmp/b3.out" 2>>"$tmp/e"; then
+    sep=$(awk '$2 ~ /^k_colsum_part/ {n += $1} END {print n + 0}' "$tmp/b0.txt")
+    left=$(awk '$2 ~ /^k_colsum_part/ {n += $1} END {print n + 0}' "$tmp/b1.txt")
+    det=$(awk '$2 ~ /^k_colsum_part/ {n += $1} END {print n + 0}' "$tmp/b2.txt")
+    l0=$(awk '$1 == "step" {l = $4} END {print l}' "$tmp/b0.out")
+    l1=$(awk '$1 == "step" {l = $4} END {print l}' "$tmp/b1.out")
+    if [ "$sep" -gt 0 ] && [ "$left" -eq 0 ] && [ "$det" -eq "$sep" ] && grep -q ": match$" "$tmp/b3.out" &&
+       awk -v a="$l0" -v b="$l1" 'BEGIN {d = a - b; if (d < 0) d = -d; exit !(a > 0 && d <= 1e-5 * a)}'; then ok
+      echo "cuda (emulated): $name: weight and bias gradients in one product: column-sum kernels launched $left in 3 steps (separate: $sep; --deterministic: $det); loss at step 3 $l1 (separate: $l0); $(grep -o 'losses within [^,]*' "$tmp/b3.out") of one device"
+    else bad "$name: column sums launched $left, separate $sep, deterministic $det; losses $l1 and $l0"; cat "$tmp/b3.out"; fi
   else bad "$name: weft run $* --backend cuda"; cat "$tmp/e"; fi
 }
 # A backward compute whose gradients are buffers just cleared, untouched
 # since, writes them instead of adding to them, and their allocs do not
 # clear them (first_writes in exec.c): fewer clearings (gpu_zero, which the
 # emulation counts) and the same losses and norms, to the bit, as
-# WEFT_CUDA_FIRST_WRITE=0, which clears every gradient and adds to it.
+# WEFT_CUDA_FIRST_WRITE=0, which clears every gradient and adds to it
+# (the bias gradients by the column sums' kernel both times,
+# WEFT_GEMM_DBIAS=0: a product that writes them sums in its own order).
 first_write() {
   name=$1; shift
-  if WEFT_CUDA_FIRST_WRITE=0 WEFT_CUDA_EMU_LAUNCHES=$tmp/z0.txt "$WEFT" run "$@" --backend cuda --steps 3 >"$tmp/z0.out" 2>"$tmp/e" &&
-     WEFT_CUDA_EMU_LAUNCHES=$tmp/z1.txt "$WEFT" run "$@" --backend cuda --steps 3 >"$tmp/z1.out" 2>>"$tmp/e"; then
+  if WEFT_GEMM_DBIAS=0 WEFT_CUDA_FIRST_WRITE=0 WEFT_CUDA_EMU_LAUNCHES=$tmp/z0.txt "$WEFT" run "$@" --backend cuda --steps 3 >"$tmp/z0.out" 2>"$tmp/e" &&
+     WEFT_GEMM_DBIAS=0 WEFT_CUDA_EMU_LAUNCHES=$tmp/z1.txt "$WEFT" run "$@" --backend cuda --steps 3 >"$tmp/z1.out" 2>>"$tmp/e"; then
     z0=$(awk '$2 == "gpu_zero" {print $1}' "$tmp/z0.txt"); z1=$(awk '$2 == "gpu_zero" {print $1}' "$tmp/z1.txt")
     awk '$1 == "step" {print $2, $4, $8}' "$tmp/z0.out" >"$tmp/z0.l"; awk '$1 == "step" {print $2, $4, $8}' "$tmp/z1.out" >"$tmp/z1.l"
     if [ "${z1:-0}" -lt "${z0:-0}" ] && [ -s "$tmp/z0.l" ] && cmp -s "$tmp/z0.l" "$tmp/z1.l" &&
@@ -266,12 +304,9 @@ else bad "padded rows: weft run"; cat "$tmp/e"; fi
 # match with one device, padded rows and 2 micro-batches included.
 loss_in_place() {
   name=$1; less=$2; shift 2
-  if WEFT_CUDA_LOSS_IN_PLACE=0 WEFT_CUDA_EMU_LAUNCHES=$tmp/c0.txt "$WEFT" run "$@" --backend cuda --steps 3 >"$tmp/c0.out" 2>"$tmp/e" &&
-     WEFT_CUDA_EMU_LAUNCHES=$tmp/c1.txt "$WEFT" run "$@" --backend cuda --steps 3 >"$tmp/c1.out" 2>>"$tmp/e" &&
-     "$WEFT" run "$@" --backend cuda --steps 2 --check >"$tmp/c2.out" 2>>"$tmp/e"; then
-    sep=$(awk '$2 ~ /^k_ce_(rows|backward)/ {n += $1} END {print n + 0}' "$tmp/c1.txt")
-    one=$(awk '$2 ~ /^k_ce_in_place/ {n += $1} END {print n + 0}' "$tmp/c1.txt")
-    was=$(awk '$2 ~ /^k_ce_in_place/ {n += $1} END {print n + 0}' "$tmp/c0.txt")
+  if three_runs WEFT_CUDA_LOSS_IN_PLACE=0 c "$@"; then
+    sep=$(launched '^k_ce_(rows|backward)' "$tmp/c1.txt")
+    one=$(launched '^k_ce_in_place' "$tmp/c1.txt"); was=$(launched '^k_ce_in_place' "$tmp/c0.txt")
     m0=$(sed -n 's/.* \([0-9.]* [KMG]iB\) of device memory.*/\1/p' "$tmp/c0.out"); m1=$(sed -n 's/.* \([0-9.]* [KMG]iB\) of device memory.*/\1/p' "$tmp/c1.out")
     said=$(sed -n 's/.*, \([0-9]*\) loss.* writing the gradient over the logits.*/\1/p' "$tmp/c1.out")
     awk '$1 == "step" {print $2, $4, $8}' "$tmp/c0.out" >"$tmp/c0.l"; awk '$1 == "step" {print $2, $4, $8}' "$tmp/c1.out" >"$tmp/c1.l"
@@ -296,11 +331,8 @@ loss_in_place "megatron bf16 pp2 dp2, 2 micro-batches, recompute" 0 examples/gpt
 # recomputation included.
 pass_grads() {
   name=$1; shift
-  if WEFT_CUDA_PASS_GRADS=0 WEFT_CUDA_EMU_LAUNCHES=$tmp/g0.txt "$WEFT" run "$@" --backend cuda --steps 3 >"$tmp/g0.out" 2>"$tmp/e" &&
-     WEFT_CUDA_EMU_LAUNCHES=$tmp/g1.txt "$WEFT" run "$@" --backend cuda --steps 3 >"$tmp/g1.out" 2>>"$tmp/e" &&
-     "$WEFT" run "$@" --backend cuda --steps 2 --check >"$tmp/g2.out" 2>>"$tmp/e"; then
-    n0=$(awk '$2 ~ /^k_add_backward/ {n += $1} END {print n + 0}' "$tmp/g0.txt")
-    n1=$(awk '$2 ~ /^k_add_backward/ {n += $1} END {print n + 0}' "$tmp/g1.txt")
+  if three_runs WEFT_CUDA_PASS_GRADS=0 g "$@"; then
+    n0=$(launched '^k_add_backward' "$tmp/g0.txt"); n1=$(launched '^k_add_backward' "$tmp/g1.txt")
     m0=$(sed -n 's/.* \([0-9.]* [KMG]iB\) of device memory.*/\1/p' "$tmp/g0.out"); m1=$(sed -n 's/.* \([0-9.]* [KMG]iB\) of device memory.*/\1/p' "$tmp/g1.out")
     said=$(sed -n 's/.*, \([0-9]*\) residual backwards* passing the gradient through.*/\1/p' "$tmp/g1.out")
     awk '$1 == "step" {print $2, $4, $8}' "$tmp/g0.out" >"$tmp/g0.l"; awk '$1 == "step" {print $2, $4, $8}' "$tmp/g1.out" >"$tmp/g1.l"
@@ -316,6 +348,20 @@ pass_grads() {
 pass_grads "gpt2 f32 single" examples/gpt2.plan --plan single $GPT
 pass_grads "megatron bf16 tp2 pp2 dp2, 2 micro-batches, recompute" examples/gpt_megatron.plan $MEG --set dtype=bf16 \
   --set 'recompute="full"'
+# ... and where they could be told apart, not: three adds nested, the
+# innermost add's input's gradient added to (by a product's backward)
+# before an outer add's input's gradient, in the same memory, is read
+# (tests/cuda/nested_adds.plan): two of the three pass, and the losses and
+# norms are the same bits as WEFT_CUDA_PASS_GRADS=0's and one device's.
+if WEFT_CUDA_PASS_GRADS=0 "$WEFT" run tests/cuda/nested_adds.plan --backend cuda --steps 3 >"$tmp/n0.out" 2>"$tmp/e" &&
+   "$WEFT" run tests/cuda/nested_adds.plan --backend cuda --steps 3 >"$tmp/n1.out" 2>>"$tmp/e" &&
+   "$WEFT" run tests/cuda/nested_adds.plan --backend cuda --steps 2 --check >"$tmp/n2.out" 2>>"$tmp/e"; then
+  awk '$1 == "step" {print $2, $4, $8}' "$tmp/n0.out" >"$tmp/n0.l"; awk '$1 == "step" {print $2, $4, $8}' "$tmp/n1.out" >"$tmp/n1.l"
+  said=$(sed -n 's/.*, \([0-9]*\) residual backwards* passing the gradient through.*/\1/p' "$tmp/n1.out")
+  if [ "$said" = 2 ] && [ -s "$tmp/n0.l" ] && cmp -s "$tmp/n0.l" "$tmp/n1.l" && grep -q ": match$" "$tmp/n2.out"; then ok
+    echo "cuda (emulated): nested residual adds: $said of 3 backwards passing the gradient through, the same losses and norms as none; $(grep -o 'losses within [^,]*' "$tmp/n2.out") of one device"
+  else bad "nested residual adds: $said passed"; cat "$tmp/n0.l" "$tmp/n1.l" "$tmp/n2.out"; fi
+else bad "nested residual adds: weft run"; cat "$tmp/e"; fi
 # --trace on virtual devices: every compute of both devices' programs
 # timed on its device's stream (with the loss's separate kernels and the
 # residuals' backward: in place, they launch nothing), named as the program names it,
@@ -357,9 +403,12 @@ else bad "budget: $(cat "$tmp/m0" "$tmp/m1" 2>/dev/null | tail -3)"; fi
 gelu_fusion "gpt2 bf16 single" bench/gpu/gpt2.plan --plan single $GPT
 gelu_fusion "gpt2 bf16 tp2" bench/gpu/gpt2.plan --plan tp2 $GPT
 gelu_fusion "megatron bf16 tp2 pp2 dp2, full recompute" examples/gpt_megatron.plan $MEG --set dtype=bf16 --set 'recompute="full"'
-resid_fusion "gpt2 bf16 single" all bench/gpu/gpt2.plan --plan single $GPT
-resid_fusion "megatron bf16 pp2 dp4, 2 micro-batches" all examples/gpt_megatron.plan $MEG --set dtype=bf16 --set tp=1 --set dp=4
-resid_fusion "megatron bf16, full recompute" none examples/gpt_megatron.plan $MEG --set dtype=bf16 --set 'recompute="full"'
+dbias_fusion "gpt2 f32 single" examples/gpt2.plan --plan single $GPT
+dbias_fusion "gpt2 f32 tp2" examples/gpt2.plan --plan tp2 $GPT
+resid_fusion "gpt2 f32 single" all 1e-5 examples/gpt2.plan --plan single $GPT
+resid_fusion "gpt2 bf16 single" all 1e-2 bench/gpu/gpt2.plan --plan single $GPT
+resid_fusion "megatron bf16 pp2 dp4, 2 micro-batches" all 1e-2 examples/gpt_megatron.plan $MEG --set dtype=bf16 --set tp=1 --set dp=4
+resid_fusion "megatron bf16, full recompute" none 1e-2 examples/gpt_megatron.plan $MEG --set dtype=bf16 --set 'recompute="full"'
 # the device's limits
 WEFT_CUDA_EMU_MEMORY=1000000 "$WEFT" run examples/gpt2.plan --plan tp2 $GPT --backend cuda >/dev/null 2>"$tmp/e"
 rc=$?

@@ -589,7 +589,8 @@ static int alloc_of(const lprog *lp, int buf, int before) {
 /* A residual's backward B (ckernel_passes_grad) copies the gradient of its
  * result, G, into the gradients of its inputs. Where B writes them (first
  * written, first_writes), each a whole buffer of G's type and shape
- * allocated after G and untouched until B, and G is not touched after B:
+ * allocated after G and untouched until B, and neither G nor any buffer
+ * already in G's memory (an earlier B's) is touched after B:
  * the inputs' gradients take G's memory (csched_cb.share) and B does
  * nothing (GRAD_PASSED). Sharing memory, they must not tell apart: after
  * B they are only read until the first instruction that writes one of
@@ -627,11 +628,18 @@ static void pass_grads(crun *r, int d) {
       outs[no++] = o->buf;
     }
     if (!ok || !no) continue;
+    /* the buffers that already take the memory G is in (an earlier pass's
+     * gradients, the one whose memory it is): none touched after B, so
+     * that they cannot see what G's gradients write there */
+    int root = share_root(r, G), *others = cx_alloc(sizeof(int) * (size_t)(lp->buf_hi - lp->buf_lo + 1)), nothers = 0;
+    for (int q = lp->buf_lo; q < lp->buf_hi; q++)
+      if (q != G && (q == root || r->share[q] == root)) others[nothers++] = q;
     int writer = -1; /* the gradient the first writer after B wrote */
     for (int j = i + 1; j < lp->n && ok; j++) {
       const lins *in = &lp->ins[j];
       if (in->kind == LI_ALLOC || in->kind == LI_FREE) continue;
       ok = !touches(in, G);
+      for (int q = 0; q < nothers && ok; q++) ok = !touches(in, others[q]);
       int wrote = -1, nw = 0;
       bool seen[CX_MAX_INPUTS];
       for (int k = 0; k < no; k++) {
@@ -642,13 +650,13 @@ static void pass_grads(crun *r, int d) {
       if (writer >= 0) {
         for (int k = 0; k < no && ok; k++) ok = !seen[k] || k == writer;
       } else if (nw) {
-        ok = nw == 1;
+        ok = ok && nw == 1;
         for (int k = 0; k < no && ok; k++) ok = !seen[k] || k == wrote;
         writer = wrote;
       }
     }
+    free(others);
     if (!ok) continue;
-    int root = share_root(r, G);
     for (int k = 0; k < no; k++) {
       r->share[outs[k]] = root;
       f[oa[k]] |= NO_CLEAR;

@@ -149,6 +149,7 @@ typedef enum {
   GPU_EPI_DGELU, /* C = op(A) op(B) * gelu'(aux): the backward of both, aux the GELU's input */
   GPU_EPI_RESID, /* C = op(A) op(B) + bias + aux, aux read (C's shape, not C): a linear and the
                   * residual's add after it */
+  GPU_EPI_DBIAS, /* C = op(A) op(B), and aux[j] = the sum over p of op(B)[p][j] (gpu_gemm_dbias) */
 } gpu_epi;
 /* gpu_gemm with an epilogue (GELU with the tanh approximation, or a
  * residual's add), C and aux packed (ldc == n) of C's type, nothing
@@ -159,6 +160,15 @@ bool gpu_gemm_epi(gpu_stream *s, bool ta, bool tb, int64_t m, int64_t n, int64_t
                   const void *a, int64_t lda, int adt, const void *b, int64_t ldb, int bdt,
                   void *c, int cdt, const void *bias, int epi, void *aux,
                   void *ws, size_t ws_bytes, bool deterministic, char *err, size_t errlen);
+/* A linear's weight and bias gradients in one product: C[m,n] =
+ * op(A) op(B), written, and dbias[n] (of type bias_dt) = the column sums
+ * of op(B) [k,n], written, where cuBLASLt takes it (rows and pointers on
+ * 16 bytes, m, n and k multiples of 8, C packed): *fused then says so.
+ * Otherwise nothing is done and *fused is false (the caller runs the
+ * product and the column sums); false with a message only on an error. */
+bool gpu_gemm_dbias(gpu_stream *s, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
+                    int adt, const void *b, int64_t ldb, int bdt, void *c, int cdt, void *dbias, int bias_dt,
+                    void *ws, size_t ws_bytes, bool *fused, char *err, size_t errlen);
 /* How many products ran with their epilogue fused (since the start). */
 int64_t gpu_gemm_fused(void);
 /* The workspace a gemm is given (bytes): cuBLASLt's, then the area where

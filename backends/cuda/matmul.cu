@@ -216,7 +216,7 @@ static void store(void *p, int dt, int64_t i, float v) {
  * p in order. */
 static void emu_lt_matmul(bool tx, bool ty, int64_t M, int64_t N, int64_t K, const void *x, int64_t ldx, int xdt,
                           const void *y, int64_t ldy, int ydt, void *d, int64_t ldd, int ddt, const void *bias,
-                          bool beta, int epi, void *aux) {
+                          bool beta, int epi, void *aux, int auxdt) {
   float *a = (float *)malloc(sizeof(float) * (size_t)(M * K + 1));   /* op(X) [M][K] */
   float *b = (float *)malloc(sizeof(float) * (size_t)(N * K + 1));   /* op(Y)^T [N][K] */
   float *acc = (float *)malloc(sizeof(float) * (size_t)(M + 1));
@@ -225,6 +225,13 @@ static void emu_lt_matmul(bool tx, bool ty, int64_t M, int64_t N, int64_t K, con
     for (int64_t p = 0; p < K; p++) a[i * K + p] = load(x, xdt, tx ? p + i * ldx : i + p * ldx);
   for (int64_t j = 0; j < N; j++)
     for (int64_t p = 0; p < K; p++) b[j * K + p] = load(y, ydt, ty ? j + p * ldy : p + j * ldy);
+  /* the bias gradient from X (cuBLASLt's BGRADA): each row of op(X) summed over K */
+  if (epi == GPU_EPI_DBIAS)
+    for (int64_t i = 0; i < M; i++) {
+      float sum = 0.0f;
+      for (int64_t p = 0; p < K; p++) sum += a[i * K + p];
+      store(aux, auxdt, i, sum);
+    }
   for (int64_t j = 0; j < N; j++) {
     const float *bj = b + j * K;
     for (int64_t i = 0; i < M; i++) {
@@ -258,7 +265,7 @@ typedef struct gemm_key {
   int tx, ty;
   int64_t M, N, K, ldx, ldy, ldd;
   int xdt, ydt, ddt;
-  int bias, beta, det, epi;
+  int bias, beta, det, epi, auxdt;
   uint32_t align[5];      /* X, Y, C, D, aux */
   size_t ws;
 } gemm_key;
@@ -321,9 +328,18 @@ static gemm_plan *plan_for(const gemm_key *k, char *err, size_t errlen) {
       lt_failed(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &oy, sizeof oy), "transb", err,
                 errlen))
     return NULL;
-  /* the residual's add is cuBLASLt's C (beta 1), not an epilogue */
+  /* the residual's add is cuBLASLt's C (beta 1), not an epilogue; the
+   * bias gradient comes from X, cuBLASLt's A, into the bias pointer */
   bool aux = k->epi == GPU_EPI_GELU || k->epi == GPU_EPI_DGELU;
-  if (k->bias || aux) {
+  if (k->epi == GPU_EPI_DBIAS) {
+    cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BGRADA;
+    cudaDataType_t bt = lt_type(k->auxdt);
+    if (lt_failed(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep), "epilogue",
+                  err, errlen) ||
+        lt_failed(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt),
+                  "bias gradient's type", err, errlen))
+      return NULL;
+  } else if (k->bias || aux) {
     cublasLtEpilogue_t ep = k->epi == GPU_EPI_GELU    ? (k->bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
                             : k->epi == GPU_EPI_DGELU ? CUBLASLT_EPILOGUE_DGELU
                                                       : CUBLASLT_EPILOGUE_BIAS;
@@ -450,12 +466,12 @@ static void tune(gemm_plan *p, cublasLtHandle_t h, const void *b, const void *a,
 static bool direct_gemm(gpu_stream *s, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
                         int adt, const void *b, int64_t ldb, int bdt, void *c, int64_t ldc, int cdt, const void *bias,
                         bool acc, int epi, void *aux, void *ws, size_t ws_bytes, bool deterministic, char *err,
-                        size_t errlen) {
+                        size_t errlen, int auxdt = -1) {
   /* column-major: M = n, N = m; X = B (op tb), Y = A (op ta), D = C */
 #ifdef WEFT_CUDA_EMU
   (void)ws, (void)ws_bytes, (void)deterministic;
   emu_enqueue((emu_stream *)s, [=] {
-    emu_lt_matmul(tb, ta, n, m, k, b, ldb, bdt, a, lda, adt, c, ldc, cdt, bias, acc, epi, aux);
+    emu_lt_matmul(tb, ta, n, m, k, b, ldb, bdt, a, lda, adt, c, ldc, cdt, bias, acc, epi, aux, auxdt);
   });
   return true;
 #else
@@ -469,6 +485,7 @@ static bool direct_gemm(gpu_stream *s, bool ta, bool tb, int64_t m, int64_t n, i
   bool resid = epi == GPU_EPI_RESID;
   const void *cin = resid ? aux : c;
   key.bias = bias != NULL, key.beta = acc || resid, key.det = deterministic, key.epi = epi;
+  key.auxdt = epi == GPU_EPI_DBIAS ? auxdt : 0;
   key.align[0] = alignment(b), key.align[1] = alignment(a), key.align[2] = alignment(cin), key.align[3] = alignment(c);
   key.align[4] = epi != GPU_EPI_NONE && !resid ? alignment(aux) : 0;
   key.ws = ws_bytes;
@@ -478,7 +495,11 @@ static bool direct_gemm(gpu_stream *s, bool ta, bool tb, int64_t m, int64_t n, i
                                                        sizeof bias),
                         "bias", err, errlen))
     return false;
-  if (epi != GPU_EPI_NONE && !resid &&
+  if (epi == GPU_EPI_DBIAS &&
+      lt_failed(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &aux, sizeof aux),
+                "bias gradient", err, errlen))
+    return false;
+  if (epi != GPU_EPI_NONE && !resid && epi != GPU_EPI_DBIAS &&
       lt_failed(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
                                                                       &aux, sizeof aux),
                                        "epilogue's input", err, errlen))
@@ -700,6 +721,11 @@ bool gpu_gemm_epi(gpu_stream *s, bool ta, bool tb, int64_t m, int64_t n, int64_t
     return false;
   }
   if (m == 0 || n == 0) return true;
+  if (epi == GPU_EPI_RESID && aux && (const char *)aux < (const char *)c + m * n * gpu_dtype_size(cdt) &&
+      (const char *)c < (const char *)aux + m * n * gpu_dtype_size(cdt)) {
+    snprintf(err, errlen, "gemm: a residual's add whose input meets its result");
+    return false;
+  }
   /* cuBLASLt's GELU epilogues want the aux matrix's leading dimension a
    * multiple of 8 and, as its fast kernels, aligned rows; where it has no
    * algorithm for one (refused), that epilogue is not asked again */
@@ -726,6 +752,30 @@ bool gpu_gemm_epi(gpu_stream *s, bool ta, bool tb, int64_t m, int64_t n, int64_t
   return gpu_gemm(s, ta, tb, m, n, k, a, lda, adt, b, ldb, bdt, c, n, cdt, NULL, false, ws, ws_bytes, deterministic,
                   err, errlen) &&
          (gpu_gelu_backward(s, cdt, c, c, aux, m * n, false), true);
+}
+
+bool gpu_gemm_dbias(gpu_stream *s, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
+                    int adt, const void *b, int64_t ldb, int bdt, void *c, int cdt, void *dbias, int bias_dt,
+                    void *ws, size_t ws_bytes, bool *fused, char *err, size_t errlen) {
+  *fused = false;
+  /* where cuBLASLt has no algorithm for it (refused), not asked again */
+  static bool refused;
+  if (refused || m <= 0 || n <= 0 || k <= 0 || m % 8 || n % 8 || k % 8 || misaligned(a, lda, adt) ||
+      misaligned(b, ldb, bdt) || misaligned(c, n, cdt) || (uintptr_t)dbias % 16)
+    return true;
+  size_t lt = ws_bytes < lt_ws() ? ws_bytes : lt_ws();
+  char e2[400];
+  if (!direct_gemm(s, ta, tb, m, n, k, a, lda, adt, b, ldb, bdt, c, n, cdt, NULL, false, GPU_EPI_DBIAS, dbias, ws, lt,
+                   false, e2, sizeof e2, bias_dt)) {
+    refused = true;
+    if (getenv("WEFT_GEMM_TUNE") && atoi(getenv("WEFT_GEMM_TUNE")) >= 2)
+      fprintf(stderr, "weft gemm: the bias gradient's epilogue not taken: %s\n", e2);
+    return true;
+  }
+  (void)err, (void)errlen;
+  nfused++;
+  *fused = true;
+  return true;
 }
 
 /* ---- column sums ------------------------------------------------------------------------ */

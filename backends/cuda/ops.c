@@ -162,6 +162,31 @@ static bool linear_forward(const ccall *c, char *err, size_t errlen) {
   return gemm(c, false, false, m, n, k, c->in[0], k, c->in[1], n, c->out, n, c->in[2], c->acc, err, errlen);
 }
 
+/* A linear's weight and bias gradients, dW = x^T dy and db = dy's column
+ * sums: one product whose epilogue sums dy's columns as it reads them
+ * (gpu_gemm_dbias), where both are written (not added to) and the sums
+ * need not come in a fixed order (not --deterministic) and
+ * WEFT_GEMM_DBIAS is not 0; else the product, then the column sums. */
+static bool weight_grads(const ccall *c, int64_t m, int64_t k, int64_t n, char *err, size_t errlen) {
+  static int dbias = -1;
+  if (dbias < 0) dbias = !getenv("WEFT_GEMM_DBIAS") || strcmp(getenv("WEFT_GEMM_DBIAS"), "0") != 0;
+  if (dbias && c->din[1] && c->din[2] && !c->acc && !c->deterministic) {
+    bool fused = false;
+    char e2[400];
+    if (!gpu_gemm_dbias(c->s, true, false, k, n, m, c->in[0], k, c->dt, c->dy, n, c->dt, c->din[1], din_dt(c, 1),
+                        c->din[2], din_dt(c, 2), c->gemm_ws, gpu_gemm_ws(), &fused, e2, sizeof e2)) {
+      snprintf(err, errlen, "%s: %s", c->g->ops[c->op].name, e2);
+      return false;
+    }
+    if (fused) return true;
+  }
+  if (c->din[1] &&
+      !gemm_to(c, true, false, k, n, m, c->in[0], k, c->dy, n, c->din[1], n, din_dt(c, 1), NULL, c->acc, err, errlen))
+    return false;
+  if (c->din[2]) gpu_colsum(c->s, c->dt, c->din[2], din_dt(c, 2), c->dy, m, n, c->acc, c->ws);
+  return true;
+}
+
 static bool linear_backward(const ccall *c, char *err, size_t errlen) {
   int64_t m, k, n;
   mkn(c, false, &m, &k, &n);
@@ -169,15 +194,12 @@ static bool linear_backward(const ccall *c, char *err, size_t errlen) {
     /* fused with the GELU's backward before it (ccall_fusion): the
      * weight's and the bias's gradients first, then din[0], the gradient of
      * the GELU's input (epi_ptr), which may lie where x or the scratch were */
-    if (c->din[1] &&
-        !gemm_to(c, true, false, k, n, m, c->in[0], k, c->dy, n, c->din[1], n, din_dt(c, 1), NULL, c->acc, err, errlen))
-      return false;
-    if (c->din[2]) gpu_colsum(c->s, c->dt, c->din[2], din_dt(c, 2), c->dy, m, n, c->acc, c->ws);
+    if (!weight_grads(c, m, k, n, err, errlen)) return false;
     return gemm_epi(c, false, true, m, k, n, c->dy, n, c->in[1], n, c->din[0], NULL, c->epi_ptr, err, errlen);
   }
-  if (!matmul_backward(c, err, errlen)) return false;
-  if (c->din[2]) gpu_colsum(c->s, c->dt, c->din[2], din_dt(c, 2), c->dy, m, n, c->acc, c->ws);
-  return true;
+  if (c->din[0] && !gemm(c, false, true, m, k, n, c->dy, n, c->in[1], n, c->din[0], k, NULL, c->acc, err, errlen))
+    return false;
+  return weight_grads(c, m, k, n, err, errlen);
 }
 
 static size_t linear_ws_backward(const ccall *c) {

@@ -200,6 +200,10 @@ static bool step(walk *w, int dev, int i) {
     }
     int with = w->cb->share ? w->cb->share[in->buf] : -1;
     if (with >= 0 && s->off[with] < 0) return fail(w, "buffer %d takes the memory of buffer %d, not allocated", in->buf, with);
+    /* the memory's owner, never a buffer that takes another's: the holds
+     * are counted on the owner alone */
+    if (with >= 0 && w->cb->share[with] >= 0)
+      return fail(w, "buffer %d takes the memory of buffer %d, which takes another's", in->buf, with);
     if (with >= 0) {
       /* the memory of a buffer still allocated, which stays until both are freed */
       s->off[in->buf] = s->off[with];

@@ -5,7 +5,9 @@
  * when nothing is kept) at GPT-2 124M's heads (batch 8, 12 heads of 64, sequence 1024,
  * causal, bf16, q|k|v fused as causal_attention has them) and at heads of
  * 128 (batch 4, 16 heads, sequence 2048), and a cuBLASLt linear of
- * 8192 x 768 -> 2304 (bf16, bias) for the GPU's ceiling, and GPT-2's LM
+ * 8192 x 768 -> 2304 (bf16, bias) for the GPU's ceiling, a linear's
+ * weight and bias gradients as a product and the column sums or as one
+ * product (weight_grads, at GPT-2's q|k|v and MLP-output shapes), and GPT-2's LM
  * head (8192 tokens x 768 -> a vocabulary of 50257, bf16: the logits,
  * their gradient's two products), whose rows of 50257 elements are off 16
  * bytes: staged through the padded area, on rows padded to 16 bytes (as
@@ -357,6 +359,47 @@ static void colsums(int64_t t, int64_t n, int reps) {
   gpu_free(dy), gpu_free(db), gpu_free(ws);
 }
 
+/* A linear's weight and bias gradients from t rows: dW = x^T dy (bf16
+ * operands, f32 result, as the weights' gradients are kept) and db = dy's
+ * column sums, as the product then the column-sum kernel, and as one
+ * product whose epilogue takes the sums (gpu_gemm_dbias, where cuBLASLt
+ * takes it; the line says when it did not). */
+static void weight_grads(int64_t t, int64_t k, int64_t n, int reps) {
+  char e[400];
+  void *x = filled(t * k, GPU_BF16), *dy = filled(t * n, GPU_BF16), *dw = zeros((size_t)(k * n) * 4);
+  void *db = zeros((size_t)n * 4), *cs = zeros(gpu_colsum_ws(t, n) + 4), *gws = zeros(gpu_gemm_ws());
+  gpu_event *a = gpu_event_timed(e, sizeof e), *z = gpu_event_timed(e, sizeof e);
+  if (!a || !z) die("gpu_event_timed", e);
+  bool taken = false;
+  for (int one = 0; one < 2; one++) {
+    for (int r = -2; r < reps; r++) {
+      if (r == 0) gpu_record(a, S);
+      bool fused = false;
+      if (one && !gpu_gemm_dbias(S, true, false, k, n, t, x, k, GPU_BF16, dy, n, GPU_BF16, dw, GPU_F32, db, GPU_F32,
+                                 gws, gpu_gemm_ws(), &fused, e, sizeof e))
+        die("gemm_dbias", e);
+      if (one) taken = fused;
+      if (!fused) {
+        if (!gpu_gemm(S, true, false, k, n, t, x, k, GPU_BF16, dy, n, GPU_BF16, dw, n, GPU_F32, NULL, false, gws,
+                      gpu_gemm_ws(), false, e, sizeof e))
+          die("gemm", e);
+        gpu_colsum(S, GPU_BF16, db, GPU_F32, dy, t, n, false, cs);
+      }
+    }
+    gpu_record(z, S);
+    double ms = gpu_elapsed_ms(a, z, e, sizeof e) / reps;
+    if (ms < 0 || !gpu_check("bench", e, sizeof e)) die("timing", e);
+    char shape[96];
+    snprintf(shape, sizeof shape, "t%lld %lld -> %lld %s", (long long)t, (long long)k, (long long)n,
+             !one ? "product, sums" : taken ? "one product" : "one product refused");
+    printf("%-24s %-32s %9.3f ms %8.1f TFLOP/s\n", "linear dW + db", shape, ms,
+           2.0 * (double)t * k * n / (ms * 1e-3) / 1e12);
+    fflush(stdout);
+  }
+  gpu_event_free(a), gpu_event_free(z);
+  gpu_free(x), gpu_free(dy), gpu_free(dw), gpu_free(db), gpu_free(cs), gpu_free(gws);
+}
+
 int main(int argc, char **argv) {
   char e[512];
   bool small = false, head_only = false;
@@ -381,6 +424,7 @@ int main(int argc, char **argv) {
       attention(1, 2, 64, 160, 1);
       attention(1, 1, 128, 130, 1);
       linear(64, 96, 80, 1);
+      weight_grads(64, 48, 40, 1);
     }
     setenv("WEFT_GEMM_STAGE_FLOPS", "0", 1);
     lm_head(64, 48, 257, 1);
@@ -389,6 +433,8 @@ int main(int argc, char **argv) {
       attention(8, 12, 64, 1024, 20);
       attention(4, 16, 128, 2048, 10);
       linear(8192, 768, 2304, 50);
+      weight_grads(8192, 768, 2304, 20);
+      weight_grads(8192, 3072, 768, 20);
     }
     lm_head(8192, 768, 50257, 20);
   }

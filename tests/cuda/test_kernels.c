@@ -318,6 +318,58 @@ static void check_gemm_resid(int dt, int64_t m, int64_t k, int64_t n) {
   free(a), free(b), free(bias), free(res), free(lin), free(want);
 }
 
+/* A linear's weight and bias gradients in one product (gpu_gemm_dbias:
+ * dW = x^T dy, db = dy's column sums, cuBLASLt's BGRADA epilogue), against
+ * k_matmul_backward and k_linear_backward, into the gradients' type (f32
+ * for a 16-bit product, as the weights' gradients are kept). Taken where
+ * the shapes allow on the emulation; on a GPU cuBLASLt may refuse, and the
+ * line says which ran. */
+static bool emulated;
+static void check_gemm_dbias(int dt, int64_t m, int64_t k, int64_t n) {
+  char e[400], what[96];
+  size_t wsb = gpu_gemm_ws();
+  void *ws = wsb ? gpu_alloc(wsb, e, sizeof e) : NULL;
+  float *x = randn(m * k, 1), *g = randn(m * n, 2), *b = randn(k * n, 3);
+  round_all(x, m * k, dt), round_all(g, m * n, dt);
+  void *dx = up(x, m * k, dt), *dg = up(g, m * n, dt);
+  float *ww = malloc(sizeof(float) * (size_t)(k * n)), *wb = calloc((size_t)n, sizeof(float));
+  k_matmul_backward(NULL, ww, g, x, b, m, k, n, false);
+  k_linear_backward(NULL, NULL, wb, g, x, b, m, k, n, false);
+  void *dw = poisoned(k * n, GPU_F32), *db = poisoned(n, GPU_F32);
+  bool fused = false;
+  if (!gpu_gemm_dbias(S, true, false, k, n, m, dx, k, dt, dg, n, dt, dw, GPU_F32, db, GPU_F32, ws, wsb, &fused, e,
+                      sizeof e))
+    die("gemm_dbias", e);
+  bool want = m % 8 == 0 && n % 8 == 0 && k % 8 == 0;
+  if (!fused) {
+    /* not taken: what the caller then runs */
+    void *cs = gpu_alloc(gpu_colsum_ws(m, n) + 4, e, sizeof e);
+    if (!gpu_gemm(S, true, false, k, n, m, dx, k, dt, dg, n, dt, dw, n, GPU_F32, NULL, false, ws, wsb, false, e,
+                  sizeof e))
+      die("gemm", e);
+    gpu_colsum(S, dt, db, GPU_F32, dg, m, n, false, cs);
+    if (!gpu_sync(e, sizeof e)) die("sync", e);
+    gpu_free(cs);
+  }
+  snprintf(what, sizeof what, "linear dW+db %lldx%lldx%lld %s", (long long)m, (long long)k, (long long)n,
+           fused ? "one product" : "product, sums");
+  expect_dev(what, GPU_F32, dw, ww, k * n);
+  snprintf(what, sizeof what, "linear db from the product's epilogue %lldx%lld", (long long)m, (long long)n);
+  expect_dev(fused ? what : "linear db, column sums", GPU_F32, db, wb, n);
+  checks++;
+  if (fused && !want) {
+    failures++;
+    printf("kernel %-44s %-4s FAIL: taken for a shape it should not be\n", "linear dW+db in one product", dt_name(dt));
+  } else if (emulated && want && !fused) {
+    failures++;
+    printf("kernel %-44s %-4s FAIL: not taken on the emulation\n", "linear dW+db in one product", dt_name(dt));
+  } else {
+    printf("kernel %-44s %-4s ok (%s)\n", "linear dW+db in one product", dt_name(dt), fused ? "taken" : "not taken");
+  }
+  gpu_free(dx), gpu_free(dg), gpu_free(dw), gpu_free(db), gpu_free(ws);
+  free(x), free(g), free(b), free(ww), free(wb);
+}
+
 /* The table's gradient with many tokens to a partition (40,000 tokens over
  * 128 partitions of 600 rows: two chunks of the block's list each, runs of
  * four tokens of four rows and of repeated rows), into f32: the CPU's sums
@@ -1864,6 +1916,7 @@ int main(void) {
   if (n < 0) die("gpu_count", e);
   gpu_props p;
   if (!gpu_properties(0, &p, e, sizeof e) || !gpu_use(0, e, sizeof e)) die("device 0", e);
+  emulated = strstr(p.name, "emulation") != NULL;
   printf("test_kernels on %s (compute capability %d.%d)%s\n", p.name, p.major, p.minor,
          gpu_emulated() ? ", emulated on the CPU" : "");
   if (!(S = gpu_stream_new(e, sizeof e))) die("stream", e);
@@ -1882,6 +1935,9 @@ int main(void) {
     check_gemm_resid(dt, 37, 19, 23);
     check_gemm_resid(dt, 48, 64, 40);
     if (big) check_gemm_resid(dt, 1024, 768, 768), check_gemm_resid(dt, 1024, 3072, 768);
+    check_gemm_dbias(dt, 37, 19, 23);
+    check_gemm_dbias(dt, 64, 48, 40);
+    if (big) check_gemm_dbias(dt, 8192, 768, 2304), check_gemm_dbias(dt, 8192, 3072, 768);
     if (big) {
       check_gemm(dt, 512, 768, 1024);
       /* products of 2^30 flops and more: their algorithms timed (tune in
