@@ -162,13 +162,16 @@ bool gpu_gemm_epi(gpu_stream *s, bool ta, bool tb, int64_t m, int64_t n, int64_t
                   void *ws, size_t ws_bytes, bool deterministic, char *err, size_t errlen);
 /* A linear's weight and bias gradients in one product: C[m,n] =
  * op(A) op(B), written, and dbias[n] (of type bias_dt) = the column sums
- * of op(B) [k,n], written, where cuBLASLt takes it (rows and pointers on
- * 16 bytes, m, n and k multiples of 8, C packed): *fused then says so.
- * Otherwise nothing is done and *fused is false (the caller runs the
- * product and the column sums); false with a message only on an error. */
+ * of B [k,n] (not transposed: tb false), written, where cuBLASLt takes it
+ * (rows and pointers on 16 bytes, m, n and k multiples of 8, C packed):
+ * *fused then says so. Otherwise nothing is done and *fused is false (the
+ * caller runs the product and the column sums); a combination of types
+ * cuBLASLt refused is not asked again, and gpu_gemm_dbias_refused says
+ * why (empty: never). False with a message only on an error. */
 bool gpu_gemm_dbias(gpu_stream *s, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
                     int adt, const void *b, int64_t ldb, int bdt, void *c, int cdt, void *dbias, int bias_dt,
                     void *ws, size_t ws_bytes, bool *fused, char *err, size_t errlen);
+const char *gpu_gemm_dbias_refused(void);
 /* How many products ran with their epilogue fused (since the start). */
 int64_t gpu_gemm_fused(void);
 /* The workspace a gemm is given (bytes): cuBLASLt's, then the area where

@@ -754,20 +754,28 @@ bool gpu_gemm_epi(gpu_stream *s, bool ta, bool tb, int64_t m, int64_t n, int64_t
          (gpu_gelu_backward(s, cdt, c, c, aux, m * n, false), true);
 }
 
+static char dbias_why[400];
+const char *gpu_gemm_dbias_refused(void) { return dbias_why; }
+
 bool gpu_gemm_dbias(gpu_stream *s, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
                     int adt, const void *b, int64_t ldb, int bdt, void *c, int cdt, void *dbias, int bias_dt,
                     void *ws, size_t ws_bytes, bool *fused, char *err, size_t errlen) {
   *fused = false;
-  /* where cuBLASLt has no algorithm for it (refused), not asked again */
-  static bool refused;
-  if (refused || m <= 0 || n <= 0 || k <= 0 || m % 8 || n % 8 || k % 8 || misaligned(a, lda, adt) ||
+  /* where cuBLASLt refuses a combination of types (no algorithm, or the
+   * call fails), that combination is not asked again; a failure that is
+   * not cuBLASLt's shows again in the product the caller then runs */
+  static uint64_t refused;
+  if (adt < 0 || adt > 3 || cdt < 0 || cdt > 3 || bias_dt < 0 || bias_dt > 3) return true;
+  uint64_t bit = (uint64_t)1 << (adt + 4 * (cdt + 4 * bias_dt));
+  if (refused & bit || tb || m <= 0 || n <= 0 || k <= 0 || m % 8 || n % 8 || k % 8 || misaligned(a, lda, adt) ||
       misaligned(b, ldb, bdt) || misaligned(c, n, cdt) || (uintptr_t)dbias % 16)
     return true;
   size_t lt = ws_bytes < lt_ws() ? ws_bytes : lt_ws();
   char e2[400];
   if (!direct_gemm(s, ta, tb, m, n, k, a, lda, adt, b, ldb, bdt, c, n, cdt, NULL, false, GPU_EPI_DBIAS, dbias, ws, lt,
                    false, e2, sizeof e2, bias_dt)) {
-    refused = true;
+    refused |= bit;
+    snprintf(dbias_why, sizeof dbias_why, "%s", e2);
     if (getenv("WEFT_GEMM_TUNE") && atoi(getenv("WEFT_GEMM_TUNE")) >= 2)
       fprintf(stderr, "weft gemm: the bias gradient's epilogue not taken: %s\n", e2);
     return true;

@@ -394,6 +394,7 @@ static void weight_grads(int64_t t, int64_t k, int64_t n, int reps) {
              !one ? "product, sums" : taken ? "one product" : "one product refused");
     printf("%-24s %-32s %9.3f ms %8.1f TFLOP/s\n", "linear dW + db", shape, ms,
            2.0 * (double)t * k * n / (ms * 1e-3) / 1e12);
+    if (one && !taken && *gpu_gemm_dbias_refused()) printf("  (refused: %s)\n", gpu_gemm_dbias_refused());
     fflush(stdout);
   }
   gpu_event_free(a), gpu_event_free(z);

@@ -325,7 +325,7 @@ static void check_gemm_resid(int dt, int64_t m, int64_t k, int64_t n) {
  * the shapes allow on the emulation; on a GPU cuBLASLt may refuse, and the
  * line says which ran. */
 static bool emulated;
-static void check_gemm_dbias(int dt, int64_t m, int64_t k, int64_t n) {
+static void check_gemm_dbias(int dt, int odt, int64_t m, int64_t k, int64_t n) {
   char e[400], what[96];
   size_t wsb = gpu_gemm_ws();
   void *ws = wsb ? gpu_alloc(wsb, e, sizeof e) : NULL;
@@ -335,27 +335,25 @@ static void check_gemm_dbias(int dt, int64_t m, int64_t k, int64_t n) {
   float *ww = malloc(sizeof(float) * (size_t)(k * n)), *wb = calloc((size_t)n, sizeof(float));
   k_matmul_backward(NULL, ww, g, x, b, m, k, n, false);
   k_linear_backward(NULL, NULL, wb, g, x, b, m, k, n, false);
-  void *dw = poisoned(k * n, GPU_F32), *db = poisoned(n, GPU_F32);
+  void *dw = poisoned(k * n, odt), *db = poisoned(n, odt);
   bool fused = false;
-  if (!gpu_gemm_dbias(S, true, false, k, n, m, dx, k, dt, dg, n, dt, dw, GPU_F32, db, GPU_F32, ws, wsb, &fused, e,
-                      sizeof e))
+  if (!gpu_gemm_dbias(S, true, false, k, n, m, dx, k, dt, dg, n, dt, dw, odt, db, odt, ws, wsb, &fused, e, sizeof e))
     die("gemm_dbias", e);
   bool want = m % 8 == 0 && n % 8 == 0 && k % 8 == 0;
   if (!fused) {
     /* not taken: what the caller then runs */
     void *cs = gpu_alloc(gpu_colsum_ws(m, n) + 4, e, sizeof e);
-    if (!gpu_gemm(S, true, false, k, n, m, dx, k, dt, dg, n, dt, dw, n, GPU_F32, NULL, false, ws, wsb, false, e,
-                  sizeof e))
+    if (!gpu_gemm(S, true, false, k, n, m, dx, k, dt, dg, n, dt, dw, n, odt, NULL, false, ws, wsb, false, e, sizeof e))
       die("gemm", e);
-    gpu_colsum(S, dt, db, GPU_F32, dg, m, n, false, cs);
+    gpu_colsum(S, dt, db, odt, dg, m, n, false, cs);
     if (!gpu_sync(e, sizeof e)) die("sync", e);
     gpu_free(cs);
   }
-  snprintf(what, sizeof what, "linear dW+db %lldx%lldx%lld %s", (long long)m, (long long)k, (long long)n,
-           fused ? "one product" : "product, sums");
-  expect_dev(what, GPU_F32, dw, ww, k * n);
+  snprintf(what, sizeof what, "linear dW+db %lldx%lldx%lld%s %s", (long long)m, (long long)k, (long long)n,
+           odt == dt ? "" : " to f32", fused ? "one product" : "product, sums");
+  expect_dev(what, odt, dw, ww, k * n);
   snprintf(what, sizeof what, "linear db from the product's epilogue %lldx%lld", (long long)m, (long long)n);
-  expect_dev(fused ? what : "linear db, column sums", GPU_F32, db, wb, n);
+  expect_dev(fused ? what : "linear db, column sums", odt, db, wb, n);
   checks++;
   if (fused && !want) {
     failures++;
@@ -364,7 +362,8 @@ static void check_gemm_dbias(int dt, int64_t m, int64_t k, int64_t n) {
     failures++;
     printf("kernel %-44s %-4s FAIL: not taken on the emulation\n", "linear dW+db in one product", dt_name(dt));
   } else {
-    printf("kernel %-44s %-4s ok (%s)\n", "linear dW+db in one product", dt_name(dt), fused ? "taken" : "not taken");
+    printf("kernel %-44s %-4s ok (%s%s%s)\n", "linear dW+db in one product", dt_name(dt), fused ? "taken" : "not taken",
+           !fused && *gpu_gemm_dbias_refused() ? ": " : "", !fused ? gpu_gemm_dbias_refused() : "");
   }
   gpu_free(dx), gpu_free(dg), gpu_free(dw), gpu_free(db), gpu_free(ws);
   free(x), free(g), free(b), free(ww), free(wb);
@@ -1935,9 +1934,10 @@ int main(void) {
     check_gemm_resid(dt, 37, 19, 23);
     check_gemm_resid(dt, 48, 64, 40);
     if (big) check_gemm_resid(dt, 1024, 768, 768), check_gemm_resid(dt, 1024, 3072, 768);
-    check_gemm_dbias(dt, 37, 19, 23);
-    check_gemm_dbias(dt, 64, 48, 40);
-    if (big) check_gemm_dbias(dt, 8192, 768, 2304), check_gemm_dbias(dt, 8192, 3072, 768);
+    check_gemm_dbias(dt, GPU_F32, 37, 19, 23);
+    check_gemm_dbias(dt, GPU_F32, 64, 48, 40);
+    if (dt != GPU_F32) check_gemm_dbias(dt, dt, 64, 48, 40);
+    if (big) check_gemm_dbias(dt, GPU_F32, 8192, 768, 2304), check_gemm_dbias(dt, GPU_F32, 8192, 3072, 768);
     if (big) {
       check_gemm(dt, 512, 768, 1024);
       /* products of 2^30 flops and more: their algorithms timed (tune in
