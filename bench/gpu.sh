@@ -17,9 +17,10 @@
 # PARTS picks among "kernels 124m 350m tp2 cudnn switches trace" (default
 # the first five; kernels: bench_kernels, below; cudnn: 124M and 350M again
 # with attention through cuDNN's fused flash attention, WEFT_ATTN=cudnn,
-# and through the plugin's kernels alone, WEFT_ATTN=fa (the first row
-# takes whichever of the two was faster on its heads, attention_pick.cu,
-# and says which);
+# and through the plugin's kernels alone, WEFT_ATTN=fa, and with their
+# backward summing dq by atomics, WEFT_ATTN=fa-atomic (the first row
+# takes whichever was fastest on its heads, attention_pick.cu, and says
+# which);
 # tp2, switches and trace also find 124M's batch; trace: one step of 124M
 # timed instruction by instruction, weft run --trace, summed by operator
 # (bench/trace_summary.py) and set beside weft estimate's simulation of the
@@ -94,6 +95,10 @@ elif [ -x "$KERNELS" ]; then
   # kernels (a line of weft's says so where cuDNN refuses)
   say "the same attention, WEFT_ATTN=cudnn (cuDNN's fused attention, ${WEFT_CUDNN:-libcudnn.so.9 not found}):"
   WEFT_ATTN=cudnn "$KERNELS" $KERNELS_ARGS 2>&1 | grep "^attention\|^  the same\|WEFT_ATTN" | tee -a "$log"
+  # the plugin's backward with dq summed by atomics in the dk/dv kernel
+  say "the same attention backward, WEFT_ATTN=fa-atomic (dq by atomics) and WEFT_ATTN=fa (its own kernel):"
+  WEFT_ATTN=fa-atomic "$KERNELS" $KERNELS_ARGS 2>&1 | grep "^attention backward" | sed 's/$/  fa-atomic/' | tee -a "$log"
+  WEFT_ATTN=fa "$KERNELS" $KERNELS_ARGS 2>&1 | grep "^attention backward" | sed 's/$/  fa/' | tee -a "$log"
 else
   say "bench_kernels: $KERNELS not built (make cuda)"
 fi
@@ -148,7 +153,8 @@ bench_at() {
   weft_row "$name weft"
   case " $PARTS " in *" cudnn "*)
     weft_row "$name weft, cuDNN attn" WEFT_ATTN=cudnn WEFT_CUDNN_VERBOSE=1
-    weft_row "$name weft, plugin attn" WEFT_ATTN=fa ;;
+    weft_row "$name weft, plugin attn" WEFT_ATTN=fa
+    weft_row "$name weft, fa-atomic" WEFT_ATTN=fa-atomic ;;
   esac
   for mode in ${TORCH_MODES-eager compile}; do
     "$PY" bench/gpu/gpt2_torch.py --mode $mode --layers $layers --hidden $hidden --heads $heads --batch $batch \

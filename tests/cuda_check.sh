@@ -156,6 +156,35 @@ if WEFT_ATTN=auto:wmma,core "$WEFT" run $MB --backend cuda --check >"$tmp/t1.out
     echo "cuda (emulated): attention's kernels chosen by time: $(grep -m1 '^weft: attention backward' "$tmp/t1.err" | sed 's/^weft: //'); --check $(grep -o 'losses within [^,]*' "$tmp/t1.out")"
   else bad "attention's kernels chosen by time: $f1 forward lines, $b1 backward, $no turned away"; cat "$tmp/t1.err" "$tmp/t2.err" "$tmp/t3.err" "$tmp/t4.err" "$tmp/t5.err" "$tmp/t7.err"; fi
 else bad "WEFT_ATTN=auto:...: weft run"; cat "$tmp/t1.err" "$tmp/t2.err" "$tmp/t3.err" "$tmp/t4.err" "$tmp/t5.err" 2>/dev/null; fi
+# The mma.sync backward with dq summed by atomics in the dk/dv kernel
+# (WEFT_ATTN=fa-atomic; attention_fa_bwd.cu): its kernels against the
+# CPU's (test_kernels --attention), Megatron bf16 and Llama with grouped
+# queries and parts of the sequence (cp2) matching one device with dq
+# stored from the f32 sums (k_attn_dq_store) and no dq kernel of its own;
+# --deterministic leaves it for the kernels without atomics; auto:fa-atomic
+# times it against them.
+LL="examples/llama_megatron.plan --set layers=4 --set hidden=128 --set heads=4 --set kv_heads=2 --set ffn=96 --set seq=16 --set vocab=128 --set global_batch=8 --set micro_batch=2 --set cp=2 --set dp=1 --set dtype=bf16 --steps 2"
+fa_atomic_launches() { # FILE: "stores dq-kernels"
+  awk '$2 ~ /^k_attn_dq_store/ {s += $1} $2 ~ /^k_attn_dq_fa/ {q += $1} END {print s + 0, q + 0}' "$1"
+}
+rm -f "$tmp/fa1.l" "$tmp/fa2.l" "$tmp/fa3.l"
+if WEFT_ATTN=fa-atomic WEFT_CUDA_EMU_LAUNCHES=$tmp/fa0.l "$EMU/test_kernels" --attention >"$tmp/fa0.out" 2>&1 &&
+   WEFT_ATTN=fa-atomic WEFT_CUDA_EMU_LAUNCHES=$tmp/fa1.l "$WEFT" run $MB --backend cuda --check >"$tmp/fa1.out" 2>&1 &&
+   WEFT_ATTN=fa-atomic WEFT_CUDA_EMU_LAUNCHES=$tmp/fa2.l "$WEFT" run $LL --backend cuda --check >"$tmp/fa2.out" 2>&1 &&
+   WEFT_ATTN=fa-atomic WEFT_CUDA_EMU_LAUNCHES=$tmp/fa3.l "$WEFT" run $MB --backend cuda --deterministic >"$tmp/fa3.out" 2>&1 &&
+   WEFT_ATTN=auto:fa-atomic "$WEFT" run $MB --backend cuda >/dev/null 2>"$tmp/fa4.err"; then
+  set -- $(fa_atomic_launches "$tmp/fa0.l"); k0=$1
+  set -- $(fa_atomic_launches "$tmp/fa1.l"); s1=$1 q1=$2
+  set -- $(fa_atomic_launches "$tmp/fa2.l"); s2=$1 q2=$2
+  set -- $(fa_atomic_launches "$tmp/fa3.l"); s3=$1 q3=$2
+  t4=$(grep -c "^weft: attention backward, b2 h2 s16 d32 bf16 causal: fa [0-9.]* ms; fa-atomic [0-9.]* ms, rel err [0-9.e+-]*, worst element [0-9.e+-]* of its bound: fa[-a-z]* runs them (tolerance 1e-02)$" "$tmp/fa4.err")
+  if [ "$k0" -gt 0 ] && [ "$s1" -gt 0 ] && [ "$q1" -eq 0 ] && [ "$s2" -gt 0 ] && [ "$q2" -eq 0 ] &&
+     [ "$s3" -eq 0 ] && [ "$q3" -gt 0 ] && [ "$t4" -ge 1 ] &&
+     grep -q ": match$" "$tmp/fa1.out" && grep -q ": match$" "$tmp/fa2.out"; then ok
+    echo "cuda (emulated): attention backward with dq by atomics: $(tail -1 "$tmp/fa0.out" | sed 's/^test_kernels: //') ($k0 calls took it); megatron bf16 $s1 and llama cp2 $s2 calls, --check $(grep -o 'losses within [^,]*' "$tmp/fa1.out"), $(grep -o 'losses within [^,]*' "$tmp/fa2.out"); --deterministic none; timed: $(grep -m1 '^weft: attention backward' "$tmp/fa4.err" | sed 's/^weft: attention backward, [^:]*: //')"
+  else bad "attention backward with dq by atomics: test_kernels $k0 calls, megatron $s1/$q1, llama $s2/$q2, deterministic $s3/$q3, timed lines $t4"
+    grep -v " ok$" "$tmp/fa0.out"; tail -n 3 "$tmp/fa1.out" "$tmp/fa2.out"; cat "$tmp/fa4.err"; fi
+else bad "WEFT_ATTN=fa-atomic"; grep -v " ok$" "$tmp/fa0.out"; tail -n 5 "$tmp/fa1.out" "$tmp/fa2.out" "$tmp/fa3.out" "$tmp/fa4.err" 2>/dev/null; fi
 # The steps of a stream that run back to back, and the sums of squares
 # of their gradients, are one launch and one more that adds the sums
 # (k_msteps, k_msteps_done); WEFT_CUDA_FUSED_STEP=0: three per tensor.

@@ -352,6 +352,7 @@ bool attention_way_takes(int way, int dt, const gpu_attn *a, bool causal, bool b
   case ATTN_WMMA: return causal && attention_tc_takes(dt, a);
   case ATTN_CUDNN: return attention_cudnn_ready(dt, a, causal, bwd);
   case ATTN_CORE: return true;
+  case ATTN_FA_ATOMIC: return causal && bwd && attention_fa_atomic_takes(dt, a);
   default: return false;
   }
 }
@@ -403,8 +404,13 @@ size_t gpu_attention_stats_bytes(const gpu_attn *a) { return (size_t)(a->b * a->
  * cuDNN's workspace where it takes the backward, whichever is larger. */
 static size_t own_ws(const gpu_attn *a) { return (size_t)(2 * a->b * a->hq * a->sq + 1) * sizeof(float); }
 
+/* Where the f32 sums of dq by atomics start in the workspace: after lse
+ * and D. */
+static size_t atomic_at(const gpu_attn *a) { return (own_ws(a) + 255) / 256 * 256; }
+
 static size_t backward_ws(int dt, const gpu_attn *a, bool acc, bool causal) {
   size_t own = own_ws(a);
+  if (attention_fa_atomic_considered(dt, a, causal)) own = atomic_at(a) + attention_fa_atomic_ws(a);
   size_t lib = acc || !attention_cudnn_considered(dt, a, causal) ? 0 : attention_cudnn_backward_ws(dt, a, causal);
   return lib > own ? lib : own;
 }
@@ -458,12 +464,14 @@ bool attention_backward_by(int way, gpu_stream *s, int dt, void *dq, void *dk, v
                            const float *lse_kept, const void *out, void *ws, bool causal) {
   if (way == ATTN_CUDNN)
     return lse_kept && out && attention_cudnn_backward(s, dt, dq, dk, dv, dout, q, k, v, a, acc, lse_kept, out, ws, causal);
-  if (!attention_way_takes(way, dt, a, causal, true) || (way == ATTN_FA && !(lse_kept && out))) return false;
+  const bool fa = way == ATTN_FA || way == ATTN_FA_ATOMIC;
+  if (!attention_way_takes(way, dt, a, causal, true) || (fa && !(lse_kept && out))) return false;
   gpu_attn f = causal ? *a : unmasked(a);
   float *lse, *dsum;
   const bool kept = backward_stats(s, dt, dout, &f, lse_kept, out, ws, &lse, &dsum);
-  if (way == ATTN_FA)
-    attention_fa_backward(s, dt, dq, dk, dv, dout, q, k, v, a, acc, lse, dsum);
+  if (fa)
+    attention_fa_backward(s, dt, dq, dk, dv, dout, q, k, v, a, acc, lse, dsum,
+                          way == ATTN_FA_ATOMIC ? (float *)((char *)ws + atomic_at(a)) : NULL);
   else if (way == ATTN_WMMA)
     attention_tc_backward(s, dt, dq, dk, dv, dout, q, k, v, a, acc, lse, dsum, kept);
   else

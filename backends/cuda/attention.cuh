@@ -52,13 +52,21 @@ void attention_tc_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, 
 bool attention_fa_bwd_takes(int dt, const gpu_attn *a);
 void attention_fa_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, const void *dout, const void *q,
                            const void *k, const void *v, const gpu_attn *a, bool acc, const float *lse,
-                           const float *dsum);
+                           const float *dsum, float *dqa);
+/* The same with dq summed in the dk/dv kernel by atomics, FlashAttention-2's
+ * way (not under --deterministic: the sums' order is the blocks'), into
+ * dqa (f32 [b, hq, sq, dh], attention_fa_atomic_ws bytes of the
+ * backward's workspace), then stored: whether it takes these heads. */
+bool attention_fa_atomic_takes(int dt, const gpu_attn *a);
+size_t attention_fa_atomic_ws(const gpu_attn *a);
 
 /* The implementations of attention that WEFT_ATTN names and
  * attention_pick.cu chooses among: the mma.sync kernels (attention_fa*.cu),
  * the wmma ones (attention_tc.cu), cuDNN's fused attention
- * (attention_cudnn.cu) and the kernels on CUDA cores (attention.cu). */
-enum { ATTN_FA, ATTN_WMMA, ATTN_CUDNN, ATTN_CORE, ATTN_WAYS };
+ * (attention_cudnn.cu), the kernels on CUDA cores (attention.cu) and the
+ * mma.sync backward with dq by atomics (a backward only; never a fallback:
+ * the plugin's default is ATTN_FA to ATTN_CORE but cuDNN). */
+enum { ATTN_FA, ATTN_WMMA, ATTN_CUDNN, ATTN_CORE, ATTN_FA_ATOMIC, ATTN_WAYS };
 extern const char *const attention_way_names[ATTN_WAYS];
 /* The way WEFT_ATTN names alone (WEFT_ATTN=cudnn, ...), -1 where it names
  * none (unset, or auto). */
@@ -67,6 +75,8 @@ int attention_forced(void);
  * the automatic choice times for them (so that the backward's workspace
  * makes room for its plan). */
 bool attention_cudnn_considered(int dt, const gpu_attn *a, bool causal);
+/* Likewise for the backward with dq by atomics (its f32 sums). */
+bool attention_fa_atomic_considered(int dt, const gpu_attn *a, bool causal);
 /* The way that runs this call: WEFT_ATTN's, or the one chosen for these
  * heads on this device the first time they ran, timed against the
  * plugin's default where more than one takes them (attention_pick.cu);

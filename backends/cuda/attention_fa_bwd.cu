@@ -21,6 +21,12 @@
  * Only tiles on the diagonal (or at the sequences' ends) are masked; query
  * rows past the end get lse = +inf, so P = 0 there. No atomics: each sum
  * has one owner and adds in a fixed order, so two runs give the same bits.
+ * With dq by atomics (fa-atomic, never under --deterministic) the dk/dv
+ * kernel computes dq as well, FlashAttention-2's way: each chunk's dS^T
+ * goes to shared memory, the four warps take dQ = dS K for its queries
+ * (dS read transposed by ldmatrix .trans, K already there) and add it to
+ * f32 sums by atomics, and k_attn_dq_store writes dq from them: five
+ * products a tile instead of the two kernels' seven.
  * Rows whose start is not on 16 bytes go through plain loads instead.
  * WEFT_ATTN=wmma leaves the backward to attention_tc.cu (to time both). */
 #include <stdlib.h>
@@ -183,9 +189,11 @@ template <class T> DEV void pack_c(uint32_t (*pp)[4], int nb, float c0, float c1
 /* ---- dk and dv ------------------------------------------------------------------------ */
 
 /* Shared memory: K and V rows of the block, then two stages of a query
- * tile, its dout tile, and lse and D of their rows. */
+ * tile, its dout tile, and lse and D of their rows; with dq summed here
+ * (dq_by_atomics), then dS^T of QC queries: rows of the block's keys. */
 template <int D16> struct dkv_layout {
   enum { LD = D16 * 16 + 8, ROWS = FB * LD * 2, STAGE = 2 * ROWS + 2 * FB * 4, BYTES = 2 * ROWS + 2 * STAGE };
+  static constexpr size_t bytes(bool dq, int qc) { return BYTES + (dq ? (size_t)FB * (qc + 8) * 2 : 0); }
 };
 
 /* The query tile of rows [q0, q0 + FB) of query head h (q, dout, lse and
@@ -202,21 +210,64 @@ DEV void fetch_q(unsigned char *stage, int64_t h, int q0, const T *q, const T *d
   stats_to(Ls, Ls + FB, lse + at, dsum + at, left);
 }
 
+/* dq of a chunk of QC queries from dS^T (the block's FB keys by QC
+ * queries, 16-bit, rows of QC + 8 at dS) and the block's keys Ks: dQ = dS
+ * K, split over the 4 warps by 16 queries, then by parts of the head where
+ * the chunk has fewer than 64 queries; each sum added to dqa (f32 rows of
+ * dh, row qb the chunk's first) by atomics, rows from sq on left out. */
+template <class T, int D16, int QC>
+DEV void dq_by_atomics(float *dqa, const T *dS, const T *Ks, int64_t dh, int qb, int sq, int w, int lane) {
+  enum { LD = D16 * 16 + 8, LDS = QC + 8, RB = QC / 16, CG = FW / RB, DC = D16 / CG };
+  static_assert(FW % RB == 0 && D16 % CG == 0, "the warps share the chunk evenly");
+  const int rb = w % RB, cg = w / RB, g = lane >> 2, t = lane & 3;
+  float acc[2 * DC][4];
+#pragma unroll
+  for (int n = 0; n < 2 * DC; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+#pragma unroll
+  for (int kb = 0; kb < FB / 16; kb++) {
+    /* A = dS (16 queries by 16 keys) from its transpose: ldmatrix .trans
+     * of the rows (keys) kb*16 + 0..15 at the warp's queries */
+    uint32_t a[4];
+    ldsm_x4<true>(a, dS + (kb * 16 + (lane & 7) + (lane >> 4) * 8) * LDS + rb * 16 + ((lane >> 3) & 1) * 8);
+#pragma unroll
+    for (int dd = 0; dd < DC; dd++) {
+      uint32_t b[4];
+      ld_b_kn<LD>(b, Ks + kb * 16 * LD + (cg * DC + dd) * 16, lane);
+      mma16816<T>(acc[2 * dd], a, b, acc[2 * dd]);
+      mma16816<T>(acc[2 * dd + 1], a, b + 2, acc[2 * dd + 1]);
+    }
+  }
+#pragma unroll
+  for (int hh = 0; hh < 2; hh++) {
+    const int qi = qb + rb * 16 + g + 8 * hh;
+    if (qi >= sq) continue;
+    float *row = dqa + (int64_t)qi * dh + cg * DC * 16 + 2 * t;
+#pragma unroll
+    for (int n = 0; n < 2 * DC; n++) {
+      atomicAdd(&row[n * 8], acc[n][2 * hh]);
+      atomicAdd(&row[n * 8 + 1], acc[n][2 * hh + 1]);
+    }
+  }
+}
+
 } // namespace
 
 /* The kernels' names are seen outside (the emulation counts launches by
  * name): k_attn_ as attention.cu's. */
 
-/* dk, dv of keys [k0, k0 + FB) of key/value head hk; warp w owns 16. */
-template <class T, int D16, bool HOLD, int QC, int MB>
+/* dk, dv of keys [k0, k0 + FB) of key/value head hk; warp w owns 16.
+ * DQ: dq too, each chunk's part of it added to dqa (f32 [b, hq, sq, dh],
+ * zero before, without the scale) by atomics. */
+template <class T, int D16, bool HOLD, int QC, int MB, bool DQ>
 __global__ void __launch_bounds__(FT, MB)
     k_attn_dkv_fa(T *dk, T *dv, const T *dout, const T *q, const T *k, const T *v, gpu_attn a, float scale,
-                  bool vec, const float *lse, const float *dsum, bool acc) {
+                  bool vec, const float *lse, const float *dsum, bool acc, float *dqa) {
   typedef dkv_layout<D16> L;
   enum { LD = L::LD };
   DYN_SMEM(unsigned char, raw);
   T *Ks = (T *)raw, *Vs = (T *)(raw + L::ROWS);
   unsigned char *stages = raw + 2 * L::ROWS;
+  T *dSs = (T *)(raw + L::BYTES); /* DQ: dS^T of a chunk, rows of QC + 8 */
   const int64_t bi = blockIdx.z, hk = blockIdx.y;
   const int k0 = (int)blockIdx.x * FB, sq = (int)a.sq, qpos = (int)a.qpos;
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3, kw = k0 + 16 * w;
@@ -230,7 +281,7 @@ __global__ void __launch_bounds__(FT, MB)
    * fetch, q0 the one computed */
   const int qs = k0 > qpos ? k0 - qpos : 0;
   const int64_t steps = qs < sq ? a.r * ((sq - qs + FB - 1) / FB) : 0;
-  int64_t fh = hk * a.r;
+  int64_t fh = hk * a.r, ch = fh; /* ch: the head of the tile computed */
   int fq = qs, q0 = qs;
   if (steps > 0) {
     fetch_q<T, D16>(stages, fh, fq, q, dout, a, lse, dsum, vec);
@@ -270,43 +321,63 @@ __global__ void __launch_bounds__(FT, MB)
     /* QC queries at a time (fewer registers for the widest heads) */
 #pragma unroll 1
     for (int c0 = 0; c0 < FB; c0 += QC) {
-      /* the warp's keys: some seen by the chunk's last query, and real */
-      if (rel > c0 + QC - 1 || !real) continue;
-      float x[QC / 8][4];
+      /* the warp's keys: some seen by the chunk's last query, and real;
+       * with DQ every warp goes on while any of them does (the block's
+       * first keys are seen), the others giving zeros for dq */
+      const bool on = rel <= c0 + QC - 1 && real;
+      if (DQ ? rel - 16 * w > c0 + QC - 1 : !on) continue;
       uint32_t pp[QC / 16][4];
-      scores<T, D16, HOLD, QC>(x, kf, Ks + 16 * w * LD, Qs + c0 * LD, lane);
-      /* P^T: key kw + g (+ 8) against query q0 + c0 + column; masked
-       * where some key of the warp comes after the chunk's first query */
-      const bool edge = rel + 15 > c0;
-      const int lim0 = rel + g - c0, lim1 = lim0 + 8; /* columns below are not seen */
+      if (on) {
+        float x[QC / 8][4];
+        scores<T, D16, HOLD, QC>(x, kf, Ks + 16 * w * LD, Qs + c0 * LD, lane);
+        /* P^T: key kw + g (+ 8) against query q0 + c0 + column; masked
+         * where some key of the warp comes after the chunk's first query */
+        const bool edge = rel + 15 > c0;
+        const int lim0 = rel + g - c0, lim1 = lim0 + 8; /* columns below are not seen */
 #pragma unroll
-      for (int nb = 0; nb < QC / 8; nb++) {
-        const int c = nb * 8 + 2 * t;
-        const float l0 = Ls[c0 + c] * kLog2e, l1 = Ls[c0 + c + 1] * kLog2e;
-        float p0 = fexp2(x[nb][0] * sl2 - l0), p1 = fexp2(x[nb][1] * sl2 - l1);
-        float p2 = fexp2(x[nb][2] * sl2 - l0), p3 = fexp2(x[nb][3] * sl2 - l1);
-        if (edge) {
-          if (c < lim0) p0 = 0.0f;
-          if (c + 1 < lim0) p1 = 0.0f;
-          if (c < lim1) p2 = 0.0f;
-          if (c + 1 < lim1) p3 = 0.0f;
+        for (int nb = 0; nb < QC / 8; nb++) {
+          const int c = nb * 8 + 2 * t;
+          const float l0 = Ls[c0 + c] * kLog2e, l1 = Ls[c0 + c + 1] * kLog2e;
+          float p0 = fexp2(x[nb][0] * sl2 - l0), p1 = fexp2(x[nb][1] * sl2 - l1);
+          float p2 = fexp2(x[nb][2] * sl2 - l0), p3 = fexp2(x[nb][3] * sl2 - l1);
+          if (edge) {
+            if (c < lim0) p0 = 0.0f;
+            if (c + 1 < lim0) p1 = 0.0f;
+            if (c < lim1) p2 = 0.0f;
+            if (c + 1 < lim1) p3 = 0.0f;
+          }
+          pack_c<T>(pp, nb, p0, p1, p2, p3);
         }
-        pack_c<T>(pp, nb, p0, p1, p2, p3);
-      }
-      accumulate<T, D16, QC>(gv, pp, Os + c0 * LD, lane);
-      /* dP^T = V dO^T; dS^T = P^T (dP^T - D) in place of P^T */
-      scores<T, D16, HOLD, QC>(x, vf, Vs + 16 * w * LD, Os + c0 * LD, lane);
+        accumulate<T, D16, QC>(gv, pp, Os + c0 * LD, lane);
+        /* dP^T = V dO^T; dS^T = P^T (dP^T - D) in place of P^T */
+        scores<T, D16, HOLD, QC>(x, vf, Vs + 16 * w * LD, Os + c0 * LD, lane);
 #pragma unroll
-      for (int nb = 0; nb < QC / 8; nb++) {
-        const int c = c0 + nb * 8 + 2 * t;
-        const float d0 = Ds[c], d1 = Ds[c + 1];
-        const uint32_t u0 = pp[nb >> 1][(nb & 1) * 2], u1 = pp[nb >> 1][(nb & 1) * 2 + 1];
-        pack_c<T>(pp, nb, lo16<T>(u0) * (x[nb][0] - d0), hi16<T>(u0) * (x[nb][1] - d1),
-                  lo16<T>(u1) * (x[nb][2] - d0), hi16<T>(u1) * (x[nb][3] - d1));
+        for (int nb = 0; nb < QC / 8; nb++) {
+          const int c = c0 + nb * 8 + 2 * t;
+          const float d0 = Ds[c], d1 = Ds[c + 1];
+          const uint32_t u0 = pp[nb >> 1][(nb & 1) * 2], u1 = pp[nb >> 1][(nb & 1) * 2 + 1];
+          pack_c<T>(pp, nb, lo16<T>(u0) * (x[nb][0] - d0), hi16<T>(u0) * (x[nb][1] - d1),
+                    lo16<T>(u1) * (x[nb][2] - d0), hi16<T>(u1) * (x[nb][3] - d1));
+        }
+        accumulate<T, D16, QC>(gk, pp, Qs + c0 * LD, lane);
+      } else {
+#pragma unroll
+        for (int j = 0; j < QC / 16; j++) pp[j][0] = pp[j][1] = pp[j][2] = pp[j][3] = 0u;
       }
-      accumulate<T, D16, QC>(gk, pp, Qs + c0 * LD, lane);
+      if constexpr (DQ) {
+        /* dS^T (keys by queries) to shared memory: pp[j][e] is the word of
+         * key g (+ 8 for odd e), queries 16 j + 2 t (+ 8 from e = 2) */
+#pragma unroll
+        for (int j = 0; j < QC / 16; j++)
+#pragma unroll
+          for (int e = 0; e < 4; e++)
+            *(uint32_t *)(dSs + (16 * w + g + (e & 1) * 8) * (QC + 8) + 16 * j + (e >> 1) * 8 + 2 * t) = pp[j][e];
+        __syncthreads();
+        dq_by_atomics<T, D16, QC>(dqa + ((bi * a.hq + ch) * a.sq) * a.dh, dSs, Ks, a.dh, q0 + c0, sq, w, lane);
+        __syncthreads();
+      }
     }
-    if ((q0 += FB) >= sq) q0 = qs;
+    if ((q0 += FB) >= sq) q0 = qs, ch++;
     __syncthreads();
   }
   const int64_t base = kvoff + (kw + g) * a.kv_row + 2 * t;
@@ -433,6 +504,16 @@ __global__ void __launch_bounds__(FT, MB)
     }
 }
 
+/* dq (+)= scale dqa, dqa f32 [b, hq, sq, dh] (dq by atomics). */
+template <class T>
+__global__ void k_attn_dq_store(T *dq, const float *dqa, gpu_attn a, float scale, bool acc) {
+  const int64_t n = a.b * a.hq * a.sq * a.dh;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t c = i % a.dh, p = i / a.dh % a.sq, h = i / (a.dh * a.sq) % a.hq, bi = i / (a.dh * a.sq * a.hq);
+    put(&dq[bi * a.q_batch + h * a.dh + p * a.q_row + c], dqa[i] * scale, acc);
+  }
+}
+
 /* ---- launches -------------------------------------------------------------------------- */
 
 namespace {
@@ -453,6 +534,16 @@ template <int D16> size_t fa_bytes16() {
 size_t fa_bytes(int64_t dh) {
   return dh == 32 ? fa_bytes16<2>() : dh == 64 ? fa_bytes16<4>() : dh == 96 ? fa_bytes16<6>() : fa_bytes16<8>();
 }
+/* queries at a time in dk/dv (fa_backward's choice) */
+int fa_qc(int64_t dh) { return dh <= 64 ? 64 : 32; }
+/* The dk/dv kernel's with dq by atomics. */
+size_t fa_atomic_bytes(int64_t dh) {
+  const int qc = fa_qc(dh);
+  return dh == 32   ? dkv_layout<2>::bytes(true, qc)
+         : dh == 64 ? dkv_layout<4>::bytes(true, qc)
+         : dh == 96 ? dkv_layout<6>::bytes(true, qc)
+                    : dkv_layout<8>::bytes(true, qc);
+}
 
 
 /* WEFT_ATTN=wmma: the kernels of attention_tc.cu for everything. */
@@ -466,6 +557,12 @@ bool attention_fa_bwd_takes(int dt, const gpu_attn *a) {
   return fa_bytes(a->dh) <= attention_smem_limit();
 }
 
+bool attention_fa_atomic_takes(int dt, const gpu_attn *a) {
+  return !a->det && attention_fa_bwd_takes(dt, a) && fa_atomic_bytes(a->dh) <= attention_smem_limit();
+}
+
+size_t attention_fa_atomic_ws(const gpu_attn *a) { return (size_t)(a->b * a->hq * a->sq * a->dh) * sizeof(float); }
+
 namespace {
 
 /* Both kernels for heads of 16 D16: HOLD, the warps keep their rows of
@@ -473,14 +570,26 @@ namespace {
  * MBQ: blocks per multiprocessor that dk/dv and dq keep registers for. */
 template <class T, int D16, bool HOLD, int QC, int MBK, int MBQ>
 void fa_run(gpu_stream *s, T *dq, T *dk, T *dv, const T *dout, const T *q, const T *k, const T *v, const gpu_attn *a,
-            bool acc, const float *lse, const float *dsum, bool vec) {
+            bool acc, const float *lse, const float *dsum, bool vec, float *dqa) {
   const float scale = (float)(1.0 / sqrt((double)a->dh));
+  if (dqa) {
+    /* dq summed in the dk/dv kernel (attention_fa_atomic) */
+    const dim3 grid((unsigned)((a->sk + FB - 1) / FB), (unsigned)(a->hq / a->r), (unsigned)a->b);
+    const size_t bytes = dkv_layout<D16>::bytes(true, QC);
+    gpu_zero(dqa, attention_fa_atomic_ws(a), s);
+    fa_allow_smem(k_attn_dkv_fa<T, D16, HOLD, QC, MBK, true>, bytes);
+    launch(k_attn_dkv_fa<T, D16, HOLD, QC, MBK, true>, grid, FT, bytes, s, dk, dv, dout, q, k, v, *a, scale, vec, lse,
+           dsum, acc, dqa);
+    launch(k_attn_dq_store<T>, blocks_for(a->b * a->hq * a->sq * a->dh, 256), 256, 0, s, dq, (const float *)dqa, *a,
+           scale, acc);
+    return;
+  }
   if (dk || dv) {
     const dim3 grid((unsigned)((a->sk + FB - 1) / FB), (unsigned)(a->hq / a->r), (unsigned)a->b);
     const size_t bytes = dkv_layout<D16>::BYTES;
-    fa_allow_smem(k_attn_dkv_fa<T, D16, HOLD, QC, MBK>, bytes);
-    launch(k_attn_dkv_fa<T, D16, HOLD, QC, MBK>, grid, FT, bytes, s, dk, dv, dout, q, k, v, *a, scale, vec, lse, dsum,
-           acc);
+    fa_allow_smem(k_attn_dkv_fa<T, D16, HOLD, QC, MBK, false>, bytes);
+    launch(k_attn_dkv_fa<T, D16, HOLD, QC, MBK, false>, grid, FT, bytes, s, dk, dv, dout, q, k, v, *a, scale, vec, lse,
+           dsum, acc, (float *)NULL);
   }
   if (dq) {
     const dim3 grid((unsigned)((a->sq + FB - 1) / FB), (unsigned)a->hq, (unsigned)a->b);
@@ -492,7 +601,8 @@ void fa_run(gpu_stream *s, T *dq, T *dk, T *dv, const T *dout, const T *q, const
 
 template <class T>
 void fa_backward(gpu_stream *s, void *dq, void *dk, void *dv, const void *dout, const void *q, const void *k,
-                 const void *v, const gpu_attn *a, bool acc, const float *lse, const float *dsum, bool vec) {
+                 const void *v, const gpu_attn *a, bool acc, const float *lse, const float *dsum, bool vec,
+                 float *dqa) {
   T *gq = (T *)dq, *gk = (T *)dk, *gv = (T *)dv;
   const T *o = (const T *)dout, *qq = (const T *)q, *kk = (const T *)k, *vv = (const T *)v;
   /* heads up to 64: rows in registers, dk/dv over 64 queries at once, dq
@@ -501,10 +611,10 @@ void fa_backward(gpu_stream *s, void *dq, void *dk, void *dv, const void *dout, 
    * queries at once in 168 registers spills (heads of 64), and on an H100
    * was within 2% of these. */
   switch (a->dh) {
-  case 32: fa_run<T, 2, true, 64, 2, 3>(s, gq, gk, gv, o, qq, kk, vv, a, acc, lse, dsum, vec); break;
-  case 64: fa_run<T, 4, true, 64, 2, 3>(s, gq, gk, gv, o, qq, kk, vv, a, acc, lse, dsum, vec); break;
-  case 96: fa_run<T, 6, false, 32, 2, 2>(s, gq, gk, gv, o, qq, kk, vv, a, acc, lse, dsum, vec); break;
-  default: fa_run<T, 8, false, 32, 2, 2>(s, gq, gk, gv, o, qq, kk, vv, a, acc, lse, dsum, vec); break;
+  case 32: fa_run<T, 2, true, 64, 2, 3>(s, gq, gk, gv, o, qq, kk, vv, a, acc, lse, dsum, vec, dqa); break;
+  case 64: fa_run<T, 4, true, 64, 2, 3>(s, gq, gk, gv, o, qq, kk, vv, a, acc, lse, dsum, vec, dqa); break;
+  case 96: fa_run<T, 6, false, 32, 2, 2>(s, gq, gk, gv, o, qq, kk, vv, a, acc, lse, dsum, vec, dqa); break;
+  default: fa_run<T, 8, false, 32, 2, 2>(s, gq, gk, gv, o, qq, kk, vv, a, acc, lse, dsum, vec, dqa); break;
   }
 }
 
@@ -512,12 +622,14 @@ void fa_backward(gpu_stream *s, void *dq, void *dk, void *dv, const void *dout, 
 
 void attention_fa_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, const void *dout, const void *q,
                            const void *k, const void *v, const gpu_attn *a, bool acc, const float *lse,
-                           const float *dsum) {
+                           const float *dsum, float *dqa) {
+  /* dq by atomics only with dk or dv to sum beside it */
+  if (!dq || !(dk || dv)) dqa = NULL;
   const bool vec = a->dh % 8 == 0 && a->q_row % 8 == 0 && a->kv_row % 8 == 0 && a->o_row % 8 == 0 &&
                    a->q_batch % 8 == 0 && a->kv_batch % 8 == 0 && a->o_batch % 8 == 0 && al16(dout) && al16(q) &&
                    al16(k) && al16(v);
   if (dt == GPU_F16)
-    fa_backward<f16>(s, dq, dk, dv, dout, q, k, v, a, acc, lse, dsum, vec);
+    fa_backward<f16>(s, dq, dk, dv, dout, q, k, v, a, acc, lse, dsum, vec, dqa);
   else
-    fa_backward<bf16>(s, dq, dk, dv, dout, q, k, v, a, acc, lse, dsum, vec);
+    fa_backward<bf16>(s, dq, dk, dv, dout, q, k, v, a, acc, lse, dsum, vec, dqa);
 }

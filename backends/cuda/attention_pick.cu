@@ -4,14 +4,16 @@
  *
  * WEFT_ATTN (read once):
  *   unset   the plugin's kernels (mma.sync, else wmma, else CUDA cores),
- *           with cuDNN's fused attention timed against them for heads
- *           whose forward is at least ATTN_TUNE_FLOP (small heads cost
- *           more to plan in cuDNN than they could gain);
+ *           with cuDNN's fused attention and, for the backward, the
+ *           mma.sync one with dq by atomics (fa-atomic) timed against
+ *           them for heads whose forward is at least ATTN_TUNE_FLOP (small
+ *           heads cost more to plan in cuDNN than they could gain);
  *   auto    the same for heads of every size;
- *   auto:W,...  the ways W (fa, wmma, cudnn, core) timed against the
- *           plugin's kernels, for heads of every size;
- *   fa, wmma, cudnn, core  that way alone, where it takes the heads (the
- *           plugin's kernels where it does not).
+ *   auto:W,...  the ways W (fa, wmma, cudnn, core, fa-atomic) timed
+ *           against the plugin's kernels, for heads of every size;
+ *   fa, wmma, cudnn, core, fa-atomic  that way alone, where it takes the
+ *           heads (the plugin's kernels where it does not; fa-atomic is a
+ *           backward: the forward is fa's).
  *
  * The choice, one for each shape of heads, type, device and kind of call
  * (forward or backward, the forward's log-sum-exp kept or not, a backward
@@ -43,7 +45,7 @@
 #include <string.h>
 #include <time.h>
 
-const char *const attention_way_names[ATTN_WAYS] = {"fa", "wmma", "cudnn", "core"};
+const char *const attention_way_names[ATTN_WAYS] = {"fa", "wmma", "cudnn", "core", "fa-atomic"};
 
 namespace {
 
@@ -72,7 +74,7 @@ const pick_mode &the_mode(void) {
   mode.read = true;
   mode.forced = -1;
   mode.every = false;
-  for (int w = 0; w < ATTN_WAYS; w++) mode.alt[w] = w == ATTN_CUDNN;
+  for (int w = 0; w < ATTN_WAYS; w++) mode.alt[w] = w == ATTN_CUDNN || w == ATTN_FA_ATOMIC;
   const char *e = getenv("WEFT_ATTN");
   if (!e || !*e) return mode;
   const int one = way_named(e, strlen(e));
@@ -85,7 +87,7 @@ const pick_mode &the_mode(void) {
     return mode;
   }
   if (strncmp(e, "auto:", 5) == 0) {
-    bool any = false, alt[ATTN_WAYS] = {false, false, false, false};
+    bool any = false, alt[ATTN_WAYS] = {};
     const char *p = e + 5;
     while (*p) {
       size_t n = strcspn(p, ",");
@@ -105,8 +107,8 @@ const pick_mode &the_mode(void) {
     }
   }
   fprintf(stderr,
-          "weft: WEFT_ATTN=%s is none of auto, auto:WAYS (of fa, wmma, cudnn, core, by commas), fa, wmma, cudnn, "
-          "core; attention takes its default\n",
+          "weft: WEFT_ATTN=%s is none of auto, auto:WAYS (of fa, wmma, cudnn, core, fa-atomic, by commas), fa, "
+          "wmma, cudnn, core, fa-atomic; attention takes its default\n",
           e);
   return mode;
 }
@@ -168,7 +170,7 @@ int keep(int dt, const gpu_attn *a, bool bwd, bool causal, bool kept, bool acc, 
  * log-sum-exp (and, for a backward, its result) are there, which cuDNN
  * needs and the mma.sync backward reads. */
 bool takes(int w, int dt, const gpu_attn *a, bool causal, bool bwd, bool kept) {
-  if (!kept && (w == ATTN_CUDNN || (bwd && w == ATTN_FA))) return false;
+  if (!kept && (w == ATTN_CUDNN || (bwd && (w == ATTN_FA || w == ATTN_FA_ATOMIC)))) return false;
   return attention_way_takes(w, dt, a, causal, bwd);
 }
 
@@ -462,7 +464,7 @@ void gpu_attention_about(char *buf, size_t n) {
              attention_way_names[m.forced]);
     return;
   }
-  char ways[64] = "";
+  char ways[96] = "";
   for (int w = 0, k = 0; w < ATTN_WAYS; w++)
     if (m.alt[w]) k += snprintf(ways + k, sizeof ways - (size_t)k, "%s%s", k ? ", " : "", attention_way_names[w]);
   if (m.every)
@@ -476,6 +478,13 @@ bool attention_cudnn_considered(int dt, const gpu_attn *a, bool causal) {
   const pick_mode &m = the_mode();
   if (m.forced >= 0) return m.forced == ATTN_CUDNN;
   return m.alt[ATTN_CUDNN] && !a->det && (m.every || forward_flop(a, causal) >= ATTN_TUNE_FLOP);
+}
+
+bool attention_fa_atomic_considered(int dt, const gpu_attn *a, bool causal) {
+  const pick_mode &m = the_mode();
+  if (!attention_way_takes(ATTN_FA_ATOMIC, dt, a, causal, true)) return false;
+  if (m.forced >= 0) return m.forced == ATTN_FA_ATOMIC;
+  return m.alt[ATTN_FA_ATOMIC] && (m.every || forward_flop(a, causal) >= ATTN_TUNE_FLOP);
 }
 
 int attention_pick_forward(gpu_stream *s, int dt, void *out, const void *q, const void *k, const void *v,

@@ -1909,8 +1909,24 @@ static void check_mma(int dt) {
   gpu_free(d), gpu_free(da), gpu_free(dnk), gpu_free(dkn);
 }
 
-int main(void) {
+/* The attention checks alone (test_kernels --attention): the backward's
+ * ways that WEFT_ATTN forces (fa-atomic) against the CPU's, without the
+ * rest. */
+static void check_attention_all(int dt) {
+  check_attention(dt, 2, 37, 3, 24);
+  check_attention(dt, 1, 70, 2, 64);
+  check_gqa(dt, 40, 40, 0, 32);
+  check_gqa(dt, 24, 100, 70, 32); /* the last part of a sequence, across two tiles */
+  check_gqa(dt, 30, 100, 8, 64);  /* a middle part: the keys after it get no gradient */
+}
+
+int main(int argc, char **argv) {
   char e[512];
+  const bool only_attention = argc > 1 && strcmp(argv[1], "--attention") == 0;
+  if (argc > 1 && !only_attention) {
+    fprintf(stderr, "usage: test_kernels [--attention]\n");
+    return 2;
+  }
   int n = gpu_count(e, sizeof e);
   if (n < 0) die("gpu_count", e);
   gpu_props p;
@@ -1921,7 +1937,7 @@ int main(void) {
   if (!(S = gpu_stream_new(e, sizeof e))) die("stream", e);
   bool big = !gpu_emulated();
   int dts[2] = {GPU_F32, GPU_BF16};
-  for (int i = 0; i < 2; i++) {
+  for (int i = 0; i < 2 && !only_attention; i++) {
     int dt = dts[i];
     check_gemm(dt, 37, 19, 23);
     check_gemm_staged(dt);
@@ -1953,12 +1969,8 @@ int main(void) {
     check_elementwise(dt);
     check_overwrites(dt);
     check_rotary(dt);
-    check_attention(dt, 2, 37, 3, 24);
-    check_attention(dt, 1, 70, 2, 64);
+    check_attention_all(dt);
     if (big) check_attention(dt, 2, 1024, 4, 64), check_attention(dt, 1, 300, 2, 128);
-    check_gqa(dt, 40, 40, 0, 32);
-    check_gqa(dt, 24, 100, 70, 32);  /* the last part of a sequence, across two tiles */
-    check_gqa(dt, 30, 100, 8, 64);   /* a middle part: the keys after it get no gradient */
     check_attention_full(dt, 2, 37, 50, 3, 24);  /* T5's cross attention: keys of another length */
     check_attention_full(dt, 1, 70, 45, 2, 64);
     check_swin_moves(dt);
@@ -1975,6 +1987,7 @@ int main(void) {
   /* WEFT_TEST_BIG=1: the large attention cases in the emulation too (minutes) */
   const char *bigenv = getenv("WEFT_TEST_BIG");
   bool tcbig = big || (bigenv && strcmp(bigenv, "1") == 0);
+  if (only_attention) check_attention_all(GPU_BF16);
   check_mma(GPU_BF16);
   check_mma(GPU_F16);
   check_attention(GPU_F16, 1, 70, 2, 64);

@@ -2,7 +2,8 @@
 # run.sh - every check of the CUDA backend that needs a GPU, in one command:
 #   1. the plugin loads and finds the GPU (weft backends --kernels);
 #   2. every kernel against the CPU backend's, f32 and bf16, at the sizes
-#      of make check and at larger ones (build/cuda/test_kernels);
+#      of make check and at larger ones (build/cuda/test_kernels), then
+#      attention's again with the backward's dq by atomics (fa-atomic);
 #   3. every example plan against one device (weft run --backend cuda
 #      --check) at small sizes, cuda against cpu over 5 steps in f32 and
 #      bf16, --deterministic bit for bit, save and resume (tests/cuda/plans.sh);
@@ -91,6 +92,11 @@ if limit build/cuda/test_kernels >"$tmp/k" 2>&1; then ok "kernels: $(tail -1 "$t
 else bad "kernels"; fi
 grep "^kernel" "$tmp/k" >>"$log"
 grep "FAIL" "$tmp/k"
+# the attention checks again with the backward's dq summed by atomics
+# (WEFT_ATTN=fa-atomic, attention_fa_bwd.cu)
+if limit env WEFT_ATTN=fa-atomic build/cuda/test_kernels --attention >"$tmp/ka" 2>&1; then
+  ok "kernels with WEFT_ATTN=fa-atomic: $(tail -1 "$tmp/ka" | sed 's/^test_kernels: //') (attention alone)"
+else bad "kernels with WEFT_ATTN=fa-atomic"; grep "FAIL" "$tmp/ka" | tee -a "$log"; fi
 fi
 
 # 3. the plans
