@@ -410,7 +410,7 @@ static size_t atomic_at(const gpu_attn *a) { return (own_ws(a) + 255) / 256 * 25
 
 static size_t backward_ws(int dt, const gpu_attn *a, bool acc, bool causal) {
   size_t own = own_ws(a);
-  if (attention_fa_atomic_considered(dt, a, causal)) own = atomic_at(a) + attention_fa_atomic_ws(a);
+  if (attention_fa_atomic_considered(dt, a, causal, acc)) own = atomic_at(a) + attention_fa_atomic_ws(a);
   size_t lib = acc || !attention_cudnn_considered(dt, a, causal) ? 0 : attention_cudnn_backward_ws(dt, a, causal);
   return lib > own ? lib : own;
 }

@@ -75,8 +75,10 @@ int attention_forced(void);
  * the automatic choice times for them (so that the backward's workspace
  * makes room for its plan). */
 bool attention_cudnn_considered(int dt, const gpu_attn *a, bool causal);
-/* Likewise for the backward with dq by atomics (its f32 sums). */
-bool attention_fa_atomic_considered(int dt, const gpu_attn *a, bool causal);
+/* Likewise for the backward with dq by atomics (its f32 sums); acc: a
+ * backward that adds, which is not timed (so only WEFT_ATTN=fa-atomic
+ * runs it). */
+bool attention_fa_atomic_considered(int dt, const gpu_attn *a, bool causal, bool acc);
 /* The way that runs this call: WEFT_ATTN's, or the one chosen for these
  * heads on this device the first time they ran, timed against the
  * plugin's default where more than one takes them (attention_pick.cu);

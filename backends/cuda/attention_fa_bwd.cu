@@ -346,6 +346,12 @@ __global__ void __launch_bounds__(FT, MB)
             if (c < lim1) p2 = 0.0f;
             if (c + 1 < lim1) p3 = 0.0f;
           }
+          /* dq: keys past the end give nothing, whatever the mask (dk
+           * and dv of them are not stored) */
+          if (DQ && kw + 15 >= a.sk) {
+            if (kw + g >= a.sk) p0 = p1 = 0.0f;
+            if (kw + g + 8 >= a.sk) p2 = p3 = 0.0f;
+          }
           pack_c<T>(pp, nb, p0, p1, p2, p3);
         }
         accumulate<T, D16, QC>(gv, pp, Os + c0 * LD, lane);
@@ -534,15 +540,15 @@ template <int D16> size_t fa_bytes16() {
 size_t fa_bytes(int64_t dh) {
   return dh == 32 ? fa_bytes16<2>() : dh == 64 ? fa_bytes16<4>() : dh == 96 ? fa_bytes16<6>() : fa_bytes16<8>();
 }
-/* queries at a time in dk/dv (fa_backward's choice) */
-int fa_qc(int64_t dh) { return dh <= 64 ? 64 : 32; }
+/* Queries at a time in dk/dv for heads of 16 D16 (fa_backward's runs):
+ * 64 for heads up to 64, whose rows stay in registers; 32 above. */
+constexpr int fa_qc(int D16) { return D16 <= 4 ? 64 : 32; }
 /* The dk/dv kernel's with dq by atomics. */
 size_t fa_atomic_bytes(int64_t dh) {
-  const int qc = fa_qc(dh);
-  return dh == 32   ? dkv_layout<2>::bytes(true, qc)
-         : dh == 64 ? dkv_layout<4>::bytes(true, qc)
-         : dh == 96 ? dkv_layout<6>::bytes(true, qc)
-                    : dkv_layout<8>::bytes(true, qc);
+  return dh == 32   ? dkv_layout<2>::bytes(true, fa_qc(2))
+         : dh == 64 ? dkv_layout<4>::bytes(true, fa_qc(4))
+         : dh == 96 ? dkv_layout<6>::bytes(true, fa_qc(6))
+                    : dkv_layout<8>::bytes(true, fa_qc(8));
 }
 
 
@@ -611,10 +617,10 @@ void fa_backward(gpu_stream *s, void *dq, void *dk, void *dv, const void *dout, 
    * queries at once in 168 registers spills (heads of 64), and on an H100
    * was within 2% of these. */
   switch (a->dh) {
-  case 32: fa_run<T, 2, true, 64, 2, 3>(s, gq, gk, gv, o, qq, kk, vv, a, acc, lse, dsum, vec, dqa); break;
-  case 64: fa_run<T, 4, true, 64, 2, 3>(s, gq, gk, gv, o, qq, kk, vv, a, acc, lse, dsum, vec, dqa); break;
-  case 96: fa_run<T, 6, false, 32, 2, 2>(s, gq, gk, gv, o, qq, kk, vv, a, acc, lse, dsum, vec, dqa); break;
-  default: fa_run<T, 8, false, 32, 2, 2>(s, gq, gk, gv, o, qq, kk, vv, a, acc, lse, dsum, vec, dqa); break;
+  case 32: fa_run<T, 2, true, fa_qc(2), 2, 3>(s, gq, gk, gv, o, qq, kk, vv, a, acc, lse, dsum, vec, dqa); break;
+  case 64: fa_run<T, 4, true, fa_qc(4), 2, 3>(s, gq, gk, gv, o, qq, kk, vv, a, acc, lse, dsum, vec, dqa); break;
+  case 96: fa_run<T, 6, false, fa_qc(6), 2, 2>(s, gq, gk, gv, o, qq, kk, vv, a, acc, lse, dsum, vec, dqa); break;
+  default: fa_run<T, 8, false, fa_qc(8), 2, 2>(s, gq, gk, gv, o, qq, kk, vv, a, acc, lse, dsum, vec, dqa); break;
   }
 }
 

@@ -480,11 +480,11 @@ bool attention_cudnn_considered(int dt, const gpu_attn *a, bool causal) {
   return m.alt[ATTN_CUDNN] && !a->det && (m.every || forward_flop(a, causal) >= ATTN_TUNE_FLOP);
 }
 
-bool attention_fa_atomic_considered(int dt, const gpu_attn *a, bool causal) {
+bool attention_fa_atomic_considered(int dt, const gpu_attn *a, bool causal, bool acc) {
   const pick_mode &m = the_mode();
   if (!attention_way_takes(ATTN_FA_ATOMIC, dt, a, causal, true)) return false;
   if (m.forced >= 0) return m.forced == ATTN_FA_ATOMIC;
-  return m.alt[ATTN_FA_ATOMIC] && (m.every || forward_flop(a, causal) >= ATTN_TUNE_FLOP);
+  return !acc && m.alt[ATTN_FA_ATOMIC] && (m.every || forward_flop(a, causal) >= ATTN_TUNE_FLOP);
 }
 
 int attention_pick_forward(gpu_stream *s, int dt, void *out, const void *q, const void *k, const void *v,

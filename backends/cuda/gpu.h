@@ -277,7 +277,9 @@ size_t gpu_attention_backward_ws(int dt, const gpu_attn *a, bool acc);
  * from the forward) and D = dout . out (out: the result the forward wrote,
  * laid out as dout), or, when lse or out is NULL, both from a pass of the
  * forward first; then one pass per key tile for dk and dv and one per
- * query tile for dq (no atomics). */
+ * query tile for dq (no atomics), or, where fa-atomic runs (WEFT_ATTN, or
+ * chosen by time; never under --deterministic), dq summed by atomics in
+ * the pass for dk and dv (attention_fa_bwd.cu). */
 void gpu_attention_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, const void *dout, const void *q,
                             const void *k, const void *v, const gpu_attn *a, bool acc, const float *lse,
                             const void *out, void *ws);

@@ -8,7 +8,8 @@
 #      --check) at small sizes, cuda against cpu over 5 steps in f32 and
 #      bf16, --deterministic bit for bit, save and resume (tests/cuda/plans.sh);
 #   4. the PyTorch GPT-2 of tests/reference, weft on the GPU;
-#   5. compute-sanitizer's memcheck on a small plan;
+#   5. compute-sanitizer's memcheck on a small plan, and its racecheck on
+#      a bf16 one whose attention's backward sums dq by atomics;
 #   6. the NCCL path (WEFT_CUDA_COMM=nccl), one rank on the GPU: a plan whose
 #      collectives have groups of one saves the bytes of the virtual-device
 #      path, in f32 and bf16, and matches one device (--check); skipped,
@@ -130,6 +131,13 @@ if command -v compute-sanitizer >/dev/null 2>&1; then
   rc=$?
   if [ $rc -eq 0 ] && grep -q "ERROR SUMMARY: 0 errors" "$tmp/m"; then ok "compute-sanitizer memcheck, gpt2 tp2: 0 errors"
   else bad "compute-sanitizer memcheck (exit $rc)"; tail -30 "$tmp/m" | tee -a "$log"; fi
+  # races in shared memory: the backward with dq by atomics, whose warps
+  # share each chunk's dS (attention_fa_bwd.cu), on heads of 32
+  limit env WEFT_ATTN=fa-atomic compute-sanitizer --tool racecheck --error-exitcode 9 $WEFT run bench/gpu/gpt2.plan \
+    --plan single $GPT --set hidden=128 --backend cuda --steps 1 >"$tmp/rc" 2>&1
+  rc=$?
+  if [ $rc -eq 0 ] && grep -q "SUMMARY: 0 " "$tmp/rc"; then ok "compute-sanitizer racecheck, gpt2 bf16 with WEFT_ATTN=fa-atomic: 0 hazards"
+  else bad "compute-sanitizer racecheck, WEFT_ATTN=fa-atomic (exit $rc)"; tail -30 "$tmp/rc" | tee -a "$log"; fi
 else
   bad "compute-sanitizer is not on the PATH"
 fi
