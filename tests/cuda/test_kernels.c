@@ -1909,9 +1909,9 @@ static void check_mma(int dt) {
   gpu_free(d), gpu_free(da), gpu_free(dnk), gpu_free(dkn);
 }
 
-/* The attention checks alone (test_kernels --attention): the backward's
- * ways that WEFT_ATTN forces (fa-atomic) against the CPU's, without the
- * rest. */
+/* The causal attention checks alone (test_kernels --attention: these,
+ * one head of f16 and check_attention_tc's): the backward's ways that
+ * WEFT_ATTN forces (fa-atomic) against the CPU's, without the rest. */
 static void check_attention_all(int dt) {
   check_attention(dt, 2, 37, 3, 24);
   check_attention(dt, 1, 70, 2, 64);
@@ -1988,17 +1988,20 @@ int main(int argc, char **argv) {
   const char *bigenv = getenv("WEFT_TEST_BIG");
   bool tcbig = big || (bigenv && strcmp(bigenv, "1") == 0);
   if (only_attention) check_attention_all(GPU_BF16);
-  check_mma(GPU_BF16);
-  check_mma(GPU_F16);
+  if (!only_attention) check_mma(GPU_BF16), check_mma(GPU_F16);
   check_attention(GPU_F16, 1, 70, 2, 64);
-  check_attention_full(GPU_F16, 2, 37, 50, 3, 24);
-  check_window_attention(GPU_F16, 7, 3, 24, 2, 3, 2, 0, 4, 3, 3);
+  if (!only_attention) {
+    check_attention_full(GPU_F16, 2, 37, 50, 3, 24);
+    check_window_attention(GPU_F16, 7, 3, 24, 2, 3, 2, 0, 4, 3, 3);
+  }
   check_attention_tc(GPU_BF16, tcbig);
   check_attention_tc(GPU_F16, tcbig);
-  check_attention_fa_shapes();
-  check_attention_parts(GPU_BF16, 64);
-  check_attention_parts(GPU_BF16, 128);
-  check_attention_parts(GPU_F16, 96);
+  if (!only_attention) {
+    check_attention_fa_shapes();
+    check_attention_parts(GPU_BF16, 64);
+    check_attention_parts(GPU_BF16, 128);
+    check_attention_parts(GPU_F16, 96);
+  }
   if (!gpu_sync(e, sizeof e)) die("sync", e);
   gpu_stream_free(S);
   printf("test_kernels: %d checks, %d failed\n", checks, failures);
