@@ -281,10 +281,24 @@ $(BUILD)/tests/test_rendezvous: tests/cuda/test_rendezvous.c backends/cuda/rende
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< backends/cuda/rendezvous.c backends/mpi/mpi_load.c $(LDFLAGS) -ldl
 
+CHECK_SUITES := layers-check unit golden diag-coverage fuzz-check limits-check docs-check docs-examples install-check \
+                fmt-check examples-check fold-check mutate-check editors-check calibrate symbolic-check search-check \
+                lua-check fuzz-lua-check run-check shards-check reference-check rendezvous-check cuda-check
+# the builds on every core (unless make was given -j itself); then the
+# suites one after the other, each one's seconds said at the end, slowest
+# first, in $(BUILD)/check-times
+NPROC := $(shell nproc 2>/dev/null || echo 1)
+BUILD_JOBS := $(if $(filter -j% j%,$(MAKEFLAGS)),,-j$(NPROC))
 check: deps
-	@$(MAKE) --no-print-directory weft
-	@$(MAKE) --no-print-directory layers-check unit golden diag-coverage fuzz-check limits-check docs-check docs-examples install-check fmt-check examples-check fold-check mutate-check editors-check calibrate symbolic-check search-check lua-check fuzz-lua-check run-check shards-check reference-check rendezvous-check cuda-check
-	@echo "make check: all suites passed"
+	@$(MAKE) --no-print-directory $(BUILD_JOBS) weft $(UNIT_BIN) $(FUZZ_BIN) cuda-emu \
+	  $(if $(CUDA_SO),$(BUILD)/cuda/cudnn_graphs)
+	@mkdir -p $(BUILD) && : > $(BUILD)/check-times && start=$$(date +%s) && \
+	for t in $(CHECK_SUITES); do \
+	  s=$$(date +%s); $(MAKE) --no-print-directory $$t || exit 1; \
+	  echo "$$(( $$(date +%s) - s )) $$t" >> $(BUILD)/check-times; \
+	done; \
+	echo "make check: all suites passed in $$(( $$(date +%s) - start )) s; the slowest:" \
+	  "$$(sort -rn $(BUILD)/check-times | head -6 | awk '{printf "%s%s %d s", NR > 1 ? ", " : "", $$2, $$1}')"
 
 # the pipeline is one-way: no header of a later stage, no include cycle
 layers-check:
