@@ -73,7 +73,7 @@ UNIT_BIN   := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
 .PHONY: all deps check layers-check search-check lua-check unit golden diag-coverage fuzz-check limits-check docs-check docs-examples install-check fmt-check examples-check mutate-check editors-check \
         fold-check calibrate run-check shards-check rendezvous-check reference-check deps-torch demo bench install fuzz fuzz-lua fuzz-lua-check clean \
-        cuda cuda-emu cuda-check gpu-pack
+        cuda cuda-emu cuda-check cuda-check-kernels cuda-check-runs gpu-pack
 .DELETE_ON_ERROR:
 
 all: weft
@@ -281,24 +281,29 @@ $(BUILD)/tests/test_rendezvous: tests/cuda/test_rendezvous.c backends/cuda/rende
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< backends/cuda/rendezvous.c backends/mpi/mpi_load.c $(LDFLAGS) -ldl
 
-CHECK_SUITES := layers-check unit golden diag-coverage fuzz-check limits-check docs-check docs-examples install-check \
-                fmt-check examples-check fold-check mutate-check editors-check calibrate symbolic-check search-check \
-                lua-check fuzz-lua-check run-check shards-check reference-check rendezvous-check cuda-check
-# the builds on every core (unless make was given -j itself); then the
-# suites one after the other, each one's seconds said at the end, slowest
-# first, in $(BUILD)/check-times
+# The suites, the longest first: the two halves of cuda-check (its
+# emulated kernels and plans; its runs of the executor's switches and
+# processes) and then the rest.
+CHECK_SUITES := cuda-check-kernels cuda-check-runs run-check docs-examples golden examples-check fold-check \
+                fuzz-lua-check mutate-check search-check symbolic-check lua-check unit shards-check \
+                layers-check diag-coverage fuzz-check limits-check docs-check install-check fmt-check editors-check \
+                calibrate reference-check rendezvous-check
+# make check: the builds, then the suites, both on every core (unless make
+# was given -j itself), each suite's output together once it ends
+# (--output-sync), its seconds in $(BUILD)/check-times and the slowest said
+# at the end
 NPROC := $(shell nproc 2>/dev/null || echo 1)
-BUILD_JOBS := $(if $(filter -j% j%,$(MAKEFLAGS)),,-j$(NPROC))
+CHECK_JOBS := $(if $(filter -j% j%,$(MAKEFLAGS)),,-j$(NPROC))
 check: deps
-	@$(MAKE) --no-print-directory $(BUILD_JOBS) weft $(UNIT_BIN) $(FUZZ_BIN) cuda-emu \
+	@$(MAKE) --no-print-directory $(CHECK_JOBS) weft $(UNIT_BIN) $(FUZZ_BIN) $(BUILD)/tests/test_rendezvous cuda-emu \
 	  $(if $(CUDA_SO),$(BUILD)/cuda/cudnn_graphs)
 	@mkdir -p $(BUILD) && : > $(BUILD)/check-times && start=$$(date +%s) && \
-	for t in $(CHECK_SUITES); do \
-	  s=$$(date +%s); $(MAKE) --no-print-directory $$t || exit 1; \
-	  echo "$$(( $$(date +%s) - s )) $$t" >> $(BUILD)/check-times; \
-	done; \
+	$(MAKE) --no-print-directory $(CHECK_JOBS) --output-sync=target $(CHECK_SUITES:%=timed-%) && \
 	echo "make check: all suites passed in $$(( $$(date +%s) - start )) s; the slowest:" \
-	  "$$(sort -rn $(BUILD)/check-times | head -6 | awk '{printf "%s%s %d s", NR > 1 ? ", " : "", $$2, $$1}')"
+	  "$$(sort -rn $(BUILD)/check-times | head -6 | awk '{printf "%s%s %d s", (NR > 1 ? ", " : ""), $$2, $$1}')"
+
+timed-%:
+	@s=$$(date +%s) && $(MAKE) --no-print-directory $* && echo "$$(( $$(date +%s) - s )) $*" >> $(BUILD)/check-times
 
 # the pipeline is one-way: no header of a later stage, no include cycle
 layers-check:
@@ -392,8 +397,10 @@ rendezvous-check: $(BUILD)/tests/test_rendezvous $(MPI_SO)
 # the CUDA backend without a GPU: the plugin loads and lists its kernels and
 # says there is no device; the emulated GPU runs every kernel against the
 # CPU's and the example plans against one device (tests/cuda_check.sh)
-cuda-check: weft cuda-emu $(if $(CUDA_SO),$(BUILD)/cuda/cudnn_graphs)
-	@sh tests/cuda_check.sh $(BUILD)/weft $(EMU) $(if $(CUDA_SO),$(BUILD)/cuda)
+# (in two halves for make check, which runs them side by side)
+cuda-check cuda-check-kernels cuda-check-runs: weft cuda-emu $(if $(CUDA_SO),$(BUILD)/cuda/cudnn_graphs)
+	@CUDA_CHECK_PART=$(patsubst cuda-check-%,%,$(filter cuda-check-%,$@)) \
+	  sh tests/cuda_check.sh $(BUILD)/weft $(EMU) $(if $(CUDA_SO),$(BUILD)/cuda)
 
 deps:
 	@sh tests/deps.sh $(DEB_PACKAGES)

@@ -18,15 +18,21 @@
 #     broadcast, --clip, a sharded checkpoint resumed by one process; and
 #     the watchdog when one of them stops.
 # Usage: sh tests/cuda_check.sh WEFT EMU_DIR [REAL_DIR]
+# CUDA_CHECK_PART: kernels (the plugin, the kernels, the example plans) or
+# runs (the rest), the halves make check runs side by side; default both.
 WEFT=$1
 EMU=$2
 REAL=$3
+PART=${CUDA_CHECK_PART:-all}
+case $PART in kernels|runs) PART_SAID=" ($PART)" ;; all) PART_SAID= ;; *) echo "cuda_check: CUDA_CHECK_PART=$PART: expected kernels or runs"; exit 2 ;; esac
 pass=0; fail=0
 ok() { pass=$((pass+1)); }
 bad() { fail=$((fail+1)); echo "FAIL: $*"; }
 tmp=$(mktemp -d) || exit 2
 trap 'rm -rf "$tmp"' EXIT
 
+# ---- the first half: the plugin, the kernels, the example plans ---------------------------
+if [ "$PART" != runs ]; then
 # ---- the plugin nvcc built, or its absence ----------------------------------------
 if [ -n "$REAL" ] && [ -f "$REAL/libweft_cuda.so" ]; then
   if WEFT_PLUGIN_DIR=$REAL "$WEFT" backends --kernels >"$tmp/b.out" 2>&1 &&
@@ -90,6 +96,10 @@ else bad "bench_kernels --small"; cat "$tmp/bk.out"; fi
 
 if sh tests/cuda/plans.sh "$WEFT" "$EMU" "cuda (emulated)" 1e-5; then ok; else bad "the example plans on the emulated GPU"; fi
 
+fi
+
+# ---- the second half: the executor's runs -------------------------------------------------
+if [ "$PART" != kernels ]; then
 # the independent PyTorch GPT-2 (tests/reference), weft on the emulated GPU
 if BACKEND=cuda WEFT_PLUGIN_DIR=$EMU sh tests/reference/run.sh "$WEFT" >"$tmp/ref.out" 2>&1; then ok
   sed 's/^reference:/cuda (emulated): reference:/' "$tmp/ref.out"
@@ -644,5 +654,7 @@ else
   echo "cuda (emulated): mpirun -np 2 and 4: skipped (no mpirun or no libweft_mpi.so beside weft)"
 fi
 
-echo "cuda: $pass passed, $fail failed"
+fi
+
+echo "cuda${PART_SAID}: $pass passed, $fail failed"
 [ "$fail" = 0 ]
