@@ -293,7 +293,7 @@ CHECK_SUITES := cuda-check-kernels cuda-check-runs run-check docs-examples golde
 # (--output-sync), its seconds in $(BUILD)/check-times and the slowest said
 # at the end
 NPROC := $(shell nproc 2>/dev/null || echo 1)
-CHECK_JOBS := $(if $(filter -j% j%,$(MAKEFLAGS)),,-j$(NPROC))
+CHECK_JOBS = $(if $(filter -j% j%,$(MAKEFLAGS)),,-j$(NPROC))
 check: deps
 	@$(MAKE) --no-print-directory $(CHECK_JOBS) weft $(UNIT_BIN) $(FUZZ_BIN) $(BUILD)/tests/test_rendezvous cuda-emu \
 	  $(if $(CUDA_SO),$(BUILD)/cuda/cudnn_graphs)
