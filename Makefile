@@ -181,10 +181,10 @@ $(BUILD)/cuda/bench_kernels: tests/cuda/bench_kernels.c $(CUDA_SO)
 # executor everywhere.
 CXX ?= g++
 EMU := $(BUILD)/cudaemu
-EMU_CXXFLAGS := -O2 -g -std=c++17 -fPIC -DWEFT_CUDA_EMU -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas \
+EMU_CXXFLAGS := -O2 -fvect-cost-model=dynamic -g -std=c++17 -fPIC -DWEFT_CUDA_EMU -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas \
                 -Werror -Ibackends $(SANFLAGS)
 
-cuda-emu: $(EMU)/libweft_cuda.so $(EMU)/test_kernels $(EMU)/bench_kernels
+cuda-emu: $(EMU)/libweft_cuda.so $(EMU)/test_kernels $(EMU)/bench_kernels $(EMU)/test_emu
 
 $(EMU)/%.o: backends/cuda/%.cu $(CUDA_DEPS)
 	@mkdir -p $(dir $@)
@@ -211,6 +211,10 @@ $(EMU)/libweft_cuda.so: $(CUDA_CU:backends/cuda/%.cu=$(EMU)/%.o) $(EMU)/emu.o $(
 
 $(EMU)/test_kernels: tests/cuda/test_kernels.c $(EMU)/libweft_cuda.so $(BUILD)/libweft.a
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< -L$(EMU) -lweft_cuda -Wl,-rpath,'$$ORIGIN' $(BUILD)/libweft.a $(LDFLAGS) $(LDLIBS)
+
+# the emulation on its own (tests/cuda/test_emu.cc)
+$(EMU)/test_emu: tests/cuda/test_emu.cc $(EMU)/libweft_cuda.so $(CUDA_DEPS)
+	$(CXX) $(EMU_CXXFLAGS) -o $@ $< -L$(EMU) -lweft_cuda -Wl,-rpath,'$$ORIGIN'
 
 $(EMU)/bench_kernels: tests/cuda/bench_kernels.c $(EMU)/libweft_cuda.so
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< -L$(EMU) -lweft_cuda -Wl,-rpath,'$$ORIGIN' $(LDFLAGS) $(LDLIBS)

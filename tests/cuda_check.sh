@@ -80,6 +80,10 @@ if [ $rc -eq 2 ] && grep -q "libweft_cuda.so, not built beside weft" "$tmp/n.err
 else bad "weft run --backend cuda without the plugin (exit $rc)"; cat "$tmp/n.err"; fi
 
 # ---- the emulation ---------------------------------------------------------------------
+# the emulation itself: barriers, shuffles, ballots, stuck threads, warp matrix products
+if "$EMU/test_emu" >"$tmp/e.out" 2>&1; then ok
+  echo "cuda (emulated): the emulation itself, $(tail -1 "$tmp/e.out" | sed 's/^test_emu: //')"
+else bad "test_emu"; grep -v " ok$" "$tmp/e.out"; fi
 if "$EMU/test_kernels" >"$tmp/k.out" 2>&1; then ok
   echo "cuda (emulated): $(tail -1 "$tmp/k.out" | sed 's/^test_kernels: //') against the CPU kernels, f32 and bf16 (attention in f16 too)"
 else bad "test_kernels"; grep -v " ok$" "$tmp/k.out"; fi

@@ -36,7 +36,8 @@ __global__ void k_zero(T *x, int64_t n) {
 /* The tokens of each partition, in token order: cnt[p] of them from
  * list[off[p]] on. One block per partition counts its tokens, then (the
  * offsets the counts before it) writes their positions, a chunk of ids at a
- * time, each thread's place in the chunk from a scan over the block. */
+ * time: each thread's place in the chunk is the tokens before it in its
+ * warp (a ballot) and in the warps before its own. */
 DEV bool emb_mine(const int32_t *ids, int64_t i, int64_t v_lo, int64_t v_local, int64_t part, int64_t parts) {
   int64_t row = (int64_t)ids[i] - v_lo;
   return row >= 0 && row < v_local && row % parts == part;
@@ -52,31 +53,33 @@ __global__ void k_emb_count(int32_t *cnt, const int32_t *ids, int64_t t, int64_t
 
 __global__ void k_emb_fill(int32_t *list, int32_t *off, const int32_t *cnt, const int32_t *ids, int64_t t, int64_t v_lo,
                            int64_t v_local, int64_t parts) {
-  __shared__ int32_t scan[EMB_COLS];
-  __shared__ int64_t base;
-  int64_t part = blockIdx.x;
+  enum { WARPS = EMB_COLS / 32 };
+  __shared__ int32_t in_warp[WARPS];
+  __shared__ int64_t first;
+  const int64_t part = blockIdx.x;
+  const int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5;
   if (threadIdx.x == 0) {
     int64_t o = 0;
     for (int64_t q = 0; q < part; q++) o += cnt[q];
-    base = o;
+    first = o;
     off[part] = (int32_t)o;
   }
+  __syncthreads();
+  int64_t base = first;
   for (int64_t i0 = 0; i0 < t; i0 += EMB_COLS) {
     int64_t i = i0 + threadIdx.x;
-    int32_t mine = i < t && emb_mine(ids, i, v_lo, v_local, part, parts) ? 1 : 0;
+    bool mine = i < t && emb_mine(ids, i, v_lo, v_local, part, parts);
+    unsigned m = __ballot_sync(0xffffffffu, mine);
+    if (lane == 0) in_warp[warp] = __popc(m);
     __syncthreads();
-    scan[threadIdx.x] = mine;
-    __syncthreads();
-    /* inclusive scan (Hillis and Steele) */
-    for (int d = 1; d < EMB_COLS; d <<= 1) {
-      int32_t add = threadIdx.x >= (unsigned)d ? scan[threadIdx.x - d] : 0;
-      __syncthreads();
-      scan[threadIdx.x] += add;
-      __syncthreads();
+    int64_t before = __popc(m & ((1u << lane) - 1u)), all = 0;
+    for (int w = 0; w < WARPS; w++) {
+      if (w < warp) before += in_warp[w];
+      all += in_warp[w];
     }
-    if (mine) list[base + scan[threadIdx.x] - 1] = (int32_t)i;
-    __syncthreads();
-    if (threadIdx.x == 0) base += scan[EMB_COLS - 1];
+    if (mine) list[base + before] = (int32_t)i;
+    base += all;
+    __syncthreads();  /* every warp has read in_warp before the next chunk writes it */
   }
 }
 

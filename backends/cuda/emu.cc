@@ -25,6 +25,7 @@
 #ifdef EMU_ASAN
 extern "C" void __sanitizer_start_switch_fiber(void **fake_stack_save, const void *bottom, size_t size);
 extern "C" void __sanitizer_finish_switch_fiber(void *fake_stack_save, const void **bottom_old, size_t *size_old);
+extern "C" void __asan_unpoison_memory_region(void const volatile *addr, size_t size);
 #endif
 
 #if !defined(__x86_64__)
@@ -32,6 +33,7 @@ extern "C" void __sanitizer_finish_switch_fiber(void *fake_stack_save, const voi
 #endif
 
 emu_thread *emu_self;
+uint64_t emu_block_serial;
 dim3 emu_block_idx, emu_block_dim, emu_grid_dim;
 unsigned char *emu_dyn_smem;
 
@@ -78,7 +80,7 @@ struct fiber {
 struct warp_state {
   int alive, arrived;
   unsigned gen;
-  uint64_t slot[2][32];   /* shuffles alternate: one barrier each */
+  uint64_t slot[2][32];   /* shuffles and ballots alternate: one barrier each */
   int parity[32];
 };
 
@@ -98,6 +100,7 @@ static struct block_state {
   void *sched_fake;
   const void *sched_bottom;
   size_t sched_size;
+  bool from_sched;
 #endif
 } B;
 
@@ -115,7 +118,9 @@ static char *stack_for(int i) {
   return stacks[i];
 }
 
-/* From a fiber back to the scheduler. */
+/* Fibers switch to one another directly, round robin: one that waits at a
+ * barrier or ends passes to the next that may run, and the scheduler is
+ * resumed only when the block is done or its threads are stuck. */
 static void to_scheduler(bool exiting) {
   fiber *me = B.cur;
 #ifdef EMU_ASAN
@@ -129,7 +134,47 @@ static void to_scheduler(bool exiting) {
   swapcontext(&me->ctx, &B.sched);
 #endif
 #ifdef EMU_ASAN
-  __sanitizer_finish_switch_fiber(me->fake, &B.sched_bottom, &B.sched_size);
+  __sanitizer_finish_switch_fiber(me->fake, NULL, NULL);
+#endif
+}
+
+static inline bool runnable(const fiber *f) {
+  if (f->done) return false;
+  if (f->wait == 1) return B.gen != f->wgen;
+  if (f->wait == 2) return B.w[f->t.warp].gen != f->wgen;
+  return true;
+}
+
+/* The first fiber after `from` in index order, wrapping, that may run. */
+static fiber *next_runnable(fiber *from) {
+  int n = B.n, i = (int)(from - B.f.data());
+  for (int k = 1; k <= n; k++) {
+    if (++i == n) i = 0;
+    if (runnable(&B.f[i])) return &B.f[i];
+  }
+  return NULL;
+}
+
+/* From this fiber to the next that may run, or to the scheduler where none
+ * may (the block done, or its threads stuck). */
+static void pass_on(bool exiting) {
+  fiber *me = B.cur, *to = next_runnable(me);
+  if (!to) {
+    to_scheduler(exiting);
+    return;
+  }
+  B.cur = to;
+  emu_self = &to->t;
+#ifdef EMU_ASAN
+  __sanitizer_start_switch_fiber(exiting ? NULL : &me->fake, to->stack, STACK_BYTES);
+#endif
+#if defined(__x86_64__)
+  emu_swap(&me->sp, to->sp);
+#else
+  swapcontext(&me->ctx, &to->ctx);
+#endif
+#ifdef EMU_ASAN
+  __sanitizer_finish_switch_fiber(me->fake, NULL, NULL);
 #endif
 }
 
@@ -137,7 +182,12 @@ static void fiber_exit();
 
 static void fiber_entry() {
 #ifdef EMU_ASAN
-  __sanitizer_finish_switch_fiber(NULL, &B.sched_bottom, &B.sched_size);
+  /* the first fiber of a block starts from the scheduler: its stack is
+   * where the last fiber returns */
+  static const void *bottom;
+  static size_t size;
+  __sanitizer_finish_switch_fiber(NULL, &bottom, &size);
+  if (B.from_sched) B.sched_bottom = bottom, B.sched_size = size, B.from_sched = false;
 #endif
   (*B.body)();
   fiber_exit();
@@ -161,12 +211,16 @@ static void fiber_exit() {
     B.arrived = 0;
     B.gen++;
   }
-  to_scheduler(true);
+  pass_on(true);
   abort();  /* never resumed */
 }
 
 static void fiber_start(fiber *f, int i) {
   f->stack = stack_for(i);
+#ifdef EMU_ASAN
+  /* frames that never returned (a fiber's last, or a stuck block's) */
+  __asan_unpoison_memory_region(f->stack, STACK_BYTES);
+#endif
   f->done = false;
   f->wait = 0;
 #if defined(__x86_64__)
@@ -185,10 +239,12 @@ static void fiber_start(fiber *f, int i) {
 #endif
 }
 
+/* From the scheduler to the block's first fiber; back when none may run. */
 static void resume(fiber *f) {
   B.cur = f;
   emu_self = &f->t;
 #ifdef EMU_ASAN
+  B.from_sched = true;
   __sanitizer_start_switch_fiber(&B.sched_fake, f->stack, STACK_BYTES);
 #endif
 #if defined(__x86_64__)
@@ -201,7 +257,7 @@ static void resume(fiber *f) {
 #endif
 }
 
-/* A fiber at a barrier is resumed only once its generation has passed. */
+/* A fiber at a barrier runs again only once its generation has passed. */
 void emu_syncthreads() {
   B.arrived++;
   unsigned g = B.gen;
@@ -211,7 +267,7 @@ void emu_syncthreads() {
     return;
   }
   B.cur->wait = 1, B.cur->wgen = g;
-  to_scheduler(false);
+  pass_on(false);
   B.cur->wait = 0;
 }
 
@@ -225,7 +281,7 @@ void emu_syncwarp() {
     return;
   }
   B.cur->wait = 2, B.cur->wgen = g;
-  to_scheduler(false);
+  pass_on(false);
   B.cur->wait = 0;
 }
 
@@ -241,7 +297,23 @@ uint64_t emu_exchange(uint64_t mine, int src) {
   return w->slot[p][src & 31];
 }
 
-/* One block: every thread a fiber, round robin until all are done. */
+/* As a shuffle; a lane's slot holds the barrier's generation and its bit,
+ * so that lanes that have ended (and left an older slot) count as false. */
+unsigned emu_ballot(bool p) {
+  warp_state *w = &B.w[emu_self->warp];
+  int lane = emu_self->lane, par = w->parity[lane];
+  w->parity[lane] = par ^ 1;
+  uint64_t g = w->gen;
+  w->slot[par][lane] = g << 1 | (p ? 1u : 0u);
+  emu_syncwarp();
+  unsigned m = 0;
+  for (int i = 0; i < 32; i++)
+    if (w->slot[par][i] == (g << 1 | 1u)) m |= 1u << i;
+  return m;
+}
+
+/* One block: every thread a fiber, passing to one another until all are
+ * done or none may run. */
 static bool run_block(const std::function<void()> &body) {
   int n = (int)(emu_block_dim.x * emu_block_dim.y * emu_block_dim.z);
   B.f.resize((size_t)n);
@@ -249,33 +321,25 @@ static bool run_block(const std::function<void()> &body) {
   B.w.assign((size_t)nw, warp_state{});
   for (int i = 0; i < nw; i++) B.w[i].alive = i < nw - 1 ? 32 : n - 32 * (nw - 1);
   B.n = n, B.alive = n, B.arrived = 0, B.gen = 0, B.body = &body;
+  emu_block_serial++;
   for (int i = 0; i < n; i++) {
     fiber *f = &B.f[i];
     f->t.tid = dim3(i % emu_block_dim.x, i / emu_block_dim.x % emu_block_dim.y, i / (emu_block_dim.x * emu_block_dim.y));
     f->t.lane = i % 32;
     f->t.warp = i / 32;
+    f->t.mma = 0;
     fiber_start(f, i);
   }
-  while (B.alive > 0) {
-    bool resumed = false;
-    for (int i = 0; i < n; i++) {
-      fiber *f = &B.f[i];
-      if (f->done) continue;
-      if (f->wait == 1 && B.gen == f->wgen) continue;
-      if (f->wait == 2 && B.w[f->t.warp].gen == f->wgen) continue;
-      resume(f);
-      resumed = true;
-    }
-    if (B.alive > 0 && !resumed) {
-      char msg[200];
-      snprintf(msg, sizeof msg,
-               "emulated kernel: block (%u, %u, %u): threads wait at barriers the others never reach",
-               emu_block_idx.x, emu_block_idx.y, emu_block_idx.z);
-      if (emu_error.empty()) emu_error = msg;
-      return false;
-    }
-  }
+  resume(&B.f[0]);
   emu_self = NULL;
+  if (B.alive > 0) {
+    char msg[200];
+    snprintf(msg, sizeof msg,
+             "emulated kernel: block (%u, %u, %u): threads wait at barriers the others never reach",
+             emu_block_idx.x, emu_block_idx.y, emu_block_idx.z);
+    if (emu_error.empty()) emu_error = msg;
+    return false;
+  }
   return true;
 }
 

@@ -29,9 +29,12 @@ struct dim3 {
 struct emu_thread {
   dim3 tid;
   int lane, warp;
+  unsigned mma;   /* the warp matrix products it asked for (emu_wmma.h) */
 };
 
 extern emu_thread *emu_self;
+/* Numbers the blocks run, from 1. */
+extern uint64_t emu_block_serial;
 extern dim3 emu_block_idx, emu_block_dim, emu_grid_dim;
 extern unsigned char *emu_dyn_smem;
 
@@ -85,6 +88,11 @@ template <class T> static inline T __shfl_down_sync(unsigned, T v, unsigned delt
   if ((src & ~(width - 1)) != (lane & ~(width - 1))) src = lane;
   return emu_shfl_from(v, src);
 }
+
+/* The lanes of this thread's warp whose p is true, as bits (one barrier). */
+unsigned emu_ballot(bool p);
+static inline unsigned __ballot_sync(unsigned mask, int p) { return emu_ballot(p != 0) & mask; }
+static inline int __popc(unsigned m) { return __builtin_popcount(m); }
 
 /* Threads switch only at barriers: a read-modify-write is atomic. */
 template <class T> static inline T atomicAdd(T *p, T v) {

@@ -217,28 +217,29 @@ static void store(void *p, int dt, int64_t i, float v) {
 static void emu_lt_matmul(bool tx, bool ty, int64_t M, int64_t N, int64_t K, const void *x, int64_t ldx, int xdt,
                           const void *y, int64_t ldy, int ydt, void *d, int64_t ldd, int ddt, const void *bias,
                           bool beta, int epi, void *aux, int auxdt) {
-  float *a = (float *)malloc(sizeof(float) * (size_t)(M * K + 1));   /* op(X) [M][K] */
+  /* op(X) stored by columns, [K][M], so that M sums go on together: each
+   * still adds its K products in order */
+  float *a = (float *)malloc(sizeof(float) * (size_t)(M * K + 1));   /* op(X)^T [K][M] */
   float *b = (float *)malloc(sizeof(float) * (size_t)(N * K + 1));   /* op(Y)^T [N][K] */
   float *acc = (float *)malloc(sizeof(float) * (size_t)(M + 1));
   if (!a || !b || !acc) abort();
-  for (int64_t i = 0; i < M; i++)
-    for (int64_t p = 0; p < K; p++) a[i * K + p] = load(x, xdt, tx ? p + i * ldx : i + p * ldx);
+  for (int64_t p = 0; p < K; p++)
+    for (int64_t i = 0; i < M; i++) a[p * M + i] = load(x, xdt, tx ? p + i * ldx : i + p * ldx);
   for (int64_t j = 0; j < N; j++)
     for (int64_t p = 0; p < K; p++) b[j * K + p] = load(y, ydt, ty ? j + p * ldy : p + j * ldy);
   /* the bias gradient from X (cuBLASLt's BGRADA): each row of op(X) summed over K */
-  if (epi == GPU_EPI_DBIAS)
-    for (int64_t i = 0; i < M; i++) {
-      float sum = 0.0f;
-      for (int64_t p = 0; p < K; p++) sum += a[i * K + p];
-      store(aux, auxdt, i, sum);
-    }
+  if (epi == GPU_EPI_DBIAS) {
+    for (int64_t i = 0; i < M; i++) acc[i] = 0.0f;
+    for (int64_t p = 0; p < K; p++)
+      for (int64_t i = 0; i < M; i++) acc[i] += a[p * M + i];
+    for (int64_t i = 0; i < M; i++) store(aux, auxdt, i, acc[i]);
+  }
   for (int64_t j = 0; j < N; j++) {
     const float *bj = b + j * K;
-    for (int64_t i = 0; i < M; i++) {
-      const float *ai = a + i * K;
-      float sum = 0.0f;
-      for (int64_t p = 0; p < K; p++) sum += ai[p] * bj[p];
-      acc[i] = sum;
+    for (int64_t i = 0; i < M; i++) acc[i] = 0.0f;
+    for (int64_t p = 0; p < K; p++) {
+      const float bv = bj[p], *ap = a + p * M;
+      for (int64_t i = 0; i < M; i++) acc[i] += ap[i] * bv;
     }
     for (int64_t i = 0; i < M; i++) {
       float v = acc[i];

@@ -53,23 +53,9 @@ size_t gpu_moe_ws(const gpu_moe *z) {
 }
 
 /* The lanes of this thread's warp whose p is true, as bits. */
-DEV unsigned moe_ballot(bool p) {
-#ifdef WEFT_CUDA_EMU
-  unsigned m = p ? 1u << (threadIdx.x & 31) : 0u;
-  for (int o = 16; o > 0; o >>= 1) m |= __shfl_xor_sync(0xffffffffu, m, o);
-  return m;
-#else
-  return __ballot_sync(0xffffffffu, p);
-#endif
-}
+DEV unsigned moe_ballot(bool p) { return __ballot_sync(0xffffffffu, p); }
 
-DEV int moe_popc(unsigned m) {
-#ifdef WEFT_CUDA_EMU
-  return __builtin_popcount(m);
-#else
-  return __popc(m);
-#endif
-}
+DEV int moe_popc(unsigned m) { return __popc(m); }
 
 /* One block per group (blockDim a multiple of 32). slot, taken, counts, w
  * and div may be NULL: not wanted. */

@@ -1,0 +1,153 @@
+/* test_emu.cc - the CPU emulation of CUDA (backends/cuda/emu.h) on its own:
+ * barriers, shuffles and ballots (with a partial warp and lanes that have
+ * ended), the fibers' switching with blocks of every size, threads stuck at
+ * different barriers reported and not left to hang, and the warp matrix
+ * products (emu_wmma.h) where a warp asks for more products between
+ * barriers than their results are kept. Built and run by make check
+ * (tests/cuda_check.sh) wherever the emulation is. Prints a line a check
+ * and "test_emu: N checks, M failed"; exit 1 if any failed. */
+#include "cuda/common.cuh"
+
+#include <string>
+
+extern std::string emu_error;
+void emu_drain();
+
+static int checks, failed;
+
+static void check(bool ok, const char *what) {
+  checks++;
+  if (!ok) failed++;
+  printf("%-72s %s\n", what, ok ? "ok" : "FAILED");
+}
+
+/* Each thread writes its index, then reads its neighbour's after the
+ * barrier; twice, in the other direction, through the same memory. */
+__global__ void k_neighbours(int *out, int n) {
+  __shared__ int sh[1024];
+  int t = (int)threadIdx.x;
+  sh[t] = t * 3;
+  __syncthreads();
+  int right = sh[(t + 1) % n];
+  __syncthreads();
+  sh[t] = right;
+  __syncthreads();
+  out[t] = sh[(t + n - 1) % n];
+}
+
+/* A warp's sum by shuffles (xor), and each lane's value from lane 0. */
+__global__ void k_shuffles(int *sum, int *first) {
+  int v = (int)threadIdx.x;
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  sum[threadIdx.x] = v;
+  first[threadIdx.x] = __shfl_sync(0xffffffffu, (int)threadIdx.x * 7, 0);
+}
+
+/* Ballots: odd lanes, then all; then, with the lanes below `gone` ended,
+ * every lane left (the ended lanes' odd bits still in the memory of the
+ * first ballot, which the third uses again). */
+__global__ void k_ballots(unsigned *odd, unsigned *left, int gone) {
+  int lane = (int)threadIdx.x & 31;
+  odd[threadIdx.x] = __ballot_sync(0xffffffffu, lane & 1);
+  if (__ballot_sync(0xffffffffu, 1) != (threadIdx.x < 96 ? 0xffffffffu : 0xfu)) odd[threadIdx.x] = 0;
+  if (lane < gone) return;
+  left[threadIdx.x] = __ballot_sync(0xffffffffu, 1);
+}
+
+/* Threads stuck: half a warp at the warp's barrier, the other half at the
+ * block's. */
+__global__ void k_stuck(int *out) {
+  if (threadIdx.x < 16) __syncwarp();
+  else __syncthreads();
+  out[threadIdx.x] = 1;
+}
+
+/* A warp's 20 products of the same tiles, one after another with no
+ * barrier between them, each into its own accumulator filled with r. */
+enum { PRODUCTS = 20 };
+__global__ void k_products(float *out, const bf16 *a, const bf16 *b) {
+  using namespace nvcuda;
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa;
+  wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> fb;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> c[PRODUCTS];
+  wmma::load_matrix_sync(fa, a, 16);
+  wmma::load_matrix_sync(fb, b, 16);
+  for (int r = 0; r < PRODUCTS; r++) wmma::fill_fragment(c[r], (float)r);
+  for (int r = 0; r < PRODUCTS; r++) wmma::mma_sync(c[r], fa, fb, c[r]);
+  /* lane 5 stores the products; every lane has them all */
+  if ((threadIdx.x & 31) == 5)
+    for (int r = 0; r < PRODUCTS; r++) {
+      float *o = out + (size_t)r * 256 + (threadIdx.x >> 5) * PRODUCTS * 256;
+      for (int e = 0; e < 256; e++) o[e] = c[r].x[e];
+    }
+}
+
+int main(void) {
+  char what[120];
+  /* blocks of 1, 31, 32, 33, 100, 256 and 1024 threads */
+  const int sizes[] = {1, 31, 32, 33, 100, 256, 1024};
+  for (int n : sizes) {
+    int out[1024];
+    launch(k_neighbours, 1, n, 0, NULL, out, n);
+    emu_drain();
+    bool ok = emu_error.empty();
+    for (int t = 0; t < n; t++) ok = ok && out[t] == t * 3;
+    snprintf(what, sizeof what, "barriers: a block of %d threads reads its neighbours' writes", n);
+    check(ok, what);
+  }
+
+  {
+    int sum[64], first[64];
+    launch(k_shuffles, 1, 64, 0, NULL, sum, first);
+    emu_drain();
+    bool ok = true;
+    for (int t = 0; t < 64; t++) ok = ok && sum[t] == (t < 32 ? 496 : 32 * 32 + 496) && first[t] == (t & ~31) * 7;
+    check(ok, "shuffles: two warps' sums by xor, and lane 0's value in every lane");
+  }
+
+  {
+    unsigned odd[100], left[100];
+    memset(left, 0, sizeof left);
+    launch(k_ballots, 1, 100, 0, NULL, odd, left, 8);
+    emu_drain();
+    bool ok = true;
+    for (int t = 0; t < 100; t++) {
+      ok = ok && odd[t] == (t < 96 ? 0xaaaaaaaau : 0xau);  /* the last warp has 4 lanes, all of them ended below */
+      if ((t & 31) >= 8) ok = ok && left[t] == 0xffffff00u;
+    }
+    check(ok, "ballots: odd lanes of a partial warp, and only the lanes that have not ended");
+  }
+
+  {
+    int out[32];
+    launch(k_stuck, 1, 32, 0, NULL, out);
+    emu_drain();
+    bool ok = emu_error.find("threads wait at barriers the others never reach") != std::string::npos;
+    check(ok, "threads at different barriers: reported, not left to hang");
+    emu_error.clear();
+    launch(k_neighbours, 1, 32, 0, NULL, out, 32);
+    emu_drain();
+    check(emu_error.empty(), "the next launch after a stuck one runs");
+  }
+
+  {
+    static bf16 a[256], b[256];
+    static float out[2 * PRODUCTS * 256];
+    for (int e = 0; e < 256; e++) a[e] = from_f<bf16>((float)(e % 7) - 3.0f), b[e] = from_f<bf16>((float)(e % 5) * 0.5f);
+    launch(k_products, 1, 64, 0, NULL, out, a, b);
+    emu_drain();
+    bool ok = emu_error.empty();
+    for (int w = 0; w < 2; w++)
+      for (int r = 0; r < PRODUCTS; r++)
+        for (int i = 0; i < 16; i++)
+          for (int j = 0; j < 16; j++) {
+            float want = (float)r;
+            for (int k = 0; k < 16; k++) want += to_f(a[i * 16 + k]) * to_f(b[k * 16 + j]);
+            ok = ok && out[(size_t)(w * PRODUCTS + r) * 256 + i * 16 + j] == want;
+          }
+    check(ok, "warp matrix products: 20 in a row without a barrier, two warps, exact");
+  }
+
+  printf("test_emu: %d checks, %d failed\n", checks, failed);
+  return failed ? 1 : 0;
+}
