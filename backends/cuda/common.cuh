@@ -227,7 +227,19 @@ static inline unsigned blocks_for(int64_t n, int threads) {
 
 /* ---- sums ------------------------------------------------------------------------------ */
 
-/* Every lane ends with the same bits: each step adds the same two values. */
+/* Every lane ends with the same bits: each step adds the same two values.
+ * (The emulation computes the five steps at once, emu_butterfly.) */
+#ifdef WEFT_CUDA_EMU
+static inline float warp_sum(float v) {
+  return emu_butterfly(v, [](float x, float y) { return x + y; });
+}
+static inline double warp_sum_d(double v) {
+  return emu_butterfly(v, [](double x, double y) { return x + y; });
+}
+static inline float warp_max(float v) {
+  return emu_butterfly(v, [](float x, float y) { return fmaxf(x, y); });
+}
+#else
 DEV float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
@@ -240,6 +252,7 @@ DEV float warp_max(float v) {
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
+#endif
 
 /* The warp reduction WARP over the block, on every thread; sh holds 32
  * values, none is the reduction's identity. Every thread of the block

@@ -297,6 +297,15 @@ uint64_t emu_exchange(uint64_t mine, int src) {
   return w->slot[p][src & 31];
 }
 
+const uint64_t *emu_gather(uint64_t mine) {
+  warp_state *w = &B.w[emu_self->warp];
+  int lane = emu_self->lane, p = w->parity[lane];
+  w->parity[lane] = p ^ 1;
+  w->slot[p][lane] = mine;
+  emu_syncwarp();
+  return w->slot[p];
+}
+
 /* As a shuffle; a lane's slot holds the barrier's generation and its bit,
  * so that lanes that have ended (and left an older slot) count as false. */
 unsigned emu_ballot(bool p) {

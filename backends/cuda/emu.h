@@ -61,6 +61,25 @@ void emu_syncwarp();
 
 /* Lane `src` of this thread's warp gets what this thread offers. */
 uint64_t emu_exchange(uint64_t mine, int src);
+/* Every lane of this thread's warp offers a value; all meet once, and each
+ * gets the warp's 32 values (valid until its next shuffle but one). */
+const uint64_t *emu_gather(uint64_t mine);
+
+/* A butterfly of xor shuffles, v = op(v, the value of lane ^ o) for o = 16,
+ * 8, 4, 2, 1, after one meeting instead of five: for an op that commutes
+ * (a sum, a maximum) every lane ends with lane 0's value, whose sums are
+ * those of lanes l and l + o at each step. The bits of the five shuffles. */
+template <class V, class Op> static inline V emu_butterfly(V v, Op op) {
+  static_assert(sizeof(V) <= 8, "a shuffle moves at most 8 bytes");
+  uint64_t bits = 0;
+  std::memcpy(&bits, &v, sizeof(V));
+  const uint64_t *all = emu_gather(bits);
+  V a[32];
+  for (int l = 0; l < 32; l++) std::memcpy(&a[l], &all[l], sizeof(V));
+  for (int o = 16; o > 0; o >>= 1)
+    for (int l = 0; l < o; l++) a[l] = op(a[l], a[l + o]);
+  return a[0];
+}
 
 template <class T> static inline T emu_shfl_from(T v, int src) {
   static_assert(sizeof(T) <= 8, "a shuffle moves at most 8 bytes");

@@ -43,6 +43,22 @@ __global__ void k_shuffles(int *sum, int *first) {
   first[threadIdx.x] = __shfl_sync(0xffffffffu, (int)threadIdx.x * 7, 0);
 }
 
+/* warp_sum, warp_sum_d and warp_max (one meeting in the emulation) against
+ * the five xor shuffles they stand for, bit for bit, on values whose sums
+ * depend on their order. */
+__global__ void k_warp_sums(int *same, const float *x) {
+  float v = x[threadIdx.x], s = v, m = v;
+  double d = (double)v * 1e-3 + 1e12, sd = d;
+  for (int o = 16; o > 0; o >>= 1) {
+    s += __shfl_xor_sync(0xffffffffu, s, o);
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    sd += __shfl_xor_sync(0xffffffffu, sd, o);
+  }
+  float ws = warp_sum(v), wm = warp_max(v);
+  double wd = warp_sum_d(d);
+  same[threadIdx.x] = !memcmp(&ws, &s, 4) && !memcmp(&wm, &m, 4) && !memcmp(&wd, &sd, 8);
+}
+
 /* Ballots: odd lanes, then all; then, with the lanes below `gone` ended,
  * every lane left (the ended lanes' odd bits still in the memory of the
  * first ballot, which the third uses again). */
@@ -103,6 +119,17 @@ int main(void) {
     bool ok = true;
     for (int t = 0; t < 64; t++) ok = ok && sum[t] == (t < 32 ? 496 : 32 * 32 + 496) && first[t] == (t & ~31) * 7;
     check(ok, "shuffles: two warps' sums by xor, and lane 0's value in every lane");
+  }
+
+  {
+    float x[64];
+    int same[64];
+    for (int t = 0; t < 64; t++) x[t] = (t % 3 ? 1.0f : 3.0e7f) * (t % 2 ? -1.0f : 1.0f) + (float)t * 0.37f;
+    launch(k_warp_sums, 1, 64, 0, NULL, same, (const float *)x);
+    emu_drain();
+    bool ok = emu_error.empty();
+    for (int t = 0; t < 64; t++) ok = ok && same[t];
+    check(ok, "warp sums and maxima: the bits of five xor shuffles");
   }
 
   {
