@@ -298,16 +298,20 @@ CHECK_SUITES := cuda-check-kernels cuda-check-runs run-check docs-examples golde
 # at the end
 NPROC := $(shell nproc 2>/dev/null || echo 1)
 CHECK_JOBS = $(if $(filter -j% j%,$(MAKEFLAGS)),,-j$(NPROC))
+# make -n: the suites' makes print what they would run, and nothing is timed
+DRY_RUN = $(findstring n,$(firstword -$(MAKEFLAGS)))
+
 check: deps
 	@$(MAKE) --no-print-directory $(CHECK_JOBS) weft $(UNIT_BIN) $(FUZZ_BIN) $(BUILD)/tests/test_rendezvous cuda-emu \
 	  $(if $(CUDA_SO),$(BUILD)/cuda/cudnn_graphs)
-	@mkdir -p $(BUILD) && : > $(BUILD)/check-times && start=$$(date +%s) && \
+	@$(if $(DRY_RUN),$(MAKE) --no-print-directory $(CHECK_SUITES:%=timed-%); exit 0;) \
+	mkdir -p $(BUILD) && : > $(BUILD)/check-times && start=$$(date +%s) && \
 	$(MAKE) --no-print-directory $(CHECK_JOBS) --output-sync=target $(CHECK_SUITES:%=timed-%) && \
 	echo "make check: all suites passed in $$(( $$(date +%s) - start )) s; the slowest:" \
 	  "$$(sort -rn $(BUILD)/check-times | head -6 | awk '{printf "%s%s %d s", (NR > 1 ? ", " : ""), $$2, $$1}')"
 
 timed-%:
-	@s=$$(date +%s) && $(MAKE) --no-print-directory $* && echo "$$(( $$(date +%s) - s )) $*" >> $(BUILD)/check-times
+	@s=$$(date +%s) && $(MAKE) --no-print-directory $* $(if $(DRY_RUN),,&& echo "$$(( $$(date +%s) - s )) $*" >> $(BUILD)/check-times)
 
 # the pipeline is one-way: no header of a later stage, no include cycle
 layers-check:
