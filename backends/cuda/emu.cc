@@ -286,17 +286,8 @@ void emu_syncwarp() {
 }
 
 /* Every lane writes its slot of one of two sets, all meet, each reads; the
- * next shuffle uses the other set, which no lane can reach before every
+ * next meeting uses the other set, which no lane can reach before every
  * lane has passed this one's barrier and read. */
-uint64_t emu_exchange(uint64_t mine, int src) {
-  warp_state *w = &B.w[emu_self->warp];
-  int lane = emu_self->lane, p = w->parity[lane];
-  w->parity[lane] = p ^ 1;
-  w->slot[p][lane] = mine;
-  emu_syncwarp();
-  return w->slot[p][src & 31];
-}
-
 const uint64_t *emu_gather(uint64_t mine) {
   warp_state *w = &B.w[emu_self->warp];
   int lane = emu_self->lane, p = w->parity[lane];
@@ -306,18 +297,16 @@ const uint64_t *emu_gather(uint64_t mine) {
   return w->slot[p];
 }
 
-/* As a shuffle; a lane's slot holds the barrier's generation and its bit,
- * so that lanes that have ended (and left an older slot) count as false. */
+uint64_t emu_exchange(uint64_t mine, int src) { return emu_gather(mine)[src & 31]; }
+
+/* A lane offers the barrier's generation with its bit, so that lanes that
+ * have ended (and left an older slot) count as false. */
 unsigned emu_ballot(bool p) {
-  warp_state *w = &B.w[emu_self->warp];
-  int lane = emu_self->lane, par = w->parity[lane];
-  w->parity[lane] = par ^ 1;
-  uint64_t g = w->gen;
-  w->slot[par][lane] = g << 1 | (p ? 1u : 0u);
-  emu_syncwarp();
+  uint64_t mine = (uint64_t)B.w[emu_self->warp].gen << 1 | (p ? 1u : 0u);
+  const uint64_t *all = emu_gather(mine);
   unsigned m = 0;
   for (int i = 0; i < 32; i++)
-    if (w->slot[par][i] == (g << 1 | 1u)) m |= 1u << i;
+    if (all[i] == (mine | 1u)) m |= 1u << i;
   return m;
 }
 

@@ -52,11 +52,6 @@ size_t gpu_moe_ws(const gpu_moe *z) {
          moe_al((size_t)(z->g * z->s) * 4) + moe_al((size_t)z->g * 8) + 256;
 }
 
-/* The lanes of this thread's warp whose p is true, as bits. */
-DEV unsigned moe_ballot(bool p) { return __ballot_sync(0xffffffffu, p); }
-
-DEV int moe_popc(unsigned m) { return __popc(m); }
-
 /* One block per group (blockDim a multiple of 32). slot, taken, counts, w
  * and div may be NULL: not wanted. */
 template <class T>
@@ -96,13 +91,13 @@ __global__ void k_moe_route(int32_t *expert, int32_t *slot, int32_t *taken, int3
     for (int64_t i0 = 0; i0 < n; i0 += 32) {
       int64_t i = i0 + lane, j = i / s, t = i % s, at = (gi * s + t) * k + j;
       bool hit = i < n && expert[at] == x;
-      unsigned m = moe_ballot(hit);
+      unsigned m = __ballot_sync(0xffffffffu, hit);
       if (hit && slot) {
-        int64_t r = cnt + moe_popc(m & ((1u << lane) - 1u));
+        int64_t r = cnt + __popc(m & ((1u << lane) - 1u));
         slot[at] = r < c ? (int32_t)r : -1;
         if (r < c && taken) taken[(x * g + gi) * c + r] = (int32_t)(t * k + j);
       }
-      cnt += moe_popc(m);
+      cnt += __popc(m);
     }
     if (taken)
       for (int64_t r = cnt + lane; r < c; r += 32) taken[(x * g + gi) * c + r] = -1;
