@@ -155,6 +155,14 @@ CUDNN_H := $(firstword $(wildcard $(if $(CUDA_HOME),$(CUDA_HOME)/include/cudnn_g
              /usr/include/x86_64-linux-gnu/cudnn_graph.h))
 $(BUILD)/cuda/attention_cudnn.o: NVCCFLAGS += $(if $(CUDNN_H),-I$(dir $(CUDNN_H)),-DWEFT_NO_CUDNN)
 
+# NVTX's header-only library (backends/cuda/nvtx.c: the executor's ranges
+# for Nsight Systems and Nsight Compute), in the toolkit's nvtx3 or the
+# system's; without it the ranges are left out.
+NVTX_H   := $(firstword $(wildcard $(if $(CUDA_HOME),$(CUDA_HOME)/include/nvtx3/nvToolsExt.h) /usr/include/nvtx3/nvToolsExt.h))
+NVTX_INC := $(patsubst %/nvtx3/nvToolsExt.h,%,$(NVTX_H))
+NVTX_FLAGS := $(if $(NVTX_INC),-DWEFT_NVTX -isystem $(NVTX_INC))
+$(BUILD)/cuda/host/nvtx.o: CUDA_CFLAGS += $(NVTX_FLAGS)
+
 $(BUILD)/cuda/libweft_cuda.so: $(CUDA_CU:backends/cuda/%.cu=$(BUILD)/cuda/%.o) $(patsubst %.c,$(BUILD)/cuda/host/%.o,$(notdir $(CUDA_C)))
 	$(NVCC) -shared -o $@ $^ -lcublasLt $(NCCL_LIBS) -Xlinker --no-undefined \
 	  -Xlinker -rpath,$(CUDA_HOME)/lib64:$(CUDA_HOME)/targets/x86_64-linux/lib:/usr/local/cuda/lib64$(if $(NCCL_LIBDIR),:$(NCCL_LIBDIR)):'$$ORIGIN'
@@ -181,10 +189,12 @@ $(BUILD)/cuda/bench_kernels: tests/cuda/bench_kernels.c $(CUDA_SO)
 # executor everywhere.
 CXX ?= g++
 EMU := $(BUILD)/cudaemu
+$(EMU)/host/nvtx.o: CUDA_CFLAGS += $(NVTX_FLAGS)
 EMU_CXXFLAGS := -O2 -fvect-cost-model=dynamic -g -std=c++17 -fPIC -DWEFT_CUDA_EMU -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas \
                 -Werror -Ibackends $(SANFLAGS)
 
-cuda-emu: $(EMU)/libweft_cuda.so $(EMU)/test_kernels $(EMU)/bench_kernels $(EMU)/test_emu
+cuda-emu: $(EMU)/libweft_cuda.so $(EMU)/test_kernels $(EMU)/bench_kernels $(EMU)/test_emu \
+          $(if $(NVTX_INC),$(EMU)/libnvtx_record.so)
 
 $(EMU)/%.o: backends/cuda/%.cu $(CUDA_DEPS)
 	@mkdir -p $(dir $@)
@@ -215,6 +225,12 @@ $(EMU)/test_kernels: tests/cuda/test_kernels.c $(EMU)/libweft_cuda.so $(BUILD)/l
 # the emulation on its own (tests/cuda/test_emu.cc)
 $(EMU)/test_emu: tests/cuda/test_emu.cc $(EMU)/libweft_cuda.so $(CUDA_DEPS)
 	$(CXX) $(EMU_CXXFLAGS) -o $@ $< -L$(EMU) -lweft_cuda -Wl,-rpath,'$$ORIGIN'
+
+# a profiler's stand-in that writes the NVTX ranges it is given
+# (tests/cuda/nvtx_record.c, loaded through NVTX_INJECTION64_PATH)
+$(EMU)/libnvtx_record.so: tests/cuda/nvtx_record.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CUDA_CFLAGS) -shared -isystem $(NVTX_INC) -o $@ $<
 
 $(EMU)/bench_kernels: tests/cuda/bench_kernels.c $(EMU)/libweft_cuda.so
 	$(CC) $(CPPFLAGS) $(CFLAGS) -o $@ $< -L$(EMU) -lweft_cuda -Wl,-rpath,'$$ORIGIN' $(LDFLAGS) $(LDLIBS)

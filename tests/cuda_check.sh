@@ -408,13 +408,23 @@ else bad "nested residual adds: weft run"; cat "$tmp/e"; fi
 # --trace on virtual devices: every compute of both devices' programs
 # timed on its device's stream (with the loss's separate kernels and the
 # residuals' backward: in place, they launch nothing), named as the program names it,
-# no overlap on a stream (tests/trace_check.py), with clipping's plan
+# no overlap on a stream (tests/trace_check.py), with clipping's plan.
+# The same run under a profiler's stand-in (nvtx_record.c, where NVTX's
+# headers were found): its NVTX ranges are the trace's pieces of work, by
+# device and name, inside a range per step (tests/cuda/nvtx_check.py).
 TG="examples/gpt2.plan --plan tp2 --set layers=2 --set hidden=64 --set heads=4 --set seq=16 --set vocab=256 --set batch=8"
 for d in 0 1; do "$WEFT" lower $TG --device $d --json >"$tmp/tlow$d.json"; done
-if WEFT_CUDA_LOSS_IN_PLACE=0 WEFT_CUDA_PASS_GRADS=0 "$WEFT" run $TG --backend cuda --steps 2 --clip 1 --trace "$tmp/tr.json" --json >"$tmp/tr.run" 2>"$tmp/e" &&
+NVREC=
+[ -f "$EMU/libnvtx_record.so" ] && NVREC=$(cd "$EMU" && pwd)/libnvtx_record.so
+if env ${NVREC:+NVTX_INJECTION64_PATH=$NVREC} NVTX_RECORD="$tmp/nvtx.txt" WEFT_CUDA_LOSS_IN_PLACE=0 WEFT_CUDA_PASS_GRADS=0 \
+     "$WEFT" run $TG --backend cuda --steps 2 --clip 1 --trace "$tmp/tr.json" --json >"$tmp/tr.run" 2>"$tmp/e" &&
    python3 tests/trace_check.py "$tmp/tr.json" "$tmp/tr.run" 2 computes "$tmp/tlow0.json" "$tmp/tlow1.json" >"$tmp/tr.out" &&
    python3 -c 'import json, sys; d = json.load(open(sys.argv[1]))["otherData"]; assert d["backend"] == "cuda" and "CUDA events" in d["times"], d' "$tmp/tr.json"; then ok
   echo "cuda (emulated): --trace, gpt2 tp2 with --clip 1: $(cat "$tmp/tr.out")"
+  if [ -z "$NVREC" ]; then echo "cuda (emulated): NVTX ranges: skipped, the plugin was built without NVTX's headers"
+  elif python3 tests/cuda/nvtx_check.py "$tmp/nvtx.txt" "$tmp/tr.json" 2 >"$tmp/nv.out"; then ok
+    echo "cuda (emulated): NVTX ranges under a profiler, the same run: $(sed 's/^nvtx_check: //' "$tmp/nv.out")"
+  else bad "NVTX ranges"; cat "$tmp/nv.out"; fi
 else bad "cuda --trace"; cat "$tmp/e" "$tmp/tr.out"; fi
 
 # Evaluation passes (--val-data): the forward alone, the loss that writes

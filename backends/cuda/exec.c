@@ -23,6 +23,7 @@
 #include "rendezvous.h"
 #include "cpu/clip.h"
 #include "gpu.h"
+#include "nvtx.h"
 #include "ops.h"
 #include "sched.h"
 #include "weft/value.h"
@@ -277,6 +278,9 @@ struct backend_run {
   gpu_event **tev;
   int ntev;
   bool *traced;
+  /* per plan (plain, clipping): its ranges for a profiler, one per schedule
+   * op, NULL when none collects them (nvtx.h) */
+  cnvtx *nv[2];
 };
 
 static bool here(const crun *r, int dev) { return r->mine < 0 || dev == r->mine; }
@@ -2088,6 +2092,7 @@ void crun_close(crun *r) {
   free(r->keep);
   for (int i = 0; gpu && i < r->ntev; i++) gpu_event_free(r->tev[i]);
   free(r->tev), free(r->traced);
+  nvtx_free(r->nv[0]), nvtx_free(r->nv[1]);
   free(r->pitch), free(r->pbytes), free(r->share);
   free(r->dev), free(r->kern), free(r->input_off), free(r->tab.v), free(r->mask_at), free(r->ins_base);
   if (r->mpi) rdv_mpi_close(r->mpi);
@@ -2776,6 +2781,8 @@ crun *crun_open(const weft_program *pr, weft_world *w, const backend_opts *o, ch
   if (tail) clip_tail_free(pr, tail);
   /* build_plan marked the buffers the steps write; the plain plan's count */
   r->P = &r->plan[0];
+  for (int k = 0; k < 2; k++)
+    if (r->plan[k].built) r->nv[k] = nvtx_new(r->plan[k].s.nops);
   /* everything at once, or nothing: each pool the larger of the two plans' */
   int64_t pools = 0, largest = 0;
   int64_t *pool = cx_alloc(sizeof(int64_t) * (size_t)(pr->nprogs + 1));
@@ -2818,6 +2825,9 @@ crun *crun_open(const weft_program *pr, weft_world *w, const backend_opts *o, ch
       free(pool);
       goto fail;
     }
+    char sn[48];
+    snprintf(sn, sizeof sn, "weft device %d", d);
+    nvtx_name_stream(r->nv[0], v->stream, sn);
   }
   free(pool);
   if (!(r->inputs = gpu_alloc((size_t)(r->input_bytes + 4), e, sizeof e)) ||
@@ -3165,6 +3175,23 @@ static bool trace_end(crun *r, char *err, size_t errlen) {
   return true;
 }
 
+/* Schedule op k's range (nvtx.h): "device D: " and the instruction as
+ * the run labels it (weft run --trace's name), its category's colour. */
+static void range_name(const crun *r, cnvtx *nv, int k, const sop *so) {
+  backend_label lb = {.category = "executor", .cat = NVTX_EXEC, .rgb = 0x8c8c8c};
+  if (so->ins >= 0 && r->o.label) {
+    r->o.label(r->o.ctx, so->dev, so->ins, &lb);
+    if (lb.cat < 0) lb.cat = NVTX_MEMORY;
+  } else if (so->ins >= 0) {
+    ins_name(r, so->dev, so->ins, lb.name, sizeof lb.name);
+  } else {
+    snprintf(lb.name, sizeof lb.name, "%s", so->kind == SO_NORM ? "clipping factor" : "executor");
+  }
+  char name[300];
+  snprintf(name, sizeof name, "device %d: %s", so->dev, lb.name);
+  nvtx_name(nv, k, lb.cat, lb.category, lb.rgb, name);
+}
+
 static bool run_plan(crun *r, char *err, size_t errlen) {
   char e[512], what[256];
   if (r->tracing && !trace_begin(r, err, errlen)) return false;
@@ -3180,11 +3207,16 @@ static bool run_plan(crun *r, char *err, size_t errlen) {
     if (r->eval && eval_skips(r, so)) continue;
     bool timed = r->tracing && P->count[k] > 0;
     if (timed) gpu_record(r->tev[1 + 2 * k], s), r->traced[k] = true;
+    cnvtx *nv = P->count[k] > 0 ? r->nv[P == &r->plan[1]] : NULL;
+    if (nv && !nvtx_named(nv, k)) range_name(r, nv, k, so);
+    nvtx_push(nv, k);
     for (int j = 0; j < P->count[k]; j++)
       if (!run_act(r, &P->acts[P->first[k] + j], s, e, sizeof e)) {
+        nvtx_pop(nv);
         ins_name(r, so->dev, so->ins, what, sizeof what);
         return failf(err, errlen, 1, "%s: %s", what, e);
       }
+    nvtx_pop(nv);
     if (timed) gpu_record(r->tev[2 + 2 * k], s);
     if (P->count[k] || r->sync_each) {
       ins_name(r, so->dev, so->ins, what, sizeof what);
@@ -3218,6 +3250,13 @@ bool crun_pass(crun *r, const backend_step *st, backend_result *out, char *err, 
   const char *ps = getenv("WEFT_CUDA_PROFILE_STEP");
   const bool prof = ps && atoll(ps) == r->w->step + 1;
   if (prof) gpu_sync(e, sizeof e), gpu_profiler(true);
+  cnvtx *nv = r->nv[r->P == &r->plan[1]];
+  if (nv) {
+    char pass[64];
+    if (r->eval) snprintf(pass, sizeof pass, "evaluation");
+    else snprintf(pass, sizeof pass, "step %" PRId64, r->w->step + 1);
+    nvtx_push_text(nv, NVTX_PASS, "pass", 0x4a4a4a, pass);
+  }
   bool ok = run_plan(r, err, errlen);
   if (prof) gpu_sync(e, sizeof e), gpu_profiler(false);
   if (ok && r->mine >= 0) ok = mp_sums(r, err, errlen);
@@ -3230,6 +3269,7 @@ bool crun_pass(crun *r, const backend_step *st, backend_result *out, char *err, 
   /* the devices' sums of squares in device order, as the CPU backend takes them */
   for (int d = 0; ok && !r->eval && d < nd; d++) sq += host[d];
   free(host);
+  nvtx_pop(nv);
   if (!ok) {
     r->failed = true;
     if (r->mine >= 0) mp_abort(r, err);

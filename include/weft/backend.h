@@ -133,8 +133,9 @@ int64_t world_step_items(const weft_graph *g, const char **unit);
  * 2: passes (backend_step, backend_result), on_memory; 3: kernels, probe,
  * tolerance, failure, describe, and backend_opts' deterministic,
  * allow_nonfinite and timeout_s; 4: agree; 5: backend_opts' rendezvous;
- * 6: devices_apart; 7: backend_step's trace, backend_opts' on_trace. */
-#define WEFT_BACKEND_VERSION 7
+ * 6: devices_apart; 7: backend_step's trace, backend_opts' on_trace;
+ * 8: backend_opts' label. */
+#define WEFT_BACKEND_VERSION 8
 
 /* What a device's buffers took, as the backend measured it while the steps
  * ran: the most bytes of program buffers live at once (an element at the
@@ -150,6 +151,17 @@ typedef void (*backend_memory_fn)(void *ctx, int device, int64_t peak, const int
  * pieces (a collective's packing and its sum, launched apart). What the
  * times cover is the backend's (docs/run.md, Traces). */
 typedef void (*backend_trace_fn)(void *ctx, int device, int ins, const char *lane, double start, double end);
+
+/* An instruction as the run names it on timelines (weft run --trace,
+ * weft estimate --trace; lower.h, lower_event_name and lower_category),
+ * for a backend that labels its work for a profiler. */
+typedef struct backend_label {
+  char name[256];         /* "h.0.attn.core backward mb0", "step wte", "all_reduce x (gradient)", "alloc x" */
+  const char *category;   /* "forward", ... (lower_category_names); "memory" for an alloc or a free */
+  int cat;                /* its index (lower_cat), -1 for memory */
+  uint32_t rgb;           /* its colour in pictures, 0xRRGGBB */
+} backend_label;
+typedef void (*backend_label_fn)(void *ctx, int device, int ins, backend_label *out);
 
 typedef struct backend_opts {
   bool allow_native;      /* operators with native kernels may load them */
@@ -173,6 +185,10 @@ typedef struct backend_opts {
    * in it (of an allocation or a free only where it does work of its own,
    * such as clearing the buffer), with ctx */
   backend_trace_fn on_trace;
+  /* NULL, or names instruction ins of a device's program (with ctx), for
+   * a backend that labels its work for profilers (the CUDA backend's NVTX
+   * ranges) */
+  backend_label_fn label;
 } backend_opts;
 
 /* One pass of a run: a training step, or an evaluation of the loss. The

@@ -314,6 +314,9 @@ void lower_print_grid(const weft_program *pr, FILE *out);
  * weft run --trace): its category, -1 for an alloc or a free ... */
 typedef enum { LCAT_FWD, LCAT_BWD, LCAT_RECOMP, LCAT_OPT, LCAT_COLL, LCAT_P2P, LCAT_GRAD, LCAT_COUNT } lower_cat;
 extern const char *const lower_category_names[LCAT_COUNT];
+/* each one's colour in pictures (weft estimate --svg, the CUDA backend's
+ * NVTX ranges), 0xRRGGBB */
+extern const uint32_t lower_category_rgb[LCAT_COUNT];
 int lower_category(const weft_program *pr, const lins *in);
 /* ... and its fields in a Chrome trace event: "name" (the operator,
  * direction and micro-batch; the tensor a step updates; the kind and
@@ -321,6 +324,9 @@ int lower_category(const weft_program *pr, const lins *in);
  * communication's bytes and group, then `args`, more members of it, when
  * not NULL). Written without braces. */
 void lower_print_event(const weft_program *pr, const lins *in, const char *args, FILE *out);
+/* Its "name" alone, as snprintf writes it (what it would take, less the
+ * 0, if n is too small). */
+int lower_event_name(const weft_program *pr, const lins *in, char *buf, size_t n);
 
 /* The schedule stage of operator op: the plan's, 0 without stages. */
 static inline int lower_stage_of(const weft_program *pr, int op) {

@@ -257,9 +257,6 @@ void estimate_print_json(const weft_sim *s, const weft_estimate *e, FILE *out) {
 
 /* ---- what an instruction is, for pictures --------------------------------- */
 
-/* the colour of each category of lower.h (lower_category), in its order */
-static const char *const cat_colors[LCAT_COUNT] = {"#4e79a7", "#f28e2b", "#59a14f", "#9c755f",
-                                                  "#e15759", "#76b7b2", "#b07aa1"};
 
 /* ---- rows -------------------------------------------------------------------- */
 
@@ -336,8 +333,8 @@ static void svg_flush(FILE *out, const svg_block *bl, double y, double h, bool l
   if (bl->cat < 0) return;
   double w = bl->b - bl->a;
   if (w < 0.3) w = 0.3;
-  fprintf(out, "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"%s\"/>\n", bl->a, y, w, h,
-          cat_colors[bl->cat]);
+  fprintf(out, "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"#%06x\"/>\n", bl->a, y, w, h,
+          (unsigned)lower_category_rgb[bl->cat]);
   if (label && bl->mb >= 0) {
     int digits = bl->mb >= 100 ? 3 : bl->mb >= 10 ? 2 : 1;
     if (w >= digits * font * 0.62 + 2)
@@ -377,7 +374,7 @@ void estimate_print_svg(const weft_sim *s, const sim_row *sel, int nsel, FILE *o
   /* legend */
   double lx = left;
   for (int c = 0; c < LCAT_COUNT; c++) {
-    fprintf(out, "<rect x=\"%.0f\" y=\"28\" width=\"12\" height=\"12\" fill=\"%s\"/>", lx, cat_colors[c]);
+    fprintf(out, "<rect x=\"%.0f\" y=\"28\" width=\"12\" height=\"12\" fill=\"#%06x\"/>", lx, (unsigned)lower_category_rgb[c]);
     fprintf(out, "<text x=\"%.0f\" y=\"38\" font-size=\"11\">%s</text>\n", lx + 16, lower_category_names[c]);
     lx += 16 + 7.0 * (double)strlen(lower_category_names[c]) + 18;
   }

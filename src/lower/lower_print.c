@@ -379,6 +379,7 @@ void lower_print_grid(const weft_program *pr, FILE *out) {
 
 const char *const lower_category_names[LCAT_COUNT] = {"forward", "backward", "recompute", "optimizer", "collective",
                                                       "send/recv", "gradient sync"};
+const uint32_t lower_category_rgb[LCAT_COUNT] = {0x4e79a7, 0xf28e2b, 0x59a14f, 0x9c755f, 0xe15759, 0x76b7b2, 0xb07aa1};
 
 int lower_category(const weft_program *pr, const lins *in) {
   switch (in->kind) {
@@ -403,28 +404,30 @@ static void jchars(FILE *out, const char *s) {
   }
 }
 
-void lower_print_event(const weft_program *pr, const lins *in, const char *args, FILE *out) {
+int lower_event_name(const weft_program *pr, const lins *in, char *buf, size_t n) {
   const weft_graph *g = lower_graph(pr);
-  int cat = lower_category(pr, in);
-  fputs("\"name\":\"", out);
-  if (in->kind == LI_COMPUTE) {
-    jchars(out, g->ops[lower_compute_op(pr, in)].name);
-    fprintf(out, " %s mb%d", in->recompute ? "recompute" : in->dir == DIR_BACKWARD ? "backward" : "forward", in->mb);
-  } else if (in->kind == LI_STEP) {
-    fputs("step ", out);
-    jchars(out, g->tensors[in->tensor].name);
-  } else if (in->kind == LI_COPY) {
-    fputs("copy", out);
-  } else if (in->kind == LI_SEND || in->kind == LI_RECV || in->kind == LI_COLLECTIVE) {
+  if (in->kind == LI_COMPUTE)
+    return snprintf(buf, n, "%s %s mb%d", g->ops[lower_compute_op(pr, in)].name,
+                    in->recompute ? "recompute" : in->dir == DIR_BACKWARD ? "backward" : "forward", in->mb);
+  if (in->kind == LI_STEP) return snprintf(buf, n, "step %s", g->tensors[in->tensor].name);
+  if (in->kind == LI_COPY) return snprintf(buf, n, "copy");
+  if (in->kind == LI_SEND || in->kind == LI_RECV || in->kind == LI_COLLECTIVE) {
     const pcomm *cm = lower_comm(pr, in->comm);
-    fprintf(out, "%s ", in->kind == LI_SEND ? "send" : in->kind == LI_RECV ? "recv" : comm_kind_names[cm->kind]);
-    jchars(out, g->tensors[cm->tensor].name);
-    if (cm->phase == PHASE_BACKWARD || cm->phase == PHASE_WEIGHTS) fputs(" (gradient)", out);
-  } else {
-    /* on a backend that clears a buffer when it is allocated */
-    fputs(in->kind == LI_ALLOC ? "alloc " : "free ", out);
-    if (in->buf >= 0 && in->buf < pr->nbufs) jchars(out, g->tensors[pr->bufs[in->buf].tensor].name);
+    return snprintf(buf, n, "%s %s%s", in->kind == LI_SEND ? "send" : in->kind == LI_RECV ? "recv" : comm_kind_names[cm->kind],
+                    g->tensors[cm->tensor].name,
+                    cm->phase == PHASE_BACKWARD || cm->phase == PHASE_WEIGHTS ? " (gradient)" : "");
   }
+  /* on a backend that clears a buffer when it is allocated */
+  return snprintf(buf, n, "%s %s", in->kind == LI_ALLOC ? "alloc" : "free",
+                  in->buf >= 0 && in->buf < pr->nbufs ? g->tensors[pr->bufs[in->buf].tensor].name : "");
+}
+
+void lower_print_event(const weft_program *pr, const lins *in, const char *args, FILE *out) {
+  int cat = lower_category(pr, in);
+  char name[512];
+  lower_event_name(pr, in, name, sizeof name);
+  fputs("\"name\":\"", out);
+  jchars(out, name);
   fprintf(out, "\",\"cat\":\"%s\"", cat >= 0 ? lower_category_names[cat] : "memory");
   bool comm = in->kind == LI_SEND || in->kind == LI_RECV || in->kind == LI_COLLECTIVE;
   if (in->kind != LI_COMPUTE && !comm && !(args && *args)) return;

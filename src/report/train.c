@@ -55,6 +55,7 @@ typedef struct mem_log {
 typedef struct run_obs {
   mem_log *mem;
   run_trace *trace;       /* NULL: no step traced */
+  const weft_program *pr; /* the program run, to name its instructions */
 } run_obs;
 
 static void mem_on_memory(void *ctx, int device, int64_t peak, const int64_t *by_role) {
@@ -68,6 +69,19 @@ static void mem_on_memory(void *ctx, int device, int64_t peak, const int64_t *by
 static void obs_on_trace(void *ctx, int device, int ins, const char *lane, double start, double end) {
   run_obs *ob = ctx;
   if (ob->trace) run_trace_add(ob->trace, device, ins, lane, start, end);
+}
+
+static void obs_label(void *ctx, int device, int ins, backend_label *out) {
+  const weft_program *pr = ((run_obs *)ctx)->pr;
+  *out = (backend_label){.category = "memory", .cat = -1, .rgb = 0xbab0ac};
+  if (device < 0 || device >= pr->nprogs || ins < 0 || ins >= pr->progs[device].n || !pr->progs[device].ins) {
+    snprintf(out->name, sizeof out->name, "?");
+    return;
+  }
+  const lins *in = &pr->progs[device].ins[ins];
+  lower_event_name(pr, in, out->name, sizeof out->name);
+  int c = lower_category(pr, in);
+  if (c >= 0) out->category = lower_category_names[c], out->cat = c, out->rgb = lower_category_rgb[c];
 }
 
 /* ---- the settings of a run ---------------------------------------------------- */
@@ -812,12 +826,12 @@ int report_run(const weft_opts *o) {
   mem.peak = calloc((size_t)pr->nprogs + 1, sizeof(int64_t));
   mem.role = calloc(((size_t)pr->nprogs + 1) * LB_ROLE_COUNT, sizeof(int64_t));
   if (!mem.seen || !mem.peak || !mem.role) weft_oom();
-  run_obs obs = {.mem = &mem, .trace = t.trace};
+  run_obs obs = {.mem = &mem, .trace = t.trace, .pr = pr};
   runner rn = {.bk = bk, .g = g,
                .bo = {.allow_native = o->allow_native, .deterministic = o->deterministic,
                       .allow_nonfinite = o->allow_nonfinite, .timeout_s = o->timeout > 0 ? o->timeout : RUN_TIMEOUT_S,
                       .on_memory = mem_on_memory, .ctx = &obs, .rendezvous = o->rendezvous,
-                      .on_trace = t.trace ? obs_on_trace : NULL}};
+                      .on_trace = t.trace ? obs_on_trace : NULL, .label = obs_label}};
   rn.run = bk->open(pr, w, &rn.bo, err, sizeof err);
   char machine[512] = "";
   if (rn.run && bk->describe) bk->describe(rn.run, machine, sizeof machine);

@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""nvtx_check.py RECORD TRACE STEPS: the NVTX ranges of a CUDA run, as
+tests/cuda/nvtx_record.c wrote them (RECORD), against the run's --trace of
+its last step (TRACE) and its count of steps (STEPS).
+
+- one domain, "weft"; every push popped, never more than two deep;
+- at the top, one range a pass: "step 1" ... "step STEPS", category "pass";
+- inside the traced step, one range per piece of work of the trace, named
+  "device D: " and the trace event's name, with D its process (the clipping
+  factor, which the trace leaves out, aside);
+- every category used named before, from those the run labels with, and
+  every range of a category in its one colour, forward's and backward's
+  different.
+Exit 0 when all hold, else 1 with what did not."""
+import collections
+import json
+import sys
+
+CATEGORIES = {"forward", "backward", "recompute", "optimizer", "collective", "send/recv", "gradient sync", "memory",
+              "pass", "executor"}
+
+
+def main():
+    record, trace, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    bad = []
+    domains, cats, colour = {}, {}, {}
+    passes, inner = [], collections.defaultdict(collections.Counter)
+    depth, deepest, pushes = 0, 0, 0
+    with open(record) as f:
+        for line in f:
+            word, _, rest = line.rstrip("\n").partition(" ")
+            if word == "domain":
+                domains[str(len(domains) + 1)] = rest
+                continue
+            if word == "category":
+                d, c, name = rest.split(" ", 2)
+                cats[(d, c)] = name
+                continue
+            if word == "pop":
+                depth -= 1
+                if depth < 0:
+                    bad.append("a pop without its push")
+                    depth = 0
+                continue
+            if word != "push":
+                bad.append("a line not understood: " + line.strip())
+                continue
+            d, c, argb, text = rest.split(" ", 3)
+            pushes += 1
+            depth += 1
+            deepest = max(deepest, depth)
+            if domains.get(d) != "weft":
+                bad.append(f"a range outside the domain weft: {text}")
+            cat = cats.get((d, c))
+            if cat is None:
+                bad.append(f"category {c} used before it was named ({text})")
+            elif cat not in CATEGORIES:
+                bad.append(f"category {c} named {cat!r}")
+            elif colour.setdefault(cat, argb) != argb:
+                bad.append(f"category {cat} in two colours, {colour[cat]} and {argb} ({text})")
+            if depth == 1:
+                passes.append(text)
+                if cat != "pass":
+                    bad.append(f"a pass's range {text!r} in category {cat}")
+            elif depth == 2 and passes:
+                inner[passes[-1]][text] += 1
+    if depth:
+        bad.append(f"{depth} range(s) never popped")
+    if list(domains.values()) != ["weft"]:
+        bad.append(f"domains {list(domains.values())}, not one weft")
+    if deepest > 2:
+        bad.append(f"ranges {deepest} deep")
+    want = [f"step {s}" for s in range(1, steps + 1)]
+    if passes != want:
+        bad.append(f"passes {passes[:6]}, not {want}")
+    if colour.get("forward") is None or colour.get("forward") == colour.get("backward"):
+        bad.append(f"forward's colour {colour.get('forward')}, backward's {colour.get('backward')}")
+    with open(trace) as f:
+        events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+    traced = collections.Counter(f"device {e['pid']}: {e['name']}" for e in events)
+    ranged = collections.Counter({k: v for k, v in inner[f"step {steps}"].items() if not k.endswith(": clipping factor")})
+    if not traced:
+        bad.append("the trace has no events")
+    if ranged != traced:
+        only_r = list((ranged - traced).items())[:4]
+        only_t = list((traced - ranged).items())[:4]
+        bad.append(f"the ranges of step {steps} are not the trace's events: only ranges {only_r}, only events {only_t}")
+    for b in bad:
+        print("nvtx_check: " + b)
+    if bad:
+        return 1
+    print(f"nvtx_check: {pushes} ranges, {len(passes)} passes, step {steps}: {sum(ranged.values())} ranges "
+          f"= the trace's {len(events)} events; categories {sorted(colour)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
