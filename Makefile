@@ -94,6 +94,11 @@ NVCC      ?= $(shell command -v nvcc 2>/dev/null)
 CUDA_HOME ?= $(if $(NVCC),$(realpath $(or $(shell $(NVCC) -dryrun -c -x cu /dev/null -o /dev/null 2>&1 | \
                sed -n 's/^\#\$$ TOP=//p'),$(dir $(NVCC))/..)))
 CUDA_SO   := $(if $(NVCC),$(BUILD)/cuda/libweft_cuda.so)
+# NVTX's header-only library (backends/cuda/nvtx.c: the executor's ranges
+# for Nsight Systems and Nsight Compute), in the toolkit's nvtx3 or the
+# system's; without it the ranges are left out.
+NVTX_H   := $(firstword $(wildcard $(if $(CUDA_HOME),$(CUDA_HOME)/include/nvtx3/nvToolsExt.h) /usr/include/nvtx3/nvToolsExt.h))
+NVTX_INC := $(patsubst %/nvtx3/nvToolsExt.h,%,$(NVTX_H))
 CUDA_CU   := $(wildcard backends/cuda/*.cu)
 CUDA_C    := $(wildcard backends/cuda/*.c) backends/cpu/clip.c backends/mpi/mpi_load.c
 CUDA_DEPS := $(wildcard backends/cuda/*.h backends/cuda/*.cuh) $(HEADERS)
@@ -111,7 +116,8 @@ else
 weft: $(BUILD)/weft $(MPI_SO)
 endif
 
-cuda: $(CUDA_SO) $(if $(CUDA_SO),$(BUILD)/cuda/test_kernels $(BUILD)/cuda/bench_kernels $(BUILD)/cuda/cudnn_graphs)
+cuda: $(CUDA_SO) $(if $(CUDA_SO),$(BUILD)/cuda/test_kernels $(BUILD)/cuda/bench_kernels $(BUILD)/cuda/cudnn_graphs \
+      $(if $(NVTX_INC),$(BUILD)/cuda/libnvtx_record.so))
 
 # What a GPU machine without flex, bison or Lua runs, as one file that the
 # device tool can carry (unpacked they pass its 64 MiB): bench/gpu_session.sh
@@ -119,7 +125,7 @@ cuda: $(CUDA_SO) $(if $(CUDA_SO),$(BUILD)/cuda/test_kernels $(BUILD)/cuda/bench_
 gpu-pack: weft cuda
 	@test -n "$(CUDA_SO)" || { echo "make gpu-pack: needs nvcc"; exit 2; }
 	tar -czf $(BUILD)/gpu-pack.tar.gz weft libweft_cuda.so $(BUILD)/cuda/test_kernels $(BUILD)/cuda/bench_kernels \
-	  $(BUILD)/cuda/cudnn_graphs
+	  $(BUILD)/cuda/cudnn_graphs $(if $(NVTX_INC),$(BUILD)/cuda/libnvtx_record.so)
 	@ls -l $(BUILD)/gpu-pack.tar.gz
 
 $(BUILD)/cuda/%.o: backends/cuda/%.cu $(CUDA_DEPS)
@@ -155,11 +161,6 @@ CUDNN_H := $(firstword $(wildcard $(if $(CUDA_HOME),$(CUDA_HOME)/include/cudnn_g
              /usr/include/x86_64-linux-gnu/cudnn_graph.h))
 $(BUILD)/cuda/attention_cudnn.o: NVCCFLAGS += $(if $(CUDNN_H),-I$(dir $(CUDNN_H)),-DWEFT_NO_CUDNN)
 
-# NVTX's header-only library (backends/cuda/nvtx.c: the executor's ranges
-# for Nsight Systems and Nsight Compute), in the toolkit's nvtx3 or the
-# system's; without it the ranges are left out.
-NVTX_H   := $(firstword $(wildcard $(if $(CUDA_HOME),$(CUDA_HOME)/include/nvtx3/nvToolsExt.h) /usr/include/nvtx3/nvToolsExt.h))
-NVTX_INC := $(patsubst %/nvtx3/nvToolsExt.h,%,$(NVTX_H))
 NVTX_FLAGS := $(if $(NVTX_INC),-DWEFT_NVTX -isystem $(NVTX_INC))
 $(BUILD)/cuda/host/nvtx.o: CUDA_CFLAGS += $(NVTX_FLAGS)
 
@@ -228,7 +229,7 @@ $(EMU)/test_emu: tests/cuda/test_emu.cc $(EMU)/libweft_cuda.so $(CUDA_DEPS)
 
 # a profiler's stand-in that writes the NVTX ranges it is given
 # (tests/cuda/nvtx_record.c, loaded through NVTX_INJECTION64_PATH)
-$(EMU)/libnvtx_record.so: tests/cuda/nvtx_record.c
+$(EMU)/libnvtx_record.so $(BUILD)/cuda/libnvtx_record.so: tests/cuda/nvtx_record.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CUDA_CFLAGS) -shared -isystem $(NVTX_INC) -o $@ $<
 

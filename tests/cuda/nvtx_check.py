@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""nvtx_check.py RECORD TRACE STEPS: the NVTX ranges of a CUDA run, as
-tests/cuda/nvtx_record.c wrote them (RECORD), against the run's --trace of
-its last step (TRACE) and its count of steps (STEPS).
+"""nvtx_check.py RECORD TRACE STEPS [STREAMS]: the NVTX ranges of a CUDA
+run, as tests/cuda/nvtx_record.c wrote them (RECORD), against the run's
+--trace of its last step (TRACE) and its count of steps (STEPS).
 
 - one domain, "weft"; every push popped, never more than two deep;
 - at the top, one range a pass: "step 1" ... "step STEPS", category "pass";
@@ -10,7 +10,9 @@ its last step (TRACE) and its count of steps (STEPS).
   factor, which the trace leaves out, aside);
 - every category used named before, from those the run labels with, and
   every range of a category in its one colour, forward's and backward's
-  different.
+  different;
+- with STREAMS (on a GPU), the streams named "weft device 0" ... those of
+  the STREAMS devices, each once.
 Exit 0 when all hold, else 1 with what did not."""
 import collections
 import json
@@ -22,6 +24,8 @@ CATEGORIES = {"forward", "backward", "recompute", "optimizer", "collective", "se
 
 def main():
     record, trace, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    nstreams = int(sys.argv[4]) if len(sys.argv) > 4 else None
+    streams = []
     bad = []
     domains, cats, colour = {}, {}, {}
     passes, inner = [], collections.defaultdict(collections.Counter)
@@ -35,6 +39,9 @@ def main():
             if word == "category":
                 d, c, name = rest.split(" ", 2)
                 cats[(d, c)] = name
+                continue
+            if word == "stream":
+                streams.append(rest)
                 continue
             if word == "pop":
                 depth -= 1
@@ -85,12 +92,15 @@ def main():
         only_r = list((ranged - traced).items())[:4]
         only_t = list((traced - ranged).items())[:4]
         bad.append(f"the ranges of step {steps} are not the trace's events: only ranges {only_r}, only events {only_t}")
+    if nstreams is not None and sorted(streams) != sorted(f"weft device {d}" for d in range(nstreams)):
+        bad.append(f"streams named {streams}, not weft device 0 .. {nstreams - 1}")
     for b in bad:
         print("nvtx_check: " + b)
     if bad:
         return 1
     print(f"nvtx_check: {pushes} ranges, {len(passes)} passes, step {steps}: {sum(ranged.values())} ranges "
-          f"= the trace's {len(events)} events; categories {sorted(colour)}")
+          f"= the trace's {len(events)} events; categories {sorted(colour)}"
+          + (f"; streams {', '.join(sorted(streams))}" if streams else ""))
     return 0
 
 

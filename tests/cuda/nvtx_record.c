@@ -6,8 +6,10 @@
  *     category DOMAIN ID NAME
  *     push DOMAIN CATEGORY AARRGGBB TEXT
  *     pop DOMAIN
- * DOMAIN is the domain's number in the order they were created (0: none).
- * The NVTX calls of other modules are left unanswered (no-ops). */
+ *     stream NAME
+ * DOMAIN is the domain's number in the order they were created (0: none);
+ * a stream's line is a CUDA stream named (nvtxNameCuStreamA). The NVTX
+ * calls of other modules are left unanswered (no-ops). */
 #define NVTX_NO_IMPL
 #include <nvtx3/nvToolsExt.h>
 
@@ -61,6 +63,12 @@ static int NVTX_API pop(nvtxDomainHandle_t d) {
   return 0;
 }
 
+static void NVTX_API name_stream(void *stream, const char *name) {
+  pthread_mutex_lock(&lock);
+  fprintf(out, "stream %s\n", name ? name : "");
+  pthread_mutex_unlock(&lock);
+}
+
 static void close_out(void) {
   if (out) fclose(out);
 }
@@ -79,5 +87,7 @@ int NVTX_API InitializeInjectionNvtx2(NvtxGetExportTableFunc_t get) {
   *t[NVTX_CBID_CORE2_DomainRegisterStringA] = (NvtxFunctionPointer)register_string;
   *t[NVTX_CBID_CORE2_DomainRangePushEx] = (NvtxFunctionPointer)push;
   *t[NVTX_CBID_CORE2_DomainRangePop] = (NvtxFunctionPointer)pop;
+  if (cb->GetModuleFunctionTable(NVTX_CB_MODULE_CUDA, &t, &n) && t && n > NVTX_CBID_CUDA_NameCuStreamA)
+    *t[NVTX_CBID_CUDA_NameCuStreamA] = (NvtxFunctionPointer)name_stream;
   return 1;
 }
