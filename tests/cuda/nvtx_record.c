@@ -40,8 +40,21 @@ static void NVTX_API name_category(nvtxDomainHandle_t d, uint32_t c, const char 
   pthread_mutex_unlock(&lock);
 }
 
+/* the registered strings, kept until the process ends (as a tool keeps them) */
+static char **strings;
+static size_t nstrings, cap;
+
 static nvtxStringHandle_t NVTX_API register_string(nvtxDomainHandle_t d, const char *s) {
-  return (nvtxStringHandle_t)strdup(s ? s : "");
+  pthread_mutex_lock(&lock);
+  char *copy = NULL;
+  if (nstrings == cap) {
+    size_t more = cap ? 2 * cap : 256;
+    char **p = realloc(strings, more * sizeof *p);
+    if (p) strings = p, cap = more;
+  }
+  if (nstrings < cap && (copy = strdup(s ? s : ""))) strings[nstrings++] = copy;
+  pthread_mutex_unlock(&lock);
+  return (nvtxStringHandle_t)copy;
 }
 
 static int NVTX_API push(nvtxDomainHandle_t d, const nvtxEventAttributes_t *a) {
@@ -71,6 +84,10 @@ static void NVTX_API name_stream(void *stream, const char *name) {
 
 static void close_out(void) {
   if (out) fclose(out);
+  out = NULL;
+  for (size_t i = 0; i < nstrings; i++) free(strings[i]);
+  free(strings);
+  strings = NULL, nstrings = cap = 0;
 }
 
 int NVTX_API InitializeInjectionNvtx2(NvtxGetExportTableFunc_t get) {
