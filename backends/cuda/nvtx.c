@@ -32,9 +32,14 @@ static nvtxDomainHandle_t domain(void) {
   return dom;
 }
 
-static void attrs(nvtxEventAttributes_t *a, int cat, const char *category, uint32_t rgb) {
+/* cat within the categories, named `category` the first time it comes */
+static int category_id(int cat, const char *category) {
   if (cat < 0 || cat >= NVTX_CATEGORIES) cat = NVTX_EXEC;
   if (!named_cat[cat]) named_cat[cat] = true, nvtxDomainNameCategoryA(dom, (uint32_t)cat + 1, category);
+  return cat;
+}
+
+static void attrs(nvtxEventAttributes_t *a, int cat, uint32_t rgb) {
   *a = (nvtxEventAttributes_t){0};
   a->version = NVTX_VERSION;
   a->size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
@@ -69,16 +74,14 @@ bool nvtx_named(const cnvtx *n, int key) { return n && key >= 0 && key < n->nkey
 
 void nvtx_name(cnvtx *n, int key, int cat, const char *category, uint32_t rgb, const char *name) {
   if (!n || key < 0 || key >= n->nkeys || n->name[key]) return;
-  if (cat < 0 || cat >= NVTX_CATEGORIES) cat = NVTX_EXEC;
-  if (!named_cat[cat]) named_cat[cat] = true, nvtxDomainNameCategoryA(n->dom, (uint32_t)cat + 1, category);
   n->name[key] = nvtxDomainRegisterStringA(n->dom, name);
-  n->cat[key] = (uint8_t)cat, n->rgb[key] = rgb;
+  n->cat[key] = (uint8_t)category_id(cat, category), n->rgb[key] = rgb;
 }
 
 void nvtx_push(cnvtx *n, int key) {
   if (!n || key < 0 || key >= n->nkeys) return;
   nvtxEventAttributes_t a;
-  attrs(&a, n->cat[key], "", n->rgb[key]);
+  attrs(&a, n->cat[key], n->rgb[key]);
   a.messageType = NVTX_MESSAGE_TYPE_REGISTERED;
   a.message.registered = n->name[key];
   nvtxDomainRangePushEx(n->dom, &a);
@@ -87,7 +90,7 @@ void nvtx_push(cnvtx *n, int key) {
 void nvtx_push_text(cnvtx *n, int cat, const char *category, uint32_t rgb, const char *text) {
   if (!n) return;
   nvtxEventAttributes_t a;
-  attrs(&a, cat, category, rgb);
+  attrs(&a, category_id(cat, category), rgb);
   a.messageType = NVTX_MESSAGE_TYPE_ASCII;
   a.message.ascii = text;
   nvtxDomainRangePushEx(n->dom, &a);

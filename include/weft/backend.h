@@ -156,7 +156,8 @@ typedef void (*backend_trace_fn)(void *ctx, int device, int ins, const char *lan
  * weft estimate --trace; lower.h, lower_event_name and lower_category),
  * for a backend that labels its work for a profiler. */
 typedef struct backend_label {
-  char name[256];         /* "h.0.attn.core backward mb0", "step wte", "all_reduce x (gradient)", "alloc x" */
+  char name[256];         /* "h.0.attn.core backward mb0", "step wte.weight", "all-reduce h.0.ln_1 (gradient)",
+                           * "alloc h.0.ln_1.weight" */
   const char *category;   /* "forward", ... (lower_category_names); "memory" for an alloc or a free */
   int cat;                /* its index (lower_cat), -1 for memory */
   uint32_t rgb;           /* its colour in pictures, 0xRRGGBB */

@@ -424,10 +424,13 @@ int lower_event_name(const weft_program *pr, const lins *in, char *buf, size_t n
 
 void lower_print_event(const weft_program *pr, const lins *in, const char *args, FILE *out) {
   int cat = lower_category(pr, in);
-  char name[512];
-  lower_event_name(pr, in, name, sizeof name);
+  char buf[512], *name = buf;
+  int len = lower_event_name(pr, in, buf, sizeof buf);
+  /* a name of any length, as the names of the graph may be */
+  if (len >= (int)sizeof buf && (name = malloc((size_t)len + 1))) lower_event_name(pr, in, name, (size_t)len + 1);
   fputs("\"name\":\"", out);
-  jchars(out, name);
+  jchars(out, name ? name : buf);
+  if (name != buf) free(name);
   fprintf(out, "\",\"cat\":\"%s\"", cat >= 0 ? lower_category_names[cat] : "memory");
   bool comm = in->kind == LI_SEND || in->kind == LI_RECV || in->kind == LI_COLLECTIVE;
   if (in->kind != LI_COMPUTE && !comm && !(args && *args)) return;
