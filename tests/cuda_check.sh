@@ -426,6 +426,25 @@ if env ${NVREC:+NVTX_INJECTION64_PATH=$NVREC} NVTX_RECORD="$tmp/nvtx.txt" WEFT_C
     echo "cuda (emulated): NVTX ranges under a profiler, the same run: $(sed 's/^nvtx_check: //' "$tmp/nv.out")"
   else bad "NVTX ranges"; cat "$tmp/nv.out"; fi
 else bad "cuda --trace"; cat "$tmp/e" "$tmp/tr.out"; fi
+# The plugin's one-time choices of kernels (backends/cuda/choice.h):
+# attention's ways timed in step 1 (WEFT_ATTN=auto:wmma,core, bf16 heads)
+# are said beside step 1's time and in its --json (setup_s), and a
+# profiler sees them as ranges of the category "choosing kernels" inside
+# the attention's instructions in step 1; step 2 chooses nothing.
+CH="bench/gpu/gpt2.plan --plan tp2 --set layers=2 --set hidden=128 --set heads=4 --set seq=16 --set vocab=256 --set batch=4"
+if WEFT_ATTN=auto:wmma,core "$WEFT" run $CH --backend cuda --steps 2 >"$tmp/ch1.out" 2>"$tmp/e" &&
+   env ${NVREC:+NVTX_INJECTION64_PATH=$NVREC} NVTX_RECORD="$tmp/nvch.txt" WEFT_ATTN=auto:wmma,core \
+     "$WEFT" run $CH --backend cuda --steps 2 --trace "$tmp/ch.json" --json >"$tmp/ch2.run" 2>>"$tmp/e"; then
+  said=$(grep -c "s of it choosing kernels, once)$" "$tmp/ch1.out")
+  s1=$(grep -c "^step 1 .* s of it choosing kernels, once)$" "$tmp/ch1.out")
+  if [ "$said" = 1 ] && [ "$s1" = 1 ] &&
+     python3 -c 'import json, sys; s = json.load(open(sys.argv[1]))["steps"]; assert s[0]["setup_s"] > 0 and s[0]["setup_s"] < s[0]["time_s"] and "setup_s" not in s[1], s' "$tmp/ch2.run" &&
+     { [ -z "$NVREC" ] || python3 tests/cuda/nvtx_check.py --choices "$tmp/nvch.txt" "$tmp/ch.json" 2 >"$tmp/nvch.out"; }; then ok
+    prof=""
+    [ -n "$NVREC" ] && prof="; under a profiler, $(sed 's/.*; choices of kernels: //' "$tmp/nvch.out")"
+    echo "cuda (emulated): choices of kernels in step 1: $(grep '^step 1 ' "$tmp/ch1.out" | sed 's/.*  (//; s/)$//')$prof"
+  else bad "choices of kernels: $said lines say them"; cat "$tmp/ch1.out" "$tmp/nvch.out" 2>/dev/null; fi
+else bad "choices of kernels: weft run"; cat "$tmp/e"; fi
 
 # Evaluation passes (--val-data): the forward alone, the loss that writes
 # its gradient over the logits included; the validation losses within

@@ -1275,7 +1275,7 @@ bool xrun_steps(xrun *r, const backend_step *st, backend_result *out, char *err,
   }
   if (r->ndevs == 0) {
     /* a process without devices (more processes than devices) */
-    *out = (backend_result){0, st->eval ? NAN : 0, 0};
+    *out = (backend_result){0, st->eval ? NAN : 0, 0, 0};
     if (!st->eval) r->w->step++;
     return true;
   }
@@ -1466,7 +1466,7 @@ bool xrun_reference(const weft_graph *g, weft_world *w, const backend_step *st, 
     }
     if (ok) {
       if (!st->eval) w->step++;
-      *out = (backend_result){loss, st->eval ? NAN : norm, now() - t0};
+      *out = (backend_result){loss, st->eval ? NAN : norm, now() - t0, 0};
     }
   }
   for (int op = 0; op < g->nops; op++) free(ranges[op]);

@@ -54,6 +54,8 @@ bool gpu_cudnn_about(char *buf, size_t n) {
 #include <dlfcn.h>
 #include <cudnn_graph.h>
 
+#include "choice.h"
+
 namespace {
 
 /* ---- the library ------------------------------------------------------------------------ */
@@ -123,9 +125,19 @@ const char *dn_refused(size_t v) {
   return NULL;
 }
 
-/* Loads cuDNN the first time; whether it is there to use. */
+bool dn_load_now(void);
+
+/* Loads cuDNN the first time (a choice, choice.h); whether it is there to
+ * use. */
 bool dn_load(void) {
   if (dn.state) return dn.state == 1;
+  const choice_mark m = choice_begin(CHOICE_CUDNN, "loading cuDNN");
+  const bool ok = dn_load_now();
+  choice_end(m);
+  return ok;
+}
+
+bool dn_load_now(void) {
   char why[768];
   void *lib = dn_open(why, sizeof why);
   if (!lib) {
@@ -628,9 +640,11 @@ bool takes(int dt, const gpu_attn *a, bool causal) {
   return dn_load();
 }
 
+dn_plan *new_plan(int dt, const gpu_attn *a, bool bwd, bool causal, int dev);
+
 /* The plan of the forward or the backward for these heads, built the
- * first time (its plan NULL where cuDNN refused the graph, said once);
- * NULL when cuDNN cannot be asked. */
+ * first time (a choice, choice.h; its plan NULL where cuDNN refused the
+ * graph, said once); NULL when cuDNN cannot be asked. */
 dn_plan *plan_for(int dt, const gpu_attn *a, bool bwd, bool causal) {
   int dev = 0;
   cudaGetDevice(&dev);
@@ -650,6 +664,17 @@ dn_plan *plan_for(int dt, const gpu_attn *a, bool bwd, bool causal) {
     said = true;
     return NULL;
   }
+  char what[160];
+  snprintf(what, sizeof what, "cuDNN's plan: %s, b%lld h%lld s%lld d%lld", bwd ? "backward" : "forward",
+           (long long)a->b, (long long)a->hq, (long long)a->sq, (long long)a->dh);
+  const choice_mark m = choice_begin(CHOICE_CUDNN, what);
+  dn_plan *p = new_plan(dt, a, bwd, causal, dev);
+  choice_end(m);
+  return p;
+}
+
+/* plan_for's plan, built (at dn_plans' end). */
+dn_plan *new_plan(int dt, const gpu_attn *a, bool bwd, bool causal, int dev) {
   char err[512];
   cudnnHandle_t h = dn_handle(err, sizeof err);
   if (!h) {

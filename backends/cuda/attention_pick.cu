@@ -18,8 +18,8 @@
  * The choice, one for each shape of heads, type, device and kind of call
  * (forward or backward, the forward's log-sum-exp kept or not, a backward
  * that writes or adds), at most 64: once the work before the call is done
- * (waited for at most ATTN_WAIT_S), the plugin's first kernels that take
- * the heads (the reference) run the call into its own outputs; every
+ * (waited for within a bound, choice.h), the plugin's first kernels that
+ * take the heads (the reference) run the call into its own outputs; every
  * other way that takes them runs it into scratch memory allocated in the
  * stream's order for the occasion and freed after; each runs once untimed
  * and twice timed. A way whose results differ from the reference's by
@@ -37,6 +37,7 @@
  * backward that adds to its gradients (it cannot run twice), or where the
  * scratch memory is not there (said on stderr): the reference runs. */
 #include "attention.cuh"
+#include "choice.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -307,35 +308,6 @@ bool download(const outputs &o, bool real, void **host, gpu_stream *s) {
   return true;
 }
 
-/* Whether the work stream s has before now is done, waited for at most
- * ATTN_WAIT_S (or the run's --timeout, if shorter): a run whose earlier
- * work hangs (a peer that stopped) is left to the executor's watchdog
- * rather than held here, and once a wait has run out none is tried
- * again. */
-const double ATTN_WAIT_S = 30.0;
-double wait_s = ATTN_WAIT_S;
-bool gave_up;
-
-bool settled(gpu_stream *s) {
-  if (gave_up) return false;
-  char err[256];
-  gpu_event *e = gpu_event_new(err, sizeof err);
-  if (!e) return false;
-  gpu_record(e, s);
-  struct timespec t0, now, nap = {0, 200000};
-  clock_gettime(CLOCK_MONOTONIC, &t0);
-  int done;
-  while ((done = gpu_event_done(e, err, sizeof err)) == 0) {
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    if ((double)(now.tv_sec - t0.tv_sec) + 1e-9 * (double)(now.tv_nsec - t0.tv_nsec) > wait_s) break;
-    nanosleep(&nap, NULL);
-  }
-  if (done < 0) gpu_raise(err);
-  gave_up = done == 0;
-  gpu_event_free(e);
-  return done == 1;
-}
-
 double tolerance(int dt) {
   const char *e = getenv("WEFT_ATTN_TOL");
   if (e && *e) {
@@ -370,21 +342,10 @@ template <class F> double timed(gpu_stream *s, F call) {
 
 const char *dt_name(int dt) { return dt == GPU_F32 ? "f32" : dt == GPU_BF16 ? "bf16" : "f16"; }
 
-/* Times ref and the ways others[n] (run(way, real outputs?) runs one),
- * compares each with ref, says so, and keeps the fastest that agrees. */
+/* choose's timing and comparison, the work before it done. */
 template <class F>
-int choose(gpu_stream *s, int dt, const gpu_attn *a, bool bwd, bool causal, bool kept, int ref, const int *alt, int n,
-           outputs &o, F run) {
-  const bool waits = !gave_up;
-  if (!settled(s)) {
-    if (waits)
-      fprintf(stderr,
-              "weft: attention %s, b%lld h%lld s%lld d%lld: the work before it did not end within %g s; nothing "
-              "is timed, %s runs them\n",
-              bwd ? "backward" : "forward", (long long)a->b, (long long)a->hq, (long long)a->sq, (long long)a->dh,
-              wait_s, attention_way_names[ref]);
-    return keep(dt, a, bwd, causal, kept, false, ref);
-  }
+int timed_choice(gpu_stream *s, int dt, const gpu_attn *a, bool bwd, bool causal, bool kept, int ref, const int *alt,
+                 int n, outputs &o, F run) {
   if (!o.alloc(s)) {
     fprintf(stderr, "weft: attention %s, b%lld h%lld s%lld d%lld: no memory for the %zu bytes of scratch to time %s "
             "against; %s runs them\n", bwd ? "backward" : "forward", (long long)a->b, (long long)a->hq,
@@ -444,6 +405,30 @@ int choose(gpu_stream *s, int dt, const gpu_attn *a, bool bwd, bool causal, bool
   return keep(dt, a, bwd, causal, kept, false, best);
 }
 
+/* Times ref and the ways others[n] (run(way, real outputs?) runs one),
+ * compares each with ref, says so, and keeps the fastest that agrees. */
+template <class F>
+int choose(gpu_stream *s, int dt, const gpu_attn *a, bool bwd, bool causal, bool kept, int ref, const int *alt, int n,
+           outputs &o, F run) {
+  const bool waits = choice_waits();
+  if (!choice_settled(s)) {
+    if (waits)
+      fprintf(stderr,
+              "weft: attention %s, b%lld h%lld s%lld d%lld: the work before it did not end within %g s; nothing "
+              "is timed, %s runs them\n",
+              bwd ? "backward" : "forward", (long long)a->b, (long long)a->hq, (long long)a->sq, (long long)a->dh,
+              choice_wait_s(), attention_way_names[ref]);
+    return keep(dt, a, bwd, causal, kept, false, ref);
+  }
+  char what[160];
+  snprintf(what, sizeof what, "timing attention's ways: %s, b%lld h%lld s%lld d%lld %s%s", bwd ? "backward" : "forward",
+           (long long)a->b, (long long)a->hq, (long long)a->sq, (long long)a->dh, dt_name(dt), causal ? " causal" : "");
+  const choice_mark mark = choice_begin(CHOICE_ATTENTION, what);
+  const int way = timed_choice(s, dt, a, bwd, causal, kept, ref, alt, n, o, run);
+  choice_end(mark);
+  return way;
+}
+
 region heads(const gpu_attn *a, int64_t batch, int64_t row, int64_t h, int dt) {
   region r = {a->b, batch, a->sq, row, h * a->dh, dt};
   return r;
@@ -452,10 +437,6 @@ region heads(const gpu_attn *a, int64_t batch, int64_t row, int64_t h, int dt) {
 } // namespace
 
 int attention_forced(void) { return the_mode().forced; }
-
-void gpu_attention_wait_limit(double seconds) {
-  wait_s = seconds > 0 && seconds < ATTN_WAIT_S ? seconds : ATTN_WAIT_S;
-}
 
 void gpu_attention_about(char *buf, size_t n) {
   const pick_mode &m = the_mode();

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "ccl.h"
+#include "choice.h"
 #include "rendezvous.h"
 #include "cpu/clip.h"
 #include "gpu.h"
@@ -2709,7 +2710,7 @@ crun *crun_open(const weft_program *pr, weft_world *w, const backend_opts *o, ch
     }
   crun *r = cx_alloc(sizeof *r);
   r->pr = pr, r->g = lower_graph(pr), r->w = w, r->o = *o;
-  gpu_attention_wait_limit(o->timeout_s);
+  choice_wait_limit(o->timeout_s);
   r->P = &r->plan[0];
   r->sync_each = getenv("WEFT_CUDA_SYNC") && strcmp(getenv("WEFT_CUDA_SYNC"), "0") != 0;
   r->fused = !getenv("WEFT_CUDA_FUSED_STEP") || strcmp(getenv("WEFT_CUDA_FUSED_STEP"), "0") != 0;
@@ -3241,6 +3242,7 @@ bool crun_pass(crun *r, const backend_step *st, backend_result *out, char *err, 
     return false;
   }
   double t0 = now();
+  choice_take(NULL); /* the choices before the pass are not its time */
   int nd = r->pr->nprogs;
   double *host = cx_alloc(sizeof(double) * (size_t)(r->nslots + nd + 2));
   char e[512];
@@ -3276,7 +3278,7 @@ bool crun_pass(crun *r, const backend_step *st, backend_result *out, char *err, 
     return false;
   }
   if (!r->eval) r->w->step++;
-  *out = (backend_result){loss, r->eval ? NAN : sqrt(sq), now() - t0};
+  *out = (backend_result){loss, r->eval ? NAN : sqrt(sq), now() - t0, choice_take(NULL)};
   return true;
 }
 

@@ -297,9 +297,6 @@ bool gpu_cudnn_about(char *buf, size_t n);
  * "the plugin's, cuDNN timed against them for heads of 2^32 flops and
  * more", ... */
 void gpu_attention_about(char *buf, size_t n);
-/* The longest the choice of attention's kernels waits for the work before
- * a call (a run's --timeout; at most 30 s; 0 or less: 30 s). */
-void gpu_attention_wait_limit(double seconds);
 /* Whether cuDNN (attention_cudnn.cu, WEFT_ATTN=cudnn) builds a plan of the
  * forward or backward graph of these heads, causal or not, for the device
  * described by device_json (cuDNN's device properties: no GPU needed), and

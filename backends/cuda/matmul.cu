@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "choice.h"
 #include "common.cuh"
 
 /* A row-major matrix whose k is 0 (or the product's rows): C = 0 unless
@@ -302,9 +303,7 @@ static bool lt_failed(cublasStatus_t st, const char *what, char *err, size_t err
   return true;
 }
 
-static gemm_plan *plan_for(const gemm_key *k, char *err, size_t errlen) {
-  for (int i = 0; i < nplans; i++)
-    if (memcmp(&plans[i].key, k, sizeof *k) == 0) return &plans[i];
+static gemm_plan *new_plan(const gemm_key *k, char *err, size_t errlen) {
   if (k->dev < 0 || k->dev >= MAX_GPUS) {
     snprintf(err, errlen, "cuBLASLt: device %d out of range", k->dev);
     return NULL;
@@ -398,6 +397,19 @@ static gemm_plan *plan_for(const gemm_key *k, char *err, size_t errlen) {
   return p;
 }
 
+/* The plan of a product, made the first time (a choice, choice.h). */
+static gemm_plan *plan_for(const gemm_key *k, char *err, size_t errlen) {
+  for (int i = 0; i < nplans; i++)
+    if (memcmp(&plans[i].key, k, sizeof *k) == 0) return &plans[i];
+  char what[128];
+  snprintf(what, sizeof what, "cuBLASLt's algorithms for %lld x %lld x %lld", (long long)k->N, (long long)k->M,
+           (long long)k->K);
+  choice_mark m = choice_begin(CHOICE_GEMM, what);
+  gemm_plan *p = new_plan(k, err, errlen);
+  choice_end(m);
+  return p;
+}
+
 /* WEFT_GEMM_TUNE: 0 takes the heuristic's first algorithm, 1 (the
  * default) times its candidates, 2 also prints their times on stderr. */
 static int tune_level(void) {
@@ -427,12 +439,19 @@ static void tune(gemm_plan *p, cublasLtHandle_t h, const void *b, const void *a,
   p->tuned = true;
   int level = tune_level();
   if (level <= 0 || p->key.det || (p->key.beta && p->key.epi != GPU_EPI_RESID)) return;
+  /* the work before it done, waited for within a bound (choice.h); else
+   * the heuristic's first */
+  if (!choice_settled((gpu_stream *)s)) return;
   cudaEvent_t e0, e1;
   if (cudaEventCreate(&e0) != cudaSuccess) return;
   if (cudaEventCreate(&e1) != cudaSuccess) {
     cudaEventDestroy(e0);
     return;
   }
+  char what[160];
+  snprintf(what, sizeof what, "timing cuBLASLt's %d algorithms for %lld x %lld x %lld", p->ncand,
+           (long long)p->key.N, (long long)p->key.M, (long long)p->key.K);
+  choice_mark mark = choice_begin(CHOICE_GEMM, what);
   float alpha = 1.0f, beta = p->key.beta ? 1.0f : 0.0f, best = -1.0f;
   int besti = 0;
   for (int i = 0; i < p->ncand; i++) {
@@ -459,6 +478,7 @@ static void tune(gemm_plan *p, cublasLtHandle_t h, const void *b, const void *a,
   }
   p->algo = p->cand[besti];
   cudaEventDestroy(e0), cudaEventDestroy(e1);
+  choice_end(mark);
 }
 
 #endif

@@ -100,6 +100,19 @@ void nvtx_pop(cnvtx *n) {
   if (n) nvtxDomainRangePop(n->dom);
 }
 
+void nvtx_push_choice(const char *text) {
+  if (!domain()) return;
+  nvtxEventAttributes_t a;
+  attrs(&a, category_id(NVTX_CHOICE, "choosing kernels"), 0xedc948);
+  a.messageType = NVTX_MESSAGE_TYPE_ASCII;
+  a.message.ascii = text;
+  nvtxDomainRangePushEx(dom, &a);
+}
+
+void nvtx_pop_choice(void) {
+  if (domain()) nvtxDomainRangePop(dom);
+}
+
 void nvtx_name_stream(cnvtx *n, gpu_stream *s, const char *name) {
 #ifndef WEFT_CUDA_EMU
   /* a gpu_stream is the runtime's cudaStream_t, which is the driver's CUstream */
@@ -116,6 +129,8 @@ void nvtx_name(cnvtx *n, int key, int cat, const char *category, uint32_t rgb, c
 void nvtx_push(cnvtx *n, int key) {}
 void nvtx_push_text(cnvtx *n, int cat, const char *category, uint32_t rgb, const char *text) {}
 void nvtx_pop(cnvtx *n) {}
+void nvtx_push_choice(const char *text) {}
+void nvtx_pop_choice(void) {}
 void nvtx_name_stream(cnvtx *n, gpu_stream *s, const char *name) {}
 
 #endif

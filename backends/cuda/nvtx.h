@@ -19,8 +19,9 @@ typedef struct cnvtx cnvtx;
 
 /* Categories: lower.h's (lower_category, 0 .. LCAT_COUNT - 1, as the
  * run's labels give them), then an allocation that clears its buffer, a
- * pass, and the executor's own work (the clipping factor). */
-enum { NVTX_MEMORY = 16, NVTX_PASS, NVTX_EXEC, NVTX_CATEGORIES };
+ * pass, the executor's own work (the clipping factor), and the plugin's
+ * one-time choices of kernels (choice.h). */
+enum { NVTX_MEMORY = 16, NVTX_PASS, NVTX_EXEC, NVTX_CHOICE, NVTX_CATEGORIES };
 
 /* Room for the names of nkeys ranges; NULL when no tool collects ranges
  * (or NVTX is not built in), and every call below takes NULL. */
@@ -36,6 +37,11 @@ void nvtx_name(cnvtx *n, int key, int cat, const char *category, uint32_t rgb, c
 void nvtx_push(cnvtx *n, int key);
 void nvtx_push_text(cnvtx *n, int cat, const char *category, uint32_t rgb, const char *text);
 void nvtx_pop(cnvtx *n);
+/* A range of one-time work (choice.h), wherever it comes: in the category
+ * "choosing kernels", on this thread until nvtx_pop_choice; nothing when
+ * no tool collects ranges. */
+void nvtx_push_choice(const char *text);
+void nvtx_pop_choice(void);
 /* The name Nsight Systems gives a stream (on a GPU only). */
 void nvtx_name_stream(cnvtx *n, gpu_stream *s, const char *name);
 

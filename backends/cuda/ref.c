@@ -277,7 +277,7 @@ bool crun_reference(const weft_graph *g, weft_world *w, const backend_step *st, 
     ok = read_back(&x, w, err, errlen);
     if (ok) w->step++;
   }
-  if (ok) *out = (backend_result){loss, st->eval ? NAN : norm, now() - t0};
+  if (ok) *out = (backend_result){loss, st->eval ? NAN : norm, now() - t0, 0};
   rref_free(&x);
   return ok;
 }

@@ -134,8 +134,8 @@ int64_t world_step_items(const weft_graph *g, const char **unit);
  * tolerance, failure, describe, and backend_opts' deterministic,
  * allow_nonfinite and timeout_s; 4: agree; 5: backend_opts' rendezvous;
  * 6: devices_apart; 7: backend_step's trace, backend_opts' on_trace;
- * 8: backend_opts' label. */
-#define WEFT_BACKEND_VERSION 8
+ * 8: backend_opts' label; 9: backend_result's setup_seconds. */
+#define WEFT_BACKEND_VERSION 9
 
 /* What a device's buffers took, as the backend measured it while the steps
  * ran: the most bytes of program buffers live at once (an element at the
@@ -215,6 +215,9 @@ typedef struct backend_result {
                            * counted once however many devices hold a copy;
                            * NaN for an evaluation */
   double seconds;         /* its wall time */
+  double setup_seconds;   /* of that time, one-time work that later passes
+                           * do not repeat (a GPU backend choosing its
+                           * kernels by timing them); 0 when none */
 } backend_result;
 
 /* A program opened on a world. */

@@ -28,6 +28,7 @@ static int run_fail(const char *what, const char *msg) {
 typedef struct record {
   int64_t step;
   double loss, lr, norm, time, val;   /* val: NaN when not measured */
+  double setup;                       /* of time, the backend's one-time work */
 } record;
 
 typedef struct run_log {
@@ -368,8 +369,10 @@ static void print_step(trainer *t, const record *r) {
   char b[32];
   printf("step %-4" PRId64 " loss %.6f", r->step, r->loss);
   if (!isnan(r->lr)) printf("  lr %.2e", r->lr);
-  printf("  norm %.4f  %.3f s  %s %s/s\n", r->norm, r->time,
+  printf("  norm %.4f  %.3f s  %s %s/s", r->norm, r->time,
          report_grouped(b, (int64_t)(r->time > 0 ? (double)t->items / r->time : 0)), t->unit);
+  if (r->setup >= 0.0005) printf("  (%.3f s of it choosing kernels, once)", r->setup);
+  printf("\n");
 }
 
 static void log_line(trainer *t, const record *r) {
@@ -384,6 +387,7 @@ static void log_line(trainer *t, const record *r) {
     json_key(&j, t->unit[0] == 't' ? "tokens_per_s" : "samples_per_s");
     json_num(&j, r->time > 0 ? (double)t->items / r->time : 0);
     json_key(&j, "time_s"), json_num(&j, r->time);
+    if (r->setup > 0) json_key(&j, "setup_s"), json_num(&j, r->setup);
   }
   json_key(&j, "elapsed_s"), json_num(&j, now_s() - t->t_start);
   if (!isnan(r->val)) json_key(&j, "val_loss"), json_num(&j, r->val);
@@ -491,7 +495,7 @@ static bool train_loop(trainer *t, runner *rn, weft_world *w, bool main, run_log
     if (!pass(rn, w, &s, &res, err, errlen)) return false;
     if (s.trace) trace_done(t, w->step);
     if (t->data) t->data_pos += t->batch;
-    record r = {w->step, res.loss, s.lr, res.grad_norm, res.seconds, NAN};
+    record r = {w->step, res.loss, s.lr, res.grad_norm, res.seconds, NAN, res.setup_seconds};
     if ((!isfinite(res.loss) || !isfinite(res.grad_norm)) && !o->allow_nonfinite) {
       snprintf(err, errlen, "step %" PRId64 ": the %s is %g%s", r.step, isfinite(res.loss) ? "gradient norm" : "loss",
                isfinite(res.loss) ? res.grad_norm : res.loss,
@@ -943,6 +947,7 @@ int report_run(const weft_opts *o) {
         json_key(&j, "lr"), isnan(r->lr) ? json_null(&j) : json_num(&j, r->lr);
         json_key(&j, "grad_norm"), json_num(&j, r->norm);
         json_key(&j, "time_s"), json_num(&j, r->time);
+        if (r->setup > 0) json_key(&j, "setup_s"), json_num(&j, r->setup);
         json_key(&j, t.unit[0] == 't' ? "tokens_per_s" : "samples_per_s");
         json_num(&j, r->time > 0 ? (double)t.items / r->time : 0);
         if (ref && i < rlog.n) {

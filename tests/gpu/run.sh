@@ -2,7 +2,8 @@
 # run.sh - every check of the CUDA backend that needs a GPU, in one command:
 #   1. the plugin loads and finds the GPU (weft backends --kernels); its
 #      NVTX ranges under a profiler's stand-in (build/cuda/libnvtx_record.so,
-#      where it was built): those of a traced GPT-2 tp2, and the streams;
+#      where it was built): those of a traced GPT-2 tp2, the streams, and
+#      the one-time choices of kernels in step 1 alone;
 #   2. every kernel against the CPU backend's, f32 and bf16, at the sizes
 #      of make check and at larger ones (build/cuda/test_kernels), then
 #      attention's again with the backward's dq by atomics (fa-atomic);
@@ -91,8 +92,8 @@ if [ -f build/cuda/libnvtx_record.so ]; then
   if limit env NVTX_INJECTION64_PATH="$(pwd)/build/cuda/libnvtx_record.so" NVTX_RECORD="$tmp/nvtx.txt" $WEFT run \
        examples/gpt2.plan --plan tp2 --set layers=2 --set hidden=64 --set heads=4 --set seq=16 --set vocab=256 \
        --set batch=8 --backend cuda --steps 2 --clip 1 --trace "$tmp/nvtx.json" >"$tmp/nv.run" 2>&1 &&
-     "$PY" tests/cuda/nvtx_check.py "$tmp/nvtx.txt" "$tmp/nvtx.json" 2 2 >"$tmp/nv.out" 2>&1; then
-    ok "NVTX ranges under a profiler's stand-in, gpt2 tp2: $(sed 's/^nvtx_check: //' "$tmp/nv.out")"
+     "$PY" tests/cuda/nvtx_check.py --choices "$tmp/nvtx.txt" "$tmp/nvtx.json" 2 2 >"$tmp/nv.out" 2>&1; then
+    ok "NVTX ranges under a profiler's stand-in, gpt2 tp2: $(sed 's/^nvtx_check: //' "$tmp/nv.out"); step 1: $(grep '^step 1 ' "$tmp/nv.run" | sed 's/.*  (//; s/)$//')"
   else bad "NVTX ranges"; cat "$tmp/nv.run" "$tmp/nv.out" | tail -20 | tee -a "$log"; fi
 fi
 fi
