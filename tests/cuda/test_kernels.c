@@ -14,9 +14,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cpu/kernels.h"
 #include "cpu/kernels_swin.h"
+#include "cuda/choice.h"
 #include "cuda/cx.h"
 #include "cuda/gpu.h"
 
@@ -1920,6 +1922,34 @@ static void check_attention_all(int dt) {
   check_gqa(dt, 30, 100, 8, 64);  /* a middle part: the keys after it get no gradient */
 }
 
+/* The clock of the plugin's one-time choices (choice.h): a bracket inside
+ * another counts once, in the outer one's kind; a take gives what was
+ * counted and starts again from 0; the work of an idle stream is done. */
+static void check_choices(void) {
+  const struct timespec nap = {0, 20000000}; /* 20 ms, at least */
+  choice_take(NULL);
+  choice_mark outer = choice_begin(CHOICE_ATTENTION, "timing attention's ways (a test)");
+  nanosleep(&nap, NULL);
+  choice_mark inner = choice_begin(CHOICE_CUDNN, "cuDNN's plan (a test)");
+  nanosleep(&nap, NULL);
+  choice_end(inner);
+  choice_end(outer);
+  choice_mark alone = choice_begin(CHOICE_GEMM, "cuBLASLt's algorithms (a test)");
+  nanosleep(&nap, NULL);
+  choice_end(alone);
+  double by[CHOICE_KINDS];
+  const double all = choice_take(by), again = choice_take(NULL);
+  char e[256];
+  const bool idle = gpu_stream_sync(S, e, sizeof e) && choice_settled(S);
+  const bool ok = by[CHOICE_ATTENTION] >= 0.04 && by[CHOICE_CUDNN] == 0 && by[CHOICE_GEMM] >= 0.02 &&
+                  all == by[CHOICE_ATTENTION] + by[CHOICE_GEMM] && again == 0 && idle && choice_waits();
+  checks++;
+  if (!ok) failures++;
+  printf("choices of kernels: attention %.3f s (cuDNN's inside it %.3f s), cuBLASLt %.3f s, in all %.3f s, then %g; "
+         "an idle stream settled: %s %s\n", by[CHOICE_ATTENTION], by[CHOICE_CUDNN], by[CHOICE_GEMM], all, again,
+         idle ? "yes" : "no", ok ? "ok" : "FAIL");
+}
+
 int main(int argc, char **argv) {
   char e[512];
   const bool only_attention = argc > 1 && strcmp(argv[1], "--attention") == 0;
@@ -1935,6 +1965,7 @@ int main(int argc, char **argv) {
   printf("test_kernels on %s (compute capability %d.%d)%s\n", p.name, p.major, p.minor,
          gpu_emulated() ? ", emulated on the CPU" : "");
   if (!(S = gpu_stream_new(e, sizeof e))) die("stream", e);
+  if (!only_attention) check_choices();
   bool big = !gpu_emulated();
   int dts[2] = {GPU_F32, GPU_BF16};
   for (int i = 0; i < 2 && !only_attention; i++) {
