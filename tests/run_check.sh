@@ -568,6 +568,45 @@ PY
    grep -q "^forward  *[0-9.]*  *[0-9.]*  *[0-9.]*$" "$tmp/cmp.out" && [ "$(grep -c "mb" "$tmp/cmp.out")" = 0 ]; then ok
   echo "run: bench/trace_summary.py's operators add up to its categories; trace_compare.py: $(sed -n 3p "$tmp/cmp.out" | tr -s ' ')"
 else bad "bench/trace_summary.py or trace_compare.py"; cat "$tmp/sum.out" "$tmp/cmp.out"; fi
+# names longer than the printers' 512-byte buffer (sub-models nested three
+# deep, each named with 250 letters): whole in both traces, the same names
+a=$(printf '%0250d' 0 | tr 0 a); b=$(printf '%0250d' 0 | tr 0 b); c=$(printf '%0250d' 0 | tr 0 c)
+cat >"$tmp/long.plan" <<PLAN
+use std
+model inner(dim) {
+  input x : f32[4, dim]
+  param w : f32[dim, dim]
+  $c = matmul(x, w)
+  output $c
+}
+model mid(dim) {
+  input x : f32[4, dim]
+  $b = inner(x, dim = dim)
+  output $b
+}
+model top(dim = 8) {
+  input x : f32[4, dim]
+  input y : f32[4, dim]
+  $a = mid(x, dim = dim)
+  loss = mse($a, y)
+  train sgd(lr = 0.01)
+}
+plan one for top on cpus(1) {
+  assign all -> 0
+}
+PLAN
+if "$WEFT" estimate "$tmp/long.plan" --trace "$tmp/long_est.json" >/dev/null 2>"$tmp/err" &&
+   "$WEFT" run "$tmp/long.plan" --trace "$tmp/long_run.json" >/dev/null 2>>"$tmp/err" &&
+   python3 - "$tmp/long_est.json" "$tmp/long_run.json" "$a.$b.$c" >"$tmp/long.out" <<'PY'; then ok
+import json, sys
+names = [sorted(e["name"] for e in json.load(open(f))["traceEvents"] if e.get("ph") == "X" and e["name"].startswith("a"))
+         for f in sys.argv[1:3]]
+want = sorted(sys.argv[3] + " " + d + " mb0" for d in ("forward", "backward"))
+assert names[0] == want and names[1] == want, (names, want)
+print(", ".join(f"{len(n)} bytes" for n in want))
+PY
+  echo "run: names of any length in traces (estimate's and run's): $(cat "$tmp/long.out")"
+else bad "long names in traces"; cat "$tmp/err" "$tmp/long.out"; fi
 # the trace's folder removed during the run: a warning, the run goes on
 mkdir "$tmp/gone"
 ("$WEFT" run examples/gpt2.plan --plan tp2 --set layers=2 --set hidden=64 --set heads=4 --set seq=16 --set vocab=256 \
