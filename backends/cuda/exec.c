@@ -1912,16 +1912,74 @@ static bool mp_merge(crun *r, float *vals, const float *seen, int64_t n, char *e
   return ok;
 }
 
+/* What mp_copies_agree found over the parameters. */
+typedef struct copies_found {
+  int tensors;         /* parameters whose copies differ */
+  int64_t elements;    /* elements that differ */
+  double worst;        /* the largest relative difference */
+  char names[160];     /* the first of those parameters */
+} copies_found;
+
+/* Whether the processes that hold copies of the same elements of
+ * parameter t (a computation replicated across processes, such as an LM
+ * head replicated over a tensor-parallel group) hold the same bits; what
+ * differs is added to *f, and the lowest process's copy is kept
+ * (mp_merge). Copies agree when their kernels do on every GPU: under
+ * --deterministic always (no kernel chosen by timing, which each process
+ * does on its own, and no sums by atomics); otherwise they may drift
+ * apart by rounding. */
+static bool mp_copies_agree(crun *r, int t, const float *vals, const float *seen, int64_t n, copies_found *f,
+                            char *err, size_t errlen) {
+  float *hi = cx_alloc(sizeof(float) * (size_t)(2 * n + 1)), *lo = hi + n;
+  for (int64_t i = 0; i < n; i++) {
+    bool mine = seen && seen[i] != 0.0f;
+    hi[i] = mine ? vals[i] : -INFINITY, lo[i] = mine ? -vals[i] : -INFINITY;
+  }
+#ifdef WEFT_CUDA_EMU
+  /* tests: WEFT_CUDA_EMU_SKEW=P has process P's copies compared one step
+   * of rounding off (its values are left as they are) */
+  const char *skew = getenv("WEFT_CUDA_EMU_SKEW");
+  if (skew && *skew && atoi(skew) == r->rank)
+    for (int64_t i = 0; i < n; i++)
+      if (seen && seen[i] != 0.0f) hi[i] = nextafterf(hi[i], INFINITY), lo[i] = -hi[i];
+#endif
+  bool ok = mp_world(r, hi, 2 * n, GPU_F32, CCL_MAX, "the copies of the parameters", err, errlen);
+  int64_t differ = 0;
+  for (int64_t i = 0; ok && i < n; i++) {
+    if (hi[i] == -INFINITY || isnan(hi[i]) || isnan(lo[i]) || hi[i] == -lo[i]) continue;
+    differ++;
+    double d = fabs((double)hi[i] + (double)lo[i]), m = fmax(fabs((double)hi[i]), fabs((double)lo[i]));
+    if (m > 0 && d / m > f->worst) f->worst = d / m;
+  }
+  if (differ) {
+    size_t k = strlen(f->names);
+    if (f->tensors < 3) snprintf(f->names + k, sizeof f->names - k, "%s%s", k ? ", " : "", r->g->tensors[t].name);
+    f->tensors++, f->elements += differ;
+  }
+  free(hi);
+  return ok;
+}
+
 /* Every process ends with the whole world (crun_read). */
 static bool mp_gather(crun *r, float **seen, float **sseen, char *err, size_t errlen) {
   const weft_graph *g = r->g;
   bool ok = true;
+  copies_found f = {0};
   for (int t = 0; ok && t < g->ntensors; t++) {
     if (!r->w->param[t]) continue;
     int64_t n = cx_tensor_numel(&g->tensors[t]);
-    ok = mp_merge(r, r->w->param[t], seen[t], n, err, errlen);
+    ok = mp_copies_agree(r, t, r->w->param[t], seen[t], n, &f, err, errlen) &&
+         mp_merge(r, r->w->param[t], seen[t], n, err, errlen);
     for (int c = 0; ok && c < r->w->state_copies; c++) ok = mp_merge(r, r->w->state[t] + c * n, sseen[t], n, err, errlen);
   }
+  if (ok && f.tensors && r->rank == 0)
+    fprintf(stderr,
+            "weft run: warning: the processes' copies of %d parameter%s (%s%s) differ in %" PRId64
+            " element%s, by at most %.2g relative: a computation replicated across processes whose kernels do not "
+            "give the same bits on every GPU (chosen by timing in each process, or summing by atomics; "
+            "--deterministic makes them agree); the lowest process's copies are kept\n",
+            f.tensors, f.tensors == 1 ? "" : "s", f.names, f.tensors > 3 ? ", ..." : "", f.elements,
+            f.elements == 1 ? "" : "s", f.worst);
   return ok;
 }
 
