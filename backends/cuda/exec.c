@@ -1943,7 +1943,10 @@ static bool mp_copies_agree(crun *r, int t, const float *vals, const float *seen
     for (int64_t i = 0; i < n; i++)
       if (seen && seen[i] != 0.0f) hi[i] = nextafterf(hi[i], INFINITY), lo[i] = -hi[i];
 #endif
-  bool ok = mp_world(r, hi, 2 * n, GPU_F32, CCL_MAX, "the copies of the parameters", err, errlen);
+  /* two reductions of n, so that the device holds no more for them than
+   * mp_merge does */
+  bool ok = mp_world(r, hi, n, GPU_F32, CCL_MAX, "the copies of the parameters", err, errlen) &&
+            mp_world(r, lo, n, GPU_F32, CCL_MAX, "the copies of the parameters", err, errlen);
   int64_t differ = 0;
   for (int64_t i = 0; ok && i < n; i++) {
     if (hi[i] == -INFINITY || isnan(hi[i]) || isnan(lo[i]) || hi[i] == -lo[i]) continue;
