@@ -15,8 +15,11 @@
 #     and as srun starts them (the stand-in for NCCL across processes),
 #     matching one device: all-reduces, sends, all-to-alls, ZeRO-3's
 #     reduce-scatters and all-gathers on NCCL's (the calls counted), a
-#     broadcast, --clip, a sharded checkpoint resumed by one process; and
-#     the watchdog when one of them stops.
+#     broadcast, --clip, a sharded checkpoint resumed by one process, the
+#     copies of what several processes compute the same bits in each (one
+#     skewed copy said); and the watchdog when one of them stops;
+#   - the plugin's one-time choices of kernels said beside step 1 and as
+#     NVTX ranges, and the NVTX ranges of a traced run.
 # Usage: sh tests/cuda_check.sh WEFT EMU_DIR [REAL_DIR]
 # CUDA_CHECK_PART: kernels (the plugin, the kernels, the example plans) or
 # runs (the rest), the halves make check runs side by side; default both.
@@ -441,7 +444,7 @@ if WEFT_ATTN=auto:wmma,core "$WEFT" run $CH --backend cuda --steps 2 >"$tmp/ch1.
      python3 -c 'import json, sys; s = json.load(open(sys.argv[1]))["steps"]; assert s[0]["setup_s"] > 0 and s[0]["setup_s"] < s[0]["time_s"] and "setup_s" not in s[1], s' "$tmp/ch2.run" &&
      { [ -z "$NVREC" ] || python3 tests/cuda/nvtx_check.py --choices "$tmp/nvch.txt" "$tmp/ch.json" 2 >"$tmp/nvch.out"; }; then ok
     prof=""
-    [ -n "$NVREC" ] && prof="; under a profiler, $(sed 's/.*; choices of kernels: //' "$tmp/nvch.out")"
+    [ -n "$NVREC" ] && prof="; under a profiler, $(sed 's/.*; choices of kernels: //' "$tmp/nvch.out"), the first \"$(grep -m1 '^push .* timing ' "$tmp/nvch.txt" | cut -d' ' -f5-)\""
     echo "cuda (emulated): choices of kernels in step 1: $(grep '^step 1 ' "$tmp/ch1.out" | sed 's/.*  (//; s/)$//')$prof"
   else bad "choices of kernels: $said lines say them"; cat "$tmp/ch1.out" "$tmp/nvch.out" 2>/dev/null; fi
 else bad "choices of kernels: weft run"; cat "$tmp/e"; fi
