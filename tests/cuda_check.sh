@@ -17,7 +17,8 @@
 #     reduce-scatters and all-gathers on NCCL's (the calls counted), a
 #     broadcast, --clip, a sharded checkpoint resumed by one process, the
 #     copies of what several processes compute the same bits in each (one
-#     skewed copy said); and the watchdog when one of them stops;
+#     skewed copy said; choices of kernels their timings make differently
+#     agreed between them); and the watchdog when one of them stops;
 #   - the plugin's one-time choices of kernels said beside step 1 and as
 #     NVTX ranges, and the NVTX ranges of a traced run.
 # Usage: sh tests/cuda_check.sh WEFT EMU_DIR [REAL_DIR]
@@ -590,6 +591,23 @@ if command -v mpirun >/dev/null 2>&1 && [ -f "$(dirname "$WEFT")/libweft_mpi.so"
      [ "$(grep -c "^weft run: warning: the processes' copies of 12 parameters (wte.weight, wpe.weight, h.0.ln_1.weight, ...) differ in [0-9]* elements, by at most 1.2e-07 relative: " "$tmp/m")" = 1 ]; then ok
     echo "cuda (emulated): mpirun -np 2, copies that differ between processes: $(grep -o "warning: .* relative" "$tmp/m")"
   else bad "mpirun -np 2, copies that differ"; cat "$tmp/m"; fi
+  # Choices of kernels the processes' timings make differently
+  # (WEFT_CUDA_EMU_PICK=1: process 1 takes its slowest attention way) are
+  # agreed after step 1 (backends/cuda/choice.h), the reference running
+  # meanwhile: in a model each process computes whole
+  # (tests/cuda/copies.plan) the copies keep the same bits; with
+  # WEFT_CUDA_AGREE=0 each process keeps its own choices and they differ
+  CP="tests/cuda/copies.plan --plan copies --steps 3 --backend cuda --timeout 60"
+  if WEFT_CUDA_EMU_PICK=1 WEFT_ATTN=auto:wmma,core ASAN_OPTIONS=$asan_mpi mpirun -np 2 "$WEFT" run $CP --check \
+       >"$tmp/m" 2>&1 &&
+     grep -q "match$" "$tmp/m" && ! grep -q "warning: the processes' copies" "$tmp/m" &&
+     [ "$(grep -c ": process 1 proposes [a-z-]*, fa runs them until the processes agree" "$tmp/m")" = 2 ] &&
+     grep -q "^weft: process 1 takes another choice of kernels than its own fastest for 2 of its 2 calls" "$tmp/m" &&
+     WEFT_CUDA_AGREE=0 WEFT_CUDA_EMU_PICK=1 WEFT_ATTN=auto:wmma,core ASAN_OPTIONS=$asan_mpi mpirun -np 2 "$WEFT" run \
+       $CP >"$tmp/m0" 2>&1 &&
+     grep -q "^weft run: warning: the processes' copies of [0-9]* parameters" "$tmp/m0"; then ok
+    echo "cuda (emulated): mpirun -np 2, choices that differ between processes agreed: $(grep -o "process 1 takes .* calls" "$tmp/m"), $(grep -o "parameters within [^ ]*" "$tmp/m"), no copies differ; each process's own (WEFT_CUDA_AGREE=0): $(grep -o "copies of [0-9]* parameters" "$tmp/m0") differ"
+  else bad "mpirun -np 2, choices agreed between processes"; cat "$tmp/m" "$tmp/m0"; fi
   mp_ok "gpt2 tp2_pp2 (sends between stages, 4 micro-batches)" 4 examples/gpt2.plan --plan tp2_pp2 $PP --steps 1
   mp_ok "gpt2 ulysses (all-to-alls)" 4 examples/gpt2.plan --plan ulysses $TP --steps 1
   # which NCCL calls the collectives map to (the stand-in counts them,

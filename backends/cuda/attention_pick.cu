@@ -35,7 +35,12 @@
  * values, not CUDA's errors). Nothing is chosen by time under
  * --deterministic (whose bits must not depend on a timing), for a
  * backward that adds to its gradients (it cannot run twice), or where the
- * scratch memory is not there (said on stderr): the reference runs. */
+ * scratch memory is not there (said on stderr): the reference runs.
+ * In a run of several processes the way is agreed between them
+ * (choice.h), so that heads a computation they replicate runs get the
+ * same way, and bits, in each: the reference runs the heads until the
+ * pass ends, the way agreed from then on (WEFT_CUDA_AGREE=0: each
+ * process's own). */
 #include "attention.cuh"
 #include "choice.h"
 
@@ -165,6 +170,29 @@ int keep(int dt, const gpu_attn *a, bool bwd, bool causal, bool kept, bool acc, 
     p->a = *a, p->way = way;
   }
   return way;
+}
+
+/* The key of a call for the processes' agreement (choice.h): what find
+ * compares but the device, the same in every process. */
+unsigned long long call_key(int dt, const gpu_attn *a, bool bwd, bool causal, bool kept, bool acc) {
+  const int64_t f[] = {dt,         bwd,         causal,      kept,       acc,         a->b,       a->sq,
+                       a->hq,      a->dh,       a->r,        a->q_row,   a->kv_row,   a->o_row,   a->q_batch,
+                       a->kv_batch, a->o_batch, a->sk,       a->qpos,    a->det};
+  return choice_hash(CHOICE_HASH0, f, sizeof f);
+}
+
+/* choice_propose's taker: the way agreed for a pick. */
+void take_way(void *ctx, int way) { ((pick *)ctx)->way = way; }
+
+/* Keeps `best` for the call, or, while the processes agree their choices,
+ * proposes it (ok: the ways that passed) and keeps the reference until
+ * they have. */
+int settle_or_propose(int dt, const gpu_attn *a, bool bwd, bool causal, bool kept, unsigned ok, int best, int ref) {
+  const int n = npicks;
+  const int way = keep(dt, a, bwd, causal, kept, false, ref);
+  if (npicks == n) return way; /* no room to keep it: the reference */
+  return choice_propose(CHOICE_ATTENTION, call_key(dt, a, bwd, causal, kept, false), ok, best, ref, take_way,
+                        &picks[n]);
 }
 
 /* Whether way w takes the heads and the call: kept, the forward's
@@ -350,7 +378,7 @@ int timed_choice(gpu_stream *s, int dt, const gpu_attn *a, bool bwd, bool causal
     fprintf(stderr, "weft: attention %s, b%lld h%lld s%lld d%lld: no memory for the %zu bytes of scratch to time %s "
             "against; %s runs them\n", bwd ? "backward" : "forward", (long long)a->b, (long long)a->hq,
             (long long)a->sq, (long long)a->dh, o.total, attention_way_names[alt[0]], attention_way_names[ref]);
-    return keep(dt, a, bwd, causal, kept, false, ref);
+    return settle_or_propose(dt, a, bwd, causal, kept, 0, ref, ref);
   }
   double ms_ref = timed(s, [&] { return run(ref, true); });
   void *want[4] = {NULL, NULL, NULL, NULL};
@@ -361,7 +389,16 @@ int timed_choice(gpu_stream *s, int dt, const gpu_attn *a, bool bwd, bool causal
                      (long long)a->dh, dt_name(dt), causal ? " causal" : "", attention_way_names[ref], ms_ref);
   int best = ref;
   double best_ms = ms_ref;
+  unsigned passed = 0;
   const double tol = tolerance(dt);
+#ifdef WEFT_CUDA_EMU
+  /* tests: WEFT_CUDA_EMU_PICK=P has process P take the slowest way that
+   * passes, so that the processes' choices differ */
+  const char *slow = getenv("WEFT_CUDA_EMU_PICK");
+  const bool slowest = slow && *slow && choice_rank() >= 0 && atoi(slow) == choice_rank();
+#else
+  const bool slowest = false;
+#endif
   for (int i = 0; i < n && have; i++) {
     const int w = alt[i];
     double ms = timed(s, [&] { return run(w, false); });
@@ -394,15 +431,22 @@ int timed_choice(gpu_stream *s, int dt, const gpu_attn *a, bool bwd, bool causal
                         "; %s %.3f ms, rel err %.1e, worst element %.2g of its bound%s%s", attention_way_names[w], ms,
                         err, worst, verdict ? ", " : "", verdict ? verdict : "");
     }
-    if (!verdict && ms < best_ms) best = w, best_ms = ms;
+    if (!verdict) passed |= 1u << w;
+    if (!verdict && (slowest ? ms > best_ms : ms < best_ms)) best = w, best_ms = ms;
   }
   for (int j = 0; j < o.n; j++) free(want[j]);
   gpu_free_on(o.scratch, s);
-  if (len > 0 && (size_t)len < sizeof line)
-    snprintf(line + len, sizeof line - (size_t)len, "%s: %s runs them (tolerance %.0e)",
-             have ? "" : " (not read back)", attention_way_names[best], tol);
+  if (len > 0 && (size_t)len < sizeof line) {
+    if (choice_agreeing())
+      snprintf(line + len, sizeof line - (size_t)len,
+               "%s: process %d proposes %s, %s runs them until the processes agree (tolerance %.0e)",
+               have ? "" : " (not read back)", choice_rank(), attention_way_names[best], attention_way_names[ref], tol);
+    else
+      snprintf(line + len, sizeof line - (size_t)len, "%s: %s runs them (tolerance %.0e)",
+               have ? "" : " (not read back)", attention_way_names[best], tol);
+  }
   fprintf(stderr, "%s\n", line);
-  return keep(dt, a, bwd, causal, kept, false, best);
+  return settle_or_propose(dt, a, bwd, causal, kept, passed, best, ref);
 }
 
 /* Times ref and the ways others[n] (run(way, real outputs?) runs one),
@@ -418,7 +462,7 @@ int choose(gpu_stream *s, int dt, const gpu_attn *a, bool bwd, bool causal, bool
               "is timed, %s runs them\n",
               bwd ? "backward" : "forward", (long long)a->b, (long long)a->hq, (long long)a->sq, (long long)a->dh,
               choice_wait_s(), attention_way_names[ref]);
-    return keep(dt, a, bwd, causal, kept, false, ref);
+    return settle_or_propose(dt, a, bwd, causal, kept, 0, ref, ref);
   }
   char what[160];
   snprintf(what, sizeof what, "timing attention's ways: %s, b%lld h%lld s%lld d%lld %s%s", bwd ? "backward" : "forward",

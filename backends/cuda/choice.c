@@ -3,6 +3,8 @@
 #include "choice.h"
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "nvtx.h"
@@ -62,3 +64,89 @@ void choice_wait_limit(double seconds) { wait_s = seconds > 0 && seconds < CHOIC
 double choice_wait_s(void) { return wait_s; }
 
 bool choice_waits(void) { return !gave_up; }
+
+/* ---- choices agreed between processes ---- */
+
+typedef struct proposal {
+  int kind;
+  unsigned long long key;
+  unsigned ok;
+  int best, ref;
+  void (*take)(void *, int);
+  void *ctx;
+} proposal;
+
+static proposal *pending;
+static int npending, cappending;
+static int the_rank = -1;
+static bool agreeing;
+
+void choice_among(int rank, int nprocs) {
+  const char *e = getenv("WEFT_CUDA_AGREE");
+  the_rank = nprocs > 1 && rank >= 0 ? rank : -1;
+  agreeing = the_rank >= 0 && !(e && strcmp(e, "0") == 0);
+}
+
+int choice_rank(void) { return the_rank; }
+
+bool choice_agreeing(void) { return agreeing; }
+
+unsigned long long choice_hash(unsigned long long h, const void *p, size_t n) {
+  const unsigned char *b = p;
+  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
+
+int choice_propose(int kind, unsigned long long key, unsigned ok, int best, int ref, void (*take)(void *, int),
+                   void *ctx) {
+  if (!agreeing) {
+    take(ctx, best);
+    return best;
+  }
+  if (npending == cappending) {
+    int cap = cappending ? 2 * cappending : 16;
+    proposal *more = realloc(pending, sizeof(proposal) * (size_t)cap);
+    if (!more) { /* no room to wait for the others: the reference, which every process accepts */
+      take(ctx, ref);
+      return ref;
+    }
+    pending = more, cappending = cap;
+  }
+  pending[npending++] = (proposal){kind, key, ok | 1u << ref, best, ref, take, ctx};
+  return ref;
+}
+
+int choice_pending(void) { return npending; }
+
+void choice_proposals(int *out, int max) {
+  memset(out, 0, sizeof(int) * (size_t)max * CHOICE_INTS);
+  for (int i = 0; i < npending && i < max; i++) {
+    int *o = out + i * CHOICE_INTS;
+    o[0] = pending[i].kind + 1;
+    o[1] = (int)(unsigned)(pending[i].key & 0xffffffffu), o[2] = (int)(unsigned)(pending[i].key >> 32);
+    o[3] = (int)pending[i].ok, o[4] = pending[i].best;
+  }
+}
+
+int choice_settle(const int *all, int nprocs, int per) {
+  int other = 0;
+  for (int i = 0; i < npending; i++) {
+    const proposal *q = &pending[i];
+    const int lo = (int)(unsigned)(q->key & 0xffffffffu), hi = (int)(unsigned)(q->key >> 32);
+    unsigned ok = q->ok;
+    int first = -1;
+    for (int p = 0; p < nprocs; p++)
+      for (int j = 0; j < per; j++) {
+        const int *r = all + ((size_t)p * (size_t)per + (size_t)j) * CHOICE_INTS;
+        if (r[0] != q->kind + 1 || r[1] != lo || r[2] != hi) continue;
+        if (first < 0) first = r[4];
+        ok &= (unsigned)r[3];
+      }
+    if (first < 0) first = q->best; /* its own record was not among them */
+    const int option = first >= 0 && first < 32 && (ok >> first & 1u) ? first : q->ref;
+    if (option != q->best) other++;
+    q->take(q->ctx, option);
+  }
+  npending = 0;
+  return other;
+}

@@ -22,6 +22,7 @@
 #define WEFT_CUDA_CHOICE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "cuda/gpu.h"
 
@@ -55,6 +56,56 @@ bool choice_settled(gpu_stream *s);
 void choice_wait_limit(double seconds);
 double choice_wait_s(void);
 bool choice_waits(void);
+
+/* ---- choices agreed between processes ----
+ *
+ * In a run of several processes, a computation they replicate (tp2's
+ * LayerNorms and LM head, in every process of the tensor-parallel group)
+ * gives the same bits in each only if each runs it with the same kernels,
+ * and a choice by timing is each process's own: two GPUs can time two
+ * algorithms in opposite order. So, once the executor has said the run
+ * spans several processes (choice_among), a chooser does not take its
+ * choice at once: it proposes it (choice_propose: a key that names the
+ * call the same way in every process, the options that passed its
+ * checks, the fastest, the reference) and the reference runs meanwhile.
+ * After the pass the executor gathers every process's proposals
+ * (choice_proposals) and gives them to choice_settle: for each key, every
+ * process that proposed for it takes the choice of the lowest process
+ * that did, if each of them accepted that option, else the reference.
+ * The same rule over the same records, so the same option everywhere.
+ * WEFT_CUDA_AGREE=0 leaves each process its own choices. */
+
+/* The ints of one proposal in choice_proposals' records: kind + 1 (0: no
+ * proposal), the key's low and high halves, the options that passed (a
+ * bit each), the fastest. */
+#define CHOICE_INTS 5
+
+/* The run's process and count: choices are proposed and agreed when
+ * nprocs > 1 (and WEFT_CUDA_AGREE is not 0); rank < 0 ends that. */
+void choice_among(int rank, int nprocs);
+/* This process's rank in a run of several processes; -1 otherwise. */
+int choice_rank(void);
+/* Whether choices are proposed and agreed. */
+bool choice_agreeing(void);
+/* A key's hash: h (CHOICE_HASH0 to start) extended by n bytes at p. */
+#define CHOICE_HASH0 1469598103934665603ull
+unsigned long long choice_hash(unsigned long long h, const void *p, size_t n);
+/* A choice of kind for key: options `ok` (a bit each, the reference's
+ * among them) passed, `best` is the fastest, `ref` the reference. While
+ * choices are agreed it waits for choice_settle, which calls take(ctx,
+ * option) with the option agreed; otherwise take(ctx, best) now. Returns
+ * the option to run until then (ref while agreeing, else best). */
+int choice_propose(int kind, unsigned long long key, unsigned ok, int best, int ref, void (*take)(void *, int),
+                   void *ctx);
+/* Proposals not settled yet. */
+int choice_pending(void);
+/* This process's proposals as records of CHOICE_INTS ints, at most max
+ * of them, into out (max * CHOICE_INTS ints, zeros past the last). */
+void choice_proposals(int *out, int max);
+/* Settles every proposal by the records of all nprocs processes (per
+ * records each, process p's at all + p * per * CHOICE_INTS); the number
+ * of proposals that took another option than their own fastest. */
+int choice_settle(const int *all, int nprocs, int per);
 
 #ifdef __cplusplus
 }

@@ -2143,6 +2143,7 @@ void crun_close(crun *r) {
   }
   comm_close(r, gpu);
   mp_close(r, gpu);
+  choice_among(-1, 0);
   for (int k = 0; k < 2; k++) plan_free(&r->plan[k], gpu);
   if (gpu) {
     gpu_free(r->inputs), gpu_free(r->slots), gpu_free(r->tables), gpu_free(r->masks), gpu_free(r->norms);
@@ -2780,6 +2781,8 @@ crun *crun_open(const weft_program *pr, weft_world *w, const backend_opts *o, ch
   const weft_graph *g = r->g;
   uint8_t *mask_bytes = NULL;
   if (!mp_begin(r, err, errlen)) goto fail;
+  /* several processes agree their choices of kernels (choice.h) */
+  choice_among(r->mine >= 0 ? r->rank : -1, r->nprocs);
   if (!crun_optimizer(g, &r->optim, &r->settings, err, errlen)) goto fail;
   r->lr0 = r->settings.lr;
   r->kern = cx_alloc(sizeof(const ckernel *) * (size_t)(g->nops + 1));
@@ -3186,14 +3189,43 @@ static bool pass_end(crun *r, char *err, size_t errlen) {
 /* Several processes: the loss's shares and the devices' sums of squares
  * of every process (each wrote its own; the others' are zero). */
 static bool mp_sums(crun *r, char *err, size_t errlen) {
-  char what[64];
+  char what[64], e[512];
   snprintf(what, sizeof what, "the loss of step %" PRId64, r->w->step + 1);
-  bool ok = r->nslots == 0 || ccl_all_reduce_op(r->world, r->slots, r->slots, r->nslots, CCL_F64, CCL_SUM, r->wstream,
-                                                err, errlen);
+  /* the slot past the loss's: the choices of kernels proposed (choice.h),
+   * which all processes then agree when any did */
+  double pending = choice_pending();
+  bool ok = gpu_upload(r->slots + r->nslots, &pending, sizeof pending, NULL, e, sizeof e) ||
+            failf(err, errlen, 2, "GPU %d (%s): %s", r->gpu, r->props.name, e);
+  ok = ok && ccl_all_reduce_op(r->world, r->slots, r->slots, r->nslots + 1, CCL_F64, CCL_SUM, r->wstream, err, errlen);
   /* with clipping, the pass summed the norms already (mp_norm) */
   if (ok && !r->eval && !r->P->clip)
     ok = ccl_all_reduce_op(r->world, r->norms, r->norms, r->pr->nprogs, CCL_F64, CCL_SUM, r->wstream, err, errlen);
   return ok && mp_settle(r, what, err, errlen);
+}
+
+/* After a pass in which some process proposed choices of kernels: every
+ * process's proposals gathered (a sum of rows, each process's its own,
+ * zeros elsewhere, which is exact), and each settles its own by them
+ * (choice_settle, the same rule over the same records everywhere). */
+static bool mp_choices(crun *r, char *err, size_t errlen) {
+  int32_t most = choice_pending();
+  if (!mp_world(r, &most, 1, GPU_I32, CCL_MAX, "the number of choices of kernels proposed", err, errlen))
+    return false;
+  const size_t row = (size_t)most * CHOICE_INTS;
+  int32_t *all = cx_alloc(sizeof(int32_t) * (row * (size_t)r->nprocs + 1));
+  choice_proposals(all + row * (size_t)r->rank, most);
+  bool ok = mp_world(r, all, (int64_t)(row * (size_t)r->nprocs), GPU_I32, CCL_SUM, "the choices of kernels proposed",
+                     err, errlen);
+  if (ok) {
+    int mine = choice_pending(), other = choice_settle(all, r->nprocs, most);
+    if (other)
+      fprintf(stderr,
+              "weft: process %d takes another choice of kernels than its own fastest for %d of its %d calls: the "
+              "processes' agreed ones, so that what they replicate gives the same bits in each\n",
+              r->rank, other, mine);
+  }
+  free(all);
+  return ok;
 }
 
 /* A traced pass's events: an origin and two per schedule op, created
@@ -3327,6 +3359,7 @@ bool crun_pass(crun *r, const backend_step *st, backend_result *out, char *err, 
     ok = failf(err, errlen, 2, "GPU %d (%s): %s", r->gpu, r->props.name, e);
   double loss = 0, sq = 0;
   for (int i = 0; ok && i < r->nslots; i++) loss += host[i];
+  if (ok && r->mine >= 0 && host[r->nslots] > 0) ok = mp_choices(r, err, errlen);
   if (ok && !r->eval && !gpu_download(host, r->norms, sizeof(double) * (size_t)nd, NULL, e, sizeof e))
     ok = failf(err, errlen, 2, "GPU %d (%s): %s", r->gpu, r->props.name, e);
   /* the devices' sums of squares in device order, as the CPU backend takes them */

@@ -434,6 +434,27 @@ static void describe(const cublasLtMatmulAlgo_t *a, char *out, size_t n) {
  * candidate the first time it runs, two calls after one untimed, and
  * keeps the fastest for the run. Not under --deterministic, whose bits
  * must not depend on a timing. */
+/* choice_propose's taker: the candidate agreed for plans[ctx]. */
+static void take_algo(void *ctx, int i) {
+  gemm_plan *p = &plans[(intptr_t)ctx];
+  if (i >= 0 && i < p->ncand) p->algo = p->cand[i];
+}
+
+/* The choice of candidate i (the ones that ran: ok, a bit each) for plan
+ * p: taken now, or, in a run of several processes, proposed to them
+ * (choice.h) with the heuristic's first run until they agree, so that a
+ * product they replicate runs one algorithm, and gives the same bits, in
+ * every process. The key: the product and its candidates, not the
+ * device. */
+static void choose_algo(gemm_plan *p, unsigned ok, int i) {
+  gemm_key k = p->key;
+  k.dev = 0;
+  unsigned long long key = choice_hash(CHOICE_HASH0, &k, sizeof k);
+  key = choice_hash(key, &p->ncand, sizeof p->ncand);
+  key = choice_hash(key, p->cand, sizeof p->cand[0] * (size_t)p->ncand);
+  choice_propose(CHOICE_GEMM, key, ok, i, 0, take_algo, (void *)(intptr_t)(p - plans));
+}
+
 static void tune(gemm_plan *p, cublasLtHandle_t h, const void *b, const void *a, const void *cin, void *c, void *ws,
                  size_t ws_bytes, cudaStream_t s) {
   p->tuned = true;
@@ -441,7 +462,10 @@ static void tune(gemm_plan *p, cublasLtHandle_t h, const void *b, const void *a,
   if (level <= 0 || p->key.det || (p->key.beta && p->key.epi != GPU_EPI_RESID)) return;
   /* the work before it done, waited for within a bound (choice.h); else
    * the heuristic's first */
-  if (!choice_settled((gpu_stream *)s)) return;
+  if (!choice_settled((gpu_stream *)s)) {
+    choose_algo(p, 0, 0);
+    return;
+  }
   cudaEvent_t e0, e1;
   if (cudaEventCreate(&e0) != cudaSuccess) return;
   if (cudaEventCreate(&e1) != cudaSuccess) {
@@ -454,6 +478,7 @@ static void tune(gemm_plan *p, cublasLtHandle_t h, const void *b, const void *a,
   choice_mark mark = choice_begin(CHOICE_GEMM, what);
   float alpha = 1.0f, beta = p->key.beta ? 1.0f : 0.0f, best = -1.0f;
   int besti = 0;
+  unsigned ran = 0;
   for (int i = 0; i < p->ncand; i++) {
     cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
     for (int r = 0; r < 3 && st == CUBLAS_STATUS_SUCCESS; r++) {
@@ -474,9 +499,10 @@ static void tune(gemm_plan *p, cublasLtHandle_t h, const void *b, const void *a,
               (long long)p->key.M, (long long)p->key.N, (long long)p->key.K, (long long)p->key.ldx,
               (long long)p->key.ldy, (long long)p->key.ldd, i, d, ms >= 0 ? ms / 2 : -1.0);
     }
+    if (ms >= 0) ran |= 1u << i;
     if (ms >= 0 && (best < 0 || ms < best)) best = ms, besti = i;
   }
-  p->algo = p->cand[besti];
+  choose_algo(p, ran, besti);
   cudaEventDestroy(e0), cudaEventDestroy(e1);
   choice_end(mark);
 }

@@ -1950,6 +1950,53 @@ static void check_choices(void) {
          idle ? "yes" : "no", ok ? "ok" : "FAIL");
 }
 
+/* The agreement of choices between processes (choice.h), as process 1 of
+ * 3 sees it: its proposals wait (the reference runs meanwhile) and are
+ * settled by every process's records: the lowest proposer's fastest
+ * where every proposer passed it, else the reference; its own where no
+ * other process proposed for the key. Without agreement (one process,
+ * WEFT_CUDA_AGREE=0) a proposal is taken at once. */
+static void take_int(void *ctx, int v) { *(int *)ctx = v; }
+
+static void check_agreement(void) {
+  enum { PER = 3 };
+  int got[4] = {-1, -1, -1, -1}, now[4];
+  const unsigned long long k[4] = {choice_hash(CHOICE_HASH0, "a", 1), choice_hash(CHOICE_HASH0, "b", 1),
+                                   choice_hash(CHOICE_HASH0, "c", 1), choice_hash(CHOICE_HASH0, "d", 1)};
+  unsetenv("WEFT_CUDA_AGREE");
+  choice_among(1, 3);
+  /* key a: fastest 2 of {0, 2}; b: 1 of {0, 1, 3}; c: 3 of {0, 3}; d: 1 */
+  now[0] = choice_propose(CHOICE_ATTENTION, k[0], 0x5, 2, 0, take_int, &got[0]);
+  now[1] = choice_propose(CHOICE_GEMM, k[1], 0xb, 1, 0, take_int, &got[1]);
+  now[2] = choice_propose(CHOICE_GEMM, k[2], 0x9, 3, 0, take_int, &got[2]);
+  now[3] = choice_propose(CHOICE_GEMM, k[3], 0x3, 1, 0, take_int, &got[3]);
+  const int waiting = choice_pending();
+  int all[3 * PER * CHOICE_INTS];
+  memset(all, 0, sizeof all);
+  choice_proposals(all + PER * CHOICE_INTS, PER); /* the first PER of this process's four */
+  /* the records: process 0 proposed 3 for key b (which this process
+   * passed) and 2 for key c (which it did not); process 2 proposed 2 for
+   * key a, passing 2 alone; nobody else proposed for key d */
+  int *p0 = all, *p2 = all + 2 * PER * CHOICE_INTS;
+  const int r0[2][CHOICE_INTS] = {{CHOICE_GEMM + 1, (int)(unsigned)k[1], (int)(unsigned)(k[1] >> 32), 0xf, 3},
+                                  {CHOICE_GEMM + 1, (int)(unsigned)k[2], (int)(unsigned)(k[2] >> 32), 0x5, 2}};
+  const int r2[CHOICE_INTS] = {CHOICE_ATTENTION + 1, (int)(unsigned)k[0], (int)(unsigned)(k[0] >> 32), 0x4, 2};
+  memcpy(p0, r0, sizeof r0), memcpy(p2, r2, sizeof r2);
+  /* key d's record is past PER: settled by this process's own alone */
+  const int other = choice_settle(all, 3, PER);
+  int single = -1;
+  choice_among(-1, 0);
+  const int at_once = choice_propose(CHOICE_GEMM, k[0], 0x3, 1, 0, take_int, &single);
+  const bool ok = now[0] == 0 && now[1] == 0 && now[2] == 0 && now[3] == 0 && waiting == 4 && got[0] == 2 &&
+                  got[1] == 3 && got[2] == 0 && got[3] == 1 && other == 2 && choice_pending() == 0 && at_once == 1 &&
+                  single == 1;
+  checks++;
+  if (!ok) failures++;
+  printf("choices agreed between processes: %d waiting, then a %d, b %d, c %d, d %d (2 others' taken: %d); one "
+         "process: taken at once %d %s\n",
+         waiting, got[0], got[1], got[2], got[3], other, single, ok ? "ok" : "FAIL");
+}
+
 int main(int argc, char **argv) {
   char e[512];
   const bool only_attention = argc > 1 && strcmp(argv[1], "--attention") == 0;
@@ -1965,7 +2012,7 @@ int main(int argc, char **argv) {
   printf("test_kernels on %s (compute capability %d.%d)%s\n", p.name, p.major, p.minor,
          gpu_emulated() ? ", emulated on the CPU" : "");
   if (!(S = gpu_stream_new(e, sizeof e))) die("stream", e);
-  if (!only_attention) check_choices();
+  if (!only_attention) check_choices(), check_agreement();
   bool big = !gpu_emulated();
   int dts[2] = {GPU_F32, GPU_BF16};
   for (int i = 0; i < 2 && !only_attention; i++) {
