@@ -591,23 +591,36 @@ if command -v mpirun >/dev/null 2>&1 && [ -f "$(dirname "$WEFT")/libweft_mpi.so"
      [ "$(grep -c "^weft run: warning: the processes' copies of 12 parameters (wte.weight, wpe.weight, h.0.ln_1.weight, ...) differ in [0-9]* elements, by at most 1.2e-07 relative: " "$tmp/m")" = 1 ]; then ok
     echo "cuda (emulated): mpirun -np 2, copies that differ between processes: $(grep -o "warning: .* relative" "$tmp/m")"
   else bad "mpirun -np 2, copies that differ"; cat "$tmp/m"; fi
-  # Choices of kernels the processes' timings make differently
-  # (WEFT_CUDA_EMU_PICK=1: process 1 takes its slowest attention way) are
-  # agreed after step 1 (backends/cuda/choice.h), the reference running
-  # meanwhile: in a model each process computes whole
-  # (tests/cuda/copies.plan) the copies keep the same bits; with
-  # WEFT_CUDA_AGREE=0 each process keeps its own choices and they differ
+  # Choices of kernels that differ between processes (WEFT_CUDA_EMU_PICK=1:
+  # process 0 proposes the first of attention's ways that pass, wmma,
+  # process 1 the last, core) are agreed after step 1
+  # (backends/cuda/choice.h), the reference running meanwhile: in a model
+  # each process computes whole (tests/cuda/copies.plan) both launch the
+  # same attention kernels as often (the emulation's count, a file each),
+  # process 1 wmma's forward in steps 2 and 3 (4 launches more than its
+  # timing alone), and the copies keep the same bits; with
+  # WEFT_CUDA_AGREE=0 each process keeps its own choices, and the copies
+  # differ
   CP="tests/cuda/copies.plan --plan copies --steps 3 --backend cuda --timeout 60"
-  if WEFT_CUDA_EMU_PICK=1 WEFT_ATTN=auto:wmma,core ASAN_OPTIONS=$asan_mpi mpirun -np 2 "$WEFT" run $CP --check \
-       >"$tmp/m" 2>&1 &&
-     grep -q "match$" "$tmp/m" && ! grep -q "warning: the processes' copies" "$tmp/m" &&
-     [ "$(grep -c ": process 1 proposes [a-z-]*, fa runs them until the processes agree" "$tmp/m")" = 2 ] &&
-     grep -q "^weft: process 1 takes another choice of kernels than its own fastest for 2 of its 2 calls" "$tmp/m" &&
-     WEFT_CUDA_AGREE=0 WEFT_CUDA_EMU_PICK=1 WEFT_ATTN=auto:wmma,core ASAN_OPTIONS=$asan_mpi mpirun -np 2 "$WEFT" run \
-       $CP >"$tmp/m0" 2>&1 &&
-     grep -q "^weft run: warning: the processes' copies of [0-9]* parameters" "$tmp/m0"; then ok
-    echo "cuda (emulated): mpirun -np 2, choices that differ between processes agreed: $(grep -o "process 1 takes .* calls" "$tmp/m"), $(grep -o "parameters within [^ ]*" "$tmp/m"), no copies differ; each process's own (WEFT_CUDA_AGREE=0): $(grep -o "copies of [0-9]* parameters" "$tmp/m0") differ"
-  else bad "mpirun -np 2, choices agreed between processes"; cat "$tmp/m" "$tmp/m0"; fi
+  two() { # two OUT [VAR=VALUE]: the run, each process counting its launches
+    out=$1; shift
+    env "$@" WEFT_CUDA_EMU_PICK=1 WEFT_ATTN=auto:wmma,core ASAN_OPTIONS=$asan_mpi mpirun \
+      -np 1 -x WEFT_CUDA_EMU_LAUNCHES="$tmp/$out.l0" "$WEFT" run $CP : \
+      -np 1 -x WEFT_CUDA_EMU_LAUNCHES="$tmp/$out.l1" "$WEFT" run $CP >"$tmp/$out" 2>&1
+  }
+  attn() { grep " k_attn" "$tmp/$1"; }
+  wmma() { awk '/ k_attn_fwd_tc</ {n += $1} END {print n + 0}' "$tmp/$1"; }
+  if two ag && two own WEFT_CUDA_AGREE=0 &&
+     [ "$(grep -c ": process 0 proposes wmma, fa runs them until the processes agree" "$tmp/ag")" = 2 ] &&
+     [ "$(grep -c ": process 1 proposes core, fa runs them until the processes agree" "$tmp/ag")" = 2 ] &&
+     grep -q "^weft: process 1 takes another choice of kernels than its own fastest for 2 of its 2 calls" "$tmp/ag" &&
+     ! grep -q "warning: the processes' copies" "$tmp/ag" && [ -n "$(attn ag.l0)" ] &&
+     [ "$(attn ag.l0)" = "$(attn ag.l1)" ] &&
+     [ "$(wmma ag.l1)" -eq $(($(wmma own.l1) + 4)) ] &&
+     grep -q "^weft run: warning: the processes' copies of [0-9]* parameters" "$tmp/own" &&
+     [ "$(attn own.l0)" != "$(attn own.l1)" ]; then ok
+    echo "cuda (emulated): mpirun -np 2, choices that differ between processes agreed: $(grep -o "process 1 takes .* calls" "$tmp/ag"), the same $(attn ag.l0 | wc -l) attention kernels launched as often in each (process 1's wmma forward $(wmma ag.l1) times, $(wmma own.l1) on its own choice), no copies differ; each process's own (WEFT_CUDA_AGREE=0): $(grep -o "copies of [0-9]* parameters" "$tmp/own") differ"
+  else bad "mpirun -np 2, choices agreed between processes"; cat "$tmp/ag" "$tmp/own"; fi
   mp_ok "gpt2 tp2_pp2 (sends between stages, 4 micro-batches)" 4 examples/gpt2.plan --plan tp2_pp2 $PP --steps 1
   mp_ok "gpt2 ulysses (all-to-alls)" 4 examples/gpt2.plan --plan ulysses $TP --steps 1
   # which NCCL calls the collectives map to (the stand-in counts them,

@@ -181,18 +181,25 @@ unsigned long long call_key(int dt, const gpu_attn *a, bool bwd, bool causal, bo
   return choice_hash(CHOICE_HASH0, f, sizeof f);
 }
 
-/* choice_propose's taker: the way agreed for a pick. */
+/* choice_propose's takers: the way agreed for a pick; nothing, for a call
+ * past the picks' room (the reference runs it). */
 void take_way(void *ctx, int way) { ((pick *)ctx)->way = way; }
+void take_nothing(void *ctx, int way) { (void)ctx, (void)way; }
 
 /* Keeps `best` for the call, or, while the processes agree their choices,
  * proposes it (ok: the ways that passed) and keeps the reference until
- * they have. */
-int settle_or_propose(int dt, const gpu_attn *a, bool bwd, bool causal, bool kept, unsigned ok, int best, int ref) {
+ * they have. Every new call is proposed then, one that timed nothing
+ * (best == ref, ok 0) too: what it runs, the reference, is a veto that
+ * the others must meet, since what they time can differ (cuDNN found in
+ * one process and not in another). */
+int settle_or_propose(int dt, const gpu_attn *a, bool bwd, bool causal, bool kept, bool acc, unsigned ok, int best,
+                      int ref) {
   const int n = npicks;
-  const int way = keep(dt, a, bwd, causal, kept, false, ref);
-  if (npicks == n) return way; /* no room to keep it: the reference */
-  return choice_propose(CHOICE_ATTENTION, call_key(dt, a, bwd, causal, kept, false), ok, best, ref, take_way,
-                        &picks[n]);
+  keep(dt, a, bwd, causal, kept, acc, ref);
+  const unsigned long long key = call_key(dt, a, bwd, causal, kept, acc);
+  if (npicks == n) /* no room to keep it: the reference, each time */
+    return choice_propose(CHOICE_ATTENTION, key, 0, ref, ref, take_nothing, NULL);
+  return choice_propose(CHOICE_ATTENTION, key, ok, best, ref, take_way, &picks[n]);
 }
 
 /* Whether way w takes the heads and the call: kept, the forward's
@@ -378,7 +385,7 @@ int timed_choice(gpu_stream *s, int dt, const gpu_attn *a, bool bwd, bool causal
     fprintf(stderr, "weft: attention %s, b%lld h%lld s%lld d%lld: no memory for the %zu bytes of scratch to time %s "
             "against; %s runs them\n", bwd ? "backward" : "forward", (long long)a->b, (long long)a->hq,
             (long long)a->sq, (long long)a->dh, o.total, attention_way_names[alt[0]], attention_way_names[ref]);
-    return settle_or_propose(dt, a, bwd, causal, kept, 0, ref, ref);
+    return settle_or_propose(dt, a, bwd, causal, kept, false, 0, ref, ref);
   }
   double ms_ref = timed(s, [&] { return run(ref, true); });
   void *want[4] = {NULL, NULL, NULL, NULL};
@@ -391,13 +398,13 @@ int timed_choice(gpu_stream *s, int dt, const gpu_attn *a, bool bwd, bool causal
   double best_ms = ms_ref;
   unsigned passed = 0;
   const double tol = tolerance(dt);
+  /* tests: WEFT_CUDA_EMU_PICK=P, in a run of several processes, has
+   * process P take the last of the other ways that pass, the others the
+   * first, whatever the times, so that the processes' choices differ */
+  int order = 0; /* 1: the first that passes, 2: the last */
 #ifdef WEFT_CUDA_EMU
-  /* tests: WEFT_CUDA_EMU_PICK=P has process P take the slowest way that
-   * passes, so that the processes' choices differ */
-  const char *slow = getenv("WEFT_CUDA_EMU_PICK");
-  const bool slowest = slow && *slow && choice_rank() >= 0 && atoi(slow) == choice_rank();
-#else
-  const bool slowest = false;
+  const char *pk = getenv("WEFT_CUDA_EMU_PICK");
+  if (pk && *pk && choice_rank() >= 0) order = atoi(pk) == choice_rank() ? 2 : 1;
 #endif
   for (int i = 0; i < n && have; i++) {
     const int w = alt[i];
@@ -432,7 +439,8 @@ int timed_choice(gpu_stream *s, int dt, const gpu_attn *a, bool bwd, bool causal
                         err, worst, verdict ? ", " : "", verdict ? verdict : "");
     }
     if (!verdict) passed |= 1u << w;
-    if (!verdict && (slowest ? ms > best_ms : ms < best_ms)) best = w, best_ms = ms;
+    if (!verdict && (order == 2 || (order == 1 && best == ref) || (order == 0 && ms < best_ms)))
+      best = w, best_ms = ms;
   }
   for (int j = 0; j < o.n; j++) free(want[j]);
   gpu_free_on(o.scratch, s);
@@ -446,7 +454,7 @@ int timed_choice(gpu_stream *s, int dt, const gpu_attn *a, bool bwd, bool causal
                have ? "" : " (not read back)", attention_way_names[best], tol);
   }
   fprintf(stderr, "%s\n", line);
-  return settle_or_propose(dt, a, bwd, causal, kept, passed, best, ref);
+  return settle_or_propose(dt, a, bwd, causal, kept, false, passed, best, ref);
 }
 
 /* Times ref and the ways others[n] (run(way, real outputs?) runs one),
@@ -462,7 +470,7 @@ int choose(gpu_stream *s, int dt, const gpu_attn *a, bool bwd, bool causal, bool
               "is timed, %s runs them\n",
               bwd ? "backward" : "forward", (long long)a->b, (long long)a->hq, (long long)a->sq, (long long)a->dh,
               choice_wait_s(), attention_way_names[ref]);
-    return settle_or_propose(dt, a, bwd, causal, kept, 0, ref, ref);
+    return settle_or_propose(dt, a, bwd, causal, kept, false, 0, ref, ref);
   }
   char what[160];
   snprintf(what, sizeof what, "timing attention's ways: %s, b%lld h%lld s%lld d%lld %s%s", bwd ? "backward" : "forward",
@@ -520,7 +528,7 @@ int attention_pick_forward(gpu_stream *s, int dt, void *out, const void *q, cons
   const int ref = reference(dt, a, causal, false, lse != NULL);
   int alt[ATTN_WAYS];
   const int n = others(dt, a, causal, false, lse != NULL, ref, alt);
-  if (n == 0) return keep(dt, a, false, causal, lse != NULL, false, ref);
+  if (n == 0) return settle_or_propose(dt, a, false, causal, lse != NULL, false, 0, ref, ref);
   outputs o;
   memset(&o, 0, sizeof o);
   o.add(out, heads(a, a->o_batch, a->o_row, a->hq, dt), false);
@@ -542,7 +550,7 @@ int attention_pick_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv,
   const int ref = reference(dt, a, causal, true, kept);
   int alt[ATTN_WAYS];
   const int n = acc ? 0 : others(dt, a, causal, true, kept, ref, alt);
-  if (n == 0) return keep(dt, a, true, causal, kept, acc, ref);
+  if (n == 0) return settle_or_propose(dt, a, true, causal, kept, acc, 0, ref, ref);
   outputs o;
   memset(&o, 0, sizeof o);
   const int64_t hkv = a->hq / a->r;

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cx.h"
 #include "nvtx.h"
 
 static double counted[CHOICE_KINDS];
@@ -85,6 +86,7 @@ void choice_among(int rank, int nprocs) {
   const char *e = getenv("WEFT_CUDA_AGREE");
   the_rank = nprocs > 1 && rank >= 0 ? rank : -1;
   agreeing = the_rank >= 0 && !(e && strcmp(e, "0") == 0);
+  if (!agreeing) npending = 0; /* a run closed: its proposals are gone with it */
 }
 
 int choice_rank(void) { return the_rank; }
@@ -103,14 +105,13 @@ int choice_propose(int kind, unsigned long long key, unsigned ok, int best, int 
     take(ctx, best);
     return best;
   }
+  /* a call proposed again before the pass ends (one past the chooser's
+   * room, which keeps nothing) waits once */
+  for (int i = 0; i < npending; i++)
+    if (pending[i].kind == kind && pending[i].key == key) return ref;
   if (npending == cappending) {
-    int cap = cappending ? 2 * cappending : 16;
-    proposal *more = realloc(pending, sizeof(proposal) * (size_t)cap);
-    if (!more) { /* no room to wait for the others: the reference, which every process accepts */
-      take(ctx, ref);
-      return ref;
-    }
-    pending = more, cappending = cap;
+    cappending = cappending ? 2 * cappending : 16;
+    pending = cx_grow(pending, sizeof(proposal) * (size_t)cappending);
   }
   pending[npending++] = (proposal){kind, key, ok | 1u << ref, best, ref, take, ctx};
   return ref;

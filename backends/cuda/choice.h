@@ -73,7 +73,9 @@ bool choice_waits(void);
  * process that proposed for it takes the choice of the lowest process
  * that did, if each of them accepted that option, else the reference.
  * The same rule over the same records, so the same option everywhere.
- * WEFT_CUDA_AGREE=0 leaves each process its own choices. */
+ * A key is settled once: a replicated call is new in every process in
+ * the same pass, and so proposed by each in it. WEFT_CUDA_AGREE=0 leaves
+ * each process its own choices. */
 
 /* The ints of one proposal in choice_proposals' records: kind + 1 (0: no
  * proposal), the key's low and high halves, the options that passed (a

@@ -320,7 +320,7 @@ static gemm_plan *new_plan(const gemm_key *k, char *err, size_t errlen) {
   }
   gemm_plan *p = &plans[nplans];
   memset(p, 0, sizeof *p);
-  p->key = *k;
+  memcpy(&p->key, k, sizeof *k); /* padding and all: plan_for compares bytes */
   cublasOperation_t ox = k->tx ? CUBLAS_OP_T : CUBLAS_OP_N, oy = k->ty ? CUBLAS_OP_T : CUBLAS_OP_N;
   if (lt_failed(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "descriptor", err, errlen) ||
       lt_failed(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ox, sizeof ox), "transa", err,
@@ -427,13 +427,6 @@ static void describe(const cublasLtMatmulAlgo_t *a, char *out, size_t n) {
   snprintf(out, n, "algo %d tile %d stages %d split-k %d", id, tile, stages, splitk);
 }
 
-/* The heuristic's first choice is often not the fastest for shapes off
- * its beaten track (a vocabulary of 50257 columns); a large product that
- * overwrites its result (no accumulation, so running it again changes
- * nothing; a residual's add reads cin, not its result) times each
- * candidate the first time it runs, two calls after one untimed, and
- * keeps the fastest for the run. Not under --deterministic, whose bits
- * must not depend on a timing. */
 /* choice_propose's taker: the candidate agreed for plans[ctx]. */
 static void take_algo(void *ctx, int i) {
   gemm_plan *p = &plans[(intptr_t)ctx];
@@ -447,7 +440,8 @@ static void take_algo(void *ctx, int i) {
  * every process. The key: the product and its candidates, not the
  * device. */
 static void choose_algo(gemm_plan *p, unsigned ok, int i) {
-  gemm_key k = p->key;
+  gemm_key k;
+  memcpy(&k, &p->key, sizeof k); /* its padding too, zero (direct_gemm) */
   k.dev = 0;
   unsigned long long key = choice_hash(CHOICE_HASH0, &k, sizeof k);
   key = choice_hash(key, &p->ncand, sizeof p->ncand);
@@ -455,6 +449,14 @@ static void choose_algo(gemm_plan *p, unsigned ok, int i) {
   choice_propose(CHOICE_GEMM, key, ok, i, 0, take_algo, (void *)(intptr_t)(p - plans));
 }
 
+/* The heuristic's first choice is often not the fastest for shapes off
+ * its beaten track (a vocabulary of 50257 columns); a large product that
+ * overwrites its result (no accumulation, so running it again changes
+ * nothing; a residual's add reads cin, not its result) times each
+ * candidate the first time it runs, two calls after one untimed, and
+ * keeps the fastest for the run (in a run of several processes, the one
+ * they agree: choose_algo). Not under --deterministic, whose bits must
+ * not depend on a timing. */
 static void tune(gemm_plan *p, cublasLtHandle_t h, const void *b, const void *a, const void *cin, void *c, void *ws,
                  size_t ws_bytes, cudaStream_t s) {
   p->tuned = true;
@@ -467,9 +469,13 @@ static void tune(gemm_plan *p, cublasLtHandle_t h, const void *b, const void *a,
     return;
   }
   cudaEvent_t e0, e1;
-  if (cudaEventCreate(&e0) != cudaSuccess) return;
+  if (cudaEventCreate(&e0) != cudaSuccess) {
+    choose_algo(p, 0, 0);
+    return;
+  }
   if (cudaEventCreate(&e1) != cudaSuccess) {
     cudaEventDestroy(e0);
+    choose_algo(p, 0, 0);
     return;
   }
   char what[160];
