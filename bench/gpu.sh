@@ -29,7 +29,11 @@
 # switches: 124M with each of the
 # executor's fusions off, WEFT_CUDA_FUSE=0, WEFT_CUDA_FIRST_WRITE=0,
 # WEFT_CUDA_PAD_ROWS=0, WEFT_CUDA_LOSS_IN_PLACE=0, WEFT_CUDA_FUSE_RESID=0,
-# WEFT_CUDA_PASS_GRADS=0, WEFT_GEMM_DBIAS=0, then all, against all on, then with the
+# WEFT_CUDA_PASS_GRADS=0, WEFT_GEMM_DBIAS=0, WEFT_GEMM_EVEN=0 (the LM head's
+# products whole rather than their last rows split off: its weight's
+# gradient took 1.49 ms split and tuned, 1.25 ms whole with cuBLASLt's
+# first algorithm, on an H200 on 2026-11-26),
+# then all, against all on, then with the
 # first LayerNorm and column-sum kernels, WEFT_LN_KERNEL=old and
 # WEFT_COLSUM_KERNEL=old, and with LayerNorm's backward adding in place,
 # WEFT_CUDA_LN_IN_PLACE=1) and TORCH_MODES
@@ -183,7 +187,7 @@ case " $PARTS " in *" switches "*) ;; *) SW_BATCH= ;; esac
 # executes) turned off one at a time, then all, beside all on
 if [ -n "${SW_BATCH:-}" ]; then
   for sw in "" WEFT_CUDA_FUSE=0 WEFT_CUDA_FIRST_WRITE=0 WEFT_CUDA_PAD_ROWS=0 WEFT_CUDA_LOSS_IN_PLACE=0 \
-      WEFT_CUDA_FUSE_RESID=0 WEFT_CUDA_PASS_GRADS=0 WEFT_GEMM_DBIAS=0 \
+      WEFT_CUDA_FUSE_RESID=0 WEFT_CUDA_PASS_GRADS=0 WEFT_GEMM_DBIAS=0 WEFT_GEMM_EVEN=0 \
       "WEFT_CUDA_FUSE=0 WEFT_CUDA_FIRST_WRITE=0 WEFT_CUDA_PAD_ROWS=0 WEFT_CUDA_LOSS_IN_PLACE=0 WEFT_CUDA_PASS_GRADS=0" \
       "WEFT_LN_KERNEL=old WEFT_COLSUM_KERNEL=old" WEFT_CUDA_LN_IN_PLACE=1; do
     if env $sw $WEFT run $PLAN --plan single ${SETS:-} --set batch=$SW_BATCH --backend cuda --steps $((STEPS + 3)) --json \
