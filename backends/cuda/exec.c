@@ -1925,9 +1925,11 @@ typedef struct copies_found {
  * head replicated over a tensor-parallel group) hold the same bits; what
  * differs is added to *f, and the lowest process's copy is kept
  * (mp_merge). Copies agree when their kernels do on every GPU: under
- * --deterministic always (no kernel chosen by timing, which each process
- * does on its own, and no sums by atomics); otherwise they may drift
- * apart by rounding. */
+ * --deterministic always (no kernel chosen by timing, no sums by
+ * atomics); otherwise the choices of kernels are agreed between the
+ * processes (choice.h), but sums in an order that can change (split
+ * reductions, fa-atomic), GPUs of different models or WEFT_CUDA_AGREE=0
+ * may still let them drift apart by rounding. */
 static bool mp_copies_agree(crun *r, int t, const float *vals, const float *seen, int64_t n, copies_found *f,
                             char *err, size_t errlen) {
   float *hi = cx_alloc(sizeof(float) * (size_t)(2 * n + 1)), *lo = hi + n;
@@ -1979,8 +1981,9 @@ static bool mp_gather(crun *r, float **seen, float **sseen, char *err, size_t er
     fprintf(stderr,
             "weft run: warning: the processes' copies of %d parameter%s (%s%s) differ in %" PRId64
             " element%s, by at most %.2g relative: a computation replicated across processes whose kernels do not "
-            "give the same bits on every GPU (chosen by timing in each process, or summing by atomics; "
-            "--deterministic makes them agree); the lowest process's copies are kept\n",
+            "give the same bits on every GPU (sums in an order that can change, GPUs of different models, or "
+            "each process's own choices under WEFT_CUDA_AGREE=0; --deterministic makes them agree); the lowest "
+            "process's copies are kept\n",
             f.tensors, f.tensors == 1 ? "" : "s", f.names, f.tensors > 3 ? ", ..." : "", f.elements,
             f.elements == 1 ? "" : "s", f.worst);
   return ok;
