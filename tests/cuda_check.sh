@@ -18,7 +18,8 @@
 #     broadcast, --clip, a sharded checkpoint resumed by one process, the
 #     copies of what several processes compute the same bits in each (one
 #     skewed copy said; choices of kernels their timings make differently
-#     agreed between them); and the watchdog when one of them stops;
+#     agreed between them, a process that times nothing vetoing the
+#     others' choices); and the watchdog when one of them stops;
 #   - the plugin's one-time choices of kernels said beside step 1 and as
 #     NVTX ranges, and the NVTX ranges of a traced run.
 # Usage: sh tests/cuda_check.sh WEFT EMU_DIR [REAL_DIR]
@@ -621,6 +622,17 @@ if command -v mpirun >/dev/null 2>&1 && [ -f "$(dirname "$WEFT")/libweft_mpi.so"
      [ "$(attn own.l0)" != "$(attn own.l1)" ]; then ok
     echo "cuda (emulated): mpirun -np 2, choices that differ between processes agreed: $(grep -o "process 1 takes .* calls" "$tmp/ag"), the same $(attn ag.l0 | wc -l) attention kernels launched as often in each (process 1's wmma forward $(wmma ag.l1) times, $(wmma own.l1) on its own choice), no copies differ; each process's own (WEFT_CUDA_AGREE=0): $(grep -o "copies of [0-9]* parameters" "$tmp/own") differ"
   else bad "mpirun -np 2, choices agreed between processes"; cat "$tmp/ag" "$tmp/own"; fi
+  # A process that times nothing (process 1: WEFT_ATTN empty, and heads
+  # this small are not timed by default) proposes the reference, a veto:
+  # process 0, which timed wmma and core and proposed wmma, runs the
+  # reference too, and no copies differ
+  if ASAN_OPTIONS=$asan_mpi mpirun -np 1 -x WEFT_ATTN=auto:wmma,core -x WEFT_CUDA_EMU_PICK=1 "$WEFT" run $CP : \
+       -np 1 -x WEFT_ATTN= "$WEFT" run $CP >"$tmp/veto" 2>&1 &&
+     [ "$(grep -c ": process 0 proposes wmma, fa runs them until the processes agree" "$tmp/veto")" = 2 ] &&
+     grep -q "^weft: process 0 takes another choice of kernels than its own fastest for 2 of its 2 calls" "$tmp/veto" &&
+     ! grep -q "process 1 proposes" "$tmp/veto" && ! grep -q "warning: the processes' copies" "$tmp/veto"; then ok
+    echo "cuda (emulated): mpirun -np 2, a process that times nothing: its reference taken by the other ($(grep -o "process 0 takes .* calls" "$tmp/veto")), no copies differ"
+  else bad "mpirun -np 2, a process that times nothing"; cat "$tmp/veto"; fi
   mp_ok "gpt2 tp2_pp2 (sends between stages, 4 micro-batches)" 4 examples/gpt2.plan --plan tp2_pp2 $PP --steps 1
   mp_ok "gpt2 ulysses (all-to-alls)" 4 examples/gpt2.plan --plan ulysses $TP --steps 1
   # which NCCL calls the collectives map to (the stand-in counts them,
