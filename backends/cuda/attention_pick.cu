@@ -163,13 +163,13 @@ pick *find(int dt, const gpu_attn *a, bool bwd, bool causal, bool kept, bool acc
 
 bool full(void) { return npicks == (int)(sizeof picks / sizeof picks[0]); }
 
-int keep(int dt, const gpu_attn *a, bool bwd, bool causal, bool kept, bool acc, int way) {
-  if (!full()) {
-    pick *p = &picks[npicks++];
-    p->dev = current_device(), p->dt = dt, p->bwd = bwd, p->causal = causal, p->kept = kept, p->acc = acc;
-    p->a = *a, p->way = way;
-  }
-  return way;
+/* A new pick for the call, running `way`; NULL when there is no room. */
+pick *keep(int dt, const gpu_attn *a, bool bwd, bool causal, bool kept, bool acc, int way) {
+  if (full()) return NULL;
+  pick *p = &picks[npicks++];
+  p->dev = current_device(), p->dt = dt, p->bwd = bwd, p->causal = causal, p->kept = kept, p->acc = acc;
+  p->a = *a, p->way = way;
+  return p;
 }
 
 /* The key of a call for the processes' agreement (choice.h): what find
@@ -194,12 +194,11 @@ void take_nothing(void *ctx, int way) { (void)ctx, (void)way; }
  * one process and not in another). */
 int settle_or_propose(int dt, const gpu_attn *a, bool bwd, bool causal, bool kept, bool acc, unsigned ok, int best,
                       int ref) {
-  const int n = npicks;
-  keep(dt, a, bwd, causal, kept, acc, ref);
+  pick *p = keep(dt, a, bwd, causal, kept, acc, ref);
   const unsigned long long key = call_key(dt, a, bwd, causal, kept, acc);
-  if (npicks == n) /* no room to keep it: the reference, each time */
+  if (!p) /* no room to keep it: the reference, each time */
     return choice_propose(CHOICE_ATTENTION, key, 0, ref, ref, take_nothing, NULL);
-  return choice_propose(CHOICE_ATTENTION, key, ok, best, ref, take_way, &picks[n]);
+  return choice_propose(CHOICE_ATTENTION, key, ok, best, ref, take_way, p);
 }
 
 /* Whether way w takes the heads and the call: kept, the forward's
