@@ -122,6 +122,7 @@ weft_row() {
       "$("$PY" -c "print(f'{100*$flops/$t/($peak*1e12):.1f}%')")"
     # the first step's one-time choices of kernels (docs/run.md)
     "$PY" -c 'import json,sys; s=json.load(open(sys.argv[1]))["steps"][0]; print("  step 1: %.2f s, of it %.2f s choosing kernels, once" % (s["time_s"], s.get("setup_s", 0)))' "$tmp/w.json" | tee -a "$log"
+    grep "^weft: choosing kernels took" "$tmp/w.err" | sed 's/^weft: /  /' | tee -a "$log"
     grep "WEFT_ATTN" "$tmp/w.err" | sort -u | tee -a "$log"
     # the choice among attention's kernels, where one was timed
     grep "^weft: attention .* runs them" "$tmp/w.err" | sed 's/^weft: /  /' | sort -u | tee -a "$log"

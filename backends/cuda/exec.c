@@ -3375,7 +3375,14 @@ bool crun_pass(crun *r, const backend_step *st, backend_result *out, char *err, 
     return false;
   }
   if (!r->eval) r->w->step++;
-  *out = (backend_result){loss, r->eval ? NAN : sqrt(sq), now() - t0, choice_take(NULL)};
+  double by_kind[CHOICE_KINDS];
+  const double chose = choice_take(by_kind);
+  /* a tenth of a second or more of it: what it went to, one line */
+  if (chose >= 0.1)
+    fprintf(stderr, "weft: choosing kernels took %.3f s of the pass: products %.3f s, attention %.3f s, cuDNN's "
+            "plans apart from attention's timing %.3f s\n", chose, by_kind[CHOICE_GEMM], by_kind[CHOICE_ATTENTION],
+            by_kind[CHOICE_CUDNN]);
+  *out = (backend_result){loss, r->eval ? NAN : sqrt(sq), now() - t0, chose};
   return true;
 }
 
