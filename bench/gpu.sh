@@ -17,11 +17,11 @@
 # PARTS picks among "kernels 124m 350m tp2 cudnn switches trace" (default
 # the first five; kernels: bench_kernels, below; cudnn: 124M and 350M again
 # with attention through cuDNN's fused flash attention, WEFT_ATTN=cudnn,
-# and through the plugin's kernels alone, WEFT_ATTN=fa, and with their
-# backward summing dq by atomics, WEFT_ATTN=fa-atomic (the first row
+# and through the plugin's kernels alone, WEFT_ATTN=fa (the first row
 # takes whichever was fastest on its heads, attention_pick.cu, and says
-# which);
-# tp2, switches and trace also find 124M's batch; trace: one step of 124M
+# which; the backward summing dq by atomics, WEFT_ATTN=fa-atomic, slower
+# by 2026-12-04's run, is timed by the kernels part alone);
+# tp2, switches and trace find 124M's batch without its rows; trace: one step of 124M
 # timed instruction by instruction, weft run --trace, summed by operator
 # (bench/trace_summary.py) and set beside weft estimate's simulation of the
 # same step (bench/trace_compare.py), the two timelines written to
@@ -133,7 +133,7 @@ weft_row() {
   fi
 }
 bench_size() {
-  name=$1; layers=$2; hidden=$3; heads=$4
+  name=$1; layers=$2; hidden=$3; heads=$4; rows=$5
   sets="--set layers=$layers --set hidden=$hidden --set heads=$heads ${SETS:-}"
   batch=
   for b in 64 32 16 8 4 2 1; do
@@ -141,6 +141,8 @@ bench_size() {
   done
   if [ -z "$batch" ]; then say "$name: no batch fits: $(tail -1 "$tmp/fit")"; return; fi
   [ "$name" = "GPT-2 124M" ] && TP_BATCH=$batch
+  # tp2, switches and trace need 124M's batch alone, not its rows
+  [ "$rows" = 1 ] || return 0
   # weft's largest batch, and where PyTorch runs out of memory there, half
   # of it for both, so that each PyTorch row has weft's at its batch
   while :; do
@@ -160,8 +162,7 @@ bench_at() {
   weft_row "$name weft"
   case " $PARTS " in *" cudnn "*)
     weft_row "$name weft, cuDNN attn" WEFT_ATTN=cudnn WEFT_CUDNN_VERBOSE=1
-    weft_row "$name weft, plugin attn" WEFT_ATTN=fa
-    weft_row "$name weft, fa-atomic" WEFT_ATTN=fa-atomic ;;
+    weft_row "$name weft, plugin attn" WEFT_ATTN=fa ;;
   esac
   for mode in ${TORCH_MODES-eager compile}; do
     "$PY" bench/gpu/gpt2_torch.py --mode $mode --layers $layers --hidden $hidden --heads $heads --batch $batch \
@@ -176,8 +177,9 @@ bench_at() {
     fi
   done
 }
-case " $PARTS " in *" 124m "*|*" tp2 "*|*" switches "*|*" trace "*) bench_size "GPT-2 124M" 12 768 12 ;; esac
-case " $PARTS " in *" 350m "*) bench_size "GPT-2 350M" 24 1024 16 ;; esac
+case " $PARTS " in *" 124m "*) bench_size "GPT-2 124M" 12 768 12 1 ;;
+  *" tp2 "*|*" switches "*|*" trace "*) bench_size "GPT-2 124M" 12 768 12 0 ;; esac
+case " $PARTS " in *" 350m "*) bench_size "GPT-2 350M" 24 1024 16 1 ;; esac
 SW_BATCH=$TP_BATCH
 TR_BATCH=$TP_BATCH
 case " $PARTS " in *" trace "*) ;; *) TR_BATCH= ;; esac
