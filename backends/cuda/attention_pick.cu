@@ -4,10 +4,11 @@
  *
  * WEFT_ATTN (read once):
  *   unset   the plugin's kernels (mma.sync, else wmma, else CUDA cores),
- *           with cuDNN's fused attention and, for the backward, the
- *           mma.sync one with dq by atomics (fa-atomic) timed against
- *           them for heads whose forward is at least ATTN_TUNE_FLOP (small
- *           heads cost more to plan in cuDNN than they could gain);
+ *           with cuDNN's fused attention timed against them for heads
+ *           whose forward is at least ATTN_TUNE_FLOP (small heads cost
+ *           more to plan in cuDNN than they could gain; the backward with
+ *           dq by atomics, fa-atomic, lost to mma.sync's at every shape
+ *           timed on an H200 and is timed only when named);
  *   auto    the same for heads of every size;
  *   auto:W,...  the ways W (fa, wmma, cudnn, core, fa-atomic) timed
  *           against the plugin's kernels, for heads of every size;
@@ -86,7 +87,7 @@ const pick_mode &the_mode(void) {
   mode.read = true;
   mode.forced = -1;
   mode.every = false;
-  for (int w = 0; w < ATTN_WAYS; w++) mode.alt[w] = w == ATTN_CUDNN || w == ATTN_FA_ATOMIC;
+  for (int w = 0; w < ATTN_WAYS; w++) mode.alt[w] = w == ATTN_CUDNN;
   const char *e = getenv("WEFT_ATTN");
   if (!e || !*e) return mode;
   const int one = way_named(e, strlen(e));
