@@ -186,35 +186,6 @@ case " $PARTS " in *" trace "*) ;; *) TR_BATCH= ;; esac
 case " $PARTS " in *" tp2 "*) ;; *) TP_BATCH= ;; esac
 case " $PARTS " in *" switches "*) ;; *) SW_BATCH= ;; esac
 
-# 124M on one device with the executor's fusions (docs/run.md, How it
-# executes) turned off one at a time, then all, beside all on
-if [ -n "${SW_BATCH:-}" ]; then
-  for sw in "" WEFT_CUDA_FUSE=0 WEFT_CUDA_FIRST_WRITE=0 WEFT_CUDA_PAD_ROWS=0 WEFT_CUDA_LOSS_IN_PLACE=0 \
-      WEFT_CUDA_FUSE_RESID=0 WEFT_CUDA_PASS_GRADS=0 WEFT_GEMM_DBIAS=0 WEFT_GEMM_EVEN=0 \
-      "WEFT_CUDA_FUSE=0 WEFT_CUDA_FIRST_WRITE=0 WEFT_CUDA_PAD_ROWS=0 WEFT_CUDA_LOSS_IN_PLACE=0 WEFT_CUDA_PASS_GRADS=0" \
-      "WEFT_LN_KERNEL=old WEFT_COLSUM_KERNEL=old" WEFT_CUDA_LN_IN_PLACE=1; do
-    if env $sw $WEFT run $PLAN --plan single ${SETS:-} --set batch=$SW_BATCH --backend cuda --steps $((STEPS + 3)) --json \
-        >"$tmp/w.json" 2>"$tmp/w.err"; then
-      t=$("$PY" -c 'import json,statistics,sys; d=json.load(open(sys.argv[1])); print(statistics.median(s["time_s"] for s in d["steps"][3:]))' "$tmp/w.json")
-      say "GPT-2 124M weft, batch $SW_BATCH, ${sw:-every fusion on}: $("$PY" -c "print(f'{1000*$t:.1f}')") ms a step"
-    else
-      say "GPT-2 124M weft ${sw:-every fusion on}: failed: $(tail -3 "$tmp/w.err")"
-    fi
-  done
-fi
-
-# tp2 on two virtual devices against one device, 124M at the same batch
-if [ -n "${TP_BATCH:-}" ]; then
-  for plan in single tp2; do
-    if $WEFT run $PLAN --plan $plan ${SETS:-} --set batch=$TP_BATCH --backend cuda --steps $((STEPS + 3)) --json >"$tmp/w.json" 2>"$tmp/w.err"; then
-      t=$("$PY" -c 'import json,statistics,sys; d=json.load(open(sys.argv[1])); print(statistics.median(s["time_s"] for s in d["steps"][3:]))' "$tmp/w.json")
-      row "GPT-2 124M weft $plan" "$TP_BATCH" "$("$PY" -c "print(f'{$TP_BATCH*${SEQ:-1024}/$t:,.0f}')")" \
-        "$("$PY" -c "print(f'{1000*$t:.1f}')")" "-"
-    else
-      say "GPT-2 124M weft $plan: failed: $(tail -3 "$tmp/w.err")"
-    fi
-  done
-fi
 # one step of 124M traced: the time of every instruction on the GPU's
 # stream, summed by operator with the layers folded
 if [ -n "${TR_BATCH:-}" ]; then
@@ -234,4 +205,33 @@ if [ -n "${TR_BATCH:-}" ]; then
     say "GPT-2 124M weft --trace: failed: $(tail -3 "$tmp/w.err")"
   fi
 fi
+# tp2 on two virtual devices against one device, 124M at the same batch
+if [ -n "${TP_BATCH:-}" ]; then
+  for plan in single tp2; do
+    if $WEFT run $PLAN --plan $plan ${SETS:-} --set batch=$TP_BATCH --backend cuda --steps $((STEPS + 3)) --json >"$tmp/w.json" 2>"$tmp/w.err"; then
+      t=$("$PY" -c 'import json,statistics,sys; d=json.load(open(sys.argv[1])); print(statistics.median(s["time_s"] for s in d["steps"][3:]))' "$tmp/w.json")
+      row "GPT-2 124M weft $plan" "$TP_BATCH" "$("$PY" -c "print(f'{$TP_BATCH*${SEQ:-1024}/$t:,.0f}')")" \
+        "$("$PY" -c "print(f'{1000*$t:.1f}')")" "-"
+    else
+      say "GPT-2 124M weft $plan: failed: $(tail -3 "$tmp/w.err")"
+    fi
+  done
+fi
+# 124M on one device with the executor's fusions (docs/run.md, How it
+# executes) turned off one at a time, then all, beside all on
+if [ -n "${SW_BATCH:-}" ]; then
+  for sw in "" WEFT_CUDA_FUSE=0 WEFT_CUDA_FIRST_WRITE=0 WEFT_CUDA_PAD_ROWS=0 WEFT_CUDA_LOSS_IN_PLACE=0 \
+      WEFT_CUDA_FUSE_RESID=0 WEFT_CUDA_PASS_GRADS=0 WEFT_GEMM_DBIAS=0 WEFT_GEMM_EVEN=0 \
+      "WEFT_CUDA_FUSE=0 WEFT_CUDA_FIRST_WRITE=0 WEFT_CUDA_PAD_ROWS=0 WEFT_CUDA_LOSS_IN_PLACE=0 WEFT_CUDA_PASS_GRADS=0" \
+      "WEFT_LN_KERNEL=old WEFT_COLSUM_KERNEL=old" WEFT_CUDA_LN_IN_PLACE=1; do
+    if env $sw $WEFT run $PLAN --plan single ${SETS:-} --set batch=$SW_BATCH --backend cuda --steps $((STEPS + 3)) --json \
+        >"$tmp/w.json" 2>"$tmp/w.err"; then
+      t=$("$PY" -c 'import json,statistics,sys; d=json.load(open(sys.argv[1])); print(statistics.median(s["time_s"] for s in d["steps"][3:]))' "$tmp/w.json")
+      say "GPT-2 124M weft, batch $SW_BATCH, ${sw:-every fusion on}: $("$PY" -c "print(f'{1000*$t:.1f}')") ms a step"
+    else
+      say "GPT-2 124M weft ${sw:-every fusion on}: failed: $(tail -3 "$tmp/w.err")"
+    fi
+  done
+fi
+
 echo "written: $log"

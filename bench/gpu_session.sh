@@ -7,9 +7,9 @@
 #   2. bench/gpu.sh kernels 124m 350m cudnn: the kernels alone, GPT-2 124M
 #      and 350M at the largest batch beside PyTorch eager and torch.compile,
 #      and with cuDNN's attention;
-#   3. bench/gpu.sh switches trace: the executor's fusions one at a time,
-#      then one step timed instruction by instruction beside weft
-#      estimate's simulation;
+#   3. bench/gpu.sh trace tp2 switches: one step timed instruction by
+#      instruction beside weft estimate's simulation, tp2 on two virtual
+#      devices against one, then the executor's fusions one at a time;
 #   4. tests/gpu/run.sh checks 4 5 6 7: PyTorch's GPT-2, memcheck, NCCL,
 #      the fusions at GPT-2's vocabulary;
 #   5. tests/gpu/run.sh check 3: the plans (over 250 s on an H200).
@@ -79,7 +79,7 @@ for which in $PARTS; do
   case $which in
   1) part 1 kernels "${MIN1:-60}" check env CHECKS="1 2 8" sh "$RUN_SH" "$DIR" ;;
   2) part 2 models "${MIN2:-180}" bench env PARTS="kernels 124m 350m cudnn" sh "$GPU_SH" "$DIR" ;;
-  3) part 3 switches "${MIN3:-90}" bench env PARTS="switches trace" sh "$GPU_SH" "$DIR" ;;
+  3) part 3 switches "${MIN3:-90}" bench env PARTS="trace tp2 switches" sh "$GPU_SH" "$DIR" ;;
   4) part 4 more "${MIN4:-60}" check env CHECKS="4 5 6 7" sh "$RUN_SH" "$DIR" ;;
   5) part 5 plans "${MIN5:-120}" check env CHECKS="3" sh "$RUN_SH" "$DIR" ;;
   *) echo "gpu_session: no part $which (parts: 1 to 5)"; status=1 ;;
