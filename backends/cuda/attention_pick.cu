@@ -58,6 +58,9 @@
 #include <string.h>
 #include <time.h>
 
+#include <thread>
+#include <vector>
+
 const char *const attention_way_names[ATTN_WAYS] = {"fa", "wmma", "cudnn", "core", "fa-atomic"};
 
 namespace {
@@ -246,11 +249,6 @@ struct region {
   size_t bytes() const { return (size_t)elems() * (size_t)gpu_dtype_size(dt); }
 };
 
-float host_value(const void *p, int dt, int64_t i) {
-  if (dt == GPU_F32) return ((const float *)p)[i];
-  if (dt == GPU_BF16) return to_f(((const bf16 *)p)[i]);
-  return to_f(((const f16 *)p)[i]);
-}
 
 /* How far got is from want over the region (both downloaded whole): the
  * relative L2 error, and the worst element's difference over its bound
@@ -261,29 +259,84 @@ struct diff {
   double rel, worst;
 };
 
-diff compare(const void *want, const void *got, const region &r, double tol) {
-  double num = 0, den = 0;
-  int64_t count = 0;
+/* A part of the rows' sums: pass 0 the squares, pass 1 the worst. */
+struct diff_part {
+  double num, den, worst;
+  int64_t count;
+  bool lost; /* got not finite where want is */
+};
+
+template <class T>
+void compare_rows(const void *want, const void *got, const region &r, int64_t lo, int64_t hi, int pass, double rms,
+                  double tol, diff_part &p) {
+  const T *w = (const T *)want, *g = (const T *)got;
+  for (int64_t k = lo; k < hi && !p.lost; k++) {
+    const int64_t at0 = (k / r.s) * r.batch + (k % r.s) * r.row;
+    for (int64_t c = 0; c < r.width; c++) {
+      const float x = to_f(w[at0 + c]), y = to_f(g[at0 + c]);
+      if (!isfinite(y) && isfinite(x)) {
+        p.lost = true;
+        break;
+      }
+      if (!isfinite(x)) continue;
+      const double d = fabs((double)y - x);
+      if (pass == 0) {
+        p.num += d * d, p.den += (double)x * x, p.count++;
+      } else if (d > 0) {
+        const double bound = 10 * tol * rms + 5 * tol * fabs((double)x);
+        const double e = bound > 0 ? d / bound : INFINITY;
+        p.worst = e > p.worst ? e : p.worst;
+      }
+    }
+  }
+}
+
+/* The rows go in DIFF_PARTS parts, each its own sums, added in order (the
+ * same sums on any machine), on as many threads as the host has up to
+ * that, where the region is large (a backward at GPT-2's batch of 64 is
+ * 150 million elements: seconds on one thread). */
+enum { DIFF_PARTS = 16 };
+const int64_t DIFF_THREADED = (int64_t)1 << 22;
+
+diff compare(const void *want, const void *got, const region &r, double tol, unsigned threads = 0) {
+  void (*rows)(const void *, const void *, const region &, int64_t, int64_t, int, double, double, diff_part &) =
+      r.dt == GPU_F32 ? compare_rows<float> : r.dt == GPU_BF16 ? compare_rows<bf16> : compare_rows<f16>;
+  const int64_t n = r.b * r.s, per = (n + DIFF_PARTS - 1) / DIFF_PARTS;
+  unsigned hw = threads ? threads : r.b * r.s * r.width < DIFF_THREADED ? 1 : std::thread::hardware_concurrency();
+  const unsigned nt = hw < 1 ? 1 : hw > (unsigned)DIFF_PARTS ? (unsigned)DIFF_PARTS : hw;
+  diff_part parts[DIFF_PARTS];
+  memset(parts, 0, sizeof parts);
+  double rms = 0;
   for (int pass = 0; pass < 2; pass++) {
-    const double rms = count ? sqrt(den / (double)count) : 0;
-    double worst = 0;
-    for (int64_t bi = 0; bi < r.b; bi++)
-      for (int64_t i = 0; i < r.s; i++)
-        for (int64_t c = 0; c < r.width; c++) {
-          const int64_t at = bi * r.batch + i * r.row + c;
-          const float x = host_value(want, r.dt, at), y = host_value(got, r.dt, at);
-          if (!isfinite(y) && isfinite(x)) return diff{INFINITY, INFINITY};
-          if (!isfinite(x)) continue;
-          const double d = fabs((double)y - x);
-          if (pass == 0) {
-            num += d * d, den += (double)x * x, count++;
-          } else {
-            const double bound = 10 * tol * rms + 5 * tol * fabs((double)x);
-            const double w = d == 0 ? 0 : bound > 0 ? d / bound : INFINITY;
-            worst = w > worst ? w : worst;
-          }
+    /* thread t takes parts t, t + nt, ...; the calling thread is 0 */
+    auto work = [&](unsigned t) {
+      for (unsigned q = t; q < DIFF_PARTS; q += nt) {
+        const int64_t lo = q * per, hi = lo + per < n ? lo + per : n;
+        if (lo < hi) rows(want, got, r, lo, hi, pass, rms, tol, parts[q]);
+      }
+    };
+    std::vector<std::thread> threads;
+    for (unsigned t = 1; t < nt; t++) {
+      try {
+        threads.emplace_back(work, t);
+      } catch (...) { /* no thread: the parts it had go to the calling one */
+        for (unsigned q = t; q < DIFF_PARTS; q += nt) {
+          const int64_t lo = q * per, hi = lo + per < n ? lo + per : n;
+          if (lo < hi) rows(want, got, r, lo, hi, pass, rms, tol, parts[q]);
         }
+      }
+    }
+    work(0);
+    for (auto &th : threads) th.join();
+    double num = 0, den = 0, worst = 0;
+    int64_t count = 0;
+    for (int q = 0; q < DIFF_PARTS; q++) {
+      if (parts[q].lost) return diff{INFINITY, INFINITY};
+      num += parts[q].num, den += parts[q].den, count += parts[q].count;
+      worst = parts[q].worst > worst ? parts[q].worst : worst;
+    }
     if (pass == 1) return diff{den > 0 ? sqrt(num / den) : sqrt(num), worst};
+    rms = count ? sqrt(den / (double)count) : 0;
   }
   return diff{0, 0};
 }
@@ -366,6 +419,14 @@ diff differs(const outputs &o, void *const *want, void *const *got, double tol) 
  * magnitude of the reference's first output (or of each other way's) by
  * a fifth of its tensor's root mean square, as read back: within the
  * tolerance, over the element's bound, so that the judge decides. */
+#ifdef WEFT_CUDA_EMU
+float host_value(const void *p, int dt, int64_t i) {
+  if (dt == GPU_F32) return ((const float *)p)[i];
+  if (dt == GPU_BF16) return to_f(((const bf16 *)p)[i]);
+  return to_f(((const f16 *)p)[i]);
+}
+#endif
+
 void spoil(const outputs &o, void *const *host, bool ref) {
 #ifdef WEFT_CUDA_EMU
   const char *e = getenv("WEFT_CUDA_EMU_SPOIL");
@@ -561,6 +622,13 @@ region heads(const gpu_attn *a, int64_t batch, int64_t row, int64_t h, int dt) {
 }
 
 } // namespace
+
+void gpu_attention_compare(const void *want, const void *got, int dt, int64_t b, int64_t batch, int64_t s,
+                           int64_t row, int64_t width, double tol, unsigned threads, double *rel, double *worst) {
+  const region r = {b, batch, s, row, width, dt};
+  const diff d = compare(want, got, r, tol, threads);
+  *rel = d.rel, *worst = d.worst;
+}
 
 int attention_forced(void) { return the_mode().forced; }
 

@@ -297,6 +297,15 @@ bool gpu_cudnn_about(char *buf, size_t n);
  * "the plugin's, cuDNN timed against them for heads of 2^32 flops and
  * more", ... */
 void gpu_attention_about(char *buf, size_t n);
+/* How that choice measures a way's output against the reference's: the
+ * relative L2 error and the worst element's difference over its bound
+ * 10 tol rms + 5 tol |want| (both INFINITY where got is not finite and
+ * want is), over b x s rows of width elements of type dt (rows row
+ * elements apart, the b groups batch apart), both on the host, in 16
+ * parts added in order, on `threads` threads (0: as the choice takes
+ * them, one below 2^22 elements); exported for the tests. */
+void gpu_attention_compare(const void *want, const void *got, int dt, int64_t b, int64_t batch, int64_t s,
+                           int64_t row, int64_t width, double tol, unsigned threads, double *rel, double *worst);
 /* Whether cuDNN (attention_cudnn.cu, WEFT_ATTN=cudnn) builds a plan of the
  * forward or backward graph of these heads, causal or not, for the device
  * described by device_json (cuDNN's device properties: no GPU needed), and

@@ -1997,6 +1997,88 @@ static void check_agreement(void) {
          waiting, got[0], got[1], got[2], got[3], other, single, ok ? "ok" : "FAIL");
 }
 
+/* The measure attention's choice compares ways by (gpu_attention_compare)
+ * against a plain loop here, at 6.3 million elements (its threads), on
+ * one thread and on eight: the same bits both ways (16 parts added in
+ * order), the loop's worst element and L2 error within rounding; a got not finite where want is gives INFINITY, also in the
+ * last part alone; f32 and bf16 rows strided as a fused q|k|v's. */
+static void check_compare(void) {
+  const int64_t b = 3, s = 700, width = 3000, row = 3 * width + 8, batch = s * row + 16;
+  const int64_t n = (b - 1) * batch + (s - 1) * row + width;
+  float *w = malloc(sizeof(float) * (size_t)n), *g = malloc(sizeof(float) * (size_t)n);
+  uint16_t *wb = malloc(2 * (size_t)n), *gb = malloc(2 * (size_t)n);
+  if (!w || !g || !wb || !gb) die("check_compare", "out of memory");
+  uint64_t x = 88172645463325252ull;
+  for (int64_t i = 0; i < n; i++) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    w[i] = (float)((double)(x >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+    g[i] = w[i] * (1.0f + 1e-3f * (float)(int)((x >> 3) % 7 - 3));
+  }
+  g[batch + 350 * row + 1500] += 0.3f; /* one element past its bound */
+  for (int64_t i = 0; i < n; i++) {
+    uint32_t u, v;
+    memcpy(&u, &w[i], 4), memcpy(&v, &g[i], 4);
+    wb[i] = (uint16_t)(u >> 16), gb[i] = (uint16_t)(v >> 16);
+  }
+  for (int t = 0; t < 2; t++) {
+    const int dt = t ? GPU_BF16 : GPU_F32;
+    const void *pw = t ? (const void *)wb : w, *pg = t ? (const void *)gb : g;
+    /* the plain loop */
+    double num = 0, den = 0, worst = 0;
+    int64_t count = 0;
+    for (int pass = 0; pass < 2; pass++) {
+      const double rms = count ? sqrt(den / (double)count) : 0;
+      for (int64_t bi = 0; bi < b; bi++)
+        for (int64_t i = 0; i < s; i++)
+          for (int64_t c = 0; c < width; c++) {
+            const int64_t at = bi * batch + i * row + c;
+            double xv, yv;
+            if (t) {
+              uint32_t u = (uint32_t)wb[at] << 16, v = (uint32_t)gb[at] << 16;
+              float fx, fy;
+              memcpy(&fx, &u, 4), memcpy(&fy, &v, 4);
+              xv = fx, yv = fy;
+            } else {
+              xv = w[at], yv = g[at];
+            }
+            const double d = fabs(yv - xv);
+            if (pass == 0) {
+              num += d * d, den += xv * xv, count++;
+            } else if (d > 0) {
+              const double e = d / (10 * 1e-2 * rms + 5 * 1e-2 * fabs(xv));
+              worst = e > worst ? e : worst;
+            }
+          }
+    }
+    const double rel = sqrt(num / den);
+    double r1, w1, r8, w8, rl, wl;
+    gpu_attention_compare(pw, pg, dt, b, batch, s, row, width, 1e-2, 1, &r1, &w1);
+    gpu_attention_compare(pw, pg, dt, b, batch, s, row, width, 1e-2, 8, &r8, &w8);
+    /* a NaN in the last part's last element */
+    const int64_t last = (b - 1) * batch + (s - 1) * row + width - 1;
+    if (t) {
+      const uint16_t keep = gb[last];
+      gb[last] = 0x7fc0;
+      gpu_attention_compare(pw, pg, dt, b, batch, s, row, width, 1e-2, 8, &rl, &wl);
+      gb[last] = keep;
+    } else {
+      const float keep = g[last];
+      g[last] = NAN;
+      gpu_attention_compare(pw, pg, dt, b, batch, s, row, width, 1e-2, 8, &rl, &wl);
+      g[last] = keep;
+    }
+    const bool ok = r1 == r8 && w1 == w8 && fabs(w1 - worst) <= 1e-9 * worst && fabs(r1 - rel) <= 1e-9 * rel && worst > 1 &&
+                    isinf(rl) && isinf(wl);
+    checks++;
+    if (!ok) failures++;
+    printf("attention's measure of a difference, %s, %lld elements: rel err %.6e, worst element %.4f of its bound "
+           "(the loop's %.6e, %.4f); 8 threads the same bits: %s; a NaN in the last part: %g %g %s\n",
+           t ? "bf16" : "f32", (long long)(b * s * width), r1, w1, rel, worst, r1 == r8 && w1 == w8 ? "yes" : "no",
+           rl, wl, ok ? "ok" : "FAIL");
+  }
+  free(w), free(g), free(wb), free(gb);
+}
+
 int main(int argc, char **argv) {
   char e[512];
   const bool only_attention = argc > 1 && strcmp(argv[1], "--attention") == 0;
@@ -2012,7 +2094,7 @@ int main(int argc, char **argv) {
   printf("test_kernels on %s (compute capability %d.%d)%s\n", p.name, p.major, p.minor,
          gpu_emulated() ? ", emulated on the CPU" : "");
   if (!(S = gpu_stream_new(e, sizeof e))) die("stream", e);
-  if (!only_attention) check_choices(), check_agreement();
+  if (!only_attention) check_choices(), check_agreement(), check_compare();
   bool big = !gpu_emulated();
   int dts[2] = {GPU_F32, GPU_BF16};
   for (int i = 0; i < 2 && !only_attention; i++) {
