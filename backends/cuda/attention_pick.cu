@@ -36,7 +36,8 @@
  * the other: a way within the tolerance with an element over its bound
  * is judged by the plugin's kernels on CUDA cores (core: f32 throughout),
  * run once into the scratch, and taken if its worst element from core's
- * results is within the bound or at most twice the reference's. One line on stderr says what was timed and what was taken.
+ * results is within the bound or at most twice the reference's. One
+ * line on stderr says what was timed and what was taken.
  * A kernel's failure is left for the executor's next check to report at
  * the instruction, as any kernel's is (cuDNN's refusals are its return
  * values, not CUDA's errors). Nothing is chosen by time under
@@ -248,7 +249,6 @@ struct region {
   int64_t elems() const { return (b - 1) * batch + (s - 1) * row + width; }
   size_t bytes() const { return (size_t)elems() * (size_t)gpu_dtype_size(dt); }
 };
-
 
 /* How far got is from want over the region (both downloaded whole): the
  * relative L2 error, and the worst element's difference over its bound
