@@ -320,10 +320,7 @@ diff compare(const void *want, const void *got, const region &r, double tol, uns
       try {
         threads.emplace_back(work, t);
       } catch (...) { /* no thread: the parts it had go to the calling one */
-        for (unsigned q = t; q < DIFF_PARTS; q += nt) {
-          const int64_t lo = q * per, hi = lo + per < n ? lo + per : n;
-          if (lo < hi) rows(want, got, r, lo, hi, pass, rms, tol, parts[q]);
-        }
+        work(t);
       }
     }
     work(0);
