@@ -23,11 +23,18 @@
  * causal forward 2 b h s^2 dh (half of 4 b h s^2 dh), backward 2.5 times
  * that, linear 2 m k n.
  *
- * Usage: bench_kernels [--small]   (--small: tiny shapes, for the CPU
- * emulation, whose figures mean nothing). Exit 1 when a call fails. */
+ * Last, the host's comparison of outputs that attention's choice makes.
+ *
+ * Usage: bench_kernels [--small] [--lm-head] [--compare]   (--small: tiny
+ * shapes, for the CPU emulation, whose figures mean nothing; --lm-head:
+ * the LM head's products and the losses alone; --compare: the host's
+ * comparison alone, whose figures hold on any machine). Exit 1 when a
+ * call fails. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cuda/gpu.h"
 
@@ -401,18 +408,53 @@ static void weight_grads(int64_t t, int64_t k, int64_t n, int reps) {
   gpu_free(x), gpu_free(dy), gpu_free(dw), gpu_free(db), gpu_free(cs), gpu_free(gws);
 }
 
+/* The host's comparison of two outputs that attention's choice makes
+ * (gpu_attention_compare): a fused q|k|v's gradients of b batches of s
+ * positions and 3 x 768 bf16 values (GPT-2 124M's backward: 150 million
+ * elements at batch 64), on one thread and on as many as the choice
+ * takes; ms per comparison and elements per ns. Host work alone. */
+static void comparison(int64_t b, int64_t s, int reps) {
+  const int64_t width = 3 * 768, n = b * s * width;
+  uint16_t *w = malloc(2 * (size_t)n), *g = malloc(2 * (size_t)n);
+  if (!w || !g) die("comparison", "out of memory");
+  uint64_t x = 88172645463325252ull;
+  for (int64_t i = 0; i < n; i++) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    w[i] = (uint16_t)(0x3f00 | (x & 0xff)), g[i] = (uint16_t)(w[i] ^ ((x >> 20) & 1));
+  }
+  for (unsigned threads = 1; threads < 3; threads++) {
+    double rel = 0, worst = 0, ms = 0;
+    for (int r = 0; r < reps; r++) {
+      struct timespec t0, t1;
+      clock_gettime(CLOCK_MONOTONIC, &t0);
+      gpu_attention_compare(w, g, GPU_BF16, b, s * width, s, width, width, 1e-2, threads == 1 ? 1 : 0, &rel, &worst);
+      clock_gettime(CLOCK_MONOTONIC, &t1);
+      ms += ((double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6) / reps;
+    }
+    printf("attention's host comparison  b%lld s%lld 2304 bf16, %-9s %10.3f ms %8.3f elements/ns\n", (long long)b,
+           (long long)s, threads == 1 ? "1 thread" : "threaded", ms, (double)n / (ms * 1e6));
+  }
+  free(w), free(g);
+}
+
 int main(int argc, char **argv) {
   char e[512];
-  bool small = false, head_only = false;
+  bool small = false, head_only = false, compare_only = false;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--small") == 0)
       small = true;
     else if (strcmp(argv[i], "--lm-head") == 0)
       head_only = true;
+    else if (strcmp(argv[i], "--compare") == 0)
+      compare_only = true;
     else {
-      fprintf(stderr, "usage: bench_kernels [--small] [--lm-head]\n");
+      fprintf(stderr, "usage: bench_kernels [--small] [--lm-head] [--compare]\n");
       return 2;
     }
+  }
+  if (compare_only) {
+    comparison(small ? 2 : 64, small ? 64 : 1024, small ? 1 : 3);
+    return 0;
   }
   if (gpu_count(e, sizeof e) < 0) die("gpu_count", e);
   gpu_props p;
@@ -446,6 +488,7 @@ int main(int argc, char **argv) {
     colsums(small ? 64 : 8192, 768, small ? 1 : 20);
     colsums(small ? 64 : 8192, 3072, small ? 1 : 20);
     embeddings(small ? 600 : 32768, small ? 40 : 768, small ? 300 : 50257, small ? 1 : 10);
+    comparison(small ? 2 : 64, small ? 64 : 1024, small ? 1 : 3);
   }
   if (!gpu_sync(e, sizeof e)) die("sync", e);
   gpu_stream_free(S);
