@@ -39,6 +39,10 @@ class Adam:
     def __str__(self):
         return f"AdamW(lr={self.lr}, betas={self.betas}, eps={self.eps}, weight_decay={self.weight_decay})"
 
+    def with_eps(self, eps):
+        """These settings with another eps (train --eps), or these when None."""
+        return self if eps is None else Adam(self.lr, self.betas, eps, self.weight_decay)
+
 
 def import_torch(prog="reference"):
     try:
@@ -187,6 +191,7 @@ def add_train_args(p):
     p.add_argument("--out", required=True)
     p.add_argument("--json", help="write the per-step losses here as well")
     p.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+    p.add_argument("--eps", type=float, help="AdamW's eps (default: the model's, torch's 1e-8; run.sh trains with 1e-6)")
 
 
 def add_schedule_args(p, lr):

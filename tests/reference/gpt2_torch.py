@@ -138,7 +138,7 @@ def forward(torch, P, tokens, labels, cfg):
     return F.cross_entropy(logits.reshape(-1, cfg.vocab), labels.reshape(-1))
 
 
-def train(cfg, weights, inputs, steps, micro_batches=1, dtype="float32", schedule=None):
+def train(cfg, weights, inputs, steps, micro_batches=1, dtype="float32", schedule=None, adam=None):
     """common.train of forward(): ({name: array}, [loss, ...], [(lr, grad
     norm), ...]); micro_batches > 1 accumulates the gradient over equal
     slices of the batch (the tolerance study in README.md)."""
@@ -148,7 +148,7 @@ def train(cfg, weights, inputs, steps, micro_batches=1, dtype="float32", schedul
         raise SystemExit(f"gpt2_torch: batch {cfg.batch} does not split into {micro_batches} micro-batches")
     batch = {k: inputs[k] for k in ("tokens", "labels")}
     return common.train(torch, lambda P, b: forward(torch, P, b["tokens"], b["labels"], cfg), names, weights, batch,
-                        steps, ADAM, dtype, schedule or Schedule(LR), micro_batches)
+                        steps, adam or ADAM, dtype, schedule or Schedule(LR), micro_batches)
 
 
 # ---------------------------------------------------------------- command line
@@ -231,10 +231,11 @@ def main(argv=None):
         cfg = config_from(args, [wmeta, imeta])
         check_weights(cfg, weights, inputs, f"{args.weights}, {args.inputs}")
         schedule = common.schedule_from(args)
-        out, losses, stats = train(cfg, weights, inputs, args.steps, args.micro_batches, args.dtype, schedule)
+        out, losses, stats = train(cfg, weights, inputs, args.steps, args.micro_batches, args.dtype, schedule,
+                                   ADAM.with_eps(args.eps))
         import torch
 
-        adam = common.Adam(args.lr, ADAM.betas, ADAM.eps, ADAM.weight_decay)
+        adam = common.Adam(args.lr, ADAM.betas, ADAM.eps, ADAM.weight_decay).with_eps(args.eps)
         meta = {
             "weft.config": json.dumps(cfg.as_dict()),
             "weft.steps": str(args.steps),

@@ -158,12 +158,12 @@ def forward(torch, P, tokens, labels, cfg):
     return F.cross_entropy(logits.reshape(-1, cfg.vocab), labels.reshape(-1)) + aux_total
 
 
-def train(cfg, weights, inputs, steps, dtype="float32"):
+def train(cfg, weights, inputs, steps, dtype="float32", eps=None):
     torch = common.import_torch("moe_torch")
     names = [name for name, _, _ in param_specs(cfg)]
     batch = {k: inputs[k] for k in ("tokens", "labels")}
     return common.train(torch, lambda P, b: forward(torch, P, b["tokens"], b["labels"], cfg), names, weights, batch,
-                        steps, g2.ADAM, dtype)
+                        steps, g2.ADAM.with_eps(eps), dtype)
 
 
 def dropped(cfg, weights, inputs):
@@ -247,7 +247,7 @@ def main(argv=None):
     if args.cmd == "dropped":
         print(f"{dropped(cfg, weights, inputs):.4f}")
         return 0
-    out, losses, stats = train(cfg, weights, inputs, args.steps, args.dtype)
+    out, losses, stats = train(cfg, weights, inputs, args.steps, args.dtype, args.eps)
     common.write_results(args, out, losses, stats, {"weft.config": json.dumps(cfg.as_dict()), "weft.steps": str(args.steps)})
     return 0
 

@@ -31,6 +31,10 @@ cd "$here/../.." || exit 2
 LAYERS=8 HIDDEN=64 HEADS=4 SEQ=32 VOCAB=256 BATCH=8
 sizes="--layers $LAYERS --hidden $HIDDEN --heads $HEADS --seq $SEQ --vocab $VOCAB --batch $BATCH"
 sets="--set layers=$LAYERS --set hidden=$HIDDEN --set heads=$HEADS --set seq=$SEQ --set vocab=$VOCAB --set batch=$BATCH"
+# AdamW's eps for every training below, torch's and weft's: 1e-6, not the
+# default 1e-8, so that no element's update is decided by rounding alone
+# (README.md: "AdamW's eps").
+EPS=1e-6
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -48,6 +52,15 @@ else
   indent "$tmp/self.log"
   exit 1
 fi
+# The tolerance rule below, tried on torch alone: correct reorderings of the
+# sums pass it, simulated bugs fail it (tolerance.py).
+if "$PY" "$here/tolerance.py" --eps "$EPS" >"$tmp/tol.log" 2>&1; then
+  echo "reference: $(tail -n 1 "$tmp/tol.log" | sed 's/^tolerance: /tolerance rule, /')"
+else
+  echo "reference: FAIL the tolerance rule (tolerance.py)"
+  indent "$tmp/tol.log"
+  exit 1
+fi
 
 # Inputs, the float32 reference, and the same training in float64, which
 # measures how far float32 rounding alone moves each tensor, for each
@@ -62,9 +75,9 @@ fi
 reference() {  # NAME OPTIONS...: ref-NAME.safetensors/json and ref64-NAME.*
   name=$1; shift
   "$PY" "$here/gpt2_torch.py" train --weights "$tmp/weights.safetensors" --inputs "$tmp/inputs.safetensors" \
-       --steps $STEPS "$@" --out "$tmp/ref-$name.safetensors" --json "$tmp/ref-$name.json" >>"$tmp/ref.log" 2>&1 &&
+       --steps $STEPS --eps $EPS "$@" --out "$tmp/ref-$name.safetensors" --json "$tmp/ref-$name.json" >>"$tmp/ref.log" 2>&1 &&
   "$PY" "$here/gpt2_torch.py" train --weights "$tmp/weights.safetensors" --inputs "$tmp/inputs.safetensors" \
-       --steps $STEPS "$@" --dtype float64 --out "$tmp/ref64-$name.safetensors" --json "$tmp/ref64-$name.json" \
+       --steps $STEPS --eps $EPS "$@" --dtype float64 --out "$tmp/ref64-$name.safetensors" --json "$tmp/ref64-$name.json" \
        >>"$tmp/ref.log" 2>&1
 }
 # the options of both gpt2_torch.py train and weft run: torch's
@@ -91,7 +104,7 @@ compare() {
 while read -r plan name opts; do
   label="$plan${opts:+ ($opts)}"
   # shellcheck disable=SC2086
-  "$WEFT" run examples/gpt2.plan --plan $plan $sets --backend "$BACKEND" \
+  "$WEFT" run examples/gpt2.plan --plan $plan $sets --set eps=$EPS --backend "$BACKEND" \
     --load "$tmp/weights.safetensors" --inputs "$tmp/inputs.safetensors" --steps $STEPS $opts \
     --save "$tmp/$plan-$name.safetensors" --json >"$tmp/$plan-$name.json" 2>"$tmp/$plan.err"
   rc=$?
@@ -152,13 +165,13 @@ for cf in 0.5 4; do
   # shellcheck disable=SC2086
   if ! "$PY" "$here/moe_torch.py" make-inputs $MOE --capacity-factor $cf --seed 2 --weights "$m-w.safetensors" \
          --inputs "$m-i.safetensors" >"$tmp/moe.log" 2>&1 ||
-     ! "$PY" "$here/moe_torch.py" train --weights "$m-w.safetensors" --inputs "$m-i.safetensors" --steps $STEPS \
+     ! "$PY" "$here/moe_torch.py" train --weights "$m-w.safetensors" --inputs "$m-i.safetensors" --steps $STEPS --eps $EPS \
          --out "$tmp/ref-moe$cf.safetensors" --json "$tmp/ref-moe$cf.json" >>"$tmp/moe.log" 2>&1 ||
-     ! "$PY" "$here/moe_torch.py" train --weights "$m-w.safetensors" --inputs "$m-i.safetensors" --steps $STEPS \
+     ! "$PY" "$here/moe_torch.py" train --weights "$m-w.safetensors" --inputs "$m-i.safetensors" --steps $STEPS --eps $EPS \
          --dtype float64 --out "$tmp/ref64-moe$cf.safetensors" --json "$tmp/ref64-moe$cf.json" >>"$tmp/moe.log" 2>&1 ||
-     ! "$PY" "$here/moe_torch.py" train --weights "$m-w.safetensors" --inputs "$m-i.safetensors" --steps $STEPS \
+     ! "$PY" "$here/moe_torch.py" train --weights "$m-w.safetensors" --inputs "$m-i.safetensors" --steps $STEPS --eps $EPS \
          --aux-loss 0 --out "$tmp/ref-moe$cf-noaux.safetensors" --json "$tmp/ref-moe$cf-noaux.json" >>"$tmp/moe.log" 2>&1 ||
-     ! "$PY" "$here/moe_torch.py" train --weights "$m-w.safetensors" --inputs "$m-i.safetensors" --steps $STEPS \
+     ! "$PY" "$here/moe_torch.py" train --weights "$m-w.safetensors" --inputs "$m-i.safetensors" --steps $STEPS --eps $EPS \
          --aux-loss 0 --dtype float64 --out "$tmp/ref64-moe$cf-noaux.safetensors" --json "$tmp/ref64-moe$cf-noaux.json" \
          >>"$tmp/moe.log" 2>&1 ||
      ! share=$("$PY" "$here/moe_torch.py" dropped --weights "$m-w.safetensors" --inputs "$m-i.safetensors" 2>>"$tmp/moe.log")
@@ -169,7 +182,7 @@ for cf in 0.5 4; do
   fi
   for plan in single ep2 ep2_tp2_dp2; do
     label="moe $plan, capacity factor $cf ($share of the first layer's choices dropped)"
-    "$WEFT" run examples/moe.plan --plan $plan --set capacity_factor=$cf --backend "$BACKEND" \
+    "$WEFT" run examples/moe.plan --plan $plan --set capacity_factor=$cf --set eps=$EPS --backend "$BACKEND" \
       --load "$m-w.safetensors" --inputs "$m-i.safetensors" --steps $STEPS \
       --save "$tmp/moe$cf-$plan.safetensors" --json >"$tmp/moe$cf-$plan.json" 2>"$tmp/moe.err"
     rc=$?
@@ -222,7 +235,7 @@ swin_model() {  # TAG DEPTHS HEADS [VARIANT...]: weft's initial parameters, then
   for variant in "" "$@"; do
     for dtype in float32 float64; do
       out=ref$([ $dtype = float64 ] && echo 64)-$tag${variant:+-$variant}
-      "$PY" "$here/swin_torch.py" train --weights "$s-w.safetensors" --inputs "$s-i.safetensors" --steps $STEPS \
+      "$PY" "$here/swin_torch.py" train --weights "$s-w.safetensors" --inputs "$s-i.safetensors" --steps $STEPS --eps $EPS \
            ${variant:+--variant $variant} --dtype $dtype --out "$tmp/$out.safetensors" --json "$tmp/$out.json" \
            >>"$tmp/swin.log" 2>&1 || return 1
     done
@@ -237,7 +250,7 @@ fi
 while read -r tag plan depths heads opts; do
   label="swin $plan, depths [$depths]${opts:+ ($opts)}"
   # shellcheck disable=SC2086
-  "$WEFT" run examples/swin.plan --plan $plan --set "depths=[$depths]" --set "heads=[$heads]" $opts \
+  "$WEFT" run examples/swin.plan --plan $plan --set "depths=[$depths]" --set "heads=[$heads]" --set eps=$EPS $opts \
     --backend "$BACKEND" --load "$tmp/$tag-w.safetensors" --inputs "$tmp/$tag-i.safetensors" --steps $STEPS \
     --save "$tmp/$tag-$plan.safetensors" --json >"$tmp/$tag-$plan.json" 2>"$tmp/swin.err"
   rc=$?

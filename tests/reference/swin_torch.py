@@ -262,12 +262,12 @@ def forward(torch, P, images, labels, cfg, variant=""):
     return F.cross_entropy(logits, labels)
 
 
-def train(cfg, weights, inputs, steps, dtype="float32", variant=""):
+def train(cfg, weights, inputs, steps, dtype="float32", variant="", eps=None):
     torch = common.import_torch("swin_torch")
     names = [name for name, _, _ in param_specs(cfg)]
     batch = {k: inputs[k] for k in ("images", "labels")}
     return common.train(torch, lambda P, b: forward(torch, P, b["images"], b["labels"], cfg, variant), names,
-                        weights, batch, steps, ADAM, dtype)
+                        weights, batch, steps, ADAM.with_eps(eps), dtype)
 
 
 def check_inputs(cfg, inputs, what):
@@ -330,13 +330,13 @@ def main(argv=None):
     cfg = Config(**json.loads(wmeta["weft.config"]))
     check_names(cfg, weights, args.weights)
     check_inputs(cfg, inputs, args.inputs)
-    out, losses, stats = train(cfg, weights, inputs, args.steps, args.dtype, args.variant or "")
+    out, losses, stats = train(cfg, weights, inputs, args.steps, args.dtype, args.variant or "", args.eps)
     import torch
 
     meta = {
         "weft.config": json.dumps(cfg.as_dict()),
         "weft.steps": str(args.steps),
-        "weft.reference": f"torch {torch.__version__} {args.dtype} {ADAM}" + (f", {args.variant}" if args.variant else ""),
+        "weft.reference": f"torch {torch.__version__} {args.dtype} {ADAM.with_eps(args.eps)}" + (f", {args.variant}" if args.variant else ""),
     }
     common.write_results(args, out, losses, stats, meta)
     return 0
