@@ -554,8 +554,9 @@ int timed_choice(gpu_stream *s, int dt, const gpu_attn *a, bool bwd, bool causal
         const diff own = differs(o, judged, got, tol);
         const bool near = own.worst <= fmax(1.0, 2 * ref_far.worst);
         snprintf(judged_line, sizeof judged_line,
-                 " (from %s's f32 sums: %s's worst element %.2g of its bound, %s's %.2g)", attention_way_names[ATTN_CORE],
-                 attention_way_names[ref], ref_far.worst / 1.0, attention_way_names[w], own.worst / 1.0);
+                 " (from %s's f32 sums: %s's worst element %.2g of its bound, rel err %.1e; %s's %.2g, rel err %.1e)",
+                 attention_way_names[ATTN_CORE], attention_way_names[ref], ref_far.worst / 1.0, ref_far.rel,
+                 attention_way_names[w], own.worst / 1.0, own.rel);
         verdict = near ? NULL : "further than twice the reference from the sums in f32";
       }
     }
