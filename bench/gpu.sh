@@ -53,19 +53,10 @@ tmp=$(mktemp -d) || exit 2
 trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$DIR" || exit 2
 say() { echo "$*" | tee -a "$log"; }
-if ldd libweft_cuda.so | grep -q "libcublasLt.*not found"; then
-  lt=$(find /usr/local /usr/lib /opt -name 'libcublasLt.so.13' 2>/dev/null | head -1)
-  [ -n "$lt" ] && export LD_LIBRARY_PATH="$(dirname "$lt")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-fi
-if ldd libweft_cuda.so | grep -q "libnccl.*not found"; then
-  nc=$(find /usr/local /usr/lib /opt -name 'libnccl.so.2' 2>/dev/null | head -1)
-  [ -n "$nc" ] && export LD_LIBRARY_PATH="$(dirname "$nc")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-fi
-# cuDNN, for WEFT_ATTN=cudnn (backends/cuda/attention_cudnn.cu loads it)
-if [ -z "${WEFT_CUDNN:-}" ]; then
-  dn=$(find /usr/local /usr/lib /opt -name 'libcudnn.so.9' 2>/dev/null | head -1)
-  [ -n "$dn" ] && export WEFT_CUDNN=$dn
-fi
+# cuBLASLt, NCCL and cuDNN (for WEFT_ATTN=cudnn) where the plugin needs them
+. bench/gpu/libs.sh
+gpu_lib_dirs
+gpu_cudnn
 export WEFT_PLUGIN_DIR=${WEFT_PLUGIN_DIR:-$(pwd)}
 device=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 case "$device" in

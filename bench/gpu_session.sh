@@ -12,12 +12,15 @@
 #      devices against one, then the executor's fusions one at a time;
 #   4. tests/gpu/run.sh checks 4 5 6 7: PyTorch's GPT-2, memcheck, NCCL,
 #      the fusions at GPT-2's vocabulary;
-#   5. tests/gpu/run.sh check 3: the plans (over 250 s on an H200).
-# A part starts only with at least its least time left (MIN1..MIN5, in
+#   5. tests/gpu/run.sh check 3: the plans (over 250 s on an H200);
+#   6. bench/gpu_ncu_attention.sh: Nsight Compute's sections for the
+#      plugin's attention kernels at 124M's heads (not in the default
+#      PARTS: a session that asks where the backward's time goes).
+# A part starts only with at least its least time left (MIN1..MIN6, in
 # seconds), and is stopped at the end of the budget; what it printed is
 # kept. Each part's file is renamed with the part's name
 # (gpu-check-DATE-DEVICE-part-kernels.txt ...), so that the parts of one
-# day do not write over each other: at most 7 files (the device tool
+# day do not write over each other: at most 8 files (the device tool
 # brings back 8).
 #
 # Usage, from the repository root, with what tests/gpu/run.sh and
@@ -82,7 +85,8 @@ for which in $PARTS; do
   3) part 3 switches "${MIN3:-90}" bench env PARTS="trace tp2 switches" sh "$GPU_SH" "$DIR" ;;
   4) part 4 more "${MIN4:-60}" check env CHECKS="4 5 6 7" sh "$RUN_SH" "$DIR" ;;
   5) part 5 plans "${MIN5:-120}" check env CHECKS="3" sh "$RUN_SH" "$DIR" ;;
-  *) echo "gpu_session: no part $which (parts: 1 to 5)"; status=1 ;;
+  6) part 6 ncu "${MIN6:-60}" ncu sh "${NCU_SH:-bench/gpu_ncu_attention.sh}" "$DIR" ;;
+  *) echo "gpu_session: no part $which (parts: 1 to 6)"; status=1 ;;
   esac
 done
 echo "gpu_session: $(( $(date +%s) - start )) s of $BUDGET; files in $DIR:"

@@ -103,6 +103,13 @@ if "$EMU/bench_kernels" --small >"$tmp/bk.out" 2>&1 && [ "$(grep -c ' ms ' "$tmp
    grep -q "linear dW + db .* one product  " "$tmp/bk.out"; then ok
   echo "cuda (emulated): bench_kernels --small times $(grep -c ' ms ' "$tmp/bk.out") calls"
 else bad "bench_kernels --small"; cat "$tmp/bk.out"; fi
+# --attention: attention alone (what bench/gpu_ncu_attention.sh profiles),
+# forward, backward and backward with the forward again at both shapes
+if WEFT_ATTN=fa "$EMU/bench_kernels" --attention --small >"$tmp/ba.out" 2>&1 &&
+   [ "$(grep -c ' ms ' "$tmp/ba.out")" -eq 6 ] && [ "$(grep -c '^attention backward ' "$tmp/ba.out")" -eq 2 ] &&
+   ! grep -q "^linear\|^lm head" "$tmp/ba.out"; then ok
+  echo "cuda (emulated): bench_kernels --attention --small times $(grep -c ' ms ' "$tmp/ba.out") calls, attention alone"
+else bad "bench_kernels --attention --small"; cat "$tmp/ba.out"; fi
 
 if sh tests/cuda/plans.sh "$WEFT" "$EMU" "cuda (emulated)" 1e-5; then ok; else bad "the example plans on the emulated GPU"; fi
 

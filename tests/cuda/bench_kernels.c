@@ -25,11 +25,12 @@
  *
  * Last, the host's comparison of outputs that attention's choice makes.
  *
- * Usage: bench_kernels [--small] [--lm-head] [--compare]   (--small: tiny
- * shapes, for the CPU emulation, whose figures mean nothing; --lm-head:
- * the LM head's products and the losses alone; --compare: the host's
- * comparison alone, whose figures hold on any machine). Exit 1 when a
- * call fails. */
+ * Usage: bench_kernels [--small] [--lm-head] [--attention] [--compare]
+ * (--small: tiny shapes, for the CPU emulation, whose figures mean
+ * nothing; --lm-head: the LM head's products and the losses alone;
+ * --attention: attention alone, as bench/gpu_ncu_attention.sh profiles it;
+ * --compare: the host's comparison alone, whose figures hold on any
+ * machine). Exit 1 when a call fails. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -439,7 +440,7 @@ static void comparison(int64_t b, int64_t s, int reps) {
 
 int main(int argc, char **argv) {
   char e[512];
-  bool small = false, head_only = false, compare_only = false;
+  bool small = false, head_only = false, compare_only = false, attention_only = false;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--small") == 0)
       small = true;
@@ -447,8 +448,10 @@ int main(int argc, char **argv) {
       head_only = true;
     else if (strcmp(argv[i], "--compare") == 0)
       compare_only = true;
+    else if (strcmp(argv[i], "--attention") == 0)
+      attention_only = true;
     else {
-      fprintf(stderr, "usage: bench_kernels [--small] [--lm-head] [--compare]\n");
+      fprintf(stderr, "usage: bench_kernels [--small] [--lm-head] [--attention] [--compare]\n");
       return 2;
     }
   }
@@ -462,6 +465,15 @@ int main(int argc, char **argv) {
   if (!(S = gpu_stream_new(e, sizeof e))) die("stream", e);
   printf("bench_kernels on %s (compute capability %d.%d, %d SMs)%s\n", p.name, p.major, p.minor, p.sms,
          gpu_emulated() ? ", emulated on the CPU: the figures mean nothing" : "");
+  if (attention_only) {
+    if (small)
+      attention(1, 2, 64, 160, 1), attention(1, 1, 128, 130, 1);
+    else
+      attention(8, 12, 64, 1024, 20), attention(4, 16, 128, 2048, 10);
+    if (!gpu_sync(e, sizeof e)) die("sync", e);
+    gpu_stream_free(S);
+    return 0;
+  }
   if (small) {
     if (!head_only) {
       attention(1, 2, 64, 160, 1);

@@ -56,16 +56,10 @@ bad() { fail=$((fail+1)); say "FAIL: $*"; }
 for f in "$WEFT" libweft_cuda.so build/cuda/test_kernels; do
   [ -e "$f" ] || { echo "tests/gpu/run.sh: $f is missing: build it with make where nvcc is"; exit 2; }
 done
-# cuBLASLt where the toolkit keeps it, or where PyTorch's wheels do
-if ldd libweft_cuda.so | grep -q "libcublasLt.*not found"; then
-  lt=$(find /usr/local /usr/lib /opt -name 'libcublasLt.so.13' 2>/dev/null | head -1)
-  [ -n "$lt" ] && export LD_LIBRARY_PATH="$(dirname "$lt")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-fi
-# NCCL likewise (the plugin loads only where it is found)
-if ldd libweft_cuda.so | grep -q "libnccl.*not found"; then
-  nc=$(find /usr/local /usr/lib /opt -name 'libnccl.so.2' 2>/dev/null | head -1)
-  [ -n "$nc" ] && export LD_LIBRARY_PATH="$(dirname "$nc")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-fi
+# cuBLASLt and NCCL where the toolkit keeps them, or where PyTorch's wheels
+# do (cuDNN for check 8 alone)
+. bench/gpu/libs.sh
+gpu_lib_dirs
 export WEFT_PLUGIN_DIR=$(pwd)
 # each check stops after LIMIT seconds (a hang is a failure, not a lost log)
 LIMIT=${LIMIT:-240}
@@ -194,10 +188,7 @@ fi
 
 # 8. cuDNN's fused attention (WEFT_ATTN=cudnn, backends/cuda/attention_cudnn.cu)
 if want 8; then
-if [ -z "${WEFT_CUDNN:-}" ]; then
-  dn=$(find /usr/local /usr/lib /opt -name 'libcudnn.so.9' 2>/dev/null | head -1)
-  [ -n "$dn" ] && export WEFT_CUDNN=$dn
-fi
+gpu_cudnn
 if [ -z "${WEFT_CUDNN:-}" ]; then
   say "skipped: cuDNN's attention: libcudnn.so.9 is not found (WEFT_CUDNN names it)"
 else

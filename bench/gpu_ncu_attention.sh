@@ -1,0 +1,45 @@
+#!/bin/sh
+# gpu_ncu_attention.sh - what bounds the plugin's attention kernels on a GPU:
+# Nsight Compute's full set of sections (speed of light, compute and memory
+# workload with the shared-memory table, warp states, occupancy, launch
+# statistics) for the first forward, dk/dv and dq launches of
+# `bench_kernels --attention` at GPT-2 124M's heads (batch 8, 12 heads of
+# 64, sequence 1024, bf16, causal), the plugin's own kernels forced
+# (WEFT_ATTN=fa: nothing chosen or compared). The question it answers: is
+# the backward bound by the tensor pipe, by shared memory (each ldmatrix.x4
+# of a streamed tile feeds two mma.sync in the dk/dv kernel), by the
+# exponentials or by occupancy (docs/run.md, "Which kernels run attention").
+# Writes DIR/gpu-ncu-attention-DATE-DEVICE.txt (default DIR: bench/results):
+# the kernels' names, then ncu's details page as it printed it.
+#
+# Usage, from the repository root, with build/cuda/bench_kernels built
+# where nvcc is:   sh bench/gpu_ncu_attention.sh [DIR]
+# KERNELS=PATH names another bench_kernels (the emulation's cannot be
+# profiled: ncu needs a GPU); NCU=PATH another ncu.
+DIR=${1:-bench/results}
+KERNELS=${KERNELS:-build/cuda/bench_kernels}
+NCU=${NCU:-ncu}
+tmp=$(mktemp -d) || exit 2
+trap 'rm -rf "$tmp"' EXIT
+command -v "$NCU" >/dev/null 2>&1 || { echo "bench/gpu_ncu_attention.sh: $NCU (Nsight Compute) is not on the PATH"; exit 2; }
+[ -x "$KERNELS" ] || { echo "bench/gpu_ncu_attention.sh: $KERNELS not built (make cuda)"; exit 2; }
+mkdir -p "$DIR" || exit 2
+. bench/gpu/libs.sh
+gpu_lib_dirs
+export WEFT_PLUGIN_DIR=${WEFT_PLUGIN_DIR:-$(pwd)}
+device=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+slug=$(echo "${device:-gpu}" | tr -c 'A-Za-z0-9\n' '-' | tr -s '-' | sed 's/-$//')
+out=$DIR/gpu-ncu-attention-$(date -u +%Y-%m-%d)-$slug.txt
+# the first launch of each: the forward, then the backward's two kernels
+WEFT_ATTN=fa "$NCU" --clock-control none --set full -k 'regex:k_attn_(fa_fwd|dkv_fa|dq_fa)' --launch-count 3 \
+  "$KERNELS" --attention >"$tmp/ncu.txt" 2>&1
+rc=$?
+{
+  echo "bench/gpu_ncu_attention.sh: ${device:-GPU}, $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown); ncu exited $rc"
+  echo "kernels profiled: $(grep -o '^  k_attn_[a-z_]*' "$tmp/ncu.txt" | sed 's/^  //' | awk '!seen[$0]++' | tr '\n' ' ')"
+  cat "$tmp/ncu.txt"
+} >"$out"
+echo "written: $out ($(wc -l <"$out") lines)"
+# the lines that say where each kernel stands against the GPU's ceilings
+grep -E "^  k_attn_|Compute \(SM\) Throughput|Memory Throughput|Shared Memory|Achieved Occupancy|Registers Per Thread|Duration|Issue Slots Busy" "$out" | head -60
+[ $rc -eq 0 ]
