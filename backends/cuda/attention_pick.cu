@@ -32,12 +32,13 @@
  * runs the heads from then on, this call included (it runs again on the
  * way taken). Two computations that round differently differ by both
  * their errors, and the worst elements of a backward at 1024 positions
- * and more go past the bound although each is as near the exact sums as
- * the other: a way within the tolerance with an element over its bound
- * is judged by the plugin's kernels on CUDA cores (core: f32 throughout),
- * run once into the scratch, and taken if its worst element from core's
- * results is within the bound or at most twice the reference's. One
- * line on stderr says what was timed and what was taken.
+ * and more can go past the bound while both are as near the exact sums
+ * in relative L2, whichever is the further one: a way within the
+ * tolerance with an element over its bound is judged by the plugin's
+ * kernels on CUDA cores (core: f32 throughout), run once into the
+ * scratch, and taken if its worst element from core's results is within
+ * the bound or at most twice the reference's. One line on stderr says
+ * what was timed and what was taken.
  * A kernel's failure is left for the executor's next check to report at
  * the instruction, as any kernel's is (cuDNN's refusals are its return
  * values, not CUDA's errors). Nothing is chosen by time under

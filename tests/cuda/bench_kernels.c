@@ -465,19 +465,20 @@ int main(int argc, char **argv) {
   if (!(S = gpu_stream_new(e, sizeof e))) die("stream", e);
   printf("bench_kernels on %s (compute capability %d.%d, %d SMs)%s\n", p.name, p.major, p.minor, p.sms,
          gpu_emulated() ? ", emulated on the CPU: the figures mean nothing" : "");
-  if (attention_only) {
+  /* attention at GPT-2 124M's heads and at heads of 128 (tiny with --small) */
+  if (!head_only) {
     if (small)
       attention(1, 2, 64, 160, 1), attention(1, 1, 128, 130, 1);
     else
       attention(8, 12, 64, 1024, 20), attention(4, 16, 128, 2048, 10);
+  }
+  if (attention_only) {
     if (!gpu_sync(e, sizeof e)) die("sync", e);
     gpu_stream_free(S);
     return 0;
   }
   if (small) {
     if (!head_only) {
-      attention(1, 2, 64, 160, 1);
-      attention(1, 1, 128, 130, 1);
       linear(64, 96, 80, 1);
       weight_grads(64, 48, 40, 1);
     }
@@ -485,8 +486,6 @@ int main(int argc, char **argv) {
     lm_head(64, 48, 257, 1);
   } else {
     if (!head_only) {
-      attention(8, 12, 64, 1024, 20);
-      attention(4, 16, 128, 2048, 10);
       linear(8192, 768, 2304, 50);
       weight_grads(8192, 768, 2304, 20);
       weight_grads(8192, 3072, 768, 20);
