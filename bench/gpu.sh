@@ -43,7 +43,10 @@
 # the emulation, at a size it can run.) It starts with the attention kernels,
 # a cuBLASLt linear and GPT-2's LM head (staged and direct; then again with
 # WEFT_GEMM_TUNE=0 WEFT_GEMM_EVEN=0) alone: ms per call and TFLOP/s
-# (bench_kernels).
+# (bench_kernels), the attention backward at heads of 64 in each
+# occupancy of its kernels last (WEFT_ATTN_FA_BWD_SHAPE, docs/cli.md).
+# Variables of the plugin's set for the run pass through to every row
+# (WEFT_ATTN_FA_BWD_SHAPE=3,4 sh bench/gpu.sh: 124M in that occupancy).
 DIR=${1:-bench/results}
 WEFT=./weft
 PY=${PY:-$(command -v python3)}
@@ -94,6 +97,14 @@ elif [ -x "$KERNELS" ]; then
   say "the same attention backward, WEFT_ATTN=fa-atomic (dq by atomics) and WEFT_ATTN=fa (its own kernel):"
   WEFT_ATTN=fa-atomic "$KERNELS" $KERNELS_ARGS 2>&1 | grep "^attention backward" | sed 's/$/  fa-atomic/' | tee -a "$log"
   WEFT_ATTN=fa "$KERNELS" $KERNELS_ARGS 2>&1 | grep "^attention backward" | sed 's/$/  fa/' | tee -a "$log"
+  # the same backward at heads of 64 in each occupancy of its two kernels
+  # (WEFT_ATTN_FA_BWD_SHAPE=K,Q: blocks of dk/dv, of dq per multiprocessor
+  # that their registers leave room for; the same bits in each)
+  say "the same attention backward at heads of 64, WEFT_ATTN=fa WEFT_ATTN_FA_BWD_SHAPE=K,Q (2,3 the default):"
+  for sh in 2,3 3,3 4,3 2,4 3,4 4,4; do
+    WEFT_ATTN=fa WEFT_ATTN_FA_BWD_SHAPE=$sh "$KERNELS" $KERNELS_ARGS --attention 2>&1 | grep "^attention backward .*dh64 " |
+      sed "s/\$/  K,Q $sh/" | tee -a "$log"
+  done
 else
   say "bench_kernels: $KERNELS not built (make cuda)"
 fi

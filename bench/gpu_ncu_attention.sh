@@ -8,7 +8,9 @@
 # (WEFT_ATTN=fa: nothing chosen or compared). The question it answers: is
 # the backward bound by the tensor pipe, by shared memory (each ldmatrix.x4
 # of a streamed tile feeds two mma.sync in the dk/dv kernel), by the
-# exponentials or by occupancy (docs/run.md, "Which kernels run attention").
+# exponentials or by occupancy (docs/run.md, "Which kernels run attention");
+# then the backward's two kernels again in their occupancy of 4 blocks a
+# multiprocessor (WEFT_ATTN_FA_BWD_SHAPE=4,4), fewer sections.
 # Writes DIR/gpu-ncu-attention-DATE-DEVICE.txt (default DIR: bench/results):
 # the kernels' names, then ncu's details page as it printed it.
 #
@@ -34,12 +36,22 @@ out=$DIR/gpu-ncu-attention-$(date -u +%Y-%m-%d)-$slug.txt
 WEFT_ATTN=fa "$NCU" --clock-control none --set full -k 'regex:k_attn_(fa_fwd|dkv_fa|dq_fa)' --launch-count 3 \
   "$KERNELS" --attention >"$tmp/ncu.txt" 2>&1
 rc=$?
+# the backward's two kernels again with the most blocks per multiprocessor
+# (WEFT_ATTN_FA_BWD_SHAPE=4,4: rows from shared memory, 128 registers):
+# does occupancy move what bounds them
+WEFT_ATTN=fa WEFT_ATTN_FA_BWD_SHAPE=4,4 "$NCU" --clock-control none --section SpeedOfLight --section Occupancy \
+  --section LaunchStats --section WarpStateStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+  -k 'regex:k_attn_(dkv_fa|dq_fa)' --launch-count 2 "$KERNELS" --attention >"$tmp/ncu44.txt" 2>&1
+rc44=$?
 {
   echo "bench/gpu_ncu_attention.sh: ${device:-GPU}, $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown); ncu exited $rc"
   echo "kernels profiled: $(grep -o '^  k_attn_[a-z_]*' "$tmp/ncu.txt" | sed 's/^  //' | awk '!seen[$0]++' | tr '\n' ' ')"
   cat "$tmp/ncu.txt"
+  echo
+  echo "bench/gpu_ncu_attention.sh: the backward's kernels with WEFT_ATTN_FA_BWD_SHAPE=4,4; ncu exited $rc44"
+  cat "$tmp/ncu44.txt"
 } >"$out"
 echo "written: $out ($(wc -l <"$out") lines)"
 # the lines that say where each kernel stands against the GPU's ceilings
-grep -E "^  k_attn_|Compute \(SM\) Throughput|Memory Throughput|Shared Memory|Achieved Occupancy|Registers Per Thread|Duration|Issue Slots Busy" "$out" | head -60
-[ $rc -eq 0 ]
+grep -E "^  k_attn_|Compute \(SM\) Throughput|Memory Throughput|Shared Memory|Achieved Occupancy|Registers Per Thread|Duration|Issue Slots Busy" "$out" | head -100
+[ $rc -eq 0 ] && [ $rc44 -eq 0 ]

@@ -29,7 +29,9 @@
  * products a tile instead of the two kernels' seven.
  * Rows whose start is not on 16 bytes go through plain loads instead.
  * WEFT_ATTN=wmma leaves the backward to attention_tc.cu (to time both). */
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "attention.cuh"
 #include "mma.cuh"
@@ -571,38 +573,66 @@ size_t attention_fa_atomic_ws(const gpu_attn *a) { return (size_t)(a->b * a->hq 
 
 namespace {
 
-/* Both kernels for heads of 16 D16: HOLD, the warps keep their rows of
- * the block's operand in registers; QC, queries at a time in dk/dv; MBK,
- * MBQ: blocks per multiprocessor that dk/dv and dq keep registers for. */
-template <class T, int D16, bool HOLD, int QC, int MBK, int MBQ>
-void fa_run(gpu_stream *s, T *dq, T *dk, T *dv, const T *dout, const T *q, const T *k, const T *v, const gpu_attn *a,
-            bool acc, const float *lse, const float *dsum, bool vec, float *dqa) {
-  const float scale = (float)(1.0 / sqrt((double)a->dh));
+/* dk and dv (dq too with dqa: attention_fa_atomic) for heads of 16 D16:
+ * HOLD, the warps keep their K and V rows in registers; QC, queries at a
+ * time; MB, blocks per multiprocessor to keep registers for. */
+template <class T, int D16, bool HOLD, int QC, int MB>
+void fa_dkv(gpu_stream *s, T *dq, T *dk, T *dv, const T *dout, const T *q, const T *k, const T *v, const gpu_attn *a,
+            bool acc, const float *lse, const float *dsum, bool vec, float *dqa, float scale) {
+  const dim3 grid((unsigned)((a->sk + FB - 1) / FB), (unsigned)(a->hq / a->r), (unsigned)a->b);
   if (dqa) {
-    /* dq summed in the dk/dv kernel (attention_fa_atomic) */
-    const dim3 grid((unsigned)((a->sk + FB - 1) / FB), (unsigned)(a->hq / a->r), (unsigned)a->b);
     const size_t bytes = dkv_layout<D16>::bytes(true, QC);
     gpu_zero(dqa, attention_fa_atomic_ws(a), s);
-    fa_allow_smem(k_attn_dkv_fa<T, D16, HOLD, QC, MBK, true>, bytes);
-    launch(k_attn_dkv_fa<T, D16, HOLD, QC, MBK, true>, grid, FT, bytes, s, dk, dv, dout, q, k, v, *a, scale, vec, lse,
+    fa_allow_smem(k_attn_dkv_fa<T, D16, HOLD, QC, MB, true>, bytes);
+    launch(k_attn_dkv_fa<T, D16, HOLD, QC, MB, true>, grid, FT, bytes, s, dk, dv, dout, q, k, v, *a, scale, vec, lse,
            dsum, acc, dqa);
     launch(k_attn_dq_store<T>, blocks_for(a->b * a->hq * a->sq * a->dh, 256), 256, 0, s, dq, (const float *)dqa, *a,
            scale, acc);
     return;
   }
-  if (dk || dv) {
-    const dim3 grid((unsigned)((a->sk + FB - 1) / FB), (unsigned)(a->hq / a->r), (unsigned)a->b);
-    const size_t bytes = dkv_layout<D16>::BYTES;
-    fa_allow_smem(k_attn_dkv_fa<T, D16, HOLD, QC, MBK, false>, bytes);
-    launch(k_attn_dkv_fa<T, D16, HOLD, QC, MBK, false>, grid, FT, bytes, s, dk, dv, dout, q, k, v, *a, scale, vec, lse,
-           dsum, acc, (float *)NULL);
+  const size_t bytes = dkv_layout<D16>::BYTES;
+  fa_allow_smem(k_attn_dkv_fa<T, D16, HOLD, QC, MB, false>, bytes);
+  launch(k_attn_dkv_fa<T, D16, HOLD, QC, MB, false>, grid, FT, bytes, s, dk, dv, dout, q, k, v, *a, scale, vec, lse,
+         dsum, acc, (float *)NULL);
+}
+
+/* dq for heads of 16 D16: HOLD, the warps keep their Q and dout rows in
+ * registers; MB as fa_dkv's. */
+template <class T, int D16, bool HOLD, int MB>
+void fa_dq(gpu_stream *s, T *dq, const T *dout, const T *q, const T *k, const T *v, const gpu_attn *a, bool acc,
+           const float *lse, const float *dsum, bool vec, float scale) {
+  const dim3 grid((unsigned)((a->sq + FB - 1) / FB), (unsigned)a->hq, (unsigned)a->b);
+  const size_t bytes = dq_layout<D16>::BYTES;
+  fa_allow_smem(k_attn_dq_fa<T, D16, HOLD, MB>, bytes);
+  launch(k_attn_dq_fa<T, D16, HOLD, MB>, grid, FT, bytes, s, dq, dout, q, k, v, *a, scale, vec, lse, dsum, acc);
+}
+
+/* The occupancy of the two kernels for heads of 64, in blocks of 4 warps
+ * per multiprocessor that their registers leave room for: dk/dv 2 (K and
+ * V rows in registers, 64 queries at once: 240 registers on sm_90), 3
+ * (the rows read from shared memory, 32 queries at once: 168 registers)
+ * or 4 (likewise in 128, a few spilled); dq 3 (Q and dout rows in
+ * registers: 167) or 4 (read from shared memory, in 128). All give the
+ * same bits: the products add the same fragments in the same order.
+ * WEFT_ATTN_FA_BWD_SHAPE=K,Q picks them (read at each call, so that a
+ * test or a benchmark runs each); by default 2,3. */
+struct fa_occupancy {
+  int kv, q;
+};
+fa_occupancy fa_bwd_shape(void) {
+  const char *e = getenv("WEFT_ATTN_FA_BWD_SHAPE");
+  fa_occupancy o = {2, 3};
+  if (!e || !*e) return o;
+  if (strlen(e) == 3 && e[0] >= '2' && e[0] <= '4' && e[1] == ',' && (e[2] == '3' || e[2] == '4')) {
+    o.kv = e[0] - '0', o.q = e[2] - '0';
+    return o;
   }
-  if (dq) {
-    const dim3 grid((unsigned)((a->sq + FB - 1) / FB), (unsigned)a->hq, (unsigned)a->b);
-    const size_t bytes = dq_layout<D16>::BYTES;
-    fa_allow_smem(k_attn_dq_fa<T, D16, HOLD, MBQ>, bytes);
-    launch(k_attn_dq_fa<T, D16, HOLD, MBQ>, grid, FT, bytes, s, dq, dout, q, k, v, *a, scale, vec, lse, dsum, acc);
+  static bool said;
+  if (!said) {
+    said = true;
+    fprintf(stderr, "weft: WEFT_ATTN_FA_BWD_SHAPE=%s is not K,Q (K 2, 3 or 4; Q 3 or 4): 2,3 runs\n", e);
   }
+  return o;
 }
 
 template <class T>
@@ -611,16 +641,40 @@ void fa_backward(gpu_stream *s, void *dq, void *dk, void *dv, const void *dout, 
                  float *dqa) {
   T *gq = (T *)dq, *gk = (T *)dk, *gv = (T *)dv;
   const T *o = (const T *)dout, *qq = (const T *)q, *kk = (const T *)k, *vv = (const T *)v;
+  const float scale = (float)(1.0 / sqrt((double)a->dh));
   /* heads up to 64: rows in registers, dk/dv over 64 queries at once, dq
    * within 168 registers (3 blocks a multiprocessor); wider: rows from
    * shared memory, 32 queries at once, up to 255 registers. dk/dv of 32
-   * queries at once in 168 registers spills (heads of 64), and on an H100
-   * was within 2% of these. */
+   * queries at once with the rows in 168 registers spills (heads of 64),
+   * and on an H100 was within 2% of these. Heads of 64 in the other
+   * occupancies of fa_bwd_shape where it asks. */
+  const fa_occupancy sh = a->dh == 64 ? fa_bwd_shape() : fa_occupancy{2, 3};
+  if (dk || dv || dqa) {
+    switch (a->dh) {
+    case 32: fa_dkv<T, 2, true, fa_qc(2), 2>(s, gq, gk, gv, o, qq, kk, vv, a, acc, lse, dsum, vec, dqa, scale); break;
+    case 64:
+      if (sh.kv == 3)
+        fa_dkv<T, 4, false, 32, 3>(s, gq, gk, gv, o, qq, kk, vv, a, acc, lse, dsum, vec, dqa, scale);
+      else if (sh.kv == 4)
+        fa_dkv<T, 4, false, 32, 4>(s, gq, gk, gv, o, qq, kk, vv, a, acc, lse, dsum, vec, dqa, scale);
+      else
+        fa_dkv<T, 4, true, fa_qc(4), 2>(s, gq, gk, gv, o, qq, kk, vv, a, acc, lse, dsum, vec, dqa, scale);
+      break;
+    case 96: fa_dkv<T, 6, false, fa_qc(6), 2>(s, gq, gk, gv, o, qq, kk, vv, a, acc, lse, dsum, vec, dqa, scale); break;
+    default: fa_dkv<T, 8, false, fa_qc(8), 2>(s, gq, gk, gv, o, qq, kk, vv, a, acc, lse, dsum, vec, dqa, scale); break;
+    }
+  }
+  if (!dq || dqa) return;
   switch (a->dh) {
-  case 32: fa_run<T, 2, true, fa_qc(2), 2, 3>(s, gq, gk, gv, o, qq, kk, vv, a, acc, lse, dsum, vec, dqa); break;
-  case 64: fa_run<T, 4, true, fa_qc(4), 2, 3>(s, gq, gk, gv, o, qq, kk, vv, a, acc, lse, dsum, vec, dqa); break;
-  case 96: fa_run<T, 6, false, fa_qc(6), 2, 2>(s, gq, gk, gv, o, qq, kk, vv, a, acc, lse, dsum, vec, dqa); break;
-  default: fa_run<T, 8, false, fa_qc(8), 2, 2>(s, gq, gk, gv, o, qq, kk, vv, a, acc, lse, dsum, vec, dqa); break;
+  case 32: fa_dq<T, 2, true, 3>(s, gq, o, qq, kk, vv, a, acc, lse, dsum, vec, scale); break;
+  case 64:
+    if (sh.q == 4)
+      fa_dq<T, 4, false, 4>(s, gq, o, qq, kk, vv, a, acc, lse, dsum, vec, scale);
+    else
+      fa_dq<T, 4, true, 3>(s, gq, o, qq, kk, vv, a, acc, lse, dsum, vec, scale);
+    break;
+  case 96: fa_dq<T, 6, false, 2>(s, gq, o, qq, kk, vv, a, acc, lse, dsum, vec, scale); break;
+  default: fa_dq<T, 8, false, 2>(s, gq, o, qq, kk, vv, a, acc, lse, dsum, vec, scale); break;
   }
 }
 

@@ -816,6 +816,67 @@ static void check_attention_fa_shapes(void) {
   unsetenv("WEFT_ATTN_FA_SHAPE");
 }
 
+/* q|k|v's gradients (written) of causal attention at b, s, heads of 64 from
+ * the forward's log-sum-exp in the backward's occupancy `shape`
+ * (WEFT_ATTN_FA_BWD_SHAPE), as floats on the host. */
+static float *fa_bwd_grads(const char *shape, const float *qkv, const float *dout, int64_t b, int64_t s,
+                           int64_t heads) {
+  char e[400];
+  int64_t dh = 64, c = heads * dh, nq = b * s * 3 * c, no = b * s * c;
+  size_t t = gpu_dtype_size(GPU_BF16);
+  gpu_attn a = {b, s, heads, dh, 1, 3 * c, 3 * c, c, s * 3 * c, s * 3 * c, s * c, s, 0, false};
+  void *dqkv = up(qkv, nq, GPU_BF16), *dO = up(dout, no, GPU_BF16), *o = poisoned(no, GPU_BF16), *g = poisoned(nq, GPU_BF16);
+  float *lse = gpu_alloc(gpu_attention_stats_bytes(&a), e, sizeof e);
+  void *ws = gpu_alloc(gpu_attention_backward_ws(GPU_BF16, &a, false), e, sizeof e);
+  if (!lse || !ws) die("gpu_alloc", e);
+  setenv("WEFT_ATTN_FA_BWD_SHAPE", shape, 1);
+  gpu_attention(S, GPU_BF16, o, dqkv, (char *)dqkv + c * t, (char *)dqkv + 2 * c * t, &a, lse);
+  gpu_attention_backward(S, GPU_BF16, g, (char *)g + c * t, (char *)g + 2 * c * t, dO, dqkv, (char *)dqkv + c * t,
+                         (char *)dqkv + 2 * c * t, &a, false, lse, o, ws);
+  unsetenv("WEFT_ATTN_FA_BWD_SHAPE");
+  float *h = down(g, nq, GPU_BF16);
+  gpu_free(dqkv), gpu_free(dO), gpu_free(o), gpu_free(g), gpu_free(lse), gpu_free(ws);
+  return h;
+}
+
+/* The mma.sync backward's other occupancies for heads of 64
+ * (WEFT_ATTN_FA_BWD_SHAPE=K,Q: dk/dv's rows from shared memory in 3 or 4
+ * blocks a multiprocessor, dq's in 4): against the CPU's (grouped
+ * queries, a middle part of a sequence, rows off 16 bytes, f16), then bit
+ * for bit the default's (2,3) at two tiles and a cut one of 150 positions,
+ * dq left out where atomics sum it (WEFT_ATTN=fa-atomic, whose order
+ * varies). */
+static void check_attention_fa_bwd_shapes(void) {
+  const char *shapes[3] = {"3,3", "4,4", "2,4"};
+  for (int i = 0; i < 3; i++) {
+    setenv("WEFT_ATTN_FA_BWD_SHAPE", shapes[i], 1);
+    check_attention(GPU_BF16, 1, 150, 2, 64);
+    check_gqa(GPU_BF16, 100, 260, 130, 64);
+    check_gqa_at(GPU_F16, 90, 150, 40, 64, 1);
+  }
+  unsetenv("WEFT_ATTN_FA_BWD_SHAPE");
+  const char *way = getenv("WEFT_ATTN");
+  const bool atomic = way && strcmp(way, "fa-atomic") == 0;
+  int64_t b = 2, s = 150, heads = 2, c = heads * 64, nq = b * s * 3 * c, no = b * s * c;
+  float *qkv = randn(nq, 1), *dout = randn(no, 1);
+  round_all(qkv, nq, GPU_BF16), round_all(dout, no, GPU_BF16);
+  float *base = fa_bwd_grads("2,3", qkv, dout, b, s, heads);
+  for (int i = 0; i < 3; i++) {
+    float *got = fa_bwd_grads(shapes[i], qkv, dout, b, s, heads);
+    int64_t differ = 0;
+    for (int64_t r = 0; r < b * s; r++)
+      for (int64_t j = atomic ? c : 0; j < 3 * c; j++)
+        if (memcmp(&got[r * 3 * c + j], &base[r * 3 * c + j], sizeof(float)) != 0) differ++;
+    checks++;
+    if (differ) failures++;
+    printf("causal_attention backward (dh 64), WEFT_ATTN_FA_BWD_SHAPE=%s against 2,3: %lld of %lld %s differ in "
+           "their bits %s\n", shapes[i], (long long)differ, (long long)(atomic ? nq / 3 * 2 : nq),
+           atomic ? "dk, dv elements" : "elements", differ ? "FAIL" : "ok");
+    free(got);
+  }
+  free(base), free(qkv), free(dout);
+}
+
 /* The backward asked for part of the gradients (dq alone; dk and dv
  * alone), adding into gradients that hold values, from the forward's
  * log-sum-exp: grouped queries, a middle part of a sequence. The part not
@@ -2147,7 +2208,7 @@ int main(int argc, char **argv) {
   /* WEFT_TEST_BIG=1: the large attention cases in the emulation too (minutes) */
   const char *bigenv = getenv("WEFT_TEST_BIG");
   bool tcbig = big || (bigenv && strcmp(bigenv, "1") == 0);
-  if (only_attention) check_attention_all(GPU_BF16);
+  if (only_attention) check_attention_all(GPU_BF16), check_attention_fa_bwd_shapes();
   if (!only_attention) check_mma(GPU_BF16), check_mma(GPU_F16);
   check_attention(GPU_F16, 1, 70, 2, 64);
   if (!only_attention) {
@@ -2158,6 +2219,7 @@ int main(int argc, char **argv) {
   check_attention_tc(GPU_F16, tcbig);
   if (!only_attention) {
     check_attention_fa_shapes();
+    check_attention_fa_bwd_shapes();
     check_attention_parts(GPU_BF16, 64);
     check_attention_parts(GPU_BF16, 128);
     check_attention_parts(GPU_F16, 96);
