@@ -44,7 +44,9 @@
 # a cuBLASLt linear and GPT-2's LM head (staged and direct; then again with
 # WEFT_GEMM_TUNE=0 WEFT_GEMM_EVEN=0) alone: ms per call and TFLOP/s
 # (bench_kernels), the attention backward at heads of 64 in each
-# occupancy of its kernels last (WEFT_ATTN_FA_BWD_SHAPE, docs/cli.md).
+# occupancy of its kernels last (WEFT_ATTN_FA_BWD_SHAPE, docs/cli.md;
+# where one is faster than the default, each model has a row in it
+# after weft's).
 # Variables of the plugin's set for the run pass through to every row
 # (WEFT_ATTN_FA_BWD_SHAPE=3,4 sh bench/gpu.sh: 124M in that occupancy).
 DIR=${1:-bench/results}
@@ -103,8 +105,14 @@ elif [ -x "$KERNELS" ]; then
   say "the same attention backward at heads of 64, WEFT_ATTN=fa WEFT_ATTN_FA_BWD_SHAPE=K,Q (2,3 the default):"
   for sh in 2,3 3,3 4,3 2,4 3,4 4,4; do
     WEFT_ATTN=fa WEFT_ATTN_FA_BWD_SHAPE=$sh "$KERNELS" $KERNELS_ARGS --attention 2>&1 | grep "^attention backward .*dh64 " |
-      sed "s/\$/  K,Q $sh/" | tee -a "$log"
+      sed "s/\$/  K,Q $sh/" | tee -a "$log" "$tmp/occupancy"
   done
+  # the fastest, for a row of each model in it (bench_at) where it is not
+  # the default and the run did not set one
+  BEST_BWD=$(awk '{for (i = 2; i <= NF; i++) if ($i == "ms") print $(i - 1), $NF}' "$tmp/occupancy" | sort -g | head -1 |
+    awk '{print $2}')
+  [ "$BEST_BWD" = 2,3 ] || [ -n "${WEFT_ATTN_FA_BWD_SHAPE:-}" ] && BEST_BWD=
+  [ -n "$BEST_BWD" ] && say "the fastest: $BEST_BWD; the models' rows run in it too"
 else
   say "bench_kernels: $KERNELS not built (make cuda)"
 fi
@@ -162,6 +170,7 @@ bench_at() {
   flops=$($WEFT graph $PLAN $sets --set batch=$batch --json | "$PY" -c 'import json,sys; print(3*json.load(sys.stdin)["forward_flops"])')
   tokens=$((batch * ${SEQ:-1024}))
   weft_row "$name weft"
+  [ -n "${BEST_BWD:-}" ] && weft_row "$name weft, bwd K,Q $BEST_BWD" WEFT_ATTN_FA_BWD_SHAPE=$BEST_BWD
   for mode in ${TORCH_MODES-eager compile}; do
     "$PY" bench/gpu/gpt2_torch.py --mode $mode --layers $layers --hidden $hidden --heads $heads --batch $batch \
       --steps $STEPS >"$tmp/t.json" 2>"$tmp/t.err"
