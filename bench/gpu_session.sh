@@ -15,7 +15,8 @@
 #   5. tests/gpu/run.sh check 3: the plans (over 250 s on an H200);
 #   6. bench/gpu_ncu_attention.sh: Nsight Compute's sections for the
 #      plugin's attention kernels at 124M's heads (not in the default
-#      PARTS: a session that asks where the backward's time goes).
+#      PARTS: a session that asks where the backward's time goes), at
+#      most MAX6 seconds (default 150), so that it can go first.
 # A part starts only with at least its least time left (MIN1..MIN6, in
 # seconds), and is stopped at the end of the budget; what it printed is
 # kept. Each part's file is renamed with the part's name
@@ -66,7 +67,7 @@ part() {
   touch "$mark"
   timeout "$t" "$@"
   rc=$?
-  [ $rc -eq 124 ] && echo "gpu_session: part $n ($name) stopped at the end of the budget"
+  [ $rc -eq 124 ] && echo "gpu_session: part $n ($name) stopped at the end of its time (the budget's, or MAX6 for part 6)"
   [ $rc -ne 0 ] && status=1
   # the files this part wrote: newer than the mark
   for f in "$DIR"/gpu-"$kind"-*.txt "$DIR"/gpu-trace-*.json; do
@@ -85,7 +86,7 @@ for which in $PARTS; do
   3) part 3 switches "${MIN3:-90}" bench env PARTS="trace tp2 switches" sh "$GPU_SH" "$DIR" ;;
   4) part 4 more "${MIN4:-60}" check env CHECKS="4 5 6 7" sh "$RUN_SH" "$DIR" ;;
   5) part 5 plans "${MIN5:-120}" check env CHECKS="3" sh "$RUN_SH" "$DIR" ;;
-  6) part 6 ncu "${MIN6:-60}" ncu sh "${NCU_SH:-bench/gpu_ncu_attention.sh}" "$DIR" ;;
+  6) part 6 ncu "${MIN6:-60}" ncu timeout "${MAX6:-150}" sh "${NCU_SH:-bench/gpu_ncu_attention.sh}" "$DIR" ;;
   *) echo "gpu_session: no part $which (parts: 1 to 6)"; status=1 ;;
   esac
 done
