@@ -44,9 +44,10 @@
 # a cuBLASLt linear and GPT-2's LM head (staged and direct; then again with
 # WEFT_GEMM_TUNE=0 WEFT_GEMM_EVEN=0) alone: ms per call and TFLOP/s
 # (bench_kernels), the attention backward at heads of 64 in each
-# occupancy of its kernels last (WEFT_ATTN_FA_BWD_SHAPE, docs/cli.md;
+# occupancy of its kernels (WEFT_ATTN_FA_BWD_SHAPE, docs/cli.md;
 # where one is faster than the default, each model has a row in it
-# after weft's).
+# after weft's), then the plugin's attention with its blocks in either
+# order (WEFT_ATTN_FA_ORDER).
 # Variables of the plugin's set for the run pass through to every row
 # (WEFT_ATTN_FA_BWD_SHAPE=3,4 sh bench/gpu.sh: 124M in that occupancy).
 DIR=${1:-bench/results}
@@ -106,6 +107,13 @@ elif [ -x "$KERNELS" ]; then
   for sh in 2,3 3,3 4,3 2,4 3,4 4,4; do
     WEFT_ATTN=fa WEFT_ATTN_FA_BWD_SHAPE=$sh "$KERNELS" $KERNELS_ARGS --attention 2>&1 | grep "^attention backward .*dh64 " |
       sed "s/\$/  K,Q $sh/" | tee -a "$log" "$tmp/occupancy"
+  done
+  # the blocks' order of the plugin's kernels: the heaviest tile of every
+  # head first (the default), or a head's tiles together
+  say "the same attention, WEFT_ATTN=fa, its blocks by tiles (the default) and WEFT_ATTN_FA_ORDER=heads:"
+  for order in tiles heads; do
+    WEFT_ATTN=fa WEFT_ATTN_FA_ORDER=$order "$KERNELS" $KERNELS_ARGS --attention 2>&1 |
+      grep "^attention forward\|^attention backward" | sed "s/\$/  $order/" | tee -a "$log"
   done
   # the fastest, for a row of each model in it (bench_at) where it is not
   # the default and the run did not set one

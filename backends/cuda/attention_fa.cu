@@ -119,12 +119,15 @@ size_t fa_fwd_smem(int64_t dh) { return (size_t)4 * BK * (size_t)(dh + 8) * 2; }
 template <class T, int D16, int MT_, int NW_>
 __global__ void __launch_bounds__(32 * NW_)
     k_attn_fa_fwd(T *out, const T *q, const T *k, const T *v, gpu_attn a, float sl2, bool vec, bool pairs,
-                  float *lse) {
+                  float *lse, bool by_tile) {
   typedef fa_shape<D16, MT_, NW_> S;
   enum { MT = S::MT, NW = S::NW, NT = S::NT, BQ = S::BQ, LD = S::LD, DH = D16 * 16, NB = BK / 8, OB = D16 * 2 };
   DYN_SMEM(T, sm);
   /* buffer x: K at sm + 2 x BK LD, V after it */
-  const int64_t bi = blockIdx.z, h = blockIdx.y, q0 = (int64_t)(gridDim.x - 1 - blockIdx.x) * BQ;
+  /* the last query tile first: it sees the most keys */
+  int64_t bi, h, tile, tiles;
+  attention_fa_block(by_tile, a.hq, bi, h, tile, tiles);
+  const int64_t q0 = (tiles - 1 - tile) * BQ;
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const T *qb = q + bi * a.q_batch + h * a.dh;
   const T *kb = k + bi * a.kv_batch + (h / a.r) * a.dh, *vb = v + bi * a.kv_batch + (h / a.r) * a.dh;
@@ -300,6 +303,20 @@ bool fa_off() { return attention_forced() == ATTN_WMMA; }
 
 }  // namespace
 
+bool attention_fa_by_tile(int64_t tiles) {
+  const char *e = getenv("WEFT_ATTN_FA_ORDER");
+  bool heads = false;
+  if (e && *e) {
+    heads = strcmp(e, "heads") == 0;
+    static bool said;
+    if (!heads && strcmp(e, "tiles") != 0 && !said) {
+      said = true;
+      fprintf(stderr, "weft: WEFT_ATTN_FA_ORDER=%s is neither tiles nor heads: tiles runs\n", e);
+    }
+  }
+  return !heads && tiles <= 65535;
+}
+
 bool attention_fa_fwd_takes(int dt, const gpu_attn *a) {
   if (fa_off() || !(dt == GPU_BF16 || dt == GPU_F16)) return false;
   if (!(a->dh == 32 || a->dh == 64 || a->dh == 96 || a->dh == 128)) return false;
@@ -327,15 +344,17 @@ void fa_launch(gpu_stream *s, int dt, void *out, const void *q, const void *k, c
                float *lse, float sl2, bool vec, bool pairs) {
   typedef fa_shape<D, MT, NW> S;
   const size_t sm = fa_fwd_smem(a->dh);
-  dim3 grid((unsigned)((a->sq + S::BQ - 1) / S::BQ), (unsigned)a->hq, (unsigned)a->b);
+  const int64_t tiles = (a->sq + S::BQ - 1) / S::BQ;
+  const bool by_tile = attention_fa_by_tile(tiles);
+  const dim3 grid = attention_fa_grid(by_tile, tiles, a->hq, a->b);
   if (dt == GPU_F16) {
     fa_allow_smem(k_attn_fa_fwd<f16, D, MT, NW>, sm);
     launch(k_attn_fa_fwd<f16, D, MT, NW>, grid, S::NT, sm, s, (f16 *)out, (const f16 *)q, (const f16 *)k,
-           (const f16 *)v, *a, sl2, vec, pairs, lse);
+           (const f16 *)v, *a, sl2, vec, pairs, lse, by_tile);
   } else {
     fa_allow_smem(k_attn_fa_fwd<bf16, D, MT, NW>, sm);
     launch(k_attn_fa_fwd<bf16, D, MT, NW>, grid, S::NT, sm, s, (bf16 *)out, (const bf16 *)q, (const bf16 *)k,
-           (const bf16 *)v, *a, sl2, vec, pairs, lse);
+           (const bf16 *)v, *a, sl2, vec, pairs, lse, by_tile);
   }
 }
 

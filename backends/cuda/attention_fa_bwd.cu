@@ -263,15 +263,17 @@ DEV void dq_by_atomics(float *dqa, const T *dS, const T *Ks, int64_t dh, int qb,
 template <class T, int D16, bool HOLD, int QC, int MB, bool DQ>
 __global__ void __launch_bounds__(FT, MB)
     k_attn_dkv_fa(T *dk, T *dv, const T *dout, const T *q, const T *k, const T *v, gpu_attn a, float scale,
-                  bool vec, const float *lse, const float *dsum, bool acc, float *dqa) {
+                  bool vec, const float *lse, const float *dsum, bool acc, float *dqa, bool by_tile) {
   typedef dkv_layout<D16> L;
   enum { LD = L::LD };
   DYN_SMEM(unsigned char, raw);
   T *Ks = (T *)raw, *Vs = (T *)(raw + L::ROWS);
   unsigned char *stages = raw + 2 * L::ROWS;
   T *dSs = (T *)(raw + L::BYTES); /* DQ: dS^T of a chunk, rows of QC + 8 */
-  const int64_t bi = blockIdx.z, hk = blockIdx.y;
-  const int k0 = (int)blockIdx.x * FB, sq = (int)a.sq, qpos = (int)a.qpos;
+  /* the first key tile first: the most queries see it */
+  int64_t bi, hk, tile, grid_tiles;
+  attention_fa_block(by_tile, a.hq / a.r, bi, hk, tile, grid_tiles);
+  const int k0 = (int)tile * FB, sq = (int)a.sq, qpos = (int)a.qpos;
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3, kw = k0 + 16 * w;
   const int64_t kvoff = bi * a.kv_batch + hk * a.dh;
   q += bi * a.q_batch, dout += bi * a.o_batch, lse += bi * a.hq * a.sq, dsum += bi * a.hq * a.sq;
@@ -415,14 +417,15 @@ template <int D16> struct dq_layout {
 template <class T, int D16, bool HOLD, int MB>
 __global__ void __launch_bounds__(FT, MB)
     k_attn_dq_fa(T *dq, const T *dout, const T *q, const T *k, const T *v, gpu_attn a, float scale, bool vec,
-                 const float *lse, const float *dsum, bool acc) {
+                 const float *lse, const float *dsum, bool acc, bool by_tile) {
   typedef dq_layout<D16> L;
   enum { LD = L::LD, NB = FB / 8, J = FB / 16 };
   DYN_SMEM(unsigned char, raw);
   T *Qs = (T *)raw, *Os = (T *)(raw + L::ROWS);
   unsigned char *stages = raw + 2 * L::ROWS;
-  const int64_t bi = blockIdx.z, h = blockIdx.y;
-  const int q0 = (int)(gridDim.x - 1 - blockIdx.x) * FB, sq = (int)a.sq, sk = (int)a.sk, qpos = (int)a.qpos;
+  int64_t bi, h, tile, grid_tiles;
+  attention_fa_block(by_tile, a.hq, bi, h, tile, grid_tiles);
+  const int q0 = (int)(grid_tiles - 1 - tile) * FB, sq = (int)a.sq, sk = (int)a.sk, qpos = (int)a.qpos;
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int qw = q0 + 16 * w, qi0 = qw + g, qi1 = qi0 + 8;
   const T *kb = k + bi * a.kv_batch + (h / a.r) * a.dh, *vb = v + bi * a.kv_batch + (h / a.r) * a.dh;
@@ -579,13 +582,15 @@ namespace {
 template <class T, int D16, bool HOLD, int QC, int MB>
 void fa_dkv(gpu_stream *s, T *dq, T *dk, T *dv, const T *dout, const T *q, const T *k, const T *v, const gpu_attn *a,
             bool acc, const float *lse, const float *dsum, bool vec, float *dqa, float scale) {
-  const dim3 grid((unsigned)((a->sk + FB - 1) / FB), (unsigned)(a->hq / a->r), (unsigned)a->b);
+  const int64_t tiles = (a->sk + FB - 1) / FB;
+  const bool by_tile = attention_fa_by_tile(tiles);
+  const dim3 grid = attention_fa_grid(by_tile, tiles, a->hq / a->r, a->b);
   if (dqa) {
     const size_t bytes = dkv_layout<D16>::bytes(true, QC);
     gpu_zero(dqa, attention_fa_atomic_ws(a), s);
     fa_allow_smem(k_attn_dkv_fa<T, D16, HOLD, QC, MB, true>, bytes);
     launch(k_attn_dkv_fa<T, D16, HOLD, QC, MB, true>, grid, FT, bytes, s, dk, dv, dout, q, k, v, *a, scale, vec, lse,
-           dsum, acc, dqa);
+           dsum, acc, dqa, by_tile);
     launch(k_attn_dq_store<T>, blocks_for(a->b * a->hq * a->sq * a->dh, 256), 256, 0, s, dq, (const float *)dqa, *a,
            scale, acc);
     return;
@@ -593,7 +598,7 @@ void fa_dkv(gpu_stream *s, T *dq, T *dk, T *dv, const T *dout, const T *q, const
   const size_t bytes = dkv_layout<D16>::BYTES;
   fa_allow_smem(k_attn_dkv_fa<T, D16, HOLD, QC, MB, false>, bytes);
   launch(k_attn_dkv_fa<T, D16, HOLD, QC, MB, false>, grid, FT, bytes, s, dk, dv, dout, q, k, v, *a, scale, vec, lse,
-         dsum, acc, (float *)NULL);
+         dsum, acc, (float *)NULL, by_tile);
 }
 
 /* dq for heads of 16 D16: HOLD, the warps keep their Q and dout rows in
@@ -601,10 +606,13 @@ void fa_dkv(gpu_stream *s, T *dq, T *dk, T *dv, const T *dout, const T *q, const
 template <class T, int D16, bool HOLD, int MB>
 void fa_dq(gpu_stream *s, T *dq, const T *dout, const T *q, const T *k, const T *v, const gpu_attn *a, bool acc,
            const float *lse, const float *dsum, bool vec, float scale) {
-  const dim3 grid((unsigned)((a->sq + FB - 1) / FB), (unsigned)a->hq, (unsigned)a->b);
+  const int64_t tiles = (a->sq + FB - 1) / FB;
+  const bool by_tile = attention_fa_by_tile(tiles);
+  const dim3 grid = attention_fa_grid(by_tile, tiles, a->hq, a->b);
   const size_t bytes = dq_layout<D16>::BYTES;
   fa_allow_smem(k_attn_dq_fa<T, D16, HOLD, MB>, bytes);
-  launch(k_attn_dq_fa<T, D16, HOLD, MB>, grid, FT, bytes, s, dq, dout, q, k, v, *a, scale, vec, lse, dsum, acc);
+  launch(k_attn_dq_fa<T, D16, HOLD, MB>, grid, FT, bytes, s, dq, dout, q, k, v, *a, scale, vec, lse, dsum, acc,
+         by_tile);
 }
 
 /* The occupancy of the two kernels for heads of 64, in blocks of 4 warps

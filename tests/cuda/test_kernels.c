@@ -816,11 +816,12 @@ static void check_attention_fa_shapes(void) {
   unsetenv("WEFT_ATTN_FA_SHAPE");
 }
 
-/* q|k|v's gradients (written) of causal attention at b, s, heads of 64 from
- * the forward's log-sum-exp in the backward's occupancy `shape`
- * (WEFT_ATTN_FA_BWD_SHAPE), as floats on the host. */
-static float *fa_bwd_grads(const char *shape, const float *qkv, const float *dout, int64_t b, int64_t s,
-                           int64_t heads) {
+/* The forward's result, then q|k|v's gradients (written, from the
+ * forward's log-sum-exp) of causal attention at b, s, heads of 64, with
+ * the backward's occupancy `shape` (WEFT_ATTN_FA_BWD_SHAPE) and the
+ * blocks' `order` (WEFT_ATTN_FA_ORDER), as floats on the host. */
+static float *fa_results(const char *shape, const char *order, const float *qkv, const float *dout, int64_t b,
+                         int64_t s, int64_t heads) {
   char e[400];
   int64_t dh = 64, c = heads * dh, nq = b * s * 3 * c, no = b * s * c;
   size_t t = gpu_dtype_size(GPU_BF16);
@@ -829,49 +830,55 @@ static float *fa_bwd_grads(const char *shape, const float *qkv, const float *dou
   float *lse = gpu_alloc(gpu_attention_stats_bytes(&a), e, sizeof e);
   void *ws = gpu_alloc(gpu_attention_backward_ws(GPU_BF16, &a, false), e, sizeof e);
   if (!lse || !ws) die("gpu_alloc", e);
-  setenv("WEFT_ATTN_FA_BWD_SHAPE", shape, 1);
+  setenv("WEFT_ATTN_FA_BWD_SHAPE", shape, 1), setenv("WEFT_ATTN_FA_ORDER", order, 1);
   gpu_attention(S, GPU_BF16, o, dqkv, (char *)dqkv + c * t, (char *)dqkv + 2 * c * t, &a, lse);
   gpu_attention_backward(S, GPU_BF16, g, (char *)g + c * t, (char *)g + 2 * c * t, dO, dqkv, (char *)dqkv + c * t,
                          (char *)dqkv + 2 * c * t, &a, false, lse, o, ws);
-  unsetenv("WEFT_ATTN_FA_BWD_SHAPE");
-  float *h = down(g, nq, GPU_BF16);
+  unsetenv("WEFT_ATTN_FA_BWD_SHAPE"), unsetenv("WEFT_ATTN_FA_ORDER");
+  float *h = malloc(sizeof(float) * (size_t)(no + nq)), *ho = down(o, no, GPU_BF16), *hg = down(g, nq, GPU_BF16);
+  memcpy(h, ho, sizeof(float) * (size_t)no), memcpy(h + no, hg, sizeof(float) * (size_t)nq);
+  free(ho), free(hg);
   gpu_free(dqkv), gpu_free(dO), gpu_free(o), gpu_free(g), gpu_free(lse), gpu_free(ws);
   return h;
 }
 
-/* The mma.sync backward's other occupancies for heads of 64
+/* The mma.sync kernels at heads of 64 in the backward's other occupancies
  * (WEFT_ATTN_FA_BWD_SHAPE=K,Q: dk/dv's rows from shared memory in 3 or 4
- * blocks a multiprocessor, dq's in 4): against the CPU's (grouped
- * queries, a middle part of a sequence, rows off 16 bytes, f16), then bit
- * for bit the default's (2,3) at two tiles and a cut one of 150 positions,
- * dq left out where atomics sum it (WEFT_ATTN=fa-atomic, whose order
- * varies). */
+ * blocks an SM, dq's in 4) and in the blocks' other order
+ * (WEFT_ATTN_FA_ORDER=heads): against the CPU's (batches and heads,
+ * grouped queries, a middle part of a sequence, rows off 16 bytes, f16),
+ * then bit for bit the default's (2,3, by tiles) at two tiles and a cut
+ * one of 150 positions, 2 batches of 3 heads: the forward's result and
+ * the gradients, dq left out where atomics sum it (WEFT_ATTN=fa-atomic,
+ * whose order varies). */
 static void check_attention_fa_bwd_shapes(void) {
-  const char *shapes[3] = {"3,3", "4,4", "2,4"};
-  for (int i = 0; i < 3; i++) {
-    setenv("WEFT_ATTN_FA_BWD_SHAPE", shapes[i], 1);
-    check_attention(GPU_BF16, 1, 150, 2, 64);
+  const char *shapes[4] = {"3,3", "4,4", "2,4", "2,3"}, *orders[4] = {"tiles", "tiles", "heads", "heads"};
+  for (int i = 0; i < 4; i++) {
+    setenv("WEFT_ATTN_FA_BWD_SHAPE", shapes[i], 1), setenv("WEFT_ATTN_FA_ORDER", orders[i], 1);
+    check_attention(GPU_BF16, 2, 150, 3, 64);
     check_gqa(GPU_BF16, 100, 260, 130, 64);
     check_gqa_at(GPU_F16, 90, 150, 40, 64, 1);
   }
-  unsetenv("WEFT_ATTN_FA_BWD_SHAPE");
+  unsetenv("WEFT_ATTN_FA_BWD_SHAPE"), unsetenv("WEFT_ATTN_FA_ORDER");
   const char *way = getenv("WEFT_ATTN");
   const bool atomic = way && strcmp(way, "fa-atomic") == 0;
-  int64_t b = 2, s = 150, heads = 2, c = heads * 64, nq = b * s * 3 * c, no = b * s * c;
+  int64_t b = 2, s = 150, heads = 3, c = heads * 64, nq = b * s * 3 * c, no = b * s * c;
   float *qkv = randn(nq, 1), *dout = randn(no, 1);
   round_all(qkv, nq, GPU_BF16), round_all(dout, no, GPU_BF16);
-  float *base = fa_bwd_grads("2,3", qkv, dout, b, s, heads);
-  for (int i = 0; i < 3; i++) {
-    float *got = fa_bwd_grads(shapes[i], qkv, dout, b, s, heads);
-    int64_t differ = 0;
-    for (int64_t r = 0; r < b * s; r++)
-      for (int64_t j = atomic ? c : 0; j < 3 * c; j++)
-        if (memcmp(&got[r * 3 * c + j], &base[r * 3 * c + j], sizeof(float)) != 0) differ++;
+  float *base = fa_results("2,3", "tiles", qkv, dout, b, s, heads);
+  for (int i = 0; i < 4; i++) {
+    float *got = fa_results(shapes[i], orders[i], qkv, dout, b, s, heads);
+    int64_t differ = 0, n = 0;
+    for (int64_t j = 0; j < no + nq; j++) {
+      if (atomic && j >= no && (j - no) % (3 * c) < c) continue; /* dq */
+      n++;
+      if (memcmp(&got[j], &base[j], sizeof(float)) != 0) differ++;
+    }
     checks++;
     if (differ) failures++;
-    printf("causal_attention backward (dh 64), WEFT_ATTN_FA_BWD_SHAPE=%s against 2,3: %lld of %lld %s differ in "
-           "their bits %s\n", shapes[i], (long long)differ, (long long)(atomic ? nq / 3 * 2 : nq),
-           atomic ? "dk, dv elements" : "elements", differ ? "FAIL" : "ok");
+    printf("causal_attention (dh 64), WEFT_ATTN_FA_BWD_SHAPE=%s WEFT_ATTN_FA_ORDER=%s against 2,3 by tiles: %lld of "
+           "%lld elements (out, %s) differ in their bits %s\n", shapes[i], orders[i], (long long)differ, (long long)n,
+           atomic ? "dk, dv" : "dq, dk, dv", differ ? "FAIL" : "ok");
     free(got);
   }
   free(base), free(qkv), free(dout);
