@@ -105,7 +105,8 @@ elif [ -x "$KERNELS" ]; then
   # that their registers leave room for; the same bits in each)
   say "the same attention backward at heads of 64, WEFT_ATTN=fa WEFT_ATTN_FA_BWD_SHAPE=K,Q (2,3 the default):"
   for sh in 2,3 3,3 4,3 2,4 3,4 4,4; do
-    WEFT_ATTN=fa WEFT_ATTN_FA_BWD_SHAPE=$sh "$KERNELS" $KERNELS_ARGS --attention 2>&1 | grep "^attention backward .*dh64 " |
+    WEFT_ATTN=fa WEFT_ATTN_FA_BWD_SHAPE=$sh "$KERNELS" $KERNELS_ARGS --attention 2>&1 |
+      awk '/^attention backward .*dh64 /{p = 1; print; next} /^attention /{p = 0} p && /^  d/' |
       sed "s/\$/  K,Q $sh/" | tee -a "$log" "$tmp/occupancy"
   done
   # the blocks' order of the plugin's kernels: the heaviest tile of every
@@ -113,11 +114,12 @@ elif [ -x "$KERNELS" ]; then
   say "the same attention, WEFT_ATTN=fa, its blocks by tiles (the default) and WEFT_ATTN_FA_ORDER=heads:"
   for order in tiles heads; do
     WEFT_ATTN=fa WEFT_ATTN_FA_ORDER=$order "$KERNELS" $KERNELS_ARGS --attention 2>&1 |
-      grep "^attention forward\|^attention backward" | sed "s/\$/  $order/" | tee -a "$log"
+      grep "^attention forward\|^attention backward\|^  d[qk]" | sed "s/\$/  $order/" | tee -a "$log"
   done
   # the fastest, for a row of each model in it (bench_at) where it is not
   # the default and the run did not set one
-  BEST_BWD=$(awk '{for (i = 2; i <= NF; i++) if ($i == "ms") print $(i - 1), $NF}' "$tmp/occupancy" | sort -g | head -1 |
+  BEST_BWD=$(awk '/^attention backward/{for (i = 2; i <= NF; i++) if ($i == "ms") print $(i - 1), $NF}' "$tmp/occupancy" |
+    sort -g | head -1 |
     awk '{print $2}')
   [ "$BEST_BWD" = 2,3 ] || [ -n "${WEFT_ATTN_FA_BWD_SHAPE:-}" ] && BEST_BWD=
   [ -n "$BEST_BWD" ] && say "the fastest: $BEST_BWD; the models' rows run in it too"

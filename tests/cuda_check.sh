@@ -94,19 +94,21 @@ if "$EMU/test_kernels" >"$tmp/k.out" 2>&1; then ok
 else bad "test_kernels"; grep -v " ok$" "$tmp/k.out"; fi
 
 # the kernel timer of bench/gpu.sh runs (its figures mean nothing here):
-# attention 6, a linear 1, a linear's weight and bias gradients two ways 2,
+# attention 10, a linear 1, a linear's weight and bias gradients two ways 2,
 # the LM head's three products staged, on padded
 # rows, direct and with the vocabulary rounded to 128 12, cross entropy and copies 5, LayerNorm at two widths
 # with both kernels 8, column sums at two widths with both kernels 4, and the
 # host's comparison of attention's choice on one thread and threaded 2
-if "$EMU/bench_kernels" --small >"$tmp/bk.out" 2>&1 && [ "$(grep -c ' ms ' "$tmp/bk.out")" -eq 43 ] &&
+if "$EMU/bench_kernels" --small >"$tmp/bk.out" 2>&1 && [ "$(grep -c ' ms ' "$tmp/bk.out")" -eq 47 ] &&
    grep -q "linear dW + db .* one product  " "$tmp/bk.out"; then ok
   echo "cuda (emulated): bench_kernels --small times $(grep -c ' ms ' "$tmp/bk.out") calls"
 else bad "bench_kernels --small"; cat "$tmp/bk.out"; fi
 # --attention: attention alone (what bench/gpu_ncu_attention.sh profiles),
-# forward, backward and backward with the forward again at both shapes
+# forward, backward, backward with the forward again, and the backward's
+# dq and dk, dv each alone, at both shapes
 if WEFT_ATTN=fa "$EMU/bench_kernels" --attention --small >"$tmp/ba.out" 2>&1 &&
-   [ "$(grep -c ' ms ' "$tmp/ba.out")" -eq 6 ] && [ "$(grep -c '^attention backward ' "$tmp/ba.out")" -eq 2 ] &&
+   [ "$(grep -c ' ms ' "$tmp/ba.out")" -eq 10 ] && [ "$(grep -c '^attention backward ' "$tmp/ba.out")" -eq 2 ] &&
+   [ "$(grep -c '^  dq alone\|^  dk, dv alone' "$tmp/ba.out")" -eq 4 ] &&
    ! grep -q "^linear\|^lm head" "$tmp/ba.out"; then ok
   echo "cuda (emulated): bench_kernels --attention --small times $(grep -c ' ms ' "$tmp/ba.out") calls, attention alone"
 else bad "bench_kernels --attention --small"; cat "$tmp/ba.out"; fi

@@ -21,7 +21,8 @@
  * (embeddings), in GB/s. Prints ms per
  * call (the mean of the timed calls after two untimed) and TFLOP/s:
  * causal forward 2 b h s^2 dh (half of 4 b h s^2 dh), backward 2.5 times
- * that, linear 2 m k n.
+ * that (then its dq alone, 1.5 times, and its dk and dv alone, 2 times:
+ * the products each of its kernels computes), linear 2 m k n.
  *
  * Last, the host's comparison of outputs that attention's choice makes.
  *
@@ -74,7 +75,8 @@ static void *zeros(size_t bytes) {
 
 /* What one timed call runs. */
 typedef struct job {
-  int kind;   /* 0 attention forward, 1 attention backward, 2 linear, 3 product, 4 backward that recomputes */
+  int kind;   /* 0 attention forward, 1 attention backward, 2 linear, 3 product, 4 backward that recomputes,
+                 5 the backward's dq alone, 6 its dk and dv alone */
   gpu_attn a;
   void *qkv, *out, *dout, *g, *ws, *lse;
   int64_t m, k, n;
@@ -88,10 +90,11 @@ static void run(job *j) {
   size_t t = 2, c = (size_t)(j->a.hq * j->a.dh);
   if (j->kind == 0)
     gpu_attention(S, GPU_BF16, j->out, j->qkv, (char *)j->qkv + c * t, (char *)j->qkv + 2 * c * t, &j->a, j->lse);
-  else if (j->kind == 1 || j->kind == 4)
-    gpu_attention_backward(S, GPU_BF16, j->g, (char *)j->g + c * t, (char *)j->g + 2 * c * t, j->dout, j->qkv,
-                           (char *)j->qkv + c * t, (char *)j->qkv + 2 * c * t, &j->a, false,
-                           j->kind == 1 ? j->lse : NULL, j->kind == 1 ? j->out : NULL, j->ws);
+  else if (j->kind == 1 || j->kind == 4 || j->kind == 5 || j->kind == 6)
+    gpu_attention_backward(S, GPU_BF16, j->kind == 6 ? NULL : j->g, j->kind == 5 ? NULL : (char *)j->g + c * t,
+                           j->kind == 5 ? NULL : (char *)j->g + 2 * c * t, j->dout, j->qkv, (char *)j->qkv + c * t,
+                           (char *)j->qkv + 2 * c * t, &j->a, false, j->kind == 4 ? NULL : j->lse,
+                           j->kind == 4 ? NULL : j->out, j->ws);
   else if (j->kind == 3) {
     if (!gpu_gemm(S, j->ta, j->tb, j->m, j->n, j->k, j->x, j->lx, GPU_BF16, j->w, j->lw, GPU_BF16, j->y, j->ly,
                   GPU_BF16, NULL, false, j->gws, gpu_gemm_ws(), false, e, sizeof e))
@@ -141,6 +144,15 @@ static void attention(int64_t b, int64_t heads, int64_t dh, int64_t s, int reps)
   double gr = timed(&j, reps);
   printf("%-56s %9.3f ms %8.1f TFLOP/s\n", "  the same with the forward again (nothing kept)", gr,
          2.5 * flop / (gr * 1e-3) / 1e12);
+  /* the backward's two parts, each asked for alone (with D = dout . out
+   * each time): what the dq kernel and the dk/dv kernel take of it;
+   * TFLOP/s of the products each computes, three and four of a tile's */
+  j.kind = 5;
+  double gq = timed(&j, reps);
+  printf("%-56s %9.3f ms %8.1f TFLOP/s\n", "  dq alone (3 products)", gq, 1.5 * flop / (gq * 1e-3) / 1e12);
+  j.kind = 6;
+  double gkv = timed(&j, reps);
+  printf("%-56s %9.3f ms %8.1f TFLOP/s\n", "  dk, dv alone (4 products)", gkv, 2.0 * flop / (gkv * 1e-3) / 1e12);
   fflush(stdout);
   gpu_free(j.qkv), gpu_free(j.dout), gpu_free(j.out), gpu_free(j.g), gpu_free(j.ws), gpu_free(j.lse);
 }
