@@ -617,11 +617,12 @@ void fa_dq(gpu_stream *s, T *dq, const T *dout, const T *q, const T *k, const T 
 
 /* The occupancy of the two kernels for heads of 64, in blocks of 4 warps
  * per multiprocessor that their registers leave room for: dk/dv 2 (K and
- * V rows in registers, 64 queries at once: 240 registers on sm_90), 3
- * (the rows read from shared memory, 32 queries at once: 168 registers)
- * or 4 (likewise in 128, a few spilled); dq 3 (Q and dout rows in
- * registers: 167) or 4 (read from shared memory, in 128). All give the
- * same bits: the products add the same fragments in the same order.
+ * V rows in registers, 64 queries at once: over 240 registers on sm_90),
+ * 3 (the rows read from shared memory, 32 queries at once: within 168)
+ * or 4 (likewise within 128, a few spilled); dq 3 (Q and dout rows in
+ * registers) or 4 (read from shared memory, within 128, a few spilled);
+ * tests/cuda_check.sh checks the fit with ptxas. All give the same bits:
+ * the products add the same fragments in the same order.
  * WEFT_ATTN_FA_BWD_SHAPE=K,Q picks them (read at each call, so that a
  * test or a benchmark runs each); by default 2,3. */
 struct fa_occupancy {
