@@ -109,6 +109,11 @@ elif [ -x "$KERNELS" ]; then
       awk '/^attention backward .*dh64 /{p = 1; print; next} /^attention /{p = 0} p && /^  d/' |
       sed "s/\$/  K,Q $sh/" | tee -a "$log" "$tmp/occupancy"
   done
+  # dq by atomics in the dk/dv kernel, in the occupancies of more blocks
+  for sh in 3,3 4,4; do
+    WEFT_ATTN=fa-atomic WEFT_ATTN_FA_BWD_SHAPE=$sh "$KERNELS" $KERNELS_ARGS --attention 2>&1 |
+      grep "^attention backward .*dh64 " | sed "s/\$/  fa-atomic, K,Q $sh/" | tee -a "$log"
+  done
   # the blocks' order of the plugin's kernels: the heaviest tile of every
   # head first (the default), or a head's tiles together
   say "the same attention, WEFT_ATTN=fa, its blocks by tiles (the default) and WEFT_ATTN_FA_ORDER=heads:"
