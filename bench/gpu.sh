@@ -110,6 +110,8 @@ elif [ -x "$KERNELS" ]; then
       sed "s/\$/  K,Q $sh/" | tee -a "$log" "$tmp/occupancy"
   done
   # dq by atomics in the dk/dv kernel, in the occupancies of more blocks
+  # (4,4: still 3 blocks an SM, which its shared memory allows, in 128
+  # registers; Q means nothing there: no dq kernel runs)
   for sh in 3,3 4,4; do
     WEFT_ATTN=fa-atomic WEFT_ATTN_FA_BWD_SHAPE=$sh "$KERNELS" $KERNELS_ARGS --attention 2>&1 |
       grep "^attention backward .*dh64 " | sed "s/\$/  fa-atomic, K,Q $sh/" | tee -a "$log"

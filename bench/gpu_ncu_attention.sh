@@ -32,36 +32,32 @@ export WEFT_PLUGIN_DIR=${WEFT_PLUGIN_DIR:-$(pwd)}
 device=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 slug=$(echo "${device:-gpu}" | tr -c 'A-Za-z0-9\n' '-' | tr -s '-' | sed 's/-$//')
 out=$DIR/gpu-ncu-attention-$(date -u +%Y-%m-%d)-$slug.txt
-# prof FILE KERNEL ARGS...: ncu on the first launch of KERNEL (a part of
-# its name) in `bench_kernels --attention`, with ARGS (the sections); the
-# forward runs 22 times before the first backward, so each kernel has its
-# own run of ncu
+# prof TITLE KERNEL ARGS...: ncu on the first launch of KERNEL (a part of
+# its name) in `bench_kernels --attention`, with ARGS (the sections),
+# added to the file at once (a part stopped at its time keeps what ran);
+# the forward runs 22 times before the first backward, so each kernel has
+# its own run of ncu
 rc=0
+echo "bench/gpu_ncu_attention.sh: ${device:-GPU}, $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)" >"$out"
 prof() {
-  f=$1; kn=$2; shift 2
-  "$NCU" --clock-control none "$@" -k "regex:$kn" --launch-count 1 "$KERNELS" --attention >"$tmp/$f" 2>&1
+  title=$1; kn=$2; shift 2
+  "$NCU" --clock-control none "$@" -k "regex:$kn" --launch-count 1 "$KERNELS" --attention >"$tmp/ncu.txt" 2>&1
   r=$?
-  echo "ncu for $kn exited $r" >>"$tmp/$f"
+  { echo; echo "== $kn, $title"; cat "$tmp/ncu.txt"; echo "ncu for $kn exited $r"; } >>"$out"
   [ $r -eq 0 ] || rc=1
 }
 # the forward, then the backward's two kernels: the full set
-for kn in k_attn_fa_fwd k_attn_dkv_fa k_attn_dq_fa; do WEFT_ATTN=fa prof "$kn.txt" $kn --set full; done
+for kn in k_attn_fa_fwd k_attn_dkv_fa k_attn_dq_fa; do
+  WEFT_ATTN=fa prof "the default occupancy (ncu --set full)" $kn --set full
+done
 # the backward's two kernels again with the most blocks per multiprocessor
 # (WEFT_ATTN_FA_BWD_SHAPE=4,4: rows from shared memory, 128 registers):
 # does occupancy move what bounds them
 for kn in k_attn_dkv_fa k_attn_dq_fa; do
-  WEFT_ATTN=fa WEFT_ATTN_FA_BWD_SHAPE=4,4 prof "$kn-44.txt" $kn --section SpeedOfLight --section Occupancy \
-    --section LaunchStats --section WarpStateStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis
+  WEFT_ATTN=fa WEFT_ATTN_FA_BWD_SHAPE=4,4 prof "WEFT_ATTN_FA_BWD_SHAPE=4,4" $kn --section SpeedOfLight \
+    --section Occupancy --section LaunchStats --section WarpStateStats --section ComputeWorkloadAnalysis \
+    --section MemoryWorkloadAnalysis
 done
-{
-  echo "bench/gpu_ncu_attention.sh: ${device:-GPU}, $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-  for kn in k_attn_fa_fwd k_attn_dkv_fa k_attn_dq_fa; do
-    echo; echo "== $kn, the default occupancy (ncu --set full)"; cat "$tmp/$kn.txt"
-  done
-  for kn in k_attn_dkv_fa k_attn_dq_fa; do
-    echo; echo "== $kn, WEFT_ATTN_FA_BWD_SHAPE=4,4"; cat "$tmp/$kn-44.txt"
-  done
-} >"$out"
 echo "written: $out ($(wc -l <"$out") lines)"
 # the lines that say where each kernel stands against the GPU's ceilings
 grep -E "^== |^  k_attn_|Compute \(SM\) Throughput|Memory Throughput|Shared Memory|Achieved Occupancy|Registers Per Thread|Duration|Issue Slots Busy" "$out" | head -100

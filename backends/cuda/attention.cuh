@@ -33,23 +33,26 @@ static inline bool al16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 /* The order of the mma.sync kernels' blocks (attention_fa*.cu), whose
  * tiles of a causal head differ in work (a query tile sees the keys up to
  * it, a key tile the queries from it): blocks start in the order of their
- * index, x first, and by tile (the default) the grid is heads x batches by
+ * index, x first, then y, then z (what NVIDIA's GPUs do, not a promise of
+ * CUDA's), and by tile (the default) the grid is heads by batches by
  * tiles, the heaviest tile of every head first, so that the longest
- * blocks start first and the last to start are the shortest (longest
- * first: a head's tiles together leave, near the end, a few SMs on long
- * blocks that started late while the rest idle, most where the grid is a
- * few waves, as at batch 8 of 124M's heads). by_tile false
- * (WEFT_ATTN_FA_ORDER=heads, or more tiles than a grid's y holds): tiles
- * by heads by batches, a head's tiles together. The same bits either way. */
-bool attention_fa_by_tile(int64_t tiles);
+ * blocks start first and the last to start are the shortest (a head's
+ * tiles together leave, near the end, a few SMs on long blocks that
+ * started late while the rest idle, most where the grid is a few waves,
+ * as at batch 8 of 124M's heads). Each index is a block coordinate of its
+ * own, so that finding them costs no division and no register. by_tile
+ * false (WEFT_ATTN_FA_ORDER=heads, or more tiles or batches than a grid's
+ * y and z hold): tiles by heads by batches, a head's tiles together. The
+ * same bits either way. */
+bool attention_fa_by_tile(int64_t tiles, int64_t b);
 static inline dim3 attention_fa_grid(bool by_tile, int64_t tiles, int64_t heads, int64_t b) {
-  return by_tile ? dim3((unsigned)(heads * b), (unsigned)tiles, 1u) : dim3((unsigned)tiles, (unsigned)heads, (unsigned)b);
+  return by_tile ? dim3((unsigned)heads, (unsigned)b, (unsigned)tiles) : dim3((unsigned)tiles, (unsigned)heads, (unsigned)b);
 }
-/* A block's batch, head and tile in a grid of attention_fa_grid's, of
- * `heads` heads; tiles: the grid's. */
-DEV void attention_fa_block(bool by_tile, int64_t heads, int64_t &bi, int64_t &h, int64_t &tile, int64_t &tiles) {
+/* A block's batch, head and tile in a grid of attention_fa_grid's; tiles:
+ * the grid's. */
+DEV void attention_fa_block(bool by_tile, int64_t &bi, int64_t &h, int64_t &tile, int64_t &tiles) {
   if (by_tile)
-    bi = blockIdx.x / heads, h = blockIdx.x % heads, tile = blockIdx.y, tiles = gridDim.y;
+    h = blockIdx.x, bi = blockIdx.y, tile = blockIdx.z, tiles = gridDim.z;
   else
     bi = blockIdx.z, h = blockIdx.y, tile = blockIdx.x, tiles = gridDim.x;
 }

@@ -126,7 +126,7 @@ __global__ void __launch_bounds__(32 * NW_)
   /* buffer x: K at sm + 2 x BK LD, V after it */
   /* the last query tile first: it sees the most keys */
   int64_t bi, h, tile, tiles;
-  attention_fa_block(by_tile, a.hq, bi, h, tile, tiles);
+  attention_fa_block(by_tile, bi, h, tile, tiles);
   const int64_t q0 = (tiles - 1 - tile) * BQ;
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const T *qb = q + bi * a.q_batch + h * a.dh;
@@ -303,7 +303,7 @@ bool fa_off() { return attention_forced() == ATTN_WMMA; }
 
 }  // namespace
 
-bool attention_fa_by_tile(int64_t tiles) {
+bool attention_fa_by_tile(int64_t tiles, int64_t b) {
   const char *e = getenv("WEFT_ATTN_FA_ORDER");
   bool heads = false;
   if (e && *e) {
@@ -311,10 +311,11 @@ bool attention_fa_by_tile(int64_t tiles) {
     static bool said;
     if (!heads && strcmp(e, "tiles") != 0 && !said) {
       said = true;
-      fprintf(stderr, "weft: WEFT_ATTN_FA_ORDER=%s is neither tiles nor heads: tiles runs\n", e);
+      fprintf(stderr, "weft: WEFT_ATTN_FA_ORDER=%s is neither tiles nor heads: tiles runs (heads where the grid "
+                      "cannot)\n", e);
     }
   }
-  return !heads && tiles <= 65535;
+  return !heads && tiles <= 65535 && b <= 65535;
 }
 
 bool attention_fa_fwd_takes(int dt, const gpu_attn *a) {
@@ -345,7 +346,7 @@ void fa_launch(gpu_stream *s, int dt, void *out, const void *q, const void *k, c
   typedef fa_shape<D, MT, NW> S;
   const size_t sm = fa_fwd_smem(a->dh);
   const int64_t tiles = (a->sq + S::BQ - 1) / S::BQ;
-  const bool by_tile = attention_fa_by_tile(tiles);
+  const bool by_tile = attention_fa_by_tile(tiles, a->b);
   const dim3 grid = attention_fa_grid(by_tile, tiles, a->hq, a->b);
   if (dt == GPU_F16) {
     fa_allow_smem(k_attn_fa_fwd<f16, D, MT, NW>, sm);

@@ -272,7 +272,7 @@ __global__ void __launch_bounds__(FT, MB)
   T *dSs = (T *)(raw + L::BYTES); /* DQ: dS^T of a chunk, rows of QC + 8 */
   /* the first key tile first: the most queries see it */
   int64_t bi, hk, tile, grid_tiles;
-  attention_fa_block(by_tile, a.hq / a.r, bi, hk, tile, grid_tiles);
+  attention_fa_block(by_tile, bi, hk, tile, grid_tiles);
   const int k0 = (int)tile * FB, sq = (int)a.sq, qpos = (int)a.qpos;
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3, kw = k0 + 16 * w;
   const int64_t kvoff = bi * a.kv_batch + hk * a.dh;
@@ -424,7 +424,7 @@ __global__ void __launch_bounds__(FT, MB)
   T *Qs = (T *)raw, *Os = (T *)(raw + L::ROWS);
   unsigned char *stages = raw + 2 * L::ROWS;
   int64_t bi, h, tile, grid_tiles;
-  attention_fa_block(by_tile, a.hq, bi, h, tile, grid_tiles);
+  attention_fa_block(by_tile, bi, h, tile, grid_tiles);
   const int q0 = (int)(grid_tiles - 1 - tile) * FB, sq = (int)a.sq, sk = (int)a.sk, qpos = (int)a.qpos;
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int qw = q0 + 16 * w, qi0 = qw + g, qi1 = qi0 + 8;
@@ -583,7 +583,7 @@ template <class T, int D16, bool HOLD, int QC, int MB>
 void fa_dkv(gpu_stream *s, T *dq, T *dk, T *dv, const T *dout, const T *q, const T *k, const T *v, const gpu_attn *a,
             bool acc, const float *lse, const float *dsum, bool vec, float *dqa, float scale) {
   const int64_t tiles = (a->sk + FB - 1) / FB;
-  const bool by_tile = attention_fa_by_tile(tiles);
+  const bool by_tile = attention_fa_by_tile(tiles, a->b);
   const dim3 grid = attention_fa_grid(by_tile, tiles, a->hq / a->r, a->b);
   if (dqa) {
     const size_t bytes = dkv_layout<D16>::bytes(true, QC);
@@ -607,7 +607,7 @@ template <class T, int D16, bool HOLD, int MB>
 void fa_dq(gpu_stream *s, T *dq, const T *dout, const T *q, const T *k, const T *v, const gpu_attn *a, bool acc,
            const float *lse, const float *dsum, bool vec, float scale) {
   const int64_t tiles = (a->sq + FB - 1) / FB;
-  const bool by_tile = attention_fa_by_tile(tiles);
+  const bool by_tile = attention_fa_by_tile(tiles, a->b);
   const dim3 grid = attention_fa_grid(by_tile, tiles, a->hq, a->b);
   const size_t bytes = dq_layout<D16>::BYTES;
   fa_allow_smem(k_attn_dq_fa<T, D16, HOLD, MB>, bytes);

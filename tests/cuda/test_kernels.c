@@ -850,7 +850,8 @@ static float *fa_results(const char *shape, const char *order, const float *qkv,
  * then bit for bit the default's (2,3, by tiles) at two tiles and a cut
  * one of 150 positions, 2 batches of 3 heads: the forward's result and
  * the gradients, dq left out where atomics sum it (WEFT_ATTN=fa-atomic,
- * whose order varies). */
+ * whose order varies); not where WEFT_ATTN names a way not of these
+ * kernels. */
 static void check_attention_fa_bwd_shapes(void) {
   const char *shapes[4] = {"3,3", "4,4", "2,4", "2,3"}, *orders[4] = {"tiles", "tiles", "heads", "heads"};
   for (int i = 0; i < 4; i++) {
@@ -860,8 +861,15 @@ static void check_attention_fa_bwd_shapes(void) {
     check_gqa_at(GPU_F16, 90, 150, 40, 64, 1);
   }
   unsetenv("WEFT_ATTN_FA_BWD_SHAPE"), unsetenv("WEFT_ATTN_FA_ORDER");
+  /* the bits are the mma.sync kernels': where WEFT_ATTN (read once, when
+   * the plugin first runs attention) names another way, it runs these
+   * heads and the comparison would say nothing of them */
   const char *way = getenv("WEFT_ATTN");
   const bool atomic = way && strcmp(way, "fa-atomic") == 0;
+  if (way && *way && strcmp(way, "fa") != 0 && !atomic) {
+    printf("causal_attention (dh 64), the occupancies and orders bit for bit: not compared under WEFT_ATTN=%s\n", way);
+    return;
+  }
   int64_t b = 2, s = 150, heads = 3, c = heads * 64, nq = b * s * 3 * c, no = b * s * c;
   float *qkv = randn(nq, 1), *dout = randn(no, 1);
   round_all(qkv, nq, GPU_BF16), round_all(dout, no, GPU_BF16);
