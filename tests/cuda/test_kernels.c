@@ -817,25 +817,25 @@ static void check_attention_fa_shapes(void) {
 }
 
 /* The forward's result, then q|k|v's gradients (written, from the
- * forward's log-sum-exp) of causal attention at b, s, heads of 64, with
+ * forward's log-sum-exp) of causal attention in type dt at b, s, heads of 64, with
  * the backward's occupancy `shape` (WEFT_ATTN_FA_BWD_SHAPE) and the
  * blocks' `order` (WEFT_ATTN_FA_ORDER), as floats on the host. */
-static float *fa_results(const char *shape, const char *order, const float *qkv, const float *dout, int64_t b,
+static float *fa_results(int dt, const char *shape, const char *order, const float *qkv, const float *dout, int64_t b,
                          int64_t s, int64_t heads) {
   char e[400];
   int64_t dh = 64, c = heads * dh, nq = b * s * 3 * c, no = b * s * c;
-  size_t t = gpu_dtype_size(GPU_BF16);
+  size_t t = gpu_dtype_size(dt);
   gpu_attn a = {b, s, heads, dh, 1, 3 * c, 3 * c, c, s * 3 * c, s * 3 * c, s * c, s, 0, false};
-  void *dqkv = up(qkv, nq, GPU_BF16), *dO = up(dout, no, GPU_BF16), *o = poisoned(no, GPU_BF16), *g = poisoned(nq, GPU_BF16);
+  void *dqkv = up(qkv, nq, dt), *dO = up(dout, no, dt), *o = poisoned(no, dt), *g = poisoned(nq, dt);
   float *lse = gpu_alloc(gpu_attention_stats_bytes(&a), e, sizeof e);
-  void *ws = gpu_alloc(gpu_attention_backward_ws(GPU_BF16, &a, false), e, sizeof e);
+  void *ws = gpu_alloc(gpu_attention_backward_ws(dt, &a, false), e, sizeof e);
   if (!lse || !ws) die("gpu_alloc", e);
   setenv("WEFT_ATTN_FA_BWD_SHAPE", shape, 1), setenv("WEFT_ATTN_FA_ORDER", order, 1);
-  gpu_attention(S, GPU_BF16, o, dqkv, (char *)dqkv + c * t, (char *)dqkv + 2 * c * t, &a, lse);
-  gpu_attention_backward(S, GPU_BF16, g, (char *)g + c * t, (char *)g + 2 * c * t, dO, dqkv, (char *)dqkv + c * t,
+  gpu_attention(S, dt, o, dqkv, (char *)dqkv + c * t, (char *)dqkv + 2 * c * t, &a, lse);
+  gpu_attention_backward(S, dt, g, (char *)g + c * t, (char *)g + 2 * c * t, dO, dqkv, (char *)dqkv + c * t,
                          (char *)dqkv + 2 * c * t, &a, false, lse, o, ws);
   unsetenv("WEFT_ATTN_FA_BWD_SHAPE"), unsetenv("WEFT_ATTN_FA_ORDER");
-  float *h = malloc(sizeof(float) * (size_t)(no + nq)), *ho = down(o, no, GPU_BF16), *hg = down(g, nq, GPU_BF16);
+  float *h = malloc(sizeof(float) * (size_t)(no + nq)), *ho = down(o, no, dt), *hg = down(g, nq, dt);
   memcpy(h, ho, sizeof(float) * (size_t)no), memcpy(h + no, hg, sizeof(float) * (size_t)nq);
   free(ho), free(hg);
   gpu_free(dqkv), gpu_free(dO), gpu_free(o), gpu_free(g), gpu_free(lse), gpu_free(ws);
@@ -871,25 +871,29 @@ static void check_attention_fa_bwd_shapes(void) {
     return;
   }
   int64_t b = 2, s = 150, heads = 3, c = heads * 64, nq = b * s * 3 * c, no = b * s * c;
-  float *qkv = randn(nq, 1), *dout = randn(no, 1);
-  round_all(qkv, nq, GPU_BF16), round_all(dout, no, GPU_BF16);
-  float *base = fa_results("2,3", "tiles", qkv, dout, b, s, heads);
-  for (int i = 0; i < 4; i++) {
-    float *got = fa_results(shapes[i], orders[i], qkv, dout, b, s, heads);
-    int64_t differ = 0, n = 0;
-    for (int64_t j = 0; j < no + nq; j++) {
-      if (atomic && j >= no && (j - no) % (3 * c) < c) continue; /* dq */
-      n++;
-      if (memcmp(&got[j], &base[j], sizeof(float)) != 0) differ++;
+  /* bf16, then f16, whose 10 bits of mantissa show more of a sum's order */
+  for (int d = 0; d < 2; d++) {
+    const int dt = d ? GPU_F16 : GPU_BF16;
+    float *qkv = randn(nq, 1), *dout = randn(no, 1);
+    round_all(qkv, nq, dt), round_all(dout, no, dt);
+    float *base = fa_results(dt, "2,3", "tiles", qkv, dout, b, s, heads);
+    for (int i = 0; i < 4; i++) {
+      float *got = fa_results(dt, shapes[i], orders[i], qkv, dout, b, s, heads);
+      int64_t differ = 0, n = 0;
+      for (int64_t j = 0; j < no + nq; j++) {
+        if (atomic && j >= no && (j - no) % (3 * c) < c) continue; /* dq */
+        n++;
+        if (memcmp(&got[j], &base[j], sizeof(float)) != 0) differ++;
+      }
+      checks++;
+      if (differ) failures++;
+      printf("causal_attention (dh 64) %s, WEFT_ATTN_FA_BWD_SHAPE=%s WEFT_ATTN_FA_ORDER=%s against 2,3 by tiles: %lld "
+             "of %lld elements (out, %s) differ in their bits %s\n", dt_name(dt), shapes[i], orders[i], (long long)differ,
+             (long long)n, atomic ? "dk, dv" : "dq, dk, dv", differ ? "FAIL" : "ok");
+      free(got);
     }
-    checks++;
-    if (differ) failures++;
-    printf("causal_attention (dh 64), WEFT_ATTN_FA_BWD_SHAPE=%s WEFT_ATTN_FA_ORDER=%s against 2,3 by tiles: %lld of "
-           "%lld elements (out, %s) differ in their bits %s\n", shapes[i], orders[i], (long long)differ, (long long)n,
-           atomic ? "dk, dv" : "dq, dk, dv", differ ? "FAIL" : "ok");
-    free(got);
+    free(base), free(qkv), free(dout);
   }
-  free(base), free(qkv), free(dout);
 }
 
 /* The backward asked for part of the gradients (dq alone; dk and dv
