@@ -40,7 +40,7 @@ static inline bool al16(const void *p) { return ((uintptr_t)p & 15) == 0; }
  * tiles together leave, near the end, a few SMs on long blocks that
  * started late while the rest idle, most where the grid is a few waves,
  * as at batch 8 of 124M's heads). Each index is a block coordinate of its
- * own, so that finding them costs no division and no register. by_tile
+ * own, so that finding them costs no division. by_tile
  * false (WEFT_ATTN_FA_ORDER=heads, or more tiles or batches than a grid's
  * y and z hold): tiles by heads by batches, a head's tiles together. The
  * same bits either way. */
