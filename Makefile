@@ -102,8 +102,9 @@ NVTX_INC := $(patsubst %/nvtx3/nvToolsExt.h,%,$(NVTX_H))
 CUDA_CU   := $(wildcard backends/cuda/*.cu)
 CUDA_C    := $(wildcard backends/cuda/*.c) backends/cpu/clip.c backends/mpi/mpi_load.c
 CUDA_DEPS := $(wildcard backends/cuda/*.h backends/cuda/*.cuh) $(HEADERS)
-NVCCFLAGS ?= -O3 -std=c++17 -Werror all-warnings -gencode arch=compute_80,code=sm_80 \
-             -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+NVCC_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+             -gencode arch=compute_90,code=compute_90
+NVCCFLAGS ?= -O3 -std=c++17 -Werror all-warnings
 CUDA_CFLAGS := -O2 -g -std=c11 -D_GNU_SOURCE -fPIC -Wall -Wextra -Wno-unused-parameter -Werror \
                -Iinclude -Ibackends
 
@@ -130,7 +131,12 @@ gpu-pack: weft cuda
 
 $(BUILD)/cuda/%.o: backends/cuda/%.cu $(CUDA_DEPS)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -Xcompiler -fPIC,-Wall,-Wextra,-Wno-unused-parameter -Ibackends -c -o $@ $<
+	$(NVCC) $(NVCCFLAGS) $(NVCC_ARCH) -Xcompiler -fPIC,-Wall,-Wextra,-Wno-unused-parameter -Ibackends -c -o $@ $<
+
+# Hopper's warpgroup products (wgmma) exist on sm_90a alone, whose code runs
+# on compute capability 9.0 only: attention_wg.cu is built for it alone and
+# its kernels launched only there.
+$(BUILD)/cuda/attention_wg.o: NVCC_ARCH := -gencode arch=compute_90a,code=sm_90a
 
 $(BUILD)/cuda/host/%.o: backends/cuda/%.c $(CUDA_DEPS)
 	@mkdir -p $(dir $@)

@@ -44,10 +44,11 @@
 # a cuBLASLt linear and GPT-2's LM head (staged and direct; then again with
 # WEFT_GEMM_TUNE=0 WEFT_GEMM_EVEN=0) alone: ms per call and TFLOP/s
 # (bench_kernels), the attention backward at heads of 64 in each
-# occupancy of its kernels (WEFT_ATTN_FA_BWD_SHAPE, docs/cli.md;
-# where one is faster than the default, each model has a row in it
-# after weft's), then the plugin's attention with its blocks in either
-# order (WEFT_ATTN_FA_ORDER).
+# occupancy of its kernels and on Hopper's warpgroup products where
+# test_kernels --attention passes on the GPU (WEFT_ATTN_FA_BWD_SHAPE,
+# docs/cli.md; where one is faster than the default, each model has a row
+# in it after weft's), then the plugin's attention with its blocks in
+# either order (WEFT_ATTN_FA_ORDER).
 # Variables of the plugin's set for the run pass through to every row
 # (WEFT_ATTN_FA_BWD_SHAPE=3,4 sh bench/gpu.sh: 124M in that occupancy).
 DIR=${1:-bench/results}
@@ -103,11 +104,22 @@ elif [ -x "$KERNELS" ]; then
   # the same backward at heads of 64 in each occupancy of its two kernels
   # (WEFT_ATTN_FA_BWD_SHAPE=K,Q: blocks of dk/dv, of dq per multiprocessor
   # that their registers leave room for; the same bits in each)
-  say "the same attention backward at heads of 64, WEFT_ATTN=fa WEFT_ATTN_FA_BWD_SHAPE=K,Q (2,3 the default):"
-  for sh in 2,3 3,3 4,3 2,4 3,4 4,4; do
+  # and wg, the kernels on Hopper's warpgroup products (attention_wg.cu),
+  # where test_kernels --attention passed their checks on this GPU (other
+  # products, other bits: a way of wrong gradients is not timed)
+  WG=
+  TK=${TESTS:-$(dirname "$KERNELS")/test_kernels}
+  if [ -x "$TK" ]; then
+    WEFT_ATTN=fa "$TK" --attention >"$tmp/tk.out" 2>&1
+    grep "wgmma\|SHAPE=wg" "$tmp/tk.out" | tee -a "$log"
+    if grep -q "^test_kernels: [0-9]* checks, 0 failed" "$tmp/tk.out" && grep -q "SHAPE=wg against" "$tmp/tk.out"; then WG=wg
+    else say "the warpgroup kernels (wg): not timed: $(grep -c FAIL "$tmp/tk.out") checks of test_kernels --attention failed, or they do not run here"; fi
+  fi
+  say "the same attention backward at heads of 64, WEFT_ATTN=fa WEFT_ATTN_FA_BWD_SHAPE=K,Q (2,3 the default) or wg:"
+  for sh in 2,3 3,3 4,3 2,4 3,4 4,4 $WG; do
     WEFT_ATTN=fa WEFT_ATTN_FA_BWD_SHAPE=$sh "$KERNELS" $KERNELS_ARGS --attention 2>&1 |
       awk '/^attention backward .*dh64 /{p = 1; print; next} /^attention /{p = 0} p && /^  d/' |
-      sed "s/\$/  K,Q $sh/" | tee -a "$log" "$tmp/occupancy"
+      sed "s/\$/  shape $sh/" | tee -a "$log" "$tmp/occupancy"
   done
   # dq by atomics in the dk/dv kernel, in the occupancies of more blocks
   # (4,4: still 3 blocks an SM, which its shared memory allows, in 128
@@ -187,7 +199,7 @@ bench_at() {
   flops=$($WEFT graph $PLAN $sets --set batch=$batch --json | "$PY" -c 'import json,sys; print(3*json.load(sys.stdin)["forward_flops"])')
   tokens=$((batch * ${SEQ:-1024}))
   weft_row "$name weft"
-  [ -n "${BEST_BWD:-}" ] && weft_row "$name weft, bwd K,Q $BEST_BWD" WEFT_ATTN_FA_BWD_SHAPE=$BEST_BWD
+  [ -n "${BEST_BWD:-}" ] && weft_row "$name weft, bwd shape $BEST_BWD" WEFT_ATTN_FA_BWD_SHAPE=$BEST_BWD
   for mode in ${TORCH_MODES-eager compile}; do
     "$PY" bench/gpu/gpt2_torch.py --mode $mode --layers $layers --hidden $hidden --heads $heads --batch $batch \
       --steps $STEPS >"$tmp/t.json" 2>"$tmp/t.err"

@@ -10,7 +10,8 @@
 # of a streamed tile feeds two mma.sync in the dk/dv kernel), by the
 # exponentials or by occupancy (docs/run.md, "Which kernels run attention");
 # then the backward's two kernels again in their occupancy of 4 blocks a
-# multiprocessor (WEFT_ATTN_FA_BWD_SHAPE=4,4), fewer sections.
+# multiprocessor (WEFT_ATTN_FA_BWD_SHAPE=4,4) and on Hopper's warpgroup
+# products (=wg), fewer sections.
 # Writes DIR/gpu-ncu-attention-DATE-DEVICE.txt (default DIR: bench/results):
 # the kernels' names, then ncu's details page as it printed it.
 #
@@ -55,6 +56,13 @@ done
 # does occupancy move what bounds them
 for kn in k_attn_dkv_fa k_attn_dq_fa; do
   WEFT_ATTN=fa WEFT_ATTN_FA_BWD_SHAPE=4,4 prof "WEFT_ATTN_FA_BWD_SHAPE=4,4" $kn --section SpeedOfLight \
+    --section Occupancy --section LaunchStats --section WarpStateStats --section ComputeWorkloadAnalysis \
+    --section MemoryWorkloadAnalysis
+done
+# the warpgroup kernels (WEFT_ATTN_FA_BWD_SHAPE=wg, compute capability
+# 9.0): what Hopper's own product changes in the same sections
+for kn in k_attn_dkv_wg k_attn_dq_wg; do
+  WEFT_ATTN=fa WEFT_ATTN_FA_BWD_SHAPE=wg prof "WEFT_ATTN_FA_BWD_SHAPE=wg" $kn --section SpeedOfLight \
     --section Occupancy --section LaunchStats --section WarpStateStats --section ComputeWorkloadAnalysis \
     --section MemoryWorkloadAnalysis
 done

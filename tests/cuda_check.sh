@@ -78,13 +78,16 @@ if [ -n "$REAL" ] && [ -f "$REAL/libweft_cuda.so" ]; then
   fi
   # the attention backward's kernels at heads of 64 in each occupancy
   # (WEFT_ATTN_FA_BWD_SHAPE, docs/run.md): ptxas's registers and spills on
-  # sm_90, printed for bf16; the occupancies of 4 blocks an SM may spill a
-  # little, no other instance of the mma.sync attention kernels (forward,
-  # dk/dv, dq, f16 and bf16, every head width) may
+  # sm_90 (sm_90a for the warpgroup kernels, wg), printed for bf16; the
+  # occupancies of 4 blocks an SM may spill a little, no other instance of
+  # the mma.sync attention kernels (forward, dk/dv, dq, f16 and bf16, every
+  # head width) nor of the warpgroup ones may
   if { ${NVCC:-nvcc} -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -Xptxas -v -Ibackends -c -o "$tmp/fa.o" \
          backends/cuda/attention_fa_bwd.cu &&
        ${NVCC:-nvcc} -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -Xptxas -v -Ibackends -c -o "$tmp/fa.o" \
-         backends/cuda/attention_fa.cu; } 2>"$tmp/ptxas.txt"; then
+         backends/cuda/attention_fa.cu &&
+       ${NVCC:-nvcc} -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Xptxas -v -Ibackends -c -o "$tmp/fa.o" \
+         backends/cuda/attention_wg.cu; } 2>"$tmp/ptxas.txt"; then
     awk '
       /Compiling entry function/ { match($0, /'"'"'[^'"'"']*'"'"'/); name = substr($0, RSTART + 1, RLENGTH - 2) }
       /bytes spill stores/ { st[name] = $5; ld[name] = $9 }
@@ -93,7 +96,8 @@ if [ -n "$REAL" ] && [ -f "$REAL/libweft_cuda.so" ]; then
         n = split("dk/dv 2 _Z13k_attn_dkv_faI13__nv_bfloat16Li4ELb1ELi64ELi2ELb0E|" \
                   "dk/dv 3 _Z13k_attn_dkv_faI13__nv_bfloat16Li4ELb0ELi32ELi3ELb0E|" \
                   "dk/dv 4 _Z13k_attn_dkv_faI13__nv_bfloat16Li4ELb0ELi32ELi4ELb0E|" \
-                  "dq 3 _Z12k_attn_dq_faI13__nv_bfloat16Li4ELb1ELi3EE|dq 4 _Z12k_attn_dq_faI13__nv_bfloat16Li4ELb0ELi4EE", v, "|")
+                  "dq 3 _Z12k_attn_dq_faI13__nv_bfloat16Li4ELb1ELi3EE|dq 4 _Z12k_attn_dq_faI13__nv_bfloat16Li4ELb0ELi4EE|" \
+                  "dk/dv wg _Z13k_attn_dkv_wgI13__nv_bfloat16E|dq wg _Z12k_attn_dq_wgI13__nv_bfloat16E", v, "|")
         bad = 0; line = ""; kernels = 0
         for (i = 1; i <= n; i++) {
           split(v[i], f, " "); found = 0
@@ -104,7 +108,7 @@ if [ -n "$REAL" ] && [ -f "$REAL/libweft_cuda.so" ]; then
           }
           if (!found) { bad = 1; line = line ", " f[1] " " f[2] ": not found" }
         }
-        for (k in rg) if (k ~ /k_attn_(fa_fwd|dkv_fa|dq_fa)/) {
+        for (k in rg) if (k ~ /k_attn_(fa_fwd|dkv_fa|dq_fa|dkv_wg|dq_wg)/) {
           kernels++
           four = k ~ /^_Z13k_attn_dkv_fa.*ELi32ELi4ELb[01]E/ || k ~ /^_Z12k_attn_dq_fa.*Li4ELb0ELi4EE/
           if (!four && st[k] + ld[k] > 0) { bad = 1; line = line sprintf("; %s spills %d bytes", k, st[k] + ld[k]) }
@@ -115,7 +119,7 @@ if [ -n "$REAL" ] && [ -f "$REAL/libweft_cuda.so" ]; then
     if [ $? -eq 0 ]; then ok
       echo "cuda: the attention backward at heads of 64 on sm_90 by blocks an SM, $(cat "$tmp/regs.txt")"
     else bad "the mma.sync attention kernels' registers and spills"; cat "$tmp/regs.txt"; fi
-  else bad "nvcc -Xptxas -v of attention_fa_bwd.cu and attention_fa.cu"; tail -5 "$tmp/ptxas.txt"; fi
+  else bad "nvcc -Xptxas -v of attention_fa_bwd.cu, attention_fa.cu and attention_wg.cu"; tail -5 "$tmp/ptxas.txt"; fi
 else
   echo "cuda: the plugin was not built (no nvcc)"
 fi

@@ -34,60 +34,15 @@
 #include <string.h>
 
 #include "attention.cuh"
+#include "cpasync.cuh"
 #include "mma.cuh"
 
 namespace {
 
 /* warps, threads, rows of a block and of a streamed tile */
 enum { FW = 4, FT = 32 * FW, FB = 64 };
+static_assert(FT == 2 * STATS_ROWS && FB == STATS_ROWS, "stats_to: a thread a number");
 constexpr float kLog2e = 1.4426950408889634f;
-
-/* 2^x, the hardware's approximation on the GPU (2^-inf = 0). */
-#ifdef WEFT_CUDA_EMU
-inline float fexp2(float x) { return exp2f(x); }
-#else
-DEV float fexp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-#endif
-
-/* ---- asynchronous copies to shared memory -------------------------------------------- */
-
-#ifdef WEFT_CUDA_EMU
-inline void fa_aligned(const void *p) {
-  if ((uintptr_t)p & 15) {
-    fprintf(stderr, "attention_fa_bwd: a 16-byte copy at %p, not aligned\n", p);
-    abort();
-  }
-}
-/* The emulation copies at once: the waits that follow only order more. */
-inline void cp16(void *dst, const void *src) {
-  fa_aligned(dst), fa_aligned(src);
-  memcpy(dst, src, 16);
-}
-inline void cp4(void *dst, const void *src) { memcpy(dst, src, 4); }
-inline void cp_commit() {}
-template <int N> inline void cp_wait() {}
-inline void zero16(void *dst) {
-  fa_aligned(dst);
-  memset(dst, 0, 16);
-}
-#else
-DEV void cp16(void *dst, const void *src) {
-  unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
-}
-DEV void cp4(void *dst, const void *src) {
-  unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(src) : "memory");
-}
-DEV void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-/* Until at most N of this thread's groups are still in flight. */
-template <int N> DEV void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
-DEV void zero16(void *dst) { *(uint4 *)dst = make_uint4(0u, 0u, 0u, 0u); }
-#endif
 
 /* FB rows of a head from src (row stride `row` elements) into shared rows
  * of dh + 8 elements, 8 elements a copy (cp.async when vec, else plain
@@ -112,19 +67,6 @@ DEV void rows_to(T *dst, const T *src, int64_t row, int left, bool vec) {
       zero16(d);
     }
   }
-}
-
-/* lse (times log2 e at use) and D of FB rows of one head from lse and
- * dsum; rows from `left` on get lse = +inf, so P = 0. */
-DEV void stats_to(float *Ls, float *Ds, const float *lse, const float *dsum, int left) {
-  static_assert(FT == 2 * FB, "a thread a number");
-  int rr = (int)threadIdx.x % FB;
-  bool d = (int)threadIdx.x >= FB;
-  float *dst = d ? Ds + rr : Ls + rr;
-  if (rr < left)
-    cp4(dst, (d ? dsum : lse) + rr);
-  else
-    *dst = d ? 0.0f : INFINITY;
 }
 
 /* ---- fragments ------------------------------------------------------------------------ */
@@ -180,12 +122,6 @@ DEV void accumulate(float (*g)[4], const uint32_t (*pp)[4], const T *B, int lane
       mma16816<T>(g[2 * d16], pp[j], b, g[2 * d16]);
       mma16816<T>(g[2 * d16 + 1], pp[j], b + 2, g[2 * d16 + 1]);
     }
-}
-
-/* The 16-bit words of n-block nb of a result as A fragments (see mma.cuh). */
-template <class T> DEV void pack_c(uint32_t (*pp)[4], int nb, float c0, float c1, float c2, float c3) {
-  pp[nb >> 1][(nb & 1) * 2] = pack2<T>(c0, c1);
-  pp[nb >> 1][(nb & 1) * 2 + 1] = pack2<T>(c2, c3);
 }
 
 /* ---- dk and dv ------------------------------------------------------------------------ */
@@ -624,7 +560,9 @@ void fa_dq(gpu_stream *s, T *dq, const T *dout, const T *q, const T *k, const T 
  * tests/cuda_check.sh checks the fit with ptxas. All give the same bits:
  * the products add the same fragments in the same order.
  * WEFT_ATTN_FA_BWD_SHAPE=K,Q picks them (read at each call, so that a
- * test or a benchmark runs each); by default 2,3. */
+ * test or a benchmark runs each); by default 2,3. =wg asks for the
+ * kernels on Hopper's warpgroup products (attention_wg.cu), kv = q = 0
+ * here, which give other bits. */
 struct fa_occupancy {
   int kv, q;
 };
@@ -632,6 +570,7 @@ fa_occupancy fa_bwd_shape(void) {
   const char *e = getenv("WEFT_ATTN_FA_BWD_SHAPE");
   fa_occupancy o = {2, 3};
   if (!e || !*e) return o;
+  if (strcmp(e, "wg") == 0) return fa_occupancy{0, 0};
   if (strlen(e) == 3 && e[0] >= '2' && e[0] <= '4' && e[1] == ',' && (e[2] == '3' || e[2] == '4')) {
     o.kv = e[0] - '0', o.q = e[2] - '0';
     return o;
@@ -639,7 +578,7 @@ fa_occupancy fa_bwd_shape(void) {
   static bool said;
   if (!said) {
     said = true;
-    fprintf(stderr, "weft: WEFT_ATTN_FA_BWD_SHAPE=%s is not K,Q (K 2, 3 or 4; Q 3 or 4): 2,3 runs\n", e);
+    fprintf(stderr, "weft: WEFT_ATTN_FA_BWD_SHAPE=%s is not K,Q (K 2, 3 or 4; Q 3 or 4) nor wg: 2,3 runs\n", e);
   }
   return o;
 }
@@ -657,7 +596,8 @@ void fa_backward(gpu_stream *s, void *dq, void *dk, void *dv, const void *dout, 
    * queries at once with the rows in 168 registers spills (heads of 64),
    * and on an H100 was within 2% of these. Heads of 64 in the other
    * occupancies of fa_bwd_shape where it asks. */
-  const fa_occupancy sh = a->dh == 64 ? fa_bwd_shape() : fa_occupancy{2, 3};
+  fa_occupancy sh = a->dh == 64 ? fa_bwd_shape() : fa_occupancy{2, 3};
+  if (sh.kv == 0) sh = fa_occupancy{2, 3}; /* wg where it could not run (attention_fa_backward) */
   if (dk || dv || dqa) {
     switch (a->dh) {
     case 32: fa_dkv<T, 2, true, fa_qc(2), 2>(s, gq, gk, gv, o, qq, kk, vv, a, acc, lse, dsum, vec, dqa, scale); break;
@@ -697,6 +637,18 @@ void attention_fa_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, 
   const bool vec = a->dh % 8 == 0 && a->q_row % 8 == 0 && a->kv_row % 8 == 0 && a->o_row % 8 == 0 &&
                    a->q_batch % 8 == 0 && a->kv_batch % 8 == 0 && a->o_batch % 8 == 0 && al16(dout) && al16(q) &&
                    al16(k) && al16(v);
+  if (!dqa && a->dh == 64 && fa_bwd_shape().kv == 0) {
+    if (attention_wg_takes(dt, a)) {
+      attention_wg_backward(s, dt, dq, dk, dv, dout, q, k, v, a, acc, lse, dsum, vec);
+      return;
+    }
+    static bool said;
+    if (!said) {
+      said = true;
+      fprintf(stderr, "weft: WEFT_ATTN_FA_BWD_SHAPE=wg: the warpgroup kernels run on GPUs of compute capability 9.0 "
+                      "alone (16-bit heads of 64): 2,3 runs\n");
+    }
+  }
   if (dt == GPU_F16)
     fa_backward<f16>(s, dq, dk, dv, dout, q, k, v, a, acc, lse, dsum, vec, dqa);
   else

@@ -324,6 +324,12 @@ void gpu_attention_full_backward(gpu_stream *s, int dt, void *dq, void *dk, void
  * through the warp product of mma.cuh (dt bf16 or f16): a check of its
  * layouts. */
 void gpu_mma_check(gpu_stream *s, int dt, float *d, const void *a, const void *b_nk, const void *b_kn);
+/* attention_wg.cu: d[0, 4096) = A B and d[4096, 8192) = the same with B
+ * stored [k][n], A 64 x 64 and B 64 x 64 row-major (16-bit, dt bf16 or
+ * f16), d f32 row-major, through the warpgroup product of wgmma.cuh over
+ * swizzled tiles: a check of its layouts and descriptors. False (nothing
+ * run) where the GPU does not run it (compute capability other than 9.0). */
+bool gpu_wgmma_check(gpu_stream *s, int dt, float *d, const void *a, const void *b_nk, const void *b_kn);
 
 /* ---- softmax -------------------------------------------------------------------------- */
 

@@ -119,6 +119,13 @@ template <> DEV void mma16816<f16>(float d[4], const uint32_t a[4], const uint32
 
 #endif
 
+/* The 16-bit words of n-block nb of a product's result (c0..c3 its four
+ * sums) as A fragments: pp[j] the A operand over columns 16 j to 16 j + 15. */
+template <class T> DEV void pack_c(uint32_t (*pp)[4], int nb, float c0, float c1, float c2, float c3) {
+  pp[nb >> 1][(nb & 1) * 2] = pack2<T>(c0, c1);
+  pp[nb >> 1][(nb & 1) * 2 + 1] = pack2<T>(c2, c3);
+}
+
 /* Fragment loads from a row-major 16-bit matrix p (row stride ld elements,
  * even), this lane's words. A: the 16 x 16 tile at p. B from a matrix
  * stored [n][k] (each column of B a row of p, as K for Q K^T): the 16 x 8

@@ -816,6 +816,41 @@ static void check_attention_fa_shapes(void) {
   unsetenv("WEFT_ATTN_FA_SHAPE");
 }
 
+/* The warpgroup product of wgmma.cuh (attention_wg.cu), A 64 x 64 by B
+ * laid out either way in swizzled tiles, against sums in double of the
+ * same 16-bit inputs (f32 sums of 64 exact products: f32's tolerance).
+ * Where the GPU does not run it (compute capability other than 9.0) it
+ * says so and checks nothing; returns whether it ran. */
+static bool check_wgmma(int dt) {
+  char e[400];
+  float *a = randn(4096, 1), *bkn = randn(4096, 1), *bnk = malloc(4096 * 4), *want = malloc(8192 * 4);
+  round_all(a, 4096, dt), round_all(bkn, 4096, dt);
+  for (int k = 0; k < 64; k++)
+    for (int n = 0; n < 64; n++) bnk[n * 64 + k] = bkn[k * 64 + n];
+  for (int i = 0; i < 64; i++)
+    for (int j = 0; j < 64; j++) {
+      double sum = 0;
+      for (int k = 0; k < 64; k++) sum += (double)a[i * 64 + k] * bkn[k * 64 + j];
+      want[i * 64 + j] = want[4096 + i * 64 + j] = (float)sum;
+    }
+  void *da = up(a, 4096, dt), *dnk = up(bnk, 4096, dt), *dkn = up(bkn, 4096, dt);
+  float *d = gpu_alloc(8192 * 4, e, sizeof e), *got = malloc(8192 * 4);
+  if (!d) die("gpu_alloc", e);
+  bool ran = gpu_wgmma_check(S, dt, d, da, dnk, dkn);
+  if (!ran) {
+    printf("kernel wgmma m64n64k16 %s: not on this GPU (compute capability 9.0 alone): not checked\n", dt_name(dt));
+  } else {
+    if (!gpu_check("wgmma", e, sizeof e) || !gpu_download(got, d, 8192 * 4, S, e, sizeof e)) die("wgmma", e);
+    char what[2][80];
+    snprintf(what[0], sizeof what[0], "wgmma m64n64k16 (%s): A B, B K-major", dt_name(dt));
+    snprintf(what[1], sizeof what[1], "wgmma m64n64k16 (%s): A B, B MN-major", dt_name(dt));
+    for (int c = 0; c < 2; c++) expect(what[c], GPU_F32, copy(got + 4096 * c, 4096), want + 4096 * c, 4096);
+  }
+  free(got), free(a), free(bkn), free(bnk), free(want);
+  gpu_free(d), gpu_free(da), gpu_free(dnk), gpu_free(dkn);
+  return ran;
+}
+
 /* The forward's result, then q|k|v's gradients (written, from the
  * forward's log-sum-exp) of causal attention in type dt at b, s, heads of 64, with
  * the backward's occupancy `shape` (WEFT_ATTN_FA_BWD_SHAPE) and the
@@ -853,8 +888,12 @@ static float *fa_results(int dt, const char *shape, const char *order, const flo
  * whose order varies); not where WEFT_ATTN names a way not of these
  * kernels. */
 static void check_attention_fa_bwd_shapes(void) {
-  const char *shapes[4] = {"3,3", "4,4", "2,4", "2,3"}, *orders[4] = {"tiles", "tiles", "heads", "heads"};
-  for (int i = 0; i < 4; i++) {
+  const char *shapes[5] = {"3,3", "4,4", "2,4", "2,3", "wg"}, *orders[5] = {"tiles", "tiles", "heads", "heads", "tiles"};
+  /* wg: the warpgroup kernels, where the GPU runs them (else the default
+   * would run in their place, and pass for them) */
+  const bool wg_bf16 = check_wgmma(GPU_BF16), wg = check_wgmma(GPU_F16) && wg_bf16;
+  if (!wg) printf("causal_attention (dh 64), WEFT_ATTN_FA_BWD_SHAPE=wg: not on this GPU: not checked\n");
+  for (int i = 0; i < (wg ? 5 : 4); i++) {
     setenv("WEFT_ATTN_FA_BWD_SHAPE", shapes[i], 1), setenv("WEFT_ATTN_FA_ORDER", orders[i], 1);
     check_attention(GPU_BF16, 2, 150, 3, 64);
     check_gqa(GPU_BF16, 100, 260, 130, 64);
@@ -890,6 +929,22 @@ static void check_attention_fa_bwd_shapes(void) {
       printf("causal_attention (dh 64) %s, WEFT_ATTN_FA_BWD_SHAPE=%s WEFT_ATTN_FA_ORDER=%s against 2,3 by tiles: %lld "
              "of %lld elements (out, %s) differ in their bits %s\n", dt_name(dt), shapes[i], orders[i], (long long)differ,
              (long long)n, atomic ? "dk, dv" : "dq, dk, dv", differ ? "FAIL" : "ok");
+      free(got);
+    }
+    if (wg) {
+      /* other products, other roundings: how many bits differ, said (the
+       * checks against the CPU's above are its checks) */
+      float *got = fa_results(dt, "wg", "tiles", qkv, dout, b, s, heads);
+      int64_t differ = 0;
+      double worst = 0;
+      for (int64_t j = 0; j < no + nq; j++) {
+        if (memcmp(&got[j], &base[j], sizeof(float)) != 0) differ++;
+        double rel = fabs((double)got[j] - base[j]) / (fabs((double)base[j]) + 1e-3);
+        worst = rel > worst ? rel : worst;
+      }
+      printf("causal_attention (dh 64) %s, WEFT_ATTN_FA_BWD_SHAPE=wg against 2,3: %lld of %lld elements differ in "
+             "their bits, by at most %.1e of the element (+ 1e-3)\n", dt_name(dt), (long long)differ,
+             (long long)(no + nq), worst);
       free(got);
     }
     free(base), free(qkv), free(dout);

@@ -1,0 +1,413 @@
+/* attention_wg.cu - the backward of causal attention at heads of 64 on
+ * Hopper's warpgroup products (wgmma.cuh; this file is built for sm_90a
+ * alone and runs on GPUs of compute capability 9.0). The two kernels of
+ * attention_fa_bwd.cu, by the same steps and masks, the scores kept in
+ * registers, but each product is one wgmma of the block's warpgroup over
+ * a 64 x 64 tile in shared memory (64 by 64 by 16 a product) instead of
+ * each warp's mma.sync over fragments it loaded by ldmatrix: the tensor
+ * cores read the streamed tile themselves, in either orientation (K-major
+ * for S = Q K^T, MN-major for dV += P^T dO), so the tiles are laid out once,
+ * in the 128-byte swizzle, and never transposed.
+ *   dk, dv: a block of 4 warps takes 64 keys of one key/value head (warp w
+ *   keys 16 w on, its K and V rows as A fragments in registers) and walks
+ *   the query tiles that see them: S^T = K Q^T, P^T, dV += P^T dO,
+ *   dP^T = V dO^T (these two in one group), dS^T, dK += dS^T Q.
+ *   dq: a block takes 64 queries of one head (the last first), Q and dO
+ *   rows in registers, over the key tiles up to its last row: S = Q K^T,
+ *   P, dP = dO V^T, dS, dQ += dS K.
+ * Every warp of the group takes part in every product (wgmma is the
+ * group's), so the masks zero what a warp of attention_fa_bwd.cu skips.
+ * No atomics: the same bits in two runs. WEFT_ATTN_FA_BWD_SHAPE=wg asks for
+ * them (attention_fa_bwd.cu). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attention.cuh"
+#include "cpasync.cuh"
+#include "wgmma.cuh"
+
+#if defined(__CUDA_ARCH__) && !defined(WEFT_CUDA_EMU) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "attention_wg.cu is built for sm_90a alone"
+#endif
+
+namespace {
+
+/* threads and rows of a block; bytes of a swizzled tile (wgmma.cuh) */
+constexpr int WT = 128, WB = 64, TILE = WB * 128;
+static_assert(WB == STATS_ROWS && WT == 2 * STATS_ROWS, "stats_to: a thread a number");
+constexpr float kLog2e = 1.4426950408889634f;
+
+/* Rows [0, WB) of a head of 64 from src (row stride `row` elements) into a
+ * swizzled tile, 8 elements a copy (cp.async when vec, else plain loads);
+ * rows from `left` on are zero. Every thread of the block calls it. */
+template <class T> DEV void tile_to(unsigned char *dst, const T *src, int64_t row, int left, bool vec) {
+#pragma unroll
+  for (int i = 0; i < WB * 8 / WT; i++) {
+    const int e = (int)threadIdx.x + i * WT, r = e >> 3, c = e & 7;
+    unsigned char *d = dst + wg_at(r, c * 8);
+    if (r < left) {
+      const T *s = src + r * row + c * 8;
+      if (vec) {
+        cp16(d, s);
+      } else {
+#pragma unroll
+        for (int j = 0; j < 8; j++) ((T *)d)[j] = s[j];
+      }
+    } else {
+      zero16(d);
+    }
+  }
+}
+
+/* The A fragment of the 16 x 16 block at (r0, c0) of a swizzled tile. */
+DEV void tile_a(uint32_t a[4], const unsigned char *tile, int r0, int c0, int lane) {
+  ldsm_x4<false>(a, tile + wg_at(r0 + (lane & 15), c0 + (lane >> 4) * 8));
+}
+
+/* x = A B over k = 64: A the warp's four A fragments, B the tile K-major. */
+template <class T> DEV void product_k(float (*x)[4], const uint32_t (*af)[4], const unsigned char *tile) {
+  const wg_desc b = wg_kmajor(tile);
+#pragma unroll
+  for (int kk = 0; kk < 4; kk++) wg_mma<T, false>(x, af[kk], wg_add(b, 32 * kk), kk > 0);
+}
+/* g += A B over k = 64: A the warp's 16 x 64 scores (pp), B the tile MN-major. */
+template <class T> DEV void product_mn(float (*g)[4], const uint32_t (*pp)[4], const unsigned char *tile) {
+  const wg_desc b = wg_mnmajor(tile);
+#pragma unroll
+  for (int j = 0; j < 4; j++) wg_mma<T, true>(g, pp[j], wg_add(b, 2048 * j), true);
+}
+/* Until every product issued is done, their results held in place. */
+DEV void products_done(float (*x)[4]) {
+  wg_commit();
+  wg_wait<0>();
+  wg_hold(x);
+}
+
+/* Shared memory (bytes, with 1024 to align the tiles): dk/dv's K and V
+ * tiles, then two stages of a query tile, its dout tile and lse and D of
+ * their rows (in 1024 bytes, so that the next stage's tiles are aligned);
+ * dq's Q and dout tiles, then two stages of a key tile and its value tile. */
+constexpr int DKV_STAGE = 2 * TILE + 1024, DKV_BYTES = 2 * TILE + 2 * DKV_STAGE + 1024;
+constexpr int DQ_STAGE = 2 * TILE, DQ_BYTES = 2 * TILE + 2 * DQ_STAGE + 1024;
+
+} // namespace
+
+/* dk, dv of keys [k0, k0 + WB) of key/value head hk; warp w owns 16. */
+template <class T>
+__global__ void __launch_bounds__(WT, 2)
+    k_attn_dkv_wg(T *dk, T *dv, const T *dout, const T *q, const T *k, const T *v, gpu_attn a, float scale,
+                  bool vec, const float *lse, const float *dsum, bool acc, bool by_tile) {
+  DYN_SMEM(unsigned char, raw0);
+  unsigned char *raw = wg_align(raw0);
+  unsigned char *Ks = raw, *Vs = raw + TILE, *stages = raw + 2 * TILE;
+  int64_t bi, hk, tile, grid_tiles;
+  attention_fa_block(by_tile, bi, hk, tile, grid_tiles);
+  const int k0 = (int)tile * WB, sq = (int)a.sq, qpos = (int)a.qpos;
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3, kw = k0 + 16 * w;
+  const int64_t kvoff = bi * a.kv_batch + hk * a.dh;
+  q += bi * a.q_batch, dout += bi * a.o_batch, lse += bi * a.hq * a.sq, dsum += bi * a.hq * a.sq;
+  tile_to<T>(Ks, k + kvoff + k0 * a.kv_row, a.kv_row, (int)a.sk - k0, vec);
+  tile_to<T>(Vs, v + kvoff + k0 * a.kv_row, a.kv_row, (int)a.sk - k0, vec);
+  cp_commit();
+  /* the query rows from qs on see some of these keys: their tiles, for
+   * each query head of the group; (fh, fq) the next to fetch, q0 the one
+   * computed */
+  const int qs = k0 > qpos ? k0 - qpos : 0;
+  const int64_t steps = qs < sq ? a.r * ((sq - qs + WB - 1) / WB) : 0;
+  int64_t fh = hk * a.r;
+  int fq = qs, q0 = qs;
+  auto fetch = [&](unsigned char *stage) {
+    const int left = sq - fq;
+    tile_to<T>(stage, q + fh * a.dh + fq * a.q_row, a.q_row, left, vec);
+    tile_to<T>(stage + TILE, dout + fh * a.dh + fq * a.o_row, a.o_row, left, vec);
+    float *Ls = (float *)(stage + 2 * TILE);
+    stats_to(Ls, Ls + WB, lse + fh * a.sq + fq, dsum + fh * a.sq + fq, left);
+    if ((fq += WB) >= sq) fq = qs, fh++;
+  };
+  if (steps > 0) fetch(stages);
+  cp_commit();
+  cp_wait<1>();
+  __syncthreads();
+  uint32_t kf[4][4], vf[4][4];
+#pragma unroll
+  for (int kk = 0; kk < 4; kk++) tile_a(kf[kk], Ks, 16 * w, 16 * kk, lane), tile_a(vf[kk], Vs, 16 * w, 16 * kk, lane);
+  float gk[8][4], gv[8][4];
+#pragma unroll
+  for (int n = 0; n < 8; n++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) gk[n][e] = gv[n][e] = 0.0f;
+  const float sl2 = scale * kLog2e;
+  for (int64_t st = 0; st < steps; st++) {
+    if (st + 1 < steps) fetch(stages + ((st + 1) & 1) * DKV_STAGE);
+    cp_commit();
+    cp_wait<1>();
+    wg_proxy_fence();
+    __syncthreads();
+    const unsigned char *Qs = stages + (st & 1) * DKV_STAGE, *Os = Qs + TILE;
+    const float *Ls = (const float *)(Qs + 2 * TILE), *Ds = Ls + WB;
+    /* S^T: key kw + g (+ 8) against query q0 + column */
+    float x[8][4];
+    wg_fence();
+    product_k<T>(x, kf, Qs);
+    products_done(x);
+    /* P^T, masked where some key of the warp comes after the tile's first
+     * query: columns below lim are not seen */
+    const int rel = kw - qpos - q0, lim0 = rel + g, lim1 = lim0 + 8;
+    const bool edge = rel + 15 > 0;
+    uint32_t pp[4][4];
+#pragma unroll
+    for (int nb = 0; nb < 8; nb++) {
+      const int c = nb * 8 + 2 * t;
+      const float l0 = Ls[c] * kLog2e, l1 = Ls[c + 1] * kLog2e;
+      float p0 = fexp2(x[nb][0] * sl2 - l0), p1 = fexp2(x[nb][1] * sl2 - l1);
+      float p2 = fexp2(x[nb][2] * sl2 - l0), p3 = fexp2(x[nb][3] * sl2 - l1);
+      if (edge) {
+        if (c < lim0) p0 = 0.0f;
+        if (c + 1 < lim0) p1 = 0.0f;
+        if (c < lim1) p2 = 0.0f;
+        if (c + 1 < lim1) p3 = 0.0f;
+      }
+      pack_c<T>(pp, nb, p0, p1, p2, p3);
+    }
+    /* dV += P^T dO and dP^T = V dO^T in one group */
+    wg_fence(pp);
+    product_mn<T>(gv, pp, Os);
+    product_k<T>(x, vf, Os);
+    products_done(x);
+    wg_hold(gv);
+    /* dS^T = P^T (dP^T - D) in place of P^T; dK += dS^T Q */
+#pragma unroll
+    for (int nb = 0; nb < 8; nb++) {
+      const int c = nb * 8 + 2 * t;
+      const float d0 = Ds[c], d1 = Ds[c + 1];
+      const uint32_t u0 = pp[nb >> 1][(nb & 1) * 2], u1 = pp[nb >> 1][(nb & 1) * 2 + 1];
+      pack_c<T>(pp, nb, lo16<T>(u0) * (x[nb][0] - d0), hi16<T>(u0) * (x[nb][1] - d1), lo16<T>(u1) * (x[nb][2] - d0),
+                hi16<T>(u1) * (x[nb][3] - d1));
+    }
+    wg_fence(pp);
+    product_mn<T>(gk, pp, Qs);
+    products_done(gk);
+    if ((q0 += WB) >= sq) q0 = qs;
+    __syncthreads();
+  }
+  const int64_t base = kvoff + (kw + g) * a.kv_row + 2 * t;
+#pragma unroll
+  for (int n = 0; n < 8; n++)
+#pragma unroll
+    for (int hh = 0; hh < 2; hh++) {
+      if (kw + g + 8 * hh >= a.sk) continue;
+      const int64_t at = base + 8 * hh * a.kv_row + n * 8;
+      if (dk) put(&dk[at], gk[n][2 * hh] * scale, acc), put(&dk[at + 1], gk[n][2 * hh + 1] * scale, acc);
+      if (dv) put(&dv[at], gv[n][2 * hh], acc), put(&dv[at + 1], gv[n][2 * hh + 1], acc);
+    }
+}
+
+/* dq of query rows [q0, q0 + WB) of head h, the last block the first;
+ * warp w owns 16. */
+template <class T>
+__global__ void __launch_bounds__(WT, 3)
+    k_attn_dq_wg(T *dq, const T *dout, const T *q, const T *k, const T *v, gpu_attn a, float scale, bool vec,
+                 const float *lse, const float *dsum, bool acc, bool by_tile) {
+  DYN_SMEM(unsigned char, raw0);
+  unsigned char *raw = wg_align(raw0);
+  unsigned char *Qs = raw, *Os = raw + TILE, *stages = raw + 2 * TILE;
+  int64_t bi, h, tile, grid_tiles;
+  attention_fa_block(by_tile, bi, h, tile, grid_tiles);
+  const int q0 = (int)(grid_tiles - 1 - tile) * WB, sq = (int)a.sq, sk = (int)a.sk, qpos = (int)a.qpos;
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int qw = q0 + 16 * w, qi0 = qw + g, qi1 = qi0 + 8;
+  const T *kb = k + bi * a.kv_batch + (h / a.r) * a.dh, *vb = v + bi * a.kv_batch + (h / a.r) * a.dh;
+  tile_to<T>(Qs, q + bi * a.q_batch + h * a.dh + q0 * a.q_row, a.q_row, sq - q0, vec);
+  tile_to<T>(Os, dout + bi * a.o_batch + h * a.dh + q0 * a.o_row, a.o_row, sq - q0, vec);
+  cp_commit();
+  const int tiles = (int)last_key(a, q0 + WB) / WB + 1;
+  tile_to<T>(stages, kb, a.kv_row, sk, vec);
+  tile_to<T>(stages + TILE, vb, a.kv_row, sk, vec);
+  cp_commit();
+  cp_wait<1>();
+  __syncthreads();
+  uint32_t qf[4][4], of[4][4];
+#pragma unroll
+  for (int kk = 0; kk < 4; kk++) tile_a(qf[kk], Qs, 16 * w, 16 * kk, lane), tile_a(of[kk], Os, 16 * w, 16 * kk, lane);
+  const int64_t at = (bi * a.hq + h) * a.sq;
+  const float l0 = qi0 < sq ? lse[at + qi0] * kLog2e : INFINITY, l1 = qi1 < sq ? lse[at + qi1] * kLog2e : INFINITY;
+  const float d0 = qi0 < sq ? dsum[at + qi0] : 0.0f, d1 = qi1 < sq ? dsum[at + qi1] : 0.0f;
+  /* the last key each of the lane's rows sees */
+  const int see0 = qpos + qi0 < sk - 1 ? qpos + qi0 : sk - 1, see1 = qpos + qi1 < sk - 1 ? qpos + qi1 : sk - 1;
+  const float sl2 = scale * kLog2e;
+  float gq[8][4];
+#pragma unroll
+  for (int n = 0; n < 8; n++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) gq[n][e] = 0.0f;
+  for (int kt = 0; kt < tiles; kt++) {
+    const int k0 = kt * WB;
+    if (kt + 1 < tiles) {
+      unsigned char *nx = stages + ((kt + 1) & 1) * DQ_STAGE;
+      tile_to<T>(nx, kb + (k0 + WB) * a.kv_row, a.kv_row, sk - k0 - WB, vec);
+      tile_to<T>(nx + TILE, vb + (k0 + WB) * a.kv_row, a.kv_row, sk - k0 - WB, vec);
+    }
+    cp_commit();
+    cp_wait<1>();
+    wg_proxy_fence();
+    __syncthreads();
+    const unsigned char *Ks = stages + (kt & 1) * DQ_STAGE, *Vs = Ks + TILE;
+    float x[8][4];
+    uint32_t pp[4][4];
+    wg_fence();
+    product_k<T>(x, qf, Ks);
+    products_done(x);
+    /* P: query qi0 (qi1) against key k0 + column; masked where the tile
+     * ends after the warp's first query sees, or after the keys */
+    const bool edge = k0 + WB - 1 > qpos + qw || k0 + WB > sk;
+    const int lim0 = see0 - k0, lim1 = see1 - k0; /* columns above are not seen */
+#pragma unroll
+    for (int nb = 0; nb < 8; nb++) {
+      const int c = nb * 8 + 2 * t;
+      float p0 = fexp2(x[nb][0] * sl2 - l0), p1 = fexp2(x[nb][1] * sl2 - l0);
+      float p2 = fexp2(x[nb][2] * sl2 - l1), p3 = fexp2(x[nb][3] * sl2 - l1);
+      if (edge) {
+        if (c > lim0) p0 = 0.0f;
+        if (c + 1 > lim0) p1 = 0.0f;
+        if (c > lim1) p2 = 0.0f;
+        if (c + 1 > lim1) p3 = 0.0f;
+      }
+      pack_c<T>(pp, nb, p0, p1, p2, p3);
+    }
+    /* dP = dO V^T; dS = P (dP - D); dQ += dS K */
+    wg_fence();
+    product_k<T>(x, of, Vs);
+    products_done(x);
+#pragma unroll
+    for (int nb = 0; nb < 8; nb++) {
+      const uint32_t u0 = pp[nb >> 1][(nb & 1) * 2], u1 = pp[nb >> 1][(nb & 1) * 2 + 1];
+      pack_c<T>(pp, nb, lo16<T>(u0) * (x[nb][0] - d0), hi16<T>(u0) * (x[nb][1] - d0), lo16<T>(u1) * (x[nb][2] - d1),
+                hi16<T>(u1) * (x[nb][3] - d1));
+    }
+    wg_fence(pp);
+    product_mn<T>(gq, pp, Ks);
+    products_done(gq);
+    __syncthreads();
+  }
+  T *dst = dq + bi * a.q_batch + h * a.dh + 2 * t;
+#pragma unroll
+  for (int n = 0; n < 8; n++)
+#pragma unroll
+    for (int hh = 0; hh < 2; hh++) {
+      const int64_t qi = hh ? qi1 : qi0;
+      if (qi >= a.sq) continue;
+      T *p = dst + qi * a.q_row + n * 8;
+      put(&p[0], gq[n][2 * hh] * scale, acc), put(&p[1], gq[n][2 * hh + 1] * scale, acc);
+    }
+}
+
+/* gpu_wgmma_check's products: A (64 x 64, row-major) by B stored [n][k]
+ * (K-major) into d[0, 4096), and by B stored [k][n] (MN-major) into
+ * d[4096, 8192), each row-major, through swizzled tiles. */
+template <class T> __global__ void __launch_bounds__(WT) k_wgmma_check(float *d, const T *a, const T *b_nk, const T *b_kn) {
+  DYN_SMEM(unsigned char, raw0);
+  unsigned char *raw = wg_align(raw0);
+  unsigned char *As = raw, *Bn = raw + TILE, *Bk = raw + 2 * TILE;
+  tile_to<T>(As, a, WB, WB, true);
+  tile_to<T>(Bn, b_nk, WB, WB, true);
+  tile_to<T>(Bk, b_kn, WB, WB, true);
+  cp_commit();
+  cp_wait<0>();
+  wg_proxy_fence();
+  __syncthreads();
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  uint32_t af[4][4];
+#pragma unroll
+  for (int kk = 0; kk < 4; kk++) tile_a(af[kk], As, 16 * w, 16 * kk, lane);
+  float x[8][4];
+  auto store = [&](float *out) {
+    for (int nb = 0; nb < 8; nb++)
+      for (int e = 0; e < 4; e++) out[(16 * w + g + (e >= 2 ? 8 : 0)) * 64 + nb * 8 + 2 * t + (e & 1)] = x[nb][e];
+  };
+  wg_fence(af);
+  product_k<T>(x, af, Bn);
+  products_done(x);
+  store(d);
+  wg_fence(af);
+  const wg_desc b = wg_mnmajor(Bk);
+#pragma unroll
+  for (int kk = 0; kk < 4; kk++) wg_mma<T, true>(x, af[kk], wg_add(b, 2048 * kk), kk > 0);
+  products_done(x);
+  store(d + 4096);
+}
+
+namespace {
+
+/* Whether the GPU runs this file's kernels (compute capability 9.0). */
+bool wg_device(void) {
+#ifdef WEFT_CUDA_EMU
+  return true;
+#else
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return false;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+    return false;
+  return major == 9 && minor == 0;
+#endif
+}
+
+template <typename... KArgs> void wg_allow_smem(void (*kern)(KArgs...), size_t bytes) {
+#ifndef WEFT_CUDA_EMU
+  if (bytes > (48 << 10)) cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+#else
+  (void)kern, (void)bytes;
+#endif
+}
+
+template <class T>
+void wg_backward(gpu_stream *s, T *dq, T *dk, T *dv, const T *dout, const T *q, const T *k, const T *v,
+                 const gpu_attn *a, bool acc, const float *lse, const float *dsum, bool vec) {
+  const float scale = (float)(1.0 / sqrt((double)a->dh));
+  if (dk || dv) {
+    const int64_t tiles = (a->sk + WB - 1) / WB;
+    const bool by_tile = attention_fa_by_tile(tiles, a->b);
+    wg_allow_smem(k_attn_dkv_wg<T>, DKV_BYTES);
+    launch(k_attn_dkv_wg<T>, attention_fa_grid(by_tile, tiles, a->hq / a->r, a->b), WT, DKV_BYTES, s, dk, dv, dout, q,
+           k, v, *a, scale, vec, lse, dsum, acc, by_tile);
+  }
+  if (dq) {
+    const int64_t tiles = (a->sq + WB - 1) / WB;
+    const bool by_tile = attention_fa_by_tile(tiles, a->b);
+    wg_allow_smem(k_attn_dq_wg<T>, DQ_BYTES);
+    launch(k_attn_dq_wg<T>, attention_fa_grid(by_tile, tiles, a->hq, a->b), WT, DQ_BYTES, s, dq, dout, q, k, v, *a,
+           scale, vec, lse, dsum, acc, by_tile);
+  }
+}
+
+} // namespace
+
+bool attention_wg_takes(int dt, const gpu_attn *a) {
+  if (!(dt == GPU_BF16 || dt == GPU_F16) || a->dh != 64 || !wg_device()) return false;
+  return (size_t)(DKV_BYTES > DQ_BYTES ? DKV_BYTES : DQ_BYTES) <= attention_smem_limit();
+}
+
+void attention_wg_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, const void *dout, const void *q,
+                           const void *k, const void *v, const gpu_attn *a, bool acc, const float *lse,
+                           const float *dsum, bool vec) {
+  if (dt == GPU_F16)
+    wg_backward<f16>(s, (f16 *)dq, (f16 *)dk, (f16 *)dv, (const f16 *)dout, (const f16 *)q, (const f16 *)k,
+                     (const f16 *)v, a, acc, lse, dsum, vec);
+  else
+    wg_backward<bf16>(s, (bf16 *)dq, (bf16 *)dk, (bf16 *)dv, (const bf16 *)dout, (const bf16 *)q, (const bf16 *)k,
+                      (const bf16 *)v, a, acc, lse, dsum, vec);
+}
+
+bool gpu_wgmma_check(gpu_stream *s, int dt, float *d, const void *a, const void *b_nk, const void *b_kn) {
+  if (!(dt == GPU_BF16 || dt == GPU_F16) || !wg_device()) return false;
+  const size_t bytes = 3 * TILE + 1024;
+  if (dt == GPU_F16) {
+    wg_allow_smem(k_wgmma_check<f16>, bytes);
+    launch(k_wgmma_check<f16>, 1, WT, bytes, s, d, (const f16 *)a, (const f16 *)b_nk, (const f16 *)b_kn);
+  } else {
+    wg_allow_smem(k_wgmma_check<bf16>, bytes);
+    launch(k_wgmma_check<bf16>, 1, WT, bytes, s, d, (const bf16 *)a, (const bf16 *)b_nk, (const bf16 *)b_kn);
+  }
+  return true;
+}
