@@ -91,11 +91,12 @@ size_t attention_fa_atomic_ws(const gpu_attn *a);
  * (attention_wg.cu, WEFT_ATTN_FA_BWD_SHAPE=wg): whether it takes these
  * heads (16-bit, heads of 64, a GPU of compute capability 9.0), and the
  * run, attention_fa_backward's without dq by atomics; vec: every row on 16
- * bytes (cp.async), else plain loads. */
+ * bytes (cp.async), else plain loads; blocks: of dk/dv per multiprocessor
+ * that its registers leave room for, 3 (within 168) or 2 (within 255). */
 bool attention_wg_takes(int dt, const gpu_attn *a);
 void attention_wg_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, const void *dout, const void *q,
                            const void *k, const void *v, const gpu_attn *a, bool acc, const float *lse,
-                           const float *dsum, bool vec);
+                           const float *dsum, bool vec, int blocks);
 
 /* The implementations of attention that WEFT_ATTN names and
  * attention_pick.cu chooses among: the mma.sync kernels (attention_fa*.cu),

@@ -34,15 +34,13 @@
 #include <string.h>
 
 #include "attention.cuh"
-#include "cpasync.cuh"
-#include "mma.cuh"
+#include "attention_bwd.cuh"
 
 namespace {
 
 /* warps, threads, rows of a block and of a streamed tile */
 enum { FW = 4, FT = 32 * FW, FB = 64 };
 static_assert(FT == 2 * STATS_ROWS && FB == STATS_ROWS, "stats_to: a thread a number");
-constexpr float kLog2e = 1.4426950408889634f;
 
 /* FB rows of a head from src (row stride `row` elements) into shared rows
  * of dh + 8 elements, 8 elements a copy (cp.async when vec, else plain
@@ -274,37 +272,13 @@ __global__ void __launch_bounds__(FT, MB)
          * where some key of the warp comes after the chunk's first query */
         const bool edge = rel + 15 > c0;
         const int lim0 = rel + g - c0, lim1 = lim0 + 8; /* columns below are not seen */
-#pragma unroll
-        for (int nb = 0; nb < QC / 8; nb++) {
-          const int c = nb * 8 + 2 * t;
-          const float l0 = Ls[c0 + c] * kLog2e, l1 = Ls[c0 + c + 1] * kLog2e;
-          float p0 = fexp2(x[nb][0] * sl2 - l0), p1 = fexp2(x[nb][1] * sl2 - l1);
-          float p2 = fexp2(x[nb][2] * sl2 - l0), p3 = fexp2(x[nb][3] * sl2 - l1);
-          if (edge) {
-            if (c < lim0) p0 = 0.0f;
-            if (c + 1 < lim0) p1 = 0.0f;
-            if (c < lim1) p2 = 0.0f;
-            if (c + 1 < lim1) p3 = 0.0f;
-          }
-          /* dq: keys past the end give nothing, whatever the mask (dk
-           * and dv of them are not stored) */
-          if (DQ && kw + 15 >= a.sk) {
-            if (kw + g >= a.sk) p0 = p1 = 0.0f;
-            if (kw + g + 8 >= a.sk) p2 = p3 = 0.0f;
-          }
-          pack_c<T>(pp, nb, p0, p1, p2, p3);
-        }
+        /* dq: keys past the end give nothing, whatever the mask (dk and dv
+         * of them are not stored) */
+        probs_kv<T, QC / 8>(pp, x, Ls, c0, sl2, edge, lim0, lim1, DQ && kw + g >= a.sk, DQ && kw + g + 8 >= a.sk, t);
         accumulate<T, D16, QC>(gv, pp, Os + c0 * LD, lane);
         /* dP^T = V dO^T; dS^T = P^T (dP^T - D) in place of P^T */
         scores<T, D16, HOLD, QC>(x, vf, Vs + 16 * w * LD, Os + c0 * LD, lane);
-#pragma unroll
-        for (int nb = 0; nb < QC / 8; nb++) {
-          const int c = c0 + nb * 8 + 2 * t;
-          const float d0 = Ds[c], d1 = Ds[c + 1];
-          const uint32_t u0 = pp[nb >> 1][(nb & 1) * 2], u1 = pp[nb >> 1][(nb & 1) * 2 + 1];
-          pack_c<T>(pp, nb, lo16<T>(u0) * (x[nb][0] - d0), hi16<T>(u0) * (x[nb][1] - d1),
-                    lo16<T>(u1) * (x[nb][2] - d0), hi16<T>(u1) * (x[nb][3] - d1));
-        }
+        dscores_kv<T, QC / 8>(pp, x, Ds, c0, t);
         accumulate<T, D16, QC>(gk, pp, Qs + c0 * LD, lane);
       } else {
 #pragma unroll
@@ -326,16 +300,7 @@ __global__ void __launch_bounds__(FT, MB)
     if ((q0 += FB) >= sq) q0 = qs, ch++;
     __syncthreads();
   }
-  const int64_t base = kvoff + (kw + g) * a.kv_row + 2 * t;
-#pragma unroll
-  for (int n = 0; n < 2 * D16; n++)
-#pragma unroll
-    for (int hh = 0; hh < 2; hh++) {
-      if (kw + g + 8 * hh >= a.sk) continue;
-      const int64_t at = base + 8 * hh * a.kv_row + n * 8;
-      if (dk) put(&dk[at], gk[n][2 * hh] * scale, acc), put(&dk[at + 1], gk[n][2 * hh + 1] * scale, acc);
-      if (dv) put(&dv[at], gv[n][2 * hh], acc), put(&dv[at + 1], gv[n][2 * hh + 1], acc);
-    }
+  store_kv<T, 2 * D16>(dk, dv, gk, gv, kvoff + (kw + g) * a.kv_row + 2 * t, a.kv_row, kw + g, a.sk, scale, acc);
 }
 
 /* ---- dq -------------------------------------------------------------------------------- */
@@ -414,41 +379,15 @@ __global__ void __launch_bounds__(FT, MB)
        * ends after the warp's first query sees, or after the keys */
       const bool edge = k0 + FB - 1 > qpos + qw || k0 + FB > sk;
       const int lim0 = see0 - k0, lim1 = see1 - k0; /* columns above are not seen */
-#pragma unroll
-      for (int nb = 0; nb < NB; nb++) {
-        const int c = nb * 8 + 2 * t;
-        float p0 = fexp2(x[nb][0] * sl2 - l0), p1 = fexp2(x[nb][1] * sl2 - l0);
-        float p2 = fexp2(x[nb][2] * sl2 - l1), p3 = fexp2(x[nb][3] * sl2 - l1);
-        if (edge) {
-          if (c > lim0) p0 = 0.0f;
-          if (c + 1 > lim0) p1 = 0.0f;
-          if (c > lim1) p2 = 0.0f;
-          if (c + 1 > lim1) p3 = 0.0f;
-        }
-        pack_c<T>(pp, nb, p0, p1, p2, p3);
-      }
+      probs_q<T, NB>(pp, x, l0, l1, sl2, edge, lim0, lim1, t);
       /* dP = dO V^T; dS = P (dP - D) */
       scores<T, D16, HOLD, FB>(x, of, Os + 16 * w * LD, Vs, lane);
-#pragma unroll
-      for (int nb = 0; nb < NB; nb++) {
-        const uint32_t u0 = pp[nb >> 1][(nb & 1) * 2], u1 = pp[nb >> 1][(nb & 1) * 2 + 1];
-        pack_c<T>(pp, nb, lo16<T>(u0) * (x[nb][0] - d0), hi16<T>(u0) * (x[nb][1] - d0),
-                  lo16<T>(u1) * (x[nb][2] - d1), hi16<T>(u1) * (x[nb][3] - d1));
-      }
+      dscores_q<T, NB>(pp, x, d0, d1);
       accumulate<T, D16, FB>(gq, pp, Ks, lane);
     }
     __syncthreads();
   }
-  T *dst = dq + bi * a.q_batch + h * a.dh + 2 * t;
-#pragma unroll
-  for (int n = 0; n < 2 * D16; n++)
-#pragma unroll
-    for (int hh = 0; hh < 2; hh++) {
-      const int64_t qi = hh ? qi1 : qi0;
-      if (qi >= a.sq) continue;
-      T *p = dst + qi * a.q_row + n * 8;
-      put(&p[0], gq[n][2 * hh] * scale, acc), put(&p[1], gq[n][2 * hh + 1] * scale, acc);
-    }
+  store_q<T, 2 * D16>(dq + bi * a.q_batch + h * a.dh + 2 * t, gq, qi0, qi1, a.sq, a.q_row, scale, acc);
 }
 
 /* dq (+)= scale dqa, dqa f32 [b, hq, sq, dh] (dq by atomics). */
@@ -561,8 +500,9 @@ void fa_dq(gpu_stream *s, T *dq, const T *dout, const T *q, const T *k, const T 
  * the products add the same fragments in the same order.
  * WEFT_ATTN_FA_BWD_SHAPE=K,Q picks them (read at each call, so that a
  * test or a benchmark runs each); by default 2,3. =wg asks for the
- * kernels on Hopper's warpgroup products (attention_wg.cu), kv = q = 0
- * here, which give other bits. */
+ * kernels on Hopper's warpgroup products (attention_wg.cu), dk/dv in 3
+ * blocks an SM (=wg2: in 2), which give other bits: kv = 0 here, q the
+ * blocks. */
 struct fa_occupancy {
   int kv, q;
 };
@@ -570,7 +510,7 @@ fa_occupancy fa_bwd_shape(void) {
   const char *e = getenv("WEFT_ATTN_FA_BWD_SHAPE");
   fa_occupancy o = {2, 3};
   if (!e || !*e) return o;
-  if (strcmp(e, "wg") == 0) return fa_occupancy{0, 0};
+  if (strcmp(e, "wg") == 0 || strcmp(e, "wg2") == 0) return fa_occupancy{0, e[2] ? 2 : 3};
   if (strlen(e) == 3 && e[0] >= '2' && e[0] <= '4' && e[1] == ',' && (e[2] == '3' || e[2] == '4')) {
     o.kv = e[0] - '0', o.q = e[2] - '0';
     return o;
@@ -578,7 +518,7 @@ fa_occupancy fa_bwd_shape(void) {
   static bool said;
   if (!said) {
     said = true;
-    fprintf(stderr, "weft: WEFT_ATTN_FA_BWD_SHAPE=%s is not K,Q (K 2, 3 or 4; Q 3 or 4) nor wg: 2,3 runs\n", e);
+    fprintf(stderr, "weft: WEFT_ATTN_FA_BWD_SHAPE=%s is not K,Q (K 2, 3 or 4; Q 3 or 4), wg nor wg2: 2,3 runs\n", e);
   }
   return o;
 }
@@ -637,16 +577,17 @@ void attention_fa_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, 
   const bool vec = a->dh % 8 == 0 && a->q_row % 8 == 0 && a->kv_row % 8 == 0 && a->o_row % 8 == 0 &&
                    a->q_batch % 8 == 0 && a->kv_batch % 8 == 0 && a->o_batch % 8 == 0 && al16(dout) && al16(q) &&
                    al16(k) && al16(v);
-  if (!dqa && a->dh == 64 && fa_bwd_shape().kv == 0) {
+  const fa_occupancy sh = fa_bwd_shape();
+  if (!dqa && a->dh == 64 && sh.kv == 0) {
     if (attention_wg_takes(dt, a)) {
-      attention_wg_backward(s, dt, dq, dk, dv, dout, q, k, v, a, acc, lse, dsum, vec);
+      attention_wg_backward(s, dt, dq, dk, dv, dout, q, k, v, a, acc, lse, dsum, vec, sh.q);
       return;
     }
     static bool said;
     if (!said) {
       said = true;
-      fprintf(stderr, "weft: WEFT_ATTN_FA_BWD_SHAPE=wg: the warpgroup kernels run on GPUs of compute capability 9.0 "
-                      "alone (16-bit heads of 64): 2,3 runs\n");
+      fprintf(stderr, "weft: WEFT_ATTN_FA_BWD_SHAPE=%s: the warpgroup kernels run on GPUs of compute capability 9.0 "
+                      "alone (16-bit heads of 64): 2,3 runs\n", getenv("WEFT_ATTN_FA_BWD_SHAPE"));
     }
   }
   if (dt == GPU_F16)

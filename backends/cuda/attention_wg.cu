@@ -24,7 +24,7 @@
 #include <string.h>
 
 #include "attention.cuh"
-#include "cpasync.cuh"
+#include "attention_bwd.cuh"
 #include "wgmma.cuh"
 
 #if defined(__CUDA_ARCH__) && !defined(WEFT_CUDA_EMU) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -36,7 +36,6 @@ namespace {
 /* threads and rows of a block; bytes of a swizzled tile (wgmma.cuh) */
 constexpr int WT = 128, WB = 64, TILE = WB * 128;
 static_assert(WB == STATS_ROWS && WT == 2 * STATS_ROWS, "stats_to: a thread a number");
-constexpr float kLog2e = 1.4426950408889634f;
 
 /* Rows [0, WB) of a head of 64 from src (row stride `row` elements) into a
  * swizzled tile, 8 elements a copy (cp.async when vec, else plain loads);
@@ -93,9 +92,10 @@ constexpr int DQ_STAGE = 2 * TILE, DQ_BYTES = 2 * TILE + 2 * DQ_STAGE + 1024;
 
 } // namespace
 
-/* dk, dv of keys [k0, k0 + WB) of key/value head hk; warp w owns 16. */
-template <class T>
-__global__ void __launch_bounds__(WT, 2)
+/* dk, dv of keys [k0, k0 + WB) of key/value head hk; warp w owns 16; MB
+ * blocks a multiprocessor to keep registers for (2 or 3). */
+template <class T, int MB>
+__global__ void __launch_bounds__(WT, MB)
     k_attn_dkv_wg(T *dk, T *dv, const T *dout, const T *q, const T *k, const T *v, gpu_attn a, float scale,
                   bool vec, const float *lse, const float *dsum, bool acc, bool by_tile) {
   DYN_SMEM(unsigned char, raw0);
@@ -156,20 +156,7 @@ __global__ void __launch_bounds__(WT, 2)
     const int rel = kw - qpos - q0, lim0 = rel + g, lim1 = lim0 + 8;
     const bool edge = rel + 15 > 0;
     uint32_t pp[4][4];
-#pragma unroll
-    for (int nb = 0; nb < 8; nb++) {
-      const int c = nb * 8 + 2 * t;
-      const float l0 = Ls[c] * kLog2e, l1 = Ls[c + 1] * kLog2e;
-      float p0 = fexp2(x[nb][0] * sl2 - l0), p1 = fexp2(x[nb][1] * sl2 - l1);
-      float p2 = fexp2(x[nb][2] * sl2 - l0), p3 = fexp2(x[nb][3] * sl2 - l1);
-      if (edge) {
-        if (c < lim0) p0 = 0.0f;
-        if (c + 1 < lim0) p1 = 0.0f;
-        if (c < lim1) p2 = 0.0f;
-        if (c + 1 < lim1) p3 = 0.0f;
-      }
-      pack_c<T>(pp, nb, p0, p1, p2, p3);
-    }
+    probs_kv<T, 8>(pp, x, Ls, 0, sl2, edge, lim0, lim1, false, false, t);
     /* dV += P^T dO and dP^T = V dO^T in one group */
     wg_fence(pp);
     product_mn<T>(gv, pp, Os);
@@ -177,30 +164,14 @@ __global__ void __launch_bounds__(WT, 2)
     products_done(x);
     wg_hold(gv);
     /* dS^T = P^T (dP^T - D) in place of P^T; dK += dS^T Q */
-#pragma unroll
-    for (int nb = 0; nb < 8; nb++) {
-      const int c = nb * 8 + 2 * t;
-      const float d0 = Ds[c], d1 = Ds[c + 1];
-      const uint32_t u0 = pp[nb >> 1][(nb & 1) * 2], u1 = pp[nb >> 1][(nb & 1) * 2 + 1];
-      pack_c<T>(pp, nb, lo16<T>(u0) * (x[nb][0] - d0), hi16<T>(u0) * (x[nb][1] - d1), lo16<T>(u1) * (x[nb][2] - d0),
-                hi16<T>(u1) * (x[nb][3] - d1));
-    }
+    dscores_kv<T, 8>(pp, x, Ds, 0, t);
     wg_fence(pp);
     product_mn<T>(gk, pp, Qs);
     products_done(gk);
     if ((q0 += WB) >= sq) q0 = qs;
     __syncthreads();
   }
-  const int64_t base = kvoff + (kw + g) * a.kv_row + 2 * t;
-#pragma unroll
-  for (int n = 0; n < 8; n++)
-#pragma unroll
-    for (int hh = 0; hh < 2; hh++) {
-      if (kw + g + 8 * hh >= a.sk) continue;
-      const int64_t at = base + 8 * hh * a.kv_row + n * 8;
-      if (dk) put(&dk[at], gk[n][2 * hh] * scale, acc), put(&dk[at + 1], gk[n][2 * hh + 1] * scale, acc);
-      if (dv) put(&dv[at], gv[n][2 * hh], acc), put(&dv[at + 1], gv[n][2 * hh + 1], acc);
-    }
+  store_kv<T, 8>(dk, dv, gk, gv, kvoff + (kw + g) * a.kv_row + 2 * t, a.kv_row, kw + g, a.sk, scale, acc);
 }
 
 /* dq of query rows [q0, q0 + WB) of head h, the last block the first;
@@ -262,49 +233,27 @@ __global__ void __launch_bounds__(WT, 3)
      * ends after the warp's first query sees, or after the keys */
     const bool edge = k0 + WB - 1 > qpos + qw || k0 + WB > sk;
     const int lim0 = see0 - k0, lim1 = see1 - k0; /* columns above are not seen */
-#pragma unroll
-    for (int nb = 0; nb < 8; nb++) {
-      const int c = nb * 8 + 2 * t;
-      float p0 = fexp2(x[nb][0] * sl2 - l0), p1 = fexp2(x[nb][1] * sl2 - l0);
-      float p2 = fexp2(x[nb][2] * sl2 - l1), p3 = fexp2(x[nb][3] * sl2 - l1);
-      if (edge) {
-        if (c > lim0) p0 = 0.0f;
-        if (c + 1 > lim0) p1 = 0.0f;
-        if (c > lim1) p2 = 0.0f;
-        if (c + 1 > lim1) p3 = 0.0f;
-      }
-      pack_c<T>(pp, nb, p0, p1, p2, p3);
-    }
+    probs_q<T, 8>(pp, x, l0, l1, sl2, edge, lim0, lim1, t);
     /* dP = dO V^T; dS = P (dP - D); dQ += dS K */
     wg_fence();
     product_k<T>(x, of, Vs);
     products_done(x);
-#pragma unroll
-    for (int nb = 0; nb < 8; nb++) {
-      const uint32_t u0 = pp[nb >> 1][(nb & 1) * 2], u1 = pp[nb >> 1][(nb & 1) * 2 + 1];
-      pack_c<T>(pp, nb, lo16<T>(u0) * (x[nb][0] - d0), hi16<T>(u0) * (x[nb][1] - d0), lo16<T>(u1) * (x[nb][2] - d1),
-                hi16<T>(u1) * (x[nb][3] - d1));
-    }
+    dscores_q<T, 8>(pp, x, d0, d1);
     wg_fence(pp);
     product_mn<T>(gq, pp, Ks);
     products_done(gq);
     __syncthreads();
   }
-  T *dst = dq + bi * a.q_batch + h * a.dh + 2 * t;
-#pragma unroll
-  for (int n = 0; n < 8; n++)
-#pragma unroll
-    for (int hh = 0; hh < 2; hh++) {
-      const int64_t qi = hh ? qi1 : qi0;
-      if (qi >= a.sq) continue;
-      T *p = dst + qi * a.q_row + n * 8;
-      put(&p[0], gq[n][2 * hh] * scale, acc), put(&p[1], gq[n][2 * hh + 1] * scale, acc);
-    }
+  store_q<T, 8>(dq + bi * a.q_batch + h * a.dh + 2 * t, gq, qi0, qi1, a.sq, a.q_row, scale, acc);
 }
 
 /* gpu_wgmma_check's products: A (64 x 64, row-major) by B stored [n][k]
  * (K-major) into d[0, 4096), and by B stored [k][n] (MN-major) into
- * d[4096, 8192), each row-major, through swizzled tiles. */
+ * d[4096, 8192), each row-major, through swizzled tiles; then two
+ * diagnostics, to say which part of the layouts a GPU reads otherwise
+ * where those fail: A too from shared memory (K-major) by B K-major into
+ * d[8192, 12288), and B MN-major with the descriptor's two offsets
+ * swapped into d[12288, 16384). */
 template <class T> __global__ void __launch_bounds__(WT) k_wgmma_check(float *d, const T *a, const T *b_nk, const T *b_kn) {
   DYN_SMEM(unsigned char, raw0);
   unsigned char *raw = wg_align(raw0);
@@ -312,6 +261,7 @@ template <class T> __global__ void __launch_bounds__(WT) k_wgmma_check(float *d,
   tile_to<T>(As, a, WB, WB, true);
   tile_to<T>(Bn, b_nk, WB, WB, true);
   tile_to<T>(Bk, b_kn, WB, WB, true);
+  tile_to<T>(Bk + TILE, b_kn, WB, 0, true); /* zeros, where the swapped offsets read */
   cp_commit();
   cp_wait<0>();
   wg_proxy_fence();
@@ -335,6 +285,18 @@ template <class T> __global__ void __launch_bounds__(WT) k_wgmma_check(float *d,
   for (int kk = 0; kk < 4; kk++) wg_mma<T, true>(x, af[kk], wg_add(b, 2048 * kk), kk > 0);
   products_done(x);
   store(d + 4096);
+  wg_fence();
+  const wg_desc sa = wg_kmajor(As), sb = wg_kmajor(Bn);
+#pragma unroll
+  for (int kk = 0; kk < 4; kk++) wg_mma_ss<T>(x, wg_add(sa, 32 * kk), wg_add(sb, 32 * kk), kk > 0);
+  products_done(x);
+  store(d + 8192);
+  wg_fence(af);
+  const wg_desc swapped = wg_make(Bk, 1024, 8192);
+#pragma unroll
+  for (int kk = 0; kk < 4; kk++) wg_mma<T, true>(x, af[kk], wg_add(swapped, 2048 * kk), kk > 0);
+  products_done(x);
+  store(d + 12288);
 }
 
 namespace {
@@ -361,17 +323,24 @@ template <typename... KArgs> void wg_allow_smem(void (*kern)(KArgs...), size_t b
 #endif
 }
 
+template <class T, int MB>
+void wg_dkv(gpu_stream *s, T *dk, T *dv, const T *dout, const T *q, const T *k, const T *v, const gpu_attn *a,
+            bool acc, const float *lse, const float *dsum, bool vec, float scale) {
+  const int64_t tiles = (a->sk + WB - 1) / WB;
+  const bool by_tile = attention_fa_by_tile(tiles, a->b);
+  wg_allow_smem(k_attn_dkv_wg<T, MB>, DKV_BYTES);
+  launch(k_attn_dkv_wg<T, MB>, attention_fa_grid(by_tile, tiles, a->hq / a->r, a->b), WT, DKV_BYTES, s, dk, dv, dout, q,
+         k, v, *a, scale, vec, lse, dsum, acc, by_tile);
+}
+
 template <class T>
 void wg_backward(gpu_stream *s, T *dq, T *dk, T *dv, const T *dout, const T *q, const T *k, const T *v,
-                 const gpu_attn *a, bool acc, const float *lse, const float *dsum, bool vec) {
+                 const gpu_attn *a, bool acc, const float *lse, const float *dsum, bool vec, int blocks) {
   const float scale = (float)(1.0 / sqrt((double)a->dh));
-  if (dk || dv) {
-    const int64_t tiles = (a->sk + WB - 1) / WB;
-    const bool by_tile = attention_fa_by_tile(tiles, a->b);
-    wg_allow_smem(k_attn_dkv_wg<T>, DKV_BYTES);
-    launch(k_attn_dkv_wg<T>, attention_fa_grid(by_tile, tiles, a->hq / a->r, a->b), WT, DKV_BYTES, s, dk, dv, dout, q,
-           k, v, *a, scale, vec, lse, dsum, acc, by_tile);
-  }
+  if ((dk || dv) && blocks == 2)
+    wg_dkv<T, 2>(s, dk, dv, dout, q, k, v, a, acc, lse, dsum, vec, scale);
+  else if (dk || dv)
+    wg_dkv<T, 3>(s, dk, dv, dout, q, k, v, a, acc, lse, dsum, vec, scale);
   if (dq) {
     const int64_t tiles = (a->sq + WB - 1) / WB;
     const bool by_tile = attention_fa_by_tile(tiles, a->b);
@@ -390,18 +359,18 @@ bool attention_wg_takes(int dt, const gpu_attn *a) {
 
 void attention_wg_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, const void *dout, const void *q,
                            const void *k, const void *v, const gpu_attn *a, bool acc, const float *lse,
-                           const float *dsum, bool vec) {
+                           const float *dsum, bool vec, int blocks) {
   if (dt == GPU_F16)
     wg_backward<f16>(s, (f16 *)dq, (f16 *)dk, (f16 *)dv, (const f16 *)dout, (const f16 *)q, (const f16 *)k,
-                     (const f16 *)v, a, acc, lse, dsum, vec);
+                     (const f16 *)v, a, acc, lse, dsum, vec, blocks);
   else
     wg_backward<bf16>(s, (bf16 *)dq, (bf16 *)dk, (bf16 *)dv, (const bf16 *)dout, (const bf16 *)q, (const bf16 *)k,
-                      (const bf16 *)v, a, acc, lse, dsum, vec);
+                      (const bf16 *)v, a, acc, lse, dsum, vec, blocks);
 }
 
 bool gpu_wgmma_check(gpu_stream *s, int dt, float *d, const void *a, const void *b_nk, const void *b_kn) {
   if (!(dt == GPU_BF16 || dt == GPU_F16) || !wg_device()) return false;
-  const size_t bytes = 3 * TILE + 1024;
+  const size_t bytes = 4 * TILE + 1024;
   if (dt == GPU_F16) {
     wg_allow_smem(k_wgmma_check<f16>, bytes);
     launch(k_wgmma_check<f16>, 1, WT, bytes, s, d, (const f16 *)a, (const f16 *)b_nk, (const f16 *)b_kn);

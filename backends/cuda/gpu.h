@@ -327,8 +327,11 @@ void gpu_mma_check(gpu_stream *s, int dt, float *d, const void *a, const void *b
 /* attention_wg.cu: d[0, 4096) = A B and d[4096, 8192) = the same with B
  * stored [k][n], A 64 x 64 and B 64 x 64 row-major (16-bit, dt bf16 or
  * f16), d f32 row-major, through the warpgroup product of wgmma.cuh over
- * swizzled tiles: a check of its layouts and descriptors. False (nothing
- * run) where the GPU does not run it (compute capability other than 9.0). */
+ * swizzled tiles: a check of its layouts and descriptors; then, as
+ * diagnostics, d[8192, 12288) = A B with A read from shared memory too,
+ * d[12288, 16384) = A B (B [k][n]) with the descriptor's offsets swapped
+ * (16384 floats in all). False (nothing run) where the GPU does not run it
+ * (compute capability other than 9.0). */
 bool gpu_wgmma_check(gpu_stream *s, int dt, float *d, const void *a, const void *b_nk, const void *b_kn);
 
 /* ---- softmax -------------------------------------------------------------------------- */

@@ -47,8 +47,16 @@
 /* The byte offset of element (r, c) of a swizzled tile of 64 x 64. */
 DEV int wg_at(int r, int c) { return r * 128 + ((((c >> 3) ^ r) & 7) << 4) + (c & 7) * 2; }
 
-/* A pointer rounded up to 1024 bytes (a tile's alignment). */
-template <class P> DEV P *wg_align(P *p) { return (P *)(((uintptr_t)p + 1023) & ~(uintptr_t)1023); }
+/* A pointer to shared memory moved up to the next 1024 bytes of its
+ * shared address (a tile's alignment; the emulation's, of its address). */
+#ifdef WEFT_CUDA_EMU
+template <class P> static inline P *wg_align(P *p) { return (P *)(((uintptr_t)p + 1023) & ~(uintptr_t)1023); }
+#else
+template <class P> DEV P *wg_align(P *p) {
+  const uint32_t at = (uint32_t)__cvta_generic_to_shared(p);
+  return (P *)((unsigned char *)p + ((1024 - (at & 1023)) & 1023));
+}
+#endif
 
 #ifdef WEFT_CUDA_EMU
 
@@ -113,6 +121,24 @@ template <class T, bool MN> static inline void wg_mma(float (*d)[4], const uint3
     for (int e = 0; e < 4; e++) d[nb][e] = out[nb][e];
 }
 
+/* d (+)= A B with A too read from shared memory, K-major (a diagnostic of
+ * the register layout of A: gpu_wgmma_check). */
+template <class T> static inline void wg_mma_ss(float (*d)[4], wg_desc a, wg_desc b, bool add) {
+  int w = emu_self->warp & 3, l = emu_self->lane, g = l / 4, t = l % 4;
+  for (int nb = 0; nb < 8; nb++)
+    for (int e = 0; e < 4; e++) {
+      int row = 16 * w + g + (e >= 2 ? 8 : 0), col = nb * 8 + 2 * t + (e & 1);
+      float sum = add ? d[nb][e] : 0.0f;
+      for (int k = 0; k < 16; k++) {
+        T av, bv;
+        memcpy(&av, wg_elem(a, false, k, row), 2);
+        memcpy(&bv, wg_elem(b, false, k, col), 2);
+        sum += to_f(av) * to_f(bv);
+      }
+      d[nb][e] = sum;
+    }
+}
+
 #else
 
 typedef uint64_t wg_desc;
@@ -166,6 +192,19 @@ template <> DEV void wg_mma<bf16, false>(float (*d)[4], const uint32_t a[4], wg_
 template <> DEV void wg_mma<bf16, true>(float (*d)[4], const uint32_t a[4], wg_desc b, bool add) { WG_MMA("bf16", 1); }
 template <> DEV void wg_mma<f16, false>(float (*d)[4], const uint32_t a[4], wg_desc b, bool add) { WG_MMA("f16", 0); }
 template <> DEV void wg_mma<f16, true>(float (*d)[4], const uint32_t a[4], wg_desc b, bool add) { WG_MMA("f16", 1); }
+#define WG_MMA_SS(TY)                                                                                                \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\nwgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY    \
+               " {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,"  \
+               "%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, 0, 0;\n}\n"                                                     \
+               : WG_D32(d)                                                                                           \
+               : "l"(a), "l"(b), "r"((int)add))
+
+/* d (+)= A B with A too read from shared memory, K-major (a diagnostic of
+ * the register layout of A: gpu_wgmma_check). */
+template <class T> DEV void wg_mma_ss(float (*d)[4], wg_desc a, wg_desc b, bool add);
+template <> DEV void wg_mma_ss<bf16>(float (*d)[4], wg_desc a, wg_desc b, bool add) { WG_MMA_SS("bf16"); }
+template <> DEV void wg_mma_ss<f16>(float (*d)[4], wg_desc a, wg_desc b, bool add) { WG_MMA_SS("f16"); }
+#undef WG_MMA_SS
 #undef WG_MMA
 #undef WG_OPS
 #undef WG_D32

@@ -834,17 +834,31 @@ static bool check_wgmma(int dt) {
       want[i * 64 + j] = want[4096 + i * 64 + j] = (float)sum;
     }
   void *da = up(a, 4096, dt), *dnk = up(bnk, 4096, dt), *dkn = up(bkn, 4096, dt);
-  float *d = gpu_alloc(8192 * 4, e, sizeof e), *got = malloc(8192 * 4);
+  float *d = gpu_alloc(16384 * 4, e, sizeof e), *got = malloc(16384 * 4);
   if (!d) die("gpu_alloc", e);
   bool ran = gpu_wgmma_check(S, dt, d, da, dnk, dkn);
   if (!ran) {
     printf("kernel wgmma m64n64k16 %s: not on this GPU (compute capability 9.0 alone): not checked\n", dt_name(dt));
   } else {
-    if (!gpu_check("wgmma", e, sizeof e) || !gpu_download(got, d, 8192 * 4, S, e, sizeof e)) die("wgmma", e);
+    if (!gpu_check("wgmma", e, sizeof e) || !gpu_download(got, d, 16384 * 4, S, e, sizeof e)) die("wgmma", e);
     char what[2][80];
     snprintf(what[0], sizeof what[0], "wgmma m64n64k16 (%s): A B, B K-major", dt_name(dt));
     snprintf(what[1], sizeof what[1], "wgmma m64n64k16 (%s): A B, B MN-major", dt_name(dt));
     for (int c = 0; c < 2; c++) expect(what[c], GPU_F32, copy(got + 4096 * c, 4096), want + 4096 * c, 4096);
+    /* the diagnostics: which reading of the layouts the GPU makes, where
+     * the two above fail (A from shared memory rules out or in the
+     * registers' layout; the MN-major offsets swapped, their order) */
+    const char *diag[2] = {"A too from shared memory, B K-major", "B MN-major, the descriptor's offsets swapped"};
+    for (int c = 0; c < 2; c++) {
+      double num = 0, den = 0;
+      for (int i = 0; i < 4096; i++) {
+        double x = (double)got[8192 + 4096 * c + i] - want[i];
+        num += x * x, den += (double)want[i] * want[i];
+      }
+      double rel = sqrt(num / den);
+      printf("wgmma m64n64k16 (%s), a diagnostic: %s: rel err %.2e, %s\n", dt_name(dt), diag[c], rel,
+             rel <= 2e-5 ? "the product" : "not the product");
+    }
   }
   free(got), free(a), free(bkn), free(bnk), free(want);
   gpu_free(d), gpu_free(da), gpu_free(dnk), gpu_free(dkn);
@@ -888,12 +902,8 @@ static float *fa_results(int dt, const char *shape, const char *order, const flo
  * whose order varies); not where WEFT_ATTN names a way not of these
  * kernels. */
 static void check_attention_fa_bwd_shapes(void) {
-  const char *shapes[5] = {"3,3", "4,4", "2,4", "2,3", "wg"}, *orders[5] = {"tiles", "tiles", "heads", "heads", "tiles"};
-  /* wg: the warpgroup kernels, where the GPU runs them (else the default
-   * would run in their place, and pass for them) */
-  const bool wg_bf16 = check_wgmma(GPU_BF16), wg = check_wgmma(GPU_F16) && wg_bf16;
-  if (!wg) printf("causal_attention (dh 64), WEFT_ATTN_FA_BWD_SHAPE=wg: not on this GPU: not checked\n");
-  for (int i = 0; i < (wg ? 5 : 4); i++) {
+  const char *shapes[4] = {"3,3", "4,4", "2,4", "2,3"}, *orders[4] = {"tiles", "tiles", "heads", "heads"};
+  for (int i = 0; i < 4; i++) {
     setenv("WEFT_ATTN_FA_BWD_SHAPE", shapes[i], 1), setenv("WEFT_ATTN_FA_ORDER", orders[i], 1);
     check_attention(GPU_BF16, 2, 150, 3, 64);
     check_gqa(GPU_BF16, 100, 260, 130, 64);
@@ -931,23 +941,65 @@ static void check_attention_fa_bwd_shapes(void) {
              (long long)n, atomic ? "dk, dv" : "dq, dk, dv", differ ? "FAIL" : "ok");
       free(got);
     }
-    if (wg) {
-      /* other products, other roundings: how many bits differ, said (the
-       * checks against the CPU's above are its checks) */
-      float *got = fa_results(dt, "wg", "tiles", qkv, dout, b, s, heads);
+    free(base), free(qkv), free(dout);
+  }
+}
+
+/* The backward on Hopper's warpgroup products (WEFT_ATTN_FA_BWD_SHAPE=wg),
+ * where the GPU runs it (else the default would run in its place, and pass
+ * for it): the product itself, then the kernels against the CPU's in the
+ * cases of the occupancies above, and how many bits differ from the
+ * default's (other products, other roundings: said, not required; the
+ * checks against the CPU's are its checks). The last of the checks, so
+ * that a fault of these on a GPU loses no other. */
+static void check_attention_wg(void) {
+  const bool wg_bf16 = check_wgmma(GPU_BF16), wg = check_wgmma(GPU_F16) && wg_bf16;
+  if (!wg) {
+    printf("causal_attention (dh 64), WEFT_ATTN_FA_BWD_SHAPE=wg: not on this GPU: not checked\n");
+    return;
+  }
+  const char *shapes[2] = {"wg", "wg2"};
+  for (int i = 0; i < 2; i++) {
+    setenv("WEFT_ATTN_FA_BWD_SHAPE", shapes[i], 1);
+    check_attention(GPU_BF16, 2, 150, 3, 64);
+    check_gqa(GPU_BF16, 100, 260, 130, 64);
+    check_gqa_at(GPU_F16, 90, 150, 40, 64, 1);
+  }
+  unsetenv("WEFT_ATTN_FA_BWD_SHAPE");
+  const char *way = getenv("WEFT_ATTN");
+  if (way && *way && strcmp(way, "fa") != 0) {
+    printf("causal_attention (dh 64), wg against 2,3: not compared under WEFT_ATTN=%s\n", way);
+    return;
+  }
+  int64_t b = 2, s = 150, heads = 3, c = heads * 64, nq = b * s * 3 * c, no = b * s * c;
+  for (int d = 0; d < 2; d++) {
+    const int dt = d ? GPU_F16 : GPU_BF16;
+    float *qkv = randn(nq, 1), *dout = randn(no, 1);
+    round_all(qkv, nq, dt), round_all(dout, no, dt);
+    float *base = fa_results(dt, "2,3", "tiles", qkv, dout, b, s, heads);
+    float *got[2];
+    for (int i = 0; i < 2; i++) {
+      got[i] = fa_results(dt, shapes[i], "tiles", qkv, dout, b, s, heads);
       int64_t differ = 0;
       double worst = 0;
       for (int64_t j = 0; j < no + nq; j++) {
-        if (memcmp(&got[j], &base[j], sizeof(float)) != 0) differ++;
-        double rel = fabs((double)got[j] - base[j]) / (fabs((double)base[j]) + 1e-3);
+        if (memcmp(&got[i][j], &base[j], sizeof(float)) != 0) differ++;
+        double rel = fabs((double)got[i][j] - base[j]) / (fabs((double)base[j]) + 1e-3);
         worst = rel > worst ? rel : worst;
       }
-      printf("causal_attention (dh 64) %s, WEFT_ATTN_FA_BWD_SHAPE=wg against 2,3: %lld of %lld elements differ in "
-             "their bits, by at most %.1e of the element (+ 1e-3)\n", dt_name(dt), (long long)differ,
+      printf("causal_attention (dh 64) %s, WEFT_ATTN_FA_BWD_SHAPE=%s against 2,3: %lld of %lld elements differ in "
+             "their bits, by at most %.1e of the element (+ 1e-3)\n", dt_name(dt), shapes[i], (long long)differ,
              (long long)(no + nq), worst);
-      free(got);
     }
-    free(base), free(qkv), free(dout);
+    /* wg and wg2 differ in registers alone: the same bits */
+    int64_t differ = 0;
+    for (int64_t j = 0; j < no + nq; j++)
+      if (memcmp(&got[0][j], &got[1][j], sizeof(float)) != 0) differ++;
+    checks++;
+    if (differ) failures++;
+    printf("causal_attention (dh 64) %s, WEFT_ATTN_FA_BWD_SHAPE=wg2 against wg: %lld of %lld elements differ in their "
+           "bits %s\n", dt_name(dt), (long long)differ, (long long)(no + nq), differ ? "FAIL" : "ok");
+    free(got[0]), free(got[1]), free(base), free(qkv), free(dout);
   }
 }
 
@@ -2298,6 +2350,7 @@ int main(int argc, char **argv) {
     check_attention_parts(GPU_BF16, 128);
     check_attention_parts(GPU_F16, 96);
   }
+  check_attention_wg();
   if (!gpu_sync(e, sizeof e)) die("sync", e);
   gpu_stream_free(S);
   printf("test_kernels: %d checks, %d failed\n", checks, failures);
