@@ -87,12 +87,21 @@ void attention_fa_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, 
 bool attention_fa_atomic_takes(int dt, const gpu_attn *a);
 size_t attention_fa_atomic_ws(const gpu_attn *a);
 
+/* Whether the mma.sync and warpgroup kernels may move the rows of these
+ * tensors 16 bytes at a time (cp.async): every row and batch on 16 bytes. */
+static inline bool attention_rows16(const gpu_attn *a, const void *dout, const void *q, const void *k, const void *v) {
+  return a->dh % 8 == 0 && a->q_row % 8 == 0 && a->kv_row % 8 == 0 && a->o_row % 8 == 0 && a->q_batch % 8 == 0 &&
+         a->kv_batch % 8 == 0 && a->o_batch % 8 == 0 && al16(dout) && al16(q) && al16(k) && al16(v);
+}
+
 /* The backward at heads of 64 on Hopper's warpgroup products
- * (attention_wg.cu, WEFT_ATTN_FA_BWD_SHAPE=wg): whether it takes these
- * heads (16-bit, heads of 64, a GPU of compute capability 9.0), and the
- * run, attention_fa_backward's without dq by atomics; vec: every row on 16
- * bytes (cp.async), else plain loads; blocks: of dk/dv per multiprocessor
- * that its registers leave room for, 3 (within 168) or 2 (within 255). */
+ * (attention_wg.cu; the way fa-wg, or WEFT_ATTN_FA_BWD_SHAPE=wg under fa):
+ * whether it takes these heads (16-bit, heads of 64, a GPU of compute
+ * capability 9.0 whose warpgroup product passed its self-check on the
+ * device), and the run, attention_fa_backward's without dq by atomics;
+ * vec: attention_rows16; blocks: of dk/dv per multiprocessor that its
+ * registers leave room for, 3 (within 168) or 2 (within 255; 0: as
+ * WEFT_ATTN_FA_BWD_SHAPE says, wg2 or else 3). */
 bool attention_wg_takes(int dt, const gpu_attn *a);
 void attention_wg_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, const void *dout, const void *q,
                            const void *k, const void *v, const gpu_attn *a, bool acc, const float *lse,
@@ -102,9 +111,10 @@ void attention_wg_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, 
  * attention_pick.cu chooses among: the mma.sync kernels (attention_fa*.cu),
  * the wmma ones (attention_tc.cu), cuDNN's fused attention
  * (attention_cudnn.cu), the kernels on CUDA cores (attention.cu) and the
- * mma.sync backward with dq by atomics (a backward only; never a fallback:
- * the plugin's default is ATTN_FA to ATTN_CORE but cuDNN). */
-enum { ATTN_FA, ATTN_WMMA, ATTN_CUDNN, ATTN_CORE, ATTN_FA_ATOMIC, ATTN_WAYS };
+ * mma.sync backward with dq by atomics and the backward on Hopper's
+ * warpgroup products (backwards only; never fallbacks: the plugin's
+ * default is ATTN_FA to ATTN_CORE but cuDNN). */
+enum { ATTN_FA, ATTN_WMMA, ATTN_CUDNN, ATTN_CORE, ATTN_FA_ATOMIC, ATTN_FA_WG, ATTN_WAYS };
 extern const char *const attention_way_names[ATTN_WAYS];
 /* The way WEFT_ATTN names alone (WEFT_ATTN=cudnn, ...), -1 where it names
  * none (unset, or auto). */

@@ -574,9 +574,7 @@ void attention_fa_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, 
                            const float *dsum, float *dqa) {
   /* dq by atomics only with dk or dv to sum beside it */
   if (!dq || !(dk || dv)) dqa = NULL;
-  const bool vec = a->dh % 8 == 0 && a->q_row % 8 == 0 && a->kv_row % 8 == 0 && a->o_row % 8 == 0 &&
-                   a->q_batch % 8 == 0 && a->kv_batch % 8 == 0 && a->o_batch % 8 == 0 && al16(dout) && al16(q) &&
-                   al16(k) && al16(v);
+  const bool vec = attention_rows16(a, dout, q, k, v);
   const fa_occupancy sh = fa_bwd_shape();
   if (!dqa && a->dh == 64 && sh.kv == 0) {
     if (attention_wg_takes(dt, a)) {

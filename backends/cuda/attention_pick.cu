@@ -63,7 +63,7 @@
 #include <thread>
 #include <vector>
 
-const char *const attention_way_names[ATTN_WAYS] = {"fa", "wmma", "cudnn", "core", "fa-atomic"};
+const char *const attention_way_names[ATTN_WAYS] = {"fa", "wmma", "cudnn", "core", "fa-atomic", "fa-wg"};
 
 namespace {
 
@@ -92,7 +92,7 @@ const pick_mode &the_mode(void) {
   mode.read = true;
   mode.forced = -1;
   mode.every = false;
-  for (int w = 0; w < ATTN_WAYS; w++) mode.alt[w] = w == ATTN_CUDNN;
+  for (int w = 0; w < ATTN_WAYS; w++) mode.alt[w] = w == ATTN_CUDNN || w == ATTN_FA_WG;
   const char *e = getenv("WEFT_ATTN");
   if (!e || !*e) return mode;
   const int one = way_named(e, strlen(e));
@@ -125,8 +125,8 @@ const pick_mode &the_mode(void) {
     }
   }
   fprintf(stderr,
-          "weft: WEFT_ATTN=%s is none of auto, auto:WAYS (of fa, wmma, cudnn, core, fa-atomic, by commas), fa, "
-          "wmma, cudnn, core, fa-atomic; attention takes its default\n",
+          "weft: WEFT_ATTN=%s is none of auto, auto:WAYS (of fa, wmma, cudnn, core, fa-atomic, fa-wg, by commas), "
+          "fa, wmma, cudnn, core, fa-atomic, fa-wg; attention takes its default\n",
           e);
   return mode;
 }
@@ -217,7 +217,7 @@ int settle_or_propose(int dt, const gpu_attn *a, bool bwd, bool causal, bool kep
  * log-sum-exp (and, for a backward, its result) are there, which cuDNN
  * needs and the mma.sync backward reads. */
 bool takes(int w, int dt, const gpu_attn *a, bool causal, bool bwd, bool kept) {
-  if (!kept && (w == ATTN_CUDNN || (bwd && (w == ATTN_FA || w == ATTN_FA_ATOMIC)))) return false;
+  if (!kept && (w == ATTN_CUDNN || (bwd && (w == ATTN_FA || w == ATTN_FA_ATOMIC || w == ATTN_FA_WG)))) return false;
   return attention_way_takes(w, dt, a, causal, bwd);
 }
 

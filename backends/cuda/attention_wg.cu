@@ -23,6 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <vector>
+
 #include "attention.cuh"
 #include "attention_bwd.cuh"
 #include "wgmma.cuh"
@@ -352,14 +354,82 @@ void wg_backward(gpu_stream *s, T *dq, T *dk, T *dv, const T *dout, const T *q, 
 
 } // namespace
 
+namespace {
+
+/* The warpgroup product's self-check on the current device, once (a
+ * product of 64 x 64 by 64 x 64 in bf16 of small multiples of 1/8, whose
+ * f32 sums are exact, against the host's, B laid out either way): a GPU
+ * that reads the layouts otherwise than wgmma.cuh has them never runs the
+ * kernels (said once). WEFT_CUDA_EMU_SPOIL=wg makes the host's sums off,
+ * to try the refusal on the emulation. */
+bool wg_verified(void) {
+  enum { DEVS = 64 };
+  static signed char state[DEVS];
+  int dev = 0;
+#ifndef WEFT_CUDA_EMU
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= DEVS) return false;
+#endif
+  if (state[dev]) return state[dev] > 0;
+  char err[256] = "";
+  std::vector<uint16_t> in(3 * 4096);
+  std::vector<float> want(4096), got(16384);
+  auto val = [](int i, int k, int m) { return (float)((i * m + k * 3) % 11 - 5) * 0.125f; };
+  for (int i = 0; i < 64; i++)
+    for (int k = 0; k < 64; k++) {
+      const float x = val(i, k, 7), y = val(k, i, 5); /* A[i][k], B[k][i] */
+      uint32_t bx, by;
+      memcpy(&bx, &x, 4), memcpy(&by, &y, 4);
+      in[i * 64 + k] = (uint16_t)(bx >> 16);            /* A, row-major */
+      in[2 * 4096 + k * 64 + i] = (uint16_t)(by >> 16); /* B [k][n] */
+      in[4096 + i * 64 + k] = (uint16_t)(by >> 16);     /* B [n][k] (n = i) */
+    }
+  for (int i = 0; i < 64; i++)
+    for (int j = 0; j < 64; j++) {
+      float sum = 0;
+      for (int k = 0; k < 64; k++) sum += val(i, k, 7) * val(k, j, 5);
+      want[i * 64 + j] = sum;
+    }
+  const char *spoil = getenv("WEFT_CUDA_EMU_SPOIL");
+  if (spoil && strcmp(spoil, "wg") == 0) want[64 * 17 + 5] += 1.0f;
+  bool ok = false;
+  gpu_stream *st = gpu_stream_new(err, sizeof err);
+  /* in the stream's order: no wait for the device's other work */
+  void *din = st ? gpu_alloc_on(in.size() * 2, st, err, sizeof err) : NULL;
+  float *dd = din ? (float *)gpu_alloc_on(got.size() * 4, st, err, sizeof err) : NULL;
+  if (dd && gpu_upload(din, in.data(), in.size() * 2, st, err, sizeof err) &&
+      gpu_wgmma_check(st, GPU_BF16, dd, din, (const char *)din + 4096 * 2, (const char *)din + 2 * 4096 * 2) &&
+      gpu_download(got.data(), dd, got.size() * 4, st, err, sizeof err)) {
+    ok = true;
+    for (int c = 0; c < 2 && ok; c++)
+      for (int i = 0; i < 4096 && ok; i++) ok = got[c * 4096 + i] == want[i];
+    if (!ok)
+      fprintf(stderr, "weft: CUDA device %d: the warpgroup product's self-check (wgmma.cuh) gave other sums than the "
+                      "host's: its kernels (fa-wg) do not run here\n", dev);
+  } else if (err[0]) {
+    fprintf(stderr, "weft: CUDA device %d: the warpgroup product's self-check did not run (%s): its kernels (fa-wg) do "
+                    "not run here\n", dev, err);
+  }
+  if (dd) gpu_free_on(dd, st);
+  if (din) gpu_free_on(din, st);
+  if (st) gpu_stream_free(st);
+  state[dev] = ok ? 1 : -1;
+  return ok;
+}
+
+} // namespace
+
 bool attention_wg_takes(int dt, const gpu_attn *a) {
   if (!(dt == GPU_BF16 || dt == GPU_F16) || a->dh != 64 || !wg_device()) return false;
-  return (size_t)(DKV_BYTES > DQ_BYTES ? DKV_BYTES : DQ_BYTES) <= attention_smem_limit();
+  return (size_t)(DKV_BYTES > DQ_BYTES ? DKV_BYTES : DQ_BYTES) <= attention_smem_limit() && wg_verified();
 }
 
 void attention_wg_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, const void *dout, const void *q,
                            const void *k, const void *v, const gpu_attn *a, bool acc, const float *lse,
                            const float *dsum, bool vec, int blocks) {
+  if (blocks == 0) {
+    const char *e = getenv("WEFT_ATTN_FA_BWD_SHAPE");
+    blocks = e && strcmp(e, "wg2") == 0 ? 2 : 3;
+  }
   if (dt == GPU_F16)
     wg_backward<f16>(s, (f16 *)dq, (f16 *)dk, (f16 *)dv, (const f16 *)dout, (const f16 *)q, (const f16 *)k,
                      (const f16 *)v, a, acc, lse, dsum, vec, blocks);
