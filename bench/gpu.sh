@@ -112,7 +112,7 @@ elif [ -x "$KERNELS" ]; then
   if [ -x "$TK" ]; then
     WEFT_ATTN=fa "$TK" --attention >"$tmp/tk.out" 2>&1
     grep "wgmma\|SHAPE=wg" "$tmp/tk.out" | tee -a "$log"
-    if grep -q "^test_kernels: [0-9]* checks, 0 failed" "$tmp/tk.out" && grep -q "SHAPE=wg against" "$tmp/tk.out"; then WG="wg wg2"
+    if grep -q "^test_kernels: [0-9]* checks, 0 failed" "$tmp/tk.out" && grep -q "SHAPE=wg against" "$tmp/tk.out"; then WG="wg wg2 wgp"
     else say "the warpgroup kernels (wg): not timed: $(grep -c FAIL "$tmp/tk.out") checks of test_kernels --attention failed, or they do not run here"; fi
   fi
   say "the same attention backward at heads of 64, WEFT_ATTN=fa WEFT_ATTN_FA_BWD_SHAPE=K,Q (2,3 the default) or wg:"

@@ -97,8 +97,9 @@ if [ -n "$REAL" ] && [ -f "$REAL/libweft_cuda.so" ]; then
                   "dk/dv 3 _Z13k_attn_dkv_faI13__nv_bfloat16Li4ELb0ELi32ELi3ELb0E|" \
                   "dk/dv 4 _Z13k_attn_dkv_faI13__nv_bfloat16Li4ELb0ELi32ELi4ELb0E|" \
                   "dq 3 _Z12k_attn_dq_faI13__nv_bfloat16Li4ELb1ELi3EE|dq 4 _Z12k_attn_dq_faI13__nv_bfloat16Li4ELb0ELi4EE|" \
-                  "dk/dv wg _Z13k_attn_dkv_wgI13__nv_bfloat16Li3EE|dk/dv wg2 _Z13k_attn_dkv_wgI13__nv_bfloat16Li2EE|" \
-                  "dq wg _Z12k_attn_dq_wgI13__nv_bfloat16E", v, "|")
+                  "dk/dv wg _Z13k_attn_dkv_wgI13__nv_bfloat16Li3ELb0EE|dk/dv wg2 _Z13k_attn_dkv_wgI13__nv_bfloat16Li2ELb0EE|" \
+                  "dk/dv wgp _Z13k_attn_dkv_wgI13__nv_bfloat16Li2ELb1EE|dq wg _Z12k_attn_dq_wgI13__nv_bfloat16Li3ELb0EE|" \
+                  "dq wgp _Z12k_attn_dq_wgI13__nv_bfloat16Li3ELb1EE", v, "|")
         bad = 0; line = ""; kernels = 0
         for (i = 1; i <= n; i++) {
           split(v[i], f, " "); found = 0

@@ -99,13 +99,15 @@ static inline bool attention_rows16(const gpu_attn *a, const void *dout, const v
  * whether it takes these heads (16-bit, heads of 64, a GPU of compute
  * capability 9.0 whose warpgroup product passed its self-check on the
  * device), and the run, attention_fa_backward's without dq by atomics;
- * vec: attention_rows16; blocks: of dk/dv per multiprocessor that its
- * registers leave room for, 3 (within 168) or 2 (within 255; 0: as
- * WEFT_ATTN_FA_BWD_SHAPE says, wg2 or else 3). */
+ * vec: attention_rows16; shape: 3, dk/dv in 3 blocks a multiprocessor
+ * (within 168 registers); 2, in 2 (within 255); 1, both kernels pipelined
+ * (the products that need no exponentials run while they are computed;
+ * dk/dv in 2 blocks, dq in 3); 0, as WEFT_ATTN_FA_BWD_SHAPE says (wg2: 2,
+ * wgp: 1, else 3). */
 bool attention_wg_takes(int dt, const gpu_attn *a);
 void attention_wg_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, const void *dout, const void *q,
                            const void *k, const void *v, const gpu_attn *a, bool acc, const float *lse,
-                           const float *dsum, bool vec, int blocks);
+                           const float *dsum, bool vec, int shape);
 
 /* The implementations of attention that WEFT_ATTN names and
  * attention_pick.cu chooses among: the mma.sync kernels (attention_fa*.cu),

@@ -42,15 +42,16 @@ DEV void probs_kv(uint32_t (*pp)[4], const float (*x)[4], const float *Ls, int c
   }
 }
 
-/* dk/dv's dS^T = P^T (dP^T - D) in place of P^T (pp), x = dP^T, D of the
- * queries from c0 in Ds. */
-template <class T, int NB> DEV void dscores_kv(uint32_t (*pp)[4], const float (*x)[4], const float *Ds, int c0, int t) {
+/* dk/dv's dS^T = P^T (dP^T - D) into ds from P^T in pp (the same array
+ * or another), x = dP^T, D of the queries from c0 in Ds. */
+template <class T, int NB>
+DEV void dscores_kv(uint32_t (*ds)[4], const uint32_t (*pp)[4], const float (*x)[4], const float *Ds, int c0, int t) {
 #pragma unroll
   for (int nb = 0; nb < NB; nb++) {
     const int c = c0 + nb * 8 + 2 * t;
     const float d0 = Ds[c], d1 = Ds[c + 1];
     const uint32_t u0 = pp[nb >> 1][(nb & 1) * 2], u1 = pp[nb >> 1][(nb & 1) * 2 + 1];
-    pack_c<T>(pp, nb, lo16<T>(u0) * (x[nb][0] - d0), hi16<T>(u0) * (x[nb][1] - d1), lo16<T>(u1) * (x[nb][2] - d0),
+    pack_c<T>(ds, nb, lo16<T>(u0) * (x[nb][0] - d0), hi16<T>(u0) * (x[nb][1] - d1), lo16<T>(u1) * (x[nb][2] - d0),
               hi16<T>(u1) * (x[nb][3] - d1));
   }
 }

@@ -278,7 +278,7 @@ __global__ void __launch_bounds__(FT, MB)
         accumulate<T, D16, QC>(gv, pp, Os + c0 * LD, lane);
         /* dP^T = V dO^T; dS^T = P^T (dP^T - D) in place of P^T */
         scores<T, D16, HOLD, QC>(x, vf, Vs + 16 * w * LD, Os + c0 * LD, lane);
-        dscores_kv<T, QC / 8>(pp, x, Ds, c0, t);
+        dscores_kv<T, QC / 8>(pp, pp, x, Ds, c0, t);
         accumulate<T, D16, QC>(gk, pp, Qs + c0 * LD, lane);
       } else {
 #pragma unroll
@@ -499,10 +499,9 @@ void fa_dq(gpu_stream *s, T *dq, const T *dout, const T *q, const T *k, const T 
  * tests/cuda_check.sh checks the fit with ptxas. All give the same bits:
  * the products add the same fragments in the same order.
  * WEFT_ATTN_FA_BWD_SHAPE=K,Q picks them (read at each call, so that a
- * test or a benchmark runs each); by default 2,3. =wg asks for the
- * kernels on Hopper's warpgroup products (attention_wg.cu), dk/dv in 3
- * blocks an SM (=wg2: in 2), which give other bits: kv = 0 here, q the
- * blocks. */
+ * test or a benchmark runs each); by default 2,3. =wg, wg2 or wgp ask for
+ * the kernels on Hopper's warpgroup products (attention_wg.cu, which reads
+ * which of them), which give other bits: kv = 0 here. */
 struct fa_occupancy {
   int kv, q;
 };
@@ -510,7 +509,7 @@ fa_occupancy fa_bwd_shape(void) {
   const char *e = getenv("WEFT_ATTN_FA_BWD_SHAPE");
   fa_occupancy o = {2, 3};
   if (!e || !*e) return o;
-  if (strcmp(e, "wg") == 0 || strcmp(e, "wg2") == 0) return fa_occupancy{0, e[2] ? 2 : 3};
+  if (strcmp(e, "wg") == 0 || strcmp(e, "wg2") == 0 || strcmp(e, "wgp") == 0) return fa_occupancy{0, 0};
   if (strlen(e) == 3 && e[0] >= '2' && e[0] <= '4' && e[1] == ',' && (e[2] == '3' || e[2] == '4')) {
     o.kv = e[0] - '0', o.q = e[2] - '0';
     return o;
@@ -518,7 +517,7 @@ fa_occupancy fa_bwd_shape(void) {
   static bool said;
   if (!said) {
     said = true;
-    fprintf(stderr, "weft: WEFT_ATTN_FA_BWD_SHAPE=%s is not K,Q (K 2, 3 or 4; Q 3 or 4), wg nor wg2: 2,3 runs\n", e);
+    fprintf(stderr, "weft: WEFT_ATTN_FA_BWD_SHAPE=%s is not K,Q (K 2, 3 or 4; Q 3 or 4), wg, wg2 nor wgp: 2,3 runs\n", e);
   }
   return o;
 }
@@ -578,7 +577,7 @@ void attention_fa_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, 
   const fa_occupancy sh = fa_bwd_shape();
   if (!dqa && a->dh == 64 && sh.kv == 0) {
     if (attention_wg_takes(dt, a)) {
-      attention_wg_backward(s, dt, dq, dk, dv, dout, q, k, v, a, acc, lse, dsum, vec, sh.q);
+      attention_wg_backward(s, dt, dq, dk, dv, dout, q, k, v, a, acc, lse, dsum, vec, 0);
       return;
     }
     static bool said;

@@ -95,8 +95,10 @@ constexpr int DQ_STAGE = 2 * TILE, DQ_BYTES = 2 * TILE + 2 * DQ_STAGE + 1024;
 } // namespace
 
 /* dk, dv of keys [k0, k0 + WB) of key/value head hk; warp w owns 16; MB
- * blocks a multiprocessor to keep registers for (2 or 3). */
-template <class T, int MB>
+ * blocks a multiprocessor to keep registers for (2 or 3). PIPE: the
+ * products that need no result of the exponentials run while they are
+ * computed (dP^T beside P^T, dK's operand beside dV), in more registers. */
+template <class T, int MB, bool PIPE>
 __global__ void __launch_bounds__(WT, MB)
     k_attn_dkv_wg(T *dk, T *dv, const T *dout, const T *q, const T *k, const T *v, gpu_attn a, float scale,
                   bool vec, const float *lse, const float *dsum, bool acc, bool by_tile) {
@@ -149,27 +151,49 @@ __global__ void __launch_bounds__(WT, MB)
     const unsigned char *Qs = stages + (st & 1) * DKV_STAGE, *Os = Qs + TILE;
     const float *Ls = (const float *)(Qs + 2 * TILE), *Ds = Ls + WB;
     /* S^T: key kw + g (+ 8) against query q0 + column */
-    float x[8][4];
+    float x[8][4], y[PIPE ? 8 : 1][4];
     wg_fence();
     product_k<T>(x, kf, Qs);
-    products_done(x);
+    wg_commit();
+    if constexpr (PIPE) {
+      product_k<T>(y, vf, Os); /* dP^T = V dO^T, while P^T is computed */
+      wg_commit();
+      wg_wait<1>();
+    } else {
+      wg_wait<0>();
+    }
+    wg_hold(x);
     /* P^T, masked where some key of the warp comes after the tile's first
      * query: columns below lim are not seen */
     const int rel = kw - qpos - q0, lim0 = rel + g, lim1 = lim0 + 8;
     const bool edge = rel + 15 > 0;
     uint32_t pp[4][4];
     probs_kv<T, 8>(pp, x, Ls, 0, sl2, edge, lim0, lim1, false, false, t);
-    /* dV += P^T dO and dP^T = V dO^T in one group */
     wg_fence(pp);
-    product_mn<T>(gv, pp, Os);
-    product_k<T>(x, vf, Os);
-    products_done(x);
-    wg_hold(gv);
-    /* dS^T = P^T (dP^T - D) in place of P^T; dK += dS^T Q */
-    dscores_kv<T, 8>(pp, x, Ds, 0, t);
-    wg_fence(pp);
-    product_mn<T>(gk, pp, Qs);
-    products_done(gk);
+    product_mn<T>(gv, pp, Os); /* dV += P^T dO */
+    if constexpr (PIPE) {
+      /* dS^T = P^T (dP^T - D) into registers of its own while dV runs on
+       * P^T; dK += dS^T Q */
+      wg_commit();
+      wg_wait<1>();
+      wg_hold(y);
+      uint32_t ds[4][4];
+      dscores_kv<T, 8>(ds, pp, y, Ds, 0, t);
+      wg_fence(ds);
+      product_mn<T>(gk, ds, Qs);
+      products_done(gk);
+      wg_hold(gv);
+    } else {
+      /* and dP^T = V dO^T in one group; dS^T = P^T (dP^T - D) in place of
+       * P^T; dK += dS^T Q */
+      product_k<T>(x, vf, Os);
+      products_done(x);
+      wg_hold(gv);
+      dscores_kv<T, 8>(pp, pp, x, Ds, 0, t);
+      wg_fence(pp);
+      product_mn<T>(gk, pp, Qs);
+      products_done(gk);
+    }
     if ((q0 += WB) >= sq) q0 = qs;
     __syncthreads();
   }
@@ -177,9 +201,10 @@ __global__ void __launch_bounds__(WT, MB)
 }
 
 /* dq of query rows [q0, q0 + WB) of head h, the last block the first;
- * warp w owns 16. */
-template <class T>
-__global__ void __launch_bounds__(WT, 3)
+ * warp w owns 16; MB as k_attn_dkv_wg's. PIPE: dP = dO V^T runs while P
+ * is computed, in more registers. */
+template <class T, int MB, bool PIPE>
+__global__ void __launch_bounds__(WT, MB)
     k_attn_dq_wg(T *dq, const T *dout, const T *q, const T *k, const T *v, gpu_attn a, float scale, bool vec,
                  const float *lse, const float *dsum, bool acc, bool by_tile) {
   DYN_SMEM(unsigned char, raw0);
@@ -226,21 +251,35 @@ __global__ void __launch_bounds__(WT, 3)
     wg_proxy_fence();
     __syncthreads();
     const unsigned char *Ks = stages + (kt & 1) * DQ_STAGE, *Vs = Ks + TILE;
-    float x[8][4];
+    float x[8][4], y[PIPE ? 8 : 1][4];
     uint32_t pp[4][4];
     wg_fence();
     product_k<T>(x, qf, Ks);
-    products_done(x);
+    wg_commit();
+    if constexpr (PIPE) {
+      product_k<T>(y, of, Vs); /* dP = dO V^T, while P is computed */
+      wg_commit();
+      wg_wait<1>();
+    } else {
+      wg_wait<0>();
+    }
+    wg_hold(x);
     /* P: query qi0 (qi1) against key k0 + column; masked where the tile
      * ends after the warp's first query sees, or after the keys */
     const bool edge = k0 + WB - 1 > qpos + qw || k0 + WB > sk;
     const int lim0 = see0 - k0, lim1 = see1 - k0; /* columns above are not seen */
     probs_q<T, 8>(pp, x, l0, l1, sl2, edge, lim0, lim1, t);
     /* dP = dO V^T; dS = P (dP - D); dQ += dS K */
-    wg_fence();
-    product_k<T>(x, of, Vs);
-    products_done(x);
-    dscores_q<T, 8>(pp, x, d0, d1);
+    if constexpr (PIPE) {
+      wg_wait<0>();
+      wg_hold(y);
+      dscores_q<T, 8>(pp, y, d0, d1);
+    } else {
+      wg_fence();
+      product_k<T>(x, of, Vs);
+      products_done(x);
+      dscores_q<T, 8>(pp, x, d0, d1);
+    }
     wg_fence(pp);
     product_mn<T>(gq, pp, Ks);
     products_done(gq);
@@ -325,30 +364,45 @@ template <typename... KArgs> void wg_allow_smem(void (*kern)(KArgs...), size_t b
 #endif
 }
 
-template <class T, int MB>
+template <class T, int MB, bool PIPE>
 void wg_dkv(gpu_stream *s, T *dk, T *dv, const T *dout, const T *q, const T *k, const T *v, const gpu_attn *a,
             bool acc, const float *lse, const float *dsum, bool vec, float scale) {
   const int64_t tiles = (a->sk + WB - 1) / WB;
   const bool by_tile = attention_fa_by_tile(tiles, a->b);
-  wg_allow_smem(k_attn_dkv_wg<T, MB>, DKV_BYTES);
-  launch(k_attn_dkv_wg<T, MB>, attention_fa_grid(by_tile, tiles, a->hq / a->r, a->b), WT, DKV_BYTES, s, dk, dv, dout, q,
-         k, v, *a, scale, vec, lse, dsum, acc, by_tile);
+  wg_allow_smem(k_attn_dkv_wg<T, MB, PIPE>, DKV_BYTES);
+  launch(k_attn_dkv_wg<T, MB, PIPE>, attention_fa_grid(by_tile, tiles, a->hq / a->r, a->b), WT, DKV_BYTES, s, dk, dv,
+         dout, q, k, v, *a, scale, vec, lse, dsum, acc, by_tile);
 }
 
+template <class T, int MB, bool PIPE>
+void wg_dq(gpu_stream *s, T *dq, const T *dout, const T *q, const T *k, const T *v, const gpu_attn *a, bool acc,
+           const float *lse, const float *dsum, bool vec, float scale) {
+  const int64_t tiles = (a->sq + WB - 1) / WB;
+  const bool by_tile = attention_fa_by_tile(tiles, a->b);
+  wg_allow_smem(k_attn_dq_wg<T, MB, PIPE>, DQ_BYTES);
+  launch(k_attn_dq_wg<T, MB, PIPE>, attention_fa_grid(by_tile, tiles, a->hq, a->b), WT, DQ_BYTES, s, dq, dout, q, k, v,
+         *a, scale, vec, lse, dsum, acc, by_tile);
+}
+
+/* shape: 3 (dk/dv in 3 blocks an SM), 2 (in 2), or 1 (both kernels
+ * pipelined, dk/dv in 2 blocks an SM and dq in 3). */
 template <class T>
 void wg_backward(gpu_stream *s, T *dq, T *dk, T *dv, const T *dout, const T *q, const T *k, const T *v,
-                 const gpu_attn *a, bool acc, const float *lse, const float *dsum, bool vec, int blocks) {
+                 const gpu_attn *a, bool acc, const float *lse, const float *dsum, bool vec, int shape) {
   const float scale = (float)(1.0 / sqrt((double)a->dh));
-  if ((dk || dv) && blocks == 2)
-    wg_dkv<T, 2>(s, dk, dv, dout, q, k, v, a, acc, lse, dsum, vec, scale);
-  else if (dk || dv)
-    wg_dkv<T, 3>(s, dk, dv, dout, q, k, v, a, acc, lse, dsum, vec, scale);
+  if (dk || dv) {
+    if (shape == 1)
+      wg_dkv<T, 2, true>(s, dk, dv, dout, q, k, v, a, acc, lse, dsum, vec, scale);
+    else if (shape == 2)
+      wg_dkv<T, 2, false>(s, dk, dv, dout, q, k, v, a, acc, lse, dsum, vec, scale);
+    else
+      wg_dkv<T, 3, false>(s, dk, dv, dout, q, k, v, a, acc, lse, dsum, vec, scale);
+  }
   if (dq) {
-    const int64_t tiles = (a->sq + WB - 1) / WB;
-    const bool by_tile = attention_fa_by_tile(tiles, a->b);
-    wg_allow_smem(k_attn_dq_wg<T>, DQ_BYTES);
-    launch(k_attn_dq_wg<T>, attention_fa_grid(by_tile, tiles, a->hq, a->b), WT, DQ_BYTES, s, dq, dout, q, k, v, *a,
-           scale, vec, lse, dsum, acc, by_tile);
+    if (shape == 1)
+      wg_dq<T, 3, true>(s, dq, dout, q, k, v, a, acc, lse, dsum, vec, scale);
+    else
+      wg_dq<T, 3, false>(s, dq, dout, q, k, v, a, acc, lse, dsum, vec, scale);
   }
 }
 
@@ -425,17 +479,17 @@ bool attention_wg_takes(int dt, const gpu_attn *a) {
 
 void attention_wg_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, const void *dout, const void *q,
                            const void *k, const void *v, const gpu_attn *a, bool acc, const float *lse,
-                           const float *dsum, bool vec, int blocks) {
-  if (blocks == 0) {
+                           const float *dsum, bool vec, int shape) {
+  if (shape == 0) {
     const char *e = getenv("WEFT_ATTN_FA_BWD_SHAPE");
-    blocks = e && strcmp(e, "wg2") == 0 ? 2 : 3;
+    shape = e && strcmp(e, "wg2") == 0 ? 2 : e && strcmp(e, "wgp") == 0 ? 1 : 3;
   }
   if (dt == GPU_F16)
     wg_backward<f16>(s, (f16 *)dq, (f16 *)dk, (f16 *)dv, (const f16 *)dout, (const f16 *)q, (const f16 *)k,
-                     (const f16 *)v, a, acc, lse, dsum, vec, blocks);
+                     (const f16 *)v, a, acc, lse, dsum, vec, shape);
   else
     wg_backward<bf16>(s, (bf16 *)dq, (bf16 *)dk, (bf16 *)dv, (const bf16 *)dout, (const bf16 *)q, (const bf16 *)k,
-                      (const bf16 *)v, a, acc, lse, dsum, vec, blocks);
+                      (const bf16 *)v, a, acc, lse, dsum, vec, shape);
 }
 
 bool gpu_wgmma_check(gpu_stream *s, int dt, float *d, const void *a, const void *b_nk, const void *b_kn) {

@@ -958,8 +958,8 @@ static void check_attention_wg(void) {
     printf("causal_attention (dh 64), WEFT_ATTN_FA_BWD_SHAPE=wg: not on this GPU: not checked\n");
     return;
   }
-  const char *shapes[2] = {"wg", "wg2"};
-  for (int i = 0; i < 2; i++) {
+  const char *shapes[3] = {"wg", "wg2", "wgp"};
+  for (int i = 0; i < 3; i++) {
     setenv("WEFT_ATTN_FA_BWD_SHAPE", shapes[i], 1);
     check_attention(GPU_BF16, 2, 150, 3, 64);
     check_gqa(GPU_BF16, 100, 260, 130, 64);
@@ -977,8 +977,8 @@ static void check_attention_wg(void) {
     float *qkv = randn(nq, 1), *dout = randn(no, 1);
     round_all(qkv, nq, dt), round_all(dout, no, dt);
     float *base = fa_results(dt, "2,3", "tiles", qkv, dout, b, s, heads);
-    float *got[2];
-    for (int i = 0; i < 2; i++) {
+    float *got[3];
+    for (int i = 0; i < 3; i++) {
       got[i] = fa_results(dt, shapes[i], "tiles", qkv, dout, b, s, heads);
       int64_t differ = 0;
       double worst = 0;
@@ -991,15 +991,18 @@ static void check_attention_wg(void) {
              "their bits, by at most %.1e of the element (+ 1e-3)\n", dt_name(dt), shapes[i], (long long)differ,
              (long long)(no + nq), worst);
     }
-    /* wg and wg2 differ in registers alone: the same bits */
-    int64_t differ = 0;
-    for (int64_t j = 0; j < no + nq; j++)
-      if (memcmp(&got[0][j], &got[1][j], sizeof(float)) != 0) differ++;
-    checks++;
-    if (differ) failures++;
-    printf("causal_attention (dh 64) %s, WEFT_ATTN_FA_BWD_SHAPE=wg2 against wg: %lld of %lld elements differ in their "
-           "bits %s\n", dt_name(dt), (long long)differ, (long long)(no + nq), differ ? "FAIL" : "ok");
-    free(got[0]), free(got[1]), free(base), free(qkv), free(dout);
+    /* wg2 and wgp differ from wg in registers and order of issue alone:
+     * the same products of the same operands, the same bits */
+    for (int i = 1; i < 3; i++) {
+      int64_t differ = 0;
+      for (int64_t j = 0; j < no + nq; j++)
+        if (memcmp(&got[0][j], &got[i][j], sizeof(float)) != 0) differ++;
+      checks++;
+      if (differ) failures++;
+      printf("causal_attention (dh 64) %s, WEFT_ATTN_FA_BWD_SHAPE=%s against wg: %lld of %lld elements differ in their "
+             "bits %s\n", dt_name(dt), shapes[i], (long long)differ, (long long)(no + nq), differ ? "FAIL" : "ok");
+    }
+    free(got[0]), free(got[1]), free(got[2]), free(base), free(qkv), free(dout);
   }
 }
 
