@@ -379,7 +379,22 @@ __global__ void __launch_bounds__(FT, MB)
        * ends after the warp's first query sees, or after the keys */
       const bool edge = k0 + FB - 1 > qpos + qw || k0 + FB > sk;
       const int lim0 = see0 - k0, lim1 = see1 - k0; /* columns above are not seen */
-      probs_q<T, NB>(pp, x, l0, l1, sl2, edge, lim0, lim1, t);
+      /* P as probs_q (attention_bwd.cuh) computes it, written out here:
+       * called, it leaves the heads of 64 in 3 blocks an SM a few bytes
+       * of spill (ptxas of nvcc 13, sm_90; tests/cuda_check.sh) */
+#pragma unroll
+      for (int nb = 0; nb < NB; nb++) {
+        const int c = nb * 8 + 2 * t;
+        float p0 = fexp2(x[nb][0] * sl2 - l0), p1 = fexp2(x[nb][1] * sl2 - l0);
+        float p2 = fexp2(x[nb][2] * sl2 - l1), p3 = fexp2(x[nb][3] * sl2 - l1);
+        if (edge) {
+          if (c > lim0) p0 = 0.0f;
+          if (c + 1 > lim0) p1 = 0.0f;
+          if (c > lim1) p2 = 0.0f;
+          if (c + 1 > lim1) p3 = 0.0f;
+        }
+        pack_c<T>(pp, nb, p0, p1, p2, p3);
+      }
       /* dP = dO V^T; dS = P (dP - D) */
       scores<T, D16, HOLD, FB>(x, of, Os + 16 * w * LD, Vs, lane);
       dscores_q<T, NB>(pp, x, d0, d1);
