@@ -598,8 +598,9 @@ void attention_fa_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, 
     static bool said;
     if (!said) {
       said = true;
-      fprintf(stderr, "weft: WEFT_ATTN_FA_BWD_SHAPE=%s: the warpgroup kernels run on GPUs of compute capability 9.0 "
-                      "alone (16-bit heads of 64): 2,3 runs\n", getenv("WEFT_ATTN_FA_BWD_SHAPE"));
+      fprintf(stderr, "weft: WEFT_ATTN_FA_BWD_SHAPE=%s: the warpgroup kernels do not run here (they take 16-bit "
+                      "heads of 64 on GPUs of compute capability 9.0 whose warpgroup product passed its self-check): "
+                      "2,3 runs\n", getenv("WEFT_ATTN_FA_BWD_SHAPE"));
     }
   }
   if (dt == GPU_F16)

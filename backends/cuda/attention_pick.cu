@@ -4,17 +4,19 @@
  *
  * WEFT_ATTN (read once):
  *   unset   the plugin's kernels (mma.sync, else wmma, else CUDA cores),
- *           with cuDNN's fused attention timed against them for heads
- *           whose forward is at least ATTN_TUNE_FLOP (small heads cost
- *           more to plan in cuDNN than they could gain; the backward with
- *           dq by atomics, fa-atomic, lost to mma.sync's at every shape
- *           timed on an H200 and is timed only when named);
+ *           with cuDNN's fused attention and the backward on Hopper's
+ *           warpgroup products (fa-wg, where the GPU runs it) timed
+ *           against them for heads whose forward is at least
+ *           ATTN_TUNE_FLOP (small heads cost more to plan in cuDNN than
+ *           they could gain; the backward with dq by atomics, fa-atomic,
+ *           lost to mma.sync's at every shape timed on an H200 and is
+ *           timed only when named);
  *   auto    the same for heads of every size;
- *   auto:W,...  the ways W (fa, wmma, cudnn, core, fa-atomic) timed
- *           against the plugin's kernels, for heads of every size;
- *   fa, wmma, cudnn, core, fa-atomic  that way alone, where it takes the
- *           heads (the plugin's kernels where it does not; fa-atomic is a
- *           backward: the forward is fa's).
+ *   auto:W,...  the ways W (fa, wmma, cudnn, core, fa-atomic, fa-wg)
+ *           timed against the plugin's kernels, for heads of every size;
+ *   fa, wmma, cudnn, core, fa-atomic, fa-wg  that way alone, where it
+ *           takes the heads (the plugin's kernels where it does not;
+ *           fa-atomic and fa-wg are backwards: the forward is fa's).
  *
  * The choice, one for each shape of heads, type, device and kind of call
  * (forward or backward, the forward's log-sum-exp kept or not, a backward

@@ -169,16 +169,19 @@ __global__ void __launch_bounds__(WT, MB)
     const bool edge = rel + 15 > 0;
     uint32_t pp[4][4];
     probs_kv<T, 8>(pp, x, Ls, 0, sl2, edge, lim0, lim1, false, false, t);
+    /* PIPE: a copy of P^T for dS^T, read while dV still reads pp */
+    uint32_t pc[PIPE ? 4 : 1][4];
+    if constexpr (PIPE) wg_copy(pc, pp);
     wg_fence(pp);
     product_mn<T>(gv, pp, Os); /* dV += P^T dO */
     if constexpr (PIPE) {
-      /* dS^T = P^T (dP^T - D) into registers of its own while dV runs on
-       * P^T; dK += dS^T Q */
+      /* dS^T = P^T (dP^T - D) from the copy into registers of its own
+       * while dV runs on P^T; dK += dS^T Q */
       wg_commit();
       wg_wait<1>();
       wg_hold(y);
       uint32_t ds[4][4];
-      dscores_kv<T, 8>(ds, pp, y, Ds, 0, t);
+      dscores_kv<T, 8>(ds, pc, y, Ds, 0, t);
       wg_fence(ds);
       product_mn<T>(gk, ds, Qs);
       products_done(gk);
@@ -414,8 +417,10 @@ namespace {
  * product of 64 x 64 by 64 x 64 in bf16 of small multiples of 1/8, whose
  * f32 sums are exact, against the host's, B laid out either way): a GPU
  * that reads the layouts otherwise than wgmma.cuh has them never runs the
- * kernels (said once). WEFT_CUDA_EMU_SPOIL=wg makes the host's sums off,
- * to try the refusal on the emulation. */
+ * kernels (said once; so is a check that could not run, out of memory
+ * or a launch that failed, and that too is kept for the process).
+ * WEFT_CUDA_EMU_SPOIL=wg makes the host's sums off on the emulation, to
+ * try the refusal. The plugin's calls come from one host thread. */
 bool wg_verified(void) {
   enum { DEVS = 64 };
   static signed char state[DEVS];
@@ -443,8 +448,10 @@ bool wg_verified(void) {
       for (int k = 0; k < 64; k++) sum += val(i, k, 7) * val(k, j, 5);
       want[i * 64 + j] = sum;
     }
+#ifdef WEFT_CUDA_EMU
   const char *spoil = getenv("WEFT_CUDA_EMU_SPOIL");
   if (spoil && strcmp(spoil, "wg") == 0) want[64 * 17 + 5] += 1.0f;
+#endif
   bool ok = false;
   gpu_stream *st = gpu_stream_new(err, sizeof err);
   /* in the stream's order: no wait for the device's other work */
@@ -452,6 +459,7 @@ bool wg_verified(void) {
   float *dd = din ? (float *)gpu_alloc_on(got.size() * 4, st, err, sizeof err) : NULL;
   if (dd && gpu_upload(din, in.data(), in.size() * 2, st, err, sizeof err) &&
       gpu_wgmma_check(st, GPU_BF16, dd, din, (const char *)din + 4096 * 2, (const char *)din + 2 * 4096 * 2) &&
+      gpu_check("k_wgmma_check", err, sizeof err) &&
       gpu_download(got.data(), dd, got.size() * 4, st, err, sizeof err)) {
     ok = true;
     for (int c = 0; c < 2 && ok; c++)
@@ -476,6 +484,8 @@ bool attention_wg_takes(int dt, const gpu_attn *a) {
   if (!(dt == GPU_BF16 || dt == GPU_F16) || a->dh != 64 || !wg_device()) return false;
   return (size_t)(DKV_BYTES > DQ_BYTES ? DKV_BYTES : DQ_BYTES) <= attention_smem_limit() && wg_verified();
 }
+
+bool gpu_attention_wg_runs(int dt, const gpu_attn *a) { return attention_wg_takes(dt, a); }
 
 void attention_wg_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, const void *dout, const void *q,
                            const void *k, const void *v, const gpu_attn *a, bool acc, const float *lse,

@@ -333,6 +333,10 @@ void gpu_mma_check(gpu_stream *s, int dt, float *d, const void *a, const void *b
  * (16384 floats in all). False (nothing run) where the GPU does not run it
  * (compute capability other than 9.0). */
 bool gpu_wgmma_check(gpu_stream *s, int dt, float *d, const void *a, const void *b_nk, const void *b_kn);
+/* Whether the backward on the warpgroup products (attention_wg.cu) runs
+ * these heads on the current device: 16-bit, heads of 64, compute
+ * capability 9.0, its product's self-check passed there. */
+bool gpu_attention_wg_runs(int dt, const gpu_attn *a);
 
 /* ---- softmax -------------------------------------------------------------------------- */
 

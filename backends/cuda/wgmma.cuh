@@ -81,6 +81,7 @@ static inline void wg_commit() {}
 template <int N> static inline void wg_wait() {}
 static inline void wg_proxy_fence() {}
 static inline void wg_hold(float (*)[4]) {}
+static inline void wg_copy(uint32_t (*dst)[4], const uint32_t (*src)[4]) { memcpy(dst, src, 16 * sizeof(uint32_t)); }
 
 /* The address of B's element (k, n) as the hardware finds it: the
  * canonical layout of the 128-byte swizzle, then the swizzle of the
@@ -169,6 +170,16 @@ DEV void wg_hold(float (*d)[4]) {
   for (int i = 0; i < 8; i++)
 #pragma unroll
     for (int e = 0; e < 4; e++) asm volatile("" : "+f"(d[i][e])::"memory");
+}
+
+/* dst = src, 16 words into registers of their own (an asm's results, which
+ * the compiler cannot take for src's): to read A fragments while a product
+ * still reads them, which PTX leaves undefined. */
+DEV void wg_copy(uint32_t (*dst)[4], const uint32_t (*src)[4]) {
+#pragma unroll
+  for (int i = 0; i < 4; i++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) asm volatile("mov.b32 %0, %1;\n" : "=r"(dst[i][e]) : "r"(src[i][e]));
 }
 
 #define WG_D32(d)                                                                                                    \

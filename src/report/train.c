@@ -538,7 +538,7 @@ static bool train_loop(trainer *t, runner *rn, weft_world *w, bool main, run_log
   }
   if (o->steps == 0 && t->val) {
     /* no step: the validation loss of the parameters as they are */
-    record r = {w->step, NAN, NAN, NAN, 0, NAN};
+    record r = {w->step, NAN, NAN, NAN, 0, NAN, 0};
     if (!evaluate(t, rn, w, &r.val, err, errlen)) return false;
     log_add(log, r);
     if (main && t->speak && !o->json)

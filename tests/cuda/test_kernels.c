@@ -954,8 +954,12 @@ static void check_attention_fa_bwd_shapes(void) {
  * that a fault of these on a GPU loses no other. */
 static void check_attention_wg(void) {
   const bool wg_bf16 = check_wgmma(GPU_BF16), wg = check_wgmma(GPU_F16) && wg_bf16;
-  if (!wg) {
-    printf("causal_attention (dh 64), WEFT_ATTN_FA_BWD_SHAPE=wg: not on this GPU: not checked\n");
+  /* the kernels run where the plugin takes them (its self-check passed):
+   * elsewhere the default would run under their name, and pass for them */
+  gpu_attn probe = {2, 150, 3, 64, 1, 576, 576, 192, 150 * 576, 150 * 576, 150 * 192, 150, 0, false};
+  if (!wg || !gpu_attention_wg_runs(GPU_BF16, &probe)) {
+    printf("causal_attention (dh 64), WEFT_ATTN_FA_BWD_SHAPE=wg: its kernels do not run here (%s): not checked\n",
+           wg ? "the plugin's self-check of the product refused" : "not on this GPU");
     return;
   }
   const char *shapes[3] = {"wg", "wg2", "wgp"};

@@ -178,7 +178,7 @@ static int64_t scratch(void *ctx, int dev, int ins) {
 static void check_plan(const weft_program *pr) {
   csched s;
   char err[512];
-  csched_cb cb = {NULL, scratch, 4096, NULL};
+  csched_cb cb = {.ctx = NULL, .ins_ws = scratch, .fixed = 4096, .keep = NULL};
   if (!sched_build(&s, pr, &cb, NULL, err, sizeof err)) fail_msg("%s", err);
   int nd = pr->nprogs, vdev = 0;
   int *next = calloc((size_t)nd, sizeof(int));
@@ -271,7 +271,7 @@ static void test_clip_order(void **state) {
   bool **tail = clip_tail(pr, err, sizeof err);
   if (!tail) fail_msg("%s", err);
   csched s;
-  csched_cb cb = {NULL, scratch, 4096, NULL};
+  csched_cb cb = {.ctx = NULL, .ins_ws = scratch, .fixed = 4096, .keep = NULL};
   if (!sched_build(&s, pr, &cb, tail, err, sizeof err)) fail_msg("%s", err);
   int norm_at = -1, parts = 0, nd = pr->nprogs;
   int *ready_wait = calloc((size_t)nd, sizeof(int));
