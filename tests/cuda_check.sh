@@ -285,24 +285,24 @@ if WEFT_CUDA_EMU_SPOIL=ref WEFT_ATTN=auto:fa-atomic "$WEFT" run $MB --backend cu
     echo "cuda (emulated): attention's ways judged by core's f32 sums: $(grep -m1 -o '(from core.*' "$tmp/j1.err")"
   else bad "attention's ways judged by core's sums: $j1 taken, $j2 turned away"; cat "$tmp/j1.err" "$tmp/j2.err"; fi
 else bad "WEFT_CUDA_EMU_SPOIL: weft run"; cat "$tmp/j1.err" "$tmp/j2.err" 2>/dev/null; fi
-# The backward on Hopper's warpgroup products as a way of its own (fa-wg,
-# attention_wg.cu; heads of 64): timed against fa where asked (the same
-# bits as fa's on the emulation), and named alone it runs its kernels,
+# The backward on Hopper's warpgroup products as ways of their own (fa-wg
+# and, pipelined, fa-wgp; attention_wg.cu; heads of 64): timed against fa
+# where asked (the same bits as fa's on the emulation), and named alone it runs its kernels,
 # each run matching one device; a warpgroup product whose self-check fails
 # (WEFT_CUDA_EMU_SPOIL=wg: the host's sums moved) is said, and its kernels
 # never run.
 WG="examples/gpt_megatron.plan $MEG --set hidden=128 --set heads=2 --set dtype=bf16 --steps 2"
-if WEFT_ATTN=auto:fa-wg "$WEFT" run $WG --backend cuda --check >"$tmp/wg1.out" 2>"$tmp/wg1.err" &&
+if WEFT_ATTN=auto:fa-wg,fa-wgp "$WEFT" run $WG --backend cuda --check >"$tmp/wg1.out" 2>"$tmp/wg1.err" &&
    WEFT_ATTN=fa-wg WEFT_CUDA_EMU_LAUNCHES=$tmp/wg2.l "$WEFT" run $WG --backend cuda --check >"$tmp/wg2.out" 2>&1 &&
    WEFT_CUDA_EMU_SPOIL=wg WEFT_ATTN=fa-wg WEFT_CUDA_EMU_LAUNCHES=$tmp/wg3.l "$WEFT" run $WG --backend cuda --check \
      >"$tmp/wg3.out" 2>"$tmp/wg3.err"; then
   wg2=$(awk '$2 ~ /^k_attn_(dkv|dq)_wg/ {n += $1} END {print n + 0}' "$tmp/wg2.l")
   wg3=$(awk '$2 ~ /^k_attn_(dkv|dq)_wg/ {n += $1} END {print n + 0}' "$tmp/wg3.l")
-  if grep -q "^weft: attention backward, b2 h1 s16 d64 bf16 causal: fa [0-9.]* ms; fa-wg [0-9.]* ms, rel err 0.0e+00, worst element 0 of its bound: fa[-a-z]* runs them (tolerance 1e-02)$" "$tmp/wg1.err" &&
+  if grep -q "^weft: attention backward, b2 h1 s16 d64 bf16 causal: fa [0-9.]* ms; fa-wg [0-9.]* ms, rel err 0.0e+00, worst element 0 of its bound; fa-wgp [0-9.]* ms, rel err 0.0e+00, worst element 0 of its bound: fa[-a-z]* runs them (tolerance 1e-02)$" "$tmp/wg1.err" &&
      grep -q "match$" "$tmp/wg1.out" && grep -q "match$" "$tmp/wg2.out" && grep -q "match$" "$tmp/wg3.out" &&
      [ "$wg2" -gt 0 ] && [ "$wg3" = 0 ] &&
      grep -q "^weft: CUDA device 0: the warpgroup product's self-check (wgmma.cuh) gave other sums than the host's: its kernels (fa-wg) do not run here$" "$tmp/wg3.err"; then ok
-    echo "cuda (emulated): fa-wg: timed against fa (rel err 0), named alone $wg2 launches of its kernels, none after a failed self-check"
+    echo "cuda (emulated): fa-wg, fa-wgp: timed against fa (rel err 0), fa-wg named alone $wg2 launches of its kernels, none after a failed self-check"
   else bad "fa-wg: its line, the runs' match, $wg2 and $wg3 launches of its kernels, the self-check's refusal"
     cat "$tmp/wg1.err" "$tmp/wg3.err"; tail -n 2 "$tmp/wg1.out" "$tmp/wg2.out" "$tmp/wg3.out"; fi
 else bad "WEFT_ATTN=fa-wg: weft run"; tail -n 5 "$tmp/wg1.err" "$tmp/wg2.out" "$tmp/wg3.err" 2>/dev/null; fi

@@ -353,7 +353,8 @@ bool attention_way_takes(int way, int dt, const gpu_attn *a, bool causal, bool b
   case ATTN_CUDNN: return attention_cudnn_ready(dt, a, causal, bwd);
   case ATTN_CORE: return true;
   case ATTN_FA_ATOMIC: return causal && bwd && attention_fa_atomic_takes(dt, a);
-  case ATTN_FA_WG: return causal && bwd && attention_wg_takes(dt, a);
+  case ATTN_FA_WG:
+  case ATTN_FA_WGP: return causal && bwd && attention_wg_takes(dt, a);
   default: return false;
   }
 }
@@ -465,13 +466,14 @@ bool attention_backward_by(int way, gpu_stream *s, int dt, void *dq, void *dk, v
                            const float *lse_kept, const void *out, void *ws, bool causal) {
   if (way == ATTN_CUDNN)
     return lse_kept && out && attention_cudnn_backward(s, dt, dq, dk, dv, dout, q, k, v, a, acc, lse_kept, out, ws, causal);
-  const bool fa = way == ATTN_FA || way == ATTN_FA_ATOMIC || way == ATTN_FA_WG;
+  const bool wg = way == ATTN_FA_WG || way == ATTN_FA_WGP, fa = way == ATTN_FA || way == ATTN_FA_ATOMIC || wg;
   if (!attention_way_takes(way, dt, a, causal, true) || (fa && !(lse_kept && out))) return false;
   gpu_attn f = causal ? *a : unmasked(a);
   float *lse, *dsum;
   const bool kept = backward_stats(s, dt, dout, &f, lse_kept, out, ws, &lse, &dsum);
-  if (way == ATTN_FA_WG)
-    attention_wg_backward(s, dt, dq, dk, dv, dout, q, k, v, a, acc, lse, dsum, attention_rows16(a, dout, q, k, v), 0);
+  if (wg) /* fa-wg: the shape WEFT_ATTN_FA_BWD_SHAPE names, by default wg; fa-wgp: pipelined */
+    attention_wg_backward(s, dt, dq, dk, dv, dout, q, k, v, a, acc, lse, dsum, attention_rows16(a, dout, q, k, v),
+                          way == ATTN_FA_WGP ? 1 : 0);
   else if (fa)
     attention_fa_backward(s, dt, dq, dk, dv, dout, q, k, v, a, acc, lse, dsum,
                           way == ATTN_FA_ATOMIC ? (float *)((char *)ws + atomic_at(a)) : NULL);

@@ -114,9 +114,10 @@ void attention_wg_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, 
  * the wmma ones (attention_tc.cu), cuDNN's fused attention
  * (attention_cudnn.cu), the kernels on CUDA cores (attention.cu) and the
  * mma.sync backward with dq by atomics and the backward on Hopper's
- * warpgroup products (backwards only; never fallbacks: the plugin's
- * default is ATTN_FA to ATTN_CORE but cuDNN). */
-enum { ATTN_FA, ATTN_WMMA, ATTN_CUDNN, ATTN_CORE, ATTN_FA_ATOMIC, ATTN_FA_WG, ATTN_WAYS };
+ * warpgroup products, its groups of products waited for in turn or
+ * pipelined (backwards only; never fallbacks: the plugin's default is
+ * ATTN_FA to ATTN_CORE but cuDNN). */
+enum { ATTN_FA, ATTN_WMMA, ATTN_CUDNN, ATTN_CORE, ATTN_FA_ATOMIC, ATTN_FA_WG, ATTN_FA_WGP, ATTN_WAYS };
 extern const char *const attention_way_names[ATTN_WAYS];
 /* The way WEFT_ATTN names alone (WEFT_ATTN=cudnn, ...), -1 where it names
  * none (unset, or auto). */

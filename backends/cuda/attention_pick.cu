@@ -5,18 +5,21 @@
  * WEFT_ATTN (read once):
  *   unset   the plugin's kernels (mma.sync, else wmma, else CUDA cores),
  *           with cuDNN's fused attention and the backward on Hopper's
- *           warpgroup products (fa-wg, where the GPU runs it) timed
+ *           warpgroup products (fa-wg, and pipelined fa-wgp, where the
+ *           GPU runs them) timed
  *           against them for heads whose forward is at least
  *           ATTN_TUNE_FLOP (small heads cost more to plan in cuDNN than
  *           they could gain; the backward with dq by atomics, fa-atomic,
  *           lost to mma.sync's at every shape timed on an H200 and is
  *           timed only when named);
  *   auto    the same for heads of every size;
- *   auto:W,...  the ways W (fa, wmma, cudnn, core, fa-atomic, fa-wg)
- *           timed against the plugin's kernels, for heads of every size;
- *   fa, wmma, cudnn, core, fa-atomic, fa-wg  that way alone, where it
- *           takes the heads (the plugin's kernels where it does not;
- *           fa-atomic and fa-wg are backwards: the forward is fa's).
+ *   auto:W,...  the ways W (fa, wmma, cudnn, core, fa-atomic, fa-wg,
+ *           fa-wgp) timed against the plugin's kernels, for heads of
+ *           every size;
+ *   fa, wmma, cudnn, core, fa-atomic, fa-wg, fa-wgp  that way alone,
+ *           where it takes the heads (the plugin's kernels where it does
+ *           not; fa-atomic, fa-wg and fa-wgp are backwards: the forward
+ *           is fa's).
  *
  * The choice, one for each shape of heads, type, device and kind of call
  * (forward or backward, the forward's log-sum-exp kept or not, a backward
@@ -65,7 +68,7 @@
 #include <thread>
 #include <vector>
 
-const char *const attention_way_names[ATTN_WAYS] = {"fa", "wmma", "cudnn", "core", "fa-atomic", "fa-wg"};
+const char *const attention_way_names[ATTN_WAYS] = {"fa", "wmma", "cudnn", "core", "fa-atomic", "fa-wg", "fa-wgp"};
 
 namespace {
 
@@ -94,7 +97,7 @@ const pick_mode &the_mode(void) {
   mode.read = true;
   mode.forced = -1;
   mode.every = false;
-  for (int w = 0; w < ATTN_WAYS; w++) mode.alt[w] = w == ATTN_CUDNN || w == ATTN_FA_WG;
+  for (int w = 0; w < ATTN_WAYS; w++) mode.alt[w] = w == ATTN_CUDNN || w == ATTN_FA_WG || w == ATTN_FA_WGP;
   const char *e = getenv("WEFT_ATTN");
   if (!e || !*e) return mode;
   const int one = way_named(e, strlen(e));
@@ -127,8 +130,8 @@ const pick_mode &the_mode(void) {
     }
   }
   fprintf(stderr,
-          "weft: WEFT_ATTN=%s is none of auto, auto:WAYS (of fa, wmma, cudnn, core, fa-atomic, fa-wg, by commas), "
-          "fa, wmma, cudnn, core, fa-atomic, fa-wg; attention takes its default\n",
+          "weft: WEFT_ATTN=%s is none of auto, auto:WAYS (of fa, wmma, cudnn, core, fa-atomic, fa-wg, fa-wgp, by "
+          "commas), fa, wmma, cudnn, core, fa-atomic, fa-wg, fa-wgp; attention takes its default\n",
           e);
   return mode;
 }
@@ -219,7 +222,7 @@ int settle_or_propose(int dt, const gpu_attn *a, bool bwd, bool causal, bool kep
  * log-sum-exp (and, for a backward, its result) are there, which cuDNN
  * needs and the mma.sync backward reads. */
 bool takes(int w, int dt, const gpu_attn *a, bool causal, bool bwd, bool kept) {
-  if (!kept && (w == ATTN_CUDNN || (bwd && (w == ATTN_FA || w == ATTN_FA_ATOMIC || w == ATTN_FA_WG)))) return false;
+  if (!kept && (w == ATTN_CUDNN || (bwd && w != ATTN_WMMA && w != ATTN_CORE))) return false;
   return attention_way_takes(w, dt, a, causal, bwd);
 }
 
