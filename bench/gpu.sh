@@ -128,6 +128,13 @@ elif [ -x "$KERNELS" ]; then
     WEFT_ATTN=fa-atomic WEFT_ATTN_FA_BWD_SHAPE=$sh "$KERNELS" $KERNELS_ARGS --attention 2>&1 |
       grep "^attention backward .*dh64 " | sed "s/\$/  fa-atomic, K,Q $sh/" | tee -a "$log"
   done
+  # the forward on Hopper's warpgroup products (WEFT_ATTN_FA_SHAPE=wg),
+  # where test_kernels passed it above
+  if [ -n "$WG" ]; then
+    say "the same attention forward, WEFT_ATTN=fa WEFT_ATTN_FA_SHAPE=wg (Hopper's warpgroup products):"
+    WEFT_ATTN=fa WEFT_ATTN_FA_SHAPE=wg "$KERNELS" $KERNELS_ARGS --attention 2>&1 | grep "^attention forward" |
+      sed 's/$/  wg/' | tee -a "$log"
+  fi
   # the blocks' order of the plugin's kernels: the heaviest tile of every
   # head first (the default), or a head's tiles together
   say "the same attention, WEFT_ATTN=fa, its blocks by tiles (the default) and WEFT_ATTN_FA_ORDER=heads:"

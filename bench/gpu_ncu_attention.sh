@@ -61,8 +61,8 @@ for kn in k_attn_dkv_fa k_attn_dq_fa; do
 done
 # the warpgroup kernels (WEFT_ATTN_FA_BWD_SHAPE=wg, compute capability
 # 9.0): what Hopper's own product changes in the same sections
-for kn in k_attn_dkv_wg k_attn_dq_wg; do
-  WEFT_ATTN=fa WEFT_ATTN_FA_BWD_SHAPE=wg prof "WEFT_ATTN_FA_BWD_SHAPE=wg" $kn --section SpeedOfLight \
+for kn in k_attn_fwd_wg k_attn_dkv_wg k_attn_dq_wg; do
+  WEFT_ATTN=fa WEFT_ATTN_FA_SHAPE=wg WEFT_ATTN_FA_BWD_SHAPE=wg prof "WEFT_ATTN_FA_BWD_SHAPE=wg" $kn --section SpeedOfLight \
     --section Occupancy --section LaunchStats --section WarpStateStats --section ComputeWorkloadAnalysis \
     --section MemoryWorkloadAnalysis
 done

@@ -101,7 +101,7 @@ if [ -n "$REAL" ] && [ -f "$REAL/libweft_cuda.so" ]; then
                   "dq 3 _Z12k_attn_dq_faI13__nv_bfloat16Li4ELb1ELi3EE|dq 4 _Z12k_attn_dq_faI13__nv_bfloat16Li4ELb0ELi4EE|" \
                   "dk/dv wg _Z13k_attn_dkv_wgI13__nv_bfloat16Li3ELb0EE|dk/dv wg2 _Z13k_attn_dkv_wgI13__nv_bfloat16Li2ELb0EE|" \
                   "dk/dv wgp _Z13k_attn_dkv_wgI13__nv_bfloat16Li2ELb1EE|dq wg _Z12k_attn_dq_wgI13__nv_bfloat16Li3ELb0EE|" \
-                  "dq wgp _Z12k_attn_dq_wgI13__nv_bfloat16Li3ELb1EE", v, "|")
+                  "dq wgp _Z12k_attn_dq_wgI13__nv_bfloat16Li3ELb1EE|forward wg _Z13k_attn_fwd_wgI13__nv_bfloat16E", v, "|")
         bad = 0; line = ""; kernels = 0
         for (i = 1; i <= n; i++) {
           split(v[i], f, " "); found = 0
@@ -112,7 +112,7 @@ if [ -n "$REAL" ] && [ -f "$REAL/libweft_cuda.so" ]; then
           }
           if (!found) { bad = 1; line = line ", " f[1] " " f[2] ": not found" }
         }
-        for (k in rg) if (k ~ /k_attn_(fa_fwd|dkv_fa|dq_fa|dkv_wg|dq_wg)/) {
+        for (k in rg) if (k ~ /k_attn_(fa_fwd|dkv_fa|dq_fa|dkv_wg|dq_wg|fwd_wg)/) {
           kernels++
           four = k ~ /^_Z13k_attn_dkv_fa.*ELi32ELi4ELb[01]E/ || k ~ /^_Z12k_attn_dq_fa.*Li4ELb0ELi4EE/
           if (!four && st[k] + ld[k] > 0) { bad = 1; line = line sprintf("; %s spills %d bytes", k, st[k] + ld[k]) }
@@ -285,9 +285,10 @@ if WEFT_CUDA_EMU_SPOIL=ref WEFT_ATTN=auto:fa-atomic "$WEFT" run $MB --backend cu
     echo "cuda (emulated): attention's ways judged by core's f32 sums: $(grep -m1 -o '(from core.*' "$tmp/j1.err")"
   else bad "attention's ways judged by core's sums: $j1 taken, $j2 turned away"; cat "$tmp/j1.err" "$tmp/j2.err"; fi
 else bad "WEFT_CUDA_EMU_SPOIL: weft run"; cat "$tmp/j1.err" "$tmp/j2.err" 2>/dev/null; fi
-# The backward on Hopper's warpgroup products as ways of their own (fa-wg
-# and, pipelined, fa-wgp; attention_wg.cu; heads of 64): timed against fa
-# where asked (the same bits as fa's on the emulation), and named alone it runs its kernels,
+# Attention on Hopper's warpgroup products as ways of their own (fa-wg,
+# forward and backward, and fa-wgp, its backward pipelined;
+# attention_wg.cu; heads of 64): timed against fa where asked (the same
+# bits as fa's on the emulation), and named alone it runs its kernels,
 # each run matching one device; a warpgroup product whose self-check fails
 # (WEFT_CUDA_EMU_SPOIL=wg: the host's sums moved) is said, and its kernels
 # never run.
@@ -297,13 +298,15 @@ if WEFT_ATTN=auto:fa-wg,fa-wgp "$WEFT" run $WG --backend cuda --check >"$tmp/wg1
    WEFT_CUDA_EMU_SPOIL=wg WEFT_ATTN=fa-wg WEFT_CUDA_EMU_LAUNCHES=$tmp/wg3.l "$WEFT" run $WG --backend cuda --check \
      >"$tmp/wg3.out" 2>"$tmp/wg3.err"; then
   wg2=$(awk '$2 ~ /^k_attn_(dkv|dq)_wg/ {n += $1} END {print n + 0}' "$tmp/wg2.l")
-  wg3=$(awk '$2 ~ /^k_attn_(dkv|dq)_wg/ {n += $1} END {print n + 0}' "$tmp/wg3.l")
-  if grep -q "^weft: attention backward, b2 h1 s16 d64 bf16 causal: fa [0-9.]* ms; fa-wg [0-9.]* ms, rel err 0.0e+00, worst element 0 of its bound; fa-wgp [0-9.]* ms, rel err 0.0e+00, worst element 0 of its bound: fa[-a-z]* runs them (tolerance 1e-02)$" "$tmp/wg1.err" &&
+  wg3=$(awk '$2 ~ /^k_attn_(dkv|dq|fwd)_wg/ {n += $1} END {print n + 0}' "$tmp/wg3.l")
+  fw2=$(awk '$2 ~ /^k_attn_fwd_wg/ {n += $1} END {print n + 0}' "$tmp/wg2.l")
+  if grep -q "^weft: attention forward, b2 h1 s16 d64 bf16 causal: fa [0-9.]* ms; fa-wg [0-9.]* ms, rel err [0-9.e+-]*, worst element [0-9.e+-]* of its bound: fa[-a-z]* runs them (tolerance 1e-02)$" "$tmp/wg1.err" &&
+     grep -q "^weft: attention backward, b2 h1 s16 d64 bf16 causal: fa [0-9.]* ms; fa-wg [0-9.]* ms, rel err 0.0e+00, worst element 0 of its bound; fa-wgp [0-9.]* ms, rel err 0.0e+00, worst element 0 of its bound: fa[-a-z]* runs them (tolerance 1e-02)$" "$tmp/wg1.err" &&
      grep -q "match$" "$tmp/wg1.out" && grep -q "match$" "$tmp/wg2.out" && grep -q "match$" "$tmp/wg3.out" &&
-     [ "$wg2" -gt 0 ] && [ "$wg3" = 0 ] &&
+     [ "$wg2" -gt 0 ] && [ "$fw2" -gt 0 ] && [ "$wg3" = 0 ] &&
      grep -q "^weft: CUDA device 0: the warpgroup product's self-check (wgmma.cuh) gave other sums than the host's: its kernels (fa-wg) do not run here$" "$tmp/wg3.err"; then ok
-    echo "cuda (emulated): fa-wg, fa-wgp: timed against fa (rel err 0), fa-wg named alone $wg2 launches of its kernels, none after a failed self-check"
-  else bad "fa-wg: its line, the runs' match, $wg2 and $wg3 launches of its kernels, the self-check's refusal"
+    echo "cuda (emulated): fa-wg, fa-wgp: timed against fa (rel err 0), fa-wg named alone $fw2 launches of its forward and $wg2 of its backward's, none after a failed self-check"
+  else bad "fa-wg: its lines, the runs' match, $fw2, $wg2 and $wg3 launches of its kernels, the self-check's refusal"
     cat "$tmp/wg1.err" "$tmp/wg3.err"; tail -n 2 "$tmp/wg1.out" "$tmp/wg2.out" "$tmp/wg3.out"; fi
 else bad "WEFT_ATTN=fa-wg: weft run"; tail -n 5 "$tmp/wg1.err" "$tmp/wg2.out" "$tmp/wg3.err" 2>/dev/null; fi
 # The steps of a stream that run back to back, and the sums of squares

@@ -353,7 +353,7 @@ bool attention_way_takes(int way, int dt, const gpu_attn *a, bool causal, bool b
   case ATTN_CUDNN: return attention_cudnn_ready(dt, a, causal, bwd);
   case ATTN_CORE: return true;
   case ATTN_FA_ATOMIC: return causal && bwd && attention_fa_atomic_takes(dt, a);
-  case ATTN_FA_WG:
+  case ATTN_FA_WG: return causal && attention_wg_takes(dt, a);
   case ATTN_FA_WGP: return causal && bwd && attention_wg_takes(dt, a);
   default: return false;
   }
@@ -377,7 +377,9 @@ bool attention_forward_by(int way, gpu_stream *s, int dt, void *out, const void 
     return true;
   }
   if (!attention_way_takes(way, dt, a, causal, false)) return false;
-  if (way == ATTN_FA)
+  if (way == ATTN_FA_WG)
+    attention_wg_forward(s, dt, out, q, k, v, a, lse);
+  else if (way == ATTN_FA)
     attention_fa_forward(s, dt, out, q, k, v, a, lse);
   else
     attention_tc_forward(s, dt, out, q, k, v, a, lse);

@@ -105,6 +105,10 @@ static inline bool attention_rows16(const gpu_attn *a, const void *dout, const v
  * dk/dv in 2 blocks, dq in 3); 0, as WEFT_ATTN_FA_BWD_SHAPE says (wg2: 2,
  * wgp: 1, else 3). */
 bool attention_wg_takes(int dt, const gpu_attn *a);
+/* The forward on the same products, where attention_wg_takes: the
+ * arguments are attention_fa_forward's. */
+void attention_wg_forward(gpu_stream *s, int dt, void *out, const void *q, const void *k, const void *v,
+                          const gpu_attn *a, float *lse);
 void attention_wg_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, const void *dout, const void *q,
                            const void *k, const void *v, const gpu_attn *a, bool acc, const float *lse,
                            const float *dsum, bool vec, int shape);

@@ -332,7 +332,8 @@ namespace {
  * of 64, 1024 keys, 0.092 ms against 0.099 and 0.117; at batch 4, 16 heads
  * of 128, 2048 keys, 0.373 ms against 0.437 for 4). WEFT_ATTN_FA_SHAPE (2,
  * 4 or 8) picks one for every head (read at each call, so that a test
- * runs all three). */
+ * runs all three); =wg, the forward on Hopper's warpgroup products
+ * (attention_wg.cu) where it runs. */
 int fa_shape_for(int64_t dh) {
   const char *e = getenv("WEFT_ATTN_FA_SHAPE");
   const int forced = e && (strcmp(e, "2") == 0 || strcmp(e, "4") == 0 || strcmp(e, "8") == 0) ? atoi(e) : 0;
@@ -370,6 +371,21 @@ void attention_fa_forward(gpu_stream *s, int dt, void *out, const void *q, const
   const bool vec = a->q_row % 8 == 0 && a->kv_row % 8 == 0 && a->q_batch % 8 == 0 && a->kv_batch % 8 == 0 &&
                    al16(q) && al16(k) && al16(v);
   const bool pairs = a->o_row % 2 == 0 && a->o_batch % 2 == 0 && ((uintptr_t)out & 3) == 0;
+  const char *e = getenv("WEFT_ATTN_FA_SHAPE");
+  if (e && strcmp(e, "wg") == 0) {
+    /* the forward on Hopper's warpgroup products (attention_wg.cu) */
+    if (attention_wg_takes(dt, a)) {
+      attention_wg_forward(s, dt, out, q, k, v, a, lse);
+      return;
+    }
+    static bool said;
+    if (!said) {
+      said = true;
+      fprintf(stderr, "weft: WEFT_ATTN_FA_SHAPE=wg: the warpgroup kernels do not run here (they take 16-bit heads of 64 "
+                      "on GPUs of compute capability 9.0 whose warpgroup product passed its self-check): the default "
+                      "shape runs\n");
+    }
+  }
   const int shape = fa_shape_for(a->dh);
   WITH_D16(a->dh, D, {
     if constexpr (D <= 4) {

@@ -4,9 +4,9 @@
  *
  * WEFT_ATTN (read once):
  *   unset   the plugin's kernels (mma.sync, else wmma, else CUDA cores),
- *           with cuDNN's fused attention and the backward on Hopper's
- *           warpgroup products (fa-wg, and pipelined fa-wgp, where the
- *           GPU runs them) timed
+ *           with cuDNN's fused attention and the kernels on Hopper's
+ *           warpgroup products (fa-wg, and fa-wgp, its backward
+ *           pipelined, where the GPU runs them) timed
  *           against them for heads whose forward is at least
  *           ATTN_TUNE_FLOP (small heads cost more to plan in cuDNN than
  *           they could gain; the backward with dq by atomics, fa-atomic,
@@ -18,8 +18,8 @@
  *           every size;
  *   fa, wmma, cudnn, core, fa-atomic, fa-wg, fa-wgp  that way alone,
  *           where it takes the heads (the plugin's kernels where it does
- *           not; fa-atomic, fa-wg and fa-wgp are backwards: the forward
- *           is fa's).
+ *           not; fa-atomic and fa-wgp are backwards: the forward is
+ *           fa's).
  *
  * The choice, one for each shape of heads, type, device and kind of call
  * (forward or backward, the forward's log-sum-exp kept or not, a backward

@@ -291,6 +291,116 @@ __global__ void __launch_bounds__(WT, MB)
   store_q<T, 8>(dq + bi * a.q_batch + h * a.dh + 2 * t, gq, qi0, qi1, a.sq, a.q_row, scale, acc);
 }
 
+/* The forward at heads of 64: out (and each row's log-sum-exp) of query
+ * rows [q0, q0 + WB) of head h, the last block the first; warp w owns 16.
+ * The key tiles up to the block's last row streamed through two stages;
+ * S = Q K^T and O += P V one warpgroup product each, the online softmax
+ * (running maximum and sum) in registers as attention_fa.cu's, in exp2
+ * of scores scaled by sl2 = scale log2 e. 4 blocks an SM (within 128
+ * registers; 41 KB of shared memory each). */
+template <class T>
+__global__ void __launch_bounds__(WT, 4)
+    k_attn_fwd_wg(T *out, const T *q, const T *k, const T *v, gpu_attn a, float sl2, bool vec, float *lse,
+                  bool by_tile) {
+  DYN_SMEM(unsigned char, raw0);
+  unsigned char *raw = wg_align(raw0);
+  unsigned char *Qs = raw, *stages = raw + TILE;
+  int64_t bi, h, tile, grid_tiles;
+  attention_fa_block(by_tile, bi, h, tile, grid_tiles);
+  const int q0 = (int)(grid_tiles - 1 - tile) * WB, sq = (int)a.sq, sk = (int)a.sk, qpos = (int)a.qpos;
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3, qw = q0 + 16 * w;
+  const T *kb = k + bi * a.kv_batch + (h / a.r) * a.dh, *vb = v + bi * a.kv_batch + (h / a.r) * a.dh;
+  tile_to<T>(Qs, q + bi * a.q_batch + h * a.dh + q0 * a.q_row, a.q_row, sq - q0, vec);
+  cp_commit();
+  const int tiles = (int)last_key(a, q0 + WB) / WB + 1;
+  tile_to<T>(stages, kb, a.kv_row, sk, vec);
+  tile_to<T>(stages + TILE, vb, a.kv_row, sk, vec);
+  cp_commit();
+  cp_wait<1>();
+  __syncthreads();
+  uint32_t qf[4][4];
+#pragma unroll
+  for (int kk = 0; kk < 4; kk++) tile_a(qf[kk], Qs, 16 * w, 16 * kk, lane);
+  float o[8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int n = 0; n < 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  for (int kt = 0; kt < tiles; kt++) {
+    const int k0 = kt * WB;
+    if (kt + 1 < tiles) {
+      unsigned char *nx = stages + ((kt + 1) & 1) * 2 * TILE;
+      tile_to<T>(nx, kb + (k0 + WB) * a.kv_row, a.kv_row, sk - k0 - WB, vec);
+      tile_to<T>(nx + TILE, vb + (k0 + WB) * a.kv_row, a.kv_row, sk - k0 - WB, vec);
+    }
+    cp_commit();
+    cp_wait<1>();
+    wg_proxy_fence();
+    __syncthreads();
+    const unsigned char *Ks = stages + (kt & 1) * 2 * TILE, *Vs = Ks + TILE;
+    float s[8][4];
+    wg_fence();
+    product_k<T>(s, qf, Ks);
+    products_done(s);
+    /* keys past a row's last: -inf (tiles across the diagonal or the end) */
+    if (k0 + WB - 1 > qpos + qw || k0 + WB > sk) {
+#pragma unroll
+      for (int n = 0; n < 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const int kj = k0 + n * 8 + 2 * t + (e & 1), qi = qw + g + (e >> 1) * 8;
+          if (kj > qpos + qi || kj >= sk) s[n][e] = -INFINITY;
+        }
+    }
+    /* the running maximum of each row (hf 0: row g, 1: row g + 8), P in
+     * place of S, the sums, O rescaled */
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int n = 0; n < 8; n++) mx = fmaxf(mx, fmaxf(s[n][2 * hf], s[n][2 * hf + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float mnew = fmaxf(m[hf], mx * sl2), base = mnew == -INFINITY ? 0.0f : mnew;
+      const float corr = exp2f(m[hf] - base);
+      m[hf] = mnew;
+      float sum = 0.0f;
+#pragma unroll
+      for (int n = 0; n < 8; n++)
+#pragma unroll
+        for (int e = 2 * hf; e < 2 * hf + 2; e++) {
+          const float p = exp2f(fmaf(s[n][e], sl2, -base));
+          s[n][e] = p;
+          sum += p;
+        }
+      l[hf] = l[hf] * corr + sum;
+#pragma unroll
+      for (int n = 0; n < 8; n++) o[n][2 * hf] *= corr, o[n][2 * hf + 1] *= corr;
+    }
+    uint32_t pp[4][4];
+#pragma unroll
+    for (int nb = 0; nb < 8; nb++) pack_c<T>(pp, nb, s[nb][0], s[nb][1], s[nb][2], s[nb][3]);
+    /* O += P V, O rescaled above: held before the fence */
+    wg_hold(o);
+    wg_fence(pp);
+    product_mn<T>(o, pp, Vs);
+    products_done(o);
+    __syncthreads();
+  }
+  /* out = O / l, lse = m ln 2 + ln l; the 4 lanes of a row add their sums */
+#pragma unroll
+  for (int hf = 0; hf < 2; hf++) {
+    float sum = l[hf];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    const int qi = qw + g + hf * 8;
+    if (qi >= sq) continue;
+    const float inv = 1.0f / sum;
+    T *dst = out + bi * a.o_batch + h * a.dh + (int64_t)qi * a.o_row + 2 * t;
+#pragma unroll
+    for (int n = 0; n < 8; n++) dst[n * 8] = from_f<T>(o[n][2 * hf] * inv), dst[n * 8 + 1] = from_f<T>(o[n][2 * hf + 1] * inv);
+    if (lse && t == 0) lse[(bi * a.hq + h) * a.sq + qi] = m[hf] * 0.6931471805599453f + logf(sum);
+  }
+}
+
 /* gpu_wgmma_check's products: A (64 x 64, row-major) by B stored [n][k]
  * (K-major) into d[0, 4096), and by B stored [k][n] (MN-major) into
  * d[4096, 8192), each row-major, through swizzled tiles; then two
@@ -486,6 +596,26 @@ bool attention_wg_takes(int dt, const gpu_attn *a) {
 }
 
 bool gpu_attention_wg_runs(int dt, const gpu_attn *a) { return attention_wg_takes(dt, a); }
+
+void attention_wg_forward(gpu_stream *s, int dt, void *out, const void *q, const void *k, const void *v,
+                          const gpu_attn *a, float *lse) {
+  const float sl2 = (float)(1.0 / sqrt((double)a->dh)) * 1.4426950408889634f;
+  const bool vec = a->q_row % 8 == 0 && a->kv_row % 8 == 0 && a->q_batch % 8 == 0 && a->kv_batch % 8 == 0 &&
+                   al16(q) && al16(k) && al16(v);
+  const int64_t tiles = (a->sq + WB - 1) / WB;
+  const bool by_tile = attention_fa_by_tile(tiles, a->b);
+  const dim3 grid = attention_fa_grid(by_tile, tiles, a->hq, a->b);
+  const size_t bytes = 5 * TILE + 1024;
+  if (dt == GPU_F16) {
+    wg_allow_smem(k_attn_fwd_wg<f16>, bytes);
+    launch(k_attn_fwd_wg<f16>, grid, WT, bytes, s, (f16 *)out, (const f16 *)q, (const f16 *)k, (const f16 *)v, *a, sl2,
+           vec, lse, by_tile);
+  } else {
+    wg_allow_smem(k_attn_fwd_wg<bf16>, bytes);
+    launch(k_attn_fwd_wg<bf16>, grid, WT, bytes, s, (bf16 *)out, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v, *a,
+           sl2, vec, lse, by_tile);
+  }
+}
 
 void attention_wg_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, const void *dout, const void *q,
                            const void *k, const void *v, const gpu_attn *a, bool acc, const float *lse,

@@ -962,14 +962,17 @@ static void check_attention_wg(void) {
            wg ? "the plugin's self-check of the product refused" : "not on this GPU");
     return;
   }
+  /* the backward's three shapes, with the forward on the same products
+   * (WEFT_ATTN_FA_SHAPE=wg) */
   const char *shapes[3] = {"wg", "wg2", "wgp"};
+  setenv("WEFT_ATTN_FA_SHAPE", "wg", 1);
   for (int i = 0; i < 3; i++) {
     setenv("WEFT_ATTN_FA_BWD_SHAPE", shapes[i], 1);
     check_attention(GPU_BF16, 2, 150, 3, 64);
     check_gqa(GPU_BF16, 100, 260, 130, 64);
     check_gqa_at(GPU_F16, 90, 150, 40, 64, 1);
   }
-  unsetenv("WEFT_ATTN_FA_BWD_SHAPE");
+  unsetenv("WEFT_ATTN_FA_BWD_SHAPE"), unsetenv("WEFT_ATTN_FA_SHAPE");
   const char *way = getenv("WEFT_ATTN");
   if (way && *way && strcmp(way, "fa") != 0) {
     printf("causal_attention (dh 64), wg against 2,3: not compared under WEFT_ATTN=%s\n", way);
@@ -995,6 +998,16 @@ static void check_attention_wg(void) {
              "their bits, by at most %.1e of the element (+ 1e-3)\n", dt_name(dt), shapes[i], (long long)differ,
              (long long)(no + nq), worst);
     }
+    /* the forward on the warpgroup products: its result against fa's */
+    setenv("WEFT_ATTN_FA_SHAPE", "wg", 1);
+    float *fw = fa_results(dt, "2,3", "tiles", qkv, dout, b, s, heads);
+    unsetenv("WEFT_ATTN_FA_SHAPE");
+    int64_t fdiffer = 0;
+    for (int64_t j = 0; j < no; j++)
+      if (memcmp(&fw[j], &base[j], sizeof(float)) != 0) fdiffer++;
+    printf("causal_attention (dh 64) %s, WEFT_ATTN_FA_SHAPE=wg (the forward) against fa's: %lld of %lld elements of "
+           "out differ in their bits\n", dt_name(dt), (long long)fdiffer, (long long)no);
+    free(fw);
     /* wg2 and wgp differ from wg in registers and order of issue alone:
      * the same products of the same operands, the same bits */
     for (int i = 1; i < 3; i++) {
