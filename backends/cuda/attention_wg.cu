@@ -1,13 +1,21 @@
-/* attention_wg.cu - the backward of causal attention at heads of 64 on
- * Hopper's warpgroup products (wgmma.cuh; this file is built for sm_90a
- * alone and runs on GPUs of compute capability 9.0). The two kernels of
- * attention_fa_bwd.cu, by the same steps and masks, the scores kept in
- * registers, but each product is one wgmma of the block's warpgroup over
- * a 64 x 64 tile in shared memory (64 by 64 by 16 a product) instead of
- * each warp's mma.sync over fragments it loaded by ldmatrix: the tensor
- * cores read the streamed tile themselves, in either orientation (K-major
- * for S = Q K^T, MN-major for dV += P^T dO), so the tiles are laid out once,
- * in the 128-byte swizzle, and never transposed.
+/* attention_wg.cu - causal attention at heads of 64 on Hopper's
+ * warpgroup products (wgmma.cuh; this file is built for sm_90a alone and
+ * runs on GPUs of compute capability 9.0 whose product passed its
+ * self-check, wg_verified). The kernels of attention_fa.cu (the forward)
+ * and attention_fa_bwd.cu (the backward's two), by the same steps and
+ * masks, the scores kept in registers, but each product is one wgmma of
+ * the block's warpgroup over a 64 x 64 tile in shared memory (64 by 64 by
+ * 16 a product) instead of each warp's mma.sync over fragments it loaded
+ * by ldmatrix: the tensor cores read the streamed tile themselves, in
+ * either orientation (K-major for S = Q K^T, MN-major for dV += P^T dO),
+ * so the tiles are laid out once, in the 128-byte swizzle, and never
+ * transposed. The ways fa-wg (forward and backward) and fa-wgp (the
+ * backward pipelined) of attention_pick.cu run them; so do
+ * WEFT_ATTN_FA_SHAPE=wg and WEFT_ATTN_FA_BWD_SHAPE=wg, wg2, wgp in place
+ * of fa's kernels.
+ *   forward: a block takes 64 queries of one head (the last first), Q rows
+ *   in registers, over the key tiles up to its last row: S = Q K^T, the
+ *   running maximum and sum, O += P V.
  *   dk, dv: a block of 4 warps takes 64 keys of one key/value head (warp w
  *   keys 16 w on, its K and V rows as A fragments in registers) and walks
  *   the query tiles that see them: S^T = K Q^T, P^T, dV += P^T dO,
@@ -17,8 +25,7 @@
  *   P, dP = dO V^T, dS, dQ += dS K.
  * Every warp of the group takes part in every product (wgmma is the
  * group's), so the masks zero what a warp of attention_fa_bwd.cu skips.
- * No atomics: the same bits in two runs. WEFT_ATTN_FA_BWD_SHAPE=wg asks for
- * them (attention_fa_bwd.cu). */
+ * No atomics: the same bits in two runs. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
