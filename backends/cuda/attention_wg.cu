@@ -531,8 +531,9 @@ void wg_backward(gpu_stream *s, T *dq, T *dk, T *dv, const T *dout, const T *q, 
 namespace {
 
 /* The warpgroup product's self-check on the current device, once (a
- * product of 64 x 64 by 64 x 64 in bf16 of small multiples of 1/8, whose
- * f32 sums are exact, against the host's, B laid out either way): a GPU
+ * product of 64 x 64 by 64 x 64 in bf16, then f16, of small multiples of
+ * 1/8, whose f32 sums are exact, against the host's, B laid out either
+ * way): a GPU
  * that reads the layouts otherwise than wgmma.cuh has them never runs the
  * kernels (said once; so is a check that could not run, out of memory
  * or a launch that failed, and that too is kept for the process).
@@ -546,19 +547,16 @@ bool wg_verified(void) {
   if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= DEVS) return false;
 #endif
   if (state[dev]) return state[dev] > 0;
-  char err[256] = "";
-  std::vector<uint16_t> in(3 * 4096);
-  std::vector<float> want(4096), got(16384);
+  /* the 16 bits of a small multiple of 1/8 in bf16 or f16 (exact in both) */
+  auto bits = [](float x, int dt) -> uint16_t {
+    uint32_t b;
+    memcpy(&b, &x, 4);
+    if (dt == GPU_BF16 || x == 0.0f) return (uint16_t)(b >> 16);
+    const int e = (int)((b >> 23) & 0xff) - 127;
+    return (uint16_t)(((b >> 16) & 0x8000u) | (uint32_t)(e + 15) << 10 | ((b >> 13) & 0x3ffu));
+  };
   auto val = [](int i, int k, int m) { return (float)((i * m + k * 3) % 11 - 5) * 0.125f; };
-  for (int i = 0; i < 64; i++)
-    for (int k = 0; k < 64; k++) {
-      const float x = val(i, k, 7), y = val(k, i, 5); /* A[i][k], B[k][i] */
-      uint32_t bx, by;
-      memcpy(&bx, &x, 4), memcpy(&by, &y, 4);
-      in[i * 64 + k] = (uint16_t)(bx >> 16);            /* A, row-major */
-      in[2 * 4096 + k * 64 + i] = (uint16_t)(by >> 16); /* B [k][n] */
-      in[4096 + i * 64 + k] = (uint16_t)(by >> 16);     /* B [n][k] (n = i) */
-    }
+  std::vector<float> want(4096), got(16384);
   for (int i = 0; i < 64; i++)
     for (int j = 0; j < 64; j++) {
       float sum = 0;
@@ -569,24 +567,35 @@ bool wg_verified(void) {
   const char *spoil = getenv("WEFT_CUDA_EMU_SPOIL");
   if (spoil && strcmp(spoil, "wg") == 0) want[64 * 17 + 5] += 1.0f;
 #endif
-  bool ok = false;
+  char err[256] = "";
+  bool ok = true;
+  std::vector<uint16_t> in(3 * 4096);
   gpu_stream *st = gpu_stream_new(err, sizeof err);
   /* in the stream's order: no wait for the device's other work */
   void *din = st ? gpu_alloc_on(in.size() * 2, st, err, sizeof err) : NULL;
   float *dd = din ? (float *)gpu_alloc_on(got.size() * 4, st, err, sizeof err) : NULL;
-  if (dd && gpu_upload(din, in.data(), in.size() * 2, st, err, sizeof err) &&
-      gpu_wgmma_check(st, GPU_BF16, dd, din, (const char *)din + 4096 * 2, (const char *)din + 2 * 4096 * 2) &&
-      gpu_check("k_wgmma_check", err, sizeof err) &&
-      gpu_download(got.data(), dd, got.size() * 4, st, err, sizeof err)) {
-    ok = true;
+  const int dts[2] = {GPU_BF16, GPU_F16};
+  for (int d = 0; d < 2 && ok; d++) {
+    for (int i = 0; i < 64; i++)
+      for (int k = 0; k < 64; k++) {
+        in[i * 64 + k] = bits(val(i, k, 7), dts[d]);            /* A, row-major */
+        in[2 * 4096 + k * 64 + i] = bits(val(k, i, 5), dts[d]); /* B [k][n] */
+        in[4096 + i * 64 + k] = bits(val(k, i, 5), dts[d]);     /* B [n][k] (n = i) */
+      }
+    if (!(dd && gpu_upload(din, in.data(), in.size() * 2, st, err, sizeof err) &&
+          gpu_wgmma_check(st, dts[d], dd, din, (const char *)din + 4096 * 2, (const char *)din + 2 * 4096 * 2) &&
+          gpu_check("k_wgmma_check", err, sizeof err) &&
+          gpu_download(got.data(), dd, got.size() * 4, st, err, sizeof err))) {
+      fprintf(stderr, "weft: CUDA device %d: the warpgroup product's self-check did not run (%s): its kernels (fa-wg) "
+                      "do not run here\n", dev, err[0] ? err : "not on this GPU");
+      ok = false;
+      break;
+    }
     for (int c = 0; c < 2 && ok; c++)
       for (int i = 0; i < 4096 && ok; i++) ok = got[c * 4096 + i] == want[i];
     if (!ok)
-      fprintf(stderr, "weft: CUDA device %d: the warpgroup product's self-check (wgmma.cuh) gave other sums than the "
-                      "host's: its kernels (fa-wg) do not run here\n", dev);
-  } else if (err[0]) {
-    fprintf(stderr, "weft: CUDA device %d: the warpgroup product's self-check did not run (%s): its kernels (fa-wg) do "
-                    "not run here\n", dev, err);
+      fprintf(stderr, "weft: CUDA device %d: the warpgroup product's self-check (wgmma.cuh, %s) gave other sums than "
+                      "the host's: its kernels (fa-wg) do not run here\n", dev, dts[d] == GPU_F16 ? "f16" : "bf16");
   }
   if (dd) gpu_free_on(dd, st);
   if (din) gpu_free_on(din, st);
