@@ -68,6 +68,24 @@ template <class T> DEV void tile_to(unsigned char *dst, const T *src, int64_t ro
   }
 }
 
+/* The key and value tiles of keys [k0, k0 + WB) of a head (at kb, vb)
+ * into a stage of two tiles. */
+template <class T>
+DEV void kv_to(unsigned char *stage, const T *kb, const T *vb, int k0, const gpu_attn &a, bool vec) {
+  tile_to<T>(stage, kb + (int64_t)k0 * a.kv_row, a.kv_row, (int)a.sk - k0, vec);
+  tile_to<T>(stage + TILE, vb + (int64_t)k0 * a.kv_row, a.kv_row, (int)a.sk - k0, vec);
+}
+
+/* A streamed stage in place for the products: the copies issued (all but
+ * the last group waited for), made visible to the tensor cores' reads,
+ * then the block's barrier. */
+DEV void stage_ready() {
+  cp_commit();
+  cp_wait<1>();
+  wg_proxy_fence();
+  __syncthreads();
+}
+
 /* The A fragment of the 16 x 16 block at (r0, c0) of a swizzled tile. */
 DEV void tile_a(uint32_t a[4], const unsigned char *tile, int r0, int c0, int lane) {
   ldsm_x4<false>(a, tile + wg_at(r0 + (lane & 15), c0 + (lane >> 4) * 8));
@@ -151,10 +169,7 @@ __global__ void __launch_bounds__(WT, MB)
   const float sl2 = scale * kLog2e;
   for (int64_t st = 0; st < steps; st++) {
     if (st + 1 < steps) fetch(stages + ((st + 1) & 1) * DKV_STAGE);
-    cp_commit();
-    cp_wait<1>();
-    wg_proxy_fence();
-    __syncthreads();
+    stage_ready();
     const unsigned char *Qs = stages + (st & 1) * DKV_STAGE, *Os = Qs + TILE;
     const float *Ls = (const float *)(Qs + 2 * TILE), *Ds = Ls + WB;
     /* S^T: key kw + g (+ 8) against query q0 + column */
@@ -230,8 +245,7 @@ __global__ void __launch_bounds__(WT, MB)
   tile_to<T>(Os, dout + bi * a.o_batch + h * a.dh + q0 * a.o_row, a.o_row, sq - q0, vec);
   cp_commit();
   const int tiles = (int)last_key(a, q0 + WB) / WB + 1;
-  tile_to<T>(stages, kb, a.kv_row, sk, vec);
-  tile_to<T>(stages + TILE, vb, a.kv_row, sk, vec);
+  kv_to<T>(stages, kb, vb, 0, a, vec);
   cp_commit();
   cp_wait<1>();
   __syncthreads();
@@ -251,15 +265,8 @@ __global__ void __launch_bounds__(WT, MB)
     for (int e = 0; e < 4; e++) gq[n][e] = 0.0f;
   for (int kt = 0; kt < tiles; kt++) {
     const int k0 = kt * WB;
-    if (kt + 1 < tiles) {
-      unsigned char *nx = stages + ((kt + 1) & 1) * DQ_STAGE;
-      tile_to<T>(nx, kb + (k0 + WB) * a.kv_row, a.kv_row, sk - k0 - WB, vec);
-      tile_to<T>(nx + TILE, vb + (k0 + WB) * a.kv_row, a.kv_row, sk - k0 - WB, vec);
-    }
-    cp_commit();
-    cp_wait<1>();
-    wg_proxy_fence();
-    __syncthreads();
+    if (kt + 1 < tiles) kv_to<T>(stages + ((kt + 1) & 1) * DQ_STAGE, kb, vb, k0 + WB, a, vec);
+    stage_ready();
     const unsigned char *Ks = stages + (kt & 1) * DQ_STAGE, *Vs = Ks + TILE;
     float x[8][4], y[PIPE ? 8 : 1][4];
     uint32_t pp[4][4];
@@ -320,8 +327,7 @@ __global__ void __launch_bounds__(WT, 4)
   tile_to<T>(Qs, q + bi * a.q_batch + h * a.dh + q0 * a.q_row, a.q_row, sq - q0, vec);
   cp_commit();
   const int tiles = (int)last_key(a, q0 + WB) / WB + 1;
-  tile_to<T>(stages, kb, a.kv_row, sk, vec);
-  tile_to<T>(stages + TILE, vb, a.kv_row, sk, vec);
+  kv_to<T>(stages, kb, vb, 0, a, vec);
   cp_commit();
   cp_wait<1>();
   __syncthreads();
@@ -333,15 +339,8 @@ __global__ void __launch_bounds__(WT, 4)
   for (int n = 0; n < 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
   for (int kt = 0; kt < tiles; kt++) {
     const int k0 = kt * WB;
-    if (kt + 1 < tiles) {
-      unsigned char *nx = stages + ((kt + 1) & 1) * 2 * TILE;
-      tile_to<T>(nx, kb + (k0 + WB) * a.kv_row, a.kv_row, sk - k0 - WB, vec);
-      tile_to<T>(nx + TILE, vb + (k0 + WB) * a.kv_row, a.kv_row, sk - k0 - WB, vec);
-    }
-    cp_commit();
-    cp_wait<1>();
-    wg_proxy_fence();
-    __syncthreads();
+    if (kt + 1 < tiles) kv_to<T>(stages + ((kt + 1) & 1) * 2 * TILE, kb, vb, k0 + WB, a, vec);
+    stage_ready();
     const unsigned char *Ks = stages + (kt & 1) * 2 * TILE, *Vs = Ks + TILE;
     float s[8][4];
     wg_fence();
