@@ -291,24 +291,31 @@ else bad "WEFT_CUDA_EMU_SPOIL: weft run"; cat "$tmp/j1.err" "$tmp/j2.err" 2>/dev
 # bits as fa's on the emulation), and named alone it runs its kernels,
 # each run matching one device; a warpgroup product whose self-check fails
 # (WEFT_CUDA_EMU_SPOIL=wg: the host's sums moved) is said, and its kernels
-# never run.
+# never run; under WEFT_ATTN_WG=off nothing of them runs, not even the
+# self-check (a GPU where one faults), and each place that would take them
+# says why not.
 WG="examples/gpt_megatron.plan $MEG --set hidden=128 --set heads=2 --set dtype=bf16 --steps 2"
 if WEFT_ATTN=auto:fa-wg,fa-wgp "$WEFT" run $WG --backend cuda --check >"$tmp/wg1.out" 2>"$tmp/wg1.err" &&
    WEFT_ATTN=fa-wg WEFT_CUDA_EMU_LAUNCHES=$tmp/wg2.l "$WEFT" run $WG --backend cuda --check >"$tmp/wg2.out" 2>&1 &&
    WEFT_CUDA_EMU_SPOIL=wg WEFT_ATTN=fa-wg WEFT_CUDA_EMU_LAUNCHES=$tmp/wg3.l "$WEFT" run $WG --backend cuda --check \
-     >"$tmp/wg3.out" 2>"$tmp/wg3.err"; then
+     >"$tmp/wg3.out" 2>"$tmp/wg3.err" &&
+   WEFT_ATTN_WG=off WEFT_ATTN=auto:fa-wg,fa-wgp WEFT_ATTN_FA_BWD_SHAPE=wg WEFT_ATTN_FA_SHAPE=wg \
+     WEFT_CUDA_EMU_LAUNCHES=$tmp/wg4.l "$WEFT" run $WG --backend cuda --check >"$tmp/wg4.out" 2>"$tmp/wg4.err"; then
   wg2=$(awk '$2 ~ /^k_attn_(dkv|dq)_wg/ {n += $1} END {print n + 0}' "$tmp/wg2.l")
   wg3=$(awk '$2 ~ /^k_attn_(dkv|dq|fwd)_wg/ {n += $1} END {print n + 0}' "$tmp/wg3.l")
+  wg4=$(awk '$2 ~ /_wg|wgmma/ {n += $1} END {print n + 0}' "$tmp/wg4.l")
   fw2=$(awk '$2 ~ /^k_attn_fwd_wg/ {n += $1} END {print n + 0}' "$tmp/wg2.l")
+  off=$(grep -c "^weft: WEFT_ATTN_FA_\(BWD_\)\?SHAPE=wg: the warpgroup kernels do not run here (the switch WEFT_ATTN_WG=off keeps them out): \(2,3\|the default shape\) runs$" "$tmp/wg4.err")
   if grep -q "^weft: attention forward, b2 h1 s16 d64 bf16 causal: fa [0-9.]* ms; fa-wg [0-9.]* ms, rel err [0-9.e+-]*, worst element [0-9.e+-]* of its bound: fa[-a-z]* runs them (tolerance 1e-02)$" "$tmp/wg1.err" &&
      grep -q "^weft: attention backward, b2 h1 s16 d64 bf16 causal: fa [0-9.]* ms; fa-wg [0-9.]* ms, rel err 0.0e+00, worst element 0 of its bound; fa-wgp [0-9.]* ms, rel err 0.0e+00, worst element 0 of its bound: fa[-a-z]* runs them (tolerance 1e-02)$" "$tmp/wg1.err" &&
      grep -q "match$" "$tmp/wg1.out" && grep -q "match$" "$tmp/wg2.out" && grep -q "match$" "$tmp/wg3.out" &&
-     [ "$wg2" -gt 0 ] && [ "$fw2" -gt 0 ] && [ "$wg3" = 0 ] &&
+     [ "$wg2" -gt 0 ] && [ "$fw2" -gt 0 ] && [ "$wg3" = 0 ] && [ "$wg4" = 0 ] && [ "$off" = 2 ] &&
+     grep -q "match$" "$tmp/wg4.out" && ! grep -q "fa-wg" "$tmp/wg4.err" &&
      grep -q "^weft: CUDA device 0: the warpgroup product's self-check (wgmma.cuh, bf16) gave other sums than the host's: its kernels (fa-wg) do not run here$" "$tmp/wg3.err"; then ok
-    echo "cuda (emulated): fa-wg, fa-wgp: timed against fa (rel err 0), fa-wg named alone $fw2 launches of its forward and $wg2 of its backward's, none after a failed self-check"
-  else bad "fa-wg: its lines, the runs' match, $fw2, $wg2 and $wg3 launches of its kernels, the self-check's refusal"
-    cat "$tmp/wg1.err" "$tmp/wg3.err"; tail -n 2 "$tmp/wg1.out" "$tmp/wg2.out" "$tmp/wg3.out"; fi
-else bad "WEFT_ATTN=fa-wg: weft run"; tail -n 5 "$tmp/wg1.err" "$tmp/wg2.out" "$tmp/wg3.err" 2>/dev/null; fi
+    echo "cuda (emulated): fa-wg, fa-wgp: timed against fa (rel err 0), fa-wg named alone $fw2 launches of its forward and $wg2 of its backward's, none after a failed self-check, none under WEFT_ATTN_WG=off"
+  else bad "fa-wg: its lines, the runs' match, $fw2, $wg2, $wg3 and $wg4 launches of its kernels, the self-check's refusal, $off lines of WEFT_ATTN_WG=off"
+    cat "$tmp/wg1.err" "$tmp/wg3.err" "$tmp/wg4.err"; tail -n 2 "$tmp/wg1.out" "$tmp/wg2.out" "$tmp/wg3.out" "$tmp/wg4.out"; fi
+else bad "WEFT_ATTN=fa-wg: weft run"; tail -n 5 "$tmp/wg1.err" "$tmp/wg2.out" "$tmp/wg3.err" "$tmp/wg4.err" 2>/dev/null; fi
 # The steps of a stream that run back to back, and the sums of squares
 # of their gradients, are one launch and one more that adds the sums
 # (k_msteps, k_msteps_done); WEFT_CUDA_FUSED_STEP=0: three per tensor.

@@ -98,13 +98,16 @@ static inline bool attention_rows16(const gpu_attn *a, const void *dout, const v
  * (attention_wg.cu; the way fa-wg, or WEFT_ATTN_FA_BWD_SHAPE=wg under fa):
  * whether it takes these heads (16-bit, heads of 64, a GPU of compute
  * capability 9.0 whose warpgroup product passed its self-check on the
- * device), and the run, attention_fa_backward's without dq by atomics;
+ * device, unless WEFT_ATTN_WG=off), and the run, attention_fa_backward's without dq by atomics;
  * vec: attention_rows16; shape: 3, dk/dv in 3 blocks a multiprocessor
  * (within 168 registers); 2, in 2 (within 255); 1, both kernels pipelined
  * (the products that need no exponentials run while they are computed;
  * dk/dv in 2 blocks, dq in 3); 0, as WEFT_ATTN_FA_BWD_SHAPE says (wg2: 2,
  * wgp: 1, else 3). */
 bool attention_wg_takes(int dt, const gpu_attn *a);
+/* Why it does not take them (NULL where it does), for a message: "the
+ * switch WEFT_ATTN_WG=off", ... */
+const char *attention_wg_refusal(int dt, const gpu_attn *a);
 /* The forward on the same products, where attention_wg_takes: the
  * arguments are attention_fa_forward's. */
 void attention_wg_forward(gpu_stream *s, int dt, void *out, const void *q, const void *k, const void *v,

@@ -374,16 +374,16 @@ void attention_fa_forward(gpu_stream *s, int dt, void *out, const void *q, const
   const char *e = getenv("WEFT_ATTN_FA_SHAPE");
   if (e && strcmp(e, "wg") == 0) {
     /* the forward on Hopper's warpgroup products (attention_wg.cu) */
-    if (attention_wg_takes(dt, a)) {
+    const char *no = attention_wg_refusal(dt, a);
+    if (!no) {
       attention_wg_forward(s, dt, out, q, k, v, a, lse);
       return;
     }
     static bool said;
     if (!said) {
       said = true;
-      fprintf(stderr, "weft: WEFT_ATTN_FA_SHAPE=wg: the warpgroup kernels do not run here (they take 16-bit heads of 64 "
-                      "on GPUs of compute capability 9.0 whose warpgroup product passed its self-check): the default "
-                      "shape runs\n");
+      fprintf(stderr, "weft: WEFT_ATTN_FA_SHAPE=wg: the warpgroup kernels do not run here (%s): the default shape "
+                      "runs\n", no);
     }
   }
   const int shape = fa_shape_for(a->dh);

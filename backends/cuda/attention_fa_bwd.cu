@@ -591,16 +591,16 @@ void attention_fa_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, 
   const bool vec = attention_rows16(a, dout, q, k, v);
   const fa_occupancy sh = fa_bwd_shape();
   if (!dqa && a->dh == 64 && sh.kv == 0) {
-    if (attention_wg_takes(dt, a)) {
+    const char *no = attention_wg_refusal(dt, a);
+    if (!no) {
       attention_wg_backward(s, dt, dq, dk, dv, dout, q, k, v, a, acc, lse, dsum, vec, 0);
       return;
     }
     static bool said;
     if (!said) {
       said = true;
-      fprintf(stderr, "weft: WEFT_ATTN_FA_BWD_SHAPE=%s: the warpgroup kernels do not run here (they take 16-bit "
-                      "heads of 64 on GPUs of compute capability 9.0 whose warpgroup product passed its self-check): "
-                      "2,3 runs\n", getenv("WEFT_ATTN_FA_BWD_SHAPE"));
+      fprintf(stderr, "weft: WEFT_ATTN_FA_BWD_SHAPE=%s: the warpgroup kernels do not run here (%s): 2,3 runs\n",
+              getenv("WEFT_ATTN_FA_BWD_SHAPE"), no);
     }
   }
   if (dt == GPU_F16)

@@ -603,14 +603,29 @@ bool wg_verified(void) {
   return ok;
 }
 
-} // namespace
-
-bool attention_wg_takes(int dt, const gpu_attn *a) {
-  if (!(dt == GPU_BF16 || dt == GPU_F16) || a->dh != 64 || !wg_device()) return false;
-  return (size_t)(DKV_BYTES > DQ_BYTES ? DKV_BYTES : DQ_BYTES) <= attention_smem_limit() && wg_verified();
+/* WEFT_ATTN_WG=off (or 0) keeps the kernels out everywhere: a fault of a
+ * kernel ends the process's CUDA context, which no self-check can turn
+ * away afterwards, so a GPU where one faults needs a way around them. */
+bool wg_switched_off(void) {
+  const char *e = getenv("WEFT_ATTN_WG");
+  return e && (strcmp(e, "off") == 0 || strcmp(e, "0") == 0);
 }
 
-bool gpu_attention_wg_runs(int dt, const gpu_attn *a) { return attention_wg_takes(dt, a); }
+} // namespace
+
+const char *attention_wg_refusal(int dt, const gpu_attn *a) {
+  if (!(dt == GPU_BF16 || dt == GPU_F16) || a->dh != 64) return "they take 16-bit heads of 64";
+  if (wg_switched_off()) return "the switch WEFT_ATTN_WG=off keeps them out";
+  if (!wg_device()) return "they run on GPUs of compute capability 9.0 alone";
+  if ((size_t)(DKV_BYTES > DQ_BYTES ? DKV_BYTES : DQ_BYTES) > attention_smem_limit())
+    return "this GPU's shared memory per block is too small for them";
+  if (!wg_verified()) return "the warpgroup product failed its self-check on this GPU";
+  return NULL;
+}
+
+bool attention_wg_takes(int dt, const gpu_attn *a) { return attention_wg_refusal(dt, a) == NULL; }
+
+const char *gpu_attention_wg_refusal(int dt, const gpu_attn *a) { return attention_wg_refusal(dt, a); }
 
 void attention_wg_forward(gpu_stream *s, int dt, void *out, const void *q, const void *k, const void *v,
                           const gpu_attn *a, float *lse) {
@@ -648,7 +663,7 @@ void attention_wg_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, 
 }
 
 bool gpu_wgmma_check(gpu_stream *s, int dt, float *d, const void *a, const void *b_nk, const void *b_kn) {
-  if (!(dt == GPU_BF16 || dt == GPU_F16) || !wg_device()) return false;
+  if (!(dt == GPU_BF16 || dt == GPU_F16) || wg_switched_off() || !wg_device()) return false;
   const size_t bytes = 4 * TILE + 1024;
   if (dt == GPU_F16) {
     wg_allow_smem(k_wgmma_check<f16>, bytes);

@@ -331,12 +331,13 @@ void gpu_mma_check(gpu_stream *s, int dt, float *d, const void *a, const void *b
  * diagnostics, d[8192, 12288) = A B with A read from shared memory too,
  * d[12288, 16384) = A B (B [k][n]) with the descriptor's offsets swapped
  * (16384 floats in all). False (nothing run) where the GPU does not run it
- * (compute capability other than 9.0). */
+ * (compute capability other than 9.0) or WEFT_ATTN_WG=off. */
 bool gpu_wgmma_check(gpu_stream *s, int dt, float *d, const void *a, const void *b_nk, const void *b_kn);
-/* Whether the backward on the warpgroup products (attention_wg.cu) runs
- * these heads on the current device: 16-bit, heads of 64, compute
- * capability 9.0, its product's self-check passed there. */
-bool gpu_attention_wg_runs(int dt, const gpu_attn *a);
+/* Why the kernels on the warpgroup products (attention_wg.cu) do not run
+ * these heads on the current device, NULL where they do: they take 16-bit
+ * heads of 64 on compute capability 9.0 where the product's self-check
+ * passed, unless WEFT_ATTN_WG=off. */
+const char *gpu_attention_wg_refusal(int dt, const gpu_attn *a);
 
 /* ---- softmax -------------------------------------------------------------------------- */
 

@@ -819,8 +819,8 @@ static void check_attention_fa_shapes(void) {
 /* The warpgroup product of wgmma.cuh (attention_wg.cu), A 64 x 64 by B
  * laid out either way in swizzled tiles, against sums in double of the
  * same 16-bit inputs (f32 sums of 64 exact products: f32's tolerance).
- * Where the GPU does not run it (compute capability other than 9.0) it
- * says so and checks nothing; returns whether it ran. */
+ * Where the GPU does not run it (compute capability other than 9.0, or
+ * WEFT_ATTN_WG=off) it says so and checks nothing; returns whether it ran. */
 static bool check_wgmma(int dt) {
   char e[400];
   float *a = randn(4096, 1), *bkn = randn(4096, 1), *bnk = malloc(4096 * 4), *want = malloc(8192 * 4);
@@ -838,7 +838,8 @@ static bool check_wgmma(int dt) {
   if (!d) die("gpu_alloc", e);
   bool ran = gpu_wgmma_check(S, dt, d, da, dnk, dkn);
   if (!ran) {
-    printf("kernel wgmma m64n64k16 %s: not on this GPU (compute capability 9.0 alone): not checked\n", dt_name(dt));
+    printf("kernel wgmma m64n64k16 %s: not run here (compute capability 9.0 alone, and not under WEFT_ATTN_WG=off): "
+           "not checked\n", dt_name(dt));
   } else {
     if (!gpu_check("wgmma", e, sizeof e) || !gpu_download(got, d, 16384 * 4, S, e, sizeof e)) die("wgmma", e);
     char what[2][80];
@@ -957,9 +958,9 @@ static void check_attention_wg(void) {
   /* the kernels run where the plugin takes them (its self-check passed):
    * elsewhere the default would run under their name, and pass for them */
   gpu_attn probe = {2, 150, 3, 64, 1, 576, 576, 192, 150 * 576, 150 * 576, 150 * 192, 150, 0, false};
-  if (!wg || !gpu_attention_wg_runs(GPU_BF16, &probe)) {
-    printf("causal_attention (dh 64), WEFT_ATTN_FA_BWD_SHAPE=wg: its kernels do not run here (%s): not checked\n",
-           wg ? "the plugin's self-check of the product refused" : "not on this GPU");
+  const char *why = wg ? gpu_attention_wg_refusal(GPU_BF16, &probe) : "not on this GPU";
+  if (why) {
+    printf("causal_attention (dh 64), WEFT_ATTN_FA_BWD_SHAPE=wg: its kernels do not run here (%s): not checked\n", why);
     return;
   }
   /* the backward's three shapes, with the forward on the same products
