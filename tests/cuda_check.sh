@@ -300,7 +300,8 @@ if WEFT_ATTN=auto:fa-wg,fa-wgp "$WEFT" run $WG --backend cuda --check >"$tmp/wg1
    WEFT_CUDA_EMU_SPOIL=wg WEFT_ATTN=fa-wg WEFT_CUDA_EMU_LAUNCHES=$tmp/wg3.l "$WEFT" run $WG --backend cuda --check \
      >"$tmp/wg3.out" 2>"$tmp/wg3.err" &&
    WEFT_ATTN_WG=off WEFT_ATTN=auto:fa-wg,fa-wgp WEFT_ATTN_FA_BWD_SHAPE=wg WEFT_ATTN_FA_SHAPE=wg \
-     WEFT_CUDA_EMU_LAUNCHES=$tmp/wg4.l "$WEFT" run $WG --backend cuda --check >"$tmp/wg4.out" 2>"$tmp/wg4.err"; then
+     WEFT_CUDA_EMU_LAUNCHES=$tmp/wg4.l "$WEFT" run $WG --backend cuda --check >"$tmp/wg4.out" 2>"$tmp/wg4.err" &&
+   WEFT_ATTN_WG=off "$WEFT" backends --kernels >"$tmp/wg5.out" 2>&1; then
   wg2=$(awk '$2 ~ /^k_attn_(dkv|dq)_wg/ {n += $1} END {print n + 0}' "$tmp/wg2.l")
   wg3=$(awk '$2 ~ /^k_attn_(dkv|dq|fwd)_wg/ {n += $1} END {print n + 0}' "$tmp/wg3.l")
   wg4=$(awk '$2 ~ /_wg|wgmma/ {n += $1} END {print n + 0}' "$tmp/wg4.l")
@@ -311,10 +312,11 @@ if WEFT_ATTN=auto:fa-wg,fa-wgp "$WEFT" run $WG --backend cuda --check >"$tmp/wg1
      grep -q "match$" "$tmp/wg1.out" && grep -q "match$" "$tmp/wg2.out" && grep -q "match$" "$tmp/wg3.out" &&
      [ "$wg2" -gt 0 ] && [ "$fw2" -gt 0 ] && [ "$wg3" = 0 ] && [ "$wg4" = 0 ] && [ "$off" = 2 ] &&
      grep -q "match$" "$tmp/wg4.out" && ! grep -q "fa-wg" "$tmp/wg4.err" &&
+     grep -q "; attention: the plugin's kernels, cudnn timed against them for heads of 2^32 flops and more (fa-wg and fa-wgp kept out: WEFT_ATTN_WG=off)$" "$tmp/wg5.out" &&
      grep -q "^weft: CUDA device 0: the warpgroup product's self-check (wgmma.cuh, bf16) gave other sums than the host's: its kernels (fa-wg) do not run here$" "$tmp/wg3.err"; then ok
     echo "cuda (emulated): fa-wg, fa-wgp: timed against fa (rel err 0), fa-wg named alone $fw2 launches of its forward and $wg2 of its backward's, none after a failed self-check, none under WEFT_ATTN_WG=off"
   else bad "fa-wg: its lines, the runs' match, $fw2, $wg2, $wg3 and $wg4 launches of its kernels, the self-check's refusal, $off lines of WEFT_ATTN_WG=off"
-    cat "$tmp/wg1.err" "$tmp/wg3.err" "$tmp/wg4.err"; tail -n 2 "$tmp/wg1.out" "$tmp/wg2.out" "$tmp/wg3.out" "$tmp/wg4.out"; fi
+    cat "$tmp/wg1.err" "$tmp/wg3.err" "$tmp/wg4.err"; grep "runs on" "$tmp/wg5.out"; tail -n 2 "$tmp/wg1.out" "$tmp/wg2.out" "$tmp/wg3.out" "$tmp/wg4.out"; fi
 else bad "WEFT_ATTN=fa-wg: weft run"; tail -n 5 "$tmp/wg1.err" "$tmp/wg2.out" "$tmp/wg3.err" "$tmp/wg4.err" 2>/dev/null; fi
 # The steps of a stream that run back to back, and the sums of squares
 # of their gradients, are one launch and one more that adds the sums

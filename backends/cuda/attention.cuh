@@ -105,6 +105,9 @@ static inline bool attention_rows16(const gpu_attn *a, const void *dout, const v
  * dk/dv in 2 blocks, dq in 3); 0, as WEFT_ATTN_FA_BWD_SHAPE says (wg2: 2,
  * wgp: 1, else 3). */
 bool attention_wg_takes(int dt, const gpu_attn *a);
+/* WEFT_ATTN_WG=off (or 0): the warpgroup kernels and their self-check
+ * kept out everywhere. */
+bool attention_wg_off(void);
 /* Why it does not take them (NULL where it does), for a message: "the
  * switch WEFT_ATTN_WG=off", ... */
 const char *attention_wg_refusal(int dt, const gpu_attn *a);

@@ -586,7 +586,8 @@ bool wg_verified(void) {
           gpu_check("k_wgmma_check", err, sizeof err) &&
           gpu_download(got.data(), dd, got.size() * 4, st, err, sizeof err))) {
       fprintf(stderr, "weft: CUDA device %d: the warpgroup product's self-check did not run (%s): its kernels (fa-wg) "
-                      "do not run here\n", dev, err[0] ? err : "not on this GPU");
+                      "do not run here; a fault there ends the process's use of the GPU, and WEFT_ATTN_WG=off keeps "
+                      "them out\n", dev, err[0] ? err : "not on this GPU");
       ok = false;
       break;
     }
@@ -603,19 +604,19 @@ bool wg_verified(void) {
   return ok;
 }
 
-/* WEFT_ATTN_WG=off (or 0) keeps the kernels out everywhere: a fault of a
- * kernel ends the process's CUDA context, which no self-check can turn
- * away afterwards, so a GPU where one faults needs a way around them. */
-bool wg_switched_off(void) {
+} // namespace
+
+/* A fault of a kernel ends the process's CUDA context, which no
+ * self-check can turn away afterwards: a GPU where one faults needs a way
+ * around them. */
+bool attention_wg_off(void) {
   const char *e = getenv("WEFT_ATTN_WG");
   return e && (strcmp(e, "off") == 0 || strcmp(e, "0") == 0);
 }
 
-} // namespace
-
 const char *attention_wg_refusal(int dt, const gpu_attn *a) {
   if (!(dt == GPU_BF16 || dt == GPU_F16) || a->dh != 64) return "they take 16-bit heads of 64";
-  if (wg_switched_off()) return "the switch WEFT_ATTN_WG=off keeps them out";
+  if (attention_wg_off()) return "the switch WEFT_ATTN_WG=off keeps them out";
   if (!wg_device()) return "they run on GPUs of compute capability 9.0 alone";
   if ((size_t)(DKV_BYTES > DQ_BYTES ? DKV_BYTES : DQ_BYTES) > attention_smem_limit())
     return "this GPU's shared memory per block is too small for them";
@@ -663,7 +664,7 @@ void attention_wg_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, 
 }
 
 bool gpu_wgmma_check(gpu_stream *s, int dt, float *d, const void *a, const void *b_nk, const void *b_kn) {
-  if (!(dt == GPU_BF16 || dt == GPU_F16) || wg_switched_off() || !wg_device()) return false;
+  if (!(dt == GPU_BF16 || dt == GPU_F16) || attention_wg_off() || !wg_device()) return false;
   const size_t bytes = 4 * TILE + 1024;
   if (dt == GPU_F16) {
     wg_allow_smem(k_wgmma_check<f16>, bytes);
