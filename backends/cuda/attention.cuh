@@ -108,9 +108,8 @@ bool attention_wg_takes(int dt, const gpu_attn *a);
 /* WEFT_ATTN_WG=off (or 0): the warpgroup kernels and their self-check
  * kept out everywhere. */
 bool attention_wg_off(void);
-/* Why it does not take them (NULL where it does), for a message: "the
- * switch WEFT_ATTN_WG=off", ... */
-const char *attention_wg_refusal(int dt, const gpu_attn *a);
+/* (Why it does not take them, for a message: gpu_attention_wg_refusal,
+ * gpu.h.) */
 /* The forward on the same products, where attention_wg_takes: the
  * arguments are attention_fa_forward's. */
 void attention_wg_forward(gpu_stream *s, int dt, void *out, const void *q, const void *k, const void *v,

@@ -374,7 +374,7 @@ void attention_fa_forward(gpu_stream *s, int dt, void *out, const void *q, const
   const char *e = getenv("WEFT_ATTN_FA_SHAPE");
   if (e && strcmp(e, "wg") == 0) {
     /* the forward on Hopper's warpgroup products (attention_wg.cu) */
-    const char *no = attention_wg_refusal(dt, a);
+    const char *no = gpu_attention_wg_refusal(dt, a);
     if (!no) {
       attention_wg_forward(s, dt, out, q, k, v, a, lse);
       return;

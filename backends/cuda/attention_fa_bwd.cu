@@ -591,7 +591,7 @@ void attention_fa_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, 
   const bool vec = attention_rows16(a, dout, q, k, v);
   const fa_occupancy sh = fa_bwd_shape();
   if (!dqa && a->dh == 64 && sh.kv == 0) {
-    const char *no = attention_wg_refusal(dt, a);
+    const char *no = gpu_attention_wg_refusal(dt, a);
     if (!no) {
       attention_wg_backward(s, dt, dq, dk, dv, dout, q, k, v, a, acc, lse, dsum, vec, 0);
       return;

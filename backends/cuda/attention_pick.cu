@@ -639,15 +639,15 @@ int attention_forced(void) { return the_mode().forced; }
 void gpu_attention_about(char *buf, size_t n) {
   const pick_mode &m = the_mode();
   const bool wg_off = attention_wg_off();
+  auto kept_out = [wg_off](int w) { return wg_off && (w == ATTN_FA_WG || w == ATTN_FA_WGP); };
   if (m.forced >= 0) {
-    const bool out = wg_off && (m.forced == ATTN_FA_WG || m.forced == ATTN_FA_WGP);
     snprintf(buf, n, "%s, where it takes the heads (WEFT_ATTN=%s)%s", attention_way_names[m.forced],
-             attention_way_names[m.forced], out ? ", which WEFT_ATTN_WG=off keeps from taking any" : "");
+             attention_way_names[m.forced], kept_out(m.forced) ? ", which WEFT_ATTN_WG=off keeps from taking any" : "");
     return;
   }
   char ways[96] = "";
   for (int w = 0, k = 0; w < ATTN_WAYS; w++)
-    if (m.alt[w] && !(wg_off && (w == ATTN_FA_WG || w == ATTN_FA_WGP)))
+    if (m.alt[w] && !kept_out(w))
       k += snprintf(ways + k, sizeof ways - (size_t)k, "%s%s", k ? ", " : "", attention_way_names[w]);
   const char *off = wg_off ? " (fa-wg and fa-wgp kept out: WEFT_ATTN_WG=off)" : "";
   if (!ways[0])

@@ -614,7 +614,7 @@ bool attention_wg_off(void) {
   return e && (strcmp(e, "off") == 0 || strcmp(e, "0") == 0);
 }
 
-const char *attention_wg_refusal(int dt, const gpu_attn *a) {
+const char *gpu_attention_wg_refusal(int dt, const gpu_attn *a) {
   if (!(dt == GPU_BF16 || dt == GPU_F16) || a->dh != 64) return "they take 16-bit heads of 64";
   if (attention_wg_off()) return "the switch WEFT_ATTN_WG=off keeps them out";
   if (!wg_device()) return "they run on GPUs of compute capability 9.0 alone";
@@ -624,9 +624,8 @@ const char *attention_wg_refusal(int dt, const gpu_attn *a) {
   return NULL;
 }
 
-bool attention_wg_takes(int dt, const gpu_attn *a) { return attention_wg_refusal(dt, a) == NULL; }
+bool attention_wg_takes(int dt, const gpu_attn *a) { return gpu_attention_wg_refusal(dt, a) == NULL; }
 
-const char *gpu_attention_wg_refusal(int dt, const gpu_attn *a) { return attention_wg_refusal(dt, a); }
 
 void attention_wg_forward(gpu_stream *s, int dt, void *out, const void *q, const void *k, const void *v,
                           const gpu_attn *a, float *lse) {
