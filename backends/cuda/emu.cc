@@ -41,6 +41,10 @@ unsigned char *emu_dyn_smem;
  * the runtime's next check (runtime.cu). */
 std::string emu_error;
 
+void emu_report(const char *what) {
+  if (emu_error.empty()) emu_error = what;
+}
+
 /* ---- fibers ------------------------------------------------------------------------ */
 
 enum { STACK_BYTES = 256 << 10 };
@@ -326,10 +330,16 @@ static bool run_block(const std::function<void()> &body) {
     f->t.lane = i % 32;
     f->t.warp = i / 32;
     f->t.mma = 0;
+    f->t.wg = 0;
     fiber_start(f, i);
   }
   resume(&B.f[0]);
   emu_self = NULL;
+  for (int i = 0; i < n; i++)
+    if (B.f[i].t.wg) {
+      emu_report("wgmma (emulated): products still in flight when their block ended (no wait for them)");
+      break;
+    }
   if (B.alive > 0) {
     char msg[200];
     snprintf(msg, sizeof msg,

@@ -30,6 +30,7 @@ struct emu_thread {
   dim3 tid;
   int lane, warp;
   unsigned mma;   /* the warp matrix products it asked for (emu_wmma.h) */
+  unsigned wg;    /* its warpgroup products in flight (wgmma.cuh): none at its end */
 };
 
 extern emu_thread *emu_self;
@@ -112,6 +113,12 @@ template <class T> static inline T __shfl_down_sync(unsigned, T v, unsigned delt
 unsigned emu_ballot(bool p);
 static inline unsigned __ballot_sync(unsigned mask, int p) { return emu_ballot(p != 0) & mask; }
 static inline int __popc(unsigned m) { return __builtin_popcount(m); }
+
+/* A kernel's misuse that a GPU would not report but the emulation sees (a
+ * warpgroup product's operand written while the product was in flight,
+ * wgmma.cuh): kept as a fault is, the first one, for the runtime's next
+ * check; the kernel runs on. */
+void emu_report(const char *what);
 
 /* Threads switch only at barriers: a read-modify-write is atomic. */
 template <class T> static inline T atomicAdd(T *p, T v) {

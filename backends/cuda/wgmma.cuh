@@ -37,8 +37,10 @@
  * before the barrier after which the products read it.
  *
  * The CPU emulation computes the same product from the same layouts
- * (every lane its own elements from its warp's A fragments and the tile),
- * at once: its fence, commit and wait order nothing more. */
+ * (every lane its own elements from its warp's A fragments and the tile)
+ * and holds it back until the wait that covers it, poisoning the
+ * registers it owns meanwhile and checking at the wait that nothing
+ * touched them or the tile (below). */
 #ifndef WEFT_CUDA_WGMMA_CUH
 #define WEFT_CUDA_WGMMA_CUH
 
@@ -60,6 +62,8 @@ template <class P> DEV P *wg_align(P *p) {
 
 #ifdef WEFT_CUDA_EMU
 
+#include <vector>
+
 struct wg_desc {
   const unsigned char *start;
   uint32_t lead, stride;
@@ -75,13 +79,59 @@ static inline wg_desc wg_add(wg_desc d, int bytes) {
   d.start += bytes;
   return d;
 }
-static inline void wg_fence() {}
-static inline void wg_fence(uint32_t (*)[4]) {}
-static inline void wg_commit() {}
-template <int N> static inline void wg_wait() {}
-static inline void wg_proxy_fence() {}
-static inline void wg_hold(float (*)[4]) {}
-static inline void wg_copy(uint32_t (*dst)[4], const uint32_t (*src)[4]) { memcpy(dst, src, 16 * sizeof(uint32_t)); }
+/* The emulation keeps the products asynchronous as far as a kernel can
+ * tell. A product's result is computed when it is issued but reaches D
+ * only at the wg_wait that covers its group (wg_commit closes a group);
+ * until then its D registers hold f32 NaNs of a payload of their own and
+ * its A registers 16-bit NaNs, so that a kernel reading either early
+ * spreads NaNs into its results. At the wait, D and A still holding the
+ * poison and the shared memory the product read unchanged are checked;
+ * else the launch fails, naming what was touched (emu_report), as a GPU
+ * would not: PTX leaves it undefined. A product on a D or A that one in
+ * flight holds (the next step of a sum over k, the same fragments again)
+ * takes the pending values. */
+struct wg_op {
+  float (*d)[4];
+  uint32_t *a; /* NULL: A from shared memory (sa) */
+  uint32_t a_val[4];
+  float out[8][4];
+  wg_desc b, sa;
+  bool mn;
+  unsigned group;
+  uint64_t seen; /* a hash of the shared memory the lane's part read */
+};
+struct wg_lane {
+  uint64_t block; /* emu_block_serial of the block its products are of */
+  unsigned committed;
+  std::vector<wg_op> ops; /* in flight, in the order issued */
+};
+static const uint32_t WG_POISON_D = 0x7FC0DEADu, WG_POISON_A = 0xFFFFFFFFu;
+
+static inline wg_lane &wg_me() {
+  static thread_local wg_lane lanes[1024];
+  wg_lane &L = lanes[(emu_self->warp * 32 + emu_self->lane) & 1023];
+  if (L.block != emu_block_serial) L.block = emu_block_serial, L.committed = 0, L.ops.clear(); /* emu.cc reported any left */
+  return L;
+}
+
+/* The last product in flight on D = d (on A = a); a range that overlaps
+ * one in flight without being it is reported. */
+static inline const wg_op *wg_on_d(const wg_lane &L, const float (*d)[4]) {
+  for (size_t i = L.ops.size(); i-- > 0;) {
+    if (L.ops[i].d == d) return &L.ops[i];
+    if ((const float *)d < (const float *)(L.ops[i].d + 8) && (const float *)L.ops[i].d < (const float *)(d + 8))
+      emu_report("wgmma (emulated): an accumulator that overlaps one in flight");
+  }
+  return nullptr;
+}
+static inline const wg_op *wg_on_a(const wg_lane &L, const uint32_t *a) {
+  for (size_t i = L.ops.size(); i-- > 0;) {
+    if (!L.ops[i].a) continue;
+    if (L.ops[i].a == a) return &L.ops[i];
+    if (a < L.ops[i].a + 4 && L.ops[i].a < a + 4) emu_report("wgmma (emulated): A registers that overlap a product's in flight");
+  }
+  return nullptr;
+}
 
 /* The address of B's element (k, n) as the hardware finds it: the
  * canonical layout of the 128-byte swizzle, then the swizzle of the
@@ -93,18 +143,102 @@ static inline const unsigned char *wg_elem(const wg_desc &d, bool mn, int k, int
   return (const unsigned char *)at;
 }
 
+static inline uint64_t wg_seen(const wg_op &o) {
+  const int l = emu_self->lane, g = l / 4, t = l % 4, w = emu_self->warp & 3;
+  uint64_t h = 0xcbf29ce484222325ull;
+  uint16_t v;
+  for (int c = 0; c < 16; c++)
+    for (int k = 0; k < 16; k++) {
+      memcpy(&v, wg_elem(o.b, o.mn, k, (c / 2) * 8 + 2 * t + (c & 1)), 2);
+      h = (h ^ v) * 0x100000001b3ull;
+    }
+  if (!o.a)
+    for (int r = 0; r < 2; r++)
+      for (int k = 0; k < 16; k++) {
+        memcpy(&v, wg_elem(o.sa, false, k, 16 * w + g + 8 * r), 2);
+        h = (h ^ v) * 0x100000001b3ull;
+      }
+  return h;
+}
+
+/* o, its result computed, in flight: its registers poisoned. */
+static inline void wg_issue(wg_lane &L, wg_op &o) {
+  o.seen = wg_seen(o);
+  L.ops.push_back(o);
+  emu_self->wg++;
+  for (int nb = 0; nb < 8; nb++)
+    for (int e = 0; e < 4; e++) memcpy(&o.d[nb][e], &WG_POISON_D, 4);
+  if (o.a)
+    for (int i = 0; i < 4; i++) o.a[i] = WG_POISON_A;
+}
+
+/* Product i of the first n in flight done: checked, its result in D and
+ * its A registers given back unless a later product holds them. */
+static inline void wg_land(wg_lane &L, size_t i) {
+  const wg_op &o = L.ops[i];
+  if (wg_seen(o) != o.seen)
+    emu_report("wgmma (emulated): shared memory that a product read was written before the wait for the product");
+  bool d_held = false, a_held = false;
+  for (size_t j = i + 1; j < L.ops.size(); j++) {
+    d_held = d_held || L.ops[j].d == o.d;
+    a_held = a_held || (o.a && L.ops[j].a == o.a);
+  }
+  for (int nb = 0; nb < 8; nb++)
+    for (int e = 0; e < 4; e++) {
+      uint32_t bits;
+      memcpy(&bits, &o.d[nb][e], 4);
+      if (bits != WG_POISON_D)
+        emu_report("wgmma (emulated): the accumulator (D) of a product was written before the wait for the product");
+      if (!d_held) o.d[nb][e] = o.out[nb][e];
+    }
+  if (o.a)
+    for (int k = 0; k < 4; k++) {
+      if (o.a[k] != WG_POISON_A)
+        emu_report("wgmma (emulated): the A registers of a product were written before the wait for the product");
+      if (!a_held) o.a[k] = o.a_val[k];
+    }
+}
+
+static inline void wg_fence() {}
+static inline void wg_fence(uint32_t (*)[4]) {}
+static inline void wg_commit() { wg_me().committed++; }
+template <int N> static inline void wg_wait() {
+  wg_lane &L = wg_me();
+  size_t n = 0;
+  while (n < L.ops.size() && L.ops[n].group + N < L.committed) n++;
+  for (size_t i = 0; i < n; i++) wg_land(L, i);
+  L.ops.erase(L.ops.begin(), L.ops.begin() + (ptrdiff_t)n);
+  emu_self->wg -= (unsigned)n;
+}
+static inline void wg_proxy_fence() {}
+/* D's use after the wait: one still in flight is reported. */
+static inline void wg_hold(float (*d)[4]) {
+  if (wg_on_d(wg_me(), d)) emu_report("wgmma (emulated): an accumulator (D) used before the wait for its product");
+}
+static inline void wg_copy(uint32_t (*dst)[4], const uint32_t (*src)[4]) {
+  const wg_lane &L = wg_me();
+  for (int i = 0; i < 4; i++)
+    if (wg_on_a(L, src[i])) emu_report("wgmma (emulated): A registers copied while a product reads them");
+  memcpy(dst, src, 16 * sizeof(uint32_t));
+}
+
 template <class T, bool MN> static inline void wg_mma(float (*d)[4], const uint32_t a[4], wg_desc b, bool add) {
   static thread_local emu_mma_slot slots[32][32];
+  wg_lane &L = wg_me();
+  wg_op o{};
+  o.d = d, o.a = const_cast<uint32_t *>(a), o.b = b, o.mn = MN, o.group = L.committed;
+  const wg_op *pa = wg_on_a(L, a), *pd = add ? wg_on_d(L, d) : nullptr;
+  memcpy(o.a_val, pa ? pa->a_val : a, sizeof o.a_val);
+  const float(*in)[4] = pd ? pd->out : d;
   int w = emu_self->warp & 31, l = emu_self->lane;
-  memcpy(slots[w][l].a, a, sizeof slots[w][l].a);
+  memcpy(slots[w][l].a, o.a_val, sizeof slots[w][l].a);
   emu_syncwarp();
   const emu_mma_slot *s = slots[w];
   int g = l / 4, t = l % 4;
-  float out[8][4];
   for (int nb = 0; nb < 8; nb++)
     for (int e = 0; e < 4; e++) {
       int row = g + (e >= 2 ? 8 : 0), col = nb * 8 + 2 * t + (e & 1);
-      float sum = add ? d[nb][e] : 0.0f;
+      float sum = add ? in[nb][e] : 0.0f;
       for (int k = 0; k < 16; k++) {
         const emu_mma_slot &sa = s[(row % 8) * 4 + (k % 8) / 2];
         uint32_t wa = sa.a[(row >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0)];
@@ -115,29 +249,34 @@ template <class T, bool MN> static inline void wg_mma(float (*d)[4], const uint3
         memcpy(&bv, &bits, 2);
         sum += av * to_f(bv);
       }
-      out[nb][e] = sum;
+      o.out[nb][e] = sum;
     }
   emu_syncwarp();
-  for (int nb = 0; nb < 8; nb++)
-    for (int e = 0; e < 4; e++) d[nb][e] = out[nb][e];
+  wg_issue(L, o);
 }
 
 /* d (+)= A B with A too read from shared memory, K-major (a diagnostic of
  * the register layout of A: gpu_wgmma_check). */
 template <class T> static inline void wg_mma_ss(float (*d)[4], wg_desc a, wg_desc b, bool add) {
+  wg_lane &L = wg_me();
+  wg_op o{};
+  o.d = d, o.a = nullptr, o.b = b, o.sa = a, o.mn = false, o.group = L.committed;
+  const wg_op *pd = add ? wg_on_d(L, d) : nullptr;
+  const float(*in)[4] = pd ? pd->out : d;
   int w = emu_self->warp & 3, l = emu_self->lane, g = l / 4, t = l % 4;
   for (int nb = 0; nb < 8; nb++)
     for (int e = 0; e < 4; e++) {
       int row = 16 * w + g + (e >= 2 ? 8 : 0), col = nb * 8 + 2 * t + (e & 1);
-      float sum = add ? d[nb][e] : 0.0f;
+      float sum = add ? in[nb][e] : 0.0f;
       for (int k = 0; k < 16; k++) {
         T av, bv;
         memcpy(&av, wg_elem(a, false, k, row), 2);
         memcpy(&bv, wg_elem(b, false, k, col), 2);
         sum += to_f(av) * to_f(bv);
       }
-      d[nb][e] = sum;
+      o.out[nb][e] = sum;
     }
+  wg_issue(L, o);
 }
 
 #else

@@ -3,10 +3,14 @@
  * ended), the fibers' switching with blocks of every size, threads stuck at
  * different barriers reported and not left to hang, and the warp matrix
  * products (emu_wmma.h) where a warp asks for more products between
- * barriers than their results are kept. Built and run by make check
+ * barriers than their results are kept, and the warpgroup products
+ * (wgmma.cuh) held back until their wait: a read before it sees NaNs, and
+ * a write of their registers or tile before it, or no wait at all, is
+ * reported. Built and run by make check
  * (tests/cuda_check.sh) wherever the emulation is. Prints a line a check
  * and "test_emu: N checks, M failed"; exit 1 if any failed. */
 #include "cuda/common.cuh"
+#include "cuda/wgmma.cuh"
 
 #include <string>
 
@@ -98,6 +102,59 @@ __global__ void k_products(float *out, const bf16 *a, const bf16 *b) {
     }
 }
 
+/* One warpgroup's product x = A B (64 x 64 x 64, bf16, B's column n row n
+ * of a swizzled tile: K-major) into out, with one misuse of the product in
+ * flight (mode) between its issue and its wait. */
+enum { WG_RIGHT, WG_READ_D, WG_WRITE_D, WG_WRITE_A, WG_WRITE_TILE, WG_HOLD_EARLY, WG_COPY_A, WG_NO_WAIT, WG_TWO_GROUPS };
+__global__ void k_wgmma(float *out, float *early, const bf16 *a, const bf16 *b, int mode) {
+  __shared__ unsigned char raw[64 * 128 + 1024];
+  unsigned char *tile = wg_align(raw);
+  const int tid = (int)threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t = lane & 3;
+  for (int e = tid; e < 64 * 64; e += 128) memcpy(tile + wg_at(e / 64, e % 64), &b[e], 2);
+  __syncthreads();
+  /* mma.cuh's A fragments of the warp's 16 rows, k-step kk */
+  uint32_t af[4][4];
+  auto pair = [&](int r, int c) { return pack2<bf16>(to_f(a[r * 64 + c]), to_f(a[r * 64 + c + 1])); };
+  for (int kk = 0; kk < 4; kk++) {
+    const int r = 16 * w + g, c = 16 * kk + 2 * t;
+    af[kk][0] = pair(r, c), af[kk][1] = pair(r + 8, c), af[kk][2] = pair(r, c + 8), af[kk][3] = pair(r + 8, c + 8);
+  }
+  float x[8][4], y[8][4];
+  const wg_desc bd = wg_kmajor(tile);
+  wg_fence();
+  for (int kk = 0; kk < 4; kk++) wg_mma<bf16, false>(x, af[kk], wg_add(bd, 32 * kk), kk > 0);
+  wg_commit();
+  uint32_t copy[4][4];
+  switch (mode) {
+  case WG_READ_D: early[tid] = x[3][1]; break;
+  case WG_WRITE_D: x[3][1] = 1.0f; break;
+  case WG_WRITE_A: af[2][1] = 0; break;
+  case WG_WRITE_TILE:
+    __syncthreads();
+    if (tid == 0) tile[wg_at(5, 7)] ^= 1;
+    __syncthreads();
+    break;
+  case WG_HOLD_EARLY: wg_hold(x); break;
+  case WG_COPY_A: wg_copy(copy, af); break;
+  case WG_NO_WAIT: return;
+  case WG_TWO_GROUPS:
+    /* the same A fragments again, into y, in a group of its own */
+    for (int kk = 0; kk < 4; kk++) wg_mma<bf16, false>(y, af[kk], wg_add(bd, 32 * kk), kk > 0);
+    wg_commit();
+    wg_wait<1>();
+    early[tid] = y[3][1];
+    break;
+  }
+  wg_wait<0>();
+  wg_hold(x);
+  for (int nb = 0; nb < 8; nb++)
+    for (int e = 0; e < 4; e++) {
+      const int at = (16 * w + g + (e >= 2 ? 8 : 0)) * 64 + nb * 8 + 2 * t + (e & 1);
+      out[at] = x[nb][e];
+      if (mode == WG_TWO_GROUPS) out[4096 + at] = y[nb][e];
+    }
+}
+
 int main(void) {
   char what[120];
   /* blocks of 1, 31, 32, 33, 100, 256 and 1024 threads */
@@ -173,6 +230,62 @@ int main(void) {
             ok = ok && out[(size_t)(w * PRODUCTS + r) * 256 + i * 16 + j] == want;
           }
     check(ok, "warp matrix products: 20 in a row without a barrier, two warps, exact");
+  }
+
+  {
+    /* k/8 values: every sum exact in f32 */
+    static bf16 a[4096], b[4096];
+    static float want[4096], out[8192], early[128];
+    for (int e = 0; e < 4096; e++)
+      a[e] = from_f<bf16>((float)(e * 7 % 17 - 8) / 8), b[e] = from_f<bf16>((float)(e * 5 % 13 - 6) / 8);
+    for (int i = 0; i < 64; i++)
+      for (int n = 0; n < 64; n++) {
+        float sum = 0.0f;
+        for (int k = 0; k < 64; k++) sum += to_f(a[i * 64 + k]) * to_f(b[n * 64 + k]);
+        want[i * 64 + n] = sum;
+      }
+    auto run = [&](int mode, int blocks) {
+      for (float &v : out) v = -1.0f;
+      for (float &v : early) v = 0.0f;
+      emu_error.clear();
+      launch(k_wgmma, blocks, 128, 0, NULL, out, early, (const bf16 *)a, (const bf16 *)b, mode);
+      emu_drain();
+      std::string e = emu_error;
+      emu_error.clear();
+      return e;
+    };
+    auto exact = [&](const float *o) { return !memcmp(o, want, sizeof want); };
+    auto all_nan = [&]() {
+      bool ok = true;
+      for (float v : early) ok = ok && std::isnan(v);
+      return ok;
+    };
+    std::string e = run(WG_RIGHT, 1);
+    check(e.empty() && exact(out), "wgmma: a warpgroup's product, waited for: exact, nothing reported");
+    e = run(WG_READ_D, 1);
+    check(e.empty() && all_nan() && exact(out), "wgmma: D read before the wait: NaN, then the product after it");
+    e = run(WG_TWO_GROUPS, 1);
+    check(e.empty() && all_nan() && exact(out) && exact(out + 4096),
+          "wgmma: two groups on the same A, wait<1>: the first's D, the second's NaN until wait<0>");
+    const struct {
+      int mode, blocks;
+      const char *says, *what;
+    } misuse[] = {
+        {WG_WRITE_D, 1, "accumulator (D) of a product was written", "wgmma: D written before the wait: reported"},
+        {WG_WRITE_A, 1, "A registers of a product were written", "wgmma: A written before the wait: reported"},
+        {WG_WRITE_TILE, 1, "shared memory that a product read was written",
+         "wgmma: one byte of the tile written before the wait: reported"},
+        {WG_HOLD_EARLY, 1, "used before the wait", "wgmma: wg_hold on D before the wait: reported"},
+        {WG_COPY_A, 1, "copied while a product reads them", "wgmma: A copied before the wait: reported"},
+        {WG_NO_WAIT, 1, "still in flight when their block ended", "wgmma: no wait before the block's end: reported"},
+    };
+    for (const auto &m : misuse) {
+      e = run(m.mode, m.blocks);
+      check(e.find(m.says) != std::string::npos, m.what);
+      if (e.find(m.says) == std::string::npos) printf("  (reported: \"%s\")\n", e.c_str());
+    }
+    e = run(WG_RIGHT, 1);
+    check(e.empty() && exact(out), "wgmma: the next launch after those runs clean");
   }
 
   printf("test_emu: %d checks, %d failed\n", checks, failed);
