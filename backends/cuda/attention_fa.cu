@@ -24,6 +24,7 @@
  * warp whose rows end before a tile skips it; the block still waits at the
  * tile's barriers. No atomics: the same bits every run. */
 #include "attention.cuh"
+#include "cpasync.cuh"
 #include "mma.cuh"
 
 #ifdef WEFT_CUDA_EMU
@@ -41,29 +42,6 @@ namespace {
 
 enum { BK = 64 };
 
-/* 16 bytes from global to shared memory without a trip through registers
- * (cp.async, sm_80 on); wait_copies<N>() waits until at most N groups of
- * them (commit_copies() closes a group) are still in flight. The emulation
- * copies at once. Both addresses 16-byte aligned. */
-#ifdef WEFT_CUDA_EMU
-inline void copy16(void *dst, const void *src) {
-  if (((uintptr_t)dst | (uintptr_t)src) & 15) {
-    fprintf(stderr, "attention_fa: a 16-byte copy %p <- %p, not aligned\n", dst, src);
-    abort();
-  }
-  memcpy(dst, src, 16);
-}
-inline void commit_copies() {}
-template <int N> inline void wait_copies() {}
-#else
-DEV void copy16(void *dst, const void *src) {
-  unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
-}
-DEV void commit_copies() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N> DEV void wait_copies() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
-#endif
-
 /* Rows [r0, r0 + R) of a head (row stride `row` elements, rows from n on
  * zero) into shared memory with rows of LD elements, by all NT threads of
  * the block: 16-byte copies when vec (every row 16-byte aligned), else
@@ -77,7 +55,7 @@ DEV void fetch_rows(T *dst, const T *base, int64_t r0, int64_t row, int64_t n, b
       int rr = e / C, c = e % C;
       T *d = dst + rr * LD + c * 8;
       if (r0 + rr < n) {
-        copy16(d, base + (r0 + rr) * row + c * 8);
+        cp16(d, base + (r0 + rr) * row + c * 8);
       } else {
 #ifdef WEFT_CUDA_EMU
         memset(d, 0, 16);
@@ -137,8 +115,8 @@ __global__ void __launch_bounds__(32 * NW_)
   fetch_rows<T, BQ, DH, NT>(sm + 2 * BK * LD, qb, q0, a.q_row, a.sq, vec);
   fetch_rows<T, BK, DH, NT>(sm, kb, 0, a.kv_row, a.sk, vec);
   fetch_rows<T, BK, DH, NT>(sm + BK * LD, vb, 0, a.kv_row, a.sk, vec);
-  commit_copies();
-  wait_copies<0>();
+  cp_commit();
+  cp_wait<0>();
   __syncthreads();
   const int64_t wq0 = q0 + (int64_t)w * 16 * MT;
   uint32_t qf[MT][D16][4];
@@ -171,8 +149,8 @@ __global__ void __launch_bounds__(32 * NW_)
       fetch_rows<T, BK, DH, NT>(nxt, kb, k0 + BK, a.kv_row, a.sk, vec);
       fetch_rows<T, BK, DH, NT>(nxt + BK * LD, vb, k0 + BK, a.kv_row, a.sk, vec);
     }
-    commit_copies();
-    wait_copies<1>();
+    cp_commit();
+    cp_wait<1>();
     __syncthreads();
     if (active && k0 <= wlast) {
       const T *Ks = sm + cur * 2 * BK * LD, *Vs = Ks + BK * LD;

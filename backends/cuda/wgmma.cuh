@@ -44,6 +44,7 @@
 #ifndef WEFT_CUDA_WGMMA_CUH
 #define WEFT_CUDA_WGMMA_CUH
 
+#include "cpasync.cuh"
 #include "mma.cuh"
 
 /* The byte offset of element (r, c) of a swizzled tile of 64 x 64. */
@@ -161,8 +162,25 @@ static inline uint64_t wg_seen(const wg_op &o) {
   return h;
 }
 
+/* Whether the lane's part of the product reads shared memory written
+ * through the generic proxy and not fenced since (cpasync.cuh). */
+static inline bool wg_unfenced(const wg_op &o) {
+  const int l = emu_self->lane, g = l / 4, t = l % 4, w = emu_self->warp & 3;
+  for (int c = 0; c < 16; c++)
+    for (int k = 0; k < 16; k++)
+      if (cp_unfenced(wg_elem(o.b, o.mn, k, (c / 2) * 8 + 2 * t + (c & 1)))) return true;
+  if (!o.a)
+    for (int r = 0; r < 2; r++)
+      for (int k = 0; k < 16; k++)
+        if (cp_unfenced(wg_elem(o.sa, false, k, 16 * w + g + 8 * r))) return true;
+  return false;
+}
+
 /* o, its result computed, in flight: its registers poisoned. */
 static inline void wg_issue(wg_lane &L, wg_op &o) {
+  if (wg_unfenced(o))
+    emu_report("wgmma (emulated): a product read shared memory that cp.async or stores wrote with no fence.proxy.async "
+               "(wg_proxy_fence) by their writer between");
   o.seen = wg_seen(o);
   L.ops.push_back(o);
   emu_self->wg++;
@@ -210,7 +228,7 @@ template <int N> static inline void wg_wait() {
   L.ops.erase(L.ops.begin(), L.ops.begin() + (ptrdiff_t)n);
   emu_self->wg -= (unsigned)n;
 }
-static inline void wg_proxy_fence() {}
+static inline void wg_proxy_fence() { cp_proxy_fence(); }
 /* D's use after the wait: one still in flight is reported. */
 static inline void wg_hold(float (*d)[4]) {
   if (wg_on_d(wg_me(), d)) emu_report("wgmma (emulated): an accumulator (D) used before the wait for its product");

@@ -6,7 +6,8 @@
  * barriers than their results are kept, and the warpgroup products
  * (wgmma.cuh) held back until their wait: a read before it sees NaNs, and
  * a write of their registers or tile before it, or no wait at all, is
- * reported. Built and run by make check
+ * reported; so are the copies of cp.async (cpasync.cuh), and a product's
+ * tile from them read without the proxy fence. Built and run by make check
  * (tests/cuda_check.sh) wherever the emulation is. Prints a line a check
  * and "test_emu: N checks, M failed"; exit 1 if any failed. */
 #include "cuda/common.cuh"
@@ -105,12 +106,22 @@ __global__ void k_products(float *out, const bf16 *a, const bf16 *b) {
 /* One warpgroup's product x = A B (64 x 64 x 64, bf16, B's column n row n
  * of a swizzled tile: K-major) into out, with one misuse of the product in
  * flight (mode) between its issue and its wait. */
-enum { WG_RIGHT, WG_READ_D, WG_WRITE_D, WG_WRITE_A, WG_WRITE_TILE, WG_HOLD_EARLY, WG_COPY_A, WG_NO_WAIT, WG_TWO_GROUPS };
+enum {
+  WG_RIGHT, WG_READ_D, WG_WRITE_D, WG_WRITE_A, WG_WRITE_TILE, WG_HOLD_EARLY, WG_COPY_A, WG_NO_WAIT, WG_TWO_GROUPS,
+  WG_CP_FENCED, WG_CP_UNFENCED /* the tile by cp.async, with and without the proxy fence */
+};
 __global__ void k_wgmma(float *out, float *early, const bf16 *a, const bf16 *b, int mode) {
   __shared__ unsigned char raw[64 * 128 + 1024];
   unsigned char *tile = wg_align(raw);
   const int tid = (int)threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t = lane & 3;
-  for (int e = tid; e < 64 * 64; e += 128) memcpy(tile + wg_at(e / 64, e % 64), &b[e], 2);
+  if (mode == WG_CP_FENCED || mode == WG_CP_UNFENCED) {
+    for (int e = tid; e < 64 * 8; e += 128) cp16(tile + wg_at(e / 8, e % 8 * 8), &b[e * 8]);
+    cp_commit();
+    cp_wait<0>();
+    if (mode == WG_CP_FENCED) wg_proxy_fence();
+  } else {
+    for (int e = tid; e < 64 * 64; e += 128) memcpy(tile + wg_at(e / 64, e % 64), &b[e], 2);
+  }
   __syncthreads();
   /* mma.cuh's A fragments of the warp's 16 rows, k-step kk */
   uint32_t af[4][4];
@@ -153,6 +164,26 @@ __global__ void k_wgmma(float *out, float *early, const bf16 *a, const bf16 *b, 
       out[at] = x[nb][e];
       if (mode == WG_TWO_GROUPS) out[4096 + at] = y[nb][e];
     }
+}
+
+/* 64 threads each copy 16 bytes into shared memory by cp.async (group 1),
+ * then 16 more (group 2), and read their neighbour's first copy after a
+ * barrier: after wait<1> (the first landed), before any wait (mode 1), or
+ * after a store into the second's bytes before its wait (mode 2). */
+__global__ void k_cp(int *out, int *second, const int *src, int mode) {
+  __shared__ int sh[2][64 * 4];
+  const int t = (int)threadIdx.x;
+  cp16(&sh[0][4 * t], &src[4 * t]);
+  cp_commit();
+  cp16(&sh[1][4 * t], &src[256 + 4 * t]);
+  cp_commit();
+  if (mode == 2) sh[1][4 * t] = 7;
+  if (mode != 1) cp_wait<1>();
+  __syncthreads();
+  const int n = (t + 1) % 64;
+  for (int i = 0; i < 4; i++) out[4 * t + i] = sh[0][4 * n + i];
+  second[t] = sh[1][4 * t + 1];
+  if (mode != 1) cp_wait<0>(); /* (mode 1: none land, as the block ends) */
 }
 
 int main(void) {
@@ -278,6 +309,8 @@ int main(void) {
         {WG_HOLD_EARLY, 1, "used before the wait", "wgmma: wg_hold on D before the wait: reported"},
         {WG_COPY_A, 1, "copied while a product reads them", "wgmma: A copied before the wait: reported"},
         {WG_NO_WAIT, 1, "still in flight when their block ended", "wgmma: no wait before the block's end: reported"},
+        {WG_CP_UNFENCED, 1, "no fence.proxy.async",
+         "wgmma: a tile from cp.async read with no proxy fence by its writers: reported"},
     };
     for (const auto &m : misuse) {
       e = run(m.mode, m.blocks);
@@ -286,6 +319,40 @@ int main(void) {
     }
     e = run(WG_RIGHT, 1);
     check(e.empty() && exact(out), "wgmma: the next launch after those runs clean");
+    e = run(WG_CP_FENCED, 1);
+    check(e.empty() && exact(out), "wgmma: a tile from cp.async, waited for and fenced: exact, nothing reported");
+  }
+
+  {
+    int src[512], out[256], second[64];
+    for (int i = 0; i < 512; i++) src[i] = i * 3 + 1;
+    auto run = [&](int mode) {
+      emu_error.clear();
+      launch(k_cp, 1, 64, 0, NULL, out, second, (const int *)src, mode);
+      emu_drain();
+      std::string e = emu_error;
+      emu_error.clear();
+      return e;
+    };
+    auto first_landed = [&]() {
+      bool ok = true;
+      for (int t = 0; t < 64; t++)
+        for (int i = 0; i < 4; i++) ok = ok && out[4 * t + i] == src[4 * ((t + 1) % 64) + i];
+      return ok;
+    };
+    auto all = [&](const int *v, int n, int x) {
+      bool ok = true;
+      for (int i = 0; i < n; i++) ok = ok && v[i] == x;
+      return ok;
+    };
+    std::string e = run(0);
+    check(e.empty() && first_landed() && all(second, 64, -1),
+          "cp.async: wait<1> lands the first group, the second reads 0xFF bytes until its wait");
+    e = run(1);
+    check(e.empty() && all(out, 256, -1), "cp.async: read before any wait: 0xFF bytes (NaNs), not the copy");
+    e = run(2);
+    check(e.find("written before the wait for the copy") != std::string::npos,
+          "cp.async: a store into a copy's bytes before its wait: reported");
   }
 
   printf("test_emu: %d checks, %d failed\n", checks, failed);
