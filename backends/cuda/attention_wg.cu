@@ -61,6 +61,7 @@ template <class T> DEV void tile_to(unsigned char *dst, const T *src, int64_t ro
       } else {
 #pragma unroll
         for (int j = 0; j < 8; j++) ((T *)d)[j] = s[j];
+        stored16(d);
       }
     } else {
       zero16(d);

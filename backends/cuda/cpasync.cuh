@@ -128,6 +128,8 @@ inline void zero16(void *dst) {
   memset(dst, 0, 16);
   cp_generic(dst);
 }
+/* 16 bytes at dst that plain stores wrote (for the proxy fence's check). */
+inline void stored16(const void *dst) { cp_generic(dst); }
 #else
 DEV void cp16(void *dst, const void *src) {
   unsigned d = (unsigned)__cvta_generic_to_shared(dst);
@@ -141,6 +143,7 @@ DEV void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 /* Until at most N of this thread's groups are still in flight. */
 template <int N> DEV void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 DEV void zero16(void *dst) { *(uint4 *)dst = make_uint4(0u, 0u, 0u, 0u); }
+DEV void stored16(const void *) {}
 #endif
 
 /* lse and D of the 64 rows of a tile from lse and dsum, by a block of 128
