@@ -37,16 +37,6 @@ size_t attention_smem_limit(void) {
 #endif
 }
 
-/* Shared memory may go above the default 48 KiB once asked for. */
-template <typename... KArgs>
-static void allow_smem(void (*k)(KArgs...), size_t bytes) {
-#ifndef WEFT_CUDA_EMU
-  if (bytes > (48 << 10)) cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
-#else
-  (void)k, (void)bytes;
-#endif
-}
-
 /* K and V rows [k0, k0 + BK) of one head into shared memory, f32, rows
  * beyond the keys zero; row stride dh + 1 against bank conflicts. */
 template <class T>

@@ -266,16 +266,6 @@ __global__ void __launch_bounds__(32 * NW_)
 
 namespace {
 
-template <typename... KArgs>
-void fa_allow_smem(void (*kf)(KArgs...), size_t bytes) {
-#ifndef WEFT_CUDA_EMU
-  if (bytes > (48 << 10)) cudaFuncSetAttribute(kf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
-#else
-  (void)kf, (void)bytes;
-#endif
-}
-
-
 /* WEFT_ATTN=wmma: the wmma kernels of attention_tc.cu instead. */
 bool fa_off() { return attention_forced() == ATTN_WMMA; }
 
@@ -328,11 +318,11 @@ void fa_launch(gpu_stream *s, int dt, void *out, const void *q, const void *k, c
   const bool by_tile = attention_fa_by_tile(tiles, a->b);
   const dim3 grid = attention_fa_grid(by_tile, tiles, a->hq, a->b);
   if (dt == GPU_F16) {
-    fa_allow_smem(k_attn_fa_fwd<f16, D, MT, NW>, sm);
+    allow_smem(k_attn_fa_fwd<f16, D, MT, NW>, sm);
     launch(k_attn_fa_fwd<f16, D, MT, NW>, grid, S::NT, sm, s, (f16 *)out, (const f16 *)q, (const f16 *)k,
            (const f16 *)v, *a, sl2, vec, pairs, lse, by_tile);
   } else {
-    fa_allow_smem(k_attn_fa_fwd<bf16, D, MT, NW>, sm);
+    allow_smem(k_attn_fa_fwd<bf16, D, MT, NW>, sm);
     launch(k_attn_fa_fwd<bf16, D, MT, NW>, grid, S::NT, sm, s, (bf16 *)out, (const bf16 *)q, (const bf16 *)k,
            (const bf16 *)v, *a, sl2, vec, pairs, lse, by_tile);
   }

@@ -419,14 +419,6 @@ __global__ void k_attn_dq_store(T *dq, const float *dqa, gpu_attn a, float scale
 
 namespace {
 
-template <typename... KArgs> void fa_allow_smem(void (*kern)(KArgs...), size_t bytes) {
-#ifndef WEFT_CUDA_EMU
-  if (bytes > (48 << 10)) cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
-#else
-  (void)kern, (void)bytes;
-#endif
-}
-
 /* The larger shared memory of the two kernels for heads of 16 D16. */
 template <int D16> size_t fa_bytes16() {
   size_t x = dkv_layout<D16>::BYTES, y = dq_layout<D16>::BYTES;
@@ -478,7 +470,7 @@ void fa_dkv(gpu_stream *s, T *dq, T *dk, T *dv, const T *dout, const T *q, const
   if (dqa) {
     const size_t bytes = dkv_layout<D16>::bytes(true, QC);
     gpu_zero(dqa, attention_fa_atomic_ws(a), s);
-    fa_allow_smem(k_attn_dkv_fa<T, D16, HOLD, QC, MB, true>, bytes);
+    allow_smem(k_attn_dkv_fa<T, D16, HOLD, QC, MB, true>, bytes);
     launch(k_attn_dkv_fa<T, D16, HOLD, QC, MB, true>, grid, FT, bytes, s, dk, dv, dout, q, k, v, *a, scale, vec, lse,
            dsum, acc, dqa, by_tile);
     launch(k_attn_dq_store<T>, blocks_for(a->b * a->hq * a->sq * a->dh, 256), 256, 0, s, dq, (const float *)dqa, *a,
@@ -486,7 +478,7 @@ void fa_dkv(gpu_stream *s, T *dq, T *dk, T *dv, const T *dout, const T *q, const
     return;
   }
   const size_t bytes = dkv_layout<D16>::BYTES;
-  fa_allow_smem(k_attn_dkv_fa<T, D16, HOLD, QC, MB, false>, bytes);
+  allow_smem(k_attn_dkv_fa<T, D16, HOLD, QC, MB, false>, bytes);
   launch(k_attn_dkv_fa<T, D16, HOLD, QC, MB, false>, grid, FT, bytes, s, dk, dv, dout, q, k, v, *a, scale, vec, lse,
          dsum, acc, (float *)NULL, by_tile);
 }
@@ -500,7 +492,7 @@ void fa_dq(gpu_stream *s, T *dq, const T *dout, const T *q, const T *k, const T 
   const bool by_tile = attention_fa_by_tile(tiles, a->b);
   const dim3 grid = attention_fa_grid(by_tile, tiles, a->hq, a->b);
   const size_t bytes = dq_layout<D16>::BYTES;
-  fa_allow_smem(k_attn_dq_fa<T, D16, HOLD, MB>, bytes);
+  allow_smem(k_attn_dq_fa<T, D16, HOLD, MB>, bytes);
   launch(k_attn_dq_fa<T, D16, HOLD, MB>, grid, FT, bytes, s, dq, dout, q, k, v, *a, scale, vec, lse, dsum, acc,
          by_tile);
 }

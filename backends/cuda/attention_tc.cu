@@ -581,15 +581,6 @@ __global__ void __launch_bounds__(NT, D16 <= 4 ? 2 : 1)
     }
 }
 
-template <typename... KArgs>
-static void allow_smem(void (*k)(KArgs...), size_t bytes) {
-#ifndef WEFT_CUDA_EMU
-  if (bytes > (48 << 10)) cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
-#else
-  (void)k, (void)bytes;
-#endif
-}
-
 bool attention_tc_takes(int dt, const gpu_attn *a) {
   if (!((dt == GPU_BF16 || dt == GPU_F16) && a->dh % 32 == 0 && a->dh >= 32 && a->dh <= 128)) return false;
   size_t lim = attention_smem_limit();

@@ -476,20 +476,12 @@ bool wg_device(void) {
 #endif
 }
 
-template <typename... KArgs> void wg_allow_smem(void (*kern)(KArgs...), size_t bytes) {
-#ifndef WEFT_CUDA_EMU
-  if (bytes > (48 << 10)) cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
-#else
-  (void)kern, (void)bytes;
-#endif
-}
-
 template <class T, int MB, bool PIPE>
 void wg_dkv(gpu_stream *s, T *dk, T *dv, const T *dout, const T *q, const T *k, const T *v, const gpu_attn *a,
             bool acc, const float *lse, const float *dsum, bool vec, float scale) {
   const int64_t tiles = (a->sk + WB - 1) / WB;
   const bool by_tile = attention_fa_by_tile(tiles, a->b);
-  wg_allow_smem(k_attn_dkv_wg<T, MB, PIPE>, DKV_BYTES);
+  allow_smem(k_attn_dkv_wg<T, MB, PIPE>, DKV_BYTES);
   launch(k_attn_dkv_wg<T, MB, PIPE>, attention_fa_grid(by_tile, tiles, a->hq / a->r, a->b), WT, DKV_BYTES, s, dk, dv,
          dout, q, k, v, *a, scale, vec, lse, dsum, acc, by_tile);
 }
@@ -499,7 +491,7 @@ void wg_dq(gpu_stream *s, T *dq, const T *dout, const T *q, const T *k, const T 
            const float *lse, const float *dsum, bool vec, float scale) {
   const int64_t tiles = (a->sq + WB - 1) / WB;
   const bool by_tile = attention_fa_by_tile(tiles, a->b);
-  wg_allow_smem(k_attn_dq_wg<T, MB, PIPE>, DQ_BYTES);
+  allow_smem(k_attn_dq_wg<T, MB, PIPE>, DQ_BYTES);
   launch(k_attn_dq_wg<T, MB, PIPE>, attention_fa_grid(by_tile, tiles, a->hq, a->b), WT, DQ_BYTES, s, dq, dout, q, k, v,
          *a, scale, vec, lse, dsum, acc, by_tile);
 }
@@ -638,11 +630,11 @@ void attention_wg_forward(gpu_stream *s, int dt, void *out, const void *q, const
   const dim3 grid = attention_fa_grid(by_tile, tiles, a->hq, a->b);
   const size_t bytes = 5 * TILE + 1024;
   if (dt == GPU_F16) {
-    wg_allow_smem(k_attn_fwd_wg<f16>, bytes);
+    allow_smem(k_attn_fwd_wg<f16>, bytes);
     launch(k_attn_fwd_wg<f16>, grid, WT, bytes, s, (f16 *)out, (const f16 *)q, (const f16 *)k, (const f16 *)v, *a, sl2,
            vec, lse, by_tile);
   } else {
-    wg_allow_smem(k_attn_fwd_wg<bf16>, bytes);
+    allow_smem(k_attn_fwd_wg<bf16>, bytes);
     launch(k_attn_fwd_wg<bf16>, grid, WT, bytes, s, (bf16 *)out, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v, *a,
            sl2, vec, lse, by_tile);
   }
@@ -667,10 +659,10 @@ bool gpu_wgmma_check(gpu_stream *s, int dt, float *d, const void *a, const void 
   if (!(dt == GPU_BF16 || dt == GPU_F16) || attention_wg_off() || !wg_device()) return false;
   const size_t bytes = 4 * TILE + 1024;
   if (dt == GPU_F16) {
-    wg_allow_smem(k_wgmma_check<f16>, bytes);
+    allow_smem(k_wgmma_check<f16>, bytes);
     launch(k_wgmma_check<f16>, 1, WT, bytes, s, d, (const f16 *)a, (const f16 *)b_nk, (const f16 *)b_kn);
   } else {
-    wg_allow_smem(k_wgmma_check<bf16>, bytes);
+    allow_smem(k_wgmma_check<bf16>, bytes);
     launch(k_wgmma_check<bf16>, 1, WT, bytes, s, d, (const bf16 *)a, (const bf16 *)b_nk, (const bf16 *)b_kn);
   }
   return true;

@@ -201,6 +201,18 @@ static inline void launch(void (*k)(KArgs...), dim3 grid, dim3 block, size_t sme
 #endif
 }
 
+/* Dynamic shared memory above the default 48 KiB for kernel k, asked for
+ * before its launches: a launch that asks for more than it was allowed
+ * fails, on a GPU and in the emulation (which also holds it to compute
+ * capability 9.0's 227 KiB). */
+template <typename... KArgs> static inline void allow_smem(void (*k)(KArgs...), size_t bytes) {
+#ifdef WEFT_CUDA_EMU
+  emu_allow_smem((const void *)k, bytes);
+#else
+  if (bytes > (48 << 10)) cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+#endif
+}
+
 /* Blocks of `threads` for a grid-stride loop over n items. The emulation
  * runs few blocks, each thread taking many items: its threads are fibers,
  * and the loops are correct for any grid. */

@@ -41,6 +41,9 @@ unsigned char *emu_dyn_smem;
  * the runtime's next check (runtime.cu). */
 std::string emu_error;
 
+/* The most dynamic shared memory a block may have (compute capability 9.0). */
+static const size_t SMEM_MOST = 227 << 10;
+
 void emu_report(const char *what) {
   if (emu_error.empty()) emu_error = what;
 }
@@ -456,8 +459,29 @@ static void count_launch(const void *kernel) {
 
 void emu_count(const void *fn) { count_launch(fn); }
 
+static std::map<const void *, size_t> smem_allowed;
+
+void emu_allow_smem(const void *kernel, size_t bytes) {
+  if (bytes > (48 << 10) && bytes <= SMEM_MOST) smem_allowed[kernel] = bytes;
+}
+
 void emu_launch(emu_stream *s, dim3 grid, dim3 block, size_t smem, std::function<void()> body, const void *kernel) {
   count_launch(kernel);
+  if (smem > (48 << 10)) {
+    auto it = kernel ? smem_allowed.find(kernel) : smem_allowed.end();
+    if (smem > SMEM_MOST || it == smem_allowed.end() || it->second < smem) {
+      char msg[200];
+      snprintf(msg, sizeof msg,
+               "emulated launch: %zu bytes of dynamic shared memory, %s (invalid argument)", smem,
+               smem > SMEM_MOST ? "over the 227 KiB a block may have"
+                                : "over the 48 KiB a kernel has unless cudaFuncSetAttribute allowed more");
+      std::string m = msg;
+      stream_of(s)->q.push_back(emu_op{[m] {
+        if (emu_error.empty()) emu_error = m;
+      }, {}, 0, 0});
+      return;
+    }
+  }
   if (fail_at < 0) {
     const char *f = getenv("WEFT_CUDA_EMU_FAIL");
     fail_at = f ? atol(f) : 0;

@@ -137,6 +137,10 @@ struct emu_stream;
  * kernel: the kernel's function, counted under WEFT_CUDA_EMU_LAUNCHES. */
 void emu_launch(emu_stream *s, dim3 grid, dim3 block, size_t smem, std::function<void()> body,
                 const void *kernel = nullptr);
+/* cudaFuncSetAttribute's cudaFuncAttributeMaxDynamicSharedMemorySize: a
+ * launch of kernel with more dynamic shared memory than 48 KiB or this
+ * fails, as more than 227 KiB does (compute capability 9.0's most). */
+void emu_allow_smem(const void *kernel, size_t bytes);
 /* Counts a call of fn under WEFT_CUDA_EMU_LAUNCHES as a launch (gpu_zero's
  * clearings), without running anything. */
 void emu_count(const void *fn);

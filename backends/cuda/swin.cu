@@ -174,16 +174,6 @@ enum { WA_CHUNKS = 8 };
 enum { WA_CHUNKS = 128 };
 #endif
 
-/* Shared memory may go above the default 48 KiB once asked for. */
-template <typename... KArgs>
-static void wa_allow_smem(void (*k)(KArgs...), size_t bytes) {
-#ifndef WEFT_CUDA_EMU
-  if (bytes > (48 << 10)) cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
-#else
-  (void)k, (void)bytes;
-#endif
-}
-
 /* The region of the shifted grid coordinate y falls in (n along that side):
  * 0 below n - ws, 1 below n - shift, 2 after; one region without a shift. */
 DEV int wa_region(int64_t y, int64_t n, int64_t ws, int64_t shift) {
@@ -294,7 +284,7 @@ void gpu_window_attention(gpu_stream *s, int dt, void *out, const void *qkv, con
   float scale = (float)(1.0 / sqrt((double)z->dh));
   dim3 grid((unsigned)wa_windows(z), (unsigned)z->heads);
   DISPATCH(dt, T, {
-    wa_allow_smem(k_window_attn<T>, sm);
+    allow_smem(k_window_attn<T>, sm);
     launch(k_window_attn<T>, grid, WA_THREADS, sm, s, (T *)out, (const T *)qkv, (const T *)table, *z, scale);
   });
 }
@@ -405,7 +395,7 @@ void gpu_window_attention_backward(gpu_stream *s, int dt, void *dqkv, void *dtab
   int64_t per = wa_per(z), chunks = wa_chunks(z), h = wa_rows(z->ws) * z->heads;
   float *tparts = dtable ? (float *)ws : NULL;
   DISPATCH(dt, T, {
-    wa_allow_smem(k_window_attn_bwd<T>, sm);
+    allow_smem(k_window_attn_bwd<T>, sm);
     launch(k_window_attn_bwd<T>, dim3((unsigned)chunks, (unsigned)z->heads), WA_THREADS, sm, s, (T *)dqkv, tparts,
            (const T *)dout, (const T *)qkv, (const T *)table, *z, scale, per, acc);
   });

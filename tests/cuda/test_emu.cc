@@ -7,7 +7,8 @@
  * (wgmma.cuh) held back until their wait: a read before it sees NaNs, and
  * a write of their registers or tile before it, or no wait at all, is
  * reported; so are the copies of cp.async (cpasync.cuh), and a product's
- * tile from them read without the proxy fence. Built and run by make check
+ * tile from them read without the proxy fence; and dynamic shared memory
+ * over 48 KiB refused unless the kernel was allowed it. Built and run by make check
  * (tests/cuda_check.sh) wherever the emulation is. Prints a line a check
  * and "test_emu: N checks, M failed"; exit 1 if any failed. */
 #include "cuda/common.cuh"
@@ -186,6 +187,13 @@ __global__ void k_cp(int *out, int *second, const int *src, int mode) {
   if (mode != 1) cp_wait<0>(); /* (mode 1: none land, as the block ends) */
 }
 
+/* Touches the last byte of its dynamic shared memory. */
+__global__ void k_big_smem(int *out, size_t bytes) {
+  DYN_SMEM(unsigned char, sm);
+  sm[bytes - 1] = 1;
+  out[0] = sm[bytes - 1];
+}
+
 int main(void) {
   char what[120];
   /* blocks of 1, 31, 32, 33, 100, 256 and 1024 threads */
@@ -353,6 +361,32 @@ int main(void) {
     e = run(2);
     check(e.find("written before the wait for the copy") != std::string::npos,
           "cp.async: a store into a copy's bytes before its wait: reported");
+  }
+
+  {
+    /* dynamic shared memory over 48 KiB: refused until allowed, and over
+     * 227 KiB even then */
+    int out[1] = {0};
+    auto run = [&](size_t bytes) {
+      emu_error.clear();
+      out[0] = 0;
+      launch(k_big_smem, 1, 32, bytes, NULL, out, bytes);
+      emu_drain();
+      std::string e = emu_error;
+      emu_error.clear();
+      return e;
+    };
+    std::string e = run(64 << 10);
+    check(e.find("unless cudaFuncSetAttribute allowed more") != std::string::npos && out[0] == 0,
+          "shared memory: 64 KiB without the kernel's allowance: refused, not run");
+    allow_smem(k_big_smem, 64 << 10);
+    e = run(64 << 10);
+    check(e.empty() && out[0] == 1, "shared memory: 64 KiB once allowed: runs");
+    e = run(96 << 10);
+    check(e.find("unless cudaFuncSetAttribute") != std::string::npos, "shared memory: more than allowed: refused");
+    allow_smem(k_big_smem, 228 << 10);
+    e = run(228 << 10);
+    check(e.find("over the 227 KiB") != std::string::npos, "shared memory: 228 KiB, allowed or not: refused");
   }
 
   printf("test_emu: %d checks, %d failed\n", checks, failed);
