@@ -67,14 +67,14 @@ inline cp_block &cp_shared() {
 }
 inline cp_lane &cp_me() {
   static thread_local cp_lane lanes[1024];
-  cp_lane &L = lanes[(emu_self->warp * 32 + emu_self->lane) & 1023];
+  cp_lane &L = lanes[emu_index() & 1023];
   if (L.block != emu_block_serial) L.block = emu_block_serial, L.committed = 0, L.ops.clear(), L.unfenced.clear();
   return L;
 }
 /* The 16-byte chunk at p written through the generic proxy. */
 inline void cp_generic(const void *p) {
   const uintptr_t c = (uintptr_t)p & ~(uintptr_t)15;
-  cp_shared().unfenced[c] = emu_self->warp * 32 + emu_self->lane;
+  cp_shared().unfenced[c] = emu_index();
   cp_me().unfenced.push_back((const void *)c);
 }
 /* Whether the chunk at p was written through the generic proxy by a thread
@@ -86,7 +86,7 @@ inline bool cp_unfenced(const void *p) {
 inline void cp_proxy_fence() {
   cp_lane &L = cp_me();
   cp_block &b = cp_shared();
-  const int me = emu_self->warp * 32 + emu_self->lane;
+  const int me = emu_index();
   for (const void *c : L.unfenced) {
     auto it = b.unfenced.find((uintptr_t)c);
     if (it != b.unfenced.end() && it->second == me) b.unfenced.erase(it);

@@ -461,6 +461,12 @@ void emu_count(const void *fn) { count_launch(fn); }
 
 static std::map<const void *, size_t> smem_allowed;
 
+/* A launch that fails as it runs on s, with msg (a fault's place in the
+ * stream's order). */
+static void queue_error(emu_stream *s, const std::string &msg) {
+  stream_of(s)->q.push_back(emu_op{[msg] { emu_report(msg.c_str()); }, {}, 0, 0});
+}
+
 void emu_allow_smem(const void *kernel, size_t bytes) {
   if (bytes > (48 << 10) && bytes <= SMEM_MOST) smem_allowed[kernel] = bytes;
 }
@@ -475,10 +481,7 @@ void emu_launch(emu_stream *s, dim3 grid, dim3 block, size_t smem, std::function
                "emulated launch: %zu bytes of dynamic shared memory, %s (invalid argument)", smem,
                smem > SMEM_MOST ? "over the 227 KiB a block may have"
                                 : "over the 48 KiB a kernel has unless cudaFuncSetAttribute allowed more");
-      std::string m = msg;
-      stream_of(s)->q.push_back(emu_op{[m] {
-        if (emu_error.empty()) emu_error = m;
-      }, {}, 0, 0});
+      queue_error(s, msg);
       return;
     }
   }
@@ -487,9 +490,7 @@ void emu_launch(emu_stream *s, dim3 grid, dim3 block, size_t smem, std::function
     fail_at = f ? atol(f) : 0;
   }
   if (fail_at > 0 && ++launches == fail_at) {
-    stream_of(s)->q.push_back(emu_op{[] {
-      if (emu_error.empty()) emu_error = "an illegal memory access was encountered (emulated, WEFT_CUDA_EMU_FAIL)";
-    }, {}, 0, 0});
+    queue_error(s, "an illegal memory access was encountered (emulated, WEFT_CUDA_EMU_FAIL)");
     return;
   }
   stream_of(s)->q.push_back(emu_op{[=] { run_grid(grid, block, smem, body); }, {}, 0, 0});

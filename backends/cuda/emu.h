@@ -34,6 +34,8 @@ struct emu_thread {
 };
 
 extern emu_thread *emu_self;
+/* The running thread's index in its block. */
+static inline int emu_index() { return emu_self->warp * 32 + emu_self->lane; }
 /* Numbers the blocks run, from 1. */
 extern uint64_t emu_block_serial;
 extern dim3 emu_block_idx, emu_block_dim, emu_grid_dim;

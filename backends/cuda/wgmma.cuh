@@ -110,7 +110,7 @@ static const uint32_t WG_POISON_D = 0x7FC0DEADu, WG_POISON_A = 0xFFFFFFFFu;
 
 static inline wg_lane &wg_me() {
   static thread_local wg_lane lanes[1024];
-  wg_lane &L = lanes[(emu_self->warp * 32 + emu_self->lane) & 1023];
+  wg_lane &L = lanes[emu_index() & 1023];
   if (L.block != emu_block_serial) L.block = emu_block_serial, L.committed = 0, L.ops.clear(); /* emu.cc reported any left */
   return L;
 }
@@ -144,36 +144,34 @@ static inline const unsigned char *wg_elem(const wg_desc &d, bool mn, int k, int
   return (const unsigned char *)at;
 }
 
-static inline uint64_t wg_seen(const wg_op &o) {
+/* f(p) for the address of every element the lane's part of o reads: its
+ * 16 columns of B, and with A in shared memory its 2 rows of A. */
+template <class F> static inline void wg_each_read(const wg_op &o, F f) {
   const int l = emu_self->lane, g = l / 4, t = l % 4, w = emu_self->warp & 3;
-  uint64_t h = 0xcbf29ce484222325ull;
-  uint16_t v;
   for (int c = 0; c < 16; c++)
-    for (int k = 0; k < 16; k++) {
-      memcpy(&v, wg_elem(o.b, o.mn, k, (c / 2) * 8 + 2 * t + (c & 1)), 2);
-      h = (h ^ v) * 0x100000001b3ull;
-    }
+    for (int k = 0; k < 16; k++) f(wg_elem(o.b, o.mn, k, (c / 2) * 8 + 2 * t + (c & 1)));
   if (!o.a)
     for (int r = 0; r < 2; r++)
-      for (int k = 0; k < 16; k++) {
-        memcpy(&v, wg_elem(o.sa, false, k, 16 * w + g + 8 * r), 2);
-        h = (h ^ v) * 0x100000001b3ull;
-      }
+      for (int k = 0; k < 16; k++) f(wg_elem(o.sa, false, k, 16 * w + g + 8 * r));
+}
+
+/* A hash of the shared memory the lane's part of o reads. */
+static inline uint64_t wg_seen(const wg_op &o) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  wg_each_read(o, [&](const unsigned char *p) {
+    uint16_t v;
+    memcpy(&v, p, 2);
+    h = (h ^ v) * 0x100000001b3ull;
+  });
   return h;
 }
 
-/* Whether the lane's part of the product reads shared memory written
- * through the generic proxy and not fenced since (cpasync.cuh). */
+/* Whether the lane's part of o reads shared memory written through the
+ * generic proxy and not fenced since (cpasync.cuh). */
 static inline bool wg_unfenced(const wg_op &o) {
-  const int l = emu_self->lane, g = l / 4, t = l % 4, w = emu_self->warp & 3;
-  for (int c = 0; c < 16; c++)
-    for (int k = 0; k < 16; k++)
-      if (cp_unfenced(wg_elem(o.b, o.mn, k, (c / 2) * 8 + 2 * t + (c & 1)))) return true;
-  if (!o.a)
-    for (int r = 0; r < 2; r++)
-      for (int k = 0; k < 16; k++)
-        if (cp_unfenced(wg_elem(o.sa, false, k, 16 * w + g + 8 * r))) return true;
-  return false;
+  bool any = false;
+  wg_each_read(o, [&](const unsigned char *p) { any = any || cp_unfenced(p); });
+  return any;
 }
 
 /* o, its result computed, in flight: its registers poisoned. */
