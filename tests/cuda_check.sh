@@ -98,7 +98,7 @@ if [ -n "$REAL" ] && [ -f "$REAL/libweft_cuda.so" ]; then
         n = split("dk/dv 2 _Z13k_attn_dkv_faI13__nv_bfloat16Li4ELb1ELi64ELi2ELb0E|" \
                   "dk/dv 3 _Z13k_attn_dkv_faI13__nv_bfloat16Li4ELb0ELi32ELi3ELb0E|" \
                   "dk/dv 4 _Z13k_attn_dkv_faI13__nv_bfloat16Li4ELb0ELi32ELi4ELb0E|" \
-                  "dq 3 _Z12k_attn_dq_faI13__nv_bfloat16Li4ELb1ELi3EE|dq 4 _Z12k_attn_dq_faI13__nv_bfloat16Li4ELb0ELi4EE|" \
+                  "dq 3 _Z12k_attn_dq_faI13__nv_bfloat16Li4ELb1ELi3ELi2EE|dq 4 _Z12k_attn_dq_faI13__nv_bfloat16Li4ELb0ELi4ELi2EE|" \
                   "dk/dv wg _Z13k_attn_dkv_wgI13__nv_bfloat16Li3ELb0EE|dk/dv wg2 _Z13k_attn_dkv_wgI13__nv_bfloat16Li2ELb0EE|" \
                   "dk/dv wgp _Z13k_attn_dkv_wgI13__nv_bfloat16Li2ELb1EE|dq wg _Z12k_attn_dq_wgI13__nv_bfloat16Li3ELb0EE|" \
                   "dq wgp _Z12k_attn_dq_wgI13__nv_bfloat16Li3ELb1EE|forward wg _Z13k_attn_fwd_wgI13__nv_bfloat16E", v, "|")
@@ -114,7 +114,7 @@ if [ -n "$REAL" ] && [ -f "$REAL/libweft_cuda.so" ]; then
         }
         for (k in rg) if (k ~ /k_attn_(fa_fwd|dkv_fa|dq_fa|dkv_wg|dq_wg|fwd_wg)/) {
           kernels++
-          four = k ~ /^_Z13k_attn_dkv_fa.*ELi32ELi4ELb[01]E/ || k ~ /^_Z12k_attn_dq_fa.*Li4ELb0ELi4EE/
+          four = k ~ /^_Z13k_attn_dkv_fa.*ELi32ELi4ELb[01]E/ || k ~ /^_Z12k_attn_dq_fa.*Li4ELb0ELi4ELi2EE/
           if (!four && st[k] + ld[k] > 0) { bad = 1; line = line sprintf("; %s spills %d bytes", k, st[k] + ld[k]) }
         }
         print line sprintf("; %d instances, none of the others spilling", kernels)
@@ -312,12 +312,58 @@ if WEFT_ATTN=auto:fa-wg,fa-wgp "$WEFT" run $WG --backend cuda --check >"$tmp/wg1
      grep -q "match$" "$tmp/wg1.out" && grep -q "match$" "$tmp/wg2.out" && grep -q "match$" "$tmp/wg3.out" &&
      [ "$wg2" -gt 0 ] && [ "$fw2" -gt 0 ] && [ "$wg3" = 0 ] && [ "$wg4" = 0 ] && [ "$off" = 2 ] &&
      grep -q "match$" "$tmp/wg4.out" && ! grep -q "fa-wg" "$tmp/wg4.err" &&
-     grep -q "; attention: the plugin's kernels, cudnn timed against them for heads of 2^32 flops and more (fa-wg and fa-wgp kept out: WEFT_ATTN_WG=off)$" "$tmp/wg5.out" &&
+     grep -q "; attention: the plugin's kernels, cudnn timed against them for heads of 2^32 flops and more (fa-wg and fa-wgp kept out: the switch WEFT_ATTN_WG=off keeps them out)$" "$tmp/wg5.out" &&
      grep -q "^weft: CUDA device 0: the warpgroup product's self-check (wgmma.cuh, bf16) gave other sums than the host's: its kernels (fa-wg) do not run here$" "$tmp/wg3.err"; then ok
     echo "cuda (emulated): fa-wg, fa-wgp: timed against fa (rel err 0), fa-wg named alone $fw2 launches of its forward and $wg2 of its backward's, none after a failed self-check, none under WEFT_ATTN_WG=off"
   else bad "fa-wg: its lines, the runs' match, $fw2, $wg2, $wg3 and $wg4 launches of its kernels, the self-check's refusal, $off lines of WEFT_ATTN_WG=off"
     cat "$tmp/wg1.err" "$tmp/wg3.err" "$tmp/wg4.err"; grep "runs on" "$tmp/wg5.out"; tail -n 2 "$tmp/wg1.out" "$tmp/wg2.out" "$tmp/wg3.out" "$tmp/wg4.out"; fi
 else bad "WEFT_ATTN=fa-wg: weft run"; tail -n 5 "$tmp/wg1.err" "$tmp/wg2.out" "$tmp/wg3.err" "$tmp/wg4.err" 2>/dev/null; fi
+# Other GPUs than the emulation's own (compute capability 9.0, 227 KiB of
+# shared memory a block), as WEFT_CUDA_EMU_CC makes it: on 8.6 (99 KiB a
+# block, as the consumer Ampere GPUs have, and at 8.9 the L4 and L40S) the
+# emulation's own checks and every kernel against the CPU's, the warpgroup
+# ones said not to run and none of them launched; heads of 128 in the
+# backward's one-stage kernels (two stages take 103 KiB); GPT in bf16 with
+# heads of 128 and of 64 matching one device with fa-wg named, which says
+# it does not run there and launches nothing; weft backends says why; on
+# 8.0 (an A100) the same run of heads of 64; on 7.5 weft run and weft
+# backends say the GPU is unsupported (exit 2); a capability the emulation
+# does not know is said.
+if WEFT_CUDA_EMU_CC=8.6 "$EMU/test_emu" >"$tmp/cc1.out" 2>&1 &&
+   WEFT_CUDA_EMU_CC=8.6 WEFT_CUDA_EMU_LAUNCHES=$tmp/cc2.l "$EMU/test_kernels" >"$tmp/cc2.out" 2>&1 &&
+   WEFT_CUDA_EMU_CC=8.6 WEFT_ATTN=fa-wg WEFT_CUDA_EMU_LAUNCHES=$tmp/cc3.l "$WEFT" run examples/gpt_megatron.plan $MEG \
+     --set hidden=256 --set heads=2 --set dtype=bf16 --steps 2 --backend cuda --check >"$tmp/cc3.out" 2>"$tmp/cc3.err" &&
+   WEFT_CUDA_EMU_CC=8.6 WEFT_ATTN=fa-wg WEFT_CUDA_EMU_LAUNCHES=$tmp/cc4.l "$WEFT" run $WG --backend cuda --check \
+     >"$tmp/cc4.out" 2>"$tmp/cc4.err" &&
+   WEFT_CUDA_EMU_CC=8.0 WEFT_ATTN=auto:fa-wg,fa-wgp WEFT_CUDA_EMU_LAUNCHES=$tmp/cc5.l "$WEFT" run $WG --backend cuda --check \
+     >"$tmp/cc5.out" 2>"$tmp/cc5.err" &&
+   WEFT_CUDA_EMU_CC=8.6 "$WEFT" backends >"$tmp/cc6.out" 2>&1; then
+  wgl=$(cat "$tmp/cc2.l" "$tmp/cc3.l" "$tmp/cc4.l" "$tmp/cc5.l" | awk '$2 ~ /_wg|wgmma/ {n += $1} END {print n + 0}')
+  one=$(awk '/ k_attn_(dkv_fa<bf16, 8, false, 32, 2, false|dq_fa<bf16, 8, false, 2), 1>$/ {n += $1} END {print n + 0}' "$tmp/cc3.l")
+  onek=$(awk '/ k_attn_(dkv|dq)_fa<(bf16|f16), 8, .*, 1>$/ {n += $1} END {print n + 0}' "$tmp/cc2.l")
+  said="its kernels do not run here (they run on GPUs of compute capability 9.0 alone): the plugin's others run attention"
+  if grep -q "^test_emu: [0-9]* checks, 0 failed$" "$tmp/cc1.out" && grep -q "^test_kernels: [0-9]* checks, 0 failed$" "$tmp/cc2.out" &&
+     [ "$(grep -c "^kernel wgmma m64n64k16 [bf16]*: not run here (compute capability 9.0 alone, .*): not checked$" "$tmp/cc2.out")" = 2 ] &&
+     grep -q "^causal_attention (dh 64), WEFT_ATTN_FA_BWD_SHAPE=wg: its kernels do not run here" "$tmp/cc2.out" &&
+     [ "$wgl" = 0 ] && [ "$one" -gt 0 ] && [ "$onek" -gt 0 ] &&
+     grep -q "match$" "$tmp/cc3.out" && grep -q "match$" "$tmp/cc4.out" && grep -q "match$" "$tmp/cc5.out" &&
+     grep -q "^weft: WEFT_ATTN=fa-wg: $said$" "$tmp/cc3.err" && ! grep -q "fa-wg" "$tmp/cc5.err" &&
+     grep -q "(compute capability 8.6), .*; attention: the plugin's kernels, cudnn timed against them for heads of 2^32 flops and more (fa-wg and fa-wgp kept out: they run on GPUs of compute capability 9.0 alone)$" "$tmp/cc6.out"; then ok
+    echo "cuda (emulated): on compute capability 8.6 (99 KiB a block) $(sed -n 's/^test_kernels: //p' "$tmp/cc2.out") (the warpgroup kernels not run), heads of 128 in one stage ($one launches in GPT), GPT matching one device with fa-wg named; on 8.0 likewise"
+  else bad "compute capability 8.6 and 8.0: the checks, $wgl warpgroup launches, $one and $onek of the one-stage backward, the lines said"
+    grep -v " ok$" "$tmp/cc1.out" "$tmp/cc2.out" | tail -5; cat "$tmp/cc3.err" "$tmp/cc5.err"; grep "runs on" "$tmp/cc6.out"
+    tail -n 1 "$tmp/cc3.out" "$tmp/cc4.out" "$tmp/cc5.out"; fi
+else bad "compute capability 8.6 and 8.0 (WEFT_CUDA_EMU_CC)"; tail -n 5 "$tmp/cc1.out" "$tmp/cc2.out" "$tmp/cc3.err" "$tmp/cc4.err" "$tmp/cc5.err" "$tmp/cc6.out" 2>/dev/null; fi
+WEFT_CUDA_EMU_CC=7.5 "$WEFT" run examples/mlp.plan --backend cuda --steps 1 >/dev/null 2>"$tmp/cc7.err"
+rc=$?
+WEFT_CUDA_EMU_CC=7.5 "$WEFT" backends >"$tmp/cc8.out" 2>&1
+WEFT_CUDA_EMU_CC=7.1 "$WEFT" run examples/mlp.plan --backend cuda --steps 1 >/dev/null 2>"$tmp/cc9.err"
+rc9=$?
+unsupported="unsupported GPU: GPU 0 (CPU emulation of a CUDA device) has compute capability 7.5; the CUDA backend is built for 8.0 and later"
+if [ $rc -eq 2 ] && grep -q "^weft run: $unsupported$" "$tmp/cc7.err" && grep -q "^ *cannot run: $unsupported$" "$tmp/cc8.out" &&
+   [ $rc9 -eq 2 ] && grep -q "^weft run: WEFT_CUDA_EMU_CC=7.1: not a compute capability the emulation knows" "$tmp/cc9.err"; then ok
+  echo "cuda (emulated): on compute capability 7.5, weft run exits 2: $(cat "$tmp/cc7.err")"
+else bad "compute capability 7.5: weft run (exit $rc) and weft backends; 7.1 (exit $rc9)"; cat "$tmp/cc7.err" "$tmp/cc9.err"; grep "cannot run" "$tmp/cc8.out"; fi
 # The steps of a stream that run back to back, and the sums of squares
 # of their gradients, are one launch and one more that adds the sums
 # (k_msteps, k_msteps_done); WEFT_CUDA_FUSED_STEP=0: three per tensor.

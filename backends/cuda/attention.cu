@@ -28,7 +28,7 @@ enum { ROWS = 4, WARPS = 4, BQ = ROWS * WARPS, BK = 32, THREADS = 32 * WARPS };
 
 size_t attention_smem_limit(void) {
 #ifdef WEFT_CUDA_EMU
-  return 227 << 10;
+  return emu_device().smem_most;
 #else
   int dev = 0, v = 0;
   cudaGetDevice(&dev);

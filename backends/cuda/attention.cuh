@@ -108,8 +108,11 @@ bool attention_wg_takes(int dt, const gpu_attn *a);
 /* WEFT_ATTN_WG=off (or 0): the warpgroup kernels and their self-check
  * kept out everywhere. */
 bool attention_wg_off(void);
-/* (Why it does not take them, for a message: gpu_attention_wg_refusal,
+/* Why this GPU runs none of them whatever the heads (the switch, a compute
+ * capability other than 9.0, too little shared memory a block), or NULL.
+ * (Why they do not take some heads, for a message: gpu_attention_wg_refusal,
  * gpu.h.) */
+const char *attention_wg_device_refusal(void);
 /* The forward on the same products, where attention_wg_takes: the
  * arguments are attention_fa_forward's. */
 void attention_wg_forward(gpu_stream *s, int dt, void *out, const void *q, const void *k, const void *v,

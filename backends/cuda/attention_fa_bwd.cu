@@ -8,7 +8,8 @@
  * Two kernels of 4 warps, each warp 16 rows of 64 a block; the streamed
  * operand's tiles of 64 rows go to shared memory by cp.async (rows of
  * dh + 8 elements, so ldmatrix hits distinct banks), the next tile while
- * the current one is computed.
+ * the current one is computed (heads of 128 on GPUs of 99 KiB of shared
+ * memory a block: one tile after another, two stages not fitting).
  *   dk, dv: a block takes 64 keys of one key/value head; its warps keep
  *   their K and V rows in registers (heads up to 64; wider ones read them
  *   from shared memory, the registers going to the sums) and walk the
@@ -29,6 +30,7 @@
  * products a tile instead of the two kernels' seven.
  * Rows whose start is not on 16 bytes go through plain loads instead.
  * WEFT_ATTN=wmma leaves the backward to attention_tc.cu (to time both). */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,11 +126,15 @@ DEV void accumulate(float (*g)[4], const uint32_t (*pp)[4], const T *B, int lane
 
 /* ---- dk and dv ------------------------------------------------------------------------ */
 
-/* Shared memory: K and V rows of the block, then two stages of a query
+/* Shared memory: K and V rows of the block, then NST stages of a query
  * tile, its dout tile, and lse and D of their rows; with dq summed here
- * (dq_by_atomics), then dS^T of QC queries: rows of the block's keys. */
-template <int D16> struct dkv_layout {
-  enum { LD = D16 * 16 + 8, ROWS = FB * LD * 2, STAGE = 2 * ROWS + 2 * FB * 4, BYTES = 2 * ROWS + 2 * STAGE };
+ * (dq_by_atomics), then dS^T of QC queries: rows of the block's keys.
+ * Two stages, the next tile fetched while the current one is computed; one
+ * where two do not fit a block's shared memory (heads of 128 on GPUs of 99
+ * KiB a block, as compute capability 8.6 and 8.9 have: 103 KiB, 69 with
+ * one). */
+template <int D16, int NST = 2> struct dkv_layout {
+  enum { LD = D16 * 16 + 8, ROWS = FB * LD * 2, STAGE = 2 * ROWS + 2 * FB * 4, BYTES = 2 * ROWS + NST * STAGE };
   static constexpr size_t bytes(bool dq, int qc) { return BYTES + (dq ? (size_t)FB * (qc + 8) * 2 : 0); }
 };
 
@@ -194,11 +200,11 @@ DEV void dq_by_atomics(float *dqa, const T *dS, const T *Ks, int64_t dh, int qb,
 /* dk, dv of keys [k0, k0 + FB) of key/value head hk; warp w owns 16.
  * DQ: dq too, each chunk's part of it added to dqa (f32 [b, hq, sq, dh],
  * zero before, without the scale) by atomics. */
-template <class T, int D16, bool HOLD, int QC, int MB, bool DQ>
+template <class T, int D16, bool HOLD, int QC, int MB, bool DQ, int NST>
 __global__ void __launch_bounds__(FT, MB)
     k_attn_dkv_fa(T *dk, T *dv, const T *dout, const T *q, const T *k, const T *v, gpu_attn a, float scale,
                   bool vec, const float *lse, const float *dsum, bool acc, float *dqa, bool by_tile) {
-  typedef dkv_layout<D16> L;
+  typedef dkv_layout<D16, NST> L;
   enum { LD = L::LD };
   DYN_SMEM(unsigned char, raw);
   T *Ks = (T *)raw, *Vs = (T *)(raw + L::ROWS);
@@ -244,14 +250,25 @@ __global__ void __launch_bounds__(FT, MB)
   const float sl2 = scale * kLog2e;
   const bool real = kw < a.sk;
   for (int64_t st = 0; st < steps; st++) {
-    if (st + 1 < steps) {
-      fetch_q<T, D16>(stages + ((st + 1) & 1) * L::STAGE, fh, fq, q, dout, a, lse, dsum, vec);
-      if ((fq += FB) >= sq) fq = qs, fh++;
+    if constexpr (NST == 2) {
+      if (st + 1 < steps) {
+        fetch_q<T, D16>(stages + ((st + 1) & 1) * L::STAGE, fh, fq, q, dout, a, lse, dsum, vec);
+        if ((fq += FB) >= sq) fq = qs, fh++;
+      }
+      cp_commit();
+      cp_wait<1>();
+    } else {
+      /* one stage: this tile into it, once the last one's readers are past
+       * the loop's final barrier */
+      if (st > 0) {
+        fetch_q<T, D16>(stages, fh, fq, q, dout, a, lse, dsum, vec);
+        if ((fq += FB) >= sq) fq = qs, fh++;
+      }
+      cp_commit();
+      cp_wait<0>();
     }
-    cp_commit();
-    cp_wait<1>();
     __syncthreads();
-    const unsigned char *sg = stages + (st & 1) * L::STAGE;
+    const unsigned char *sg = stages + (NST == 2 ? (st & 1) : 0) * L::STAGE;
     const T *Qs = (const T *)sg, *Os = (const T *)(sg + L::ROWS);
     const float *Ls = (const float *)(sg + 2 * L::ROWS), *Ds = Ls + FB;
     /* the warp's first key less the position of the tile's first query */
@@ -305,21 +322,21 @@ __global__ void __launch_bounds__(FT, MB)
 
 /* ---- dq -------------------------------------------------------------------------------- */
 
-/* Shared memory: the block's Q and dout rows, then two stages of a key tile
- * and its value tile. */
+/* Shared memory: the block's Q and dout rows, then NST stages (as
+ * dkv_layout's) of a key tile and its value tile. */
 namespace {
-template <int D16> struct dq_layout {
-  enum { LD = D16 * 16 + 8, ROWS = FB * LD * 2, STAGE = 2 * ROWS, BYTES = 2 * ROWS + 2 * STAGE };
+template <int D16, int NST = 2> struct dq_layout {
+  enum { LD = D16 * 16 + 8, ROWS = FB * LD * 2, STAGE = 2 * ROWS, BYTES = 2 * ROWS + NST * STAGE };
 };
 } // namespace
 
 /* dq of query rows [q0, q0 + FB) of head h, the last block the first;
  * warp w owns 16. */
-template <class T, int D16, bool HOLD, int MB>
+template <class T, int D16, bool HOLD, int MB, int NST>
 __global__ void __launch_bounds__(FT, MB)
     k_attn_dq_fa(T *dq, const T *dout, const T *q, const T *k, const T *v, gpu_attn a, float scale, bool vec,
                  const float *lse, const float *dsum, bool acc, bool by_tile) {
-  typedef dq_layout<D16> L;
+  typedef dq_layout<D16, NST> L;
   enum { LD = L::LD, NB = FB / 8, J = FB / 16 };
   DYN_SMEM(unsigned char, raw);
   T *Qs = (T *)raw, *Os = (T *)(raw + L::ROWS);
@@ -360,15 +377,25 @@ __global__ void __launch_bounds__(FT, MB)
     for (int e = 0; e < 4; e++) gq[n][e] = 0.0f;
   for (int kt = 0; kt < tiles; kt++) {
     const int k0 = kt * FB;
-    if (kt + 1 < tiles) {
-      unsigned char *nx = stages + ((kt + 1) & 1) * L::STAGE;
-      rows_to<T, D16>((T *)nx, kb + (k0 + FB) * a.kv_row, a.kv_row, sk - k0 - FB, vec);
-      rows_to<T, D16>((T *)(nx + L::ROWS), vb + (k0 + FB) * a.kv_row, a.kv_row, sk - k0 - FB, vec);
+    if constexpr (NST == 2) {
+      if (kt + 1 < tiles) {
+        unsigned char *nx = stages + ((kt + 1) & 1) * L::STAGE;
+        rows_to<T, D16>((T *)nx, kb + (k0 + FB) * a.kv_row, a.kv_row, sk - k0 - FB, vec);
+        rows_to<T, D16>((T *)(nx + L::ROWS), vb + (k0 + FB) * a.kv_row, a.kv_row, sk - k0 - FB, vec);
+      }
+      cp_commit();
+      cp_wait<1>();
+    } else {
+      /* one stage: this tile into it (the first came before the loop) */
+      if (kt > 0) {
+        rows_to<T, D16>((T *)stages, kb + k0 * a.kv_row, a.kv_row, sk - k0, vec);
+        rows_to<T, D16>((T *)(stages + L::ROWS), vb + k0 * a.kv_row, a.kv_row, sk - k0, vec);
+      }
+      cp_commit();
+      cp_wait<0>();
     }
-    cp_commit();
-    cp_wait<1>();
     __syncthreads();
-    const unsigned char *sg = stages + (kt & 1) * L::STAGE;
+    const unsigned char *sg = stages + (NST == 2 ? (kt & 1) : 0) * L::STAGE;
     const T *Ks = (const T *)sg, *Vs = (const T *)(sg + L::ROWS);
     /* the warp's rows: real, and the first key seen by the last of them */
     if (qw < sq && k0 <= qpos + qw + 15) {
@@ -419,23 +446,38 @@ __global__ void k_attn_dq_store(T *dq, const float *dqa, gpu_attn a, float scale
 
 namespace {
 
-/* The larger shared memory of the two kernels for heads of 16 D16. */
-template <int D16> size_t fa_bytes16() {
-  size_t x = dkv_layout<D16>::BYTES, y = dq_layout<D16>::BYTES;
+/* The larger shared memory of the two kernels for heads of 16 D16 in NST
+ * stages. */
+template <int D16, int NST> size_t fa_bytes16() {
+  size_t x = dkv_layout<D16, NST>::BYTES, y = dq_layout<D16, NST>::BYTES;
   return x > y ? x : y;
 }
-size_t fa_bytes(int64_t dh) {
-  return dh == 32 ? fa_bytes16<2>() : dh == 64 ? fa_bytes16<4>() : dh == 96 ? fa_bytes16<6>() : fa_bytes16<8>();
+size_t fa_bytes(int64_t dh, int nst) {
+  if (nst == 1) return dh == 128 ? fa_bytes16<8, 1>() : SIZE_MAX; /* (one stage: heads of 128 alone) */
+  return dh == 32   ? fa_bytes16<2, 2>()
+         : dh == 64 ? fa_bytes16<4, 2>()
+         : dh == 96 ? fa_bytes16<6, 2>()
+                    : fa_bytes16<8, 2>();
 }
 /* Queries at a time in dk/dv for heads of 16 D16 (fa_backward's runs):
  * 64 for heads up to 64, whose rows stay in registers; 32 above. */
 constexpr int fa_qc(int D16) { return D16 <= 4 ? 64 : 32; }
 /* The dk/dv kernel's with dq by atomics. */
-size_t fa_atomic_bytes(int64_t dh) {
+size_t fa_atomic_bytes(int64_t dh, int nst) {
+  if (nst == 1) return dh == 128 ? dkv_layout<8, 1>::bytes(true, fa_qc(8)) : SIZE_MAX;
   return dh == 32   ? dkv_layout<2>::bytes(true, fa_qc(2))
          : dh == 64 ? dkv_layout<4>::bytes(true, fa_qc(4))
          : dh == 96 ? dkv_layout<6>::bytes(true, fa_qc(6))
                     : dkv_layout<8>::bytes(true, fa_qc(8));
+}
+/* The stages the backward's kernels take for heads of dh with dq by
+ * atomics or not: two where they fit the GPU's shared memory a block,
+ * else one where that fits, else 0 (fa does not take the heads). */
+int fa_stages(int64_t dh, bool atomic) {
+  const size_t lim = attention_smem_limit();
+  for (int nst = 2; nst >= 1; nst--)
+    if ((atomic ? fa_atomic_bytes(dh, nst) : fa_bytes(dh, nst)) <= lim) return nst;
+  return 0;
 }
 
 
@@ -447,11 +489,11 @@ bool wmma_only(void) { return attention_forced() == ATTN_WMMA; }
 bool attention_fa_bwd_takes(int dt, const gpu_attn *a) {
   if (!(dt == GPU_BF16 || dt == GPU_F16) || wmma_only()) return false;
   if (!(a->dh == 32 || a->dh == 64 || a->dh == 96 || a->dh == 128)) return false;
-  return fa_bytes(a->dh) <= attention_smem_limit();
+  return fa_stages(a->dh, false) > 0;
 }
 
 bool attention_fa_atomic_takes(int dt, const gpu_attn *a) {
-  return !a->det && attention_fa_bwd_takes(dt, a) && fa_atomic_bytes(a->dh) <= attention_smem_limit();
+  return !a->det && attention_fa_bwd_takes(dt, a) && fa_stages(a->dh, true) > 0;
 }
 
 size_t attention_fa_atomic_ws(const gpu_attn *a) { return (size_t)(a->b * a->hq * a->sq * a->dh) * sizeof(float); }
@@ -460,40 +502,41 @@ namespace {
 
 /* dk and dv (dq too with dqa: attention_fa_atomic) for heads of 16 D16:
  * HOLD, the warps keep their K and V rows in registers; QC, queries at a
- * time; MB, blocks per multiprocessor to keep registers for. */
-template <class T, int D16, bool HOLD, int QC, int MB>
+ * time; MB, blocks per multiprocessor to keep registers for; NST, stages
+ * (dkv_layout). */
+template <class T, int D16, bool HOLD, int QC, int MB, int NST = 2>
 void fa_dkv(gpu_stream *s, T *dq, T *dk, T *dv, const T *dout, const T *q, const T *k, const T *v, const gpu_attn *a,
             bool acc, const float *lse, const float *dsum, bool vec, float *dqa, float scale) {
   const int64_t tiles = (a->sk + FB - 1) / FB;
   const bool by_tile = attention_fa_by_tile(tiles, a->b);
   const dim3 grid = attention_fa_grid(by_tile, tiles, a->hq / a->r, a->b);
   if (dqa) {
-    const size_t bytes = dkv_layout<D16>::bytes(true, QC);
+    const size_t bytes = dkv_layout<D16, NST>::bytes(true, QC);
     gpu_zero(dqa, attention_fa_atomic_ws(a), s);
-    allow_smem(k_attn_dkv_fa<T, D16, HOLD, QC, MB, true>, bytes);
-    launch(k_attn_dkv_fa<T, D16, HOLD, QC, MB, true>, grid, FT, bytes, s, dk, dv, dout, q, k, v, *a, scale, vec, lse,
+    allow_smem(k_attn_dkv_fa<T, D16, HOLD, QC, MB, true, NST>, bytes);
+    launch(k_attn_dkv_fa<T, D16, HOLD, QC, MB, true, NST>, grid, FT, bytes, s, dk, dv, dout, q, k, v, *a, scale, vec, lse,
            dsum, acc, dqa, by_tile);
     launch(k_attn_dq_store<T>, blocks_for(a->b * a->hq * a->sq * a->dh, 256), 256, 0, s, dq, (const float *)dqa, *a,
            scale, acc);
     return;
   }
-  const size_t bytes = dkv_layout<D16>::BYTES;
-  allow_smem(k_attn_dkv_fa<T, D16, HOLD, QC, MB, false>, bytes);
-  launch(k_attn_dkv_fa<T, D16, HOLD, QC, MB, false>, grid, FT, bytes, s, dk, dv, dout, q, k, v, *a, scale, vec, lse,
+  const size_t bytes = dkv_layout<D16, NST>::BYTES;
+  allow_smem(k_attn_dkv_fa<T, D16, HOLD, QC, MB, false, NST>, bytes);
+  launch(k_attn_dkv_fa<T, D16, HOLD, QC, MB, false, NST>, grid, FT, bytes, s, dk, dv, dout, q, k, v, *a, scale, vec, lse,
          dsum, acc, (float *)NULL, by_tile);
 }
 
 /* dq for heads of 16 D16: HOLD, the warps keep their Q and dout rows in
- * registers; MB as fa_dkv's. */
-template <class T, int D16, bool HOLD, int MB>
+ * registers; MB and NST as fa_dkv's. */
+template <class T, int D16, bool HOLD, int MB, int NST = 2>
 void fa_dq(gpu_stream *s, T *dq, const T *dout, const T *q, const T *k, const T *v, const gpu_attn *a, bool acc,
            const float *lse, const float *dsum, bool vec, float scale) {
   const int64_t tiles = (a->sq + FB - 1) / FB;
   const bool by_tile = attention_fa_by_tile(tiles, a->b);
   const dim3 grid = attention_fa_grid(by_tile, tiles, a->hq, a->b);
-  const size_t bytes = dq_layout<D16>::BYTES;
-  allow_smem(k_attn_dq_fa<T, D16, HOLD, MB>, bytes);
-  launch(k_attn_dq_fa<T, D16, HOLD, MB>, grid, FT, bytes, s, dq, dout, q, k, v, *a, scale, vec, lse, dsum, acc,
+  const size_t bytes = dq_layout<D16, NST>::BYTES;
+  allow_smem(k_attn_dq_fa<T, D16, HOLD, MB, NST>, bytes);
+  launch(k_attn_dq_fa<T, D16, HOLD, MB, NST>, grid, FT, bytes, s, dq, dout, q, k, v, *a, scale, vec, lse, dsum, acc,
          by_tile);
 }
 
@@ -556,7 +599,12 @@ void fa_backward(gpu_stream *s, void *dq, void *dk, void *dv, const void *dout, 
         fa_dkv<T, 4, true, fa_qc(4), 2>(s, gq, gk, gv, o, qq, kk, vv, a, acc, lse, dsum, vec, dqa, scale);
       break;
     case 96: fa_dkv<T, 6, false, fa_qc(6), 2>(s, gq, gk, gv, o, qq, kk, vv, a, acc, lse, dsum, vec, dqa, scale); break;
-    default: fa_dkv<T, 8, false, fa_qc(8), 2>(s, gq, gk, gv, o, qq, kk, vv, a, acc, lse, dsum, vec, dqa, scale); break;
+    default:
+      if (fa_stages(128, dqa != NULL) == 1)
+        fa_dkv<T, 8, false, fa_qc(8), 2, 1>(s, gq, gk, gv, o, qq, kk, vv, a, acc, lse, dsum, vec, dqa, scale);
+      else
+        fa_dkv<T, 8, false, fa_qc(8), 2>(s, gq, gk, gv, o, qq, kk, vv, a, acc, lse, dsum, vec, dqa, scale);
+      break;
     }
   }
   if (!dq || dqa) return;
@@ -569,7 +617,12 @@ void fa_backward(gpu_stream *s, void *dq, void *dk, void *dv, const void *dout, 
       fa_dq<T, 4, true, 3>(s, gq, o, qq, kk, vv, a, acc, lse, dsum, vec, scale);
     break;
   case 96: fa_dq<T, 6, false, 2>(s, gq, o, qq, kk, vv, a, acc, lse, dsum, vec, scale); break;
-  default: fa_dq<T, 8, false, 2>(s, gq, o, qq, kk, vv, a, acc, lse, dsum, vec, scale); break;
+  default:
+    if (fa_stages(128, false) == 1)
+      fa_dq<T, 8, false, 2, 1>(s, gq, o, qq, kk, vv, a, acc, lse, dsum, vec, scale);
+    else
+      fa_dq<T, 8, false, 2>(s, gq, o, qq, kk, vv, a, acc, lse, dsum, vec, scale);
+    break;
   }
 }
 

@@ -103,6 +103,8 @@ const pick_mode &the_mode(void) {
   const int one = way_named(e, strlen(e));
   if (one >= 0) {
     mode.forced = one;
+    const char *no = one == ATTN_FA_WG || one == ATTN_FA_WGP ? attention_wg_device_refusal() : NULL;
+    if (no) fprintf(stderr, "weft: WEFT_ATTN=%s: its kernels do not run here (%s): the plugin's others run attention\n", e, no);
     return mode;
   }
   if (strcmp(e, "auto") == 0) {
@@ -638,18 +640,23 @@ int attention_forced(void) { return the_mode().forced; }
 
 void gpu_attention_about(char *buf, size_t n) {
   const pick_mode &m = the_mode();
-  const bool wg_off = attention_wg_off();
-  auto kept_out = [wg_off](int w) { return wg_off && (w == ATTN_FA_WG || w == ATTN_FA_WGP); };
+  /* the warpgroup ways where this GPU runs none of their kernels (the
+   * switch, another GPU than compute capability 9.0), and why */
+  const char *wg_out = attention_wg_device_refusal();
+  auto kept_out = [wg_out](int w) { return wg_out && (w == ATTN_FA_WG || w == ATTN_FA_WGP); };
   if (m.forced >= 0) {
+    char why[160] = "";
+    if (kept_out(m.forced)) snprintf(why, sizeof why, ", which it takes none of here (%s)", wg_out);
     snprintf(buf, n, "%s, where it takes the heads (WEFT_ATTN=%s)%s", attention_way_names[m.forced],
-             attention_way_names[m.forced], kept_out(m.forced) ? ", which WEFT_ATTN_WG=off keeps from taking any" : "");
+             attention_way_names[m.forced], why);
     return;
   }
   char ways[96] = "";
   for (int w = 0, k = 0; w < ATTN_WAYS; w++)
     if (m.alt[w] && !kept_out(w))
       k += snprintf(ways + k, sizeof ways - (size_t)k, "%s%s", k ? ", " : "", attention_way_names[w]);
-  const char *off = wg_off ? " (fa-wg and fa-wgp kept out: WEFT_ATTN_WG=off)" : "";
+  char off[160] = "";
+  if (wg_out) snprintf(off, sizeof off, " (fa-wg and fa-wgp kept out: %s)", wg_out);
   if (!ways[0])
     snprintf(buf, n, "the plugin's kernels%s", off);
   else if (m.every)

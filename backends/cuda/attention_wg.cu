@@ -465,7 +465,7 @@ namespace {
 /* Whether the GPU runs this file's kernels (compute capability 9.0). */
 bool wg_device(void) {
 #ifdef WEFT_CUDA_EMU
-  return true;
+  return emu_device().major == 9 && emu_device().minor == 0;
 #else
   int dev = 0, major = 0, minor = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return false;
@@ -607,12 +607,17 @@ bool attention_wg_off(void) {
   return e && (strcmp(e, "off") == 0 || strcmp(e, "0") == 0);
 }
 
-const char *gpu_attention_wg_refusal(int dt, const gpu_attn *a) {
-  if (!(dt == GPU_BF16 || dt == GPU_F16) || a->dh != 64) return "they take 16-bit heads of 64";
+const char *attention_wg_device_refusal(void) {
   if (attention_wg_off()) return "the switch WEFT_ATTN_WG=off keeps them out";
   if (!wg_device()) return "they run on GPUs of compute capability 9.0 alone";
   if ((size_t)(DKV_BYTES > DQ_BYTES ? DKV_BYTES : DQ_BYTES) > attention_smem_limit())
     return "this GPU's shared memory per block is too small for them";
+  return NULL;
+}
+
+const char *gpu_attention_wg_refusal(int dt, const gpu_attn *a) {
+  if (!(dt == GPU_BF16 || dt == GPU_F16) || a->dh != 64) return "they take 16-bit heads of 64";
+  if (const char *why = attention_wg_device_refusal()) return why;
   if (!wg_verified()) return "the warpgroup product failed its self-check on this GPU";
   return NULL;
 }

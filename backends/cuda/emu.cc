@@ -41,8 +41,24 @@ unsigned char *emu_dyn_smem;
  * the runtime's next check (runtime.cu). */
 std::string emu_error;
 
-/* The most dynamic shared memory a block may have (compute capability 9.0). */
-static const size_t SMEM_MOST = 227 << 10;
+/* The emulated GPU (WEFT_CUDA_EMU_CC): a compute capability and the most
+ * dynamic shared memory a block of it may have (CUDA's table of them). */
+emu_gpu emu_device() {
+  static const emu_gpu gpu = [] {
+    static const emu_gpu table[] = {{7, 0, 96 << 10, true},  {7, 5, 64 << 10, true},   {8, 0, 163 << 10, true},
+                                    {8, 6, 99 << 10, true},  {8, 7, 163 << 10, true},  {8, 9, 99 << 10, true},
+                                    {9, 0, 227 << 10, true}, {10, 0, 227 << 10, true}, {12, 0, 99 << 10, true}};
+    const char *e = getenv("WEFT_CUDA_EMU_CC");
+    if (!e || !*e) return table[6];
+    for (const emu_gpu &g : table) {
+      char name[16];
+      snprintf(name, sizeof name, "%d.%d", g.major, g.minor);
+      if (strcmp(e, name) == 0) return g;
+    }
+    return emu_gpu{9, 0, 227 << 10, false};
+  }();
+  return gpu;
+}
 
 void emu_report(const char *what) {
   if (emu_error.empty()) emu_error = what;
@@ -468,19 +484,26 @@ static void queue_error(emu_stream *s, const std::string &msg) {
 }
 
 void emu_allow_smem(const void *kernel, size_t bytes) {
-  if (bytes > (48 << 10) && bytes <= SMEM_MOST) smem_allowed[kernel] = bytes;
+  if (bytes > (48 << 10) && bytes <= emu_device().smem_most) smem_allowed[kernel] = bytes;
 }
 
 void emu_launch(emu_stream *s, dim3 grid, dim3 block, size_t smem, std::function<void()> body, const void *kernel) {
   count_launch(kernel);
   if (smem > (48 << 10)) {
+    const emu_gpu g = emu_device();
     auto it = kernel ? smem_allowed.find(kernel) : smem_allowed.end();
-    if (smem > SMEM_MOST || it == smem_allowed.end() || it->second < smem) {
-      char msg[200];
-      snprintf(msg, sizeof msg,
-               "emulated launch: %zu bytes of dynamic shared memory, %s (invalid argument)", smem,
-               smem > SMEM_MOST ? "over the 227 KiB a block may have"
-                                : "over the 48 KiB a kernel has unless cudaFuncSetAttribute allowed more");
+    if (smem > g.smem_most || it == smem_allowed.end() || it->second < smem) {
+      char msg[240];
+      if (smem > g.smem_most)
+        snprintf(msg, sizeof msg,
+                 "emulated launch: %zu bytes of dynamic shared memory, over the %zu KiB a block may have on "
+                 "compute capability %d.%d (invalid argument)",
+                 smem, g.smem_most >> 10, g.major, g.minor);
+      else
+        snprintf(msg, sizeof msg,
+                 "emulated launch: %zu bytes of dynamic shared memory, over the 48 KiB a kernel has unless "
+                 "cudaFuncSetAttribute allowed more (invalid argument)",
+                 smem);
       queue_error(s, msg);
       return;
     }

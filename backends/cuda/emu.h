@@ -139,9 +139,21 @@ struct emu_stream;
  * kernel: the kernel's function, counted under WEFT_CUDA_EMU_LAUNCHES. */
 void emu_launch(emu_stream *s, dim3 grid, dim3 block, size_t smem, std::function<void()> body,
                 const void *kernel = nullptr);
+/* The emulated GPU: compute capability 9.0, whose blocks may ask for 227
+ * KiB of dynamic shared memory, unless WEFT_CUDA_EMU_CC names another
+ * (7.0, 7.5, 8.0, 8.6, 8.7, 8.9, 9.0, 10.0 or 12.0, with that capability's
+ * most: 7.5 64 KiB, 8.0 163 KiB, 8.6 99 KiB, ...), so that what the backend
+ * does on an A100, a consumer GPU or one it refuses runs here too. known:
+ * false where WEFT_CUDA_EMU_CC names none of them (gpu_count then fails). */
+struct emu_gpu {
+  int major, minor;
+  size_t smem_most;
+  bool known;
+};
+emu_gpu emu_device();
 /* cudaFuncSetAttribute's cudaFuncAttributeMaxDynamicSharedMemorySize: a
  * launch of kernel with more dynamic shared memory than 48 KiB or this
- * fails, as more than 227 KiB does (compute capability 9.0's most). */
+ * fails, as more than emu_device()'s most does. */
 void emu_allow_smem(const void *kernel, size_t bytes);
 /* Counts a call of fn under WEFT_CUDA_EMU_LAUNCHES as a launch (gpu_zero's
  * clearings), without running anything. */

@@ -2109,7 +2109,7 @@ bool crun_probe(char *msg, size_t n) {
                    crun_bytes(t, sizeof t, (double)p.total), crun_bytes(f, sizeof f, (double)p.free));
   /* which kernels run attention, and the cuDNN it would load (not on the
    * emulation, which has no cuDNN) */
-  char at[256];
+  char at[384];
   gpu_attention_about(at, sizeof at);
   if (k > 0 && (size_t)k < n) k += snprintf(msg + k, n - (size_t)k, "; attention: %s", at);
 #ifndef WEFT_CUDA_EMU

@@ -69,6 +69,13 @@ static int64_t emu_memory() {
 int gpu_emulated(void) { return 1; }
 
 int gpu_count(char *err, size_t errlen) {
+  if (!emu_device().known) {
+    snprintf(err, errlen,
+             "WEFT_CUDA_EMU_CC=%s: not a compute capability the emulation knows (7.0, 7.5, 8.0, 8.6, 8.7, 8.9, 9.0, "
+             "10.0, 12.0)",
+             getenv("WEFT_CUDA_EMU_CC"));
+    return -1;
+  }
   const char *s = getenv("WEFT_CUDA_EMU_DEVICES");
   int n = s ? atoi(s) : 1;
   if (n <= 0) {
@@ -81,10 +88,11 @@ int gpu_count(char *err, size_t errlen) {
 bool gpu_properties(int dev, gpu_props *p, char *err, size_t errlen) {
   memset(p, 0, sizeof *p);
   snprintf(p->name, sizeof p->name, "CPU emulation of a CUDA device");
-  p->major = 9, p->minor = 0, p->sms = 4;
+  const emu_gpu g = emu_device();
+  p->major = g.major, p->minor = g.minor, p->sms = 4;
   p->total = emu_memory();
   p->free = p->total - allocated;
-  p->smem_optin = 227 << 10;
+  p->smem_optin = g.smem_most;
   return true;
 }
 

@@ -365,7 +365,8 @@ int main(void) {
 
   {
     /* dynamic shared memory over 48 KiB: refused until allowed, and over
-     * 227 KiB even then */
+     * the GPU's most (227 KiB on compute capability 9.0, WEFT_CUDA_EMU_CC)
+     * even then */
     int out[1] = {0};
     auto run = [&](size_t bytes) {
       emu_error.clear();
@@ -384,9 +385,18 @@ int main(void) {
     check(e.empty() && out[0] == 1, "shared memory: 64 KiB once allowed: runs");
     e = run(96 << 10);
     check(e.find("unless cudaFuncSetAttribute") != std::string::npos, "shared memory: more than allowed: refused");
-    allow_smem(k_big_smem, 228 << 10);
-    e = run(228 << 10);
-    check(e.find("over the 227 KiB") != std::string::npos, "shared memory: 228 KiB, allowed or not: refused");
+    const emu_gpu g = emu_device();
+    const size_t most = g.smem_most;
+    allow_smem(k_big_smem, most);
+    e = run(most);
+    check(e.empty() && out[0] == 1, "shared memory: the GPU's most, allowed: runs");
+    allow_smem(k_big_smem, most + 1024);
+    e = run(most + 1024);
+    char want[96];
+    snprintf(want, sizeof want, "over the %zu KiB a block may have on compute capability %d.%d", most >> 10, g.major,
+             g.minor);
+    check(e.find(want) != std::string::npos && out[0] == 0,
+          "shared memory: 1 KiB over the GPU's most, allowed or not: refused");
   }
 
   printf("test_emu: %d checks, %d failed\n", checks, failed);
