@@ -115,6 +115,9 @@ elif [ -x "$KERNELS" ]; then
     WEFT_ATTN=fa "$TK" --attention >"$tmp/tk.out" 2>&1
     grep "wgmma\|SHAPE=wg" "$tmp/tk.out" | tee -a "$log"
     if grep -q "^test_kernels: [0-9]* checks, 0 failed" "$tmp/tk.out" && grep -q "SHAPE=wg against" "$tmp/tk.out"; then WG="wg wg2 wgp"
+    elif grep -q "^test_kernels: [0-9]* checks, 0 failed" "$tmp/tk.out" &&
+         grep -q "^kernel wgmma m64n64k16 bf16: not run here (compute capability 9.0 alone" "$tmp/tk.out"; then
+      say "the warpgroup kernels (wg): not timed: they run on compute capability 9.0 alone"
     else
       say "the warpgroup kernels (wg): not timed: $(grep -c FAIL "$tmp/tk.out") checks of test_kernels --attention failed, it stopped, or they do not run here; the rows below run under WEFT_ATTN_WG=off"
       # (a fault of a kernel ends the process's CUDA context: no way of
