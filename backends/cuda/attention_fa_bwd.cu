@@ -472,9 +472,14 @@ size_t fa_atomic_bytes(int64_t dh, int nst) {
 }
 /* The stages the backward's kernels take for heads of dh with dq by
  * atomics or not: two where they fit the GPU's shared memory a block,
- * else one where that fits, else 0 (fa does not take the heads). */
+ * else one where that fits, else 0 (fa does not take the heads).
+ * WEFT_ATTN_FA_STAGES=1 asks for one wherever the kernels have it, so that
+ * a GPU with room for two checks them too (read at each call). */
 int fa_stages(int64_t dh, bool atomic) {
   const size_t lim = attention_smem_limit();
+  const char *e = getenv("WEFT_ATTN_FA_STAGES");
+  const bool one = e && strcmp(e, "1") == 0;
+  if (one && (atomic ? fa_atomic_bytes(dh, 1) : fa_bytes(dh, 1)) <= lim) return 1;
   for (int nst = 2; nst >= 1; nst--)
     if ((atomic ? fa_atomic_bytes(dh, nst) : fa_bytes(dh, nst)) <= lim) return nst;
   return 0;

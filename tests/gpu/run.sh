@@ -125,6 +125,12 @@ fi
 if limit env WEFT_ATTN=fa-atomic build/cuda/test_kernels --attention >"$tmp/ka" 2>&1; then
   ok "kernels with WEFT_ATTN=fa-atomic: $(tail -1 "$tmp/ka" | sed 's/^test_kernels: //') (attention alone)"
 else bad "kernels with WEFT_ATTN=fa-atomic"; grep "FAIL" "$tmp/ka" | tee -a "$log"; fi
+# the backward's kernels at heads of 128 in one stage of shared memory,
+# as GPUs of 99 KiB a block run them (WEFT_ATTN_FA_STAGES=1 takes them on
+# any GPU)
+if limit env WEFT_ATTN_FA_STAGES=1 build/cuda/test_kernels --attention >"$tmp/k1" 2>&1; then
+  ok "kernels with WEFT_ATTN_FA_STAGES=1: $(tail -1 "$tmp/k1" | sed 's/^test_kernels: //') (attention alone; heads of 128 in one stage)"
+else bad "kernels with WEFT_ATTN_FA_STAGES=1"; grep "FAIL" "$tmp/k1" | tee -a "$log"; fi
 # the backward on Hopper's warpgroup products (fa-wg, fa-wgp), where they
 # passed above: GPT-2 in bf16 at heads of 64 with each, matching one
 # device (--check), its loss at step 5 within 1e-3 of the mma.sync
