@@ -9,7 +9,8 @@
 #     against the whole model on one.
 # MFU: 3 x the model's forward FLOPs per step (weft graph --json) over the
 # step time and the GPU's dense bf16 peak (989.4 TFLOP/s for H100 and H200,
-# 312 for A100; PEAK_TFLOPS overrides). Steps: 3 warm-up, then the median of
+# 312 for A100, others below; PEAK_TFLOPS overrides; an MFU of "-" where
+# the GPU's is not known). Steps: 3 warm-up, then the median of
 # the rest. Prints a table and writes it to DIR/gpu-bench-DATE-DEVICE.txt.
 #
 # Usage, from the repository root, with ./weft and ./libweft_cuda.so built
@@ -66,17 +67,28 @@ gpu_lib_dirs
 gpu_cudnn
 export WEFT_PLUGIN_DIR=${WEFT_PLUGIN_DIR:-$(pwd)}
 device=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+# dense bf16 tensor-core peaks, from NVIDIA's data sheets (half of the
+# figures they give with sparsity); another GPU's MFU needs PEAK_TFLOPS
 case "$device" in
+  *H100*PCIe*) peak=756.5 ;;
+  *H100*NVL*|*H200*NVL*) peak=835.5 ;;
   *H100*|*H200*) peak=989.4 ;;
   *A100*) peak=312 ;;
-  *) peak=989.4 ;;
+  *L40S) peak=362.05 ;;
+  *L40) peak=181.05 ;;
+  *" L4") peak=121 ;;
+  *" A10") peak=125 ;;
+  *) peak= ;;
 esac
 peak=${PEAK_TFLOPS:-$peak}
+if [ -n "$peak" ]; then peak_said="$peak TFLOP/s"; else peak_said="unknown (PEAK_TFLOPS sets it; MFU not given)"; fi
+# MFU over the peak, or "-" where the GPU's is not known (PEAK_TFLOPS)
+mfu() { if [ -n "$peak" ]; then "$PY" -c "print(f'{100*$1/$2/($peak*1e12):.1f}%')"; else echo -; fi; }
 # the table is written as it grows, so that an interrupted run keeps its rows
 slug=$(echo "${device:-gpu}" | tr -c 'A-Za-z0-9\n' '-' | tr -s '-' | sed 's/-$//')
 log=$DIR/gpu-bench-$(date -u +%Y-%m-%d)-$slug.txt
 : >"$log" || exit 2
-say "bench/gpu.sh, $(date -u '+%Y-%m-%d %H:%M UTC'), ${device:-no nvidia-smi}, bf16 peak $peak TFLOP/s," \
+say "bench/gpu.sh, $(date -u '+%Y-%m-%d %H:%M UTC'), ${device:-no nvidia-smi}, bf16 peak $peak_said," \
   "weft commit ${WEFT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}, torch $($PY -c 'import torch; print(torch.__version__)' 2>/dev/null)"
 
 # first the attention kernels, a cuBLASLt linear and the LM head's products
@@ -175,7 +187,7 @@ weft_row() {
       >"$tmp/w.json" 2>"$tmp/w.err"; then
     t=$("$PY" -c 'import json,statistics,sys; d=json.load(open(sys.argv[1])); print(statistics.median(s["time_s"] for s in d["steps"][3:]))' "$tmp/w.json")
     row "$label" "$batch" "$("$PY" -c "print(f'{$tokens/$t:,.0f}')")" "$("$PY" -c "print(f'{1000*$t:.1f}')")" \
-      "$("$PY" -c "print(f'{100*$flops/$t/($peak*1e12):.1f}%')")"
+      "$(mfu "$flops" "$t")"
     # the first step's one-time choices of kernels (docs/run.md)
     "$PY" -c 'import json,sys; s=json.load(open(sys.argv[1]))["steps"][0]; print("  step 1: %.2f s, of it %.2f s choosing kernels, once" % (s["time_s"], s.get("setup_s", 0)))' "$tmp/w.json" | tee -a "$log"
     grep "^weft: choosing kernels took" "$tmp/w.err" | sed 's/^weft: /  /' | tee -a "$log"
@@ -223,7 +235,7 @@ bench_at() {
     if grep -q '"tokens_per_s"' "$tmp/t.json" && ! grep -q '"error"' "$tmp/t.json"; then
       t=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["step_s"])' "$tmp/t.json")
       row "$name PyTorch $mode" "$batch" "$("$PY" -c "print(f'{$tokens/$t:,.0f}')")" "$("$PY" -c "print(f'{1000*$t:.1f}')")" \
-        "$("$PY" -c "print(f'{100*$flops/$t/($peak*1e12):.1f}%')")"
+        "$(mfu "$flops" "$t")"
     else
       grep -q '"out of memory' "$tmp/t.json" && torch_failed=1
       say "$name PyTorch $mode: $(cat "$tmp/t.json") $(tail -2 "$tmp/t.err")"
