@@ -70,7 +70,7 @@ device=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1
 # dense bf16 tensor-core peaks, from NVIDIA's data sheets (half of the
 # figures they give with sparsity); another GPU's MFU needs PEAK_TFLOPS
 case "$device" in
-  *H100*PCIe*) peak=756.5 ;;
+  *H100*PCI[Ee]*) peak=756.5 ;;
   *H100*NVL*|*H200*NVL*) peak=835.5 ;;
   *H100*|*H200*) peak=989.4 ;;
   *A100*) peak=312 ;;
@@ -127,7 +127,8 @@ elif [ -x "$KERNELS" ]; then
     WEFT_ATTN=fa "$TK" --attention >"$tmp/tk.out" 2>&1
     grep "wgmma\|SHAPE=wg" "$tmp/tk.out" | tee -a "$log"
     if grep -q "^test_kernels: [0-9]* checks, 0 failed" "$tmp/tk.out" && grep -q "SHAPE=wg against" "$tmp/tk.out"; then WG="wg wg2 wgp"
-    elif grep -q "^test_kernels: [0-9]* checks, 0 failed" "$tmp/tk.out" &&
+    elif [ "${WEFT_ATTN_WG:-}" != off ] && [ "${WEFT_ATTN_WG:-}" != 0 ] &&
+         grep -q "^test_kernels: [0-9]* checks, 0 failed" "$tmp/tk.out" &&
          grep -q "^kernel wgmma m64n64k16 bf16: not run here (compute capability 9.0 alone" "$tmp/tk.out"; then
       say "the warpgroup kernels (wg): not timed: they run on compute capability 9.0 alone"
     else

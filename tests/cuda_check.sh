@@ -325,7 +325,7 @@ else bad "WEFT_ATTN=fa-wg: weft run"; tail -n 5 "$tmp/wg1.err" "$tmp/wg2.out" "$
 # ones said not to run and none of them launched; heads of 128 in the
 # backward's one-stage kernels (two stages take 103 KiB; on 9.0 too under
 # WEFT_ATTN_FA_STAGES=1, as tests/gpu/run.sh checks them); GPT in bf16 with
-# heads of 128 and of 64 matching one device with fa-wg named, which says
+# heads of 128 (dq by atomics too) and of 64 matching one device with fa-wg named, which says
 # it does not run there and launches nothing; weft backends says why; on
 # 8.0 (an A100) the same run of heads of 64; on 7.5 weft run and weft
 # backends say the GPU is unsupported (exit 2); a capability the emulation
@@ -340,23 +340,27 @@ if WEFT_CUDA_EMU_CC=8.6 "$EMU/test_emu" >"$tmp/cc1.out" 2>&1 &&
      >"$tmp/cc5.out" 2>"$tmp/cc5.err" &&
    WEFT_CUDA_EMU_CC=8.6 "$WEFT" backends >"$tmp/cc6.out" 2>&1 &&
    WEFT_ATTN_FA_STAGES=1 WEFT_CUDA_EMU_LAUNCHES=$tmp/cc10.l "$WEFT" run examples/gpt_megatron.plan $MEG \
-     --set hidden=256 --set heads=2 --set dtype=bf16 --steps 2 --backend cuda --check >"$tmp/cc10.out" 2>&1; then
+     --set hidden=256 --set heads=2 --set dtype=bf16 --steps 2 --backend cuda --check >"$tmp/cc10.out" 2>&1 &&
+   WEFT_CUDA_EMU_CC=8.6 WEFT_ATTN=fa-atomic WEFT_CUDA_EMU_LAUNCHES=$tmp/cc11.l "$WEFT" run examples/gpt_megatron.plan \
+     $MEG --set hidden=256 --set heads=2 --set dtype=bf16 --steps 2 --backend cuda --check >"$tmp/cc11.out" 2>&1; then
   wgl=$(cat "$tmp/cc2.l" "$tmp/cc3.l" "$tmp/cc4.l" "$tmp/cc5.l" | awk '$2 ~ /_wg|wgmma/ {n += $1} END {print n + 0}')
   one=$(awk '/ k_attn_(dkv_fa<bf16, 8, false, 32, 2, false|dq_fa<bf16, 8, false, 2), 1>$/ {n += $1} END {print n + 0}' "$tmp/cc3.l")
   onek=$(awk '/ k_attn_(dkv|dq)_fa<(bf16|f16), 8, .*, 1>$/ {n += $1} END {print n + 0}' "$tmp/cc2.l")
   one9=$(awk '/ k_attn_(dkv|dq)_fa<bf16, 8, .*, 1>$/ {n += $1} END {print n + 0}' "$tmp/cc10.l")
+  onea=$(awk '/ k_attn_dkv_fa<bf16, 8, false, 32, 2, true, 1>$/ {n += $1} END {print n + 0}' "$tmp/cc11.l")
   said="its kernels do not run here (they run on GPUs of compute capability 9.0 alone): the plugin's others run attention"
   if grep -q "^test_emu: [0-9]* checks, 0 failed$" "$tmp/cc1.out" && grep -q "^test_kernels: [0-9]* checks, 0 failed$" "$tmp/cc2.out" &&
      [ "$(grep -c "^kernel wgmma m64n64k16 [bf16]*: not run here (compute capability 9.0 alone, .*): not checked$" "$tmp/cc2.out")" = 2 ] &&
      grep -q "^causal_attention (dh 64), WEFT_ATTN_FA_BWD_SHAPE=wg: its kernels do not run here" "$tmp/cc2.out" &&
      [ "$wgl" = 0 ] && [ "$one" -gt 0 ] && [ "$onek" -gt 0 ] && [ "$one9" = "$one" ] && grep -q "match$" "$tmp/cc10.out" &&
+     [ "$onea" -gt 0 ] && grep -q "match$" "$tmp/cc11.out" &&
      grep -q "match$" "$tmp/cc3.out" && grep -q "match$" "$tmp/cc4.out" && grep -q "match$" "$tmp/cc5.out" &&
      grep -q "^weft: WEFT_ATTN=fa-wg: $said$" "$tmp/cc3.err" && ! grep -q "fa-wg" "$tmp/cc5.err" &&
      grep -q "(compute capability 8.6), .*; attention: the plugin's kernels, cudnn timed against them for heads of 2^32 flops and more (fa-wg and fa-wgp kept out: they run on GPUs of compute capability 9.0 alone)$" "$tmp/cc6.out"; then ok
-    echo "cuda (emulated): on compute capability 8.6 (99 KiB a block) $(sed -n 's/^test_kernels: //p' "$tmp/cc2.out") (the warpgroup kernels not run), heads of 128 in one stage ($one launches in GPT; on 9.0 with WEFT_ATTN_FA_STAGES=1, $one9), GPT matching one device with fa-wg named; on 8.0 likewise"
-  else bad "compute capability 8.6 and 8.0: the checks, $wgl warpgroup launches, $one, $onek and $one9 of the one-stage backward, the lines said"
+    echo "cuda (emulated): on compute capability 8.6 (99 KiB a block) $(sed -n 's/^test_kernels: //p' "$tmp/cc2.out") (the warpgroup kernels not run), heads of 128 in one stage ($one launches in GPT, $onea with dq by atomics; on 9.0 with WEFT_ATTN_FA_STAGES=1, $one9), GPT matching one device with fa-wg named; on 8.0 likewise"
+  else bad "compute capability 8.6 and 8.0: the checks, $wgl warpgroup launches, $one, $onek, $one9 and $onea of the one-stage backward, the lines said"
     grep -v " ok$" "$tmp/cc1.out" "$tmp/cc2.out" | tail -5; cat "$tmp/cc3.err" "$tmp/cc5.err"; grep "runs on" "$tmp/cc6.out"
-    tail -n 1 "$tmp/cc3.out" "$tmp/cc4.out" "$tmp/cc5.out"; fi
+    tail -n 1 "$tmp/cc3.out" "$tmp/cc4.out" "$tmp/cc5.out" "$tmp/cc10.out" "$tmp/cc11.out"; fi
 else bad "compute capability 8.6 and 8.0 (WEFT_CUDA_EMU_CC)"; tail -n 5 "$tmp/cc1.out" "$tmp/cc2.out" "$tmp/cc3.err" "$tmp/cc4.err" "$tmp/cc5.err" "$tmp/cc6.out" 2>/dev/null; fi
 WEFT_CUDA_EMU_CC=7.5 "$WEFT" run examples/mlp.plan --backend cuda --steps 1 >/dev/null 2>"$tmp/cc7.err"
 rc=$?

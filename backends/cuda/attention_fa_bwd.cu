@@ -479,6 +479,11 @@ int fa_stages(int64_t dh, bool atomic) {
   const size_t lim = attention_smem_limit();
   const char *e = getenv("WEFT_ATTN_FA_STAGES");
   const bool one = e && strcmp(e, "1") == 0;
+  static bool said;
+  if (e && *e && !one && !said) {
+    said = true;
+    fprintf(stderr, "weft: WEFT_ATTN_FA_STAGES=%s is not 1: the stages that fit run\n", e);
+  }
   if (one && (atomic ? fa_atomic_bytes(dh, 1) : fa_bytes(dh, 1)) <= lim) return 1;
   for (int nst = 2; nst >= 1; nst--)
     if ((atomic ? fa_atomic_bytes(dh, nst) : fa_bytes(dh, nst)) <= lim) return nst;

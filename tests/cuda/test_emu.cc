@@ -383,7 +383,8 @@ int main(void) {
     allow_smem(k_big_smem, 64 << 10);
     e = run(64 << 10);
     check(e.empty() && out[0] == 1, "shared memory: 64 KiB once allowed: runs");
-    e = run(96 << 10);
+    allow_smem(k_big_smem, 52 << 10);
+    e = run(56 << 10);
     check(e.find("unless cudaFuncSetAttribute") != std::string::npos, "shared memory: more than allowed: refused");
     const emu_gpu g = emu_device();
     const size_t most = g.smem_most;

@@ -128,9 +128,11 @@ else bad "kernels with WEFT_ATTN=fa-atomic"; grep "FAIL" "$tmp/ka" | tee -a "$lo
 # the backward's kernels at heads of 128 in one stage of shared memory,
 # as GPUs of 99 KiB a block run them (WEFT_ATTN_FA_STAGES=1 takes them on
 # any GPU)
-if limit env WEFT_ATTN_FA_STAGES=1 build/cuda/test_kernels --attention >"$tmp/k1" 2>&1; then
-  ok "kernels with WEFT_ATTN_FA_STAGES=1: $(tail -1 "$tmp/k1" | sed 's/^test_kernels: //') (attention alone; heads of 128 in one stage)"
-else bad "kernels with WEFT_ATTN_FA_STAGES=1"; grep "FAIL" "$tmp/k1" | tee -a "$log"; fi
+for way in fa fa-atomic; do
+  if limit env WEFT_ATTN_FA_STAGES=1 WEFT_ATTN=$way build/cuda/test_kernels --attention >"$tmp/k1" 2>&1; then
+    ok "kernels with WEFT_ATTN_FA_STAGES=1 WEFT_ATTN=$way: $(tail -1 "$tmp/k1" | sed 's/^test_kernels: //') (attention alone; heads of 128 in one stage)"
+  else bad "kernels with WEFT_ATTN_FA_STAGES=1 WEFT_ATTN=$way"; grep "FAIL" "$tmp/k1" | tee -a "$log"; fi
+done
 # the backward on Hopper's warpgroup products (fa-wg, fa-wgp), where they
 # passed above: GPT-2 in bf16 at heads of 64 with each, matching one
 # device (--check), its loss at step 5 within 1e-3 of the mma.sync
@@ -191,6 +193,17 @@ if command -v compute-sanitizer >/dev/null 2>&1; then
   rc=$?
   if [ $rc -eq 0 ] && grep -q "SUMMARY: 0 " "$tmp/rc"; then ok "compute-sanitizer racecheck, gpt2 bf16 with WEFT_ATTN=fa-atomic: 0 hazards"
   else bad "compute-sanitizer racecheck, WEFT_ATTN=fa-atomic (exit $rc)"; tail -30 "$tmp/rc" | tee -a "$log"; fi
+  # and the backward's one stage of shared memory at heads of 128 (as GPUs
+  # of 99 KiB a block run it; WEFT_ATTN_FA_STAGES=1), its stage refilled
+  # after each tile's products, with dq by atomics and by its own kernel
+  for way in fa fa-atomic; do
+    limit env WEFT_ATTN_FA_STAGES=1 WEFT_ATTN=$way compute-sanitizer --tool racecheck --error-exitcode 9 $WEFT run \
+      bench/gpu/gpt2.plan --plan single $GPT --set hidden=256 --set heads=2 --backend cuda --steps 1 >"$tmp/rc" 2>&1
+    rc=$?
+    if [ $rc -eq 0 ] && grep -q "SUMMARY: 0 " "$tmp/rc"; then
+      ok "compute-sanitizer racecheck, gpt2 bf16 heads of 128 in one stage, WEFT_ATTN=$way: 0 hazards"
+    else bad "compute-sanitizer racecheck, one stage, WEFT_ATTN=$way (exit $rc)"; tail -30 "$tmp/rc" | tee -a "$log"; fi
+  done
 else
   bad "compute-sanitizer is not on the PATH"
 fi
