@@ -43,21 +43,31 @@ std::string emu_error;
 
 /* The emulated GPU (WEFT_CUDA_EMU_CC): a compute capability and the most
  * dynamic shared memory a block of it may have (CUDA's table of them). */
+static const emu_gpu emu_gpus[] = {{7, 0, 96 << 10, true},  {7, 5, 64 << 10, true},   {8, 0, 163 << 10, true},
+                                   {8, 6, 99 << 10, true},  {8, 7, 163 << 10, true},  {8, 9, 99 << 10, true},
+                                   {9, 0, 227 << 10, true}, {10, 0, 227 << 10, true}, {12, 0, 99 << 10, true}};
+static const emu_gpu &emu_hopper = emu_gpus[6];
+
 emu_gpu emu_device() {
   static const emu_gpu gpu = [] {
-    static const emu_gpu table[] = {{7, 0, 96 << 10, true},  {7, 5, 64 << 10, true},   {8, 0, 163 << 10, true},
-                                    {8, 6, 99 << 10, true},  {8, 7, 163 << 10, true},  {8, 9, 99 << 10, true},
-                                    {9, 0, 227 << 10, true}, {10, 0, 227 << 10, true}, {12, 0, 99 << 10, true}};
     const char *e = getenv("WEFT_CUDA_EMU_CC");
-    if (!e || !*e) return table[6];
-    for (const emu_gpu &g : table) {
+    if (!e || !*e) return emu_hopper;
+    for (const emu_gpu &g : emu_gpus) {
       char name[16];
       snprintf(name, sizeof name, "%d.%d", g.major, g.minor);
       if (strcmp(e, name) == 0) return g;
     }
-    return emu_gpu{9, 0, 227 << 10, false};
+    emu_gpu unknown = emu_hopper;
+    unknown.known = false;
+    return unknown;
   }();
   return gpu;
+}
+
+std::string emu_device_names() {
+  std::string all;
+  for (const emu_gpu &g : emu_gpus) all += (all.empty() ? "" : ", ") + std::to_string(g.major) + "." + std::to_string(g.minor);
+  return all;
 }
 
 void emu_report(const char *what) {

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <string>
 #include <type_traits>
 
 struct dim3 {
@@ -151,6 +152,8 @@ struct emu_gpu {
   bool known;
 };
 emu_gpu emu_device();
+/* The capabilities WEFT_CUDA_EMU_CC may name, "7.0, 7.5, ...". */
+std::string emu_device_names();
 /* cudaFuncSetAttribute's cudaFuncAttributeMaxDynamicSharedMemorySize: a
  * launch of kernel with more dynamic shared memory than 48 KiB or this
  * fails, as more than emu_device()'s most does. */

@@ -70,10 +70,8 @@ int gpu_emulated(void) { return 1; }
 
 int gpu_count(char *err, size_t errlen) {
   if (!emu_device().known) {
-    snprintf(err, errlen,
-             "WEFT_CUDA_EMU_CC=%s: not a compute capability the emulation knows (7.0, 7.5, 8.0, 8.6, 8.7, 8.9, 9.0, "
-             "10.0, 12.0)",
-             getenv("WEFT_CUDA_EMU_CC"));
+    snprintf(err, errlen, "WEFT_CUDA_EMU_CC=%s: not a compute capability the emulation knows (%s)",
+             getenv("WEFT_CUDA_EMU_CC"), emu_device_names().c_str());
     return -1;
   }
   const char *s = getenv("WEFT_CUDA_EMU_DEVICES");
