@@ -264,9 +264,13 @@ if [ -n "${TR_BATCH:-}" ]; then
   if $WEFT run $PLAN --plan single ${SETS:-} --set batch=$TR_BATCH --backend cuda --steps 4 --trace "$tmp/run.json" >"$tmp/w.out" 2>"$tmp/w.err"; then
     say "GPT-2 124M weft, batch $TR_BATCH, step 4 timed instruction by instruction:"
     "$PY" bench/trace_summary.py "$tmp/run.json" 30 | tee -a "$log"
-    # the same step as the cost model simulates it on the plan's cluster;
-    # both timelines in one file
-    if $WEFT estimate $PLAN --plan single ${SETS:-} --set batch=$TR_BATCH --trace "$tmp/sim.json" >/dev/null 2>"$tmp/w.err"; then
+    # the same step as the cost model simulates it on the plan's cluster
+    # (h200_dgx's on an H200, h100_dgx's on others); both timelines in one
+    # file
+    sim_plan=single
+    case "$device" in *H200*) sim_plan=single_h200 ;; esac
+    say "(simulated on plan $sim_plan's cluster)"
+    if $WEFT estimate $PLAN --plan $sim_plan ${SETS:-} --set batch=$TR_BATCH --trace "$tmp/sim.json" >/dev/null 2>"$tmp/w.err"; then
       "$PY" bench/trace_compare.py --merge "$tr" "$tmp/run.json" "$tmp/sim.json" 0 30 | tee -a "$log"
       say "(both timelines, ran and simulated: $tr)"
     else

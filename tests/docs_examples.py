@@ -73,7 +73,7 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = ["tests/golden/check/shape_mismatch.plan"]
-LINKS = ["examples", "tests", "stdlib", "docs"]  # copied into the scratch folder
+LINKS = ["examples", "tests", "stdlib", "docs", "bench/gpu"]  # copied into the scratch folder
 TIMEOUT = 300
 NOT_RUN = re.compile(r"\(not run: ([^)]*)\)")
 NUMBER = r"\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?"
