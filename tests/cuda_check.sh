@@ -33,6 +33,23 @@ case $PART in kernels|runs) PART_SAID=" ($PART)" ;; all) PART_SAID= ;; *) echo "
 pass=0; fail=0
 ok() { pass=$((pass+1)); }
 bad() { fail=$((fail+1)); echo "FAIL: $*"; }
+# banks_clean WHERE FILE KERNEL...: FILE, what WEFT_CUDA_EMU_BANKS wrote,
+# counts the ldmatrix of each KERNEL (a pattern of its name) and none of
+# its kernels took more wavefronts than it would without bank conflicts
+banks_clean() {
+  bwhere=$1 bfile=$2
+  shift 2
+  if [ ! -s "$bfile" ]; then bad "shared memory's banks${bwhere:+ $bwhere}: no ldmatrix counted (WEFT_CUDA_EMU_BANKS)"; return; fi
+  sed -n 's/^\(.*\): \([0-9]*\) ldmatrix, \([0-9]*\) wavefronts, \([0-9]*\) without conflicts$/\2 \3 \4 \1/p' \
+    "$bfile" >"$bfile.n"
+  bk=$(wc -l <"$bfile.n") bn=$(awk '{n += $1} END {print n + 0}' "$bfile.n") bworse=$(awk '$2 != $3' "$bfile.n")
+  bmissing=
+  for k in "$@"; do grep -q " $k" "$bfile.n" || bmissing="$bmissing $k"; done
+  if [ "$bk" = "$(wc -l <"$bfile")" ] && [ -z "$bworse" ] && [ -z "$bmissing" ]; then ok
+    echo "cuda (emulated): shared memory's banks${bwhere:+ $bwhere}: $bn ldmatrix in $bk kernels, none with a conflict"
+  else bad "shared memory's banks${bwhere:+ $bwhere}: not counted:${bmissing:- (all were)}; with conflicts (ldmatrix, wavefronts, without conflicts):"
+    echo "$bworse" | head -5; fi
+}
 tmp=$(mktemp -d) || exit 2
 trap 'rm -rf "$tmp"' EXIT
 
@@ -138,9 +155,15 @@ else bad "weft run --backend cuda without the plugin (exit $rc)"; cat "$tmp/n.er
 if "$EMU/test_emu" >"$tmp/e.out" 2>&1; then ok
   echo "cuda (emulated): the emulation itself, $(tail -1 "$tmp/e.out" | sed 's/^test_emu: //')"
 else bad "test_emu"; grep -v " ok$" "$tmp/e.out"; fi
-if "$EMU/test_kernels" >"$tmp/k.out" 2>&1; then ok
+if WEFT_CUDA_EMU_BANKS=$tmp/k.banks "$EMU/test_kernels" >"$tmp/k.out" 2>&1; then ok
   echo "cuda (emulated): $(tail -1 "$tmp/k.out" | sed 's/^test_kernels: //') against the CPU kernels, f32 and bf16 (attention in f16 too)"
 else bad "test_kernels"; grep -v " ok$" "$tmp/k.out"; fi
+# shared memory's banks: every ldmatrix of the kernels test_kernels ran
+# takes the wavefronts it would without bank conflicts (the emulation
+# counts them, mma.cuh): a padding or swizzle gone wrong shows here, not
+# only as time on a GPU
+banks_clean "" "$tmp/k.banks" 'k_attn_fa_fwd<' 'k_attn_dkv_fa<' 'k_attn_dq_fa<' 'k_attn_fwd_wg<' 'k_attn_dkv_wg<' \
+  'k_attn_dq_wg<'
 
 # the kernel timer of bench/gpu.sh runs (its figures mean nothing here):
 # attention 10, a linear 1, a linear's weight and bias gradients two ways 2,
@@ -331,7 +354,8 @@ else bad "WEFT_ATTN=fa-wg: weft run"; tail -n 5 "$tmp/wg1.err" "$tmp/wg2.out" "$
 # backends say the GPU is unsupported (exit 2); a capability the emulation
 # does not know is said.
 if WEFT_CUDA_EMU_CC=8.6 "$EMU/test_emu" >"$tmp/cc1.out" 2>&1 &&
-   WEFT_CUDA_EMU_CC=8.6 WEFT_CUDA_EMU_LAUNCHES=$tmp/cc2.l "$EMU/test_kernels" >"$tmp/cc2.out" 2>&1 &&
+   WEFT_CUDA_EMU_CC=8.6 WEFT_CUDA_EMU_LAUNCHES=$tmp/cc2.l WEFT_CUDA_EMU_BANKS=$tmp/cc2.banks "$EMU/test_kernels" \
+     >"$tmp/cc2.out" 2>&1 &&
    WEFT_CUDA_EMU_CC=8.6 WEFT_ATTN=fa-wg WEFT_CUDA_EMU_LAUNCHES=$tmp/cc3.l "$WEFT" run examples/gpt_megatron.plan $MEG \
      --set hidden=256 --set heads=2 --set dtype=bf16 --steps 2 --backend cuda --check >"$tmp/cc3.out" 2>"$tmp/cc3.err" &&
    WEFT_CUDA_EMU_CC=8.6 WEFT_ATTN=fa-wg WEFT_CUDA_EMU_LAUNCHES=$tmp/cc4.l "$WEFT" run $WG --backend cuda --check \
@@ -362,6 +386,10 @@ if WEFT_CUDA_EMU_CC=8.6 "$EMU/test_emu" >"$tmp/cc1.out" 2>&1 &&
     grep -v " ok$" "$tmp/cc1.out" "$tmp/cc2.out" | tail -5; cat "$tmp/cc3.err" "$tmp/cc5.err"; grep "runs on" "$tmp/cc6.out"
     tail -n 1 "$tmp/cc3.out" "$tmp/cc4.out" "$tmp/cc5.out" "$tmp/cc10.out" "$tmp/cc11.out"; fi
 else bad "compute capability 8.6 and 8.0 (WEFT_CUDA_EMU_CC)"; tail -n 5 "$tmp/cc1.out" "$tmp/cc2.out" "$tmp/cc3.err" "$tmp/cc4.err" "$tmp/cc5.err" "$tmp/cc6.out" 2>/dev/null; fi
+# the one-stage kernels' ldmatrix on 8.6, without bank conflicts (as on
+# 9.0 above)
+banks_clean "on 8.6 (99 KiB a block)" "$tmp/cc2.banks" 'k_attn_dkv_fa<bf16, 8, .*, 1>' 'k_attn_dq_fa<bf16, 8, .*, 1>' \
+  'k_attn_dkv_fa<f16, 8, .*, 1>' 'k_attn_dq_fa<f16, 8, .*, 1>'
 WEFT_CUDA_EMU_CC=7.5 "$WEFT" run examples/mlp.plan --backend cuda --steps 1 >/dev/null 2>"$tmp/cc7.err"
 rc=$?
 WEFT_CUDA_EMU_CC=7.5 "$WEFT" backends >"$tmp/cc8.out" 2>&1

@@ -444,29 +444,71 @@ static long launches, fail_at = -1;
 static std::map<const void *, long> *tally;
 static std::string tally_file;
 
+/* A kernel's name with its template arguments, without its parameters:
+ * "k_attn_dq_fa<__nv_bfloat16, 64, 2>". */
+static std::string kernel_name(const void *kernel) {
+  Dl_info di;
+  std::string name = "?";
+  if (kernel && dladdr(kernel, &di) && di.dli_sname) {
+    int st = 0;
+    char *dm = abi::__cxa_demangle(di.dli_sname, nullptr, nullptr, &st);
+    name = st == 0 && dm ? dm : di.dli_sname;
+    free(dm);
+    size_t depth = 0, cut = std::string::npos;
+    for (size_t i = 0; i < name.size() && cut == std::string::npos; i++) {
+      if (name[i] == '<') depth++;
+      else if (name[i] == '>') depth--;
+      else if (name[i] == '(' && depth == 0) cut = i;
+    }
+    if (cut != std::string::npos) name.resize(cut);
+    if (name.compare(0, 5, "void ") == 0) name.erase(0, 5);
+  }
+  return name;
+}
+
 static void write_tally() {
   FILE *f = fopen(tally_file.c_str(), "w");
   if (!f) return;
-  for (const auto &t : *tally) {
-    Dl_info di;
-    std::string name = "?";
-    if (dladdr(t.first, &di) && di.dli_sname) {
-      int st = 0;
-      char *dm = abi::__cxa_demangle(di.dli_sname, nullptr, nullptr, &st);
-      name = st == 0 && dm ? dm : di.dli_sname;
-      free(dm);
-      size_t depth = 0, cut = std::string::npos;
-      for (size_t i = 0; i < name.size() && cut == std::string::npos; i++) {
-        if (name[i] == '<') depth++;
-        else if (name[i] == '>') depth--;
-        else if (name[i] == '(' && depth == 0) cut = i;
-      }
-      if (cut != std::string::npos) name.resize(cut);
-      if (name.compare(0, 5, "void ") == 0) name.erase(0, 5);
-    }
-    fprintf(f, "%ld %s\n", t.second, name.c_str());
-  }
+  for (const auto &t : *tally) fprintf(f, "%ld %s\n", t.second, kernel_name(t.first).c_str());
   fclose(f);
+}
+
+/* WEFT_CUDA_EMU_BANKS=FILE: at exit, FILE gets a line for each kernel
+ * whose warps read shared memory through ldmatrix: "kernel: N ldmatrix,
+ * W wavefronts, I without conflicts". */
+struct bank_tally {
+  long instructions, wavefronts, ideal;
+};
+static std::map<const void *, bank_tally> *banks;
+static std::string banks_file;
+static const void *running_kernel; /* the kernel whose blocks run now */
+
+static void write_banks() {
+  FILE *f = fopen(banks_file.c_str(), "w");
+  if (!f) return;
+  for (const auto &b : *banks)
+    fprintf(f, "%s: %ld ldmatrix, %ld wavefronts, %ld without conflicts\n", kernel_name(b.first).c_str(),
+            b.second.instructions, b.second.wavefronts, b.second.ideal);
+  fclose(f);
+}
+
+void emu_smem_wavefronts(long ideal, long wavefronts) {
+  static const void *last;
+  static bank_tally *at;
+  if (!banks) {
+    banks = new std::map<const void *, bank_tally>;
+    const char *f = getenv("WEFT_CUDA_EMU_BANKS");
+    if (f && *f) banks_file = f, atexit(write_banks);
+  }
+  if (!at || last != running_kernel) at = &(*banks)[running_kernel], last = running_kernel;
+  at->instructions++, at->wavefronts += wavefronts, at->ideal += ideal;
+}
+
+bool emu_smem_counts(const void *kernel, long counts[3]) {
+  auto it = banks ? banks->find(kernel) : std::map<const void *, bank_tally>::iterator();
+  if (!banks || it == banks->end()) return false;
+  counts[0] = it->second.instructions, counts[1] = it->second.wavefronts, counts[2] = it->second.ideal;
+  return true;
 }
 
 static void count_launch(const void *kernel) {
@@ -526,7 +568,12 @@ void emu_launch(emu_stream *s, dim3 grid, dim3 block, size_t smem, std::function
     queue_error(s, "an illegal memory access was encountered (emulated, WEFT_CUDA_EMU_FAIL)");
     return;
   }
-  stream_of(s)->q.push_back(emu_op{[=] { run_grid(grid, block, smem, body); }, {}, 0, 0});
+  stream_of(s)->q.push_back(emu_op{[=] {
+                                     running_kernel = kernel;
+                                     run_grid(grid, block, smem, body);
+                                     running_kernel = nullptr;
+                                   },
+                                   {}, 0, 0});
 }
 
 void emu_enqueue(emu_stream *s, std::function<void()> work) { stream_of(s)->q.push_back(emu_op{work, {}, 0, 0}); }

@@ -161,6 +161,14 @@ void emu_allow_smem(const void *kernel, size_t bytes);
 /* Counts a call of fn under WEFT_CUDA_EMU_LAUNCHES as a launch (gpu_zero's
  * clearings), without running anything. */
 void emu_count(const void *fn);
+/* Shared memory's banks: a warp's access that the hardware serves in
+ * `wavefronts` passes where `ideal` would do without bank conflicts,
+ * counted for the running kernel (the emulated ldmatrix, mma.cuh); with
+ * WEFT_CUDA_EMU_BANKS=FILE, written to FILE at exit. */
+void emu_smem_wavefronts(long ideal, long wavefronts);
+/* What kernel's launches so far counted: accesses, wavefronts and the
+ * wavefronts without conflicts (false: none). */
+bool emu_smem_counts(const void *kernel, long counts[3]);
 /* Queues host work on s. */
 void emu_enqueue(emu_stream *s, std::function<void()> work);
 /* Queues host work on s that may run only once ready() answers true: work

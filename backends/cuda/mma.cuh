@@ -170,6 +170,34 @@ template <class T> DEV void load_b_kn(uint32_t b[2], const T *p, int ld, int lan
  * p + ((l % 8) + (l / 16) * 8) * ld + ((l / 8) % 2) * 8: then r[0], r[1] =
  * b of rows n 0-7 and r[2], r[3] = b of rows n 8-15. */
 #ifdef WEFT_CUDA_EMU
+/* The passes through shared memory an ldmatrix .x4 of these 32 row
+ * addresses takes: each matrix's 8 rows of 16 bytes go in one pass where
+ * they lie in the 8 distinct 16-byte columns of the 32 four-byte banks
+ * (address bits 4-6), or are the same row (a broadcast); rows in one such
+ * column at distinct addresses take a pass each. 4 without conflicts. */
+static inline long ldsm_wavefronts(const void *const rows[32]) {
+  long passes = 0;
+  for (int i = 0; i < 4; i++) {
+    int most = 0;
+    for (int a = 0; a < 8; a++) {
+      const uintptr_t pa = (uintptr_t)rows[8 * i + a];
+      bool seen = false; /* counted already: an earlier row at the same address */
+      for (int b = 0; b < a && !seen; b++) seen = (uintptr_t)rows[8 * i + b] == pa;
+      if (seen) continue;
+      int same_column = 0;
+      for (int b = 0; b < 8; b++) {
+        const uintptr_t pb = (uintptr_t)rows[8 * i + b];
+        bool first = true; /* the first row of its address */
+        for (int c = 0; c < b && first; c++) first = (uintptr_t)rows[8 * i + c] != pb;
+        if (first && ((pb >> 4) & 7) == ((pa >> 4) & 7)) same_column++;
+      }
+      most = same_column > most ? same_column : most;
+    }
+    passes += most;
+  }
+  return passes;
+}
+
 template <bool TRANS> static inline void ldsm_x4(uint32_t r[4], const void *row) {
   static thread_local const void *rows[32][32];
   int w = emu_self->warp & 31, l = emu_self->lane;
@@ -192,6 +220,7 @@ template <bool TRANS> static inline void ldsm_x4(uint32_t r[4], const void *row)
     }
     got[i] = (uint32_t)lo | ((uint32_t)hi << 16);
   }
+  if (l == 0) emu_smem_wavefronts(4, ldsm_wavefronts(&rows[w][0]));
   emu_syncwarp();
   for (int i = 0; i < 4; i++) r[i] = got[i];
 }

@@ -8,7 +8,9 @@
  * a write of their registers or tile before it, or no wait at all, is
  * reported; so are the copies of cp.async (cpasync.cuh), and a product's
  * tile from them read without the proxy fence; and dynamic shared memory
- * over 48 KiB refused unless the kernel was allowed it. Built and run by make check
+ * over 48 KiB refused unless the kernel was allowed it; and the passes an
+ * ldmatrix takes through shared memory's banks, counted by the rows'
+ * stride (4 without conflicts, up to 32). Built and run by make check
  * (tests/cuda_check.sh) wherever the emulation is. Prints a line a check
  * and "test_emu: N checks, M failed"; exit 1 if any failed. */
 #include "cuda/common.cuh"
@@ -192,6 +194,18 @@ __global__ void k_big_smem(int *out, size_t bytes) {
   DYN_SMEM(unsigned char, sm);
   sm[bytes - 1] = 1;
   out[0] = sm[bytes - 1];
+}
+
+/* One ldmatrix .x4 whose lane l gives row l at l * stride bytes into
+ * shared memory (2 KiB a stride of 64 elements; 0: every lane the same
+ * row). */
+__global__ void k_ldsm_rows(uint32_t *out, int stride) {
+  __align__(128) __shared__ unsigned char sh[32 * 256];
+  for (int i = (int)threadIdx.x; i < (int)sizeof sh; i += 32) sh[i] = (unsigned char)i;
+  __syncwarp();
+  uint32_t r[4];
+  ldsm_x4<false>(r, sh + threadIdx.x * stride);
+  for (int i = 0; i < 4; i++) out[threadIdx.x * 4 + i] = r[i];
 }
 
 int main(void) {
@@ -398,6 +412,39 @@ int main(void) {
              g.minor);
     check(e.find(want) != std::string::npos && out[0] == 0,
           "shared memory: 1 KiB over the GPU's most, allowed or not: refused");
+  }
+
+  {
+    /* shared memory's banks: the wavefronts an ldmatrix .x4 takes, by the
+     * rows' stride (16-byte columns of the 128 bytes the banks span) */
+    static const struct {
+      int stride;
+      long passes;
+      const char *what;
+    } cases[] = {
+        {144, 4, "ldmatrix: rows 144 bytes apart (padded): 4 wavefronts"},
+        {16, 4, "ldmatrix: rows side by side: 4 wavefronts"},
+        {0, 4, "ldmatrix: one row in every lane (a broadcast): 4 wavefronts"},
+        {64, 16, "ldmatrix: rows 64 bytes apart: 16 wavefronts (4 rows a column)"},
+        {128, 32, "ldmatrix: rows 128 bytes apart: 32 wavefronts (8 rows a column)"},
+        {256, 32, "ldmatrix: rows 256 bytes apart: 32 wavefronts"},
+    };
+    uint32_t out[128];
+    long before[3] = {0, 0, 0};
+    for (const auto &c : cases) {
+      launch(k_ldsm_rows, 1, 32, 0, NULL, out, c.stride);
+      emu_drain();
+      long now[3] = {0, 0, 0};
+      const bool counted = emu_smem_counts((const void *)k_ldsm_rows, now);
+      /* what lane 4 read first: row 1 of matrix 0 (lane 1's), its first
+       * two elements */
+      uint32_t want = 0;
+      for (int b = 0; b < 4; b++) want |= (uint32_t)((c.stride + b) & 255) << (8 * b);
+      check(emu_error.empty() && counted && now[0] - before[0] == 1 && now[1] - before[1] == c.passes &&
+                now[2] - before[2] == 4 && out[16] == want,
+            c.what);
+      memcpy(before, now, sizeof before);
+    }
   }
 
   printf("test_emu: %d checks, %d failed\n", checks, failed);
