@@ -6,7 +6,8 @@ and h.7.attn.core are h.*.attn.core), micro-batches summed.
 usage: trace_summary.py TRACE [TOP]
 
 Prints the step, what the times cover, the span from the first start to
-the last end, the time of each category summed over devices, then the TOP
+the last end, how long each device ran no instruction within its own span
+(the most idle first), the time of each category summed over devices, then the TOP
 (default 20) rows with the most time: ms, the share of all instructions'
 time, calls, and the name. The rows' times add up to the categories'.
 """
@@ -20,6 +21,35 @@ MB = re.compile(r" mb\d+$")
 
 def fold(name):
     return LAYER.sub(".*", MB.sub("", name))
+
+
+def idle_said(ev):
+    """How long each device ran no instruction between its first start and
+    its last end (the union of its instructions' times taken from its span:
+    a host that launches late, or waits for other devices), the most idle
+    first, at most four."""
+    by = {}
+    for e in ev:
+        by.setdefault(e["pid"], []).append((e["ts"], e["ts"] + e["dur"]))
+    idle = []
+    for pid, spans in by.items():
+        spans.sort()
+        busy, end = 0.0, None
+        start = spans[0][0]
+        for a, b in spans:
+            if end is None or a > end:
+                busy += b - a
+                end = b
+            elif b > end:
+                busy += b - end
+                end = b
+        span = end - start
+        idle.append((span - busy, span, pid))
+    idle.sort(key=lambda x: (-x[0], x[2]))
+    said = ", ".join("device %s %.3f ms (%.1f%%)" % (pid, t / 1e3, 100 * t / span if span > 0 else 0)
+                     for t, span, pid in idle[:4])
+    more = " and %d more" % (len(idle) - 4) if len(idle) > 4 else ""
+    return "idle between instructions: " + said + more
 
 
 def main():
@@ -40,9 +70,9 @@ def main():
         r[0] += e["dur"]
         r[1] += 1
     total = sum(cats.values())
-    print("step %s of plan %s on %s (%s backend): %d instructions on %d devices, %.3f ms from the first to the last"
+    print("step %s of plan %s on %s (%s backend): %d instructions on %d devices, %.3f ms from the first to the last; %s"
           % (about.get("step", "?"), about.get("plan", "?"), about.get("machine") or "this machine",
-             about.get("backend", "?"), len(ev), len({e["pid"] for e in ev}), (hi - lo) / 1e3))
+             about.get("backend", "?"), len(ev), len({e["pid"] for e in ev}), (hi - lo) / 1e3, idle_said(ev)))
     if about.get("times"):
         print("times: " + about["times"])
     print("by category (summed over devices): " +

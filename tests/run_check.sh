@@ -551,7 +551,8 @@ for clip in "" "--clip 1"; do
   else bad "weft run --trace${clip:+ $clip}"; cat "$tmp/err" "$tmp/tr.out"; fi
 done
 # bench/trace_summary.py: its categories are weft's (--json, summed in C),
-# its operators' rows add up to them; bench/trace_compare.py: the run
+# its operators' rows add up to them, each device's idle time is within
+# its span; bench/trace_compare.py: the run
 # beside weft estimate's simulation
 if python3 bench/trace_summary.py "$tmp/tr.json" 1000 >"$tmp/sum.out" &&
    python3 - "$tmp/sum.out" "$tmp/tr.run" <<'PY' && "$WEFT" estimate $G4 --trace "$tmp/est.json" >/dev/null &&
@@ -562,6 +563,10 @@ weft = {c: 1e3 * t for c, t in json.load(open(sys.argv[2]))["trace"]["seconds"].
 assert set(cats) == set(weft) and all(abs(cats[c] - weft[c]) <= 2e-3 for c in weft), (cats, weft)
 rows = sum(float(l.split()[0]) for l in lines[4:])
 assert abs(sum(cats.values()) - rows) <= 1e-3 * len(lines), (cats, rows)
+# each of the four devices' time without an instruction, within its span
+idle = re.findall(r"device (\d+) ([0-9.]+) ms \(([0-9.]+)%\)", lines[0].split("; idle between instructions: ", 1)[1])
+span = float(re.search(r"([0-9.]+) ms from the first to the last", lines[0]).group(1))
+assert sorted(d for d, _, _ in idle) == ["0", "1", "2", "3"] and all(0 <= float(t) <= span for _, t, _ in idle), lines[0]
 PY
    python3 bench/trace_compare.py --merge "$tmp/both.json" "$tmp/tr.json" "$tmp/est.json" 0 5 >"$tmp/cmp.out" &&
    python3 -c 'import json, sys; n = {e["args"]["name"] for e in json.load(open(sys.argv[1]))["traceEvents"] if e["name"] == "process_name"}; assert {"device 0, ran", "device 0, simulated", "device 3, ran"} <= n, n' "$tmp/both.json" &&
