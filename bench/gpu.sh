@@ -67,6 +67,10 @@ gpu_lib_dirs
 gpu_cudnn
 export WEFT_PLUGIN_DIR=${WEFT_PLUGIN_DIR:-$(pwd)}
 device=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+# the plan of bench/gpu/gpt2.plan whose cluster weft estimate simulates
+# this GPU on: h200_dgx's on an H200, h100_dgx's on others
+sim_plan=single
+case "$device" in *H200*) sim_plan=single_h200 ;; esac
 # dense bf16 tensor-core peaks, from NVIDIA's data sheets (half of the
 # figures they give with sparsity); another GPU's MFU needs PEAK_TFLOPS
 case "$device" in
@@ -110,8 +114,9 @@ elif [ -x "$KERNELS" ]; then
   say "the same attention, WEFT_ATTN=cudnn (cuDNN's fused attention, ${WEFT_CUDNN:-libcudnn.so.9 not found}):"
   WEFT_ATTN=cudnn "$KERNELS" $KERNELS_ARGS 2>&1 | grep "^attention\|^  the same\|WEFT_ATTN" | tee -a "$log"
   # the plugin's backward with dq summed by atomics in the dk/dv kernel
-  say "the same attention backward, WEFT_ATTN=fa-atomic (dq by atomics) and WEFT_ATTN=fa (its own kernel):"
+  say "the same attention backward, WEFT_ATTN=fa-atomic (dq by atomics), WEFT_ATTN=fa-ds (dq from a stored dS) and WEFT_ATTN=fa (its own kernel):"
   WEFT_ATTN=fa-atomic "$KERNELS" $KERNELS_ARGS 2>&1 | grep "^attention backward" | sed 's/$/  fa-atomic/' | tee -a "$log"
+  WEFT_ATTN=fa-ds "$KERNELS" $KERNELS_ARGS 2>&1 | grep "^attention backward" | sed 's/$/  fa-ds/' | tee -a "$log"
   WEFT_ATTN=fa "$KERNELS" $KERNELS_ARGS 2>&1 | grep "^attention backward" | sed 's/$/  fa/' | tee -a "$log"
   # the same backward at heads of 64 in each occupancy of its two kernels
   # (WEFT_ATTN_FA_BWD_SHAPE=K,Q: blocks of dk/dv, of dq per multiprocessor
@@ -229,6 +234,15 @@ bench_at() {
   flops=$($WEFT graph $PLAN $sets --set batch=$batch --json | "$PY" -c 'import json,sys; print(3*json.load(sys.stdin)["forward_flops"])')
   tokens=$((batch * ${SEQ:-1024}))
   weft_row "$name weft"
+  # the same step as weft estimate simulates it (docs/estimate.md)
+  if $WEFT estimate $PLAN --plan $sim_plan $sets --set batch=$batch --json >"$tmp/e.json" 2>"$tmp/e.err"; then
+    t=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["step_time_s"])' "$tmp/e.json")
+    row "$name weft estimate" "$batch" "$("$PY" -c "print(f'{$tokens/$t:,.0f}')")" "$("$PY" -c "print(f'{1000*$t:.1f}')")" \
+      "$(mfu "$flops" "$t")"
+    say "  (simulated on $("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["cluster"])' "$tmp/e.json"), not run)"
+  else
+    say "$name weft estimate: failed: $(tail -1 "$tmp/e.err")"
+  fi
   [ -n "${BEST_BWD:-}" ] && weft_row "$name weft, bwd shape $BEST_BWD" WEFT_ATTN_FA_BWD_SHAPE=$BEST_BWD
   for mode in ${TORCH_MODES-eager compile}; do
     "$PY" bench/gpu/gpt2_torch.py --mode $mode --layers $layers --hidden $hidden --heads $heads --batch $batch \
@@ -267,8 +281,6 @@ if [ -n "${TR_BATCH:-}" ]; then
     # the same step as the cost model simulates it on the plan's cluster
     # (h200_dgx's on an H200, h100_dgx's on others); both timelines in one
     # file
-    sim_plan=single
-    case "$device" in *H200*) sim_plan=single_h200 ;; esac
     say "(simulated on plan $sim_plan's cluster)"
     if $WEFT estimate $PLAN --plan $sim_plan ${SETS:-} --set batch=$TR_BATCH --trace "$tmp/sim.json" >/dev/null 2>"$tmp/w.err"; then
       "$PY" bench/trace_compare.py --merge "$tr" "$tmp/run.json" "$tmp/sim.json" 0 30 | tee -a "$log"
