@@ -97,8 +97,9 @@ if [ -n "$REAL" ] && [ -f "$REAL/libweft_cuda.so" ]; then
   # (WEFT_ATTN_FA_BWD_SHAPE, docs/run.md): ptxas's registers and spills on
   # sm_90 (sm_90a for the warpgroup kernels, wg), printed for bf16; the
   # occupancies of 4 blocks an SM may spill a little, no other instance of
-  # the mma.sync attention kernels (forward, dk/dv, dq, f16 and bf16, every
-  # head width) nor of the warpgroup ones may, and ptxas may not serialize
+  # the mma.sync attention kernels (forward, dk/dv, dq, dq from a stored
+  # dS, f16 and bf16, every head width) nor of the warpgroup ones may, and
+  # ptxas may not serialize
   # the warpgroup products (its warning C7512: what it does where registers
   # a product uses are touched while it may be in flight)
   if { ${NVCC:-nvcc} -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -Xptxas -v -Ibackends -c -o "$tmp/fa.o" \
@@ -118,7 +119,8 @@ if [ -n "$REAL" ] && [ -f "$REAL/libweft_cuda.so" ]; then
                   "dq 3 _Z12k_attn_dq_faI13__nv_bfloat16Li4ELb1ELi3ELi2EE|dq 4 _Z12k_attn_dq_faI13__nv_bfloat16Li4ELb0ELi4ELi2EE|" \
                   "dk/dv wg _Z13k_attn_dkv_wgI13__nv_bfloat16Li3ELb0EE|dk/dv wg2 _Z13k_attn_dkv_wgI13__nv_bfloat16Li2ELb0EE|" \
                   "dk/dv wgp _Z13k_attn_dkv_wgI13__nv_bfloat16Li2ELb1EE|dq wg _Z12k_attn_dq_wgI13__nv_bfloat16Li3ELb0EE|" \
-                  "dq wgp _Z12k_attn_dq_wgI13__nv_bfloat16Li3ELb1EE|forward wg _Z13k_attn_fwd_wgI13__nv_bfloat16E", v, "|")
+                  "dq wgp _Z12k_attn_dq_wgI13__nv_bfloat16Li3ELb1EE|forward wg _Z13k_attn_fwd_wgI13__nv_bfloat16E|" \
+                  "dq from dS _Z12k_attn_dq_dsI13__nv_bfloat16Li4ELi2EE", v, "|")
         bad = 0; line = ""; kernels = 0
         for (i = 1; i <= n; i++) {
           split(v[i], f, " "); found = 0
@@ -129,7 +131,7 @@ if [ -n "$REAL" ] && [ -f "$REAL/libweft_cuda.so" ]; then
           }
           if (!found) { bad = 1; line = line ", " f[1] " " f[2] ": not found" }
         }
-        for (k in rg) if (k ~ /k_attn_(fa_fwd|dkv_fa|dq_fa|dkv_wg|dq_wg|fwd_wg)/) {
+        for (k in rg) if (k ~ /k_attn_(fa_fwd|dkv_fa|dq_fa|dq_ds|dkv_wg|dq_wg|fwd_wg)/) {
           kernels++
           four = k ~ /^_Z13k_attn_dkv_fa.*ELi32ELi4ELb[01]E/ || k ~ /^_Z12k_attn_dq_fa.*Li4ELb0ELi4ELi2EE/
           if (!four && st[k] + ld[k] > 0) { bad = 1; line = line sprintf("; %s spills %d bytes", k, st[k] + ld[k]) }
@@ -294,6 +296,40 @@ if WEFT_ATTN=fa-atomic WEFT_CUDA_EMU_LAUNCHES=$tmp/fa0.l "$EMU/test_kernels" --a
   else bad "attention backward with dq by atomics: test_kernels $k0 calls, megatron $s1/$q1, llama $s2/$q2, deterministic $s3/$q3, timed lines $t4"
     grep -v " ok$" "$tmp/fa0.out"; tail -n 3 "$tmp/fa1.out" "$tmp/fa2.out"; cat "$tmp/fa4.err"; fi
 else bad "WEFT_ATTN=fa-atomic"; grep -v " ok$" "$tmp/fa0.out"; tail -n 5 "$tmp/fa1.out" "$tmp/fa2.out" "$tmp/fa3.out" "$tmp/fa4.err" 2>/dev/null; fi
+# The mma.sync backward with dq from a stored dS (WEFT_ATTN=fa-ds;
+# attention_fa_bwd.cu): its kernels against the CPU's (test_kernels
+# --attention), Megatron bf16 (its batch of 2 in two parts: the buffer
+# holds one) and Llama with grouped queries matching one device, dq from
+# k_attn_dq_ds and none from fa's dq kernel; it has no atomics, so it runs
+# under --deterministic too, and two runs there give the same losses to
+# the last digit; auto:fa-ds times it against fa.
+L1="examples/llama_megatron.plan --set layers=4 --set hidden=128 --set heads=4 --set kv_heads=2 --set ffn=96 --set seq=16 --set vocab=128 --set global_batch=8 --set micro_batch=2 --set cp=1 --set dp=1 --set dtype=bf16 --steps 2"
+fa_ds_launches() { # FILE: "dq-from-dS dq-kernels"
+  awk '$2 ~ /^k_attn_dq_ds/ {s += $1} $2 ~ /^k_attn_dq_fa/ {q += $1} END {print s + 0, q + 0}' "$1"
+}
+rm -f "$tmp/ds1.l" "$tmp/ds2.l" "$tmp/ds3.l"
+if WEFT_ATTN=fa-ds WEFT_CUDA_EMU_LAUNCHES=$tmp/ds0.l WEFT_CUDA_EMU_BANKS=$tmp/ds0.banks "$EMU/test_kernels" --attention \
+     >"$tmp/ds0.out" 2>&1 &&
+   WEFT_ATTN=fa-ds WEFT_CUDA_EMU_LAUNCHES=$tmp/ds1.l "$WEFT" run $MB --backend cuda --check >"$tmp/ds1.out" 2>&1 &&
+   WEFT_ATTN=fa-ds WEFT_CUDA_EMU_LAUNCHES=$tmp/ds2.l "$WEFT" run $L1 --backend cuda --check >"$tmp/ds2.out" 2>&1 &&
+   WEFT_ATTN=fa-ds WEFT_CUDA_EMU_LAUNCHES=$tmp/ds3.l "$WEFT" run $MB --backend cuda --deterministic --json >"$tmp/ds3.json" 2>&1 &&
+   WEFT_ATTN=fa-ds "$WEFT" run $MB --backend cuda --deterministic --json >"$tmp/ds4.json" 2>&1 &&
+   WEFT_ATTN=auto:fa-ds "$WEFT" run $MB --backend cuda >/dev/null 2>"$tmp/ds5.err"; then
+  set -- $(fa_ds_launches "$tmp/ds0.l"); k0=$1
+  set -- $(fa_ds_launches "$tmp/ds1.l"); s1=$1 q1=$2
+  set -- $(fa_ds_launches "$tmp/ds2.l"); s2=$1 q2=$2
+  set -- $(fa_ds_launches "$tmp/ds3.l"); s3=$1 q3=$2
+  l3=$(python3 -c 'import json,sys; print(" ".join(repr(s["loss"]) for s in json.load(open(sys.argv[1]))["steps"]))' "$tmp/ds3.json")
+  l4=$(python3 -c 'import json,sys; print(" ".join(repr(s["loss"]) for s in json.load(open(sys.argv[1]))["steps"]))' "$tmp/ds4.json")
+  t5=$(grep -c "^weft: attention backward, b2 h2 s16 d32 bf16 causal: fa [0-9.]* ms; fa-ds [0-9.]* ms, rel err [0-9.e+-]*, worst element [0-9.e+-]* of its bound: fa[-a-z]* runs them (tolerance 1e-02)$" "$tmp/ds5.err")
+  if [ "$k0" -gt 0 ] && [ "$s1" -gt 0 ] && [ "$q1" -eq 0 ] && [ "$s2" -gt 0 ] && [ "$q2" -eq 0 ] &&
+     [ "$s3" -gt 0 ] && [ "$q3" -eq 0 ] && [ -n "$l3" ] && [ "$l3" = "$l4" ] && [ "$t5" -ge 1 ] &&
+     grep -q ": match$" "$tmp/ds1.out" && grep -q ": match$" "$tmp/ds2.out"; then ok
+    echo "cuda (emulated): attention backward with dq from a stored dS: $(tail -1 "$tmp/ds0.out" | sed 's/^test_kernels: //') ($k0 calls took it); megatron bf16 $s1 and llama (grouped queries) $s2 calls, --check $(grep -o 'losses within [^,]*' "$tmp/ds1.out"), $(grep -o 'losses within [^,]*' "$tmp/ds2.out"); --deterministic $s3 calls, the same losses twice; timed: $(grep -m1 '^weft: attention backward' "$tmp/ds5.err" | sed 's/^weft: attention backward, [^:]*: //')"
+  else bad "attention backward with dq from a stored dS: test_kernels $k0 calls, megatron $s1/$q1, llama $s2/$q2, deterministic $s3/$q3 ($l3 | $l4), timed lines $t5"
+    grep -v " ok$" "$tmp/ds0.out"; tail -n 3 "$tmp/ds1.out" "$tmp/ds2.out"; cat "$tmp/ds5.err"; fi
+else bad "WEFT_ATTN=fa-ds"; grep -v " ok$" "$tmp/ds0.out"; tail -n 5 "$tmp/ds1.out" "$tmp/ds2.out" "$tmp/ds3.json" "$tmp/ds5.err" 2>/dev/null; fi
+banks_clean "with fa-ds" "$tmp/ds0.banks" 'k_attn_dq_ds<bf16, 4, 2>' 'k_attn_dq_ds<bf16, 8, 2>' 'k_attn_dq_ds<f16, 4, 2>'
 # A way within the tolerance with an element over its bound is judged by
 # core's sums in f32 (attention_pick.cu): WEFT_CUDA_EMU_SPOIL=ref moves one
 # element of the reference's results as read back, and fa-atomic (the same
@@ -335,7 +371,7 @@ if WEFT_ATTN=auto:fa-wg,fa-wgp "$WEFT" run $WG --backend cuda --check >"$tmp/wg1
      grep -q "match$" "$tmp/wg1.out" && grep -q "match$" "$tmp/wg2.out" && grep -q "match$" "$tmp/wg3.out" &&
      [ "$wg2" -gt 0 ] && [ "$fw2" -gt 0 ] && [ "$wg3" = 0 ] && [ "$wg4" = 0 ] && [ "$off" = 2 ] &&
      grep -q "match$" "$tmp/wg4.out" && ! grep -q "fa-wg" "$tmp/wg4.err" &&
-     grep -q "; attention: the plugin's kernels, cudnn timed against them for heads of 2^32 flops and more (fa-wg and fa-wgp kept out: the switch WEFT_ATTN_WG=off keeps them out)$" "$tmp/wg5.out" &&
+     grep -q "; attention: the plugin's kernels, cudnn, fa-ds timed against them for heads of 2^32 flops and more (fa-wg and fa-wgp kept out: the switch WEFT_ATTN_WG=off keeps them out)$" "$tmp/wg5.out" &&
      grep -q "^weft: CUDA device 0: the warpgroup product's self-check (wgmma.cuh, bf16) gave other sums than the host's: its kernels (fa-wg) do not run here$" "$tmp/wg3.err"; then ok
     echo "cuda (emulated): fa-wg, fa-wgp: timed against fa (rel err 0), fa-wg named alone $fw2 launches of its forward and $wg2 of its backward's, none after a failed self-check, none under WEFT_ATTN_WG=off"
   else bad "fa-wg: its lines, the runs' match, $fw2, $wg2, $wg3 and $wg4 launches of its kernels, the self-check's refusal, $off lines of WEFT_ATTN_WG=off"
@@ -380,7 +416,7 @@ if WEFT_CUDA_EMU_CC=8.6 "$EMU/test_emu" >"$tmp/cc1.out" 2>&1 &&
      [ "$onea" -gt 0 ] && grep -q "match$" "$tmp/cc11.out" &&
      grep -q "match$" "$tmp/cc3.out" && grep -q "match$" "$tmp/cc4.out" && grep -q "match$" "$tmp/cc5.out" &&
      grep -q "^weft: WEFT_ATTN=fa-wg: $said$" "$tmp/cc3.err" && ! grep -q "fa-wg" "$tmp/cc5.err" &&
-     grep -q "(compute capability 8.6), .*; attention: the plugin's kernels, cudnn timed against them for heads of 2^32 flops and more (fa-wg and fa-wgp kept out: they run on GPUs of compute capability 9.0 alone)$" "$tmp/cc6.out"; then ok
+     grep -q "(compute capability 8.6), .*; attention: the plugin's kernels, cudnn, fa-ds timed against them for heads of 2^32 flops and more (fa-wg and fa-wgp kept out: they run on GPUs of compute capability 9.0 alone)$" "$tmp/cc6.out"; then ok
     echo "cuda (emulated): on compute capability 8.6 (99 KiB a block) $(sed -n 's/^test_kernels: //p' "$tmp/cc2.out") (the warpgroup kernels not run), heads of 128 in one stage ($one launches in GPT, $onea with dq by atomics; on 9.0 with WEFT_ATTN_FA_STAGES=1, $one9), GPT matching one device with fa-wg named; on 8.0 likewise"
   else bad "compute capability 8.6 and 8.0: the checks, $wgl warpgroup launches, $one, $onek, $one9 and $onea of the one-stage backward, the lines said"
     grep -v " ok$" "$tmp/cc1.out" "$tmp/cc2.out" | tail -5; cat "$tmp/cc3.err" "$tmp/cc5.err"; grep "runs on" "$tmp/cc6.out"

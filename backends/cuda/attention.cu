@@ -345,6 +345,7 @@ bool attention_way_takes(int way, int dt, const gpu_attn *a, bool causal, bool b
   case ATTN_FA_ATOMIC: return causal && bwd && attention_fa_atomic_takes(dt, a);
   case ATTN_FA_WG: return causal && attention_wg_takes(dt, a);
   case ATTN_FA_WGP: return causal && bwd && attention_wg_takes(dt, a);
+  case ATTN_FA_DS: return causal && bwd && attention_fa_ds_takes(dt, a);
   default: return false;
   }
 }
@@ -398,13 +399,15 @@ size_t gpu_attention_stats_bytes(const gpu_attn *a) { return (size_t)(a->b * a->
  * cuDNN's workspace where it takes the backward, whichever is larger. */
 static size_t own_ws(const gpu_attn *a) { return (size_t)(2 * a->b * a->hq * a->sq + 1) * sizeof(float); }
 
-/* Where the f32 sums of dq by atomics start in the workspace: after lse
- * and D. */
+/* Where the f32 sums of dq by atomics (fa-atomic) or the stored dS^T
+ * (fa-ds) start in the workspace: after lse and D. */
 static size_t atomic_at(const gpu_attn *a) { return (own_ws(a) + 255) / 256 * 256; }
 
 static size_t backward_ws(int dt, const gpu_attn *a, bool acc, bool causal) {
   size_t own = own_ws(a);
   if (attention_fa_atomic_considered(dt, a, causal, acc)) own = atomic_at(a) + attention_fa_atomic_ws(a);
+  if (attention_fa_ds_considered(dt, a, causal, acc) && atomic_at(a) + attention_fa_ds_ws(a) > own)
+    own = atomic_at(a) + attention_fa_ds_ws(a);
   size_t lib = acc || !attention_cudnn_considered(dt, a, causal) ? 0 : attention_cudnn_backward_ws(dt, a, causal);
   return lib > own ? lib : own;
 }
@@ -458,7 +461,8 @@ bool attention_backward_by(int way, gpu_stream *s, int dt, void *dq, void *dk, v
                            const float *lse_kept, const void *out, void *ws, bool causal) {
   if (way == ATTN_CUDNN)
     return lse_kept && out && attention_cudnn_backward(s, dt, dq, dk, dv, dout, q, k, v, a, acc, lse_kept, out, ws, causal);
-  const bool wg = way == ATTN_FA_WG || way == ATTN_FA_WGP, fa = way == ATTN_FA || way == ATTN_FA_ATOMIC || wg;
+  const bool wg = way == ATTN_FA_WG || way == ATTN_FA_WGP,
+             fa = way == ATTN_FA || way == ATTN_FA_ATOMIC || way == ATTN_FA_DS || wg;
   if (!attention_way_takes(way, dt, a, causal, true) || (fa && !(lse_kept && out))) return false;
   gpu_attn f = causal ? *a : unmasked(a);
   float *lse, *dsum;
@@ -466,6 +470,8 @@ bool attention_backward_by(int way, gpu_stream *s, int dt, void *dq, void *dk, v
   if (wg) /* fa-wg: the shape WEFT_ATTN_FA_BWD_SHAPE names, by default wg; fa-wgp: pipelined */
     attention_wg_backward(s, dt, dq, dk, dv, dout, q, k, v, a, acc, lse, dsum, attention_rows16(a, dout, q, k, v),
                           way == ATTN_FA_WGP ? 1 : 0);
+  else if (way == ATTN_FA_DS)
+    attention_fa_ds_backward(s, dt, dq, dk, dv, dout, q, k, v, a, acc, lse, dsum, (char *)ws + atomic_at(a));
   else if (fa)
     attention_fa_backward(s, dt, dq, dk, dv, dout, q, k, v, a, acc, lse, dsum,
                           way == ATTN_FA_ATOMIC ? (float *)((char *)ws + atomic_at(a)) : NULL);

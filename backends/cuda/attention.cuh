@@ -86,6 +86,17 @@ void attention_fa_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, 
  * backward's workspace), then stored: whether it takes these heads. */
 bool attention_fa_atomic_takes(int dt, const gpu_attn *a);
 size_t attention_fa_atomic_ws(const gpu_attn *a);
+/* The same with dq from a stored dS (fa-ds): the dk/dv kernel writes each
+ * tile's dS^T to buf (16-bit; attention_fa_ds_ws bytes of the backward's
+ * workspace, for a part of the batch at a time), and a kernel of its own
+ * takes dQ = dS K from it: five products a tile as with atomics, each sum
+ * in one order (the same bits every run). It takes self-attention's heads
+ * (queries and keys the same positions) that fa takes. */
+bool attention_fa_ds_takes(int dt, const gpu_attn *a);
+size_t attention_fa_ds_ws(const gpu_attn *a);
+void attention_fa_ds_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, const void *dout, const void *q,
+                              const void *k, const void *v, const gpu_attn *a, bool acc, const float *lse,
+                              const float *dsum, void *buf);
 
 /* Whether the mma.sync and warpgroup kernels may move the rows of these
  * tensors 16 bytes at a time (cp.async): every row and batch on 16 bytes. */
@@ -125,11 +136,12 @@ void attention_wg_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, 
  * attention_pick.cu chooses among: the mma.sync kernels (attention_fa*.cu),
  * the wmma ones (attention_tc.cu), cuDNN's fused attention
  * (attention_cudnn.cu), the kernels on CUDA cores (attention.cu) and the
- * mma.sync backward with dq by atomics and the backward on Hopper's
+ * mma.sync backward with dq by atomics, the backward on Hopper's
  * warpgroup products, its groups of products waited for in turn or
- * pipelined (backwards only; never fallbacks: the plugin's default is
- * ATTN_FA to ATTN_CORE but cuDNN). */
-enum { ATTN_FA, ATTN_WMMA, ATTN_CUDNN, ATTN_CORE, ATTN_FA_ATOMIC, ATTN_FA_WG, ATTN_FA_WGP, ATTN_WAYS };
+ * pipelined, and the mma.sync backward with dq from a stored dS
+ * (backwards only; never fallbacks: the plugin's default is ATTN_FA to
+ * ATTN_CORE but cuDNN). */
+enum { ATTN_FA, ATTN_WMMA, ATTN_CUDNN, ATTN_CORE, ATTN_FA_ATOMIC, ATTN_FA_WG, ATTN_FA_WGP, ATTN_FA_DS, ATTN_WAYS };
 extern const char *const attention_way_names[ATTN_WAYS];
 /* The way WEFT_ATTN names alone (WEFT_ATTN=cudnn, ...), -1 where it names
  * none (unset, or auto). */
@@ -142,6 +154,8 @@ bool attention_cudnn_considered(int dt, const gpu_attn *a, bool causal);
  * backward that adds, which is not timed (so only WEFT_ATTN=fa-atomic
  * runs it). */
 bool attention_fa_atomic_considered(int dt, const gpu_attn *a, bool causal, bool acc);
+/* Likewise for the backward with dq from a stored dS (its buffer). */
+bool attention_fa_ds_considered(int dt, const gpu_attn *a, bool causal, bool acc);
 /* The way that runs this call: WEFT_ATTN's, or the one chosen for these
  * heads on this device the first time they ran, timed against the
  * plugin's default where more than one takes them (attention_pick.cu);

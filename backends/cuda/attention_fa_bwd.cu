@@ -199,11 +199,14 @@ DEV void dq_by_atomics(float *dqa, const T *dS, const T *Ks, int64_t dh, int qb,
 
 /* dk, dv of keys [k0, k0 + FB) of key/value head hk; warp w owns 16.
  * DQ: dq too, each chunk's part of it added to dqa (f32 [b, hq, sq, dh],
- * zero before, without the scale) by atomics. */
+ * zero before, without the scale) by atomics; or, where dsT is not NULL
+ * (fa-ds), dS^T of each tile stored there for k_attn_dq_ds (16-bit, key
+ * rows of the head's query positions rounded up to FB: [b, hq, key tile,
+ * FB keys, sqp]; a.qpos 0), dqa not read. */
 template <class T, int D16, bool HOLD, int QC, int MB, bool DQ, int NST>
 __global__ void __launch_bounds__(FT, MB)
     k_attn_dkv_fa(T *dk, T *dv, const T *dout, const T *q, const T *k, const T *v, gpu_attn a, float scale,
-                  bool vec, const float *lse, const float *dsum, bool acc, float *dqa, bool by_tile) {
+                  bool vec, const float *lse, const float *dsum, bool acc, float *dqa, bool by_tile, T *dsT) {
   typedef dkv_layout<D16, NST> L;
   enum { LD = L::LD };
   DYN_SMEM(unsigned char, raw);
@@ -302,16 +305,28 @@ __global__ void __launch_bounds__(FT, MB)
         for (int j = 0; j < QC / 16; j++) pp[j][0] = pp[j][1] = pp[j][2] = pp[j][3] = 0u;
       }
       if constexpr (DQ) {
-        /* dS^T (keys by queries) to shared memory: pp[j][e] is the word of
-         * key g (+ 8 for odd e), queries 16 j + 2 t (+ 8 from e = 2) */
+        /* pp[j][e] is the word of dS^T at key g (+ 8 for odd e), queries
+         * 16 j + 2 t (+ 8 from e = 2) */
+        if (dsT) {
+          /* to the buffer: the tile's key rows, from the chunk's first query */
+          const int64_t sqp = (a.sq + FB - 1) / FB * FB;
+          T *at = dsT + ((bi * a.hq + ch) * grid_tiles + tile) * FB * sqp + q0 + c0;
 #pragma unroll
-        for (int j = 0; j < QC / 16; j++)
+          for (int j = 0; j < QC / 16; j++)
 #pragma unroll
-          for (int e = 0; e < 4; e++)
-            *(uint32_t *)(dSs + (16 * w + g + (e & 1) * 8) * (QC + 8) + 16 * j + (e >> 1) * 8 + 2 * t) = pp[j][e];
-        __syncthreads();
-        dq_by_atomics<T, D16, QC>(dqa + ((bi * a.hq + ch) * a.sq) * a.dh, dSs, Ks, a.dh, q0 + c0, sq, w, lane);
-        __syncthreads();
+            for (int e = 0; e < 4; e++)
+              *(uint32_t *)(at + (16 * w + g + (e & 1) * 8) * sqp + 16 * j + (e >> 1) * 8 + 2 * t) = pp[j][e];
+        } else {
+          /* to shared memory, then dq by atomics */
+#pragma unroll
+          for (int j = 0; j < QC / 16; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+              *(uint32_t *)(dSs + (16 * w + g + (e & 1) * 8) * (QC + 8) + 16 * j + (e >> 1) * 8 + 2 * t) = pp[j][e];
+          __syncthreads();
+          dq_by_atomics<T, D16, QC>(dqa + ((bi * a.hq + ch) * a.sq) * a.dh, dSs, Ks, a.dh, q0 + c0, sq, w, lane);
+          __syncthreads();
+        }
       }
     }
     if ((q0 += FB) >= sq) q0 = qs, ch++;
@@ -442,6 +457,68 @@ __global__ void k_attn_dq_store(T *dq, const float *dqa, gpu_attn a, float scale
   }
 }
 
+/* ---- dq from a stored dS (fa-ds) --------------------------------------------------------- */
+
+/* Shared memory: two stages of a tile of dS^T (FB keys by FB queries, rows
+ * of FB + 8) and its key tile (rows of dh + 8). */
+namespace {
+template <int D16> struct ds_layout {
+  enum { LD = D16 * 16 + 8, LDS = FB + 8, DS = FB * LDS * 2, STAGE = DS + FB * LD * 2, BYTES = 2 * STAGE };
+};
+} // namespace
+
+/* dq (+)= scale dS K of query rows [q0, q0 + FB) of head h, the last block
+ * the first, from the dS^T that k_attn_dkv_fa stored (dsT, its layout;
+ * a.qpos 0): over the key tiles up to the rows' last, the next tile while
+ * the current one is computed; warp w owns 16 rows, the whole head. Each
+ * sum has one owner and one order: the same bits every run. */
+template <class T, int D16, int MB>
+__global__ void __launch_bounds__(FT, MB)
+    k_attn_dq_ds(T *dq, const T *dsT, const T *k, gpu_attn a, float scale, bool vec, bool acc, bool by_tile) {
+  typedef ds_layout<D16> L;
+  enum { LD = L::LD, LDS = L::LDS };
+  DYN_SMEM(unsigned char, raw);
+  int64_t bi, h, tile, grid_tiles;
+  attention_fa_block(by_tile, bi, h, tile, grid_tiles);
+  const int q0 = (int)(grid_tiles - 1 - tile) * FB, sk = (int)a.sk;
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int64_t sqp = (a.sq + FB - 1) / FB * FB, nkt = (a.sk + FB - 1) / FB;
+  const T *kb = k + bi * a.kv_batch + (h / a.r) * a.dh, *db = dsT + (bi * a.hq + h) * nkt * FB * sqp + q0;
+  const int tiles = (int)last_key(a, q0 + FB) / FB + 1;
+  rows_to<T, FB / 16>((T *)raw, db, sqp, FB, true);
+  rows_to<T, D16>((T *)(raw + L::DS), kb, a.kv_row, sk, vec);
+  cp_commit();
+  float gq[2 * D16][4];
+#pragma unroll
+  for (int n = 0; n < 2 * D16; n++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) gq[n][e] = 0.0f;
+  for (int kt = 0; kt < tiles; kt++) {
+    if (kt + 1 < tiles) {
+      unsigned char *nx = raw + ((kt + 1) & 1) * L::STAGE;
+      const int k1 = (kt + 1) * FB;
+      rows_to<T, FB / 16>((T *)nx, db + (int64_t)k1 * sqp, sqp, FB, true);
+      rows_to<T, D16>((T *)(nx + L::DS), kb + (int64_t)k1 * a.kv_row, a.kv_row, sk - k1, vec);
+    }
+    cp_commit();
+    cp_wait<1>();
+    __syncthreads();
+    const unsigned char *sg = raw + (kt & 1) * L::STAGE;
+    const T *Ds = (const T *)sg, *Ks = (const T *)(sg + L::DS);
+    if (q0 + 16 * w < a.sq) {
+      /* A = dS (the warp's 16 queries by 16 keys) from its transpose */
+      uint32_t pp[FB / 16][4];
+#pragma unroll
+      for (int j = 0; j < FB / 16; j++)
+        ldsm_x4<true>(pp[j], Ds + (j * 16 + (lane & 7) + (lane >> 4) * 8) * LDS + 16 * w + ((lane >> 3) & 1) * 8);
+      accumulate<T, D16, FB>(gq, pp, Ks, lane);
+    }
+    __syncthreads();
+  }
+  const int qi0 = q0 + 16 * w + g;
+  store_q<T, 2 * D16>(dq + bi * a.q_batch + h * a.dh + 2 * t, gq, qi0, qi0 + 8, a.sq, a.q_row, scale, acc);
+}
+
 /* ---- launches -------------------------------------------------------------------------- */
 
 namespace {
@@ -509,6 +586,31 @@ bool attention_fa_atomic_takes(int dt, const gpu_attn *a) {
 size_t attention_fa_atomic_ws(const gpu_attn *a) { return (size_t)(a->b * a->hq * a->sq * a->dh) * sizeof(float); }
 
 namespace {
+/* fa-ds's buffer of dS^T: bytes a batch element takes (16-bit, every key
+ * tile's rows over the query positions rounded up to FB), and the batch
+ * elements it holds at once: as many as take no more than q, k and v of
+ * the whole batch would (at least one), so that it grows with the batch
+ * no faster than they do; the backward runs the batch in parts of that
+ * many. */
+size_t fa_ds_per_b(const gpu_attn *a) {
+  return (size_t)(a->hq * ((a->sk + FB - 1) / FB) * FB * ((a->sq + FB - 1) / FB) * FB) * 2;
+}
+int64_t fa_ds_part(const gpu_attn *a) {
+  const size_t qkv = (size_t)(3 * a->b * a->sq * a->hq * a->dh) * 2;
+  const int64_t n = (int64_t)(qkv / fa_ds_per_b(a));
+  return n < 1 ? 1 : n > a->b ? a->b : n;
+}
+} // namespace
+
+bool attention_fa_ds_takes(int dt, const gpu_attn *a) {
+  return a->qpos == 0 && a->sq == a->sk && attention_fa_bwd_takes(dt, a) &&
+         (size_t)ds_layout<8>::BYTES <= attention_smem_limit();
+}
+
+/* (16 bytes more: the buffer starts on 16 bytes, fa_ds_backward) */
+size_t attention_fa_ds_ws(const gpu_attn *a) { return (size_t)fa_ds_part(a) * fa_ds_per_b(a) + 16; }
+
+namespace {
 
 /* dk and dv (dq too with dqa: attention_fa_atomic) for heads of 16 D16:
  * HOLD, the warps keep their K and V rows in registers; QC, queries at a
@@ -516,16 +618,23 @@ namespace {
  * (dkv_layout). */
 template <class T, int D16, bool HOLD, int QC, int MB, int NST = 2>
 void fa_dkv(gpu_stream *s, T *dq, T *dk, T *dv, const T *dout, const T *q, const T *k, const T *v, const gpu_attn *a,
-            bool acc, const float *lse, const float *dsum, bool vec, float *dqa, float scale) {
+            bool acc, const float *lse, const float *dsum, bool vec, float *dqa, float scale, T *dsT = NULL) {
   const int64_t tiles = (a->sk + FB - 1) / FB;
   const bool by_tile = attention_fa_by_tile(tiles, a->b);
   const dim3 grid = attention_fa_grid(by_tile, tiles, a->hq / a->r, a->b);
+  if (dsT) { /* fa-ds: dS^T stored, no shared memory for it */
+    const size_t bytes = dkv_layout<D16, NST>::BYTES;
+    allow_smem(k_attn_dkv_fa<T, D16, HOLD, QC, MB, true, NST>, bytes);
+    launch(k_attn_dkv_fa<T, D16, HOLD, QC, MB, true, NST>, grid, FT, bytes, s, dk, dv, dout, q, k, v, *a, scale, vec, lse,
+           dsum, acc, (float *)NULL, by_tile, dsT);
+    return;
+  }
   if (dqa) {
     const size_t bytes = dkv_layout<D16, NST>::bytes(true, QC);
     gpu_zero(dqa, attention_fa_atomic_ws(a), s);
     allow_smem(k_attn_dkv_fa<T, D16, HOLD, QC, MB, true, NST>, bytes);
     launch(k_attn_dkv_fa<T, D16, HOLD, QC, MB, true, NST>, grid, FT, bytes, s, dk, dv, dout, q, k, v, *a, scale, vec, lse,
-           dsum, acc, dqa, by_tile);
+           dsum, acc, dqa, by_tile, (T *)NULL);
     launch(k_attn_dq_store<T>, blocks_for(a->b * a->hq * a->sq * a->dh, 256), 256, 0, s, dq, (const float *)dqa, *a,
            scale, acc);
     return;
@@ -533,7 +642,7 @@ void fa_dkv(gpu_stream *s, T *dq, T *dk, T *dv, const T *dout, const T *q, const
   const size_t bytes = dkv_layout<D16, NST>::BYTES;
   allow_smem(k_attn_dkv_fa<T, D16, HOLD, QC, MB, false, NST>, bytes);
   launch(k_attn_dkv_fa<T, D16, HOLD, QC, MB, false, NST>, grid, FT, bytes, s, dk, dv, dout, q, k, v, *a, scale, vec, lse,
-         dsum, acc, (float *)NULL, by_tile);
+         dsum, acc, (float *)NULL, by_tile, (T *)NULL);
 }
 
 /* dq for heads of 16 D16: HOLD, the warps keep their Q and dout rows in
@@ -636,7 +745,61 @@ void fa_backward(gpu_stream *s, void *dq, void *dk, void *dv, const void *dout, 
   }
 }
 
+/* fa-ds: dk and dv with dS^T stored (fa_dkv's kernel with dq, the shape
+ * fa_backward takes for the heads), then dq from it, a part of the batch
+ * at a time (fa_ds_part). */
+template <class T>
+void fa_ds_backward(gpu_stream *s, void *dq, void *dk, void *dv, const void *dout, const void *q, const void *k,
+                    const void *v, const gpu_attn *a, bool acc, const float *lse, const float *dsum, bool vec,
+                    void *buf) {
+  const float scale = (float)(1.0 / sqrt((double)a->dh));
+  const int64_t part = fa_ds_part(a);
+  T *ds = (T *)(((uintptr_t)buf + 15) & ~(uintptr_t)15); /* its rows are moved 16 bytes at a time */
+  for (int64_t b0 = 0; b0 < a->b; b0 += part) {
+    gpu_attn c = *a;
+    c.b = a->b - b0 < part ? a->b - b0 : part;
+    T *gq = (T *)dq + b0 * a->q_batch, *gk = dk ? (T *)dk + b0 * a->kv_batch : NULL;
+    T *gv = dv ? (T *)dv + b0 * a->kv_batch : NULL;
+    const T *o = (const T *)dout + b0 * a->o_batch, *qq = (const T *)q + b0 * a->q_batch;
+    const T *kk = (const T *)k + b0 * a->kv_batch, *vv = (const T *)v + b0 * a->kv_batch;
+    const float *l = lse + b0 * a->hq * a->sq, *d = dsum + b0 * a->hq * a->sq;
+    switch (a->dh) {
+    case 32: fa_dkv<T, 2, true, fa_qc(2), 2>(s, gq, gk, gv, o, qq, kk, vv, &c, acc, l, d, vec, NULL, scale, ds); break;
+    case 64: fa_dkv<T, 4, true, fa_qc(4), 2>(s, gq, gk, gv, o, qq, kk, vv, &c, acc, l, d, vec, NULL, scale, ds); break;
+    case 96: fa_dkv<T, 6, false, fa_qc(6), 2>(s, gq, gk, gv, o, qq, kk, vv, &c, acc, l, d, vec, NULL, scale, ds); break;
+    default:
+      if (fa_stages(128, false) == 1)
+        fa_dkv<T, 8, false, fa_qc(8), 2, 1>(s, gq, gk, gv, o, qq, kk, vv, &c, acc, l, d, vec, NULL, scale, ds);
+      else
+        fa_dkv<T, 8, false, fa_qc(8), 2>(s, gq, gk, gv, o, qq, kk, vv, &c, acc, l, d, vec, NULL, scale, ds);
+      break;
+    }
+    const int64_t tiles = (c.sq + FB - 1) / FB;
+    const bool by_tile = attention_fa_by_tile(tiles, c.b);
+    const dim3 grid = attention_fa_grid(by_tile, tiles, c.hq, c.b);
+    WITH_D16(a->dh, D, {
+      allow_smem(k_attn_dq_ds<T, D, 2>, ds_layout<D>::BYTES);
+      launch(k_attn_dq_ds<T, D, 2>, grid, FT, ds_layout<D>::BYTES, s, gq, (const T *)ds, kk, c, scale, vec, acc,
+             by_tile);
+    });
+  }
+}
+
 } // namespace
+
+void attention_fa_ds_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, const void *dout, const void *q,
+                              const void *k, const void *v, const gpu_attn *a, bool acc, const float *lse,
+                              const float *dsum, void *buf) {
+  const bool vec = attention_rows16(a, dout, q, k, v);
+  if (!dq || !(dk || dv)) { /* dq alone, or no dq: the two kernels' way is the shorter */
+    attention_fa_backward(s, dt, dq, dk, dv, dout, q, k, v, a, acc, lse, dsum, NULL);
+    return;
+  }
+  if (dt == GPU_F16)
+    fa_ds_backward<f16>(s, dq, dk, dv, dout, q, k, v, a, acc, lse, dsum, vec, buf);
+  else
+    fa_ds_backward<bf16>(s, dq, dk, dv, dout, q, k, v, a, acc, lse, dsum, vec, buf);
+}
 
 void attention_fa_backward(gpu_stream *s, int dt, void *dq, void *dk, void *dv, const void *dout, const void *q,
                            const void *k, const void *v, const gpu_attn *a, bool acc, const float *lse,

@@ -4,9 +4,10 @@
  *
  * WEFT_ATTN (read once):
  *   unset   the plugin's kernels (mma.sync, else wmma, else CUDA cores),
- *           with cuDNN's fused attention and the kernels on Hopper's
+ *           with cuDNN's fused attention, the kernels on Hopper's
  *           warpgroup products (fa-wg, and fa-wgp, its backward
- *           pipelined, where the GPU runs them) timed
+ *           pipelined, where the GPU runs them) and the backward with dq
+ *           from a stored dS (fa-ds) timed
  *           against them for heads whose forward is at least
  *           ATTN_TUNE_FLOP (small heads cost more to plan in cuDNN than
  *           they could gain; the backward with dq by atomics, fa-atomic,
@@ -14,12 +15,12 @@
  *           timed only when named);
  *   auto    the same for heads of every size;
  *   auto:W,...  the ways W (fa, wmma, cudnn, core, fa-atomic, fa-wg,
- *           fa-wgp) timed against the plugin's kernels, for heads of
- *           every size;
- *   fa, wmma, cudnn, core, fa-atomic, fa-wg, fa-wgp  that way alone,
- *           where it takes the heads (the plugin's kernels where it does
- *           not; fa-atomic and fa-wgp are backwards: the forward is
- *           fa's).
+ *           fa-wgp, fa-ds) timed against the plugin's kernels, for heads
+ *           of every size;
+ *   fa, wmma, cudnn, core, fa-atomic, fa-wg, fa-wgp, fa-ds  that way
+ *           alone, where it takes the heads (the plugin's kernels where it
+ *           does not; fa-atomic, fa-wgp and fa-ds are backwards: the
+ *           forward is fa's).
  *
  * The choice, one for each shape of heads, type, device and kind of call
  * (forward or backward, the forward's log-sum-exp kept or not, a backward
@@ -68,7 +69,8 @@
 #include <thread>
 #include <vector>
 
-const char *const attention_way_names[ATTN_WAYS] = {"fa", "wmma", "cudnn", "core", "fa-atomic", "fa-wg", "fa-wgp"};
+const char *const attention_way_names[ATTN_WAYS] = {"fa",        "wmma",  "cudnn",  "core",
+                                                      "fa-atomic", "fa-wg", "fa-wgp", "fa-ds"};
 
 namespace {
 
@@ -97,7 +99,8 @@ const pick_mode &the_mode(void) {
   mode.read = true;
   mode.forced = -1;
   mode.every = false;
-  for (int w = 0; w < ATTN_WAYS; w++) mode.alt[w] = w == ATTN_CUDNN || w == ATTN_FA_WG || w == ATTN_FA_WGP;
+  for (int w = 0; w < ATTN_WAYS; w++)
+    mode.alt[w] = w == ATTN_CUDNN || w == ATTN_FA_WG || w == ATTN_FA_WGP || w == ATTN_FA_DS;
   const char *e = getenv("WEFT_ATTN");
   if (!e || !*e) return mode;
   const int one = way_named(e, strlen(e));
@@ -132,8 +135,8 @@ const pick_mode &the_mode(void) {
     }
   }
   fprintf(stderr,
-          "weft: WEFT_ATTN=%s is none of auto, auto:WAYS (of fa, wmma, cudnn, core, fa-atomic, fa-wg, fa-wgp, by "
-          "commas), fa, wmma, cudnn, core, fa-atomic, fa-wg, fa-wgp; attention takes its default\n",
+          "weft: WEFT_ATTN=%s is none of auto, auto:WAYS (of fa, wmma, cudnn, core, fa-atomic, fa-wg, fa-wgp, "
+          "fa-ds, by commas), fa, wmma, cudnn, core, fa-atomic, fa-wg, fa-wgp, fa-ds; attention takes its default\n",
           e);
   return mode;
 }
@@ -677,6 +680,13 @@ bool attention_fa_atomic_considered(int dt, const gpu_attn *a, bool causal, bool
   if (!attention_way_takes(ATTN_FA_ATOMIC, dt, a, causal, true)) return false;
   if (m.forced >= 0) return m.forced == ATTN_FA_ATOMIC;
   return !acc && m.alt[ATTN_FA_ATOMIC] && (m.every || forward_flop(a, causal) >= ATTN_TUNE_FLOP);
+}
+
+bool attention_fa_ds_considered(int dt, const gpu_attn *a, bool causal, bool acc) {
+  const pick_mode &m = the_mode();
+  if (!attention_way_takes(ATTN_FA_DS, dt, a, causal, true)) return false;
+  if (m.forced >= 0) return m.forced == ATTN_FA_DS;
+  return !acc && m.alt[ATTN_FA_DS] && (m.every || forward_flop(a, causal) >= ATTN_TUNE_FLOP);
 }
 
 int attention_pick_forward(gpu_stream *s, int dt, void *out, const void *q, const void *k, const void *v,

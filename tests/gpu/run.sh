@@ -6,7 +6,8 @@
 #      the one-time choices of kernels in step 1 alone;
 #   2. every kernel against the CPU backend's, f32 and bf16, at the sizes
 #      of make check and at larger ones (build/cuda/test_kernels), then
-#      attention's again with the backward's dq by atomics (fa-atomic);
+#      attention's again with the backward's dq by atomics (fa-atomic)
+#      and from a stored dS (fa-ds);
 #      on compute capability 9.0, GPT-2 with the backward on the warpgroup
 #      products (fa-wg, fa-wgp) matching one device, its loss within 1e-3
 #      of the mma.sync kernels', where test_kernels passed them (else the
@@ -125,6 +126,10 @@ fi
 if limit env WEFT_ATTN=fa-atomic build/cuda/test_kernels --attention >"$tmp/ka" 2>&1; then
   ok "kernels with WEFT_ATTN=fa-atomic: $(tail -1 "$tmp/ka" | sed 's/^test_kernels: //') (attention alone)"
 else bad "kernels with WEFT_ATTN=fa-atomic"; grep "FAIL" "$tmp/ka" | tee -a "$log"; fi
+# and with dq from the dS the dk/dv kernel stores (WEFT_ATTN=fa-ds)
+if limit env WEFT_ATTN=fa-ds build/cuda/test_kernels --attention >"$tmp/kd" 2>&1; then
+  ok "kernels with WEFT_ATTN=fa-ds: $(tail -1 "$tmp/kd" | sed 's/^test_kernels: //') (attention alone)"
+else bad "kernels with WEFT_ATTN=fa-ds"; grep "FAIL" "$tmp/kd" | tee -a "$log"; fi
 # the backward's kernels at heads of 128 in one stage of shared memory,
 # as GPUs of 99 KiB a block run them (WEFT_ATTN_FA_STAGES=1 takes them on
 # any GPU)
@@ -195,8 +200,9 @@ if command -v compute-sanitizer >/dev/null 2>&1; then
   else bad "compute-sanitizer racecheck, WEFT_ATTN=fa-atomic (exit $rc)"; tail -30 "$tmp/rc" | tee -a "$log"; fi
   # and the backward's one stage of shared memory at heads of 128 (as GPUs
   # of 99 KiB a block run it; WEFT_ATTN_FA_STAGES=1), its stage refilled
-  # after each tile's products, with dq by atomics and by its own kernel
-  for way in fa fa-atomic; do
+  # after each tile's products, with dq by atomics, by its own kernel and
+  # from the stored dS (whose dq kernel's two stages are raced here too)
+  for way in fa fa-atomic fa-ds; do
     limit env WEFT_ATTN_FA_STAGES=1 WEFT_ATTN=$way compute-sanitizer --tool racecheck --error-exitcode 9 $WEFT run \
       bench/gpu/gpt2.plan --plan single $GPT --set hidden=256 --set heads=2 --backend cuda --steps 1 >"$tmp/rc" 2>&1
     rc=$?
