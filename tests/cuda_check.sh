@@ -120,7 +120,7 @@ if [ -n "$REAL" ] && [ -f "$REAL/libweft_cuda.so" ]; then
                   "dk/dv wg _Z13k_attn_dkv_wgI13__nv_bfloat16Li3ELb0EE|dk/dv wg2 _Z13k_attn_dkv_wgI13__nv_bfloat16Li2ELb0EE|" \
                   "dk/dv wgp _Z13k_attn_dkv_wgI13__nv_bfloat16Li2ELb1EE|dq wg _Z12k_attn_dq_wgI13__nv_bfloat16Li3ELb0EE|" \
                   "dq wgp _Z12k_attn_dq_wgI13__nv_bfloat16Li3ELb1EE|forward wg _Z13k_attn_fwd_wgI13__nv_bfloat16E|" \
-                  "dq from dS _Z12k_attn_dq_dsI13__nv_bfloat16Li4ELi2EE", v, "|")
+                  "dq fa-ds _Z12k_attn_dq_dsI13__nv_bfloat16Li4ELi2EE", v, "|")
         bad = 0; line = ""; kernels = 0
         for (i = 1; i <= n; i++) {
           split(v[i], f, " "); found = 0
