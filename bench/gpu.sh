@@ -18,7 +18,8 @@
 # PARTS picks among "kernels 124m 350m tp2 cudnn switches trace" (default
 # the first five; kernels: bench_kernels, below; cudnn: 124M and 350M again
 # with attention through cuDNN's fused flash attention, WEFT_ATTN=cudnn,
-# and through the plugin's kernels alone, WEFT_ATTN=fa (the first row
+# through the plugin's kernels alone, WEFT_ATTN=fa, and with the backward's
+# dq from a stored dS, WEFT_ATTN=fa-ds (the first row
 # takes whichever was fastest on its heads, attention_pick.cu, and says
 # which; the backward summing dq by atomics, WEFT_ATTN=fa-atomic, slower
 # by 2026-12-04's run, is timed by the kernels part alone);
@@ -259,7 +260,8 @@ bench_at() {
   # after PyTorch's rows, so that a budget that runs out takes these first
   case " $PARTS " in *" cudnn "*)
     weft_row "$name weft, cuDNN attn" WEFT_ATTN=cudnn WEFT_CUDNN_VERBOSE=1
-    weft_row "$name weft, plugin attn" WEFT_ATTN=fa ;;
+    weft_row "$name weft, plugin attn" WEFT_ATTN=fa
+    weft_row "$name weft, fa-ds" WEFT_ATTN=fa-ds ;;
   esac
 }
 case " $PARTS " in *" 124m "*) bench_size "GPT-2 124M" 12 768 12 1 ;;
