@@ -694,7 +694,7 @@ fa_occupancy fa_bwd_shape(void) {
 template <class T>
 void fa_backward(gpu_stream *s, void *dq, void *dk, void *dv, const void *dout, const void *q, const void *k,
                  const void *v, const gpu_attn *a, bool acc, const float *lse, const float *dsum, bool vec,
-                 float *dqa) {
+                 float *dqa, T *dsT = NULL) {
   T *gq = (T *)dq, *gk = (T *)dk, *gv = (T *)dv;
   const T *o = (const T *)dout, *qq = (const T *)q, *kk = (const T *)k, *vv = (const T *)v;
   const float scale = (float)(1.0 / sqrt((double)a->dh));
@@ -706,27 +706,38 @@ void fa_backward(gpu_stream *s, void *dq, void *dk, void *dv, const void *dout, 
    * occupancies of fa_bwd_shape where it asks. */
   fa_occupancy sh = a->dh == 64 ? fa_bwd_shape() : fa_occupancy{2, 3};
   if (sh.kv == 0) sh = fa_occupancy{2, 3}; /* wg where it could not run (attention_fa_backward) */
-  if (dk || dv || dqa) {
+  if (dk || dv || dqa || dsT) {
     switch (a->dh) {
-    case 32: fa_dkv<T, 2, true, fa_qc(2), 2>(s, gq, gk, gv, o, qq, kk, vv, a, acc, lse, dsum, vec, dqa, scale); break;
+    case 32: fa_dkv<T, 2, true, fa_qc(2), 2>(s, gq, gk, gv, o, qq, kk, vv, a, acc, lse, dsum, vec, dqa, scale, dsT); break;
     case 64:
       if (sh.kv == 3)
-        fa_dkv<T, 4, false, 32, 3>(s, gq, gk, gv, o, qq, kk, vv, a, acc, lse, dsum, vec, dqa, scale);
+        fa_dkv<T, 4, false, 32, 3>(s, gq, gk, gv, o, qq, kk, vv, a, acc, lse, dsum, vec, dqa, scale, dsT);
       else if (sh.kv == 4)
-        fa_dkv<T, 4, false, 32, 4>(s, gq, gk, gv, o, qq, kk, vv, a, acc, lse, dsum, vec, dqa, scale);
+        fa_dkv<T, 4, false, 32, 4>(s, gq, gk, gv, o, qq, kk, vv, a, acc, lse, dsum, vec, dqa, scale, dsT);
       else
-        fa_dkv<T, 4, true, fa_qc(4), 2>(s, gq, gk, gv, o, qq, kk, vv, a, acc, lse, dsum, vec, dqa, scale);
+        fa_dkv<T, 4, true, fa_qc(4), 2>(s, gq, gk, gv, o, qq, kk, vv, a, acc, lse, dsum, vec, dqa, scale, dsT);
       break;
-    case 96: fa_dkv<T, 6, false, fa_qc(6), 2>(s, gq, gk, gv, o, qq, kk, vv, a, acc, lse, dsum, vec, dqa, scale); break;
+    case 96: fa_dkv<T, 6, false, fa_qc(6), 2>(s, gq, gk, gv, o, qq, kk, vv, a, acc, lse, dsum, vec, dqa, scale, dsT); break;
     default:
       if (fa_stages(128, dqa != NULL) == 1)
-        fa_dkv<T, 8, false, fa_qc(8), 2, 1>(s, gq, gk, gv, o, qq, kk, vv, a, acc, lse, dsum, vec, dqa, scale);
+        fa_dkv<T, 8, false, fa_qc(8), 2, 1>(s, gq, gk, gv, o, qq, kk, vv, a, acc, lse, dsum, vec, dqa, scale, dsT);
       else
-        fa_dkv<T, 8, false, fa_qc(8), 2>(s, gq, gk, gv, o, qq, kk, vv, a, acc, lse, dsum, vec, dqa, scale);
+        fa_dkv<T, 8, false, fa_qc(8), 2>(s, gq, gk, gv, o, qq, kk, vv, a, acc, lse, dsum, vec, dqa, scale, dsT);
       break;
     }
   }
   if (!dq || dqa) return;
+  if (dsT) { /* fa-ds: dq from the dS^T the dk/dv kernel stored */
+    const int64_t tiles = (a->sq + FB - 1) / FB;
+    const bool by_tile = attention_fa_by_tile(tiles, a->b);
+    const dim3 grid = attention_fa_grid(by_tile, tiles, a->hq, a->b);
+    WITH_D16(a->dh, D, {
+      allow_smem(k_attn_dq_ds<T, D, 2>, ds_layout<D>::BYTES);
+      launch(k_attn_dq_ds<T, D, 2>, grid, FT, ds_layout<D>::BYTES, s, gq, (const T *)dsT, kk, *a, scale, vec, acc,
+             by_tile);
+    });
+    return;
+  }
   switch (a->dh) {
   case 32: fa_dq<T, 2, true, 3>(s, gq, o, qq, kk, vv, a, acc, lse, dsum, vec, scale); break;
   case 64:
@@ -745,43 +756,21 @@ void fa_backward(gpu_stream *s, void *dq, void *dk, void *dv, const void *dout, 
   }
 }
 
-/* fa-ds: dk and dv with dS^T stored (fa_dkv's kernel with dq, the shape
- * fa_backward takes for the heads), then dq from it, a part of the batch
- * at a time (fa_ds_part). */
+/* fa-ds: fa_backward with dS^T stored by the dk/dv kernel and dq from it,
+ * a part of the batch at a time (fa_ds_part). */
 template <class T>
 void fa_ds_backward(gpu_stream *s, void *dq, void *dk, void *dv, const void *dout, const void *q, const void *k,
                     const void *v, const gpu_attn *a, bool acc, const float *lse, const float *dsum, bool vec,
                     void *buf) {
-  const float scale = (float)(1.0 / sqrt((double)a->dh));
   const int64_t part = fa_ds_part(a);
   T *ds = (T *)(((uintptr_t)buf + 15) & ~(uintptr_t)15); /* its rows are moved 16 bytes at a time */
   for (int64_t b0 = 0; b0 < a->b; b0 += part) {
     gpu_attn c = *a;
     c.b = a->b - b0 < part ? a->b - b0 : part;
-    T *gq = (T *)dq + b0 * a->q_batch, *gk = dk ? (T *)dk + b0 * a->kv_batch : NULL;
-    T *gv = dv ? (T *)dv + b0 * a->kv_batch : NULL;
-    const T *o = (const T *)dout + b0 * a->o_batch, *qq = (const T *)q + b0 * a->q_batch;
-    const T *kk = (const T *)k + b0 * a->kv_batch, *vv = (const T *)v + b0 * a->kv_batch;
-    const float *l = lse + b0 * a->hq * a->sq, *d = dsum + b0 * a->hq * a->sq;
-    switch (a->dh) {
-    case 32: fa_dkv<T, 2, true, fa_qc(2), 2>(s, gq, gk, gv, o, qq, kk, vv, &c, acc, l, d, vec, NULL, scale, ds); break;
-    case 64: fa_dkv<T, 4, true, fa_qc(4), 2>(s, gq, gk, gv, o, qq, kk, vv, &c, acc, l, d, vec, NULL, scale, ds); break;
-    case 96: fa_dkv<T, 6, false, fa_qc(6), 2>(s, gq, gk, gv, o, qq, kk, vv, &c, acc, l, d, vec, NULL, scale, ds); break;
-    default:
-      if (fa_stages(128, false) == 1)
-        fa_dkv<T, 8, false, fa_qc(8), 2, 1>(s, gq, gk, gv, o, qq, kk, vv, &c, acc, l, d, vec, NULL, scale, ds);
-      else
-        fa_dkv<T, 8, false, fa_qc(8), 2>(s, gq, gk, gv, o, qq, kk, vv, &c, acc, l, d, vec, NULL, scale, ds);
-      break;
-    }
-    const int64_t tiles = (c.sq + FB - 1) / FB;
-    const bool by_tile = attention_fa_by_tile(tiles, c.b);
-    const dim3 grid = attention_fa_grid(by_tile, tiles, c.hq, c.b);
-    WITH_D16(a->dh, D, {
-      allow_smem(k_attn_dq_ds<T, D, 2>, ds_layout<D>::BYTES);
-      launch(k_attn_dq_ds<T, D, 2>, grid, FT, ds_layout<D>::BYTES, s, gq, (const T *)ds, kk, c, scale, vec, acc,
-             by_tile);
-    });
+    fa_backward<T>(s, (T *)dq + b0 * a->q_batch, dk ? (T *)dk + b0 * a->kv_batch : NULL,
+                   dv ? (T *)dv + b0 * a->kv_batch : NULL, (const T *)dout + b0 * a->o_batch,
+                   (const T *)q + b0 * a->q_batch, (const T *)k + b0 * a->kv_batch, (const T *)v + b0 * a->kv_batch,
+                   &c, acc, lse + b0 * a->hq * a->sq, dsum + b0 * a->hq * a->sq, vec, NULL, ds);
   }
 }
 

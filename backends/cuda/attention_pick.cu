@@ -675,18 +675,21 @@ bool attention_cudnn_considered(int dt, const gpu_attn *a, bool causal) {
   return m.alt[ATTN_CUDNN] && !a->det && (m.every || forward_flop(a, causal) >= ATTN_TUNE_FLOP);
 }
 
-bool attention_fa_atomic_considered(int dt, const gpu_attn *a, bool causal, bool acc) {
+/* Whether a backward way with a workspace of its own is to be asked for
+ * these heads: named, or timed for them (a backward that adds is not). */
+static bool backward_considered(int way, int dt, const gpu_attn *a, bool causal, bool acc) {
   const pick_mode &m = the_mode();
-  if (!attention_way_takes(ATTN_FA_ATOMIC, dt, a, causal, true)) return false;
-  if (m.forced >= 0) return m.forced == ATTN_FA_ATOMIC;
-  return !acc && m.alt[ATTN_FA_ATOMIC] && (m.every || forward_flop(a, causal) >= ATTN_TUNE_FLOP);
+  if (!attention_way_takes(way, dt, a, causal, true)) return false;
+  if (m.forced >= 0) return m.forced == way;
+  return !acc && m.alt[way] && (m.every || forward_flop(a, causal) >= ATTN_TUNE_FLOP);
+}
+
+bool attention_fa_atomic_considered(int dt, const gpu_attn *a, bool causal, bool acc) {
+  return backward_considered(ATTN_FA_ATOMIC, dt, a, causal, acc);
 }
 
 bool attention_fa_ds_considered(int dt, const gpu_attn *a, bool causal, bool acc) {
-  const pick_mode &m = the_mode();
-  if (!attention_way_takes(ATTN_FA_DS, dt, a, causal, true)) return false;
-  if (m.forced >= 0) return m.forced == ATTN_FA_DS;
-  return !acc && m.alt[ATTN_FA_DS] && (m.every || forward_flop(a, causal) >= ATTN_TUNE_FLOP);
+  return backward_considered(ATTN_FA_DS, dt, a, causal, acc);
 }
 
 int attention_pick_forward(gpu_stream *s, int dt, void *out, const void *q, const void *k, const void *v,
